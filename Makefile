@@ -1,0 +1,50 @@
+# tern: the two commands a newcomer needs are `make run` and `make test`.
+# Both install what is missing first (scripts/install-deps.sh), then build.
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+ARGS       ?=
+JOBS       ?= $(shell nproc)
+WERROR     ?= $(if $(CI),ON,OFF)
+
+.PHONY: all deps build build-asan build-fuzz run test unit integration fuzz bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_WERROR=$(WERROR) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+build-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=ON -DTERN_WERROR=$(WERROR) >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+build-fuzz: deps
+	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DTERN_FUZZ=ON -DTERN_TESTS=OFF >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+# Starts the demo server on its default port (8080); ARGS="--port 9000 --root www" etc.
+run: build
+	./$(BUILD)/tern serve $(ARGS)
+
+# Every test: unit and integration, on the release build and again under
+# AddressSanitizer + UndefinedBehaviorSanitizer, then the fuzzers briefly.
+test: build build-asan build-fuzz
+	@scripts/test.sh
+
+unit: build
+	cd $(BUILD) && ctest --output-on-failure
+
+integration: build
+	TERN_BIN=$(abspath $(BUILD))/tern python3 -m pytest -q tests/integration
+
+# Runs each libFuzzer target for FUZZ_SECONDS (default 60).
+fuzz: build-fuzz
+	@scripts/fuzz.sh $(FUZZ_BUILD) $${FUZZ_SECONDS:-60}
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,155 @@
+/* tern HTTP/1.1 server: routes, requests, responses.
+ *
+ * A handler is called once the request head (and, unless the route streams
+ * its body, the whole body) has arrived. It answers inline, or keeps the
+ * request and answers later from any callback of the same loop (from other
+ * threads, post to the loop first). Pipelined requests are answered in
+ * order: the next one is not read until the current response has ended.
+ *
+ * Lifetimes: the tern_http_req stays valid until its response ends
+ * (tern_http_respond, tern_http_end, tern_http_respond_file) or until its
+ * abort callback runs. The strings it hands out (method, path, headers,
+ * params, body) are views valid during the handler call only; copy what an
+ * answer given later needs. */
+#ifndef TERN_HTTP_H
+#define TERN_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "tern/loop.h"
+#include "tern/net.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tern_server tern_server;
+typedef struct tern_http_req tern_http_req;
+
+/* Zero means the default for every field. */
+typedef struct tern_server_options {
+    size_t max_head;               /* request line + headers: 16 KiB (431) */
+    size_t max_uri;                /* request-target: 8 KiB (414) */
+    size_t max_headers;            /* header lines: 100 (431) */
+    size_t max_body;               /* request body: 16 MiB (413) */
+    uint32_t head_timeout_ms;      /* from the first byte to the end of the head: 10 s (408) */
+    uint32_t body_timeout_ms;      /* longest pause inside a body: 10 s (408) */
+    uint32_t idle_timeout_ms;      /* keep-alive with nothing in flight: 60 s (close) */
+    uint32_t shutdown_timeout_ms;  /* graceful shutdown, then everything is closed: 10 s */
+    const char *server_header;     /* "Server:" value: "tern"; "" sends none */
+} tern_server_options;
+
+int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_options *opt);
+/* Closes every listener and connection at once and frees the server. */
+void tern_server_free(tern_server *srv);
+tern_loop *tern_server_loop(const tern_server *srv);
+
+int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt);
+int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_options *opt);
+/* The port the first TCP listener got (useful after listening on port 0). */
+int tern_server_port(const tern_server *srv);
+
+/* Graceful shutdown: stops accepting, closes idle connections, lets the
+ * responses in flight finish (each then closes its connection), and calls
+ * done once no connection is left, or when shutdown_timeout_ms has passed
+ * and the rest were closed. */
+typedef void (*tern_server_done_fn)(tern_server *srv, void *user);
+void tern_server_shutdown(tern_server *srv, tern_server_done_fn done, void *user);
+size_t tern_server_connections(const tern_server *srv);
+
+/* ---- routes ----------------------------------------------------------- */
+
+typedef void (*tern_http_handler)(tern_http_req *req, void *user);
+
+/* method: "GET", "POST", ... or NULL for any. pattern: exact segments,
+ * ":name" parameters, and a trailing "*". HEAD requests use the GET route
+ * when no HEAD route exists; the body is left out for them. The handler
+ * runs when the whole body is in (up to max_body). */
+int tern_http_route(tern_server *srv, const char *method, const char *pattern,
+                    tern_http_handler fn, void *user);
+/* The same, but the handler runs as soon as the head is in, and reads the
+ * body as a stream with tern_http_read_body(). */
+int tern_http_route_stream(tern_server *srv, const char *method, const char *pattern,
+                           tern_http_handler fn, void *user);
+
+/* Serves files under dir for GET and HEAD requests of prefix + "*"
+ * (prefix "/" serves everything no other route takes). Content-Type from
+ * the extension, Last-Modified and If-Modified-Since (304), index.html for
+ * directories, 404 for what is not there, 403 for what may not be read or
+ * would lead out of dir (.., symlinks out). The body goes out with
+ * sendfile(). */
+int tern_http_static(tern_server *srv, const char *prefix, const char *dir);
+
+/* ---- the request ------------------------------------------------------ */
+
+const char *tern_http_method(const tern_http_req *req, size_t *len);
+const char *tern_http_path(const tern_http_req *req, size_t *len);     /* raw, without the query */
+const char *tern_http_query(const tern_http_req *req, size_t *len);    /* raw, after '?'; "" if none */
+int tern_http_minor_version(const tern_http_req *req);                 /* 0 or 1 */
+/* Case-insensitive; the first header of that name, or NULL. */
+const char *tern_http_header(const tern_http_req *req, const char *name, size_t *len);
+size_t tern_http_header_count(const tern_http_req *req);
+void tern_http_header_at(const tern_http_req *req, size_t i, const char **name, size_t *name_len,
+                         const char **value, size_t *value_len);
+/* A ":name" route parameter (raw), or NULL. "*" is available as "*". */
+const char *tern_http_param(const tern_http_req *req, const char *name, size_t *len);
+/* Decoded value of a query parameter into buf (NUL-terminated). Returns
+ * its length, -ENOENT when absent, -ENOSPC when buf is too small, -EINVAL
+ * for a bad %-escape. */
+ssize_t tern_http_query_param(const tern_http_req *req, const char *name, char *buf, size_t cap);
+/* The whole body of a non-streaming route (empty when none). */
+const char *tern_http_body(const tern_http_req *req, size_t *len);
+
+/* Streaming bodies. fn gets each piece as it arrives (a view valid during
+ * the call), then once with last = true (len may be 0). The first call to
+ * tern_http_read_body() also sends "100 Continue" when the client waits
+ * for it. A response may be started or ended before the body is over; the
+ * rest of the body is then read and dropped (or the connection closed, if
+ * the client was still waiting for 100 Continue). */
+typedef void (*tern_http_body_fn)(tern_http_req *req, const char *data, size_t len, bool last,
+                                  void *user);
+void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user);
+
+/* Called if the connection goes away before the response has ended; req
+ * is invalid after it returns. Without one, a request whose connection is
+ * gone stays valid until the handler ends its response (which then returns
+ * -EPIPE). */
+typedef void (*tern_http_abort_fn)(tern_http_req *req, void *user);
+void tern_http_on_abort(tern_http_req *req, tern_http_abort_fn fn, void *user);
+
+/* ---- the response ----------------------------------------------------- */
+
+/* Adds a response header (copied). Before the response starts. */
+int tern_http_add_header(tern_http_req *req, const char *name, const char *value);
+
+/* A whole response: status, Content-Type (NULL for none), body. Ends it. */
+int tern_http_respond(tern_http_req *req, int status, const char *content_type, const void *body,
+                      size_t len);
+
+/* A streamed response: chunked for HTTP/1.1; for HTTP/1.0 the body ends
+ * with the connection. tern_http_write returns a tern_send_result. */
+int tern_http_start(tern_http_req *req, int status, const char *content_type);
+int tern_http_write(tern_http_req *req, const void *data, size_t len);
+int tern_http_end(tern_http_req *req);
+
+/* A response whose body is len bytes of fd from offset, sent with
+ * sendfile(). Takes fd (closes it). Ends the response. */
+int tern_http_respond_file(tern_http_req *req, int status, const char *content_type, int fd,
+                           off_t offset, size_t len);
+
+/* Bytes of the response not yet taken by the kernel; on_drain-style flow
+ * control for long streams: fn runs when they have all gone out. */
+size_t tern_http_buffered(const tern_http_req *req);
+typedef void (*tern_http_drain_fn)(tern_http_req *req, void *user);
+void tern_http_on_drain(tern_http_req *req, tern_http_drain_fn fn, void *user);
+
+/* The standard reason phrase ("Not Found"), or "Unknown". */
+const char *tern_http_reason(int status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

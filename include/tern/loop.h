@@ -1,0 +1,70 @@
+/* tern event loop: one per thread.
+ *
+ * A loop owns an epoll instance, the timers of its thread, a queue that
+ * other threads post work into, and the shared read buffer every socket of
+ * the loop reads into. Nothing here is thread-safe except tern_loop_post()
+ * and tern_loop_stop_async(). */
+#ifndef TERN_LOOP_H
+#define TERN_LOOP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tern_loop tern_loop;
+typedef struct tern_timer tern_timer;
+
+typedef struct tern_loop_options {
+    size_t read_buffer_size;  /* the one read buffer of the loop; 0: 256 KiB (min 64 KiB) */
+} tern_loop_options;
+
+/* Errors are negative errno values; this names them. */
+const char *tern_strerror(int err);
+
+int tern_loop_new(tern_loop **out, const tern_loop_options *opt);
+/* Frees the loop. Every server, timer and connection of it must be gone. */
+void tern_loop_free(tern_loop *loop);
+
+/* Runs until tern_loop_stop(). Returns 0, or a negative errno if epoll failed. */
+int tern_loop_run(tern_loop *loop);
+/* Makes tern_loop_run() return after the current iteration (loop thread). */
+void tern_loop_stop(tern_loop *loop);
+/* The same, from any thread. */
+int tern_loop_stop_async(tern_loop *loop);
+
+/* Runs fn(loop, user) on the loop's thread at its next iteration. Any
+ * thread may call it; posts from one thread run in the order posted.
+ * Returns 0 or -ENOMEM (then fn never runs). */
+typedef void (*tern_post_fn)(tern_loop *loop, void *user);
+int tern_loop_post(tern_loop *loop, tern_post_fn fn, void *user);
+
+/* The loop's clock: CLOCK_MONOTONIC in milliseconds, read once per
+ * iteration. */
+uint64_t tern_loop_now(const tern_loop *loop);
+
+/* Precise timers (a heap; for the few). Connection timeouts use the loop's
+ * internal timer wheel instead. A timer fires after timeout_ms, then every
+ * repeat_ms if that is non-zero. *out belongs to the caller until
+ * tern_timer_stop(), which frees it and may be called from its own
+ * callback; a one-shot timer that has fired stays allocated, idle, and can
+ * be re-armed with tern_timer_again(). */
+typedef void (*tern_timer_fn)(tern_timer *timer, void *user);
+int tern_timer_start(tern_loop *loop, tern_timer **out, uint64_t timeout_ms, uint64_t repeat_ms,
+                     tern_timer_fn fn, void *user);
+/* Re-arms a timer, armed or idle (also from its callback). 0 or -ENOMEM. */
+int tern_timer_again(tern_timer *timer, uint64_t timeout_ms);
+void tern_timer_stop(tern_timer *timer);
+
+/* Delivers signo (SIGINT, SIGTERM, SIGHUP, ...) to fn on this loop's thread
+ * through a signalfd. The signal is blocked in the calling thread: call it
+ * before starting other threads so they inherit the mask. */
+typedef void (*tern_signal_fn)(tern_loop *loop, int signo, void *user);
+int tern_loop_on_signal(tern_loop *loop, int signo, tern_signal_fn fn, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,12 @@
+/* tern: HTTP/1.1, WebSocket and pub/sub on one event loop per thread. */
+#ifndef TERN_H
+#define TERN_H
+
+#include "tern/loop.h"
+#include "tern/net.h"
+#include "tern/http.h"
+#include "tern/ws.h"
+
+#define TERN_VERSION "0.1.0"
+
+#endif

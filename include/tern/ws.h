@@ -1,0 +1,131 @@
+/* tern WebSocket server (RFC 6455, permessage-deflate RFC 7692).
+ *
+ * A WebSocket route is a path on a tern_server; a GET with the upgrade
+ * headers to that path becomes a tern_ws. Messages arrive whole (on_message)
+ * or, for routes that set on_fragment, piece by piece as they come off the
+ * wire. Data handed to callbacks is a view valid during the call only.
+ *
+ * One line for the common case:
+ *     tern_ws_serve("0.0.0.0", 9090, &handlers, user);
+ */
+#ifndef TERN_WS_H
+#define TERN_WS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tern/http.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tern_ws tern_ws;
+
+enum tern_ws_opcode { TERN_WS_TEXT = 1, TERN_WS_BINARY = 2 };
+
+/* Close codes tern sends itself. */
+enum tern_ws_close_code {
+    TERN_WS_NORMAL = 1000,
+    TERN_WS_GOING_AWAY = 1001,        /* server shutdown */
+    TERN_WS_PROTOCOL_ERROR = 1002,
+    TERN_WS_NO_STATUS = 1005,         /* received: the close frame had no code */
+    TERN_WS_ABNORMAL = 1006,          /* received: the connection dropped without a close */
+    TERN_WS_INVALID_DATA = 1007,      /* text that is not UTF-8 */
+    TERN_WS_POLICY = 1008,            /* a slow consumer over its backlog limit */
+    TERN_WS_TOO_BIG = 1009,           /* message over max_message */
+    TERN_WS_INTERNAL = 1011,
+};
+
+/* What to do with a connection whose backlog stays over the soft limit
+ * past the grace period, or passes the hard limit. */
+enum tern_ws_slow_policy {
+    TERN_WS_SLOW_CLOSE = 0,   /* close with 1008 (default) */
+    TERN_WS_SLOW_DROP = 1,    /* drop messages while over the limit (pub/sub feeds) */
+    TERN_WS_SLOW_PAUSE = 2,   /* stop reading from the peer until it drains */
+};
+
+typedef struct tern_ws_handlers {
+    /* Before answering the handshake: inspect the request (Origin, cookies,
+     * the path), add response headers with tern_http_add_header, set the
+     * connection's user data. Return 0 to accept, or an HTTP status (403,
+     * 401, ...) to refuse. Optional. */
+    int (*on_upgrade)(tern_http_req *req, void **conn_user, void *user);
+    void (*on_open)(tern_ws *ws, void *user);
+    /* A whole message. opcode is TERN_WS_TEXT (valid UTF-8) or TERN_WS_BINARY. */
+    void (*on_message)(tern_ws *ws, const char *data, size_t len, int opcode, void *user);
+    /* Streaming form, used instead of on_message when set: the pieces of a
+     * message as they arrive (decompressed); last marks the message's end.
+     * Text is UTF-8-checked as it goes. */
+    void (*on_fragment)(tern_ws *ws, const char *data, size_t len, int opcode, bool last,
+                        void *user);
+    /* The backlog has been sent (after a send said TERN_SEND_BUFFERED). */
+    void (*on_drain)(tern_ws *ws, void *user);
+    /* The connection is over: code and reason from the peer's close frame,
+     * or the code tern closed with, or 1006 when it just dropped. Called
+     * once; ws is invalid after it returns. */
+    void (*on_close)(tern_ws *ws, int code, const char *reason, size_t reason_len, void *user);
+    void (*on_ping)(tern_ws *ws, const char *data, size_t len, void *user);   /* pong is automatic */
+    void (*on_pong)(tern_ws *ws, const char *data, size_t len, void *user);
+} tern_ws_handlers;
+
+/* Zero means the default for every field. */
+typedef struct tern_ws_options {
+    size_t max_message;            /* 16 MiB; over it: close 1009 */
+    uint32_t idle_timeout_ms;      /* ping after this long without a byte from the peer: 30 s */
+    uint32_t pong_timeout_ms;      /* then close if nothing comes back: 30 s */
+    uint32_t close_timeout_ms;     /* wait for the peer's close frame: 5 s */
+    size_t backlog_soft;           /* 256 KiB ... */
+    uint32_t backlog_grace_ms;     /* ... for 10 s */
+    size_t backlog_hard;           /* 1 MiB */
+    int slow_policy;               /* enum tern_ws_slow_policy */
+    bool compression;              /* offer permessage-deflate */
+    bool server_no_context_takeover;  /* no compression memory kept between messages */
+    int server_max_window_bits;    /* 9..15 (default 15) */
+    size_t compress_min;           /* don't compress messages shorter than this: 64 */
+    const char *const *subprotocols;  /* NULL-terminated, in the server's order */
+} tern_ws_options;
+
+int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers *h,
+                  const tern_ws_options *opt, void *user);
+
+/* Sends one message. Returns a tern_send_result or a negative error
+ * (-EPIPE once a close was sent or received, -EINVAL for a bad opcode or
+ * text that is not UTF-8 is not checked: the caller owns its bytes). */
+int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode);
+/* Sends one fragment: the first with opcode TEXT or BINARY, the next ones
+ * with any opcode (it is ignored), the last with fin set. Fragments of one
+ * message are never compressed. */
+int tern_ws_send_fragment(tern_ws *ws, const void *data, size_t len, int opcode, bool fin);
+int tern_ws_ping(tern_ws *ws, const void *data, size_t len);   /* len <= 125 */
+/* Starts the closing handshake: sends a close frame with code (1000,
+ * 3000-4999, ...) and a reason of at most 123 bytes; on_close follows when
+ * the peer answers or after close_timeout_ms. */
+int tern_ws_close(tern_ws *ws, int code, const char *reason);
+
+size_t tern_ws_buffered(const tern_ws *ws);
+void *tern_ws_user(const tern_ws *ws);
+void tern_ws_set_user(tern_ws *ws, void *conn_user);
+const char *tern_ws_subprotocol(const tern_ws *ws);   /* NULL when none was agreed */
+bool tern_ws_compressed(const tern_ws *ws);           /* permessage-deflate agreed */
+tern_loop *tern_ws_loop(const tern_ws *ws);
+
+/* A message framed once and sent to many connections (pub/sub fan-out):
+ * the bytes are shared, and with compression they are compressed once for
+ * all the connections that agreed to no context takeover. Reference-
+ * counted: tern_ws_prepared_free drops the caller's reference. */
+typedef struct tern_ws_prepared tern_ws_prepared;
+tern_ws_prepared *tern_ws_prepare(const void *data, size_t len, int opcode, bool compress);
+int tern_ws_send_prepared(tern_ws *ws, tern_ws_prepared *msg);
+void tern_ws_prepared_free(tern_ws_prepared *msg);
+
+/* The one-line server: a loop, a server on host:port with a WebSocket
+ * route at every path, run until SIGINT or SIGTERM (graceful), then freed.
+ * Returns 0, or a negative errno when it could not start. */
+int tern_ws_serve(const char *host, int port, const tern_ws_handlers *h, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what tern needs to build and test, and only what is missing.
+# Debian packages through apt-get (run as root), Python test packages through pip.
+# Idempotent: a second run checks and returns in well under a second.
+set -euo pipefail
+
+apt_pkgs=(
+  build-essential cmake ninja-build pkg-config   # build
+  libssl-dev zlib1g-dev                          # OpenSSL (SHA-1, base64, TLS), zlib (permessage-deflate)
+  libcmocka-dev                                  # C unit tests, run by ctest
+  clang libclang-rt-14-dev llvm                  # libFuzzer targets, sanitizers
+  curl wrk python3 python3-pip python3-venv      # integration tests, first speed figures
+)
+
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: apt-get install ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Python test clients. Use the python3 on PATH (the one pytest will run under).
+py=python3
+need_py=()
+for m in pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11; do
+  mod=${m%%:*}; pkg=${m##*:}
+  $py -c "import $mod" 2>/dev/null || need_py+=("$pkg")
+done
+if [ ${#need_py[@]} -gt 0 ]; then
+  echo "install-deps: pip install ${need_py[*]}"
+  $py -m pip install -q --disable-pip-version-check ${PIP_FLAGS:-} "${need_py[@]}" 2>/dev/null \
+    || $py -m pip install -q --disable-pip-version-check --break-system-packages "${need_py[@]}"
+fi

@@ -1,0 +1,327 @@
+/* tern serve: the demo server.
+ *
+ *   GET  /ping              "pong"
+ *   GET  /echo?size=N       N bytes of 'x'
+ *   POST /echo              the request body
+ *   GET  /stream?chunks=K&size=S   a chunked response of K chunks of S bytes
+ *   POST /upload            a streamed request body: answers its length
+ *   GET  /delay?ms=N        "done" after N ms (an answer given later)
+ *   GET  /ws                WebSocket echo: every message back with its opcode
+ *   GET  /(anything else)   static files under --root, when given
+ *
+ * SIGINT or SIGTERM: graceful shutdown (stop accepting, finish responses in
+ * flight, close idle connections), exit 0. A second signal exits at once. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/app.h"
+#include "tern/tern.h"
+
+#define MAX_ECHO_SIZE (64u * 1024 * 1024)
+
+typedef struct serve_ctx {
+    tern_loop *loop;
+    tern_server *srv;
+    int signals;
+    bool quiet;
+} serve_ctx;
+
+/* Reads a non-negative integer query parameter; -1 when absent or bad. */
+static long long query_num(tern_http_req *req, const char *name, long long max) {
+    char buf[32];
+    ssize_t n = tern_http_query_param(req, name, buf, sizeof(buf));
+    if (n <= 0)
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(buf, &end, 10);
+    if (errno || *end || v < 0 || v > max)
+        return -1;
+    return v;
+}
+
+static void bad_request(tern_http_req *req, const char *why) {
+    tern_http_respond(req, 400, "text/plain", why, strlen(why));
+}
+
+static void on_ping(tern_http_req *req, void *user) {
+    tern_http_respond(req, 200, "text/plain", "pong", 4);
+}
+
+static void on_echo_get(tern_http_req *req, void *user) {
+    long long size = query_num(req, "size", MAX_ECHO_SIZE);
+    if (size < 0) {
+        bad_request(req, "size must be an integer from 0 to 67108864\n");
+        return;
+    }
+    static char *xs;
+    static size_t xs_len;
+    if ((size_t)size > xs_len) {
+        char *p = realloc(xs, (size_t)size);
+        if (p == NULL) {
+            tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
+            return;
+        }
+        memset(p + xs_len, 'x', (size_t)size - xs_len);
+        xs = p;
+        xs_len = (size_t)size;
+    }
+    tern_http_respond(req, 200, "application/octet-stream", xs, (size_t)size);
+}
+
+static void on_echo_post(tern_http_req *req, void *user) {
+    size_t len;
+    const char *body = tern_http_body(req, &len);
+    size_t ct_len;
+    const char *ct = tern_http_header(req, "Content-Type", &ct_len);
+    char type[128] = "application/octet-stream";
+    if (ct && ct_len < sizeof(type)) {
+        memcpy(type, ct, ct_len);
+        type[ct_len] = '\0';
+    }
+    tern_http_respond(req, 200, type, body, len);
+}
+
+static void on_stream(tern_http_req *req, void *user) {
+    long long chunks = query_num(req, "chunks", 100000);
+    long long size = query_num(req, "size", 1 << 20);
+    if (chunks < 0) chunks = 4;
+    if (size < 0) size = 16;
+    char *buf = malloc((size_t)size + 1);
+    if (buf == NULL) {
+        tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
+        return;
+    }
+    tern_http_start(req, 200, "application/octet-stream");
+    for (long long i = 0; i < chunks; i++) {
+        memset(buf, 'a' + (int)(i % 26), (size_t)size);
+        tern_http_write(req, buf, (size_t)size);
+    }
+    free(buf);
+    tern_http_end(req);
+}
+
+typedef struct upload_state {
+    uint64_t bytes;
+    uint32_t sum;   /* a simple checksum, so tests can tell the bytes arrived intact */
+} upload_state;
+
+static void on_upload_body(tern_http_req *req, const char *data, size_t len, bool last, void *user) {
+    upload_state *st = user;
+    for (size_t i = 0; i < len; i++)
+        st->sum = st->sum * 31 + (unsigned char)data[i];
+    st->bytes += len;
+    if (!last)
+        return;
+    char out[96];
+    int n = snprintf(out, sizeof(out), "%llu %u\n", (unsigned long long)st->bytes, st->sum);
+    free(st);
+    tern_http_respond(req, 200, "text/plain", out, (size_t)n);
+}
+
+static void on_upload_abort(tern_http_req *req, void *user) { free(user); }
+
+static void on_upload(tern_http_req *req, void *user) {
+    upload_state *st = calloc(1, sizeof(*st));
+    if (st == NULL) {
+        tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
+        return;
+    }
+    tern_http_on_abort(req, on_upload_abort, st);
+    tern_http_read_body(req, on_upload_body, st);
+}
+
+typedef struct delay_state {
+    tern_http_req *req;
+    tern_timer *timer;
+} delay_state;
+
+static void delay_fire(tern_timer *t, void *user) {
+    delay_state *d = user;
+    tern_http_respond(d->req, 200, "text/plain", "done\n", 5);
+    tern_timer_stop(t);
+    free(d);
+}
+
+static void delay_abort(tern_http_req *req, void *user) {
+    delay_state *d = user;
+    tern_timer_stop(d->timer);
+    free(d);
+}
+
+static void on_delay(tern_http_req *req, void *user) {
+    serve_ctx *ctx = user;
+    long long ms = query_num(req, "ms", 600000);
+    if (ms < 0) {
+        bad_request(req, "ms must be an integer from 0 to 600000\n");
+        return;
+    }
+    delay_state *d = calloc(1, sizeof(*d));
+    if (d == NULL || tern_timer_start(ctx->loop, &d->timer, (uint64_t)ms, 0, delay_fire, d) < 0) {
+        free(d);
+        tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
+        return;
+    }
+    d->req = req;
+    tern_http_on_abort(req, delay_abort, d);
+}
+
+static void ws_echo(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
+    tern_ws_send(ws, data, len, opcode);
+}
+
+static void shutdown_done(tern_server *srv, void *user) {
+    serve_ctx *ctx = user;
+    tern_loop_stop(ctx->loop);
+}
+
+static void on_signal(tern_loop *loop, int signo, void *user) {
+    serve_ctx *ctx = user;
+    if (++ctx->signals > 1) {
+        if (!ctx->quiet)
+            fprintf(stderr, "tern: second signal, exiting now\n");
+        tern_loop_stop(loop);
+        return;
+    }
+    if (!ctx->quiet)
+        fprintf(stderr, "tern: %s, shutting down (%zu connections)\n",
+                signo == SIGINT ? "SIGINT" : "SIGTERM", tern_server_connections(ctx->srv));
+    tern_server_shutdown(ctx->srv, shutdown_done, ctx);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tern serve [options]\n"
+            "  --host H              address to listen on (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
+            "  --port P              TCP port (default 8080; 0 picks a free one)\n"
+            "  --unix PATH           also listen on a Unix socket\n"
+            "  --root DIR            serve static files from DIR\n"
+            "  --max-head BYTES      request line + headers (default 16384)\n"
+            "  --max-body BYTES      request body (default 16777216)\n"
+            "  --head-timeout MS     (default 10000)\n"
+            "  --body-timeout MS     (default 10000)\n"
+            "  --idle-timeout MS     keep-alive (default 60000)\n"
+            "  --shutdown-timeout MS graceful shutdown limit (default 10000)\n"
+            "  --ws-max-message BYTES  WebSocket message limit (default 16777216)\n"
+            "  --ws-idle-timeout MS  ping an idle WebSocket after this long (default 30000)\n"
+            "  --no-compression      don't offer permessage-deflate on /ws\n"
+            "  --quiet               no log lines\n");
+}
+
+static bool parse_size(const char *s, unsigned long long max, unsigned long long *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || *s == '-' || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+int tern_app_serve(int argc, char **argv) {
+    enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
+           O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD };
+    static const struct option opts[] = {
+        {"host", required_argument, NULL, O_HOST},
+        {"port", required_argument, NULL, O_PORT},
+        {"unix", required_argument, NULL, O_UNIX},
+        {"root", required_argument, NULL, O_ROOT},
+        {"max-head", required_argument, NULL, O_MAX_HEAD},
+        {"max-body", required_argument, NULL, O_MAX_BODY},
+        {"head-timeout", required_argument, NULL, O_HEAD_TO},
+        {"body-timeout", required_argument, NULL, O_BODY_TO},
+        {"idle-timeout", required_argument, NULL, O_IDLE_TO},
+        {"shutdown-timeout", required_argument, NULL, O_SHUT_TO},
+        {"quiet", no_argument, NULL, O_QUIET},
+        {"help", no_argument, NULL, O_HELP},
+        {"ws-max-message", required_argument, NULL, O_WS_MAX},
+        {"ws-idle-timeout", required_argument, NULL, O_WS_IDLE},
+        {"no-compression", no_argument, NULL, O_NO_PMD},
+        {NULL, 0, NULL, 0},
+    };
+    const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
+    unsigned long long port = 8080, v;
+    tern_server_options so = {0};
+    tern_ws_options wo = {.compression = true};
+    serve_ctx ctx = {0};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        bool ok = true;
+        switch (c) {
+        case O_HOST: host = optarg; break;
+        case O_PORT: ok = parse_size(optarg, 65535, &port); break;
+        case O_UNIX: unix_path = optarg; break;
+        case O_ROOT: root = optarg; break;
+        case O_MAX_HEAD: ok = parse_size(optarg, 1u << 24, &v) && v > 0; so.max_head = v; break;
+        case O_MAX_BODY: ok = parse_size(optarg, 1ull << 40, &v) && v > 0; so.max_body = v; break;
+        case O_HEAD_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.head_timeout_ms = (uint32_t)v; break;
+        case O_BODY_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.body_timeout_ms = (uint32_t)v; break;
+        case O_IDLE_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.idle_timeout_ms = (uint32_t)v; break;
+        case O_SHUT_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.shutdown_timeout_ms = (uint32_t)v; break;
+        case O_QUIET: ctx.quiet = true; break;
+        case O_HELP: usage(stdout); return 0;
+        case O_WS_MAX: ok = parse_size(optarg, 1ull << 40, &v) && v > 0; wo.max_message = v; break;
+        case O_WS_IDLE: ok = parse_size(optarg, 86400000, &v) && v > 0; wo.idle_timeout_ms = (uint32_t)v; break;
+        case O_NO_PMD: wo.compression = false; break;
+        default: usage(stderr); return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "tern serve: bad value for --%s: %s\n", opts[c - 1].name, optarg);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tern serve: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+
+    signal(SIGPIPE, SIG_IGN);
+    int err = tern_loop_new(&ctx.loop, NULL);
+    if (err == 0)
+        err = tern_server_new(&ctx.srv, ctx.loop, &so);
+    if (err < 0) {
+        fprintf(stderr, "tern serve: %s\n", tern_strerror(err));
+        return 1;
+    }
+    tern_http_route(ctx.srv, "GET", "/ping", on_ping, &ctx);
+    tern_http_route(ctx.srv, "GET", "/echo", on_echo_get, &ctx);
+    tern_http_route(ctx.srv, "POST", "/echo", on_echo_post, &ctx);
+    tern_http_route(ctx.srv, "GET", "/stream", on_stream, &ctx);
+    tern_http_route_stream(ctx.srv, "POST", "/upload", on_upload, &ctx);
+    tern_http_route(ctx.srv, "GET", "/delay", on_delay, &ctx);
+    static const tern_ws_handlers echo = {.on_message = ws_echo};
+    tern_ws_route(ctx.srv, "/ws", &echo, &wo, &ctx);
+    if (root && (err = tern_http_static(ctx.srv, "/", root)) < 0) {
+        fprintf(stderr, "tern serve: --root %s: %s\n", root, tern_strerror(err));
+        return 1;
+    }
+    if ((err = tern_listen(ctx.srv, host, (int)port, NULL)) < 0) {
+        fprintf(stderr, "tern serve: listen on %s:%llu: %s\n", host, port, tern_strerror(err));
+        return 1;
+    }
+    if (unix_path && (err = tern_listen_unix(ctx.srv, unix_path, NULL)) < 0) {
+        fprintf(stderr, "tern serve: listen on %s: %s\n", unix_path, tern_strerror(err));
+        return 1;
+    }
+    tern_loop_on_signal(ctx.loop, SIGINT, on_signal, &ctx);
+    tern_loop_on_signal(ctx.loop, SIGTERM, on_signal, &ctx);
+    if (!ctx.quiet) {
+        bool v6 = strchr(host, ':') != NULL;
+        fprintf(stderr, "tern: listening on http://%s%s%s:%d/%s%s\n", v6 ? "[" : "", host,
+                v6 ? "]" : "", tern_server_port(ctx.srv), unix_path ? " and unix:" : "",
+                unix_path ? unix_path : "");
+    }
+    err = tern_loop_run(ctx.loop);
+    tern_server_free(ctx.srv);
+    tern_loop_free(ctx.loop);
+    if (err < 0) {
+        fprintf(stderr, "tern serve: %s\n", tern_strerror(err));
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,630 @@
+/* One HTTP/1.1 connection: the request state machine.
+ *
+ * Bytes come in through on_data (a view of the loop's read buffer). Heads
+ * are found and parsed in place; handlers get views into those bytes. A
+ * body that arrives in the same read as its head is handed over in place
+ * too; only a body that spans reads is gathered into the request's buffer.
+ * Requests are handled one at a time: while a response is pending the
+ * connection stops reading, and the bytes of pipelined requests behind it
+ * wait in the connection (net keeps what on_data does not consume). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "http/server.h"
+
+enum { TERN__HTTP_CLOSING = 100 };   /* an error went out, or end() was called */
+
+static size_t on_data(tern__conn *c, char *data, size_t len);
+static void on_eof(tern__conn *c);
+static void on_drain(tern__conn *c);
+static void on_timeout(tern__conn *c);
+static void on_shutdown(tern__conn *c);
+static void on_close(tern__conn *c, int err);
+
+static const tern__conn_proto http_proto = {
+    .on_data = on_data,
+    .on_eof = on_eof,
+    .on_drain = on_drain,
+    .on_timeout = on_timeout,
+    .on_shutdown = on_shutdown,
+    .on_close = on_close,
+};
+
+static bool conn_gone(const tern__http_conn *hc) {
+    return (hc->conn.flags & TERN__CONN_CLOSED) || hc->state == TERN__HTTP_CLOSING;
+}
+
+void tern__http_accept(void *user, int fd, const struct sockaddr *addr, socklen_t len) {
+    tern_server *srv = user;
+    tern__http_conn *hc = calloc(1, sizeof(*hc));
+    if (hc == NULL) {
+        close(fd);
+        return;
+    }
+    if (tern__conn_start(srv->loop, &hc->conn, fd, &http_proto, &srv->conns) < 0) {
+        close(fd);
+        free(hc);
+        return;
+    }
+    hc->srv = srv;
+    hc->state = TERN__HTTP_IDLE;
+    /* A fresh connection gets the head timeout, not the (longer) idle one:
+     * a client that connects and says nothing is the slowloris shape. */
+    tern__conn_set_timeout(&hc->conn, srv->opt.head_timeout_ms);
+}
+
+/* Sends an error response that closes the connection. */
+static void fail_request(tern__http_conn *hc, int status) {
+    if (conn_gone(hc))
+        return;
+    tern__http_error(hc, status);
+    hc->state = TERN__HTTP_CLOSING;
+}
+
+static void free_req(tern_http_req *req) {
+    free(req->head_copy);
+    free(req->body_buf);
+    free(req->extra);
+    free(req);
+}
+
+/* The connection of req is gone (req->hc is NULL) and no handler runs:
+ * free req unless a handler holds it, in which case the abort callback is
+ * told, or else req waits for the handler to end its response. */
+static void settle_orphan(tern_http_req *req) {
+    if (!req->dispatched || req->ended) {
+        free_req(req);
+    } else if (req->abort_fn) {
+        req->abort_fn(req, req->abort_user);
+        free_req(req);
+    }
+}
+
+/* ---- dispatch --------------------------------------------------------- */
+
+static void call_handler(tern__http_conn *hc, const tern__http_head *head,
+                         const tern__route_params *params, const char *body, size_t body_len) {
+    tern_http_req *req = hc->req;
+    req->live = true;
+    req->dispatched = true;
+    req->head = head;
+    req->params = params;
+    req->body = body;
+    req->body_len = body_len;
+    req->route->fn(req, req->route->user);
+    req->live = false;
+    req->head = NULL;
+    req->params = NULL;
+    req->body = NULL;
+    req->body_len = 0;
+    /* The connection may have gone during the handler: on_close left req
+     * to us, since it was live. */
+    if (req->hc == NULL)
+        settle_orphan(req);
+}
+
+/* Re-parses the head kept in head_copy (for a body that spanned reads) and
+ * runs the handler with the gathered body. */
+static void dispatch_buffered(tern__http_conn *hc) {
+    tern_server *srv = hc->srv;
+    tern_http_req *req = hc->req;
+    tern__http_head *head = &srv->scratch_head;
+    tern__route_params *params = &srv->scratch_params;
+    int status;
+    tern__http_parse_head(req->head_copy, req->head_copy_len, &srv->limits, head,
+                          srv->scratch_headers, srv->opt.max_headers);
+    const char *m = req->is_head ? "GET" : head->method;
+    size_t ml = req->is_head ? 3 : head->method_len;
+    if (!tern__router_match(srv->router, m, ml, head->path, head->path_len, params, &status))
+        params->count = 0;
+    hc->state = TERN__HTTP_WAIT;
+    call_handler(hc, head, params, req->body_buf ? req->body_buf : "", req->body_buf_len);
+}
+
+/* Looks up the route; HEAD falls back to GET. Sends 404/405 when none. */
+static const tern__http_route *find_route(tern__http_conn *hc, const tern__http_head *head,
+                                          tern__route_params *params, int *status) {
+    tern_server *srv = hc->srv;
+    const tern__http_route *r = tern__router_match(srv->router, head->method, head->method_len,
+                                                   head->path, head->path_len, params, status);
+    if (r == NULL && *status == 405 && head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0)
+        r = tern__router_match(srv->router, "GET", 3, head->path, head->path_len, params, status);
+    return r;
+}
+
+/* Answers a request no handler takes: 404, 405 (with Allow), or the
+ * status an upgrade refusal asked for. */
+static void answer_status(tern_http_req *req, void *user) {
+    int status = req->status;
+    if (status == 405) {
+        /* RFC 9110 §15.5.6: a 405 lists the methods the resource has. */
+        static const char *const methods[] = {"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH",
+                                              "OPTIONS"};
+        char allow[64] = "";
+        size_t n = 0;
+        tern_server *srv = req->srv;
+        for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+            tern__route_params p;
+            int st;
+            const char *m = strcmp(methods[i], "HEAD") == 0 ? "GET" : methods[i];
+            if (tern__router_match(srv->router, m, strlen(m), req->head->path,
+                                   req->head->path_len, &p, &st)) {
+                size_t l = strlen(methods[i]);
+                if (n + l + 3 < sizeof(allow)) {
+                    if (n) {
+                        memcpy(allow + n, ", ", 2);
+                        n += 2;
+                    }
+                    memcpy(allow + n, methods[i], l + 1);
+                    n += l;
+                }
+            }
+        }
+        if (n)
+            tern_http_add_header(req, "Allow", allow);
+    }
+    const char *reason = tern_http_reason(status);
+    char body[64];
+    size_t len = strlen(reason);
+    memcpy(body, reason, len);
+    body[len++] = '\n';
+    tern_http_respond(req, status, "text/plain", body, len);
+}
+
+static const tern__http_route route_status = {answer_status, NULL, false, NULL};
+
+/* A head is complete and valid: sets up the request and either runs the
+ * handler right away or starts reading the body. rest is what follows the
+ * head in this read. Returns the bytes of rest consumed, or -1 when the
+ * connection is no longer ours (error sent, closed, or upgraded). */
+static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t head_len,
+                             char *rest, size_t rest_len) {
+    tern_server *srv = hc->srv;
+    tern__http_head *head = &srv->scratch_head;
+    tern__route_params *params = &srv->scratch_params;
+
+    if (hc->req == NULL && (hc->req = calloc(1, sizeof(*hc->req))) == NULL) {
+        fail_request(hc, 500);
+        return -1;
+    }
+    tern_http_req *req = hc->req;
+    tern__http_req_reset(req);
+    req->hc = hc;
+    req->srv = srv;
+    req->minor_version = (uint8_t)head->minor_version;
+    req->keep_alive = head->keep_alive;
+    req->is_head = head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
+    req->expect_continue = head->expect_continue;
+    req->body_kind = head->body_kind;
+    req->body_left = head->body_kind == TERN__BODY_LENGTH ? head->content_length : 0;
+
+    if (head->body_kind == TERN__BODY_LENGTH && head->content_length > srv->opt.max_body) {
+        fail_request(hc, 413);
+        return -1;
+    }
+
+    int status = 404;
+    const tern__http_route *route = NULL;
+    if (head->upgrade && srv->upgrade) {
+        req->live = true;
+        req->head = head;
+        int r = srv->upgrade->try_upgrade(req, head, rest, rest_len);
+        req->live = false;
+        req->head = NULL;
+        if (r == 1) {
+            /* The connection belongs to the new protocol now. */
+            free_req(req);
+            hc->req = NULL;
+            return -1;
+        }
+        if (r < 0) {
+            status = -r;
+            route = &route_status;
+        }
+    }
+    if (route == NULL)
+        route = find_route(hc, head, params, &status);
+    if (route == NULL)
+        route = &route_status;
+    if (route == &route_status) {
+        params->count = 0;
+        req->status = status;
+    }
+    req->route = route;
+    bool has_body = head->body_kind == TERN__BODY_CHUNKED ||
+                    (head->body_kind == TERN__BODY_LENGTH && head->content_length > 0);
+    tern__conn_set_timeout(&hc->conn, 0);
+
+    if (!has_body) {
+        req->body_done = true;
+        hc->state = TERN__HTTP_WAIT;
+        call_handler(hc, head, params, "", 0);
+        return 0;
+    }
+    if (route->stream) {
+        req->body_mode = TERN__BODY_STREAM;
+        hc->state = TERN__HTTP_BODY;
+        tern__conn_set_timeout(&hc->conn, srv->opt.body_timeout_ms);
+        call_handler(hc, head, params, NULL, 0);
+        return 0;
+    }
+    if (head->body_kind == TERN__BODY_LENGTH && head->content_length <= rest_len) {
+        /* The whole body is here: hand it over in place. */
+        size_t n = (size_t)head->content_length;
+        req->body_left = 0;
+        req->body_read = n;
+        req->body_done = true;
+        hc->state = TERN__HTTP_WAIT;
+        call_handler(hc, head, params, rest, n);
+        return (ssize_t)n;
+    }
+    /* The body spans reads: keep the head, gather the body. */
+    req->body_mode = TERN__BODY_BUFFER;
+    req->head_copy = malloc(head_len);
+    size_t want = head->body_kind == TERN__BODY_LENGTH ? (size_t)head->content_length : 4096;
+    req->body_buf = malloc(want ? want : 1);
+    if (req->head_copy == NULL || req->body_buf == NULL) {
+        fail_request(hc, 500);
+        return -1;
+    }
+    memcpy(req->head_copy, head_bytes, head_len);
+    req->head_copy_len = head_len;
+    req->body_buf_cap = want ? want : 1;
+    hc->state = TERN__HTTP_BODY;
+    tern__conn_set_timeout(&hc->conn, srv->opt.body_timeout_ms);
+    if (req->expect_continue && rest_len == 0)
+        tern__http_send_continue(req);
+    return 0;
+}
+
+/* ---- bodies ----------------------------------------------------------- */
+
+static int gather(tern_http_req *req, const char *p, size_t n) {
+    if (req->body_buf_len + n > req->body_buf_cap) {
+        size_t cap = req->body_buf_cap * 2;
+        if (cap < req->body_buf_len + n)
+            cap = req->body_buf_len + n;
+        char *b = realloc(req->body_buf, cap);
+        if (b == NULL)
+            return -ENOMEM;
+        req->body_buf = b;
+        req->body_buf_cap = cap;
+    }
+    memcpy(req->body_buf + req->body_buf_len, p, n);
+    req->body_buf_len += n;
+    return 0;
+}
+
+/* Hands one piece of body to where it goes. Returns false when the
+ * connection is no longer ours. */
+static bool deliver(tern__http_conn *hc, const char *p, size_t n) {
+    tern_http_req *req = hc->req;
+    req->body_read += n;
+    if (req->body_read > hc->srv->opt.max_body) {
+        if (req->started)
+            tern__conn_close(&hc->conn, -EMSGSIZE);   /* too late for a 413 */
+        else
+            fail_request(hc, 413);
+        return false;
+    }
+    switch (req->body_mode) {
+    case TERN__BODY_BUFFER:
+        if (gather(req, p, n) < 0) {
+            fail_request(hc, 500);
+            return false;
+        }
+        break;
+    case TERN__BODY_STREAM:
+        req->body_fn(req, p, n, false, req->body_user);
+        break;
+    default:
+        break;
+    }
+    return !conn_gone(hc);
+}
+
+/* Reads body bytes from data[0..len). Returns the bytes consumed, or -1
+ * when the connection is no longer ours. Sets req->body_done at the end of
+ * the body. */
+static ssize_t read_body(tern__http_conn *hc, char *data, size_t len) {
+    tern_http_req *req = hc->req;
+    size_t pos = 0;
+    while (!req->body_done && pos < len) {
+        /* A stream whose handler has not asked for the body yet: wait. */
+        if (req->body_mode == TERN__BODY_STREAM && req->body_fn == NULL)
+            break;
+        const char *piece = NULL;
+        size_t n = 0;
+        if (req->body_kind == TERN__BODY_LENGTH) {
+            n = len - pos < req->body_left ? len - pos : (size_t)req->body_left;
+            piece = data + pos;
+            pos += n;
+            req->body_left -= n;
+            if (req->body_left == 0)
+                req->body_done = true;
+        } else {
+            size_t used = 0;
+            int r = tern__chunked_decode(&req->chunked, data + pos, len - pos, &used, &piece, &n,
+                                         hc->srv->opt.max_head);
+            pos += used;
+            if (r == TERN__CHUNKED_ERROR) {
+                if (req->started)
+                    tern__conn_close(&hc->conn, -EPROTO);
+                else
+                    fail_request(hc, 400);
+                return -1;
+            }
+            if (r == TERN__CHUNKED_DONE)
+                req->body_done = true;
+            if (r != TERN__CHUNKED_DATA)
+                n = 0;
+        }
+        if (n && !deliver(hc, piece, n))
+            return -1;
+        if (req->ended && req->body_mode == TERN__BODY_STREAM)
+            return (ssize_t)pos;   /* answered mid-body: process() switches to dropping */
+    }
+    if (!req->body_done)
+        return (ssize_t)pos;
+    /* The body is complete. */
+    tern__conn_set_timeout(&hc->conn, 0);
+    switch (req->body_mode) {
+    case TERN__BODY_BUFFER:
+        dispatch_buffered(hc);
+        break;
+    case TERN__BODY_STREAM:
+        hc->state = TERN__HTTP_WAIT;
+        req->body_fn(req, "", 0, true, req->body_user);
+        break;
+    default:
+        hc->state = TERN__HTTP_WAIT;
+        break;
+    }
+    if (conn_gone(hc))
+        return -1;
+    hc->state = TERN__HTTP_WAIT;
+    return (ssize_t)pos;
+}
+
+void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user) {
+    tern__http_conn *hc = req->hc;
+    if (hc == NULL || req->body_mode != TERN__BODY_STREAM || req->ended)
+        return;
+    req->body_fn = fn;
+    req->body_user = user;
+    if (req->body_done) {   /* no body at all: tell at once */
+        fn(req, "", 0, true, user);
+        return;
+    }
+    if (req->expect_continue)
+        tern__http_send_continue(req);
+    if (!hc->in_data)
+        tern__conn_resume(&hc->conn);
+}
+
+/* ---- the end of a response -------------------------------------------- */
+
+/* The response has ended: decides what comes next. Returns false when the
+ * connection is closing. */
+static bool next_request(tern__http_conn *hc) {
+    tern_http_req *req = hc->req;
+    tern_server *srv = hc->srv;
+    if (!req->body_done) {
+        /* Answered before the body was read (a stream route, or 404 to a
+         * POST): read and drop the rest, unless the client is still waiting
+         * for "100 Continue" and may never send it. */
+        if (req->expect_continue && !req->continue_sent)
+            req->close_after = true;
+        req->body_mode = TERN__BODY_DROP;
+        req->body_fn = NULL;
+    }
+    if (req->close_after || !req->keep_alive || srv->shutting_down) {
+        hc->state = TERN__HTTP_CLOSING;
+        tern__conn_end(&hc->conn);
+        return false;
+    }
+    if (!req->body_done) {
+        hc->state = TERN__HTTP_BODY;
+        tern__conn_set_timeout(&hc->conn, srv->opt.body_timeout_ms);
+        return true;
+    }
+    hc->state = TERN__HTTP_IDLE;
+    hc->scanned = 0;
+    tern__conn_set_timeout(&hc->conn, srv->opt.idle_timeout_ms);
+    return true;
+}
+
+void tern__http_response_ended(tern_http_req *req) {
+    tern__http_conn *hc = req->hc;
+    if (hc == NULL) {   /* the connection went away before: the request was kept for this */
+        if (!req->live)
+            free_req(req);
+        return;
+    }
+    if (hc->in_data || hc->state != TERN__HTTP_WAIT) {
+        /* Inline in a handler or a body callback: on_data goes on by itself
+         * (or, for a stream still in BODY, next_request runs when the body
+         * loop sees the response ended). */
+        if (!hc->in_data && hc->state == TERN__HTTP_BODY) {
+            if (next_request(hc))
+                tern__conn_resume(&hc->conn);
+        }
+        return;
+    }
+    /* Answered later: pick up the pipelined bytes that waited. */
+    if (next_request(hc))
+        tern__conn_resume(&hc->conn);
+}
+
+/* ---- the state machine ------------------------------------------------ */
+
+static size_t process(tern__http_conn *hc, char *data, size_t len) {
+    tern_server *srv = hc->srv;
+    size_t pos = 0;
+    for (;;) {
+        if (conn_gone(hc))
+            return len;
+        tern_http_req *req = hc->req;
+        switch (hc->state) {
+        case TERN__HTTP_WAIT:
+            if (!req->ended) {
+                tern__conn_pause(&hc->conn);
+                return pos;
+            }
+            if (!next_request(hc))
+                return len;
+            continue;
+
+        case TERN__HTTP_BODY: {
+            if (req->ended && req->body_mode != TERN__BODY_DROP) {
+                if (!next_request(hc))
+                    return len;
+                continue;
+            }
+            if (req->body_mode == TERN__BODY_STREAM && req->body_fn == NULL) {
+                tern__conn_pause(&hc->conn);
+                return pos;
+            }
+            if (pos == len)
+                return pos;
+            ssize_t n = read_body(hc, data + pos, len - pos);
+            if (n < 0)
+                return len;
+            pos += (size_t)n;
+            if (!req->body_done && pos == len) {
+                tern__conn_set_timeout(&hc->conn, srv->opt.body_timeout_ms);
+                return pos;
+            }
+            continue;
+        }
+
+        case TERN__HTTP_IDLE:
+            if (pos == len)
+                return pos;
+            /* Don't answer more while the kernel is not taking what we
+             * sent: a client that pipelines without reading would make the
+             * backlog grow without bound. on_drain resumes. */
+            if (hc->conn.out || hc->conn.file) {
+                hc->waiting_drain = true;
+                tern__conn_pause(&hc->conn);
+                return pos;
+            }
+            hc->state = TERN__HTTP_HEAD;
+            hc->scanned = 0;
+            tern__conn_set_timeout(&hc->conn, srv->opt.head_timeout_ms);
+            /* fall through */
+        case TERN__HTTP_HEAD: {
+            size_t avail = len - pos;
+            size_t from = hc->scanned;
+            size_t end = tern__http_find_head_end(data + pos, avail, &hc->scanned);
+            tern__http_head *head = &srv->scratch_head;
+            if (end == 0) {
+                /* Not complete. Parse what is here when a limit is passed
+                 * or a new line ended, so garbage and oversize heads are
+                 * refused now rather than at the timeout. */
+                bool new_line = memchr(data + pos + from, '\n', avail - from) != NULL;
+                if (avail >= srv->opt.max_head || new_line) {
+                    ssize_t r = tern__http_parse_head(data + pos, avail, &srv->limits, head,
+                                                      srv->scratch_headers, srv->opt.max_headers);
+                    if (r < 0 || avail >= srv->opt.max_head) {
+                        fail_request(hc, r < 0 ? (int)-r : 431);
+                        return len;
+                    }
+                }
+                return pos;
+            }
+            ssize_t r = tern__http_parse_head(data + pos, end, &srv->limits, head,
+                                              srv->scratch_headers, srv->opt.max_headers);
+            if (r <= 0) {
+                fail_request(hc, r < 0 ? (int)-r : 400);
+                return len;
+            }
+            const char *head_bytes = data + pos;
+            pos += (size_t)r;
+            ssize_t used = begin_request(hc, head_bytes, (size_t)r, data + pos, len - pos);
+            if (used < 0)
+                return len;
+            pos += (size_t)used;
+            continue;
+        }
+
+        default:
+            return len;
+        }
+    }
+}
+
+static size_t on_data(tern__conn *c, char *data, size_t len) {
+    tern__http_conn *hc = (tern__http_conn *)c;
+    hc->in_data = true;
+    size_t used = process(hc, data, len);
+    hc->in_data = false;
+    return used;
+}
+
+static void on_eof(tern__conn *c) {
+    tern__http_conn *hc = (tern__http_conn *)c;
+    /* A client may half-close after its last request and still read the
+     * answer; only close when nothing is in flight. */
+    if (hc->state == TERN__HTTP_WAIT && hc->req && !hc->req->ended)
+        return;
+    if (hc->state == TERN__HTTP_BODY || hc->state == TERN__HTTP_HEAD) {
+        tern__conn_close(c, -ECONNRESET);   /* the request can never complete */
+        return;
+    }
+    tern__conn_end(c);
+    hc->state = TERN__HTTP_CLOSING;
+}
+
+static void on_drain(tern__conn *c) {
+    tern__http_conn *hc = (tern__http_conn *)c;
+    if (hc->waiting_drain) {
+        hc->waiting_drain = false;
+        tern__conn_resume(c);
+    }
+    tern_http_req *req = hc->req;
+    if (req && req->started && !req->ended && req->drain_fn)
+        req->drain_fn(req, req->drain_user);
+}
+
+static void on_timeout(tern__conn *c) {
+    tern__http_conn *hc = (tern__http_conn *)c;
+    switch (hc->state) {
+    case TERN__HTTP_HEAD:
+        fail_request(hc, 408);
+        break;
+    case TERN__HTTP_BODY:
+        if (hc->req && hc->req->started)
+            tern__conn_close(c, -ETIMEDOUT);
+        else
+            fail_request(hc, 408);
+        break;
+    default:
+        /* Idle (fresh or keep-alive): nothing was asked, nothing to say. */
+        tern__conn_close(c, -ETIMEDOUT);
+        break;
+    }
+}
+
+static void on_shutdown(tern__conn *c) {
+    tern__http_conn *hc = (tern__http_conn *)c;
+    if (hc->state == TERN__HTTP_IDLE && !(c->out || c->file))
+        tern__conn_close(c, 0);
+    /* Otherwise the response in flight ends with "Connection: close" (the
+     * response code sees srv->shutting_down) and next_request() closes. */
+}
+
+static void on_close(tern__conn *c, int err) {
+    tern__http_conn *hc = (tern__http_conn *)c;
+    tern_server *srv = hc->srv;
+    tern_http_req *req = hc->req;
+    hc->req = NULL;
+    if (req) {
+        req->hc = NULL;
+        if (!req->live)   /* a running handler settles it when it returns */
+            settle_orphan(req);
+    }
+    tern__http_conn_closed_by_server(srv);
+}

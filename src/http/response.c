@@ -1,0 +1,328 @@
+/* Responses: heads, fixed and chunked bodies, files, errors, the Date. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "http/server.h"
+
+const char *tern_http_reason(int status) {
+    switch (status) {
+    case 100: return "Continue";
+    case 101: return "Switching Protocols";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 206: return "Partial Content";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 303: return "See Other";
+    case 304: return "Not Modified";
+    case 307: return "Temporary Redirect";
+    case 308: return "Permanent Redirect";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 417: return "Expectation Failed";
+    case 426: return "Upgrade Required";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
+    }
+}
+
+void tern__http_update_date(tern_server *srv) {
+    int64_t now = tern__loop_wall_sec(srv->loop);
+    if (now == srv->date_sec)
+        return;
+    time_t t = (time_t)now;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(srv->date, sizeof(srv->date), "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+    srv->date_sec = now;
+}
+
+void tern__http_req_reset(tern_http_req *req) {
+    char *extra = req->extra;
+    size_t extra_cap = req->extra_cap;
+    free(req->head_copy);
+    free(req->body_buf);
+    memset(req, 0, sizeof(*req));
+    /* The header scratch is kept for the next request of the connection. */
+    req->extra = extra;
+    req->extra_cap = extra_cap;
+}
+
+/* ---- heads ------------------------------------------------------------ */
+
+enum { LEN_NONE = -1, LEN_CHUNKED = -2, LEN_UNTIL_CLOSE = -3 };
+
+static char *put(char *p, const char *s, size_t n) {
+    memcpy(p, s, n);
+    return p + n;
+}
+
+static char *put_u64(char *p, uint64_t v) {
+    char tmp[24];
+    int n = 0;
+    do
+        tmp[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* Writes the status line and headers, and body[0..body_len) with them
+ * when it is small, into one cork reservation. `length` is the
+ * Content-Length, or one of LEN_*. Returns a tern_send_result for the
+ * whole, or a negative error. */
+static int write_head(tern_http_req *req, int status, const char *ctype, int64_t length,
+                      const void *body, size_t body_len) {
+    tern__http_conn *hc = req->hc;
+    tern_server *srv = req->srv;
+    if (srv->shutting_down || !req->keep_alive)
+        req->close_after = true;
+    const char *reason = tern_http_reason(status);
+    size_t rlen = strlen(reason), clen = ctype ? strlen(ctype) : 0;
+    size_t need = 16 + rlen + srv->server_line_len + 40 + (clen ? 16 + clen : 0) + 48 + 24 +
+                  req->extra_len + 2;
+    tern__http_update_date(srv);
+
+    bool inline_body = body_len <= 16384;
+    size_t total = need + (inline_body ? body_len : 0);
+    char *heap = NULL;
+    char *start = tern__conn_reserve(&hc->conn, total);
+    if (start == NULL) {
+        heap = malloc(total);
+        if (heap == NULL)
+            return -ENOMEM;
+        start = heap;
+    }
+    char *p = start;
+    p = put(p, "HTTP/1.1 ", 9);
+    *p++ = (char)('0' + status / 100 % 10);
+    *p++ = (char)('0' + status / 10 % 10);
+    *p++ = (char)('0' + status % 10);
+    *p++ = ' ';
+    p = put(p, reason, rlen);
+    p = put(p, "\r\n", 2);
+    p = put(p, srv->server_line, srv->server_line_len);
+    p = put(p, srv->date, strlen(srv->date));
+    if (clen) {
+        p = put(p, "Content-Type: ", 14);
+        p = put(p, ctype, clen);
+        p = put(p, "\r\n", 2);
+    }
+    if (length >= 0) {
+        p = put(p, "Content-Length: ", 16);
+        p = put_u64(p, (uint64_t)length);
+        p = put(p, "\r\n", 2);
+    } else if (length == LEN_CHUNKED) {
+        p = put(p, "Transfer-Encoding: chunked\r\n", 28);
+    }
+    if (req->close_after)
+        p = put(p, "Connection: close\r\n", 19);
+    else if (req->minor_version == 0)
+        p = put(p, "Connection: keep-alive\r\n", 24);
+    p = put(p, req->extra, req->extra_len);
+    p = put(p, "\r\n", 2);
+    if (inline_body && body_len)
+        p = put(p, body, body_len);
+    req->started = true;
+    req->extra_len = 0;
+
+    int r;
+    if (heap == NULL) {
+        tern__conn_commit(&hc->conn, (size_t)(p - start));
+        r = TERN_SEND_OK;
+    } else {
+        r = tern__conn_write(&hc->conn, heap, (size_t)(p - start));
+        free(heap);
+    }
+    if (r >= 0 && !inline_body && body_len)
+        r = tern__conn_write(&hc->conn, body, body_len);
+    return r;
+}
+
+/* Sends a complete error response and ends the connection after it. Used
+ * for requests refused before any handler saw them. */
+void tern__http_error(tern__http_conn *hc, int status) {
+    tern_server *srv = hc->srv;
+    const char *reason = tern_http_reason(status);
+    char buf[512];
+    tern__http_update_date(srv);
+    int n = snprintf(buf, sizeof(buf),
+                     "HTTP/1.1 %d %s\r\n%s%sContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n%s\n",
+                     status, reason, srv->server_line, srv->date, strlen(reason) + 1, reason);
+    if (n > 0 && (size_t)n < sizeof(buf))
+        tern__conn_write(&hc->conn, buf, (size_t)n);
+    tern__conn_end(&hc->conn);
+}
+
+void tern__http_send_continue(tern_http_req *req) {
+    if (req->continue_sent || req->started || req->hc == NULL)
+        return;
+    req->continue_sent = true;
+    tern__conn_write(&req->hc->conn, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+}
+
+/* ---- the public response calls ---------------------------------------- */
+
+static void end_response(tern_http_req *req) {
+    req->ended = true;
+    tern__http_response_ended(req);
+}
+
+/* Checks common to every call that starts a response. 0 when it may. */
+static int check_start(tern_http_req *req, int status) {
+    if (req == NULL || req->ended)
+        return -EINVAL;
+    if (req->started)
+        return -EALREADY;
+    if (status < 200 || status > 999)
+        return -EINVAL;
+    if (req->hc == NULL) {   /* the connection is gone: this ends the request */
+        end_response(req);
+        return -EPIPE;
+    }
+    return 0;
+}
+
+static bool bodiless(const tern_http_req *req, int status) {
+    return req->is_head || status == 204 || status == 304;
+}
+
+int tern_http_add_header(tern_http_req *req, const char *name, const char *value) {
+    if (req == NULL || req->started || req->ended)
+        return -EINVAL;
+    size_t nl = strlen(name), vl = strlen(value);
+    /* A CR or LF would let a caller's value split the response. */
+    if (nl == 0 || strpbrk(name, "\r\n:") || strpbrk(value, "\r\n"))
+        return -EINVAL;
+    size_t need = req->extra_len + nl + vl + 4;
+    if (need > req->extra_cap) {
+        size_t cap = need < 256 ? 256 : need * 2;
+        char *e = realloc(req->extra, cap);
+        if (e == NULL)
+            return -ENOMEM;
+        req->extra = e;
+        req->extra_cap = cap;
+    }
+    char *p = req->extra + req->extra_len;
+    p = put(p, name, nl);
+    p = put(p, ": ", 2);
+    p = put(p, value, vl);
+    p = put(p, "\r\n", 2);
+    req->extra_len = need;
+    return 0;
+}
+
+int tern_http_respond(tern_http_req *req, int status, const char *content_type, const void *body,
+                      size_t len) {
+    int err = check_start(req, status);
+    if (err)
+        return err;
+    int r;
+    if (status == 204 || status == 304)
+        r = write_head(req, status, content_type, LEN_NONE, NULL, 0);
+    else
+        r = write_head(req, status, content_type, (int64_t)len, body, req->is_head ? 0 : len);
+    end_response(req);
+    return r;
+}
+
+int tern_http_start(tern_http_req *req, int status, const char *content_type) {
+    int err = check_start(req, status);
+    if (err)
+        return err;
+    int64_t framing = LEN_CHUNKED;
+    if (bodiless(req, status))
+        framing = req->is_head ? LEN_CHUNKED : LEN_NONE;
+    else if (req->minor_version == 0) {
+        /* HTTP/1.0 has no chunked coding: the body ends with the connection. */
+        req->close_after = true;
+        framing = LEN_UNTIL_CLOSE;
+    }
+    req->chunked_out = framing == LEN_CHUNKED && !req->is_head;
+    int r = write_head(req, status, content_type, framing, NULL, 0);
+    if (bodiless(req, status))
+        req->is_head = true;   /* later writes send nothing */
+    return r;
+}
+
+int tern_http_write(tern_http_req *req, const void *data, size_t len) {
+    if (req == NULL || !req->started || req->ended)
+        return -EINVAL;
+    if (req->hc == NULL)
+        return -EPIPE;
+    if (req->is_head || len == 0)   /* a zero-size chunk would end the body */
+        return TERN_SEND_OK;
+    if (!req->chunked_out)
+        return tern__conn_write(&req->hc->conn, data, len);
+    char size[24];
+    int n = snprintf(size, sizeof(size), "%zx\r\n", len);
+    struct iovec iov[3] = {{size, (size_t)n}, {(void *)data, len}, {"\r\n", 2}};
+    return tern__conn_writev(&req->hc->conn, iov, 3);
+}
+
+int tern_http_end(tern_http_req *req) {
+    if (req == NULL || !req->started || req->ended)
+        return -EINVAL;
+    if (req->hc == NULL) {
+        end_response(req);
+        return -EPIPE;
+    }
+    int r = TERN_SEND_OK;
+    if (req->chunked_out)
+        r = tern__conn_write(&req->hc->conn, "0\r\n\r\n", 5);
+    end_response(req);
+    return r;
+}
+
+int tern_http_respond_file(tern_http_req *req, int status, const char *content_type, int fd,
+                           off_t offset, size_t len) {
+    int err = check_start(req, status);
+    if (err) {
+        close(fd);
+        return err;
+    }
+    int r = write_head(req, status, content_type, (int64_t)len, NULL, 0);
+    if (r >= 0 && !req->is_head && len > 0)
+        r = tern__conn_sendfile(&req->hc->conn, fd, offset, len);
+    else
+        close(fd);
+    end_response(req);
+    return r;
+}
+
+size_t tern_http_buffered(const tern_http_req *req) {
+    return req && req->hc ? tern__conn_buffered(&req->hc->conn) : 0;
+}
+
+void tern_http_on_drain(tern_http_req *req, tern_http_drain_fn fn, void *user) {
+    req->drain_fn = fn;
+    req->drain_user = user;
+}
+
+void tern_http_on_abort(tern_http_req *req, tern_http_abort_fn fn, void *user) {
+    req->abort_fn = fn;
+    req->abort_user = user;
+}

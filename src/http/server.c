@@ -1,0 +1,187 @@
+/* The HTTP server object: options, listeners, routes, graceful shutdown. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http/server.h"
+
+#define KIB 1024u
+
+int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_options *opt) {
+    tern_server *srv = calloc(1, sizeof(*srv));
+    if (srv == NULL)
+        return -ENOMEM;
+    srv->loop = loop;
+    if (opt)
+        srv->opt = *opt;
+    tern_server_options *o = &srv->opt;
+    if (!o->max_head) o->max_head = 16 * KIB;
+    if (!o->max_uri) o->max_uri = 8 * KIB;
+    if (!o->max_headers) o->max_headers = 100;
+    if (o->max_headers > sizeof(srv->scratch_headers) / sizeof(srv->scratch_headers[0]))
+        o->max_headers = sizeof(srv->scratch_headers) / sizeof(srv->scratch_headers[0]);
+    if (!o->max_body) o->max_body = 16 * KIB * KIB;
+    if (!o->head_timeout_ms) o->head_timeout_ms = 10000;
+    if (!o->body_timeout_ms) o->body_timeout_ms = 10000;
+    if (!o->idle_timeout_ms) o->idle_timeout_ms = 60000;
+    if (!o->shutdown_timeout_ms) o->shutdown_timeout_ms = 10000;
+    const char *name = o->server_header ? o->server_header : "tern";
+    if (*name) {
+        int n = snprintf(srv->server_line, sizeof(srv->server_line), "Server: %s\r\n", name);
+        srv->server_line_len = n > 0 && (size_t)n < sizeof(srv->server_line) ? (size_t)n : 0;
+    }
+    o->server_header = NULL;   /* not kept: the caller's string may go */
+    srv->limits = (tern__http_limits){o->max_head, o->max_uri, o->max_headers};
+    srv->router = tern__router_new();
+    if (srv->router == NULL) {
+        free(srv);
+        return -ENOMEM;
+    }
+    srv->date_sec = -1;
+    *out = srv;
+    return 0;
+}
+
+tern_loop *tern_server_loop(const tern_server *srv) { return srv->loop; }
+size_t tern_server_connections(const tern_server *srv) { return srv->conns.count; }
+
+static void close_listeners(tern_server *srv) {
+    for (int i = 0; i < srv->nlisteners; i++)
+        tern__listener_close(srv->listeners[i]);
+    srv->nlisteners = 0;
+}
+
+static void close_all(tern_server *srv) {
+    while (srv->conns.head)
+        tern__conn_close(srv->conns.head, -ECANCELED);
+}
+
+void tern_server_free(tern_server *srv) {
+    if (srv == NULL)
+        return;
+    close_listeners(srv);
+    srv->done = NULL;
+    close_all(srv);
+    /* The closed connections' structs are freed at the batch end; run it
+     * now, since the loop may not iterate again. */
+    tern__net_flush(srv->loop);
+    tern_timer_stop(srv->shutdown_timer);
+    tern__router_free(srv->router);
+    tern__http_static_free(srv);
+    if (srv->upgrade)
+        srv->upgrade->free(srv);
+    while (srv->routes) {
+        tern__http_route *r = srv->routes;
+        srv->routes = r->next;
+        free(r);
+    }
+    free(srv);
+}
+
+int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt) {
+    if (srv->nlisteners == TERN__MAX_LISTENERS || srv->shutting_down)
+        return -ENOSPC;
+    int err = tern__listener_tcp(srv->loop, host, port, opt, tern__http_accept, srv,
+                                 &srv->listeners[srv->nlisteners]);
+    if (err == 0)
+        srv->nlisteners++;
+    return err;
+}
+
+int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_options *opt) {
+    if (srv->nlisteners == TERN__MAX_LISTENERS || srv->shutting_down)
+        return -ENOSPC;
+    int err = tern__listener_unix(srv->loop, path, opt, tern__http_accept, srv,
+                                  &srv->listeners[srv->nlisteners]);
+    if (err == 0)
+        srv->nlisteners++;
+    return err;
+}
+
+int tern_server_port(const tern_server *srv) {
+    for (int i = 0; i < srv->nlisteners; i++) {
+        int p = tern__listener_port(srv->listeners[i]);
+        if (p > 0)
+            return p;
+    }
+    return -ENOENT;
+}
+
+static int add_route(tern_server *srv, const char *method, const char *pattern,
+                     tern_http_handler fn, void *user, bool stream) {
+    if (fn == NULL || pattern == NULL)
+        return -EINVAL;
+    tern__http_route *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    r->fn = fn;
+    r->user = user;
+    r->stream = stream;
+    int err = tern__router_add(srv->router, method, pattern, r);
+    if (err < 0) {
+        free(r);
+        return err;
+    }
+    r->next = srv->routes;
+    srv->routes = r;
+    return 0;
+}
+
+int tern_http_route(tern_server *srv, const char *method, const char *pattern,
+                    tern_http_handler fn, void *user) {
+    return add_route(srv, method, pattern, fn, user, false);
+}
+
+int tern_http_route_stream(tern_server *srv, const char *method, const char *pattern,
+                           tern_http_handler fn, void *user) {
+    return add_route(srv, method, pattern, fn, user, true);
+}
+
+/* ---- graceful shutdown ------------------------------------------------ */
+
+static void shutdown_finished(tern_server *srv) {
+    tern_server_done_fn done = srv->done;
+    srv->done = NULL;
+    tern_timer_stop(srv->shutdown_timer);
+    srv->shutdown_timer = NULL;
+    if (done)
+        done(srv, srv->done_user);
+}
+
+/* Called by the connections' on_close. */
+void tern__http_conn_closed_by_server(tern_server *srv) {
+    if (srv->shutting_down && srv->conns.count == 0 && srv->done)
+        shutdown_finished(srv);
+}
+
+static void shutdown_timeout(tern_timer *t, void *user) {
+    tern_server *srv = user;
+    close_all(srv);
+    if (srv->done)
+        shutdown_finished(srv);
+}
+
+void tern_server_shutdown(tern_server *srv, tern_server_done_fn done, void *user) {
+    if (srv->shutting_down)
+        return;
+    srv->shutting_down = true;
+    srv->done = done;
+    srv->done_user = user;
+    close_listeners(srv);
+    /* Idle connections go now; busy ones close when their response ends
+     * (the connection layer sees shutting_down). */
+    tern__conn *c = srv->conns.head;
+    while (c) {
+        tern__conn *next = c->list_next;
+        c->proto->on_shutdown(c);
+        c = next;
+    }
+    if (srv->conns.count == 0) {
+        shutdown_finished(srv);
+        return;
+    }
+    if (tern_timer_start(srv->loop, &srv->shutdown_timer, srv->opt.shutdown_timeout_ms, 0,
+                         shutdown_timeout, srv) < 0)
+        srv->shutdown_timer = NULL;
+}

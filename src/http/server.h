@@ -1,0 +1,161 @@
+/* Private side of the HTTP server: the server, its connections, and the
+ * request in flight. */
+#ifndef TERN_HTTP_SERVER_H
+#define TERN_HTTP_SERVER_H
+
+#include "http/chunked.h"
+#include "http/parser.h"
+#include "http/router.h"
+#include "net/conn.h"
+#include "tern/http.h"
+
+#define TERN__MAX_LISTENERS 8
+
+/* What a route leads to. */
+typedef struct tern__http_route {
+    tern_http_handler fn;
+    void *user;
+    bool stream;                     /* the handler reads the body as a stream */
+    struct tern__http_route *next;   /* the server's list, for freeing */
+} tern__http_route;
+
+/* A protocol reached by upgrading an HTTP connection (WebSocket). */
+typedef struct tern__upgrade_hook {
+    /* Called for a request with upgrade headers, while req is live. Returns
+     * 1 when it took the connection (it sent the response itself and moved
+     * the connection; rest is the bytes after the head), 0 when the path is
+     * not its own (HTTP routing goes on), or -status to refuse with that
+     * HTTP status (headers it added to req go with it). */
+    int (*try_upgrade)(tern_http_req *req, const tern__http_head *head, const char *rest,
+                       size_t rest_len);
+    void (*free)(tern_server *srv);   /* the server is being freed */
+} tern__upgrade_hook;
+
+/* Invariants: conns lists every live connection (HTTP or upgraded); once
+ * shutting_down is set no listener is open; date holds the Date header for
+ * wall second date_sec. The scratch_* fields are the views of the request
+ * whose handler is running: one handler runs at a time per loop. */
+struct tern_server {
+    tern_loop *loop;
+    tern_server_options opt;
+    tern__http_limits limits;
+    tern__router *router;
+    tern__http_route *routes;
+    tern__listener *listeners[TERN__MAX_LISTENERS];
+    int nlisteners;
+    tern__conn_list conns;
+
+    bool shutting_down;
+    tern_server_done_fn done;
+    void *done_user;
+    tern_timer *shutdown_timer;
+
+    int64_t date_sec;
+    char date[40];                   /* "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n" */
+    char server_line[80];            /* "Server: tern\r\n" or "" */
+    size_t server_line_len;
+
+    struct tern__static *statics;        /* static roots, closed with the server */
+    const tern__upgrade_hook *upgrade;   /* set by the ws module when it has routes */
+    void *ws;                            /* the ws module's per-server state */
+
+    tern__http_header scratch_headers[256];
+    tern__http_head scratch_head;
+    tern__route_params scratch_params;
+};
+
+enum tern__http_state {
+    TERN__HTTP_IDLE,        /* between requests (or fresh): nothing of a request yet */
+    TERN__HTTP_HEAD,        /* part of a head has arrived */
+    TERN__HTTP_BODY,        /* reading a body: buffered, streamed or dropped (req.body_mode) */
+    TERN__HTTP_WAIT,        /* head (and body) done; the response has not ended */
+};
+
+enum tern__body_mode { TERN__BODY_BUFFER, TERN__BODY_STREAM, TERN__BODY_DROP };
+
+typedef struct tern__http_conn tern__http_conn;
+
+/* The request in flight on a connection (one at a time). Its views (head,
+ * params, body) are set only while the handler runs (live). The rest is
+ * what the connection needs until the response ends.
+ * Invariant: hc is NULL once the connection is gone (detached); the struct
+ * is then freed when the response ends. */
+struct tern_http_req {
+    tern__http_conn *hc;
+    tern_server *srv;
+    const tern__http_route *route;
+    int status;                /* for the server's own answers (404, 405, refusals) */
+
+    /* views, while live */
+    bool live;                 /* its handler is running */
+    bool dispatched;           /* the handler has it: only the response ends it */
+    const tern__http_head *head;
+    const tern__route_params *params;
+    const char *body;
+    size_t body_len;
+
+    /* what is known of the request */
+    uint8_t minor_version;
+    bool keep_alive;
+    bool is_head;              /* HEAD: no body in the response */
+    bool expect_continue;      /* client waits for "100 Continue" */
+    bool continue_sent;
+    int body_kind;             /* enum tern__http_body_kind */
+    uint64_t body_left;        /* TERN__BODY_LENGTH: bytes still to read */
+    uint64_t body_read;        /* bytes of body read so far (decoded) */
+    tern__chunked chunked;
+    uint8_t body_mode;         /* enum tern__body_mode */
+    bool body_done;
+
+    /* buffered body (non-streaming routes, when it spans reads) */
+    char *head_copy;           /* the head bytes, re-parsed at dispatch */
+    size_t head_copy_len;
+    char *body_buf;
+    size_t body_buf_len, body_buf_cap;
+
+    /* streamed body */
+    tern_http_body_fn body_fn;
+    void *body_user;
+
+    /* response */
+    bool started;              /* head sent */
+    bool ended;
+    bool chunked_out;          /* chunked transfer coding */
+    bool close_after;          /* Connection: close */
+    char *extra;               /* added headers, "Name: value\r\n"... */
+    size_t extra_len, extra_cap;
+
+    tern_http_abort_fn abort_fn;
+    void *abort_user;
+    tern_http_drain_fn drain_fn;
+    void *drain_user;
+};
+
+/* Invariants: conn is first (net frees the struct with free()); req is in
+ * use from the first byte of a request (state HEAD) to the end of its
+ * response; scanned is find_head_end's progress over the partial head. */
+struct tern__http_conn {
+    tern__conn conn;
+    tern_server *srv;
+    uint8_t state;             /* enum tern__http_state */
+    bool waiting_drain;        /* paused until the backlog drains */
+    bool in_data;              /* inside on_data: the state machine runs itself */
+    size_t scanned;
+    tern_http_req *req;        /* allocated at the first request, reused */
+};
+
+/* conn.c */
+void tern__http_accept(void *srv, int fd, const struct sockaddr *addr, socklen_t len);
+void tern__http_response_ended(tern_http_req *req);
+void tern__http_conn_closed_by_server(tern_server *srv);
+
+/* static.c */
+void tern__http_static_free(tern_server *srv);
+
+/* response.c */
+void tern__http_error(tern__http_conn *hc, int status);
+void tern__http_send_continue(tern_http_req *req);
+void tern__http_update_date(tern_server *srv);
+void tern__http_req_reset(tern_http_req *req);
+
+#endif

@@ -1,0 +1,256 @@
+/* The epoll loop: dispatch, cross-thread posts, signals.
+ *
+ * Readiness is level-triggered. A connection reads once per readiness
+ * report, so one busy peer cannot starve the others, and nothing has to
+ * remember "there may be more to read". EPOLLOUT is armed only while a
+ * connection has a backlog, so the common case costs no epoll_ctl at all
+ * after the connection is added. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loop/loop_internal.h"
+
+#define TERN__EVENTS_PER_WAIT 512
+#define TERN__DEFAULT_RBUF (256 * 1024)
+#define TERN__MIN_RBUF (64 * 1024)
+
+const char *tern_strerror(int err) {
+    return strerror(err < 0 ? -err : err);
+}
+
+static void update_time(tern_loop *loop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    loop->now_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+    loop->wall_sec = ts.tv_sec;
+}
+
+uint64_t tern_loop_now(const tern_loop *loop) { return loop->now_ms; }
+int64_t tern__loop_wall_sec(const tern_loop *loop) { return loop->wall_sec; }
+char *tern__loop_rbuf(tern_loop *loop, size_t *cap) { *cap = loop->rbuf_cap; return loop->rbuf; }
+void **tern__loop_slot(tern_loop *loop, int which) { return &loop->slots[which]; }
+void tern__loop_set_batch_end(tern_loop *loop, tern__loop_hook fn) { loop->batch_end = fn; }
+
+void tern__io_init(tern__io *io, int fd, tern__io_fn fn) {
+    io->fd = fd;
+    io->events = 0;
+    io->fn = fn;
+}
+
+int tern__io_set(tern_loop *loop, tern__io *io, uint32_t events) {
+    if (events == io->events)
+        return 0;
+    struct epoll_event ev = {.events = events, .data.ptr = io};
+    int op = io->events == 0 ? EPOLL_CTL_ADD : events == 0 ? EPOLL_CTL_DEL : EPOLL_CTL_MOD;
+    if (epoll_ctl(loop->epfd, op, io->fd, &ev) < 0)
+        return -errno;
+    io->events = events;
+    return 0;
+}
+
+int tern__io_moved(tern_loop *loop, tern__io *io) {
+    struct epoll_event ev = {.events = io->events, .data.ptr = io};
+    if (io->events && epoll_ctl(loop->epfd, EPOLL_CTL_MOD, io->fd, &ev) < 0)
+        return -errno;
+    return 0;
+}
+
+/* ---- cross-thread posts ---------------------------------------------- */
+
+static void post_push(tern_loop *loop, tern__post *p) {
+    atomic_store_explicit(&p->next, NULL, memory_order_relaxed);
+    tern__post *prev = atomic_exchange_explicit(&loop->post_head, p, memory_order_acq_rel);
+    atomic_store_explicit(&prev->next, p, memory_order_release);
+}
+
+/* Pops the oldest post, or NULL when the queue is empty or a producer is
+ * between its two steps (its wake-up then follows, see tern_loop_post). */
+static tern__post *post_pop(tern_loop *loop) {
+    tern__post *tail = loop->post_tail;
+    tern__post *next = atomic_load_explicit(&tail->next, memory_order_acquire);
+    if (tail == &loop->post_stub) {
+        if (next == NULL)
+            return NULL;
+        loop->post_tail = next;
+        tail = next;
+        next = atomic_load_explicit(&next->next, memory_order_acquire);
+    }
+    if (next != NULL) {
+        loop->post_tail = next;
+        return tail;
+    }
+    if (tail != atomic_load_explicit(&loop->post_head, memory_order_acquire))
+        return NULL;
+    post_push(loop, &loop->post_stub);
+    next = atomic_load_explicit(&tail->next, memory_order_acquire);
+    if (next != NULL) {
+        loop->post_tail = next;
+        return tail;
+    }
+    return NULL;
+}
+
+int tern_loop_post(tern_loop *loop, tern_post_fn fn, void *user) {
+    tern__post *p = malloc(sizeof(*p));
+    if (p == NULL)
+        return -ENOMEM;
+    p->fn = fn;
+    p->user = user;
+    post_push(loop, p);
+    if (atomic_exchange(&loop->wake_pending, 1) == 0) {
+        uint64_t one = 1;
+        ssize_t r;
+        do
+            r = write(loop->wake_io.fd, &one, sizeof(one));
+        while (r < 0 && errno == EINTR);
+        /* EAGAIN means the counter is already non-zero: the loop will wake. */
+    }
+    return 0;
+}
+
+static void on_wake(tern__io *io, uint32_t revents) {
+    tern_loop *loop = tern__container_of(io, tern_loop, wake_io);
+    uint64_t v;
+    while (read(io->fd, &v, sizeof(v)) < 0 && errno == EINTR)
+        ;
+    /* Cleared before draining: a post that lands during the drain either
+     * is seen by it or writes the eventfd again. */
+    atomic_store(&loop->wake_pending, 0);
+    tern__post *p;
+    while ((p = post_pop(loop)) != NULL) {
+        p->fn(loop, p->user);
+        free(p);
+    }
+}
+
+static void stop_fn(tern_loop *loop, void *user) { loop->stopping = true; }
+
+void tern_loop_stop(tern_loop *loop) { loop->stopping = true; }
+int tern_loop_stop_async(tern_loop *loop) { return tern_loop_post(loop, stop_fn, NULL); }
+
+/* ---- signals ---------------------------------------------------------- */
+
+static void on_signal(tern__io *io, uint32_t revents) {
+    tern_loop *loop = tern__container_of(io, tern_loop, signal_io);
+    struct signalfd_siginfo si;
+    while (read(io->fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        for (int i = 0; i < loop->nsignals; i++)
+            if (loop->signals[i].signo == (int)si.ssi_signo)
+                loop->signals[i].fn(loop, (int)si.ssi_signo, loop->signals[i].user);
+    }
+}
+
+int tern_loop_on_signal(tern_loop *loop, int signo, tern_signal_fn fn, void *user) {
+    if (loop->nsignals == TERN__MAX_SIGNALS)
+        return -ENOSPC;
+    sigaddset(&loop->signal_set, signo);
+    int err = pthread_sigmask(SIG_BLOCK, &loop->signal_set, NULL);
+    if (err != 0)
+        return -err;
+    int fd = signalfd(loop->signal_io.fd, &loop->signal_set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (loop->signal_io.fd < 0) {
+        tern__io_init(&loop->signal_io, fd, on_signal);
+        if ((err = tern__io_set(loop, &loop->signal_io, EPOLLIN)) < 0)
+            return err;
+    }
+    loop->signals[loop->nsignals++] = (tern__signal){signo, fn, user};
+    return 0;
+}
+
+/* ---- the loop --------------------------------------------------------- */
+
+int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
+    tern_loop *loop = calloc(1, sizeof(*loop));
+    if (loop == NULL)
+        return -ENOMEM;
+    size_t cap = opt && opt->read_buffer_size ? opt->read_buffer_size : TERN__DEFAULT_RBUF;
+    loop->rbuf_cap = cap < TERN__MIN_RBUF ? TERN__MIN_RBUF : cap;
+    loop->rbuf = malloc(loop->rbuf_cap);
+    loop->epfd = epoll_create1(EPOLL_CLOEXEC);
+    int wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    int err = 0;
+    if (loop->rbuf == NULL)
+        err = -ENOMEM;
+    else if (loop->epfd < 0 || wfd < 0)
+        err = -errno;
+    if (err == 0) {
+        update_time(loop);
+        tern__wheel_init(loop);
+        atomic_init(&loop->post_head, &loop->post_stub);
+        atomic_init(&loop->post_stub.next, NULL);
+        loop->post_tail = &loop->post_stub;
+        atomic_init(&loop->wake_pending, 0);
+        sigemptyset(&loop->signal_set);
+        tern__io_init(&loop->signal_io, -1, on_signal);
+        tern__io_init(&loop->wake_io, wfd, on_wake);
+        err = tern__io_set(loop, &loop->wake_io, EPOLLIN);
+    }
+    if (err < 0) {
+        if (wfd >= 0)
+            close(wfd);
+        if (loop->epfd >= 0)
+            close(loop->epfd);
+        free(loop->rbuf);
+        free(loop);
+        return err;
+    }
+    *out = loop;
+    return 0;
+}
+
+void tern_loop_free(tern_loop *loop) {
+    if (loop == NULL)
+        return;
+    /* Posts nobody ran are dropped: their owners are gone with the loop. */
+    tern__post *p;
+    while ((p = post_pop(loop)) != NULL)
+        free(p);
+    tern__timers_free(loop);
+    for (int i = 0; i < TERN__SLOT_COUNT; i++)
+        free(loop->slots[i]);
+    if (loop->signal_io.fd >= 0)
+        close(loop->signal_io.fd);
+    close(loop->wake_io.fd);
+    close(loop->epfd);
+    free(loop->rbuf);
+    free(loop);
+}
+
+static void batch_end(tern_loop *loop) {
+    if (loop->batch_end)
+        loop->batch_end(loop);
+}
+
+int tern_loop_run(tern_loop *loop) {
+    struct epoll_event events[TERN__EVENTS_PER_WAIT];
+    loop->stopping = false;
+    while (!loop->stopping) {
+        int timeout = tern__timers_timeout(loop);
+        int wt = tern__wheel_timeout(loop);
+        if (timeout < 0 || (wt >= 0 && wt < timeout))
+            timeout = wt;
+        int n = epoll_wait(loop->epfd, events, TERN__EVENTS_PER_WAIT, timeout);
+        if (n < 0 && errno != EINTR)
+            return -errno;
+        update_time(loop);
+        for (int i = 0; i < n; i++) {
+            tern__io *io = events[i].data.ptr;
+            io->fn(io, events[i].events);
+        }
+        batch_end(loop);
+        tern__wheel_run(loop);
+        tern__timers_run(loop);
+        batch_end(loop);
+    }
+    return 0;
+}

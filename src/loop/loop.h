@@ -1,0 +1,75 @@
+/* Private side of the loop: I/O watchers, the timer wheel, the hooks the
+ * net layer uses. Only src/ includes this. */
+#ifndef TERN_LOOP_PRIVATE_H
+#define TERN_LOOP_PRIVATE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tern/loop.h"
+
+#define tern__container_of(ptr, type, member) \
+    ((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* An fd registered with epoll. epoll's data.ptr points here, so the
+ * watcher must stay at a fixed address while registered.
+ * Invariant: events is what epoll currently has for fd (0 = not added). */
+typedef struct tern__io tern__io;
+typedef void (*tern__io_fn)(tern__io *io, uint32_t revents);
+struct tern__io {
+    int fd;
+    uint32_t events;
+    tern__io_fn fn;
+};
+
+void tern__io_init(tern__io *io, int fd, tern__io_fn fn);
+/* Sets the epoll interest to `events` (EPOLLIN, EPOLLOUT, ...; 0 removes
+ * the fd), with one epoll_ctl call only when it changes. */
+int tern__io_set(tern_loop *loop, tern__io *io, uint32_t events);
+
+/* Tells epoll that a registered watcher now lives at a new address. */
+int tern__io_moved(tern_loop *loop, tern__io *io);
+
+/* Timer wheel: for the many timeouts that are set, moved and cancelled far
+ * more often than they fire (head, idle, ping). Resolution is one tick
+ * (TERN__WHEEL_TICK_MS); a deadline is never early, at most a tick late.
+ * Invariant: an entry is linked (prev != NULL) exactly while it is armed,
+ * in the slot of its deadline tick modulo the wheel size. */
+#define TERN__WHEEL_TICK_MS 64
+#define TERN__WHEEL_SLOTS 1024   /* 65 s per turn; longer deadlines go round */
+
+typedef struct tern__wheel_entry tern__wheel_entry;
+typedef void (*tern__wheel_fn)(tern__wheel_entry *e);
+struct tern__wheel_entry {
+    tern__wheel_entry *next, *prev;
+    tern__wheel_fn fn;
+    uint64_t deadline_tick;
+};
+
+void tern__wheel_init_entry(tern__wheel_entry *e, tern__wheel_fn fn);
+/* Arms (or re-arms) e to fire after ms milliseconds; 0 disarms it. */
+void tern__wheel_set(tern_loop *loop, tern__wheel_entry *e, uint64_t ms);
+static inline bool tern__wheel_armed(const tern__wheel_entry *e) { return e->prev != NULL; }
+
+/* Hooks: a deferred-work list the net layer drains once per iteration
+ * (connections to re-feed, connections to free), and a function called at
+ * the end of every batch of callbacks (the cork flush). */
+typedef void (*tern__loop_hook)(tern_loop *loop);
+void tern__loop_set_batch_end(tern_loop *loop, tern__loop_hook fn);
+
+/* The shared read buffer. */
+char *tern__loop_rbuf(tern_loop *loop, size_t *cap);
+
+/* Per-loop slots for the upper layers' singletons (the net layer's cork,
+ * the pending lists), so the loop needs to know nothing of them. Each is
+ * one malloc'd block; tern_loop_free() frees it. */
+enum { TERN__SLOT_NET, TERN__SLOT_HTTP, TERN__SLOT_COUNT };
+void **tern__loop_slot(tern_loop *loop, int which);
+
+/* Wall clock, for Date headers: seconds since the epoch, read once per
+ * iteration alongside the monotonic clock. */
+int64_t tern__loop_wall_sec(const tern_loop *loop);
+
+#endif

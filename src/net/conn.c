@@ -1,0 +1,655 @@
+/* Connections: reading into the shared buffer, corked writes, backlog,
+ * sendfile, graceful close. See conn.h for the data path. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "net/conn.h"
+
+#define TERN__CORK_CAP (128 * 1024)
+#define TERN__LINGER_MS 2000
+#define TERN__IN_MIN_ROOM 4096
+
+/* The loop's net state.
+ * Invariants: cork[0..cork_len) belongs to cork_owner (NULL iff cork_len
+ * is 0 or nothing was written yet); pending is a list of connections
+ * needing work at the batch end (re-feed, or a deferred close after a send
+ * error); closed lists connections whose fd is closed, freed at the batch
+ * end. */
+typedef struct tern__net {
+    tern__conn *cork_owner;
+    size_t cork_len;
+    tern__conn *pending;
+    tern__conn *closed;
+    char cork[TERN__CORK_CAP];
+} tern__net;
+
+enum { TERN__CONN_FAILED = 1u << 8, TERN__CONN_MOVED = 1u << 9 };
+
+static tern__net *net_of(tern_loop *loop) {
+    void **slot = tern__loop_slot(loop, TERN__SLOT_NET);
+    if (*slot == NULL) {
+        tern__net *n = malloc(sizeof(*n));
+        if (n == NULL)
+            return NULL;
+        n->cork_owner = NULL;
+        n->cork_len = 0;
+        n->pending = n->closed = NULL;
+        *slot = n;
+        tern__loop_set_batch_end(loop, tern__net_flush);
+    }
+    return *slot;
+}
+
+static void conn_io(tern__io *io, uint32_t revents);
+static void conn_timeout(tern__wheel_entry *e);
+static int flush_backlog(tern__conn *c);
+
+/* ---- buffers ---------------------------------------------------------- */
+
+static size_t buf_live(const tern__buf *b) { return b ? b->len - b->off : 0; }
+
+/* Makes room for n more bytes at the end of *bp (allocating it), moving
+ * live bytes to the front first when that is enough. */
+static int buf_reserve(tern__buf **bp, size_t n) {
+    tern__buf *b = *bp;
+    if (b == NULL) {
+        size_t cap = n < 256 ? 256 : n;
+        b = malloc(sizeof(*b) + cap);
+        if (b == NULL)
+            return -ENOMEM;
+        b->off = b->len = 0;
+        b->cap = cap;
+        *bp = b;
+        return 0;
+    }
+    if (b->cap - b->len >= n)
+        return 0;
+    if (b->off > 0) {
+        memmove(b->data, b->data + b->off, b->len - b->off);
+        b->len -= b->off;
+        b->off = 0;
+        if (b->cap - b->len >= n)
+            return 0;
+    }
+    size_t cap = b->cap * 2;
+    if (cap < b->len + n)
+        cap = b->len + n;
+    b = realloc(b, sizeof(*b) + cap);
+    if (b == NULL)
+        return -ENOMEM;
+    b->cap = cap;
+    *bp = b;
+    return 0;
+}
+
+static int buf_append(tern__buf **bp, const void *data, size_t n) {
+    int err = buf_reserve(bp, n);
+    if (err < 0)
+        return err;
+    memcpy((*bp)->data + (*bp)->len, data, n);
+    (*bp)->len += n;
+    return 0;
+}
+
+/* ---- lifecycle -------------------------------------------------------- */
+
+static void list_remove(tern__conn *c) {
+    tern__conn_list *l = c->list;
+    if (l == NULL)
+        return;
+    if (c->list_prev)
+        c->list_prev->list_next = c->list_next;
+    else
+        l->head = c->list_next;
+    if (c->list_next)
+        c->list_next->list_prev = c->list_prev;
+    l->count--;
+    c->list = NULL;
+    c->list_next = c->list_prev = NULL;
+}
+
+static void list_add(tern__conn *c, tern__conn_list *l) {
+    c->list = l;
+    c->list_prev = NULL;
+    c->list_next = l ? l->head : NULL;
+    if (l) {
+        if (l->head)
+            l->head->list_prev = c;
+        l->head = c;
+        l->count++;
+    }
+}
+
+int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_proto *proto,
+                     tern__conn_list *list) {
+    if (net_of(loop) == NULL)
+        return -ENOMEM;
+    memset(c, 0, sizeof(*c));
+    c->loop = loop;
+    c->proto = proto;
+    tern__io_init(&c->io, fd, conn_io);
+    tern__wheel_init_entry(&c->timeout, conn_timeout);
+    int err = tern__io_set(loop, &c->io, EPOLLIN | EPOLLRDHUP);
+    if (err < 0)
+        return err;
+    list_add(c, list);
+    return 0;
+}
+
+static void add_pending(tern__conn *c) {
+    if (c->flags & TERN__CONN_PENDING)
+        return;
+    tern__net *n = net_of(c->loop);
+    c->flags |= TERN__CONN_PENDING;
+    c->pending_next = n->pending;
+    n->pending = c;
+}
+
+/* Frees what a connection holds besides its struct. */
+static void release(tern__conn *c) {
+    tern__net *n = net_of(c->loop);
+    if (n->cork_owner == c) {
+        n->cork_owner = NULL;
+        n->cork_len = 0;
+    }
+    tern__wheel_set(c->loop, &c->timeout, 0);
+    list_remove(c);
+    /* c->in stays until the batch end: the protocol may be reading it. */
+    free(c->out);
+    c->out = NULL;
+    if (c->file) {
+        close(c->file->fd);
+        free(c->file);
+        c->file = NULL;
+    }
+    c->flags |= TERN__CONN_CLOSED;
+    c->next_free = n->closed;
+    n->closed = c;
+}
+
+void tern__conn_close(tern__conn *c, int err) {
+    if (c->flags & TERN__CONN_CLOSED)
+        return;
+    close(c->io.fd);
+    c->io.events = 0;
+    release(c);
+    c->proto->on_close(c, err);
+}
+
+int tern__conn_move(tern__conn *from, tern__conn *to, const tern__conn_proto *proto) {
+    tern__net *n = net_of(from->loop);
+    *to = *from;
+    to->proto = proto;
+    to->flags &= ~TERN__CONN_PENDING;
+    to->in = NULL;
+    to->list = NULL;
+    to->list_next = to->list_prev = NULL;
+    /* epoll must point at the new struct before anything else happens. */
+    int err = tern__io_moved(from->loop, &to->io);
+    if (err < 0)
+        return err;
+    tern__wheel_init_entry(&to->timeout, conn_timeout);
+    tern__wheel_set(from->loop, &from->timeout, 0);
+    list_add(to, from->list);
+    list_remove(from);
+    if (n->cork_owner == from)
+        n->cork_owner = to;
+    /* from keeps its own input buffer (the caller may be reading it) and
+     * is freed at the batch end; its output now belongs to `to`. */
+    from->out = NULL;
+    from->file = NULL;
+    from->flags |= TERN__CONN_CLOSED | TERN__CONN_MOVED;
+    from->next_free = n->closed;
+    n->closed = from;
+    return 0;
+}
+
+/* Hands bytes the protocol has not seen to a connection, for the moved-to
+ * side of an upgrade: they are fed at the end of this batch. */
+int tern__conn_inject(tern__conn *c, const char *data, size_t len) {
+    if (len == 0)
+        return 0;
+    int err = buf_append(&c->in, data, len);
+    if (err < 0)
+        return err;
+    add_pending(c);
+    return 0;
+}
+
+/* A send failed: close at the batch end, not inside the caller (which may
+ * be another connection's protocol code, mid-parse). */
+static void fail(tern__conn *c, int err) {
+    if (c->flags & (TERN__CONN_CLOSED | TERN__CONN_FAILED))
+        return;
+    c->flags |= TERN__CONN_FAILED;
+    (void)err;
+    add_pending(c);
+}
+
+/* ---- writing ---------------------------------------------------------- */
+
+static bool closing(const tern__conn *c) {
+    return c->flags & (TERN__CONN_CLOSED | TERN__CONN_FAILED | TERN__CONN_FLUSH_CLOSE |
+                       TERN__CONN_LINGER);
+}
+
+/* Writes iov to the socket now; what the kernel does not take goes to the
+ * backlog. Returns TERN_SEND_OK or TERN_SEND_BUFFERED. */
+static int send_now(tern__conn *c, struct iovec *iov, int iovcnt) {
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; i++)
+        total += iov[i].iov_len;
+    ssize_t w;
+    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
+    do
+        w = sendmsg(c->io.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    if (w < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            fail(c, -errno);
+            return TERN_SEND_OK;   /* the close tells the protocol, once */
+        }
+        w = 0;
+    }
+    if ((size_t)w == total)
+        return TERN_SEND_OK;
+    size_t skip = (size_t)w;
+    for (int i = 0; i < iovcnt; i++) {
+        if (skip >= iov[i].iov_len) {
+            skip -= iov[i].iov_len;
+            continue;
+        }
+        if (buf_append(&c->out, (char *)iov[i].iov_base + skip, iov[i].iov_len - skip) < 0) {
+            fail(c, -ENOMEM);
+            return TERN_SEND_OK;
+        }
+        skip = 0;
+    }
+    if (tern__io_set(c->loop, &c->io, c->io.events | EPOLLOUT) < 0)
+        fail(c, -errno);
+    return TERN_SEND_BUFFERED;
+}
+
+static void cork_flush(tern__net *n) {
+    tern__conn *c = n->cork_owner;
+    if (c == NULL)
+        return;
+    n->cork_owner = NULL;
+    if (n->cork_len == 0)
+        return;
+    struct iovec iov = {n->cork, n->cork_len};
+    n->cork_len = 0;
+    send_now(c, &iov, 1);
+    if ((c->flags & TERN__CONN_FLUSH_CLOSE) && c->out == NULL && c->file == NULL)
+        add_pending(c);
+}
+
+/* Makes c the cork's owner, flushing the previous owner's bytes. */
+static tern__net *cork_take(tern__conn *c) {
+    tern__net *n = net_of(c->loop);
+    if (n->cork_owner != c) {
+        cork_flush(n);
+        n->cork_owner = c;
+    }
+    return n;
+}
+
+int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
+    if (closing(c))
+        return -EPIPE;
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; i++)
+        total += iov[i].iov_len;
+    if (c->out || c->file) {
+        /* Already behind: keep order by queueing after the backlog. */
+        if (c->out_limit && tern__conn_buffered(c) + total > c->out_limit)
+            return TERN_SEND_DROPPED;
+        for (int i = 0; i < iovcnt; i++)
+            if (buf_append(&c->out, iov[i].iov_base, iov[i].iov_len) < 0) {
+                fail(c, -ENOMEM);
+                return -ENOMEM;
+            }
+        return TERN_SEND_BUFFERED;
+    }
+    tern__net *n = cork_take(c);
+    if (n->cork_len + total <= TERN__CORK_CAP) {
+        for (int i = 0; i < iovcnt; i++) {
+            memcpy(n->cork + n->cork_len, iov[i].iov_base, iov[i].iov_len);
+            n->cork_len += iov[i].iov_len;
+        }
+        return TERN_SEND_OK;
+    }
+    /* Too big for the cork: one sendmsg of the cork and the data. */
+    struct iovec v[9];
+    if (iovcnt > 8)
+        return -EINVAL;
+    v[0] = (struct iovec){n->cork, n->cork_len};
+    memcpy(v + 1, iov, (size_t)iovcnt * sizeof(*iov));
+    n->cork_owner = NULL;
+    n->cork_len = 0;
+    return send_now(c, v, iovcnt + 1);
+}
+
+int tern__conn_write(tern__conn *c, const void *data, size_t len) {
+    struct iovec iov = {(void *)data, len};
+    return tern__conn_writev(c, &iov, 1);
+}
+
+char *tern__conn_reserve(tern__conn *c, size_t n) {
+    if (closing(c) || c->out || c->file || n > TERN__CORK_CAP)
+        return NULL;
+    tern__net *net = cork_take(c);
+    if (net->cork_len + n > TERN__CORK_CAP) {
+        cork_flush(net);
+        if (c->out || c->flags & TERN__CONN_FAILED)
+            return NULL;
+        net->cork_owner = c;
+    }
+    return net->cork + net->cork_len;
+}
+
+void tern__conn_commit(tern__conn *c, size_t n) {
+    net_of(c->loop)->cork_len += n;
+}
+
+size_t tern__conn_buffered(const tern__conn *c) {
+    size_t b = buf_live(c->out) + (c->file ? c->file->left : 0);
+    tern__net *n = *tern__loop_slot(c->loop, TERN__SLOT_NET);
+    if (n && n->cork_owner == c)
+        b += n->cork_len;
+    return b;
+}
+
+/* Sends as much of the file as the kernel takes. 0 when done, 1 when the
+ * socket is full, negative on error. */
+static int send_file(tern__conn *c) {
+    tern__sendfile *f = c->file;
+    while (f->left > 0) {
+        ssize_t w = sendfile(c->io.fd, f->fd, &f->off, f->left > (1u << 30) ? (1u << 30) : f->left);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                return 1;
+            return -errno;
+        }
+        if (w == 0)
+            return -EIO;   /* the file shrank under us */
+        f->left -= (size_t)w;
+    }
+    close(f->fd);
+    free(f);
+    c->file = NULL;
+    return 0;
+}
+
+int tern__conn_sendfile(tern__conn *c, int fd, off_t off, size_t len) {
+    if (closing(c)) {
+        close(fd);
+        return -EPIPE;
+    }
+    tern__sendfile *f = malloc(sizeof(*f));
+    if (f == NULL) {
+        close(fd);
+        return -ENOMEM;
+    }
+    *f = (tern__sendfile){fd, off, len};
+    tern__net *n = net_of(c->loop);
+    if (n->cork_owner == c)
+        cork_flush(n);
+    c->file = f;
+    if (c->out)
+        return TERN_SEND_BUFFERED;   /* sent after the backlog, from EPOLLOUT */
+    int r = send_file(c);
+    if (r < 0) {
+        fail(c, r);
+        return TERN_SEND_OK;
+    }
+    if (r == 1) {
+        if (tern__io_set(c->loop, &c->io, c->io.events | EPOLLOUT) < 0)
+            fail(c, -errno);
+        return TERN_SEND_BUFFERED;
+    }
+    return TERN_SEND_OK;
+}
+
+/* Writes the backlog, then the file. 0 when all is out, 1 when the kernel
+ * is full again, negative when c was closed. */
+static int flush_backlog(tern__conn *c) {
+    tern__buf *b = c->out;
+    while (b && b->off < b->len) {
+        ssize_t w = send(c->io.fd, b->data + b->off, b->len - b->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN)
+                return 1;
+            tern__conn_close(c, -errno);
+            return -1;
+        }
+        b->off += (size_t)w;
+    }
+    free(c->out);
+    c->out = NULL;
+    if (c->file) {
+        int r = send_file(c);
+        if (r < 0) {
+            tern__conn_close(c, r);
+            return -1;
+        }
+        if (r == 1)
+            return 1;
+    }
+    return 0;
+}
+
+/* ---- graceful close --------------------------------------------------- */
+
+static void start_linger(tern__conn *c) {
+    c->flags &= ~TERN__CONN_FLUSH_CLOSE;
+    c->flags |= TERN__CONN_LINGER;
+    if (shutdown(c->io.fd, SHUT_WR) < 0 || (c->flags & TERN__CONN_EOF)) {
+        tern__conn_close(c, 0);
+        return;
+    }
+    c->flags &= ~TERN__CONN_PAUSED;
+    free(c->in);
+    c->in = NULL;
+    if (tern__io_set(c->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
+        tern__conn_close(c, -errno);
+        return;
+    }
+    tern__wheel_set(c->loop, &c->timeout, TERN__LINGER_MS);
+}
+
+void tern__conn_end(tern__conn *c) {
+    if (closing(c))
+        return;
+    tern__net *n = net_of(c->loop);
+    if (n->cork_owner == c)
+        cork_flush(n);
+    if (c->flags & TERN__CONN_FAILED)
+        return;
+    if (c->out || c->file) {
+        c->flags |= TERN__CONN_FLUSH_CLOSE;
+        return;
+    }
+    start_linger(c);
+}
+
+/* ---- reading ---------------------------------------------------------- */
+
+/* Hands data to the protocol and keeps what it leaves. from_in says data
+ * lives in c->in (data == c->in->data + c->in->off). */
+static void feed(tern__conn *c, char *data, size_t len, bool from_in) {
+    size_t used = c->proto->on_data(c, data, len);
+    if (c->flags & TERN__CONN_CLOSED)
+        return;
+    if (from_in) {
+        c->in->off += used;
+        if (c->in->off == c->in->len) {
+            free(c->in);
+            c->in = NULL;
+        }
+    } else if (used < len) {
+        if (buf_append(&c->in, data + used, len - used) < 0)
+            tern__conn_close(c, -ENOMEM);
+    }
+}
+
+static void conn_read(tern__conn *c) {
+    char *dst;
+    size_t room;
+    if (c->in) {
+        /* A partial request or frame is waiting: read behind it, so the
+         * protocol sees it whole and nothing is copied twice. */
+        size_t cap;
+        tern__loop_rbuf(c->loop, &cap);
+        size_t want = buf_live(c->in) < cap / 2 ? TERN__IN_MIN_ROOM : cap / 4;
+        if (buf_reserve(&c->in, want) < 0) {
+            tern__conn_close(c, -ENOMEM);
+            return;
+        }
+        dst = c->in->data + c->in->len;
+        room = c->in->cap - c->in->len;
+    } else {
+        dst = tern__loop_rbuf(c->loop, &room);
+    }
+    ssize_t r;
+    do
+        r = recv(c->io.fd, dst, room, 0);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            tern__conn_close(c, -errno);
+        return;
+    }
+    if (c->flags & TERN__CONN_LINGER) {
+        if (r == 0)
+            tern__conn_close(c, 0);
+        else if (c->in) {
+            free(c->in);
+            c->in = NULL;
+        }
+        return;
+    }
+    if (r == 0) {
+        c->flags |= TERN__CONN_EOF;
+        /* No more EPOLLIN/RDHUP reports wanted: they would repeat forever. */
+        tern__io_set(c->loop, &c->io, c->io.events & EPOLLOUT);
+        c->proto->on_eof(c);
+        return;
+    }
+    if (c->in) {
+        c->in->len += (size_t)r;
+        feed(c, c->in->data + c->in->off, buf_live(c->in), true);
+    } else {
+        feed(c, dst, (size_t)r, false);
+    }
+}
+
+static void conn_io(tern__io *io, uint32_t revents) {
+    tern__conn *c = tern__container_of(io, tern__conn, io);
+    if (c->flags & TERN__CONN_CLOSED)
+        return;
+    if (revents & EPOLLOUT) {
+        int r = flush_backlog(c);
+        if (r < 0)
+            return;
+        if (r == 0) {
+            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)EPOLLOUT);
+            if (c->flags & TERN__CONN_FLUSH_CLOSE)
+                start_linger(c);
+            else if (!(c->flags & TERN__CONN_FAILED))
+                c->proto->on_drain(c);
+            if (c->flags & TERN__CONN_CLOSED)
+                return;
+        }
+    }
+    if (((revents & EPOLLERR) && !(revents & EPOLLIN)) ||
+        ((revents & EPOLLHUP) && (c->flags & (TERN__CONN_PAUSED | TERN__CONN_EOF)))) {
+        /* Reset, or both directions down while we are not reading: level-
+         * triggered HUP would otherwise be reported again and again. */
+        int err = 0;
+        socklen_t len = sizeof(err);
+        getsockopt(io->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        tern__conn_close(c, err ? -err : -ECONNRESET);
+        return;
+    }
+    if ((revents & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) && !(c->flags & (TERN__CONN_PAUSED | TERN__CONN_EOF)))
+        conn_read(c);
+}
+
+void tern__conn_pause(tern__conn *c) {
+    if (c->flags & (TERN__CONN_PAUSED | TERN__CONN_CLOSED | TERN__CONN_LINGER))
+        return;
+    c->flags |= TERN__CONN_PAUSED;
+    if (tern__io_set(c->loop, &c->io, c->io.events & EPOLLOUT) < 0)
+        fail(c, -errno);
+}
+
+void tern__conn_resume(tern__conn *c) {
+    if (!(c->flags & TERN__CONN_PAUSED) || (c->flags & TERN__CONN_CLOSED))
+        return;
+    c->flags &= ~TERN__CONN_PAUSED;
+    uint32_t ev = c->io.events & EPOLLOUT;
+    if (!(c->flags & TERN__CONN_EOF))
+        ev |= EPOLLIN | EPOLLRDHUP;
+    if (tern__io_set(c->loop, &c->io, ev) < 0)
+        fail(c, -errno);
+    if (c->in || (c->flags & TERN__CONN_EOF))
+        add_pending(c);
+}
+
+void tern__conn_set_timeout(tern__conn *c, uint64_t ms) {
+    if (!(c->flags & (TERN__CONN_CLOSED | TERN__CONN_LINGER)))
+        tern__wheel_set(c->loop, &c->timeout, ms);
+}
+
+static void conn_timeout(tern__wheel_entry *e) {
+    tern__conn *c = tern__container_of(e, tern__conn, timeout);
+    if (c->flags & TERN__CONN_CLOSED)
+        return;
+    if (c->flags & (TERN__CONN_LINGER | TERN__CONN_FLUSH_CLOSE))
+        tern__conn_close(c, -ETIMEDOUT);
+    else
+        c->proto->on_timeout(c);
+}
+
+/* ---- the batch end ---------------------------------------------------- */
+
+void tern__net_flush(tern_loop *loop) {
+    tern__net *n = *tern__loop_slot(loop, TERN__SLOT_NET);
+    if (n == NULL)
+        return;
+    cork_flush(n);
+    while (n->pending) {
+        tern__conn *c = n->pending;
+        n->pending = c->pending_next;
+        c->flags &= ~TERN__CONN_PENDING;
+        if (c->flags & TERN__CONN_CLOSED)
+            continue;
+        if (c->flags & TERN__CONN_FAILED) {
+            tern__conn_close(c, -EPIPE);
+        } else if ((c->flags & TERN__CONN_FLUSH_CLOSE) && !c->out && !c->file) {
+            start_linger(c);
+        } else if (!(c->flags & TERN__CONN_PAUSED)) {
+            if (c->in)
+                feed(c, c->in->data + c->in->off, buf_live(c->in), true);
+            else if (c->flags & TERN__CONN_EOF)
+                c->proto->on_eof(c);
+        }
+        cork_flush(n);
+    }
+    while (n->closed) {
+        tern__conn *c = n->closed;
+        n->closed = c->next_free;
+        free(c->in);
+        free(c);
+    }
+}

@@ -1,0 +1,152 @@
+/* Connections and listeners: the byte layer under http and ws.
+ *
+ * A connection reads into the loop's shared read buffer and hands the
+ * bytes to its protocol; only what the protocol leaves unconsumed is copied
+ * into the connection (conn->in). Writes go to the loop's cork buffer and
+ * are flushed with one send() when another connection starts writing or
+ * the batch of events ends; what the kernel does not take goes to the
+ * connection's backlog (conn->out) and EPOLLOUT is armed until it drains. */
+#ifndef TERN_NET_CONN_H
+#define TERN_NET_CONN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "loop/loop.h"
+#include "tern/net.h"
+
+typedef struct tern__conn tern__conn;
+
+/* What a protocol (http, ws) plugs into a connection. */
+typedef struct tern__conn_proto {
+    /* Bytes arrived: data[0..len) is writable and valid only during the
+     * call. Returns how many were consumed; the rest is kept and handed
+     * again, in front of new bytes, at the next call. May close c. */
+    size_t (*on_data)(tern__conn *c, char *data, size_t len);
+    /* The peer shut its side (read returned 0). */
+    void (*on_eof)(tern__conn *c);
+    /* The backlog was emptied (only after a send returned BUFFERED). */
+    void (*on_drain)(tern__conn *c);
+    /* The connection's wheel timeout fired. */
+    void (*on_timeout)(tern__conn *c);
+    /* The owner is shutting down: close now if idle, else finish what is
+     * in flight and close then. */
+    void (*on_shutdown)(tern__conn *c);
+    /* The connection is gone (closed by us, reset, or error): release the
+     * protocol's state. No sends from here on. Called exactly once. The
+     * struct itself is freed by net after the current batch. */
+    void (*on_close)(tern__conn *c, int err);
+} tern__conn_proto;
+
+/* A growable byte buffer with a read offset: data[off..len) is live. */
+typedef struct tern__buf {
+    size_t off, len, cap;
+    char data[];
+} tern__buf;
+
+/* The file part of a response sent with sendfile(), after the backlog. */
+typedef struct tern__sendfile {
+    int fd;
+    off_t off;
+    size_t left;
+} tern__sendfile;
+
+enum {
+    TERN__CONN_CLOSED = 1u << 0,       /* fd closed; struct waits for the batch end */
+    TERN__CONN_PAUSED = 1u << 1,       /* the protocol asked not to read */
+    TERN__CONN_FLUSH_CLOSE = 1u << 2,  /* close once the backlog is flushed */
+    TERN__CONN_LINGER = 1u << 3,       /* write side shut; reading to EOF before close */
+    TERN__CONN_PENDING = 1u << 4,      /* on the loop's re-feed list */
+    TERN__CONN_EOF = 1u << 5,          /* read returned 0 */
+};
+
+/* Invariants:
+ * - io.fd is open until TERN__CONN_CLOSED is set; after that nothing but
+ *   net touches the struct, and net frees it at the end of the batch.
+ * - in holds only bytes the protocol has not consumed; NULL when none.
+ * - out holds bytes the kernel has not taken, in order, before anything
+ *   corked later for this connection; NULL when empty. EPOLLOUT is in
+ *   io.events exactly while out or file is non-empty.
+ * - the connection is on its owner's list (owner_next/prev) until closed. */
+struct tern__conn {
+    tern__io io;
+    uint32_t flags;
+    tern_loop *loop;
+    const tern__conn_proto *proto;
+    tern__wheel_entry timeout;
+    tern__buf *in;
+    tern__buf *out;
+    tern__sendfile *file;
+    tern__conn *next_free;             /* on the loop's free list once closed */
+    tern__conn *pending_next;          /* on the loop's re-feed list */
+    struct tern__conn_list *list;      /* the owner's list (server), or NULL */
+    tern__conn *list_next, *list_prev;
+    size_t out_limit;                  /* backlog hard limit; 0: none */
+};
+
+/* An intrusive list of connections, for the owner (a server) to walk. */
+typedef struct tern__conn_list {
+    tern__conn *head;
+    size_t count;
+} tern__conn_list;
+
+/* Takes a connected, non-blocking socket. c is the protocol's own struct
+ * (which begins with, or embeds, a tern__conn) and is freed with free() at
+ * the batch end after on_close. */
+int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_proto *proto,
+                     tern__conn_list *list);
+
+/* Moves a live connection into another struct (a protocol switch: http to
+ * ws). `to` gets the fd, buffers and timeout; `from` is freed at the batch
+ * end without on_close. */
+int tern__conn_move(tern__conn *from, tern__conn *to, const tern__conn_proto *proto);
+
+/* Queues bytes the protocol has not seen yet (those that came after an
+ * upgrade request) to be fed to c at the end of this batch. */
+int tern__conn_inject(tern__conn *c, const char *data, size_t len);
+
+/* Sending. Returns a tern_send_result, or -EPIPE when c is closing. */
+int tern__conn_write(tern__conn *c, const void *data, size_t len);
+int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt);
+/* Room for n bytes in the cork buffer, to format into directly; NULL when
+ * n does not fit (use tern__conn_write). Follow with tern__conn_commit. */
+char *tern__conn_reserve(tern__conn *c, size_t n);
+void tern__conn_commit(tern__conn *c, size_t n);
+/* Sends len bytes of file fd from off after everything written before.
+ * Takes the fd (closes it when done or on error). */
+int tern__conn_sendfile(tern__conn *c, int fd, off_t off, size_t len);
+/* Bytes written but not yet taken by the kernel (corked + backlog + file). */
+size_t tern__conn_buffered(const tern__conn *c);
+
+/* Stops or restarts reading. Restarting re-feeds bytes kept in c->in at
+ * the end of this iteration, even if no new bytes arrive. */
+void tern__conn_pause(tern__conn *c);
+void tern__conn_resume(tern__conn *c);
+
+void tern__conn_set_timeout(tern__conn *c, uint64_t ms);
+
+/* Closes now: backlog dropped, on_close(c, err) called. */
+void tern__conn_close(tern__conn *c, int err);
+/* Closes after everything written is flushed; then shuts the write side and
+ * reads to EOF (bounded) before closing, so the peer gets the last response
+ * rather than a reset caused by bytes it sent that we never read. */
+void tern__conn_end(tern__conn *c);
+
+/* The loop's net state: the cork, the re-feed list, deferred frees. */
+void tern__net_flush(tern_loop *loop);
+
+/* Listeners. */
+typedef struct tern__listener tern__listener;
+typedef void (*tern__accept_fn)(void *user, int fd, const struct sockaddr *addr, socklen_t len);
+int tern__listener_tcp(tern_loop *loop, const char *host, int port, const tern_listen_options *opt,
+                       tern__accept_fn fn, void *user, tern__listener **out);
+int tern__listener_unix(tern_loop *loop, const char *path, const tern_listen_options *opt,
+                        tern__accept_fn fn, void *user, tern__listener **out);
+int tern__listener_port(const tern__listener *l);
+void tern__listener_close(tern__listener *l);
+
+#endif

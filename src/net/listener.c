@@ -1,0 +1,173 @@
+/* Listeners: TCP (IPv4, IPv6) and Unix sockets, a non-blocking accept loop,
+ * and a back-off when the process runs out of descriptors. */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "net/conn.h"
+
+#define TERN__ACCEPTS_PER_EVENT 64
+#define TERN__EMFILE_BACKOFF_MS 100
+
+/* Invariant: io is registered for EPOLLIN except while backing off after
+ * EMFILE, when `backoff` is armed instead. */
+struct tern__listener {
+    tern__io io;
+    tern_loop *loop;
+    bool tcp;
+    int port;
+    tern__accept_fn fn;
+    void *user;
+    tern_timer *backoff;
+};
+
+static void resume_accepting(tern_timer *t, void *user) {
+    tern__listener *l = user;
+    tern_timer_stop(t);
+    l->backoff = NULL;
+    tern__io_set(l->loop, &l->io, EPOLLIN);
+}
+
+static void on_accept(tern__io *io, uint32_t revents) {
+    tern__listener *l = tern__container_of(io, tern__listener, io);
+    for (int i = 0; i < TERN__ACCEPTS_PER_EVENT; i++) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        int fd = accept4(io->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* Out of descriptors or memory: stop accepting for a moment
+                 * and keep serving the connections we have. The pending
+                 * clients wait in the kernel's accept queue meanwhile. */
+                if (l->backoff == NULL &&
+                    tern_timer_start(l->loop, &l->backoff, TERN__EMFILE_BACKOFF_MS, 0,
+                                     resume_accepting, l) == 0)
+                    tern__io_set(l->loop, &l->io, 0);
+            }
+            return;
+        }
+        if (l->tcp) {
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        }
+        l->fn(l->user, fd, (struct sockaddr *)&ss, len);
+    }
+}
+
+static int start(tern_loop *loop, int fd, bool tcp, const tern_listen_options *opt,
+                 tern__accept_fn fn, void *user, tern__listener **out) {
+    int backlog = opt && opt->backlog ? opt->backlog : 4096;
+    if (listen(fd, backlog) < 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    tern__listener *l = calloc(1, sizeof(*l));
+    if (l == NULL) {
+        close(fd);
+        return -ENOMEM;
+    }
+    l->loop = loop;
+    l->tcp = tcp;
+    l->fn = fn;
+    l->user = user;
+    tern__io_init(&l->io, fd, on_accept);
+    if (tcp) {
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        getsockname(fd, (struct sockaddr *)&ss, &len);
+        l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                 : ((struct sockaddr_in *)&ss)->sin_port);
+    }
+    int err = tern__io_set(loop, &l->io, EPOLLIN);
+    if (err < 0) {
+        close(fd);
+        free(l);
+        return err;
+    }
+    *out = l;
+    return 0;
+}
+
+int tern__listener_tcp(tern_loop *loop, const char *host, int port, const tern_listen_options *opt,
+                       tern__accept_fn fn, void *user, tern__listener **out) {
+    if (port < 0 || port > 65535)
+        return -EINVAL;
+    char service[8];
+    snprintf(service, sizeof(service), "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res;
+    int gai = getaddrinfo(host && *host ? host : NULL, service, &hints, &res);
+    if (gai != 0)
+        return gai == EAI_MEMORY ? -ENOMEM : -EADDRNOTAVAIL;
+    int err = -EADDRNOTAVAIL;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            err = -errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (opt && opt->reuseport)
+            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+        if (ai->ai_family == AF_INET6) {
+            int v6only = opt && opt->ipv6_only;
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+        }
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+            err = -errno;
+            close(fd);
+            continue;
+        }
+        err = start(loop, fd, true, opt, fn, user, out);
+        break;
+    }
+    freeaddrinfo(res);
+    return err;
+}
+
+int tern__listener_unix(tern_loop *loop, const char *path, const tern_listen_options *opt,
+                        tern__accept_fn fn, void *user, tern__listener **out) {
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sun.sun_path))
+        return -ENAMETOOLONG;
+    strcpy(sun.sun_path, path);
+    /* A socket file left by a previous run would make bind fail; remove
+     * it, but never anything that is not a socket. */
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    return start(loop, fd, false, opt, fn, user, out);
+}
+
+int tern__listener_port(const tern__listener *l) { return l->port; }
+
+void tern__listener_close(tern__listener *l) {
+    if (l == NULL)
+        return;
+    if (l->backoff)
+        tern_timer_stop(l->backoff);
+    close(l->io.fd);
+    free(l);
+}

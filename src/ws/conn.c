@@ -1,0 +1,605 @@
+/* One WebSocket connection: reading frames, assembling messages, the
+ * closing handshake, keep-alive pings, and sending.
+ *
+ * Frames are parsed in place in the loop's read buffer and unmasked there.
+ * A message that arrives whole in one read is handed to on_message as a
+ * view of that buffer; only messages split across frames or reads (or
+ * compressed ones) are gathered into ws->msg, which is freed once the
+ * message is delivered, so an idle connection holds no buffer. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ws/utf8.h"
+#include "ws/ws.h"
+
+static size_t on_data(tern__conn *c, char *data, size_t len);
+static void on_eof(tern__conn *c);
+static void on_drain(tern__conn *c);
+static void on_timeout(tern__conn *c);
+static void on_shutdown(tern__conn *c);
+static void on_close(tern__conn *c, int err);
+
+static const tern__conn_proto ws_proto = {
+    .on_data = on_data,
+    .on_eof = on_eof,
+    .on_drain = on_drain,
+    .on_timeout = on_timeout,
+    .on_shutdown = on_shutdown,
+    .on_close = on_close,
+};
+
+static bool gone(const tern_ws *ws) {
+    return (ws->conn.flags & TERN__CONN_CLOSED) || ws->state == TERN__WS_DONE;
+}
+
+/* ---- sending ---------------------------------------------------------- */
+
+static int write_frame(tern_ws *ws, uint8_t opcode, bool fin, bool rsv1, const void *data,
+                       size_t len) {
+    uint8_t hdr[TERN__WS_MAX_HEADER];
+    size_t hl = tern__ws_write_header(hdr, fin, rsv1, opcode, len, NULL);
+    struct iovec iov[2] = {{hdr, hl}, {(void *)data, len}};
+    return tern__conn_writev(&ws->conn, iov, len ? 2 : 1);
+}
+
+static void notify_close(tern_ws *ws, int code, const char *reason, size_t reason_len) {
+    if (ws->state == TERN__WS_DONE)
+        return;
+    ws->state = TERN__WS_DONE;
+    if (ws->route->h.on_close)
+        ws->route->h.on_close(ws, code, reason, reason_len, ws->route->user);
+}
+
+static void send_close_frame(tern_ws *ws, int code, const char *reason, size_t reason_len) {
+    uint8_t payload[125];
+    size_t n = 0;
+    if (code != TERN_WS_NO_STATUS) {
+        payload[0] = (uint8_t)(code >> 8);
+        payload[1] = (uint8_t)code;
+        if (reason_len > 123)
+            reason_len = 123;
+        memcpy(payload + 2, reason, reason_len);
+        n = 2 + reason_len;
+    }
+    write_frame(ws, TERN__WS_OP_CLOSE, true, false, payload, n);
+}
+
+/* Fails the connection (RFC 6455 §7.1.7): a close frame with the code,
+ * on_close, then the TCP close once the frame is out. */
+static void fail(tern_ws *ws, int code) {
+    if (gone(ws))
+        return;
+    if (ws->state == TERN__WS_OPEN)
+        send_close_frame(ws, code, "", 0);
+    notify_close(ws, code, "", 0);
+    tern__conn_end(&ws->conn);
+}
+
+/* Applies the slow-consumer policy after a send. Returns the result the
+ * caller should report. */
+static int check_backlog(tern_ws *ws, int r) {
+    const tern_ws_options *o = &ws->route->opt;
+    if (r == TERN_SEND_DROPPED) {
+        if (o->slow_policy == TERN_WS_SLOW_CLOSE) {
+            notify_close(ws, TERN_WS_POLICY, "", 0);
+            tern__conn_close(&ws->conn, -ENOBUFS);
+        }
+        return r;
+    }
+    if (r != TERN_SEND_BUFFERED || tern__conn_buffered(&ws->conn) <= o->backlog_soft)
+        return r;
+    uint64_t now = tern_loop_now(ws->conn.loop);
+    if (ws->soft_since == 0) {
+        ws->soft_since = now ? now : 1;
+        return r;
+    }
+    if (now - ws->soft_since < o->backlog_grace_ms)
+        return r;
+    switch (o->slow_policy) {
+    case TERN_WS_SLOW_CLOSE:
+        notify_close(ws, TERN_WS_POLICY, "", 0);
+        tern__conn_close(&ws->conn, -ENOBUFS);
+        break;
+    case TERN_WS_SLOW_PAUSE:
+        ws->paused_by_policy = true;
+        tern__conn_pause(&ws->conn);
+        break;
+    default:
+        break;
+    }
+    return r;
+}
+
+static bool may_send(const tern_ws *ws) {
+    return ws->state == TERN__WS_OPEN && !(ws->conn.flags & TERN__CONN_CLOSED);
+}
+
+/* Over the soft limit past the grace period with the drop policy: new
+ * messages are dropped until the backlog drains. */
+static bool dropping(const tern_ws *ws) {
+    const tern_ws_options *o = &ws->route->opt;
+    return o->slow_policy == TERN_WS_SLOW_DROP && ws->soft_since &&
+           tern_loop_now(ws->conn.loop) - ws->soft_since >= o->backlog_grace_ms;
+}
+
+int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode) {
+    if (opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY)
+        return -EINVAL;
+    if (!may_send(ws) || ws->sending_fragments)
+        return ws->sending_fragments ? -EBUSY : -EPIPE;
+    if (dropping(ws))
+        return TERN_SEND_DROPPED;
+    int r;
+    if (ws->pmd_on && len >= ws->route->opt.compress_min) {
+        if (ws->deflater == NULL) {
+            ws->deflater = tern__pmd_deflater_new(ws->pmd.server_max_window_bits, 0);
+            if (ws->deflater == NULL)
+                return -ENOMEM;
+        }
+        uint8_t *out;
+        ssize_t n = tern__pmd_deflate(ws->deflater, data, len, ws->pmd.server_no_context_takeover,
+                                      &out);
+        if (n < 0)
+            return (int)n;
+        r = write_frame(ws, (uint8_t)opcode, true, true, out, (size_t)n);
+        free(out);
+    } else {
+        r = write_frame(ws, (uint8_t)opcode, true, false, data, len);
+    }
+    return check_backlog(ws, r);
+}
+
+int tern_ws_send_fragment(tern_ws *ws, const void *data, size_t len, int opcode, bool fin) {
+    if (!may_send(ws))
+        return -EPIPE;
+    uint8_t op = TERN__WS_OP_CONT;
+    if (!ws->sending_fragments) {
+        if (opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY)
+            return -EINVAL;
+        op = (uint8_t)opcode;
+    }
+    ws->sending_fragments = !fin;
+    return check_backlog(ws, write_frame(ws, op, fin, false, data, len));
+}
+
+int tern_ws_ping(tern_ws *ws, const void *data, size_t len) {
+    if (len > 125)
+        return -EINVAL;
+    if (!may_send(ws))
+        return -EPIPE;
+    return write_frame(ws, TERN__WS_OP_PING, true, false, data, len);
+}
+
+int tern_ws_close(tern_ws *ws, int code, const char *reason) {
+    size_t rl = reason ? strlen(reason) : 0;
+    if (rl > 123 || !(code == TERN_WS_NO_STATUS || tern__ws_close_code_valid((unsigned)code)))
+        return -EINVAL;
+    if (!may_send(ws))
+        return -EPIPE;
+    send_close_frame(ws, code, reason, rl);
+    ws->state = TERN__WS_CLOSE_SENT;
+    tern__conn_set_timeout(&ws->conn, ws->route->opt.close_timeout_ms);
+    return 0;
+}
+
+size_t tern_ws_buffered(const tern_ws *ws) { return tern__conn_buffered(&ws->conn); }
+void *tern_ws_user(const tern_ws *ws) { return ws->user; }
+void tern_ws_set_user(tern_ws *ws, void *conn_user) { ws->user = conn_user; }
+const char *tern_ws_subprotocol(const tern_ws *ws) { return ws->subprotocol; }
+bool tern_ws_compressed(const tern_ws *ws) { return ws->pmd_on; }
+tern_loop *tern_ws_loop(const tern_ws *ws) { return ws->conn.loop; }
+
+/* ---- prepared messages ------------------------------------------------ */
+
+/* Invariant: plain is a whole unmasked frame (header + payload at
+ * plain + plain_hdr); deflated, when not NULL, a whole frame with RSV1 set
+ * whose payload was compressed with a fresh context and a 32 KiB window. */
+struct tern_ws_prepared {
+    _Atomic int refs;
+    uint8_t *plain;
+    size_t plain_len, plain_hdr;
+    uint8_t *deflated;
+    size_t deflated_len;
+    int opcode;
+};
+
+static uint8_t *frame_copy(uint8_t opcode, bool rsv1, const void *data, size_t len,
+                           size_t *out_len, size_t *hdr_len) {
+    uint8_t hdr[TERN__WS_MAX_HEADER];
+    size_t hl = tern__ws_write_header(hdr, true, rsv1, opcode, len, NULL);
+    uint8_t *f = malloc(hl + len + 1);
+    if (f == NULL)
+        return NULL;
+    memcpy(f, hdr, hl);
+    if (len)
+        memcpy(f + hl, data, len);
+    *out_len = hl + len;
+    if (hdr_len)
+        *hdr_len = hl;
+    return f;
+}
+
+tern_ws_prepared *tern_ws_prepare(const void *data, size_t len, int opcode, bool compress) {
+    if (opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY)
+        return NULL;
+    tern_ws_prepared *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return NULL;
+    atomic_init(&m->refs, 1);
+    m->opcode = opcode;
+    m->plain = frame_copy((uint8_t)opcode, false, data, len, &m->plain_len, &m->plain_hdr);
+    if (m->plain == NULL) {
+        free(m);
+        return NULL;
+    }
+    if (compress) {
+        tern__pmd_deflater *d = tern__pmd_deflater_new(15, 0);
+        uint8_t *out = NULL;
+        ssize_t n = d ? tern__pmd_deflate(d, data, len, true, &out) : -ENOMEM;
+        if (n >= 0)
+            m->deflated = frame_copy((uint8_t)opcode, true, out, (size_t)n, &m->deflated_len, NULL);
+        free(out);
+        tern__pmd_deflater_free(d);
+    }
+    return m;
+}
+
+int tern_ws_send_prepared(tern_ws *ws, tern_ws_prepared *m) {
+    if (!may_send(ws))
+        return -EPIPE;
+    if (ws->sending_fragments)
+        return -EBUSY;
+    if (dropping(ws))
+        return TERN_SEND_DROPPED;
+    if (ws->pmd_on) {
+        /* The shared compressed frame fits only a connection whose
+         * compressor keeps no context: with context takeover, the peer's
+         * window would hold bytes our own compressor never saw. */
+        if (m->deflated && ws->pmd.server_no_context_takeover &&
+            ws->pmd.server_max_window_bits >= 15)
+            return check_backlog(ws, tern__conn_write(&ws->conn, m->deflated, m->deflated_len));
+        return tern_ws_send(ws, m->plain + m->plain_hdr, m->plain_len - m->plain_hdr, m->opcode);
+    }
+    return check_backlog(ws, tern__conn_write(&ws->conn, m->plain, m->plain_len));
+}
+
+void tern_ws_prepared_free(tern_ws_prepared *m) {
+    if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
+        free(m->plain);
+        free(m->deflated);
+        free(m);
+    }
+}
+
+/* ---- receiving -------------------------------------------------------- */
+
+static void message_reset(tern_ws *ws) {
+    ws->msg_opcode = 0;
+    ws->msg_total = 0;
+    ws->msg_len = 0;
+    ws->utf8 = TERN__UTF8_ACCEPT;
+    /* Given back after every gathered message: idle connections hold none. */
+    free(ws->msg);
+    ws->msg = NULL;
+    ws->msg_cap = 0;
+}
+
+static bool gather(tern_ws *ws, const char *p, size_t n) {
+    if (ws->msg_len + n > ws->msg_cap) {
+        size_t cap = ws->msg_cap ? ws->msg_cap * 2 : 4096;
+        while (cap < ws->msg_len + n)
+            cap *= 2;
+        char *m = realloc(ws->msg, cap);
+        if (m == NULL)
+            return false;
+        ws->msg = m;
+        ws->msg_cap = cap;
+    }
+    memcpy(ws->msg + ws->msg_len, p, n);
+    ws->msg_len += n;
+    return true;
+}
+
+/* Delivers text or binary: streamed pieces or the whole message. */
+static void deliver(tern_ws *ws, const char *p, size_t n, bool last) {
+    const tern__ws_route *r = ws->route;
+    if (r->h.on_fragment)
+        r->h.on_fragment(ws, p, n, ws->msg_opcode, last, r->user);
+    else if (last && r->h.on_message)
+        r->h.on_message(ws, p, n, ws->msg_opcode, r->user);
+}
+
+/* Decompresses a piece of a compressed message into ws->msg. */
+static bool inflate_piece(tern_ws *ws, const char *p, size_t n, bool last) {
+    if (ws->inflater == NULL) {
+        ws->inflater = tern__pmd_inflater_new(ws->pmd.client_max_window_bits);
+        if (ws->inflater == NULL) {
+            fail(ws, TERN_WS_INTERNAL);
+            return false;
+        }
+    }
+    size_t before = ws->msg_len;
+    uint8_t *buf = (uint8_t *)ws->msg;
+    int r = tern__pmd_inflate(ws->inflater, (const uint8_t *)p, n, last,
+                              ws->pmd.client_no_context_takeover, &buf, &ws->msg_len,
+                              &ws->msg_cap, ws->route->opt.max_message - (ws->msg_total - before));
+    ws->msg = (char *)buf;
+    if (r == -EMSGSIZE) {
+        fail(ws, TERN_WS_TOO_BIG);
+        return false;
+    }
+    if (r < 0) {
+        fail(ws, r == -ENOMEM ? TERN_WS_INTERNAL : TERN_WS_INVALID_DATA);
+        return false;
+    }
+    ws->msg_total += ws->msg_len - before;
+    if (ws->msg_opcode == TERN_WS_TEXT &&
+        !tern__utf8_feed(&ws->utf8, (const uint8_t *)ws->msg + before, ws->msg_len - before)) {
+        fail(ws, TERN_WS_INVALID_DATA);
+        return false;
+    }
+    return true;
+}
+
+/* A piece of a data frame's payload, already unmasked. Returns false when
+ * the connection is no longer open for reading. */
+static bool on_payload(tern_ws *ws, char *p, size_t n, bool msg_end) {
+    const tern__ws_route *r = ws->route;
+    if (ws->state != TERN__WS_OPEN) {   /* closing: data is read and dropped */
+        if (msg_end)
+            message_reset(ws);
+        return true;
+    }
+    if (ws->msg_compressed) {
+        if (!inflate_piece(ws, p, n, msg_end))
+            return false;
+        if (msg_end && !tern__utf8_complete(ws->utf8) && ws->msg_opcode == TERN_WS_TEXT) {
+            fail(ws, TERN_WS_INVALID_DATA);
+            return false;
+        }
+        if (r->h.on_fragment) {
+            deliver(ws, ws->msg ? ws->msg : "", ws->msg_len, msg_end);
+            ws->msg_len = 0;   /* streamed: the buffer is reused piece by piece */
+        } else if (msg_end) {
+            deliver(ws, ws->msg ? ws->msg : "", ws->msg_len, true);
+        }
+    } else {
+        if (ws->msg_opcode == TERN_WS_TEXT &&
+            (!tern__utf8_feed(&ws->utf8, (const uint8_t *)p, n) ||
+             (msg_end && !tern__utf8_complete(ws->utf8)))) {
+            fail(ws, TERN_WS_INVALID_DATA);
+            return false;
+        }
+        bool whole_here = msg_end && ws->msg_total == 0 && ws->msg_len == 0;
+        ws->msg_total += n;
+        if (r->h.on_fragment || whole_here) {
+            if (n || msg_end)
+                deliver(ws, p, n, msg_end);   /* in place: no copy */
+        } else {
+            if (!gather(ws, p, n)) {
+                fail(ws, TERN_WS_INTERNAL);
+                return false;
+            }
+            if (msg_end)
+                deliver(ws, ws->msg ? ws->msg : "", ws->msg_len, true);
+        }
+    }
+    if (gone(ws) || ws->state != TERN__WS_OPEN)
+        return !gone(ws);
+    if (msg_end)
+        message_reset(ws);
+    return true;
+}
+
+/* A whole control frame, unmasked. Returns false when the connection is
+ * no longer open for reading. */
+static bool on_control(tern_ws *ws, uint8_t opcode, const char *p, size_t n) {
+    const tern__ws_route *r = ws->route;
+    switch (opcode) {
+    case TERN__WS_OP_CLOSE: {
+        int code = TERN_WS_NO_STATUS;
+        const char *reason = "";
+        size_t rl = 0;
+        if (n == 1) {
+            fail(ws, TERN_WS_PROTOCOL_ERROR);
+            return false;
+        }
+        if (n >= 2) {
+            code = ((uint8_t)p[0] << 8) | (uint8_t)p[1];
+            reason = p + 2;
+            rl = n - 2;
+            if (!tern__ws_close_code_valid((unsigned)code)) {
+                fail(ws, TERN_WS_PROTOCOL_ERROR);
+                return false;
+            }
+            if (!tern__utf8_valid((const uint8_t *)reason, rl)) {
+                fail(ws, TERN_WS_INVALID_DATA);
+                return false;
+            }
+        }
+        /* Echo the code (RFC 6455 §5.5.1), unless we already sent ours. */
+        if (ws->state == TERN__WS_OPEN)
+            send_close_frame(ws, code, "", 0);
+        notify_close(ws, code, reason, rl);
+        /* The server closes the TCP connection first (§7.1.1). */
+        tern__conn_end(&ws->conn);
+        return false;
+    }
+    case TERN__WS_OP_PING:
+        if (ws->state == TERN__WS_OPEN) {
+            write_frame(ws, TERN__WS_OP_PONG, true, false, p, n);
+            if (r->h.on_ping)
+                r->h.on_ping(ws, p, n, r->user);
+        }
+        return !gone(ws);
+    case TERN__WS_OP_PONG:
+        ws->awaiting_pong = false;
+        if (ws->state == TERN__WS_OPEN && r->h.on_pong)
+            r->h.on_pong(ws, p, n, r->user);
+        return !gone(ws);
+    default:
+        fail(ws, TERN_WS_PROTOCOL_ERROR);
+        return false;
+    }
+}
+
+static size_t on_data(tern__conn *c, char *data, size_t len) {
+    tern_ws *ws = (tern_ws *)c;
+    const tern_ws_options *o = &ws->route->opt;
+    size_t pos = 0;
+    if (ws->state == TERN__WS_OPEN) {
+        /* Any byte from the peer shows it is alive. */
+        ws->awaiting_pong = false;
+        tern__conn_set_timeout(c, o->idle_timeout_ms);
+    }
+    while (pos < len) {
+        if (gone(ws))
+            return len;
+        if (!ws->in_frame) {
+            tern__ws_header h;
+            int r = tern__ws_parse_header((const uint8_t *)data + pos, len - pos, true, ws->pmd_on,
+                                          &h);
+            if (r == 0)
+                return pos;
+            if (r < 0) {
+                fail(ws, TERN_WS_PROTOCOL_ERROR);
+                return len;
+            }
+            if (h.opcode >= 8) {
+                /* Control frames are small (<= 125 bytes): wait for all of it. */
+                if (len - pos - (size_t)r < h.payload_len)
+                    return pos;
+                char *p = data + pos + r;
+                tern__ws_mask((uint8_t *)p, (size_t)h.payload_len, h.mask, 0);
+                pos += (size_t)r + (size_t)h.payload_len;
+                if (!on_control(ws, h.opcode, p, (size_t)h.payload_len))
+                    return len;
+                continue;
+            }
+            if (h.opcode == TERN__WS_OP_CONT) {
+                if (ws->msg_opcode == 0) {
+                    fail(ws, TERN_WS_PROTOCOL_ERROR);   /* a continuation of nothing */
+                    return len;
+                }
+            } else {
+                if (ws->msg_opcode != 0) {
+                    fail(ws, TERN_WS_PROTOCOL_ERROR);   /* a new message inside a fragmented one */
+                    return len;
+                }
+                ws->msg_opcode = h.opcode;
+                ws->msg_compressed = h.rsv1;
+                ws->utf8 = TERN__UTF8_ACCEPT;
+            }
+            if (!ws->msg_compressed && ws->msg_total + h.payload_len > o->max_message) {
+                fail(ws, TERN_WS_TOO_BIG);
+                return len;
+            }
+            ws->in_frame = true;
+            ws->frame_fin = h.fin;
+            ws->frame_left = h.payload_len;
+            ws->phase = 0;
+            memcpy(ws->mask, h.mask, 4);
+            pos += (size_t)r;
+        }
+        size_t n = len - pos < ws->frame_left ? len - pos : (size_t)ws->frame_left;
+        char *p = data + pos;
+        ws->phase = (uint8_t)tern__ws_mask((uint8_t *)p, n, ws->mask, ws->phase);
+        pos += n;
+        ws->frame_left -= n;
+        bool frame_end = ws->frame_left == 0;
+        if (frame_end)
+            ws->in_frame = false;
+        if (!on_payload(ws, p, n, frame_end && ws->frame_fin))
+            return len;
+    }
+    return pos;
+}
+
+static void on_eof(tern__conn *c) {
+    tern_ws *ws = (tern_ws *)c;
+    /* The peer closed TCP: after its close frame that is normal; without
+     * one it is 1006 (on_close says so). */
+    tern__conn_close(&ws->conn, 0);
+}
+
+static void on_drain(tern__conn *c) {
+    tern_ws *ws = (tern_ws *)c;
+    ws->soft_since = 0;
+    if (ws->paused_by_policy) {
+        ws->paused_by_policy = false;
+        tern__conn_resume(c);
+    }
+    if (ws->state == TERN__WS_OPEN && ws->route->h.on_drain)
+        ws->route->h.on_drain(ws, ws->route->user);
+}
+
+static void on_timeout(tern__conn *c) {
+    tern_ws *ws = (tern_ws *)c;
+    if (ws->state != TERN__WS_OPEN) {
+        /* The peer never answered our close frame. */
+        tern__conn_close(c, -ETIMEDOUT);
+        return;
+    }
+    if (ws->awaiting_pong) {
+        /* Idle, pinged, and still silent: the peer is gone. */
+        send_close_frame(ws, TERN_WS_INTERNAL, "no pong", 7);
+        notify_close(ws, TERN_WS_ABNORMAL, "", 0);
+        tern__conn_close(c, -ETIMEDOUT);
+        return;
+    }
+    write_frame(ws, TERN__WS_OP_PING, true, false, NULL, 0);
+    ws->awaiting_pong = true;
+    tern__conn_set_timeout(c, ws->route->opt.pong_timeout_ms);
+}
+
+static void on_shutdown(tern__conn *c) {
+    tern_ws *ws = (tern_ws *)c;
+    if (ws->state == TERN__WS_OPEN)
+        tern_ws_close(ws, TERN_WS_GOING_AWAY, "server shutting down");
+}
+
+static void on_close(tern__conn *c, int err) {
+    tern_ws *ws = (tern_ws *)c;
+    tern_server *srv = ws->route->srv;
+    notify_close(ws, TERN_WS_ABNORMAL, "", 0);
+    free(ws->msg);
+    ws->msg = NULL;
+    tern__pmd_inflater_free(ws->inflater);
+    tern__pmd_deflater_free(ws->deflater);
+    ws->inflater = NULL;
+    ws->deflater = NULL;
+    tern__http_conn_closed_by_server(srv);
+}
+
+/* ---- the switch from HTTP --------------------------------------------- */
+
+int tern__ws_open(tern__http_conn *hc, const tern__ws_route *route, void *conn_user,
+                    const char *subprotocol, const tern__pmd_params *pmd, bool pmd_on,
+                    const char *rest, size_t rest_len) {
+    tern_ws *ws = calloc(1, sizeof(*ws));
+    if (ws == NULL)
+        return -ENOMEM;
+    int err = tern__conn_move(&hc->conn, &ws->conn, &ws_proto);
+    if (err < 0) {
+        free(ws);
+        return err;
+    }
+    ws->route = route;
+    ws->user = conn_user;
+    ws->state = TERN__WS_OPEN;
+    ws->utf8 = TERN__UTF8_ACCEPT;
+    ws->subprotocol = subprotocol;
+    ws->pmd_on = pmd_on;
+    if (pmd_on)
+        ws->pmd = *pmd;
+    ws->conn.out_limit = route->opt.backlog_hard;
+    tern__conn_set_timeout(&ws->conn, route->opt.idle_timeout_ms);
+    if (rest_len && tern__conn_inject(&ws->conn, rest, rest_len) < 0) {
+        tern__conn_close(&ws->conn, -ENOMEM);
+        return 0;
+    }
+    if (route->h.on_open)
+        route->h.on_open(ws, route->user);
+    return 0;
+}

@@ -1,0 +1,195 @@
+/* WebSocket routes and the opening handshake (RFC 6455 §4.2), and the
+ * one-line server. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ws/handshake.h"
+#include "ws/ws.h"
+
+#define KIB 1024u
+
+static int try_upgrade(tern_http_req *req, const tern__http_head *head, const char *rest,
+                       size_t rest_len);
+static void free_ws_server(tern_server *srv);
+
+static const tern__upgrade_hook ws_hook = {try_upgrade, free_ws_server};
+
+static tern__ws_server *ws_server(tern_server *srv) {
+    if (srv->ws == NULL) {
+        tern__ws_server *w = calloc(1, sizeof(*w));
+        if (w == NULL || (w->router = tern__router_new()) == NULL) {
+            free(w);
+            return NULL;
+        }
+        srv->ws = w;
+        srv->upgrade = &ws_hook;
+    }
+    return srv->ws;
+}
+
+static void free_ws_server(tern_server *srv) {
+    tern__ws_server *w = srv->ws;
+    if (w == NULL)
+        return;
+    tern__router_free(w->router);
+    while (w->routes) {
+        tern__ws_route *r = w->routes;
+        w->routes = r->next;
+        free(r);
+    }
+    free(w);
+    srv->ws = NULL;
+}
+
+int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers *h,
+                  const tern_ws_options *opt, void *user) {
+    if (h == NULL || pattern == NULL)
+        return -EINVAL;
+    tern__ws_server *w = ws_server(srv);
+    if (w == NULL)
+        return -ENOMEM;
+    tern__ws_route *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return -ENOMEM;
+    r->h = *h;
+    if (opt)
+        r->opt = *opt;
+    tern_ws_options *o = &r->opt;
+    if (!o->max_message) o->max_message = 16 * KIB * KIB;
+    if (!o->idle_timeout_ms) o->idle_timeout_ms = 30000;
+    if (!o->pong_timeout_ms) o->pong_timeout_ms = 30000;
+    if (!o->close_timeout_ms) o->close_timeout_ms = 5000;
+    if (!o->backlog_soft) o->backlog_soft = 256 * KIB;
+    if (!o->backlog_grace_ms) o->backlog_grace_ms = 10000;
+    if (!o->backlog_hard) o->backlog_hard = 1024 * KIB;
+    if (!o->compress_min) o->compress_min = 64;
+    if (o->server_max_window_bits < 9 || o->server_max_window_bits > 15)
+        o->server_max_window_bits = 15;
+    r->pmd = (tern__pmd_config){
+        .enabled = o->compression,
+        .server_no_context_takeover = o->server_no_context_takeover,
+        .server_max_window_bits = o->server_max_window_bits,
+    };
+    r->user = user;
+    r->srv = srv;
+    int err = tern__router_add(w->router, NULL, pattern, r);
+    if (err < 0) {
+        free(r);
+        return err;
+    }
+    r->next = w->routes;
+    w->routes = r;
+    return 0;
+}
+
+static bool header_has_token(const tern__http_head *head, const char *name, const char *token) {
+    for (size_t i = 0; i < head->num_headers; i++) {
+        const tern__http_header *h = &head->headers[i];
+        if (h->name_len == strlen(name) && strncasecmp(h->name, name, h->name_len) == 0 &&
+            tern__http_has_token(h->value, h->value_len, token))
+            return true;
+    }
+    return false;
+}
+
+static int try_upgrade(tern_http_req *req, const tern__http_head *head, const char *rest,
+                       size_t rest_len) {
+    tern_server *srv = req->srv;
+    tern__ws_server *w = srv->ws;
+    tern__route_params params;
+    int status;
+    tern__ws_route *route = tern__router_match(w->router, "GET", 3, head->path, head->path_len,
+                                               &params, &status);
+    if (route == NULL || !header_has_token(head, "Upgrade", "websocket"))
+        return 0;   /* not a WebSocket path, or another protocol: HTTP decides */
+    if (head->method_len != 3 || memcmp(head->method, "GET", 3) != 0 || head->minor_version != 1)
+        return -400;
+    if (head->body_kind != TERN__BODY_NONE &&
+        !(head->body_kind == TERN__BODY_LENGTH && head->content_length == 0))
+        return -400;
+    const tern__http_header *ver = tern__http_find_header(head, "Sec-WebSocket-Version");
+    if (ver == NULL || ver->value_len != 2 || memcmp(ver->value, "13", 2) != 0) {
+        tern_http_add_header(req, "Sec-WebSocket-Version", "13");
+        return ver == NULL ? -400 : -426;
+    }
+    const tern__http_header *key = tern__http_find_header(head, "Sec-WebSocket-Key");
+    if (key == NULL || !tern__ws_key_valid(key->value, key->value_len))
+        return -400;
+
+    void *conn_user = NULL;
+    if (route->h.on_upgrade) {
+        int r = route->h.on_upgrade(req, &conn_user, route->user);
+        if (r != 0)
+            return r >= 400 && r <= 599 ? -r : -403;
+    }
+
+    const char *subprotocol = NULL;
+    const tern__http_header *proto = tern__http_find_header(head, "Sec-WebSocket-Protocol");
+    if (proto && route->opt.subprotocols) {
+        int i = tern__ws_pick_subprotocol(proto->value, proto->value_len, route->opt.subprotocols);
+        if (i >= 0)
+            subprotocol = route->opt.subprotocols[i];
+    }
+    tern__pmd_params pmd = {0};
+    char ext[160];
+    bool pmd_on = false;
+    const tern__http_header *exts = tern__http_find_header(head, "Sec-WebSocket-Extensions");
+    if (exts && route->pmd.enabled)
+        pmd_on = tern__pmd_negotiate(exts->value, exts->value_len, &route->pmd, &pmd, ext,
+                                     sizeof(ext)) == 1;
+
+    char accept[TERN__WS_ACCEPT_LEN + 1];
+    tern__ws_accept(key->value, key->value_len, accept);
+    tern__http_conn *hc = req->hc;
+    char buf[1024];
+    int n = snprintf(buf, sizeof(buf),
+                     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                     "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n%s%s%s%s%s%s",
+                     accept, subprotocol ? "Sec-WebSocket-Protocol: " : "",
+                     subprotocol ? subprotocol : "", subprotocol ? "\r\n" : "",
+                     pmd_on ? "Sec-WebSocket-Extensions: " : "", pmd_on ? ext : "",
+                     pmd_on ? "\r\n" : "");
+    if (n < 0 || (size_t)n >= sizeof(buf) - 2)
+        return -500;
+    struct iovec iov[3] = {{buf, (size_t)n}, {req->extra, req->extra_len}, {"\r\n", 2}};
+    tern__conn_writev(&hc->conn, iov, 3);
+    req->extra_len = 0;
+    if (tern__ws_open(hc, route, conn_user, subprotocol, &pmd, pmd_on, rest, rest_len) < 0) {
+        tern__conn_close(&hc->conn, -ENOMEM);
+        return 1;
+    }
+    return 1;
+}
+
+/* ---- the one-line server ---------------------------------------------- */
+
+static void serve_done(tern_server *srv, void *user) { tern_loop_stop(tern_server_loop(srv)); }
+
+static void serve_signal(tern_loop *loop, int signo, void *user) {
+    tern_server *srv = user;
+    if (srv->shutting_down)
+        tern_loop_stop(loop);   /* a second signal: now */
+    else
+        tern_server_shutdown(srv, serve_done, NULL);
+}
+
+int tern_ws_serve(const char *host, int port, const tern_ws_handlers *h, void *user) {
+    tern_loop *loop;
+    tern_server *srv = NULL;
+    int err = tern_loop_new(&loop, NULL);
+    if (err < 0)
+        return err;
+    signal(SIGPIPE, SIG_IGN);
+    if ((err = tern_server_new(&srv, loop, NULL)) == 0 &&
+        (err = tern_ws_route(srv, "/*", h, NULL, user)) == 0 &&
+        (err = tern_listen(srv, host, port, NULL)) == 0 &&
+        (err = tern_loop_on_signal(loop, SIGINT, serve_signal, srv)) == 0 &&
+        (err = tern_loop_on_signal(loop, SIGTERM, serve_signal, srv)) == 0)
+        err = tern_loop_run(loop);
+    tern_server_free(srv);
+    tern_loop_free(loop);
+    return err;
+}

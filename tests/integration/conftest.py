@@ -1,0 +1,145 @@
+"""Fixtures that run a real `tern serve` on 127.0.0.1 and stop it cleanly.
+
+TERN_BIN names the binary (make sets it). Every server is started on port 0
+and the port is read from its first log line. At teardown the server gets
+SIGTERM and must exit 0 within a few seconds, without a sanitizer report.
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+TERN_BIN = os.environ.get("TERN_BIN") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "build", "tern")
+SANITIZED = os.environ.get("TERN_SANITIZED") == "1"
+# Timing allowances grow under the sanitizers, which slow everything down.
+SLOW = 3.0 if SANITIZED else 1.0
+
+
+class Server:
+    def __init__(self, args, cwd=None):
+        self.args = args
+        self.proc = subprocess.Popen(
+            [TERN_BIN, "serve", "--host", "127.0.0.1", "--port", "0", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+        line = self.proc.stderr.readline().decode()
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
+        if not m:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            raise RuntimeError(f"tern did not start: {line!r} {err.decode()!r}")
+        self.port = int(m.group(1))
+        self.host = "127.0.0.1"
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.stderr = ""
+
+    def connect(self, timeout=5.0):
+        s = socket.create_connection((self.host, self.port), timeout=timeout)
+        return s
+
+    def rss_kib(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no VmRSS")
+
+    def open_fds(self):
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def stop(self, sig=signal.SIGTERM, timeout=10.0):
+        """Signals the server and returns its exit code; fails on a sanitizer report."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            _, err = self.proc.communicate(timeout=timeout * SLOW)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+            raise AssertionError("tern did not exit after SIGTERM")
+        self.stderr = err.decode(errors="replace")
+        assert "ERROR: AddressSanitizer" not in self.stderr, self.stderr
+        assert "runtime error:" not in self.stderr, self.stderr
+        assert "LeakSanitizer" not in self.stderr, self.stderr
+        return self.proc.returncode
+
+
+@pytest.fixture
+def tern_factory():
+    servers = []
+
+    def start(*args, cwd=None):
+        s = Server(list(args), cwd=cwd)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        code = s.stop()
+        assert code == 0, f"tern exited {code}: {s.stderr}"
+
+
+@pytest.fixture
+def tern(tern_factory):
+    return tern_factory()
+
+
+def recv_until_closed(sock, timeout=5.0):
+    sock.settimeout(timeout)
+    chunks = []
+    while True:
+        try:
+            b = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not b:
+            break
+        chunks.append(b)
+    return b"".join(chunks)
+
+
+def read_response(sock, timeout=5.0):
+    """Reads one HTTP/1.1 response (Content-Length, chunked, or until close).
+    Returns (status, headers dict lower-cased, body bytes, leftover bytes)."""
+    sock.settimeout(timeout)
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        b = sock.recv(65536)
+        if not b:
+            raise EOFError(f"closed before a full head: {buf!r}")
+        buf += b
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for l in lines[1:]:
+        k, _, v = l.partition(":")
+        headers.setdefault(k.strip().lower(), v.strip())
+    if status in (204, 304) or 100 <= status < 200:
+        return status, headers, b"", rest
+    if "content-length" in headers:
+        n = int(headers["content-length"])
+        while len(rest) < n:
+            b = sock.recv(65536)
+            if not b:
+                raise EOFError("closed inside a body")
+            rest += b
+        return status, headers, rest[:n], rest[n:]
+    if headers.get("transfer-encoding") == "chunked":
+        body = b""
+        while True:
+            while b"\r\n" not in rest:
+                rest += sock.recv(65536)
+            size_line, _, rest = rest.partition(b"\r\n")
+            size = int(size_line, 16)
+            while len(rest) < size + 2:
+                rest += sock.recv(65536)
+            body += rest[:size]
+            rest = rest[size + 2:]
+            if size == 0:
+                return status, headers, body, rest
+    return status, headers, rest + recv_until_closed(sock), b""

@@ -1,0 +1,313 @@
+/* The loop: precise timers, the timer wheel, cross-thread posts, signals. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loop/loop_internal.h"
+
+static uint64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- precise timers --------------------------------------------------- */
+
+typedef struct order_log {
+    int seen[16];
+    int n;
+    tern_loop *loop;
+    int stop_after;
+} order_log;
+
+typedef struct tagged {
+    order_log *log;
+    int tag;
+} tagged;
+
+static void log_fire(tern_timer *t, void *user) {
+    tagged *tg = user;
+    tg->log->seen[tg->log->n++] = tg->tag;
+    if (tg->log->n == tg->log->stop_after)
+        tern_loop_stop(tg->log->loop);
+}
+
+static void timers_fire_in_deadline_order(void **state) {
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    order_log log = {.loop = loop, .stop_after = 4};
+    tagged tags[4] = {{&log, 30}, {&log, 10}, {&log, 20}, {&log, 11}};
+    tern_timer *t[4];
+    assert_int_equal(tern_timer_start(loop, &t[0], 30, 0, log_fire, &tags[0]), 0);
+    assert_int_equal(tern_timer_start(loop, &t[1], 10, 0, log_fire, &tags[1]), 0);
+    assert_int_equal(tern_timer_start(loop, &t[2], 20, 0, log_fire, &tags[2]), 0);
+    /* Same deadline as tag 10, armed later: fires after it. */
+    assert_int_equal(tern_timer_start(loop, &t[3], 10, 0, log_fire, &tags[3]), 0);
+    uint64_t start = mono_ms();
+    assert_int_equal(tern_loop_run(loop), 0);
+    assert_true(mono_ms() - start >= 30);
+    assert_int_equal(log.n, 4);
+    assert_int_equal(log.seen[0], 10);
+    assert_int_equal(log.seen[1], 11);
+    assert_int_equal(log.seen[2], 20);
+    assert_int_equal(log.seen[3], 30);
+    for (int i = 0; i < 4; i++)
+        tern_timer_stop(t[i]);
+    tern_loop_free(loop);
+}
+
+typedef struct repeat_state {
+    int count;
+    tern_loop *loop;
+} repeat_state;
+
+static void repeat_fire(tern_timer *t, void *user) {
+    repeat_state *r = user;
+    if (++r->count == 5) {
+        tern_timer_stop(t);   /* stopping (freeing) inside its own callback is allowed */
+        tern_loop_stop(r->loop);
+    }
+}
+
+static void repeating_timer_repeats_and_stops_itself(void **state) {
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    repeat_state r = {0, loop};
+    tern_timer *t;
+    uint64_t start = mono_ms();
+    assert_int_equal(tern_timer_start(loop, &t, 5, 5, repeat_fire, &r), 0);
+    tern_loop_run(loop);
+    assert_int_equal(r.count, 5);
+    assert_true(mono_ms() - start >= 25);
+    tern_loop_free(loop);
+}
+
+static void never_fire(tern_timer *t, void *user) { fail_msg("a stopped timer fired"); }
+static void stop_loop_fire(tern_timer *t, void *user) { tern_loop_stop(user); }
+
+static void stopped_timer_never_fires_and_again_rearms(void **state) {
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    tern_timer *a, *b;
+    assert_int_equal(tern_timer_start(loop, &a, 5, 0, never_fire, NULL), 0);
+    assert_int_equal(tern_timer_start(loop, &b, 1000, 0, stop_loop_fire, loop), 0);
+    tern_timer_stop(a);
+    /* Moved from 1 s to 20 ms. */
+    assert_int_equal(tern_timer_again(b, 20), 0);
+    uint64_t start = mono_ms();
+    tern_loop_run(loop);
+    uint64_t took = mono_ms() - start;
+    assert_true(took >= 20 && took < 900);
+    tern_timer_stop(b);
+    tern_loop_free(loop);
+}
+
+/* ---- the wheel -------------------------------------------------------- */
+
+typedef struct wheel_probe {
+    tern__wheel_entry e;
+    uint64_t armed_at, fired_at;
+    tern_loop *loop;
+    int *remaining;
+} wheel_probe;
+
+static void probe_fire(tern__wheel_entry *e) {
+    wheel_probe *p = tern__container_of(e, wheel_probe, e);
+    p->fired_at = tern_loop_now(p->loop);
+    if (--*p->remaining == 0)
+        tern_loop_stop(p->loop);
+}
+
+static void wheel_fires_never_early_at_most_a_tick_late(void **state) {
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    enum { N = 6 };
+    static const uint64_t delays[N] = {1, 50, 64, 100, 130, 300};
+    wheel_probe p[N];
+    int remaining = N;
+    for (int i = 0; i < N; i++) {
+        p[i] = (wheel_probe){.loop = loop, .remaining = &remaining};
+        tern__wheel_init_entry(&p[i].e, probe_fire);
+        p[i].armed_at = tern_loop_now(loop);
+        tern__wheel_set(loop, &p[i].e, delays[i]);
+        assert_true(tern__wheel_armed(&p[i].e));
+    }
+    tern_loop_run(loop);
+    for (int i = 0; i < N; i++) {
+        uint64_t waited = p[i].fired_at - p[i].armed_at;
+        assert_true(waited >= delays[i]);
+        assert_true(waited <= delays[i] + 2 * TERN__WHEEL_TICK_MS + 20);
+        assert_false(tern__wheel_armed(&p[i].e));
+    }
+    tern_loop_free(loop);
+}
+
+static void wheel_cancel_and_move(void **state) {
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    int remaining = 1;
+    wheel_probe a = {.loop = loop, .remaining = &remaining};
+    wheel_probe b = {.loop = loop, .remaining = &remaining};
+    tern__wheel_init_entry(&a.e, probe_fire);
+    tern__wheel_init_entry(&b.e, probe_fire);
+    tern__wheel_set(loop, &a.e, 50);
+    tern__wheel_set(loop, &a.e, 0);   /* cancelled */
+    assert_false(tern__wheel_armed(&a.e));
+    tern__wheel_set(loop, &b.e, 10000);
+    tern__wheel_set(loop, &b.e, 80);  /* moved earlier */
+    b.armed_at = tern_loop_now(loop);
+    tern_timer *guard;
+    assert_int_equal(tern_timer_start(loop, &guard, 3000, 0, stop_loop_fire, loop), 0);
+    tern_loop_run(loop);
+    assert_int_equal(a.fired_at, 0);
+    assert_true(b.fired_at - b.armed_at >= 80 && b.fired_at - b.armed_at < 2000);
+    tern_timer_stop(guard);
+    tern_loop_free(loop);
+}
+
+/* A deadline beyond one turn of the wheel (65 s) must wait for its turn.
+ * Drive the wheel by hand with a made-up clock rather than wait a minute. */
+static void wheel_long_deadline_waits_for_its_turn(void **state) {
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    int remaining = 1;
+    wheel_probe p = {.loop = loop, .remaining = &remaining};
+    tern__wheel_init_entry(&p.e, probe_fire);
+    uint64_t span = (uint64_t)TERN__WHEEL_TICK_MS * TERN__WHEEL_SLOTS;
+    uint64_t t0 = loop->now_ms;
+    tern__wheel_set(loop, &p.e, span + 5000);
+    /* One full turn later, its slot has come round once: not yet. */
+    for (uint64_t t = t0; t <= t0 + span + 1000; t += 500) {
+        loop->now_ms = t;
+        tern__wheel_run(loop);
+    }
+    assert_int_equal(p.fired_at, 0);
+    assert_true(tern__wheel_armed(&p.e));
+    for (uint64_t t = t0 + span + 1000; t <= t0 + span + 5000 + 2 * TERN__WHEEL_TICK_MS; t += 16) {
+        loop->now_ms = t;
+        tern__wheel_run(loop);
+    }
+    assert_true(p.fired_at >= t0 + span + 5000);
+    assert_false(tern__wheel_armed(&p.e));
+    tern_loop_free(loop);
+}
+
+/* ---- posts ------------------------------------------------------------ */
+
+enum { THREADS = 4, POSTS_PER_THREAD = 20000 };
+
+typedef struct post_state {
+    tern_loop *loop;
+    int received;
+    int last_seen[THREADS];
+    int out_of_order;
+} post_state;
+
+typedef struct post_msg {
+    post_state *st;
+    int thread, seq;
+} post_msg;
+
+static void on_post(tern_loop *loop, void *user) {
+    post_msg *m = user;
+    post_state *st = m->st;
+    if (m->seq != st->last_seen[m->thread] + 1)
+        st->out_of_order++;
+    st->last_seen[m->thread] = m->seq;
+    free(m);
+    if (++st->received == THREADS * POSTS_PER_THREAD)
+        tern_loop_stop(loop);
+}
+
+typedef struct producer_arg {
+    post_state *st;
+    int thread;
+} producer_arg;
+
+static void *producer(void *arg) {
+    producer_arg *a = arg;
+    for (int i = 0; i < POSTS_PER_THREAD; i++) {
+        post_msg *m = malloc(sizeof(*m));
+        *m = (post_msg){a->st, a->thread, i};
+        while (tern_loop_post(a->st->loop, on_post, m) != 0)
+            ;
+    }
+    return NULL;
+}
+
+static void posts_from_many_threads_all_arrive_in_order_per_thread(void **state) {
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    post_state st = {.loop = loop};
+    for (int i = 0; i < THREADS; i++)
+        st.last_seen[i] = -1;
+    pthread_t th[THREADS];
+    producer_arg args[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        args[i] = (producer_arg){&st, i};
+        pthread_create(&th[i], NULL, producer, &args[i]);
+    }
+    tern_loop_run(loop);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(th[i], NULL);
+    assert_int_equal(st.received, THREADS * POSTS_PER_THREAD);
+    assert_int_equal(st.out_of_order, 0);
+    tern_loop_free(loop);
+}
+
+static void *stopper(void *arg) {
+    usleep(20000);
+    tern_loop_stop_async(arg);
+    return NULL;
+}
+
+static void stop_async_from_another_thread(void **state) {
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    pthread_t th;
+    pthread_create(&th, NULL, stopper, loop);
+    assert_int_equal(tern_loop_run(loop), 0);   /* returns: nothing else would stop it */
+    pthread_join(th, NULL);
+    tern_loop_free(loop);
+}
+
+/* ---- signals ---------------------------------------------------------- */
+
+static void on_usr1(tern_loop *loop, int signo, void *user) {
+    *(int *)user = signo;
+    tern_loop_stop(loop);
+}
+
+static void signal_is_delivered_on_the_loop(void **state) {
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    int got = 0;
+    assert_int_equal(tern_loop_on_signal(loop, SIGUSR1, on_usr1, &got), 0);
+    kill(getpid(), SIGUSR1);
+    tern_loop_run(loop);
+    assert_int_equal(got, SIGUSR1);
+    tern_loop_free(loop);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(timers_fire_in_deadline_order),
+        cmocka_unit_test(repeating_timer_repeats_and_stops_itself),
+        cmocka_unit_test(stopped_timer_never_fires_and_again_rearms),
+        cmocka_unit_test(wheel_fires_never_early_at_most_a_tick_late),
+        cmocka_unit_test(wheel_cancel_and_move),
+        cmocka_unit_test(wheel_long_deadline_waits_for_its_turn),
+        cmocka_unit_test(posts_from_many_threads_all_arrive_in_order_per_thread),
+        cmocka_unit_test(stop_async_from_another_thread),
+        cmocka_unit_test(signal_is_delivered_on_the_loop),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
