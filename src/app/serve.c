@@ -244,7 +244,7 @@ int tern_app_serve(int argc, char **argv) {
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
-    unsigned long long port = 8080, v;
+    unsigned long long port = 8080, v = 0;
     tern_server_options so = {0};
     tern_ws_options wo = {.compression = true};
     serve_ctx ctx = {0};

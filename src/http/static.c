@@ -2,7 +2,10 @@
  *
  * Paths are resolved by the kernel with openat2(RESOLVE_BENEATH), so
  * neither ".." nor a symlink can lead out of the root, whatever the path
- * looks like, and there is no window between a check and the open. */
+ * looks like, and there is no window between a check and the open.
+ * RESOLVE_BENEATH also refuses absolute symlinks that point back inside
+ * the root; for those (EXDEV) the file is opened normally and kept only if
+ * the kernel's name for the opened descriptor lies under the root. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -22,6 +25,7 @@
  * for the server's lifetime (closed by the route's cleanup). */
 typedef struct tern__static {
     int root_fd;
+    char *root_path; /* realpath() of the root, for the EXDEV fallback */
     tern_server *srv;
     struct tern__static *next;
 } tern__static;
@@ -64,6 +68,25 @@ static int open_beneath(int dirfd, const char *path) {
     };
     int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
     return fd < 0 ? -errno : fd;
+}
+
+/* The EXDEV fallback: open without RESOLVE_BENEATH (O_NONBLOCK so a FIFO
+ * cannot stall the loop), then ask the kernel where the descriptor lives. */
+static int open_checked(int dirfd, const char *path, const char *root_path) {
+    int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return -errno;
+    char link[64], real[TERN__PATH_MAX];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, real, sizeof(real) - 1);
+    size_t rlen = strlen(root_path);
+    bool inside = n > 0 && (size_t)n > rlen && memcmp(real, root_path, rlen) == 0 &&
+                  (real[rlen] == '/' || (rlen == 1 && root_path[0] == '/'));
+    if (!inside) {
+        close(fd);
+        return -EXDEV;
+    }
+    return fd;
 }
 
 static void simple(tern_http_req *req, int status) {
@@ -113,6 +136,8 @@ static void serve_static(tern_http_req *req, void *user) {
         rel++;
     bool dir_request = n == 0 || path[n - 1] == '/';
     int fd = open_beneath(st->root_fd, *rel ? rel : ".");
+    if (fd == -EXDEV)
+        fd = open_checked(st->root_fd, rel, st->root_path);
     if (fd < 0) {
         simple(req, status_of(fd));
         return;
@@ -195,12 +220,20 @@ int tern_http_static(tern_server *srv, const char *prefix, const char *dir) {
         return -ENOMEM;
     }
     st->root_fd = root;
+    st->root_path = realpath(dir, NULL);
     st->srv = srv;
+    if (st->root_path == NULL) {
+        int e = -errno;
+        close(root);
+        free(st);
+        return e;
+    }
     char pattern[1040];
     snprintf(pattern, sizeof(pattern), "%s%s*", prefix, prefix[plen - 1] == '/' ? "" : "/");
     int err = tern_http_route(srv, "GET", pattern, serve_static, st);
     if (err < 0) {
         close(root);
+        free(st->root_path);
         free(st);
         return err;
     }
@@ -214,6 +247,7 @@ void tern__http_static_free(tern_server *srv) {
     while (st) {
         tern__static *next = st->next;
         close(st->root_fd);
+        free(st->root_path);
         free(st);
         st = next;
     }

@@ -102,8 +102,9 @@ def recv_until_closed(sock, timeout=5.0):
     return b"".join(chunks)
 
 
-def read_response(sock, timeout=5.0):
+def read_response(sock, timeout=5.0, for_head=False):
     """Reads one HTTP/1.1 response (Content-Length, chunked, or until close).
+    for_head=True: the response answers a HEAD request, so it has no body.
     Returns (status, headers dict lower-cased, body bytes, leftover bytes)."""
     sock.settimeout(timeout)
     buf = b""
@@ -119,7 +120,7 @@ def read_response(sock, timeout=5.0):
     for l in lines[1:]:
         k, _, v = l.partition(":")
         headers.setdefault(k.strip().lower(), v.strip())
-    if status in (204, 304) or 100 <= status < 200:
+    if for_head or status in (204, 304) or 100 <= status < 200:
         return status, headers, b"", rest
     if "content-length" in headers:
         n = int(headers["content-length"])
