@@ -74,7 +74,8 @@ void tern__http_req_reset(tern_http_req *req) {
 enum { LEN_NONE = -1, LEN_CHUNKED = -2, LEN_UNTIL_CLOSE = -3 };
 
 static char *put(char *p, const char *s, size_t n) {
-    memcpy(p, s, n);
+    if (n)  /* s may be NULL when n is 0 (an empty body) */
+        memcpy(p, s, n);
     return p + n;
 }
 

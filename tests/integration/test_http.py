@@ -12,7 +12,7 @@ import aiohttp
 import h11
 import pytest
 
-from conftest import SLOW, read_response, recv_until_closed
+from conftest import SANITIZED, SLOW, read_response, recv_until_closed
 
 
 def get(tern, path, headers=None, method="GET", body=None):
@@ -591,4 +591,7 @@ def test_10000_connections_rss_returns_to_start(tern):
     assert tern.open_fds() == fds0
     end = tern.rss_kib()
     # Peak was 500 connections; afterwards the heap must be back near the start.
-    assert end - start < 2048, (start, end)
+    # Under ASan freed memory sits in its quarantine, so RSS says nothing
+    # there; LeakSanitizer checks the same thing at exit instead.
+    if not SANITIZED:
+        assert end - start < 2048, (start, end)
