@@ -53,6 +53,12 @@ int tern__io_set(tern_loop *loop, tern__io *io, uint32_t events) {
     if (epoll_ctl(loop->epfd, op, io->fd, &ev) < 0)
         return -errno;
     io->events = events;
+    if (events == 0) {
+        /* The watcher may be freed before the rest of this batch runs. */
+        for (int i = loop->batch_next; i < loop->batch_len; i++)
+            if (loop->batch[i].data.ptr == io)
+                loop->batch[i].data.ptr = NULL;
+    }
     return 0;
 }
 
@@ -243,10 +249,15 @@ int tern_loop_run(tern_loop *loop) {
         if (n < 0 && errno != EINTR)
             return -errno;
         update_time(loop);
-        for (int i = 0; i < n; i++) {
-            tern__io *io = events[i].data.ptr;
-            io->fn(io, events[i].events);
+        loop->batch = events;
+        loop->batch_len = n < 0 ? 0 : n;
+        for (loop->batch_next = 0; loop->batch_next < loop->batch_len;) {
+            struct epoll_event *ev = &events[loop->batch_next++];
+            tern__io *io = ev->data.ptr;
+            if (io != NULL)  /* NULL: removed by an earlier callback */
+                io->fn(io, ev->events);
         }
+        loop->batch_len = 0;
         batch_end(loop);
         tern__wheel_run(loop);
         tern__timers_run(loop);

@@ -26,7 +26,9 @@ struct tern__io {
 
 void tern__io_init(tern__io *io, int fd, tern__io_fn fn);
 /* Sets the epoll interest to `events` (EPOLLIN, EPOLLOUT, ...; 0 removes
- * the fd), with one epoll_ctl call only when it changes. */
+ * the fd), with one epoll_ctl call only when it changes. Removing also
+ * drops the watcher's events still queued in the current batch, so the
+ * caller may free the watcher right away. */
 int tern__io_set(tern_loop *loop, tern__io *io, uint32_t events);
 
 /* Tells epoll that a registered watcher now lives at a new address. */

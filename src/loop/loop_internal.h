@@ -3,6 +3,7 @@
 #define TERN_LOOP_INTERNAL_H
 
 #include <signal.h>
+#include <sys/epoll.h>
 
 #include "loop/loop.h"
 
@@ -64,6 +65,12 @@ struct tern_loop {
 
     tern__loop_hook batch_end;
     void *slots[TERN__SLOT_COUNT];
+
+    /* The batch being dispatched: events [batch_next, batch_len) are still
+     * to run. A watcher removed meanwhile has its pending events cleared
+     * here, so a callback may free a watcher that has an event queued. */
+    struct epoll_event *batch;
+    int batch_next, batch_len;
 };
 
 /* wheel.c */

@@ -168,6 +168,7 @@ void tern__listener_close(tern__listener *l) {
         return;
     if (l->backoff)
         tern_timer_stop(l->backoff);
+    tern__io_set(l->loop, &l->io, 0);
     close(l->io.fd);
     free(l);
 }

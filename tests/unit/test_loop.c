@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <sys/eventfd.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <time.h>
@@ -297,6 +298,61 @@ static void signal_is_delivered_on_the_loop(void **state) {
     tern_loop_free(loop);
 }
 
+/* ---- watchers removed mid-batch ---------------------------------------- */
+
+/* Two ready eventfds in one batch; whichever callback runs first removes
+ * and frees the other watcher. The other's queued event must not run
+ * (under ASan a dispatch to it would be a use-after-free). */
+typedef struct pair_watch {
+    tern__io io;
+    struct pair_watch **other;
+    int *calls;
+    tern_loop *loop;
+} pair_watch;
+
+static void pair_fired(tern__io *io, uint32_t revents) {
+    (void)revents;
+    pair_watch *w = tern__container_of(io, pair_watch, io);
+    (*w->calls)++;
+    pair_watch *o = *w->other;
+    if (o != NULL) {
+        tern__io_set(w->loop, &o->io, 0);
+        close(o->io.fd);
+        free(o);
+        *w->other = NULL;
+    }
+    tern__io_set(w->loop, &w->io, 0);
+    tern_loop_stop(w->loop);
+}
+
+static void removed_watcher_gets_no_queued_event(void **state) {
+    (void)state;
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    int calls = 0;
+    pair_watch *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
+    pair_watch *slot_a = a, *slot_b = b;
+    a->other = &slot_b;  /* a frees b */
+    b->other = &slot_a;  /* b frees a */
+    pair_watch *ws[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        int fd = eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC);
+        assert_true(fd >= 0);
+        tern__io_init(&ws[i]->io, fd, pair_fired);
+        ws[i]->calls = &calls;
+        ws[i]->loop = loop;
+        assert_int_equal(tern__io_set(loop, &ws[i]->io, EPOLLIN), 0);
+    }
+    assert_int_equal(tern_loop_run(loop), 0);
+    assert_int_equal(calls, 1);
+    pair_watch *left = slot_a ? slot_a : slot_b;
+    assert_non_null(left);
+    assert_true(slot_a == NULL || slot_b == NULL);
+    close(left->io.fd);
+    free(left);
+    tern_loop_free(loop);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(timers_fire_in_deadline_order),
@@ -308,6 +364,7 @@ int main(void) {
         cmocka_unit_test(posts_from_many_threads_all_arrive_in_order_per_thread),
         cmocka_unit_test(stop_async_from_another_thread),
         cmocka_unit_test(signal_is_delivered_on_the_loop),
+        cmocka_unit_test(removed_watcher_gets_no_queued_event),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
