@@ -88,6 +88,8 @@ static int buf_reserve(tern__buf **bp, size_t n) {
 }
 
 static int buf_append(tern__buf **bp, const void *data, size_t n) {
+    if (n == 0)
+        return 0;
     int err = buf_reserve(bp, n);
     if (err < 0)
         return err;
@@ -319,6 +321,8 @@ int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
     tern__net *n = cork_take(c);
     if (n->cork_len + total <= TERN__CORK_CAP) {
         for (int i = 0; i < iovcnt; i++) {
+            if (iov[i].iov_len == 0)  /* iov_base may be NULL then */
+                continue;
             memcpy(n->cork + n->cork_len, iov[i].iov_base, iov[i].iov_len);
             n->cork_len += iov[i].iov_len;
         }
@@ -488,7 +492,9 @@ void tern__conn_end(tern__conn *c) {
  * lives in c->in (data == c->in->data + c->in->off). */
 static void feed(tern__conn *c, char *data, size_t len, bool from_in) {
     size_t used = c->proto->on_data(c, data, len);
-    if (c->flags & TERN__CONN_CLOSED)
+    /* Closed, or ended and lingering (which dropped c->in): the rest of
+     * the input is of no use. */
+    if (c->flags & (TERN__CONN_CLOSED | TERN__CONN_LINGER))
         return;
     if (from_in) {
         c->in->off += used;

@@ -286,6 +286,8 @@ static void message_reset(tern_ws *ws) {
 }
 
 static bool gather(tern_ws *ws, const char *p, size_t n) {
+    if (n == 0)
+        return true;
     if (ws->msg_len + n > ws->msg_cap) {
         size_t cap = ws->msg_cap ? ws->msg_cap * 2 : 4096;
         while (cap < ws->msg_len + n)
