@@ -226,6 +226,14 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     }
     if (route == NULL)
         route = find_route(hc, head, params, &status);
+    if (route == NULL && status == 404 && srv->upgrade && !head->upgrade) {
+        /* A WebSocket path asked for without the upgrade: RFC 9110 §15.5.22. */
+        const char *proto = srv->upgrade->owns_path(srv, head->path, head->path_len);
+        if (proto) {
+            status = 426;
+            tern_http_add_header(req, "Upgrade", proto);
+        }
+    }
     if (route == NULL)
         route = &route_status;
     if (route == &route_status) {

@@ -28,6 +28,9 @@ typedef struct tern__upgrade_hook {
      * HTTP status (headers it added to req go with it). */
     int (*try_upgrade)(tern_http_req *req, const tern__http_head *head, const char *rest,
                        size_t rest_len);
+    /* For a plain request no HTTP route takes: the protocol's name when the
+     * path is one of its routes (answered 426 with Upgrade: name), or NULL. */
+    const char *(*owns_path)(tern_server *srv, const char *path, size_t path_len);
     void (*free)(tern_server *srv);   /* the server is being freed */
 } tern__upgrade_hook;
 

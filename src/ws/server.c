@@ -13,9 +13,10 @@
 
 static int try_upgrade(tern_http_req *req, const tern__http_head *head, const char *rest,
                        size_t rest_len);
+static const char *owns_path(tern_server *srv, const char *path, size_t path_len);
 static void free_ws_server(tern_server *srv);
 
-static const tern__upgrade_hook ws_hook = {try_upgrade, free_ws_server};
+static const tern__upgrade_hook ws_hook = {try_upgrade, owns_path, free_ws_server};
 
 static tern__ws_server *ws_server(tern_server *srv) {
     if (srv->ws == NULL) {
@@ -83,6 +84,15 @@ int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers 
     r->next = w->routes;
     w->routes = r;
     return 0;
+}
+
+static const char *owns_path(tern_server *srv, const char *path, size_t path_len) {
+    tern__ws_server *w = srv->ws;
+    tern__route_params params;
+    int status;
+    return tern__router_match(w->router, "GET", 3, path, path_len, &params, &status)
+               ? "websocket"
+               : NULL;
 }
 
 static bool header_has_token(const tern__http_head *head, const char *name, const char *token) {
