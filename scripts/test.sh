@@ -2,7 +2,12 @@
 # Runs every test: called by `make test` after the three builds.
 #   1. unit tests (ctest) and integration tests (pytest) on the release build;
 #   2. the same on the ASan+UBSan build, where any sanitizer report fails;
-#   3. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus.
+#   3. Autobahn|Testsuite (fuzzingclient, cases 1-13) against `tern serve`'s
+#      /ws echo: every case on the release build, the quick cases (all but
+#      9.*, 12.*, 13.*, which are long performance and compression runs)
+#      again on the sanitizer build;
+#   4. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus.
+# AUTOBAHN=0 skips step 3 (for quick local runs; CI always runs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -26,6 +31,41 @@ section "unit tests (ASan + UBSan)"
 section "integration tests (ASan + UBSan)"
 TERN_BIN="$root/build-asan/tern" TERN_SANITIZED=1 \
     python3 -m pytest -q -p no:cacheprovider tests/integration || status=1
+
+# Starts `tern serve` from build dir $1 on a free port, runs Autobahn with
+# the environment given, and stops the server, which must exit 0 cleanly.
+autobahn() {
+    local build=$1 out=$2 log port pid rc=0
+    log="$out.server.log"
+    mkdir -p "$(dirname "$out")"
+    "$build/tern" serve --host 127.0.0.1 --port 0 --quiet 2>"$log" &
+    pid=$!
+    for _ in $(seq 50); do
+        port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
+        [ -n "$port" ] && break
+        sleep 0.1
+    done
+    if [ -z "$port" ]; then
+        echo "autobahn: tern did not start"; cat "$log"; kill "$pid" 2>/dev/null || true
+        return 1
+    fi
+    "$autobahn_dir/run" "ws://127.0.0.1:$port/ws" "$out" || rc=1
+    kill -TERM "$pid"
+    wait "$pid" || { echo "autobahn: tern exited $? after SIGTERM"; rc=1; }
+    if grep -q -e "ERROR: AddressSanitizer" -e "runtime error:" -e "LeakSanitizer" "$log"; then
+        cat "$log"; rc=1
+    fi
+    return $rc
+}
+
+autobahn_dir="$root/../shared/tools/autobahn"
+if [ "${AUTOBAHN:-1}" != 0 ]; then
+    section "Autobahn|Testsuite, all cases (release)"
+    autobahn build build/autobahn || status=1
+
+    section "Autobahn|Testsuite, quick cases (ASan + UBSan)"
+    AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build-asan build-asan/autobahn || status=1
+fi
 
 section "fuzzers"
 scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-30}" || status=1
