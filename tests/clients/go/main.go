@@ -231,11 +231,11 @@ func runSession(url string, compress bool) (*session, error) {
 }
 
 type tooBig struct {
-	Compress    bool       `json:"compress"`
-	Extensions  string     `json:"extensions"`
-	AtLimitOK   bool       `json:"at_limit_ok"`
-	OverLimit   int        `json:"over_limit"`
-	Close       *closeInfo `json:"close"`
+	Compress   bool       `json:"compress"`
+	Extensions string     `json:"extensions"`
+	AtLimitOK  bool       `json:"at_limit_ok"`
+	OverLimit  int        `json:"over_limit"`
+	Close      *closeInfo `json:"close"`
 }
 
 func runTooBig(url string, limit int, compress bool) (*tooBig, error) {

@@ -1,0 +1,3 @@
+module tern.bench/go-nethttp
+
+go 1.22
