@@ -38,7 +38,7 @@ autobahn() {
     local build=$1 out=$2 log port pid rc=0
     log="$out.server.log"
     mkdir -p "$(dirname "$out")"
-    "$build/tern" serve --host 127.0.0.1 --port 0 --quiet 2>"$log" &
+    "$build/tern" serve --host 127.0.0.1 --port 0 2>"$log" &
     pid=$!
     for _ in $(seq 50); do
         port=$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$log" | grep -o '[0-9]*$' || true)

@@ -7,6 +7,9 @@
  *   POST /upload            a streamed request body: answers its length
  *   GET  /delay?ms=N        "done" after N ms (an answer given later)
  *   GET  /ws                WebSocket echo: every message back with its opcode
+ *                           (subprotocol "tern.echo" when asked for)
+ *   GET  /ws/broadcast      WebSocket: every message goes to every connection
+ *                           of this route, framed (and compressed) once
  *   GET  /(anything else)   static files under --root, when given
  *
  * SIGINT or SIGTERM: graceful shutdown (stop accepting, finish responses in
@@ -17,17 +20,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "app/app.h"
 #include "tern/tern.h"
 
 #define MAX_ECHO_SIZE (64u * 1024 * 1024)
 
+/* A connection of /ws/broadcast, on the ctx's list while open. */
+typedef struct bcast_member {
+    tern_ws *ws;
+    struct bcast_member *next, *prev;
+} bcast_member;
+
 typedef struct serve_ctx {
     tern_loop *loop;
     tern_server *srv;
     int signals;
     bool quiet;
+    const char *ws_origin;     /* --ws-origin: the Origin allowed, or NULL (any) */
+    uint64_t ws_conn_seq;      /* numbers the WebSocket connections */
+    bcast_member *members;     /* /ws/broadcast connections */
 } serve_ctx;
 
 /* Reads a non-negative integer query parameter; -1 when absent or bad. */
@@ -174,6 +187,68 @@ static void ws_echo(tern_ws *ws, const char *data, size_t len, int opcode, void 
     tern_ws_send(ws, data, len, opcode);
 }
 
+/* The upgrade hook of both WebSocket routes: an Origin check when
+ * --ws-origin is given (browsers send Origin; other clients may not, and
+ * are let in), and a connection number in the 101 response. */
+static int ws_upgrade(tern_http_req *req, void **conn_user, void *user) {
+    serve_ctx *ctx = user;
+    size_t olen;
+    const char *origin = tern_http_header(req, "Origin", &olen);
+    if (ctx->ws_origin && origin &&
+        (olen != strlen(ctx->ws_origin) || strncasecmp(origin, ctx->ws_origin, olen) != 0))
+        return 403;
+    char id[24];
+    snprintf(id, sizeof(id), "%llu", (unsigned long long)++ctx->ws_conn_seq);
+    tern_http_add_header(req, "X-Tern-Connection", id);
+    *conn_user = NULL;
+    return 0;
+}
+
+static void bcast_open(tern_ws *ws, void *user) {
+    serve_ctx *ctx = user;
+    bcast_member *m = calloc(1, sizeof(*m));
+    if (m == NULL) {
+        tern_ws_close(ws, 1011, "out of memory");
+        return;
+    }
+    m->ws = ws;
+    m->next = ctx->members;
+    if (m->next)
+        m->next->prev = m;
+    ctx->members = m;
+    tern_ws_set_user(ws, m);
+}
+
+static void bcast_close(tern_ws *ws, int code, const char *reason, size_t reason_len, void *user) {
+    serve_ctx *ctx = user;
+    bcast_member *m = tern_ws_user(ws);
+    if (m == NULL)
+        return;
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        ctx->members = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+    free(m);
+}
+
+static void bcast_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
+    serve_ctx *ctx = user;
+    tern_ws_prepared *msg = tern_ws_prepare(data, len, opcode, true);
+    if (msg == NULL) {
+        tern_ws_close(ws, 1011, "out of memory");
+        return;
+    }
+    /* Sending may close a slow member (policy), which unlinks it: step on
+     * before sending. */
+    for (bcast_member *m = ctx->members, *next; m; m = next) {
+        next = m->next;
+        tern_ws_send_prepared(m->ws, msg);
+    }
+    tern_ws_prepared_free(msg);
+}
+
 static void shutdown_done(tern_server *srv, void *user) {
     serve_ctx *ctx = user;
     tern_loop_stop(ctx->loop);
@@ -209,6 +284,7 @@ static void usage(FILE *f) {
             "  --ws-max-message BYTES  WebSocket message limit (default 16777216)\n"
             "  --ws-idle-timeout MS  ping an idle WebSocket after this long (default 30000)\n"
             "  --no-compression      don't offer permessage-deflate on /ws\n"
+            "  --ws-origin ORIGIN    refuse (403) WebSocket upgrades from any other Origin\n"
             "  --quiet               no log lines\n");
 }
 
@@ -224,7 +300,7 @@ static bool parse_size(const char *s, unsigned long long max, unsigned long long
 
 int tern_app_serve(int argc, char **argv) {
     enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
-           O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD };
+           O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -241,6 +317,7 @@ int tern_app_serve(int argc, char **argv) {
         {"ws-max-message", required_argument, NULL, O_WS_MAX},
         {"ws-idle-timeout", required_argument, NULL, O_WS_IDLE},
         {"no-compression", no_argument, NULL, O_NO_PMD},
+        {"ws-origin", required_argument, NULL, O_WS_ORIGIN},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -268,6 +345,7 @@ int tern_app_serve(int argc, char **argv) {
         case O_WS_MAX: ok = parse_size(optarg, 1ull << 40, &v) && v > 0; wo.max_message = v; break;
         case O_WS_IDLE: ok = parse_size(optarg, 86400000, &v) && v > 0; wo.idle_timeout_ms = (uint32_t)v; break;
         case O_NO_PMD: wo.compression = false; break;
+        case O_WS_ORIGIN: ctx.ws_origin = optarg; break;
         default: usage(stderr); return 2;
         }
         if (!ok) {
@@ -294,8 +372,21 @@ int tern_app_serve(int argc, char **argv) {
     tern_http_route(ctx.srv, "GET", "/stream", on_stream, &ctx);
     tern_http_route_stream(ctx.srv, "POST", "/upload", on_upload, &ctx);
     tern_http_route(ctx.srv, "GET", "/delay", on_delay, &ctx);
-    static const tern_ws_handlers echo = {.on_message = ws_echo};
+    static const char *const echo_protocols[] = {"tern.echo", NULL};
+    static const tern_ws_handlers echo = {.on_upgrade = ws_upgrade, .on_message = ws_echo};
+    wo.subprotocols = echo_protocols;
     tern_ws_route(ctx.srv, "/ws", &echo, &wo, &ctx);
+    /* One compressed frame serves every subscriber only when no compressor
+     * keeps context between messages. */
+    static const tern_ws_handlers bcast = {.on_upgrade = ws_upgrade,
+                                           .on_open = bcast_open,
+                                           .on_message = bcast_message,
+                                           .on_close = bcast_close};
+    tern_ws_options bo = wo;
+    bo.subprotocols = NULL;
+    bo.server_no_context_takeover = true;
+    bo.slow_policy = TERN_WS_SLOW_DROP;
+    tern_ws_route(ctx.srv, "/ws/broadcast", &bcast, &bo, &ctx);
     if (root && (err = tern_http_static(ctx.srv, "/", root)) < 0) {
         fprintf(stderr, "tern serve: --root %s: %s\n", root, tern_strerror(err));
         return 1;

@@ -314,3 +314,57 @@ def test_many_connections_closed_abruptly_leave_nothing_behind(tern):
     while tern.open_fds() > fds0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert tern.open_fds() == fds0
+
+
+# ---- the upgrade hook, subprotocols, prepared messages ---------------------
+
+def test_subprotocol_is_negotiated(tern):
+    with connect(ws_url(tern), subprotocols=["chat", "tern.echo"]) as ws:
+        assert ws.subprotocol == "tern.echo"
+        assert ws.response.headers["X-Tern-Connection"].isdigit()
+    with connect(ws_url(tern), subprotocols=["chat"]) as ws:
+        assert ws.subprotocol is None   # none agreed: the header is left out
+
+
+def test_origin_check_refuses_other_origins(tern_factory):
+    tern = tern_factory("--ws-origin", "https://good.example")
+    with connect(ws_url(tern), origin="https://good.example") as ws:
+        ws.send("hi")
+        assert ws.recv() == "hi"
+    from websockets.exceptions import InvalidStatus
+    with pytest.raises(InvalidStatus) as e:
+        with connect(ws_url(tern), origin="https://evil.example"):
+            pass
+    assert e.value.response.status_code == 403
+    # Non-browser clients send no Origin and are let in.
+    s, h, rest = handshake(tern)
+    s.close()
+
+
+def test_broadcast_reaches_every_connection_compressed_once(tern):
+    from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
+    import contextlib
+    url = ws_url(tern, "/ws/broadcast")
+    with contextlib.ExitStack() as stack:
+        clients = [
+            stack.enter_context(connect(url, compression="deflate")),
+            stack.enter_context(connect(url, compression=None)),
+            stack.enter_context(connect(url, compression=None, extensions=[
+                ClientPerMessageDeflateFactory(client_max_window_bits=10)])),
+        ]
+        exts = [c.response.headers.get("Sec-WebSocket-Extensions", "") for c in clients]
+        assert "server_no_context_takeover" in exts[0]
+        assert exts[1] == ""
+        msg = "price update " * 200
+        clients[1].send(msg)
+        for c in clients:
+            assert c.recv(timeout=5) == msg
+        data = os.urandom(3000)
+        clients[0].send(data)
+        for c in clients:
+            assert c.recv(timeout=5) == data
+        # A member that leaves stops getting messages; the others go on.
+        clients[2].close()
+        clients[0].send("after leave")
+        assert clients[0].recv(timeout=5) == "after leave"
+        assert clients[1].recv(timeout=5) == "after leave"
