@@ -80,9 +80,18 @@ typedef struct tern_ws_options {
     uint32_t backlog_grace_ms;     /* ... for 10 s */
     size_t backlog_hard;           /* 1 MiB */
     int slow_policy;               /* enum tern_ws_slow_policy */
+    /* permessage-deflate. Its memory per connection is the budget to watch:
+     * with context takeover our compressor holds about
+     * 2^(server_max_window_bits+2) + 2^(compression_mem_level+9) bytes
+     * (256 KiB at the defaults) and the decompressor 2^window + 7 KiB
+     * between messages. With server_no_context_takeover the compressor,
+     * with client_no_context_takeover the decompressor, holds nothing
+     * between messages. */
     bool compression;              /* offer permessage-deflate */
     bool server_no_context_takeover;  /* no compression memory kept between messages */
+    bool client_no_context_takeover;  /* ask clients the same, so inflate keeps none */
     int server_max_window_bits;    /* 9..15 (default 15) */
+    int compression_mem_level;     /* zlib memLevel 1..9 (default 8) */
     size_t compress_min;           /* don't compress messages shorter than this: 64 */
     const char *const *subprotocols;  /* NULL-terminated, in the server's order */
 } tern_ws_options;
@@ -90,9 +99,10 @@ typedef struct tern_ws_options {
 int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers *h,
                   const tern_ws_options *opt, void *user);
 
-/* Sends one message. Returns a tern_send_result or a negative error
- * (-EPIPE once a close was sent or received, -EINVAL for a bad opcode or
- * text that is not UTF-8 is not checked: the caller owns its bytes). */
+/* Sends one message. Returns a tern_send_result or a negative error:
+ * -EPIPE once a close was sent or received, -EINVAL for a bad opcode,
+ * -EBUSY while a fragmented message of ours is unfinished. Text is not
+ * checked for UTF-8: the caller vouches for its bytes. */
 int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode);
 /* Sends one fragment: the first with opcode TEXT or BINARY, the next ones
  * with any opcode (it is ignored), the last with fin set. Fragments of one

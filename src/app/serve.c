@@ -385,6 +385,7 @@ int tern_app_serve(int argc, char **argv) {
     tern_ws_options bo = wo;
     bo.subprotocols = NULL;
     bo.server_no_context_takeover = true;
+    bo.client_no_context_takeover = true;   /* and no inflate state per member */
     bo.slow_policy = TERN_WS_SLOW_DROP;
     tern_ws_route(ctx.srv, "/ws/broadcast", &bcast, &bo, &ctx);
     if (root && (err = tern_http_static(ctx.srv, "/", root)) < 0) {

@@ -133,7 +133,8 @@ int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode) {
     int r;
     if (ws->pmd_on && len >= ws->route->opt.compress_min) {
         if (ws->deflater == NULL) {
-            ws->deflater = tern__pmd_deflater_new(ws->pmd.server_max_window_bits, 0);
+            ws->deflater = tern__pmd_deflater_new(ws->pmd.server_max_window_bits,
+                                                  ws->route->pmd.mem_level);
             if (ws->deflater == NULL)
                 return -ENOMEM;
         }

@@ -72,7 +72,9 @@ int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers 
     r->pmd = (tern__pmd_config){
         .enabled = o->compression,
         .server_no_context_takeover = o->server_no_context_takeover,
+        .client_no_context_takeover = o->client_no_context_takeover,
         .server_max_window_bits = o->server_max_window_bits,
+        .mem_level = o->compression_mem_level,
     };
     r->user = user;
     r->srv = srv;

@@ -354,6 +354,7 @@ def test_broadcast_reaches_every_connection_compressed_once(tern):
         ]
         exts = [c.response.headers.get("Sec-WebSocket-Extensions", "") for c in clients]
         assert "server_no_context_takeover" in exts[0]
+        assert "client_no_context_takeover" in exts[0]
         assert exts[1] == ""
         msg = "price update " * 200
         clients[1].send(msg)

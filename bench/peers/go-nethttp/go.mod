@@ -1,3 +1,0 @@
-module tern.bench/go-nethttp
-
-go 1.22

@@ -1,0 +1,329 @@
+"""`tern serve`'s /ws echo driven by three real third-party WebSocket clients:
+Node's `ws` package, Go's gorilla/websocket, and headless Chromium.
+
+Each client lives in tests/clients/<name>/ and reports what it saw as JSON;
+the assertions are here. What is checked is what users of those clients
+rely on: permessage-deflate agreed (and actually used), every message back
+byte for byte with its own type at the frame-length boundaries, ping/pong,
+the closing handshake's code, and close 1009 over --ws-max-message.
+
+A test skips only when its toolchain (node+npm, go, chromium) is missing.
+Setup the clients need (scripts/install-deps.sh does it):
+  apt-get install --no-install-recommends chromium
+  (cd tests/clients/node && npm ci --no-audit --no-fund)
+  (cd tests/clients/go && go mod download)
+"""
+import fcntl
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SLOW
+
+CLIENTS = Path(__file__).resolve().parent.parent / "clients"
+TIMEOUT = 60            # any one subprocess: build, install or client run
+SIZES = [0, 125, 126, 65535, 65536, 1 << 20]
+
+
+def frame_header_len(n):
+    """Bytes of an unmasked frame header for an n-byte payload (RFC 6455 5.2)."""
+    return 2 if n <= 125 else 4 if n <= 65535 else 10
+
+
+def run(cmd, **kw):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, **kw)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{cmd[0]} took over {TIMEOUT} s: {e.stdout!r} {e.stderr!r}")
+
+
+def client_json(proc):
+    """The client's JSON line; fails with its output if there is none."""
+    lines = proc.stdout.strip().splitlines()
+    try:
+        out = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        pytest.fail(f"no JSON from the client (exit {proc.returncode}):\n"
+                    f"stdout: {proc.stdout}\nstderr: {proc.stderr}")
+    assert out.get("error") is None and proc.returncode == 0, \
+        f"client failed (exit {proc.returncode}): {out.get('error')}\nstderr: {proc.stderr}"
+    return out
+
+
+def check_echoes(session, exact_wire_in):
+    """Every size of text and binary came back whole, with its type."""
+    got = [(m["type"], m["size"]) for m in session["messages"]]
+    assert got == [(t, n) for t in ("text", "binary") for n in SIZES]
+    for m in session["messages"]:
+        where = f"{m['type']} {m['size']} B"
+        assert m["got_type"] == m["type"], f"{where}: came back as {m['got_type']}"
+        assert m["got_size"] == m["size"], f"{where}: came back with {m['got_size']} B"
+        assert m["equal"], f"{where}: came back with other bytes"
+        if exact_wire_in:
+            # Without compression tern sends one unfragmented frame with the
+            # shortest length encoding: 7-, 16- or 64-bit at 125/126, 65535/65536.
+            assert m["wire_in"] == m["size"] + frame_header_len(m["size"]), where
+
+
+def check_compressed_by_server(session):
+    """Compressible text came back compressed, so the extension is in use
+    and not merely agreed."""
+    for m in session["messages"]:
+        if m["type"] == "text" and m["size"] >= 65535:
+            assert m["wire_in"] < m["size"] // 10, m
+
+
+def check_ping_and_close(session):
+    assert session["ping"]["equal"], session["ping"]
+    # tern answers a close with the peer's code (RFC 6455 5.5.1).
+    assert session["close"]["code"] == 4000, session["close"]
+
+
+# ---- Node.js: the ws package ---------------------------------------------
+
+@pytest.fixture(scope="session")
+def node_client():
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are not installed")
+    d = CLIENTS / "node"
+    want = json.loads((d / "package.json").read_text())["dependencies"]["ws"]
+    installed = d / "node_modules" / "ws" / "package.json"
+    if not installed.exists() or json.loads(installed.read_text())["version"] != want:
+        r = run([npm, "ci", "--no-audit", "--no-fund"], cwd=d)
+        assert r.returncode == 0, f"npm ci failed:\n{r.stdout}\n{r.stderr}"
+    assert json.loads(installed.read_text())["version"] == want
+    return [node, str(d / "client.js")]
+
+
+def test_node_ws_client(tern, node_client):
+    out = client_json(run([*node_client, f"ws://{tern.host}:{tern.port}/ws"],
+                          env={**os.environ, "CLIENT_TIMEOUT_MS": str(int(45000 * SLOW))}))
+    assert out["client"].startswith("ws 8.")
+
+    deflate = out["deflate"]
+    assert deflate["extensions"] == "permessage-deflate", deflate["extensions"]
+    check_echoes(deflate, exact_wire_in=False)
+    check_compressed_by_server(deflate)
+    check_ping_and_close(deflate)
+
+    plain = out["plain"]
+    assert plain["extensions"] == ""
+    check_echoes(plain, exact_wire_in=True)
+    check_ping_and_close(plain)
+
+
+# ---- Go: gorilla/websocket -----------------------------------------------
+
+@pytest.fixture(scope="session")
+def go_client(tmp_path_factory):
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("go is not installed")
+    exe = tmp_path_factory.mktemp("go-client") / "wsclient"
+    env = {**os.environ, "GOFLAGS": "-mod=readonly -buildvcs=false", "GOTOOLCHAIN": "local"}
+    r = run([go, "build", "-o", str(exe), "."], cwd=CLIENTS / "go", env=env)
+    assert r.returncode == 0, f"go build failed:\n{r.stdout}\n{r.stderr}"
+    return str(exe)
+
+
+def test_gorilla_client(tern, go_client):
+    out = client_json(run([go_client, "echo", f"ws://{tern.host}:{tern.port}/ws"]))
+    assert out["client"] == "gorilla/websocket v1.5.3"
+
+    deflate = out["deflate"]
+    ext = [p.strip() for p in deflate["extensions"].split(";")]
+    assert ext[0] == "permessage-deflate", deflate["extensions"]
+    # gorilla offers no context takeover either way and cannot inflate with
+    # a kept window: tern must agree to it, or the echoes above would break.
+    assert "server_no_context_takeover" in ext, deflate["extensions"]
+    assert "client_no_context_takeover" in ext, deflate["extensions"]
+    check_echoes(deflate, exact_wire_in=False)
+    check_compressed_by_server(deflate)
+    check_ping_and_close(deflate)
+
+    plain = out["plain"]
+    assert plain["extensions"] == ""
+    check_echoes(plain, exact_wire_in=True)
+    check_ping_and_close(plain)
+
+
+def test_gorilla_message_over_limit_is_closed_1009(tern_factory, go_client):
+    limit = 1000
+    srv = tern_factory("--ws-max-message", str(limit))
+    out = client_json(run([go_client, "toobig", f"ws://{srv.host}:{srv.port}/ws", str(limit)]))
+    for mode in ("deflate", "plain"):
+        r = out[mode]
+        assert ("permessage-deflate" in r["extensions"]) == (mode == "deflate"), r
+        assert r["at_limit_ok"], f"{mode}: a message of exactly {limit} B was not echoed"
+        assert r["over_limit"] == limit + 1
+        # With compression the limit holds for the inflated size: 1001 B of
+        # text deflate to a few dozen bytes on the wire.
+        assert r["close"]["code"] == 1009, f"{mode}: {r['close']}"
+
+
+# ---- Headless Chromium ----------------------------------------------------
+
+class DevTools:
+    """The Chrome DevTools Protocol over --remote-debugging-pipe: JSON
+    messages ending in NUL, commands on the child's fd 3, replies on fd 4.
+    Every read waits in select() until data or the deadline: no polling."""
+
+    def __init__(self, argv, stderr, deadline):
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        # Move the child's ends above 10 so the dup2s to 3 and 4 can't collide.
+        hi_r = fcntl.fcntl(to_r, fcntl.F_DUPFD_CLOEXEC, 10)
+        hi_w = fcntl.fcntl(from_w, fcntl.F_DUPFD_CLOEXEC, 10)
+        os.close(to_r)
+        os.close(from_w)
+
+        def child_fds():
+            os.dup2(hi_r, 3)
+            os.dup2(hi_w, 4)
+
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=stderr,
+                                         preexec_fn=child_fds, close_fds=False)
+        finally:
+            os.close(hi_r)
+            os.close(hi_w)
+        self.wfd, self.rfd = to_w, from_r
+        self.deadline = deadline
+        self.buf = b""
+        self.events = []
+        self.next_id = 0
+
+    def _read(self):
+        while b"\0" not in self.buf:
+            left = self.deadline - time.monotonic()
+            if left <= 0 or not select.select([self.rfd], [], [], left)[0]:
+                raise TimeoutError("no answer from chromium before the deadline")
+            data = os.read(self.rfd, 1 << 16)
+            if not data:
+                raise EOFError(f"chromium closed its pipe (exit {self.proc.poll()})")
+            self.buf += data
+        msg, _, self.buf = self.buf.partition(b"\0")
+        return json.loads(msg)
+
+    def call(self, method, params=None, session=None):
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        data = json.dumps(msg).encode() + b"\0"
+        while data:
+            data = data[os.write(self.wfd, data):]
+        while True:
+            m = self._read()
+            if m.get("id") == self.next_id:
+                if "error" in m:
+                    raise RuntimeError(f"{method}: {m['error']}")
+                return m["result"]
+            self.events.append(m)
+
+    def wait_event(self, match):
+        while True:
+            for i, m in enumerate(self.events):
+                if match(m):
+                    return self.events.pop(i)
+            self.events.append(self._read())
+
+    def close(self):
+        try:
+            self.call("Browser.close")
+        except (OSError, EOFError, TimeoutError, RuntimeError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.wfd)
+        os.close(self.rfd)
+
+
+# Runs in the page once it has committed: waits for the page's own promise,
+# then returns the verdict the page wrote into the DOM.
+VERDICT_JS = """(async () => {
+  if (document.readyState === 'loading')
+    await new Promise((r) => document.addEventListener('DOMContentLoaded', r, {once: true}));
+  if (!window.ternDone) throw new Error('no window.ternDone on ' + location.href);
+  await window.ternDone;
+  return document.getElementById('result').textContent;
+})()"""
+
+
+def page_verdict(devtools, url):
+    """Opens url in a new tab, returns the JSON verdict from its DOM."""
+    target = devtools.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+    s = devtools.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+    devtools.call("Page.enable", session=s)
+    devtools.call("Page.setLifecycleEventsEnabled", {"enabled": True}, session=s)
+    nav = devtools.call("Page.navigate", {"url": url}, session=s)
+    assert "errorText" not in nav, nav
+    devtools.wait_event(lambda m: m.get("sessionId") == s and
+                        m.get("method") == "Page.lifecycleEvent" and
+                        m["params"]["name"] == "load" and
+                        m["params"]["loaderId"] == nav["loaderId"])
+    r = devtools.call("Runtime.evaluate", {"expression": VERDICT_JS, "awaitPromise": True,
+                                           "returnByValue": True}, session=s)
+    assert "exceptionDetails" not in r, r["exceptionDetails"]
+    devtools.call("Target.closeTarget", {"targetId": target})
+    return json.loads(r["result"]["value"])
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    exe = os.environ.get("TERN_CHROMIUM") or shutil.which("chromium") \
+        or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("chromium is not installed")
+    return exe
+
+
+def test_chromium_websocket(tern_factory, chromium, tmp_path):
+    srv = tern_factory("--root", str(CLIENTS / "browser"))
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
+            "--remote-debugging-pipe", "about:blank"]
+    log = tmp_path / "chromium.log"
+    with open(log, "wb") as err:
+        devtools = DevTools(argv, err, time.monotonic() + TIMEOUT)
+        try:
+            good = page_verdict(devtools, f"{srv.base}/ws.html")
+            # The same page against a path that is no WebSocket: the verdict
+            # must say so, or a broken page could pass the check above.
+            bad = page_verdict(devtools, f"{srv.base}/ws.html?path=/no-such-ws")
+        except (TimeoutError, EOFError, RuntimeError) as e:
+            pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
+        finally:
+            devtools.close()
+
+    assert good["error"] is None, good
+    assert good["ok"], good
+    assert good["extensions"].split(";")[0].strip() == "permessage-deflate", good["extensions"]
+    results = {r["name"]: r for r in good["results"]}
+    assert list(results) == ["text utf-8", "text empty", "text long", "binary 0..255",
+                             "binary 70000 random", "binary empty"]
+    assert all(r["equal"] for r in good["results"]), good["results"]
+    assert results["text utf-8"]["text"] == "héllo ✓ 🚀"
+    assert results["text utf-8"]["size"] == len("héllo ✓ 🚀".encode())
+    assert results["text long"]["type"] == "text"
+    assert results["binary 0..255"] == {"name": "binary 0..255", "type": "binary",
+                                        "size": 256, "equal": True}
+    assert results["binary 70000 random"]["size"] == 70000
+    assert good["close"] == {"code": 4000, "reason": "", "wasClean": True}
+
+    assert not bad["ok"] and bad["results"] == [], bad
+    assert bad["close"]["code"] == 1006 and not bad["close"]["wasClean"], bad
