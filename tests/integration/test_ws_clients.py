@@ -237,6 +237,7 @@ class DevTools:
             self.events.append(self._read())
 
     def close(self):
+        self.deadline = time.monotonic() + 10
         try:
             self.call("Browser.close")
         except (OSError, EOFError, TimeoutError, RuntimeError):
