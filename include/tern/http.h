@@ -36,7 +36,7 @@ typedef struct tern_server_options {
     size_t max_headers;            /* header lines: 100 (431) */
     size_t max_body;               /* request body: 16 MiB (413) */
     uint32_t head_timeout_ms;      /* from the first byte to the end of the head: 10 s (408) */
-    uint32_t body_timeout_ms;      /* longest pause inside a body: 10 s (408) */
+    uint32_t body_timeout_ms;      /* a body must bring 4 KiB (or its end) per this: 10 s (408) */
     uint32_t idle_timeout_ms;      /* keep-alive with nothing in flight: 60 s (close) */
     uint32_t shutdown_timeout_ms;  /* graceful shutdown, then everything is closed: 10 s */
     const char *server_header;     /* "Server:" value: "tern"; "" sends none */

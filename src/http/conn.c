@@ -175,6 +175,20 @@ static void answer_status(tern_http_req *req, void *user) {
 
 static const tern__http_route route_status = {answer_status, NULL, false, NULL};
 
+/* The body timeout bounds the pause between pieces of a body, but a piece
+ * re-arms it only once TERN__BODY_PROGRESS bytes have come since the last
+ * arming: a client trickling a byte now and then (slowloris) is cut off at
+ * body_timeout, while one sending at least that much per period is not. */
+#define TERN__BODY_PROGRESS 4096
+
+static void arm_body_timeout(tern__http_conn *hc, bool progress_only) {
+    tern_http_req *req = hc->req;
+    if (progress_only && req->body_read - req->body_mark < TERN__BODY_PROGRESS)
+        return;
+    req->body_mark = req->body_read;
+    tern__conn_set_timeout(&hc->conn, hc->srv->opt.body_timeout_ms);
+}
+
 /* A head is complete and valid: sets up the request and either runs the
  * handler right away or starts reading the body. rest is what follows the
  * head in this read. Returns the bytes of rest consumed, or -1 when the
@@ -254,7 +268,7 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     if (route->stream) {
         req->body_mode = TERN__BODY_STREAM;
         hc->state = TERN__HTTP_BODY;
-        tern__conn_set_timeout(&hc->conn, srv->opt.body_timeout_ms);
+        arm_body_timeout(hc, false);
         call_handler(hc, head, params, NULL, 0);
         return 0;
     }
@@ -281,7 +295,7 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     req->head_copy_len = head_len;
     req->body_buf_cap = want ? want : 1;
     hc->state = TERN__HTTP_BODY;
-    tern__conn_set_timeout(&hc->conn, srv->opt.body_timeout_ms);
+    arm_body_timeout(hc, false);
     if (req->expect_continue && rest_len == 0)
         tern__http_send_continue(req);
     return 0;
@@ -435,7 +449,7 @@ static bool next_request(tern__http_conn *hc) {
     }
     if (!req->body_done) {
         hc->state = TERN__HTTP_BODY;
-        tern__conn_set_timeout(&hc->conn, srv->opt.body_timeout_ms);
+        arm_body_timeout(hc, false);
         return true;
     }
     hc->state = TERN__HTTP_IDLE;
@@ -502,7 +516,7 @@ static size_t process(tern__http_conn *hc, char *data, size_t len) {
                 return len;
             pos += (size_t)n;
             if (!req->body_done && pos == len) {
-                tern__conn_set_timeout(&hc->conn, srv->opt.body_timeout_ms);
+                arm_body_timeout(hc, true);
                 return pos;
             }
             continue;

@@ -106,6 +106,7 @@ struct tern_http_req {
     int body_kind;             /* enum tern__http_body_kind */
     uint64_t body_left;        /* TERN__BODY_LENGTH: bytes still to read */
     uint64_t body_read;        /* bytes of body read so far (decoded) */
+    uint64_t body_mark;        /* body_read when the body timeout was last armed */
     tern__chunked chunked;
     uint8_t body_mode;         /* enum tern__body_mode */
     bool body_done;

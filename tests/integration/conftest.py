@@ -21,11 +21,11 @@ SLOW = 3.0 if SANITIZED else 1.0
 
 
 class Server:
-    def __init__(self, args, cwd=None):
+    def __init__(self, args, cwd=None, preexec_fn=None):
         self.args = args
         self.proc = subprocess.Popen(
             [TERN_BIN, "serve", "--host", "127.0.0.1", "--port", "0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, preexec_fn=preexec_fn)
         line = self.proc.stderr.readline().decode()
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
         if not m:

@@ -1,0 +1,257 @@
+"""Broken and hostile peers: resets, half-closes, slowloris, clients that
+never read, descriptor exhaustion, connection churn. After each, the server
+must still serve, and hold no more descriptors (or memory) than before."""
+import base64
+import os
+import resource
+import socket
+import struct
+import time
+
+import pytest
+
+from conftest import SANITIZED, SLOW, Server, read_response, recv_until_closed
+
+
+def rst_close(s):
+    """Closes with a RST instead of a FIN (SO_LINGER 0)."""
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+
+
+def wait_fds(tern, target, timeout=10.0):
+    deadline = time.monotonic() + timeout * SLOW
+    while tern.open_fds() > target and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return tern.open_fds()
+
+
+def ping(tern):
+    s = tern.connect()
+    s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    st, h, body, rest = read_response(s)
+    s.close()
+    return st == 200 and body == b"pong"
+
+
+def ws_open(tern, path=b"/ws"):
+    s = tern.connect()
+    key = base64.b64encode(os.urandom(16))
+    s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+              b"Connection: Upgrade\r\nSec-WebSocket-Key: " + key +
+              b"\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    st, h, body, rest = read_response(s)
+    assert st == 101
+    return s
+
+
+def masked(opcode, payload):
+    n = len(payload)
+    if n < 126:
+        hdr = struct.pack("!BB", 0x80 | opcode, 0x80 | n)
+    elif n < 65536:
+        hdr = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, n)
+    else:
+        hdr = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, n)
+    return hdr + b"\0\0\0\0" + payload   # a zero mask leaves the payload as is
+
+
+# ---- resets and half-closes ----------------------------------------------------
+
+def test_resets_mid_request_mid_body_mid_response_mid_frame(tern):
+    fds0 = tern.open_fds()
+    for i in range(100):
+        s = tern.connect()
+        s.sendall(b"GET /ping HTTP/1.1\r\nHo")                   # mid-head
+        rst_close(s)
+        s = tern.connect()
+        s.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + b"a" * 5000)
+        rst_close(s)                                             # mid-body
+        s = tern.connect()
+        s.sendall(b"GET /echo?size=10000000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.recv(100)
+        rst_close(s)                                             # mid-response
+        s = ws_open(tern)
+        s.sendall(masked(2, b"x" * 1000)[:500])                  # mid-frame
+        rst_close(s)
+    assert wait_fds(tern, fds0) == fds0
+    assert ping(tern)
+
+
+def test_half_closed_client_still_gets_its_answers(tern):
+    s = tern.connect()
+    s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+              b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+    s.shutdown(socket.SHUT_WR)
+    out = recv_until_closed(s, 5 * SLOW)
+    assert out.count(b"HTTP/1.1 200 OK") == 2
+    assert out.endswith(b"hello")
+
+
+def test_half_closed_websocket_client_is_closed(tern):
+    fds0 = tern.open_fds()
+    s = ws_open(tern)
+    s.sendall(masked(1, b"last words"))
+    s.shutdown(socket.SHUT_WR)
+    out = recv_until_closed(s, 5 * SLOW)
+    assert b"last words" in out
+    s.close()
+    assert wait_fds(tern, fds0) == fds0
+
+
+# ---- slowloris -----------------------------------------------------------------
+
+def test_slowloris_head_trickle_is_cut_at_the_head_timeout(tern_factory):
+    # One byte every 50 ms keeps the connection busy but never finishes the
+    # head: the head timeout counts from the head's first byte, not the last.
+    tern = tern_factory("--head-timeout", "400")
+    s = tern.connect()
+    t0 = time.monotonic()
+    head = b"GET /ping HTTP/1.1\r\n" + b"X-Slow: " + b"a" * 1000
+    got = b""
+    s.settimeout(0.05)
+    try:
+        for b in head:
+            s.sendall(bytes([b]))
+            try:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+            except socket.timeout:
+                pass
+            if time.monotonic() - t0 > 5 * SLOW:
+                break
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert got.startswith(b"HTTP/1.1 408"), got
+    assert time.monotonic() - t0 < 2 * SLOW
+
+
+def test_slowloris_body_trickle_is_cut_at_the_body_timeout(tern_factory):
+    tern = tern_factory("--body-timeout", "400")
+    s = tern.connect()
+    s.sendall(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+    t0 = time.monotonic()
+    got = b""
+    s.settimeout(0.05)
+    try:
+        while time.monotonic() - t0 < 5 * SLOW:
+            s.sendall(b"a")
+            try:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+            except socket.timeout:
+                pass
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert got.startswith(b"HTTP/1.1 408"), got
+    assert time.monotonic() - t0 < 2 * SLOW
+
+
+# ---- clients that never read ------------------------------------------------------
+
+def test_http_client_that_never_reads_holds_bounded_memory(tern):
+    # 400 pipelined requests for 1 MiB each, never read: the server must stop
+    # reading requests once the backlog is large, not buffer 400 MiB.
+    rss0 = tern.rss_kib()
+    s = tern.connect()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    req = b"GET /echo?size=1048576 HTTP/1.1\r\nHost: x\r\n\r\n"
+    s.setblocking(False)
+    sent = 0
+    try:
+        for _ in range(400):
+            sent += s.send(req)
+    except BlockingIOError:
+        pass
+    time.sleep(1.0 * SLOW)
+    grown = tern.rss_kib() - rss0
+    if not SANITIZED:
+        assert grown < 24 * 1024, f"RSS grew {grown} KiB"
+    assert ping(tern)   # others are served meanwhile
+    rst_close(s)
+
+
+def test_websocket_client_that_never_reads_is_closed_by_policy(tern):
+    # The echo route's policy for a slow consumer is close (1008) past the
+    # hard backlog limit (1 MiB): the connection must end and memory stay
+    # bounded, while other clients are served.
+    fds0 = tern.open_fds()
+    rss0 = tern.rss_kib()
+    s = ws_open(tern)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    msg = masked(2, b"z" * 65536)
+    s.settimeout(10 * SLOW)
+    closed = False
+    try:
+        for _ in range(2000):   # 128 MiB offered
+            s.sendall(msg)
+    except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        closed = True
+    if not closed:
+        # Everything was taken (the server reads on); it must have dropped
+        # the connection by now, which reading shows.
+        rest = recv_until_closed(s, 10 * SLOW)
+        assert len(rest) < 8 * 1024 * 1024
+    s.close()
+    if not SANITIZED:
+        assert tern.rss_kib() - rss0 < 24 * 1024
+    assert wait_fds(tern, fds0) == fds0
+    assert ping(tern)
+
+
+# ---- descriptors -----------------------------------------------------------------
+
+def test_out_of_descriptors_backs_off_and_recovers():
+    # With 64 descriptors the server can hold about 55 connections. Opening
+    # 90 must neither crash it nor stop it serving the ones it holds; when
+    # some close, the waiting ones are accepted and served.
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    tern = Server([], preexec_fn=limit)
+    try:
+        socks = [tern.connect() for _ in range(90)]
+        time.sleep(0.3)
+        # The first connections are held and served.
+        for s in socks[:10]:
+            s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            st, h, body, rest = read_response(s)
+            assert body == b"pong"
+        assert tern.open_fds() <= 64
+        # The last ones are still in the kernel's accept queue.
+        for s in socks[:40]:
+            s.close()
+        for s in socks[-10:]:
+            s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            st, h, body, rest = read_response(s, timeout=5 * SLOW)
+            assert body == b"pong"
+        for s in socks[40:]:
+            s.close()
+    finally:
+        assert tern.stop() == 0
+
+
+def test_50000_connections_opened_and_closed(tern):
+    # Churn from several source addresses (127.0.0.x), so that the client's
+    # ports in TIME_WAIT never run out; half of them make a request.
+    fds0 = tern.open_fds()
+    rss_before = None
+    for i in range(50000):
+        s = socket.socket()
+        s.bind((f"127.0.0.{2 + i % 50}", 0))
+        s.connect((tern.host, tern.port))
+        if i % 2:
+            s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            read_response(s)
+            s.close()
+        else:
+            rst_close(s)
+        if i == 2000:
+            rss_before = tern.rss_kib()
+    assert wait_fds(tern, fds0) == fds0
+    if not SANITIZED:
+        assert tern.rss_kib() - rss_before < 2048
+    assert ping(tern)
