@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what tern needs to build and test, and only what is missing.
 # Debian packages through apt-get (run as root), Python test packages through pip.
-# Idempotent: a second run checks and returns in well under a second.
+# Idempotent: a second run only checks, in about a second.
 set -euo pipefail
 
 apt_pkgs=(
@@ -10,6 +10,7 @@ apt_pkgs=(
   libcmocka-dev                                  # C unit tests, run by ctest
   clang libclang-rt-14-dev llvm                  # libFuzzer targets, sanitizers
   curl wrk python3 python3-pip python3-venv      # integration tests, first speed figures
+  chromium                                       # browser WebSocket test (headless)
 )
 
 missing=()
@@ -34,4 +35,18 @@ if [ ${#need_py[@]} -gt 0 ]; then
   echo "install-deps: pip install ${need_py[*]}"
   $py -m pip install -q --disable-pip-version-check ${PIP_FLAGS:-} "${need_py[@]}" 2>/dev/null \
     || $py -m pip install -q --disable-pip-version-check --break-system-packages "${need_py[@]}"
+fi
+
+# Node and Go WebSocket clients of the integration tests (tests/clients/).
+# Both come from their registries, pinned by lockfiles; Node 20 and Go are
+# on the machine image. The tests fetch them too when missing; doing it here
+# keeps the first test run fast and says early when a registry is down.
+root=$(cd "$(dirname "$0")/.." && pwd)
+if command -v npm >/dev/null && [ ! -d "$root/tests/clients/node/node_modules/ws" ]; then
+  echo "install-deps: npm ci (tests/clients/node)"
+  (cd "$root/tests/clients/node" && npm ci --no-audit --no-fund --silent)
+fi
+if command -v go >/dev/null; then
+  (cd "$root/tests/clients/go" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
+  (cd "$root/bench/go" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
 fi

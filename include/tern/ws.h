@@ -41,9 +41,17 @@ enum tern_ws_close_code {
 /* What to do with a connection whose backlog stays over the soft limit
  * past the grace period, or passes the hard limit. */
 enum tern_ws_slow_policy {
-    TERN_WS_SLOW_CLOSE = 0,   /* close with 1008 (default) */
-    TERN_WS_SLOW_DROP = 1,    /* drop messages while over the limit (pub/sub feeds) */
-    TERN_WS_SLOW_PAUSE = 2,   /* stop reading from the peer until it drains */
+    /* Close (default): a send that would pass the hard limit is dropped and
+     * the connection closed with 1008 (the close frame follows the backlog;
+     * the TCP close comes when it is flushed or after close_timeout_ms). */
+    TERN_WS_SLOW_CLOSE = 0,
+    /* Drop: sends are dropped (TERN_SEND_DROPPED) while over the limit;
+     * the connection stays (pub/sub feeds, where the next tick matters). */
+    TERN_WS_SLOW_DROP = 1,
+    /* Pause: nothing is dropped; reading from the peer stops while the
+     * backlog is over the hard limit (or the soft one past its grace) and
+     * resumes when it drains. For request/response use, such as echo. */
+    TERN_WS_SLOW_PAUSE = 2,
 };
 
 typedef struct tern_ws_handlers {

@@ -285,7 +285,8 @@ static void usage(FILE *f) {
             "  --ws-idle-timeout MS  ping an idle WebSocket after this long (default 30000)\n"
             "  --no-compression      don't offer permessage-deflate on /ws\n"
             "  --ws-origin ORIGIN    refuse (403) WebSocket upgrades from any other Origin\n"
-            "  --quiet               no log lines\n");
+            "  --ws-slow-policy P    /ws client not reading: pause (default), close (1008) or drop\n"
+            "  --quiet               no log lines but the \"listening on\" one\n");
 }
 
 static bool parse_size(const char *s, unsigned long long max, unsigned long long *out) {
@@ -300,7 +301,7 @@ static bool parse_size(const char *s, unsigned long long max, unsigned long long
 
 int tern_app_serve(int argc, char **argv) {
     enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
-           O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN };
+           O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -318,12 +319,16 @@ int tern_app_serve(int argc, char **argv) {
         {"ws-idle-timeout", required_argument, NULL, O_WS_IDLE},
         {"no-compression", no_argument, NULL, O_NO_PMD},
         {"ws-origin", required_argument, NULL, O_WS_ORIGIN},
+        {"ws-slow-policy", required_argument, NULL, O_WS_SLOW},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
     unsigned long long port = 8080, v = 0;
     tern_server_options so = {0};
     tern_ws_options wo = {.compression = true};
+    /* An echo answers what it reads: when the client does not read the
+     * answers, stop reading its requests (TCP pushes back on it). */
+    int slow_policy = TERN_WS_SLOW_PAUSE;
     serve_ctx ctx = {0};
     int c;
     optind = 1;
@@ -346,6 +351,12 @@ int tern_app_serve(int argc, char **argv) {
         case O_WS_IDLE: ok = parse_size(optarg, 86400000, &v) && v > 0; wo.idle_timeout_ms = (uint32_t)v; break;
         case O_NO_PMD: wo.compression = false; break;
         case O_WS_ORIGIN: ctx.ws_origin = optarg; break;
+        case O_WS_SLOW:
+            slow_policy = !strcmp(optarg, "close") ? TERN_WS_SLOW_CLOSE
+                          : !strcmp(optarg, "drop") ? TERN_WS_SLOW_DROP
+                          : !strcmp(optarg, "pause") ? TERN_WS_SLOW_PAUSE : -1;
+            ok = slow_policy >= 0;
+            break;
         default: usage(stderr); return 2;
         }
         if (!ok) {
@@ -375,6 +386,7 @@ int tern_app_serve(int argc, char **argv) {
     static const char *const echo_protocols[] = {"tern.echo", NULL};
     static const tern_ws_handlers echo = {.on_upgrade = ws_upgrade, .on_message = ws_echo};
     wo.subprotocols = echo_protocols;
+    wo.slow_policy = slow_policy;
     tern_ws_route(ctx.srv, "/ws", &echo, &wo, &ctx);
     /* One compressed frame serves every subscriber only when no compressor
      * keeps context between messages. */
@@ -402,7 +414,7 @@ int tern_app_serve(int argc, char **argv) {
     }
     tern_loop_on_signal(ctx.loop, SIGINT, on_signal, &ctx);
     tern_loop_on_signal(ctx.loop, SIGTERM, on_signal, &ctx);
-    if (!ctx.quiet) {
+    {   /* Even with --quiet: with --port 0 this is how to learn the port. */
         bool v6 = strchr(host, ':') != NULL;
         fprintf(stderr, "tern: listening on http://%s%s%s:%d/%s%s\n", v6 ? "[" : "", host,
                 v6 ? "]" : "", tern_server_port(ctx.srv), unix_path ? " and unix:" : "",

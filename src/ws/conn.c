@@ -76,38 +76,88 @@ static void fail(tern_ws *ws, int code) {
     tern__conn_end(&ws->conn);
 }
 
+/* The close policy: a close frame with 1008 goes after the backlog (past
+ * the limit: it is small), and the connection ends when that is flushed,
+ * or after close_timeout if the peer does not read at all. */
+static void policy_close(tern_ws *ws) {
+    if (gone(ws))
+        return;
+    ws->conn.out_limit = 0;
+    if (ws->state == TERN__WS_OPEN)
+        send_close_frame(ws, TERN_WS_POLICY, "slow consumer", 13);
+    notify_close(ws, TERN_WS_POLICY, "", 0);
+    tern__conn_set_timeout(&ws->conn, ws->route->opt.close_timeout_ms);
+    tern__conn_end(&ws->conn);
+}
+
+static void policy_pause(tern_ws *ws) {
+    if (!ws->paused_by_policy) {
+        ws->paused_by_policy = true;
+        tern__conn_pause(&ws->conn);
+    }
+}
+
+/* Over the soft limit past the grace period. */
+static void apply_policy(tern_ws *ws) {
+    switch (ws->route->opt.slow_policy) {
+    case TERN_WS_SLOW_CLOSE:
+        policy_close(ws);
+        break;
+    case TERN_WS_SLOW_PAUSE:
+        policy_pause(ws);
+        break;
+    default:   /* drop: dropping() refuses sends from now on */
+        break;
+    }
+}
+
+/* The connection's one wheel timeout serves the idle ping and the end of
+ * the backlog's grace period, whichever comes first; grace_wake says which
+ * it was armed for. */
+static void arm_timeout(tern_ws *ws) {
+    const tern_ws_options *o = &ws->route->opt;
+    uint64_t t = o->idle_timeout_ms;
+    ws->grace_wake = false;
+    if (ws->soft_since) {
+        uint64_t spent = tern_loop_now(ws->conn.loop) - ws->soft_since;
+        if (spent < o->backlog_grace_ms && o->backlog_grace_ms - spent < t) {
+            t = o->backlog_grace_ms - spent;
+            ws->grace_wake = true;
+        }
+    }
+    tern__conn_set_timeout(&ws->conn, t);
+}
+
 /* Applies the slow-consumer policy after a send. Returns the result the
- * caller should report. */
+ * caller should report. With the pause policy nothing is dropped: the
+ * connection has no hard limit, and reading stops as soon as the backlog
+ * passes it (so an echo's backlog is bounded by what one read brings). */
 static int check_backlog(tern_ws *ws, int r) {
     const tern_ws_options *o = &ws->route->opt;
     if (r == TERN_SEND_DROPPED) {
-        if (o->slow_policy == TERN_WS_SLOW_CLOSE) {
-            notify_close(ws, TERN_WS_POLICY, "", 0);
-            tern__conn_close(&ws->conn, -ENOBUFS);
-        }
+        if (o->slow_policy == TERN_WS_SLOW_CLOSE)
+            policy_close(ws);
         return r;
     }
-    if (r != TERN_SEND_BUFFERED || tern__conn_buffered(&ws->conn) <= o->backlog_soft)
+    if (r != TERN_SEND_BUFFERED)
+        return r;
+    size_t buffered = tern__conn_buffered(&ws->conn);
+    if (o->slow_policy == TERN_WS_SLOW_PAUSE && buffered > o->backlog_hard) {
+        policy_pause(ws);
+        return r;
+    }
+    if (buffered <= o->backlog_soft)
         return r;
     uint64_t now = tern_loop_now(ws->conn.loop);
     if (ws->soft_since == 0) {
+        /* The grace period starts; the connection's timeout now also
+         * watches its end, in case no further send comes to check. */
         ws->soft_since = now ? now : 1;
+        arm_timeout(ws);
         return r;
     }
-    if (now - ws->soft_since < o->backlog_grace_ms)
-        return r;
-    switch (o->slow_policy) {
-    case TERN_WS_SLOW_CLOSE:
-        notify_close(ws, TERN_WS_POLICY, "", 0);
-        tern__conn_close(&ws->conn, -ENOBUFS);
-        break;
-    case TERN_WS_SLOW_PAUSE:
-        ws->paused_by_policy = true;
-        tern__conn_pause(&ws->conn);
-        break;
-    default:
-        break;
-    }
+    if (now - ws->soft_since >= o->backlog_grace_ms)
+        apply_policy(ws);
     return r;
 }
 
@@ -454,7 +504,7 @@ static size_t on_data(tern__conn *c, char *data, size_t len) {
     if (ws->state == TERN__WS_OPEN) {
         /* Any byte from the peer shows it is alive. */
         ws->awaiting_pong = false;
-        tern__conn_set_timeout(c, o->idle_timeout_ms);
+        arm_timeout(ws);
     }
     while (pos < len) {
         if (gone(ws))
@@ -544,6 +594,15 @@ static void on_timeout(tern__conn *c) {
         tern__conn_close(c, -ETIMEDOUT);
         return;
     }
+    if (ws->grace_wake) {
+        /* The backlog's grace period is over, not the idle time. */
+        const tern_ws_options *o = &ws->route->opt;
+        if (ws->soft_since && tern__conn_buffered(c) > o->backlog_soft)
+            apply_policy(ws);
+        if (!gone(ws))
+            arm_timeout(ws);
+        return;
+    }
     if (ws->awaiting_pong) {
         /* Idle, pinged, and still silent: the peer is gone. */
         send_close_frame(ws, TERN_WS_INTERNAL, "no pong", 7);
@@ -596,7 +655,8 @@ int tern__ws_open(tern__http_conn *hc, const tern__ws_route *route, void *conn_u
     ws->pmd_on = pmd_on;
     if (pmd_on)
         ws->pmd = *pmd;
-    ws->conn.out_limit = route->opt.backlog_hard;
+    ws->conn.out_limit =
+        route->opt.slow_policy == TERN_WS_SLOW_PAUSE ? 0 : route->opt.backlog_hard;
     tern__conn_set_timeout(&ws->conn, route->opt.idle_timeout_ms);
     if (rest_len && tern__conn_inject(&ws->conn, rest, rest_len) < 0) {
         tern__conn_close(&ws->conn, -ENOMEM);

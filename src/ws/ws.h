@@ -59,6 +59,7 @@ struct tern_ws {
     char *msg;
     size_t msg_len, msg_cap;
     uint64_t soft_since;       /* when the backlog went over the soft limit; 0 if not */
+    bool grace_wake;           /* the timeout is armed for the grace period's end */
     bool pmd_on;
     tern__pmd_params pmd;
     tern__pmd_inflater *inflater;

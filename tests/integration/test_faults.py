@@ -175,30 +175,80 @@ def test_http_client_that_never_reads_holds_bounded_memory(tern):
     rst_close(s)
 
 
-def test_websocket_client_that_never_reads_is_closed_by_policy(tern):
-    # The echo route's policy for a slow consumer is close (1008) past the
-    # hard backlog limit (1 MiB): the connection must end and memory stay
-    # bounded, while other clients are served.
-    fds0 = tern.open_fds()
+def test_websocket_echo_pauses_a_client_that_never_reads(tern):
+    # /ws's policy is pause: once the backlog passes its hard limit (1 MiB)
+    # the server stops reading, so the client's sends block (TCP pushes
+    # back) and memory stays bounded; nothing is dropped, and reading the
+    # echoes afterwards resumes the flow.
     rss0 = tern.rss_kib()
     s = ws_open(tern)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     msg = masked(2, b"z" * 65536)
-    s.settimeout(10 * SLOW)
-    closed = False
-    try:
-        for _ in range(2000):   # 128 MiB offered
-            s.sendall(msg)
-    except (BrokenPipeError, ConnectionResetError, socket.timeout):
-        closed = True
-    if not closed:
-        # Everything was taken (the server reads on); it must have dropped
-        # the connection by now, which reading shows.
-        rest = recv_until_closed(s, 10 * SLOW)
-        assert len(rest) < 8 * 1024 * 1024
-    s.close()
+    s.setblocking(False)
+    sent = 0
+    stalled = False
+    deadline = time.monotonic() + 10 * SLOW
+    while sent < 2000 * len(msg) and time.monotonic() < deadline:   # up to 128 MiB
+        try:
+            sent += s.send(msg[sent % len(msg):])
+        except BlockingIOError:
+            # Blocked: wait a little in case the server is merely slow.
+            time.sleep(0.2)
+            try:
+                sent += s.send(msg[sent % len(msg):])
+            except BlockingIOError:
+                stalled = True
+                break
+    assert stalled, f"server kept reading: {sent} bytes taken"
+    assert sent < 64 * 1024 * 1024
     if not SANITIZED:
         assert tern.rss_kib() - rss0 < 24 * 1024
+    assert ping(tern)
+    # Read everything back: every whole message the server took is echoed
+    # (reading lets the backlog drain, which resumes the server's reading).
+    s.setblocking(True)
+    s.settimeout(5 * SLOW)
+    echo_len = len(msg) - 4   # echoes are unmasked: 4 bytes shorter each
+    want = (sent // len(msg)) * echo_len
+    got = 0
+    while got < want:
+        b = s.recv(min(1 << 20, want - got))
+        assert b, "server closed"
+        got += len(b)
+    # Then the message left half-sent: finish it and get its echo too.
+    if sent % len(msg):
+        s.sendall(msg[sent % len(msg):])
+        got = 0
+        while got < echo_len:
+            b = s.recv(echo_len - got)
+            assert b, "server closed"
+            got += len(b)
+    s.close()
+
+
+def test_websocket_close_policy_sends_1008_after_the_backlog(tern_factory):
+    tern = tern_factory("--ws-slow-policy", "close")
+    fds0 = tern.open_fds()
+    s = ws_open(tern)
+    msg = masked(2, b"z" * 65536)
+    # Offer up to 32 MiB without reading. The server reads on, its backlog
+    # passes 1 MiB, and it closes by policy (then it reads and discards).
+    s.setblocking(False)
+    offered = 0
+    t0 = time.monotonic()
+    while offered < 32 * 1024 * 1024 and time.monotonic() - t0 < 3 * SLOW:
+        try:
+            offered += s.send(msg[offered % len(msg):])
+        except BlockingIOError:
+            time.sleep(0.01)
+        except (BrokenPipeError, ConnectionResetError):
+            break
+    s.setblocking(True)
+    # Now read: the echoes the server kept, then its close frame with 1008.
+    data = recv_until_closed(s, 10 * SLOW)
+    assert len(data) < 8 * 1024 * 1024
+    close = struct.pack("!BB", 0x88, 2 + len(b"slow consumer")) + struct.pack("!H", 1008)
+    assert close + b"slow consumer" in data[-64:]
+    s.close()
     assert wait_fds(tern, fds0) == fds0
     assert ping(tern)
 
