@@ -71,21 +71,26 @@ enum {
  * - out holds bytes the kernel has not taken, in order, before anything
  *   corked later for this connection; NULL when empty. EPOLLOUT is in
  *   io.events exactly while out or file is non-empty.
- * - the connection is on its owner's list (owner_next/prev) until closed. */
+ * - the connection is on its owner's list (list_next/prev) until closed;
+ *   only then is next_free, which shares their room, used. */
 struct tern__conn {
     tern__io io;
     uint32_t flags;
+    uint32_t out_limit;                /* backlog hard limit in bytes; 0: none */
     tern_loop *loop;
     const tern__conn_proto *proto;
     tern__wheel_entry timeout;
     tern__buf *in;
     tern__buf *out;
     tern__sendfile *file;
-    tern__conn *next_free;             /* on the loop's free list once closed */
     tern__conn *pending_next;          /* on the loop's re-feed list */
     struct tern__conn_list *list;      /* the owner's list (server), or NULL */
-    tern__conn *list_next, *list_prev;
-    size_t out_limit;                  /* backlog hard limit; 0: none */
+    union {
+        struct {
+            tern__conn *list_next, *list_prev;   /* while on the owner's list */
+        };
+        tern__conn *next_free;         /* once closed (off the list): the loop's free list */
+    };
 };
 
 /* An intrusive list of connections, for the owner (a server) to walk. */

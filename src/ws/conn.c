@@ -4,7 +4,7 @@
  * Frames are parsed in place in the loop's read buffer and unmasked there.
  * A message that arrives whole in one read is handed to on_message as a
  * view of that buffer; only messages split across frames or reads (or
- * compressed ones) are gathered into ws->msg, which is freed once the
+ * compressed ones) are gathered into ws->rx->msg, which is freed once the
  * message is delivered, so an idle connection holds no buffer. */
 #include <errno.h>
 #include <stdlib.h>
@@ -97,6 +97,13 @@ static void policy_pause(tern_ws *ws) {
     }
 }
 
+/* The loop's clock in ms, truncated: soft_since needs only differences
+ * far shorter than the 49 days it takes to wrap. */
+static uint32_t clock32(const tern_ws *ws) { return (uint32_t)tern_loop_now(ws->conn.loop); }
+
+/* How long the backlog has been over the soft limit (ws->soft_since != 0). */
+static uint32_t soft_spent(const tern_ws *ws) { return clock32(ws) - ws->soft_since; }
+
 /* Over the soft limit past the grace period. */
 static void apply_policy(tern_ws *ws) {
     switch (ws->route->opt.slow_policy) {
@@ -119,7 +126,7 @@ static void arm_timeout(tern_ws *ws) {
     uint64_t t = o->idle_timeout_ms;
     ws->grace_wake = false;
     if (ws->soft_since) {
-        uint64_t spent = tern_loop_now(ws->conn.loop) - ws->soft_since;
+        uint64_t spent = soft_spent(ws);
         if (spent < o->backlog_grace_ms && o->backlog_grace_ms - spent < t) {
             t = o->backlog_grace_ms - spent;
             ws->grace_wake = true;
@@ -148,15 +155,15 @@ static int check_backlog(tern_ws *ws, int r) {
     }
     if (buffered <= o->backlog_soft)
         return r;
-    uint64_t now = tern_loop_now(ws->conn.loop);
     if (ws->soft_since == 0) {
         /* The grace period starts; the connection's timeout now also
          * watches its end, in case no further send comes to check. */
+        uint32_t now = clock32(ws);
         ws->soft_since = now ? now : 1;
         arm_timeout(ws);
         return r;
     }
-    if (now - ws->soft_since >= o->backlog_grace_ms)
+    if (soft_spent(ws) >= o->backlog_grace_ms)
         apply_policy(ws);
     return r;
 }
@@ -170,7 +177,7 @@ static bool may_send(const tern_ws *ws) {
 static bool dropping(const tern_ws *ws) {
     const tern_ws_options *o = &ws->route->opt;
     return o->slow_policy == TERN_WS_SLOW_DROP && ws->soft_since &&
-           tern_loop_now(ws->conn.loop) - ws->soft_since >= o->backlog_grace_ms;
+           soft_spent(ws) >= o->backlog_grace_ms;
 }
 
 int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode) {
@@ -181,16 +188,17 @@ int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode) {
     if (dropping(ws))
         return TERN_SEND_DROPPED;
     int r;
-    if (ws->pmd_on && len >= ws->route->opt.compress_min) {
-        if (ws->deflater == NULL) {
-            ws->deflater = tern__pmd_deflater_new(ws->pmd.server_max_window_bits,
-                                                  ws->route->pmd.mem_level);
-            if (ws->deflater == NULL)
+    tern__ws_pmd *pmd = ws->pmd;
+    if (pmd && len >= ws->route->opt.compress_min) {
+        if (pmd->deflater == NULL) {
+            pmd->deflater = tern__pmd_deflater_new(pmd->params.server_max_window_bits,
+                                                   ws->route->pmd.mem_level);
+            if (pmd->deflater == NULL)
                 return -ENOMEM;
         }
         uint8_t *out;
-        ssize_t n = tern__pmd_deflate(ws->deflater, data, len, ws->pmd.server_no_context_takeover,
-                                      &out);
+        ssize_t n = tern__pmd_deflate(pmd->deflater, data, len,
+                                      pmd->params.server_no_context_takeover, &out);
         if (n < 0)
             return (int)n;
         r = write_frame(ws, (uint8_t)opcode, true, true, out, (size_t)n);
@@ -237,8 +245,12 @@ int tern_ws_close(tern_ws *ws, int code, const char *reason) {
 size_t tern_ws_buffered(const tern_ws *ws) { return tern__conn_buffered(&ws->conn); }
 void *tern_ws_user(const tern_ws *ws) { return ws->user; }
 void tern_ws_set_user(tern_ws *ws, void *conn_user) { ws->user = conn_user; }
-const char *tern_ws_subprotocol(const tern_ws *ws) { return ws->subprotocol; }
-bool tern_ws_compressed(const tern_ws *ws) { return ws->pmd_on; }
+const char *tern_ws_subprotocol(const tern_ws *ws) {
+    return ws->subprotocol == TERN__WS_NO_SUBPROTOCOL
+               ? NULL
+               : ws->route->opt.subprotocols[ws->subprotocol];
+}
+bool tern_ws_compressed(const tern_ws *ws) { return ws->pmd != NULL; }
 tern_loop *tern_ws_loop(const tern_ws *ws) { return ws->conn.loop; }
 
 /* ---- prepared messages ------------------------------------------------ */
@@ -303,12 +315,12 @@ int tern_ws_send_prepared(tern_ws *ws, tern_ws_prepared *m) {
         return -EBUSY;
     if (dropping(ws))
         return TERN_SEND_DROPPED;
-    if (ws->pmd_on) {
+    if (ws->pmd) {
         /* The shared compressed frame fits only a connection whose
          * compressor keeps no context: with context takeover, the peer's
          * window would hold bytes our own compressor never saw. */
-        if (m->deflated && ws->pmd.server_no_context_takeover &&
-            ws->pmd.server_max_window_bits >= 15)
+        if (m->deflated && ws->pmd->params.server_no_context_takeover &&
+            ws->pmd->params.server_max_window_bits >= 15)
             return check_backlog(ws, tern__conn_write(&ws->conn, m->deflated, m->deflated_len));
         return tern_ws_send(ws, m->plain + m->plain_hdr, m->plain_len - m->plain_hdr, m->opcode);
     }
@@ -325,32 +337,38 @@ void tern_ws_prepared_free(tern_ws_prepared *m) {
 
 /* ---- receiving -------------------------------------------------------- */
 
+/* The message is over (delivered, or dropped while closing): its receive
+ * state and buffer are given back, so idle connections hold none. */
 static void message_reset(tern_ws *ws) {
     ws->msg_opcode = 0;
-    ws->msg_total = 0;
-    ws->msg_len = 0;
-    ws->utf8 = TERN__UTF8_ACCEPT;
-    /* Given back after every gathered message: idle connections hold none. */
-    free(ws->msg);
-    ws->msg = NULL;
-    ws->msg_cap = 0;
+    if (ws->rx) {
+        free(ws->rx->msg);
+        free(ws->rx);
+        ws->rx = NULL;
+    }
 }
 
-static bool gather(tern_ws *ws, const char *p, size_t n) {
+static tern__ws_rx *rx_get(tern_ws *ws) {
+    if (ws->rx == NULL && (ws->rx = calloc(1, sizeof(*ws->rx))) != NULL)
+        ws->rx->utf8 = TERN__UTF8_ACCEPT;
+    return ws->rx;
+}
+
+static bool gather(tern__ws_rx *rx, const char *p, size_t n) {
     if (n == 0)
         return true;
-    if (ws->msg_len + n > ws->msg_cap) {
-        size_t cap = ws->msg_cap ? ws->msg_cap * 2 : 4096;
-        while (cap < ws->msg_len + n)
+    if (rx->msg_len + n > rx->msg_cap) {
+        size_t cap = rx->msg_cap ? rx->msg_cap * 2 : 4096;
+        while (cap < rx->msg_len + n)
             cap *= 2;
-        char *m = realloc(ws->msg, cap);
+        char *m = realloc(rx->msg, cap);
         if (m == NULL)
             return false;
-        ws->msg = m;
-        ws->msg_cap = cap;
+        rx->msg = m;
+        rx->msg_cap = cap;
     }
-    memcpy(ws->msg + ws->msg_len, p, n);
-    ws->msg_len += n;
+    memcpy(rx->msg + rx->msg_len, p, n);
+    rx->msg_len += n;
     return true;
 }
 
@@ -363,21 +381,24 @@ static void deliver(tern_ws *ws, const char *p, size_t n, bool last) {
         r->h.on_message(ws, p, n, ws->msg_opcode, r->user);
 }
 
-/* Decompresses a piece of a compressed message into ws->msg. */
-static bool inflate_piece(tern_ws *ws, const char *p, size_t n, bool last) {
-    if (ws->inflater == NULL) {
-        ws->inflater = tern__pmd_inflater_new(ws->pmd.client_max_window_bits);
-        if (ws->inflater == NULL) {
+/* Decompresses a piece of a compressed message into rx->msg. */
+static bool inflate_piece(tern_ws *ws, tern__ws_rx *rx, const char *p, size_t n, bool last) {
+    tern__ws_pmd *pmd = ws->pmd;
+    if (pmd->inflater == NULL) {
+        pmd->inflater = tern__pmd_inflater_new(pmd->params.client_max_window_bits);
+        if (pmd->inflater == NULL) {
             fail(ws, TERN_WS_INTERNAL);
             return false;
         }
     }
-    size_t before = ws->msg_len;
-    uint8_t *buf = (uint8_t *)ws->msg;
-    int r = tern__pmd_inflate(ws->inflater, (const uint8_t *)p, n, last,
-                              ws->pmd.client_no_context_takeover, &buf, &ws->msg_len,
-                              &ws->msg_cap, ws->route->opt.max_message - (ws->msg_total - before));
-    ws->msg = (char *)buf;
+    /* The limit counts what is already in the buffer; bytes delivered
+     * earlier (streamed, so no longer in it) are subtracted here. */
+    size_t before = rx->msg_len;
+    uint8_t *buf = (uint8_t *)rx->msg;
+    int r = tern__pmd_inflate(pmd->inflater, (const uint8_t *)p, n, last,
+                              pmd->params.client_no_context_takeover, &buf, &rx->msg_len,
+                              &rx->msg_cap, ws->route->opt.max_message - (rx->msg_total - before));
+    rx->msg = (char *)buf;
     if (r == -EMSGSIZE) {
         fail(ws, TERN_WS_TOO_BIG);
         return false;
@@ -386,62 +407,83 @@ static bool inflate_piece(tern_ws *ws, const char *p, size_t n, bool last) {
         fail(ws, r == -ENOMEM ? TERN_WS_INTERNAL : TERN_WS_INVALID_DATA);
         return false;
     }
-    ws->msg_total += ws->msg_len - before;
+    rx->msg_total += rx->msg_len - before;
     if (ws->msg_opcode == TERN_WS_TEXT &&
-        !tern__utf8_feed(&ws->utf8, (const uint8_t *)ws->msg + before, ws->msg_len - before)) {
+        !tern__utf8_feed(&rx->utf8, (const uint8_t *)rx->msg + before, rx->msg_len - before)) {
         fail(ws, TERN_WS_INVALID_DATA);
         return false;
     }
     return true;
 }
 
-/* A piece of a data frame's payload, already unmasked. Returns false when
- * the connection is no longer open for reading. */
+/* A piece of a data frame's payload, already unmasked, when the frame or
+ * the message is split (ws->rx is set). Returns false when the connection
+ * is no longer open for reading. */
 static bool on_payload(tern_ws *ws, char *p, size_t n, bool msg_end) {
     const tern__ws_route *r = ws->route;
+    tern__ws_rx *rx = ws->rx;
     if (ws->state != TERN__WS_OPEN) {   /* closing: data is read and dropped */
         if (msg_end)
             message_reset(ws);
         return true;
     }
     if (ws->msg_compressed) {
-        if (!inflate_piece(ws, p, n, msg_end))
+        if (!inflate_piece(ws, rx, p, n, msg_end))
             return false;
-        if (msg_end && !tern__utf8_complete(ws->utf8) && ws->msg_opcode == TERN_WS_TEXT) {
+        if (msg_end && !tern__utf8_complete(rx->utf8) && ws->msg_opcode == TERN_WS_TEXT) {
             fail(ws, TERN_WS_INVALID_DATA);
             return false;
         }
         if (r->h.on_fragment) {
-            deliver(ws, ws->msg ? ws->msg : "", ws->msg_len, msg_end);
-            ws->msg_len = 0;   /* streamed: the buffer is reused piece by piece */
+            deliver(ws, rx->msg ? rx->msg : "", rx->msg_len, msg_end);
+            if (ws->rx)
+                ws->rx->msg_len = 0;   /* streamed: the buffer is reused piece by piece */
         } else if (msg_end) {
-            deliver(ws, ws->msg ? ws->msg : "", ws->msg_len, true);
+            deliver(ws, rx->msg ? rx->msg : "", rx->msg_len, true);
         }
     } else {
         if (ws->msg_opcode == TERN_WS_TEXT &&
-            (!tern__utf8_feed(&ws->utf8, (const uint8_t *)p, n) ||
-             (msg_end && !tern__utf8_complete(ws->utf8)))) {
+            (!tern__utf8_feed(&rx->utf8, (const uint8_t *)p, n) ||
+             (msg_end && !tern__utf8_complete(rx->utf8)))) {
             fail(ws, TERN_WS_INVALID_DATA);
             return false;
         }
-        bool whole_here = msg_end && ws->msg_total == 0 && ws->msg_len == 0;
-        ws->msg_total += n;
-        if (r->h.on_fragment || whole_here) {
+        rx->msg_total += n;
+        if (r->h.on_fragment) {
             if (n || msg_end)
                 deliver(ws, p, n, msg_end);   /* in place: no copy */
         } else {
-            if (!gather(ws, p, n)) {
+            if (!gather(rx, p, n)) {
                 fail(ws, TERN_WS_INTERNAL);
                 return false;
             }
             if (msg_end)
-                deliver(ws, ws->msg ? ws->msg : "", ws->msg_len, true);
+                deliver(ws, rx->msg ? rx->msg : "", rx->msg_len, true);
         }
     }
-    if (gone(ws) || ws->state != TERN__WS_OPEN)
-        return !gone(ws);
+    if (gone(ws))
+        return false;
     if (msg_end)
         message_reset(ws);
+    return true;
+}
+
+/* The common case: an uncompressed, unfragmented message whose frame is
+ * all in this read. It is unmasked and delivered in place; no receive
+ * state is needed. Returns false when the connection is no longer open
+ * for reading. */
+static bool on_whole_message(tern_ws *ws, char *p, size_t n, const uint8_t mask[4]) {
+    tern__ws_mask((uint8_t *)p, n, mask, 0);
+    if (ws->state == TERN__WS_OPEN) {
+        if (ws->msg_opcode == TERN_WS_TEXT && !tern__utf8_valid((const uint8_t *)p, n)) {
+            fail(ws, TERN_WS_INVALID_DATA);
+            return false;
+        }
+        deliver(ws, p, n, true);
+        if (gone(ws))
+            return false;
+    }
+    ws->msg_opcode = 0;
     return true;
 }
 
@@ -509,19 +551,20 @@ static size_t on_data(tern__conn *c, char *data, size_t len) {
     while (pos < len) {
         if (gone(ws))
             return len;
-        if (!ws->in_frame) {
+        if (ws->rx == NULL || !ws->rx->in_frame) {
             tern__ws_header h;
-            int r = tern__ws_parse_header((const uint8_t *)data + pos, len - pos, true, ws->pmd_on,
-                                          &h);
+            int r = tern__ws_parse_header((const uint8_t *)data + pos, len - pos, true,
+                                          ws->pmd != NULL, &h);
             if (r == 0)
                 return pos;
             if (r < 0) {
                 fail(ws, TERN_WS_PROTOCOL_ERROR);
                 return len;
             }
+            size_t avail = len - pos - (size_t)r;
             if (h.opcode >= 8) {
                 /* Control frames are small (<= 125 bytes): wait for all of it. */
-                if (len - pos - (size_t)r < h.payload_len)
+                if (avail < h.payload_len)
                     return pos;
                 char *p = data + pos + r;
                 tern__ws_mask((uint8_t *)p, (size_t)h.payload_len, h.mask, 0);
@@ -542,28 +585,41 @@ static size_t on_data(tern__conn *c, char *data, size_t len) {
                 }
                 ws->msg_opcode = h.opcode;
                 ws->msg_compressed = h.rsv1;
-                ws->utf8 = TERN__UTF8_ACCEPT;
             }
-            if (!ws->msg_compressed && ws->msg_total + h.payload_len > o->max_message) {
+            uint64_t so_far = ws->rx ? ws->rx->msg_total : 0;
+            if (!ws->msg_compressed && so_far + h.payload_len > o->max_message) {
                 fail(ws, TERN_WS_TOO_BIG);
                 return len;
             }
-            ws->in_frame = true;
-            ws->frame_fin = h.fin;
-            ws->frame_left = h.payload_len;
-            ws->phase = 0;
-            memcpy(ws->mask, h.mask, 4);
+            if (h.fin && ws->rx == NULL && !ws->msg_compressed && avail >= h.payload_len) {
+                char *p = data + pos + r;
+                pos += (size_t)r + (size_t)h.payload_len;
+                if (!on_whole_message(ws, p, (size_t)h.payload_len, h.mask))
+                    return len;
+                continue;
+            }
+            tern__ws_rx *rx = rx_get(ws);
+            if (rx == NULL) {
+                fail(ws, TERN_WS_INTERNAL);
+                return len;
+            }
+            rx->in_frame = true;
+            rx->frame_fin = h.fin;
+            rx->frame_left = h.payload_len;
+            rx->phase = 0;
+            memcpy(rx->mask, h.mask, 4);
             pos += (size_t)r;
         }
-        size_t n = len - pos < ws->frame_left ? len - pos : (size_t)ws->frame_left;
+        tern__ws_rx *rx = ws->rx;
+        size_t n = len - pos < rx->frame_left ? len - pos : (size_t)rx->frame_left;
         char *p = data + pos;
-        ws->phase = (uint8_t)tern__ws_mask((uint8_t *)p, n, ws->mask, ws->phase);
+        rx->phase = (uint8_t)tern__ws_mask((uint8_t *)p, n, rx->mask, rx->phase);
         pos += n;
-        ws->frame_left -= n;
-        bool frame_end = ws->frame_left == 0;
+        rx->frame_left -= n;
+        bool frame_end = rx->frame_left == 0;
         if (frame_end)
-            ws->in_frame = false;
-        if (!on_payload(ws, p, n, frame_end && ws->frame_fin))
+            rx->in_frame = false;
+        if (!on_payload(ws, p, n, frame_end && rx->frame_fin))
             return len;
     }
     return pos;
@@ -625,38 +681,42 @@ static void on_close(tern__conn *c, int err) {
     tern_ws *ws = (tern_ws *)c;
     tern_server *srv = ws->route->srv;
     notify_close(ws, TERN_WS_ABNORMAL, "", 0);
-    free(ws->msg);
-    ws->msg = NULL;
-    tern__pmd_inflater_free(ws->inflater);
-    tern__pmd_deflater_free(ws->deflater);
-    ws->inflater = NULL;
-    ws->deflater = NULL;
+    message_reset(ws);
+    if (ws->pmd) {
+        tern__pmd_inflater_free(ws->pmd->inflater);
+        tern__pmd_deflater_free(ws->pmd->deflater);
+        free(ws->pmd);
+        ws->pmd = NULL;
+    }
     tern__http_conn_closed_by_server(srv);
 }
 
 /* ---- the switch from HTTP --------------------------------------------- */
 
 int tern__ws_open(tern__http_conn *hc, const tern__ws_route *route, void *conn_user,
-                    const char *subprotocol, const tern__pmd_params *pmd, bool pmd_on,
-                    const char *rest, size_t rest_len) {
+                  int subprotocol, const tern__pmd_params *pmd, const char *rest,
+                  size_t rest_len) {
     tern_ws *ws = calloc(1, sizeof(*ws));
     if (ws == NULL)
         return -ENOMEM;
+    if (pmd && (ws->pmd = calloc(1, sizeof(*ws->pmd))) == NULL) {
+        free(ws);
+        return -ENOMEM;
+    }
     int err = tern__conn_move(&hc->conn, &ws->conn, &ws_proto);
     if (err < 0) {
+        free(ws->pmd);
         free(ws);
         return err;
     }
     ws->route = route;
     ws->user = conn_user;
     ws->state = TERN__WS_OPEN;
-    ws->utf8 = TERN__UTF8_ACCEPT;
-    ws->subprotocol = subprotocol;
-    ws->pmd_on = pmd_on;
-    if (pmd_on)
-        ws->pmd = *pmd;
-    ws->conn.out_limit =
-        route->opt.slow_policy == TERN_WS_SLOW_PAUSE ? 0 : route->opt.backlog_hard;
+    ws->subprotocol = subprotocol < 0 ? TERN__WS_NO_SUBPROTOCOL : (uint8_t)subprotocol;
+    if (pmd)
+        ws->pmd->params = *pmd;
+    size_t hard = route->opt.slow_policy == TERN_WS_SLOW_PAUSE ? 0 : route->opt.backlog_hard;
+    ws->conn.out_limit = hard > UINT32_MAX ? UINT32_MAX : (uint32_t)hard;
     tern__conn_set_timeout(&ws->conn, route->opt.idle_timeout_ms);
     if (rest_len && tern__conn_inject(&ws->conn, rest, rest_len) < 0) {
         tern__conn_close(&ws->conn, -ENOMEM);

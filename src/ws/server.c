@@ -67,6 +67,13 @@ int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers 
     if (!o->backlog_grace_ms) o->backlog_grace_ms = 10000;
     if (!o->backlog_hard) o->backlog_hard = 1024 * KIB;
     if (!o->compress_min) o->compress_min = 64;
+    size_t nsub = 0;
+    while (o->subprotocols && o->subprotocols[nsub])
+        nsub++;
+    if (nsub >= TERN__WS_NO_SUBPROTOCOL) {   /* stored as a byte-sized index */
+        free(r);
+        return -EINVAL;
+    }
     if (o->server_max_window_bits < 9 || o->server_max_window_bits > 15)
         o->server_max_window_bits = 15;
     r->pmd = (tern__pmd_config){
@@ -138,13 +145,11 @@ static int try_upgrade(tern_http_req *req, const tern__http_head *head, const ch
             return r >= 400 && r <= 599 ? -r : -403;
     }
 
-    const char *subprotocol = NULL;
+    int sub = -1;
     const tern__http_header *proto = tern__http_find_header(head, "Sec-WebSocket-Protocol");
-    if (proto && route->opt.subprotocols) {
-        int i = tern__ws_pick_subprotocol(proto->value, proto->value_len, route->opt.subprotocols);
-        if (i >= 0)
-            subprotocol = route->opt.subprotocols[i];
-    }
+    if (proto && route->opt.subprotocols)
+        sub = tern__ws_pick_subprotocol(proto->value, proto->value_len, route->opt.subprotocols);
+    const char *subprotocol = sub >= 0 ? route->opt.subprotocols[sub] : NULL;
     tern__pmd_params pmd = {0};
     char ext[160];
     bool pmd_on = false;
@@ -169,7 +174,7 @@ static int try_upgrade(tern_http_req *req, const tern__http_head *head, const ch
     struct iovec iov[3] = {{buf, (size_t)n}, {req->extra, req->extra_len}, {"\r\n", 2}};
     tern__conn_writev(&hc->conn, iov, 3);
     req->extra_len = 0;
-    if (tern__ws_open(hc, route, conn_user, subprotocol, &pmd, pmd_on, rest, rest_len) < 0) {
+    if (tern__ws_open(hc, route, conn_user, sub, pmd_on ? &pmd : NULL, rest, rest_len) < 0) {
         tern__conn_close(&hc->conn, -ENOMEM);
         return 1;
     }

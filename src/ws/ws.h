@@ -29,47 +29,71 @@ enum tern__ws_state {
     TERN__WS_DONE,        /* on_close has been called; only the TCP close remains */
 };
 
-/* Invariants:
- * - conn is first (net frees the struct with free()).
+/* Receive state that exists only while a frame or a message is split
+ * across reads or frames (allocated then, freed when the message ends), so
+ * an idle connection, or one whose messages each arrive whole, has none.
+ * Invariants:
  * - in_frame: a data frame's header has been read and frame_left bytes of
- *   its payload are still to come, unmasked from key phase `phase`.
- * - msg_opcode is non-zero exactly while a data message is in progress;
- *   msg[0..msg_len) holds its bytes so far when it is being assembled
- *   (decompressed), and msg_total counts every byte of it received.
- * - utf8 is the validator's state over the text message so far.
+ *   its payload are still to come, unmasked from key phase `phase`;
+ * - msg[0..msg_len) holds the message's bytes so far when it is being
+ *   assembled (or decompressed); msg_total counts every byte of it so far;
+ * - utf8 is the validator's state over the text message so far. */
+typedef struct tern__ws_rx {
+    uint64_t frame_left;
+    uint64_t msg_total;
+    char *msg;
+    size_t msg_len, msg_cap;
+    uint32_t utf8;
+    uint8_t mask[4];
+    uint8_t phase;
+    bool in_frame;
+    bool frame_fin;
+} tern__ws_rx;
+
+/* permessage-deflate state, allocated at the upgrade when it was agreed. */
+typedef struct tern__ws_pmd {
+    tern__pmd_params params;
+    tern__pmd_inflater *inflater;   /* created at the first compressed message */
+    tern__pmd_deflater *deflater;   /* created at the first compressed send */
+} tern__ws_pmd;
+
+#define TERN__WS_NO_SUBPROTOCOL 0xFF
+
+/* Kept small on purpose: an idle WebSocket is this struct and nothing else
+ * (168 bytes on x86-64; see docs/ARCHITECTURE.md).
+ * Invariants:
+ * - conn is first (net frees the struct with free()).
+ * - msg_opcode is non-zero exactly while a data message is in progress
+ *   (msg_compressed says whether it is compressed); rx is non-NULL only
+ *   while a frame or a message is split (see tern__ws_rx).
+ * - pmd is non-NULL exactly when permessage-deflate was agreed.
+ * - subprotocol indexes route->opt.subprotocols, or is TERN__WS_NO_SUBPROTOCOL.
+ * - soft_since is the loop's clock (ms, truncated to 32 bits, never 0)
+ *   when the backlog went over the soft limit, or 0 when it is not over.
  * - state only moves forward; on_close is called once, when it becomes
  *   DONE (or from net's on_close if the connection drops first). */
 struct tern_ws {
     tern__conn conn;
     const tern__ws_route *route;
     void *user;
+    tern__ws_rx *rx;
+    tern__ws_pmd *pmd;
+    uint32_t soft_since;
     uint8_t state;
-    bool in_frame;
-    bool frame_fin;
-    uint8_t phase;
-    uint8_t mask[4];
-    uint64_t frame_left;
     uint8_t msg_opcode;
-    bool msg_compressed;
-    bool awaiting_pong;
-    bool paused_by_policy;
-    bool sending_fragments;    /* a fragmented message of ours is in progress */
-    uint32_t utf8;
-    uint64_t msg_total;
-    char *msg;
-    size_t msg_len, msg_cap;
-    uint64_t soft_since;       /* when the backlog went over the soft limit; 0 if not */
-    bool grace_wake;           /* the timeout is armed for the grace period's end */
-    bool pmd_on;
-    tern__pmd_params pmd;
-    tern__pmd_inflater *inflater;
-    tern__pmd_deflater *deflater;
-    const char *subprotocol;   /* an entry of route->opt.subprotocols, or NULL */
+    uint8_t subprotocol;
+    bool msg_compressed : 1;
+    bool awaiting_pong : 1;
+    bool paused_by_policy : 1;
+    bool sending_fragments : 1;   /* a fragmented message of ours is in progress */
+    bool grace_wake : 1;          /* the timeout is armed for the grace period's end */
 };
 
 /* conn.c */
+/* subprotocol: an index into route->opt.subprotocols, or -1; pmd: the
+ * agreed permessage-deflate parameters, or NULL. */
 int tern__ws_open(tern__http_conn *hc, const tern__ws_route *route, void *conn_user,
-                    const char *subprotocol, const tern__pmd_params *pmd, bool pmd_on,
-                    const char *rest, size_t rest_len);
+                  int subprotocol, const tern__pmd_params *pmd, const char *rest,
+                  size_t rest_len);
 
 #endif
