@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <strings.h>
 
 #include "app/app.h"
@@ -370,6 +371,13 @@ int tern_app_serve(int argc, char **argv) {
     }
 
     signal(SIGPIPE, SIG_IGN);
+    /* One descriptor per connection: take all the descriptors the hard
+     * limit allows (the soft limit is often 1024). */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
     int err = tern_loop_new(&ctx.loop, NULL);
     if (err == 0)
         err = tern_server_new(&ctx.srv, ctx.loop, &so);
