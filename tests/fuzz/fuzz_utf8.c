@@ -10,55 +10,13 @@
 #include <string.h>
 
 #include "ws/utf8.h"
+#include "../common/utf8_reference.h"
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
         if (!(cond))                                                                               \
             abort();                                                                               \
     } while (0)
-
-/* 1 valid, 0 invalid, -1 valid so far but cut inside a code point (some
- * completion of the last sequence would be valid). */
-static int reference(const uint8_t *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        uint8_t b = s[i];
-        size_t n;
-        uint32_t cp, min;
-        if (b < 0x80) {
-            i++;
-            continue;
-        } else if ((b & 0xE0) == 0xC0) {
-            n = 2, cp = b & 0x1F, min = 0x80;
-        } else if ((b & 0xF0) == 0xE0) {
-            n = 3, cp = b & 0x0F, min = 0x800;
-        } else if ((b & 0xF8) == 0xF0) {
-            n = 4, cp = b & 0x07, min = 0x10000;
-        } else {
-            return 0;
-        }
-        size_t k;
-        for (k = 1; k < n && i + k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (k < n) {
-            uint32_t lo = cp, hi = cp;
-            for (; k < n; k++) {
-                lo <<= 6;
-                hi = (hi << 6) | 0x3F;
-            }
-            if (hi < min || lo > 0x10FFFF || (lo >= 0xD800 && hi <= 0xDFFF))
-                return 0;
-            return -1;
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += n;
-    }
-    return 1;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 2)
@@ -73,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint32_t one = TERN__UTF8_ACCEPT;
     bool one_ok = tern__utf8_feed(&one, s, n);
     int got = one_ok ? (tern__utf8_complete(one) ? 1 : -1) : 0;
-    CHECK(got == reference(s, n));
+    CHECK(got == utf8_reference(s, n));
     CHECK(tern__utf8_valid(s, n) == (got == 1));
     CHECK(one_ok == (one != TERN__UTF8_REJECT));
 

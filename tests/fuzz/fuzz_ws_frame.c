@@ -11,6 +11,7 @@
 
 #include "ws/frame.h"
 #include "ws/utf8.h"
+#include "../common/utf8_reference.h"
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
@@ -63,39 +64,6 @@ static int parse_checked(const uint8_t *p, size_t n, bool require_mask, bool all
         CHECK(!h->masked || memcmp(h2.mask, h->mask, 4) == 0);
     }
     return whole;
-}
-
-/* The UTF-8 rules written the slow way: decode, then check the range. */
-static int utf8_reference(const uint8_t *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        uint8_t b = s[i];
-        size_t n;
-        uint32_t cp, min;
-        if (b < 0x80) {
-            i++;
-            continue;
-        } else if ((b & 0xE0) == 0xC0) {
-            n = 2, cp = b & 0x1F, min = 0x80;
-        } else if ((b & 0xF0) == 0xE0) {
-            n = 3, cp = b & 0x0F, min = 0x800;
-        } else if ((b & 0xF8) == 0xF0) {
-            n = 4, cp = b & 0x07, min = 0x10000;
-        } else {
-            return 0;
-        }
-        if (i + n > len)
-            return -1;   /* cut off: valid or not is for the full checker */
-        for (size_t k = 1; k < n; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += n;
-    }
-    return 1;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -13,52 +13,7 @@
 
 #include "guard.h"
 #include "ws/utf8.h"
-
-/* An independent decoder: computes each code point and checks its range
- * and shortest form. Returns 1 valid, 0 invalid, -1 valid so far but cut
- * inside a code point. */
-static int reference(const uint8_t *s, size_t len) {
-    size_t i = 0;
-    while (i < len) {
-        uint8_t b = s[i];
-        size_t n;
-        uint32_t cp, min;
-        if (b < 0x80) {
-            i++;
-            continue;
-        } else if ((b & 0xE0) == 0xC0) {
-            n = 2, cp = b & 0x1F, min = 0x80;
-        } else if ((b & 0xF0) == 0xE0) {
-            n = 3, cp = b & 0x0F, min = 0x800;
-        } else if ((b & 0xF8) == 0xF0) {
-            n = 4, cp = b & 0x07, min = 0x10000;
-        } else {
-            return 0;
-        }
-        size_t k;
-        for (k = 1; k < n && i + k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (k < n) {
-            /* Cut short: valid so far only if some completion could be
-             * valid, which the smallest and largest completions decide. */
-            uint32_t lo = cp, hi = cp;
-            for (; k < n; k++) {
-                lo = lo << 6;
-                hi = (hi << 6) | 0x3F;
-            }
-            if (hi < min || lo > 0x10FFFF || (lo >= 0xD800 && hi <= 0xDFFF))
-                return 0;
-            return -1;
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += n;
-    }
-    return 1;
-}
+#include "../common/utf8_reference.h"
 
 /* 1 valid, 0 invalid, -1 incomplete: what the validator says, one shot,
  * with the input right before a guard page. */
@@ -175,20 +130,20 @@ static void exhaustive_short_inputs(void **state) {
         b[0] = (uint8_t)x;
         uint32_t st = TERN__UTF8_ACCEPT;
         bool ok = tern__utf8_feed(&st, b, 1);
-        int want = reference(b, 1);
+        int want = utf8_reference(b, 1);
         assert_int_equal(ok ? (tern__utf8_complete(st) ? 1 : -1) : 0, want);
         for (unsigned y = 0; y < 256; y++) {
             b[1] = (uint8_t)y;
             st = TERN__UTF8_ACCEPT;
             ok = tern__utf8_feed(&st, b, 2);
-            want = reference(b, 2);
+            want = utf8_reference(b, 2);
             if ((ok ? (tern__utf8_complete(st) ? 1 : -1) : 0) != want)
                 fail_msg("%02x %02x: want %d", x, y, want);
             for (unsigned z = 0; z < 256; z++) {
                 b[2] = (uint8_t)z;
                 st = TERN__UTF8_ACCEPT;
                 ok = tern__utf8_feed(&st, b, 3);
-                want = reference(b, 3);
+                want = utf8_reference(b, 3);
                 if ((ok ? (tern__utf8_complete(st) ? 1 : -1) : 0) != want)
                     fail_msg("%02x %02x %02x: want %d", x, y, z, want);
             }
@@ -210,7 +165,7 @@ static void four_byte_edges(void **state) {
                     uint32_t st = TERN__UTF8_ACCEPT;
                     bool ok = tern__utf8_feed(&st, b, 4);
                     int got = ok ? (tern__utf8_complete(st) ? 1 : -1) : 0;
-                    int want = reference(b, 4);
+                    int want = utf8_reference(b, 4);
                     if (got != want)
                         fail_msg("%02x %02x %02x %02x: got %d want %d", b[0], b[1], b[2], b[3],
                                  got, want);
@@ -234,7 +189,7 @@ static void split_everywhere(void **state) {
         size_t n = strlen(texts[t]);
         uint32_t one = TERN__UTF8_ACCEPT;
         bool one_ok = tern__utf8_feed(&one, s, n);
-        assert_int_equal(one_ok ? (tern__utf8_complete(one) ? 1 : -1) : 0, reference(s, n));
+        assert_int_equal(one_ok ? (tern__utf8_complete(one) ? 1 : -1) : 0, utf8_reference(s, n));
         for (size_t a = 0; a <= n; a++) {
             for (size_t b = a; b <= n; b++) {
                 uint32_t st = TERN__UTF8_ACCEPT;
