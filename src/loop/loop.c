@@ -25,7 +25,7 @@ const char *tern_strerror(int err) {
     return strerror(err < 0 ? -err : err);
 }
 
-static void update_time(tern_loop *loop) {
+void tern__loop_update_time(tern_loop *loop) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     loop->now_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
@@ -190,7 +190,7 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
     else if (loop->epfd < 0 || wfd < 0)
         err = -errno;
     if (err == 0) {
-        update_time(loop);
+        tern__loop_update_time(loop);
         tern__wheel_init(loop);
         atomic_init(&loop->post_head, &loop->post_stub);
         atomic_init(&loop->post_stub.next, NULL);
@@ -248,7 +248,7 @@ int tern_loop_run(tern_loop *loop) {
         int n = epoll_wait(loop->epfd, events, TERN__EVENTS_PER_WAIT, timeout);
         if (n < 0 && errno != EINTR)
             return -errno;
-        update_time(loop);
+        tern__loop_update_time(loop);
         loop->batch = events;
         loop->batch_len = n < 0 ? 0 : n;
         for (loop->batch_next = 0; loop->batch_next < loop->batch_len;) {

@@ -74,6 +74,10 @@ struct tern_loop {
 };
 
 /* wheel.c */
+/* loop.c: reads the clocks into now_ms and wall_sec (once per iteration,
+ * and when a precise timer is armed). */
+void tern__loop_update_time(tern_loop *loop);
+
 void tern__wheel_init(tern_loop *loop);
 void tern__wheel_run(tern_loop *loop);
 int tern__wheel_timeout(const tern_loop *loop);

@@ -76,6 +76,9 @@ static int heap_insert(tern_loop *loop, tern_timer *t) {
 }
 
 static void arm(tern_timer *t, uint64_t timeout_ms) {
+    /* The loop's cached time may be a whole batch old (or older, before
+     * the loop first runs); a precise timer counts from now. */
+    tern__loop_update_time(t->loop);
     t->deadline = t->loop->now_ms + timeout_ms;
     t->seq = t->loop->timer_seq++;
 }
