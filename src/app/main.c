@@ -1,4 +1,5 @@
-/* tern: the command. `tern serve` runs the demo server. */
+/* tern: the command. `tern serve` runs the demo server, `tern load` a
+ * WebSocket load generator. */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,6 +12,7 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  serve     the demo server: HTTP routes, static files (tern serve --help)\n"
+            "  load      WebSocket load generator: echo, pipeline (tern load --help)\n"
             "  version   print the version\n");
 }
 
@@ -22,6 +24,8 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (strcmp(cmd, "serve") == 0)
         return tern_app_serve(argc - 1, argv + 1);
+    if (strcmp(cmd, "load") == 0)
+        return tern_app_load(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("tern %s\n", TERN_VERSION);
         return 0;

@@ -16,6 +16,7 @@
  * flight, close idle connections), exit 0. A second signal exits at once. */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -371,6 +372,11 @@ int tern_app_serve(int argc, char **argv) {
     }
 
     signal(SIGPIPE, SIG_IGN);
+    /* Buffers of large messages and bodies (over 256 KiB) come from mmap,
+     * so they go back to the system when freed instead of staying in
+     * glibc's heap at their peak (measured: 31.6 MB resident after four
+     * 8 MB echoes without this, 6 MB with it). */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
     /* One descriptor per connection: take all the descriptors the hard
      * limit allows (the soft limit is often 1024). */
     struct rlimit rl;

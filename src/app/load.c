@@ -1,0 +1,1444 @@
+/* tern load: a WebSocket load generator on the tern loop (one thread).
+ *
+ *   tern load echo     N connections, each sends one message, waits for the
+ *                      whole echo, checks it and sends the next; for a time.
+ *                      Reports echoes per second and the round trip times.
+ *   tern load pipeline N connections, each writes a batch of P messages at
+ *                      once and the next batch when every echo of the last
+ *                      one is back; a fixed number of messages. Reports
+ *                      echoes per second.
+ *
+ * It exists to measure the server on a small machine, where the client
+ * shares the CPUs with it, so the client does as little as it can per
+ * message:
+ * - replies are read into the loop's one shared read buffer and checked
+ *   (echo) or only counted (pipeline) where they lie: nothing is allocated
+ *   or copied per message;
+ * - messages are masked once, at start. Every frame of the run uses the
+ *   same masking key, so the payload after the sequence number (echo) or
+ *   the whole batch (pipeline) is one shared buffer and a send is a writev
+ *   of a few bytes of per-connection header plus that buffer. RFC 6455
+ *   wants a fresh key per frame to keep browser scripts from steering the
+ *   bytes that intermediaries see; a load generator pointed at a server by
+ *   its operator has no such attacker, and a server must unmask whatever
+ *   key it gets;
+ * - one clock read per echo: the time the echo completed is also the time
+ *   the next message is sent.
+ *
+ * Any error ends the run at once (exit 1) with the first error's message;
+ * the measurement is only printed after a clean run. */
+#include <errno.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include "app/app.h"
+#include "loop/loop.h"
+#include "tern/tern.h"
+#include "http/parser.h"
+#include "ws/frame.h"
+#include "ws/handshake.h"
+
+#define LOAD_MAX_HANDSHAKES 256   /* connections being opened at once: kind to the accept queue */
+#define LOAD_HEAD_MAX 4096        /* the 101 response's head */
+#define LOAD_HOST_MAX 256
+#define LOAD_PATH_MAX 2048
+#define LOAD_CTR_LEN 8            /* an echo message starts with its sequence number */
+#define LOAD_STALL_MS 10000       /* nothing received for this long: the server is stuck */
+#define LOAD_CLOSE_MS 2000        /* for the close handshakes at the end */
+#define LOAD_MAX_BATCH (1u << 30) /* bytes of the pipeline's batch buffer */
+
+enum load_mode { LOAD_ECHO, LOAD_PIPELINE };
+
+typedef struct load_opts {
+    enum load_mode mode;
+    const char *url;
+    char host[LOAD_HOST_MAX];        /* as resolved */
+    char authority[LOAD_HOST_MAX + 8];  /* the Host header: host[:port] as in the URL */
+    char path[LOAD_PATH_MAX];        /* request target, starts with '/' */
+    unsigned port;
+    uint32_t connections;
+    uint64_t size;
+    uint64_t duration_ms, warmup_ms;  /* echo */
+    uint32_t depth;                   /* pipeline */
+    uint64_t iterations, warmup_iterations;
+    bool json;
+} load_opts;
+
+/* ---- latency histogram ---------------------------------------------------
+ *
+ * Log-linear, in nanoseconds: values below 2^SUB_BITS have a bucket each;
+ * above, each power of two is cut into 2^SUB_BITS equal buckets, so a
+ * bucket is at most 1/64 of its values wide (HdrHistogram's layout with
+ * one significant figure and a bit). Fixed size: recording is an index
+ * computation and an increment. */
+#define HIST_SUB_BITS 6
+#define HIST_SUB (1u << HIST_SUB_BITS)
+#define HIST_MAX_BITS 40   /* 2^40 ns is 18 minutes; longer is counted there */
+#define HIST_BUCKETS ((HIST_MAX_BITS - HIST_SUB_BITS + 1) * HIST_SUB)
+
+/* Invariant: count is the sum of bucket[], sum the sum of the values
+ * recorded, min and max exact (min is UINT64_MAX while count is 0). */
+typedef struct load_hist {
+    uint64_t bucket[HIST_BUCKETS];
+    uint64_t count, sum, min, max;
+} load_hist;
+
+static void hist_reset(load_hist *h) {
+    memset(h, 0, sizeof(*h));
+    h->min = UINT64_MAX;
+}
+
+static size_t hist_index(uint64_t v) {
+    if (v < HIST_SUB)
+        return (size_t)v;
+    if (v >= (1ull << HIST_MAX_BITS))
+        v = (1ull << HIST_MAX_BITS) - 1;
+    unsigned top = 63u - (unsigned)__builtin_clzll(v);   /* HIST_SUB_BITS..HIST_MAX_BITS-1 */
+    unsigned shift = top - HIST_SUB_BITS;
+    return (size_t)(shift + 1) * HIST_SUB + (size_t)((v >> shift) - HIST_SUB);
+}
+
+static void hist_record(load_hist *h, uint64_t v) {
+    h->bucket[hist_index(v)]++;
+    h->count++;
+    h->sum += v;
+    if (v < h->min)
+        h->min = v;
+    if (v > h->max)
+        h->max = v;
+}
+
+/* The value at quantile q (0..1]: the middle of its bucket, kept within
+ * [min, max] so that p100 is the max and nothing is below the min. */
+static uint64_t hist_quantile(const load_hist *h, double q) {
+    if (h->count == 0)
+        return 0;
+    double want = q * (double)h->count;
+    uint64_t rank = (uint64_t)want;
+    if ((double)rank < want)
+        rank++;
+    if (rank == 0)
+        rank = 1;
+    uint64_t seen = 0;
+    size_t i = 0;
+    for (; i < HIST_BUCKETS; i++) {
+        seen += h->bucket[i];
+        if (seen >= rank)
+            break;
+    }
+    uint64_t lo, width;
+    if (i < HIST_SUB) {
+        lo = i;
+        width = 1;
+    } else {
+        unsigned shift = (unsigned)(i / HIST_SUB) - 1;
+        lo = (uint64_t)(i % HIST_SUB + HIST_SUB) << shift;
+        width = 1ull << shift;
+    }
+    uint64_t v = lo + width / 2;
+    return v < h->min ? h->min : v > h->max ? h->max : v;
+}
+
+/* ---- connections ---------------------------------------------------------- */
+
+enum load_state {
+    CS_NEW,          /* not started */
+    CS_CONNECTING,   /* connect() in progress */
+    CS_HANDSHAKE,    /* upgrade request sent, reading the 101 */
+    CS_OPEN,         /* the run */
+    CS_CLOSING,      /* our close frame is sent or queued; waiting for the server's and its EOF */
+    CS_DONE,         /* socket closed */
+};
+
+/* What a connection holds only while it is being opened. */
+typedef struct load_handshake {
+    char accept[TERN__WS_ACCEPT_LEN + 1];   /* the Sec-WebSocket-Accept we expect */
+    size_t len;
+    char head[LOAD_HEAD_MAX];
+} load_handshake;
+
+struct load_run;
+
+/* One client connection.
+ * Invariants:
+ * - io.fd is open exactly in CONNECTING..CLOSING; EPOLLOUT is in io.events
+ *   only while connecting or while out[] holds bytes the kernel refused.
+ * - out[0..out_cnt) is what is left of the frame being written. A frame
+ *   (message, batch, pong, close) is started only when out_cnt is 0, so
+ *   frames never interleave; a pong or close that comes up meanwhile waits
+ *   in pong_pending / close_pending.
+ * - hs is allocated exactly in CONNECTING and HANDSHAKE.
+ * - Frame reading (echo, and the close in both modes): rhdr holds the
+ *   rhdr_have bytes of a header split across reads; in_frame says a header
+ *   was read and frame_left payload bytes of it are still to come;
+ *   msg_open says a data message has begun and not ended, msg_off how many
+ *   of its payload bytes have come.
+ * - Echo: awaiting is true from the send of message number seq until its
+ *   whole echo has arrived; sent_ns is when it was sent.
+ * - Pipeline: a batch of `batch` messages is in flight while expect (the
+ *   echo bytes it still owes) is non-zero; left counts the messages of the
+ *   current phase not yet sent. */
+typedef struct load_conn {
+    tern__io io;
+    struct load_run *run;
+    uint8_t state;
+    uint8_t out_cnt;
+    uint8_t rhdr_have;
+    uint8_t frame_opcode;
+    bool frame_fin, in_frame, msg_open;
+    bool awaiting;
+    bool pong_pending, close_pending, close_received;
+    uint8_t ctl_len;                   /* control payload gathered in ctl */
+    uint8_t head_len;                  /* bytes of msg_head that are the frame header */
+    uint64_t frame_left;
+    uint64_t msg_off;
+    struct iovec out[2];
+    load_handshake *hs;
+    /* echo */
+    uint64_t seq;
+    uint64_t sent_ns;
+    uint8_t msg_head[TERN__WS_MAX_HEADER + LOAD_CTR_LEN];   /* header, masked sequence number */
+    /* pipeline */
+    uint64_t left;
+    uint64_t expect;
+    uint32_t batch;
+    /* control frames: what came in, what goes out */
+    uint8_t rhdr[TERN__WS_MAX_HEADER];
+    uint8_t ctl[125];
+    uint8_t ctl_out[TERN__WS_MAX_HEADER + 125];
+} load_conn;
+
+enum load_phase { PH_CONNECT, PH_WARMUP, PH_MEASURE, PH_CLOSE };
+
+/* The whole run.
+ * Invariants: every connection before next_start has been started;
+ * handshaking counts those in CONNECTING or HANDSHAKE, opened those that
+ * reached OPEN (and may have gone on), done those in DONE. The measured
+ * counters (messages, hist) cover exactly the echoes completed while
+ * phase is PH_MEASURE, between t0_ns and t1_ns. */
+typedef struct load_run {
+    const load_opts *o;
+    tern_loop *loop;
+    load_conn *conns;
+    struct sockaddr_in addr;
+    enum load_phase phase;
+    uint32_t next_start, handshaking, opened, ready, finished, done;
+    uint8_t key[4];          /* the masking key of every frame */
+    /* echo: the payload. plain[i] is what byte i of an echo must be for
+     * i >= ctr_len; masked[] is plain[ctr_len..] masked, sent as is. */
+    size_t ctr_len;
+    uint8_t *plain, *masked;
+    /* pipeline: `depth` masked frames back to back */
+    uint8_t *batch;
+    size_t frame_len;        /* one frame of the batch */
+    size_t echo_len;         /* one echoed frame: the server's header + size */
+    /* measurement */
+    uint64_t start_ns, open_ns, t0_ns, t1_ns;
+    uint64_t messages;
+    load_hist hist;
+    /* timers and the stall watchdog */
+    tern_timer *phase_timer, *watchdog;
+    uint64_t progress, progress_seen;
+    uint64_t stalled_ms;
+    /* ends */
+    uint32_t unclean;        /* close handshakes that did not end well */
+    char unclean_why[160];   /* the first one's story */
+    bool failed;
+    char error[640];
+} load_run;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Ends the run with an error. The first error is the cause; what follows
+ * from it (other connections failing) is not reported. */
+static void run_fail(load_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void run_fail(load_run *run, const char *fmt, ...) {
+    if (run->failed)
+        return;
+    run->failed = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(run->error, sizeof(run->error), fmt, ap);
+    va_end(ap);
+    tern_loop_stop(run->loop);
+}
+
+static unsigned conn_no(const load_conn *c) { return (unsigned)(c - c->run->conns); }
+
+static void conn_done(load_conn *c);
+static void run_begin(load_run *run);
+static void start_more(load_run *run);
+
+/* A close handshake at the end that went wrong: not an error of the
+ * measurement, but worth a line. */
+static void note_unclean(load_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_unclean(load_conn *c, const char *fmt, ...) {
+    load_run *run = c->run;
+    if (run->unclean++ == 0) {
+        int n = snprintf(run->unclean_why, sizeof(run->unclean_why), "connection %u: ", conn_no(c));
+        va_list ap;
+        va_start(ap, fmt);
+        if (n > 0 && (size_t)n < sizeof(run->unclean_why))
+            vsnprintf(run->unclean_why + n, sizeof(run->unclean_why) - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+}
+
+/* ---- writing -------------------------------------------------------------- */
+
+/* Writes what out[] holds; what the kernel refuses stays there for
+ * EPOLLOUT. Returns false when the run failed. */
+static bool conn_flush(load_conn *c) {
+    while (c->out_cnt > 0) {
+        struct msghdr mh = {.msg_iov = c->out, .msg_iovlen = c->out_cnt};
+        ssize_t w = sendmsg(c->io.fd, &mh, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return true;
+            if (c->state == CS_CLOSING) {   /* the server went first: nothing more to say */
+                note_unclean(c, "send during the close: %s", strerror(errno));
+                conn_done(c);
+                return true;
+            }
+            run_fail(c->run, "connection %u: send: %s", conn_no(c), strerror(errno));
+            return false;
+        }
+        size_t n = (size_t)w;
+        while (n > 0 && n >= c->out[0].iov_len) {
+            n -= c->out[0].iov_len;
+            c->out[0] = c->out[1];
+            c->out_cnt--;
+        }
+        if (n > 0) {
+            c->out[0].iov_base = (char *)c->out[0].iov_base + n;
+            c->out[0].iov_len -= n;
+        }
+    }
+    return true;
+}
+
+/* A control frame (pong, close) from ctl_out, masked with the run's key. */
+static void conn_queue_control(load_conn *c, uint8_t opcode, const uint8_t *payload, size_t len) {
+    size_t hl = tern__ws_write_header(c->ctl_out, true, false, opcode, len, c->run->key);
+    memcpy(c->ctl_out + hl, payload, len);
+    tern__ws_mask(c->ctl_out + hl, len, c->run->key, 0);
+    c->out[0] = (struct iovec){.iov_base = c->ctl_out, .iov_len = hl + len};
+    c->out_cnt = 1;
+}
+
+/* Writes the frame in progress, then the pong and the close that waited
+ * for it, and sets the epoll interest to match what is left. */
+static void conn_pump(load_conn *c) {
+    for (;;) {
+        if (c->out_cnt > 0 && !conn_flush(c))
+            return;
+        if (c->state == CS_DONE)
+            return;
+        if (c->out_cnt > 0)
+            break;
+        if (c->pong_pending) {
+            c->pong_pending = false;
+            conn_queue_control(c, TERN__WS_OP_PONG, c->ctl, c->ctl_len);
+            continue;
+        }
+        if (c->close_pending) {
+            c->close_pending = false;
+            static const uint8_t normal[2] = {1000 >> 8, 1000 & 0xFF};
+            conn_queue_control(c, TERN__WS_OP_CLOSE, normal, sizeof(normal));
+            continue;
+        }
+        break;
+    }
+    int err = tern__io_set(c->run->loop, &c->io, EPOLLIN | (c->out_cnt ? EPOLLOUT : 0));
+    if (err < 0)
+        run_fail(c->run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
+}
+
+/* Echo: sends message number seq+1 at time now. */
+static void echo_send(load_conn *c, uint64_t now) {
+    load_run *run = c->run;
+    c->seq++;
+    uint8_t *ctr = c->msg_head + c->head_len;
+    for (size_t i = 0; i < run->ctr_len; i++)
+        ctr[i] = (uint8_t)(c->seq >> (8 * i)) ^ run->key[i & 3];
+    c->out[0] = (struct iovec){.iov_base = c->msg_head, .iov_len = c->head_len + run->ctr_len};
+    c->out_cnt = 1;
+    if (run->o->size > run->ctr_len)
+        c->out[c->out_cnt++] = (struct iovec){.iov_base = run->masked,
+                                              .iov_len = run->o->size - run->ctr_len};
+    c->awaiting = true;
+    c->sent_ns = now;
+    conn_pump(c);
+}
+
+/* Pipeline: sends the next batch of the phase (left > 0). */
+static void pipeline_send(load_conn *c) {
+    load_run *run = c->run;
+    uint64_t k = c->left < run->o->depth ? c->left : run->o->depth;
+    c->batch = (uint32_t)k;
+    c->expect = k * run->echo_len;
+    c->out[0] = (struct iovec){.iov_base = run->batch, .iov_len = k * run->frame_len};
+    c->out_cnt = 1;
+    conn_pump(c);
+}
+
+static void conn_begin_close(load_conn *c) {
+    c->state = CS_CLOSING;
+    c->close_pending = true;
+    conn_pump(c);
+}
+
+static void run_close_all(load_run *run);
+
+/* Pipeline: this connection has sent and got back every message of the
+ * phase. The measured phase starts when every connection is through the
+ * warm-up, and ends when the last one is through it. */
+static void pipeline_conn_finished(load_conn *c) {
+    load_run *run = c->run;
+    if (run->phase == PH_WARMUP) {
+        if (++run->ready < run->o->connections)
+            return;
+        run->phase = PH_MEASURE;
+        run->t0_ns = now_ns();
+        for (uint32_t i = 0; i < run->o->connections && !run->failed; i++) {
+            run->conns[i].left = run->o->iterations;
+            pipeline_send(&run->conns[i]);
+        }
+        return;
+    }
+    if (++run->finished == run->o->connections) {
+        run->t1_ns = now_ns();
+        run_close_all(run);
+    }
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
+static void conn_lost(load_conn *c, int err) {
+    if (c->state == CS_CLOSING) {
+        if (err != 0)
+            note_unclean(c, "%s during the close handshake", strerror(err));
+        else if (!c->close_received)
+            note_unclean(c, "EOF without a close frame");
+        conn_done(c);
+        return;
+    }
+    if (err != 0)
+        run_fail(c->run, "connection %u: %s during the run", conn_no(c), strerror(err));
+    else
+        run_fail(c->run, "connection %u: the server closed the connection (EOF) during the run",
+                 conn_no(c));
+}
+
+/* The first byte of the echo payload that differs from what was sent
+ * (only called once a difference is known). */
+static uint64_t echo_first_diff(load_conn *c, const uint8_t *p, size_t len) {
+    load_run *run = c->run;
+    for (size_t i = 0; i < len; i++) {
+        uint64_t off = c->msg_off + i;
+        uint8_t want = off < run->ctr_len ? (uint8_t)(c->seq >> (8 * off)) : run->plain[off];
+        if (p[i] != want)
+            return off;
+    }
+    return c->msg_off + len;
+}
+
+/* Echo: checks len payload bytes of the echo at offset msg_off. */
+static bool echo_check(load_conn *c, const uint8_t *p, size_t len) {
+    load_run *run = c->run;
+    uint64_t off = c->msg_off;
+    const uint8_t *q = p;
+    size_t n = len;
+    for (; n > 0 && off < run->ctr_len; off++, q++, n--)
+        if (*q != (uint8_t)(c->seq >> (8 * off)))
+            goto differs;
+    if (n > 0 && memcmp(q, run->plain + off, n) != 0)
+        goto differs;
+    return true;
+differs:
+    run_fail(run, "connection %u: wrong echo: message %llu differs from what was sent at byte %llu",
+             conn_no(c), (unsigned long long)c->seq,
+             (unsigned long long)echo_first_diff(c, p, len));
+    return false;
+}
+
+/* Echo: message number seq is back whole. */
+static void echo_done(load_conn *c) {
+    load_run *run = c->run;
+    c->awaiting = false;
+    if (c->state != CS_OPEN)   /* the one in flight when the run ended */
+        return;
+    uint64_t now = now_ns();
+    if (run->phase == PH_MEASURE) {
+        run->messages++;
+        hist_record(&run->hist, now - c->sent_ns);
+    }
+    echo_send(c, now);
+}
+
+static void on_close_frame(load_conn *c) {
+    unsigned code = c->ctl_len >= 2 ? (unsigned)c->ctl[0] << 8 | c->ctl[1] : 1005;
+    int rlen = c->ctl_len > 2 ? c->ctl_len - 2 : 0;
+    if (c->state == CS_OPEN) {
+        run_fail(c->run, "connection %u: the server closed the connection during the run: %u%s%.*s",
+                 conn_no(c), code, rlen ? " " : "", rlen, (const char *)c->ctl + 2);
+        return;
+    }
+    c->close_received = true;
+    if (code != 1000)
+        note_unclean(c, "the server answered our close 1000 with %u%s%.*s", code,
+                     rlen ? " " : "", rlen, (const char *)c->ctl + 2);
+    /* Then the server closes TCP first (RFC 6455 §7.1.1): wait for EOF. */
+}
+
+/* A frame header is complete: checks it against where we are. */
+static bool frame_begin(load_conn *c, const tern__ws_header *h) {
+    load_run *run = c->run;
+    if (h->masked) {
+        run_fail(run, "connection %u: the server sent a masked frame", conn_no(c));
+        return false;
+    }
+    c->in_frame = true;
+    c->frame_opcode = h->opcode;
+    c->frame_fin = h->fin;
+    c->frame_left = h->payload_len;
+    if (h->opcode & 0x08) {
+        c->ctl_len = 0;
+        return true;
+    }
+    if (h->opcode == TERN__WS_OP_CONT ? !c->msg_open : c->msg_open) {
+        run_fail(run, "connection %u: protocol error: %s", conn_no(c),
+                 c->msg_open ? "a new message inside a fragmented one"
+                             : "a continuation frame outside a message");
+        return false;
+    }
+    if (run->o->mode == LOAD_PIPELINE || !c->awaiting) {
+        run_fail(run, "connection %u: a message from the server that is not an echo of ours",
+                 conn_no(c));
+        return false;
+    }
+    if (h->opcode == TERN__WS_OP_TEXT) {
+        run_fail(run, "connection %u: wrong echo: a text message for our binary one", conn_no(c));
+        return false;
+    }
+    if (h->payload_len > run->o->size - c->msg_off) {
+        run_fail(run, "connection %u: wrong echo: longer than the %llu bytes sent", conn_no(c),
+                 (unsigned long long)run->o->size);
+        return false;
+    }
+    c->msg_open = true;
+    return true;
+}
+
+static void frame_end(load_conn *c) {
+    c->in_frame = false;
+    switch (c->frame_opcode) {
+    case TERN__WS_OP_PING:
+        /* Not after our close frame: nothing may follow it. */
+        if (c->state == CS_OPEN || c->close_pending) {
+            c->pong_pending = true;
+            conn_pump(c);
+        }
+        return;
+    case TERN__WS_OP_PONG:
+        return;   /* we never ping; an unsolicited pong is a heartbeat */
+    case TERN__WS_OP_CLOSE:
+        on_close_frame(c);
+        return;
+    default:
+        if (!c->frame_fin)
+            return;
+        c->msg_open = false;
+        if (c->msg_off != c->run->o->size) {
+            run_fail(c->run, "connection %u: wrong echo: %llu bytes for the %llu sent", conn_no(c),
+                     (unsigned long long)c->msg_off, (unsigned long long)c->run->o->size);
+            return;
+        }
+        c->msg_off = 0;
+        echo_done(c);
+    }
+}
+
+/* Reads a frame header from *p, or the part of one that is there. Returns
+ * false when the header is not complete yet or the run failed. */
+static bool frame_header(load_conn *c, const uint8_t **p, size_t *n) {
+    tern__ws_header h;
+    int r;
+    if (c->rhdr_have == 0) {   /* the usual case: the header is whole, read it where it is */
+        r = tern__ws_parse_header(*p, *n, false, false, &h);
+        if (r > 0) {
+            *p += r;
+            *n -= (size_t)r;
+            return frame_begin(c, &h);
+        }
+    }
+    size_t have = c->rhdr_have;
+    size_t take = *n < TERN__WS_MAX_HEADER - have ? *n : TERN__WS_MAX_HEADER - have;
+    memcpy(c->rhdr + have, *p, take);
+    r = tern__ws_parse_header(c->rhdr, have + take, false, false, &h);
+    if (r < 0) {
+        run_fail(c->run, "connection %u: protocol error in a frame from the server "
+                         "(header %02x %02x)",
+                 conn_no(c), c->rhdr[0], have + take > 1 ? c->rhdr[1] : 0);
+        return false;
+    }
+    if (r == 0) {
+        c->rhdr_have = (uint8_t)(have + take);
+        *p += take;
+        *n -= take;
+        return false;
+    }
+    *p += (size_t)r - have;
+    *n -= (size_t)r - have;
+    c->rhdr_have = 0;
+    return frame_begin(c, &h);
+}
+
+/* Frames from the server (echo mode, and the end of both modes). */
+static void frames_feed(load_conn *c, const uint8_t *p, size_t n) {
+    load_run *run = c->run;
+    for (;;) {
+        if (!c->in_frame) {
+            if (n == 0 || !frame_header(c, &p, &n))
+                return;
+        }
+        size_t take = c->frame_left < n ? (size_t)c->frame_left : n;
+        if (c->frame_opcode & 0x08) {
+            memcpy(c->ctl + c->ctl_len, p, take);
+            c->ctl_len = (uint8_t)(c->ctl_len + take);
+        } else if (take > 0) {
+            if (!echo_check(c, p, take))
+                return;
+            c->msg_off += take;
+        }
+        p += take;
+        n -= take;
+        c->frame_left -= take;
+        if (c->frame_left > 0)
+            return;   /* and n is 0 */
+        frame_end(c);
+        if (run->failed || c->state == CS_DONE)
+            return;
+    }
+}
+
+/* Pipeline: the echoes are only counted. The one check is cheap: a batch's
+ * echoes start with a binary frame (a close frame there is the server
+ * ending the connection). Bytes beyond what the batch owes are an error. */
+static void pipeline_read(load_conn *c, const uint8_t *p, size_t n) {
+    load_run *run = c->run;
+    if (n > c->expect) {
+        uint8_t b = p[c->expect];   /* the first byte beyond the batch's echoes */
+        if ((b & 0x0F) == TERN__WS_OP_CLOSE)
+            run_fail(run, "connection %u: the server sent a close frame during the run",
+                     conn_no(c));
+        else
+            run_fail(run, "connection %u: %zu bytes from the server beyond the echoes of the "
+                          "batch (the first is %02x)", conn_no(c), n - (size_t)c->expect, b);
+        return;
+    }
+    if (c->expect == (uint64_t)c->batch * run->echo_len && p[0] != (0x80 | TERN__WS_OP_BINARY)) {
+        if ((p[0] & 0x0F) == TERN__WS_OP_CLOSE)
+            run_fail(run, "connection %u: the server sent a close frame during the run",
+                     conn_no(c));
+        else
+            run_fail(run, "connection %u: an echo starts with %02x, not a binary frame", conn_no(c),
+                     p[0]);
+        return;
+    }
+    c->expect -= n;
+    if (c->expect > 0)
+        return;
+    c->left -= c->batch;
+    if (run->phase == PH_MEASURE)
+        run->messages += c->batch;
+    if (c->left > 0)
+        pipeline_send(c);
+    else
+        pipeline_conn_finished(c);
+}
+
+static void conn_read(load_conn *c) {
+    load_run *run = c->run;
+    size_t cap;
+    uint8_t *buf = (uint8_t *)tern__loop_rbuf(run->loop, &cap);
+    ssize_t r = recv(c->io.fd, buf, cap, 0);
+    if (r < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            return;
+        conn_lost(c, errno);
+        return;
+    }
+    if (r == 0) {
+        conn_lost(c, 0);
+        return;
+    }
+    run->progress++;
+    if (run->o->mode == LOAD_PIPELINE && c->state == CS_OPEN)
+        pipeline_read(c, buf, (size_t)r);
+    else
+        frames_feed(c, buf, (size_t)r);
+}
+
+/* ---- opening ---------------------------------------------------------- */
+
+/* Checks the response head hs->head[0..len) (up to its blank line) is a
+ * 101 that accepts our key and agreed to nothing we did not ask for. */
+static bool check_101(load_conn *c, size_t len) {
+    load_run *run = c->run;
+    const char *h = c->hs->head, *end = h + len;
+    const char *eol = memmem(h, len, "\r\n", 2);
+    size_t sl = (size_t)(eol - h);
+    if (sl < 12 || memcmp(h, "HTTP/1.1 101", 12) != 0 || (sl > 12 && h[12] != ' ')) {
+        run_fail(run, "connection %u: handshake refused: the server answered \"%.*s\", "
+                      "not 101 Switching Protocols (is %s a WebSocket route?)",
+                 conn_no(c), (int)(sl < 120 ? sl : 120), h, run->o->path);
+        return false;
+    }
+    bool upgrade = false, connection = false, accept = false;
+    for (const char *line = eol + 2; line < end;) {
+        const char *le = memmem(line, (size_t)(end - line), "\r\n", 2);
+        if (le == NULL)
+            le = end;
+        const char *colon = memchr(line, ':', (size_t)(le - line));
+        if (colon != NULL) {
+            size_t nl = (size_t)(colon - line);
+            const char *v = colon + 1;
+            while (v < le && (*v == ' ' || *v == '\t'))
+                v++;
+            size_t vl = (size_t)(le - v);
+            while (vl > 0 && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
+                vl--;
+#define IS(name) (nl == sizeof(name) - 1 && strncasecmp(line, name, nl) == 0)
+            if (IS("Upgrade"))
+                upgrade = vl == 9 && strncasecmp(v, "websocket", 9) == 0;
+            else if (IS("Connection"))
+                connection = tern__http_has_token(v, vl, "upgrade");
+            else if (IS("Sec-WebSocket-Accept")) {
+                accept = vl == TERN__WS_ACCEPT_LEN && memcmp(v, c->hs->accept, vl) == 0;
+                if (!accept) {
+                    run_fail(run, "connection %u: handshake: wrong Sec-WebSocket-Accept \"%.*s\" "
+                                  "(expected %s)", conn_no(c), (int)(vl < 64 ? vl : 64), v,
+                             c->hs->accept);
+                    return false;
+                }
+            } else if (IS("Sec-WebSocket-Extensions") || IS("Sec-WebSocket-Protocol")) {
+                run_fail(run, "connection %u: handshake: the server agreed to \"%.*s: %.*s\", "
+                              "which we did not offer", conn_no(c), (int)nl, line,
+                         (int)(vl < 64 ? vl : 64), v);
+                return false;
+            }
+#undef IS
+        }
+        line = le + 2;
+    }
+    if (!upgrade || !connection || !accept) {
+        run_fail(run, "connection %u: handshake: a 101 without %s", conn_no(c),
+                 !upgrade ? "\"Upgrade: websocket\"" : !connection ? "\"Connection: Upgrade\""
+                                                                   : "Sec-WebSocket-Accept");
+        return false;
+    }
+    return true;
+}
+
+static void conn_opened(load_conn *c) {
+    load_run *run = c->run;
+    free(c->hs);
+    c->hs = NULL;
+    c->state = CS_OPEN;
+    run->handshaking--;
+    run->opened++;
+    run->progress++;
+    int err = tern__io_set(run->loop, &c->io, EPOLLIN);
+    if (err < 0) {
+        run_fail(run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
+        return;
+    }
+    if (run->opened == run->o->connections)
+        run_begin(run);
+    else
+        start_more(run);
+}
+
+static void handshake_read(load_conn *c) {
+    load_handshake *hs = c->hs;
+    ssize_t r = recv(c->io.fd, hs->head + hs->len, sizeof(hs->head) - hs->len, 0);
+    if (r < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            return;
+        run_fail(c->run, "connection %u: reading the handshake response: %s", conn_no(c),
+                 strerror(errno));
+        return;
+    }
+    if (r == 0) {
+        run_fail(c->run, "connection %u: the server closed the connection during the handshake",
+                 conn_no(c));
+        return;
+    }
+    hs->len += (size_t)r;
+    const char *blank = memmem(hs->head, hs->len, "\r\n\r\n", 4);
+    if (blank == NULL) {
+        if (hs->len == sizeof(hs->head))
+            run_fail(c->run, "connection %u: handshake response head over %d bytes", conn_no(c),
+                     LOAD_HEAD_MAX);
+        return;
+    }
+    size_t head_len = (size_t)(blank - hs->head) + 2;   /* through the last header's CRLF */
+    size_t extra = hs->len - (head_len + 2);
+    if (!check_101(c, head_len))
+        return;
+    /* The server has no reason to speak first on an echo route. */
+    if (extra > 0) {
+        run_fail(c->run, "connection %u: %zu bytes from the server right after the 101, "
+                         "before any message", conn_no(c), extra);
+        return;
+    }
+    conn_opened(c);
+}
+
+static void handshake_send(load_conn *c) {
+    load_run *run = c->run;
+    unsigned char raw[16];
+    char key[32];
+    if (RAND_bytes(raw, sizeof(raw)) != 1) {
+        run_fail(run, "RAND_bytes failed");
+        return;
+    }
+    EVP_EncodeBlock((unsigned char *)key, raw, sizeof(raw));   /* 24 characters and a NUL */
+    tern__ws_accept(key, 24, c->hs->accept);
+    char req[LOAD_PATH_MAX + LOAD_HOST_MAX + 256];
+    int n = snprintf(req, sizeof(req),
+                     "GET %s HTTP/1.1\r\n"
+                     "Host: %s\r\n"
+                     "Upgrade: websocket\r\n"
+                     "Connection: Upgrade\r\n"
+                     "Sec-WebSocket-Key: %s\r\n"
+                     "Sec-WebSocket-Version: 13\r\n"
+                     "User-Agent: tern-load/" TERN_VERSION "\r\n"
+                     "\r\n",
+                     run->o->path, run->o->authority, key);
+    /* A new socket's send buffer takes a few hundred bytes whole. */
+    ssize_t w = send(c->io.fd, req, (size_t)n, MSG_NOSIGNAL);
+    if (w != n) {
+        run_fail(run, "connection %u: sending the upgrade request: %s", conn_no(c),
+                 w < 0 ? strerror(errno) : "short write");
+        return;
+    }
+    c->state = CS_HANDSHAKE;
+    int err = tern__io_set(run->loop, &c->io, EPOLLIN);
+    if (err < 0)
+        run_fail(run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
+}
+
+static void on_conn_io(tern__io *io, uint32_t revents) {
+    load_conn *c = tern__container_of(io, load_conn, io);
+    load_run *run = c->run;
+    if (run->failed)
+        return;
+    switch (c->state) {
+    case CS_CONNECTING: {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        if (getsockopt(io->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+            err = errno;
+        if (err != 0) {
+            run_fail(run, "connect to %s:%u: %s", run->o->host, run->o->port, strerror(err));
+            return;
+        }
+        handshake_send(c);
+        return;
+    }
+    case CS_HANDSHAKE:
+        handshake_read(c);
+        return;
+    case CS_OPEN:
+    case CS_CLOSING:
+        if (revents & EPOLLOUT) {
+            conn_pump(c);
+            if (run->failed || c->state == CS_DONE)
+                return;
+        }
+        if (revents & (EPOLLIN | EPOLLHUP | EPOLLERR))
+            conn_read(c);
+        return;
+    default:
+        return;
+    }
+}
+
+static void conn_start(load_conn *c) {
+    load_run *run = c->run;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        run_fail(run, "connection %u: socket: %s%s", conn_no(c), strerror(errno),
+                 errno == EMFILE ? " (raise ulimit -n)" : "");
+        return;
+    }
+    /* Echo messages are small and one at a time: Nagle would hold each
+     * one back waiting for the previous ACK. */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    tern__io_init(&c->io, fd, on_conn_io);
+    c->hs = malloc(sizeof(*c->hs));
+    if (c->hs == NULL) {
+        close(fd);
+        c->io.fd = -1;
+        run_fail(run, "out of memory");
+        return;
+    }
+    c->hs->len = 0;
+    c->state = CS_CONNECTING;
+    run->handshaking++;
+    if (connect(fd, (const struct sockaddr *)&run->addr, sizeof(run->addr)) == 0) {
+        handshake_send(c);
+        return;
+    }
+    if (errno != EINPROGRESS) {
+        run_fail(run, "connect to %s:%u: %s", run->o->host, run->o->port, strerror(errno));
+        return;
+    }
+    int err = tern__io_set(run->loop, &c->io, EPOLLOUT);
+    if (err < 0)
+        run_fail(run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
+}
+
+/* Keeps up to LOAD_MAX_HANDSHAKES connections being opened at once. */
+static void start_more(load_run *run) {
+    while (!run->failed && run->handshaking < LOAD_MAX_HANDSHAKES &&
+           run->next_start < run->o->connections)
+        conn_start(&run->conns[run->next_start++]);
+}
+
+static void conn_done(load_conn *c) {
+    load_run *run = c->run;
+    tern__io_set(run->loop, &c->io, 0);
+    close(c->io.fd);
+    c->io.fd = -1;
+    c->state = CS_DONE;
+    if (++run->done == run->o->connections)
+        tern_loop_stop(run->loop);
+}
+
+/* ---- phases ------------------------------------------------------------- */
+
+static void on_phase_timer(tern_timer *t, void *user);
+
+static void arm_phase(load_run *run, uint64_t ms) {
+    int err = run->phase_timer ? tern_timer_again(run->phase_timer, ms)
+                               : tern_timer_start(run->loop, &run->phase_timer, ms, 0,
+                                                  on_phase_timer, run);
+    if (err < 0)
+        run_fail(run, "timer: %s", tern_strerror(err));
+}
+
+/* The end: every connection says goodbye with a close frame (1000); the
+ * rest of the close handshake has LOAD_CLOSE_MS. */
+static void run_close_all(load_run *run) {
+    run->phase = PH_CLOSE;
+    arm_phase(run, LOAD_CLOSE_MS);
+    for (uint32_t i = 0; i < run->o->connections && !run->failed; i++)
+        if (run->conns[i].state == CS_OPEN)
+            conn_begin_close(&run->conns[i]);
+}
+
+static void on_phase_timer(tern_timer *t, void *user) {
+    load_run *run = user;
+    if (run->failed)
+        return;
+    switch (run->phase) {
+    case PH_WARMUP:   /* echo only: the pipeline's phases end by count */
+        run->phase = PH_MEASURE;
+        run->t0_ns = now_ns();
+        run->messages = 0;
+        hist_reset(&run->hist);
+        arm_phase(run, run->o->duration_ms);
+        return;
+    case PH_MEASURE:
+        run->t1_ns = now_ns();
+        run_close_all(run);
+        return;
+    case PH_CLOSE:
+        for (uint32_t i = 0; i < run->o->connections; i++) {
+            load_conn *c = &run->conns[i];
+            if (c->state == CS_DONE)
+                continue;
+            note_unclean(c, "close handshake not done after %d ms (%s)", LOAD_CLOSE_MS,
+                         c->close_received ? "no EOF after the server's close frame"
+                                           : "no close frame from the server");
+            conn_done(c);
+        }
+        return;
+    default:
+        return;
+    }
+}
+
+static void on_watchdog(tern_timer *t, void *user) {
+    load_run *run = user;
+    if (run->failed || run->phase == PH_CLOSE)
+        return;
+    if (run->progress != run->progress_seen) {
+        run->progress_seen = run->progress;
+        run->stalled_ms = 0;
+        return;
+    }
+    run->stalled_ms += 1000;
+    if (run->stalled_ms < LOAD_STALL_MS)
+        return;
+    if (run->phase == PH_CONNECT)
+        run_fail(run, "stuck opening connections: %u of %u open, no progress for %d s",
+                 run->opened, run->o->connections, LOAD_STALL_MS / 1000);
+    else
+        run_fail(run, "the server stopped answering: nothing received for %d s",
+                 LOAD_STALL_MS / 1000);
+}
+
+/* Every connection is open: the messages start. */
+static void run_begin(load_run *run) {
+    const load_opts *o = run->o;
+    run->open_ns = now_ns();
+    if (o->mode == LOAD_ECHO) {
+        run->phase = o->warmup_ms ? PH_WARMUP : PH_MEASURE;
+        run->t0_ns = run->open_ns;
+        arm_phase(run, o->warmup_ms ? o->warmup_ms : o->duration_ms);
+        for (uint32_t i = 0; i < o->connections && !run->failed; i++) {
+            load_conn *c = &run->conns[i];
+            c->head_len = (uint8_t)tern__ws_write_header(c->msg_head, true, false,
+                                                         TERN__WS_OP_BINARY, o->size, run->key);
+            echo_send(c, now_ns());
+        }
+        return;
+    }
+    run->phase = o->warmup_iterations ? PH_WARMUP : PH_MEASURE;
+    run->t0_ns = run->open_ns;
+    for (uint32_t i = 0; i < o->connections && !run->failed; i++) {
+        run->conns[i].left = o->warmup_iterations ? o->warmup_iterations : o->iterations;
+        pipeline_send(&run->conns[i]);
+    }
+}
+
+/* The shared message bytes, built once. */
+static int run_prepare(load_run *run) {
+    const load_opts *o = run->o;
+    if (RAND_bytes(run->key, sizeof(run->key)) != 1)
+        return -EIO;
+    uint8_t hdr[TERN__WS_MAX_HEADER];
+    if (o->mode == LOAD_ECHO) {
+        run->ctr_len = o->size < LOAD_CTR_LEN ? (size_t)o->size : LOAD_CTR_LEN;
+        run->plain = malloc(o->size + 1);
+        run->masked = malloc(o->size + 1);
+        if (run->plain == NULL || run->masked == NULL)
+            return -ENOMEM;
+        /* Not all one byte, so a shifted or reordered echo shows. */
+        for (uint64_t i = 0; i < o->size; i++)
+            run->plain[i] = (uint8_t)(i * 131 + (i >> 8) + 7);
+        size_t rest = (size_t)o->size - run->ctr_len;
+        memcpy(run->masked, run->plain + run->ctr_len, rest);
+        /* ctr_len is 8 or the whole payload, so the phase here is 0. */
+        tern__ws_mask(run->masked, rest, run->key, run->ctr_len);
+        return 0;
+    }
+    size_t hl = tern__ws_write_header(hdr, true, false, TERN__WS_OP_BINARY, o->size, run->key);
+    run->frame_len = hl + (size_t)o->size;
+    run->echo_len = tern__ws_write_header(hdr, true, false, TERN__WS_OP_BINARY, o->size, NULL) +
+                    (size_t)o->size;
+    run->batch = malloc(run->frame_len * o->depth);
+    if (run->batch == NULL)
+        return -ENOMEM;
+    for (uint32_t f = 0; f < o->depth; f++) {
+        uint8_t *p = run->batch + f * run->frame_len;
+        tern__ws_write_header(p, true, false, TERN__WS_OP_BINARY, o->size, run->key);
+        for (uint64_t i = 0; i < o->size; i++)
+            p[hl + i] = (uint8_t)('a' + (f + i) % 26);
+        tern__ws_mask(p + hl, (size_t)o->size, run->key, 0);
+    }
+    return 0;
+}
+
+/* ---- results ------------------------------------------------------------ */
+
+static void json_string(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            printf("\\%c", ch);
+        else if (ch < 0x20)
+            printf("\\u%04x", ch);
+        else
+            putchar(ch);
+    }
+    putchar('"');
+}
+
+static void print_results(const load_run *run) {
+    const load_opts *o = run->o;
+    double secs = (double)(run->t1_ns - run->t0_ns) / 1e9;
+    double connect_s = (double)(run->open_ns - run->start_ns) / 1e9;
+    double rate = secs > 0 ? (double)run->messages / secs : 0;
+    double mbps = rate * (double)o->size / 1e6;
+    if (o->mode == LOAD_ECHO) {
+        const load_hist *h = &run->hist;
+        double mean = h->count ? (double)h->sum / (double)h->count / 1e3 : 0;
+        double p50 = (double)hist_quantile(h, 0.50) / 1e3;
+        double p99 = (double)hist_quantile(h, 0.99) / 1e3;
+        double max = (double)h->max / 1e3;
+        if (o->json) {
+            printf("{\"mode\":\"echo\",\"url\":");
+            json_string(o->url);
+            printf(",\"connections\":%u,\"size\":%llu,\"warmup_s\":%.3f,\"duration_s\":%.3f,"
+                   "\"connect_s\":%.3f,\"messages\":%llu,\"msg_per_s\":%.1f,\"mb_per_s\":%.3f,"
+                   "\"latency_us\":{\"mean\":%.1f,\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
+                   "\"unclean_closes\":%u}\n",
+                   o->connections, (unsigned long long)o->size, (double)o->warmup_ms / 1e3, secs,
+                   connect_s, (unsigned long long)run->messages, rate, mbps, mean, p50, p99, max,
+                   run->unclean);
+        } else {
+            printf("tern load echo %s: %u connection%s, %llu-byte messages\n", o->url,
+                   o->connections, o->connections == 1 ? "" : "s", (unsigned long long)o->size);
+            printf("  opened in %.3f s; warm-up %.1f s, measured %.3f s\n", connect_s,
+                   (double)o->warmup_ms / 1e3, secs);
+            printf("  %llu echoes: %.1f msg/s, %.3f MB/s\n", (unsigned long long)run->messages,
+                   rate, mbps);
+            printf("  latency (us): mean %.1f  p50 %.1f  p99 %.1f  max %.1f\n", mean, p50, p99,
+                   max);
+        }
+    } else if (o->json) {
+        printf("{\"mode\":\"pipeline\",\"url\":");
+        json_string(o->url);
+        printf(",\"connections\":%u,\"depth\":%u,\"size\":%llu,\"iterations\":%llu,"
+               "\"warmup_iterations\":%llu,\"connect_s\":%.3f,\"seconds\":%.3f,\"messages\":%llu,"
+               "\"echo_bytes\":%llu,\"msg_per_s\":%.1f,\"mb_per_s\":%.3f,\"unclean_closes\":%u}\n",
+               o->connections, o->depth, (unsigned long long)o->size,
+               (unsigned long long)o->iterations, (unsigned long long)o->warmup_iterations,
+               connect_s, secs, (unsigned long long)run->messages,
+               (unsigned long long)(run->messages * run->echo_len), rate, mbps, run->unclean);
+    } else {
+        printf("tern load pipeline %s: %u connection%s, depth %u, %llu-byte messages\n", o->url,
+               o->connections, o->connections == 1 ? "" : "s", o->depth,
+               (unsigned long long)o->size);
+        printf("  opened in %.3f s; %llu warm-up messages per connection\n", connect_s,
+               (unsigned long long)o->warmup_iterations);
+        printf("  %llu echoes in %.3f s: %.1f msg/s, %.3f MB/s\n",
+               (unsigned long long)run->messages, secs, rate, mbps);
+    }
+    if (run->unclean)
+        fprintf(stderr, "tern load: %u connection%s did not close cleanly; %s\n", run->unclean,
+                run->unclean == 1 ? "" : "s", run->unclean_why);
+}
+
+/* ---- the command -------------------------------------------------------- */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tern load echo     --url ws://HOST[:PORT]/PATH [options]\n"
+            "       tern load pipeline --url ws://HOST[:PORT]/PATH [options]\n"
+            "\n"
+            "echo: each connection sends a binary message, waits for the whole echo, checks\n"
+            "it and sends the next; after the warm-up it counts echoes and round trips.\n"
+            "  --connections N       (default 100)\n"
+            "  --size BYTES          message payload (default 64)\n"
+            "  --duration SECONDS    measured time (default 5)\n"
+            "  --warmup SECONDS      before measuring (default 1; 0 for none)\n"
+            "\n"
+            "pipeline: each connection writes DEPTH messages at once, and the next batch\n"
+            "when all their echoes are back; echoes are counted, not parsed.\n"
+            "  --connections N       (default 1)\n"
+            "  --depth P             messages per batch (default 8)\n"
+            "  --size BYTES          message payload (default 16)\n"
+            "  --iterations I        measured messages per connection (default 200000)\n"
+            "  --warmup-iterations W messages per connection before measuring (default 20000)\n"
+            "\n"
+            "both:\n"
+            "  --url URL             ws://HOST[:PORT]/PATH, IPv4 (no wss:// yet)\n"
+            "  --json                print one JSON object instead of text\n"
+            "\n"
+            "Exit status: 0 after a clean run; 1 when the run failed (connection refused,\n"
+            "handshake refused, a wrong echo, the server closing); 2 for bad options.\n");
+}
+
+static bool parse_uint(const char *s, unsigned long long min, unsigned long long max,
+                       unsigned long long *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-' || v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Seconds, decimals allowed, as milliseconds. */
+static bool parse_seconds(const char *s, bool zero_ok, uint64_t *ms) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0 && v <= 86400))   /* also refuses NaN */
+        return false;
+    uint64_t m = (uint64_t)(v * 1000 + 0.5);
+    if (m == 0 && !zero_ok)
+        return false;
+    *ms = m;
+    return true;
+}
+
+/* ws://HOST[:PORT][/PATH][?QUERY]: fills host, port, authority, path.
+ * Returns NULL or what is wrong with it. */
+static const char *parse_url(const char *url, load_opts *o) {
+    if (strncasecmp(url, "wss://", 6) == 0)
+        return "wss:// is not supported yet (no TLS in tern load)";
+    if (strncasecmp(url, "ws://", 5) != 0)
+        return "it must start with ws://";
+    const char *a = url + 5;
+    size_t alen = strcspn(a, "/?#");
+    if (alen == 0)
+        return "no host";
+    if (alen >= LOAD_HOST_MAX)
+        return "host too long";
+    if (a[0] == '[')
+        return "IPv6 addresses are not supported yet";
+    if (memchr(a, '@', alen))
+        return "user info is not supported";
+    memcpy(o->authority, a, alen);
+    o->authority[alen] = '\0';
+    const char *colon = memchr(a, ':', alen);
+    size_t hlen = colon ? (size_t)(colon - a) : alen;
+    if (hlen == 0)
+        return "no host";
+    memcpy(o->host, a, hlen);
+    o->host[hlen] = '\0';
+    o->port = 80;
+    if (colon) {
+        char port[8];
+        size_t plen = alen - hlen - 1;
+        unsigned long long p;
+        if (plen == 0 || plen >= sizeof(port))
+            return "bad port";
+        memcpy(port, colon + 1, plen);
+        port[plen] = '\0';
+        if (!parse_uint(port, 1, 65535, &p))
+            return "bad port";
+        o->port = (unsigned)p;
+    }
+    const char *path = a + alen;
+    size_t plen = strcspn(path, "#");   /* a fragment is not sent */
+    if (plen + 2 > LOAD_PATH_MAX)
+        return "path too long";
+    size_t off = 0;
+    if (path[0] != '/')   /* "" or "?query": the path is "/" */
+        o->path[off++] = '/';
+    memcpy(o->path + off, path, plen);
+    o->path[off + plen] = '\0';
+    for (const char *p = o->path; *p; p++)
+        if ((unsigned char)*p <= 0x20 || *p == 0x7F)
+            return "the path has a space or a control character (percent-encode it)";
+    return NULL;
+}
+
+/* Enough descriptors for the connections, raising the soft limit when the
+ * hard one allows. */
+static bool ensure_fds(uint32_t n) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return true;   /* socket() will say so */
+    rlim_t need = (rlim_t)n + 32;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        if (rl.rlim_cur < need) {
+            fprintf(stderr, "tern load: %u connections need %llu file descriptors; "
+                            "the limit is %llu (ulimit -Hn)\n",
+                    n, (unsigned long long)need, (unsigned long long)rl.rlim_max);
+            return false;
+        }
+    }
+    return true;
+}
+
+static int load_run_main(load_opts *o) {
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+    char port[8];
+    snprintf(port, sizeof(port), "%u", o->port);
+    int gai = getaddrinfo(o->host, port, &hints, &ai);
+    if (gai != 0) {
+        fprintf(stderr, "tern load: cannot resolve %s: %s\n", o->host, gai_strerror(gai));
+        return 1;
+    }
+    if (!ensure_fds(o->connections)) {
+        freeaddrinfo(ai);
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+
+    load_run *run = calloc(1, sizeof(*run));
+    if (run == NULL) {
+        freeaddrinfo(ai);
+        fprintf(stderr, "tern load: out of memory\n");
+        return 1;
+    }
+    run->o = o;
+    memcpy(&run->addr, ai->ai_addr, sizeof(run->addr));
+    freeaddrinfo(ai);
+    hist_reset(&run->hist);
+    int err = tern_loop_new(&run->loop, NULL);
+    if (err == 0) {
+        run->conns = calloc(o->connections, sizeof(*run->conns));
+        err = run->conns ? run_prepare(run) : -ENOMEM;
+    }
+    for (uint32_t i = 0; run->conns && i < o->connections; i++) {
+        run->conns[i].run = run;
+        run->conns[i].io.fd = -1;
+    }
+    if (err == 0)
+        err = tern_timer_start(run->loop, &run->watchdog, 1000, 1000, on_watchdog, run);
+    int status = 0;
+    if (err < 0) {
+        fprintf(stderr, "tern load: %s\n", tern_strerror(err));
+        status = 1;
+    } else {
+        run->start_ns = now_ns();
+        start_more(run);
+        if (!run->failed && (err = tern_loop_run(run->loop)) < 0)
+            run_fail(run, "epoll: %s", tern_strerror(err));
+        if (run->failed) {
+            fprintf(stderr, "tern load: %s\n", run->error);
+            status = 1;
+        } else {
+            print_results(run);
+        }
+    }
+    for (uint32_t i = 0; run->conns && i < o->connections; i++) {
+        if (run->conns[i].io.fd >= 0)
+            close(run->conns[i].io.fd);
+        free(run->conns[i].hs);
+    }
+    if (run->phase_timer)
+        tern_timer_stop(run->phase_timer);
+    if (run->watchdog)
+        tern_timer_stop(run->watchdog);
+    free(run->conns);
+    free(run->plain);
+    free(run->masked);
+    free(run->batch);
+    tern_loop_free(run->loop);
+    free(run);
+    return status;
+}
+
+int tern_app_load(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *mode = argv[1];
+    if (!strcmp(mode, "--help") || !strcmp(mode, "-h") || !strcmp(mode, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    load_opts o = {0};
+    if (!strcmp(mode, "echo")) {
+        o = (load_opts){.mode = LOAD_ECHO, .connections = 100, .size = 64,
+                        .duration_ms = 5000, .warmup_ms = 1000};
+    } else if (!strcmp(mode, "pipeline")) {
+        o = (load_opts){.mode = LOAD_PIPELINE, .connections = 1, .size = 16, .depth = 8,
+                        .iterations = 200000, .warmup_iterations = 20000};
+    } else {
+        fprintf(stderr, "tern load: unknown mode '%s' (echo or pipeline)\n", mode);
+        usage(stderr);
+        return 2;
+    }
+
+    /* The order is the enum's: an option's name is opts[c - 1].name. */
+    enum { O_URL = 1, O_CONNS, O_SIZE, O_DURATION, O_WARMUP, O_DEPTH, O_ITER, O_WARMUP_ITER,
+           O_JSON, O_HELP };
+    static const struct option opts[] = {
+        {"url", required_argument, NULL, O_URL},
+        {"connections", required_argument, NULL, O_CONNS},
+        {"size", required_argument, NULL, O_SIZE},
+        {"duration", required_argument, NULL, O_DURATION},
+        {"warmup", required_argument, NULL, O_WARMUP},
+        {"depth", required_argument, NULL, O_DEPTH},
+        {"iterations", required_argument, NULL, O_ITER},
+        {"warmup-iterations", required_argument, NULL, O_WARMUP_ITER},
+        {"json", no_argument, NULL, O_JSON},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    /* getopt names argv[0] in its complaints: make it the whole command. */
+    argv[1] = o.mode == LOAD_ECHO ? "tern load echo" : "tern load pipeline";
+    unsigned long long v = 0;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc - 1, argv + 1, "", opts, NULL)) != -1) {
+        bool ok = true;
+        if ((o.mode == LOAD_ECHO && (c == O_DEPTH || c == O_ITER || c == O_WARMUP_ITER)) ||
+            (o.mode == LOAD_PIPELINE && (c == O_DURATION || c == O_WARMUP))) {
+            fprintf(stderr, "tern load %s: --%s is an option of tern load %s\n", mode,
+                    opts[c - 1].name, o.mode == LOAD_ECHO ? "pipeline" : "echo");
+            return 2;
+        }
+        switch (c) {
+        case O_URL: o.url = optarg; break;
+        case O_CONNS: ok = parse_uint(optarg, 1, 1000000, &v); o.connections = (uint32_t)v; break;
+        case O_SIZE: ok = parse_uint(optarg, 0, 256u << 20, &v); o.size = v; break;
+        case O_DURATION: ok = parse_seconds(optarg, false, &o.duration_ms); break;
+        case O_WARMUP: ok = parse_seconds(optarg, true, &o.warmup_ms); break;
+        case O_DEPTH: ok = parse_uint(optarg, 1, 1u << 20, &v); o.depth = (uint32_t)v; break;
+        case O_ITER: ok = parse_uint(optarg, 1, 1ull << 40, &v); o.iterations = v; break;
+        case O_WARMUP_ITER: ok = parse_uint(optarg, 0, 1ull << 40, &v); o.warmup_iterations = v; break;
+        case O_JSON: o.json = true; break;
+        case O_HELP: usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "tern load %s: bad value for --%s: %s\n", mode, opts[c - 1].name,
+                    optarg);
+            return 2;
+        }
+    }
+    if (optind < argc - 1) {
+        fprintf(stderr, "tern load %s: unexpected argument '%s'\n", mode, argv[optind + 1]);
+        return 2;
+    }
+    if (o.url == NULL) {
+        fprintf(stderr, "tern load %s: --url is required\n", mode);
+        return 2;
+    }
+    const char *why = parse_url(o.url, &o);
+    if (why != NULL) {
+        fprintf(stderr, "tern load %s: bad --url %s: %s\n", mode, o.url, why);
+        return 2;
+    }
+    if (o.mode == LOAD_PIPELINE &&
+        (uint64_t)o.depth * (o.size + TERN__WS_MAX_HEADER) > LOAD_MAX_BATCH) {
+        fprintf(stderr, "tern load pipeline: --depth x --size is over %u bytes a batch\n",
+                LOAD_MAX_BATCH);
+        return 2;
+    }
+    return load_run_main(&o);
+}

@@ -1,0 +1,361 @@
+"""`tern load`, the WebSocket load generator: short runs of both modes
+against a real `tern serve`, the errors that must end a run (exit 1 with a
+clear message), bad options (exit 2), and, against small fake servers, the
+client's side of the protocol: fragmented echoes, pings, wrong echoes."""
+import base64
+import hashlib
+import json
+import os
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import SANITIZED, SLOW, TERN_BIN, read_response
+
+TIMEOUT = 30
+
+
+def load(*args):
+    """Runs `tern load ARGS` and returns (exit status, stdout, stderr). The
+    load generator must never leave a sanitizer report, leaks included."""
+    env = dict(os.environ)
+    if SANITIZED:
+        env["ASAN_OPTIONS"] = "detect_leaks=1:" + env.get("ASAN_OPTIONS", "")
+    p = subprocess.run([TERN_BIN, "load", *args], capture_output=True, timeout=TIMEOUT, env=env)
+    out, err = p.stdout.decode(), p.stderr.decode(errors="replace")
+    for report in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+        assert report not in err, err
+    return p.returncode, out, err
+
+
+def url(server, path="/ws"):
+    return f"ws://{server.host}:{server.port}{path}"
+
+
+def ws_connections_seen(tern):
+    """How many WebSocket connections the server has accepted, this one
+    included: `tern serve` numbers them in X-Tern-Connection."""
+    s = tern.connect()
+    key = base64.b64encode(os.urandom(16))
+    s.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    st, h, _, _ = read_response(s)
+    s.close()
+    assert st == 101
+    return int(h["x-tern-connection"])
+
+
+def free_port():
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- against tern serve -------------------------------------------------------
+
+def test_echo_measures_and_checks_every_echo(tern):
+    code, out, err = load("echo", "--url", url(tern), "--connections", "4", "--size", "64",
+                          "--duration", "1", "--warmup", "0.2", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["mode"] == "echo" and r["connections"] == 4 and r["size"] == 64
+    assert r["messages"] > 0 and r["msg_per_s"] > 0
+    assert 0.9 < r["duration_s"] < 1.5
+    assert r["mb_per_s"] == pytest.approx(r["msg_per_s"] * 64 / 1e6, rel=0.01)
+    lat = r["latency_us"]
+    assert 0 < lat["p50"] <= lat["p99"] <= lat["max"]
+    assert 0 < lat["mean"] <= lat["max"]
+    assert r["unclean_closes"] == 0, err
+    assert err == ""
+    # The four connections were the server's, and it is still serving.
+    assert ws_connections_seen(tern) == 5
+
+
+def test_echo_text_output(tern):
+    code, out, err = load("echo", "--url", url(tern), "--connections", "2", "--size", "1000",
+                          "--duration", "0.5", "--warmup", "0")
+    assert code == 0, err
+    assert "2 connections, 1000-byte messages" in out
+    assert "msg/s" in out and "MB/s" in out and "p99" in out
+
+
+def test_echo_large_messages_and_empty_ones(tern):
+    # Larger than a socket buffer: written in pieces, echoed in many reads.
+    code, out, err = load("echo", "--url", url(tern), "--connections", "2", "--size", "3000000",
+                          "--duration", "0.5", "--warmup", "0", "--json")
+    assert code == 0, err
+    assert json.loads(out)["messages"] > 0
+    code, out, err = load("echo", "--url", url(tern), "--connections", "2", "--size", "0",
+                          "--duration", "0.3", "--warmup", "0", "--json")
+    assert code == 0, err
+    assert json.loads(out)["messages"] > 0
+
+
+def test_pipeline_counts_every_echo(tern):
+    # 2005 is not a multiple of the depth: the last batch is shorter.
+    code, out, err = load("pipeline", "--url", url(tern), "--connections", "2", "--depth", "8",
+                          "--size", "16", "--iterations", "2005", "--warmup-iterations", "200",
+                          "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["mode"] == "pipeline" and r["depth"] == 8
+    assert r["messages"] == 2 * 2005
+    assert r["echo_bytes"] == 2 * 2005 * (2 + 16)   # the server's 2-byte header + payload
+    assert r["msg_per_s"] > 0 and r["seconds"] > 0
+    assert r["unclean_closes"] == 0, err
+    assert ws_connections_seen(tern) == 3
+
+
+def test_pipeline_large_batches(tern):
+    # A batch of 16 x 60 kB is more than the socket buffers hold: the
+    # server echoes the first frames while the client still writes.
+    code, out, err = load("pipeline", "--url", url(tern), "--connections", "2", "--depth", "16",
+                          "--size", "60000", "--iterations", "64", "--warmup-iterations", "0",
+                          "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["messages"] == 128 and r["echo_bytes"] == 128 * (4 + 60000)
+
+
+def test_nothing_listening_is_an_error():
+    port = free_port()
+    code, out, err = load("echo", "--url", f"ws://127.0.0.1:{port}/ws", "--duration", "1")
+    assert code == 1
+    assert f"connect to 127.0.0.1:{port}: Connection refused" in err
+    assert out == ""
+
+
+def test_http_route_is_not_a_websocket(tern):
+    for mode in ("echo", "pipeline"):
+        code, out, err = load(mode, "--url", url(tern, "/ping"), "--connections", "2")
+        assert code == 1
+        assert '"HTTP/1.1 200 OK", not 101' in err and "/ping" in err, err
+        assert out == ""
+
+
+def test_server_going_away_during_the_run_is_an_error(tern_factory):
+    srv = tern_factory()
+    p = subprocess.Popen([TERN_BIN, "load", "echo", "--url", url(srv), "--connections", "3",
+                          "--duration", "20", "--warmup", "0"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        # Once the connections are open and busy, a graceful shutdown.
+        time.sleep(0.5 * SLOW)
+        assert p.poll() is None
+        code = srv.stop()
+        assert code == 0
+        out, err = p.communicate(timeout=TIMEOUT)
+    finally:
+        p.kill()
+    assert p.returncode == 1
+    assert b"closed the connection during the run: 1001" in err, err
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "--url is required"),
+    (["--url", "http://x/"], "must start with ws://"),
+    (["--url", "wss://x/"], "wss:// is not supported"),
+    (["--url", "ws://x:0/"], "bad port"),
+    (["--url", "ws://x/", "--connections", "0"], "bad value for --connections"),
+    (["--url", "ws://x/", "--duration", "soon"], "bad value for --duration"),
+    (["--url", "ws://x/", "--depth", "4"], "--depth is an option of tern load pipeline"),
+    (["--url", "ws://x/", "stray"], "unexpected argument 'stray'"),
+])
+def test_bad_options_exit_2(args, message):
+    code, out, err = load("echo", *args)
+    assert code == 2
+    assert message in err, err
+
+
+def test_usage():
+    code, out, err = load("--help")
+    assert code == 0 and "tern load echo" in out and "tern load pipeline" in out
+    code, out, err = load("nonsense")
+    assert code == 2 and "unknown mode 'nonsense'" in err
+    code, out, err = load("pipeline", "--url", "ws://x/", "--warmup", "1")
+    assert code == 2 and "--warmup is an option of tern load echo" in err
+
+
+# ---- against fake servers: the client's side of the protocol --------------------
+
+GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+class FakeServer:
+    """Accepts WebSocket connections on 127.0.0.1 and hands each, after the
+    handshake, to serve(sock, reader) on a thread of its own."""
+
+    def __init__(self, serve):
+        self.serve = serve
+        self.lsock = socket.socket()
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(16)
+        self.host, self.port = "127.0.0.1", self.lsock.getsockname()[1]
+        self.errors = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                s, _ = self.lsock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._conn, args=(s,), daemon=True).start()
+
+    def _conn(self, s):
+        try:
+            s.settimeout(10)
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                buf += s.recv(4096)
+            head, _, rest = buf.partition(b"\r\n\r\n")
+            key = [l.split(b":", 1)[1].strip() for l in head.split(b"\r\n")
+                   if l.lower().startswith(b"sec-websocket-key:")][0]
+            accept = base64.b64encode(hashlib.sha1(key + GUID).digest())
+            s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                      b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+            self.serve(s, ClientFrames(s, rest))
+        except (OSError, EOFError) as e:
+            self.errors.append(e)
+        finally:
+            s.close()
+
+    def close(self):
+        self.lsock.close()
+
+
+class ClientFrames:
+    """Reads the masked frames a client sends."""
+
+    def __init__(self, s, pending=b""):
+        self.s, self.buf = s, pending
+
+    def _need(self, n):
+        while len(self.buf) < n:
+            b = self.s.recv(65536)
+            if not b:
+                raise EOFError("client closed")
+            self.buf += b
+
+    def read(self):
+        self._need(2)
+        b0, b1 = self.buf[0], self.buf[1]
+        assert b1 & 0x80, "client frames must be masked"
+        n, off = b1 & 0x7F, 2
+        if n == 126:
+            self._need(4)
+            n, off = struct.unpack("!H", self.buf[2:4])[0], 4
+        elif n == 127:
+            self._need(10)
+            n, off = struct.unpack("!Q", self.buf[2:10])[0], 10
+        self._need(off + 4 + n)
+        key = self.buf[off:off + 4]
+        payload = bytes(c ^ key[i % 4] for i, c in enumerate(self.buf[off + 4:off + 4 + n]))
+        self.buf = self.buf[off + 4 + n:]
+        return b0 & 0x80 != 0, b0 & 0x0F, payload
+
+
+def server_frame(opcode, payload=b"", fin=True):
+    b0 = (0x80 if fin else 0) | opcode
+    n = len(payload)
+    if n < 126:
+        return struct.pack("!BB", b0, n) + payload
+    return struct.pack("!BBH", b0, 126, n) + payload
+
+
+def fake_url(fake):
+    return f"ws://{fake.host}:{fake.port}/ws"
+
+
+def test_fragmented_echoes_and_pings_are_understood():
+    """Echoes split in three fragments with pings in between: the client
+    puts the message together, checks it, and answers every ping."""
+    pongs = []
+
+    def serve(s, frames):
+        while True:
+            fin, op, payload = frames.read()
+            if op == 0x8:   # the client's close: answer it, close TCP first
+                assert payload == struct.pack("!H", 1000)
+                s.sendall(server_frame(0x8, payload))
+                return
+            if op == 0xA:
+                pongs.append(payload)
+                continue
+            assert fin and op == 0x2
+            a, b = len(payload) // 3, 2 * len(payload) // 3
+            s.sendall(server_frame(0x2, payload[:a], fin=False) + server_frame(0x9, b"hb") +
+                      server_frame(0x0, payload[a:b], fin=False))
+            s.sendall(server_frame(0x9, b"") + server_frame(0x0, payload[b:]))
+
+    fake = FakeServer(serve)
+    try:
+        code, out, err = load("echo", "--url", fake_url(fake), "--connections", "2",
+                              "--size", "300", "--duration", "0.5", "--warmup", "0", "--json")
+    finally:
+        fake.close()
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["messages"] > 0 and r["unclean_closes"] == 0
+    assert b"hb" in pongs and b"" in pongs
+
+
+def test_wrong_echo_is_an_error():
+    def serve(s, frames):
+        fin, op, payload = frames.read()
+        bad = bytearray(payload)
+        bad[40] ^= 1
+        s.sendall(server_frame(0x2, bytes(bad)))
+        frames.read()
+
+    fake = FakeServer(serve)
+    try:
+        code, out, err = load("echo", "--url", fake_url(fake), "--connections", "1",
+                              "--size", "64", "--duration", "1", "--warmup", "0")
+    finally:
+        fake.close()
+    assert code == 1
+    assert "wrong echo: message 1 differs from what was sent at byte 40" in err, err
+
+
+def test_short_echo_and_bad_accept_are_errors():
+    def short(s, frames):
+        fin, op, payload = frames.read()
+        s.sendall(server_frame(0x2, payload[:-1]))
+        frames.read()
+
+    fake = FakeServer(short)
+    try:
+        code, out, err = load("echo", "--url", fake_url(fake), "--connections", "1",
+                              "--duration", "1", "--warmup", "0")
+    finally:
+        fake.close()
+    assert code == 1 and "wrong echo: 63 bytes for the 64 sent" in err, err
+
+    # A server that answers 101 with someone else's Sec-WebSocket-Accept.
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+
+    def bad_accept():
+        s, _ = lsock.accept()
+        s.recv(4096)
+        s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                  b"Connection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
+        s.recv(4096)
+        s.close()
+
+    t = threading.Thread(target=bad_accept, daemon=True)
+    t.start()
+    try:
+        code, out, err = load("echo", "--url", f"ws://127.0.0.1:{lsock.getsockname()[1]}/",
+                              "--connections", "1", "--duration", "1")
+    finally:
+        lsock.close()
+    assert code == 1 and "wrong Sec-WebSocket-Accept" in err, err
