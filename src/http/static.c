@@ -63,7 +63,10 @@ static const char *content_type_of(const char *path) {
 
 static int open_beneath(int dirfd, const char *path) {
     struct open_how how = {
-        .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY,
+        /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is
+         * refused as not a regular file right after); for regular files
+         * it changes nothing, sendfile included. */
+        .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
         .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
     };
     int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));

@@ -444,6 +444,17 @@ def test_static_forbidden_file(tern_factory, www):
     assert r.status == 403
 
 
+def test_static_fifo_is_403_and_does_not_block(tern_factory, www):
+    # Opening a FIFO for reading blocks until a writer comes: the server
+    # must neither hang on it nor serve it.
+    os.mkfifo(www / "pipe")
+    tern = tern_factory("--root", str(www))
+    r, _ = get(tern, "/pipe")
+    assert r.status == 403
+    r, d = get(tern, "/a.txt")
+    assert d == b"alpha"
+
+
 def test_static_if_modified_since_gives_304(tern_factory, www):
     tern = tern_factory("--root", str(www))
     r, _ = get(tern, "/a.txt")
