@@ -49,4 +49,5 @@ fi
 if command -v go >/dev/null; then
   (cd "$root/tests/clients/go" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
   (cd "$root/bench/go" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
+  (cd "$root/bench/peers" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
 fi

@@ -6,8 +6,10 @@
 #      /ws echo: every case on the release build, the quick cases (all but
 #      9.*, 12.*, 13.*, which are long performance and compression runs)
 #      again on the sanitizer build;
-#   4. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus.
-# AUTOBAHN=0 skips step 3 (for quick local runs; CI always runs it).
+#   4. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus;
+#   5. every benchmark suite with --quick (bench/run): fails when a peer did
+#      not build, did not start or answered nothing (no speed thresholds).
+# AUTOBAHN=0 and BENCH=0 skip steps 3 and 5 (for quick local runs; CI runs all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -69,6 +71,11 @@ fi
 
 section "fuzzers"
 scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-30}" || status=1
+
+if [ "${BENCH:-1}" != 0 ]; then
+    section "benchmark suites (--quick)"
+    bench/run all --quick || status=1
+fi
 
 if [ $status -ne 0 ]; then
     section "FAILED"

@@ -1,0 +1,40 @@
+// Package routes holds the HTTP side every Go net/http-based peer serves, the
+// same three routes as `tern serve`: GET /ping, GET /echo?size=N, POST /echo.
+package routes
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strconv"
+)
+
+var xs = bytes.Repeat([]byte("x"), 1<<20)
+
+// Register adds /ping and /echo to mux.
+func Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write([]byte("pong"))
+	})
+	mux.HandleFunc("GET /echo", func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.Atoi(r.URL.Query().Get("size"))
+		if err != nil || n < 0 || n > len(xs) {
+			http.Error(w, "bad size", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		w.Write(xs[:n])
+	})
+	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+		if err != nil {
+			http.Error(w, "read error", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
+	})
+}
