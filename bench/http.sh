@@ -15,7 +15,7 @@ tern_port=18080; go_port=18090
 out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 
-(cd bench/go && go build -o "$out/go-nethttp" ./nethttp)
+(cd bench/peers && go build -o "$out/go-nethttp" ./nethttp)
 taskset -c 0 ./build/tern serve --port $tern_port --quiet 2>/dev/null &
 GOMAXPROCS=1 taskset -c 0 "$out/go-nethttp" -addr 127.0.0.1:$go_port 2>/dev/null &
 sleep 0.5

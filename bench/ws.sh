@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # First WebSocket speed figure: echo at CONNECTIONS connections, one message
 # in flight per connection, 64 B and 4 KiB binary messages, tern (`tern
-# serve`'s /ws) vs gorilla/websocket's echo server (bench/go/gorilla-echo),
+# serve`'s /ws) vs gorilla/websocket's echo server (bench/peers/gorilla),
 # interleaved (tern, gorilla, tern, gorilla, ...).
 #
 #   bench/ws.sh [ROUNDS=3] [SECONDS=5] [CONNECTIONS=100]
 #   CLIENT=gorilla bench/ws.sh ...   # drive with a Go gorilla client instead
 #
 # The client is `tern load echo` (C, on the tern loop) unless CLIENT=gorilla
-# (bench/go/wsload). Servers are pinned to CPU 0, the client to CPU 1. On a
+# (bench/clients/wsload). Servers are pinned to CPU 0, the client to CPU 1. On a
 # small machine the client may set the rate, not the server, so each row
 # also gives the server's CPU time per message (utime+stime from
 # /proc/PID/stat over the run, warm-up included) and the client's CPU use;
@@ -22,7 +22,8 @@ tern_port=18081; gorilla_port=18091
 out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$out"' EXIT
 
-(cd bench/go && go build -o "$out/gorilla-echo" ./gorilla-echo && go build -o "$out/wsload" ./wsload)
+(cd bench/peers && go build -o "$out/gorilla-echo" ./gorilla)
+(cd bench/clients && go build -o "$out/wsload" ./wsload)
 taskset -c 0 ./build/tern serve --port $tern_port --quiet 2>/dev/null &
 tern_pid=$!
 GOMAXPROCS=1 taskset -c 0 "$out/gorilla-echo" -addr 127.0.0.1:$gorilla_port 2>/dev/null &

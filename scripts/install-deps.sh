@@ -48,6 +48,6 @@ if command -v npm >/dev/null && [ ! -d "$root/tests/clients/node/node_modules/ws
 fi
 if command -v go >/dev/null; then
   (cd "$root/tests/clients/go" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
-  (cd "$root/bench/go" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
+  (cd "$root/bench/clients" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
   (cd "$root/bench/peers" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
 fi

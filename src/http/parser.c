@@ -335,8 +335,8 @@ static int finish(tern__http_head *h, const fields *f) {
         return -400;
     if (f->transfer_encoding) {
         /* RFC 9112 §6.3: chunked must be the final coding, else the length
-         * is unknowable. We decode no other coding, and chunked twice is
-         * nonsense: both are not implemented rather than malformed. */
+         * is unknowable (400). Codings before it (gzip, or chunked twice)
+         * are ones we do not decode: 501, not 400 (malformed). */
         if (!f->te_last_chunked)
             return -400;
         if (f->te_codings > 1)

@@ -82,7 +82,7 @@ static void post_push(tern_loop *loop, tern__post *p) {
 static tern__post *post_pop(tern_loop *loop) {
     tern__post *tail = loop->post_tail;
     tern__post *next = atomic_load_explicit(&tail->next, memory_order_acquire);
-    if (tail == &loop->post_stub) {
+    if (tail == &loop->post_sentinel) {
         if (next == NULL)
             return NULL;
         loop->post_tail = next;
@@ -95,7 +95,7 @@ static tern__post *post_pop(tern_loop *loop) {
     }
     if (tail != atomic_load_explicit(&loop->post_head, memory_order_acquire))
         return NULL;
-    post_push(loop, &loop->post_stub);
+    post_push(loop, &loop->post_sentinel);
     next = atomic_load_explicit(&tail->next, memory_order_acquire);
     if (next != NULL) {
         loop->post_tail = next;
@@ -192,9 +192,9 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
     if (err == 0) {
         tern__loop_update_time(loop);
         tern__wheel_init(loop);
-        atomic_init(&loop->post_head, &loop->post_stub);
-        atomic_init(&loop->post_stub.next, NULL);
-        loop->post_tail = &loop->post_stub;
+        atomic_init(&loop->post_head, &loop->post_sentinel);
+        atomic_init(&loop->post_sentinel.next, NULL);
+        loop->post_tail = &loop->post_sentinel;
         atomic_init(&loop->wake_pending, 0);
         sigemptyset(&loop->signal_set);
         tern__io_init(&loop->signal_io, -1, on_signal);

@@ -28,7 +28,7 @@ typedef struct tern__signal {
  *   wheel_tick is the last tick whose slot has been run.
  * - heap[0..heap_len) is a binary min-heap on deadline, each timer's
  *   heap_index its position.
- * - post_tail/post_head/post_stub form the MPSC queue; wake_pending is 1
+ * - post_tail/post_head/post_sentinel form the MPSC queue; wake_pending is 1
  *   from the first post after a drain until the loop drains again, so a
  *   burst of posts writes the eventfd once. */
 struct tern_loop {
@@ -54,7 +54,7 @@ struct tern_loop {
     tern__io wake_io;                 /* eventfd */
     _Atomic(tern__post *) post_head;  /* producers push here */
     tern__post *post_tail;            /* the loop pops here */
-    tern__post post_stub;
+    tern__post post_sentinel;
     atomic_int wake_pending;
 
     /* signals */

@@ -100,6 +100,17 @@ def node_client():
     return [node, str(d / "client.js")]
 
 
+def check_deflate_and_plain(deflate, plain):
+    """The checks both clients share, once compression was agreed in
+    `deflate`, and for the connection without it."""
+    check_echoes(deflate, exact_wire_in=False)
+    check_compressed_by_server(deflate)
+    check_ping_and_close(deflate)
+    assert plain["extensions"] == ""
+    check_echoes(plain, exact_wire_in=True)
+    check_ping_and_close(plain)
+
+
 def test_node_ws_client(tern, node_client):
     out = client_json(run([*node_client, f"ws://{tern.host}:{tern.port}/ws"],
                           env={**os.environ, "CLIENT_TIMEOUT_MS": "50000"}))
@@ -107,14 +118,7 @@ def test_node_ws_client(tern, node_client):
 
     deflate = out["deflate"]
     assert deflate["extensions"] == "permessage-deflate", deflate["extensions"]
-    check_echoes(deflate, exact_wire_in=False)
-    check_compressed_by_server(deflate)
-    check_ping_and_close(deflate)
-
-    plain = out["plain"]
-    assert plain["extensions"] == ""
-    check_echoes(plain, exact_wire_in=True)
-    check_ping_and_close(plain)
+    check_deflate_and_plain(deflate, out["plain"])
 
 
 # ---- Go: gorilla/websocket -----------------------------------------------
@@ -143,14 +147,7 @@ def test_gorilla_client(tern, go_client):
     # inflate in gorilla.
     assert "server_no_context_takeover" in ext, deflate["extensions"]
     assert "client_no_context_takeover" in ext, deflate["extensions"]
-    check_echoes(deflate, exact_wire_in=False)
-    check_compressed_by_server(deflate)
-    check_ping_and_close(deflate)
-
-    plain = out["plain"]
-    assert plain["extensions"] == ""
-    check_echoes(plain, exact_wire_in=True)
-    check_ping_and_close(plain)
+    check_deflate_and_plain(deflate, out["plain"])
 
 
 def test_gorilla_message_over_limit_is_closed_1009(tern_factory, go_client):

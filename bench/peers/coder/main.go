@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"flag"
-	"log"
 	"net/http"
 
 	"github.com/coder/websocket"
@@ -41,9 +40,5 @@ func main() {
 			}
 		}
 	}
-	mux := http.NewServeMux()
-	routes.Register(mux)
-	mux.HandleFunc("/ws", echo)
-	mux.HandleFunc("/{$}", echo)
-	log.Fatal(http.ListenAndServe(*addr, mux))
+	routes.ServeWithEcho(*addr, echo)
 }

@@ -10,7 +10,6 @@ import (
 	"bufio"
 	"flag"
 	"io"
-	"log"
 	"net/http"
 
 	"github.com/gobwas/ws"
@@ -70,9 +69,5 @@ func main() {
 			}
 		}
 	}
-	mux := http.NewServeMux()
-	routes.Register(mux)
-	mux.HandleFunc("/ws", echo)
-	mux.HandleFunc("/{$}", echo)
-	log.Fatal(http.ListenAndServe(*addr, mux))
+	routes.ServeWithEcho(*addr, echo)
 }

@@ -6,7 +6,6 @@ package main
 
 import (
 	"flag"
-	"log"
 	"net/http"
 
 	"github.com/gorilla/websocket"
@@ -39,9 +38,5 @@ func main() {
 			}
 		}
 	}
-	mux := http.NewServeMux()
-	routes.Register(mux)
-	mux.HandleFunc("/ws", echo)
-	mux.HandleFunc("/{$}", echo)
-	log.Fatal(http.ListenAndServe(*addr, mux))
+	routes.ServeWithEcho(*addr, echo)
 }

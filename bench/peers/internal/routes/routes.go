@@ -1,10 +1,12 @@
-// Package routes holds the HTTP side every Go net/http-based peer serves, the
-// same three routes as `tern serve`: GET /ping, GET /echo?size=N, POST /echo.
+// Package routes holds what every Go net/http-based peer serves: the same
+// three HTTP routes as `tern serve` (GET /ping, GET /echo?size=N, POST
+// /echo), and the WebSocket echo handler on / and /ws.
 package routes
 
 import (
 	"bytes"
 	"io"
+	"log"
 	"net/http"
 	"strconv"
 )
@@ -37,4 +39,14 @@ func Register(mux *http.ServeMux) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 		w.Write(body)
 	})
+}
+
+// ServeWithEcho serves the HTTP routes and echo on / and /ws at addr, until
+// the listener fails.
+func ServeWithEcho(addr string, echo http.HandlerFunc) {
+	mux := http.NewServeMux()
+	Register(mux)
+	mux.HandleFunc("/ws", echo)
+	mux.HandleFunc("/{$}", echo)
+	log.Fatal(http.ListenAndServe(addr, mux))
 }

@@ -1,4 +1,4 @@
-module tern.bench
+module tern.bench/clients
 
 go 1.22
 
