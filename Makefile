@@ -46,5 +46,14 @@ integration: build
 fuzz: build-fuzz
 	@scripts/fuzz.sh $(FUZZ_BUILD) $${FUZZ_SECONDS:-60}
 
+# Every benchmark suite in full (about an hour on 2 cores), the gorilla-client
+# cross-check, then bench/RESULTS.md and bench/plots/ from those runs.
+# BENCH_ARGS="--rounds 5 --seconds 5" for longer rounds.
+BENCH_ARGS ?= --rounds 3 --seconds 3
+bench: build
+	bench/run all $(BENCH_ARGS)
+	bench/run ws-echo --client gorilla $(BENCH_ARGS)
+	bench/report
+
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -11,7 +11,14 @@ apt_pkgs=(
   clang libclang-rt-14-dev llvm                  # libFuzzer targets, sanitizers
   curl wrk python3 python3-pip python3-venv      # integration tests, first speed figures
   chromium                                       # browser WebSocket test (headless)
+  nginx                                          # bench peer: /ping, and the proxy suite
 )
+# The Java and Rust bench peers (bench/peers/netty, bench/peers/rust) need a
+# JDK with Maven and cargo; the machine image has them (cargo from rustup).
+# Where one is missing, Debian's packages stand in.
+command -v mvn >/dev/null || apt_pkgs+=(maven)
+command -v javac >/dev/null || apt_pkgs+=(default-jdk-headless)
+command -v cargo >/dev/null || apt_pkgs+=(cargo)
 
 missing=()
 for p in "${apt_pkgs[@]}"; do
@@ -24,10 +31,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Python test clients. Use the python3 on PATH (the one pytest will run under).
+# Python test clients, and matplotlib for bench/report's plots. Use the
+# python3 on PATH (the one pytest will run under).
 py=python3
 need_py=()
-for m in pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11; do
+for m in pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11 matplotlib:matplotlib; do
   mod=${m%%:*}; pkg=${m##*:}
   $py -c "import $mod" 2>/dev/null || need_py+=("$pkg")
 done
@@ -50,4 +58,9 @@ if command -v go >/dev/null; then
   (cd "$root/tests/clients/go" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
   (cd "$root/bench/clients" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
   (cd "$root/bench/peers" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
+fi
+# The Rust bench peers' crates, pinned by bench/peers/rust/Cargo.lock (the
+# Netty peer's jars come with its Maven build, run by bench/run).
+if command -v cargo >/dev/null; then
+  cargo fetch --locked -q --manifest-path "$root/bench/peers/rust/Cargo.toml"
 fi

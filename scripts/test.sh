@@ -7,8 +7,9 @@
 #      9.*, 12.*, 13.*, which are long performance and compression runs)
 #      again on the sanitizer build;
 #   4. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus;
-#   5. every benchmark suite with --quick (bench/run): fails when a peer did
-#      not build, did not start or answered nothing (no speed thresholds).
+#   5. every benchmark suite with --quick (bench/run), and ws-echo once more
+#      driven by the Go gorilla client: fails when a peer did not build, did
+#      not start or answered nothing (no speed thresholds).
 # AUTOBAHN=0 and BENCH=0 skip steps 3 and 5 (for quick local runs; CI runs all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,6 +76,7 @@ scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-30}" || status=1
 if [ "${BENCH:-1}" != 0 ]; then
     section "benchmark suites (--quick)"
     bench/run all --quick || status=1
+    bench/run ws-echo --quick --client gorilla || status=1
 fi
 
 if [ $status -ne 0 ]; then

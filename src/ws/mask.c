@@ -24,10 +24,32 @@ static size_t mask_bytes(uint8_t *data, size_t len, const uint8_t key[4], size_t
     return (phase + len) & 3;
 }
 
-/* pat[0..n) = the key as it applies from `phase` on; n is a multiple of 4. */
+/* pat[0..n) = the key as it applies from `phase` on; n is 8, 16 or 32.
+ * Four bytes, then doubled: this runs once per call, also for tiny frames. */
 static void key_pattern(uint8_t *pat, size_t n, const uint8_t key[4], size_t phase) {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < 4; i++)
         pat[i] = key[(phase + i) & 3];
+    for (size_t i = 4; i < n; i *= 2)
+        memcpy(pat + i, pat, i);
+}
+
+/* Short payloads: 8 bytes at a time with unaligned loads (memcpy), no
+ * alignment head, then the tail. A wide loop's head and tail would be
+ * the whole payload here, done a byte at a time. */
+static size_t mask_short(uint8_t *data, size_t len, const uint8_t key[4], size_t phase) {
+    phase &= 3;
+    uint8_t pat[8];
+    key_pattern(pat, sizeof(pat), key, phase);
+    uint64_t k;
+    memcpy(&k, pat, 8);
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, data + i, 8);
+        w ^= k;
+        memcpy(data + i, &w, 8);
+    }
+    return mask_bytes(data + i, len - i, key, phase); /* i % 4 == 0: same phase */
 }
 
 /* Bytes before data + off reaches a multiple of `align`, capped at len. */
@@ -143,10 +165,10 @@ static tern__ws_mask_fn resolve(void) {
 static _Atomic(tern__ws_mask_fn) chosen;
 
 size_t tern__ws_mask(uint8_t *data, size_t len, const uint8_t key[4], size_t phase) {
-    /* Short payloads (most pings, chat messages) are done before a wide
-     * loop would have got past its alignment head. */
-    if (len < 16)
-        return mask_bytes(data, len, key, phase & 3);
+    /* Short payloads (most pings, chat messages, market ticks) are done
+     * before a wide loop would have got past its alignment head. */
+    if (len < 64)
+        return mask_short(data, len, key, phase);
     tern__ws_mask_fn f = atomic_load_explicit(&chosen, memory_order_relaxed);
     if (f == NULL) {
         f = resolve();

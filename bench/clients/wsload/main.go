@@ -1,15 +1,23 @@
-// wsload: a WebSocket echo load generator for bench/ws.sh. It opens -conns
-// connections, and each keeps -depth messages of -size bytes in flight:
-// send, wait for the echo, check it, send the next. After -duration it
-// prints the echoes per second over all connections, and fails when an
-// echo differs from what was sent.
+// wsload: a WebSocket echo load generator built on gorilla/websocket, the
+// client the public Go write-ups drive their servers with. bench/run uses it
+// (--client gorilla) to cross-check `tern load echo`: both must rank the
+// servers alike.
+//
+// It opens -conns connections; each runs a synchronous loop on its own
+// goroutine: write one binary message of -size bytes, read the echo, check
+// it, record the round trip. The first -warmup is not counted; then it
+// measures for -duration. With -json it prints one line with the same
+// fields as `tern load echo --json`; otherwise a short summary. It exits 1
+// when a dial fails or an echo differs from what was sent.
 package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,21 +25,34 @@ import (
 	"github.com/gorilla/websocket"
 )
 
+type result struct {
+	Mode          string             `json:"mode"`
+	URL           string             `json:"url"`
+	Connections   int                `json:"connections"`
+	Size          int                `json:"size"`
+	WarmupS       float64            `json:"warmup_s"`
+	DurationS     float64            `json:"duration_s"`
+	ConnectS      float64            `json:"connect_s"`
+	Messages      int64              `json:"messages"`
+	MsgPerS       float64            `json:"msg_per_s"`
+	MBPerS        float64            `json:"mb_per_s"`
+	LatencyUs     map[string]float64 `json:"latency_us"`
+	UncleanCloses int                `json:"unclean_closes"`
+	Client        string             `json:"client"`
+}
+
 func main() {
 	url := flag.String("url", "ws://127.0.0.1:8080/ws", "server URL")
 	conns := flag.Int("conns", 100, "connections")
 	size := flag.Int("size", 64, "message size in bytes")
-	depth := flag.Int("depth", 1, "messages in flight per connection")
+	warmup := flag.Duration("warmup", time.Second, "unmeasured time before measuring")
 	duration := flag.Duration("duration", 5*time.Second, "how long to measure")
-	binary := flag.Bool("binary", false, "binary messages (default text)")
+	asJSON := flag.Bool("json", false, "print one JSON line")
 	flag.Parse()
 
 	msg := bytes.Repeat([]byte("m"), *size)
-	typ := websocket.TextMessage
-	if *binary {
-		typ = websocket.BinaryMessage
-	}
-	dialer := websocket.Dialer{ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
+	dialer := websocket.Dialer{ReadBufferSize: 4096, WriteBufferSize: 4096}
+	t0 := time.Now()
 	cs := make([]*websocket.Conn, *conns)
 	for i := range cs {
 		c, _, err := dialer.Dial(*url, nil)
@@ -41,53 +62,94 @@ func main() {
 		}
 		cs[i] = c
 	}
-	var count atomic.Int64
+	connectS := time.Since(t0).Seconds()
+
+	// phase: 0 warm-up, 1 measuring, 2 stop. Each goroutine keeps its own
+	// count and round trips, handed over when it stops.
+	var phase atomic.Int32
 	var bad atomic.Int64
-	done := make(chan struct{})
+	counts := make([]int64, len(cs))
+	rtts := make([][]time.Duration, len(cs))
 	var wg sync.WaitGroup
-	start := time.Now()
-	for _, c := range cs {
-		wg.Add(2)
-		sem := make(chan struct{}, *depth)
-		go func(c *websocket.Conn) { // writer
+	for i, c := range cs {
+		wg.Add(1)
+		go func(i int, c *websocket.Conn) {
 			defer wg.Done()
+			lat := make([]time.Duration, 0, 1<<14)
+			var n int64
 			for {
-				select {
-				case sem <- struct{}{}:
-				case <-done:
-					return
+				p := phase.Load()
+				if p == 2 {
+					break
 				}
-				if err := c.WriteMessage(typ, msg); err != nil {
-					return
+				start := time.Now()
+				if err := c.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+					break
 				}
-			}
-		}(c)
-		go func(c *websocket.Conn) { // reader
-			defer wg.Done()
-			for {
 				_, got, err := c.ReadMessage()
 				if err != nil {
-					return
+					break
 				}
 				if !bytes.Equal(got, msg) {
 					bad.Add(1)
 				}
-				count.Add(1)
-				<-sem
+				if p == 1 && phase.Load() == 1 {
+					n++
+					lat = append(lat, time.Since(start))
+				}
 			}
-		}(c)
+			counts[i], rtts[i] = n, lat
+		}(i, c)
 	}
+	time.Sleep(*warmup)
+	phase.Store(1)
+	m0 := time.Now()
 	time.Sleep(*duration)
-	n := count.Load()
-	elapsed := time.Since(start)
-	close(done)
+	phase.Store(2)
+	secs := time.Since(m0).Seconds()
+	wg.Wait()
 	for _, c := range cs {
+		c.WriteControl(websocket.CloseMessage,
+			websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
 		c.Close()
 	}
-	wg.Wait()
 	if bad.Load() > 0 {
 		fmt.Fprintf(os.Stderr, "wsload: %d echoes differed\n", bad.Load())
 		os.Exit(1)
 	}
-	fmt.Printf("%.0f\n", float64(n)/elapsed.Seconds())
+
+	var total int64
+	var all []time.Duration
+	for i := range cs {
+		total += counts[i]
+		all = append(all, rtts[i]...)
+	}
+	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	q := func(f float64) float64 {
+		if len(all) == 0 {
+			return 0
+		}
+		return us(all[int(f*float64(len(all)-1))])
+	}
+	var sum time.Duration
+	for _, d := range all {
+		sum += d
+	}
+	mean := 0.0
+	if len(all) > 0 {
+		mean = us(sum) / float64(len(all))
+	}
+	r := result{Mode: "echo", URL: *url, Connections: *conns, Size: *size,
+		WarmupS: warmup.Seconds(), DurationS: secs, ConnectS: connectS, Messages: total,
+		MsgPerS: float64(total) / secs, MBPerS: float64(total) / secs * float64(*size) / 1e6,
+		LatencyUs: map[string]float64{"mean": mean, "p50": q(0.50), "p99": q(0.99), "max": q(1)},
+		Client: "gorilla/websocket"}
+	if *asJSON {
+		b, _ := json.Marshal(r)
+		fmt.Println(string(b))
+		return
+	}
+	fmt.Printf("wsload %s: %d connections, %d-byte messages: %.0f msg/s, p50 %.0f us, p99 %.0f us\n",
+		*url, *conns, *size, r.MsgPerS, r.LatencyUs["p50"], r.LatencyUs["p99"])
 }

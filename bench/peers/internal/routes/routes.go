@@ -17,6 +17,7 @@ var xs = bytes.Repeat([]byte("x"), 1<<20)
 func Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
+		w.Header().Set("Content-Length", "4") // net/http adds it anyway; nbhttp would chunk
 		w.Write([]byte("pong"))
 	})
 	mux.HandleFunc("GET /echo", func(w http.ResponseWriter, r *http.Request) {

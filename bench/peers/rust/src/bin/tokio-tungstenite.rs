@@ -1,0 +1,72 @@
+//! Peer: tokio-tungstenite WebSocket echo (WebSocket only, no HTTP routes).
+//!
+//! One tokio current_thread runtime (one thread of event processing), a
+//! TcpListener, and per connection a task that does
+//! `tokio_tungstenite::accept_async` (any request path is accepted) and then the
+//! plain echo loop: `ws.next()` a message, `ws.send()` it back (send = write +
+//! flush). Text and binary messages are echoed as one frame of the same type;
+//! Ping/Pong/Close are left to tungstenite, which queues the pong or the close
+//! reply itself and flushes it on the next read or write. Settings: the library
+//! defaults (WebSocketConfig: messages up to 64 MiB, frames up to 16 MiB, 128 KiB
+//! read buffer, 128 KiB write buffer; no permessage-deflate, which tungstenite
+//! does not negotiate), TCP_NODELAY on every accepted socket as the other
+//! peers have. SIGTERM keeps its default disposition and ends the process.
+//!
+//! Run: tokio-tungstenite -addr 127.0.0.1:PORT
+
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// `-addr HOST:PORT` (Go flag style, also `-addr=HOST:PORT`), resolved here
+/// on the main thread so tokio needs no blocking thread for the lookup.
+fn addr_arg() -> SocketAddr {
+    let mut addr = String::from("127.0.0.1:9096");
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a == "-addr" || a == "--addr" {
+            addr = args.next().expect("-addr needs HOST:PORT");
+        } else if let Some(v) = a.strip_prefix("-addr=").or(a.strip_prefix("--addr=")) {
+            addr = v.to_string();
+        } else {
+            panic!("unknown argument {a:?}; usage: -addr HOST:PORT");
+        }
+    }
+    addr.to_socket_addrs()
+        .expect("bad -addr")
+        .next()
+        .expect("-addr resolves to nothing")
+}
+
+async fn echo(stream: TcpStream) -> Result<(), tokio_tungstenite::tungstenite::Error> {
+    let mut ws = tokio_tungstenite::accept_async(stream).await?;
+    while let Some(msg) = ws.next().await {
+        let msg = msg?;
+        if msg.is_text() || msg.is_binary() {
+            ws.send(msg).await?;
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    let addr = addr_arg();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async move {
+        let listener = TcpListener::bind(addr).await.expect("bind");
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(s) => s,
+                Err(_) => continue, // e.g. EMFILE: try again
+            };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let _ = echo(stream).await;
+            });
+        }
+    });
+}
