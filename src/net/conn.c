@@ -248,8 +248,12 @@ static int send_now(tern__conn *c, struct iovec *iov, int iovcnt) {
         total += iov[i].iov_len;
     ssize_t w;
     struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
+    /* One buffer (a cork flush, the common case) goes by send(): the kernel
+     * then has no msghdr and iovec to copy in and check. */
     do
-        w = sendmsg(c->io.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        w = iovcnt == 1 ? send(c->io.fd, iov[0].iov_base, iov[0].iov_len,
+                               MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : sendmsg(c->io.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     while (w < 0 && errno == EINTR);
     if (w < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK) {

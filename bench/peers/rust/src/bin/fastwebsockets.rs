@@ -19,7 +19,6 @@
 //! Run: fastwebsockets -addr 127.0.0.1:PORT
 
 use std::convert::Infallible;
-use std::net::{SocketAddr, ToSocketAddrs};
 
 use fastwebsockets::{upgrade, FragmentCollector, OpCode, WebSocketError};
 use http_body_util::{BodyExt, Full, Limited};
@@ -31,26 +30,6 @@ use tokio::net::TcpListener;
 
 /// 1 MiB of 'x' for GET /echo?size=N.
 static XS: [u8; 1 << 20] = [b'x'; 1 << 20];
-
-/// `-addr HOST:PORT` (Go flag style, also `-addr=HOST:PORT`), resolved here
-/// on the main thread so tokio needs no blocking thread for the lookup.
-fn addr_arg() -> SocketAddr {
-    let mut addr = String::from("127.0.0.1:9097");
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        if a == "-addr" || a == "--addr" {
-            addr = args.next().expect("-addr needs HOST:PORT");
-        } else if let Some(v) = a.strip_prefix("-addr=").or(a.strip_prefix("--addr=")) {
-            addr = v.to_string();
-        } else {
-            panic!("unknown argument {a:?}; usage: -addr HOST:PORT");
-        }
-    }
-    addr.to_socket_addrs()
-        .expect("bad -addr")
-        .next()
-        .expect("-addr resolves to nothing")
-}
 
 async fn handle_client(fut: upgrade::UpgradeFut) -> Result<(), WebSocketError> {
     let mut ws = fut.await?;
@@ -116,7 +95,7 @@ async fn serve(mut req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infa
 }
 
 fn main() {
-    let addr = addr_arg();
+    let addr = tern_bench_peers::addr_arg("127.0.0.1:9097");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()

@@ -14,30 +14,8 @@
 //!
 //! Run: tokio-tungstenite -addr 127.0.0.1:PORT
 
-use std::net::{SocketAddr, ToSocketAddrs};
-
 use futures_util::{SinkExt, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
-
-/// `-addr HOST:PORT` (Go flag style, also `-addr=HOST:PORT`), resolved here
-/// on the main thread so tokio needs no blocking thread for the lookup.
-fn addr_arg() -> SocketAddr {
-    let mut addr = String::from("127.0.0.1:9096");
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        if a == "-addr" || a == "--addr" {
-            addr = args.next().expect("-addr needs HOST:PORT");
-        } else if let Some(v) = a.strip_prefix("-addr=").or(a.strip_prefix("--addr=")) {
-            addr = v.to_string();
-        } else {
-            panic!("unknown argument {a:?}; usage: -addr HOST:PORT");
-        }
-    }
-    addr.to_socket_addrs()
-        .expect("bad -addr")
-        .next()
-        .expect("-addr resolves to nothing")
-}
 
 async fn echo(stream: TcpStream) -> Result<(), tokio_tungstenite::tungstenite::Error> {
     let mut ws = tokio_tungstenite::accept_async(stream).await?;
@@ -51,7 +29,7 @@ async fn echo(stream: TcpStream) -> Result<(), tokio_tungstenite::tungstenite::E
 }
 
 fn main() {
-    let addr = addr_arg();
+    let addr = tern_bench_peers::addr_arg("127.0.0.1:9096");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
