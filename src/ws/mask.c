@@ -33,9 +33,10 @@ static void key_pattern(uint8_t *pat, size_t n, const uint8_t key[4], size_t pha
         memcpy(pat + i, pat, i);
 }
 
-/* Short payloads: 8 bytes at a time with unaligned loads (memcpy), no
- * alignment head, then the tail. A wide loop's head and tail would be
- * the whole payload here, done a byte at a time. */
+/* 8 bytes at a time through memcpy (any alignment), then the tail. Used
+ * alone for short payloads, where a wide loop's alignment head and tail
+ * would be the whole payload, done a byte at a time; and as the body of
+ * the portable variant, after its head. */
 static size_t mask_short(uint8_t *data, size_t len, const uint8_t key[4], size_t phase) {
     phase &= 3;
     uint8_t pat[8];
@@ -59,22 +60,12 @@ static size_t head_len(const uint8_t *data, size_t len, size_t align) {
     return head < len ? head : len;
 }
 
+/* Aligned 8-byte words for CPUs where unaligned ones cost more. */
 static size_t mask_portable(uint8_t *data, size_t len, const uint8_t key[4], size_t phase) {
     phase &= 3;
     size_t i = head_len(data, len, 8);
     mask_bytes(data, i, key, phase);
-    size_t ph = (phase + i) & 3;
-    uint8_t pat[8];
-    key_pattern(pat, sizeof(pat), key, ph);
-    uint64_t k;
-    memcpy(&k, pat, 8);
-    for (; i + 8 <= len; i += 8) {
-        uint64_t w;
-        memcpy(&w, data + i, 8);
-        w ^= k;
-        memcpy(data + i, &w, 8);
-    }
-    return mask_bytes(data + i, len - i, key, ph);
+    return mask_short(data + i, len - i, key, (phase + i) & 3);
 }
 
 #ifdef TERN__MASK_X86
