@@ -1,6 +1,9 @@
-//! What both peers share: the command line.
+//! What both peers share: the command line and the accept loop.
 
+use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
+
+use tokio::net::{TcpListener, TcpStream};
 
 /// `-addr HOST:PORT` (Go flag style, also `-addr=HOST:PORT`), resolved here
 /// on the main thread so tokio needs no blocking thread for the lookup.
@@ -20,4 +23,30 @@ pub fn addr_arg(default: &str) -> SocketAddr {
         .expect("bad -addr")
         .next()
         .expect("-addr resolves to nothing")
+}
+
+/// Runs `handle` on every connection accepted at `-addr` (or `default`), on
+/// one tokio current_thread runtime: one thread of event processing, as the
+/// suite wants. TCP_NODELAY is set on every socket, as the other peers do.
+pub fn serve<F, Fut>(default: &str, handle: F)
+where
+    F: Fn(TcpStream) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let addr = addr_arg(default);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(async move {
+        let listener = TcpListener::bind(addr).await.expect("bind");
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(s) => s,
+                Err(_) => continue, // e.g. EMFILE: try again
+            };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(handle(stream));
+        }
+    });
 }

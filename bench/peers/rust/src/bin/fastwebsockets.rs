@@ -26,7 +26,6 @@ use hyper::body::{Bytes, Incoming};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{header, Method, Request, Response, StatusCode};
-use tokio::net::TcpListener;
 
 /// 1 MiB of 'x' for GET /echo?size=N.
 static XS: [u8; 1 << 20] = [b'x'; 1 << 20];
@@ -95,27 +94,12 @@ async fn serve(mut req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infa
 }
 
 fn main() {
-    let addr = tern_bench_peers::addr_arg("127.0.0.1:9097");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .expect("tokio runtime");
-    rt.block_on(async move {
-        let listener = TcpListener::bind(addr).await.expect("bind");
-        loop {
-            let (stream, _) = match listener.accept().await {
-                Ok(s) => s,
-                Err(_) => continue, // e.g. EMFILE: try again
-            };
-            let _ = stream.set_nodelay(true);
-            tokio::spawn(async move {
-                let io = hyper_util::rt::TokioIo::new(stream);
-                let conn = http1::Builder::new()
-                    .keep_alive(true)
-                    .serve_connection(io, service_fn(serve))
-                    .with_upgrades();
-                let _ = conn.await;
-            });
-        }
+    tern_bench_peers::serve("127.0.0.1:9097", |stream| async move {
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let conn = http1::Builder::new()
+            .keep_alive(true)
+            .serve_connection(io, service_fn(serve))
+            .with_upgrades();
+        let _ = conn.await;
     });
 }

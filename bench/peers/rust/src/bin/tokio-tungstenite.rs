@@ -15,7 +15,7 @@
 //! Run: tokio-tungstenite -addr 127.0.0.1:PORT
 
 use futures_util::{SinkExt, StreamExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 async fn echo(stream: TcpStream) -> Result<(), tokio_tungstenite::tungstenite::Error> {
     let mut ws = tokio_tungstenite::accept_async(stream).await?;
@@ -29,22 +29,7 @@ async fn echo(stream: TcpStream) -> Result<(), tokio_tungstenite::tungstenite::E
 }
 
 fn main() {
-    let addr = tern_bench_peers::addr_arg("127.0.0.1:9096");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .build()
-        .expect("tokio runtime");
-    rt.block_on(async move {
-        let listener = TcpListener::bind(addr).await.expect("bind");
-        loop {
-            let (stream, _) = match listener.accept().await {
-                Ok(s) => s,
-                Err(_) => continue, // e.g. EMFILE: try again
-            };
-            let _ = stream.set_nodelay(true);
-            tokio::spawn(async move {
-                let _ = echo(stream).await;
-            });
-        }
+    tern_bench_peers::serve("127.0.0.1:9096", |stream| async move {
+        let _ = echo(stream).await;
     });
 }
