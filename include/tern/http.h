@@ -37,7 +37,8 @@ typedef struct tern_server_options {
     size_t max_body;               /* request body: 16 MiB (413) */
     uint32_t head_timeout_ms;      /* from the first byte to the end of the head: 10 s (408) */
     uint32_t body_timeout_ms;      /* a body must bring 4 KiB (or its end) per this: 10 s (408) */
-    uint32_t idle_timeout_ms;      /* keep-alive with nothing in flight: 60 s (close) */
+    uint32_t idle_timeout_ms;      /* keep-alive, nothing asked and nothing to send: 60 s (close) */
+    uint32_t send_timeout_ms;      /* a response the client takes nothing of for this long: 60 s (close) */
     uint32_t shutdown_timeout_ms;  /* graceful shutdown, then everything is closed: 10 s */
     const char *server_header;     /* "Server:" value: "tern"; "" sends none */
 } tern_server_options;
@@ -103,8 +104,11 @@ ssize_t tern_http_query_param(const tern_http_req *req, const char *name, char *
 /* The whole body of a non-streaming route (empty when none). */
 const char *tern_http_body(const tern_http_req *req, size_t *len);
 
-/* Streaming bodies. fn gets each piece as it arrives (a view valid during
- * the call), then once with last = true (len may be 0). The first call to
+/* Streaming bodies (routes made with tern_http_route_stream). fn gets each
+ * piece as it arrives (a view valid during the call), then once with
+ * last = true (len may be 0; a request without a body gets just that). fn
+ * never runs inside tern_http_read_body itself: at the earliest, after the
+ * calling handler or callback has returned. The first call to
  * tern_http_read_body() also sends "100 Continue" when the client waits
  * for it. A response may be started or ended before the body is over; the
  * rest of the body is then read and dropped (or the connection closed, if
@@ -116,7 +120,12 @@ void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user);
 /* Called if the connection goes away before the response has ended; req
  * is invalid after it returns. Without one, a request whose connection is
  * gone stays valid until the handler ends its response (which then returns
- * -EPIPE). */
+ * -EPIPE). While a response is pending the connection is watched: a reset,
+ * or a FIN from the client (a half-close, as nginx and Go's net/http read
+ * it: the client has gone), closes it and fires the abort within one loop
+ * iteration. A client that half-closes after its requests still gets the
+ * answers its handlers gave at once; one it would have had later, it does
+ * not. The callback never runs inside one of your own calls. */
 typedef void (*tern_http_abort_fn)(tern_http_req *req, void *user);
 void tern_http_on_abort(tern_http_req *req, tern_http_abort_fn fn, void *user);
 

@@ -19,6 +19,12 @@ typedef struct tern_timer tern_timer;
 
 typedef struct tern_loop_options {
     size_t read_buffer_size;  /* the one read buffer of the loop; 0: 256 KiB (min 64 KiB) */
+    /* Bound on the bytes waiting in all the loop's connections' backlogs
+     * (what the kernel would not take yet; 0: 256 MiB). A send that would
+     * pass it closes its connection instead (an HTTP response is cut off,
+     * a WebSocket ends with 1006), so peers that do not read cannot
+     * exhaust memory together. */
+    size_t max_unsent;
 } tern_loop_options;
 
 /* Errors are negative errno values; this names them. */

@@ -22,6 +22,9 @@ static void on_drain(tern__conn *c);
 static void on_timeout(tern__conn *c);
 static void on_shutdown(tern__conn *c);
 static void on_close(tern__conn *c, int err);
+static void on_hangup(tern__conn *c);
+static void on_deferred(tern__conn *c);
+static uint32_t send_timeout(const tern__conn *c);
 
 static const tern__conn_proto http_proto = {
     .on_data = on_data,
@@ -30,6 +33,9 @@ static const tern__conn_proto http_proto = {
     .on_timeout = on_timeout,
     .on_shutdown = on_shutdown,
     .on_close = on_close,
+    .on_hangup = on_hangup,
+    .on_deferred = on_deferred,
+    .send_timeout = send_timeout,
 };
 
 static bool conn_gone(const tern__http_conn *hc) {
@@ -412,12 +418,15 @@ static ssize_t read_body(tern__http_conn *hc, char *data, size_t len) {
 
 void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user) {
     tern__http_conn *hc = req->hc;
-    if (hc == NULL || req->body_mode != TERN__BODY_STREAM || req->ended)
+    if (hc == NULL || !req->route->stream || req->ended || req->body_fn || fn == NULL)
         return;
     req->body_fn = fn;
     req->body_user = user;
-    if (req->body_done) {   /* no body at all: tell at once */
-        fn(req, "", 0, true, user);
+    if (req->body_mode != TERN__BODY_STREAM) {
+        /* No body at all: its end is told at the end of this batch (not
+         * inside this call, which may be the handler's). */
+        req->body_end_due = true;
+        tern__conn_defer(&hc->conn);
         return;
     }
     if (req->expect_continue)
@@ -454,7 +463,11 @@ static bool next_request(tern__http_conn *hc) {
     }
     hc->state = TERN__HTTP_IDLE;
     hc->scanned = 0;
-    tern__conn_set_timeout(&hc->conn, srv->opt.idle_timeout_ms);
+    /* Idle means nothing asked and nothing to send: while the response is
+     * still leaving, the send clock runs instead (on_drain starts idle). */
+    tern__conn_set_timeout(&hc->conn, 0);
+    if (!tern__conn_send_clock(&hc->conn))
+        tern__conn_set_timeout(&hc->conn, srv->opt.idle_timeout_ms);
     return true;
 }
 
@@ -589,9 +602,11 @@ static size_t on_data(tern__conn *c, char *data, size_t len) {
 static void on_eof(tern__conn *c) {
     tern__http_conn *hc = (tern__http_conn *)c;
     /* A client may half-close after its last request and still read the
-     * answer; only close when nothing is in flight. */
-    if (hc->state == TERN__HTTP_WAIT && hc->req && !hc->req->ended)
+     * answers already given; one still pending is aborted (on_hangup). */
+    if (hc->state == TERN__HTTP_WAIT && hc->req && !hc->req->ended) {
+        on_hangup(c);
         return;
+    }
     if (hc->state == TERN__HTTP_BODY || hc->state == TERN__HTTP_HEAD) {
         tern__conn_close(c, -ECONNRESET);   /* the request can never complete */
         return;
@@ -602,6 +617,8 @@ static void on_eof(tern__conn *c) {
 
 static void on_drain(tern__conn *c) {
     tern__http_conn *hc = (tern__http_conn *)c;
+    if (hc->state == TERN__HTTP_IDLE)   /* the last response is out: now idle */
+        tern__conn_set_timeout(c, hc->srv->opt.idle_timeout_ms);
     if (hc->waiting_drain) {
         hc->waiting_drain = false;
         tern__conn_resume(c);
@@ -628,6 +645,33 @@ static void on_timeout(tern__conn *c) {
         tern__conn_close(c, -ETIMEDOUT);
         break;
     }
+}
+
+/* The client sent its FIN while we were not reading (a response is
+ * pending, or we wait for a backlog to drain). With a response pending the
+ * client is taken to have gone: the abort callback fires now, not when the
+ * handler answers. Otherwise the bytes before the FIN are still read (the
+ * send clock or the body timeout bounds the wait). */
+static void on_hangup(tern__conn *c) {
+    tern__http_conn *hc = (tern__http_conn *)c;
+    if (hc->state == TERN__HTTP_WAIT && hc->req && !hc->req->ended)
+        tern__conn_close(c, -ECONNRESET);
+}
+
+/* A stream route's handler asked for a body there is none of: its end. */
+static void on_deferred(tern__conn *c) {
+    tern__http_conn *hc = (tern__http_conn *)c;
+    tern_http_req *req = hc->req;
+    if (req == NULL || !req->body_end_due)
+        return;
+    req->body_end_due = false;
+    if (req->ended || (c->flags & TERN__CONN_CLOSED))
+        return;
+    req->body_fn(req, "", 0, true, req->body_user);
+}
+
+static uint32_t send_timeout(const tern__conn *c) {
+    return ((const tern__http_conn *)c)->srv->opt.send_timeout_ms;
 }
 
 static void on_shutdown(tern__conn *c) {

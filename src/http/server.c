@@ -25,6 +25,7 @@ int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_option
     if (!o->head_timeout_ms) o->head_timeout_ms = 10000;
     if (!o->body_timeout_ms) o->body_timeout_ms = 10000;
     if (!o->idle_timeout_ms) o->idle_timeout_ms = 60000;
+    if (!o->send_timeout_ms) o->send_timeout_ms = 60000;
     if (!o->shutdown_timeout_ms) o->shutdown_timeout_ms = 10000;
     const char *name = o->server_header ? o->server_header : "tern";
     if (*name) {
@@ -166,22 +167,23 @@ void tern_server_shutdown(tern_server *srv, tern_server_done_fn done, void *user
     if (srv->shutting_down)
         return;
     srv->shutting_down = true;
-    srv->done = done;
-    srv->done_user = user;
     close_listeners(srv);
     /* Idle connections go now; busy ones close when their response ends
-     * (the connection layer sees shutting_down). */
+     * (the connection layer sees shutting_down). done is set only after
+     * this, so that it never runs inside this call: when nothing is left,
+     * it follows from a timer that fires at once. */
     tern__conn *c = srv->conns.head;
     while (c) {
         tern__conn *next = c->list_next;
         c->proto->on_shutdown(c);
         c = next;
     }
-    if (srv->conns.count == 0) {
-        shutdown_finished(srv);
-        return;
-    }
-    if (tern_timer_start(srv->loop, &srv->shutdown_timer, srv->opt.shutdown_timeout_ms, 0,
-                         shutdown_timeout, srv) < 0)
+    srv->done = done;
+    srv->done_user = user;
+    uint64_t wait = srv->conns.count == 0 ? 0 : srv->opt.shutdown_timeout_ms;
+    if (tern_timer_start(srv->loop, &srv->shutdown_timer, wait, 0, shutdown_timeout, srv) < 0) {
         srv->shutdown_timer = NULL;
+        if (srv->conns.count == 0)
+            shutdown_finished(srv);   /* out of memory: better now than never */
+    }
 }

@@ -120,6 +120,7 @@ struct tern_http_req {
     /* streamed body */
     tern_http_body_fn body_fn;
     void *body_user;
+    bool body_end_due;         /* no body, but a reader asked: its end is told at the batch end */
 
     /* response */
     bool started;              /* head sent */

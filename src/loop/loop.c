@@ -20,6 +20,7 @@
 #define TERN__EVENTS_PER_WAIT 512
 #define TERN__DEFAULT_RBUF (256 * 1024)
 #define TERN__MIN_RBUF (64 * 1024)
+#define TERN__DEFAULT_MAX_UNSENT ((size_t)256 << 20)
 
 const char *tern_strerror(int err) {
     return strerror(err < 0 ? -err : err);
@@ -36,6 +37,7 @@ void tern__loop_update_time(tern_loop *loop) {
 uint64_t tern_loop_now(const tern_loop *loop) { return loop->now_ms; }
 int64_t tern__loop_wall_sec(const tern_loop *loop) { return loop->wall_sec; }
 char *tern__loop_rbuf(tern_loop *loop, size_t *cap) { *cap = loop->rbuf_cap; return loop->rbuf; }
+size_t tern__loop_max_unsent(const tern_loop *loop) { return loop->max_unsent; }
 void **tern__loop_slot(tern_loop *loop, int which) { return &loop->slots[which]; }
 void tern__loop_set_batch_end(tern_loop *loop, tern__loop_hook fn) { loop->batch_end = fn; }
 
@@ -181,6 +183,7 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
         return -ENOMEM;
     size_t cap = opt && opt->read_buffer_size ? opt->read_buffer_size : TERN__DEFAULT_RBUF;
     loop->rbuf_cap = cap < TERN__MIN_RBUF ? TERN__MIN_RBUF : cap;
+    loop->max_unsent = opt && opt->max_unsent ? opt->max_unsent : TERN__DEFAULT_MAX_UNSENT;
     loop->rbuf = malloc(loop->rbuf_cap);
     loop->epfd = epoll_create1(EPOLL_CLOEXEC);
     int wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

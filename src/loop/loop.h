@@ -63,6 +63,8 @@ void tern__loop_set_batch_end(tern_loop *loop, tern__loop_hook fn);
 
 /* The shared read buffer. */
 char *tern__loop_rbuf(tern_loop *loop, size_t *cap);
+/* The bound on all the loop's backlogs together (tern_loop_options). */
+size_t tern__loop_max_unsent(const tern_loop *loop);
 
 /* Per-loop slots for the upper layers' singletons (the net layer's cork,
  * the pending lists), so the loop needs to know nothing of them. Each is

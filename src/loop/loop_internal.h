@@ -39,6 +39,7 @@ struct tern_loop {
 
     char *rbuf;
     size_t rbuf_cap;
+    size_t max_unsent;                /* tern_loop_options.max_unsent, default applied */
 
     /* timer wheel */
     tern__wheel_entry wheel[TERN__WHEEL_SLOTS];  /* sentinel heads of circular lists */

@@ -17,18 +17,21 @@
 /* The loop's net state.
  * Invariants: cork[0..cork_len) belongs to cork_owner (NULL iff cork_len
  * is 0 or nothing was written yet); pending is a list of connections
- * needing work at the batch end (re-feed, or a deferred close after a send
- * error); closed lists connections whose fd is closed, freed at the batch
- * end. */
+ * needing work at the batch end (re-feed, a deferred close, or a deferred
+ * protocol notice); closed lists connections whose fd is closed, freed at
+ * the batch end; unsent is the sum of every connection's buf_live(out). */
 typedef struct tern__net {
     tern__conn *cork_owner;
     size_t cork_len;
+    size_t unsent;
     tern__conn *pending;
     tern__conn *closed;
     char cork[TERN__CORK_CAP];
 } tern__net;
 
-enum { TERN__CONN_FAILED = 1u << 8, TERN__CONN_MOVED = 1u << 9 };
+/* Close at the batch end: a send failed, or the connection's end was
+ * decided inside a caller that must not see on_close. */
+enum { TERN__CONN_FAILED = 1u << 9 };
 
 static tern__net *net_of(tern_loop *loop) {
     void **slot = tern__loop_slot(loop, TERN__SLOT_NET);
@@ -38,6 +41,7 @@ static tern__net *net_of(tern_loop *loop) {
             return NULL;
         n->cork_owner = NULL;
         n->cork_len = 0;
+        n->unsent = 0;
         n->pending = n->closed = NULL;
         *slot = n;
         tern__loop_set_batch_end(loop, tern__net_flush);
@@ -96,6 +100,45 @@ static int buf_append(tern__buf **bp, const void *data, size_t n) {
     memcpy((*bp)->data + (*bp)->len, data, n);
     (*bp)->len += n;
     return 0;
+}
+
+/* ---- the backlog ------------------------------------------------------ */
+
+/* Appends to c's backlog within the loop's bound on all backlogs together:
+ * -ENOBUFS past it (the caller fails the connection). */
+static int out_append(tern__conn *c, const void *data, size_t len) {
+    tern__net *n = net_of(c->loop);
+    if (len == 0)
+        return 0;
+    if (n->unsent + len > tern__loop_max_unsent(c->loop))
+        return -ENOBUFS;
+    bool fresh = c->out == NULL;
+    int err = buf_append(&c->out, data, len);
+    if (err < 0)
+        return err;
+    if (fresh)
+        c->out->stamp = tern_loop_now(c->loop);
+    n->unsent += len;
+    return 0;
+}
+
+/* The kernel took w bytes of the backlog: that is progress. */
+static void out_taken(tern__conn *c, size_t w) {
+    c->out->off += w;
+    c->out->stamp = tern_loop_now(c->loop);
+    net_of(c->loop)->unsent -= w;
+}
+
+static void out_drop(tern__conn *c) {
+    if (c->out)
+        net_of(c->loop)->unsent -= buf_live(c->out);
+    free(c->out);
+    c->out = NULL;
+}
+
+size_t tern__net_unsent(tern_loop *loop) {
+    tern__net *n = *tern__loop_slot(loop, TERN__SLOT_NET);
+    return n ? n->unsent : 0;
 }
 
 /* ---- lifecycle -------------------------------------------------------- */
@@ -162,8 +205,7 @@ static void release(tern__conn *c) {
     tern__wheel_set(c->loop, &c->timeout, 0);
     list_remove(c);
     /* c->in stays until the batch end: the protocol may be reading it. */
-    free(c->out);
-    c->out = NULL;
+    out_drop(c);
     if (c->file) {
         close(c->file->fd);
         free(c->file);
@@ -187,7 +229,7 @@ int tern__conn_move(tern__conn *from, tern__conn *to, const tern__conn_proto *pr
     tern__net *n = net_of(from->loop);
     *to = *from;
     to->proto = proto;
-    to->flags &= ~TERN__CONN_PENDING;
+    to->flags &= ~(TERN__CONN_PENDING | TERN__CONN_DEFERRED);
     to->in = NULL;
     to->list = NULL;
     to->list_next = to->list_prev = NULL;
@@ -205,7 +247,7 @@ int tern__conn_move(tern__conn *from, tern__conn *to, const tern__conn_proto *pr
      * is freed at the batch end; its output now belongs to `to`. */
     from->out = NULL;
     from->file = NULL;
-    from->flags |= TERN__CONN_CLOSED | TERN__CONN_MOVED;
+    from->flags |= TERN__CONN_CLOSED;
     from->next_free = n->closed;
     n->closed = from;
     return 0;
@@ -223,8 +265,9 @@ int tern__conn_inject(tern__conn *c, const char *data, size_t len) {
     return 0;
 }
 
-/* A send failed: close at the batch end, not inside the caller (which may
- * be another connection's protocol code, mid-parse). */
+/* A send failed, or a close was decided inside a caller: close at the
+ * batch end, not inside the caller (which may be a user's call, or another
+ * connection's protocol code, mid-parse). */
 static void fail(tern__conn *c, int err) {
     if (c->flags & (TERN__CONN_CLOSED | TERN__CONN_FAILED))
         return;
@@ -238,6 +281,13 @@ static void fail(tern__conn *c, int err) {
 static bool closing(const tern__conn *c) {
     return c->flags & (TERN__CONN_CLOSED | TERN__CONN_FAILED | TERN__CONN_FLUSH_CLOSE |
                        TERN__CONN_LINGER);
+}
+
+/* A backlog has just begun: unless the protocol has a clock of its own
+ * running, the send clock watches it. */
+static void backlog_started(tern__conn *c) {
+    if (!tern__wheel_armed(&c->timeout))
+        tern__conn_send_clock(c);
 }
 
 /* Writes iov to the socket now; what the kernel does not take goes to the
@@ -270,14 +320,16 @@ static int send_now(tern__conn *c, struct iovec *iov, int iovcnt) {
             skip -= iov[i].iov_len;
             continue;
         }
-        if (buf_append(&c->out, (char *)iov[i].iov_base + skip, iov[i].iov_len - skip) < 0) {
-            fail(c, -ENOMEM);
+        int err = out_append(c, (char *)iov[i].iov_base + skip, iov[i].iov_len - skip);
+        if (err < 0) {
+            fail(c, err);
             return TERN_SEND_OK;
         }
         skip = 0;
     }
     if (tern__io_set(c->loop, &c->io, c->io.events | EPOLLOUT) < 0)
         fail(c, -errno);
+    backlog_started(c);
     return TERN_SEND_BUFFERED;
 }
 
@@ -315,11 +367,13 @@ int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
         /* Already behind: keep order by queueing after the backlog. */
         if (c->out_limit && tern__conn_buffered(c) + total > c->out_limit)
             return TERN_SEND_DROPPED;
-        for (int i = 0; i < iovcnt; i++)
-            if (buf_append(&c->out, iov[i].iov_base, iov[i].iov_len) < 0) {
-                fail(c, -ENOMEM);
-                return -ENOMEM;
+        for (int i = 0; i < iovcnt; i++) {
+            int err = out_append(c, iov[i].iov_base, iov[i].iov_len);
+            if (err < 0) {
+                fail(c, err);
+                return err;
             }
+        }
         return TERN_SEND_BUFFERED;
     }
     tern__net *n = cork_take(c);
@@ -365,6 +419,10 @@ void tern__conn_commit(tern__conn *c, size_t n) {
     net_of(c->loop)->cork_len += n;
 }
 
+size_t tern__conn_backlog(const tern__conn *c) {
+    return buf_live(c->out) + (c->file ? c->file->left : 0);
+}
+
 size_t tern__conn_buffered(const tern__conn *c) {
     size_t b = buf_live(c->out) + (c->file ? c->file->left : 0);
     tern__net *n = *tern__loop_slot(c->loop, TERN__SLOT_NET);
@@ -389,6 +447,7 @@ static int send_file(tern__conn *c) {
         if (w == 0)
             return -EIO;   /* the file shrank under us */
         f->left -= (size_t)w;
+        f->stamp = tern_loop_now(c->loop);
     }
     close(f->fd);
     free(f);
@@ -406,7 +465,7 @@ int tern__conn_sendfile(tern__conn *c, int fd, off_t off, size_t len) {
         close(fd);
         return -ENOMEM;
     }
-    *f = (tern__sendfile){fd, off, len};
+    *f = (tern__sendfile){fd, off, len, tern_loop_now(c->loop)};
     tern__net *n = net_of(c->loop);
     if (n->cork_owner == c)
         cork_flush(n);
@@ -421,6 +480,7 @@ int tern__conn_sendfile(tern__conn *c, int fd, off_t off, size_t len) {
     if (r == 1) {
         if (tern__io_set(c->loop, &c->io, c->io.events | EPOLLOUT) < 0)
             fail(c, -errno);
+        backlog_started(c);
         return TERN_SEND_BUFFERED;
     }
     return TERN_SEND_OK;
@@ -440,11 +500,11 @@ static int flush_backlog(tern__conn *c) {
             tern__conn_close(c, -errno);
             return -1;
         }
-        b->off += (size_t)w;
+        out_taken(c, (size_t)w);
     }
-    free(c->out);
-    c->out = NULL;
+    out_drop(c);
     if (c->file) {
+        c->file->stamp = tern_loop_now(c->loop);   /* the backlog before it went */
         int r = send_file(c);
         if (r < 0) {
             tern__conn_close(c, r);
@@ -458,18 +518,21 @@ static int flush_backlog(tern__conn *c) {
 
 /* ---- graceful close --------------------------------------------------- */
 
+/* Everything is out: shut the write side and read to EOF. A connection
+ * whose peer is already gone is closed at the batch end (this may run
+ * inside a user's call, through tern__conn_end). */
 static void start_linger(tern__conn *c) {
-    c->flags &= ~TERN__CONN_FLUSH_CLOSE;
+    c->flags &= ~(TERN__CONN_FLUSH_CLOSE | TERN__CONN_SEND_CLOCK);
     c->flags |= TERN__CONN_LINGER;
     if (shutdown(c->io.fd, SHUT_WR) < 0 || (c->flags & TERN__CONN_EOF)) {
-        tern__conn_close(c, 0);
+        fail(c, 0);
         return;
     }
     c->flags &= ~TERN__CONN_PAUSED;
     free(c->in);
     c->in = NULL;
     if (tern__io_set(c->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
-        tern__conn_close(c, -errno);
+        fail(c, -errno);
         return;
     }
     tern__wheel_set(c->loop, &c->timeout, TERN__LINGER_MS);
@@ -485,9 +548,32 @@ void tern__conn_end(tern__conn *c) {
         return;
     if (c->out || c->file) {
         c->flags |= TERN__CONN_FLUSH_CLOSE;
+        tern__conn_send_clock(c);
         return;
     }
     start_linger(c);
+}
+
+bool tern__conn_send_clock(tern__conn *c) {
+    if (c->flags & (TERN__CONN_CLOSED | TERN__CONN_LINGER))
+        return false;
+    uint64_t stamp;
+    if (c->out)
+        stamp = c->out->stamp;
+    else if (c->file)
+        stamp = c->file->stamp;
+    else
+        return false;
+    uint32_t limit = c->proto->send_timeout ? c->proto->send_timeout(c) : 0;
+    uint64_t spent = tern_loop_now(c->loop) - stamp;
+    c->flags |= TERN__CONN_SEND_CLOCK;
+    tern__wheel_set(c->loop, &c->timeout, limit == 0 ? 0 : spent >= limit ? 1 : limit - spent);
+    return true;
+}
+
+void tern__conn_defer(tern__conn *c) {
+    c->flags |= TERN__CONN_DEFERRED;
+    add_pending(c);
 }
 
 /* ---- reading ---------------------------------------------------------- */
@@ -573,6 +659,10 @@ static void conn_io(tern__io *io, uint32_t revents) {
             return;
         if (r == 0) {
             tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)EPOLLOUT);
+            if (c->flags & TERN__CONN_SEND_CLOCK) {
+                c->flags &= ~TERN__CONN_SEND_CLOCK;
+                tern__wheel_set(c->loop, &c->timeout, 0);
+            }
             if (c->flags & TERN__CONN_FLUSH_CLOSE)
                 start_linger(c);
             else if (!(c->flags & TERN__CONN_FAILED))
@@ -591,15 +681,33 @@ static void conn_io(tern__io *io, uint32_t revents) {
         tern__conn_close(c, err ? -err : -ECONNRESET);
         return;
     }
+    if ((revents & EPOLLRDHUP) && (c->flags & TERN__CONN_PAUSED)) {
+        /* The FIN of a peer we are not reading from: stop asking (it would
+         * be reported again and again) and let the protocol decide. */
+        c->flags |= TERN__CONN_RDHUP;
+        if (tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)EPOLLRDHUP) < 0) {
+            tern__conn_close(c, -errno);
+            return;
+        }
+        if (c->proto->on_hangup)
+            c->proto->on_hangup(c);
+        return;
+    }
     if ((revents & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) && !(c->flags & (TERN__CONN_PAUSED | TERN__CONN_EOF)))
         conn_read(c);
 }
 
+/* A paused connection stays in epoll asking for EPOLLRDHUP only (until
+ * the FIN is seen): a reset (EPOLLERR, EPOLLHUP, always reported) or the
+ * peer's close is noticed while we read nothing. */
 void tern__conn_pause(tern__conn *c) {
     if (c->flags & (TERN__CONN_PAUSED | TERN__CONN_CLOSED | TERN__CONN_LINGER))
         return;
     c->flags |= TERN__CONN_PAUSED;
-    if (tern__io_set(c->loop, &c->io, c->io.events & EPOLLOUT) < 0)
+    uint32_t ev = c->io.events & EPOLLOUT;
+    if (!(c->flags & (TERN__CONN_EOF | TERN__CONN_RDHUP)))
+        ev |= EPOLLRDHUP;
+    if (tern__io_set(c->loop, &c->io, ev) < 0)
         fail(c, -errno);
 }
 
@@ -617,18 +725,33 @@ void tern__conn_resume(tern__conn *c) {
 }
 
 void tern__conn_set_timeout(tern__conn *c, uint64_t ms) {
-    if (!(c->flags & (TERN__CONN_CLOSED | TERN__CONN_LINGER)))
-        tern__wheel_set(c->loop, &c->timeout, ms);
+    if (c->flags & (TERN__CONN_CLOSED | TERN__CONN_LINGER | TERN__CONN_FLUSH_CLOSE))
+        return;
+    c->flags &= ~TERN__CONN_SEND_CLOCK;
+    tern__wheel_set(c->loop, &c->timeout, ms);
 }
 
 static void conn_timeout(tern__wheel_entry *e) {
     tern__conn *c = tern__container_of(e, tern__conn, timeout);
     if (c->flags & TERN__CONN_CLOSED)
         return;
-    if (c->flags & (TERN__CONN_LINGER | TERN__CONN_FLUSH_CLOSE))
+    if (c->flags & TERN__CONN_LINGER) {
         tern__conn_close(c, -ETIMEDOUT);
-    else
-        c->proto->on_timeout(c);
+        return;
+    }
+    if (c->flags & (TERN__CONN_SEND_CLOCK | TERN__CONN_FLUSH_CLOSE)) {
+        /* The send clock: close only if the kernel has taken nothing for
+         * the whole send timeout; progress since the arming re-arms it. */
+        c->flags &= ~TERN__CONN_SEND_CLOCK;
+        uint64_t stamp = c->out ? c->out->stamp : c->file ? c->file->stamp : 0;
+        uint32_t limit = c->proto->send_timeout ? c->proto->send_timeout(c) : 0;
+        if (stamp == 0 || (limit && tern_loop_now(c->loop) - stamp >= limit))
+            tern__conn_close(c, -ETIMEDOUT);
+        else
+            tern__conn_send_clock(c);
+        return;
+    }
+    c->proto->on_timeout(c);
 }
 
 /* ---- the batch end ---------------------------------------------------- */
@@ -642,10 +765,15 @@ void tern__net_flush(tern_loop *loop) {
         tern__conn *c = n->pending;
         n->pending = c->pending_next;
         c->flags &= ~TERN__CONN_PENDING;
+        if (c->flags & TERN__CONN_DEFERRED) {
+            c->flags &= ~TERN__CONN_DEFERRED;
+            c->proto->on_deferred(c);
+        }
         if (c->flags & TERN__CONN_CLOSED)
             continue;
         if (c->flags & TERN__CONN_FAILED) {
-            tern__conn_close(c, -EPIPE);
+            /* A lingering connection whose peer had gone ends normally. */
+            tern__conn_close(c, (c->flags & TERN__CONN_LINGER) ? 0 : -EPIPE);
         } else if ((c->flags & TERN__CONN_FLUSH_CLOSE) && !c->out && !c->file) {
             start_linger(c);
         } else if (!(c->flags & TERN__CONN_PAUSED)) {

@@ -40,19 +40,36 @@ typedef struct tern__conn_proto {
      * protocol's state. No sends from here on. Called exactly once. The
      * struct itself is freed by net after the current batch. */
     void (*on_close)(tern__conn *c, int err);
+    /* Optional. The peer shut its side while reading was paused (bytes it
+     * sent before may still be unread): net has stopped watching for it,
+     * and reads them, then the EOF, once resumed. */
+    void (*on_hangup)(tern__conn *c);
+    /* Optional. Runs at the end of the batch after tern__conn_defer(), even
+     * if the connection was closed meanwhile (the struct is still there):
+     * where a protocol tells its user what it decided inside a user's call
+     * (callbacks never run from inside the user's own calls). */
+    void (*on_deferred)(tern__conn *c);
+    /* How long a send may make no progress (ms; 0: no limit): the clock
+     * that runs while bytes are leaving and nothing else watches. */
+    uint32_t (*send_timeout)(const tern__conn *c);
 } tern__conn_proto;
 
-/* A growable byte buffer with a read offset: data[off..len) is live. */
+/* A growable byte buffer with a read offset: data[off..len) is live.
+ * For a backlog, stamp is the loop time (ms) of the kernel's last taking
+ * bytes of it (or of its creation): the send clock counts from there. */
 typedef struct tern__buf {
     size_t off, len, cap;
+    uint64_t stamp;
     char data[];
 } tern__buf;
 
-/* The file part of a response sent with sendfile(), after the backlog. */
+/* The file part of a response sent with sendfile(), after the backlog;
+ * stamp as in tern__buf. */
 typedef struct tern__sendfile {
     int fd;
     off_t off;
     size_t left;
+    uint64_t stamp;
 } tern__sendfile;
 
 enum {
@@ -62,9 +79,16 @@ enum {
     TERN__CONN_LINGER = 1u << 3,       /* write side shut; reading to EOF before close */
     TERN__CONN_PENDING = 1u << 4,      /* on the loop's re-feed list */
     TERN__CONN_EOF = 1u << 5,          /* read returned 0 */
+    TERN__CONN_RDHUP = 1u << 6,        /* the peer's FIN was seen while paused; not watched now */
+    TERN__CONN_DEFERRED = 1u << 7,     /* proto->on_deferred is due at the batch end */
+    TERN__CONN_SEND_CLOCK = 1u << 8,   /* the timeout is net's send clock, not the protocol's */
 };
 
 /* Invariants:
+ * - every connection is watched for the peer's reset (its fd stays in
+ *   epoll: a paused one still asks for EPOLLRDHUP until the FIN is seen),
+ *   or has its timeout armed (protocol clock, or the send clock while a
+ *   backlog is leaving and the protocol armed none).
  * - io.fd is open until TERN__CONN_CLOSED is set; after that nothing but
  *   net touches the struct, and net frees it at the end of the batch.
  * - in holds only bytes the protocol has not consumed; NULL when none.
@@ -126,6 +150,19 @@ void tern__conn_commit(tern__conn *c, size_t n);
 int tern__conn_sendfile(tern__conn *c, int fd, off_t off, size_t len);
 /* Bytes written but not yet taken by the kernel (corked + backlog + file). */
 size_t tern__conn_buffered(const tern__conn *c);
+/* The same without the cork: what will still be waiting once this batch
+ * has been flushed (what users see as "buffered"). */
+size_t tern__conn_backlog(const tern__conn *c);
+
+/* Arms the send clock: while a backlog waits, the connection closes with
+ * -ETIMEDOUT once the kernel has taken nothing of it for
+ * proto->send_timeout(c). Replaces the protocol's timeout; net disarms it
+ * when the backlog drains (before on_drain, which may arm the protocol's
+ * clock again). Returns false when nothing is waiting (nothing armed). */
+bool tern__conn_send_clock(tern__conn *c);
+
+/* Has proto->on_deferred(c) called at the end of this batch. */
+void tern__conn_defer(tern__conn *c);
 
 /* Stops or restarts reading. Restarting re-feeds bytes kept in c->in at
  * the end of this iteration, even if no new bytes arrive. */
@@ -134,15 +171,23 @@ void tern__conn_resume(tern__conn *c);
 
 void tern__conn_set_timeout(tern__conn *c, uint64_t ms);
 
-/* Closes now: backlog dropped, on_close(c, err) called. */
+/* Closes now: backlog dropped, on_close(c, err) called. Never from inside
+ * a user's call (on_close may run user callbacks): from there, end or
+ * defer. */
 void tern__conn_close(tern__conn *c, int err);
-/* Closes after everything written is flushed; then shuts the write side and
- * reads to EOF (bounded) before closing, so the peer gets the last response
- * rather than a reset caused by bytes it sent that we never read. */
+/* Closes after everything written is flushed (under the send clock); then
+ * shuts the write side and reads to EOF (bounded) before closing, so the
+ * peer gets the last response rather than a reset caused by bytes it sent
+ * that we never read. Never calls on_close from inside: a close it decides
+ * happens at the batch end. */
 void tern__conn_end(tern__conn *c);
 
 /* The loop's net state: the cork, the re-feed list, deferred frees. */
 void tern__net_flush(tern_loop *loop);
+
+/* Bytes waiting in the backlogs of all the loop's connections (files
+ * sent with sendfile() not counted: they hold no memory). */
+size_t tern__net_unsent(tern_loop *loop);
 
 /* Listeners. */
 typedef struct tern__listener tern__listener;

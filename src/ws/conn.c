@@ -19,6 +19,8 @@ static void on_drain(tern__conn *c);
 static void on_timeout(tern__conn *c);
 static void on_shutdown(tern__conn *c);
 static void on_close(tern__conn *c, int err);
+static void on_deferred(tern__conn *c);
+static uint32_t send_timeout(const tern__conn *c);
 
 static const tern__conn_proto ws_proto = {
     .on_data = on_data,
@@ -27,7 +29,22 @@ static const tern__conn_proto ws_proto = {
     .on_timeout = on_timeout,
     .on_shutdown = on_shutdown,
     .on_close = on_close,
+    .on_deferred = on_deferred,
+    .send_timeout = send_timeout,
 };
+
+/* The reason tern puts in the close frames it sends itself; on_close gets
+ * the same code and reason. */
+static const char *close_reason(int code) {
+    switch (code) {
+    case TERN_WS_PROTOCOL_ERROR: return "protocol error";
+    case TERN_WS_INVALID_DATA: return "invalid UTF-8";
+    case TERN_WS_POLICY: return "slow consumer";
+    case TERN_WS_TOO_BIG: return "message too big";
+    case TERN_WS_INTERNAL: return "internal error";
+    default: return "";
+    }
+}
 
 static bool gone(const tern_ws *ws) {
     return (ws->conn.flags & TERN__CONN_CLOSED) || ws->state == TERN__WS_DONE;
@@ -66,28 +83,51 @@ static void send_close_frame(tern_ws *ws, int code, const char *reason, size_t r
 }
 
 /* Fails the connection (RFC 6455 §7.1.7): a close frame with the code,
- * on_close, then the TCP close once the frame is out. */
+ * on_close, then the TCP close once the frame is out. Only from the
+ * connection's own events (never inside a user's call). */
 static void fail(tern_ws *ws, int code) {
     if (gone(ws))
         return;
+    const char *reason = close_reason(code);
+    size_t rl = strlen(reason);
     if (ws->state == TERN__WS_OPEN)
-        send_close_frame(ws, code, "", 0);
-    notify_close(ws, code, "", 0);
+        send_close_frame(ws, code, reason, rl);
+    notify_close(ws, code, reason, rl);
     tern__conn_end(&ws->conn);
 }
 
 /* The close policy: a close frame with 1008 goes after the backlog (past
  * the limit: it is small), and the connection ends when that is flushed,
- * or after close_timeout if the peer does not read at all. */
+ * or when the peer takes nothing of it for close_timeout_ms. This runs
+ * inside the user's send (a broadcast loop, typically), so on_close is
+ * not called here but at the end of the batch (on_deferred): the loop
+ * may go on, and free what it likes in on_close afterwards. */
 static void policy_close(tern_ws *ws) {
     if (gone(ws))
         return;
     ws->conn.out_limit = 0;
     if (ws->state == TERN__WS_OPEN)
-        send_close_frame(ws, TERN_WS_POLICY, "slow consumer", 13);
-    notify_close(ws, TERN_WS_POLICY, "", 0);
-    tern__conn_set_timeout(&ws->conn, ws->route->opt.close_timeout_ms);
+        send_close_frame(ws, TERN_WS_POLICY, close_reason(TERN_WS_POLICY), 13);
+    ws->state = TERN__WS_DONE;
+    ws->close_due = true;
+    tern__conn_defer(&ws->conn);
     tern__conn_end(&ws->conn);
+}
+
+static void on_deferred(tern__conn *c) {
+    tern_ws *ws = (tern_ws *)c;
+    if (ws->close_due) {
+        ws->close_due = false;
+        if (ws->route->h.on_close)
+            ws->route->h.on_close(ws, TERN_WS_POLICY, close_reason(TERN_WS_POLICY), 13,
+                                  ws->route->user);
+    }
+}
+
+/* Net's send clock runs for a WebSocket only once it is ending (its idle
+ * clock runs otherwise): the close frame must go out within this. */
+static uint32_t send_timeout(const tern__conn *c) {
+    return ((const tern_ws *)c)->route->opt.close_timeout_ms;
 }
 
 static void policy_pause(tern_ws *ws) {
@@ -168,6 +208,20 @@ static int check_backlog(tern_ws *ws, int r) {
     return r;
 }
 
+/* Pausing bounds only the answers to what the peer sends: a message the
+ * server pushes on its own (not from this connection's on_message or
+ * on_fragment) to a peer that does not read would queue without bound. So
+ * under the pause policy a push that would take the backlog past the hard
+ * limit closes the connection with 1008, as the close policy does. */
+static bool push_refused(tern_ws *ws, size_t len) {
+    const tern_ws_options *o = &ws->route->opt;
+    if (o->slow_policy != TERN_WS_SLOW_PAUSE || ws->in_delivery ||
+        tern__conn_backlog(&ws->conn) + len <= o->backlog_hard)
+        return false;
+    policy_close(ws);
+    return true;
+}
+
 static bool may_send(const tern_ws *ws) {
     return ws->state == TERN__WS_OPEN && !(ws->conn.flags & TERN__CONN_CLOSED);
 }
@@ -185,7 +239,7 @@ int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode) {
         return -EINVAL;
     if (!may_send(ws) || ws->sending_fragments)
         return ws->sending_fragments ? -EBUSY : -EPIPE;
-    if (dropping(ws))
+    if (dropping(ws) || push_refused(ws, len))
         return TERN_SEND_DROPPED;
     int r;
     tern__ws_pmd *pmd = ws->pmd;
@@ -218,6 +272,8 @@ int tern_ws_send_fragment(tern_ws *ws, const void *data, size_t len, int opcode,
             return -EINVAL;
         op = (uint8_t)opcode;
     }
+    if (push_refused(ws, len))
+        return TERN_SEND_DROPPED;
     ws->sending_fragments = !fin;
     return check_backlog(ws, write_frame(ws, op, fin, false, data, len));
 }
@@ -242,7 +298,7 @@ int tern_ws_close(tern_ws *ws, int code, const char *reason) {
     return 0;
 }
 
-size_t tern_ws_buffered(const tern_ws *ws) { return tern__conn_buffered(&ws->conn); }
+size_t tern_ws_buffered(const tern_ws *ws) { return tern__conn_backlog(&ws->conn); }
 void *tern_ws_user(const tern_ws *ws) { return ws->user; }
 void tern_ws_set_user(tern_ws *ws, void *conn_user) { ws->user = conn_user; }
 const char *tern_ws_subprotocol(const tern_ws *ws) {
@@ -313,7 +369,7 @@ int tern_ws_send_prepared(tern_ws *ws, tern_ws_prepared *m) {
         return -EPIPE;
     if (ws->sending_fragments)
         return -EBUSY;
-    if (dropping(ws))
+    if (dropping(ws) || push_refused(ws, m->plain_len))
         return TERN_SEND_DROPPED;
     if (ws->pmd) {
         /* The shared compressed frame fits only a connection whose
@@ -375,10 +431,12 @@ static bool gather(tern__ws_rx *rx, const char *p, size_t n) {
 /* Delivers text or binary: streamed pieces or the whole message. */
 static void deliver(tern_ws *ws, const char *p, size_t n, bool last) {
     const tern__ws_route *r = ws->route;
+    ws->in_delivery = true;   /* sends now are answers (see push_refused) */
     if (r->h.on_fragment)
         r->h.on_fragment(ws, p, n, ws->msg_opcode, last, r->user);
     else if (last && r->h.on_message)
         r->h.on_message(ws, p, n, ws->msg_opcode, r->user);
+    ws->in_delivery = false;
 }
 
 /* Decompresses a piece of a compressed message into rx->msg. */
@@ -662,7 +720,7 @@ static void on_timeout(tern__conn *c) {
     if (ws->awaiting_pong) {
         /* Idle, pinged, and still silent: the peer is gone. */
         send_close_frame(ws, TERN_WS_INTERNAL, "no pong", 7);
-        notify_close(ws, TERN_WS_ABNORMAL, "", 0);
+        notify_close(ws, TERN_WS_INTERNAL, "no pong", 7);
         tern__conn_close(c, -ETIMEDOUT);
         return;
     }
@@ -715,6 +773,9 @@ int tern__ws_open(tern__http_conn *hc, const tern__ws_route *route, void *conn_u
     ws->subprotocol = subprotocol < 0 ? TERN__WS_NO_SUBPROTOCOL : (uint8_t)subprotocol;
     if (pmd)
         ws->pmd->params = *pmd;
+    /* Under the pause policy net enforces no limit: answers to the peer's
+     * own messages are never dropped (reading stops instead), and pushes
+     * are checked by push_refused(). */
     size_t hard = route->opt.slow_policy == TERN_WS_SLOW_PAUSE ? 0 : route->opt.backlog_hard;
     ws->conn.out_limit = hard > UINT32_MAX ? UINT32_MAX : (uint32_t)hard;
     tern__conn_set_timeout(&ws->conn, route->opt.idle_timeout_ms);

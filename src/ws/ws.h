@@ -71,7 +71,10 @@ typedef struct tern__ws_pmd {
  * - soft_since is the loop's clock (ms, truncated to 32 bits, never 0)
  *   when the backlog went over the soft limit, or 0 when it is not over.
  * - state only moves forward; on_close is called once, when it becomes
- *   DONE (or from net's on_close if the connection drops first). */
+ *   DONE (or from net's on_close if the connection drops first), except
+ *   that a close decided inside one of the user's calls (the slow-consumer
+ *   policy, in a send) sets DONE and close_due, and on_close follows at
+ *   the end of the batch (callbacks never run inside the user's calls). */
 struct tern_ws {
     tern__conn conn;
     const tern__ws_route *route;
@@ -87,6 +90,8 @@ struct tern_ws {
     bool paused_by_policy : 1;
     bool sending_fragments : 1;   /* a fragmented message of ours is in progress */
     bool grace_wake : 1;          /* the timeout is armed for the grace period's end */
+    bool close_due : 1;           /* on_close(1008, "slow consumer") is due at the batch end */
+    bool in_delivery : 1;         /* inside this connection's on_message/on_fragment */
 };
 
 /* conn.c */

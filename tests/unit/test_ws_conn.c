@@ -1,0 +1,301 @@
+/* WebSocket connections driven the way applications drive them: a real
+ * server on the loop, real sockets as clients, per-connection data freed in
+ * on_close while the application loops over its connections and sends.
+ *
+ * Checked here: no callback runs inside a send (a close decided by the
+ * slow-consumer policy reaches on_close at the end of the batch), on_close
+ * gets the code and reason tern sent, tern_ws_buffered() counts only what
+ * the kernel has not taken after the batch, the pause policy bounds pushes
+ * to a peer that never reads, and a graceful shutdown with nothing left
+ * calls its done callback after the call, not inside it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tern/tern.h"
+
+/* ---- a raw client ----------------------------------------------------- */
+
+/* Connects to the server and sends the upgrade request; the 101 is left
+ * for the test to read (or, for a client that never reads, to lie there).
+ * rcvbuf > 0 shrinks the client's receive buffer first. */
+static int client_open(int port, int rcvbuf) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    if (rcvbuf > 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    static const char req[] = "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                              "Connection: Upgrade\r\n"
+                              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                              "Sec-WebSocket-Version: 13\r\n\r\n";
+    assert_int_equal(write(fd, req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    return fd;
+}
+
+/* Reads and throws away whatever has arrived; returns the byte count. */
+static size_t client_drain(int fd) {
+    char buf[65536];
+    size_t total = 0;
+    ssize_t r;
+    while ((r = read(fd, buf, sizeof(buf))) > 0)
+        total += (size_t)r;
+    return total;
+}
+
+/* ---- the application -------------------------------------------------- */
+
+typedef struct member {
+    tern_ws *ws;
+    struct member *next, *prev;
+} member;
+
+typedef struct app {
+    tern_loop *loop;
+    tern_server *srv;
+    tern_timer *tick;
+    member *members;
+    int opened, closed;
+    bool in_send;              /* inside one of our tern_ws_send* calls */
+    int callbacks_in_send;     /* on_close calls that came from inside one */
+    int close_code;
+    char close_reason[64];
+    int ticks;
+    int fast_fd, slow_fd;
+    size_t max_buffered;       /* the largest tern_ws_buffered() seen for the slow one */
+    int dropped;
+} app;
+
+static void on_open(tern_ws *ws, void *user) {
+    app *a = user;
+    member *m = calloc(1, sizeof(*m));
+    assert_non_null(m);
+    m->ws = ws;
+    m->next = a->members;
+    if (m->next)
+        m->next->prev = m;
+    a->members = m;
+    tern_ws_set_user(ws, m);
+    a->opened++;
+}
+
+static void on_close(tern_ws *ws, int code, const char *reason, size_t reason_len, void *user) {
+    app *a = user;
+    if (a->in_send)
+        a->callbacks_in_send++;
+    a->closed++;
+    a->close_code = code;
+    size_t n = reason_len < sizeof(a->close_reason) - 1 ? reason_len : sizeof(a->close_reason) - 1;
+    memcpy(a->close_reason, reason, n);
+    a->close_reason[n] = '\0';
+    member *m = tern_ws_user(ws);
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        a->members = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+    memset(m, 0xAB, sizeof(*m));   /* a later use would follow garbage even without ASan */
+    free(m);
+}
+
+static const tern_ws_handlers handlers = {.on_open = on_open, .on_close = on_close};
+
+static void app_start(app *a, const tern_ws_options *opt) {
+    memset(a, 0, sizeof(*a));
+    a->fast_fd = a->slow_fd = -1;
+    assert_int_equal(tern_loop_new(&a->loop, NULL), 0);
+    assert_int_equal(tern_server_new(&a->srv, a->loop, NULL), 0);
+    assert_int_equal(tern_ws_route(a->srv, "/ws", &handlers, opt, a), 0);
+    assert_int_equal(tern_listen(a->srv, "127.0.0.1", 0, NULL), 0);
+}
+
+static void app_finish(app *a) {
+    tern_timer_stop(a->tick);
+    tern_server_free(a->srv);
+    tern_loop_free(a->loop);
+    if (a->fast_fd >= 0)
+        close(a->fast_fd);
+    if (a->slow_fd >= 0)
+        close(a->slow_fd);
+}
+
+/* ---- broadcast with the close policy ---------------------------------- */
+
+/* The loop every chat room writes: step to m->next after sending to m,
+ * which is only safe because on_close never runs inside the send. */
+static void broadcast(app *a, tern_ws_prepared *msg) {
+    for (member *m = a->members; m; m = m->next) {
+        a->in_send = true;
+        int r = tern_ws_send_prepared(m->ws, msg);
+        a->in_send = false;
+        if (r == TERN_SEND_DROPPED)
+            a->dropped++;
+    }
+}
+
+static void broadcast_tick(tern_timer *t, void *user) {
+    app *a = user;
+    a->ticks++;
+    client_drain(a->fast_fd);
+    if (a->opened < 2)
+        return;
+    if (a->closed > 0 || a->ticks > 2000) {
+        tern_loop_stop(a->loop);
+        return;
+    }
+    static char payload[65536];
+    tern_ws_prepared *msg = tern_ws_prepare(payload, sizeof(payload), TERN_WS_BINARY, false);
+    assert_non_null(msg);
+    for (int i = 0; i < 8 && a->closed == 0; i++)
+        broadcast(a, msg);
+    tern_ws_prepared_free(msg);
+}
+
+static void close_policy_runs_on_close_after_the_send(void **state) {
+    app a;
+    tern_ws_options opt = {.slow_policy = TERN_WS_SLOW_CLOSE,
+                           .backlog_soft = 64 * 1024,
+                           .backlog_hard = 256 * 1024,
+                           .backlog_grace_ms = 100};
+    app_start(&a, &opt);
+    int port = tern_server_port(a.srv);
+    a.fast_fd = client_open(port, 0);
+    a.slow_fd = client_open(port, 4096);   /* never reads */
+    assert_int_equal(tern_timer_start(a.loop, &a.tick, 5, 5, broadcast_tick, &a), 0);
+    assert_int_equal(tern_loop_run(a.loop), 0);
+
+    assert_int_equal(a.opened, 2);
+    assert_int_equal(a.closed, 1);                 /* the slow one, and only it */
+    assert_int_equal(a.callbacks_in_send, 0);      /* never from inside the send */
+    assert_int_equal(a.close_code, TERN_WS_POLICY);
+    assert_string_equal(a.close_reason, "slow consumer");
+    assert_non_null(a.members);                    /* the fast one is still there */
+    assert_null(a.members->next);
+    app_finish(&a);
+}
+
+/* ---- tern_ws_buffered ------------------------------------------------- */
+
+static void buffered_tick(tern_timer *t, void *user) {
+    app *a = user;
+    if (a->opened < 1)
+        return;
+    static char payload[1000];
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(tern_ws_send(a->members->ws, payload, sizeof(payload), TERN_WS_BINARY),
+                         TERN_SEND_OK);
+    /* 100 KB went into the batch's cork and the kernel will take it at the
+     * batch end: nothing is waiting for the kernel. */
+    a->max_buffered = tern_ws_buffered(a->members->ws);
+    tern_loop_stop(a->loop);
+}
+
+static void buffered_counts_only_what_the_kernel_has_not_taken(void **state) {
+    app a;
+    app_start(&a, NULL);
+    a.fast_fd = client_open(tern_server_port(a.srv), 0);
+    assert_int_equal(tern_timer_start(a.loop, &a.tick, 5, 5, buffered_tick, &a), 0);
+    assert_int_equal(tern_loop_run(a.loop), 0);
+    assert_int_equal(a.opened, 1);
+    assert_int_equal(a.max_buffered, 0);
+    app_finish(&a);
+}
+
+/* ---- the pause policy bounds pushes ----------------------------------- */
+
+static void push_tick(tern_timer *t, void *user) {
+    app *a = user;
+    a->ticks++;
+    if (a->closed > 0 || a->ticks > 2000) {
+        tern_loop_stop(a->loop);
+        return;
+    }
+    if (a->members == NULL)
+        return;
+    static char payload[65536];
+    for (int i = 0; i < 8; i++) {
+        a->in_send = true;
+        int r = tern_ws_send(a->members->ws, payload, sizeof(payload), TERN_WS_BINARY);
+        a->in_send = false;
+        if (r == TERN_SEND_DROPPED) {
+            a->dropped++;
+            break;
+        }
+        size_t b = tern_ws_buffered(a->members->ws);
+        if (b > a->max_buffered)
+            a->max_buffered = b;
+    }
+}
+
+static void pause_policy_closes_a_peer_that_never_reads_what_is_pushed(void **state) {
+    app a;
+    tern_ws_options opt = {.slow_policy = TERN_WS_SLOW_PAUSE, .backlog_hard = 256 * 1024};
+    app_start(&a, &opt);
+    a.slow_fd = client_open(tern_server_port(a.srv), 4096);   /* never reads, never sends */
+    assert_int_equal(tern_timer_start(a.loop, &a.tick, 5, 5, push_tick, &a), 0);
+    assert_int_equal(tern_loop_run(a.loop), 0);
+    assert_int_equal(a.closed, 1);
+    assert_int_equal(a.dropped, 1);
+    assert_int_equal(a.callbacks_in_send, 0);
+    assert_int_equal(a.close_code, TERN_WS_POLICY);
+    assert_true(a.max_buffered <= 256 * 1024);
+    app_finish(&a);
+}
+
+/* ---- graceful shutdown ------------------------------------------------ */
+
+typedef struct shut {
+    bool inside;
+    int done_calls, done_inside;
+} shut;
+
+static void shutdown_done(tern_server *srv, void *user) {
+    shut *s = user;
+    s->done_calls++;
+    if (s->inside)
+        s->done_inside++;
+    tern_loop_stop(tern_server_loop(srv));
+}
+
+static void shutdown_done_runs_after_the_call(void **state) {
+    tern_loop *loop;
+    tern_server *srv;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    assert_int_equal(tern_server_new(&srv, loop, NULL), 0);
+    assert_int_equal(tern_listen(srv, "127.0.0.1", 0, NULL), 0);
+    shut s = {0};
+    s.inside = true;
+    tern_server_shutdown(srv, shutdown_done, &s);
+    s.inside = false;
+    assert_int_equal(s.done_calls, 0);
+    assert_int_equal(tern_loop_run(loop), 0);
+    assert_int_equal(s.done_calls, 1);
+    assert_int_equal(s.done_inside, 0);
+    tern_server_free(srv);
+    tern_loop_free(loop);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(close_policy_runs_on_close_after_the_send),
+        cmocka_unit_test(buffered_counts_only_what_the_kernel_has_not_taken),
+        cmocka_unit_test(pause_policy_closes_a_peer_that_never_reads_what_is_pushed),
+        cmocka_unit_test(shutdown_done_runs_after_the_call),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
