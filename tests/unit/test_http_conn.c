@@ -1,0 +1,181 @@
+/* HTTP connections driven the way applications drive them: a handler that
+ * keeps its request and answers later, a client that leaves meanwhile, and
+ * a streamed body that is empty. A real server on the loop, real sockets. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tern/tern.h"
+
+static int client_send(int port, const char *req) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    return fd;
+}
+
+typedef struct app {
+    tern_loop *loop;
+    tern_server *srv;
+    tern_timer *tick;
+    int fd;
+    tern_http_req *req;        /* kept by the handler */
+    bool with_abort;
+    int aborts;
+    int ticks, hangup_tick, abort_tick;
+    int late_result;           /* what the late respond returned */
+    bool in_call;              /* inside our tern_http_read_body call */
+    int body_ends, body_ends_in_call;
+    char response[256];
+    size_t response_len;
+} app;
+
+static void on_abort(tern_http_req *req, void *user) {
+    app *a = user;
+    a->aborts++;
+    a->abort_tick = a->ticks;
+    a->req = NULL;   /* invalid from now on */
+}
+
+static void keep_request(tern_http_req *req, void *user) {
+    app *a = user;
+    a->req = req;
+    if (a->with_abort)
+        tern_http_on_abort(req, on_abort, a);
+}
+
+static void app_start(app *a) {
+    memset(a, 0, sizeof(*a));
+    a->fd = -1;
+    a->late_result = 1;
+    assert_int_equal(tern_loop_new(&a->loop, NULL), 0);
+    assert_int_equal(tern_server_new(&a->srv, a->loop, NULL), 0);
+    assert_int_equal(tern_listen(a->srv, "127.0.0.1", 0, NULL), 0);
+}
+
+static void app_finish(app *a) {
+    tern_timer_stop(a->tick);
+    tern_server_free(a->srv);
+    tern_loop_free(a->loop);
+    if (a->fd >= 0)
+        close(a->fd);
+}
+
+/* ---- the client leaves while the answer is pending -------------------- */
+
+static void leave_tick(tern_timer *t, void *user) {
+    app *a = user;
+    a->ticks++;
+    if (a->ticks > 400) {   /* 2 s: the abort never came */
+        tern_loop_stop(a->loop);
+        return;
+    }
+    if (a->hangup_tick == 0 && a->req) {
+        shutdown(a->fd, SHUT_WR);   /* the client goes away (half-close) */
+        a->hangup_tick = a->ticks;
+        return;
+    }
+    if (a->with_abort && a->aborts) {
+        tern_loop_stop(a->loop);
+        return;
+    }
+    if (!a->with_abort && a->hangup_tick && a->ticks - a->hangup_tick >= 20) {
+        /* 100 ms later the handler answers: the client is known gone. */
+        a->late_result = tern_http_respond(a->req, 200, "text/plain", "late", 4);
+        a->req = NULL;
+        tern_loop_stop(a->loop);
+    }
+}
+
+static void abort_fires_when_the_client_leaves(void **state) {
+    app a;
+    app_start(&a);
+    a.with_abort = true;
+    assert_int_equal(tern_http_route(a.srv, "GET", "/slow", keep_request, &a), 0);
+    a.fd = client_send(tern_server_port(a.srv), "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_int_equal(tern_timer_start(a.loop, &a.tick, 5, 5, leave_tick, &a), 0);
+    assert_int_equal(tern_loop_run(a.loop), 0);
+    assert_int_equal(a.aborts, 1);
+    /* Within a loop iteration or two of the FIN, not at some later timeout. */
+    assert_true(a.abort_tick - a.hangup_tick <= 4);
+    app_finish(&a);
+}
+
+static void late_answer_to_a_client_that_left_fails(void **state) {
+    app a;
+    app_start(&a);
+    assert_int_equal(tern_http_route(a.srv, "GET", "/slow", keep_request, &a), 0);
+    a.fd = client_send(tern_server_port(a.srv), "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_int_equal(tern_timer_start(a.loop, &a.tick, 5, 5, leave_tick, &a), 0);
+    assert_int_equal(tern_loop_run(a.loop), 0);
+    assert_int_equal(a.aborts, 0);
+    assert_int_equal(a.late_result, -EPIPE);
+    app_finish(&a);
+}
+
+/* ---- a streamed body that is empty ------------------------------------ */
+
+static void body_piece(tern_http_req *req, const char *data, size_t len, bool last, void *user) {
+    app *a = user;
+    if (a->in_call)
+        a->body_ends_in_call++;
+    assert_true(last);
+    assert_int_equal(len, 0);
+    a->body_ends++;
+    tern_http_respond(req, 200, "text/plain", "empty", 5);
+}
+
+static void read_empty_body(tern_http_req *req, void *user) {
+    app *a = user;
+    a->in_call = true;
+    tern_http_read_body(req, body_piece, a);
+    a->in_call = false;
+}
+
+static void read_tick(tern_timer *t, void *user) {
+    app *a = user;
+    ssize_t r = read(a->fd, a->response + a->response_len, sizeof(a->response) - 1 - a->response_len);
+    if (r > 0)
+        a->response_len += (size_t)r;
+    a->response[a->response_len] = '\0';
+    if (strstr(a->response, "empty") || ++a->ticks > 400)
+        tern_loop_stop(a->loop);
+}
+
+static void empty_streamed_body_ends_after_the_call(void **state) {
+    app a;
+    app_start(&a);
+    assert_int_equal(tern_http_route_stream(a.srv, "POST", "/up", read_empty_body, &a), 0);
+    a.fd = client_send(tern_server_port(a.srv),
+                       "POST /up HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+    assert_int_equal(tern_timer_start(a.loop, &a.tick, 5, 5, read_tick, &a), 0);
+    assert_int_equal(tern_loop_run(a.loop), 0);
+    assert_int_equal(a.body_ends, 1);
+    assert_int_equal(a.body_ends_in_call, 0);
+    assert_non_null(strstr(a.response, "HTTP/1.1 200"));
+    app_finish(&a);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(abort_fires_when_the_client_leaves),
+        cmocka_unit_test(late_answer_to_a_client_that_left_fails),
+        cmocka_unit_test(empty_streamed_body_ends_after_the_call),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
