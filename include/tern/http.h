@@ -149,8 +149,10 @@ int tern_http_end(tern_http_req *req);
 int tern_http_respond_file(tern_http_req *req, int status, const char *content_type, int fd,
                            off_t offset, size_t len);
 
-/* Bytes of the response not yet taken by the kernel; on_drain-style flow
- * control for long streams: fn runs when they have all gone out. */
+/* Bytes of the response the kernel has not taken and that will still be
+ * waiting after this batch's sends are flushed; on_drain-style flow control
+ * for long streams: fn runs when they have all gone out. A client that takes
+ * nothing for send_timeout_ms is closed. */
 size_t tern_http_buffered(const tern_http_req *req);
 typedef void (*tern_http_drain_fn)(tern_http_req *req, void *user);
 void tern_http_on_drain(tern_http_req *req, tern_http_drain_fn fn, void *user);

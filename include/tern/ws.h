@@ -48,9 +48,14 @@ enum tern_ws_slow_policy {
     /* Drop: sends are dropped (TERN_SEND_DROPPED) while over the limit;
      * the connection stays (pub/sub feeds, where the next tick matters). */
     TERN_WS_SLOW_DROP = 1,
-    /* Pause: nothing is dropped; reading from the peer stops while the
-     * backlog is over the hard limit (or the soft one past its grace) and
-     * resumes when it drains. For request/response use, such as echo. */
+    /* Pause: reading from the peer stops while the backlog is over the
+     * hard limit (or the soft one past its grace) and resumes when it
+     * drains; answers sent from this connection's own on_message or
+     * on_fragment are never dropped. For request/response use, such as
+     * echo. Pausing cannot slow a peer that sends nothing, so a message
+     * pushed from anywhere else that would take the backlog past the hard
+     * limit is refused (TERN_SEND_DROPPED) and the connection closed with
+     * 1008, as under the close policy. */
     TERN_WS_SLOW_PAUSE = 2,
 };
 
@@ -71,8 +76,14 @@ typedef struct tern_ws_handlers {
     /* The backlog has been sent (after a send said TERN_SEND_BUFFERED). */
     void (*on_drain)(tern_ws *ws, void *user);
     /* The connection is over: code and reason from the peer's close frame,
-     * or the code tern closed with, or 1006 when it just dropped. Called
-     * once; ws is invalid after it returns. */
+     * or the code and reason tern sent when it closed (1008 "slow consumer",
+     * 1009 "message too big", 1011 "no pong", ...), or 1006 when it just
+     * dropped. Called once; ws is invalid after it returns. Never called
+     * from inside one of your own calls: a close the slow-consumer policy
+     * decides inside tern_ws_send* is reported at the end of the current
+     * batch of events, so a loop over connections that frees per-connection
+     * data here may go on to the next one. (tern_server_free is the one
+     * exception: it reports the connections it closes before returning.) */
     void (*on_close)(tern_ws *ws, int code, const char *reason, size_t reason_len, void *user);
     void (*on_ping)(tern_ws *ws, const char *data, size_t len, void *user);   /* pong is automatic */
     void (*on_pong)(tern_ws *ws, const char *data, size_t len, void *user);
@@ -122,6 +133,10 @@ int tern_ws_ping(tern_ws *ws, const void *data, size_t len);   /* len <= 125 */
  * the peer answers or after close_timeout_ms. */
 int tern_ws_close(tern_ws *ws, int code, const char *reason);
 
+/* Bytes of this connection's messages the kernel has not taken and that
+ * will still be waiting after this batch's sends are flushed: 0 while every
+ * send has said TERN_SEND_OK. For flow control: stop pushing while it is
+ * high, go on from on_drain. */
 size_t tern_ws_buffered(const tern_ws *ws);
 void *tern_ws_user(const tern_ws *ws);
 void tern_ws_set_user(tern_ws *ws, void *conn_user);

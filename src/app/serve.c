@@ -245,12 +245,11 @@ static void bcast_message(tern_ws *ws, const char *data, size_t len, int opcode,
         tern_ws_close(ws, 1011, "out of memory");
         return;
     }
-    /* Sending may close a slow member (policy), which unlinks it: step on
-     * before sending. */
-    for (bcast_member *m = ctx->members, *next; m; m = next) {
-        next = m->next;
+    /* A member the slow-consumer policy closes during its send is told so
+     * (bcast_close, which frees it) at the end of the batch, not inside the
+     * send: the plain loop is safe. */
+    for (bcast_member *m = ctx->members; m; m = m->next)
         tern_ws_send_prepared(m->ws, msg);
-    }
     tern_ws_prepared_free(msg);
 }
 

@@ -315,7 +315,7 @@ int tern_http_respond_file(tern_http_req *req, int status, const char *content_t
 }
 
 size_t tern_http_buffered(const tern_http_req *req) {
-    return req && req->hc ? tern__conn_buffered(&req->hc->conn) : 0;
+    return req && req->hc ? tern__conn_backlog(&req->hc->conn) : 0;
 }
 
 void tern_http_on_drain(tern_http_req *req, tern_http_drain_fn fn, void *user) {
