@@ -245,14 +245,16 @@ def test_paused_websocket_sees_a_reset(tern):
     msg = masked(2, b"z" * 65536)
     sent = 0
     deadline = time.monotonic() + 10 * SLOW
-    while time.monotonic() < deadline:
+    stalled = False
+    while time.monotonic() < deadline and not stalled:
         try:
-            sent += s.send(msg)
+            sent += s.send(msg[sent % len(msg):])
         except BlockingIOError:
             time.sleep(0.2)
             try:
-                sent += s.send(msg)
+                sent += s.send(msg[sent % len(msg):])
             except BlockingIOError:
-                break
+                stalled = True
+    assert stalled
     rst_close(s)
     assert wait_fds(tern, fds0, timeout=2) == fds0
