@@ -10,6 +10,7 @@
  *                           (subprotocol "tern.echo" when asked for)
  *   GET  /ws/broadcast      WebSocket: every message goes to every connection
  *                           of this route, framed (and compressed) once
+ *   GET  /ws/room/:room     WebSocket echo; the 101 names the room (X-Tern-Room)
  *   GET  /(anything else)   static files under --root, when given
  *
  * SIGINT or SIGTERM: graceful shutdown (stop accepting, finish responses in
@@ -204,6 +205,23 @@ static int ws_upgrade(tern_http_req *req, void **conn_user, void *user) {
     tern_http_add_header(req, "X-Tern-Connection", id);
     *conn_user = NULL;
     return 0;
+}
+
+/* /ws/room/:room: the route parameter is there during the upgrade hook. */
+static int room_upgrade(tern_http_req *req, void **conn_user, void *user) {
+    size_t len;
+    const char *room = tern_http_param(req, "room", &len);
+    if (room == NULL)
+        return 500;
+    char name[64];
+    if (len >= sizeof(name))
+        return 414;
+    memcpy(name, room, len);
+    name[len] = '\0';
+    int r = ws_upgrade(req, conn_user, user);
+    if (r == 0 && tern_http_add_header(req, "X-Tern-Room", name) < 0)
+        return 400;   /* a parameter is raw: it may hold bytes no header may */
+    return r;
 }
 
 static void bcast_open(tern_ws *ws, void *user) {
@@ -414,6 +432,10 @@ int tern_app_serve(int argc, char **argv) {
     bo.client_no_context_takeover = true;   /* and no inflate state per member */
     bo.slow_policy = TERN_WS_SLOW_DROP;
     tern_ws_route(ctx.srv, "/ws/broadcast", &bcast, &bo, &ctx);
+    static const tern_ws_handlers room = {.on_upgrade = room_upgrade, .on_message = ws_echo};
+    tern_ws_options ro = wo;
+    ro.subprotocols = NULL;
+    tern_ws_route(ctx.srv, "/ws/room/:room", &room, &ro, &ctx);
     if (root && (err = tern_http_static(ctx.srv, "/", root)) < 0) {
         fprintf(stderr, "tern serve: --root %s: %s\n", root, tern_strerror(err));
         return 1;

@@ -140,7 +140,11 @@ static int try_upgrade(tern_http_req *req, const tern__http_head *head, const ch
 
     void *conn_user = NULL;
     if (route->h.on_upgrade) {
+        /* The hook may ask for the route's parameters ("/room/:room"):
+         * they are views into this match, valid during the call only. */
+        req->params = &params;
         int r = route->h.on_upgrade(req, &conn_user, route->user);
+        req->params = NULL;
         if (r != 0)
             return r >= 400 && r <= 599 ? -r : -403;
     }
