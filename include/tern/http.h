@@ -75,6 +75,13 @@ int tern_http_route(tern_server *srv, const char *method, const char *pattern,
 int tern_http_route_stream(tern_server *srv, const char *method, const char *pattern,
                            tern_http_handler fn, void *user);
 
+/* The handler for requests whose path no route has (instead of the plain
+ * 404). A path some route has for other methods still gets 405 with
+ * Allow, and a method no route has gets 501 (RFC 9110 §9.1): unlike a
+ * catch-all route ("*" for any method) this does not swallow those.
+ * fn NULL removes it. Returns 0, or -EINVAL for a NULL srv. */
+int tern_http_not_found(tern_server *srv, tern_http_handler fn, void *user);
+
 /* Serves files under dir for GET and HEAD requests of prefix + "*"
  * (prefix "/" serves everything no other route takes). Content-Type from
  * the extension, Last-Modified and If-Modified-Since (304), index.html for
@@ -88,7 +95,7 @@ int tern_http_static(tern_server *srv, const char *prefix, const char *dir);
 const char *tern_http_method(const tern_http_req *req, size_t *len);
 const char *tern_http_path(const tern_http_req *req, size_t *len);     /* raw, without the query */
 const char *tern_http_query(const tern_http_req *req, size_t *len);    /* raw, after '?'; "" if none */
-int tern_http_minor_version(const tern_http_req *req);                 /* 0 or 1 */
+int tern_http_minor_version(const tern_http_req *req);                 /* 0, or 1 for 1.1 and above */
 /* Case-insensitive; the first header of that name, or NULL. */
 const char *tern_http_header(const tern_http_req *req, const char *name, size_t *len);
 size_t tern_http_header_count(const tern_http_req *req);

@@ -12,6 +12,9 @@
  *                           of this route, framed (and compressed) once
  *   GET  /ws/room/:room     WebSocket echo; the 101 names the room (X-Tern-Room)
  *   GET  /(anything else)   static files under --root, when given
+ *   (any other path)        404 naming the path (tern_http_not_found); a
+ *                           known path with another method is 405, an
+ *                           unknown method 501
  *
  * SIGINT or SIGTERM: graceful shutdown (stop accepting, finish responses in
  * flight, close idle connections), exit 0. A second signal exits at once. */
@@ -66,6 +69,15 @@ static void bad_request(tern_http_req *req, const char *why) {
 
 static void on_ping(tern_http_req *req, void *user) {
     tern_http_respond(req, 200, "text/plain", "pong", 4);
+}
+
+static void on_not_found(tern_http_req *req, void *user) {
+    size_t len;
+    const char *path = tern_http_path(req, &len);
+    char body[160];
+    int n = snprintf(body, sizeof(body), "tern: no route for %.*s\n",
+                     len > 100 ? 100 : (int)len, path);
+    tern_http_respond(req, 404, "text/plain", body, (size_t)n);
 }
 
 static void on_echo_get(tern_http_req *req, void *user) {
@@ -415,6 +427,7 @@ int tern_app_serve(int argc, char **argv) {
     tern_http_route(ctx.srv, "GET", "/stream", on_stream, &ctx);
     tern_http_route_stream(ctx.srv, "POST", "/upload", on_upload, &ctx);
     tern_http_route(ctx.srv, "GET", "/delay", on_delay, &ctx);
+    tern_http_not_found(ctx.srv, on_not_found, &ctx);
     static const char *const echo_protocols[] = {"tern.echo", NULL};
     static const tern_ws_handlers echo = {.on_upgrade = ws_upgrade, .on_message = ws_echo};
     wo.subprotocols = echo_protocols;

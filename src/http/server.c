@@ -118,6 +118,8 @@ static int add_route(tern_server *srv, const char *method, const char *pattern,
     r->fn = fn;
     r->user = user;
     r->stream = stream;
+    if (method && strcmp(method, "*") != 0 && strlen(method) < sizeof(r->method))
+        strcpy(r->method, method);
     int err = tern__router_add(srv->router, method, pattern, r);
     if (err < 0) {
         free(r);
@@ -136,6 +138,26 @@ int tern_http_route(tern_server *srv, const char *method, const char *pattern,
 int tern_http_route_stream(tern_server *srv, const char *method, const char *pattern,
                            tern_http_handler fn, void *user) {
     return add_route(srv, method, pattern, fn, user, true);
+}
+
+int tern_http_not_found(tern_server *srv, tern_http_handler fn, void *user) {
+    if (srv == NULL)
+        return -EINVAL;
+    srv->not_found.fn = fn;
+    srv->not_found.user = user;
+    return 0;
+}
+
+bool tern__http_method_known(const tern_server *srv, const char *m, size_t len) {
+    static const char *const standard[] = {"GET", "HEAD", "POST", "PUT", "DELETE",
+                                           "CONNECT", "OPTIONS", "TRACE", "PATCH"};
+    for (size_t i = 0; i < sizeof(standard) / sizeof(standard[0]); i++)
+        if (strlen(standard[i]) == len && memcmp(standard[i], m, len) == 0)
+            return true;
+    for (const tern__http_route *r = srv->routes; r; r = r->next)
+        if (strlen(r->method) == len && memcmp(r->method, m, len) == 0)
+            return true;
+    return false;
 }
 
 /* ---- graceful shutdown ------------------------------------------------ */
