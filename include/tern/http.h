@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "tern/loop.h"
@@ -126,6 +127,32 @@ void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user);
  * -EPIPE). */
 typedef void (*tern_http_abort_fn)(tern_http_req *req, void *user);
 void tern_http_on_abort(tern_http_req *req, tern_http_abort_fn fn, void *user);
+
+/* What the request belongs to. NULL for a NULL req. */
+tern_loop *tern_http_req_loop(const tern_http_req *req);
+tern_server *tern_http_req_server(const tern_http_req *req);
+
+/* The application's own pointer for this request (NULL at first), for
+ * answers given later. tern never frees it: free it when the response
+ * ends, or in the abort callback. */
+void *tern_http_req_user(const tern_http_req *req);
+void tern_http_req_set_user(tern_http_req *req, void *user);
+
+/* The peer's address (getpeername of the connection), for a request whose
+ * connection is still there. *len is the room in addr on the way in (any
+ * value; sizeof(*addr) is assumed) and the address's length on the way
+ * out. A Unix-socket peer has family AF_UNIX, usually without a path
+ * (format it with tern_addr_format: "unix:"). Behind a proxy this is the
+ * proxy. Returns 0, -EINVAL for a NULL argument, -ENOTCONN when the
+ * connection is gone. */
+int tern_http_peer(const tern_http_req *req, struct sockaddr_storage *addr, socklen_t *len);
+
+/* A ":name" route parameter read as a decimal integer (an optional '-',
+ * then digits, nothing else). Returns 0 with *out set, -ENOENT when the
+ * route has no such parameter (or outside the handler call), -EINVAL when
+ * it is not a number (or req, name or out is NULL), -ERANGE when it does
+ * not fit in int64_t. */
+int tern_http_param_int(const tern_http_req *req, const char *name, int64_t *out);
 
 /* ---- the response ----------------------------------------------------- */
 

@@ -6,6 +6,8 @@
  *   GET  /stream?chunks=K&size=S   a chunked response of K chunks of S bytes
  *   POST /upload            a streamed request body: answers its length
  *   GET  /delay?ms=N        "done" after N ms (an answer given later)
+ *   GET  /item/:id          "id N from PEER": a numeric route parameter (400 when
+ *                           not a number) and the peer's address
  *   GET  /ws                WebSocket echo: every message back with its opcode
  *                           (subprotocol "tern.echo" when asked for)
  *   GET  /ws/broadcast      WebSocket: every message goes to every connection
@@ -78,6 +80,23 @@ static void on_not_found(tern_http_req *req, void *user) {
     int n = snprintf(body, sizeof(body), "tern: no route for %.*s\n",
                      len > 100 ? 100 : (int)len, path);
     tern_http_respond(req, 404, "text/plain", body, (size_t)n);
+}
+
+static void on_item(tern_http_req *req, void *user) {
+    int64_t id;
+    int err = tern_http_param_int(req, "id", &id);
+    if (err < 0) {
+        bad_request(req, err == -ERANGE ? "id out of range\n" : "id must be an integer\n");
+        return;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    char peer[TERN_ADDRSTRLEN] = "-";
+    if (tern_http_peer(req, &ss, &sl) == 0)
+        tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer));
+    char out[200];
+    int n = snprintf(out, sizeof(out), "id %lld from %s\n", (long long)id, peer);
+    tern_http_respond(req, 200, "text/plain", out, (size_t)n);
 }
 
 static void on_echo_get(tern_http_req *req, void *user) {
@@ -427,6 +446,7 @@ int tern_app_serve(int argc, char **argv) {
     tern_http_route(ctx.srv, "GET", "/stream", on_stream, &ctx);
     tern_http_route_stream(ctx.srv, "POST", "/upload", on_upload, &ctx);
     tern_http_route(ctx.srv, "GET", "/delay", on_delay, &ctx);
+    tern_http_route(ctx.srv, "GET", "/item/:id", on_item, &ctx);
     tern_http_not_found(ctx.srv, on_not_found, &ctx);
     static const char *const echo_protocols[] = {"tern.echo", NULL};
     static const tern_ws_handlers echo = {.on_upgrade = ws_upgrade, .on_message = ws_echo};

@@ -1,5 +1,6 @@
 /* Request accessors: views of the request whose handler is running. */
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "http/server.h"
@@ -88,4 +89,59 @@ const char *tern_http_body(const tern_http_req *req, size_t *len) {
     }
     *len = req->body_len;
     return req->body;
+}
+
+tern_loop *tern_http_req_loop(const tern_http_req *req) { return req ? req->srv->loop : NULL; }
+tern_server *tern_http_req_server(const tern_http_req *req) { return req ? req->srv : NULL; }
+void *tern_http_req_user(const tern_http_req *req) { return req ? req->user : NULL; }
+
+void tern_http_req_set_user(tern_http_req *req, void *user) {
+    if (req)
+        req->user = user;
+}
+
+int tern__peer(const tern__conn *c, struct sockaddr_storage *addr, socklen_t *len) {
+    if (addr == NULL || len == NULL)
+        return -EINVAL;
+    if (c == NULL || (c->flags & TERN__CONN_CLOSED))
+        return -ENOTCONN;
+    *len = sizeof(*addr);
+    if (getpeername(c->io.fd, (struct sockaddr *)addr, len) < 0)
+        return -errno;
+    return 0;
+}
+
+int tern_http_peer(const tern_http_req *req, struct sockaddr_storage *addr, socklen_t *len) {
+    if (req == NULL)
+        return -EINVAL;
+    return tern__peer(req->hc ? &req->hc->conn : NULL, addr, len);
+}
+
+int tern_http_param_int(const tern_http_req *req, const char *name, int64_t *out) {
+    if (req == NULL || name == NULL || out == NULL)
+        return -EINVAL;
+    size_t len;
+    const char *v = tern_http_param(req, name, &len);
+    if (v == NULL)
+        return -ENOENT;
+    size_t i = 0;
+    bool neg = len > 0 && v[0] == '-';
+    if (neg)
+        i++;
+    if (i == len)
+        return -EINVAL;
+    /* Accumulated as a negative number, whose range is the larger. */
+    int64_t n = 0;
+    for (; i < len; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return -EINVAL;
+        int d = v[i] - '0';
+        if (n < (INT64_MIN + d) / 10)
+            return -ERANGE;
+        n = n * 10 - d;
+    }
+    if (!neg && n == INT64_MIN)
+        return -ERANGE;
+    *out = neg ? n : -n;
+    return 0;
 }

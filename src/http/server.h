@@ -135,6 +135,7 @@ struct tern_http_req {
     void *abort_user;
     tern_http_drain_fn drain_fn;
     void *drain_user;
+    void *user;                /* tern_http_req_set_user */
 };
 
 /* Invariants: conn is first (net frees the struct with free()); req is in
@@ -159,6 +160,9 @@ void tern__http_conn_closed_by_server(tern_server *srv);
 /* Does the server implement this method at all: a standard one (RFC 9110
  * §9 and PATCH) or one some route was registered with? The others get 501. */
 bool tern__http_method_known(const tern_server *srv, const char *m, size_t len);
+
+/* request.c: getpeername of c; -ENOTCONN when c is NULL or closed. */
+int tern__peer(const tern__conn *c, struct sockaddr_storage *addr, socklen_t *len);
 
 /* static.c */
 void tern__http_static_free(tern_server *srv);

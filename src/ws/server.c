@@ -185,6 +185,12 @@ static int try_upgrade(tern_http_req *req, const tern__http_head *head, const ch
     return 1;
 }
 
+int tern_ws_peer(const tern_ws *ws, struct sockaddr_storage *addr, socklen_t *len) {
+    if (ws == NULL)
+        return -EINVAL;
+    return tern__peer(&ws->conn, addr, len);
+}
+
 /* ---- the one-line server ---------------------------------------------- */
 
 static void serve_done(tern_server *srv, void *user) { tern_loop_stop(tern_server_loop(srv)); }

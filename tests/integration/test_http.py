@@ -643,3 +643,29 @@ def test_higher_http_1_minor_is_served_as_1_1(tern, version):
 @pytest.mark.parametrize("version", [b"2.0", b"3.0", b"0.9"])
 def test_other_major_versions_are_505(tern, version):
     assert status_of(raw(tern, b"GET /ping HTTP/" + version + b"\r\nHost: x\r\n\r\n")) == 505
+
+
+# ---- request accessors ---------------------------------------------------------
+
+@pytest.mark.parametrize("id,status,text", [
+    ("42", 200, b"id 42 from 127.0.0.1:"),
+    ("-9223372036854775808", 200, b"id -9223372036854775808 from "),
+    ("9223372036854775808", 400, b"id out of range\n"),
+    ("4x", 400, b"id must be an integer\n"),
+    ("-", 400, b"id must be an integer\n"),
+])
+def test_numeric_route_parameter_and_peer(tern, id, status, text):
+    r, body = get(tern, "/item/" + id)
+    assert r.status == status
+    assert body.startswith(text), body
+
+
+def test_peer_over_a_unix_socket(tern_factory, tmp_path):
+    path = str(tmp_path / "t.sock")
+    tern_factory("--unix", path)
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.sendall(b"GET /item/7 HTTP/1.1\r\nHost: x\r\n\r\n")
+    st, _, body, _ = read_response(s)
+    assert st == 200 and body == b"id 7 from unix:\n"
+    s.close()
