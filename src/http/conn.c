@@ -416,6 +416,8 @@ static ssize_t read_body(tern__http_conn *hc, char *data, size_t len) {
 }
 
 void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user) {
+    if (req == NULL || fn == NULL)
+        return;
     tern__http_conn *hc = req->hc;
     if (hc == NULL || req->body_mode != TERN__BODY_STREAM || req->ended)
         return;

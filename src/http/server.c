@@ -8,7 +8,22 @@
 
 #define KIB 1024u
 
+/* A Server header value: visible ASCII and spaces, short enough for the
+ * line it goes in. */
+static bool server_header_ok(const char *s) {
+    if (strlen(s) > 60)
+        return false;
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
+            return false;
+    return true;
+}
+
 int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_options *opt) {
+    if (out == NULL || loop == NULL)
+        return -EINVAL;
+    if (opt && (opt->max_headers > 256 || (opt->server_header && !server_header_ok(opt->server_header))))
+        return -EINVAL;
     tern_server *srv = calloc(1, sizeof(*srv));
     if (srv == NULL)
         return -ENOMEM;
@@ -19,17 +34,15 @@ int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_option
     if (!o->max_head) o->max_head = 16 * KIB;
     if (!o->max_uri) o->max_uri = 8 * KIB;
     if (!o->max_headers) o->max_headers = 100;
-    if (o->max_headers > sizeof(srv->scratch_headers) / sizeof(srv->scratch_headers[0]))
-        o->max_headers = sizeof(srv->scratch_headers) / sizeof(srv->scratch_headers[0]);
     if (!o->max_body) o->max_body = 16 * KIB * KIB;
     if (!o->head_timeout_ms) o->head_timeout_ms = 10000;
     if (!o->body_timeout_ms) o->body_timeout_ms = 10000;
     if (!o->idle_timeout_ms) o->idle_timeout_ms = 60000;
     if (!o->shutdown_timeout_ms) o->shutdown_timeout_ms = 10000;
     const char *name = o->server_header ? o->server_header : "tern";
-    if (*name) {
+    if (*name) {   /* fits: server_header_ok bounds it */
         int n = snprintf(srv->server_line, sizeof(srv->server_line), "Server: %s\r\n", name);
-        srv->server_line_len = n > 0 && (size_t)n < sizeof(srv->server_line) ? (size_t)n : 0;
+        srv->server_line_len = (size_t)n;
     }
     o->server_header = NULL;   /* not kept: the caller's string may go */
     srv->limits = (tern__http_limits){o->max_head, o->max_uri, o->max_headers};
@@ -43,8 +56,8 @@ int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_option
     return 0;
 }
 
-tern_loop *tern_server_loop(const tern_server *srv) { return srv->loop; }
-size_t tern_server_connections(const tern_server *srv) { return srv->conns.count; }
+tern_loop *tern_server_loop(const tern_server *srv) { return srv ? srv->loop : NULL; }
+size_t tern_server_connections(const tern_server *srv) { return srv ? srv->conns.count : 0; }
 
 static void close_listeners(tern_server *srv) {
     for (int i = 0; i < srv->nlisteners; i++)
@@ -79,7 +92,13 @@ void tern_server_free(tern_server *srv) {
     free(srv);
 }
 
+static bool listen_options_ok(const tern_listen_options *opt) {
+    return opt == NULL || opt->backlog >= 0;
+}
+
 int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt) {
+    if (srv == NULL || port < 0 || port > 65535 || !listen_options_ok(opt))
+        return -EINVAL;
     if (srv->nlisteners == TERN__MAX_LISTENERS || srv->shutting_down)
         return -ENOSPC;
     int err = tern__listener_tcp(srv->loop, host, port, opt, tern__http_accept, srv,
@@ -90,6 +109,8 @@ int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_
 }
 
 int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_options *opt) {
+    if (srv == NULL || path == NULL || *path == '\0' || !listen_options_ok(opt))
+        return -EINVAL;
     if (srv->nlisteners == TERN__MAX_LISTENERS || srv->shutting_down)
         return -ENOSPC;
     int err = tern__listener_unix(srv->loop, path, opt, tern__http_accept, srv,
@@ -100,6 +121,8 @@ int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_optio
 }
 
 int tern_server_port(const tern_server *srv) {
+    if (srv == NULL)
+        return -EINVAL;
     for (int i = 0; i < srv->nlisteners; i++) {
         int p = tern__listener_port(srv->listeners[i]);
         if (p > 0)
@@ -110,7 +133,7 @@ int tern_server_port(const tern_server *srv) {
 
 static int add_route(tern_server *srv, const char *method, const char *pattern,
                      tern_http_handler fn, void *user, bool stream) {
-    if (fn == NULL || pattern == NULL)
+    if (srv == NULL || fn == NULL || pattern == NULL)
         return -EINVAL;
     tern__http_route *r = calloc(1, sizeof(*r));
     if (r == NULL)
@@ -185,7 +208,7 @@ static void shutdown_timeout(tern_timer *t, void *user) {
 }
 
 void tern_server_shutdown(tern_server *srv, tern_server_done_fn done, void *user) {
-    if (srv->shutting_down)
+    if (srv == NULL || srv->shutting_down)
         return;
     srv->shutting_down = true;
     srv->done = done;
