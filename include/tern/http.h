@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "tern/loop.h"
@@ -76,6 +77,13 @@ int tern_http_route(tern_server *srv, const char *method, const char *pattern,
 int tern_http_route_stream(tern_server *srv, const char *method, const char *pattern,
                            tern_http_handler fn, void *user);
 
+/* The handler for requests whose path no route has (instead of the plain
+ * 404). A path some route has for other methods still gets 405 with
+ * Allow, and a method no route has gets 501 (RFC 9110 §9.1): unlike a
+ * catch-all route ("*" for any method) this does not swallow those.
+ * fn NULL removes it. Returns 0, or -EINVAL for a NULL srv. */
+int tern_http_not_found(tern_server *srv, tern_http_handler fn, void *user);
+
 /* Serves files under dir for GET and HEAD requests of prefix + "*"
  * (prefix "/" serves everything no other route takes). Content-Type from
  * the extension, Last-Modified and If-Modified-Since (304), index.html for
@@ -89,7 +97,7 @@ int tern_http_static(tern_server *srv, const char *prefix, const char *dir);
 const char *tern_http_method(const tern_http_req *req, size_t *len);
 const char *tern_http_path(const tern_http_req *req, size_t *len);     /* raw, without the query */
 const char *tern_http_query(const tern_http_req *req, size_t *len);    /* raw, after '?'; "" if none */
-int tern_http_minor_version(const tern_http_req *req);                 /* 0 or 1 */
+int tern_http_minor_version(const tern_http_req *req);                 /* 0, or 1 for 1.1 and above */
 /* Case-insensitive; the first header of that name, or NULL. */
 const char *tern_http_header(const tern_http_req *req, const char *name, size_t *len);
 size_t tern_http_header_count(const tern_http_req *req);
@@ -128,6 +136,32 @@ void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user);
  * not. The callback never runs inside one of your own calls. */
 typedef void (*tern_http_abort_fn)(tern_http_req *req, void *user);
 void tern_http_on_abort(tern_http_req *req, tern_http_abort_fn fn, void *user);
+
+/* What the request belongs to. NULL for a NULL req. */
+tern_loop *tern_http_req_loop(const tern_http_req *req);
+tern_server *tern_http_req_server(const tern_http_req *req);
+
+/* The application's own pointer for this request (NULL at first), for
+ * answers given later. tern never frees it: free it when the response
+ * ends, or in the abort callback. */
+void *tern_http_req_user(const tern_http_req *req);
+void tern_http_req_set_user(tern_http_req *req, void *user);
+
+/* The peer's address (getpeername of the connection), for a request whose
+ * connection is still there. *len is the room in addr on the way in (any
+ * value; sizeof(*addr) is assumed) and the address's length on the way
+ * out. A Unix-socket peer has family AF_UNIX, usually without a path
+ * (format it with tern_addr_format: "unix:"). Behind a proxy this is the
+ * proxy. Returns 0, -EINVAL for a NULL argument, -ENOTCONN when the
+ * connection is gone. */
+int tern_http_peer(const tern_http_req *req, struct sockaddr_storage *addr, socklen_t *len);
+
+/* A ":name" route parameter read as a decimal integer (an optional '-',
+ * then digits, nothing else). Returns 0 with *out set, -ENOENT when the
+ * route has no such parameter (or outside the handler call), -EINVAL when
+ * it is not a number (or req, name or out is NULL), -ERANGE when it does
+ * not fit in int64_t. */
+int tern_http_param_int(const tern_http_req *req, const char *name, int64_t *out);
 
 /* ---- the response ----------------------------------------------------- */
 

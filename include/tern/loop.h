@@ -27,7 +27,11 @@ typedef struct tern_loop_options {
     size_t max_unsent;
 } tern_loop_options;
 
-/* Errors are negative errno values; this names them. */
+/* Errors are negative errno values, and these of tern's own (outside the
+ * errno range); tern_strerror names both. */
+enum {
+    TERN_ENOHOST = -10001,   /* a host name did not resolve (getaddrinfo failed) */
+};
 const char *tern_strerror(int err);
 
 int tern_loop_new(tern_loop **out, const tern_loop_options *opt);

@@ -3,6 +3,7 @@
 #define TERN_NET_H
 
 #include <stddef.h>
+#include <sys/socket.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,6 +23,16 @@ typedef struct tern_listen_options {
     int reuseport;     /* SO_REUSEPORT, so several loops (threads) share a port */
     int ipv6_only;     /* for "::": IPv6 only instead of dual-stack */
 } tern_listen_options;
+
+/* Room for any address tern_addr_format() writes, with its NUL. */
+#define TERN_ADDRSTRLEN 120
+
+/* Writes a peer address as text into buf (NUL-terminated): "1.2.3.4:5678",
+ * "[2001:db8::1]:5678", or for a Unix socket "unix:" followed by the
+ * peer's path, which is empty for the usual unnamed client socket
+ * ("unix:"). Returns the length written, -EINVAL for a NULL or unknown
+ * address, -ENOSPC when buf is too small (TERN_ADDRSTRLEN always fits). */
+int tern_addr_format(const struct sockaddr *addr, socklen_t len, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -6,11 +6,17 @@
  *   GET  /stream?chunks=K&size=S   a chunked response of K chunks of S bytes
  *   POST /upload            a streamed request body: answers its length
  *   GET  /delay?ms=N        "done" after N ms (an answer given later)
+ *   GET  /item/:id          "id N from PEER": a numeric route parameter (400 when
+ *                           not a number) and the peer's address
  *   GET  /ws                WebSocket echo: every message back with its opcode
  *                           (subprotocol "tern.echo" when asked for)
  *   GET  /ws/broadcast      WebSocket: every message goes to every connection
  *                           of this route, framed (and compressed) once
+ *   GET  /ws/room/:room     WebSocket echo; the 101 names the room (X-Tern-Room)
  *   GET  /(anything else)   static files under --root, when given
+ *   (any other path)        404 naming the path (tern_http_not_found); a
+ *                           known path with another method is 405, an
+ *                           unknown method 501
  *
  * SIGINT or SIGTERM: graceful shutdown (stop accepting, finish responses in
  * flight, close idle connections), exit 0. A second signal exits at once. */
@@ -65,6 +71,32 @@ static void bad_request(tern_http_req *req, const char *why) {
 
 static void on_ping(tern_http_req *req, void *user) {
     tern_http_respond(req, 200, "text/plain", "pong", 4);
+}
+
+static void on_not_found(tern_http_req *req, void *user) {
+    size_t len;
+    const char *path = tern_http_path(req, &len);
+    char body[160];
+    int n = snprintf(body, sizeof(body), "tern: no route for %.*s\n",
+                     len > 100 ? 100 : (int)len, path);
+    tern_http_respond(req, 404, "text/plain", body, (size_t)n);
+}
+
+static void on_item(tern_http_req *req, void *user) {
+    int64_t id;
+    int err = tern_http_param_int(req, "id", &id);
+    if (err < 0) {
+        bad_request(req, err == -ERANGE ? "id out of range\n" : "id must be an integer\n");
+        return;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    char peer[TERN_ADDRSTRLEN] = "-";
+    if (tern_http_peer(req, &ss, &sl) == 0)
+        tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer));
+    char out[200];
+    int n = snprintf(out, sizeof(out), "id %lld from %s\n", (long long)id, peer);
+    tern_http_respond(req, 200, "text/plain", out, (size_t)n);
 }
 
 static void on_echo_get(tern_http_req *req, void *user) {
@@ -207,6 +239,23 @@ static int ws_upgrade(tern_http_req *req, void **conn_user, void *user) {
     tern_http_add_header(req, "X-Tern-Connection", id);
     *conn_user = NULL;
     return 0;
+}
+
+/* /ws/room/:room: the route parameter is there during the upgrade hook. */
+static int room_upgrade(tern_http_req *req, void **conn_user, void *user) {
+    size_t len;
+    const char *room = tern_http_param(req, "room", &len);
+    if (room == NULL)
+        return 500;
+    char name[64];
+    if (len >= sizeof(name))
+        return 414;
+    memcpy(name, room, len);
+    name[len] = '\0';
+    int r = ws_upgrade(req, conn_user, user);
+    if (r == 0 && tern_http_add_header(req, "X-Tern-Room", name) < 0)
+        return 400;   /* a parameter is raw: it may hold bytes no header may */
+    return r;
 }
 
 static void bcast_open(tern_ws *ws, void *user) {
@@ -407,6 +456,8 @@ int tern_app_serve(int argc, char **argv) {
     tern_http_route(ctx.srv, "GET", "/stream", on_stream, &ctx);
     tern_http_route_stream(ctx.srv, "POST", "/upload", on_upload, &ctx);
     tern_http_route(ctx.srv, "GET", "/delay", on_delay, &ctx);
+    tern_http_route(ctx.srv, "GET", "/item/:id", on_item, &ctx);
+    tern_http_not_found(ctx.srv, on_not_found, &ctx);
     static const char *const echo_protocols[] = {"tern.echo", NULL};
     static const tern_ws_handlers echo = {.on_upgrade = ws_upgrade, .on_message = ws_echo};
     wo.subprotocols = echo_protocols;
@@ -424,6 +475,10 @@ int tern_app_serve(int argc, char **argv) {
     bo.client_no_context_takeover = true;   /* and no inflate state per member */
     bo.slow_policy = TERN_WS_SLOW_DROP;
     tern_ws_route(ctx.srv, "/ws/broadcast", &bcast, &bo, &ctx);
+    static const tern_ws_handlers room = {.on_upgrade = room_upgrade, .on_message = ws_echo};
+    tern_ws_options ro = wo;
+    ro.subprotocols = NULL;
+    tern_ws_route(ctx.srv, "/ws/room/:room", &room, &ro, &ctx);
     if (root && (err = tern_http_static(ctx.srv, "/", root)) < 0) {
         fprintf(stderr, "tern serve: --root %s: %s\n", root, tern_strerror(err));
         return 1;

@@ -129,7 +129,8 @@ static void dispatch_buffered(tern__http_conn *hc) {
     call_handler(hc, head, params, req->body_buf ? req->body_buf : "", req->body_buf_len);
 }
 
-/* Looks up the route; HEAD falls back to GET. Sends 404/405 when none. */
+/* Looks up the route; HEAD falls back to GET. When none, status says why:
+ * 404, 405, or 501 for a method no route has. */
 static const tern__http_route *find_route(tern__http_conn *hc, const tern__http_head *head,
                                           tern__route_params *params, int *status) {
     tern_server *srv = hc->srv;
@@ -137,6 +138,8 @@ static const tern__http_route *find_route(tern__http_conn *hc, const tern__http_
                                                    head->path, head->path_len, params, status);
     if (r == NULL && *status == 405 && head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0)
         r = tern__router_match(srv->router, "GET", 3, head->path, head->path_len, params, status);
+    if (r == NULL && !tern__http_method_known(srv, head->method, head->method_len))
+        *status = 501;   /* RFC 9110 §9.1: a method we don't implement anywhere */
     return r;
 }
 
@@ -179,7 +182,7 @@ static void answer_status(tern_http_req *req, void *user) {
     tern_http_respond(req, status, "text/plain", body, len);
 }
 
-static const tern__http_route route_status = {answer_status, NULL, false, NULL};
+static const tern__http_route route_status = {.fn = answer_status};
 
 /* The body timeout bounds the pause between pieces of a body, but a piece
  * re-arms it only once TERN__BODY_PROGRESS bytes have come since the last
@@ -254,6 +257,8 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
             tern_http_add_header(req, "Upgrade", proto);
         }
     }
+    if (route == NULL && status == 404 && srv->not_found.fn)
+        route = &srv->not_found;
     if (route == NULL)
         route = &route_status;
     if (route == &route_status) {
@@ -417,6 +422,8 @@ static ssize_t read_body(tern__http_conn *hc, char *data, size_t len) {
 }
 
 void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user) {
+    if (req == NULL || fn == NULL)
+        return;
     tern__http_conn *hc = req->hc;
     if (hc == NULL || !req->route->stream || req->ended || req->body_fn || fn == NULL)
         return;

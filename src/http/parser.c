@@ -414,9 +414,11 @@ ssize_t tern__http_parse_head(const char *buf, size_t len, const tern__http_limi
         if (!ok)
             return -400;
     }
-    if (p[5] != '1' || (p[7] != '0' && p[7] != '1'))
+    /* RFC 9112 §2.3: a higher minor version of 1.x is served as 1.1 (the
+     * highest we speak); another major version is not ours. */
+    if (p[5] != '1')
         return -505;
-    out->minor_version = p[7] - '0';
+    out->minor_version = p[7] == '0' ? 0 : 1;
     p += 10;
 
     int err = parse_target(out);

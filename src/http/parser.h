@@ -39,7 +39,7 @@ typedef struct tern__http_head {
     const char *target;  size_t target_len;  /* request-target as sent */
     const char *path;    size_t path_len;    /* target up to '?' (for absolute-form: after the authority) */
     const char *query;   size_t query_len;   /* after '?', without it; query_len 0 when absent */
-    int minor_version;                       /* HTTP/1.<minor>: 0 or 1 */
+    int minor_version;                       /* 0 for HTTP/1.0, 1 for 1.1 and above (1.2 ...) */
     tern__http_header *headers;              /* the caller's array, filled */
     size_t num_headers;
     int body_kind;                           /* enum tern__http_body_kind */

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "http/chars.h"
 #include "http/server.h"
 
 const char *tern_http_reason(int status) {
@@ -192,11 +193,31 @@ static void end_response(tern_http_req *req) {
     tern__http_response_ended(req);
 }
 
+/* A header value (or Content-Type) may hold visible ASCII, obs-text,
+ * spaces and tabs (RFC 9110 §5.5): a CR or LF would let the caller's text
+ * split the response, and other controls are no field's business. */
+static bool value_ok(const char *v) {
+    for (; *v; v++)
+        if (((unsigned char)*v < 0x20 && *v != '\t') || *v == 0x7f)
+            return false;
+    return true;
+}
+
+/* A header name is a token (RFC 9110 §5.1). */
+static bool name_ok(const char *n) {
+    if (*n == '\0')
+        return false;
+    for (; *n; n++)
+        if (!tern__http_is((unsigned char)*n, TERN__C_TCHAR))
+            return false;
+    return true;
+}
+
 /* Checks common to every call that starts a response. 0 when it may. */
 static int check_start(tern_http_req *req, int status) {
-    if (req == NULL || req->ended)
+    if (req == NULL)
         return -EINVAL;
-    if (req->started)
+    if (req->started || req->ended)
         return -EALREADY;
     if (status < 200 || status > 999)
         return -EINVAL;
@@ -212,12 +233,13 @@ static bool bodiless(const tern_http_req *req, int status) {
 }
 
 int tern_http_add_header(tern_http_req *req, const char *name, const char *value) {
-    if (req == NULL || req->started || req->ended)
+    if (req == NULL || name == NULL || value == NULL)
+        return -EINVAL;
+    if (req->started || req->ended)
+        return -EALREADY;
+    if (!name_ok(name) || !value_ok(value))
         return -EINVAL;
     size_t nl = strlen(name), vl = strlen(value);
-    /* A CR or LF would let a caller's value split the response. */
-    if (nl == 0 || strpbrk(name, "\r\n:") || strpbrk(value, "\r\n"))
-        return -EINVAL;
     size_t need = req->extra_len + nl + vl + 4;
     if (need > req->extra_cap) {
         size_t cap = need < 256 ? 256 : need * 2;
@@ -239,6 +261,8 @@ int tern_http_add_header(tern_http_req *req, const char *name, const char *value
 int tern_http_respond(tern_http_req *req, int status, const char *content_type, const void *body,
                       size_t len) {
     int err = check_start(req, status);
+    if (err == 0 && ((body == NULL && len > 0) || (content_type && !value_ok(content_type))))
+        err = -EINVAL;
     if (err)
         return err;
     int r;
@@ -252,6 +276,8 @@ int tern_http_respond(tern_http_req *req, int status, const char *content_type, 
 
 int tern_http_start(tern_http_req *req, int status, const char *content_type) {
     int err = check_start(req, status);
+    if (err == 0 && content_type && !value_ok(content_type))
+        err = -EINVAL;
     if (err)
         return err;
     int64_t framing = LEN_CHUNKED;
@@ -270,8 +296,10 @@ int tern_http_start(tern_http_req *req, int status, const char *content_type) {
 }
 
 int tern_http_write(tern_http_req *req, const void *data, size_t len) {
-    if (req == NULL || !req->started || req->ended)
+    if (req == NULL || !req->started || (data == NULL && len > 0))
         return -EINVAL;
+    if (req->ended)
+        return -EALREADY;
     if (req->hc == NULL)
         return -EPIPE;
     if (req->is_head || len == 0)   /* a zero-size chunk would end the body */
@@ -285,8 +313,10 @@ int tern_http_write(tern_http_req *req, const void *data, size_t len) {
 }
 
 int tern_http_end(tern_http_req *req) {
-    if (req == NULL || !req->started || req->ended)
+    if (req == NULL || !req->started)
         return -EINVAL;
+    if (req->ended)
+        return -EALREADY;
     if (req->hc == NULL) {
         end_response(req);
         return -EPIPE;
@@ -301,8 +331,11 @@ int tern_http_end(tern_http_req *req) {
 int tern_http_respond_file(tern_http_req *req, int status, const char *content_type, int fd,
                            off_t offset, size_t len) {
     int err = check_start(req, status);
+    if (err == 0 && (fd < 0 || offset < 0 || (content_type && !value_ok(content_type))))
+        err = fd < 0 ? -EBADF : -EINVAL;
     if (err) {
-        close(fd);
+        if (fd >= 0)
+            close(fd);
         return err;
     }
     int r = write_head(req, status, content_type, (int64_t)len, NULL, 0);
@@ -319,11 +352,15 @@ size_t tern_http_buffered(const tern_http_req *req) {
 }
 
 void tern_http_on_drain(tern_http_req *req, tern_http_drain_fn fn, void *user) {
+    if (req == NULL)
+        return;
     req->drain_fn = fn;
     req->drain_user = user;
 }
 
 void tern_http_on_abort(tern_http_req *req, tern_http_abort_fn fn, void *user) {
+    if (req == NULL)
+        return;
     req->abort_fn = fn;
     req->abort_user = user;
 }

@@ -11,6 +11,8 @@
  * and, in practice, by the path's segment count. */
 #include "http/router.h"
 
+#include "http/chars.h"
+
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -151,6 +153,13 @@ static int check_pattern(route *rt) {
     const char *p = rt->pattern;
     if (p[0] != '/')
         return -EINVAL;
+    /* Only bytes a request path can hold (visible ASCII; no '?', which
+     * starts the query, nor '#'): a pattern with others never matches. A
+     * '*' is only ever a whole last segment. */
+    for (const char *q = p; *q; q++)
+        if (!tern__http_is((unsigned char)*q, TERN__C_TARGET) || *q == '?' ||
+            (*q == '*' && (q[-1] != '/' || q[1] != '\0')))
+            return -EINVAL;
     p++;
     for (;;) {
         const char *slash = strchr(p, '/');
@@ -174,6 +183,19 @@ static int check_pattern(route *rt) {
     }
 }
 
+/* A method is a token (RFC 9110 §9.1) the parser would take: at most 32
+ * bytes, and upper case, since methods are case-sensitive and a "get"
+ * route is never what was meant. */
+bool tern__router_method_valid(const char *m) {
+    size_t n = strlen(m);
+    if (n == 0 || n > 32)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!tern__http_is((unsigned char)m[i], TERN__C_TCHAR) || (m[i] >= 'a' && m[i] <= 'z'))
+            return false;
+    return true;
+}
+
 static bool same_method(const route *r, const char *m, size_t len) {
     if (r->method == NULL || m == NULL)
         return r->method == NULL && m == NULL;
@@ -185,7 +207,7 @@ int tern__router_add(tern__router *r, const char *method, const char *pattern, v
         return -EINVAL;
     if (method != NULL && strcmp(method, "*") == 0)
         method = NULL;
-    if (method != NULL && method[0] == '\0')
+    if (method != NULL && !tern__router_method_valid(method))
         return -EINVAL;
     route *rt = calloc(1, sizeof(*rt));
     if (rt == NULL)

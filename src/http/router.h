@@ -8,6 +8,7 @@
 #ifndef TERN_HTTP_ROUTER_H
 #define TERN_HTTP_ROUTER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define TERN__ROUTE_MAX_PARAMS 8
@@ -27,8 +28,12 @@ tern__router *tern__router_new(void);
 void tern__router_free(tern__router *r);
 
 /* Adds a route. Returns 0, -EINVAL for a bad pattern (not starting with
- * '/', "*" not last, empty ":" name, more than TERN__ROUTE_MAX_PARAMS
- * parameters), -EEXIST for the same method and pattern twice, -ENOMEM. */
+ * '/', a '*' that is not the whole last segment, a byte no request path
+ * holds: control, space, '?', '#', non-ASCII; an empty ":" name, a name
+ * twice, more than TERN__ROUTE_MAX_PARAMS parameters) or a bad method
+ * (not an upper-case token of 1 to 32 bytes), -EEXIST for the same method
+ * and pattern twice, -ENOMEM. */
+bool tern__router_method_valid(const char *method);
 int tern__router_add(tern__router *r, const char *method, const char *pattern, void *data);
 
 /* Finds the route for (method, path). Returns its data, or NULL with

@@ -8,7 +8,22 @@
 
 #define KIB 1024u
 
+/* A Server header value: visible ASCII and spaces, short enough for the
+ * line it goes in. */
+static bool server_header_ok(const char *s) {
+    if (strlen(s) > 60)
+        return false;
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
+            return false;
+    return true;
+}
+
 int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_options *opt) {
+    if (out == NULL || loop == NULL)
+        return -EINVAL;
+    if (opt && (opt->max_headers > 256 || (opt->server_header && !server_header_ok(opt->server_header))))
+        return -EINVAL;
     tern_server *srv = calloc(1, sizeof(*srv));
     if (srv == NULL)
         return -ENOMEM;
@@ -19,8 +34,6 @@ int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_option
     if (!o->max_head) o->max_head = 16 * KIB;
     if (!o->max_uri) o->max_uri = 8 * KIB;
     if (!o->max_headers) o->max_headers = 100;
-    if (o->max_headers > sizeof(srv->scratch_headers) / sizeof(srv->scratch_headers[0]))
-        o->max_headers = sizeof(srv->scratch_headers) / sizeof(srv->scratch_headers[0]);
     if (!o->max_body) o->max_body = 16 * KIB * KIB;
     if (!o->head_timeout_ms) o->head_timeout_ms = 10000;
     if (!o->body_timeout_ms) o->body_timeout_ms = 10000;
@@ -28,9 +41,9 @@ int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_option
     if (!o->send_timeout_ms) o->send_timeout_ms = 60000;
     if (!o->shutdown_timeout_ms) o->shutdown_timeout_ms = 10000;
     const char *name = o->server_header ? o->server_header : "tern";
-    if (*name) {
+    if (*name) {   /* fits: server_header_ok bounds it */
         int n = snprintf(srv->server_line, sizeof(srv->server_line), "Server: %s\r\n", name);
-        srv->server_line_len = n > 0 && (size_t)n < sizeof(srv->server_line) ? (size_t)n : 0;
+        srv->server_line_len = (size_t)n;
     }
     o->server_header = NULL;   /* not kept: the caller's string may go */
     srv->limits = (tern__http_limits){o->max_head, o->max_uri, o->max_headers};
@@ -44,8 +57,8 @@ int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_option
     return 0;
 }
 
-tern_loop *tern_server_loop(const tern_server *srv) { return srv->loop; }
-size_t tern_server_connections(const tern_server *srv) { return srv->conns.count; }
+tern_loop *tern_server_loop(const tern_server *srv) { return srv ? srv->loop : NULL; }
+size_t tern_server_connections(const tern_server *srv) { return srv ? srv->conns.count : 0; }
 
 static void close_listeners(tern_server *srv) {
     for (int i = 0; i < srv->nlisteners; i++)
@@ -80,7 +93,13 @@ void tern_server_free(tern_server *srv) {
     free(srv);
 }
 
+static bool listen_options_ok(const tern_listen_options *opt) {
+    return opt == NULL || opt->backlog >= 0;
+}
+
 int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt) {
+    if (srv == NULL || port < 0 || port > 65535 || !listen_options_ok(opt))
+        return -EINVAL;
     if (srv->nlisteners == TERN__MAX_LISTENERS || srv->shutting_down)
         return -ENOSPC;
     int err = tern__listener_tcp(srv->loop, host, port, opt, tern__http_accept, srv,
@@ -91,6 +110,8 @@ int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_
 }
 
 int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_options *opt) {
+    if (srv == NULL || path == NULL || *path == '\0' || !listen_options_ok(opt))
+        return -EINVAL;
     if (srv->nlisteners == TERN__MAX_LISTENERS || srv->shutting_down)
         return -ENOSPC;
     int err = tern__listener_unix(srv->loop, path, opt, tern__http_accept, srv,
@@ -101,6 +122,8 @@ int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_optio
 }
 
 int tern_server_port(const tern_server *srv) {
+    if (srv == NULL)
+        return -EINVAL;
     for (int i = 0; i < srv->nlisteners; i++) {
         int p = tern__listener_port(srv->listeners[i]);
         if (p > 0)
@@ -111,7 +134,7 @@ int tern_server_port(const tern_server *srv) {
 
 static int add_route(tern_server *srv, const char *method, const char *pattern,
                      tern_http_handler fn, void *user, bool stream) {
-    if (fn == NULL || pattern == NULL)
+    if (srv == NULL || fn == NULL || pattern == NULL)
         return -EINVAL;
     tern__http_route *r = calloc(1, sizeof(*r));
     if (r == NULL)
@@ -119,6 +142,8 @@ static int add_route(tern_server *srv, const char *method, const char *pattern,
     r->fn = fn;
     r->user = user;
     r->stream = stream;
+    if (method && strcmp(method, "*") != 0 && strlen(method) < sizeof(r->method))
+        strcpy(r->method, method);
     int err = tern__router_add(srv->router, method, pattern, r);
     if (err < 0) {
         free(r);
@@ -137,6 +162,26 @@ int tern_http_route(tern_server *srv, const char *method, const char *pattern,
 int tern_http_route_stream(tern_server *srv, const char *method, const char *pattern,
                            tern_http_handler fn, void *user) {
     return add_route(srv, method, pattern, fn, user, true);
+}
+
+int tern_http_not_found(tern_server *srv, tern_http_handler fn, void *user) {
+    if (srv == NULL)
+        return -EINVAL;
+    srv->not_found.fn = fn;
+    srv->not_found.user = user;
+    return 0;
+}
+
+bool tern__http_method_known(const tern_server *srv, const char *m, size_t len) {
+    static const char *const standard[] = {"GET", "HEAD", "POST", "PUT", "DELETE",
+                                           "CONNECT", "OPTIONS", "TRACE", "PATCH"};
+    for (size_t i = 0; i < sizeof(standard) / sizeof(standard[0]); i++)
+        if (strlen(standard[i]) == len && memcmp(standard[i], m, len) == 0)
+            return true;
+    for (const tern__http_route *r = srv->routes; r; r = r->next)
+        if (strlen(r->method) == len && memcmp(r->method, m, len) == 0)
+            return true;
+    return false;
 }
 
 /* ---- graceful shutdown ------------------------------------------------ */
@@ -164,7 +209,7 @@ static void shutdown_timeout(tern_timer *t, void *user) {
 }
 
 void tern_server_shutdown(tern_server *srv, tern_server_done_fn done, void *user) {
-    if (srv->shutting_down)
+    if (srv == NULL || srv->shutting_down)
         return;
     srv->shutting_down = true;
     close_listeners(srv);

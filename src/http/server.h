@@ -17,6 +17,7 @@ typedef struct tern__http_route {
     void *user;
     bool stream;                     /* the handler reads the body as a stream */
     struct tern__http_route *next;   /* the server's list, for freeing */
+    char method[33];                 /* as registered; "" for any method */
 } tern__http_route;
 
 /* A protocol reached by upgrading an HTTP connection (WebSocket). */
@@ -44,6 +45,7 @@ struct tern_server {
     tern__http_limits limits;
     tern__router *router;
     tern__http_route *routes;
+    tern__http_route not_found;      /* tern_http_not_found(); fn NULL when unset */
     tern__listener *listeners[TERN__MAX_LISTENERS];
     int nlisteners;
     tern__conn_list conns;
@@ -134,6 +136,7 @@ struct tern_http_req {
     void *abort_user;
     tern_http_drain_fn drain_fn;
     void *drain_user;
+    void *user;                /* tern_http_req_set_user */
 };
 
 /* Invariants: conn is first (net frees the struct with free()); req is in
@@ -153,6 +156,14 @@ struct tern__http_conn {
 void tern__http_accept(void *srv, int fd, const struct sockaddr *addr, socklen_t len);
 void tern__http_response_ended(tern_http_req *req);
 void tern__http_conn_closed_by_server(tern_server *srv);
+
+/* server.c */
+/* Does the server implement this method at all: a standard one (RFC 9110
+ * §9 and PATCH) or one some route was registered with? The others get 501. */
+bool tern__http_method_known(const tern_server *srv, const char *m, size_t len);
+
+/* request.c: getpeername of c; -ENOTCONN when c is NULL or closed. */
+int tern__peer(const tern__conn *c, struct sockaddr_storage *addr, socklen_t *len);
 
 /* static.c */
 void tern__http_static_free(tern_server *srv);

@@ -211,6 +211,8 @@ static void serve_static(tern_http_req *req, void *user) {
 }
 
 int tern_http_static(tern_server *srv, const char *prefix, const char *dir) {
+    if (srv == NULL || prefix == NULL || dir == NULL)
+        return -EINVAL;
     size_t plen = strlen(prefix);
     if (plen == 0 || prefix[0] != '/' || plen > 1024)
         return -EINVAL;

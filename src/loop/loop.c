@@ -23,7 +23,10 @@
 #define TERN__DEFAULT_MAX_UNSENT ((size_t)256 << 20)
 
 const char *tern_strerror(int err) {
-    return strerror(err < 0 ? -err : err);
+    switch (err) {
+    case TERN_ENOHOST: return "Host name does not resolve";
+    default: return strerror(err < 0 ? -err : err);
+    }
 }
 
 void tern__loop_update_time(tern_loop *loop) {
@@ -34,7 +37,7 @@ void tern__loop_update_time(tern_loop *loop) {
     loop->wall_sec = ts.tv_sec;
 }
 
-uint64_t tern_loop_now(const tern_loop *loop) { return loop->now_ms; }
+uint64_t tern_loop_now(const tern_loop *loop) { return loop ? loop->now_ms : 0; }
 int64_t tern__loop_wall_sec(const tern_loop *loop) { return loop->wall_sec; }
 char *tern__loop_rbuf(tern_loop *loop, size_t *cap) { *cap = loop->rbuf_cap; return loop->rbuf; }
 size_t tern__loop_max_unsent(const tern_loop *loop) { return loop->max_unsent; }
@@ -107,6 +110,8 @@ static tern__post *post_pop(tern_loop *loop) {
 }
 
 int tern_loop_post(tern_loop *loop, tern_post_fn fn, void *user) {
+    if (loop == NULL || fn == NULL)
+        return -EINVAL;
     tern__post *p = malloc(sizeof(*p));
     if (p == NULL)
         return -ENOMEM;
@@ -141,7 +146,10 @@ static void on_wake(tern__io *io, uint32_t revents) {
 
 static void stop_fn(tern_loop *loop, void *user) { loop->stopping = true; }
 
-void tern_loop_stop(tern_loop *loop) { loop->stopping = true; }
+void tern_loop_stop(tern_loop *loop) {
+    if (loop)
+        loop->stopping = true;
+}
 int tern_loop_stop_async(tern_loop *loop) { return tern_loop_post(loop, stop_fn, NULL); }
 
 /* ---- signals ---------------------------------------------------------- */
@@ -157,6 +165,10 @@ static void on_signal(tern__io *io, uint32_t revents) {
 }
 
 int tern_loop_on_signal(tern_loop *loop, int signo, tern_signal_fn fn, void *user) {
+    /* SIGKILL and SIGSTOP cannot be caught; signalfd would never see them. */
+    if (loop == NULL || fn == NULL || signo <= 0 || signo >= NSIG || signo == SIGKILL ||
+        signo == SIGSTOP)
+        return -EINVAL;
     if (loop->nsignals == TERN__MAX_SIGNALS)
         return -ENOSPC;
     sigaddset(&loop->signal_set, signo);
@@ -178,6 +190,8 @@ int tern_loop_on_signal(tern_loop *loop, int signo, tern_signal_fn fn, void *use
 /* ---- the loop --------------------------------------------------------- */
 
 int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
+    if (out == NULL)
+        return -EINVAL;
     tern_loop *loop = calloc(1, sizeof(*loop));
     if (loop == NULL)
         return -ENOMEM;
@@ -241,6 +255,8 @@ static void batch_end(tern_loop *loop) {
 }
 
 int tern_loop_run(tern_loop *loop) {
+    if (loop == NULL)
+        return -EINVAL;
     struct epoll_event events[TERN__EVENTS_PER_WAIT];
     loop->stopping = false;
     while (!loop->stopping) {

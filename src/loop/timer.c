@@ -85,6 +85,8 @@ static void arm(tern_timer *t, uint64_t timeout_ms) {
 
 int tern_timer_start(tern_loop *loop, tern_timer **out, uint64_t timeout_ms, uint64_t repeat_ms,
                      tern_timer_fn fn, void *user) {
+    if (loop == NULL || out == NULL || fn == NULL)
+        return -EINVAL;
     tern_timer *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return -ENOMEM;
@@ -103,6 +105,8 @@ int tern_timer_start(tern_loop *loop, tern_timer **out, uint64_t timeout_ms, uin
 }
 
 int tern_timer_again(tern_timer *t, uint64_t timeout_ms) {
+    if (t == NULL)
+        return -EINVAL;
     if (t->heap_index != SIZE_MAX)
         heap_remove(t->loop, t);
     arm(t, timeout_ms);

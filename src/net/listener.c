@@ -110,8 +110,14 @@ int tern__listener_tcp(tern_loop *loop, const char *host, int port, const tern_l
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res;
     int gai = getaddrinfo(host && *host ? host : NULL, service, &hints, &res);
-    if (gai != 0)
-        return gai == EAI_MEMORY ? -ENOMEM : -EADDRNOTAVAIL;
+    if (gai != 0) {
+        /* Not a bind error: the name did not resolve. */
+        if (gai == EAI_MEMORY)
+            return -ENOMEM;
+        if (gai == EAI_SYSTEM)
+            return errno ? -errno : TERN_ENOHOST;
+        return TERN_ENOHOST;
+    }
     int err = -EADDRNOTAVAIL;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
         int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -142,6 +148,8 @@ int tern__listener_tcp(tern_loop *loop, const char *host, int port, const tern_l
 int tern__listener_unix(tern_loop *loop, const char *path, const tern_listen_options *opt,
                         tern__accept_fn fn, void *user, tern__listener **out) {
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    if (path == NULL || *path == '\0')
+        return -EINVAL;
     if (strlen(path) >= sizeof(sun.sun_path))
         return -ENAMETOOLONG;
     strcpy(sun.sun_path, path);

@@ -235,6 +235,8 @@ static bool dropping(const tern_ws *ws) {
 }
 
 int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode) {
+    if (ws == NULL || (data == NULL && len > 0))
+        return -EINVAL;
     if (opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY)
         return -EINVAL;
     if (!may_send(ws) || ws->sending_fragments)
@@ -264,6 +266,8 @@ int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode) {
 }
 
 int tern_ws_send_fragment(tern_ws *ws, const void *data, size_t len, int opcode, bool fin) {
+    if (ws == NULL || (data == NULL && len > 0))
+        return -EINVAL;
     if (!may_send(ws))
         return -EPIPE;
     uint8_t op = TERN__WS_OP_CONT;
@@ -279,7 +283,7 @@ int tern_ws_send_fragment(tern_ws *ws, const void *data, size_t len, int opcode,
 }
 
 int tern_ws_ping(tern_ws *ws, const void *data, size_t len) {
-    if (len > 125)
+    if (ws == NULL || len > 125 || (data == NULL && len > 0))
         return -EINVAL;
     if (!may_send(ws))
         return -EPIPE;
@@ -288,7 +292,7 @@ int tern_ws_ping(tern_ws *ws, const void *data, size_t len) {
 
 int tern_ws_close(tern_ws *ws, int code, const char *reason) {
     size_t rl = reason ? strlen(reason) : 0;
-    if (rl > 123 || !(code == TERN_WS_NO_STATUS || tern__ws_close_code_valid((unsigned)code)))
+    if (ws == NULL || rl > 123 || !(code == TERN_WS_NO_STATUS || tern__ws_close_code_valid((unsigned)code)))
         return -EINVAL;
     if (!may_send(ws))
         return -EPIPE;
@@ -298,16 +302,16 @@ int tern_ws_close(tern_ws *ws, int code, const char *reason) {
     return 0;
 }
 
-size_t tern_ws_buffered(const tern_ws *ws) { return tern__conn_backlog(&ws->conn); }
-void *tern_ws_user(const tern_ws *ws) { return ws->user; }
-void tern_ws_set_user(tern_ws *ws, void *conn_user) { ws->user = conn_user; }
+size_t tern_ws_buffered(const tern_ws *ws) { return ws ? tern__conn_backlog(&ws->conn) : 0; }
+void *tern_ws_user(const tern_ws *ws) { return ws ? ws->user : NULL; }
+void tern_ws_set_user(tern_ws *ws, void *conn_user) { if (ws) ws->user = conn_user; }
 const char *tern_ws_subprotocol(const tern_ws *ws) {
-    return ws->subprotocol == TERN__WS_NO_SUBPROTOCOL
+    return ws == NULL || ws->subprotocol == TERN__WS_NO_SUBPROTOCOL
                ? NULL
                : ws->route->opt.subprotocols[ws->subprotocol];
 }
-bool tern_ws_compressed(const tern_ws *ws) { return ws->pmd != NULL; }
-tern_loop *tern_ws_loop(const tern_ws *ws) { return ws->conn.loop; }
+bool tern_ws_compressed(const tern_ws *ws) { return ws && ws->pmd != NULL; }
+tern_loop *tern_ws_loop(const tern_ws *ws) { return ws ? ws->conn.loop : NULL; }
 
 /* ---- prepared messages ------------------------------------------------ */
 
@@ -340,7 +344,7 @@ static uint8_t *frame_copy(uint8_t opcode, bool rsv1, const void *data, size_t l
 }
 
 tern_ws_prepared *tern_ws_prepare(const void *data, size_t len, int opcode, bool compress) {
-    if (opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY)
+    if ((opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY) || (data == NULL && len > 0))
         return NULL;
     tern_ws_prepared *m = calloc(1, sizeof(*m));
     if (m == NULL)
@@ -365,6 +369,8 @@ tern_ws_prepared *tern_ws_prepare(const void *data, size_t len, int opcode, bool
 }
 
 int tern_ws_send_prepared(tern_ws *ws, tern_ws_prepared *m) {
+    if (ws == NULL || m == NULL)
+        return -EINVAL;
     if (!may_send(ws))
         return -EPIPE;
     if (ws->sending_fragments)

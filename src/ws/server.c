@@ -15,6 +15,7 @@ static int try_upgrade(tern_http_req *req, const tern__http_head *head, const ch
                        size_t rest_len);
 static const char *owns_path(tern_server *srv, const char *path, size_t path_len);
 static void free_ws_server(tern_server *srv);
+static bool tern__ws_token(const char *s);
 
 static const tern__upgrade_hook ws_hook = {try_upgrade, owns_path, free_ws_server};
 
@@ -47,8 +48,19 @@ static void free_ws_server(tern_server *srv) {
 
 int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers *h,
                   const tern_ws_options *opt, void *user) {
-    if (h == NULL || pattern == NULL)
+    if (srv == NULL || h == NULL || pattern == NULL)
         return -EINVAL;
+    /* Out-of-range options are refused rather than quietly replaced: a
+     * typo should not become a server that runs with other limits. */
+    if (opt && ((opt->slow_policy < TERN_WS_SLOW_CLOSE || opt->slow_policy > TERN_WS_SLOW_PAUSE) ||
+                (opt->server_max_window_bits != 0 &&
+                 (opt->server_max_window_bits < 9 || opt->server_max_window_bits > 15)) ||
+                opt->compression_mem_level < 0 || opt->compression_mem_level > 9 ||
+                (opt->backlog_soft && opt->backlog_hard && opt->backlog_soft > opt->backlog_hard)))
+        return -EINVAL;
+    for (size_t i = 0; opt && opt->subprotocols && opt->subprotocols[i]; i++)
+        if (!tern__ws_token(opt->subprotocols[i]))
+            return -EINVAL;
     tern__ws_server *w = ws_server(srv);
     if (w == NULL)
         return -ENOMEM;
@@ -74,8 +86,10 @@ int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers 
         free(r);
         return -EINVAL;
     }
-    if (o->server_max_window_bits < 9 || o->server_max_window_bits > 15)
+    if (o->server_max_window_bits == 0)
         o->server_max_window_bits = 15;
+    if (o->backlog_soft > o->backlog_hard)   /* one given, the other defaulted */
+        o->backlog_hard = o->backlog_soft;
     r->pmd = (tern__pmd_config){
         .enabled = o->compression,
         .server_no_context_takeover = o->server_no_context_takeover,
@@ -102,6 +116,17 @@ static const char *owns_path(tern_server *srv, const char *path, size_t path_len
     return tern__router_match(w->router, "GET", 3, path, path_len, &params, &status)
                ? "websocket"
                : NULL;
+}
+
+/* A subprotocol is an HTTP token (RFC 6455 §4.1): non-empty, no spaces,
+ * commas or other separators. */
+static bool tern__ws_token(const char *s) {
+    if (*s == '\0')
+        return false;
+    for (; *s; s++)
+        if ((unsigned char)*s <= 0x20 || (unsigned char)*s >= 0x7f || strchr("()<>@,;:\\\"/[]?={}", *s))
+            return false;
+    return true;
 }
 
 static bool header_has_token(const tern__http_head *head, const char *name, const char *token) {
@@ -140,7 +165,11 @@ static int try_upgrade(tern_http_req *req, const tern__http_head *head, const ch
 
     void *conn_user = NULL;
     if (route->h.on_upgrade) {
+        /* The hook may ask for the route's parameters ("/room/:room"):
+         * they are views into this match, valid during the call only. */
+        req->params = &params;
         int r = route->h.on_upgrade(req, &conn_user, route->user);
+        req->params = NULL;
         if (r != 0)
             return r >= 400 && r <= 599 ? -r : -403;
     }
@@ -181,6 +210,12 @@ static int try_upgrade(tern_http_req *req, const tern__http_head *head, const ch
     return 1;
 }
 
+int tern_ws_peer(const tern_ws *ws, struct sockaddr_storage *addr, socklen_t *len) {
+    if (ws == NULL)
+        return -EINVAL;
+    return tern__peer(&ws->conn, addr, len);
+}
+
 /* ---- the one-line server ---------------------------------------------- */
 
 static void serve_done(tern_server *srv, void *user) { tern_loop_stop(tern_server_loop(srv)); }
@@ -194,6 +229,8 @@ static void serve_signal(tern_loop *loop, int signo, void *user) {
 }
 
 int tern_ws_serve(const char *host, int port, const tern_ws_handlers *h, void *user) {
+    if (h == NULL || port < 0 || port > 65535)
+        return -EINVAL;
     tern_loop *loop;
     tern_server *srv = NULL;
     int err = tern_loop_new(&loop, NULL);

@@ -606,3 +606,66 @@ def test_10000_connections_rss_returns_to_start(tern):
     # there; LeakSanitizer checks the same thing at exit instead.
     if not SANITIZED:
         assert end - start < 2048, (start, end)
+
+
+# ---- methods and versions (RFC 9110 §9.1, RFC 9112 §2.3) -----------------------
+
+def test_unknown_method_is_501_known_but_not_allowed_is_405(tern):
+    assert status_of(raw(tern, b"BREW /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) == 501
+    assert status_of(raw(tern, b"BREW /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) == 501
+    out = raw(tern, b"DELETE /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert status_of(out) == 405
+    assert b"\r\nAllow: GET, HEAD\r\n" in out
+
+
+def test_not_found_handler_takes_unknown_paths_but_not_405(tern):
+    r, body = get(tern, "/no/such/thing")
+    assert r.status == 404
+    assert body == b"tern: no route for /no/such/thing\n"
+    r, _ = get(tern, "/echo", method="DELETE")
+    assert r.status == 405
+    assert r.getheader("Allow") == "GET, HEAD, POST"
+
+
+@pytest.mark.parametrize("version", [b"1.2", b"1.9"])
+def test_higher_http_1_minor_is_served_as_1_1(tern, version):
+    s = tern.connect()
+    s.sendall(b"GET /ping HTTP/" + version + b"\r\nHost: x\r\n\r\nGET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    st, h, body, rest = read_response(s)
+    assert st == 200 and body == b"pong"
+    s.settimeout(5)
+    while b"pong" not in rest:
+        rest += s.recv(4096)
+    assert rest.startswith(b"HTTP/1.1 200 ")   # kept alive, as 1.1
+    s.close()
+
+
+@pytest.mark.parametrize("version", [b"2.0", b"3.0", b"0.9"])
+def test_other_major_versions_are_505(tern, version):
+    assert status_of(raw(tern, b"GET /ping HTTP/" + version + b"\r\nHost: x\r\n\r\n")) == 505
+
+
+# ---- request accessors ---------------------------------------------------------
+
+@pytest.mark.parametrize("id,status,text", [
+    ("42", 200, b"id 42 from 127.0.0.1:"),
+    ("-9223372036854775808", 200, b"id -9223372036854775808 from "),
+    ("9223372036854775808", 400, b"id out of range\n"),
+    ("4x", 400, b"id must be an integer\n"),
+    ("-", 400, b"id must be an integer\n"),
+])
+def test_numeric_route_parameter_and_peer(tern, id, status, text):
+    r, body = get(tern, "/item/" + id)
+    assert r.status == status
+    assert body.startswith(text), body
+
+
+def test_peer_over_a_unix_socket(tern_factory, tmp_path):
+    path = str(tmp_path / "t.sock")
+    tern_factory("--unix", path)
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    s.sendall(b"GET /item/7 HTTP/1.1\r\nHost: x\r\n\r\n")
+    st, _, body, _ = read_response(s)
+    assert st == 200 and body == b"id 7 from unix:\n"
+    s.close()

@@ -369,3 +369,19 @@ def test_broadcast_reaches_every_connection_compressed_once(tern):
         clients[0].send("after leave")
         assert clients[0].recv(timeout=5) == "after leave"
         assert clients[1].recv(timeout=5) == "after leave"
+
+
+def test_route_parameter_is_there_in_the_upgrade_hook(tern):
+    # Issue #10: tern_http_param() inside on_upgrade gave NULL for "/ws/room/:room".
+    s = tern.connect()
+    key = base64.b64encode(os.urandom(16))
+    s.sendall(b"GET /ws/room/lobby-7 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+              b"Connection: Upgrade\r\nSec-WebSocket-Key: " + key +
+              b"\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    st, h, _, _ = read_response(s)
+    assert st == 101, (st, h)
+    assert h.get("x-tern-room") == "lobby-7"
+    s.close()
+    with connect(ws_url(tern, "/ws/room/blue")) as ws:
+        ws.send("hi")
+        assert ws.recv(timeout=5) == "hi"

@@ -197,9 +197,14 @@ static void versions(void **state) {
     assert_int_equal(head.minor_version, 1);
     /* Well-formed, but not ours: 505. */
     refuse("GET / HTTP/2.0\r\nHost: h\r\n\r\n", 505);
-    refuse("GET / HTTP/1.2\r\nHost: h\r\n\r\n", 505);
     refuse("GET / HTTP/0.9\r\nHost: h\r\n\r\n", 505);
     refuse("GET / HTTP/9.9\r\n\r\n", 505);
+    /* RFC 9112 §2.3: a higher 1.x minor is answered as 1.1. */
+    accept_req("GET / HTTP/1.2\r\nHost: h\r\n\r\n");
+    assert_int_equal(head.minor_version, 1);
+    assert_true(head.keep_alive);
+    accept_req("GET / HTTP/1.9\r\nHost: h\r\n\r\n");
+    assert_int_equal(head.minor_version, 1);
     /* Not an HTTP-version at all: 400. */
     refuse("GET / http/1.1\r\nHost: h\r\n\r\n", 400);
     refuse("GET / HTTP/1.10\r\nHost: h\r\n\r\n", 400);
