@@ -67,7 +67,7 @@ char *tern__loop_rbuf(tern_loop *loop, size_t *cap);
 /* Per-loop slots for the upper layers' singletons (the net layer's cork,
  * the pending lists), so the loop needs to know nothing of them. Each is
  * one malloc'd block; tern_loop_free() frees it. */
-enum { TERN__SLOT_NET, TERN__SLOT_HTTP, TERN__SLOT_COUNT };
+enum { TERN__SLOT_NET, TERN__SLOT_COUNT };
 void **tern__loop_slot(tern_loop *loop, int which);
 
 /* Wall clock, for Date headers: seconds since the epoch, read once per
