@@ -1,4 +1,4 @@
-/* tern: HTTP/1.1, WebSocket and pub/sub on one event loop per thread. */
+/* tern: HTTP/1.1 and WebSocket on one event loop per thread. */
 #ifndef TERN_H
 #define TERN_H
 

@@ -147,10 +147,16 @@ tern_loop *tern_ws_loop(const tern_ws *ws);
  * is closed (also inside on_close). */
 int tern_ws_peer(const tern_ws *ws, struct sockaddr_storage *addr, socklen_t *len);
 
-/* A message framed once and sent to many connections (pub/sub fan-out):
- * the bytes are shared, and with compression they are compressed once for
- * all the connections that agreed to no context takeover. Reference-
- * counted: tern_ws_prepared_free drops the caller's reference. */
+/* A message framed once and sent to many connections (fan-out): the
+ * header is built once and, with compress, the payload is compressed once
+ * for all the connections that agreed to no context takeover with a full
+ * window (the others get it compressed by their own compressor).
+ * tern_ws_prepare copies data. The caller owns the prepared message and
+ * frees it with tern_ws_prepared_free, which it may do right after its
+ * last tern_ws_send_prepared: each send copies the frame into that
+ * connection's output (the loop's cork buffer, or the connection's backlog
+ * for what the kernel does not take at once), so nothing queued refers to
+ * the message's bytes. */
 typedef struct tern_ws_prepared tern_ws_prepared;
 tern_ws_prepared *tern_ws_prepare(const void *data, size_t len, int opcode, bool compress);
 int tern_ws_send_prepared(tern_ws *ws, tern_ws_prepared *msg);

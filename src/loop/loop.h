@@ -69,7 +69,7 @@ size_t tern__loop_max_unsent(const tern_loop *loop);
 /* Per-loop slots for the upper layers' singletons (the net layer's cork,
  * the pending lists), so the loop needs to know nothing of them. Each is
  * one malloc'd block; tern_loop_free() frees it. */
-enum { TERN__SLOT_NET, TERN__SLOT_HTTP, TERN__SLOT_COUNT };
+enum { TERN__SLOT_NET, TERN__SLOT_COUNT };
 void **tern__loop_slot(tern_loop *loop, int which);
 
 /* Wall clock, for Date headers: seconds since the epoch, read once per
