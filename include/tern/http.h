@@ -53,6 +53,23 @@ int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_optio
 /* The port the first TCP listener got (useful after listening on port 0). */
 int tern_server_port(const tern_server *srv);
 
+/* The access log: fn gets one entry per response the server sends (also
+ * its own 404/405/501 answers and refusals such as 400 or 431, with
+ * method and target "-", and 101 for a WebSocket upgrade). Entries are
+ * delivered at the end of the loop's batch of events, never from inside a
+ * tern call; the strings are valid during the call only. fn NULL stops
+ * it. Returns 0, or -EINVAL for a NULL srv. */
+typedef struct tern_http_access {
+    const char *peer;      /* tern_addr_format() of the peer, or "-" once it is gone */
+    const char *method;    /* as sent, or "-" */
+    const char *target;    /* the request-target as sent (path and query), or "-" */
+    int status;
+    uint64_t bytes;        /* body bytes of the response */
+    uint64_t duration_ms;  /* from the handler's start to the response's end (loop clock) */
+} tern_http_access;
+typedef void (*tern_http_access_fn)(tern_server *srv, const tern_http_access *entry, void *user);
+int tern_server_set_access_log(tern_server *srv, tern_http_access_fn fn, void *user);
+
 /* Graceful shutdown: stops accepting, closes idle connections, lets the
  * responses in flight finish (each then closes its connection), and calls
  * done once no connection is left, or when shutdown_timeout_ms has passed

@@ -67,6 +67,7 @@ static void free_req(tern_http_req *req) {
     free(req->head_copy);
     free(req->body_buf);
     free(req->extra);
+    free(req->access_copy);
     free(req);
 }
 
@@ -93,7 +94,9 @@ static void call_handler(tern__http_conn *hc, const tern__http_head *head,
     req->params = params;
     req->body = body;
     req->body_len = body_len;
+    tern__http_access_begin(req);
     req->route->fn(req, req->route->user);
+    tern__http_access_keep(req);
     req->live = false;
     req->head = NULL;
     req->params = NULL;
