@@ -44,15 +44,41 @@ typedef struct tern_server_options {
     const char *server_header;     /* "Server:" value: "tern"; "" sends none */
 } tern_server_options;
 
+/* Returns 0, or -EINVAL (out or loop NULL, max_headers over 256, a
+ * server_header over 60 bytes or with control characters), -ENOMEM. */
 int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_options *opt);
 /* Closes every listener and connection at once and frees the server. */
 void tern_server_free(tern_server *srv);
 tern_loop *tern_server_loop(const tern_server *srv);
 
+/* Returns 0, or: -EINVAL (srv NULL, port outside 0..65535, a negative
+ * backlog; for Unix, path NULL or ""), TERN_ENOHOST (host does not
+ * resolve), -ENAMETOOLONG (Unix path over 107 bytes), -ENOSPC (8
+ * listeners already, or shutting down), or the errno of socket/bind/listen:
+ * -EADDRINUSE, -EADDRNOTAVAIL (an address that is not this machine's),
+ * -EACCES (a port under 1024). */
 int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt);
 int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_options *opt);
-/* The port the first TCP listener got (useful after listening on port 0). */
+/* The port the first TCP listener got (useful after listening on port 0);
+ * -ENOENT when none, -EINVAL for a NULL srv. */
 int tern_server_port(const tern_server *srv);
+
+/* The access log: fn gets one entry per response the server sends (also
+ * its own 404/405/501 answers and refusals such as 400 or 431, with
+ * method and target "-", and 101 for a WebSocket upgrade). Entries are
+ * delivered at the end of the loop's batch of events, never from inside a
+ * tern call; the strings are valid during the call only. fn NULL stops
+ * it. Returns 0, or -EINVAL for a NULL srv. */
+typedef struct tern_http_access {
+    const char *peer;      /* tern_addr_format() of the peer, or "-" once it is gone */
+    const char *method;    /* as sent, or "-" */
+    const char *target;    /* the request-target as sent (path and query), or "-" */
+    int status;
+    uint64_t bytes;        /* body bytes of the response */
+    uint64_t duration_ms;  /* from the handler's start to the response's end (loop clock) */
+} tern_http_access;
+typedef void (*tern_http_access_fn)(tern_server *srv, const tern_http_access *entry, void *user);
+int tern_server_set_access_log(tern_server *srv, tern_http_access_fn fn, void *user);
 
 /* Graceful shutdown: stops accepting, closes idle connections, lets the
  * responses in flight finish (each then closes its connection), and calls
@@ -69,7 +95,13 @@ typedef void (*tern_http_handler)(tern_http_req *req, void *user);
 /* method: "GET", "POST", ... or NULL for any. pattern: exact segments,
  * ":name" parameters, and a trailing "*". HEAD requests use the GET route
  * when no HEAD route exists; the body is left out for them. The handler
- * runs when the whole body is in (up to max_body). */
+ * runs when the whole body is in (up to max_body).
+ * Returns 0, -EEXIST for the same method and pattern twice, -ENOMEM, or
+ * -EINVAL: srv, pattern or fn NULL; a method that is not an upper-case
+ * token of 1 to 32 bytes ("get", "G T"); a pattern no request path can
+ * match: not starting with '/', a '?' or '#', a space, control or non-ASCII
+ * byte, a '*' that is not the whole last segment ("/star*", "/ * /x"), an
+ * empty or repeated ":name", more than 8 parameters. */
 int tern_http_route(tern_server *srv, const char *method, const char *pattern,
                     tern_http_handler fn, void *user);
 /* The same, but the handler runs as soon as the head is in, and reads the
@@ -165,6 +197,15 @@ int tern_http_param_int(const tern_http_req *req, const char *name, int64_t *out
 
 /* ---- the response ----------------------------------------------------- */
 
+/* Errors of the response calls below: -EINVAL for a NULL req, a NULL
+ * pointer with a non-zero length, a status outside 200..999, a
+ * Content-Type or header value with a control character (CR, LF, ...), a
+ * header name that is not a token; -EALREADY when the response head has
+ * already gone out (a second respond or start, a header added after it,
+ * a write or end after the end); -EINVAL for a write or end before
+ * tern_http_start; -EPIPE when the connection is gone (the response then
+ * counts as ended). */
+
 /* Adds a response header (copied). Before the response starts. */
 int tern_http_add_header(tern_http_req *req, const char *name, const char *value);
 
@@ -179,7 +220,8 @@ int tern_http_write(tern_http_req *req, const void *data, size_t len);
 int tern_http_end(tern_http_req *req);
 
 /* A response whose body is len bytes of fd from offset, sent with
- * sendfile(). Takes fd (closes it). Ends the response. */
+ * sendfile(). Takes fd (closes it, also on every error). Ends the
+ * response. -EBADF for a negative fd. */
 int tern_http_respond_file(tern_http_req *req, int status, const char *content_type, int fd,
                            off_t offset, size_t len);
 

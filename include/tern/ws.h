@@ -109,17 +109,24 @@ typedef struct tern_ws_options {
     bool compression;              /* offer permessage-deflate */
     bool server_no_context_takeover;  /* no compression memory kept between messages */
     bool client_no_context_takeover;  /* ask clients the same, so inflate keeps none */
-    int server_max_window_bits;    /* 9..15 (default 15) */
-    int compression_mem_level;     /* zlib memLevel 1..9 (default 8) */
+    int server_max_window_bits;    /* 9..15 (0: 15) */
+    int compression_mem_level;     /* zlib memLevel 1..9 (0: 8) */
     size_t compress_min;           /* don't compress messages shorter than this: 64 */
     const char *const *subprotocols;  /* NULL-terminated, in the server's order */
 } tern_ws_options;
 
+/* Returns 0, -EEXIST, -ENOMEM, or -EINVAL: srv, pattern or h NULL, a bad
+ * pattern (as tern_http_route), or an option out of its range
+ * (slow_policy not a tern_ws_slow_policy, server_max_window_bits not 0 or
+ * 9..15, compression_mem_level not 0..9, backlog_soft over backlog_hard,
+ * a subprotocol that is empty or not a token, 255 or more of them): a
+ * typo is refused, not quietly replaced by a default. */
 int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers *h,
                   const tern_ws_options *opt, void *user);
 
 /* Sends one message. Returns a tern_send_result or a negative error:
- * -EPIPE once a close was sent or received, -EINVAL for a bad opcode,
+ * -EPIPE once a close was sent or received, -EINVAL for a bad opcode, a
+ * NULL ws or NULL data with a non-zero len,
  * -EBUSY while a fragmented message of ours is unfinished. Text is not
  * checked for UTF-8: the caller vouches for its bytes. */
 int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode);

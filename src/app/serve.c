@@ -49,7 +49,20 @@ typedef struct serve_ctx {
     const char *ws_origin;     /* --ws-origin: the Origin allowed, or NULL (any) */
     uint64_t ws_conn_seq;      /* numbers the WebSocket connections */
     bcast_member *members;     /* /ws/broadcast connections */
+    FILE *access_log;          /* --access-log, or NULL */
 } serve_ctx;
+
+/* --log-level: the library's lines on stderr. */
+static void log_stderr(int level, const char *msg, void *user) {
+    fprintf(stderr, "tern: [%s] %s\n", tern_log_level_name(level), msg);
+}
+
+/* --access-log: peer method target status bytes duration, one line each. */
+static void access_line(tern_server *srv, const tern_http_access *a, void *user) {
+    serve_ctx *ctx = user;
+    fprintf(ctx->access_log, "%s %s %s %d %llu %llums\n", a->peer, a->method, a->target,
+            a->status, (unsigned long long)a->bytes, (unsigned long long)a->duration_ms);
+}
 
 /* Reads a non-negative integer query parameter; -1 when absent or bad. */
 static long long query_num(tern_http_req *req, const char *name, long long max) {
@@ -341,6 +354,8 @@ static void usage(FILE *f) {
             "  --no-compression      don't offer permessage-deflate on /ws\n"
             "  --ws-origin ORIGIN    refuse (403) WebSocket upgrades from any other Origin\n"
             "  --ws-slow-policy P    /ws client not reading: pause (default), close (1008) or drop\n"
+            "  --log-level L         the library's log on stderr: error, warn (default), info, debug\n"
+            "  --access-log FILE     one line per response (peer method target status bytes ms); - for stdout\n"
             "  --quiet               no log lines but the \"listening on\" one\n");
 }
 
@@ -357,7 +372,7 @@ static bool parse_size(const char *s, unsigned long long max, unsigned long long
 int tern_app_serve(int argc, char **argv) {
     enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
-           O_SEND_TO, O_MAX_UNSENT };
+           O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -378,6 +393,8 @@ int tern_app_serve(int argc, char **argv) {
         {"ws-slow-policy", required_argument, NULL, O_WS_SLOW},
         {"send-timeout", required_argument, NULL, O_SEND_TO},
         {"max-unsent", required_argument, NULL, O_MAX_UNSENT},
+        {"log-level", required_argument, NULL, O_LOG_LEVEL},
+        {"access-log", required_argument, NULL, O_ACCESS_LOG},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -389,6 +406,8 @@ int tern_app_serve(int argc, char **argv) {
      * answers, stop reading its requests (TCP pushes back on it). */
     int slow_policy = TERN_WS_SLOW_PAUSE;
     serve_ctx ctx = {0};
+    int log_level = TERN_LOG_WARN;
+    const char *access_path = NULL;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -418,6 +437,14 @@ int tern_app_serve(int argc, char **argv) {
                           : !strcmp(optarg, "pause") ? TERN_WS_SLOW_PAUSE : -1;
             ok = slow_policy >= 0;
             break;
+        case O_LOG_LEVEL:
+            log_level = -1;
+            for (int l = TERN_LOG_ERROR; l <= TERN_LOG_DEBUG; l++)
+                if (strcmp(optarg, tern_log_level_name(l)) == 0)
+                    log_level = l;
+            ok = log_level >= 0;
+            break;
+        case O_ACCESS_LOG: access_path = optarg; break;
         default: usage(stderr); return 2;
         }
         if (!ok) {
@@ -429,6 +456,17 @@ int tern_app_serve(int argc, char **argv) {
         fprintf(stderr, "tern serve: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
+
+    if (access_path) {
+        ctx.access_log = strcmp(access_path, "-") == 0 ? stdout : fopen(access_path, "a");
+        if (ctx.access_log == NULL) {
+            fprintf(stderr, "tern serve: --access-log %s: %s\n", access_path, strerror(errno));
+            return 1;
+        }
+        setvbuf(ctx.access_log, NULL, _IOLBF, 0);   /* whole lines, as they happen */
+    }
+    if (!ctx.quiet)
+        tern_set_log(log_level, log_stderr, NULL);
 
     signal(SIGPIPE, SIG_IGN);
     /* Buffers of large messages and bodies (over 256 KiB) come from mmap,
@@ -450,6 +488,8 @@ int tern_app_serve(int argc, char **argv) {
         fprintf(stderr, "tern serve: %s\n", tern_strerror(err));
         return 1;
     }
+    if (ctx.access_log)
+        tern_server_set_access_log(ctx.srv, access_line, &ctx);
     tern_http_route(ctx.srv, "GET", "/ping", on_ping, &ctx);
     tern_http_route(ctx.srv, "GET", "/echo", on_echo_get, &ctx);
     tern_http_route(ctx.srv, "POST", "/echo", on_echo_post, &ctx);
@@ -502,6 +542,8 @@ int tern_app_serve(int argc, char **argv) {
     err = tern_loop_run(ctx.loop);
     tern_server_free(ctx.srv);
     tern_loop_free(ctx.loop);
+    if (ctx.access_log && ctx.access_log != stdout)
+        fclose(ctx.access_log);
     if (err < 0) {
         fprintf(stderr, "tern serve: %s\n", tern_strerror(err));
         return 1;

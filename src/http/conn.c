@@ -73,6 +73,7 @@ static void free_req(tern_http_req *req) {
     free(req->head_copy);
     free(req->body_buf);
     free(req->extra);
+    free(req->access_copy);
     free(req);
 }
 
@@ -99,7 +100,9 @@ static void call_handler(tern__http_conn *hc, const tern__http_head *head,
     req->params = params;
     req->body = body;
     req->body_len = body_len;
+    tern__http_access_begin(req);
     req->route->fn(req, req->route->user);
+    tern__http_access_keep(req);
     req->live = false;
     req->head = NULL;
     req->params = NULL;
@@ -425,7 +428,7 @@ void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user) {
     if (req == NULL || fn == NULL)
         return;
     tern__http_conn *hc = req->hc;
-    if (hc == NULL || !req->route->stream || req->ended || req->body_fn || fn == NULL)
+    if (hc == NULL || !req->route->stream || req->ended || req->body_fn)
         return;
     req->body_fn = fn;
     req->body_user = user;

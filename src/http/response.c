@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "http/chars.h"
+#include "loop/log.h"
 #include "http/server.h"
 
 const char *tern_http_reason(int status) {
@@ -64,6 +65,7 @@ void tern__http_req_reset(tern_http_req *req) {
     size_t extra_cap = req->extra_cap;
     free(req->head_copy);
     free(req->body_buf);
+    free(req->access_copy);
     memset(req, 0, sizeof(*req));
     /* The header scratch is kept for the next request of the connection. */
     req->extra = extra;
@@ -149,6 +151,7 @@ static int write_head(tern_http_req *req, int status, const char *ctype, int64_t
         p = put(p, body, body_len);
     req->started = true;
     req->extra_len = 0;
+    req->resp_status = status;
 
     int r;
     if (heap == NULL) {
@@ -176,6 +179,16 @@ void tern__http_error(tern__http_conn *hc, int status) {
                      status, reason, srv->server_line, srv->date, strlen(reason) + 1, reason);
     if (n > 0 && (size_t)n < sizeof(buf))
         tern__conn_write(&hc->conn, buf, (size_t)n);
+    tern__http_access_record_error(hc, status, strlen(reason) + 1);
+    if (tern__log_on(TERN_LOG_DEBUG)) {
+        char peer[TERN_ADDRSTRLEN] = "-";
+        struct sockaddr_storage ss;
+        socklen_t sl;
+        if (tern__peer(&hc->conn, &ss, &sl) == 0)
+            tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer));
+        tern__log(TERN_LOG_DEBUG, TERN__LOG_HTTP_REFUSED, "http: %d %s to %s, closing", status,
+                  reason, peer);
+    }
     tern__conn_end(&hc->conn);
 }
 
@@ -190,6 +203,8 @@ void tern__http_send_continue(tern_http_req *req) {
 
 static void end_response(tern_http_req *req) {
     req->ended = true;
+    if (req->started)   /* else: the connection was gone, nothing was sent */
+        tern__http_access_record(req, req->resp_status);
     tern__http_response_ended(req);
 }
 
@@ -266,10 +281,12 @@ int tern_http_respond(tern_http_req *req, int status, const char *content_type, 
     if (err)
         return err;
     int r;
-    if (status == 204 || status == 304)
+    if (status == 204 || status == 304) {
         r = write_head(req, status, content_type, LEN_NONE, NULL, 0);
-    else
+    } else {
         r = write_head(req, status, content_type, (int64_t)len, body, req->is_head ? 0 : len);
+        req->bytes_out = req->is_head ? 0 : len;
+    }
     end_response(req);
     return r;
 }
@@ -304,6 +321,7 @@ int tern_http_write(tern_http_req *req, const void *data, size_t len) {
         return -EPIPE;
     if (req->is_head || len == 0)   /* a zero-size chunk would end the body */
         return TERN_SEND_OK;
+    req->bytes_out += len;
     if (!req->chunked_out)
         return tern__conn_write(&req->hc->conn, data, len);
     char size[24];
@@ -339,8 +357,10 @@ int tern_http_respond_file(tern_http_req *req, int status, const char *content_t
         return err;
     }
     int r = write_head(req, status, content_type, (int64_t)len, NULL, 0);
-    if (r >= 0 && !req->is_head && len > 0)
+    if (r >= 0 && !req->is_head && len > 0) {
         r = tern__conn_sendfile(&req->hc->conn, fd, offset, len);
+        req->bytes_out = len;
+    }
     else
         close(fd);
     end_response(req);

@@ -82,6 +82,7 @@ void tern_server_free(tern_server *srv) {
     tern__net_flush(srv->loop);
     tern_timer_stop(srv->shutdown_timer);
     tern__router_free(srv->router);
+    tern__http_access_drop(srv);
     tern__http_static_free(srv);
     if (srv->upgrade)
         srv->upgrade->free(srv);
@@ -169,6 +170,14 @@ int tern_http_not_found(tern_server *srv, tern_http_handler fn, void *user) {
         return -EINVAL;
     srv->not_found.fn = fn;
     srv->not_found.user = user;
+    return 0;
+}
+
+int tern_server_set_access_log(tern_server *srv, tern_http_access_fn fn, void *user) {
+    if (srv == NULL)
+        return -EINVAL;
+    srv->access_fn = fn;
+    srv->access_user = user;
     return 0;
 }
 

@@ -46,6 +46,8 @@ struct tern_server {
     tern__router *router;
     tern__http_route *routes;
     tern__http_route not_found;      /* tern_http_not_found(); fn NULL when unset */
+    tern_http_access_fn access_fn;   /* tern_server_set_access_log(); NULL when unset */
+    void *access_user;
     tern__listener *listeners[TERN__MAX_LISTENERS];
     int nlisteners;
     tern__conn_list conns;
@@ -137,6 +139,12 @@ struct tern_http_req {
     tern_http_drain_fn drain_fn;
     void *drain_user;
     void *user;                /* tern_http_req_set_user */
+
+    /* access log */
+    uint64_t start_ms;         /* the loop's clock when the handler started */
+    uint64_t bytes_out;        /* body bytes of the response */
+    int resp_status;           /* the status sent */
+    char *access_copy;         /* "METHOD\0TARGET\0", kept for an answer given later */
 };
 
 /* Invariants: conn is first (net frees the struct with free()); req is in
@@ -164,6 +172,16 @@ bool tern__http_method_known(const tern_server *srv, const char *m, size_t len);
 
 /* request.c: getpeername of c; -ENOTCONN when c is NULL or closed. */
 int tern__peer(const tern__conn *c, struct sockaddr_storage *addr, socklen_t *len);
+
+/* access.c: the access log. begin at the handler's start; keep after it
+ * returns (copies what a later answer's entry needs); record when a
+ * response goes out (status 101 for an upgrade); record_error for the
+ * refusals sent without a request; drop when the server goes. */
+void tern__http_access_begin(tern_http_req *req);
+void tern__http_access_keep(tern_http_req *req);
+void tern__http_access_record(tern_http_req *req, int status);
+void tern__http_access_record_error(tern__http_conn *hc, int status, uint64_t bytes);
+void tern__http_access_drop(tern_server *srv);
 
 /* static.c */
 void tern__http_static_free(tern_server *srv);

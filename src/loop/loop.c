@@ -43,6 +43,9 @@ char *tern__loop_rbuf(tern_loop *loop, size_t *cap) { *cap = loop->rbuf_cap; ret
 size_t tern__loop_max_unsent(const tern_loop *loop) { return loop->max_unsent; }
 void **tern__loop_slot(tern_loop *loop, int which) { return &loop->slots[which]; }
 void tern__loop_set_batch_end(tern_loop *loop, tern__loop_hook fn) { loop->batch_end = fn; }
+void tern__loop_set_slot_hook(tern_loop *loop, int which, tern__loop_hook fn) {
+    loop->slot_hooks[which] = fn;
+}
 
 void tern__io_init(tern__io *io, int fd, tern__io_fn fn) {
     io->fd = fd;
@@ -250,6 +253,9 @@ void tern_loop_free(tern_loop *loop) {
 }
 
 static void batch_end(tern_loop *loop) {
+    for (int i = 0; i < TERN__SLOT_COUNT; i++)
+        if (loop->slot_hooks[i])
+            loop->slot_hooks[i](loop);
     if (loop->batch_end)
         loop->batch_end(loop);
 }

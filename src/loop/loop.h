@@ -66,11 +66,16 @@ char *tern__loop_rbuf(tern_loop *loop, size_t *cap);
 /* The bound on all the loop's backlogs together (tern_loop_options). */
 size_t tern__loop_max_unsent(const tern_loop *loop);
 
-/* Per-loop slots for the upper layers' singletons (the net layer's cork,
- * the pending lists), so the loop needs to know nothing of them. Each is
- * one malloc'd block; tern_loop_free() frees it. */
-enum { TERN__SLOT_NET, TERN__SLOT_COUNT };
+/* Per-loop slots for the upper layers' singletons (the net layer's cork
+ * and pending lists, the http layer's queue of access-log entries), so the
+ * loop needs to know nothing of them. Each is one malloc'd block;
+ * tern_loop_free() frees it. */
+enum { TERN__SLOT_NET, TERN__SLOT_HTTP, TERN__SLOT_COUNT };
 void **tern__loop_slot(tern_loop *loop, int which);
+/* A function of a slot's owner run at every batch end, before the one set
+ * with tern__loop_set_batch_end (so what it writes is flushed with the
+ * batch): where callbacks deferred out of the user's calls are made. */
+void tern__loop_set_slot_hook(tern_loop *loop, int which, tern__loop_hook fn);
 
 /* Wall clock, for Date headers: seconds since the epoch, read once per
  * iteration alongside the monotonic clock. */

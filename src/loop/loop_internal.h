@@ -66,6 +66,7 @@ struct tern_loop {
 
     tern__loop_hook batch_end;
     void *slots[TERN__SLOT_COUNT];
+    tern__loop_hook slot_hooks[TERN__SLOT_COUNT];
 
     /* The batch being dispatched: events [batch_next, batch_len) are still
      * to run. A watcher removed meanwhile has its pending events cleared

@@ -13,6 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "loop/log.h"
 #include "net/conn.h"
 
 #define TERN__ACCEPTS_PER_EVENT 64
@@ -46,14 +47,20 @@ static void on_accept(tern__io *io, uint32_t revents) {
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            int e = errno;
+            if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
                 /* Out of descriptors or memory: stop accepting for a moment
                  * and keep serving the connections we have. The pending
                  * clients wait in the kernel's accept queue meanwhile. */
+                tern__log(TERN_LOG_WARN, TERN__LOG_ACCEPT,
+                          "accept: %s; not accepting for %d ms", strerror(e),
+                          TERN__EMFILE_BACKOFF_MS);
                 if (l->backoff == NULL &&
                     tern_timer_start(l->loop, &l->backoff, TERN__EMFILE_BACKOFF_MS, 0,
                                      resume_accepting, l) == 0)
                     tern__io_set(l->loop, &l->io, 0);
+            } else if (e != EAGAIN && e != EWOULDBLOCK) {
+                tern__log(TERN_LOG_ERROR, TERN__LOG_LISTEN, "accept: %s", strerror(e));
             }
             return;
         }

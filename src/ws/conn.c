@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loop/log.h"
 #include "ws/utf8.h"
 #include "ws/ws.h"
 
@@ -146,6 +147,8 @@ static uint32_t soft_spent(const tern_ws *ws) { return clock32(ws) - ws->soft_si
 
 /* Over the soft limit past the grace period. */
 static void apply_policy(tern_ws *ws) {
+    tern__log(TERN_LOG_INFO, TERN__LOG_WS_SLOW, "ws: slow consumer, %zu bytes behind: policy %d",
+              tern__conn_buffered(&ws->conn), ws->route->opt.slow_policy);
     switch (ws->route->opt.slow_policy) {
     case TERN_WS_SLOW_CLOSE:
         policy_close(ws);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "loop/log.h"
 #include "ws/handshake.h"
 #include "ws/ws.h"
 
@@ -139,8 +140,9 @@ static bool header_has_token(const tern__http_head *head, const char *name, cons
     return false;
 }
 
-static int try_upgrade(tern_http_req *req, const tern__http_head *head, const char *rest,
-                       size_t rest_len) {
+/* try_upgrade's work; try_upgrade adds the log line for a refusal. */
+static int upgrade(tern_http_req *req, const tern__http_head *head, const char *rest,
+                   size_t rest_len) {
     tern_server *srv = req->srv;
     tern__ws_server *w = srv->ws;
     tern__route_params params;
@@ -190,6 +192,7 @@ static int try_upgrade(tern_http_req *req, const tern__http_head *head, const ch
     char accept[TERN__WS_ACCEPT_LEN + 1];
     tern__ws_accept(key->value, key->value_len, accept);
     tern__http_conn *hc = req->hc;
+    tern__http_access_record(req, 101);   /* while the connection is still HTTP's */
     char buf[1024];
     int n = snprintf(buf, sizeof(buf),
                      "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
@@ -214,6 +217,21 @@ int tern_ws_peer(const tern_ws *ws, struct sockaddr_storage *addr, socklen_t *le
     if (ws == NULL)
         return -EINVAL;
     return tern__peer(&ws->conn, addr, len);
+}
+
+static int try_upgrade(tern_http_req *req, const tern__http_head *head, const char *rest,
+                       size_t rest_len) {
+    int r = upgrade(req, head, rest, rest_len);
+    if (r < 0 && tern__log_on(TERN_LOG_DEBUG)) {
+        char peer[TERN_ADDRSTRLEN] = "-";
+        struct sockaddr_storage ss;
+        socklen_t sl;
+        if (tern_http_peer(req, &ss, &sl) == 0)
+            tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer));
+        tern__log(TERN_LOG_DEBUG, TERN__LOG_WS_REFUSED, "ws: upgrade of %.*s from %s refused: %d",
+                  head->path_len > 200 ? 200 : (int)head->path_len, head->path, peer, -r);
+    }
+    return r;
 }
 
 /* ---- the one-line server ---------------------------------------------- */

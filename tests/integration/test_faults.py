@@ -279,6 +279,9 @@ def test_out_of_descriptors_backs_off_and_recovers():
             s.close()
     finally:
         assert tern.stop() == 0
+    # The back-off is logged (warn, the default level), rate-limited.
+    lines = [l for l in tern.stderr.splitlines() if "[warn] accept: Too many open files" in l]
+    assert 1 <= len(lines) <= 40, tern.stderr
 
 
 def test_50000_connections_opened_and_closed(tern):

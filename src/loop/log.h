@@ -1,0 +1,26 @@
+/* Private side of the log hook: the call the modules make. */
+#ifndef TERN_LOOP_LOG_H
+#define TERN_LOOP_LOG_H
+
+#include <stdbool.h>
+
+#include "tern/log.h"
+
+/* Kinds of message, each rate-limited on its own. */
+enum tern__log_kind {
+    TERN__LOG_ACCEPT,        /* accept() errors, EMFILE back-off */
+    TERN__LOG_LISTEN,        /* other listener errors */
+    TERN__LOG_HTTP_REFUSED,  /* a request refused before any handler (4xx/5xx, close) */
+    TERN__LOG_WS_REFUSED,    /* a refused WebSocket upgrade */
+    TERN__LOG_WS_SLOW,       /* the slow-consumer policy applied */
+    TERN__LOG_KINDS
+};
+
+/* Is anything at this level wanted? For callers that would format costly
+ * arguments (a peer address). */
+bool tern__log_on(int level);
+
+/* printf-style; at most TERN__LOG_BURST lines per second per kind. */
+void tern__log(int level, int kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,99 @@
+"""What issue #10 added, as seen through `tern serve`: the log hook
+(--log-level) and the access log (--access-log)."""
+import base64
+import os
+import re
+import subprocess
+import time
+
+from conftest import TERN_BIN, SLOW, read_response
+
+
+def wait_for_lines(path, n, timeout=5.0):
+    deadline = time.time() + timeout * SLOW
+    while time.time() < deadline:
+        if os.path.exists(path):
+            with open(path) as f:
+                lines = f.read().splitlines()
+            if len(lines) >= n:
+                return lines
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {n} lines in {path}")
+
+
+def request(tern, raw):
+    s = tern.connect()
+    s.sendall(raw)
+    st, h, body, _ = read_response(s)
+    s.close()
+    return st, h, body
+
+
+def test_access_log_has_one_line_per_response(tern_factory, tmp_path):
+    log = str(tmp_path / "access.log")
+    tern = tern_factory("--access-log", log)
+    request(tern, b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    request(tern, b"POST /echo?x=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")
+    request(tern, b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+    request(tern, b"DELETE /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    request(tern, b"GET /delay?ms=50 HTTP/1.1\r\nHost: x\r\n\r\n")          # answered later
+    request(tern, b"GET /stream?chunks=3&size=10 HTTP/1.1\r\nHost: x\r\n\r\n")
+    request(tern, b"GET / HTTP/1.1\r\nHost: x\r\nBad Name: y\r\n\r\n")       # refused: 400
+    lines = wait_for_lines(log, 7)
+    pat = re.compile(r"^127\.0\.0\.1:\d+ (\S+) (\S+) (\d{3}) (\d+) (\d+)ms$")
+    got = []
+    for l in lines:
+        m = pat.match(l)
+        assert m, l
+        got.append((m.group(1), m.group(2), int(m.group(3)), int(m.group(4)), int(m.group(5))))
+    assert got[0][:4] == ("GET", "/ping", 200, 4)
+    assert got[1][:4] == ("POST", "/echo?x=1", 200, 5)
+    assert got[2][:3] == ("GET", "/nope", 404)
+    assert got[3][:3] == ("DELETE", "/ping", 405)
+    assert got[4][:4] == ("GET", "/delay?ms=50", 200, 5)
+    assert got[4][4] >= 40
+    assert got[5][:4] == ("GET", "/stream?chunks=3&size=10", 200, 30)
+    assert got[6][:3] == ("-", "-", 400)
+
+
+def test_access_log_has_the_upgrade(tern_factory, tmp_path):
+    log = str(tmp_path / "access.log")
+    tern = tern_factory("--access-log", log)
+    key = base64.b64encode(os.urandom(16))
+    s = tern.connect()
+    s.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+              b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    st, _, _, _ = read_response(s)
+    assert st == 101
+    lines = wait_for_lines(log, 1)
+    assert re.match(r"^127\.0\.0\.1:\d+ GET /ws 101 0 \d+ms$", lines[0]), lines
+    s.close()
+
+
+def test_debug_log_names_refused_upgrades_and_requests(tern_factory):
+    tern = tern_factory("--log-level", "debug", "--ws-origin", "http://good")
+    key = base64.b64encode(os.urandom(16))
+    st, _, _ = request(tern, b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                       b"Connection: Upgrade\r\nOrigin: http://evil\r\nSec-WebSocket-Key: " + key +
+                       b"\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    assert st == 403
+    st, _, _ = request(tern, b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 17000 + b"\r\n\r\n")
+    assert st == 431
+    assert tern.stop() == 0
+    err = tern.stderr
+    assert re.search(r"tern: \[debug\] ws: upgrade of /ws from 127\.0\.0\.1:\d+ refused: 403", err), err
+    assert re.search(r"tern: \[debug\] http: 431 Request Header Fields Too Large to 127\.0\.0\.1:\d+, closing", err), err
+
+
+def test_default_log_level_leaves_refusals_out(tern):
+    st, _, _ = request(tern, b"GET / HTTP/1.1\r\nHost: x\r\nBad Name: y\r\n\r\n")
+    assert st == 400
+    assert tern.stop() == 0
+    assert "[debug]" not in tern.stderr
+
+
+def test_bad_log_level_is_refused():
+    r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--log-level", "loud"],
+                       capture_output=True, timeout=10)
+    assert r.returncode == 2
+    assert b"--log-level" in r.stderr
