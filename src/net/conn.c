@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "loop/log.h"
 #include "net/conn.h"
 
 #define TERN__CORK_CAP (128 * 1024)
@@ -110,8 +111,11 @@ static int out_append(tern__conn *c, const void *data, size_t len) {
     tern__net *n = net_of(c->loop);
     if (len == 0)
         return 0;
-    if (n->unsent + len > tern__loop_max_unsent(c->loop))
+    if (n->unsent + len > tern__loop_max_unsent(c->loop)) {
+        tern__log(TERN_LOG_WARN, TERN__LOG_UNSENT,
+                  "net: %zu bytes unsent on this loop, the bound: closing a connection", n->unsent);
         return -ENOBUFS;
+    }
     bool fresh = c->out == NULL;
     int err = buf_append(&c->out, data, len);
     if (err < 0)
@@ -745,8 +749,11 @@ static void conn_timeout(tern__wheel_entry *e) {
         c->flags &= ~TERN__CONN_SEND_CLOCK;
         uint64_t stamp = c->out ? c->out->stamp : c->file ? c->file->stamp : 0;
         uint32_t limit = c->proto->send_timeout ? c->proto->send_timeout(c) : 0;
-        if (stamp == 0 || (limit && tern_loop_now(c->loop) - stamp >= limit))
+        if (stamp == 0 || (limit && tern_loop_now(c->loop) - stamp >= limit)) {
+            tern__log(TERN_LOG_INFO, TERN__LOG_SEND_TIMEOUT,
+                      "net: send timeout, %zu bytes the peer did not take", tern__conn_backlog(c));
             tern__conn_close(c, -ETIMEDOUT);
+        }
         else
             tern__conn_send_clock(c);
         return;

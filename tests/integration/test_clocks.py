@@ -169,7 +169,7 @@ def test_client_that_never_reads_is_cut_at_the_send_timeout(tern_factory):
     # State: sending, with no progress. Both with Connection: close (the
     # response has ended and the connection is to close once flushed) and
     # keep-alive (idle after the response, but bytes are still queued).
-    tern = tern_factory("--send-timeout", "500")
+    tern = tern_factory("--send-timeout", "500", "--log-level", "info")
     fds0 = tern.open_fds()
     anon0 = anon_kib(tern)
     socks = []
@@ -189,6 +189,8 @@ def test_client_that_never_reads_is_cut_at_the_send_timeout(tern_factory):
     for s in socks:
         s.close()
     assert ping(tern)
+    assert tern.stop() == 0
+    assert "send timeout" in tern.stderr
 
 
 def test_stalled_sends_are_bounded_across_connections(tern_factory):
@@ -217,6 +219,8 @@ def test_stalled_sends_are_bounded_across_connections(tern_factory):
         s.close()
     assert 4 <= cut < 8
     assert ping(tern)
+    assert tern.stop() == 0
+    assert "unsent on this loop" in tern.stderr
 
 
 # ---- idle keep-alive: FIN and reset -------------------------------------------
