@@ -551,7 +551,7 @@ static size_t process(tern__http_conn *hc, char *data, size_t len) {
             /* Don't answer more while the kernel is not taking what we
              * sent: a client that pipelines without reading would make the
              * backlog grow without bound. on_drain resumes. */
-            if (hc->conn.out || hc->conn.file) {
+            if (tern__conn_backlog(&hc->conn)) {
                 hc->waiting_drain = true;
                 tern__conn_pause(&hc->conn);
                 return pos;
@@ -686,7 +686,7 @@ static uint32_t send_timeout(const tern__conn *c) {
 
 static void on_shutdown(tern__conn *c) {
     tern__http_conn *hc = (tern__http_conn *)c;
-    if (hc->state == TERN__HTTP_IDLE && !(c->out || c->file))
+    if (hc->state == TERN__HTTP_IDLE && !tern__conn_backlog(c))
         tern__conn_close(c, 0);
     /* Otherwise the response in flight ends with "Connection: close" (the
      * response code sees srv->shutting_down) and next_request() closes. */

@@ -45,6 +45,7 @@ struct tern_loop {
     tern__wheel_entry wheel[TERN__WHEEL_SLOTS];  /* sentinel heads of circular lists */
     uint64_t wheel_tick;
     size_t wheel_count;
+    tern__wheel_fn wheel_fn;              /* what every entry fires */
 
     /* precise timers */
     tern_timer **heap;

@@ -28,9 +28,10 @@ void tern__wheel_init(tern_loop *loop) {
     loop->wheel_count = 0;
 }
 
-void tern__wheel_init_entry(tern__wheel_entry *e, tern__wheel_fn fn) {
+void tern__wheel_set_fn(tern_loop *loop, tern__wheel_fn fn) { loop->wheel_fn = fn; }
+
+void tern__wheel_init_entry(tern__wheel_entry *e) {
     e->next = e->prev = NULL;
-    e->fn = fn;
     e->deadline_tick = 0;
 }
 
@@ -88,7 +89,7 @@ void tern__wheel_run(tern_loop *loop) {
                 continue;
             }
             loop->wheel_count--;
-            e->fn(e);
+            loop->wheel_fn(e);
         }
     }
 }

@@ -34,6 +34,8 @@ typedef struct tern__net {
  * decided inside a caller that must not see on_close. */
 enum { TERN__CONN_FAILED = 1u << 9 };
 
+static void conn_timeout(tern__wheel_entry *e);
+
 static tern__net *net_of(tern_loop *loop) {
     void **slot = tern__loop_slot(loop, TERN__SLOT_NET);
     if (*slot == NULL) {
@@ -46,13 +48,65 @@ static tern__net *net_of(tern_loop *loop) {
         n->pending = n->closed = NULL;
         *slot = n;
         tern__loop_set_batch_end(loop, tern__net_flush);
+        tern__wheel_set_fn(loop, conn_timeout);
     }
     return *slot;
 }
 
 static void conn_io(tern__io *io, uint32_t revents);
-static void conn_timeout(tern__wheel_entry *e);
 static int flush_backlog(tern__conn *c);
+
+/* ---- the plain transport ---------------------------------------------- */
+
+static ssize_t plain_recv(tern__conn *c, char *buf, size_t len) {
+    ssize_t r;
+    do
+        r = recv(c->io.fd, buf, len, 0);
+    while (r < 0 && errno == EINTR);
+    if (r < 0)
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    return r;
+}
+
+static ssize_t plain_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
+    ssize_t w;
+    struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
+    /* One buffer (a cork flush, the common case) goes by send(): the kernel
+     * then has no msghdr and iovec to copy in and check. */
+    do
+        w = iovcnt == 1 ? send(c->io.fd, iov[0].iov_base, iov[0].iov_len,
+                               MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : sendmsg(c->io.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (w < 0 && errno == EINTR);
+    if (w < 0)
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    return w;
+}
+
+static ssize_t plain_send_file(tern__conn *c, int fd, off_t *off, size_t len) {
+    ssize_t w;
+    do
+        w = sendfile(c->io.fd, fd, off, len);
+    while (w < 0 && errno == EINTR);
+    if (w < 0)
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    return w;
+}
+
+static int plain_shutdown(tern__conn *c) { return shutdown(c->io.fd, SHUT_WR) < 0 ? -errno : 0; }
+static bool plain_pending(const tern__conn *c) { return false; }
+static void plain_release(tern__conn *c) {}
+
+static const tern__transport_ops plain_ops = {
+    .recv = plain_recv,
+    .send = plain_send,
+    .send_file = plain_send_file,
+    .shutdown = plain_shutdown,
+    .pending = plain_pending,
+    .release = plain_release,
+};
+
+tern__transport tern__plain_transport = {&plain_ops};
 
 /* ---- buffers ---------------------------------------------------------- */
 
@@ -181,8 +235,9 @@ int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_pr
     memset(c, 0, sizeof(*c));
     c->loop = loop;
     c->proto = proto;
+    c->tp = &tern__plain_transport;
     tern__io_init(&c->io, fd, conn_io);
-    tern__wheel_init_entry(&c->timeout, conn_timeout);
+    tern__wheel_init_entry(&c->timeout);
     int err = tern__io_set(loop, &c->io, EPOLLIN | EPOLLRDHUP);
     if (err < 0)
         return err;
@@ -215,6 +270,8 @@ static void release(tern__conn *c) {
         free(c->file);
         c->file = NULL;
     }
+    c->tp->ops->release(c);
+    c->tp = &tern__plain_transport;
     c->flags |= TERN__CONN_CLOSED;
     c->next_free = n->closed;
     n->closed = c;
@@ -241,7 +298,7 @@ int tern__conn_move(tern__conn *from, tern__conn *to, const tern__conn_proto *pr
     int err = tern__io_moved(from->loop, &to->io);
     if (err < 0)
         return err;
-    tern__wheel_init_entry(&to->timeout, conn_timeout);
+    tern__wheel_init_entry(&to->timeout);
     tern__wheel_set(from->loop, &from->timeout, 0);
     list_add(to, from->list);
     list_remove(from);
@@ -251,6 +308,7 @@ int tern__conn_move(tern__conn *from, tern__conn *to, const tern__conn_proto *pr
      * is freed at the batch end; its output now belongs to `to`. */
     from->out = NULL;
     from->file = NULL;
+    from->tp = &tern__plain_transport;
     from->flags |= TERN__CONN_CLOSED;
     from->next_free = n->closed;
     n->closed = from;
@@ -287,6 +345,25 @@ static bool closing(const tern__conn *c) {
                        TERN__CONN_LINGER);
 }
 
+/* Bytes wait: EPOLLOUT tells when the kernel takes more, unless the
+ * transport must read before it can write (then the next read retries). */
+static void arm_out(tern__conn *c) {
+    if (c->flags & TERN__CONN_SEND_WANTS_IN)
+        return;
+    if (tern__io_set(c->loop, &c->io, c->io.events | EPOLLOUT) < 0)
+        fail(c, -errno);
+}
+
+void tern__conn_set_transport(tern__conn *c, tern__transport *tp) { c->tp = tp; }
+
+void tern__conn_recv_wants_out(tern__conn *c) {
+    c->flags |= TERN__CONN_RECV_WANTS_OUT;
+    if (tern__io_set(c->loop, &c->io, c->io.events | EPOLLOUT) < 0)
+        fail(c, -errno);
+}
+
+void tern__conn_send_wants_in(tern__conn *c) { c->flags |= TERN__CONN_SEND_WANTS_IN; }
+
 /* A backlog has just begun: unless the protocol has a clock of its own
  * running, the send clock watches it. */
 static void backlog_started(tern__conn *c) {
@@ -300,18 +377,10 @@ static int send_now(tern__conn *c, struct iovec *iov, int iovcnt) {
     size_t total = 0;
     for (int i = 0; i < iovcnt; i++)
         total += iov[i].iov_len;
-    ssize_t w;
-    struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
-    /* One buffer (a cork flush, the common case) goes by send(): the kernel
-     * then has no msghdr and iovec to copy in and check. */
-    do
-        w = iovcnt == 1 ? send(c->io.fd, iov[0].iov_base, iov[0].iov_len,
-                               MSG_NOSIGNAL | MSG_DONTWAIT)
-                        : sendmsg(c->io.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (w < 0 && errno == EINTR);
+    ssize_t w = c->tp->ops->send(c, iov, iovcnt);
     if (w < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            fail(c, -errno);
+        if (w != -EAGAIN) {
+            fail(c, (int)w);
             return TERN_SEND_OK;   /* the close tells the protocol, once */
         }
         w = 0;
@@ -331,8 +400,7 @@ static int send_now(tern__conn *c, struct iovec *iov, int iovcnt) {
         }
         skip = 0;
     }
-    if (tern__io_set(c->loop, &c->io, c->io.events | EPOLLOUT) < 0)
-        fail(c, -errno);
+    arm_out(c);
     backlog_started(c);
     return TERN_SEND_BUFFERED;
 }
@@ -440,14 +508,10 @@ size_t tern__conn_buffered(const tern__conn *c) {
 static int send_file(tern__conn *c) {
     tern__sendfile *f = c->file;
     while (f->left > 0) {
-        ssize_t w = sendfile(c->io.fd, f->fd, &f->off, f->left > (1u << 30) ? (1u << 30) : f->left);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN)
-                return 1;
-            return -errno;
-        }
+        ssize_t w = c->tp->ops->send_file(c, f->fd, &f->off,
+                                          f->left > (1u << 30) ? (1u << 30) : f->left);
+        if (w < 0)
+            return w == -EAGAIN ? 1 : (int)w;
         if (w == 0)
             return -EIO;   /* the file shrank under us */
         f->left -= (size_t)w;
@@ -482,8 +546,7 @@ int tern__conn_sendfile(tern__conn *c, int fd, off_t off, size_t len) {
         return TERN_SEND_OK;
     }
     if (r == 1) {
-        if (tern__io_set(c->loop, &c->io, c->io.events | EPOLLOUT) < 0)
-            fail(c, -errno);
+        arm_out(c);
         backlog_started(c);
         return TERN_SEND_BUFFERED;
     }
@@ -494,14 +557,14 @@ int tern__conn_sendfile(tern__conn *c, int fd, off_t off, size_t len) {
  * is full again, negative when c was closed. */
 static int flush_backlog(tern__conn *c) {
     tern__buf *b = c->out;
+    c->flags &= ~TERN__CONN_SEND_WANTS_IN;
     while (b && b->off < b->len) {
-        ssize_t w = send(c->io.fd, b->data + b->off, b->len - b->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        struct iovec iov = {b->data + b->off, b->len - b->off};
+        ssize_t w = c->tp->ops->send(c, &iov, 1);
         if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN)
+            if (w == -EAGAIN)
                 return 1;
-            tern__conn_close(c, -errno);
+            tern__conn_close(c, (int)w);
             return -1;
         }
         out_taken(c, (size_t)w);
@@ -528,7 +591,7 @@ static int flush_backlog(tern__conn *c) {
 static void start_linger(tern__conn *c) {
     c->flags &= ~(TERN__CONN_FLUSH_CLOSE | TERN__CONN_SEND_CLOCK);
     c->flags |= TERN__CONN_LINGER;
-    if (shutdown(c->io.fd, SHUT_WR) < 0 || (c->flags & TERN__CONN_EOF)) {
+    if (c->tp->ops->shutdown(c) < 0 || (c->flags & TERN__CONN_EOF)) {
         fail(c, 0);
         return;
     }
@@ -620,13 +683,16 @@ static void conn_read(tern__conn *c) {
     } else {
         dst = tern__loop_rbuf(c->loop, &room);
     }
-    ssize_t r;
-    do
-        r = recv(c->io.fd, dst, room, 0);
-    while (r < 0 && errno == EINTR);
+    ssize_t r = c->tp->ops->recv(c, dst, room);
+    if (c->flags & TERN__CONN_SEND_WANTS_IN) {
+        /* The transport's write waited for this read: retry it. */
+        c->flags &= ~TERN__CONN_SEND_WANTS_IN;
+        if (c->out || c->file)
+            arm_out(c);
+    }
     if (r < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            tern__conn_close(c, -errno);
+        if (r != -EAGAIN)
+            tern__conn_close(c, (int)r);
         return;
     }
     if (c->flags & TERN__CONN_LINGER) {
@@ -651,16 +717,33 @@ static void conn_read(tern__conn *c) {
     } else {
         feed(c, dst, (size_t)r, false);
     }
+    /* Decrypted input the socket no longer shows: no event will come. */
+    if (!(c->flags & (TERN__CONN_CLOSED | TERN__CONN_PAUSED | TERN__CONN_LINGER)) &&
+        c->tp->ops->pending(c))
+        add_pending(c);
 }
 
 static void conn_io(tern__io *io, uint32_t revents) {
     tern__conn *c = tern__container_of(io, tern__conn, io);
     if (c->flags & TERN__CONN_CLOSED)
         return;
-    if (revents & EPOLLOUT) {
+    bool recv_waited = false;
+    if ((revents & EPOLLOUT) && (c->flags & TERN__CONN_RECV_WANTS_OUT)) {
+        /* The transport's read could not write; now it can (below). */
+        c->flags &= ~TERN__CONN_RECV_WANTS_OUT;
+        recv_waited = true;
+        if (!c->out && !c->file &&
+            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)EPOLLOUT) < 0) {
+            tern__conn_close(c, -errno);
+            return;
+        }
+    }
+    if ((revents & EPOLLOUT) && (c->out || c->file)) {
         int r = flush_backlog(c);
         if (r < 0)
             return;
+        if (r == 1 && (c->flags & TERN__CONN_SEND_WANTS_IN))   /* the next read retries */
+            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)EPOLLOUT);
         if (r == 0) {
             tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)EPOLLOUT);
             if (c->flags & TERN__CONN_SEND_CLOCK) {
@@ -697,7 +780,8 @@ static void conn_io(tern__io *io, uint32_t revents) {
             c->proto->on_hangup(c);
         return;
     }
-    if ((revents & (EPOLLIN | EPOLLHUP | EPOLLRDHUP)) && !(c->flags & (TERN__CONN_PAUSED | TERN__CONN_EOF)))
+    if ((recv_waited || (revents & (EPOLLIN | EPOLLHUP | EPOLLRDHUP))) &&
+        !(c->flags & (TERN__CONN_PAUSED | TERN__CONN_EOF)))
         conn_read(c);
 }
 
@@ -724,7 +808,7 @@ void tern__conn_resume(tern__conn *c) {
         ev |= EPOLLIN | EPOLLRDHUP;
     if (tern__io_set(c->loop, &c->io, ev) < 0)
         fail(c, -errno);
-    if (c->in || (c->flags & TERN__CONN_EOF))
+    if (c->in || (c->flags & TERN__CONN_EOF) || c->tp->ops->pending(c))
         add_pending(c);
 }
 
@@ -784,7 +868,9 @@ void tern__net_flush(tern_loop *loop) {
         } else if ((c->flags & TERN__CONN_FLUSH_CLOSE) && !c->out && !c->file) {
             start_linger(c);
         } else if (!(c->flags & TERN__CONN_PAUSED)) {
-            if (c->in)
+            if (c->tp->ops->pending(c))
+                conn_read(c);   /* behind what c->in holds, feeding both */
+            else if (c->in)
                 feed(c, c->in->data + c->in->off, buf_live(c->in), true);
             else if (c->flags & TERN__CONN_EOF)
                 c->proto->on_eof(c);

@@ -21,6 +21,37 @@
 
 typedef struct tern__conn tern__conn;
 
+/* The byte I/O under a connection: plain TCP, or TLS (net/tls.c). The
+ * protocols above never see which; net calls only these for the socket's
+ * bytes. Every call is non-blocking. */
+typedef struct tern__transport_ops {
+    /* Reads into buf: bytes (> 0), 0 at the peer's end, -EAGAIN when there
+     * is nothing now, or another negative errno (the connection is broken). */
+    ssize_t (*recv)(tern__conn *c, char *buf, size_t len);
+    /* Writes iov: bytes taken (>= 0, fewer than asked when the kernel is
+     * full), -EAGAIN when none, or another negative errno. A retry after a
+     * short write passes the same bytes first (TLS needs it). */
+    ssize_t (*send)(tern__conn *c, const struct iovec *iov, int iovcnt);
+    /* Sends up to len bytes of file fd from *off, advancing it: as send. */
+    ssize_t (*send_file)(tern__conn *c, int fd, off_t *off, size_t len);
+    /* Ends our side once everything is out (TLS: close_notify first). */
+    int (*shutdown)(tern__conn *c);
+    /* Input taken from the socket but not yet handed over (TLS records
+     * decrypted ahead): the socket may be empty, so no readiness event
+     * will come for it; net re-feeds such a connection at the batch end. */
+    bool (*pending)(const tern__conn *c);
+    /* The connection is closed (or was never started): free the state. */
+    void (*release)(tern__conn *c);
+} tern__transport_ops;
+
+/* A connection's transport: plain connections share one stateless
+ * instance; a TLS connection has its own, which begins with this. */
+typedef struct tern__transport {
+    const tern__transport_ops *ops;
+} tern__transport;
+
+extern tern__transport tern__plain_transport;
+
 /* What a protocol (http, ws) plugs into a connection. */
 typedef struct tern__conn_proto {
     /* Bytes arrived: data[0..len) is writable and valid only during the
@@ -82,6 +113,12 @@ enum {
     TERN__CONN_RDHUP = 1u << 6,        /* the peer's FIN was seen while paused; not watched now */
     TERN__CONN_DEFERRED = 1u << 7,     /* proto->on_deferred is due at the batch end */
     TERN__CONN_SEND_CLOCK = 1u << 8,   /* the timeout is net's send clock, not the protocol's */
+    /* The transport's read must write before it can go on (a TLS
+     * handshake message the kernel did not take): EPOLLOUT is armed for it. */
+    TERN__CONN_RECV_WANTS_OUT = 1u << 10,
+    /* The transport's write must read first (TLS): the backlog is retried
+     * after the next read rather than on EPOLLOUT. */
+    TERN__CONN_SEND_WANTS_IN = 1u << 11,
 };
 
 /* Invariants:
@@ -103,6 +140,7 @@ struct tern__conn {
     uint32_t out_limit;                /* backlog hard limit in bytes; 0: none */
     tern_loop *loop;
     const tern__conn_proto *proto;
+    tern__transport *tp;               /* &tern__plain_transport, or a TLS connection's */
     tern__wheel_entry timeout;
     tern__buf *in;
     tern__buf *out;
@@ -129,9 +167,19 @@ typedef struct tern__conn_list {
 int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_proto *proto,
                      tern__conn_list *list);
 
+/* Gives a started connection another transport (TLS over the accepted
+ * socket); net releases it when the connection closes. */
+void tern__conn_set_transport(tern__conn *c, tern__transport *tp);
+
+/* For a transport: its read needs the socket to be writable first
+ * (TLS handshake output the kernel did not take). */
+void tern__conn_recv_wants_out(tern__conn *c);
+/* For a transport: its write needs a read first (TLS). */
+void tern__conn_send_wants_in(tern__conn *c);
+
 /* Moves a live connection into another struct (a protocol switch: http to
- * ws). `to` gets the fd, buffers and timeout; `from` is freed at the batch
- * end without on_close. */
+ * ws). `to` gets the fd, buffers, transport and timeout; `from` is freed
+ * at the batch end without on_close. */
 int tern__conn_move(tern__conn *from, tern__conn *to, const tern__conn_proto *proto);
 
 /* Queues bytes the protocol has not seen yet (those that came after an

@@ -134,9 +134,10 @@ static void wheel_fires_never_early_at_most_a_tick_late(void **state) {
     static const uint64_t delays[N] = {1, 50, 64, 100, 130, 300};
     wheel_probe p[N];
     int remaining = N;
+    tern__wheel_set_fn(loop, probe_fire);
     for (int i = 0; i < N; i++) {
         p[i] = (wheel_probe){.loop = loop, .remaining = &remaining};
-        tern__wheel_init_entry(&p[i].e, probe_fire);
+        tern__wheel_init_entry(&p[i].e);
         p[i].armed_at = tern_loop_now(loop);
         tern__wheel_set(loop, &p[i].e, delays[i]);
         assert_true(tern__wheel_armed(&p[i].e));
@@ -157,8 +158,9 @@ static void wheel_cancel_and_move(void **state) {
     int remaining = 1;
     wheel_probe a = {.loop = loop, .remaining = &remaining};
     wheel_probe b = {.loop = loop, .remaining = &remaining};
-    tern__wheel_init_entry(&a.e, probe_fire);
-    tern__wheel_init_entry(&b.e, probe_fire);
+    tern__wheel_set_fn(loop, probe_fire);
+    tern__wheel_init_entry(&a.e);
+    tern__wheel_init_entry(&b.e);
     tern__wheel_set(loop, &a.e, 50);
     tern__wheel_set(loop, &a.e, 0);   /* cancelled */
     assert_false(tern__wheel_armed(&a.e));
@@ -181,7 +183,8 @@ static void wheel_long_deadline_waits_for_its_turn(void **state) {
     assert_int_equal(tern_loop_new(&loop, NULL), 0);
     int remaining = 1;
     wheel_probe p = {.loop = loop, .remaining = &remaining};
-    tern__wheel_init_entry(&p.e, probe_fire);
+    tern__wheel_set_fn(loop, probe_fire);
+    tern__wheel_init_entry(&p.e);
     uint64_t span = (uint64_t)TERN__WHEEL_TICK_MS * TERN__WHEEL_SLOTS;
     uint64_t t0 = loop->now_ms;
     tern__wheel_set(loop, &p.e, span + 5000);
