@@ -50,6 +50,7 @@ typedef struct serve_ctx {
     uint64_t ws_conn_seq;      /* numbers the WebSocket connections */
     bcast_member *members;     /* /ws/broadcast connections */
     FILE *access_log;          /* --access-log, or NULL */
+    tern_tls *tls;             /* --tls-cert/--tls-key, or NULL */
 } serve_ctx;
 
 /* --log-level: the library's lines on stderr. */
@@ -322,6 +323,13 @@ static void shutdown_done(tern_server *srv, void *user) {
 
 static void on_signal(tern_loop *loop, int signo, void *user) {
     serve_ctx *ctx = user;
+    if (signo == SIGHUP) {   /* renewed certificates: new handshakes use them */
+        int err = ctx->tls ? tern_tls_reload(ctx->tls) : 0;
+        if (!ctx->quiet || err < 0)
+            fprintf(stderr, "tern: SIGHUP, certificates %s%s\n", err < 0 ? "kept: " : "reloaded",
+                    err < 0 ? tern_strerror(err) : "");
+        return;
+    }
     if (++ctx->signals > 1) {
         if (!ctx->quiet)
             fprintf(stderr, "tern: second signal, exiting now\n");
@@ -340,6 +348,10 @@ static void usage(FILE *f) {
             "  --host H              address to listen on (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
             "  --port P              TCP port (default 8080; 0 picks a free one)\n"
             "  --unix PATH           also listen on a Unix socket\n"
+            "  --tls-cert FILE       PEM certificate chain: serve HTTPS/WSS too (repeat with\n"
+            "                        --tls-key for more certificates, chosen by SNI)\n"
+            "  --tls-key FILE        PEM private key of the --tls-cert before it\n"
+            "  --tls-port P          HTTPS port (default 8443; 0 picks a free one)\n"
             "  --root DIR            serve static files from DIR\n"
             "  --max-head BYTES      request line + headers (default 16384)\n"
             "  --max-body BYTES      request body (default 16777216)\n"
@@ -372,7 +384,7 @@ static bool parse_size(const char *s, unsigned long long max, unsigned long long
 int tern_app_serve(int argc, char **argv) {
     enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
-           O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG };
+           O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -395,10 +407,16 @@ int tern_app_serve(int argc, char **argv) {
         {"max-unsent", required_argument, NULL, O_MAX_UNSENT},
         {"log-level", required_argument, NULL, O_LOG_LEVEL},
         {"access-log", required_argument, NULL, O_ACCESS_LOG},
+        {"tls-cert", required_argument, NULL, O_TLS_CERT},
+        {"tls-key", required_argument, NULL, O_TLS_KEY},
+        {"tls-port", required_argument, NULL, O_TLS_PORT},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
     unsigned long long port = 8080, v = 0;
+    const char *certs[8], *keys[8];
+    int ncert = 0, nkey = 0;
+    unsigned long long tls_port = 8443;
     tern_server_options so = {0};
     tern_loop_options lo = {0};
     tern_ws_options wo = {.compression = true};
@@ -445,6 +463,9 @@ int tern_app_serve(int argc, char **argv) {
             ok = log_level >= 0;
             break;
         case O_ACCESS_LOG: access_path = optarg; break;
+        case O_TLS_CERT: ok = ncert < 8; if (ok) certs[ncert++] = optarg; break;
+        case O_TLS_KEY: ok = nkey < 8; if (ok) keys[nkey++] = optarg; break;
+        case O_TLS_PORT: ok = parse_size(optarg, 65535, &tls_port); break;
         default: usage(stderr); return 2;
         }
         if (!ok) {
@@ -531,16 +552,39 @@ int tern_app_serve(int argc, char **argv) {
         fprintf(stderr, "tern serve: listen on %s: %s\n", unix_path, tern_strerror(err));
         return 1;
     }
+    if (ncert != nkey) {
+        fprintf(stderr, "tern serve: each --tls-cert needs its --tls-key\n");
+        return 2;
+    }
+    for (int i = 0; i < ncert; i++) {
+        err = i == 0 ? tern_tls_new(&ctx.tls, certs[0], keys[0])
+                     : tern_tls_add_cert(ctx.tls, certs[i], keys[i]);
+        if (err < 0) {
+            fprintf(stderr, "tern serve: --tls-cert %s --tls-key %s: %s\n", certs[i], keys[i],
+                    tern_strerror(err));
+            return 1;
+        }
+    }
+    if (ctx.tls && (err = tern_listen_tls(ctx.srv, host, (int)tls_port, ctx.tls, NULL)) < 0) {
+        fprintf(stderr, "tern serve: listen on %s:%llu: %s\n", host, tls_port, tern_strerror(err));
+        return 1;
+    }
     tern_loop_on_signal(ctx.loop, SIGINT, on_signal, &ctx);
     tern_loop_on_signal(ctx.loop, SIGTERM, on_signal, &ctx);
+    tern_loop_on_signal(ctx.loop, SIGHUP, on_signal, &ctx);
     {   /* Even with --quiet: with --port 0 this is how to learn the port. */
         bool v6 = strchr(host, ':') != NULL;
-        fprintf(stderr, "tern: listening on http://%s%s%s:%d/%s%s\n", v6 ? "[" : "", host,
-                v6 ? "]" : "", tern_server_port(ctx.srv), unix_path ? " and unix:" : "",
+        char https[128] = "";
+        if (ctx.tls)
+            snprintf(https, sizeof(https), " and https://%s%s%s:%d/", v6 ? "[" : "", host,
+                     v6 ? "]" : "", tern_server_tls_port(ctx.srv));
+        fprintf(stderr, "tern: listening on http://%s%s%s:%d/%s%s%s\n", v6 ? "[" : "", host,
+                v6 ? "]" : "", tern_server_port(ctx.srv), https, unix_path ? " and unix:" : "",
                 unix_path ? unix_path : "");
     }
     err = tern_loop_run(ctx.loop);
     tern_server_free(ctx.srv);
+    tern_tls_free(ctx.tls);
     tern_loop_free(ctx.loop);
     if (ctx.access_log && ctx.access_log != stdout)
         fclose(ctx.access_log);

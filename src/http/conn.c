@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "http/server.h"
+#include "net/tls.h"
 
 enum { TERN__HTTP_CLOSING = 100 };   /* an error went out, or end() was called */
 
@@ -42,23 +43,35 @@ static bool conn_gone(const tern__http_conn *hc) {
     return (hc->conn.flags & TERN__CONN_CLOSED) || hc->state == TERN__HTTP_CLOSING;
 }
 
-void tern__http_accept(void *user, int fd, const struct sockaddr *addr, socklen_t len) {
-    tern_server *srv = user;
+static tern__http_conn *accept_conn(tern_server *srv, int fd) {
     tern__http_conn *hc = calloc(1, sizeof(*hc));
     if (hc == NULL) {
         close(fd);
-        return;
+        return NULL;
     }
     if (tern__conn_start(srv->loop, &hc->conn, fd, &http_proto, &srv->conns) < 0) {
         close(fd);
         free(hc);
-        return;
+        return NULL;
     }
     hc->srv = srv;
     hc->state = TERN__HTTP_IDLE;
     /* A fresh connection gets the head timeout, not the (longer) idle one:
-     * a client that connects and says nothing is the slowloris shape. */
+     * a client that connects and says nothing is the slowloris shape. Over
+     * TLS the handshake counts against it too. */
     tern__conn_set_timeout(&hc->conn, srv->opt.head_timeout_ms);
+    return hc;
+}
+
+void tern__http_accept(void *user, int fd, const struct sockaddr *addr, socklen_t len) {
+    accept_conn(user, fd);
+}
+
+void tern__https_accept(void *user, int fd, const struct sockaddr *addr, socklen_t len) {
+    tern__https_listener *l = user;
+    tern__http_conn *hc = accept_conn(l->srv, fd);
+    if (hc && tern__tls_attach(&hc->conn, l->tls) < 0)
+        tern__conn_close(&hc->conn, -ENOMEM);
 }
 
 /* Sends an error response that closes the connection. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "http/server.h"
+#include "net/tls.h"
 
 #define KIB 1024u
 
@@ -81,6 +82,8 @@ void tern_server_free(tern_server *srv) {
      * now, since the loop may not iterate again. */
     tern__net_flush(srv->loop);
     tern_timer_stop(srv->shutdown_timer);
+    for (int i = 0; i < srv->nhttps; i++)
+        tern_tls_free(srv->https[i].tls);
     tern__router_free(srv->router);
     tern__http_access_drop(srv);
     tern__http_static_free(srv);
@@ -110,6 +113,26 @@ int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_
     return err;
 }
 
+int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
+                    const tern_listen_options *opt) {
+    if (srv == NULL || tls == NULL || port < 0 || port > 65535 || !listen_options_ok(opt))
+        return -EINVAL;
+    if (srv->nlisteners == TERN__MAX_LISTENERS || srv->shutting_down)
+        return -ENOSPC;
+    tern__https_listener *l = &srv->https[srv->nhttps];
+    l->srv = srv;
+    l->tls = tls;
+    l->index = srv->nlisteners;
+    int err = tern__listener_tcp(srv->loop, host, port, opt, tern__https_accept, l,
+                                 &srv->listeners[srv->nlisteners]);
+    if (err == 0) {
+        tern__tls_ref(tls);
+        srv->nhttps++;
+        srv->nlisteners++;
+    }
+    return err;
+}
+
 int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_options *opt) {
     if (srv == NULL || path == NULL || *path == '\0' || !listen_options_ok(opt))
         return -EINVAL;
@@ -120,6 +143,17 @@ int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_optio
     if (err == 0)
         srv->nlisteners++;
     return err;
+}
+
+int tern_server_tls_port(const tern_server *srv) {
+    if (srv == NULL)
+        return -EINVAL;
+    for (int i = 0; i < srv->nhttps; i++) {
+        int p = tern__listener_port(srv->listeners[srv->https[i].index]);
+        if (p > 0)
+            return p;
+    }
+    return -ENOENT;
 }
 
 int tern_server_port(const tern_server *srv) {

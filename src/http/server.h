@@ -8,6 +8,7 @@
 #include "http/router.h"
 #include "net/conn.h"
 #include "tern/http.h"
+#include "tern/tls.h"
 
 #define TERN__MAX_LISTENERS 8
 
@@ -19,6 +20,15 @@ typedef struct tern__http_route {
     struct tern__http_route *next;   /* the server's list, for freeing */
     char method[33];                 /* as registered; "" for any method */
 } tern__http_route;
+
+/* What a TLS listener's accepts need: the server, and the certificates
+ * (a reference held until the server is freed, since handshakes still in
+ * progress after the listener closed use it for SNI). */
+typedef struct tern__https_listener {
+    struct tern_server *srv;
+    tern_tls *tls;
+    int index;                       /* in srv->listeners */
+} tern__https_listener;
 
 /* A protocol reached by upgrading an HTTP connection (WebSocket). */
 typedef struct tern__upgrade_hook {
@@ -50,6 +60,8 @@ struct tern_server {
     void *access_user;
     tern__listener *listeners[TERN__MAX_LISTENERS];
     int nlisteners;
+    tern__https_listener https[TERN__MAX_LISTENERS];   /* the TLS ones' accept contexts */
+    int nhttps;
     tern__conn_list conns;
 
     bool shutting_down;
@@ -162,6 +174,8 @@ struct tern__http_conn {
 
 /* conn.c */
 void tern__http_accept(void *srv, int fd, const struct sockaddr *addr, socklen_t len);
+/* The same for a TLS listener; user is its tern__https_listener. */
+void tern__https_accept(void *user, int fd, const struct sockaddr *addr, socklen_t len);
 void tern__http_response_ended(tern_http_req *req);
 void tern__http_conn_closed_by_server(tern_server *srv);
 

@@ -33,6 +33,8 @@ class Server:
             out, err = self.proc.communicate()
             raise RuntimeError(f"tern did not start: {line!r} {err.decode()!r}")
         self.port = int(m.group(1))
+        m = re.search(r"https://127\.0\.0\.1:(\d+)/", line)
+        self.tls_port = int(m.group(1)) if m else None
         self.host = "127.0.0.1"
         self.base = f"http://127.0.0.1:{self.port}"
         self.stderr = ""

@@ -1,0 +1,412 @@
+/* TLS over a connection: the OpenSSL transport, and the certificate sets
+ * (tern_tls) that listeners share.
+ *
+ * OpenSSL runs directly on the non-blocking socket (SSL_set_fd). The
+ * level-triggered loop needs two things from it that plain TCP does not:
+ * - a read may leave decrypted bytes inside OpenSSL while the socket is
+ *   empty; `pending` reports them and net re-feeds the connection at the
+ *   batch end without waiting for an event;
+ * - a read may have to write (handshake messages) and a write may have to
+ *   read (a handshake not yet finished): the transport tells net, which
+ *   waits for EPOLLOUT, or retries the write after the next read.
+ *
+ * A write that OpenSSL could not finish must be retried with the same
+ * bytes: net's backlog always restarts at the first byte not taken, and
+ * SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER allows that backlog to have moved. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "loop/log.h"
+#include "net/tls.h"
+
+/* ---- certificate sets ------------------------------------------------- */
+
+#define TERN__TLS_MAX_NAMES 32
+
+/* One certificate chain and key, as files and as the SSL_CTX made of them.
+ * names are its DNS names (lower-case), for SNI. */
+typedef struct tls_cert {
+    char *cert_file, *key_file;
+    SSL_CTX *ctx;
+    char *names[TERN__TLS_MAX_NAMES];
+    int nnames;
+} tls_cert;
+
+/* Invariants: certs[0] is the default; every certs[i].ctx is set up alike
+ * (versions, ALPN, SNI callback). lock guards certs' contexts and names,
+ * which tern_tls_reload replaces while other threads handshake; a
+ * handshake takes its own reference to the context it uses (SSL_new,
+ * SSL_set_SSL_CTX), so a replaced context lives on with the connections
+ * that use it. */
+struct tern_tls {
+    pthread_mutex_t lock;
+    atomic_int refs;
+    tls_cert *certs;
+    int ncerts;
+};
+
+static int tls_err(const char *what, const char *file) {
+    unsigned long e = ERR_get_error();
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: %s %s: %s", what, file ? file : "", buf);
+    ERR_clear_error();
+    return -EPROTO;
+}
+
+static void cert_names_free(tls_cert *c) {
+    for (int i = 0; i < c->nnames; i++)
+        free(c->names[i]);
+    c->nnames = 0;
+}
+
+static void add_name(tls_cert *c, const char *name, size_t len) {
+    if (c->nnames == TERN__TLS_MAX_NAMES || len == 0)
+        return;
+    char *n = strndup(name, len);
+    if (n == NULL)
+        return;
+    for (char *p = n; *p; p++)
+        if (*p >= 'A' && *p <= 'Z')
+            *p = (char)(*p - 'A' + 'a');
+    c->names[c->nnames++] = n;
+}
+
+/* The certificate's DNS names: subjectAltName entries, or its CN. */
+static void read_names(tls_cert *c, X509 *x) {
+    GENERAL_NAMES *sans = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
+    if (sans) {
+        for (int i = 0; i < sk_GENERAL_NAME_num(sans); i++) {
+            GENERAL_NAME *g = sk_GENERAL_NAME_value(sans, i);
+            if (g->type == GEN_DNS)
+                add_name(c, (const char *)ASN1_STRING_get0_data(g->d.dNSName),
+                         (size_t)ASN1_STRING_length(g->d.dNSName));
+        }
+        GENERAL_NAMES_free(sans);
+    }
+    if (c->nnames == 0) {
+        char cn[256];
+        int n = X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, sizeof(cn));
+        if (n > 0)
+            add_name(c, cn, (size_t)n);
+    }
+}
+
+/* Does pattern (a certificate name, maybe "*.example.com") cover name? */
+static bool name_matches(const char *pattern, const char *name, size_t len) {
+    size_t pl = strlen(pattern);
+    if (pl == len && strncasecmp(pattern, name, len) == 0)
+        return true;
+    if (pl > 2 && pattern[0] == '*' && pattern[1] == '.') {
+        const char *dot = memchr(name, '.', len);
+        size_t rest = dot ? len - (size_t)(dot - name) : 0;
+        return dot && dot != name && rest == pl - 1 && strncasecmp(dot, pattern + 1, rest) == 0;
+    }
+    return false;
+}
+
+static int sni_cb(SSL *ssl, int *alert, void *arg);
+
+/* ALPN: HTTP/1.1 is all tern speaks. A client that offers protocols but
+ * not that one is refused with an alert rather than left to guess. */
+static int alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                   const unsigned char *in, unsigned int inlen, void *arg) {
+    for (unsigned int i = 0; i < inlen;) {
+        unsigned int n = in[i];
+        if (i + 1 + n > inlen)
+            break;
+        if (n == 8 && memcmp(in + i + 1, "http/1.1", 8) == 0) {
+            *out = in + i + 1;
+            *outlen = (unsigned char)n;
+            return SSL_TLSEXT_ERR_OK;
+        }
+        i += 1 + n;
+    }
+    return SSL_TLSEXT_ERR_ALERT_FATAL;
+}
+
+/* Makes the context of one certificate. */
+static int cert_load(tern_tls *tls, tls_cert *c) {
+    if (access(c->cert_file, R_OK) < 0 || access(c->key_file, R_OK) < 0) {
+        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: cannot read %s or %s", c->cert_file,
+                  c->key_file);
+        return -ENOENT;
+    }
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (ctx == NULL)
+        return tls_err("context", NULL);
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
+                                 SSL_OP_NO_COMPRESSION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
+                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);
+    SSL_CTX_set_session_id_context(ctx, (const unsigned char *)"tern", 4);
+    SSL_CTX_set_alpn_select_cb(ctx, alpn_cb, NULL);
+    SSL_CTX_set_tlsext_servername_callback(ctx, sni_cb);
+    SSL_CTX_set_tlsext_servername_arg(ctx, tls);
+    if (SSL_CTX_use_certificate_chain_file(ctx, c->cert_file) != 1) {
+        SSL_CTX_free(ctx);
+        return tls_err("certificate", c->cert_file);
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, c->key_file, SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(ctx) != 1) {
+        SSL_CTX_free(ctx);
+        return tls_err("key", c->key_file);
+    }
+    cert_names_free(c);
+    read_names(c, SSL_CTX_get0_certificate(ctx));
+    c->ctx = ctx;
+    return 0;
+}
+
+static void cert_free(tls_cert *c) {
+    SSL_CTX_free(c->ctx);
+    cert_names_free(c);
+    free(c->cert_file);
+    free(c->key_file);
+}
+
+static int cert_add(tern_tls *tls, const char *cert_file, const char *key_file) {
+    if (tls == NULL || cert_file == NULL || key_file == NULL)
+        return -EINVAL;
+    tls_cert c = {.cert_file = strdup(cert_file), .key_file = strdup(key_file)};
+    int err = c.cert_file && c.key_file ? cert_load(tls, &c) : -ENOMEM;
+    tls_cert *certs = err ? NULL : realloc(tls->certs, (size_t)(tls->ncerts + 1) * sizeof(*certs));
+    if (certs == NULL) {
+        cert_free(&c);
+        return err ? err : -ENOMEM;
+    }
+    certs[tls->ncerts++] = c;
+    tls->certs = certs;
+    return 0;
+}
+
+int tern_tls_new(tern_tls **out, const char *cert_file, const char *key_file) {
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    tern_tls *tls = calloc(1, sizeof(*tls));
+    if (tls == NULL)
+        return -ENOMEM;
+    pthread_mutex_init(&tls->lock, NULL);
+    atomic_init(&tls->refs, 1);
+    int err = cert_add(tls, cert_file, key_file);
+    if (err < 0) {
+        tern_tls_free(tls);
+        return err;
+    }
+    *out = tls;
+    return 0;
+}
+
+int tern_tls_add_cert(tern_tls *tls, const char *cert_file, const char *key_file) {
+    if (tls == NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&tls->lock);
+    int err = cert_add(tls, cert_file, key_file);
+    pthread_mutex_unlock(&tls->lock);
+    return err;
+}
+
+int tern_tls_reload(tern_tls *tls) {
+    if (tls == NULL)
+        return -EINVAL;
+    /* Load all first, outside the lock; swap only if every one loaded. */
+    pthread_mutex_lock(&tls->lock);
+    int n = tls->ncerts;
+    tls_cert *fresh = calloc((size_t)n, sizeof(*fresh));
+    int err = fresh ? 0 : -ENOMEM;
+    for (int i = 0; i < n && err == 0; i++) {
+        fresh[i].cert_file = strdup(tls->certs[i].cert_file);
+        fresh[i].key_file = strdup(tls->certs[i].key_file);
+        err = fresh[i].cert_file && fresh[i].key_file ? 0 : -ENOMEM;
+    }
+    pthread_mutex_unlock(&tls->lock);
+    for (int i = 0; i < n && err == 0; i++)
+        err = cert_load(tls, &fresh[i]);
+    if (err < 0) {
+        for (int i = 0; fresh && i < n; i++)
+            cert_free(&fresh[i]);
+        free(fresh);
+        return err;
+    }
+    pthread_mutex_lock(&tls->lock);
+    tls_cert *old = tls->certs;
+    tls->certs = fresh;
+    pthread_mutex_unlock(&tls->lock);
+    for (int i = 0; i < n; i++)
+        cert_free(&old[i]);
+    free(old);
+    return 0;
+}
+
+static void tls_ref(tern_tls *tls) { atomic_fetch_add(&tls->refs, 1); }
+
+void tern_tls_free(tern_tls *tls) {
+    if (tls == NULL || atomic_fetch_sub(&tls->refs, 1) != 1)
+        return;
+    for (int i = 0; i < tls->ncerts; i++)
+        cert_free(&tls->certs[i]);
+    free(tls->certs);
+    pthread_mutex_destroy(&tls->lock);
+    free(tls);
+}
+
+void tern__tls_ref(tern_tls *tls) { tls_ref(tls); }
+
+/* SNI: switch the handshake to the certificate that names the host asked
+ * for; the default one serves unknown names and clients that send none. */
+static int sni_cb(SSL *ssl, int *alert, void *arg) {
+    tern_tls *tls = arg;
+    const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    if (name == NULL)
+        return SSL_TLSEXT_ERR_OK;
+    size_t len = strlen(name);
+    pthread_mutex_lock(&tls->lock);
+    for (int i = 1; i < tls->ncerts; i++)
+        for (int j = 0; j < tls->certs[i].nnames; j++)
+            if (name_matches(tls->certs[i].names[j], name, len)) {
+                SSL_set_SSL_CTX(ssl, tls->certs[i].ctx);
+                pthread_mutex_unlock(&tls->lock);
+                return SSL_TLSEXT_ERR_OK;
+            }
+    pthread_mutex_unlock(&tls->lock);
+    return SSL_TLSEXT_ERR_OK;
+}
+
+/* ---- the transport ---------------------------------------------------- */
+
+typedef struct tls_conn {
+    tern__transport base;
+    SSL *ssl;
+} tls_conn;
+
+static SSL *ssl_of(const tern__conn *c) { return ((const tls_conn *)c->tp)->ssl; }
+
+/* Reads records until len bytes are in or the socket is empty. */
+static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
+    SSL *ssl = ssl_of(c);
+    size_t got = 0;
+    while (got < len) {
+        size_t n = 0;
+        ERR_clear_error();
+        int r = SSL_read_ex(ssl, buf + got, len - got, &n);
+        if (r == 1) {
+            got += n;
+            continue;
+        }
+        int e = SSL_get_error(ssl, r);
+        if (e == SSL_ERROR_WANT_READ)
+            break;
+        if (e == SSL_ERROR_WANT_WRITE) {
+            tern__conn_recv_wants_out(c);
+            break;
+        }
+        if (got)
+            break;   /* hand over what came; the end or error shows again next time */
+        if (e == SSL_ERROR_ZERO_RETURN)
+            return 0;   /* close_notify */
+        int sys = errno;
+        ERR_clear_error();
+        if (e == SSL_ERROR_SYSCALL)
+            return sys && sys != EAGAIN ? -sys : -ECONNRESET;   /* TCP end without close_notify */
+        return -EPROTO;   /* not TLS (plain HTTP to this port), a failed handshake, a bad record */
+    }
+    return got ? (ssize_t)got : -EAGAIN;
+}
+
+static ssize_t tls_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
+    SSL *ssl = ssl_of(c);
+    size_t total = 0;
+    for (int i = 0; i < iovcnt; i++) {
+        size_t done = 0;
+        while (done < iov[i].iov_len) {
+            size_t n = 0;
+            ERR_clear_error();
+            int r = SSL_write_ex(ssl, (const char *)iov[i].iov_base + done, iov[i].iov_len - done, &n);
+            if (r == 1) {
+                done += n;
+                total += n;
+                continue;
+            }
+            int e = SSL_get_error(ssl, r);
+            if (e == SSL_ERROR_WANT_READ)
+                tern__conn_send_wants_in(c);
+            if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+                return total ? (ssize_t)total : -EAGAIN;
+            ERR_clear_error();
+            return total ? (ssize_t)total : -EPIPE;
+        }
+    }
+    return (ssize_t)total;
+}
+
+/* Files over TLS: read a piece, encrypt it. A write OpenSSL could not
+ * finish is retried with the same piece (the offset has not moved). */
+static ssize_t tls_send_file(tern__conn *c, int fd, off_t *off, size_t len) {
+    static _Thread_local char piece[16384];
+    ssize_t r = pread(fd, piece, len < sizeof(piece) ? len : sizeof(piece), *off);
+    if (r < 0)
+        return -errno;
+    if (r == 0)
+        return 0;
+    struct iovec iov = {piece, (size_t)r};
+    ssize_t w = tls_send(c, &iov, 1);
+    if (w > 0)
+        *off += w;
+    return w;
+}
+
+static int tls_shutdown(tern__conn *c) {
+    ERR_clear_error();
+    SSL_shutdown(ssl_of(c));   /* close_notify; the peer's is read while lingering */
+    ERR_clear_error();
+    return shutdown(c->io.fd, SHUT_WR) < 0 ? -errno : 0;
+}
+
+static bool tls_pending(const tern__conn *c) { return SSL_has_pending(ssl_of(c)) == 1; }
+
+static void tls_release(tern__conn *c) {
+    tls_conn *t = (tls_conn *)c->tp;
+    SSL_free(t->ssl);
+    free(t);
+}
+
+static const tern__transport_ops tls_ops = {
+    .recv = tls_recv,
+    .send = tls_send,
+    .send_file = tls_send_file,
+    .shutdown = tls_shutdown,
+    .pending = tls_pending,
+    .release = tls_release,
+};
+
+int tern__tls_attach(tern__conn *c, tern_tls *tls) {
+    tls_conn *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return -ENOMEM;
+    pthread_mutex_lock(&tls->lock);
+    t->ssl = SSL_new(tls->certs[0].ctx);
+    pthread_mutex_unlock(&tls->lock);
+    if (t->ssl == NULL || SSL_set_fd(t->ssl, c->io.fd) != 1) {
+        SSL_free(t->ssl);
+        free(t);
+        ERR_clear_error();
+        return -ENOMEM;
+    }
+    SSL_set_accept_state(t->ssl);
+    t->base.ops = &tls_ops;
+    tern__conn_set_transport(c, &t->base);
+    return 0;
+}

@@ -1,0 +1,340 @@
+"""HTTPS and WSS: `tern serve --tls-cert/--tls-key` driven by curl, Python's
+ssl module, `websockets` over wss and `openssl s_client`.
+
+The certificates are made per test session with the openssl command: a
+default one for localhost (and a.test), and a second one for b.test and
+*.wild.test that SNI must pick."""
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+
+import pytest
+
+from conftest import SANITIZED, SLOW, read_response, recv_until_closed
+from test_faults import wait_fds
+
+
+def make_cert(d, name, cn, sans):
+    key, cert = os.path.join(d, name + ".key"), os.path.join(d, name + ".pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+                    "-out", cert, "-days", "30", "-subj", "/CN=" + cn,
+                    "-addext", "subjectAltName=" + sans],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("certs"))
+    return {
+        "default": make_cert(d, "default", "localhost", "DNS:localhost,DNS:a.test,IP:127.0.0.1"),
+        "b": make_cert(d, "b", "b.test", "DNS:b.test,DNS:*.wild.test"),
+        "renewed": make_cert(d, "renewed", "renewed.test", "DNS:localhost,DNS:renewed.test"),
+        "dir": d,
+    }
+
+
+@pytest.fixture
+def tls_tern(tern_factory, certs):
+    def start(*args):
+        cert, key = certs["default"]
+        return tern_factory("--tls-port", "0", "--tls-cert", cert, "--tls-key", key, *args)
+    return start
+
+
+def client_ctx(alpn=None, max_version=None):
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if alpn:
+        ctx.set_alpn_protocols(alpn)
+    if max_version:
+        ctx.maximum_version = max_version
+    return ctx
+
+
+def tls_connect(tern, name="localhost", ctx=None, session=None):
+    raw = socket.create_connection((tern.host, tern.tls_port), timeout=5 * SLOW)
+    return (ctx or client_ctx()).wrap_socket(raw, server_hostname=name, session=session,
+                                             suppress_ragged_eofs=False)
+
+
+def peer_cn(s):
+    der = s.getpeercert(binary_form=True)
+    out = subprocess.run(["openssl", "x509", "-inform", "DER", "-noout", "-subject"], input=der,
+                         capture_output=True, check=True).stdout.decode()
+    return out.strip().split("CN = ")[-1].split("CN=")[-1]
+
+
+# ---- HTTP over TLS ----------------------------------------------------------
+
+def test_https_requests_pipelining_bodies_and_streams(tls_tern):
+    tern = tls_tern()
+    s = tls_connect(tern)
+    assert s.version() in ("TLSv1.2", "TLSv1.3")
+    body = os.urandom(200_000)
+    s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"
+              b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body +
+              b"GET /stream?chunks=30&size=70000 HTTP/1.1\r\nHost: x\r\n\r\n"
+              b"POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+              b"5\r\nhello\r\n0\r\n\r\n")
+    st, h, b, rest = read_response(s)
+    assert (st, b) == (200, b"pong")
+    s2 = _Prefixed(s, rest)
+    st, h, b, rest = read_response(s2)
+    assert st == 200 and b == body
+    s2 = _Prefixed(s, rest)
+    st, h, b, rest = read_response(s2)
+    assert st == 200 and len(b) == 30 * 70000 and b[-1:] == bytes([ord("a") + 29 % 26])
+    s2 = _Prefixed(s, rest)
+    st, h, b, rest = read_response(s2)
+    assert st == 200 and b.startswith(b"5 ")
+    s.close()
+
+
+class _Prefixed:
+    """A socket whose first recv returns bytes already read."""
+    def __init__(self, s, first):
+        self.s, self.first = s, first
+
+    def settimeout(self, t):
+        self.s.settimeout(t)
+
+    def recv(self, n):
+        if self.first:
+            b, self.first = self.first, b""
+            return b
+        return self.s.recv(n)
+
+
+def test_curl_https_and_a_static_file_read_and_encrypted(tls_tern, tmp_path):
+    blob = os.urandom(3 << 20)
+    (tmp_path / "f.bin").write_bytes(blob)
+    tern = tls_tern("--root", str(tmp_path))
+    out = subprocess.run(["curl", "-sk", "--http1.1", f"https://127.0.0.1:{tern.tls_port}/f.bin"],
+                         capture_output=True, timeout=30)
+    assert out.returncode == 0 and out.stdout == blob
+    out = subprocess.run(["curl", "-sk", f"https://127.0.0.1:{tern.tls_port}/ping"],
+                         capture_output=True, timeout=30)
+    assert out.stdout == b"pong"
+
+
+def test_close_notify_sent_and_honoured(tls_tern):
+    tern = tls_tern()
+    fds0 = tern.open_fds()
+    s = tls_connect(tern)
+    s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    got = b""
+    while True:   # suppress_ragged_eofs=False: a TCP end without close_notify raises
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    assert got.endswith(b"pong")
+    s.close()
+    # Ours: the client's close_notify ends the connection at once.
+    s = tls_connect(tern)
+    s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    read_response(s)
+    raw = s.unwrap()
+    raw.settimeout(2 * SLOW)
+    assert raw.recv(100) == b""
+    raw.close()
+    assert wait_fds(tern, fds0) == fds0
+
+
+# ---- handshake: versions, ALPN, SNI, resumption, timeout, garbage -----------
+
+def test_alpn_http11_and_h2_only_is_refused(tls_tern):
+    tern = tls_tern()
+    s = tls_connect(tern, ctx=client_ctx(alpn=["h2", "http/1.1"]))
+    assert s.selected_alpn_protocol() == "http/1.1"
+    s.close()
+    with pytest.raises(ssl.SSLError) as e:
+        tls_connect(tern, ctx=client_ctx(alpn=["h2"]))
+    assert "NO APPLICATION PROTOCOL" in str(e.value).upper().replace("_", " ")
+
+
+def test_tls_1_1_is_refused(tls_tern):
+    tern = tls_tern()
+    ctx = client_ctx(max_version=ssl.TLSVersion.TLSv1_1)
+    ctx.minimum_version = ssl.TLSVersion.MINIMUM_SUPPORTED
+    try:
+        ctx.set_ciphers("ALL:@SECLEVEL=0")
+    except ssl.SSLError:
+        pass
+    with pytest.raises((ssl.SSLError, ConnectionResetError)):
+        tls_connect(tern, ctx=ctx)
+    s = tls_connect(tern, ctx=client_ctx(max_version=ssl.TLSVersion.TLSv1_2))
+    assert s.version() == "TLSv1.2"
+    s.close()
+
+
+def test_sni_picks_the_certificate(tern_factory, certs):
+    (c1, k1), (c2, k2) = certs["default"], certs["b"]
+    tern = tern_factory("--tls-port", "0", "--tls-cert", c1, "--tls-key", k1,
+                        "--tls-cert", c2, "--tls-key", k2)
+    for name, cn in (("localhost", "localhost"), ("b.test", "b.test"),
+                     ("x.wild.test", "b.test"), ("B.TEST", "b.test"),
+                     ("unknown.example", "localhost"), ("a.b.wild.test", "localhost")):
+        s = tls_connect(tern, name=name)
+        assert peer_cn(s) == cn, name
+        s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(s)[2] == b"pong"
+        s.close()
+
+
+def test_sessions_are_resumed(tls_tern):
+    tern = tls_tern()
+    for version in (ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2):
+        ctx = client_ctx(max_version=version)
+        s = tls_connect(tern, ctx=ctx)
+        s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        read_response(s)   # TLS 1.3 tickets come after the handshake: read first
+        session = s.session
+        s.close()
+        s = tls_connect(tern, ctx=ctx, session=session)
+        s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(s)[2] == b"pong"
+        assert s.session_reused, version
+        s.close()
+
+
+def test_silent_or_stalled_handshake_is_cut(tls_tern):
+    tern = tls_tern("--head-timeout", "500")
+    fds0 = tern.open_fds()
+    silent = socket.create_connection((tern.host, tern.tls_port))
+    partial = socket.create_connection((tern.host, tern.tls_port))
+    partial.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")   # a ClientHello's start
+    t0 = time.monotonic()
+    assert recv_until_closed(silent, 5 * SLOW) == b""
+    recv_until_closed(partial, 5 * SLOW)   # closed (an alert at most)
+    assert time.monotonic() - t0 < 3 * SLOW
+    silent.close()
+    partial.close()
+    assert wait_fds(tern, fds0) == fds0
+
+
+def test_plain_http_on_the_tls_port_is_closed_quickly(tls_tern):
+    tern = tls_tern()
+    fds0 = tern.open_fds()
+    for junk in (b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n", os.urandom(3000)):
+        s = socket.create_connection((tern.host, tern.tls_port))
+        s.sendall(junk)
+        t0 = time.monotonic()
+        recv_until_closed(s, 5 * SLOW)   # an alert at most, then the end
+        assert time.monotonic() - t0 < 1 * SLOW
+        s.close()
+    assert wait_fds(tern, fds0) == fds0
+
+
+def test_renegotiation_is_refused(tls_tern):
+    tern = tls_tern()
+    # s_client renegotiates when it reads a line "R"; tern must refuse.
+    p = subprocess.Popen(["openssl", "s_client", "-connect", f"127.0.0.1:{tern.tls_port}",
+                          "-tls1_2", "-servername", "localhost"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    time.sleep(0.5 * SLOW)
+    try:
+        out, _ = p.communicate(b"R\n", timeout=5 * SLOW)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+    text = out.decode(errors="replace")
+    assert "RENEGOTIATING" in text
+    assert "no renegotiation" in text.lower() or "alert" in text.lower() or p.returncode != 0
+    # The server is fine afterwards.
+    s = tls_connect(tern)
+    s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert read_response(s)[2] == b"pong"
+
+
+def test_sighup_reloads_certificates_without_dropping_connections(tern_factory, certs, tmp_path):
+    cert, key = str(tmp_path / "c.pem"), str(tmp_path / "c.key")
+    shutil.copy(certs["default"][0], cert)
+    shutil.copy(certs["default"][1], key)
+    tern = tern_factory("--tls-port", "0", "--tls-cert", cert, "--tls-key", key)
+    old = tls_connect(tern)
+    assert peer_cn(old) == "localhost"
+    shutil.copy(certs["renewed"][0], cert)
+    shutil.copy(certs["renewed"][1], key)
+    tern.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 5 * SLOW
+    while True:
+        s = tls_connect(tern)
+        cn = peer_cn(s)
+        s.close()
+        if cn == "renewed.test" or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert cn == "renewed.test"
+    old.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")   # the old one is still served
+    assert read_response(old)[2] == b"pong"
+    # A broken renewal keeps the certificates that work.
+    with open(key, "w") as f:
+        f.write("not a key")
+    tern.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.3 * SLOW)
+    s = tls_connect(tern)
+    assert peer_cn(s) == "renewed.test"
+
+
+# ---- WebSocket over TLS -----------------------------------------------------
+
+def test_wss_echo_with_compression_and_backpressure(tls_tern):
+    from websockets.sync.client import connect
+    tern = tls_tern()
+    url = f"wss://localhost:{tern.tls_port}/ws"
+    with connect(url, ssl=client_ctx(), compression="deflate", max_size=None) as ws:
+        assert "permessage-deflate" in ws.response.headers.get("Sec-WebSocket-Extensions", "")
+        for size in (0, 10, 125, 126, 65535, 65536, 1 << 20):
+            msg = os.urandom(size)
+            ws.send(msg)
+            assert ws.recv(timeout=10 * SLOW) == msg
+        ws.send("héllo" * 1000)
+        assert ws.recv(timeout=5 * SLOW) == "héllo" * 1000
+        # Many messages before reading any: the echo backlog and the pause
+        # policy work the same under TLS.
+        for i in range(200):
+            ws.send(b"%d" % i + b"x" * 20000)
+        for i in range(200):
+            assert ws.recv(timeout=10 * SLOW)[:4].startswith(b"%d" % i)
+
+
+def test_graceful_shutdown_with_tls_connections(tls_tern):
+    tern = tls_tern()
+    s = tls_connect(tern)
+    s.sendall(b"GET /delay?ms=300 HTTP/1.1\r\nHost: x\r\n\r\n")
+    time.sleep(0.1)
+    tern.proc.send_signal(signal.SIGTERM)
+    st, h, b, rest = read_response(s, timeout=5 * SLOW)
+    assert (st, b) == (200, b"done\n")
+    assert tern.proc.wait(timeout=5 * SLOW) == 0
+
+
+def test_idle_tls_connections_are_small(tls_tern):
+    tern = tls_tern()
+    ctx = client_ctx()
+    socks = []
+    for _ in range(50):   # warm up
+        s = tls_connect(tern, ctx=ctx)
+        s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        read_response(s)
+        socks.append(s)
+    rss0 = tern.rss_kib()
+    n = 1000
+    for _ in range(n):
+        s = tls_connect(tern, ctx=ctx)
+        s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        read_response(s)
+        socks.append(s)
+    per = (tern.rss_kib() - rss0) * 1024 / n
+    print(f"RSS per idle TLS connection: {per:.0f} bytes")
+    if not SANITIZED:
+        assert per < 24 * 1024
+    for s in socks:
+        s.close()
