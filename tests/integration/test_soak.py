@@ -14,12 +14,15 @@ fixture then checks it exits 0 on SIGTERM with no sanitizer report.
   TERN_SOAK_ONLY      comma-separated kinds: run only those (for reproducing)
 """
 import asyncio
+import base64
 import collections
+import hashlib
 import os
 import random
 import socket
 import struct
 import time
+import zlib
 
 from conftest import SANITIZED, SLOW
 
@@ -174,7 +177,7 @@ async def read_response(c, head_req=False):
         expect(k not in headers, f"header {k} twice")
         headers[k] = v.strip()
     status = int(status)
-    if head_req or status in (101, 204, 304):
+    if head_req or 100 <= status < 200 or status in (204, 304):
         return version, status, headers, b""
     if "content-length" in headers:
         expect("transfer-encoding" not in headers, "both Content-Length and Transfer-Encoding")
@@ -257,6 +260,10 @@ def rand_size(rng, big=1 << 20):
 def rand_exchange(rng):
     k = rng.randrange(6)
     if k == 0:
+        if rng.random() < 0.2:   # a GET with a body: the body is read and dropped
+            body = rng.randbytes(rng.randint(0, 3000))
+            return (b"GET /ping HTTP/1.1\r\nHost: soak\r\nContent-Length: %d\r\n\r\n" % len(body)
+                    + body, lambda resp: check_ok(resp, b"pong", "text/plain", "GET with a body"))
         return get(b"/ping"), lambda resp: check_ok(resp, b"pong", "text/plain", "ping")
     if k == 1:
         n = rand_size(rng, 300000)
@@ -407,6 +414,42 @@ async def k_misc(rng, port):
     if h.get("connection", "").lower() != "close":
         await c.send(get(b"/ping"))
         check_ok(await read_response(c), b"pong", "text/plain", "ping after misc")
+    c.close()
+
+
+async def k_continue(rng, port):
+    """Expect: 100-continue: the interim answer, then the body, then the answer."""
+    c = await connect(port)
+    path = rng.choice([b"/echo", b"/upload"])
+    body, h = upload_body(rng, rand_size(rng, 200000))
+    await c.send(b"POST " + path + b" HTTP/1.1\r\nHost: soak\r\nExpect: 100-continue\r\n"
+                 b"Content-Length: %d\r\n\r\n" % len(body))
+    v, st, hd, b = await read_response(c)
+    if len(body) == 0 and st == 200:   # nothing to wait for: may answer at once
+        resp = (v, st, hd, b)
+    else:
+        expect(st == 100, f"expect-continue {path!r} {len(body)}: status {st}, want 100")
+        await c.send(body, rng.choice([1, 3]), rng)
+        resp = await read_response(c)
+    want = body if path == b"/echo" else b"%d %d\n" % (len(body), h)
+    check_ok(resp, want, None, f"expect-continue {path!r} {len(body)}")
+    c.close()
+
+
+async def k_half_close_big(rng, port):
+    """A request for a multi-MB answer, then a FIN: all of the answer comes."""
+    c = await connect(port)
+    if rng.random() < 0.5:
+        n = rng.randint(1 << 20, 6 << 20)
+        req, want = get(b"/echo?size=%d" % n), b"x" * n
+    else:
+        ch, sz = rng.randint(16, 100), 65536
+        req, want = get(b"/stream?chunks=%d&size=%d" % (ch, sz)), stream_body(ch, sz)
+    await c.send(req)
+    c.w.write_eof()
+    check_ok(await read_response(c), want, "application/octet-stream", "half-close, big answer")
+    rest = await c.eof(5 * SLOW)
+    expect(rest == b"", f"half-close big: after the answer {short(rest or b'')}")
     c.close()
 
 
@@ -611,15 +654,19 @@ def frame(opcode, payload, fin=True, mask=True, rsv=0, mkey=None):
     return hdr + key + payload
 
 
-async def ws_open(port, rng, path=b"/ws"):
+async def ws_open(port, rng, path=b"/ws", extra=b"", first=b""):
+    """Upgrades; `first` (frames) goes in the same write as the request."""
     c = await connect(port)
-    key = __import__("base64").b64encode(rng.randbytes(16))
+    key = base64.b64encode(rng.randbytes(16))
     await c.send(b"GET " + path + b" HTTP/1.1\r\nHost: soak\r\nUpgrade: websocket\r\n"
                  b"Connection: Upgrade\r\nSec-WebSocket-Key: " + key +
-                 b"\r\nSec-WebSocket-Version: 13\r\n\r\n")
+                 b"\r\nSec-WebSocket-Version: 13\r\n" + extra + b"\r\n" + first)
     v, st, h, body = await read_response(c)
     expect(st == 101, f"ws upgrade: {st} {body!r}")
     expect(h.get("upgrade", "").lower() == "websocket", f"ws upgrade headers {h}")
+    want = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    expect(h.get("sec-websocket-accept", "").encode() == want, f"ws accept {h}")
+    c.ws_ext = h.get("sec-websocket-extensions", "")
     return c
 
 
@@ -634,13 +681,32 @@ async def ws_read_frame(c):
     return b0 & 0x80, b0 & 0x70, b0 & 0x0F, await c.r.readexactly(n)
 
 
+class Deflate:
+    """permessage-deflate for the client side (context kept both ways)."""
+    def __init__(self):
+        self.z = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -15)
+        self.d = zlib.decompressobj(-15)
+
+    def compress(self, data):
+        out = self.z.compress(data) + self.z.flush(zlib.Z_SYNC_FLUSH)
+        assert out.endswith(b"\x00\x00\xff\xff")
+        return out[:-4]
+
+    def decompress(self, data):
+        return self.d.decompress(data + b"\x00\x00\xff\xff")
+
+
 async def ws_read(c, pongs=None):
     """The next message (opcode, payload), or ('close', payload); answers the
     server's pings; pong payloads go to `pongs`."""
-    op0, parts = None, []
+    op0, parts, compressed = None, [], False
+    infl = getattr(c, "inflate", None)
     while True:
         fin, rsv, op, payload = await ws_read_frame(c)
-        expect(rsv == 0, f"ws: rsv bits {rsv:#x}")
+        expect(rsv == 0 or (rsv == 0x40 and infl is not None and op in (1, 2)),
+               f"ws: rsv bits {rsv:#x} on opcode {op}")
+        if rsv:
+            compressed = True
         if op == 9:
             c.write(frame(10, payload))
             continue
@@ -657,7 +723,8 @@ async def ws_read(c, pongs=None):
             op0 = op
         parts.append(payload)
         if fin:
-            return op0, b"".join(parts)
+            data = b"".join(parts)
+            return op0, infl.decompress(data) if compressed else data
 
 
 async def ws_expect_close(c, code, what):
@@ -690,14 +757,41 @@ def ws_text(rng, n):
 
 
 async def k_ws_echo(rng, port):
-    c = await ws_open(port, rng)
+    """Echoes of random messages, some fragmented, with pings; some with
+    permessage-deflate; some frames sent with the upgrade request; then
+    mostly the close handshake."""
+    deflate = rng.random() < 0.3
+    first = b""
+    if rng.random() < 0.2 and not deflate:
+        first_msg = rng.randbytes(rng.randint(0, 300))
+        first = frame(2, first_msg)
+    c = await ws_open(port, rng, extra=b"Sec-WebSocket-Extensions: permessage-deflate\r\n"
+                      if deflate else b"", first=first)
+    if deflate:
+        expect(c.ws_ext.startswith("permessage-deflate"), f"ws: no deflate: {c.ws_ext!r}")
+        pmd = Deflate()
+        c.inflate = pmd
     pongs = []
+    if first:
+        expect(await ws_read(c, pongs) == (2, first_msg), "ws: echo of a frame sent with the upgrade")
     for _ in range(rng.randint(1, 8)):
         op = rng.choice([1, 2])
         n = rand_size(rng, 400000)
         data = ws_text(rng, n) if op == 1 else rng.randbytes(n)
         ping_data = rng.randbytes(rng.randint(0, 125)) if rng.random() < 0.3 else None
-        if rng.random() < 0.3 and len(data) > 1:   # fragmented, a ping in the middle
+        if deflate:
+            wire = pmd.compress(data)
+            if rng.random() < 0.3 and len(wire) > 1:
+                cut = rng.randint(1, len(wire) - 1)
+                c.write(frame(op, wire[:cut], fin=False, rsv=0x40))
+                if ping_data is not None:
+                    c.write(frame(9, ping_data))
+                c.write(frame(0, wire[cut:]))
+            else:
+                if ping_data is not None:
+                    c.write(frame(9, ping_data))
+                c.write(frame(op, wire, rsv=0x40))
+        elif rng.random() < 0.3 and len(data) > 1:   # fragmented, a ping in the middle
             cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(1, 5))))
             pieces = [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
             for i, p in enumerate(pieces):
@@ -772,8 +866,18 @@ async def k_ws_broadcast(rng, port):
 
 async def k_ws_abuse(rng, port):
     c = await ws_open(port, rng)
-    k = rng.randrange(8)
-    if k == 0:
+    k = rng.randrange(10)
+    if k == 8:
+        payload, code = rng.choice([(struct.pack("!H", 999), 1002), (struct.pack("!H", 1005), 1002),
+                                    (struct.pack("!H", 1006), 1002), (b"\x03", 1002),
+                                    (struct.pack("!H", 2000), 1002),
+                                    (struct.pack("!H", 1000) + b"\xff\xfe", 1007)])
+        c.write(frame(8, payload))
+        await ws_expect_close(c, code, f"ws bad close frame {payload!r}")
+    elif k == 9:
+        c.write(frame(0, b"continuation first"))
+        await ws_expect_close(c, 1002, "ws continuation without a start")
+    elif k == 0:
         c.write(frame(2, b"no mask", mask=False))
         await ws_expect_close(c, 1002, "ws unmasked")
     elif k == 1:
@@ -822,13 +926,13 @@ KINDS = {
     # well-formed
     "sequence": (k_sequence, 10), "ping": (k_ping, 6), "pipeline": (k_pipeline, 6),
     "chunked_echo": (k_chunked_echo, 4), "upload": (k_upload, 6), "stream": (k_stream, 4),
-    "delay": (k_delay, 3), "http10": (k_http10, 3), "misc": (k_misc, 3),
+    "delay": (k_delay, 3), "continue": (k_continue, 2), "http10": (k_http10, 3), "misc": (k_misc, 3),
     "slow_reader": (k_slow_reader, 1), "idle_keepalive": (k_idle_keepalive, 1),
     "ws_echo": (k_ws_echo, 8), "ws_idle": (k_ws_idle, 1), "ws_broadcast": (k_ws_broadcast, 2),
     # abusive
     "garbage": (k_garbage, 3), "oversize_head": (k_oversize_head, 2),
     "oversize_body": (k_oversize_body, 2), "stall": (k_stall, 2), "reset": (k_reset, 4),
-    "half_close": (k_half_close, 3), "delay_gone": (k_delay_gone, 2),
+    "half_close": (k_half_close, 3), "half_close_big": (k_half_close_big, 1), "delay_gone": (k_delay_gone, 2),
     "never_reads": (k_never_reads, 1), "ws_abuse": (k_ws_abuse, 5),
     "ws_half_close": (k_ws_half_close, 2),
 }
