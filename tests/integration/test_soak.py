@@ -453,6 +453,22 @@ async def k_half_close_big(rng, port):
     c.close()
 
 
+async def k_fin_backlog(rng, port):
+    """Many pipelined big answers asked for, then a FIN while the server has
+    stopped reading (its backlog is full); read late: every answer comes, in
+    order, then the close."""
+    c = await connect(port, rcvbuf=rng.choice([None, 65536]))
+    sizes = [rng.randint(100000, 1 << 20) for _ in range(rng.randint(8, 24))]
+    await c.send(b"".join(get(b"/echo?size=%d" % n) for n in sizes))
+    c.w.write_eof()
+    await asyncio.sleep(rng.choice([0, 0.2, 0.5]))   # well under the send timeout
+    for i, n in enumerate(sizes):
+        check_ok(await read_response(c), b"x" * n, None, f"FIN with a backlog, answer {i}")
+    rest = await c.eof(5 * SLOW)
+    expect(rest == b"", f"FIN with a backlog: after the answers {short(rest or b'')}")
+    c.close()
+
+
 async def k_slow_reader(rng, port):
     """A multi-MB /stream read slowly but steadily: all of it arrives."""
     c = await connect(port, rcvbuf=rng.choice([16384, 65536]))
@@ -618,10 +634,17 @@ async def k_delay_gone(rng, port):
 
 
 async def k_never_reads(rng, port):
-    """Asks for a big response and never reads: cut after the send timeout."""
+    """Asks for a big response and never reads: cut after the send timeout
+    (or it resets first, while the server waits on the backlog)."""
     c = await connect(port, rcvbuf=16384)
     n = 12 << 20
-    if rng.random() < 0.5:
+    if rng.random() < 0.3:
+        await c.send(b"".join(get(b"/echo?size=%d" % (1 << 20)) for _ in range(40)))
+        if rng.random() < 0.5:
+            await asyncio.sleep(rng.uniform(0, SEND_TO / 1000))
+            c.rst()
+            return
+    elif rng.random() < 0.5:
         await c.send(get(b"/echo?size=%d" % n))
     else:
         await c.send(get(b"/stream?chunks=%d&size=65536" % (n // 65536)))
@@ -910,6 +933,41 @@ async def k_ws_abuse(rng, port):
     c.close()
 
 
+async def k_ws_backlog(rng, port):
+    """Sends a few MB of messages without reading (the echo pauses it), then
+    reads: every echo, in order."""
+    c = await ws_open(port, rng)
+    msgs = [rng.randbytes(rng.randint(1, 65536)) for _ in range(rng.randint(20, 60))]
+
+    async def send_all():
+        for m in msgs:
+            c.write(frame(2, m))
+            await c.w.drain()
+    sender = asyncio.create_task(send_all())
+    await asyncio.sleep(rng.choice([0.1, 0.5]))
+    for i, m in enumerate(msgs):
+        op, got = await ws_read(c)
+        expect((op, got) == (2, m), f"ws backlog: echo {i}: {op} {short(got)}")
+    await sender
+    c.rst() if rng.random() < 0.5 else c.close()
+
+
+async def k_ws_stuck_member(rng, port):
+    """A /ws/broadcast member that never reads (the drop policy); then it goes."""
+    c = await connect(port, rcvbuf=4096)
+    key = base64.b64encode(rng.randbytes(16))
+    await c.send(b"GET /ws/broadcast HTTP/1.1\r\nHost: soak\r\nUpgrade: websocket\r\n"
+                 b"Connection: Upgrade\r\nSec-WebSocket-Key: " + key +
+                 b"\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    v, st, h, body = await read_response(c)
+    expect(st == 101, f"stuck member: {st}")
+    for _ in range(rng.randint(0, 20)):
+        c.write(frame(2, b"bc:stuck:" + rng.randbytes(rng.randint(0, 60000))))
+    await c.w.drain()
+    await asyncio.sleep(rng.uniform(0.2, 2.0))
+    c.rst()
+
+
 async def k_ws_half_close(rng, port):
     c = await ws_open(port, rng)
     msg = rng.randbytes(rng.randint(0, 5000))
@@ -932,7 +990,9 @@ KINDS = {
     # abusive
     "garbage": (k_garbage, 3), "oversize_head": (k_oversize_head, 2),
     "oversize_body": (k_oversize_body, 2), "stall": (k_stall, 2), "reset": (k_reset, 4),
-    "half_close": (k_half_close, 3), "half_close_big": (k_half_close_big, 1), "delay_gone": (k_delay_gone, 2),
+    "half_close": (k_half_close, 3), "half_close_big": (k_half_close_big, 1),
+    "fin_backlog": (k_fin_backlog, 1), "ws_backlog": (k_ws_backlog, 1),
+    "ws_stuck_member": (k_ws_stuck_member, 1), "delay_gone": (k_delay_gone, 2),
     "never_reads": (k_never_reads, 1), "ws_abuse": (k_ws_abuse, 5),
     "ws_half_close": (k_ws_half_close, 2),
 }
