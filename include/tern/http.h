@@ -51,12 +51,65 @@ int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_option
 void tern_server_free(tern_server *srv);
 tern_loop *tern_server_loop(const tern_server *srv);
 
+/* ---- configuration and loops ------------------------------------------
+ *
+ * A server is two things: its configuration (options, routes, static
+ * roots, WebSocket routes, hosts, the not-found handler, the access log),
+ * built before it serves and read-only after, and the state of one loop
+ * (listeners, connections, statistics, shutdown). tern_server_clone makes
+ * another server, for another loop, that shares the configuration: N loops
+ * (threads) serve the same routes without copying them or taking a lock.
+ * Once a clone exists, the configuration is frozen: the calls that change
+ * it (tern_http_route, tern_http_route_stream, tern_http_static,
+ * tern_http_not_found, tern_ws_route, tern_server_host,
+ * tern_server_set_access_log) return -EBUSY on every server sharing it.
+ * tern_run (tern/run.h) does all of this for one loop per thread.
+ *
+ * Handlers' user pointers are shared by every loop: per-loop state of the
+ * application is best found from the request's server
+ * (tern_http_req_server, tern_server_index). */
+
+/* A new server on loop with srv's configuration (a reference: it lives
+ * until the last server using it is freed). It has no listeners: listen
+ * on it (with SO_REUSEPORT on both, for the same port). Make the clones
+ * before any of the servers runs on another thread. Returns 0, -EINVAL
+ * (a NULL argument, a host handle), -ENOMEM. */
+int tern_server_clone(tern_server **out, tern_loop *loop, tern_server *srv);
+/* The servers sharing srv's configuration, numbered from 0 (the first
+ * made) in the order made: tern_server_index is srv's number,
+ * tern_server_peer_count how many were made, tern_server_peer the one
+ * numbered index (NULL when out of range or freed). Any thread may call
+ * these while the servers run (the list is fixed by then); what a peer
+ * may be asked from another thread is its loop (to post to it) and its
+ * statistics. */
+int tern_server_index(const tern_server *srv);
+int tern_server_peer_count(const tern_server *srv);
+tern_server *tern_server_peer(const tern_server *srv, int index);
+
+/* A server's counters since it was made. Each is written by the server's
+ * loop alone (a plain increment, no lock) and may be read from any thread:
+ * every value is exact as of some recent moment, the set is not one
+ * snapshot. */
+typedef struct tern_stats {
+    uint64_t connections;       /* open now (HTTP and WebSocket) */
+    uint64_t accepted;          /* connections accepted in all */
+    uint64_t requests;          /* HTTP requests whose head was read (an upgrade counts) */
+    uint64_t ws_messages_in;    /* whole WebSocket messages received */
+    uint64_t ws_messages_out;   /* WebSocket messages sent (a prepared one once per connection) */
+    uint64_t bytes_in;          /* bytes of requests and frames the server consumed */
+    uint64_t bytes_out;         /* response heads and bodies, frames, handed to the connections
+                                   (chunk framing not counted) */
+} tern_stats;
+/* Returns 0, or -EINVAL for a NULL argument or a host handle. */
+int tern_server_stats(const tern_server *srv, tern_stats *out);
+
 /* Returns 0, or: -EINVAL (srv NULL, port outside 0..65535, a negative
  * backlog; for Unix, path NULL or ""), TERN_ENOHOST (host does not
  * resolve), -ENAMETOOLONG (Unix path over 107 bytes), -ENOSPC (8
  * listeners already, or shutting down), or the errno of socket/bind/listen:
  * -EADDRINUSE, -EADDRNOTAVAIL (an address that is not this machine's),
- * -EACCES (a port under 1024). */
+ * -EACCES (a port under 1024). Under tern_run with more than one thread
+ * every TCP listener gets SO_REUSEPORT (tern_listen_options.reuseport). */
 int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt);
 int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_options *opt);
 /* The port the first TCP listener got (useful after listening on port 0);
@@ -68,7 +121,10 @@ int tern_server_port(const tern_server *srv);
  * method and target "-", and 101 for a WebSocket upgrade). Entries are
  * delivered at the end of the loop's batch of events, never from inside a
  * tern call; the strings are valid during the call only. fn NULL stops
- * it. Returns 0, or -EINVAL for a NULL srv. */
+ * it. The same log serves every server sharing the configuration (fn gets
+ * the server of the loop the response went out on, and may run on any of
+ * their threads). Returns 0, -EINVAL for a NULL srv, -EBUSY once the
+ * configuration is shared. */
 typedef struct tern_http_access {
     const char *peer;      /* tern_addr_format() of the peer, or "-" once it is gone */
     const char *method;    /* as sent, or "-" */
@@ -101,7 +157,8 @@ typedef void (*tern_http_handler)(tern_http_req *req, void *user);
  * token of 1 to 32 bytes ("get", "G T"); a pattern no request path can
  * match: not starting with '/', a '?' or '#', a space, control or non-ASCII
  * byte, a '*' that is not the whole last segment ("/star*", "/ * /x"), an
- * empty or repeated ":name", more than 8 parameters. */
+ * empty or repeated ":name", more than 8 parameters; -EBUSY once the
+ * configuration is shared (tern_server_clone). */
 int tern_http_route(tern_server *srv, const char *method, const char *pattern,
                     tern_http_handler fn, void *user);
 /* The same, but the handler runs as soon as the head is in, and reads the
@@ -113,7 +170,8 @@ int tern_http_route_stream(tern_server *srv, const char *method, const char *pat
  * 404). A path some route has for other methods still gets 405 with
  * Allow, and a method no route has gets 501 (RFC 9110 §9.1): unlike a
  * catch-all route ("*" for any method) this does not swallow those.
- * fn NULL removes it. Returns 0, or -EINVAL for a NULL srv. */
+ * fn NULL removes it. Returns 0, -EINVAL for a NULL srv, -EBUSY once the
+ * configuration is shared. */
 int tern_http_not_found(tern_server *srv, tern_http_handler fn, void *user);
 
 /* Serves files under dir for GET and HEAD requests of prefix + "*"

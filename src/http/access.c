@@ -34,11 +34,11 @@ static void flush(tern_loop *loop) {
      * loop picks those up too, re-reading e and text each time. */
     for (size_t i = 0; i < q->n; i++) {
         access_entry a = q->e[i];
-        if (a.srv == NULL || a.srv->access_fn == NULL)
+        if (a.srv == NULL || a.srv->cfg->access_fn == NULL)
             continue;
         tern_http_access entry = {q->text + a.peer, q->text + a.method, q->text + a.target,
                                   a.status, a.bytes, a.duration_ms};
-        a.srv->access_fn(a.srv, &entry, a.srv->access_user);
+        a.srv->cfg->access_fn(a.srv, &entry, a.srv->cfg->access_user);
     }
     free(q->e);
     free(q->text);
@@ -104,13 +104,13 @@ static void record(tern_server *srv, const tern__conn *conn, const char *method,
 }
 
 void tern__http_access_begin(tern_http_req *req) {
-    if (req->srv->access_fn)
+    if (req->srv->cfg->access_fn)
         req->start_ms = tern_loop_now(req->srv->loop);
 }
 
 void tern__http_access_keep(tern_http_req *req) {
     const tern__http_head *h = req->head;
-    if (req->srv->access_fn == NULL || req->ended || h == NULL || req->access_copy)
+    if (req->srv->cfg->access_fn == NULL || req->ended || h == NULL || req->access_copy)
         return;
     char *c = malloc(h->method_len + h->target_len + 2);
     if (c == NULL)
@@ -124,7 +124,7 @@ void tern__http_access_keep(tern_http_req *req) {
 
 void tern__http_access_record(tern_http_req *req, int status) {
     tern_server *srv = req->srv;
-    if (srv->access_fn == NULL)
+    if (srv->cfg->access_fn == NULL)
         return;
     const char *m = "-", *t = "-";
     size_t ml = 1, tl = 1;
@@ -145,7 +145,7 @@ void tern__http_access_record(tern_http_req *req, int status) {
 }
 
 void tern__http_access_record_error(tern__http_conn *hc, int status, uint64_t bytes) {
-    if (hc->srv->access_fn)
+    if (hc->srv->cfg->access_fn)
         record(hc->srv, &hc->conn, "-", 1, "-", 1, status, bytes, 0);
 }
 

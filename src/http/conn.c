@@ -56,10 +56,11 @@ static tern__http_conn *accept_conn(tern_server *srv, int fd) {
     }
     hc->srv = srv;
     hc->state = TERN__HTTP_IDLE;
+    TERN__STAT_ADD(srv, accepted, 1);
     /* A fresh connection gets the head timeout, not the (longer) idle one:
      * a client that connects and says nothing is the slowloris shape. Over
      * TLS the handshake counts against it too. */
-    tern__conn_set_timeout(&hc->conn, srv->opt.head_timeout_ms);
+    tern__conn_set_timeout(&hc->conn, srv->cfg->opt.head_timeout_ms);
     return hc;
 }
 
@@ -135,11 +136,11 @@ static void dispatch_buffered(tern__http_conn *hc) {
     tern__http_head *head = &srv->scratch_head;
     tern__route_params *params = &srv->scratch_params;
     int status;
-    tern__http_parse_head(req->head_copy, req->head_copy_len, &srv->limits, head,
-                          srv->scratch_headers, srv->opt.max_headers);
+    tern__http_parse_head(req->head_copy, req->head_copy_len, &srv->cfg->limits, head,
+                          srv->scratch_headers, srv->cfg->opt.max_headers);
     const char *m = req->is_head ? "GET" : head->method;
     size_t ml = req->is_head ? 3 : head->method_len;
-    if (!tern__router_match(srv->router, m, ml, head->path, head->path_len, params, &status))
+    if (!tern__router_match(req->host->router, m, ml, head->path, head->path_len, params, &status))
         params->count = 0;
     hc->state = TERN__HTTP_WAIT;
     call_handler(hc, head, params, req->body_buf ? req->body_buf : "", req->body_buf_len);
@@ -150,10 +151,11 @@ static void dispatch_buffered(tern__http_conn *hc) {
 static const tern__http_route *find_route(tern__http_conn *hc, const tern__http_head *head,
                                           tern__route_params *params, int *status) {
     tern_server *srv = hc->srv;
-    const tern__http_route *r = tern__router_match(srv->router, head->method, head->method_len,
+    const tern__router *router = hc->req->host->router;
+    const tern__http_route *r = tern__router_match(router, head->method, head->method_len,
                                                    head->path, head->path_len, params, status);
     if (r == NULL && *status == 405 && head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0)
-        r = tern__router_match(srv->router, "GET", 3, head->path, head->path_len, params, status);
+        r = tern__router_match(router, "GET", 3, head->path, head->path_len, params, status);
     if (r == NULL && !tern__http_method_known(srv, head->method, head->method_len))
         *status = 501;   /* RFC 9110 §9.1: a method we don't implement anywhere */
     return r;
@@ -169,12 +171,11 @@ static void answer_status(tern_http_req *req, void *user) {
                                               "OPTIONS"};
         char allow[64] = "";
         size_t n = 0;
-        tern_server *srv = req->srv;
         for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
             tern__route_params p;
             int st;
             const char *m = strcmp(methods[i], "HEAD") == 0 ? "GET" : methods[i];
-            if (tern__router_match(srv->router, m, strlen(m), req->head->path,
+            if (tern__router_match(req->host->router, m, strlen(m), req->head->path,
                                    req->head->path_len, &p, &st)) {
                 size_t l = strlen(methods[i]);
                 if (n + l + 3 < sizeof(allow)) {
@@ -211,7 +212,7 @@ static void arm_body_timeout(tern__http_conn *hc, bool progress_only) {
     if (progress_only && req->body_read - req->body_mark < TERN__BODY_PROGRESS)
         return;
     req->body_mark = req->body_read;
-    tern__conn_set_timeout(&hc->conn, hc->srv->opt.body_timeout_ms);
+    tern__conn_set_timeout(&hc->conn, hc->srv->cfg->opt.body_timeout_ms);
 }
 
 /* A head is complete and valid: sets up the request and either runs the
@@ -232,6 +233,8 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     tern__http_req_reset(req);
     req->hc = hc;
     req->srv = srv;
+    req->host = &srv->cfg->host;
+    TERN__STAT_ADD(srv, requests, 1);
     req->minor_version = (uint8_t)head->minor_version;
     req->keep_alive = head->keep_alive;
     req->is_head = head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
@@ -239,17 +242,18 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     req->body_kind = head->body_kind;
     req->body_left = head->body_kind == TERN__BODY_LENGTH ? head->content_length : 0;
 
-    if (head->body_kind == TERN__BODY_LENGTH && head->content_length > srv->opt.max_body) {
+    if (head->body_kind == TERN__BODY_LENGTH && head->content_length > srv->cfg->opt.max_body) {
         fail_request(hc, 413);
         return -1;
     }
 
     int status = 404;
     const tern__http_route *route = NULL;
-    if (head->upgrade && srv->upgrade) {
+    const tern__upgrade_hook *upgrade = srv->cfg->upgrade;
+    if (head->upgrade && upgrade) {
         req->live = true;
         req->head = head;
-        int r = srv->upgrade->try_upgrade(req, head, rest, rest_len);
+        int r = upgrade->try_upgrade(req, head, rest, rest_len);
         req->live = false;
         req->head = NULL;
         if (r == 1) {
@@ -265,16 +269,16 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     }
     if (route == NULL)
         route = find_route(hc, head, params, &status);
-    if (route == NULL && status == 404 && srv->upgrade && !head->upgrade) {
+    if (route == NULL && status == 404 && upgrade && !head->upgrade) {
         /* A WebSocket path asked for without the upgrade: RFC 9110 §15.5.22. */
-        const char *proto = srv->upgrade->owns_path(srv, head->path, head->path_len);
+        const char *proto = upgrade->owns_path(req->host, head->path, head->path_len);
         if (proto) {
             status = 426;
             tern_http_add_header(req, "Upgrade", proto);
         }
     }
-    if (route == NULL && status == 404 && srv->not_found.fn)
-        route = &srv->not_found;
+    if (route == NULL && status == 404 && req->host->not_found.fn)
+        route = &req->host->not_found;
     if (route == NULL)
         route = &route_status;
     if (route == &route_status) {
@@ -351,7 +355,7 @@ static int gather(tern_http_req *req, const char *p, size_t n) {
 static bool deliver(tern__http_conn *hc, const char *p, size_t n) {
     tern_http_req *req = hc->req;
     req->body_read += n;
-    if (req->body_read > hc->srv->opt.max_body) {
+    if (req->body_read > hc->srv->cfg->opt.max_body) {
         if (req->started)
             tern__conn_close(&hc->conn, -EMSGSIZE);   /* too late for a 413 */
         else
@@ -396,7 +400,7 @@ static ssize_t read_body(tern__http_conn *hc, char *data, size_t len) {
         } else {
             size_t used = 0;
             int r = tern__chunked_decode(&req->chunked, data + pos, len - pos, &used, &piece, &n,
-                                         hc->srv->opt.max_head);
+                                         hc->srv->cfg->opt.max_head);
             pos += used;
             if (r == TERN__CHUNKED_ERROR) {
                 if (req->started)
@@ -490,7 +494,7 @@ static bool next_request(tern__http_conn *hc) {
      * still leaving, the send clock runs instead (on_drain starts idle). */
     tern__conn_set_timeout(&hc->conn, 0);
     if (!tern__conn_send_clock(&hc->conn))
-        tern__conn_set_timeout(&hc->conn, srv->opt.idle_timeout_ms);
+        tern__conn_set_timeout(&hc->conn, srv->cfg->opt.idle_timeout_ms);
     return true;
 }
 
@@ -571,7 +575,7 @@ static size_t process(tern__http_conn *hc, char *data, size_t len) {
             }
             hc->state = TERN__HTTP_HEAD;
             hc->scanned = 0;
-            tern__conn_set_timeout(&hc->conn, srv->opt.head_timeout_ms);
+            tern__conn_set_timeout(&hc->conn, srv->cfg->opt.head_timeout_ms);
             /* fall through */
         case TERN__HTTP_HEAD: {
             size_t avail = len - pos;
@@ -583,18 +587,18 @@ static size_t process(tern__http_conn *hc, char *data, size_t len) {
                  * or a new line ended, so garbage and oversize heads are
                  * refused now rather than at the timeout. */
                 bool new_line = memchr(data + pos + from, '\n', avail - from) != NULL;
-                if (avail >= srv->opt.max_head || new_line) {
-                    ssize_t r = tern__http_parse_head(data + pos, avail, &srv->limits, head,
-                                                      srv->scratch_headers, srv->opt.max_headers);
-                    if (r < 0 || avail >= srv->opt.max_head) {
+                if (avail >= srv->cfg->opt.max_head || new_line) {
+                    ssize_t r = tern__http_parse_head(data + pos, avail, &srv->cfg->limits, head,
+                                                      srv->scratch_headers, srv->cfg->opt.max_headers);
+                    if (r < 0 || avail >= srv->cfg->opt.max_head) {
                         fail_request(hc, r < 0 ? (int)-r : 431);
                         return len;
                     }
                 }
                 return pos;
             }
-            ssize_t r = tern__http_parse_head(data + pos, end, &srv->limits, head,
-                                              srv->scratch_headers, srv->opt.max_headers);
+            ssize_t r = tern__http_parse_head(data + pos, end, &srv->cfg->limits, head,
+                                              srv->scratch_headers, srv->cfg->opt.max_headers);
             if (r <= 0) {
                 fail_request(hc, r < 0 ? (int)-r : 400);
                 return len;
@@ -616,9 +620,11 @@ static size_t process(tern__http_conn *hc, char *data, size_t len) {
 
 static size_t on_data(tern__conn *c, char *data, size_t len) {
     tern__http_conn *hc = (tern__http_conn *)c;
+    tern_server *srv = hc->srv;
     hc->in_data = true;
     size_t used = process(hc, data, len);
     hc->in_data = false;
+    TERN__STAT_ADD(srv, bytes_in, used);
     return used;
 }
 
@@ -641,7 +647,7 @@ static void on_eof(tern__conn *c) {
 static void on_drain(tern__conn *c) {
     tern__http_conn *hc = (tern__http_conn *)c;
     if (hc->state == TERN__HTTP_IDLE)   /* the last response is out: now idle */
-        tern__conn_set_timeout(c, hc->srv->opt.idle_timeout_ms);
+        tern__conn_set_timeout(c, hc->srv->cfg->opt.idle_timeout_ms);
     if (hc->waiting_drain) {
         hc->waiting_drain = false;
         tern__conn_resume(c);
@@ -694,7 +700,7 @@ static void on_deferred(tern__conn *c) {
 }
 
 static uint32_t send_timeout(const tern__conn *c) {
-    return ((const tern__http_conn *)c)->srv->opt.send_timeout_ms;
+    return ((const tern__http_conn *)c)->srv->cfg->opt.send_timeout_ms;
 }
 
 static void on_shutdown(tern__conn *c) {

@@ -153,6 +153,7 @@ static int write_head(tern_http_req *req, int status, const char *ctype, int64_t
     req->extra_len = 0;
     req->resp_status = status;
 
+    TERN__STAT_ADD(srv, bytes_out, (size_t)(p - start) + (inline_body ? 0 : body_len));
     int r;
     if (heap == NULL) {
         tern__conn_commit(&hc->conn, (size_t)(p - start));
@@ -177,8 +178,10 @@ void tern__http_error(tern__http_conn *hc, int status) {
                      "HTTP/1.1 %d %s\r\n%s%sContent-Type: text/plain\r\nContent-Length: %zu\r\n"
                      "Connection: close\r\n\r\n%s\n",
                      status, reason, srv->server_line, srv->date, strlen(reason) + 1, reason);
-    if (n > 0 && (size_t)n < sizeof(buf))
+    if (n > 0 && (size_t)n < sizeof(buf)) {
+        TERN__STAT_ADD(srv, bytes_out, n);
         tern__conn_write(&hc->conn, buf, (size_t)n);
+    }
     tern__http_access_record_error(hc, status, strlen(reason) + 1);
     if (tern__log_on(TERN_LOG_DEBUG)) {
         char peer[TERN_ADDRSTRLEN] = "-";
@@ -322,6 +325,7 @@ int tern_http_write(tern_http_req *req, const void *data, size_t len) {
     if (req->is_head || len == 0)   /* a zero-size chunk would end the body */
         return TERN_SEND_OK;
     req->bytes_out += len;
+    TERN__STAT_ADD(req->srv, bytes_out, len);
     if (!req->chunked_out)
         return tern__conn_write(&req->hc->conn, data, len);
     char size[24];
@@ -360,6 +364,7 @@ int tern_http_respond_file(tern_http_req *req, int status, const char *content_t
     if (r >= 0 && !req->is_head && len > 0) {
         r = tern__conn_sendfile(&req->hc->conn, fd, offset, len);
         req->bytes_out = len;
+        TERN__STAT_ADD(req->srv, bytes_out, len);
     }
     else
         close(fd);

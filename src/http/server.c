@@ -20,18 +20,82 @@ static bool server_header_ok(const char *s) {
     return true;
 }
 
+static void vhost_clear(tern__vhost *vh) {
+    tern__router_free(vh->router);
+    vh->router = NULL;
+    tern__http_static_free(vh);
+    while (vh->routes) {
+        tern__http_route *r = vh->routes;
+        vh->routes = r->next;
+        free(r);
+    }
+    free(vh->name);
+    free(vh->handle);
+}
+
+static void config_unref(tern__server_config *cfg, tern_server *srv) {
+    if (srv->index < cfg->npeers && cfg->peers[srv->index] == srv)
+        cfg->peers[srv->index] = NULL;
+    if (atomic_fetch_sub(&cfg->refs, 1) != 1)
+        return;
+    if (cfg->upgrade)
+        cfg->upgrade->free(&cfg->host);
+    while (cfg->hosts) {
+        tern__vhost *vh = cfg->hosts;
+        cfg->hosts = vh->next;
+        if (cfg->upgrade)
+            cfg->upgrade->free(vh);
+        vhost_clear(vh);
+        free(vh);
+    }
+    vhost_clear(&cfg->host);
+    free(cfg->peers);
+    free(cfg);
+}
+
+/* Adds srv to the configuration's peers (its index). */
+static int add_peer(tern__server_config *cfg, tern_server *srv) {
+    tern_server **p = realloc(cfg->peers, sizeof(*p) * (size_t)(cfg->npeers + 1));
+    if (p == NULL)
+        return -ENOMEM;
+    cfg->peers = p;
+    srv->index = cfg->npeers;
+    p[cfg->npeers++] = srv;
+    return 0;
+}
+
+/* A server on loop with cfg (a reference taken on success). */
+static int server_make(tern_server **out, tern_loop *loop, tern__server_config *cfg) {
+    tern_server *srv = calloc(1, sizeof(*srv));
+    if (srv == NULL)
+        return -ENOMEM;
+    if (add_peer(cfg, srv) < 0) {
+        free(srv);
+        return -ENOMEM;
+    }
+    atomic_fetch_add(&cfg->refs, 1);
+    srv->loop = loop;
+    srv->cfg = cfg;
+    srv->target = &cfg->host;
+    memcpy(srv->server_line, cfg->server_line, sizeof(srv->server_line));
+    srv->server_line_len = cfg->server_line_len;
+    srv->date_sec = -1;
+    *out = srv;
+    return 0;
+}
+
 int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_options *opt) {
     if (out == NULL || loop == NULL)
         return -EINVAL;
     if (opt && (opt->max_headers > 256 || (opt->server_header && !server_header_ok(opt->server_header))))
         return -EINVAL;
-    tern_server *srv = calloc(1, sizeof(*srv));
-    if (srv == NULL)
+    tern__server_config *cfg = calloc(1, sizeof(*cfg));
+    if (cfg == NULL)
         return -ENOMEM;
-    srv->loop = loop;
+    atomic_init(&cfg->refs, 0);
     if (opt)
-        srv->opt = *opt;
-    tern_server_options *o = &srv->opt;
+        cfg->opt = *opt;
+    tern_server_options *o = &cfg->opt;
     if (!o->max_head) o->max_head = 16 * KIB;
     if (!o->max_uri) o->max_uri = 8 * KIB;
     if (!o->max_headers) o->max_headers = 100;
@@ -43,23 +107,58 @@ int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_option
     if (!o->shutdown_timeout_ms) o->shutdown_timeout_ms = 10000;
     const char *name = o->server_header ? o->server_header : "tern";
     if (*name) {   /* fits: server_header_ok bounds it */
-        int n = snprintf(srv->server_line, sizeof(srv->server_line), "Server: %s\r\n", name);
-        srv->server_line_len = (size_t)n;
+        int n = snprintf(cfg->server_line, sizeof(cfg->server_line), "Server: %s\r\n", name);
+        cfg->server_line_len = (size_t)n;
     }
     o->server_header = NULL;   /* not kept: the caller's string may go */
-    srv->limits = (tern__http_limits){o->max_head, o->max_uri, o->max_headers};
-    srv->router = tern__router_new();
-    if (srv->router == NULL) {
-        free(srv);
-        return -ENOMEM;
+    cfg->limits = (tern__http_limits){o->max_head, o->max_uri, o->max_headers};
+    cfg->host.router = tern__router_new();
+    int err = cfg->host.router ? server_make(out, loop, cfg) : -ENOMEM;
+    if (err < 0) {
+        tern__router_free(cfg->host.router);
+        free(cfg->peers);
+        free(cfg);
     }
-    srv->date_sec = -1;
-    *out = srv;
-    return 0;
+    return err;
+}
+
+int tern_server_clone(tern_server **out, tern_loop *loop, tern_server *srv) {
+    if (out == NULL || loop == NULL || srv == NULL || srv->loop == NULL)
+        return -EINVAL;
+    int err = server_make(out, loop, srv->cfg);
+    if (err == 0)
+        srv->cfg->shared = true;
+    return err;
 }
 
 tern_loop *tern_server_loop(const tern_server *srv) { return srv ? srv->loop : NULL; }
-size_t tern_server_connections(const tern_server *srv) { return srv ? srv->conns.count : 0; }
+size_t tern_server_connections(const tern_server *srv) {
+    return srv && srv->loop ? srv->conns.count : 0;
+}
+
+int tern_server_index(const tern_server *srv) { return srv ? srv->index : -EINVAL; }
+int tern_server_peer_count(const tern_server *srv) { return srv ? srv->cfg->npeers : -EINVAL; }
+tern_server *tern_server_peer(const tern_server *srv, int index) {
+    if (srv == NULL || index < 0 || index >= srv->cfg->npeers)
+        return NULL;
+    return srv->cfg->peers[index];
+}
+
+int tern_server_stats(const tern_server *srv, tern_stats *out) {
+    if (srv == NULL || out == NULL || srv->loop == NULL)
+        return -EINVAL;
+#define LOAD(f) atomic_load_explicit(&srv->stats.f, memory_order_relaxed)
+    uint64_t closed = LOAD(closed);
+    out->accepted = LOAD(accepted);
+    out->connections = out->accepted > closed ? out->accepted - closed : 0;
+    out->requests = LOAD(requests);
+    out->ws_messages_in = LOAD(ws_in);
+    out->ws_messages_out = LOAD(ws_out);
+    out->bytes_in = LOAD(bytes_in);
+    out->bytes_out = LOAD(bytes_out);
+#undef LOAD
+    return 0;
+}
 
 static void close_listeners(tern_server *srv) {
     for (int i = 0; i < srv->nlisteners; i++)
@@ -73,8 +172,8 @@ static void close_all(tern_server *srv) {
 }
 
 void tern_server_free(tern_server *srv) {
-    if (srv == NULL)
-        return;
+    if (srv == NULL || srv->loop == NULL)
+        return;   /* a host handle goes with its configuration */
     close_listeners(srv);
     srv->done = NULL;
     close_all(srv);
@@ -84,16 +183,10 @@ void tern_server_free(tern_server *srv) {
     tern_timer_stop(srv->shutdown_timer);
     for (int i = 0; i < srv->nhttps; i++)
         tern_tls_free(srv->https[i].tls);
-    tern__router_free(srv->router);
+    for (int i = 0; i < TERN__MAX_LISTENERS; i++)
+        free(srv->specs[i].host);
     tern__http_access_drop(srv);
-    tern__http_static_free(srv);
-    if (srv->upgrade)
-        srv->upgrade->free(srv);
-    while (srv->routes) {
-        tern__http_route *r = srv->routes;
-        srv->routes = r->next;
-        free(r);
-    }
+    config_unref(srv->cfg, srv);
     free(srv);
 }
 
@@ -101,15 +194,48 @@ static bool listen_options_ok(const tern_listen_options *opt) {
     return opt == NULL || opt->backlog >= 0;
 }
 
-int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt) {
-    if (srv == NULL || port < 0 || port > 65535 || !listen_options_ok(opt))
+/* The options a listener of srv gets: under tern_run with several loops,
+ * SO_REUSEPORT, so that every loop can listen on the same address. */
+static tern_listen_options listen_opt(const tern_server *srv, const tern_listen_options *opt) {
+    tern_listen_options o = opt ? *opt : (tern_listen_options){0};
+    if (srv->cfg->reuseport)
+        o.reuseport = 1;
+    return o;
+}
+
+/* Refuses what a listen call may not do: a host handle, or no room. */
+static int listen_check(const tern_server *srv) {
+    if (srv->loop == NULL)
         return -EINVAL;
     if (srv->nlisteners == TERN__MAX_LISTENERS || srv->shutting_down)
         return -ENOSPC;
-    int err = tern__listener_tcp(srv->loop, host, port, opt, tern__http_accept, srv,
-                                 &srv->listeners[srv->nlisteners]);
-    if (err == 0)
+    return 0;
+}
+
+/* Remembers what listener i was opened with (see tern__listen_spec). */
+static void keep_spec(tern_server *srv, int i, const char *host, int port, tern_tls *tls,
+                      const tern_listen_options *o) {
+    tern__listen_spec *sp = &srv->specs[i];
+    free(sp->host);
+    sp->host = host ? strdup(host) : NULL;   /* NULL on ENOMEM: then "any", as tern_listen's NULL */
+    sp->port = port;
+    sp->tls = tls;
+    sp->opt = *o;
+}
+
+int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt) {
+    if (srv == NULL || port < 0 || port > 65535 || !listen_options_ok(opt))
+        return -EINVAL;
+    int err = listen_check(srv);
+    if (err < 0)
+        return err;
+    tern_listen_options o = listen_opt(srv, opt);
+    int i = srv->nlisteners;
+    err = tern__listener_tcp(srv->loop, host, port, &o, tern__http_accept, srv, &srv->listeners[i]);
+    if (err == 0) {
+        keep_spec(srv, i, host, tern__listener_port(srv->listeners[i]), NULL, &o);
         srv->nlisteners++;
+    }
     return err;
 }
 
@@ -117,16 +243,19 @@ int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
                     const tern_listen_options *opt) {
     if (srv == NULL || tls == NULL || port < 0 || port > 65535 || !listen_options_ok(opt))
         return -EINVAL;
-    if (srv->nlisteners == TERN__MAX_LISTENERS || srv->shutting_down)
-        return -ENOSPC;
+    int err = listen_check(srv);
+    if (err < 0)
+        return err;
+    tern_listen_options o = listen_opt(srv, opt);
     tern__https_listener *l = &srv->https[srv->nhttps];
     l->srv = srv;
     l->tls = tls;
     l->index = srv->nlisteners;
-    int err = tern__listener_tcp(srv->loop, host, port, opt, tern__https_accept, l,
-                                 &srv->listeners[srv->nlisteners]);
+    int i = srv->nlisteners;
+    err = tern__listener_tcp(srv->loop, host, port, &o, tern__https_accept, l, &srv->listeners[i]);
     if (err == 0) {
         tern__tls_ref(tls);
+        keep_spec(srv, i, host, tern__listener_port(srv->listeners[i]), tls, &o);
         srv->nhttps++;
         srv->nlisteners++;
     }
@@ -136,13 +265,43 @@ int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
 int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_options *opt) {
     if (srv == NULL || path == NULL || *path == '\0' || !listen_options_ok(opt))
         return -EINVAL;
-    if (srv->nlisteners == TERN__MAX_LISTENERS || srv->shutting_down)
-        return -ENOSPC;
-    int err = tern__listener_unix(srv->loop, path, opt, tern__http_accept, srv,
-                                  &srv->listeners[srv->nlisteners]);
-    if (err == 0)
+    int err = listen_check(srv);
+    if (err < 0)
+        return err;
+    int i = srv->nlisteners;
+    err = tern__listener_unix(srv->loop, path, opt, tern__http_accept, srv, &srv->listeners[i]);
+    if (err == 0) {
+        tern_listen_options o = opt ? *opt : (tern_listen_options){0};
+        keep_spec(srv, i, path, -1, NULL, &o);
         srv->nlisteners++;
+    }
     return err;
+}
+
+/* Opens on clone the listeners srv has: TCP ones on the same address and
+ * the port srv got (SO_REUSEPORT: each loop has its own accept queue);
+ * Unix ones share srv's socket (a Unix socket has no SO_REUSEPORT
+ * balancing, and binding the path again would take it from srv). */
+int tern__server_listen_like(tern_server *clone, const tern_server *srv) {
+    for (int i = 0; i < srv->nlisteners; i++) {
+        const tern__listen_spec *sp = &srv->specs[i];
+        int err, j = clone->nlisteners;
+        if (sp->port < 0) {
+            err = tern__listener_dup(clone->loop, srv->listeners[i], &sp->opt, tern__http_accept,
+                                     clone, &clone->listeners[j]);
+            if (err == 0) {
+                keep_spec(clone, j, sp->host, -1, NULL, &sp->opt);
+                clone->nlisteners++;
+            }
+        } else if (sp->tls) {
+            err = tern_listen_tls(clone, sp->host, sp->port, sp->tls, &sp->opt);
+        } else {
+            err = tern_listen(clone, sp->host, sp->port, &sp->opt);
+        }
+        if (err < 0)
+            return err;
+    }
+    return 0;
 }
 
 int tern_server_tls_port(const tern_server *srv) {
@@ -167,10 +326,22 @@ int tern_server_port(const tern_server *srv) {
     return -ENOENT;
 }
 
+/* Whether srv's configuration may still change: not once a clone shares
+ * it (other loops may be reading it). */
+static int config_open(const tern_server *srv) {
+    if (srv == NULL)
+        return -EINVAL;
+    return srv->cfg->shared ? -EBUSY : 0;
+}
+
 static int add_route(tern_server *srv, const char *method, const char *pattern,
                      tern_http_handler fn, void *user, bool stream) {
     if (srv == NULL || fn == NULL || pattern == NULL)
         return -EINVAL;
+    int err = config_open(srv);
+    if (err < 0)
+        return err;
+    tern__vhost *vh = srv->target;
     tern__http_route *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return -ENOMEM;
@@ -179,13 +350,13 @@ static int add_route(tern_server *srv, const char *method, const char *pattern,
     r->stream = stream;
     if (method && strcmp(method, "*") != 0 && strlen(method) < sizeof(r->method))
         strcpy(r->method, method);
-    int err = tern__router_add(srv->router, method, pattern, r);
+    err = tern__router_add(vh->router, method, pattern, r);
     if (err < 0) {
         free(r);
         return err;
     }
-    r->next = srv->routes;
-    srv->routes = r;
+    r->next = vh->routes;
+    vh->routes = r;
     return 0;
 }
 
@@ -200,18 +371,20 @@ int tern_http_route_stream(tern_server *srv, const char *method, const char *pat
 }
 
 int tern_http_not_found(tern_server *srv, tern_http_handler fn, void *user) {
-    if (srv == NULL)
-        return -EINVAL;
-    srv->not_found.fn = fn;
-    srv->not_found.user = user;
+    int err = config_open(srv);
+    if (err < 0)
+        return err;
+    srv->target->not_found.fn = fn;
+    srv->target->not_found.user = user;
     return 0;
 }
 
 int tern_server_set_access_log(tern_server *srv, tern_http_access_fn fn, void *user) {
-    if (srv == NULL)
-        return -EINVAL;
-    srv->access_fn = fn;
-    srv->access_user = user;
+    int err = config_open(srv);
+    if (err < 0)
+        return err;
+    srv->cfg->access_fn = fn;
+    srv->cfg->access_user = user;
     return 0;
 }
 
@@ -221,9 +394,11 @@ bool tern__http_method_known(const tern_server *srv, const char *m, size_t len) 
     for (size_t i = 0; i < sizeof(standard) / sizeof(standard[0]); i++)
         if (strlen(standard[i]) == len && memcmp(standard[i], m, len) == 0)
             return true;
-    for (const tern__http_route *r = srv->routes; r; r = r->next)
-        if (strlen(r->method) == len && memcmp(r->method, m, len) == 0)
-            return true;
+    const tern__server_config *cfg = srv->cfg;
+    for (const tern__vhost *vh = &cfg->host; vh; vh = vh == &cfg->host ? cfg->hosts : vh->next)
+        for (const tern__http_route *r = vh->routes; r; r = r->next)
+            if (strlen(r->method) == len && memcmp(r->method, m, len) == 0)
+                return true;
     return false;
 }
 
@@ -238,8 +413,9 @@ static void shutdown_finished(tern_server *srv) {
         done(srv, srv->done_user);
 }
 
-/* Called by the connections' on_close. */
+/* Called by the connections' on_close (every accepted connection's, once). */
 void tern__http_conn_closed_by_server(tern_server *srv) {
+    TERN__STAT_ADD(srv, closed, 1);
     if (srv->shutting_down && srv->conns.count == 0 && srv->done)
         shutdown_finished(srv);
 }
@@ -252,7 +428,7 @@ static void shutdown_timeout(tern_timer *t, void *user) {
 }
 
 void tern_server_shutdown(tern_server *srv, tern_server_done_fn done, void *user) {
-    if (srv == NULL || srv->shutting_down)
+    if (srv == NULL || srv->loop == NULL || srv->shutting_down)
         return;
     srv->shutting_down = true;
     close_listeners(srv);
@@ -268,7 +444,7 @@ void tern_server_shutdown(tern_server *srv, tern_server_done_fn done, void *user
     }
     srv->done = done;
     srv->done_user = user;
-    uint64_t wait = srv->conns.count == 0 ? 0 : srv->opt.shutdown_timeout_ms;
+    uint64_t wait = srv->conns.count == 0 ? 0 : srv->cfg->opt.shutdown_timeout_ms;
     if (tern_timer_start(srv->loop, &srv->shutdown_timer, wait, 0, shutdown_timeout, srv) < 0) {
         srv->shutdown_timer = NULL;
         if (srv->conns.count == 0)

@@ -3,6 +3,8 @@
 #ifndef TERN_HTTP_SERVER_H
 #define TERN_HTTP_SERVER_H
 
+#include <stdatomic.h>
+
 #include "http/chunked.h"
 #include "http/parser.h"
 #include "http/router.h"
@@ -30,39 +32,107 @@ typedef struct tern__https_listener {
     int index;                       /* in srv->listeners */
 } tern__https_listener;
 
+typedef struct tern__vhost tern__vhost;
+
 /* A protocol reached by upgrading an HTTP connection (WebSocket). */
 typedef struct tern__upgrade_hook {
-    /* Called for a request with upgrade headers, while req is live. Returns
-     * 1 when it took the connection (it sent the response itself and moved
-     * the connection; rest is the bytes after the head), 0 when the path is
-     * not its own (HTTP routing goes on), or -status to refuse with that
-     * HTTP status (headers it added to req go with it). */
+    /* Called for a request with upgrade headers, while req is live (its
+     * host is req->host). Returns 1 when it took the connection (it sent
+     * the response itself and moved the connection; rest is the bytes
+     * after the head), 0 when the path is not its own (HTTP routing goes
+     * on), or -status to refuse with that HTTP status (headers it added to
+     * req go with it). */
     int (*try_upgrade)(tern_http_req *req, const tern__http_head *head, const char *rest,
                        size_t rest_len);
     /* For a plain request no HTTP route takes: the protocol's name when the
-     * path is one of its routes (answered 426 with Upgrade: name), or NULL. */
-    const char *(*owns_path)(tern_server *srv, const char *path, size_t path_len);
-    void (*free)(tern_server *srv);   /* the server is being freed */
+     * path is one of the host's routes (answered 426 with Upgrade: name),
+     * or NULL. */
+    const char *(*owns_path)(const tern__vhost *vh, const char *path, size_t path_len);
+    void (*free)(tern__vhost *vh);   /* the host is being freed */
 } tern__upgrade_hook;
 
-/* Invariants: conns lists every live connection (HTTP or upgraded); once
- * shutting_down is set no listener is open; date holds the Date header for
- * wall second date_sec. The scratch_* fields are the views of the request
- * whose handler is running: one handler runs at a time per loop. */
-struct tern_server {
-    tern_loop *loop;
-    tern_server_options opt;
-    tern__http_limits limits;
+/* What requests for one host name are routed by: the HTTP routes, static
+ * roots, the not-found handler and the ws module's routes. The
+ * configuration's default host takes the names no other host has. */
+struct tern__vhost {
+    char *name;                      /* lower case, without a port; NULL for the default */
+    size_t name_len;
     tern__router *router;
     tern__http_route *routes;
     tern__http_route not_found;      /* tern_http_not_found(); fn NULL when unset */
+    struct tern__static *statics;    /* static roots, closed with the configuration */
+    void *ws;                        /* the ws module's routes of this host, or NULL */
+    tern_server *handle;             /* tern_server_host()'s handle; NULL for the default */
+    tern__vhost *next;
+};
+
+/* The configuration: everything a server is told before it serves.
+ * Shared, by reference, by every server made with tern_server_clone (one
+ * per loop, under tern_run one per thread), and read-only while any of
+ * them serves, so loops read it without locks. Invariants: once shared
+ * is set, nothing in it changes until the last reference goes (adding
+ * routes then fails with -EBUSY); peers[i] is the server of index i (NULL
+ * once freed); peers is filled before the servers run on their threads. */
+typedef struct tern__server_config {
+    _Atomic int refs;
+    bool shared;                     /* a clone exists: frozen */
+    tern_server_options opt;         /* defaults applied; server_header not kept */
+    tern__http_limits limits;
+    char server_line[80];            /* "Server: tern\r\n" or "" */
+    size_t server_line_len;
+    tern__vhost host;                /* the default host */
+    tern__vhost *hosts;              /* the named hosts */
+    const tern__upgrade_hook *upgrade;   /* set by the ws module when it has routes */
     tern_http_access_fn access_fn;   /* tern_server_set_access_log(); NULL when unset */
     void *access_user;
+    tern_server **peers;             /* the servers sharing this configuration */
+    int npeers;
+    bool reuseport;                  /* tern_listen* set SO_REUSEPORT (under tern_run) */
+    struct tern__run *run;           /* the tern_run that made the servers, or NULL */
+} tern__server_config;
+
+/* One listener as it was asked for, so that tern_run can open the same
+ * on the other loops (the bound port, after port 0). */
+typedef struct tern__listen_spec {
+    char *host;                      /* TCP: as given (NULL for any); Unix: the path */
+    int port;                        /* TCP: the port bound; -1 for Unix */
+    tern_tls *tls;                   /* TLS listeners: the certificates (the server's reference) */
+    tern_listen_options opt;
+} tern__listen_spec;
+
+/* The loop's counters (tern_server_stats). Only the server's loop writes
+ * them, with relaxed loads and stores (plain moves, no locked
+ * instruction); any thread may read them. */
+typedef struct tern__server_counters {
+    _Atomic uint64_t accepted, closed, requests, ws_in, ws_out, bytes_in, bytes_out;
+} tern__server_counters;
+
+#define TERN__STAT_ADD(srv, field, n)                                                         \
+    atomic_store_explicit(&(srv)->stats.field,                                               \
+                          atomic_load_explicit(&(srv)->stats.field, memory_order_relaxed) +  \
+                              (uint64_t)(n),                                                 \
+                          memory_order_relaxed)
+
+/* The server of one loop: its listeners, connections, scratch space and
+ * shutdown state, and a reference to the shared configuration (cfg).
+ * Invariants: conns lists every live connection (HTTP or upgraded); once
+ * shutting_down is set no listener is open; date holds the Date header for
+ * wall second date_sec. The scratch_* fields are the views of the request
+ * whose handler is running: one handler runs at a time per loop.
+ * A host handle (tern_server_host) is a tern_server too, with loop NULL and
+ * target its host: it only takes routes. */
+struct tern_server {
+    tern_loop *loop;
+    tern__server_config *cfg;
+    tern__vhost *target;             /* where this handle's routes go */
+    int index;                       /* in cfg->peers */
     tern__listener *listeners[TERN__MAX_LISTENERS];
+    tern__listen_spec specs[TERN__MAX_LISTENERS];
     int nlisteners;
     tern__https_listener https[TERN__MAX_LISTENERS];   /* the TLS ones' accept contexts */
     int nhttps;
     tern__conn_list conns;
+    tern__server_counters stats;
 
     bool shutting_down;
     tern_server_done_fn done;
@@ -71,12 +141,8 @@ struct tern_server {
 
     int64_t date_sec;
     char date[40];                   /* "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n" */
-    char server_line[80];            /* "Server: tern\r\n" or "" */
+    char server_line[80];            /* cfg's, copied next to the date */
     size_t server_line_len;
-
-    struct tern__static *statics;        /* static roots, closed with the server */
-    const tern__upgrade_hook *upgrade;   /* set by the ws module when it has routes */
-    void *ws;                            /* the ws module's per-server state */
 
     tern__http_header scratch_headers[256];
     tern__http_head scratch_head;
@@ -102,6 +168,7 @@ typedef struct tern__http_conn tern__http_conn;
 struct tern_http_req {
     tern__http_conn *hc;
     tern_server *srv;
+    const tern__vhost *host;   /* what routed it (the Host header's) */
     const tern__http_route *route;
     int status;                /* for the server's own answers (404, 405, refusals) */
 
@@ -180,6 +247,13 @@ void tern__http_response_ended(tern_http_req *req);
 void tern__http_conn_closed_by_server(tern_server *srv);
 
 /* server.c */
+/* Opens on clone (a server sharing srv's configuration, on another loop)
+ * the listeners srv has; tern_run's. 0 or the first error. */
+int tern__server_listen_like(tern_server *clone, const tern_server *srv);
+/* The host whose name is name[0..len) (case-insensitive, no port), or the
+ * default host. For the TLS layer too (SNI), once a connection knows its
+ * server. Read-only: any loop may call it while serving. */
+const tern__vhost *tern__vhost_find(const tern__server_config *cfg, const char *name, size_t len);
 /* Does the server implement this method at all: a standard one (RFC 9110
  * §9 and PATCH) or one some route was registered with? The others get 501. */
 bool tern__http_method_known(const tern_server *srv, const char *m, size_t len);
@@ -198,7 +272,7 @@ void tern__http_access_record_error(tern__http_conn *hc, int status, uint64_t by
 void tern__http_access_drop(tern_server *srv);
 
 /* static.c */
-void tern__http_static_free(tern_server *srv);
+void tern__http_static_free(tern__vhost *vh);
 
 /* response.c */
 void tern__http_error(tern__http_conn *hc, int status);

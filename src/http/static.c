@@ -26,7 +26,6 @@
 typedef struct tern__static {
     int root_fd;
     char *root_path; /* realpath() of the root, for the EXDEV fallback */
-    tern_server *srv;
     struct tern__static *next;
 } tern__static;
 
@@ -226,7 +225,6 @@ int tern_http_static(tern_server *srv, const char *prefix, const char *dir) {
     }
     st->root_fd = root;
     st->root_path = realpath(dir, NULL);
-    st->srv = srv;
     if (st->root_path == NULL) {
         int e = -errno;
         close(root);
@@ -242,13 +240,13 @@ int tern_http_static(tern_server *srv, const char *prefix, const char *dir) {
         free(st);
         return err;
     }
-    st->next = srv->statics;
-    srv->statics = st;
+    st->next = srv->target->statics;   /* tern_http_route took it: srv is open */
+    srv->target->statics = st;
     return 0;
 }
 
-void tern__http_static_free(tern_server *srv) {
-    tern__static *st = srv->statics;
+void tern__http_static_free(tern__vhost *vh) {
+    tern__static *st = vh->statics;
     while (st) {
         tern__static *next = st->next;
         close(st->root_fd);
@@ -256,5 +254,5 @@ void tern__http_static_free(tern_server *srv) {
         free(st);
         st = next;
     }
-    srv->statics = NULL;
+    vh->statics = NULL;
 }

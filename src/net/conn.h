@@ -244,6 +244,11 @@ int tern__listener_tcp(tern_loop *loop, const char *host, int port, const tern_l
                        tern__accept_fn fn, void *user, tern__listener **out);
 int tern__listener_unix(tern_loop *loop, const char *path, const tern_listen_options *opt,
                         tern__accept_fn fn, void *user, tern__listener **out);
+/* A listener on loop for the socket l listens on (a dup of it): another
+ * loop accepting from the same queue (for Unix sockets, which have no
+ * SO_REUSEPORT balancing). */
+int tern__listener_dup(tern_loop *loop, const tern__listener *l, const tern_listen_options *opt,
+                       tern__accept_fn fn, void *user, tern__listener **out);
 int tern__listener_port(const tern__listener *l);
 void tern__listener_close(tern__listener *l);
 

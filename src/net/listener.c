@@ -1,6 +1,7 @@
 /* Listeners: TCP (IPv4, IPv6) and Unix sockets, a non-blocking accept loop,
  * and a back-off when the process runs out of descriptors. */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -174,6 +175,18 @@ int tern__listener_unix(tern_loop *loop, const char *path, const tern_listen_opt
         return err;
     }
     return start(loop, fd, false, opt, fn, user, out);
+}
+
+int tern__listener_dup(tern_loop *loop, const tern__listener *l, const tern_listen_options *opt,
+                       tern__accept_fn fn, void *user, tern__listener **out) {
+    int fd = fcntl(l->io.fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    /* listen() again on a listening socket only sets its backlog. */
+    int err = start(loop, fd, l->tcp, opt, fn, user, out);
+    if (err == 0)
+        (*out)->port = l->port;
+    return err;
 }
 
 int tern__listener_port(const tern__listener *l) { return l->port; }

@@ -58,6 +58,9 @@ static int write_frame(tern_ws *ws, uint8_t opcode, bool fin, bool rsv1, const v
     uint8_t hdr[TERN__WS_MAX_HEADER];
     size_t hl = tern__ws_write_header(hdr, fin, rsv1, opcode, len, NULL);
     struct iovec iov[2] = {{hdr, hl}, {(void *)data, len}};
+    TERN__STAT_ADD(ws->srv, bytes_out, hl + len);
+    if (fin && opcode < 8)
+        TERN__STAT_ADD(ws->srv, ws_out, 1);
     return tern__conn_writev(&ws->conn, iov, len ? 2 : 1);
 }
 
@@ -385,10 +388,15 @@ int tern_ws_send_prepared(tern_ws *ws, tern_ws_prepared *m) {
          * compressor keeps no context: with context takeover, the peer's
          * window would hold bytes our own compressor never saw. */
         if (m->deflated && ws->pmd->params.server_no_context_takeover &&
-            ws->pmd->params.server_max_window_bits >= 15)
+            ws->pmd->params.server_max_window_bits >= 15) {
+            TERN__STAT_ADD(ws->srv, bytes_out, m->deflated_len);
+            TERN__STAT_ADD(ws->srv, ws_out, 1);
             return check_backlog(ws, tern__conn_write(&ws->conn, m->deflated, m->deflated_len));
+        }
         return tern_ws_send(ws, m->plain + m->plain_hdr, m->plain_len - m->plain_hdr, m->opcode);
     }
+    TERN__STAT_ADD(ws->srv, bytes_out, m->plain_len);
+    TERN__STAT_ADD(ws->srv, ws_out, 1);
     return check_backlog(ws, tern__conn_write(&ws->conn, m->plain, m->plain_len));
 }
 
@@ -441,6 +449,8 @@ static bool gather(tern__ws_rx *rx, const char *p, size_t n) {
 static void deliver(tern_ws *ws, const char *p, size_t n, bool last) {
     const tern__ws_route *r = ws->route;
     ws->in_delivery = true;   /* sends now are answers (see push_refused) */
+    if (last)
+        TERN__STAT_ADD(ws->srv, ws_in, 1);
     if (r->h.on_fragment)
         r->h.on_fragment(ws, p, n, ws->msg_opcode, last, r->user);
     else if (last && r->h.on_message)
@@ -606,8 +616,18 @@ static bool on_control(tern_ws *ws, uint8_t opcode, const char *p, size_t n) {
     }
 }
 
+static size_t read_frames(tern_ws *ws, char *data, size_t len);
+
 static size_t on_data(tern__conn *c, char *data, size_t len) {
     tern_ws *ws = (tern_ws *)c;
+    tern_server *srv = ws->srv;
+    size_t used = read_frames(ws, data, len);
+    TERN__STAT_ADD(srv, bytes_in, used);
+    return used;
+}
+
+/* on_data's work: parses and delivers; returns the bytes consumed. */
+static size_t read_frames(tern_ws *ws, char *data, size_t len) {
     const tern_ws_options *o = &ws->route->opt;
     size_t pos = 0;
     if (ws->state == TERN__WS_OPEN) {
@@ -746,7 +766,7 @@ static void on_shutdown(tern__conn *c) {
 
 static void on_close(tern__conn *c, int err) {
     tern_ws *ws = (tern_ws *)c;
-    tern_server *srv = ws->route->srv;
+    tern_server *srv = ws->srv;
     notify_close(ws, TERN_WS_ABNORMAL, "", 0);
     message_reset(ws);
     if (ws->pmd) {
@@ -776,6 +796,7 @@ int tern__ws_open(tern__http_conn *hc, const tern__ws_route *route, void *conn_u
         free(ws);
         return err;
     }
+    ws->srv = hc->srv;
     ws->route = route;
     ws->user = conn_user;
     ws->state = TERN__WS_OPEN;

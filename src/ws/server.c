@@ -14,27 +14,29 @@
 
 static int try_upgrade(tern_http_req *req, const tern__http_head *head, const char *rest,
                        size_t rest_len);
-static const char *owns_path(tern_server *srv, const char *path, size_t path_len);
-static void free_ws_server(tern_server *srv);
+static const char *owns_path(const tern__vhost *vh, const char *path, size_t path_len);
+static void free_ws_server(tern__vhost *vh);
 static bool tern__ws_token(const char *s);
 
 static const tern__upgrade_hook ws_hook = {try_upgrade, owns_path, free_ws_server};
 
+/* The ws routes of the host srv adds routes to (made at the first). */
 static tern__ws_server *ws_server(tern_server *srv) {
-    if (srv->ws == NULL) {
+    tern__vhost *vh = srv->target;
+    if (vh->ws == NULL) {
         tern__ws_server *w = calloc(1, sizeof(*w));
         if (w == NULL || (w->router = tern__router_new()) == NULL) {
             free(w);
             return NULL;
         }
-        srv->ws = w;
-        srv->upgrade = &ws_hook;
+        vh->ws = w;
+        srv->cfg->upgrade = &ws_hook;
     }
-    return srv->ws;
+    return vh->ws;
 }
 
-static void free_ws_server(tern_server *srv) {
-    tern__ws_server *w = srv->ws;
+static void free_ws_server(tern__vhost *vh) {
+    tern__ws_server *w = vh->ws;
     if (w == NULL)
         return;
     tern__router_free(w->router);
@@ -44,13 +46,15 @@ static void free_ws_server(tern_server *srv) {
         free(r);
     }
     free(w);
-    srv->ws = NULL;
+    vh->ws = NULL;
 }
 
 int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers *h,
                   const tern_ws_options *opt, void *user) {
     if (srv == NULL || h == NULL || pattern == NULL)
         return -EINVAL;
+    if (srv->cfg->shared)
+        return -EBUSY;
     /* Out-of-range options are refused rather than quietly replaced: a
      * typo should not become a server that runs with other limits. */
     if (opt && ((opt->slow_policy < TERN_WS_SLOW_CLOSE || opt->slow_policy > TERN_WS_SLOW_PAUSE) ||
@@ -99,7 +103,6 @@ int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers 
         .mem_level = o->compression_mem_level,
     };
     r->user = user;
-    r->srv = srv;
     int err = tern__router_add(w->router, NULL, pattern, r);
     if (err < 0) {
         free(r);
@@ -110,8 +113,10 @@ int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers 
     return 0;
 }
 
-static const char *owns_path(tern_server *srv, const char *path, size_t path_len) {
-    tern__ws_server *w = srv->ws;
+static const char *owns_path(const tern__vhost *vh, const char *path, size_t path_len) {
+    tern__ws_server *w = vh->ws;
+    if (w == NULL)
+        return NULL;   /* the ws routes are another host's */
     tern__route_params params;
     int status;
     return tern__router_match(w->router, "GET", 3, path, path_len, &params, &status)
@@ -143,8 +148,9 @@ static bool header_has_token(const tern__http_head *head, const char *name, cons
 /* try_upgrade's work; try_upgrade adds the log line for a refusal. */
 static int upgrade(tern_http_req *req, const tern__http_head *head, const char *rest,
                    size_t rest_len) {
-    tern_server *srv = req->srv;
-    tern__ws_server *w = srv->ws;
+    tern__ws_server *w = req->host->ws;
+    if (w == NULL)
+        return 0;   /* no WebSocket routes on this host */
     tern__route_params params;
     int status;
     tern__ws_route *route = tern__router_match(w->router, "GET", 3, head->path, head->path_len,

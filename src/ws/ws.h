@@ -13,11 +13,10 @@ typedef struct tern__ws_route {
     tern_ws_options opt;
     tern__pmd_config pmd;
     void *user;
-    tern_server *srv;
     struct tern__ws_route *next;
 } tern__ws_route;
 
-/* The ws module's state on a server (srv->ws). */
+/* The ws module's routes of one host (vh->ws). */
 typedef struct tern__ws_server {
     tern__router *router;
     tern__ws_route *routes;
@@ -60,7 +59,7 @@ typedef struct tern__ws_pmd {
 #define TERN__WS_NO_SUBPROTOCOL 0xFF
 
 /* Kept small on purpose: an idle WebSocket is this struct and nothing else
- * (168 bytes on x86-64; see docs/ARCHITECTURE.md).
+ * (176 bytes on x86-64; see docs/ARCHITECTURE.md).
  * Invariants:
  * - conn is first (net frees the struct with free()).
  * - msg_opcode is non-zero exactly while a data message is in progress
@@ -77,6 +76,7 @@ typedef struct tern__ws_pmd {
  *   the end of the batch (callbacks never run inside the user's calls). */
 struct tern_ws {
     tern__conn conn;
+    tern_server *srv;                 /* this loop's server (the route is every loop's) */
     const tern__ws_route *route;
     void *user;
     tern__ws_rx *rx;
