@@ -8,6 +8,7 @@
 #include "tern/ws.h"
 #include "tern/tls.h"
 #include "tern/log.h"
+#include "tern/run.h"
 
 #define TERN_VERSION "0.1.0"
 

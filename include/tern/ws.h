@@ -150,6 +150,8 @@ void tern_ws_set_user(tern_ws *ws, void *conn_user);
 const char *tern_ws_subprotocol(const tern_ws *ws);   /* NULL when none was agreed */
 bool tern_ws_compressed(const tern_ws *ws);           /* permessage-deflate agreed */
 tern_loop *tern_ws_loop(const tern_ws *ws);
+/* The server (of this loop) that accepted the connection. */
+tern_server *tern_ws_server(const tern_ws *ws);
 /* The peer's address, as tern_http_peer(). -ENOTCONN once the connection
  * is closed (also inside on_close). */
 int tern_ws_peer(const tern_ws *ws, struct sockaddr_storage *addr, socklen_t *len);

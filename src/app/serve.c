@@ -11,15 +11,23 @@
  *   GET  /ws                WebSocket echo: every message back with its opcode
  *                           (subprotocol "tern.echo" when asked for)
  *   GET  /ws/broadcast      WebSocket: every message goes to every connection
- *                           of this route, framed (and compressed) once
+ *                           of this route, on every thread: framed (and
+ *                           compressed) once per thread, and posted as a copy
+ *                           to each other thread's loop
+ *   GET  /stats             the threads' counters as JSON: their sum, then
+ *                           each thread's
  *   GET  /ws/room/:room     WebSocket echo; the 101 names the room (X-Tern-Room)
  *   GET  /(anything else)   static files under --root, when given
  *   (any other path)        404 naming the path (tern_http_not_found); a
  *                           known path with another method is 405, an
  *                           unknown method 501
  *
- * SIGINT or SIGTERM: graceful shutdown (stop accepting, finish responses in
- * flight, close idle connections), exit 0. A second signal exits at once. */
+ * --threads N (default: one per core) loops, one per thread, with tern_run:
+ * the same routes on each, SO_REUSEPORT listeners.
+ *
+ * SIGINT or SIGTERM: graceful shutdown of every thread (stop accepting,
+ * finish responses in flight, close idle connections), exit 0. A second
+ * signal exits at once. */
 #include <errno.h>
 #include <getopt.h>
 #include <malloc.h>
@@ -29,29 +37,52 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "app/app.h"
 #include "tern/tern.h"
 
 #define MAX_ECHO_SIZE (64u * 1024 * 1024)
 
-/* A connection of /ws/broadcast, on the ctx's list while open. */
+typedef struct serve_thread serve_thread;
+
+/* A connection of /ws/broadcast, on its thread's list while open. */
 typedef struct bcast_member {
     tern_ws *ws;
+    serve_thread *th;
     struct bcast_member *next, *prev;
 } bcast_member;
 
+/* What belongs to one thread (loop): only that loop touches it. */
+struct serve_thread {
+    struct serve_ctx *ctx;
+    int index;
+    uint64_t ws_conn_seq;      /* numbers the WebSocket connections (with the thread) */
+    bcast_member *members;     /* /ws/broadcast connections of this loop */
+};
+
+/* Shared by every thread: set before they start, read-only after. */
 typedef struct serve_ctx {
-    tern_loop *loop;
-    tern_server *srv;
-    int signals;
     bool quiet;
     const char *ws_origin;     /* --ws-origin: the Origin allowed, or NULL (any) */
-    uint64_t ws_conn_seq;      /* numbers the WebSocket connections */
-    bcast_member *members;     /* /ws/broadcast connections */
-    FILE *access_log;          /* --access-log, or NULL */
+    FILE *access_log;          /* --access-log, or NULL (stdio locks each line) */
     tern_tls *tls;             /* --tls-cert/--tls-key, or NULL */
+    int nthreads;
+    serve_thread *threads;
+    /* what setup needs */
+    const char *host, *unix_path, *root;
+    int port, tls_port;
+    const char **vhosts;       /* --vhost NAME=ROOT */
+    int nvhosts;
+    tern_ws_options wo;
+    tern_server *first;        /* thread 0's server (setup's) */
 } serve_ctx;
+
+/* The thread whose loop runs this request. */
+static serve_thread *thread_of(tern_http_req *req, serve_ctx *ctx) {
+    int i = tern_server_index(tern_http_req_server(req));
+    return &ctx->threads[i < 0 || i >= ctx->nthreads ? 0 : i];
+}
 
 /* --log-level: the library's lines on stderr. */
 static void log_stderr(int level, const char *msg, void *user) {
@@ -218,14 +249,13 @@ static void delay_abort(tern_http_req *req, void *user) {
 }
 
 static void on_delay(tern_http_req *req, void *user) {
-    serve_ctx *ctx = user;
     long long ms = query_num(req, "ms", 600000);
     if (ms < 0) {
         bad_request(req, "ms must be an integer from 0 to 600000\n");
         return;
     }
     delay_state *d = calloc(1, sizeof(*d));
-    if (d == NULL || tern_timer_start(ctx->loop, &d->timer, (uint64_t)ms, 0, delay_fire, d) < 0) {
+    if (d == NULL || tern_timer_start(tern_http_req_loop(req), &d->timer, (uint64_t)ms, 0, delay_fire, d) < 0) {
         free(d);
         tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
         return;
@@ -248,8 +278,9 @@ static int ws_upgrade(tern_http_req *req, void **conn_user, void *user) {
     if (ctx->ws_origin && origin &&
         (olen != strlen(ctx->ws_origin) || strncasecmp(origin, ctx->ws_origin, olen) != 0))
         return 403;
+    serve_thread *th = thread_of(req, ctx);
     char id[24];
-    snprintf(id, sizeof(id), "%llu", (unsigned long long)++ctx->ws_conn_seq);
+    snprintf(id, sizeof(id), "%llu", (unsigned long long)++th->ws_conn_seq);
     tern_http_add_header(req, "X-Tern-Connection", id);
     *conn_user = NULL;
     return 0;
@@ -272,74 +303,229 @@ static int room_upgrade(tern_http_req *req, void **conn_user, void *user) {
     return r;
 }
 
+/* The thread whose loop runs ws. */
+static serve_thread *ws_thread(tern_ws *ws, serve_ctx *ctx) {
+    int i = tern_server_index(tern_ws_server(ws));
+    return &ctx->threads[i < 0 || i >= ctx->nthreads ? 0 : i];
+}
+
 static void bcast_open(tern_ws *ws, void *user) {
-    serve_ctx *ctx = user;
+    serve_thread *th = ws_thread(ws, user);
     bcast_member *m = calloc(1, sizeof(*m));
     if (m == NULL) {
+        tern_ws_set_user(ws, NULL);
         tern_ws_close(ws, 1011, "out of memory");
         return;
     }
     m->ws = ws;
-    m->next = ctx->members;
+    m->th = th;
+    m->next = th->members;
     if (m->next)
         m->next->prev = m;
-    ctx->members = m;
+    th->members = m;
     tern_ws_set_user(ws, m);
 }
 
 static void bcast_close(tern_ws *ws, int code, const char *reason, size_t reason_len, void *user) {
-    serve_ctx *ctx = user;
     bcast_member *m = tern_ws_user(ws);
     if (m == NULL)
         return;
     if (m->prev)
         m->prev->next = m->next;
     else
-        ctx->members = m->next;
+        m->th->members = m->next;
     if (m->next)
         m->next->prev = m->prev;
     free(m);
 }
 
-static void bcast_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
-    serve_ctx *ctx = user;
-    tern_ws_prepared *msg = tern_ws_prepare(data, len, opcode, true);
-    if (msg == NULL) {
-        tern_ws_close(ws, 1011, "out of memory");
+/* Sends to the members of th (its loop's thread). */
+static void bcast_local(serve_thread *th, const char *data, size_t len, int opcode) {
+    if (th->members == NULL)
         return;
-    }
+    tern_ws_prepared *msg = tern_ws_prepare(data, len, opcode, true);
+    if (msg == NULL)
+        return;
     /* A member the slow-consumer policy closes during its send is told so
      * (bcast_close, which frees it) at the end of the batch, not inside the
      * send: the plain loop is safe. */
-    for (bcast_member *m = ctx->members; m; m = m->next)
+    for (bcast_member *m = th->members; m; m = m->next)
         tern_ws_send_prepared(m->ws, msg);
     tern_ws_prepared_free(msg);
 }
 
-static void shutdown_done(tern_server *srv, void *user) {
-    serve_ctx *ctx = user;
-    tern_loop_stop(ctx->loop);
+/* A message for another thread's members: a copy, posted to its loop. */
+typedef struct bcast_post {
+    serve_thread *th;
+    int opcode;
+    size_t len;
+    char data[];
+} bcast_post;
+
+static void bcast_remote(tern_loop *loop, void *user) {
+    bcast_post *p = user;
+    bcast_local(p->th, p->data, p->len, p->opcode);
+    free(p);
 }
 
-static void on_signal(tern_loop *loop, int signo, void *user) {
+static void bcast_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
+    bcast_member *me = tern_ws_user(ws);
     serve_ctx *ctx = user;
-    if (signo == SIGHUP) {   /* renewed certificates: new handshakes use them */
-        int err = ctx->tls ? tern_tls_reload(ctx->tls) : 0;
-        if (!ctx->quiet || err < 0)
-            fprintf(stderr, "tern: SIGHUP, certificates %s%s\n", err < 0 ? "kept: " : "reloaded",
-                    err < 0 ? tern_strerror(err) : "");
+    if (me == NULL)
+        return;
+    bcast_local(me->th, data, len, opcode);
+    tern_server *srv = tern_ws_server(ws);
+    for (int i = 0; i < ctx->nthreads; i++) {
+        serve_thread *th = &ctx->threads[i];
+        if (th == me->th)
+            continue;
+        bcast_post *p = malloc(sizeof(*p) + len);
+        if (p == NULL)
+            continue;
+        p->th = th;
+        p->opcode = opcode;
+        p->len = len;
+        memcpy(p->data, data, len);
+        if (tern_loop_post(tern_server_loop(tern_server_peer(srv, i)), bcast_remote, p) < 0)
+            free(p);
+    }
+}
+
+/* GET /stats: every thread's counters (read from any thread: see
+ * tern_server_stats) and their sum. */
+static void on_stats(tern_http_req *req, void *user) {
+    tern_server *srv = tern_http_req_server(req);
+    int n = tern_server_peer_count(srv);
+    size_t cap = 256 + (size_t)n * 256, len = 0;
+    char *out = malloc(cap);
+    if (out == NULL) {
+        tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
         return;
     }
-    if (++ctx->signals > 1) {
-        if (!ctx->quiet)
-            fprintf(stderr, "tern: second signal, exiting now\n");
-        tern_loop_stop(loop);
+    tern_stats sum = {0};
+    char *each = malloc(cap);
+    size_t elen = 0;
+    if (each == NULL) {
+        free(out);
+        tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
         return;
     }
-    if (!ctx->quiet)
-        fprintf(stderr, "tern: %s, shutting down (%zu connections)\n",
-                signo == SIGINT ? "SIGINT" : "SIGTERM", tern_server_connections(ctx->srv));
-    tern_server_shutdown(ctx->srv, shutdown_done, ctx);
+#define STATS_FMT "{\"connections\":%llu,\"accepted\":%llu,\"requests\":%llu," \
+                  "\"ws_messages_in\":%llu,\"ws_messages_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu}"
+#define STATS_ARGS(s) (unsigned long long)(s).connections, (unsigned long long)(s).accepted, \
+                      (unsigned long long)(s).requests, (unsigned long long)(s).ws_messages_in, \
+                      (unsigned long long)(s).ws_messages_out, (unsigned long long)(s).bytes_in, \
+                      (unsigned long long)(s).bytes_out
+    for (int i = 0; i < n; i++) {
+        tern_stats st = {0};
+        tern_server_stats(tern_server_peer(srv, i), &st);
+        sum.connections += st.connections;
+        sum.accepted += st.accepted;
+        sum.requests += st.requests;
+        sum.ws_messages_in += st.ws_messages_in;
+        sum.ws_messages_out += st.ws_messages_out;
+        sum.bytes_in += st.bytes_in;
+        sum.bytes_out += st.bytes_out;
+        elen += (size_t)snprintf(each + elen, cap - elen, "%s" STATS_FMT, i ? "," : "",
+                                 STATS_ARGS(st));
+    }
+    len = (size_t)snprintf(out, cap, "{\"threads\":%d,\"thread\":%d,\"total\":" STATS_FMT
+                           ",\"each\":[%s]}\n", n, tern_server_index(srv), STATS_ARGS(sum), each);
+#undef STATS_FMT
+#undef STATS_ARGS
+    free(each);
+    tern_http_respond(req, 200, "application/json", out, len < cap ? len : cap - 1);
+    free(out);
+}
+
+static void on_sighup(tern_loop *loop, int signo, void *user) {
+    serve_ctx *ctx = user;
+    /* Renewed certificates: new handshakes use them. */
+    int err = ctx->tls ? tern_tls_reload(ctx->tls) : 0;
+    if (!ctx->quiet || err < 0)
+        fprintf(stderr, "tern: SIGHUP, certificates %s%s\n", err < 0 ? "kept: " : "reloaded",
+                err < 0 ? tern_strerror(err) : "");
+}
+
+/* Printed once every thread listens (the first post loop 0 runs). Even
+ * with --quiet: with --port 0 this is how to learn the port. */
+static void print_listening(tern_loop *loop, void *user) {
+    serve_ctx *ctx = user;
+    const char *host = ctx->host;
+    bool v6 = strchr(host, ':') != NULL;
+    char https[128] = "";
+    if (ctx->tls)
+        snprintf(https, sizeof(https), " and https://%s%s%s:%d/", v6 ? "[" : "", host,
+                 v6 ? "]" : "", tern_server_tls_port(ctx->first));
+    fprintf(stderr, "tern: listening on http://%s%s%s:%d/%s%s%s (%d thread%s)\n", v6 ? "[" : "",
+            host, v6 ? "]" : "", tern_server_port(ctx->first), https,
+            ctx->unix_path ? " and unix:" : "", ctx->unix_path ? ctx->unix_path : "",
+            ctx->nthreads, ctx->nthreads == 1 ? "" : "s");
+}
+
+/* Setup fails with this once it has said why. */
+#define SETUP_FAILED (-ESRCH)
+
+/* tern_run's setup: the routes and listeners of the first server (the
+ * other threads' share them). */
+static int serve_setup(tern_server *srv, void *user) {
+    serve_ctx *ctx = user;
+    int err;
+    ctx->first = srv;
+    if (ctx->access_log)
+        tern_server_set_access_log(srv, access_line, ctx);
+    tern_http_route(srv, "GET", "/ping", on_ping, ctx);
+    tern_http_route(srv, "GET", "/echo", on_echo_get, ctx);
+    tern_http_route(srv, "POST", "/echo", on_echo_post, ctx);
+    tern_http_route(srv, "GET", "/stream", on_stream, ctx);
+    tern_http_route_stream(srv, "POST", "/upload", on_upload, ctx);
+    tern_http_route(srv, "GET", "/delay", on_delay, ctx);
+    tern_http_route(srv, "GET", "/item/:id", on_item, ctx);
+    tern_http_route(srv, "GET", "/stats", on_stats, ctx);
+    tern_http_not_found(srv, on_not_found, ctx);
+    static const char *const echo_protocols[] = {"tern.echo", NULL};
+    static const tern_ws_handlers echo = {.on_upgrade = ws_upgrade, .on_message = ws_echo};
+    tern_ws_options wo = ctx->wo;
+    wo.subprotocols = echo_protocols;
+    tern_ws_route(srv, "/ws", &echo, &wo, ctx);
+    /* One compressed frame serves every subscriber only when no compressor
+     * keeps context between messages. */
+    static const tern_ws_handlers bcast = {.on_upgrade = ws_upgrade,
+                                           .on_open = bcast_open,
+                                           .on_message = bcast_message,
+                                           .on_close = bcast_close};
+    tern_ws_options bo = wo;
+    bo.subprotocols = NULL;
+    bo.server_no_context_takeover = true;
+    bo.client_no_context_takeover = true;   /* and no inflate state per member */
+    bo.slow_policy = TERN_WS_SLOW_DROP;
+    tern_ws_route(srv, "/ws/broadcast", &bcast, &bo, ctx);
+    static const tern_ws_handlers room = {.on_upgrade = room_upgrade, .on_message = ws_echo};
+    tern_ws_options ro = wo;
+    ro.subprotocols = NULL;
+    tern_ws_route(srv, "/ws/room/:room", &room, &ro, ctx);
+    if (ctx->root && (err = tern_http_static(srv, "/", ctx->root)) < 0) {
+        fprintf(stderr, "tern serve: --root %s: %s\n", ctx->root, tern_strerror(err));
+        return SETUP_FAILED;
+    }
+    if ((err = tern_listen(srv, ctx->host, ctx->port, NULL)) < 0) {
+        fprintf(stderr, "tern serve: listen on %s:%d: %s\n", ctx->host, ctx->port,
+                tern_strerror(err));
+        return SETUP_FAILED;
+    }
+    if (ctx->unix_path && (err = tern_listen_unix(srv, ctx->unix_path, NULL)) < 0) {
+        fprintf(stderr, "tern serve: listen on %s: %s\n", ctx->unix_path, tern_strerror(err));
+        return SETUP_FAILED;
+    }
+    if (ctx->tls && (err = tern_listen_tls(srv, ctx->host, ctx->tls_port, ctx->tls, NULL)) < 0) {
+        fprintf(stderr, "tern serve: listen on %s:%d: %s\n", ctx->host, ctx->tls_port,
+                tern_strerror(err));
+        return SETUP_FAILED;
+    }
+    /* SIGINT and SIGTERM are tern_run's. */
+    tern_loop_on_signal(tern_server_loop(srv), SIGHUP, on_sighup, ctx);
+    tern_loop_post(tern_server_loop(srv), print_listening, ctx);
+    return 0;
 }
 
 static void usage(FILE *f) {
@@ -368,6 +554,7 @@ static void usage(FILE *f) {
             "  --ws-slow-policy P    /ws client not reading: pause (default), close (1008) or drop\n"
             "  --log-level L         the library's log on stderr: error, warn (default), info, debug\n"
             "  --access-log FILE     one line per response (peer method target status bytes ms); - for stdout\n"
+            "  --threads N           loops, one per thread (default: one per core)\n"
             "  --quiet               no log lines but the \"listening on\" one\n");
 }
 
@@ -384,7 +571,7 @@ static bool parse_size(const char *s, unsigned long long max, unsigned long long
 int tern_app_serve(int argc, char **argv) {
     enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
-           O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT };
+           O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -410,6 +597,7 @@ int tern_app_serve(int argc, char **argv) {
         {"tls-cert", required_argument, NULL, O_TLS_CERT},
         {"tls-key", required_argument, NULL, O_TLS_KEY},
         {"tls-port", required_argument, NULL, O_TLS_PORT},
+        {"threads", required_argument, NULL, O_THREADS},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -417,6 +605,8 @@ int tern_app_serve(int argc, char **argv) {
     const char *certs[8], *keys[8];
     int ncert = 0, nkey = 0;
     unsigned long long tls_port = 8443;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned long long nthreads = cores < 1 ? 1 : cores > 1024 ? 1024 : (unsigned long long)cores;
     tern_server_options so = {0};
     tern_loop_options lo = {0};
     tern_ws_options wo = {.compression = true};
@@ -466,6 +656,7 @@ int tern_app_serve(int argc, char **argv) {
         case O_TLS_CERT: ok = ncert < 8; if (ok) certs[ncert++] = optarg; break;
         case O_TLS_KEY: ok = nkey < 8; if (ok) keys[nkey++] = optarg; break;
         case O_TLS_PORT: ok = parse_size(optarg, 65535, &tls_port); break;
+        case O_THREADS: ok = parse_size(optarg, 1024, &nthreads) && nthreads > 0; break;
         default: usage(stderr); return 2;
         }
         if (!ok) {
@@ -502,60 +693,11 @@ int tern_app_serve(int argc, char **argv) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
-    int err = tern_loop_new(&ctx.loop, &lo);
-    if (err == 0)
-        err = tern_server_new(&ctx.srv, ctx.loop, &so);
-    if (err < 0) {
-        fprintf(stderr, "tern serve: %s\n", tern_strerror(err));
-        return 1;
-    }
-    if (ctx.access_log)
-        tern_server_set_access_log(ctx.srv, access_line, &ctx);
-    tern_http_route(ctx.srv, "GET", "/ping", on_ping, &ctx);
-    tern_http_route(ctx.srv, "GET", "/echo", on_echo_get, &ctx);
-    tern_http_route(ctx.srv, "POST", "/echo", on_echo_post, &ctx);
-    tern_http_route(ctx.srv, "GET", "/stream", on_stream, &ctx);
-    tern_http_route_stream(ctx.srv, "POST", "/upload", on_upload, &ctx);
-    tern_http_route(ctx.srv, "GET", "/delay", on_delay, &ctx);
-    tern_http_route(ctx.srv, "GET", "/item/:id", on_item, &ctx);
-    tern_http_not_found(ctx.srv, on_not_found, &ctx);
-    static const char *const echo_protocols[] = {"tern.echo", NULL};
-    static const tern_ws_handlers echo = {.on_upgrade = ws_upgrade, .on_message = ws_echo};
-    wo.subprotocols = echo_protocols;
-    wo.slow_policy = slow_policy;
-    tern_ws_route(ctx.srv, "/ws", &echo, &wo, &ctx);
-    /* One compressed frame serves every subscriber only when no compressor
-     * keeps context between messages. */
-    static const tern_ws_handlers bcast = {.on_upgrade = ws_upgrade,
-                                           .on_open = bcast_open,
-                                           .on_message = bcast_message,
-                                           .on_close = bcast_close};
-    tern_ws_options bo = wo;
-    bo.subprotocols = NULL;
-    bo.server_no_context_takeover = true;
-    bo.client_no_context_takeover = true;   /* and no inflate state per member */
-    bo.slow_policy = TERN_WS_SLOW_DROP;
-    tern_ws_route(ctx.srv, "/ws/broadcast", &bcast, &bo, &ctx);
-    static const tern_ws_handlers room = {.on_upgrade = room_upgrade, .on_message = ws_echo};
-    tern_ws_options ro = wo;
-    ro.subprotocols = NULL;
-    tern_ws_route(ctx.srv, "/ws/room/:room", &room, &ro, &ctx);
-    if (root && (err = tern_http_static(ctx.srv, "/", root)) < 0) {
-        fprintf(stderr, "tern serve: --root %s: %s\n", root, tern_strerror(err));
-        return 1;
-    }
-    if ((err = tern_listen(ctx.srv, host, (int)port, NULL)) < 0) {
-        fprintf(stderr, "tern serve: listen on %s:%llu: %s\n", host, port, tern_strerror(err));
-        return 1;
-    }
-    if (unix_path && (err = tern_listen_unix(ctx.srv, unix_path, NULL)) < 0) {
-        fprintf(stderr, "tern serve: listen on %s: %s\n", unix_path, tern_strerror(err));
-        return 1;
-    }
     if (ncert != nkey) {
         fprintf(stderr, "tern serve: each --tls-cert needs its --tls-key\n");
         return 2;
     }
+    int err = 0;
     for (int i = 0; i < ncert; i++) {
         err = i == 0 ? tern_tls_new(&ctx.tls, certs[0], keys[0])
                      : tern_tls_add_cert(ctx.tls, certs[i], keys[i]);
@@ -565,29 +707,30 @@ int tern_app_serve(int argc, char **argv) {
             return 1;
         }
     }
-    if (ctx.tls && (err = tern_listen_tls(ctx.srv, host, (int)tls_port, ctx.tls, NULL)) < 0) {
-        fprintf(stderr, "tern serve: listen on %s:%llu: %s\n", host, tls_port, tern_strerror(err));
+    ctx.host = host;
+    ctx.unix_path = unix_path;
+    ctx.root = root;
+    ctx.port = (int)port;
+    ctx.tls_port = (int)tls_port;
+    ctx.wo = wo;
+    ctx.wo.slow_policy = slow_policy;
+    ctx.nthreads = (int)nthreads;
+    if ((ctx.threads = calloc(nthreads, sizeof(*ctx.threads))) == NULL) {
+        fprintf(stderr, "tern serve: out of memory\n");
         return 1;
     }
-    tern_loop_on_signal(ctx.loop, SIGINT, on_signal, &ctx);
-    tern_loop_on_signal(ctx.loop, SIGTERM, on_signal, &ctx);
-    tern_loop_on_signal(ctx.loop, SIGHUP, on_signal, &ctx);
-    {   /* Even with --quiet: with --port 0 this is how to learn the port. */
-        bool v6 = strchr(host, ':') != NULL;
-        char https[128] = "";
-        if (ctx.tls)
-            snprintf(https, sizeof(https), " and https://%s%s%s:%d/", v6 ? "[" : "", host,
-                     v6 ? "]" : "", tern_server_tls_port(ctx.srv));
-        fprintf(stderr, "tern: listening on http://%s%s%s:%d/%s%s%s\n", v6 ? "[" : "", host,
-                v6 ? "]" : "", tern_server_port(ctx.srv), https, unix_path ? " and unix:" : "",
-                unix_path ? unix_path : "");
+    for (int i = 0; i < ctx.nthreads; i++) {
+        ctx.threads[i].ctx = &ctx;
+        ctx.threads[i].index = i;
     }
-    err = tern_loop_run(ctx.loop);
-    tern_server_free(ctx.srv);
+    tern_run_options ro = {.loop = lo, .server = so};
+    err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);
     tern_tls_free(ctx.tls);
-    tern_loop_free(ctx.loop);
+    free(ctx.threads);
     if (ctx.access_log && ctx.access_log != stdout)
         fclose(ctx.access_log);
+    if (err == -ESRCH)
+        return 1;   /* setup said why */
     if (err < 0) {
         fprintf(stderr, "tern serve: %s\n", tern_strerror(err));
         return 1;

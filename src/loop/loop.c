@@ -147,6 +147,17 @@ static void on_wake(tern__io *io, uint32_t revents) {
     }
 }
 
+int tern__loop_run_posts(tern_loop *loop) {
+    int n = 0;
+    tern__post *p;
+    while ((p = post_pop(loop)) != NULL) {
+        p->fn(loop, p->user);
+        free(p);
+        n++;
+    }
+    return n;
+}
+
 static void stop_fn(tern_loop *loop, void *user) { loop->stopping = true; }
 
 void tern_loop_stop(tern_loop *loop) {

@@ -84,4 +84,9 @@ void tern__loop_set_slot_hook(tern_loop *loop, int which, tern__loop_hook fn);
  * iteration alongside the monotonic clock. */
 int64_t tern__loop_wall_sec(const tern_loop *loop);
 
+/* Runs the posts waiting in loop's queue (on the calling thread, which
+ * must be the only one using the loop: it has stopped). Returns how many
+ * ran. tern_run's, so that no post is lost to a loop that ended first. */
+int tern__loop_run_posts(tern_loop *loop);
+
 #endif

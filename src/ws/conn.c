@@ -318,6 +318,7 @@ const char *tern_ws_subprotocol(const tern_ws *ws) {
 }
 bool tern_ws_compressed(const tern_ws *ws) { return ws && ws->pmd != NULL; }
 tern_loop *tern_ws_loop(const tern_ws *ws) { return ws ? ws->conn.loop : NULL; }
+tern_server *tern_ws_server(const tern_ws *ws) { return ws ? ws->srv : NULL; }
 
 /* ---- prepared messages ------------------------------------------------ */
 

@@ -23,8 +23,12 @@ SLOW = 3.0 if SANITIZED else 1.0
 class Server:
     def __init__(self, args, cwd=None, preexec_fn=None):
         self.args = args
+        # One loop unless the test asks for more: many tests measure one
+        # loop (RSS, descriptors, broadcast order, connection numbers).
+        threads = [] if any(a == "--threads" or a.startswith("--threads=") for a in args) \
+            else ["--threads", "1"]
         self.proc = subprocess.Popen(
-            [TERN_BIN, "serve", "--host", "127.0.0.1", "--port", "0", *args],
+            [TERN_BIN, "serve", "--host", "127.0.0.1", "--port", "0", *threads, *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, preexec_fn=preexec_fn)
         line = self.proc.stderr.readline().decode()
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)

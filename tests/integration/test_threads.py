@@ -1,0 +1,135 @@
+"""tern serve --threads N: one loop per thread over one configuration
+(tern_run). Connections spread over the threads, a SIGTERM drains every one
+of them, and WebSocket echo and broadcast work across threads."""
+import contextlib
+import json
+import signal
+import socket
+import threading
+import time
+
+import pytest
+from websockets.sync.client import connect
+
+from conftest import SLOW, read_response
+
+
+def get(srv, path, host="t"):
+    s = srv.connect()
+    try:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        return read_response(s, timeout=10 * SLOW)
+    finally:
+        s.close()
+
+
+def stats(srv):
+    status, _, body, _ = get(srv, "/stats")
+    assert status == 200
+    return json.loads(body)
+
+
+def test_connections_land_on_every_thread(tern_factory):
+    srv = tern_factory("--threads", "3")
+    for _ in range(200):
+        status, _, body, _ = get(srv, "/ping")
+        assert (status, body) == (200, b"pong")
+    st = stats(srv)
+    assert st["threads"] == 3
+    assert len(st["each"]) == 3
+    # SO_REUSEPORT hashes each connection's addresses to one listener.
+    assert all(t["accepted"] > 0 for t in st["each"]), st
+    assert st["total"]["accepted"] >= 201
+    assert st["total"]["requests"] >= 201
+    assert st["total"]["requests"] == sum(t["requests"] for t in st["each"])
+    assert st["total"]["bytes_in"] > 0 and st["total"]["bytes_out"] > 0
+
+
+def test_one_thread_is_the_default_of_the_tests(tern):
+    assert stats(tern)["threads"] == 1
+
+
+def test_delay_answered_on_every_thread(tern_factory):
+    srv = tern_factory("--threads", "2")
+    results = []
+
+    def one():
+        results.append(get(srv, "/delay?ms=200")[:3:2])
+
+    threads = [threading.Thread(target=one) for _ in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [(200, b"done\n")] * 40
+    st = stats(srv)
+    assert all(t["requests"] > 0 for t in st["each"]), st
+
+
+def test_sigterm_under_load_loses_no_accepted_request(tern_factory):
+    srv = tern_factory("--threads", "3", "--shutdown-timeout", "5000")
+    n = 60
+    socks = []
+    for _ in range(n):
+        s = srv.connect(timeout=10 * SLOW)
+        s.sendall(b"GET /delay?ms=500 HTTP/1.1\r\nHost: t\r\n\r\n")
+        socks.append(s)
+    # Every request has been read by its thread once /stats counts them all
+    # (the /stats request is one more).
+    deadline = time.time() + 5 * SLOW
+    while stats(srv)["total"]["requests"] < n + 1 and time.time() < deadline:
+        time.sleep(0.02)
+    assert stats(srv)["total"]["requests"] >= n + 1
+    srv.proc.send_signal(signal.SIGTERM)
+    for s in socks:
+        status, headers, body, _ = read_response(s, timeout=10 * SLOW)
+        assert (status, body) == (200, b"done\n")
+        assert headers.get("connection") == "close"
+        s.close()
+    assert srv.proc.wait(timeout=10 * SLOW) == 0
+
+
+def test_ws_echo_with_two_threads(tern_factory):
+    srv = tern_factory("--threads", "2")
+    for i in range(8):
+        with connect(f"ws://127.0.0.1:{srv.port}/ws", open_timeout=5 * SLOW) as ws:
+            ws.send(f"hello {i}")
+            assert ws.recv(timeout=5 * SLOW) == f"hello {i}"
+            ws.send(b"\x00\x01")
+            assert ws.recv(timeout=5 * SLOW) == b"\x00\x01"
+    st = stats(srv)
+    assert st["total"]["ws_messages_in"] >= 16
+    assert st["total"]["ws_messages_out"] >= 16
+
+
+def test_broadcast_reaches_members_on_every_thread(tern_factory):
+    srv = tern_factory("--threads", "2")
+    with contextlib.ExitStack() as stack:
+        members = [stack.enter_context(connect(f"ws://127.0.0.1:{srv.port}/ws/broadcast",
+                                               open_timeout=5 * SLOW)) for _ in range(12)]
+        st = stats(srv)
+        assert all(t["accepted"] > 0 for t in st["each"]), st
+        members[0].send("to all")
+        for m in members:
+            assert m.recv(timeout=5 * SLOW) == "to all"
+
+
+def test_unix_socket_shared_by_threads(tern_factory, tmp_path):
+    path = str(tmp_path / "tern.sock")
+    srv = tern_factory("--threads", "2", "--unix", path)
+    for _ in range(20):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(path)
+        s.sendall(b"GET /ping HTTP/1.1\r\nHost: t\r\n\r\n")
+        status, _, body, _ = read_response(s, timeout=5 * SLOW)
+        assert (status, body) == (200, b"pong")
+        s.close()
+
+
+def test_bad_thread_counts_are_refused(tern_factory):
+    import subprocess
+    from conftest import TERN_BIN
+    for bad in ("0", "-1", "2000", "x"):
+        r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--threads", bad],
+                           capture_output=True, timeout=10)
+        assert r.returncode == 2, (bad, r.stderr)

@@ -1,0 +1,197 @@
+/* tern_run: one loop per thread over one configuration; signals and
+ * tern_run_stop end every loop; tern_server_clone freezes the routes. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tern/tern.h"
+
+#define CONNS 64
+
+typedef struct test_run {
+    atomic_int setups;
+    atomic_int port;
+    int seen[4];              /* answers per thread index */
+    int answered;
+    bool stop_by_signal;      /* else a request to /stop */
+    pthread_t client;
+    int busy_route;           /* tern_http_route's result after the clones exist */
+    int stop_result;
+} test_run;
+
+static void on_index(tern_http_req *req, void *user) {
+    char b[16];
+    int n = snprintf(b, sizeof(b), "%d", tern_server_index(tern_http_req_server(req)));
+    tern_http_respond(req, 200, "text/plain", b, (size_t)n);
+}
+
+static void noop(tern_http_req *req, void *user) {}
+
+static void on_stop(tern_http_req *req, void *user) {
+    test_run *t = user;
+    tern_server *srv = tern_http_req_server(req);
+    /* The configuration is shared by now: frozen. */
+    t->busy_route = tern_http_route(srv, "GET", "/late", noop, NULL);
+    t->stop_result = tern_run_stop(srv);
+    tern_http_respond(req, 200, "text/plain", "bye", 3);
+}
+
+/* One request on a new connection; the body, or "" on failure. */
+static void get(int port, const char *path, char *body, size_t cap) {
+    body[0] = '\0';
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        close(fd);
+        return;
+    }
+    char req[128];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", path);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return;
+    }
+    char buf[2048];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+        len += (size_t)r;
+    buf[len] = '\0';
+    close(fd);
+    const char *b = strstr(buf, "\r\n\r\n");
+    if (b)
+        snprintf(body, cap, "%s", b + 4);
+}
+
+static void *client_main(void *arg) {
+    test_run *t = arg;
+    int port = atomic_load(&t->port);
+    for (int i = 0; i < CONNS; i++) {
+        char body[32];
+        get(port, "/index", body, sizeof(body));
+        int idx = body[0] ? atoi(body) : -1;
+        if (idx >= 0 && idx < 4) {
+            t->seen[idx]++;
+            t->answered++;
+        }
+    }
+    if (t->stop_by_signal) {
+        kill(getpid(), SIGTERM);   /* blocked in every thread: loop 0's signalfd reads it */
+    } else {
+        char body[32];
+        get(port, "/stop", body, sizeof(body));
+    }
+    return NULL;
+}
+
+static int setup(tern_server *srv, void *user) {
+    test_run *t = user;
+    atomic_fetch_add(&t->setups, 1);
+    int err;
+    if ((err = tern_http_route(srv, "GET", "/index", on_index, t)) < 0 ||
+        (err = tern_http_route(srv, "GET", "/stop", on_stop, t)) < 0 ||
+        (err = tern_listen(srv, "127.0.0.1", 0, NULL)) < 0)
+        return err;
+    atomic_store(&t->port, tern_server_port(srv));
+    /* Started here, after tern_run has blocked SIGTERM: the client inherits
+     * the mask, so the signal it raises goes to the signalfd. */
+    return -pthread_create(&t->client, NULL, client_main, t);
+}
+
+static void run_two_threads(bool by_signal) {
+    test_run t = {.stop_by_signal = by_signal, .busy_route = 1, .stop_result = 1};
+    atomic_init(&t.setups, 0);
+    atomic_init(&t.port, 0);
+    assert_int_equal(tern_run(2, NULL, setup, &t), 0);
+    pthread_join(t.client, NULL);
+    assert_int_equal(atomic_load(&t.setups), 1);
+    assert_int_equal(t.answered, CONNS);
+    /* SO_REUSEPORT spreads the connections by their addresses: with 64,
+     * both threads get some. */
+    assert_true(t.seen[0] > 0);
+    assert_true(t.seen[1] > 0);
+    assert_int_equal(t.seen[0] + t.seen[1], CONNS);
+    if (!by_signal) {
+        assert_int_equal(t.busy_route, -EBUSY);
+        assert_int_equal(t.stop_result, 0);
+    }
+}
+
+static void sigterm_ends_every_loop(void **state) { run_two_threads(true); }
+static void run_stop_ends_every_loop(void **state) { run_two_threads(false); }
+
+static int failing_setup(tern_server *srv, void *user) {
+    (*(int *)user)++;
+    return -EADDRINUSE;
+}
+
+static void bad_calls(void **state) {
+    int calls = 0;
+    assert_int_equal(tern_run(2, NULL, NULL, NULL), -EINVAL);
+    assert_int_equal(tern_run(-1, NULL, failing_setup, &calls), -EINVAL);
+    assert_int_equal(tern_run(5000, NULL, failing_setup, &calls), -EINVAL);
+    assert_int_equal(calls, 0);
+    assert_int_equal(tern_run(3, NULL, failing_setup, &calls), -EADDRINUSE);
+    assert_int_equal(calls, 1);
+    assert_int_equal(tern_run_stop(NULL), -EINVAL);
+}
+
+static void clone_shares_and_freezes(void **state) {
+    tern_loop *l1, *l2;
+    tern_server *a, *b;
+    assert_int_equal(tern_loop_new(&l1, NULL), 0);
+    assert_int_equal(tern_loop_new(&l2, NULL), 0);
+    assert_int_equal(tern_server_new(&a, l1, NULL), 0);
+    assert_int_equal(tern_run_stop(a), -EINVAL);   /* not tern_run's */
+    assert_int_equal(tern_http_route(a, "GET", "/", noop, NULL), 0);
+    assert_int_equal(tern_server_clone(NULL, l2, a), -EINVAL);
+    assert_int_equal(tern_server_clone(&b, NULL, a), -EINVAL);
+    assert_int_equal(tern_server_clone(&b, l2, a), 0);
+    assert_int_equal(tern_server_index(a), 0);
+    assert_int_equal(tern_server_index(b), 1);
+    assert_int_equal(tern_server_peer_count(a), 2);
+    assert_ptr_equal(tern_server_peer(b, 0), a);
+    assert_ptr_equal(tern_server_peer(a, 1), b);
+    assert_null(tern_server_peer(a, 2));
+    assert_null(tern_server_peer(a, -1));
+    assert_ptr_equal(tern_server_loop(b), l2);
+    assert_int_equal(tern_http_route(a, "GET", "/x", noop, NULL), -EBUSY);
+    assert_int_equal(tern_http_route(b, "GET", "/x", noop, NULL), -EBUSY);
+    assert_int_equal(tern_http_not_found(b, noop, NULL), -EBUSY);
+    assert_int_equal(tern_ws_route(a, "/ws", &(tern_ws_handlers){0}, NULL, NULL), -EBUSY);
+    tern_stats st;
+    assert_int_equal(tern_server_stats(b, &st), 0);
+    assert_int_equal(st.accepted, 0);
+    assert_int_equal(tern_server_stats(NULL, &st), -EINVAL);
+    /* Either may go first: the configuration lives until both have. */
+    tern_server_free(a);
+    assert_null(tern_server_peer(b, 0));
+    tern_server_free(b);
+    tern_loop_free(l1);
+    tern_loop_free(l2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(bad_calls),
+        cmocka_unit_test(clone_shares_and_freezes),
+        cmocka_unit_test(run_stop_ends_every_loop),
+        cmocka_unit_test(sigterm_ends_every_loop),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
