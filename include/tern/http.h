@@ -103,6 +103,28 @@ typedef struct tern_stats {
 /* Returns 0, or -EINVAL for a NULL argument or a host handle. */
 int tern_server_stats(const tern_server *srv, tern_stats *out);
 
+/* ---- virtual hosts -----------------------------------------------------
+ *
+ * Requests are routed by their Host header: tern_server_host gives a
+ * handle for one host name, and the routes added through it
+ * (tern_http_route, tern_http_route_stream, tern_http_static,
+ * tern_http_not_found, tern_ws_route) answer only requests for that name.
+ * The routes added on the server itself are the default host's: they
+ * answer every name no host has, and requests without a Host (HTTP/1.0).
+ * A host does not fall back to the default host's routes: its paths are
+ * its own. Names match case-insensitively, without the port
+ * ("Example.COM:8080" is example.com) or a final dot. With no host made,
+ * the Host header is not even looked at. */
+
+/* The handle for host name (made at the first call, the same one after),
+ * owned by the configuration: valid until the last server sharing it is
+ * freed, never to be freed itself. It takes routes only: listening, stats,
+ * shutdown and clone calls refuse it (-EINVAL, or nothing for the void
+ * ones). Returns 0, -EINVAL (a NULL argument; a name that is empty, over
+ * 253 bytes, or has bytes other than letters, digits, '-', '_' and '.'),
+ * -EBUSY for a new host once the configuration is shared, -ENOMEM. */
+int tern_server_host(tern_server *srv, const char *name, tern_server **out);
+
 /* Returns 0, or: -EINVAL (srv NULL, port outside 0..65535, a negative
  * backlog; for Unix, path NULL or ""), TERN_ENOHOST (host does not
  * resolve), -ENAMETOOLONG (Unix path over 107 bytes), -ENOSPC (8

@@ -18,6 +18,7 @@
  *                           each thread's
  *   GET  /ws/room/:room     WebSocket echo; the 101 names the room (X-Tern-Room)
  *   GET  /(anything else)   static files under --root, when given
+ *   (Host NAME of a --vhost NAME=ROOT)  the files under ROOT, nothing else
  *   (any other path)        404 naming the path (tern_http_not_found); a
  *                           known path with another method is 405, an
  *                           unknown method 501
@@ -508,6 +509,24 @@ static int serve_setup(tern_server *srv, void *user) {
         fprintf(stderr, "tern serve: --root %s: %s\n", ctx->root, tern_strerror(err));
         return SETUP_FAILED;
     }
+    for (int i = 0; i < ctx->nvhosts; i++) {
+        /* NAME=ROOT: that host serves ROOT's files, and nothing else. */
+        char name[256];
+        const char *eq = strchr(ctx->vhosts[i], '=');
+        size_t nlen = eq ? (size_t)(eq - ctx->vhosts[i]) : 0;
+        tern_server *h;
+        err = -EINVAL;
+        if (eq && nlen < sizeof(name)) {
+            memcpy(name, ctx->vhosts[i], nlen);
+            name[nlen] = '\0';
+            if ((err = tern_server_host(srv, name, &h)) == 0)
+                err = tern_http_static(h, "/", eq + 1);
+        }
+        if (err < 0) {
+            fprintf(stderr, "tern serve: --vhost %s: %s\n", ctx->vhosts[i], tern_strerror(err));
+            return SETUP_FAILED;
+        }
+    }
     if ((err = tern_listen(srv, ctx->host, ctx->port, NULL)) < 0) {
         fprintf(stderr, "tern serve: listen on %s:%d: %s\n", ctx->host, ctx->port,
                 tern_strerror(err));
@@ -555,6 +574,8 @@ static void usage(FILE *f) {
             "  --log-level L         the library's log on stderr: error, warn (default), info, debug\n"
             "  --access-log FILE     one line per response (peer method target status bytes ms); - for stdout\n"
             "  --threads N           loops, one per thread (default: one per core)\n"
+            "  --vhost NAME=ROOT     requests for host NAME get the files under ROOT, and only\n"
+            "                        them (repeatable); other names get the routes above\n"
             "  --quiet               no log lines but the \"listening on\" one\n");
 }
 
@@ -571,7 +592,7 @@ static bool parse_size(const char *s, unsigned long long max, unsigned long long
 int tern_app_serve(int argc, char **argv) {
     enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
-           O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS };
+           O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -598,6 +619,7 @@ int tern_app_serve(int argc, char **argv) {
         {"tls-key", required_argument, NULL, O_TLS_KEY},
         {"tls-port", required_argument, NULL, O_TLS_PORT},
         {"threads", required_argument, NULL, O_THREADS},
+        {"vhost", required_argument, NULL, O_VHOST},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -605,6 +627,8 @@ int tern_app_serve(int argc, char **argv) {
     const char *certs[8], *keys[8];
     int ncert = 0, nkey = 0;
     unsigned long long tls_port = 8443;
+    const char *vhosts[64];
+    int nvhost = 0;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned long long nthreads = cores < 1 ? 1 : cores > 1024 ? 1024 : (unsigned long long)cores;
     tern_server_options so = {0};
@@ -657,6 +681,10 @@ int tern_app_serve(int argc, char **argv) {
         case O_TLS_KEY: ok = nkey < 8; if (ok) keys[nkey++] = optarg; break;
         case O_TLS_PORT: ok = parse_size(optarg, 65535, &tls_port); break;
         case O_THREADS: ok = parse_size(optarg, 1024, &nthreads) && nthreads > 0; break;
+        case O_VHOST:
+            ok = nvhost < 64 && strchr(optarg, '=') != NULL;
+            if (ok) vhosts[nvhost++] = optarg;
+            break;
         default: usage(stderr); return 2;
         }
         if (!ok) {
@@ -715,6 +743,8 @@ int tern_app_serve(int argc, char **argv) {
     ctx.wo = wo;
     ctx.wo.slow_policy = slow_policy;
     ctx.nthreads = (int)nthreads;
+    ctx.vhosts = vhosts;
+    ctx.nvhosts = nvhost;
     if ((ctx.threads = calloc(nthreads, sizeof(*ctx.threads))) == NULL) {
         fprintf(stderr, "tern serve: out of memory\n");
         return 1;

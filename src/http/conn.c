@@ -234,6 +234,11 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     req->hc = hc;
     req->srv = srv;
     req->host = &srv->cfg->host;
+    if (srv->cfg->hosts) {   /* virtual hosts: the Host header picks the routes */
+        const tern__http_header *h = tern__http_find_header(head, "Host");
+        if (h)
+            req->host = tern__vhost_find(srv->cfg, h->value, h->value_len);
+    }
     TERN__STAT_ADD(srv, requests, 1);
     req->minor_version = (uint8_t)head->minor_version;
     req->keep_alive = head->keep_alive;

@@ -136,7 +136,7 @@ size_t tern_server_connections(const tern_server *srv) {
     return srv && srv->loop ? srv->conns.count : 0;
 }
 
-int tern_server_index(const tern_server *srv) { return srv ? srv->index : -EINVAL; }
+int tern_server_index(const tern_server *srv) { return srv && srv->loop ? srv->index : -EINVAL; }
 int tern_server_peer_count(const tern_server *srv) { return srv ? srv->cfg->npeers : -EINVAL; }
 tern_server *tern_server_peer(const tern_server *srv, int index) {
     if (srv == NULL || index < 0 || index >= srv->cfg->npeers)
@@ -385,6 +385,97 @@ int tern_server_set_access_log(tern_server *srv, tern_http_access_fn fn, void *u
         return err;
     srv->cfg->access_fn = fn;
     srv->cfg->access_user = user;
+    return 0;
+}
+
+/* ---- hosts -------------------------------------------------------------- */
+
+/* A host name as tern_server_host takes it: letters, digits, '-', '_'
+ * and '.', 1 to 253 bytes (an IPv4 address is one too). */
+static bool host_name_ok(const char *s, size_t len) {
+    if (len == 0 || len > 253)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+static bool name_eq(const char *a, const char *b, size_t len) {
+    for (size_t i = 0; i < len; i++) {
+        unsigned char x = (unsigned char)a[i], y = (unsigned char)b[i];
+        if (x >= 'A' && x <= 'Z') x += 32;
+        if (y >= 'A' && y <= 'Z') y += 32;
+        if (x != y)
+            return false;
+    }
+    return true;
+}
+
+const tern__vhost *tern__vhost_find(const tern__server_config *cfg, const char *name, size_t len) {
+    if (cfg->hosts == NULL || name == NULL)
+        return &cfg->host;
+    if (len && name[0] == '[') {   /* an IPv6 literal: its port follows the ']' */
+        const char *e = memchr(name, ']', len);
+        if (e)
+            len = (size_t)(e - name) + 1;
+    } else {
+        const char *colon = memchr(name, ':', len);
+        if (colon)
+            len = (size_t)(colon - name);
+    }
+    while (len && name[len - 1] == '.')   /* "example.com." is example.com */
+        len--;
+    for (const tern__vhost *vh = cfg->hosts; vh; vh = vh->next)
+        if (vh->name_len == len && name_eq(vh->name, name, len))
+            return vh;
+    return &cfg->host;
+}
+
+int tern_server_host(tern_server *srv, const char *name, tern_server **out) {
+    if (srv == NULL || name == NULL || out == NULL)
+        return -EINVAL;
+    size_t len = strlen(name);
+    while (len && name[len - 1] == '.')
+        len--;
+    if (!host_name_ok(name, len))
+        return -EINVAL;
+    tern__server_config *cfg = srv->cfg;
+    for (tern__vhost *vh = cfg->hosts; vh; vh = vh->next)
+        if (vh->name_len == len && name_eq(vh->name, name, len)) {
+            *out = vh->handle;
+            return 0;
+        }
+    int err = config_open(srv);
+    if (err < 0)
+        return err;
+    tern__vhost *vh = calloc(1, sizeof(*vh));
+    tern_server *h = calloc(1, sizeof(*h));
+    char *copy = malloc(len + 1);
+    tern__router *router = tern__router_new();
+    if (vh == NULL || h == NULL || copy == NULL || router == NULL) {
+        free(vh);
+        free(h);
+        free(copy);
+        tern__router_free(router);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < len; i++)
+        copy[i] = (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] + 32 : name[i]);
+    copy[len] = '\0';
+    vh->name = copy;
+    vh->name_len = len;
+    vh->router = router;
+    vh->handle = h;
+    h->cfg = cfg;       /* loop NULL: a handle that only takes routes */
+    h->target = vh;
+    h->index = -1;
+    vh->next = cfg->hosts;
+    cfg->hosts = vh;
+    *out = h;
     return 0;
 }
 

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "http/server.h"
 #include "tern/tern.h"
 
 #define CONNS 64
@@ -186,10 +187,61 @@ static void clone_shares_and_freezes(void **state) {
     tern_loop_free(l2);
 }
 
+static void hosts(void **state) {
+    tern_loop *l1, *l2;
+    tern_server *a, *b, *h1, *h2, *again;
+    assert_int_equal(tern_loop_new(&l1, NULL), 0);
+    assert_int_equal(tern_loop_new(&l2, NULL), 0);
+    assert_int_equal(tern_server_new(&a, l1, NULL), 0);
+    const tern__server_config *cfg = a->cfg;
+    assert_ptr_equal(tern__vhost_find(cfg, "x", 1), &cfg->host);   /* no hosts yet */
+    assert_int_equal(tern_server_host(NULL, "a.test", &h1), -EINVAL);
+    assert_int_equal(tern_server_host(a, NULL, &h1), -EINVAL);
+    assert_int_equal(tern_server_host(a, "a.test", NULL), -EINVAL);
+    assert_int_equal(tern_server_host(a, "", &h1), -EINVAL);
+    assert_int_equal(tern_server_host(a, "bad name", &h1), -EINVAL);
+    assert_int_equal(tern_server_host(a, "a:80", &h1), -EINVAL);
+    assert_int_equal(tern_server_host(a, "A.Test", &h1), 0);
+    assert_int_equal(tern_server_host(a, "a.test.", &again), 0);
+    assert_ptr_equal(again, h1);
+    assert_int_equal(tern_server_host(a, "b.test", &h2), 0);
+    assert_int_equal(tern_http_route(h1, "GET", "/", noop, NULL), 0);
+    /* A handle takes routes only. */
+    assert_int_equal(tern_listen(h1, "127.0.0.1", 0, NULL), -EINVAL);
+    assert_int_equal(tern_server_clone(&b, l2, h1), -EINVAL);
+    tern_stats st;
+    assert_int_equal(tern_server_stats(h1, &st), -EINVAL);
+    assert_int_equal(tern_server_index(h1), -EINVAL);
+    tern_server_shutdown(h1, NULL, NULL);
+    tern_server_free(h1);   /* nothing: the configuration owns it */
+
+    const tern__vhost *va = h1->target, *vb = h2->target;
+    assert_ptr_equal(tern__vhost_find(cfg, "a.test", 6), va);
+    assert_ptr_equal(tern__vhost_find(cfg, "A.TEST:8443", 11), va);
+    assert_ptr_equal(tern__vhost_find(cfg, "a.test.", 7), va);
+    assert_ptr_equal(tern__vhost_find(cfg, "b.test", 6), vb);
+    assert_ptr_equal(tern__vhost_find(cfg, "a.tes", 5), &cfg->host);
+    assert_ptr_equal(tern__vhost_find(cfg, "a.test.x", 8), &cfg->host);
+    assert_ptr_equal(tern__vhost_find(cfg, "[::1]:80", 8), &cfg->host);
+    assert_ptr_equal(tern__vhost_find(cfg, "", 0), &cfg->host);
+    assert_ptr_equal(tern__vhost_find(cfg, NULL, 0), &cfg->host);
+
+    assert_int_equal(tern_server_clone(&b, l2, a), 0);
+    assert_int_equal(tern_server_host(b, "a.test", &again), 0);   /* existing: fine */
+    assert_ptr_equal(again, h1);
+    assert_int_equal(tern_server_host(b, "c.test", &again), -EBUSY);
+    assert_int_equal(tern_http_route(h2, "GET", "/", noop, NULL), -EBUSY);
+    tern_server_free(b);
+    tern_server_free(a);
+    tern_loop_free(l1);
+    tern_loop_free(l2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bad_calls),
         cmocka_unit_test(clone_shares_and_freezes),
+        cmocka_unit_test(hosts),
         cmocka_unit_test(run_stop_ends_every_loop),
         cmocka_unit_test(sigterm_ends_every_loop),
     };
