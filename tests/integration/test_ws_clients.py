@@ -150,6 +150,22 @@ def test_gorilla_client(tern, go_client):
     check_deflate_and_plain(deflate, out["plain"])
 
 
+def test_clients_over_wss(tern_factory, node_client, go_client, tmp_path):
+    # The same sessions over TLS (Node's tls, Go's crypto/tls): on the wire
+    # the bytes are records, so only their order and content are checked.
+    from test_tls import make_cert
+    cert, key = make_cert(str(tmp_path), "c", "localhost", "DNS:localhost,IP:127.0.0.1")
+    srv = tern_factory("--tls-port", "0", "--tls-cert", cert, "--tls-key", key)
+    url = f"wss://localhost:{srv.tls_port}/ws"
+    node = client_json(run([*node_client, url], env={**os.environ, "CLIENT_TIMEOUT_MS": "50000"}))
+    gorilla = client_json(run([go_client, "echo", url]))
+    for out in (node, gorilla):
+        assert "permessage-deflate" in out["deflate"]["extensions"]
+        for session in (out["deflate"], out["plain"]):
+            check_echoes(session, exact_wire_in=False)
+            check_ping_and_close(session)
+
+
 def test_gorilla_message_over_limit_is_closed_1009(tern_factory, go_client):
     limit = 1000
     srv = tern_factory("--ws-max-message", str(limit))
