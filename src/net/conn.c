@@ -708,7 +708,10 @@ static void conn_read(tern__conn *c) {
         c->flags |= TERN__CONN_EOF;
         /* No more EPOLLIN/RDHUP reports wanted: they would repeat forever. */
         tern__io_set(c->loop, &c->io, c->io.events & EPOLLOUT);
-        c->proto->on_eof(c);
+        if (c->in)
+            add_pending(c);   /* what came before the end goes to the protocol first */
+        else
+            c->proto->on_eof(c);
         return;
     }
     if (c->in) {
@@ -872,7 +875,10 @@ void tern__net_flush(tern_loop *loop) {
                 conn_read(c);   /* behind what c->in holds, feeding both */
             else if (c->in)
                 feed(c, c->in->data + c->in->off, buf_live(c->in), true);
-            else if (c->flags & TERN__CONN_EOF)
+            /* The end, once the protocol has had everything before it (what
+             * it left unconsumed can never be completed now). */
+            if ((c->flags & (TERN__CONN_EOF | TERN__CONN_CLOSED | TERN__CONN_PAUSED |
+                             TERN__CONN_LINGER)) == TERN__CONN_EOF)
                 c->proto->on_eof(c);
         }
         cork_flush(n);

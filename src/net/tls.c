@@ -146,8 +146,10 @@ static int cert_load(tern_tls *tls, tls_cert *c) {
     if (ctx == NULL)
         return tls_err("context", NULL);
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    /* A TCP end without close_notify is taken as the end of the stream,
+     * as on plain TCP (HTTP's own framing tells a cut body). */
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
-                                 SSL_OP_NO_COMPRESSION);
+                                 SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF);
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
                               SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_SERVER);

@@ -150,6 +150,22 @@ def test_gorilla_client(tern, go_client):
     check_deflate_and_plain(deflate, out["plain"])
 
 
+def test_clients_over_wss(tern_factory, node_client, go_client, tmp_path):
+    # The same sessions over TLS (Node's tls, Go's crypto/tls): on the wire
+    # the bytes are records, so only their order and content are checked.
+    from test_tls import make_cert
+    cert, key = make_cert(str(tmp_path), "c", "localhost", "DNS:localhost,IP:127.0.0.1")
+    srv = tern_factory("--tls-port", "0", "--tls-cert", cert, "--tls-key", key)
+    url = f"wss://localhost:{srv.tls_port}/ws"
+    node = client_json(run([*node_client, url], env={**os.environ, "CLIENT_TIMEOUT_MS": "50000"}))
+    gorilla = client_json(run([go_client, "echo", url]))
+    for out in (node, gorilla):
+        assert "permessage-deflate" in out["deflate"]["extensions"]
+        for session in (out["deflate"], out["plain"]):
+            check_echoes(session, exact_wire_in=False)
+            check_ping_and_close(session)
+
+
 def test_gorilla_message_over_limit_is_closed_1009(tern_factory, go_client):
     limit = 1000
     srv = tern_factory("--ws-max-message", str(limit))
@@ -286,11 +302,19 @@ def chromium():
     return exe
 
 
-def test_chromium_websocket(tern_factory, chromium, tmp_path):
-    srv = tern_factory("--root", str(CLIENTS / "browser"))
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_chromium_websocket(tern_factory, chromium, tmp_path, scheme):
+    # Over https the page and its wss:// WebSocket go through tern's TLS
+    # (a self-signed certificate, which the browser is told to accept).
+    from test_tls import make_cert
+    cert, key = make_cert(str(tmp_path), "c", "localhost", "DNS:localhost,IP:127.0.0.1")
+    srv = tern_factory("--root", str(CLIENTS / "browser"), "--tls-port", "0",
+                       "--tls-cert", cert, "--tls-key", key)
+    base = srv.base if scheme == "http" else f"https://127.0.0.1:{srv.tls_port}"
     profile = tmp_path / "profile"
     profile.mkdir()
     argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--ignore-certificate-errors",
             "--no-first-run", "--disable-background-networking", "--disable-component-update",
             "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
             "--remote-debugging-pipe", "about:blank"]
@@ -298,10 +322,10 @@ def test_chromium_websocket(tern_factory, chromium, tmp_path):
     with open(log, "wb") as err:
         devtools = DevTools(argv, err, time.monotonic() + TIMEOUT)
         try:
-            good = page_verdict(devtools, f"{srv.base}/ws.html")
+            good = page_verdict(devtools, f"{base}/ws.html")
             # The same page against a path that is no WebSocket: the verdict
             # must say so, or a broken page could pass the check above.
-            bad = page_verdict(devtools, f"{srv.base}/ws.html?path=/no-such-ws")
+            bad = page_verdict(devtools, f"{base}/ws.html?path=/no-such-ws")
         except (TimeoutError, EOFError, RuntimeError) as e:
             pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
         finally:

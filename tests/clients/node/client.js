@@ -64,6 +64,7 @@ async function session(deflate) {
     // so the server's inflater sees each size too.
     perMessageDeflate: deflate ? { threshold: 0 } : false,
     maxPayload: 4 << 20,
+    rejectUnauthorized: false,   // wss:// to a test server's self-signed certificate
   });
 
   // One receive queue: each awaiter takes the next event in order.
