@@ -234,10 +234,16 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     req->hc = hc;
     req->srv = srv;
     req->host = &srv->cfg->host;
-    if (srv->cfg->hosts) {   /* virtual hosts: the Host header picks the routes */
+    if (srv->cfg->hosts) {
+        /* Virtual hosts: the Host header picks the routes; over TLS, a
+         * request without one (HTTP/1.0) goes by the name the client gave
+         * in its handshake (SNI). */
         const tern__http_header *h = tern__http_find_header(head, "Host");
+        const char *sni = h ? NULL : hc->conn.tp->ops->server_name(&hc->conn);
         if (h)
             req->host = tern__vhost_find(srv->cfg, h->value, h->value_len);
+        else if (sni)
+            req->host = tern__vhost_find(srv->cfg, sni, strlen(sni));
     }
     TERN__STAT_ADD(srv, requests, 1);
     req->minor_version = (uint8_t)head->minor_version;

@@ -96,6 +96,7 @@ static ssize_t plain_send_file(tern__conn *c, int fd, off_t *off, size_t len) {
 static int plain_shutdown(tern__conn *c) { return shutdown(c->io.fd, SHUT_WR) < 0 ? -errno : 0; }
 static bool plain_pending(const tern__conn *c) { return false; }
 static void plain_release(tern__conn *c) {}
+static const char *plain_server_name(const tern__conn *c) { return NULL; }
 
 static const tern__transport_ops plain_ops = {
     .recv = plain_recv,
@@ -104,6 +105,7 @@ static const tern__transport_ops plain_ops = {
     .shutdown = plain_shutdown,
     .pending = plain_pending,
     .release = plain_release,
+    .server_name = plain_server_name,
 };
 
 tern__transport tern__plain_transport = {&plain_ops};

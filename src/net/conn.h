@@ -42,6 +42,9 @@ typedef struct tern__transport_ops {
     bool (*pending)(const tern__conn *c);
     /* The connection is closed (or was never started): free the state. */
     void (*release)(tern__conn *c);
+    /* The host name the client asked for in its TLS handshake (SNI), or
+     * NULL (plain TCP, or none given). */
+    const char *(*server_name)(const tern__conn *c);
 } tern__transport_ops;
 
 /* A connection's transport: plain connections share one stateless

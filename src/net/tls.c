@@ -379,6 +379,10 @@ static int tls_shutdown(tern__conn *c) {
 
 static bool tls_pending(const tern__conn *c) { return SSL_has_pending(ssl_of(c)) == 1; }
 
+static const char *tls_server_name(const tern__conn *c) {
+    return SSL_get_servername(ssl_of(c), TLSEXT_NAMETYPE_host_name);
+}
+
 static void tls_release(tern__conn *c) {
     tls_conn *t = (tls_conn *)c->tp;
     SSL_free(t->ssl);
@@ -392,6 +396,7 @@ static const tern__transport_ops tls_ops = {
     .shutdown = tls_shutdown,
     .pending = tls_pending,
     .release = tls_release,
+    .server_name = tls_server_name,
 };
 
 int tern__tls_attach(tern__conn *c, tern_tls *tls) {

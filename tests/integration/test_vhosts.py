@@ -91,3 +91,32 @@ def test_bad_vhost_arguments(tmp_path):
         r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--threads", "1", "--vhost", bad],
                            capture_output=True, timeout=10)
         assert r.returncode in (1, 2), (bad, r.stderr)
+
+
+def test_tls_sni_and_host_pick_the_site(tern_factory, roots, tmp_path):
+    # Over TLS the certificate is chosen by SNI and the site by Host; a
+    # request without Host (HTTP/1.0) goes by the SNI name.
+    import socket
+    import ssl
+    from test_tls import make_cert
+    ca, ka = make_cert(str(tmp_path), "a", "a.test", "DNS:a.test")
+    cb, kb = make_cert(str(tmp_path), "b", "b.test", "DNS:b.test")
+    srv = tern_factory("--root", roots["default"], "--vhost", f"a.test={roots['a']}",
+                       "--vhost", f"b.test={roots['b']}", "--tls-port", "0",
+                       "--tls-cert", ca, "--tls-key", ka, "--tls-cert", cb, "--tls-key", kb)
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+
+    def tls_ask(sni, raw):
+        s = ctx.wrap_socket(socket.create_connection((srv.host, srv.tls_port)), server_hostname=sni)
+        try:
+            s.sendall(raw)
+            return read_response(s, timeout=5 * SLOW)[::2]
+        finally:
+            s.close()
+
+    assert tls_ask("b.test", b"GET / HTTP/1.1\r\nHost: b.test\r\n\r\n") == (200, b"site b\n")
+    assert tls_ask("b.test", b"GET / HTTP/1.0\r\n\r\n") == (200, b"site b\n")
+    assert tls_ask("a.test", b"GET / HTTP/1.0\r\n\r\n") == (200, b"site a\n")
+    assert tls_ask("other.test", b"GET / HTTP/1.0\r\n\r\n") == (200, b"site default\n")
