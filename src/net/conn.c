@@ -264,7 +264,11 @@ static void release(tern__conn *c) {
         n->cork_len = 0;
     }
     tern__wheel_set(c->loop, &c->timeout, 0);
+    /* Off the owner's list, but the owner stays known: the protocol's
+     * on_close finds its server through it. */
+    tern__conn_list *owner = c->list;
     list_remove(c);
+    c->list = owner;
     /* c->in stays until the batch end: the protocol may be reading it. */
     out_drop(c);
     if (c->file) {

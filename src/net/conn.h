@@ -149,7 +149,7 @@ struct tern__conn {
     tern__buf *out;
     tern__sendfile *file;
     tern__conn *pending_next;          /* on the loop's re-feed list */
-    struct tern__conn_list *list;      /* the owner's list (server), or NULL */
+    struct tern__conn_list *list;      /* the owner's list (server), or NULL; kept once closed */
     union {
         struct {
             tern__conn *list_next, *list_prev;   /* while on the owner's list */

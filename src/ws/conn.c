@@ -47,6 +47,12 @@ static const char *close_reason(int code) {
     }
 }
 
+/* This loop's server (the route belongs to every loop's): the owner of
+ * the list the connection is on, which net keeps known after the close. */
+static tern_server *srv_of(const tern_ws *ws) {
+    return tern__container_of(ws->conn.list, tern_server, conns);
+}
+
 static bool gone(const tern_ws *ws) {
     return (ws->conn.flags & TERN__CONN_CLOSED) || ws->state == TERN__WS_DONE;
 }
@@ -58,9 +64,9 @@ static int write_frame(tern_ws *ws, uint8_t opcode, bool fin, bool rsv1, const v
     uint8_t hdr[TERN__WS_MAX_HEADER];
     size_t hl = tern__ws_write_header(hdr, fin, rsv1, opcode, len, NULL);
     struct iovec iov[2] = {{hdr, hl}, {(void *)data, len}};
-    TERN__STAT_ADD(ws->srv, bytes_out, hl + len);
+    TERN__STAT_ADD(srv_of(ws), bytes_out, hl + len);
     if (fin && opcode < 8)
-        TERN__STAT_ADD(ws->srv, ws_out, 1);
+        TERN__STAT_ADD(srv_of(ws), ws_out, 1);
     return tern__conn_writev(&ws->conn, iov, len ? 2 : 1);
 }
 
@@ -318,7 +324,7 @@ const char *tern_ws_subprotocol(const tern_ws *ws) {
 }
 bool tern_ws_compressed(const tern_ws *ws) { return ws && ws->pmd != NULL; }
 tern_loop *tern_ws_loop(const tern_ws *ws) { return ws ? ws->conn.loop : NULL; }
-tern_server *tern_ws_server(const tern_ws *ws) { return ws ? ws->srv : NULL; }
+tern_server *tern_ws_server(const tern_ws *ws) { return ws ? srv_of(ws) : NULL; }
 
 /* ---- prepared messages ------------------------------------------------ */
 
@@ -390,14 +396,14 @@ int tern_ws_send_prepared(tern_ws *ws, tern_ws_prepared *m) {
          * window would hold bytes our own compressor never saw. */
         if (m->deflated && ws->pmd->params.server_no_context_takeover &&
             ws->pmd->params.server_max_window_bits >= 15) {
-            TERN__STAT_ADD(ws->srv, bytes_out, m->deflated_len);
-            TERN__STAT_ADD(ws->srv, ws_out, 1);
+            TERN__STAT_ADD(srv_of(ws), bytes_out, m->deflated_len);
+            TERN__STAT_ADD(srv_of(ws), ws_out, 1);
             return check_backlog(ws, tern__conn_write(&ws->conn, m->deflated, m->deflated_len));
         }
         return tern_ws_send(ws, m->plain + m->plain_hdr, m->plain_len - m->plain_hdr, m->opcode);
     }
-    TERN__STAT_ADD(ws->srv, bytes_out, m->plain_len);
-    TERN__STAT_ADD(ws->srv, ws_out, 1);
+    TERN__STAT_ADD(srv_of(ws), bytes_out, m->plain_len);
+    TERN__STAT_ADD(srv_of(ws), ws_out, 1);
     return check_backlog(ws, tern__conn_write(&ws->conn, m->plain, m->plain_len));
 }
 
@@ -451,7 +457,7 @@ static void deliver(tern_ws *ws, const char *p, size_t n, bool last) {
     const tern__ws_route *r = ws->route;
     ws->in_delivery = true;   /* sends now are answers (see push_refused) */
     if (last)
-        TERN__STAT_ADD(ws->srv, ws_in, 1);
+        TERN__STAT_ADD(srv_of(ws), ws_in, 1);
     if (r->h.on_fragment)
         r->h.on_fragment(ws, p, n, ws->msg_opcode, last, r->user);
     else if (last && r->h.on_message)
@@ -621,7 +627,7 @@ static size_t read_frames(tern_ws *ws, char *data, size_t len);
 
 static size_t on_data(tern__conn *c, char *data, size_t len) {
     tern_ws *ws = (tern_ws *)c;
-    tern_server *srv = ws->srv;
+    tern_server *srv = srv_of(ws);
     size_t used = read_frames(ws, data, len);
     TERN__STAT_ADD(srv, bytes_in, used);
     return used;
@@ -767,7 +773,7 @@ static void on_shutdown(tern__conn *c) {
 
 static void on_close(tern__conn *c, int err) {
     tern_ws *ws = (tern_ws *)c;
-    tern_server *srv = ws->srv;
+    tern_server *srv = srv_of(ws);
     notify_close(ws, TERN_WS_ABNORMAL, "", 0);
     message_reset(ws);
     if (ws->pmd) {
@@ -797,7 +803,6 @@ int tern__ws_open(tern__http_conn *hc, const tern__ws_route *route, void *conn_u
         free(ws);
         return err;
     }
-    ws->srv = hc->srv;
     ws->route = route;
     ws->user = conn_user;
     ws->state = TERN__WS_OPEN;

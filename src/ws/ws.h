@@ -76,7 +76,6 @@ typedef struct tern__ws_pmd {
  *   the end of the batch (callbacks never run inside the user's calls). */
 struct tern_ws {
     tern__conn conn;
-    tern_server *srv;                 /* this loop's server (the route is every loop's) */
     const tern__ws_route *route;
     void *user;
     tern__ws_rx *rx;
