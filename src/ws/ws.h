@@ -59,7 +59,7 @@ typedef struct tern__ws_pmd {
 #define TERN__WS_NO_SUBPROTOCOL 0xFF
 
 /* Kept small on purpose: an idle WebSocket is this struct and nothing else
- * (176 bytes on x86-64; see docs/ARCHITECTURE.md).
+ * (168 bytes on x86-64; see docs/ARCHITECTURE.md).
  * Invariants:
  * - conn is first (net frees the struct with free()).
  * - msg_opcode is non-zero exactly while a data message is in progress
