@@ -6,6 +6,7 @@ build-asan/examples/ when the suite runs under the sanitizers); stop()
 fails on a sanitizer report in an example's stderr, as conftest does for
 tern itself."""
 import asyncio
+import contextlib
 import http.client
 import json
 import os
@@ -234,3 +235,178 @@ def test_json_api_sigterm_finishes_answers_in_flight_then_exits_0():
         t.join(5)
     assert answers == {"/primes?below=1000&sleep_ms=500": (200, {"below": 1000, "primes": 168}),
                        "/delay?ms=500": (200, {"delayed_ms": 500})}
+
+
+# ---- chat: a WebSocket room with broadcast and a slow-consumer policy -----
+
+class Room:
+    """A running examples/chat and the clients a test opened on it (closed
+    at the end, before the server is stopped)."""
+    def __init__(self, port, stack):
+        self.port, self.stack = port, stack
+
+    def connect(self, query=""):
+        return self.stack.enter_context(
+            connect(f"ws://127.0.0.1:{self.port}/chat{query}", open_timeout=5 * SLOW))
+
+    def join(self, name):
+        """Connects as name and waits for the room's "* name joined" line."""
+        ws = self.connect(f"?name={name}")
+        recv_line(ws, f"* {name} joined")
+        return ws
+
+
+@pytest.fixture
+def chat():
+    proc, port = start_any_port("chat")
+    try:
+        with contextlib.ExitStack() as stack:
+            yield Room(port, stack)
+    finally:
+        stop(proc)
+
+
+def recv_line(ws, prefix, timeout=5.0):
+    """Receives until a message that starts with prefix; skips the others
+    (join and leave notices of other members)."""
+    deadline = time.monotonic() + timeout * SLOW
+    while True:
+        msg = ws.recv(timeout=max(0.01, deadline - time.monotonic()))
+        if msg.startswith(prefix):
+            return msg
+
+
+def assert_silent(ws, wait=0.3):
+    with pytest.raises(TimeoutError):
+        print(ws.recv(timeout=wait))
+
+
+def test_chat_messages_reach_all_others(chat):
+    alice, bob, carol = chat.join("alice"), chat.join("bob"), chat.join("carol")
+    assert recv_line(alice, "* carol") == "* carol joined (3 here)"
+    assert recv_line(bob, "* carol") == "* carol joined (3 here)"
+    alice.send("hello, room")
+    assert recv_line(bob, "alice:") == "alice: hello, room"
+    assert recv_line(carol, "alice:") == "alice: hello, room"
+    carol.send("hi alice")
+    assert recv_line(alice, "carol:") == "carol: hi alice"
+    assert recv_line(bob, "carol:") == "carol: hi alice"
+    assert_silent(alice)   # nobody hears their own line back
+    assert_silent(carol)
+
+
+def test_chat_member_that_leaves_is_removed(chat):
+    alice, bob, carol = chat.join("alice"), chat.join("bob"), chat.join("carol")
+    bob.close()
+    assert recv_line(alice, "* bob left") == "* bob left (2 here)"
+    assert recv_line(carol, "* bob left") == "* bob left (2 here)"
+    carol.send("still here?")
+    assert recv_line(alice, "carol:") == "carol: still here?"
+    dave = chat.join("dave")
+    assert recv_line(alice, "* dave") == "* dave joined (3 here)"
+    dave.send("hi all")
+    assert recv_line(alice, "dave:") == "dave: hi all"
+    assert recv_line(carol, "dave:") == "dave: hi all"
+
+
+def test_chat_refuses_bad_names_and_binary(chat):
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+    for name in ["has%20space", "x" * 33, "bad%zz"]:
+        with pytest.raises(InvalidStatus) as e:
+            chat.connect(f"?name={name}")
+        assert e.value.response.status_code == 400
+    guest = chat.connect()
+    assert recv_line(guest, "* guest-") == "* guest-1 joined (1 here)"
+    guest.send(b"\x00binary")
+    with pytest.raises(ConnectionClosed):
+        guest.recv(timeout=5 * SLOW)
+    assert guest.close_code == 1003
+
+
+def raw_ws_connect(port, path, rcvbuf):
+    """A WebSocket client on a raw socket with a small receive buffer, so it
+    can stop reading for real. Returns (socket, bytes read past the 101)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.connect(("127.0.0.1", port))
+    s.settimeout(5 * SLOW)
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+              "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+              "Sec-WebSocket-Version: 13\r\n\r\n".encode())
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        buf += s.recv(4096)
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101"), head
+    return s, rest
+
+
+def read_frames_until_close(sock, buf, timeout):
+    """Reads server frames (unmasked) until a close frame; returns its code,
+    or None if the connection ended without one."""
+    sock.settimeout(timeout)
+    while True:
+        while len(buf) >= 2:
+            op, n = buf[0] & 0x0F, buf[1] & 0x7F
+            hl = 2
+            if n == 126:
+                hl, n = 4, int.from_bytes(buf[2:4], "big") if len(buf) >= 4 else 1 << 62
+            elif n == 127:
+                hl, n = 10, int.from_bytes(buf[2:10], "big") if len(buf) >= 10 else 1 << 62
+            if len(buf) < hl + n:
+                break
+            payload, buf = buf[hl:hl + n], buf[hl + n:]
+            if op == 8:
+                return int.from_bytes(payload[:2], "big")
+        try:
+            b = sock.recv(1 << 20)
+        except (ConnectionResetError, socket.timeout):
+            return None
+        if not b:
+            return None
+        buf += b
+
+
+def test_chat_slow_member_is_closed_with_1008_and_the_others_keep_receiving(chat):
+    # slow joins with a tiny receive buffer and never reads while alice
+    # floods the room (6 MB): its backlog passes the hard limit, tern closes
+    # it with 1008, its on_close runs (the room says so) and bob, who reads,
+    # gets every line. This is the re-entrant close case: the close is
+    # decided inside tern_ws_send_prepared, in chat.c's broadcast loop,
+    # which must not see its member freed under it.
+    alice = chat.join("alice")
+    bob = chat.join("bob")
+    slow, slow_buf = raw_ws_connect(chat.port, "/chat?name=slow", 4096)
+    recv_line(bob, "* slow joined")
+    n, size = 2000, 3000
+    got = []
+
+    def read_all():
+        try:
+            while True:
+                msg = bob.recv(timeout=20 * SLOW)
+                got.append(msg)
+                if msg == "alice: done":
+                    return
+        except Exception as e:   # the assertion below shows what was missing
+            got.append(repr(e))
+
+    reader = threading.Thread(target=read_all)
+    reader.start()
+    line = "x" * size
+    for i in range(n):
+        alice.send(f"{i:05d} {line}")
+    alice.send("done")
+    reader.join(30 * SLOW)
+    floods = [m for m in got if m.startswith("alice: ") and m != "alice: done"]
+    assert len(floods) == n, got[-3:]
+    assert [int(m[7:12]) for m in floods] == list(range(n))
+    assert "* slow left, too slow (2 here)" in got
+    assert got[-1] == "alice: done"
+    # slow now reads what was queued for it: the messages up to the limit,
+    # then the close frame with 1008.
+    assert read_frames_until_close(slow, slow_buf, 5 * SLOW) == 1008
+    slow.close()
+    # The room goes on.
+    bob.send("after")
+    assert recv_line(alice, "bob:") == "bob: after"
