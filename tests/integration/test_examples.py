@@ -410,3 +410,118 @@ def test_chat_slow_member_is_closed_with_1008_and_the_others_keep_receiving(chat
     # The room goes on.
     bob.send("after")
     assert recv_line(alice, "bob:") == "bob: after"
+
+
+# ---- market: snapshots of 10 x 10 000 bytes, a periodic publisher ---------
+
+@pytest.fixture
+def market():
+    proc, port = start_any_port("market", "50")   # a tick every 50 ms
+    yield port, proc
+    stop(proc)
+
+
+def check_snapshot(pages):
+    """Ten pages of 10 000 bytes, in order, all of one tick."""
+    assert [type(p) for p in pages] == [bytes] * 10
+    assert [len(p) for p in pages] == [10000] * 10
+    heads = [re.match(rb"seq (\d{10}) page (\d\d)/10 +\n", p) for p in pages]
+    assert all(heads), [p[:40] for p in pages]
+    assert [int(h.group(2)) for h in heads] == list(range(1, 11))
+    assert len({h.group(1) for h in heads}) == 1   # built once, from one tick
+    return int(heads[0].group(1))
+
+
+def test_market_snapshot_is_10_messages_of_10000_bytes(market):
+    port, _ = market
+    with connect(f"ws://127.0.0.1:{port}/market") as ws:
+        ws.send("snapshot")
+        check_snapshot([ws.recv(timeout=5 * SLOW) for _ in range(10)])
+        assert_silent(ws)   # exactly 10, and no ticks without "subscribe"
+        ws.send("again")    # any other word asks too
+        check_snapshot([ws.recv(timeout=5 * SLOW) for _ in range(10)])
+        assert_silent(ws)
+
+
+def test_market_50_clients_get_their_snapshots_concurrently(market):
+    from websockets.asyncio.client import connect as aconnect
+    port, _ = market
+
+    async def client():
+        async with aconnect(f"ws://127.0.0.1:{port}/market", max_size=None) as ws:
+            seqs = []
+            for _ in range(2):
+                await ws.send("snapshot")
+                seqs.append(check_snapshot([await ws.recv() for _ in range(10)]))
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(ws.recv(), 0.2)
+            return seqs
+
+    async def main():
+        t0 = time.monotonic()
+        seqs = await asyncio.gather(*(client() for _ in range(50)))
+        return seqs, time.monotonic() - t0
+
+    seqs, elapsed = asyncio.run(asyncio.wait_for(main(), 60 * SLOW))
+    assert len(seqs) == 50 and all(a <= b for a, b in seqs)
+    assert elapsed < 10 * SLOW, elapsed   # 100 snapshots, 10 MB
+
+
+def test_market_subscribers_get_every_tick(market):
+    port, _ = market
+    with connect(f"ws://127.0.0.1:{port}/market") as ws:
+        ws.send("subscribe")
+        ticks = [json.loads(ws.recv(timeout=5 * SLOW)) for _ in range(5)]
+        seqs = [t["seq"] for t in ticks]
+        assert seqs == list(range(seqs[0], seqs[0] + 5))
+        assert all(len(t["moves"]) == 5 for t in ticks)
+        # A snapshot asked for meanwhile comes whole, between two ticks.
+        ws.send("snapshot")
+        got = []
+        while sum(isinstance(m, bytes) for m in got) < 10:
+            got.append(ws.recv(timeout=5 * SLOW))
+        first = next(i for i, m in enumerate(got) if isinstance(m, bytes))
+        seq = check_snapshot(got[first:first + 10])
+        assert all(json.loads(m)["seq"] <= seq for m in got[:first])
+        ws.send("unsubscribe")
+        time.sleep(0.3 * SLOW)   # what was already on its way
+        while True:
+            try:
+                ws.recv(timeout=0.01)
+            except TimeoutError:
+                break
+        assert_silent(ws, 0.3)
+
+
+def test_market_client_that_does_not_read_is_bounded_by_dropping(market):
+    # A client asks for 300 snapshots (30 MB) and does not read: the drop
+    # policy keeps the server's memory bounded (about 1 MiB of backlog)
+    # and the client connected; another client is served meanwhile.
+    port, proc = market
+    slow, buf = raw_ws_connect(port, "/market", 4096)
+    rss0 = rss_kib(proc.pid)
+    for _ in range(300):
+        slow.sendall(b"\x81\x88mask" + bytes(a ^ b for a, b in zip(b"snapshot", b"mask" * 2)))
+    time.sleep(1.5 * SLOW)   # past the grace period
+    with connect(f"ws://127.0.0.1:{port}/market") as ws:
+        ws.send("snapshot")
+        check_snapshot([ws.recv(timeout=5 * SLOW) for _ in range(10)])
+    assert rss_kib(proc.pid) - rss0 < 16 * 1024
+    # The slow client is still connected and gets much less than it asked
+    # for: what fitted in its backlog and the socket buffers.
+    slow.settimeout(1.0 * SLOW)
+    total = len(buf)
+    try:
+        while b := slow.recv(1 << 20):
+            total += len(b)
+    except socket.timeout:
+        pass
+    assert 10000 < total < 10 * 1024 * 1024, total
+    slow.close()
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
