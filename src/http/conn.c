@@ -85,8 +85,8 @@ static void fail_request(tern__http_conn *hc, int status) {
 
 static void free_req(tern_http_req *req) {
     free(req->head_copy);
-    free(req->body_buf);
-    free(req->extra);
+    tern__bytes_free(&req->body_buf);
+    tern__bytes_free(&req->extra);
     free(req->access_copy);
     free(req);
 }
@@ -143,7 +143,8 @@ static void dispatch_buffered(tern__http_conn *hc) {
     if (!tern__router_match(req->host->router, m, ml, head->path, head->path_len, params, &status))
         params->count = 0;
     hc->state = TERN__HTTP_WAIT;
-    call_handler(hc, head, params, req->body_buf ? req->body_buf : "", req->body_buf_len);
+    call_handler(hc, head, params, req->body_buf.data ? req->body_buf.data : "",
+                  req->body_buf.len);
 }
 
 /* Looks up the route; HEAD falls back to GET. When none, status says why:
@@ -328,14 +329,12 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     req->body_mode = TERN__BODY_BUFFER;
     req->head_copy = malloc(head_len);
     size_t want = head->body_kind == TERN__BODY_LENGTH ? (size_t)head->content_length : 4096;
-    req->body_buf = malloc(want ? want : 1);
-    if (req->head_copy == NULL || req->body_buf == NULL) {
+    if (req->head_copy == NULL || tern__bytes_reserve(&req->body_buf, want) < 0) {
         fail_request(hc, 500);
         return -1;
     }
     memcpy(req->head_copy, head_bytes, head_len);
     req->head_copy_len = head_len;
-    req->body_buf_cap = want ? want : 1;
     hc->state = TERN__HTTP_BODY;
     arm_body_timeout(hc, false);
     if (req->expect_continue && rest_len == 0)
@@ -345,21 +344,6 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
 
 /* ---- bodies ----------------------------------------------------------- */
 
-static int gather(tern_http_req *req, const char *p, size_t n) {
-    if (req->body_buf_len + n > req->body_buf_cap) {
-        size_t cap = req->body_buf_cap * 2;
-        if (cap < req->body_buf_len + n)
-            cap = req->body_buf_len + n;
-        char *b = realloc(req->body_buf, cap);
-        if (b == NULL)
-            return -ENOMEM;
-        req->body_buf = b;
-        req->body_buf_cap = cap;
-    }
-    memcpy(req->body_buf + req->body_buf_len, p, n);
-    req->body_buf_len += n;
-    return 0;
-}
 
 /* Hands one piece of body to where it goes. Returns false when the
  * connection is no longer ours. */
@@ -375,7 +359,7 @@ static bool deliver(tern__http_conn *hc, const char *p, size_t n) {
     }
     switch (req->body_mode) {
     case TERN__BODY_BUFFER:
-        if (gather(req, p, n) < 0) {
+        if (tern__bytes_append(&req->body_buf, p, n) < 0) {
             fail_request(hc, 500);
             return false;
         }

@@ -61,15 +61,14 @@ void tern__http_update_date(tern_server *srv) {
 }
 
 void tern__http_req_reset(tern_http_req *req) {
-    char *extra = req->extra;
-    size_t extra_cap = req->extra_cap;
+    tern__bytes extra = req->extra;
     free(req->head_copy);
-    free(req->body_buf);
+    tern__bytes_free(&req->body_buf);
     free(req->access_copy);
     memset(req, 0, sizeof(*req));
     /* The header scratch is kept for the next request of the connection. */
-    req->extra = extra;
-    req->extra_cap = extra_cap;
+    req->extra.data = extra.data;
+    req->extra.cap = extra.cap;
 }
 
 /* ---- heads ------------------------------------------------------------ */
@@ -106,7 +105,7 @@ static int write_head(tern_http_req *req, int status, const char *ctype, int64_t
     const char *reason = tern_http_reason(status);
     size_t rlen = strlen(reason), clen = ctype ? strlen(ctype) : 0;
     size_t need = 16 + rlen + srv->server_line_len + 40 + (clen ? 16 + clen : 0) + 48 + 24 +
-                  req->extra_len + 2;
+                  req->extra.len + 2;
     tern__http_update_date(srv);
 
     bool inline_body = body_len <= 16384;
@@ -145,12 +144,12 @@ static int write_head(tern_http_req *req, int status, const char *ctype, int64_t
         p = put(p, "Connection: close\r\n", 19);
     else if (req->minor_version == 0)
         p = put(p, "Connection: keep-alive\r\n", 24);
-    p = put(p, req->extra, req->extra_len);
+    p = put(p, req->extra.data, req->extra.len);
     p = put(p, "\r\n", 2);
     if (inline_body && body_len)
         p = put(p, body, body_len);
     req->started = true;
-    req->extra_len = 0;
+    req->extra.len = 0;
     req->resp_status = status;
 
     TERN__STAT_ADD(srv, bytes_out, (size_t)(p - start) + (inline_body ? 0 : body_len));
@@ -258,21 +257,14 @@ int tern_http_add_header(tern_http_req *req, const char *name, const char *value
     if (!name_ok(name) || !value_ok(value))
         return -EINVAL;
     size_t nl = strlen(name), vl = strlen(value);
-    size_t need = req->extra_len + nl + vl + 4;
-    if (need > req->extra_cap) {
-        size_t cap = need < 256 ? 256 : need * 2;
-        char *e = realloc(req->extra, cap);
-        if (e == NULL)
-            return -ENOMEM;
-        req->extra = e;
-        req->extra_cap = cap;
-    }
-    char *p = req->extra + req->extra_len;
+    if (tern__bytes_reserve(&req->extra, nl + vl + 4) < 0)
+        return -ENOMEM;
+    char *p = req->extra.data + req->extra.len;
     p = put(p, name, nl);
     p = put(p, ": ", 2);
     p = put(p, value, vl);
     p = put(p, "\r\n", 2);
-    req->extra_len = need;
+    req->extra.len = (size_t)(p - req->extra.data);
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #include "http/chunked.h"
 #include "http/parser.h"
 #include "http/router.h"
+#include "loop/bytes.h"
 #include "net/conn.h"
 #include "tern/http.h"
 #include "tern/tls.h"
@@ -197,8 +198,7 @@ struct tern_http_req {
     /* buffered body (non-streaming routes, when it spans reads) */
     char *head_copy;           /* the head bytes, re-parsed at dispatch */
     size_t head_copy_len;
-    char *body_buf;
-    size_t body_buf_len, body_buf_cap;
+    tern__bytes body_buf;
 
     /* streamed body */
     tern_http_body_fn body_fn;
@@ -210,8 +210,7 @@ struct tern_http_req {
     bool ended;
     bool chunked_out;          /* chunked transfer coding */
     bool close_after;          /* Connection: close */
-    char *extra;               /* added headers, "Name: value\r\n"... */
-    size_t extra_len, extra_cap;
+    tern__bytes extra;         /* added headers, "Name: value\r\n"... */
 
     tern_http_abort_fn abort_fn;
     void *abort_user;

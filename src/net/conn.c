@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "loop/bytes.h"
 #include "loop/log.h"
 #include "net/conn.h"
 
@@ -115,11 +116,17 @@ tern__transport tern__plain_transport = {&plain_ops};
 static size_t buf_live(const tern__buf *b) { return b ? b->len - b->off : 0; }
 
 /* Makes room for n more bytes at the end of *bp (allocating it), moving
- * live bytes to the front first when that is enough. */
+ * live bytes to the front first when that is enough.
+ * tern__buf is not a tern__bytes: its header and bytes are one allocation
+ * that exists only while bytes wait, so an idle connection holds one NULL
+ * pointer per direction (tern__conn stays 128 bytes). It grows by the same
+ * policy, tern__bytes_grow_cap. */
 static int buf_reserve(tern__buf **bp, size_t n) {
     tern__buf *b = *bp;
     if (b == NULL) {
-        size_t cap = n < 256 ? 256 : n;
+        size_t cap = tern__bytes_grow_cap(0, n);
+        if (cap > SIZE_MAX - sizeof(*b))
+            return -ENOMEM;
         b = malloc(sizeof(*b) + cap);
         if (b == NULL)
             return -ENOMEM;
@@ -137,9 +144,11 @@ static int buf_reserve(tern__buf **bp, size_t n) {
         if (b->cap - b->len >= n)
             return 0;
     }
-    size_t cap = b->cap * 2;
-    if (cap < b->len + n)
-        cap = b->len + n;
+    if (n > SIZE_MAX - sizeof(*b) - b->len)
+        return -ENOMEM;
+    size_t cap = tern__bytes_grow_cap(b->cap, b->len + n);
+    if (cap > SIZE_MAX - sizeof(*b))
+        return -ENOMEM;
     b = realloc(b, sizeof(*b) + cap);
     if (b == NULL)
         return -ENOMEM;

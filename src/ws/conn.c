@@ -422,7 +422,7 @@ void tern_ws_prepared_free(tern_ws_prepared *m) {
 static void message_reset(tern_ws *ws) {
     ws->msg_opcode = 0;
     if (ws->rx) {
-        free(ws->rx->msg);
+        tern__bytes_free(&ws->rx->msg);
         free(ws->rx);
         ws->rx = NULL;
     }
@@ -432,24 +432,6 @@ static tern__ws_rx *rx_get(tern_ws *ws) {
     if (ws->rx == NULL && (ws->rx = calloc(1, sizeof(*ws->rx))) != NULL)
         ws->rx->utf8 = TERN__UTF8_ACCEPT;
     return ws->rx;
-}
-
-static bool gather(tern__ws_rx *rx, const char *p, size_t n) {
-    if (n == 0)
-        return true;
-    if (rx->msg_len + n > rx->msg_cap) {
-        size_t cap = rx->msg_cap ? rx->msg_cap * 2 : 4096;
-        while (cap < rx->msg_len + n)
-            cap *= 2;
-        char *m = realloc(rx->msg, cap);
-        if (m == NULL)
-            return false;
-        rx->msg = m;
-        rx->msg_cap = cap;
-    }
-    memcpy(rx->msg + rx->msg_len, p, n);
-    rx->msg_len += n;
-    return true;
 }
 
 /* Delivers text or binary: streamed pieces or the whole message. */
@@ -477,12 +459,10 @@ static bool inflate_piece(tern_ws *ws, tern__ws_rx *rx, const char *p, size_t n,
     }
     /* The limit counts what is already in the buffer; bytes delivered
      * earlier (streamed, so no longer in it) are subtracted here. */
-    size_t before = rx->msg_len;
-    uint8_t *buf = (uint8_t *)rx->msg;
+    size_t before = rx->msg.len;
     int r = tern__pmd_inflate(pmd->inflater, (const uint8_t *)p, n, last,
-                              pmd->params.client_no_context_takeover, &buf, &rx->msg_len,
-                              &rx->msg_cap, ws->route->opt.max_message - (rx->msg_total - before));
-    rx->msg = (char *)buf;
+                              pmd->params.client_no_context_takeover, &rx->msg,
+                              ws->route->opt.max_message - (rx->msg_total - before));
     if (r == -EMSGSIZE) {
         fail(ws, TERN_WS_TOO_BIG);
         return false;
@@ -491,9 +471,10 @@ static bool inflate_piece(tern_ws *ws, tern__ws_rx *rx, const char *p, size_t n,
         fail(ws, r == -ENOMEM ? TERN_WS_INTERNAL : TERN_WS_INVALID_DATA);
         return false;
     }
-    rx->msg_total += rx->msg_len - before;
+    rx->msg_total += rx->msg.len - before;
     if (ws->msg_opcode == TERN_WS_TEXT &&
-        !tern__utf8_feed(&rx->utf8, (const uint8_t *)rx->msg + before, rx->msg_len - before)) {
+        !tern__utf8_feed(&rx->utf8, (const uint8_t *)rx->msg.data + before,
+                         rx->msg.len - before)) {
         fail(ws, TERN_WS_INVALID_DATA);
         return false;
     }
@@ -519,11 +500,11 @@ static bool on_payload(tern_ws *ws, char *p, size_t n, bool msg_end) {
             return false;
         }
         if (r->h.on_fragment) {
-            deliver(ws, rx->msg ? rx->msg : "", rx->msg_len, msg_end);
+            deliver(ws, rx->msg.data ? rx->msg.data : "", rx->msg.len, msg_end);
             if (ws->rx)
-                ws->rx->msg_len = 0;   /* streamed: the buffer is reused piece by piece */
+                ws->rx->msg.len = 0;   /* streamed: the buffer is reused piece by piece */
         } else if (msg_end) {
-            deliver(ws, rx->msg ? rx->msg : "", rx->msg_len, true);
+            deliver(ws, rx->msg.data ? rx->msg.data : "", rx->msg.len, true);
         }
     } else {
         if (ws->msg_opcode == TERN_WS_TEXT &&
@@ -537,12 +518,12 @@ static bool on_payload(tern_ws *ws, char *p, size_t n, bool msg_end) {
             if (n || msg_end)
                 deliver(ws, p, n, msg_end);   /* in place: no copy */
         } else {
-            if (!gather(rx, p, n)) {
+            if (tern__bytes_append(&rx->msg, p, n) < 0) {
                 fail(ws, TERN_WS_INTERNAL);
                 return false;
             }
             if (msg_end)
-                deliver(ws, rx->msg ? rx->msg : "", rx->msg_len, true);
+                deliver(ws, rx->msg.data ? rx->msg.data : "", rx->msg.len, true);
         }
     }
     if (gone(ws))

@@ -343,13 +343,11 @@ ssize_t tern__pmd_deflate(tern__pmd_deflater *d, const uint8_t *in, size_t len,
     z_stream *zs = &d->zs;
     /* deflateBound is for a Z_FINISH stream; the sync flush adds at most a
      * few bytes, and the loop grows the buffer if ever it does not fit. */
-    size_t cap = (size_t)deflateBound(zs, (uLong)len) + 16;
-    uint8_t *buf = malloc(cap);
-    if (buf == NULL) {
+    tern__bytes buf = {0};
+    if (tern__bytes_reserve(&buf, (size_t)deflateBound(zs, (uLong)len) + 16) < 0) {
         deflater_end(d);
         return -ENOMEM;
     }
-    size_t used = 0;
     const uint8_t *ip = in;
     size_t in_left = len;
     zs->avail_in = 0;
@@ -365,18 +363,13 @@ ssize_t tern__pmd_deflate(tern__pmd_deflater *d, const uint8_t *in, size_t len,
             ip += zs->avail_in;
             in_left -= zs->avail_in;
         }
-        if (used == cap) {
-            uint8_t *nb = cap <= SIZE_MAX / 2 ? realloc(buf, cap * 2) : NULL;
-            if (nb == NULL)
-                goto fail;
-            buf = nb;
-            cap *= 2;
-        }
-        zs->next_out = buf + used;
-        zs->avail_out = chunk(cap - used);
+        if (buf.len == buf.cap && tern__bytes_reserve(&buf, 1) < 0)
+            goto fail;
+        zs->next_out = (Bytef *)buf.data + buf.len;
+        zs->avail_out = chunk(buf.cap - buf.len);
         unsigned out_before = zs->avail_out;
         int r = deflate(zs, flush);
-        used += out_before - zs->avail_out;
+        buf.len += out_before - zs->avail_out;
         if (r != Z_OK && r != Z_BUF_ERROR)
             goto fail;
         if (flush == Z_NO_FLUSH) {
@@ -391,24 +384,24 @@ ssize_t tern__pmd_deflate(tern__pmd_deflater *d, const uint8_t *in, size_t len,
     /* §7.2.1: the flush ends in an empty stored block, 00 00 FF FF, which
      * is not sent; the receiver puts it back. */
     static const uint8_t tail[4] = {0x00, 0x00, 0xFF, 0xFF};
-    if (used < 4 || memcmp(buf + used - 4, tail, 4) != 0) {
-        free(buf);
+    if (buf.len < 4 || memcmp(buf.data + buf.len - 4, tail, 4) != 0) {
+        tern__bytes_free(&buf);
         deflater_end(d);
         return -EIO;
     }
-    used -= 4;
+    buf.len -= 4;
     if (no_context_takeover)
         deflater_end(d);   /* the next message starts afresh, and idle costs nothing */
-    if (cap - used > 4096) {   /* do not hold on to deflateBound's slack */
-        uint8_t *nb = realloc(buf, used ? used : 1);
+    if (buf.cap - buf.len > 4096) {   /* do not hold on to deflateBound's slack */
+        char *nb = realloc(buf.data, buf.len ? buf.len : 1);
         if (nb != NULL)
-            buf = nb;
+            buf.data = nb;
     }
-    *out = buf;
-    return (ssize_t)used;
+    *out = (uint8_t *)buf.data;
+    return (ssize_t)buf.len;
 
 fail:
-    free(buf);
+    tern__bytes_free(&buf);
     deflater_end(d);
     return -ENOMEM;
 }
@@ -451,27 +444,29 @@ static int inflate_restart(tern__pmd_inflater *i) {
     return 0;
 }
 
-/* Makes room for output: the buffer grows by doubling, never past
- * `limit` (max_len + 1: one byte more than allowed is how an overflow is
- * seen). Sets *room (0 when at the limit); returns 0 or -ENOMEM. */
-static int out_room(uint8_t **buf, size_t *buf_len, size_t *buf_cap, size_t limit, size_t *room) {
-    size_t cap = *buf_cap < limit ? *buf_cap : limit;
+/* Makes room for output: the buffer grows as every tern__bytes does, but
+ * never past `limit` (max_len + 1: one byte more than allowed is how an
+ * overflow is seen), so this is not tern__bytes_reserve: a bomb must not
+ * get a doubled buffer it is not allowed to fill. Sets *room (0 when at
+ * the limit); returns 0 or -ENOMEM. */
+static int out_room(tern__bytes *out, size_t limit, size_t *room) {
+    size_t cap = out->cap < limit ? out->cap : limit;
     *room = 0;
-    if (*buf_len < cap) {
-        *room = cap - *buf_len;
+    if (out->len < cap) {
+        *room = cap - out->len;
         return 0;
     }
-    if (*buf_cap >= limit)
+    if (out->cap >= limit)
         return 0;
-    size_t ncap = *buf_cap < 512 ? 1024 : *buf_cap <= SIZE_MAX / 2 ? *buf_cap * 2 : SIZE_MAX;
+    size_t ncap = tern__bytes_grow_cap(out->cap, out->len + 1);
     if (ncap > limit)
         ncap = limit;
-    uint8_t *nb = realloc(*buf, ncap);
+    char *nb = realloc(out->data, ncap);
     if (nb == NULL)
         return -ENOMEM;
-    *buf = nb;
-    *buf_cap = ncap;
-    *room = ncap - *buf_len;
+    out->data = nb;
+    out->cap = ncap;
+    *room = ncap - out->len;
     return 0;
 }
 
@@ -479,7 +474,7 @@ static int out_room(uint8_t **buf, size_t *buf_len, size_t *buf_cap, size_t limi
  * we append, of which whatever follows the end of a final block is
  * dropped. */
 static int inflate_bytes(tern__pmd_inflater *i, const uint8_t *data, size_t n, bool is_tail,
-                         uint8_t **buf, size_t *buf_len, size_t *buf_cap, size_t max_len) {
+                         tern__bytes *out, size_t max_len) {
     /* Nothing can be pending from before: each call ends only when inflate
      * has stopped for lack of input with room to spare. */
     if (n == 0)
@@ -497,18 +492,18 @@ static int inflate_bytes(tern__pmd_inflater *i, const uint8_t *data, size_t n, b
             left -= zs->avail_in;
         }
         size_t room;
-        if (out_room(buf, buf_len, buf_cap, limit, &room) < 0)
+        if (out_room(out, limit, &room) < 0)
             return -ENOMEM;
         if (room == 0)
-            return -EMSGSIZE;   /* *buf_len >= limit: caught below before it gets here */
-        zs->next_out = *buf + *buf_len;
+            return -EMSGSIZE;   /* out->len >= limit: caught below before it gets here */
+        zs->next_out = (Bytef *)out->data + out->len;
         zs->avail_out = chunk(room);
         unsigned in_before = zs->avail_in, out_before = zs->avail_out;
         int r = inflate(zs, Z_SYNC_FLUSH);
-        *buf_len += out_before - zs->avail_out;
+        out->len += out_before - zs->avail_out;
         if (zs->avail_in != in_before)
             i->fresh = false;
-        if (*buf_len > max_len)
+        if (out->len > max_len)
             return -EMSGSIZE;
         if (r == Z_STREAM_END) {
             if (is_tail) {
@@ -534,9 +529,8 @@ static int inflate_bytes(tern__pmd_inflater *i, const uint8_t *data, size_t n, b
 }
 
 int tern__pmd_inflate(tern__pmd_inflater *i, const uint8_t *in, size_t len, bool last,
-                      bool no_context_takeover, uint8_t **buf, size_t *buf_len,
-                      size_t *buf_cap, size_t max_len) {
-    if (*buf_len > max_len)
+                      bool no_context_takeover, tern__bytes *out, size_t max_len) {
+    if (out->len > max_len)
         return -EMSGSIZE;
     if (len == 0 && !last)
         return 0;
@@ -550,7 +544,7 @@ int tern__pmd_inflate(tern__pmd_inflater *i, const uint8_t *in, size_t len, bool
     }
     if (len > 0)
         i->in_msg = true;
-    int r = inflate_bytes(i, in, len, false, buf, buf_len, buf_cap, max_len);
+    int r = inflate_bytes(i, in, len, false, out, max_len);
     if (r == 0 && last) {
         /* §7.2.2: the sender dropped the sync flush's 00 00 FF FF; put it
          * back. Not when the message ended exactly with a final block,
@@ -560,7 +554,7 @@ int tern__pmd_inflate(tern__pmd_inflater *i, const uint8_t *in, size_t len, bool
          * tail alone would leave the stream inside a stored block. */
         static const uint8_t tail[4] = {0x00, 0x00, 0xFF, 0xFF};
         if (!i->fresh && i->in_msg) {
-            r = inflate_bytes(i, tail, sizeof(tail), true, buf, buf_len, buf_cap, max_len);
+            r = inflate_bytes(i, tail, sizeof(tail), true, out, max_len);
             /* Then the stream must be between blocks: otherwise the message
              * was cut short, and with context takeover the next one would
              * be read as the rest of this block. */

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "loop/bytes.h"
+
 /* What the server is willing to do (from tern_ws_options). */
 typedef struct tern__pmd_config {
     bool enabled;
@@ -73,20 +75,18 @@ ssize_t tern__pmd_deflate(tern__pmd_deflater *d, const uint8_t *in, size_t len,
 tern__pmd_inflater *tern__pmd_inflater_new(int window_bits);
 void tern__pmd_inflater_free(tern__pmd_inflater *i);
 /* Decompresses one fragment of a compressed message, appending the output
- * to *buf at *buf_len (*buf malloc'd or NULL, grown with realloc as needed,
- * never past max_len + 1 bytes; *buf_len and *buf_cap track it, and the
- * caller frees *buf with free(), also after an error). When last is set,
+ * to *out (grown as needed, never past max_len + 1 bytes; the caller frees
+ * it with tern__bytes_free, also after an error). When last is set,
  * the 00 00 FF FF tail is fed too, the message must end between deflate
  * blocks, and the stream starts afresh afterwards if no_context_takeover.
- * max_len bounds *buf_len, bytes already in the buffer included, and is
+ * max_len bounds out->len, bytes already in the buffer included, and is
  * enforced while inflating, so a bomb costs no more than max_len + 1 bytes.
- * Returns 0, -EMSGSIZE once *buf_len would pass max_len (the caller closes
+ * Returns 0, -EMSGSIZE once out->len would pass max_len (the caller closes
  * with 1009), -EINVAL on corrupt or truncated data (the caller closes with
  * 1007), or -ENOMEM. After an error the output is partial and the stream
  * starts afresh; the connection is expected to close. A zero-length
  * non-last fragment is a no-op. */
 int tern__pmd_inflate(tern__pmd_inflater *i, const uint8_t *in, size_t len, bool last,
-                      bool no_context_takeover, uint8_t **buf, size_t *buf_len,
-                      size_t *buf_cap, size_t max_len);
+                      bool no_context_takeover, tern__bytes *out, size_t max_len);
 
 #endif

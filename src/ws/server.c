@@ -209,9 +209,9 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
                      pmd_on ? "\r\n" : "");
     if (n < 0 || (size_t)n >= sizeof(buf) - 2)
         return -500;
-    struct iovec iov[3] = {{buf, (size_t)n}, {req->extra, req->extra_len}, {"\r\n", 2}};
+    struct iovec iov[3] = {{buf, (size_t)n}, {req->extra.data, req->extra.len}, {"\r\n", 2}};
     tern__conn_writev(&hc->conn, iov, 3);
-    req->extra_len = 0;
+    req->extra.len = 0;
     if (tern__ws_open(hc, route, conn_user, sub, pmd_on ? &pmd : NULL, rest, rest_len) < 0) {
         tern__conn_close(&hc->conn, -ENOMEM);
         return 1;

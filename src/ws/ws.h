@@ -34,14 +34,13 @@ enum tern__ws_state {
  * Invariants:
  * - in_frame: a data frame's header has been read and frame_left bytes of
  *   its payload are still to come, unmasked from key phase `phase`;
- * - msg[0..msg_len) holds the message's bytes so far when it is being
+ * - msg.data[0..msg.len) holds the message's bytes so far when it is being
  *   assembled (or decompressed); msg_total counts every byte of it so far;
  * - utf8 is the validator's state over the text message so far. */
 typedef struct tern__ws_rx {
     uint64_t frame_left;
     uint64_t msg_total;
-    char *msg;
-    size_t msg_len, msg_cap;
+    tern__bytes msg;
     uint32_t utf8;
     uint8_t mask[4];
     uint8_t phase;

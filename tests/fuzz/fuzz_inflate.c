@@ -33,8 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
     tern__pmd_inflater *inf = tern__pmd_inflater_new(bits + (opt >> 7));
     CHECK(inf != NULL);
-    uint8_t *buf = NULL;
-    size_t len = 0, cap = 0;
+    tern__bytes out = {0};
     while (n > 0) {
         size_t k = p[0] & 0x7F;
         bool last = (p[0] & 0x80) || n == 1;
@@ -45,17 +44,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* The fragment in its own allocation, for ASan's sake. */
         uint8_t *frag = malloc(k ? k : 1);
         memcpy(frag, p, k);
-        int r = tern__pmd_inflate(inf, frag, k, last, nct, &buf, &len, &cap, max_len);
+        int r = tern__pmd_inflate(inf, frag, k, last, nct, &out, max_len);
         free(frag);
         CHECK(r == 0 || r == -EINVAL || r == -EMSGSIZE || r == -ENOMEM);
-        CHECK(len <= max_len + (r == -EMSGSIZE ? 1 : 0));
-        CHECK(cap <= max_len + 1 || cap == 0);
+        CHECK(out.len <= max_len + (r == -EMSGSIZE ? 1 : 0));
+        CHECK(out.cap <= max_len + 1 || out.cap == 0);
         p += k;
         n -= k;
         if (r != 0 || last)
-            len = 0;   /* a new message, or after an error a new stream */
+            out.len = 0;   /* a new message, or after an error a new stream */
     }
-    free(buf);
+    tern__bytes_free(&out);
     tern__pmd_inflater_free(inf);
 
     /* The input as a message: compressed and back, in two fragments. */
@@ -66,14 +65,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ssize_t zn = tern__pmd_deflate(d, data + 2, whole, nct, &z);
     CHECK(zn > 0);
     inf = tern__pmd_inflater_new(bits);
-    buf = NULL;
-    len = cap = 0;
     size_t cut = (size_t)data[1] % ((size_t)zn + 1);
-    CHECK(tern__pmd_inflate(inf, z, cut, false, nct, &buf, &len, &cap, whole) == 0);
-    CHECK(tern__pmd_inflate(inf, z + cut, (size_t)zn - cut, true, nct, &buf, &len, &cap, whole) == 0);
-    CHECK(len == whole && (whole == 0 || memcmp(buf, data + 2, whole) == 0));
+    CHECK(tern__pmd_inflate(inf, z, cut, false, nct, &out, whole) == 0);
+    CHECK(tern__pmd_inflate(inf, z + cut, (size_t)zn - cut, true, nct, &out, whole) == 0);
+    CHECK(out.len == whole && (whole == 0 || memcmp(out.data, data + 2, whole) == 0));
     free(z);
-    free(buf);
+    tern__bytes_free(&out);
     tern__pmd_deflater_free(d);
     tern__pmd_inflater_free(inf);
     return 0;

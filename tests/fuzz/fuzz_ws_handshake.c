@@ -120,12 +120,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ssize_t zn = tern__pmd_deflate(d, (const uint8_t *)ext, elen,
                                        prm.server_no_context_takeover, &z);
         CHECK(zn > 0);
-        uint8_t *buf = NULL;
-        size_t len = 0, bcap = 0;
-        CHECK(tern__pmd_inflate(inf, z, (size_t)zn, true, prm.server_no_context_takeover, &buf,
-                                &len, &bcap, elen) == 0);
-        CHECK(len == elen && (elen == 0 || memcmp(buf, ext, elen) == 0));
-        free(buf);
+        tern__bytes out = {0};
+        CHECK(tern__pmd_inflate(inf, z, (size_t)zn, true, prm.server_no_context_takeover, &out,
+                                elen) == 0);
+        CHECK(out.len == elen && (elen == 0 || memcmp(out.data, ext, elen) == 0));
+        tern__bytes_free(&out);
         free(z);
         tern__pmd_deflater_free(d);
         tern__pmd_inflater_free(inf);

@@ -295,20 +295,14 @@ static void negotiate_response_reparses(void **state) {
 
 /* ---- compression ------------------------------------------------------- */
 
-typedef struct msgbuf {
-    uint8_t *buf;
-    size_t len, cap;
-} msgbuf;
+typedef tern__bytes msgbuf;
 
-static void msgbuf_free(msgbuf *m) {
-    free(m->buf);
-    *m = (msgbuf){0};
-}
+static void msgbuf_free(msgbuf *m) { tern__bytes_free(m); }
 
 static int inflate_all(tern__pmd_inflater *inf, const uint8_t *in, size_t len, bool nct,
                        msgbuf *m, size_t max_len) {
     m->len = 0;
-    return tern__pmd_inflate(inf, in, len, true, nct, &m->buf, &m->len, &m->cap, max_len);
+    return tern__pmd_inflate(inf, in, len, true, nct, m, max_len);
 }
 
 static void inflate_expect(tern__pmd_inflater *inf, const uint8_t *in, size_t len, bool nct,
@@ -319,7 +313,7 @@ static void inflate_expect(tern__pmd_inflater *inf, const uint8_t *in, size_t le
     assert_int_equal(inflate_all(inf, g, len, nct, &m, 1 << 20), 0);
     guard_free(&gp);
     assert_int_equal(m.len, strlen(want));
-    assert_memory_equal(m.buf, want, m.len);
+    assert_memory_equal(m.data, want, m.len);
     msgbuf_free(&m);
 }
 
@@ -426,7 +420,7 @@ static void round_trip_messages(void **state) {
                     assert_int_equal(inflate_all(inf, out, (size_t)n, nct, &m, 1 << 20), 0);
                     assert_int_equal(m.len, sizes[i]);
                     if (sizes[i])
-                        assert_memory_equal(m.buf, text, sizes[i]);
+                        assert_memory_equal(m.data, text, sizes[i]);
                     free(out);
                     free(text);
                 }
@@ -452,7 +446,7 @@ static void context_takeover_pays(void **state) {
     assert_int_equal(inflate_all(inf, a, (size_t)first, false, &m, 4096), 0);
     assert_int_equal(inflate_all(inf, b, (size_t)second, false, &m, 4096), 0);
     assert_int_equal(m.len, 2000);
-    assert_memory_equal(m.buf, text, 2000);
+    assert_memory_equal(m.data, text, 2000);
     /* The second alone, to an inflater without the first: it cannot be
      * read (it refers to bytes it does not have). */
     tern__pmd_inflater *cold = tern__pmd_inflater_new(15);
@@ -470,7 +464,7 @@ static void context_takeover_pays(void **state) {
     /* Each stands alone. */
     tern__pmd_inflater *inf2 = tern__pmd_inflater_new(15);
     assert_int_equal(inflate_all(inf2, b, (size_t)second, true, &m, 4096), 0);
-    assert_memory_equal(m.buf, text, 2000);
+    assert_memory_equal(m.data, text, 2000);
     tern__pmd_inflater_free(inf2);
     free(a);
     free(b);
@@ -540,7 +534,7 @@ static void window_8_stays_within_256(void **state) {
         assert_true(n > 0 && n < LEN);
         assert_int_equal(inflate_all(inf, out, (size_t)n, false, &m, LEN), 0);
         assert_int_equal(m.len, LEN);
-        assert_memory_equal(m.buf, data, LEN);
+        assert_memory_equal(m.data, data, LEN);
         stream_add(&st, out, (size_t)n);
         free(out);
     }
@@ -615,12 +609,11 @@ static void fragmented_inflate(void **state) {
             assert_int_equal(inflate_all(inf, warm, (size_t)wn, false, &m, 4096), 0);
             m.len = 0;
             assert_int_equal(
-                tern__pmd_inflate(inf, out, cut, false, nct, &m.buf, &m.len, &m.cap, 3000), 0);
-            assert_int_equal(tern__pmd_inflate(inf, out + cut, (size_t)n - cut, true, nct, &m.buf,
-                                               &m.len, &m.cap, 3000),
+                tern__pmd_inflate(inf, out, cut, false, nct, &m, 3000), 0);
+            assert_int_equal(tern__pmd_inflate(inf, out + cut, (size_t)n - cut, true, nct, &m, 3000),
                              0);
             assert_int_equal(m.len, 3000);
-            assert_memory_equal(m.buf, text, 3000);
+            assert_memory_equal(m.data, text, 3000);
             tern__pmd_inflater_free(inf);
         }
     }
@@ -630,10 +623,10 @@ static void fragmented_inflate(void **state) {
     m.len = 0;
     for (ssize_t i = 0; i < n; i++)
         assert_int_equal(
-            tern__pmd_inflate(inf, out + i, 1, false, false, &m.buf, &m.len, &m.cap, 3000), 0);
-    assert_int_equal(tern__pmd_inflate(inf, NULL, 0, true, false, &m.buf, &m.len, &m.cap, 3000), 0);
+            tern__pmd_inflate(inf, out + i, 1, false, false, &m, 3000), 0);
+    assert_int_equal(tern__pmd_inflate(inf, NULL, 0, true, false, &m, 3000), 0);
     assert_int_equal(m.len, 3000);
-    assert_memory_equal(m.buf, text, 3000);
+    assert_memory_equal(m.data, text, 3000);
     tern__pmd_inflater_free(inf);
     free(warm);
     free(out);
@@ -663,8 +656,7 @@ static void bomb_is_refused(void **state) {
         int r = 0;
         for (ssize_t off = 0; off < n && r == 0; off += 100) {
             size_t k = (size_t)(n - off) < 100 ? (size_t)(n - off) : 100;
-            r = tern__pmd_inflate(inf, bomb + off, k, off + (ssize_t)k == n, true, &m.buf, &m.len,
-                                  &m.cap, limits[i]);
+            r = tern__pmd_inflate(inf, bomb + off, k, off + (ssize_t)k == n, true, &m, limits[i]);
         }
         assert_int_equal(r, -EMSGSIZE);
         assert_true(m.len <= limits[i] + 1);
@@ -688,15 +680,15 @@ static void limit_is_exact(void **state) {
     /* The limit counts what is already in the buffer. */
     m.len = 10;
     assert_int_equal(
-        tern__pmd_inflate(inf, out, (size_t)n, true, true, &m.buf, &m.len, &m.cap, 5009),
+        tern__pmd_inflate(inf, out, (size_t)n, true, true, &m, 5009),
         -EMSGSIZE);
     m.len = 10;
     assert_int_equal(
-        tern__pmd_inflate(inf, out, (size_t)n, true, true, &m.buf, &m.len, &m.cap, 5010), 0);
+        tern__pmd_inflate(inf, out, (size_t)n, true, true, &m, 5010), 0);
     assert_int_equal(m.len, 5010);
-    assert_memory_equal(m.buf + 10, text, 5000);
+    assert_memory_equal(m.data + 10, text, 5000);
     m.len = 11;
-    assert_int_equal(tern__pmd_inflate(inf, out, 1, false, true, &m.buf, &m.len, &m.cap, 10),
+    assert_int_equal(tern__pmd_inflate(inf, out, 1, false, true, &m, 10),
                      -EMSGSIZE);
     msgbuf_free(&m);
     free(out);
