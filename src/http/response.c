@@ -81,6 +81,31 @@ static char *put(char *p, const char *s, size_t n) {
     return p + n;
 }
 
+size_t tern__http_status_room(const tern_server *srv, int status) {
+    /* "HTTP/1.1 " + 3 digits + ' ' + reason + CRLF */
+    size_t n = 15 + strlen(tern_http_reason(status));
+    if (srv)
+        n += srv->server_line_len + sizeof(srv->date);
+    return n;
+}
+
+char *tern__http_put_status(char *p, tern_server *srv, int status) {
+    const char *reason = tern_http_reason(status);
+    p = put(p, "HTTP/1.1 ", 9);
+    *p++ = (char)('0' + status / 100 % 10);
+    *p++ = (char)('0' + status / 10 % 10);
+    *p++ = (char)('0' + status % 10);
+    *p++ = ' ';
+    p = put(p, reason, strlen(reason));
+    p = put(p, "\r\n", 2);
+    if (srv) {
+        tern__http_update_date(srv);
+        p = put(p, srv->server_line, srv->server_line_len);
+        p = put(p, srv->date, strlen(srv->date));
+    }
+    return p;
+}
+
 static char *put_u64(char *p, uint64_t v) {
     char tmp[24];
     int n = 0;
@@ -102,11 +127,9 @@ static int write_head(tern_http_req *req, int status, const char *ctype, int64_t
     tern_server *srv = req->srv;
     if (srv->shutting_down || !req->keep_alive)
         req->close_after = true;
-    const char *reason = tern_http_reason(status);
-    size_t rlen = strlen(reason), clen = ctype ? strlen(ctype) : 0;
-    size_t need = 16 + rlen + srv->server_line_len + 40 + (clen ? 16 + clen : 0) + 48 + 24 +
+    size_t clen = ctype ? strlen(ctype) : 0;
+    size_t need = tern__http_status_room(srv, status) + (clen ? 16 + clen : 0) + 48 + 24 +
                   req->extra.len + 2;
-    tern__http_update_date(srv);
 
     bool inline_body = body_len <= 16384;
     size_t total = need + (inline_body ? body_len : 0);
@@ -118,16 +141,7 @@ static int write_head(tern_http_req *req, int status, const char *ctype, int64_t
             return -ENOMEM;
         start = heap;
     }
-    char *p = start;
-    p = put(p, "HTTP/1.1 ", 9);
-    *p++ = (char)('0' + status / 100 % 10);
-    *p++ = (char)('0' + status / 10 % 10);
-    *p++ = (char)('0' + status % 10);
-    *p++ = ' ';
-    p = put(p, reason, rlen);
-    p = put(p, "\r\n", 2);
-    p = put(p, srv->server_line, srv->server_line_len);
-    p = put(p, srv->date, strlen(srv->date));
+    char *p = tern__http_put_status(start, srv, status);
     if (clen) {
         p = put(p, "Content-Type: ", 14);
         p = put(p, ctype, clen);
@@ -172,14 +186,18 @@ void tern__http_error(tern__http_conn *hc, int status) {
     tern_server *srv = hc->srv;
     const char *reason = tern_http_reason(status);
     char buf[512];
-    tern__http_update_date(srv);
-    int n = snprintf(buf, sizeof(buf),
-                     "HTTP/1.1 %d %s\r\n%s%sContent-Type: text/plain\r\nContent-Length: %zu\r\n"
-                     "Connection: close\r\n\r\n%s\n",
-                     status, reason, srv->server_line, srv->date, strlen(reason) + 1, reason);
-    if (n > 0 && (size_t)n < sizeof(buf)) {
-        TERN__STAT_ADD(srv, bytes_out, n);
-        tern__conn_write(&hc->conn, buf, (size_t)n);
+    if (tern__http_status_room(srv, status) < sizeof(buf) / 2) {   /* always: reasons are short */
+        char *p = tern__http_put_status(buf, srv, status);
+        size_t room = sizeof(buf) - (size_t)(p - buf);
+        int n = snprintf(p, room,
+                         "Content-Type: text/plain\r\nContent-Length: %zu\r\n"
+                         "Connection: close\r\n\r\n%s\n",
+                         strlen(reason) + 1, reason);
+        if (n > 0 && (size_t)n < room) {
+            size_t len = (size_t)(p - buf) + (size_t)n;
+            TERN__STAT_ADD(srv, bytes_out, len);
+            tern__conn_write(&hc->conn, buf, len);
+        }
     }
     tern__http_access_record_error(hc, status, strlen(reason) + 1);
     if (tern__log_on(TERN_LOG_DEBUG)) {
@@ -198,7 +216,10 @@ void tern__http_send_continue(tern_http_req *req) {
     if (req->continue_sent || req->started || req->hc == NULL)
         return;
     req->continue_sent = true;
-    tern__conn_write(&req->hc->conn, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+    char buf[32];
+    char *p = tern__http_put_status(buf, NULL, 100);
+    p = put(p, "\r\n", 2);
+    tern__conn_write(&req->hc->conn, buf, (size_t)(p - buf));
 }
 
 /* ---- the public response calls ---------------------------------------- */

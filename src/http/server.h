@@ -277,6 +277,13 @@ void tern__http_static_free(tern__vhost *vh);
 void tern__http_error(tern__http_conn *hc, int status);
 void tern__http_send_continue(tern_http_req *req);
 void tern__http_update_date(tern_server *srv);
+/* The one writer of a status line: "HTTP/1.1 NNN Reason\r\n" at p, then,
+ * when srv is given, its Server and Date lines (final responses carry
+ * them; the interim 100 and the 101 of an upgrade are sent without).
+ * Writes at most tern__http_status_room(srv, status) bytes; returns the
+ * end of what it wrote. */
+char *tern__http_put_status(char *p, tern_server *srv, int status);
+size_t tern__http_status_room(const tern_server *srv, int status);
 void tern__http_req_reset(tern_http_req *req);
 
 #endif

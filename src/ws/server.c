@@ -200,16 +200,18 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
     tern__http_conn *hc = req->hc;
     tern__http_access_record(req, 101);   /* while the connection is still HTTP's */
     char buf[1024];
-    int n = snprintf(buf, sizeof(buf),
-                     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+    char *p = tern__http_put_status(buf, NULL, 101);
+    size_t room = sizeof(buf) - (size_t)(p - buf);
+    int n = snprintf(p, room,
+                     "Upgrade: websocket\r\n"
                      "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n%s%s%s%s%s%s",
                      accept, subprotocol ? "Sec-WebSocket-Protocol: " : "",
                      subprotocol ? subprotocol : "", subprotocol ? "\r\n" : "",
                      pmd_on ? "Sec-WebSocket-Extensions: " : "", pmd_on ? ext : "",
                      pmd_on ? "\r\n" : "");
-    if (n < 0 || (size_t)n >= sizeof(buf) - 2)
+    if (n < 0 || (size_t)n >= room - 2)
         return -500;
-    struct iovec iov[3] = {{buf, (size_t)n}, {req->extra.data, req->extra.len}, {"\r\n", 2}};
+    struct iovec iov[3] = {{buf, (size_t)(p - buf) + (size_t)n}, {req->extra.data, req->extra.len}, {"\r\n", 2}};
     tern__conn_writev(&hc->conn, iov, 3);
     req->extra.len = 0;
     if (tern__ws_open(hc, route, conn_user, sub, pmd_on ? &pmd : NULL, rest, rest_len) < 0) {
