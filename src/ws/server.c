@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "loop/log.h"
+#include "tern/run.h"
 #include "ws/handshake.h"
 #include "ws/ws.h"
 
@@ -211,7 +212,9 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
                      pmd_on ? "\r\n" : "");
     if (n < 0 || (size_t)n >= room - 2)
         return -500;
-    struct iovec iov[3] = {{buf, (size_t)(p - buf) + (size_t)n}, {req->extra.data, req->extra.len}, {"\r\n", 2}};
+    struct iovec iov[3] = {{buf, (size_t)(p - buf) + (size_t)n},
+                           {req->extra.data, req->extra.len},
+                           {"\r\n", 2}};
     tern__conn_writev(&hc->conn, iov, 3);
     req->extra.len = 0;
     if (tern__ws_open(hc, route, conn_user, sub, pmd_on ? &pmd : NULL, rest, rest_len) < 0) {
@@ -244,32 +247,25 @@ static int try_upgrade(tern_http_req *req, const tern__http_head *head, const ch
 
 /* ---- the one-line server ---------------------------------------------- */
 
-static void serve_done(tern_server *srv, void *user) { tern_loop_stop(tern_server_loop(srv)); }
+typedef struct serve_args {
+    const char *host;
+    int port;
+    const tern_ws_handlers *h;
+    void *user;
+} serve_args;
 
-static void serve_signal(tern_loop *loop, int signo, void *user) {
-    tern_server *srv = user;
-    if (srv->shutting_down)
-        tern_loop_stop(loop);   /* a second signal: now */
-    else
-        tern_server_shutdown(srv, serve_done, NULL);
+static int serve_setup(tern_server *srv, void *user) {
+    serve_args *a = user;
+    int err = tern_ws_route(srv, "/*", a->h, NULL, a->user);
+    return err < 0 ? err : tern_listen(srv, a->host, a->port, NULL);
 }
 
+/* One thread of tern_run: its SIGINT/SIGTERM handling (the first shuts
+ * down gracefully, a second stops at once) is the library's only one. */
 int tern_ws_serve(const char *host, int port, const tern_ws_handlers *h, void *user) {
     if (h == NULL || port < 0 || port > 65535)
         return -EINVAL;
-    tern_loop *loop;
-    tern_server *srv = NULL;
-    int err = tern_loop_new(&loop, NULL);
-    if (err < 0)
-        return err;
     signal(SIGPIPE, SIG_IGN);
-    if ((err = tern_server_new(&srv, loop, NULL)) == 0 &&
-        (err = tern_ws_route(srv, "/*", h, NULL, user)) == 0 &&
-        (err = tern_listen(srv, host, port, NULL)) == 0 &&
-        (err = tern_loop_on_signal(loop, SIGINT, serve_signal, srv)) == 0 &&
-        (err = tern_loop_on_signal(loop, SIGTERM, serve_signal, srv)) == 0)
-        err = tern_loop_run(loop);
-    tern_server_free(srv);
-    tern_loop_free(loop);
-    return err;
+    serve_args a = {host, port, h, user};
+    return tern_run(1, NULL, serve_setup, &a);
 }
