@@ -7,8 +7,9 @@ FUZZ_BUILD ?= build-fuzz
 ARGS       ?=
 JOBS       ?= $(shell nproc)
 WERROR     ?= $(if $(CI),ON,OFF)
+PREFIX     ?= /usr/local
 
-.PHONY: all deps build build-asan build-fuzz run test unit integration fuzz bench clean
+.PHONY: all deps build build-asan build-fuzz run install test unit integration fuzz bench clean
 
 all: build
 
@@ -24,12 +25,17 @@ build-asan: deps
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 build-fuzz: deps
-	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DTERN_FUZZ=ON -DTERN_TESTS=OFF >/dev/null
+	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DTERN_FUZZ=ON -DTERN_BUILD_TESTS=OFF -DTERN_BUILD_SHARED=OFF >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 
 # Starts the demo server on its default port (8080); ARGS="--port 9000 --root www" etc.
 run: build
 	./$(BUILD)/tern serve $(ARGS)
+
+# Headers, libtern.so and libtern.a, tern.pc, the CMake package and the
+# tern command under PREFIX (DESTDIR=... for staging).
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Every test: unit and integration, on the release build and again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, then the fuzzers briefly.
