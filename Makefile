@@ -47,7 +47,7 @@ install: build
 # Every test: unit and integration, on the release build and again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, the library as an
 # application uses it, Autobahn, the fuzzers briefly, the bench suites quickly.
-test: build build-asan build-fuzz deps-bench
+test: deps-test deps-bench build build-asan build-fuzz
 	@scripts/test.sh
 
 unit: deps-test build
