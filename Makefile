@@ -1,5 +1,7 @@
 # tern: the two commands a newcomer needs are `make run` and `make test`.
-# Both install what is missing first (scripts/install-deps.sh), then build.
+# Both install what is missing first (scripts/install-deps.sh), then build:
+# `build`, `run` and `install` only what building needs; `test` (and the
+# sanitizer and fuzz builds) the test tools too; `bench` the bench peers' tools.
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -7,39 +9,55 @@ FUZZ_BUILD ?= build-fuzz
 ARGS       ?=
 JOBS       ?= $(shell nproc)
 WERROR     ?= $(if $(CI),ON,OFF)
+PREFIX     ?= /usr/local
 
-.PHONY: all deps build build-asan build-fuzz run test unit integration fuzz bench clean
+.PHONY: all deps deps-test deps-bench build build-asan build-fuzz run install test consumer \
+        unit integration fuzz bench clean
 
 all: build
 
 deps:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh build
+deps-test:
+	@scripts/install-deps.sh test
+deps-bench:
+	@scripts/install-deps.sh bench
 
 build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_WERROR=$(WERROR) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-build-asan: deps
+build-asan: deps-test
 	@cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTERN_SANITIZE=ON -DTERN_WERROR=$(WERROR) >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
-build-fuzz: deps
-	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DTERN_FUZZ=ON -DTERN_TESTS=OFF >/dev/null
+build-fuzz: deps-test
+	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DTERN_FUZZ=ON -DTERN_BUILD_TESTS=OFF -DTERN_BUILD_SHARED=OFF >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 
 # Starts the demo server on its default port (8080); ARGS="--port 9000 --root www" etc.
 run: build
 	./$(BUILD)/tern serve $(ARGS)
 
+# Headers, libtern.so and libtern.a, tern.pc, the CMake package and the
+# tern command under PREFIX (DESTDIR=... for staging).
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
 # Every test: unit and integration, on the release build and again under
-# AddressSanitizer + UndefinedBehaviorSanitizer, then the fuzzers briefly.
-test: build build-asan build-fuzz
+# AddressSanitizer + UndefinedBehaviorSanitizer, the library as an
+# application uses it, Autobahn, the fuzzers briefly, the bench suites quickly.
+test: deps-test deps-bench build build-asan build-fuzz
 	@scripts/test.sh
 
-unit: build
+unit: deps-test build
 	cd $(BUILD) && ctest --output-on-failure
 
-integration: build
+# The library installed and used through pkg-config, find_package and add_subdirectory.
+consumer: build
+	@scripts/test-consumer.sh $(BUILD)
+
+integration: deps-test build
 	TERN_BIN=$(abspath $(BUILD))/tern python3 -m pytest -q tests/integration
 
 # Runs each libFuzzer target for FUZZ_SECONDS (default 60).
@@ -50,7 +68,7 @@ fuzz: build-fuzz
 # cross-check, then bench/RESULTS.md and bench/plots/ from those runs.
 # BENCH_ARGS="--rounds 5 --seconds 5" for longer rounds.
 BENCH_ARGS ?= --rounds 3 --seconds 3
-bench: build
+bench: deps-bench build
 	bench/run all $(BENCH_ARGS)
 	bench/run ws-echo --client gorilla $(BENCH_ARGS)
 	bench/report

@@ -1,27 +1,67 @@
 #!/usr/bin/env bash
-# Installs what tern needs to build and test, and only what is missing.
-# Debian packages through apt-get (run as root), Python test packages through pip.
-# Idempotent: a second run only checks, in about a second.
+# Installs what tern needs, and only what is missing:
+#
+#   scripts/install-deps.sh [build] [test] [bench]     (default: build)
+#
+#   build  compiling and running: compiler, CMake, Ninja, pkg-config,
+#          OpenSSL and zlib headers (make build, make run, make install);
+#   test   the test tools: cmocka, clang/LLVM (fuzzers, sanitizers), curl,
+#          openssl, Python test clients, Chromium, the Node and Go test
+#          clients (make build-asan, make build-fuzz, make test);
+#   bench  the bench peers' tools: wrk, nginx, JDK and Maven, cargo, Go and
+#          Rust crates, matplotlib (make bench; make test runs the suites
+#          quickly, so it asks for test and bench).
+# build is always included. Debian packages through apt-get (run as root),
+# Python packages through pip. Idempotent: a second run only checks.
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+want_test=0 want_bench=0
+for g in "${@:-build}"; do
+  case $g in
+    build) ;;
+    test) want_test=1 ;;
+    bench) want_bench=1 ;;
+    *) echo "usage: $0 [build] [test] [bench]" >&2; exit 2 ;;
+  esac
+done
+
+# One install at a time (make -j may start several).
+exec 9>"${TMPDIR:-/tmp}/tern-install-deps.lock"
+flock 9
 
 apt_pkgs=(
   build-essential cmake ninja-build pkg-config   # build
   libssl-dev zlib1g-dev                          # OpenSSL (SHA-1, base64, TLS), zlib (permessage-deflate)
-  libcmocka-dev                                  # C unit tests, run by ctest
-  clang libclang-rt-14-dev llvm                  # libFuzzer targets, sanitizers
-  curl wrk python3 python3-pip python3-venv      # integration tests, first speed figures
-  chromium                                       # browser WebSocket test (headless)
-  nginx                                          # bench peer: /ping, and the proxy suite
 )
-# The Java and Rust bench peers (bench/peers/netty, bench/peers/rust) need a
-# JDK with Maven and cargo; the machine image has them (cargo from rustup).
-# Where one is missing, Debian's packages stand in.
-command -v mvn >/dev/null || apt_pkgs+=(maven)
-command -v javac >/dev/null || apt_pkgs+=(default-jdk-headless)
-command -v cargo >/dev/null || apt_pkgs+=(cargo)
+py_mods=()   # module:package
+if [ $want_test = 1 ]; then
+  apt_pkgs+=(
+    libcmocka-dev                                # C unit tests, run by ctest
+    clang libclang-rt-14-dev llvm                # libFuzzer targets, sanitizers
+    curl openssl                                 # integration tests (openssl makes the TLS tests' certificates)
+    python3 python3-pip python3-venv             # pytest; the Autobahn runner's venv (tests/autobahn)
+    chromium                                     # browser WebSocket test (headless)
+  )
+  py_mods+=(pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11)
+fi
+if [ $want_bench = 1 ]; then
+  apt_pkgs+=(
+    wrk                                          # HTTP bench client
+    nginx                                        # bench peer: /ping, and the proxy suite
+    python3 python3-pip                          # bench/run, bench/report
+  )
+  py_mods+=(matplotlib:matplotlib)               # bench/report's plots
+  # The Java and Rust bench peers (bench/peers/netty, bench/peers/rust) need a
+  # JDK with Maven and cargo; the machine image has them (cargo from rustup).
+  # Where one is missing, Debian's packages stand in.
+  command -v mvn >/dev/null || apt_pkgs+=(maven)
+  command -v javac >/dev/null || apt_pkgs+=(default-jdk-headless)
+  command -v cargo >/dev/null || apt_pkgs+=(cargo)
+fi
 
 missing=()
-for p in "${apt_pkgs[@]}"; do
+for p in $(printf '%s\n' "${apt_pkgs[@]}" | sort -u); do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -31,36 +71,43 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Python test clients, and matplotlib for bench/report's plots. Use the
-# python3 on PATH (the one pytest will run under).
-py=python3
-need_py=()
-for m in pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11 matplotlib:matplotlib; do
-  mod=${m%%:*}; pkg=${m##*:}
-  $py -c "import $mod" 2>/dev/null || need_py+=("$pkg")
-done
-if [ ${#need_py[@]} -gt 0 ]; then
-  echo "install-deps: pip install ${need_py[*]}"
-  $py -m pip install -q --disable-pip-version-check ${PIP_FLAGS:-} "${need_py[@]}" 2>/dev/null \
-    || $py -m pip install -q --disable-pip-version-check --break-system-packages "${need_py[@]}"
+# Python packages, for the python3 on PATH (the one pytest and bench/run
+# run under).
+if [ ${#py_mods[@]} -gt 0 ]; then
+  py=python3
+  imports=$(printf '%s\n' "${py_mods[@]}" | cut -d: -f1 | paste -sd,)
+  need_py=()
+  if ! $py -c "import $imports" 2>/dev/null; then
+    for m in "${py_mods[@]}"; do
+      mod=${m%%:*}; pkg=${m##*:}
+      $py -c "import $mod" 2>/dev/null || need_py+=("$pkg")
+    done
+  fi
+  if [ ${#need_py[@]} -gt 0 ]; then
+    echo "install-deps: pip install ${need_py[*]}"
+    $py -m pip install -q --disable-pip-version-check ${PIP_FLAGS:-} "${need_py[@]}" 2>/dev/null \
+      || $py -m pip install -q --disable-pip-version-check --break-system-packages "${need_py[@]}"
+  fi
 fi
 
-# Node and Go WebSocket clients of the integration tests (tests/clients/).
-# Both come from their registries, pinned by lockfiles; Node 20 and Go are
-# on the machine image. The tests fetch them too when missing; doing it here
-# keeps the first test run fast and says early when a registry is down.
-root=$(cd "$(dirname "$0")/.." && pwd)
-if command -v npm >/dev/null && [ ! -d "$root/tests/clients/node/node_modules/ws" ]; then
-  echo "install-deps: npm ci (tests/clients/node)"
-  (cd "$root/tests/clients/node" && npm ci --no-audit --no-fund --silent)
+# Node and Go WebSocket clients of the integration tests (tests/clients/),
+# and the Go and Rust bench peers' modules. All come from their registries,
+# pinned by lockfiles; Node 20, Go and cargo are on the machine image. The
+# tests fetch the test clients too when missing; doing it here keeps the
+# first test run fast and says early when a registry is down.
+gomod() { (cd "$root/$1" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download); }
+if [ $want_test = 1 ]; then
+  if command -v npm >/dev/null && [ ! -d "$root/tests/clients/node/node_modules/ws" ]; then
+    echo "install-deps: npm ci (tests/clients/node)"
+    (cd "$root/tests/clients/node" && npm ci --no-audit --no-fund --silent)
+  fi
+  if command -v go >/dev/null; then gomod tests/clients/go; fi
 fi
-if command -v go >/dev/null; then
-  (cd "$root/tests/clients/go" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
-  (cd "$root/bench/clients" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
-  (cd "$root/bench/peers" && GOFLAGS=-mod=readonly GOTOOLCHAIN=local go mod download)
-fi
-# The Rust bench peers' crates, pinned by bench/peers/rust/Cargo.lock (the
-# Netty peer's jars come with its Maven build, run by bench/run).
-if command -v cargo >/dev/null; then
-  cargo fetch --locked -q --manifest-path "$root/bench/peers/rust/Cargo.toml"
+if [ $want_bench = 1 ]; then
+  if command -v go >/dev/null; then gomod bench/clients; gomod bench/peers; fi
+  # The Rust bench peers' crates, pinned by bench/peers/rust/Cargo.lock (the
+  # Netty peer's jars come with its Maven build, run by bench/run).
+  if command -v cargo >/dev/null; then
+    cargo fetch --locked -q --manifest-path "$root/bench/peers/rust/Cargo.toml"
+  fi
 fi

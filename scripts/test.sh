@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test: called by `make test` after the three builds.
-#   1. unit tests (ctest) and integration tests (pytest) on the release build;
-#   2. the same on the ASan+UBSan build, where any sanitizer report fails;
-#   3. Autobahn|Testsuite (fuzzingclient, cases 1-13) against `tern serve`'s
-#      /ws echo: every case on the release build, the quick cases (all but
-#      9.*, 12.*, 13.*, which are long performance and compression runs)
-#      again on the sanitizer build;
+#   1. unit tests (ctest) on the release build, then the library as an
+#      application uses it (scripts/test-consumer.sh: installed and linked
+#      through pkg-config and find_package, and through add_subdirectory),
+#      then the integration tests (pytest);
+#   2. unit and integration tests on the ASan+UBSan build, where any
+#      sanitizer report fails;
+#   3. Autobahn|Testsuite (fuzzingclient, cases 1-13, run by tests/autobahn)
+#      against `tern serve`'s /ws echo: every case on the release build, the
+#      quick cases (all but 9.*, 12.*, 13.*, which are long performance and
+#      compression runs) again on the sanitizer build;
 #   4. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus;
 #   5. every benchmark suite with --quick (bench/run), and ws-echo once more
 #      driven by the Go gorilla client: fails when a peer did not build, did
@@ -23,13 +27,16 @@ status=0
 section() { printf '\n==== %s ====\n' "$*"; }
 
 section "unit tests (release)"
-(cd build && ctest --output-on-failure) || status=1
+(cd build && ctest --output-on-failure --no-tests=error) || status=1
+
+section "the library from outside (install, pkg-config, find_package, add_subdirectory)"
+scripts/test-consumer.sh build || status=1
 
 section "integration tests (release)"
 TERN_BIN="$root/build/tern" python3 -m pytest -q -p no:cacheprovider tests/integration || status=1
 
 section "unit tests (ASan + UBSan)"
-(cd build-asan && ctest --output-on-failure) || status=1
+(cd build-asan && ctest --output-on-failure --no-tests=error) || status=1
 
 section "integration tests (ASan + UBSan)"
 TERN_BIN="$root/build-asan/tern" TERN_SANITIZED=1 \
@@ -52,7 +59,7 @@ autobahn() {
         echo "autobahn: tern did not start"; cat "$log"; kill "$pid" 2>/dev/null || true
         return 1
     fi
-    "$autobahn_dir/run" "ws://127.0.0.1:$port/ws" "$out" || rc=1
+    AUTOBAHN_AGENT=${AUTOBAHN_AGENT:-tern} tests/autobahn/run "ws://127.0.0.1:$port/ws" "$out" || rc=1
     kill -TERM "$pid"
     wait "$pid" || { echo "autobahn: tern exited $? after SIGTERM"; rc=1; }
     if grep -q -e "ERROR: AddressSanitizer" -e "runtime error:" -e "LeakSanitizer" "$log"; then
@@ -61,7 +68,6 @@ autobahn() {
     return $rc
 }
 
-autobahn_dir="$root/../shared/tools/autobahn"
 if [ "${AUTOBAHN:-1}" != 0 ]; then
     section "Autobahn|Testsuite, all cases (release)"
     autobahn build build/autobahn || status=1

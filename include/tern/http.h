@@ -27,6 +27,9 @@
 extern "C" {
 #endif
 
+/* libtern.so exports what this header declares, and nothing else. */
+#pragma GCC visibility push(default)
+
 typedef struct tern_server tern_server;
 typedef struct tern_http_req tern_http_req;
 
@@ -315,6 +318,8 @@ void tern_http_on_drain(tern_http_req *req, tern_http_drain_fn fn, void *user);
 
 /* The standard reason phrase ("Not Found"), or "Unknown". */
 const char *tern_http_reason(int status);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

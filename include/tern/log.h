@@ -17,6 +17,9 @@
 extern "C" {
 #endif
 
+/* libtern.so exports what this header declares, and nothing else. */
+#pragma GCC visibility push(default)
+
 enum tern_log_level {
     TERN_LOG_ERROR = 0,   /* something is broken: a listener failed */
     TERN_LOG_WARN = 1,    /* the process is short of something: descriptors, memory */
@@ -32,6 +35,8 @@ int tern_set_log(int level, tern_log_fn fn, void *user);
 
 /* "error", "warn", "info", "debug"; NULL for another value. */
 const char *tern_log_level_name(int level);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

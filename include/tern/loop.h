@@ -14,6 +14,9 @@
 extern "C" {
 #endif
 
+/* libtern.so exports what this header declares, and nothing else. */
+#pragma GCC visibility push(default)
+
 typedef struct tern_loop tern_loop;
 typedef struct tern_timer tern_timer;
 
@@ -73,6 +76,8 @@ void tern_timer_stop(tern_timer *timer);
  * before starting other threads so they inherit the mask. */
 typedef void (*tern_signal_fn)(tern_loop *loop, int signo, void *user);
 int tern_loop_on_signal(tern_loop *loop, int signo, tern_signal_fn fn, void *user);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

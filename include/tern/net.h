@@ -9,6 +9,9 @@
 extern "C" {
 #endif
 
+/* libtern.so exports what this header declares, and nothing else. */
+#pragma GCC visibility push(default)
+
 /* What a send did with the data. Negative values are errors (the
  * connection is closed or closing: -EPIPE). */
 typedef enum tern_send_result {
@@ -33,6 +36,8 @@ typedef struct tern_listen_options {
  * ("unix:"). Returns the length written, -EINVAL for a NULL or unknown
  * address, -ENOSPC when buf is too small (TERN_ADDRSTRLEN always fits). */
 int tern_addr_format(const struct sockaddr *addr, socklen_t len, char *buf, size_t cap);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,9 @@
 extern "C" {
 #endif
 
+/* libtern.so exports what this header declares, and nothing else. */
+#pragma GCC visibility push(default)
+
 typedef struct tern_tls tern_tls;
 typedef struct tern_server tern_server;
 
@@ -51,6 +54,8 @@ int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
                     const tern_listen_options *opt);
 /* The port the first TLS listener got, or -ENOENT. */
 int tern_server_tls_port(const tern_server *srv);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -21,6 +21,9 @@
 extern "C" {
 #endif
 
+/* libtern.so exports what this header declares, and nothing else. */
+#pragma GCC visibility push(default)
+
 typedef struct tern_ws tern_ws;
 
 enum tern_ws_opcode { TERN_WS_TEXT = 1, TERN_WS_BINARY = 2 };
@@ -175,6 +178,8 @@ void tern_ws_prepared_free(tern_ws_prepared *msg);
  * route at every path, run until SIGINT or SIGTERM (graceful), then freed.
  * Returns 0, or a negative errno when it could not start. */
 int tern_ws_serve(const char *host, int port, const tern_ws_handlers *h, void *user);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

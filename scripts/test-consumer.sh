@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Builds and runs tests/consumer/consumer.c the ways an application uses tern:
+#   1. installed (cmake --install BUILD --prefix TMP), through pkg-config:
+#      shared, and static (pkg-config --static, libtern.a);
+#   2. installed, through find_package(tern) in a CMake project: tern::tern
+#      (shared), then with TERN_USE_STATIC=ON;
+#   3. add_subdirectory of this source tree (tern builds only its library
+#      and leaks no flags into the parent).
+# Also checks that libtern.so exports only the public tern_* API.
+#
+#   scripts/test-consumer.sh [BUILD]     BUILD: a configured, built tree (default build)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+build=$(cd "${1:-build}" && pwd)
+cc=${CC:-cc}
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tern-consumer.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+src=$root/tests/consumer/consumer.c
+status=0
+step() { printf -- '-- %s\n' "$*"; }
+logged() {  # logged LOG COMMAND...: runs it, shows the log and stops if it fails
+    local log=$1; shift
+    "$@" >>"$log" 2>&1 || { echo "   FAILED: $*"; sed 's/^/   | /' "$log"; exit 1; }
+}
+check() {  # check NAME PROGRAM: runs it, records a failure
+    local name=$1; shift
+    if out=$("$@" 2>&1); then
+        echo "   ok: $name: $out"
+    else
+        echo "   FAILED: $name"; echo "$out" | sed 's/^/   | /'; status=1
+    fi
+}
+
+step "install into $prefix"
+logged "$tmp/install.log" cmake --install "$build" --prefix "$prefix"
+lib=$(dirname "$(find "$prefix" -name 'libtern.so.*.*.*' | head -n1)")
+pcdir=$(dirname "$(find "$prefix" -name tern.pc | head -n1)")
+for f in "$prefix/include/tern/tern.h" "$lib/libtern.a" "$lib/libtern.so" "$pcdir/tern.pc" \
+         "$lib/cmake/tern/ternConfig.cmake" "$lib/cmake/tern/ternConfigVersion.cmake"; do
+    [ -e "$f" ] || { echo "   FAILED: $f was not installed"; status=1; }
+done
+soname=$(readelf -d "$lib/libtern.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = libtern.so.0 ] || { echo "   FAILED: SONAME is '$soname'"; status=1; }
+
+step "libtern.so exports only tern_* (not tern__*)"
+extra=$(nm -D --defined-only "$lib/libtern.so" | awk '{print $3}' \
+        | grep -v -e '^tern_' -e '^_init$' -e '^_fini$' -e '^_edata$' -e '^_end$' -e '^__bss_start$' || true)
+internal=$(nm -D --defined-only "$lib/libtern.so" | awk '{print $3}' | grep '^tern__' || true)
+if [ -n "$extra$internal" ]; then
+    echo "   FAILED: exported beyond the public API:"; echo "$extra$internal" | sed 's/^/   | /'; status=1
+else
+    echo "   ok: $(nm -D --defined-only "$lib/libtern.so" | grep -c ' tern_') tern_* symbols"
+fi
+
+export PKG_CONFIG_PATH=$pcdir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+cflags=(-std=c11 -Wall -Wextra -Wpedantic -Werror)
+
+step "pkg-config, shared"
+# shellcheck disable=SC2046
+$cc "${cflags[@]}" -o "$tmp/pc-shared" "$src" $(pkg-config --cflags --libs tern)
+readelf -d "$tmp/pc-shared" | grep -q 'NEEDED.*libtern.so.0' \
+    || { echo "   FAILED: pc-shared does not need libtern.so.0"; status=1; }
+check "pkg-config --libs tern" env LD_LIBRARY_PATH="$lib" "$tmp/pc-shared"
+
+step "pkg-config --static, libtern.a"
+libs=$(pkg-config --static --libs tern)
+libs=${libs/-ltern/-l:libtern.a}   # the archive, though libtern.so is beside it
+# shellcheck disable=SC2046,SC2086
+$cc "${cflags[@]}" -o "$tmp/pc-static" "$src" $(pkg-config --cflags tern) $libs
+if readelf -d "$tmp/pc-static" | grep -q 'NEEDED.*libtern'; then
+    echo "   FAILED: pc-static needs libtern.so"; status=1
+fi
+check "pkg-config --static --libs tern" "$tmp/pc-static"
+
+step "find_package(tern), tern::tern (shared)"
+logged "$tmp/fp-shared.log" cmake -S tests/consumer -B "$tmp/fp-shared" "${gen[@]}" -DCMAKE_PREFIX_PATH="$prefix"
+logged "$tmp/fp-shared.log" cmake --build "$tmp/fp-shared"
+readelf -d "$tmp/fp-shared/consumer" | grep -q 'NEEDED.*libtern.so.0' \
+    || { echo "   FAILED: find_package consumer does not need libtern.so.0"; status=1; }
+check "find_package(tern)" "$tmp/fp-shared/consumer"
+
+step "find_package(tern), TERN_USE_STATIC=ON"
+logged "$tmp/fp-static.log" cmake -S tests/consumer -B "$tmp/fp-static" "${gen[@]}" \
+    -DCMAKE_PREFIX_PATH="$prefix" -DTERN_USE_STATIC=ON
+logged "$tmp/fp-static.log" cmake --build "$tmp/fp-static"
+if readelf -d "$tmp/fp-static/consumer" | grep -q 'NEEDED.*libtern'; then
+    echo "   FAILED: static find_package consumer needs libtern.so"; status=1
+fi
+check "find_package(tern) static" "$tmp/fp-static/consumer"
+
+step "add_subdirectory($root)"
+logged "$tmp/sub.log" cmake -S tests/consumer -B "$tmp/sub" "${gen[@]}" -DTERN_SOURCE_DIR="$root"
+logged "$tmp/sub.log" cmake --build "$tmp/sub" -j "${JOBS:-2}"
+[ -e "$tmp/sub/tern/libtern.a" ] && [ ! -e "$tmp/sub/libtern.a" ] \
+    || { echo "   FAILED: tern's outputs are not in its own binary dir"; status=1; }
+check "add_subdirectory" "$tmp/sub/consumer"
+
+if [ $status -ne 0 ]; then
+    echo "consumer: FAILED"
+    exit 1
+fi
+echo "consumer: all builds passed"
