@@ -35,9 +35,19 @@ build-fuzz: deps-test
 	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DTERN_FUZZ=ON -DTERN_BUILD_TESTS=OFF -DTERN_BUILD_SHARED=OFF >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 
-# Starts the demo server on its default port (8080); ARGS="--port 9000 --root www" etc.
-run: build
-	./$(BUILD)/tern serve $(ARGS)
+# Starts the demo server on its default port (8080), and HTTPS/WSS on 8443
+# with a self-signed certificate made on the first run ($(BUILD)/tls/);
+# ARGS="--port 9000 --root www" etc.
+TLS_DIR = $(BUILD)/tls
+run: build $(TLS_DIR)/cert.pem
+	./$(BUILD)/tern serve --tls-cert $(TLS_DIR)/cert.pem --tls-key $(TLS_DIR)/key.pem $(ARGS)
+
+$(TLS_DIR)/cert.pem:
+	@mkdir -p $(TLS_DIR)
+	@openssl req -x509 -newkey rsa:2048 -nodes -days 825 -subj "/CN=localhost" \
+	    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1" \
+	    -keyout $(TLS_DIR)/key.pem -out $(TLS_DIR)/cert.pem 2>/dev/null
+	@echo "make run: made a self-signed certificate for localhost in $(TLS_DIR)"
 
 # Headers, libtern.so and libtern.a, tern.pc, the CMake package and the
 # tern command under PREFIX (DESTDIR=... for staging).

@@ -33,13 +33,14 @@ flock 9
 apt_pkgs=(
   build-essential cmake ninja-build pkg-config   # build
   libssl-dev zlib1g-dev                          # OpenSSL (SHA-1, base64, TLS), zlib (permessage-deflate)
+  openssl                                        # make run's self-signed certificate for HTTPS on 8443
 )
 py_mods=()   # module:package
 if [ $want_test = 1 ]; then
   apt_pkgs+=(
     libcmocka-dev                                # C unit tests, run by ctest
     clang libclang-rt-14-dev llvm                # libFuzzer targets, sanitizers
-    curl openssl                                 # integration tests (openssl makes the TLS tests' certificates)
+    curl                                         # integration tests (openssl, from build, makes the TLS tests' certificates)
     python3 python3-pip python3-venv             # pytest; the Autobahn runner's venv (tests/autobahn)
     chromium                                     # browser WebSocket test (headless)
   )

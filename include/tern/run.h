@@ -39,6 +39,8 @@
 extern "C" {
 #endif
 
+#pragma GCC visibility push(default)
+
 /* Configures the first server: routes, hosts, listeners, signal handlers.
  * Returns 0, or a negative error that tern_run then returns (after
  * freeing everything). */
@@ -61,6 +63,8 @@ int tern_run(int n_threads, const tern_run_options *opt, tern_setup_fn setup, vo
  * them at once). Any thread, any time; never runs a callback inside the
  * call. Returns 0, -EINVAL when srv was not made by tern_run, -ENOMEM. */
 int tern_run_stop(tern_server *srv);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }
