@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -404,6 +405,47 @@ static void ws_calls(void **state) {
     tern_loop_free(loop);
 }
 
+/* ---- TLS and tern_run -------------------------------------------------- */
+
+static int setup_nothing(tern_server *srv, void *user) { return 0; }
+
+static void tls_and_run_calls(void **state) {
+    tern_tls *tls = (tern_tls *)1;
+    assert_int_equal(tern_tls_new(NULL, "c", "k"), -EINVAL);
+    assert_int_equal(tern_tls_new(&tls, NULL, "k"), -EINVAL);
+    assert_null(tls);
+    assert_int_equal(tern_tls_new(&tls, "/nonexistent/cert.pem", "/nonexistent/key.pem"), -ENOENT);
+    assert_null(tls);
+    /* Readable files that are no PEM certificate: OpenSSL refuses them. */
+    char junk[] = "/tmp/tern-api-errors-XXXXXX";
+    int fd = mkstemp(junk);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "not a certificate\n", 18), 18);
+    close(fd);
+    assert_int_equal(tern_tls_new(&tls, junk, junk), -EPROTO);
+    unlink(junk);
+    assert_int_equal(tern_tls_add_cert(NULL, "c", "k"), -EINVAL);
+    assert_int_equal(tern_tls_reload(NULL), -EINVAL);
+    tern_tls_free(NULL);
+
+    tern_loop *loop;
+    tern_server *srv;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    assert_int_equal(tern_server_new(&srv, loop, NULL), 0);
+    assert_int_equal(tern_listen_tls(NULL, "127.0.0.1", 0, (tern_tls *)1, NULL), -EINVAL);
+    assert_int_equal(tern_listen_tls(srv, "127.0.0.1", 0, NULL, NULL), -EINVAL);
+    assert_int_equal(tern_listen_tls(srv, "127.0.0.1", 70000, (tern_tls *)1, NULL), -EINVAL);
+    assert_int_equal(tern_server_tls_port(NULL), -EINVAL);
+    assert_int_equal(tern_server_tls_port(srv), -ENOENT);
+    tern_server_free(srv);
+    tern_loop_free(loop);
+
+    assert_int_equal(tern_run(1, NULL, NULL, NULL), -EINVAL);
+    assert_int_equal(tern_run(-1, NULL, setup_nothing, NULL), -EINVAL);
+    assert_int_equal(tern_run(100000, NULL, setup_nothing, NULL), -EINVAL);
+    assert_int_equal(tern_run_stop(NULL), -EINVAL);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
@@ -413,6 +455,7 @@ int main(void) {
         cmocka_unit_test(server_calls),
         cmocka_unit_test(request_calls),
         cmocka_unit_test(ws_calls),
+        cmocka_unit_test(tls_and_run_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
