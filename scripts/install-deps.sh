@@ -12,6 +12,7 @@ apt_pkgs=(
   curl wrk python3 python3-pip python3-venv      # integration tests, first speed figures
   chromium                                       # browser WebSocket test (headless)
   nginx                                          # bench peer: /ping, and the proxy suite
+  openssl                                        # bench/run: the TLS suites' self-signed certificate
 )
 # The Java and Rust bench peers (bench/peers/netty, bench/peers/rust) need a
 # JDK with Maven and cargo; the machine image has them (cargo from rustup).
