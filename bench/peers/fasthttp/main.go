@@ -12,6 +12,8 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:9094", "listen address")
+	tlsCert := flag.String("tls-cert", "", "PEM certificate: serve HTTPS on -addr")
+	tlsKey := flag.String("tls-key", "", "PEM private key of -tls-cert")
 	flag.Parse()
 	xs := bytes.Repeat([]byte("x"), 1<<20)
 	h := func(ctx *fasthttp.RequestCtx) {
@@ -36,5 +38,8 @@ func main() {
 		}
 	}
 	s := &fasthttp.Server{Handler: h, MaxRequestBodySize: 16 << 20, Name: "fasthttp"}
+	if *tlsCert != "" && *tlsKey != "" {
+		log.Fatal(s.ListenAndServeTLS(*addr, *tlsCert, *tlsKey)) // crypto/tls
+	}
 	log.Fatal(s.ListenAndServe(*addr))
 }

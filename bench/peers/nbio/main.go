@@ -33,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lesismal/llib/std/crypto/tls"
 	"github.com/lesismal/nbio/nbhttp"
 	"github.com/lesismal/nbio/nbhttp/websocket"
 
@@ -62,7 +63,7 @@ func main() {
 	mux.HandleFunc("/ws", echo)
 	mux.HandleFunc("/{$}", echo)
 
-	engine := nbhttp.NewEngine(nbhttp.Config{
+	cfg := nbhttp.Config{
 		Network:                      "tcp",
 		Addrs:                        []string{*addr},
 		Handler:                      mux,
@@ -70,7 +71,16 @@ func main() {
 		NPoller:                      1,
 		ReleaseWebsocketPayload:      true,
 		MaxWebsocketFramePayloadSize: 16 << 20,
-	})
+	}
+	if routes.TLS() { // HTTPS/WSS on -addr: nbio's own non-blocking TLS (lesismal/llib tls)
+		cfg.AddrsTLS, cfg.Addrs = cfg.Addrs, nil
+		cert, err := tls.LoadX509KeyPair(*routes.TLSCert, *routes.TLSKey)
+		if err != nil {
+			log.Fatal(err)
+		}
+		cfg.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+	}
+	engine := nbhttp.NewEngine(cfg)
 	if err := engine.Start(); err != nil {
 		log.Fatalf("nbio start: %v", err)
 	}

@@ -27,5 +27,5 @@ func main() {
 		}
 		go func() { log.Fatal(http.Serve(ln, mux)) }()
 	}
-	log.Fatal(http.ListenAndServe(*addr, mux))
+	log.Fatal(routes.ListenAndServe(*addr, mux))
 }

@@ -5,11 +5,48 @@ package routes
 
 import (
 	"bytes"
+	"crypto/tls"
+	"flag"
 	"io"
 	"log"
 	"net/http"
 	"strconv"
 )
+
+// -tls-cert and -tls-key (PEM files; bench/run's one self-signed RSA-2048
+// pair): when both are given, the peer serves HTTPS and WSS on -addr instead
+// of plain HTTP and WS. Registered here, so every peer has them; parsed by the
+// peer's own flag.Parse.
+var (
+	TLSCert = flag.String("tls-cert", "", "PEM certificate: serve TLS on -addr")
+	TLSKey  = flag.String("tls-key", "", "PEM private key of -tls-cert")
+)
+
+// TLS reports whether -tls-cert and -tls-key were given.
+func TLS() bool { return *TLSCert != "" && *TLSKey != "" }
+
+// TLSConfig loads -tls-cert and -tls-key into a crypto/tls server
+// configuration (Go's defaults otherwise: TLS 1.2 and 1.3, HTTP/1.1 only
+// since nothing offers h2 here).
+func TLSConfig() *tls.Config {
+	cert, err := tls.LoadX509KeyPair(*TLSCert, *TLSKey)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}}
+}
+
+// ListenAndServe serves h at addr: over TLS (crypto/tls, net/http's
+// ListenAndServeTLS) when -tls-cert and -tls-key were given, else plain.
+func ListenAndServe(addr string, h http.Handler) error {
+	if TLS() {
+		// no h2: the clients speak HTTP/1.1 and WebSocket over HTTP/1.1
+		srv := &http.Server{Addr: addr, Handler: h,
+			TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}}
+		return srv.ListenAndServeTLS(*TLSCert, *TLSKey)
+	}
+	return http.ListenAndServe(addr, h)
+}
 
 var xs = bytes.Repeat([]byte("x"), 1<<20)
 
@@ -49,5 +86,5 @@ func ServeWithEcho(addr string, echo http.HandlerFunc) {
 	Register(mux)
 	mux.HandleFunc("/ws", echo)
 	mux.HandleFunc("/{$}", echo)
-	log.Fatal(http.ListenAndServe(addr, mux))
+	log.Fatal(ListenAndServe(addr, mux))
 }

@@ -15,6 +15,7 @@
 //! GET /echo?size=N -> N bytes (N <= 1 MiB, like the Go peers), POST /echo ->
 //! the request body (up to 16 MiB). TCP_NODELAY on every accepted socket.
 //! SIGTERM keeps its default disposition and ends the process.
+//! With `-tls-cert F -tls-key F` the same over TLS (tokio-rustls, ring).
 //!
 //! Run: fastwebsockets -addr 127.0.0.1:PORT
 
@@ -93,13 +94,34 @@ async fn serve(mut req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infa
     })
 }
 
+async fn connection<S>(stream: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let conn = http1::Builder::new()
+        .keep_alive(true)
+        .serve_connection(io, service_fn(serve))
+        .with_upgrades();
+    let _ = conn.await;
+}
+
 fn main() {
-    tern_bench_peers::serve("127.0.0.1:9097", |stream| async move {
-        let io = hyper_util::rt::TokioIo::new(stream);
-        let conn = http1::Builder::new()
-            .keep_alive(true)
-            .serve_connection(io, service_fn(serve))
-            .with_upgrades();
-        let _ = conn.await;
+    let args = tern_bench_peers::args("127.0.0.1:9097");
+    // -tls-cert/-tls-key: the TLS handshake (tokio-rustls) in the connection's
+    // task, then the same hyper connection on the TLS stream
+    let tls = args.tls.as_ref().map(|(c, k)| tern_bench_peers::tls_acceptor(c, k));
+    tern_bench_peers::serve(args.addr, move |stream| {
+        let tls = tls.clone();
+        async move {
+            match tls {
+                Some(acceptor) => {
+                    if let Ok(s) = acceptor.accept(stream).await {
+                        connection(s).await
+                    }
+                }
+                None => connection(stream).await,
+            }
+        }
     });
 }

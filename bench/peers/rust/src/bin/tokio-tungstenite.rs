@@ -29,7 +29,12 @@ async fn echo(stream: TcpStream) -> Result<(), tokio_tungstenite::tungstenite::E
 }
 
 fn main() {
-    tern_bench_peers::serve("127.0.0.1:9096", |stream| async move {
+    let args = tern_bench_peers::args("127.0.0.1:9096");
+    if args.tls.is_some() {
+        eprintln!("tokio-tungstenite: no TLS in this peer (bench/run leaves it out of wss-echo)");
+        std::process::exit(2);
+    }
+    tern_bench_peers::serve(args.addr, |stream| async move {
         let _ = echo(stream).await;
     });
 }

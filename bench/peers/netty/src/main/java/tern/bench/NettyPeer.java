@@ -23,7 +23,11 @@
 //     event loop when pinned to one CPU: VM, JIT, signal, ...; with one CPU it
 //     picks SerialGC, so no GC worker threads).
 //
-// Run: java -jar tern-bench-netty.jar -addr 127.0.0.1:PORT
+//   - -tls-cert F -tls-key F (PEM; the key PKCS#8): HTTPS and WSS on -addr,
+//     an SslHandler first in every pipeline, from SslContextBuilder.forServer
+//     with the JDK's TLS (SslProvider.JDK; netty-tcnative is not a dependency).
+//
+// Run: java -jar tern-bench-netty.jar -addr 127.0.0.1:PORT [-tls-cert F -tls-key F]
 package tern.bench;
 
 import io.netty.bootstrap.ServerBootstrap;
@@ -64,6 +68,10 @@ import io.netty.handler.codec.http.websocketx.WebSocketHandshakeException;
 import io.netty.handler.codec.http.websocketx.WebSocketServerHandshaker;
 import io.netty.handler.codec.http.websocketx.WebSocketServerHandshakerFactory;
 import io.netty.util.CharsetUtil;
+import io.netty.handler.ssl.SslContext;
+import io.netty.handler.ssl.SslContextBuilder;
+import io.netty.handler.ssl.SslProvider;
+import java.io.File;
 import java.util.List;
 
 public final class NettyPeer {
@@ -71,14 +79,19 @@ public final class NettyPeer {
 
     public static void main(String[] args) throws Exception {
         String addr = "127.0.0.1:9091";
+        String cert = null, key = null;
         for (int i = 0; i < args.length; i++) {
             String a = args[i];
-            if ((a.equals("-addr") || a.equals("--addr")) && i + 1 < args.length) {
+            if (a.equals("-tls-cert") && i + 1 < args.length) {
+                cert = args[++i];
+            } else if (a.equals("-tls-key") && i + 1 < args.length) {
+                key = args[++i];
+            } else if ((a.equals("-addr") || a.equals("--addr")) && i + 1 < args.length) {
                 addr = args[++i];
             } else if (a.startsWith("-addr=") || a.startsWith("--addr=")) {
                 addr = a.substring(a.indexOf('=') + 1);
             } else {
-                System.err.println("usage: tern-bench-netty -addr HOST:PORT");
+                System.err.println("usage: tern-bench-netty -addr HOST:PORT [-tls-cert F -tls-key F]");
                 System.exit(2);
             }
         }
@@ -86,12 +99,16 @@ public final class NettyPeer {
         String host = addr.substring(0, colon);
         int port = Integer.parseInt(addr.substring(colon + 1));
 
+        final SslContext ssl = cert != null && key != null
+                ? SslContextBuilder.forServer(new File(cert), new File(key))
+                        .sslProvider(SslProvider.JDK).build()
+                : null;
         boolean epoll = Epoll.isAvailable();
         EventLoopGroup group = epoll ? new EpollEventLoopGroup(1) : new NioEventLoopGroup(1);
         Class<? extends ServerChannel> channel =
                 epoll ? EpollServerSocketChannel.class : NioServerSocketChannel.class;
         System.err.println("netty: transport " + (epoll ? "epoll" : "nio (epoll unavailable: "
-                + Epoll.unavailabilityCause() + ")") + ", 1 event loop thread, " + addr);
+                + Epoll.unavailabilityCause() + ")") + ", 1 event loop thread, " + addr + (ssl != null ? ", TLS (JDK)" : ""));
         try {
             ServerBootstrap b = new ServerBootstrap()
                     .group(group, group) // the same single thread accepts and serves
@@ -99,6 +116,9 @@ public final class NettyPeer {
                     .childHandler(new ChannelInitializer<SocketChannel>() {
                         @Override
                         protected void initChannel(SocketChannel ch) {
+                            if (ssl != null) {
+                                ch.pipeline().addLast(ssl.newHandler(ch.alloc()));
+                            }
                             ch.pipeline().addLast(new HttpServerCodec(),
                                     new HttpObjectAggregator(MAX), new Handler());
                         }
