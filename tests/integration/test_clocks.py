@@ -8,7 +8,7 @@ import socket
 import time
 
 from conftest import SANITIZED, SLOW, read_response, recv_until_closed
-from test_faults import ping, rst_close, wait_fds, ws_open, masked
+from test_faults import masked, ping, rst_close, send_until_stalled, wait_fds, ws_open
 
 
 def anon_kib(tern):
@@ -105,6 +105,14 @@ def test_shutdown_does_not_wait_for_aborted_requests(tern_factory):
 
 # ---- sending: the send clock, measured from the last progress ---------------
 
+def read_head(s):
+    """Reads a response head byte by byte (leaving the body unread)."""
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    return head
+
+
 def slow_read(s, total, pause, chunk=65536, limit=60):
     """Reads total bytes of s, pausing between reads; returns the bytes."""
     got = bytearray()
@@ -127,10 +135,7 @@ def test_slow_steady_reader_gets_the_whole_response(tern_factory):
     s = tern.connect()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
     s.sendall(b"GET /stream?chunks=200&size=100000 HTTP/1.1\r\nHost: x\r\n\r\n")
-    head = b""
-    while b"\r\n\r\n" not in head:
-        head += s.recv(1)
-    assert head.startswith(b"HTTP/1.1 200")
+    assert read_head(s).startswith(b"HTTP/1.1 200")
     # 20 MB at about 6 MB/s: 3 s, many idle and send timeouts long.
     data = slow_read(s, 20_000_000 + 200 * 12, 0.01)
     body = bytearray()
@@ -156,10 +161,7 @@ def test_slow_steady_reader_gets_a_whole_static_file(tern_factory, tmp_path):
     s = tern.connect()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
     s.sendall(b"GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n")
-    head = b""
-    while b"\r\n\r\n" not in head:
-        head += s.recv(1)
-    assert head.startswith(b"HTTP/1.1 200")
+    assert read_head(s).startswith(b"HTTP/1.1 200")
     body = slow_read(s, len(blob), 0.01)
     assert len(body) == len(blob) and body == blob
     s.close()
@@ -245,20 +247,7 @@ def test_paused_websocket_sees_a_reset(tern):
     # must still be noticed (the socket stays watched while paused).
     fds0 = tern.open_fds()
     s = ws_open(tern)
-    s.setblocking(False)
-    msg = masked(2, b"z" * 65536)
-    sent = 0
-    deadline = time.monotonic() + 10 * SLOW
-    stalled = False
-    while time.monotonic() < deadline and not stalled:
-        try:
-            sent += s.send(msg[sent % len(msg):])
-        except BlockingIOError:
-            time.sleep(0.2)
-            try:
-                sent += s.send(msg[sent % len(msg):])
-            except BlockingIOError:
-                stalled = True
+    sent, stalled = send_until_stalled(s, masked(2, b"z" * 65536))
     assert stalled
     rst_close(s)
     assert wait_fds(tern, fds0, timeout=2) == fds0

@@ -45,6 +45,26 @@ def ws_open(tern, path=b"/ws"):
     return s
 
 
+def send_until_stalled(s, msg, limit=2000):
+    """Sends msg (a whole frame) again and again, never splitting frames,
+    until the server stops taking bytes (TCP pushes back) or limit frames
+    are sent; returns (bytes sent, whether it stalled)."""
+    s.setblocking(False)
+    sent = 0
+    deadline = time.monotonic() + 10 * SLOW
+    while sent < limit * len(msg) and time.monotonic() < deadline:
+        try:
+            sent += s.send(msg[sent % len(msg):])
+        except BlockingIOError:
+            # Blocked: wait a little in case the server is merely slow.
+            time.sleep(0.2)
+            try:
+                sent += s.send(msg[sent % len(msg):])
+            except BlockingIOError:
+                return sent, True
+    return sent, False
+
+
 def masked(opcode, payload):
     n = len(payload)
     if n < 126:
@@ -180,21 +200,7 @@ def test_websocket_echo_pauses_a_client_that_never_reads(tern):
     rss0 = tern.rss_kib()
     s = ws_open(tern)
     msg = masked(2, b"z" * 65536)
-    s.setblocking(False)
-    sent = 0
-    stalled = False
-    deadline = time.monotonic() + 10 * SLOW
-    while sent < 2000 * len(msg) and time.monotonic() < deadline:   # up to 128 MiB
-        try:
-            sent += s.send(msg[sent % len(msg):])
-        except BlockingIOError:
-            # Blocked: wait a little in case the server is merely slow.
-            time.sleep(0.2)
-            try:
-                sent += s.send(msg[sent % len(msg):])
-            except BlockingIOError:
-                stalled = True
-                break
+    sent, stalled = send_until_stalled(s, msg)   # up to 128 MiB
     assert stalled, f"server kept reading: {sent} bytes taken"
     assert sent < 64 * 1024 * 1024
     if not SANITIZED:
