@@ -205,11 +205,6 @@ static void out_drop(tern__conn *c) {
     c->out = NULL;
 }
 
-size_t tern__net_unsent(tern_loop *loop) {
-    tern__net *n = *tern__loop_slot(loop, TERN__SLOT_NET);
-    return n ? n->unsent : 0;
-}
-
 /* ---- lifecycle -------------------------------------------------------- */
 
 static void list_remove(tern__conn *c) {

@@ -236,10 +236,6 @@ void tern__conn_end(tern__conn *c);
 /* The loop's net state: the cork, the re-feed list, deferred frees. */
 void tern__net_flush(tern_loop *loop);
 
-/* Bytes waiting in the backlogs of all the loop's connections (files
- * sent with sendfile() not counted: they hold no memory). */
-size_t tern__net_unsent(tern_loop *loop);
-
 /* Listeners. */
 typedef struct tern__listener tern__listener;
 typedef void (*tern__accept_fn)(void *user, int fd, const struct sockaddr *addr, socklen_t len);
