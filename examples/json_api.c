@@ -18,12 +18,13 @@
  *   loop's thread: the worker never touches the request, it posts its
  *   result back with tern_loop_post() and the loop thread responds.
  * - The request may go away before that (the connection is reset or
- *   fails, the server is freed). The abort callback says so, on the loop
- *   thread; after it returns the request is gone. A worker job cannot be
- *   freed then (the worker has it), so it is marked aborted and freed when
- *   its result comes back; a timer can be stopped, so its state is freed
- *   at once. (A client that only closes its sending side may still be
- *   reading: its request is answered as usual.)
+ *   fails, the client closes its side, the server is freed). The abort
+ *   callback says so, on the loop thread, within one loop iteration;
+ *   after it returns the request is gone. A worker job cannot be freed
+ *   then (the worker has it), so it is marked aborted and freed when its
+ *   result comes back; a timer can be stopped, so its state is freed at
+ *   once. (A client that half-closes is taken to have gone, as nginx and
+ *   Go's net/http take it: only answers given at once still reach it.)
  * - The strings a request hands out are views valid during the handler
  *   only: what an answer given later needs is copied (here: parsed) first. */
 #include <errno.h>
