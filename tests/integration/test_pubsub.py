@@ -15,7 +15,7 @@ import urllib.request
 from websockets.asyncio.client import connect as aconnect
 from websockets.sync.client import connect
 
-from conftest import SLOW
+from conftest import SANITIZED, SLOW
 
 
 def url(t, path="/pubsub"):
@@ -168,8 +168,10 @@ def test_slow_subscriber_dropped(tern_factory):
     t = tern_factory("--pubsub-max-backlog", "262144", "--pubsub-policy", "drop")
     got, slow, rss, published = _slow_subscriber(t, "drop")
     assert got == published == 300
-    # 300 x 64 KiB = 19 MiB went to the slow one's topic: RSS stays far below
-    assert max(rss) - rss[0] < 8 * 1024, rss
+    # 300 x 64 KiB = 19 MiB went to the slow one's topic: RSS stays far
+    # below (ASan's quarantine keeps freed blocks: not checked there)
+    if not SANITIZED:
+        assert max(rss) - rss[0] < 8 * 1024, rss
     # the slow one is still subscribed (the reader has left)
     assert http_publish(t, "firehose", "x")["subscribers"] == 1
     # and it missed some: what it can read is less than was published
