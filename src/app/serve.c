@@ -17,6 +17,16 @@
  *   GET  /stats             the threads' counters as JSON: their sum, then
  *                           each thread's
  *   GET  /ws/room/:room     WebSocket echo; the 101 names the room (X-Tern-Room)
+ *   GET  /pubsub            WebSocket pub/sub with a small JSON protocol:
+ *                           {"op":"subscribe"|"unsubscribe","topic":"T"},
+ *                           {"op":"publish","topic":"T","data":"..."} in;
+ *                           {"topic":"T","seq":N,"data":"..."}, acks
+ *                           {"ok":OP,...} and {"error":"...","op":OP} out
+ *                           (src/app/serve_pubsub.c has the details)
+ *   POST /publish/:topic    the body published to topic:
+ *                           {"seq":N,"subscribers":M}
+ *   GET  /fanout            WebSocket: each message answered with 10 binary
+ *                           messages of 10 000 bytes
  *   GET  /(anything else)   static files under --root, when given
  *   (Host NAME of a --vhost NAME=ROOT)  the files under ROOT, nothing else
  *   (any other path)        404 naming the path (tern_http_not_found); a
@@ -76,6 +86,7 @@ typedef struct serve_ctx {
     const char **vhosts;       /* --vhost NAME=ROOT */
     int nvhosts;
     tern_ws_options wo;
+    tern_pubsub_options po;    /* --pubsub-max-backlog, --pubsub-policy */
     tern_server *first;        /* thread 0's server (setup's) */
 } serve_ctx;
 
@@ -505,6 +516,10 @@ static int serve_setup(tern_server *srv, void *user) {
     tern_ws_options ro = wo;
     ro.subprotocols = NULL;
     tern_ws_route(srv, "/ws/room/:room", &room, &ro, ctx);
+    if ((err = tern__serve_pubsub_routes(srv, &wo, &ctx->po, ws_upgrade, ctx)) < 0) {
+        fprintf(stderr, "tern serve: pub/sub routes: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
     if (ctx->root && (err = tern_http_static(srv, "/", ctx->root)) < 0) {
         fprintf(stderr, "tern serve: --root %s: %s\n", ctx->root, tern_strerror(err));
         return SETUP_FAILED;
@@ -571,6 +586,10 @@ static void usage(FILE *f) {
             "  --no-compression      don't offer permessage-deflate on /ws\n"
             "  --ws-origin ORIGIN    refuse (403) WebSocket upgrades from any other Origin\n"
             "  --ws-slow-policy P    /ws client not reading: pause (default), close (1008) or drop\n"
+"  --pubsub-max-backlog BYTES  a /pubsub subscriber with more waiting gets the policy\n"
+            "                        (default 1048576)\n"
+            "  --pubsub-policy P     drop (default: its messages are dropped and counted) or\n"
+            "                        close (1008)\n"
             "  --log-level L         the library's log on stderr: error, warn (default), info, debug\n"
             "  --access-log FILE     one line per response (peer method target status bytes ms); - for stdout\n"
             "  --threads N           loops, one per thread (default: one per core)\n"
@@ -592,7 +611,8 @@ static bool parse_size(const char *s, unsigned long long max, unsigned long long
 int tern_app_serve(int argc, char **argv) {
     enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
-           O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST };
+           O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
+           O_PS_BACKLOG, O_PS_POLICY };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -620,6 +640,8 @@ int tern_app_serve(int argc, char **argv) {
         {"tls-port", required_argument, NULL, O_TLS_PORT},
         {"threads", required_argument, NULL, O_THREADS},
         {"vhost", required_argument, NULL, O_VHOST},
+        {"pubsub-max-backlog", required_argument, NULL, O_PS_BACKLOG},
+        {"pubsub-policy", required_argument, NULL, O_PS_POLICY},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -684,6 +706,12 @@ int tern_app_serve(int argc, char **argv) {
         case O_VHOST:
             ok = nvhost < 64 && strchr(optarg, '=') != NULL;
             if (ok) vhosts[nvhost++] = optarg;
+            break;
+        case O_PS_BACKLOG: ok = parse_size(optarg, 1ull << 32, &v) && v > 0; ctx.po.max_backlog = v; break;
+        case O_PS_POLICY:
+            ctx.po.policy = !strcmp(optarg, "drop") ? TERN_PUBSUB_DROP
+                            : !strcmp(optarg, "close") ? TERN_PUBSUB_CLOSE : -1;
+            ok = ctx.po.policy >= 0;
             break;
         default: usage(stderr); return 2;
         }

@@ -49,6 +49,10 @@ static void config_unref(tern__server_config *cfg, tern_server *srv) {
         free(vh);
     }
     vhost_clear(&cfg->host);
+    void *g = atomic_load(&cfg->pubsub_group);
+    if (g)
+        atomic_load(&cfg->pubsub_hooks)->group_free(g);
+    free(cfg->pubsub_opt);
     free(cfg->peers);
     free(cfg);
 }
@@ -180,6 +184,8 @@ void tern_server_free(tern_server *srv) {
     /* The closed connections' structs are freed at the batch end; run it
      * now, since the loop may not iterate again. */
     tern__net_flush(srv->loop);
+    if (srv->pubsub)
+        atomic_load(&srv->cfg->pubsub_hooks)->server_free(srv);
     tern_timer_stop(srv->shutdown_timer);
     for (int i = 0; i < srv->nhttps; i++)
         tern_tls_free(srv->https[i].tls);

@@ -74,6 +74,16 @@ struct tern__vhost {
  * is set, nothing in it changes until the last reference goes (adding
  * routes then fails with -EBUSY); peers[i] is the server of index i (NULL
  * once freed); peers is filled before the servers run on their threads. */
+/* What the pub/sub layer (above) leaves on a server or a configuration:
+ * the layers below call it through these, never by name. */
+struct tern_ws;
+
+typedef struct tern__pubsub_hooks {
+    void (*ws_closed)(tern_server *srv, struct tern_ws *ws);   /* a WebSocket of srv ends */
+    void (*server_free)(tern_server *srv);                    /* srv is being freed */
+    void (*group_free)(void *group);                          /* the configuration is */
+} tern__pubsub_hooks;
+
 typedef struct tern__server_config {
     _Atomic int refs;
     bool shared;                     /* a clone exists: frozen */
@@ -90,6 +100,11 @@ typedef struct tern__server_config {
     int npeers;
     bool reuseport;                  /* tern_listen* set SO_REUSEPORT (under tern_run) */
     struct tern__run *run;           /* the tern_run that made the servers, or NULL */
+    /* pub/sub: shared by the loops (its own lock), made at first use;
+     * pubsub_opt is set before serving (tern_pubsub_configure). */
+    _Atomic(void *) pubsub_group;
+    const tern__pubsub_hooks *_Atomic pubsub_hooks;
+    void *pubsub_opt;
 } tern__server_config;
 
 /* One listener as it was asked for, so that tern_run can open the same
@@ -134,6 +149,7 @@ struct tern_server {
     int nhttps;
     tern__conn_list conns;
     tern__server_counters stats;
+    void *pubsub;                    /* this loop's pub/sub registry, or NULL (cfg->pubsub_hooks) */
 
     bool shutting_down;
     tern_server_done_fn done;

@@ -271,9 +271,23 @@ static void batch_end(tern_loop *loop) {
         loop->batch_end(loop);
 }
 
+static _Thread_local tern_loop *current_loop;
+
+tern_loop *tern__loop_current(void) { return current_loop; }
+
+static int loop_run(tern_loop *loop);
+
 int tern_loop_run(tern_loop *loop) {
     if (loop == NULL)
         return -EINVAL;
+    tern_loop *outer = current_loop;
+    current_loop = loop;
+    int r = loop_run(loop);
+    current_loop = outer;
+    return r;
+}
+
+static int loop_run(tern_loop *loop) {
     struct epoll_event events[TERN__EVENTS_PER_WAIT];
     loop->stopping = false;
     while (!loop->stopping) {

@@ -89,4 +89,7 @@ int64_t tern__loop_wall_sec(const tern_loop *loop);
  * ran. tern_run's, so that no post is lost to a loop that ended first. */
 int tern__loop_run_posts(tern_loop *loop);
 
+/* The loop whose tern_loop_run is running on the calling thread, or NULL. */
+tern_loop *tern__loop_current(void);
+
 #endif

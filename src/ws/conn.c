@@ -70,10 +70,20 @@ static int write_frame(tern_ws *ws, uint8_t opcode, bool fin, bool rsv1, const v
     return tern__conn_writev(&ws->conn, iov, len ? 2 : 1);
 }
 
+/* The pub/sub layer forgets the connection's subscriptions (when it has
+ * any registry on this loop): before on_close, and again (a no-op then)
+ * when the connection is freed. */
+static void pubsub_forget(tern_ws *ws) {
+    tern_server *srv = srv_of(ws);
+    if (srv->pubsub)
+        atomic_load(&srv->cfg->pubsub_hooks)->ws_closed(srv, ws);
+}
+
 static void notify_close(tern_ws *ws, int code, const char *reason, size_t reason_len) {
     if (ws->state == TERN__WS_DONE)
         return;
     ws->state = TERN__WS_DONE;
+    pubsub_forget(ws);
     if (ws->route->h.on_close)
         ws->route->h.on_close(ws, code, reason, reason_len, ws->route->user);
 }
@@ -112,7 +122,7 @@ static void fail(tern_ws *ws, int code) {
  * inside the user's send (a broadcast loop, typically), so on_close is
  * not called here but at the end of the batch (on_deferred): the loop
  * may go on, and free what it likes in on_close afterwards. */
-static void policy_close(tern_ws *ws) {
+void tern__ws_policy_close(tern_ws *ws) {
     if (gone(ws))
         return;
     ws->conn.out_limit = 0;
@@ -128,6 +138,7 @@ static void on_deferred(tern__conn *c) {
     tern_ws *ws = (tern_ws *)c;
     if (ws->close_due) {
         ws->close_due = false;
+        pubsub_forget(ws);
         if (ws->route->h.on_close)
             ws->route->h.on_close(ws, TERN_WS_POLICY, close_reason(TERN_WS_POLICY), 13,
                                   ws->route->user);
@@ -160,7 +171,7 @@ static void apply_policy(tern_ws *ws) {
               tern__conn_buffered(&ws->conn), ws->route->opt.slow_policy);
     switch (ws->route->opt.slow_policy) {
     case TERN_WS_SLOW_CLOSE:
-        policy_close(ws);
+        tern__ws_policy_close(ws);
         break;
     case TERN_WS_SLOW_PAUSE:
         policy_pause(ws);
@@ -195,7 +206,7 @@ static int check_backlog(tern_ws *ws, int r) {
     const tern_ws_options *o = &ws->route->opt;
     if (r == TERN_SEND_DROPPED) {
         if (o->slow_policy == TERN_WS_SLOW_CLOSE)
-            policy_close(ws);
+            tern__ws_policy_close(ws);
         return r;
     }
     if (r != TERN_SEND_BUFFERED)
@@ -230,7 +241,7 @@ static bool push_refused(tern_ws *ws, size_t len) {
     if (o->slow_policy != TERN_WS_SLOW_PAUSE || ws->in_delivery ||
         tern__conn_backlog(&ws->conn) + len <= o->backlog_hard)
         return false;
-    policy_close(ws);
+    tern__ws_policy_close(ws);
     return true;
 }
 
@@ -406,6 +417,13 @@ int tern_ws_send_prepared(tern_ws *ws, tern_ws_prepared *m) {
     TERN__STAT_ADD(srv_of(ws), ws_out, 1);
     return check_backlog(ws, tern__conn_write(&ws->conn, m->plain, m->plain_len));
 }
+
+tern_ws_prepared *tern__ws_prepared_ref(tern_ws_prepared *m) {
+    atomic_fetch_add(&m->refs, 1);
+    return m;
+}
+
+size_t tern__ws_prepared_len(const tern_ws_prepared *m) { return m->plain_len; }
 
 void tern_ws_prepared_free(tern_ws_prepared *m) {
     if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
@@ -756,6 +774,7 @@ static void on_close(tern__conn *c, int err) {
     tern_ws *ws = (tern_ws *)c;
     tern_server *srv = srv_of(ws);
     notify_close(ws, TERN_WS_ABNORMAL, "", 0);
+    pubsub_forget(ws);
     message_reset(ws);
     if (ws->pmd) {
         tern__pmd_inflater_free(ws->pmd->inflater);

@@ -93,6 +93,13 @@ struct tern_ws {
 };
 
 /* conn.c */
+/* The slow-consumer close (1008), from inside a user's call: the close
+ * frame follows the backlog, on_close comes at the end of the batch. */
+void tern__ws_policy_close(tern_ws *ws);
+/* Another reference to a prepared message (tern_ws_prepared_free drops
+ * one; any thread); the length of its plain frame. */
+tern_ws_prepared *tern__ws_prepared_ref(tern_ws_prepared *m);
+size_t tern__ws_prepared_len(const tern_ws_prepared *m);
 /* subprotocol: an index into route->opt.subprotocols, or -1; pmd: the
  * agreed permessage-deflate parameters, or NULL. */
 int tern__ws_open(tern__http_conn *hc, const tern__ws_route *route, void *conn_user,

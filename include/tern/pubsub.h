@@ -1,0 +1,120 @@
+/* tern pub/sub: topics over WebSocket connections.
+ *
+ * A connection subscribes to topics by exact name; a publish sends a
+ * message to every subscriber of the topic, on every loop of the server's
+ * tern_run group (or just the server's loop outside tern_run).
+ *
+ *   static void on_message(tern_ws *ws, const char *d, size_t n, int op, void *u) {
+ *       tern_ws_subscribe(ws, "chat");
+ *       tern_publish_except(tern_ws_server(ws), "chat", d, n, op, ws);
+ *   }
+ *
+ * Each loop keeps its own registry (topics -> subscribers, connection ->
+ * its subscriptions); a connection that subscribes to nothing costs
+ * nothing. A connection's subscriptions end by themselves when it closes
+ * (before its on_close runs, or at the latest when it is freed).
+ *
+ * A published message is framed (and, when some subscriber negotiated
+ * permessage-deflate, compressed) once, and the same frame is given to
+ * every subscriber of every loop: other loops get a reference to it
+ * through tern_loop_post. No callback runs inside a publish: a subscriber
+ * closed by the slow-consumer policy hears of it (on_close) at the end of
+ * the batch.
+ *
+ * Order: the subscribers of a topic see its messages in the order one
+ * thread published them. Every message is numbered per topic (seq, from
+ * 1, over all the loops of the group); messages published concurrently
+ * from several threads may reach a loop in an order other than their seq.
+ *
+ * A topic exists while it has a subscriber somewhere: when the last one
+ * leaves, its seq is forgotten (the next publish to it with subscribers
+ * starts again at 1), and a publish to a topic with no subscriber is not
+ * numbered (0). So memory is bounded by the subscriptions, not by the
+ * names ever used. */
+#ifndef TERN_PUBSUB_H
+#define TERN_PUBSUB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tern/http.h"
+#include "tern/ws.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#pragma GCC visibility push(default)
+
+#define TERN_TOPIC_MAX 256   /* longest topic name, in bytes */
+
+/* What happens to a subscriber whose backlog would pass max_backlog. */
+enum tern_pubsub_policy {
+    TERN_PUBSUB_DROP = 0,    /* the message is not sent to it, and counted as dropped */
+    TERN_PUBSUB_CLOSE = 1,   /* the connection is closed with 1008 "slow consumer" */
+};
+
+/* Zero means the default for every field. */
+typedef struct tern_pubsub_options {
+    /* A subscriber whose tern_ws_buffered() plus the message would pass
+     * this gets the policy instead of the message: 1 MiB. (The route's own
+     * backlog limits and slow policy still apply under it; a send the
+     * route refuses is counted as dropped too.) */
+    size_t max_backlog;
+    int policy;                    /* enum tern_pubsub_policy */
+    uint32_t max_subscriptions;    /* per connection: 1024 */
+} tern_pubsub_options;
+
+/* Sets the pub/sub options of srv's configuration (every loop of its
+ * tern_run group): call it in setup, before serving. Returns 0 or -EINVAL
+ * (bad policy), -EBUSY once the configuration is shared or pub/sub used. */
+int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt);
+
+/* Subscribes ws to topic (1..TERN_TOPIC_MAX bytes, NUL-terminated). On
+ * ws's loop only. Returns 0, -EALREADY when it already is, -EINVAL (NULL,
+ * empty), -ENAMETOOLONG, -ENOSPC (max_subscriptions reached), -EPIPE (ws
+ * is closing), -ENOMEM. */
+int tern_ws_subscribe(tern_ws *ws, const char *topic);
+/* Returns 0, or -ENOENT when ws was not subscribed, -EINVAL. */
+int tern_ws_unsubscribe(tern_ws *ws, const char *topic);
+bool tern_ws_subscribed(const tern_ws *ws, const char *topic);
+
+/* Publishes to every subscriber of topic on every loop of srv's group.
+ * Any thread: on srv's loop thread the subscribers of this loop get the
+ * message now (into their output; nothing is called back), the other
+ * loops at their next iteration; from any other thread, every loop at its
+ * next iteration. data is copied. Returns the message's seq (>= 1), 0 when
+ * the topic has no subscriber anywhere (nothing is sent), or a negative
+ * error: -EINVAL (NULL srv or topic, a bad opcode, NULL data with len),
+ * -ENAMETOOLONG, -ENOMEM. */
+int64_t tern_publish(tern_server *srv, const char *topic, const void *data, size_t len,
+                     int opcode);
+/* The same, to every subscriber but except (the sender, typically; it
+ * matters only on except's own loop). */
+int64_t tern_publish_except(tern_server *srv, const char *topic, const void *data, size_t len,
+                            int opcode, const tern_ws *except);
+/* The general form: when seq_at <= len, the message's seq in decimal is
+ * inserted at byte seq_at of data (so a text protocol can carry it, as
+ * {"seq":N,...}); seq_at == SIZE_MAX inserts nothing. */
+int64_t tern_publish_ex(tern_server *srv, const char *topic, const void *data, size_t len,
+                        int opcode, const tern_ws *except, size_t seq_at);
+
+/* Subscribers of topic on srv's loop (call it there). */
+size_t tern_topic_subscribers(tern_server *srv, const char *topic);
+/* Subscribers of topic on all the loops of srv's group, any thread: a
+ * snapshot (it counts subscribe and unsubscribe calls as they happen on
+ * each loop). */
+size_t tern_topic_subscribers_all(tern_server *srv, const char *topic);
+/* Messages of topic not sent to ws (slow-consumer drops), while it is
+ * subscribed; and the sum for topic on srv's loop (kept while the topic
+ * has subscribers there). */
+uint64_t tern_ws_topic_dropped(const tern_ws *ws, const char *topic);
+uint64_t tern_topic_dropped(tern_server *srv, const char *topic);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,411 @@
+/* tern serve's pub/sub routes:
+ *
+ *   GET  /pubsub          WebSocket, JSON text messages (one object each):
+ *     client -> server
+ *       {"op":"subscribe","topic":"T"}
+ *       {"op":"unsubscribe","topic":"T"}
+ *       {"op":"publish","topic":"T","data":"..."}     (to every subscriber,
+ *                                                      the sender too)
+ *     server -> client
+ *       {"topic":"T","seq":N,"data":"..."}            a message of T
+ *       {"ok":"subscribe","topic":"T"}                 (and "unsubscribe")
+ *       {"ok":"publish","topic":"T","seq":N}           N is 0 when T had no
+ *                                                      subscriber
+ *       {"error":"...","op":OP}                        bad input; OP is the
+ *                                                      op sent, or null
+ *     errors: "bad json" (not one flat object of string values, or binary),
+ *     "unknown op", "missing topic", "bad topic" (empty, or \u0000 or a lone
+ *     surrogate in it), "topic too long" (over 256 bytes), "missing data",
+ *     "too many subscriptions" (1024 per connection), "not subscribed".
+ *   POST /publish/:topic  the body (UTF-8) published as data to topic;
+ *                         200 {"seq":N,"subscribers":M} (M: over all threads)
+ *   GET  /fanout          WebSocket: each message received is answered with
+ *                         10 binary messages of 10 000 bytes
+ *
+ * A slow /pubsub subscriber (more than --pubsub-max-backlog bytes waiting)
+ * has messages dropped, or is closed with 1008 (--pubsub-policy). */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/app.h"
+#include "tern/tern.h"
+
+/* ---- a JSON scanner for {"key":"string",...} --------------------------- */
+
+typedef struct tok {
+    const char *p;   /* the string token, quotes included; NULL when absent */
+    size_t n;
+} tok;
+
+static const char *skip_ws(const char *s, const char *end) {
+    while (s < end && (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r'))
+        s++;
+    return s;
+}
+
+static int hexval(char c) {
+    return c >= '0' && c <= '9' ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* A string token at *s: no raw control characters, only valid escapes.
+ * (The message is text: the ws layer checked its UTF-8.) */
+static bool scan_string(const char **s, const char *end, tok *t) {
+    const char *p = *s;
+    if (p >= end || *p != '"')
+        return false;
+    for (p++; p < end; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"') {
+            t->p = *s;
+            t->n = (size_t)(p + 1 - *s);
+            *s = p + 1;
+            return true;
+        }
+        if (c < 0x20)
+            return false;
+        if (c == '\\') {
+            if (++p >= end)
+                return false;
+            switch (*p) {
+            case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+                break;
+            case 'u':
+                if (end - p < 5)
+                    return false;
+                for (int i = 1; i <= 4; i++)
+                    if (hexval(p[i]) < 0)
+                        return false;
+                p += 4;
+                break;
+            default:
+                return false;
+            }
+        }
+    }
+    return false;
+}
+
+/* One flat object whose values are all strings; op, topic and data are
+ * picked out (a repeated key: the last one). */
+static bool parse_msg(const char *d, size_t n, tok *op, tok *topic, tok *data) {
+    const char *s = skip_ws(d, d + n), *end = d + n;
+    *op = *topic = *data = (tok){0};
+    if (s >= end || *s++ != '{')
+        return false;
+    s = skip_ws(s, end);
+    if (s < end && *s == '}')
+        return skip_ws(s + 1, end) == end;
+    for (;;) {
+        tok k, v;
+        if (!scan_string(&s, end, &k))
+            return false;
+        s = skip_ws(s, end);
+        if (s >= end || *s++ != ':')
+            return false;
+        s = skip_ws(s, end);
+        if (!scan_string(&s, end, &v))
+            return false;
+        if (k.n == 4 && !memcmp(k.p, "\"op\"", 4))
+            *op = v;
+        else if (k.n == 7 && !memcmp(k.p, "\"topic\"", 7))
+            *topic = v;
+        else if (k.n == 6 && !memcmp(k.p, "\"data\"", 6))
+            *data = v;
+        s = skip_ws(s, end);
+        if (s < end && *s == ',') {
+            s = skip_ws(s + 1, end);
+            continue;
+        }
+        if (s < end && *s == '}')
+            return skip_ws(s + 1, end) == end;
+        return false;
+    }
+}
+
+static size_t put_utf8(char *o, uint32_t cp) {
+    if (cp < 0x80) { o[0] = (char)cp; return 1; }
+    if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (char)(0x80 | (cp & 0x3F)); return 3;
+    }
+    o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F)); return 4;
+}
+
+static uint32_t hex4(const char *p) {
+    return (uint32_t)(hexval(p[0]) << 12 | hexval(p[1]) << 8 | hexval(p[2]) << 4 | hexval(p[3]));
+}
+
+/* Decodes a scanned string token into out (NUL-terminated). Returns its
+ * length, -1 when it holds \u0000 or a lone surrogate, -2 when over cap. */
+static long decode(tok t, char *out, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 1; i + 1 < t.n; i++) {
+        char buf[4];
+        size_t k = 1;
+        buf[0] = t.p[i];
+        if (t.p[i] == '\\') {
+            char e = t.p[++i];
+            switch (e) {
+            case 'b': buf[0] = '\b'; break;
+            case 'f': buf[0] = '\f'; break;
+            case 'n': buf[0] = '\n'; break;
+            case 'r': buf[0] = '\r'; break;
+            case 't': buf[0] = '\t'; break;
+            case 'u': {
+                uint32_t cp = hex4(t.p + i + 1);
+                i += 4;
+                if (cp == 0 || (cp >= 0xDC00 && cp <= 0xDFFF))
+                    return -1;
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    if (i + 6 >= t.n || t.p[i + 1] != '\\' || t.p[i + 2] != 'u')
+                        return -1;
+                    uint32_t lo = hex4(t.p + i + 3);
+                    if (lo < 0xDC00 || lo > 0xDFFF)
+                        return -1;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                    i += 6;
+                }
+                k = put_utf8(buf, cp);
+                break;
+            }
+            default: buf[0] = e; break;   /* " \ / */
+            }
+        }
+        if (o + k > cap)
+            return -2;
+        memcpy(out + o, buf, k);
+        o += k;
+    }
+    out[o] = '\0';
+    return (long)o;
+}
+
+/* Appends s[0..n) as a JSON string (quotes included) to out; returns the
+ * new length. out has room for 6n + 2 more bytes. */
+static size_t put_json_string(char *out, size_t o, const char *s, size_t n) {
+    out[o++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            out[o++] = '\\';
+            out[o++] = (char)c;
+        } else if (c < 0x20) {
+            o += (size_t)sprintf(out + o, "\\u%04x", c);
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    out[o++] = '"';
+    return o;
+}
+
+static bool utf8_valid(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        size_t k;
+        uint32_t cp, min;
+        if (c < 0x80) { i++; continue; }
+        else if ((c & 0xE0) == 0xC0) { k = 1; cp = c & 0x1F; min = 0x80; }
+        else if ((c & 0xF0) == 0xE0) { k = 2; cp = c & 0x0F; min = 0x800; }
+        else if ((c & 0xF8) == 0xF0) { k = 3; cp = c & 0x07; min = 0x10000; }
+        else return false;
+        for (size_t j = 1; j <= k; j++) {
+            if (i + j >= n || (s[i + j] & 0xC0) != 0x80)
+                return false;
+            cp = cp << 6 | (s[i + j] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += k + 1;
+    }
+    return true;
+}
+
+/* ---- /pubsub ------------------------------------------------------------ */
+
+/* Publishes {"topic":T,"seq":N,"data":D}, D a JSON string token (quotes
+ * included), N filled in by the pub/sub layer. */
+static int64_t publish_json(tern_server *srv, const char *topic, size_t tlen, const char *d,
+                            size_t dlen) {
+    size_t cap = 16 + 6 * tlen + 2 + 16 + dlen + 2;
+    char *m = malloc(cap);
+    if (m == NULL)
+        return -ENOMEM;
+    size_t o = 0;
+    memcpy(m, "{\"topic\":", 9);
+    o = put_json_string(m, 9, topic, tlen);
+    memcpy(m + o, ",\"seq\":", 7);
+    o += 7;
+    size_t seq_at = o;
+    memcpy(m + o, ",\"data\":", 8);
+    o += 8;
+    memcpy(m + o, d, dlen);
+    o += dlen;
+    m[o++] = '}';
+    int64_t seq = tern_publish_ex(srv, topic, m, o, TERN_WS_TEXT, NULL, seq_at);
+    free(m);
+    return seq;
+}
+
+static void reply_error(tern_ws *ws, const char *why, tok op) {
+    char out[600];
+    int n;
+    if (op.p && op.n < 300)
+        n = snprintf(out, sizeof(out), "{\"error\":\"%s\",\"op\":%.*s}", why, (int)op.n, op.p);
+    else
+        n = snprintf(out, sizeof(out), "{\"error\":\"%s\",\"op\":null}", why);
+    tern_ws_send(ws, out, (size_t)n, TERN_WS_TEXT);
+}
+
+static void reply_ok(tern_ws *ws, const char *op, const char *topic, size_t tlen, int64_t seq) {
+    char out[64 + 6 * TERN_TOPIC_MAX];
+    int n = snprintf(out, sizeof(out), "{\"ok\":\"%s\",\"topic\":", op);
+    size_t o = put_json_string(out, (size_t)n, topic, tlen);
+    if (seq >= 0)
+        o += (size_t)snprintf(out + o, sizeof(out) - o, ",\"seq\":%lld", (long long)seq);
+    out[o++] = '}';
+    tern_ws_send(ws, out, o, TERN_WS_TEXT);
+}
+
+static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
+    (void)user;
+    tok op, topic_tok, dtok;
+    if (opcode != TERN_WS_TEXT || !parse_msg(data, len, &op, &topic_tok, &dtok)) {
+        reply_error(ws, "bad json", (tok){0});
+        return;
+    }
+    enum { SUB, UNSUB, PUB } what;
+    if (op.p && op.n == 11 && !memcmp(op.p, "\"subscribe\"", 11))
+        what = SUB;
+    else if (op.p && op.n == 13 && !memcmp(op.p, "\"unsubscribe\"", 13))
+        what = UNSUB;
+    else if (op.p && op.n == 9 && !memcmp(op.p, "\"publish\"", 9))
+        what = PUB;
+    else {
+        reply_error(ws, "unknown op", op);
+        return;
+    }
+    if (topic_tok.p == NULL) {
+        reply_error(ws, "missing topic", op);
+        return;
+    }
+    char topic[TERN_TOPIC_MAX + 1];
+    long tl = decode(topic_tok, topic, TERN_TOPIC_MAX);
+    if (tl == -2) {
+        reply_error(ws, "topic too long", op);
+        return;
+    }
+    if (tl <= 0) {
+        reply_error(ws, "bad topic", op);
+        return;
+    }
+    int err;
+    switch (what) {
+    case SUB:
+        err = tern_ws_subscribe(ws, topic);
+        if (err == 0 || err == -EALREADY)
+            reply_ok(ws, "subscribe", topic, (size_t)tl, -1);
+        else
+            reply_error(ws, err == -ENOSPC ? "too many subscriptions" : "out of memory", op);
+        break;
+    case UNSUB:
+        if (tern_ws_unsubscribe(ws, topic) == 0)
+            reply_ok(ws, "unsubscribe", topic, (size_t)tl, -1);
+        else
+            reply_error(ws, "not subscribed", op);
+        break;
+    case PUB: {
+        if (dtok.p == NULL) {
+            reply_error(ws, "missing data", op);
+            return;
+        }
+        int64_t seq = publish_json(tern_ws_server(ws), topic, (size_t)tl, dtok.p, dtok.n);
+        if (seq < 0)
+            reply_error(ws, "out of memory", op);
+        else
+            reply_ok(ws, "publish", topic, (size_t)tl, seq);
+        break;
+    }
+    }
+}
+
+/* POST /publish/:topic */
+static void on_publish(tern_http_req *req, void *user) {
+    (void)user;
+    size_t tl, len;
+    const char *t = tern_http_param(req, "topic", &tl);
+    const char *body = tern_http_body(req, &len);
+    if (t == NULL || tl == 0 || tl > TERN_TOPIC_MAX || memchr(t, '\0', tl)) {
+        tern_http_respond(req, 400, "text/plain", "bad topic\n", 10);
+        return;
+    }
+    if (!utf8_valid((const unsigned char *)body, len)) {
+        tern_http_respond(req, 400, "text/plain", "body is not UTF-8\n", 17);
+        return;
+    }
+    char topic[TERN_TOPIC_MAX + 1];
+    memcpy(topic, t, tl);
+    topic[tl] = '\0';
+    char *d = malloc(6 * len + 2);
+    if (d == NULL) {
+        tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
+        return;
+    }
+    size_t dl = put_json_string(d, 0, body ? body : "", len);
+    tern_server *srv = tern_http_req_server(req);
+    int64_t seq = publish_json(srv, topic, tl, d, dl);
+    free(d);
+    if (seq < 0) {
+        tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
+        return;
+    }
+    char out[96];
+    int n = snprintf(out, sizeof(out), "{\"seq\":%lld,\"subscribers\":%zu}\n", (long long)seq,
+                     tern_topic_subscribers_all(srv, topic));
+    tern_http_respond(req, 200, "application/json", out, (size_t)n);
+}
+
+/* ---- /fanout ------------------------------------------------------------ */
+
+static void fanout_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
+    (void)data, (void)len, (void)opcode, (void)user;
+    static char block[10000];
+    for (int i = 0; i < 10; i++)
+        tern_ws_send(ws, block, sizeof(block), TERN_WS_BINARY);
+}
+
+int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
+                              const tern_pubsub_options *po,
+                              int (*on_upgrade)(tern_http_req *, void **, void *), void *user) {
+    int err;
+    if ((err = tern_pubsub_configure(srv, po)) < 0)
+        return err;
+    tern_http_route(srv, "POST", "/publish/:topic", on_publish, user);
+    static tern_ws_handlers ps;
+    ps = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = pubsub_message};
+    tern_ws_options o = *wo;
+    o.subprotocols = NULL;
+    /* One compressed frame serves every subscriber only when no compressor
+     * keeps context; the pub/sub layer's limit decides about slow ones,
+     * under the route's (kept above it). */
+    o.server_no_context_takeover = true;
+    o.client_no_context_takeover = true;
+    o.slow_policy = TERN_WS_SLOW_DROP;
+    size_t limit = po->max_backlog ? po->max_backlog : (1u << 20);
+    o.backlog_hard = limit * 2 > (1u << 20) ? limit * 2 : (1u << 20);
+    o.backlog_soft = o.backlog_hard;
+    if ((err = tern_ws_route(srv, "/pubsub", &ps, &o, user)) < 0)
+        return err;
+    static tern_ws_handlers fo;
+    fo = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = fanout_message};
+    tern_ws_options f = *wo;
+    f.subprotocols = NULL;
+    return tern_ws_route(srv, "/fanout", &fo, &f, user);
+}

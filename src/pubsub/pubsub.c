@@ -1,0 +1,680 @@
+/* Pub/sub: a registry per loop, a small table shared by the loops of a
+ * configuration (seq numbers and subscriber counts), and publishes that
+ * reach the other loops as posted references to one prepared frame.
+ *
+ * Per loop (srv->pubsub, touched by that loop's thread only):
+ * - topics: name -> the topic's subscriptions (an array, in no order);
+ * - conns: ws -> its subscriptions, so that a close (or unsubscribe) finds
+ *   them without scanning topics; a ws with no subscription has no entry,
+ *   and tern_ws stays as it is.
+ * A subscription is one node in both: the topic's array holds it at
+ * sub->index.
+ *
+ * Shared (cfg->pubsub_group, under its mutex): name -> seq and the number
+ * of subscriptions over all loops. An entry lives while that number is
+ * not 0.
+ *
+ * No user callback runs here: sends go through tern_ws_send_prepared,
+ * which defers the slow-consumer close to the end of the batch, and the
+ * close policy of this layer uses the same deferred close. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http/server.h"
+#include "loop/loop.h"
+#include "tern/pubsub.h"
+#include "ws/ws.h"
+
+#define DEFAULT_MAX_BACKLOG (1u << 20)
+#define DEFAULT_MAX_SUBS 1024u
+
+/* ---- hashing ---------------------------------------------------------- */
+
+static uint64_t hash_name(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;   /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t hash_ptr(const void *p) {
+    return ((uint64_t)(uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull;
+}
+
+/* A chained table of nodes that start with this; buckets is a power of 2. */
+typedef struct node {
+    struct node *next;
+    uint64_t hash;
+} node;
+
+typedef struct table {
+    node **b;
+    size_t nb, count;
+} table;
+
+static node **slot(table *t, uint64_t h) { return &t->b[h & (t->nb - 1)]; }
+
+static int table_grow(table *t) {
+    if (t->count < t->nb)
+        return 0;
+    size_t nb = t->nb ? t->nb * 2 : 16;
+    node **b = calloc(nb, sizeof(*b));
+    if (b == NULL)
+        return t->nb ? 0 : -ENOMEM;   /* a full table still works, only slower */
+    for (size_t i = 0; i < t->nb; i++)
+        for (node *n = t->b[i], *next; n; n = next) {
+            next = n->next;
+            n->next = b[n->hash & (nb - 1)];
+            b[n->hash & (nb - 1)] = n;
+        }
+    free(t->b);
+    t->b = b;
+    t->nb = nb;
+    return 0;
+}
+
+static void table_add(table *t, node *n) {
+    node **s = slot(t, n->hash);
+    n->next = *s;
+    *s = n;
+    t->count++;
+}
+
+static void table_del(table *t, node *n) {
+    for (node **p = slot(t, n->hash); *p; p = &(*p)->next)
+        if (*p == n) {
+            *p = n->next;
+            t->count--;
+            return;
+        }
+}
+
+/* ---- the shared table ------------------------------------------------- */
+
+typedef struct gtopic {
+    node n;
+    uint64_t seq;        /* the last message's */
+    size_t subs;         /* subscriptions on all loops */
+    size_t compressed;   /* ... of them, with permessage-deflate */
+    size_t len;
+    char name[];
+} gtopic;
+
+typedef struct group {
+    pthread_mutex_t mu;
+    table topics;
+    tern_pubsub_options opt;   /* defaults applied */
+} group;
+
+static gtopic *gfind(group *g, const char *name, size_t len, uint64_t h) {
+    if (g->topics.nb == 0)
+        return NULL;
+    for (node *n = *slot(&g->topics, h); n; n = n->next) {
+        gtopic *t = (gtopic *)n;
+        if (n->hash == h && t->len == len && memcmp(t->name, name, len) == 0)
+            return t;
+    }
+    return NULL;
+}
+
+static void group_free(void *p) {
+    group *g = p;
+    for (size_t i = 0; i < g->topics.nb; i++)
+        for (node *n = g->topics.b[i], *next; n; n = next) {
+            next = n->next;
+            free(n);
+        }
+    free(g->topics.b);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+static void registry_free(tern_server *srv);
+static void ws_closed(tern_server *srv, tern_ws *ws);
+
+static const tern__pubsub_hooks hooks = {
+    .ws_closed = ws_closed,
+    .server_free = registry_free,
+    .group_free = group_free,
+};
+
+static void apply_defaults(tern_pubsub_options *o) {
+    if (o->max_backlog == 0)
+        o->max_backlog = DEFAULT_MAX_BACKLOG;
+    if (o->max_subscriptions == 0)
+        o->max_subscriptions = DEFAULT_MAX_SUBS;
+}
+
+/* The configuration's group, made at first use by whichever thread. */
+static group *group_of(tern_server *srv) {
+    tern__server_config *cfg = srv->cfg;
+    group *g = atomic_load(&cfg->pubsub_group);
+    if (g)
+        return g;
+    g = calloc(1, sizeof(*g));
+    if (g == NULL)
+        return NULL;
+    pthread_mutex_init(&g->mu, NULL);
+    if (cfg->pubsub_opt)
+        g->opt = *(tern_pubsub_options *)cfg->pubsub_opt;
+    apply_defaults(&g->opt);
+    atomic_store(&cfg->pubsub_hooks, &hooks);
+    void *expected = NULL;
+    if (!atomic_compare_exchange_strong(&cfg->pubsub_group, &expected, g)) {
+        group_free(g);
+        return expected;
+    }
+    return g;
+}
+
+int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt) {
+    if (srv == NULL || opt == NULL ||
+        (opt->policy != TERN_PUBSUB_DROP && opt->policy != TERN_PUBSUB_CLOSE))
+        return -EINVAL;
+    if (srv->cfg->shared || atomic_load(&srv->cfg->pubsub_group))
+        return -EBUSY;
+    tern_pubsub_options *o = srv->cfg->pubsub_opt;
+    if (o == NULL && (o = malloc(sizeof(*o))) == NULL)
+        return -ENOMEM;
+    *o = *opt;
+    srv->cfg->pubsub_opt = o;
+    return 0;
+}
+
+/* Counts a subscription in (+1) or out (-1) of the shared table. */
+static int gcount(group *g, const char *name, size_t len, uint64_t h, int delta,
+                  bool compressed) {
+    int err = 0;
+    pthread_mutex_lock(&g->mu);
+    gtopic *t = gfind(g, name, len, h);
+    if (delta > 0) {
+        if (t == NULL) {
+            if (table_grow(&g->topics) < 0 || (t = calloc(1, sizeof(*t) + len + 1)) == NULL) {
+                err = -ENOMEM;
+                goto out;
+            }
+            t->n.hash = h;
+            t->len = len;
+            memcpy(t->name, name, len);
+            table_add(&g->topics, &t->n);
+        }
+        t->subs++;
+        t->compressed += compressed;
+    } else if (t) {
+        t->subs--;
+        t->compressed -= compressed;
+        if (t->subs == 0) {
+            table_del(&g->topics, &t->n);
+            free(t);
+        }
+    }
+out:
+    pthread_mutex_unlock(&g->mu);
+    return err;
+}
+
+/* ---- the registry of one loop ----------------------------------------- */
+
+typedef struct topic topic_t;
+
+typedef struct sub {
+    tern_ws *ws;
+    topic_t *t;
+    size_t index;        /* in t->subs */
+    uint64_t dropped;
+    bool compressed;     /* counted as such in the group */
+} sub;
+
+struct topic {
+    node n;
+    sub **subs;          /* NULL slots only while publishing (busy) */
+    size_t nsubs, cap;
+    uint64_t dropped;
+    int busy;            /* publishes running over subs */
+    bool holes;
+    size_t len;
+    char name[];
+};
+
+typedef struct conn_subs {
+    node n;
+    tern_ws *ws;
+    sub **subs;
+    uint32_t nsubs, cap;
+} conn_subs;
+
+typedef struct registry {
+    table topics, conns;
+    group *g;
+} registry;
+
+static registry *registry_of(tern_server *srv, bool make) {
+    registry *r = srv->pubsub;
+    if (r || !make)
+        return r;
+    group *g = group_of(srv);
+    if (g == NULL || (r = calloc(1, sizeof(*r))) == NULL)
+        return NULL;
+    r->g = g;
+    srv->pubsub = r;
+    return r;
+}
+
+static topic_t *tfind(registry *r, const char *name, size_t len, uint64_t h) {
+    if (r == NULL || r->topics.nb == 0)
+        return NULL;
+    for (node *n = *slot(&r->topics, h); n; n = n->next) {
+        topic_t *t = (topic_t *)n;
+        if (n->hash == h && t->len == len && memcmp(t->name, name, len) == 0)
+            return t;
+    }
+    return NULL;
+}
+
+static conn_subs *cfind(registry *r, const tern_ws *ws) {
+    if (r == NULL || r->conns.nb == 0)
+        return NULL;
+    uint64_t h = hash_ptr(ws);
+    for (node *n = *slot(&r->conns, h); n; n = n->next)
+        if (((conn_subs *)n)->ws == ws)
+            return (conn_subs *)n;
+    return NULL;
+}
+
+static void topic_compact(topic_t *t) {
+    size_t j = 0;
+    for (size_t i = 0; i < t->nsubs; i++)
+        if (t->subs[i]) {
+            t->subs[j] = t->subs[i];
+            t->subs[j]->index = j;
+            j++;
+        }
+    t->nsubs = j;
+    t->holes = false;
+}
+
+static void topic_maybe_free(registry *r, topic_t *t) {
+    if (t->busy)
+        return;
+    if (t->holes)
+        topic_compact(t);
+    if (t->nsubs == 0) {
+        table_del(&r->topics, &t->n);
+        free(t->subs);
+        free(t);
+    }
+}
+
+/* Takes s out of its topic (and the group), and frees it. */
+static void sub_remove(registry *r, sub *s) {
+    topic_t *t = s->t;
+    if (t->busy) {
+        t->subs[s->index] = NULL;
+        t->holes = true;
+    } else {
+        sub *last = t->subs[--t->nsubs];
+        t->subs[s->index] = last;
+        last->index = s->index;
+    }
+    gcount(r->g, t->name, t->len, t->n.hash, -1, s->compressed);
+    free(s);
+    topic_maybe_free(r, t);
+}
+
+static void conn_subs_free(registry *r, conn_subs *c) {
+    table_del(&r->conns, &c->n);
+    free(c->subs);
+    free(c);
+}
+
+static void ws_closed(tern_server *srv, tern_ws *ws) {
+    registry *r = srv->pubsub;
+    conn_subs *c = cfind(r, ws);
+    if (c == NULL)
+        return;
+    for (uint32_t i = 0; i < c->nsubs; i++)
+        sub_remove(r, c->subs[i]);
+    conn_subs_free(r, c);
+}
+
+static void registry_free(tern_server *srv) {
+    registry *r = srv->pubsub;
+    for (size_t i = 0; i < r->conns.nb; i++)
+        for (node *n = r->conns.b[i], *next; n; n = next) {
+            next = n->next;
+            ws_closed(srv, ((conn_subs *)n)->ws);
+        }
+    free(r->topics.b);
+    free(r->conns.b);
+    free(r);
+    srv->pubsub = NULL;
+}
+
+static int check_topic(const char *topic, size_t *len) {
+    if (topic == NULL || topic[0] == '\0')
+        return -EINVAL;
+    *len = strnlen(topic, TERN_TOPIC_MAX + 1);
+    return *len > TERN_TOPIC_MAX ? -ENAMETOOLONG : 0;
+}
+
+static bool ws_open(const tern_ws *ws) {
+    return ws->state == TERN__WS_OPEN && !(ws->conn.flags & TERN__CONN_CLOSED);
+}
+
+int tern_ws_subscribe(tern_ws *ws, const char *name) {
+    size_t len;
+    int err;
+    if (ws == NULL)
+        return -EINVAL;
+    if ((err = check_topic(name, &len)) < 0)
+        return err;
+    if (!ws_open(ws))
+        return -EPIPE;
+    tern_server *srv = tern_ws_server(ws);
+    registry *r = registry_of(srv, true);
+    if (r == NULL)
+        return -ENOMEM;
+    uint64_t h = hash_name(name, len);
+    conn_subs *c = cfind(r, ws);
+    topic_t *t = tfind(r, name, len, h);
+    if (c && t)
+        for (uint32_t i = 0; i < c->nsubs; i++)
+            if (c->subs[i]->t == t)
+                return -EALREADY;
+    if (c && c->nsubs >= r->g->opt.max_subscriptions)
+        return -ENOSPC;
+    /* Everything that may fail first, then nothing that can. */
+    if (table_grow(&r->topics) < 0 || table_grow(&r->conns) < 0)
+        return -ENOMEM;
+    bool new_c = c == NULL, new_t = t == NULL;
+    if (new_c) {
+        if ((c = calloc(1, sizeof(*c))) == NULL)
+            return -ENOMEM;
+        c->n.hash = hash_ptr(ws);
+        c->ws = ws;
+    }
+    if (new_t) {
+        if ((t = calloc(1, sizeof(*t) + len + 1)) == NULL)
+            goto fail;
+        t->n.hash = h;
+        t->len = len;
+        memcpy(t->name, name, len);
+    }
+    sub *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        goto fail;
+    if (c->nsubs == c->cap) {
+        uint32_t cap = c->cap ? c->cap * 2 : 2;
+        sub **p = realloc(c->subs, sizeof(*p) * cap);
+        if (p == NULL)
+            goto fail_s;
+        c->subs = p;
+        c->cap = cap;
+    }
+    if (t->nsubs == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 4;
+        sub **p = realloc(t->subs, sizeof(*p) * cap);
+        if (p == NULL)
+            goto fail_s;
+        t->subs = p;
+        t->cap = cap;
+    }
+    s->compressed = tern_ws_compressed(ws);
+    if (gcount(r->g, name, len, h, +1, s->compressed) < 0)
+        goto fail_s;
+    s->ws = ws;
+    s->t = t;
+    s->index = t->nsubs;
+    t->subs[t->nsubs++] = s;
+    c->subs[c->nsubs++] = s;
+    if (new_c)
+        table_add(&r->conns, &c->n);
+    if (new_t)
+        table_add(&r->topics, &t->n);
+    return 0;
+fail_s:
+    free(s);
+fail:
+    if (new_t && t) {
+        free(t->subs);
+        free(t);
+    }
+    if (new_c) {
+        free(c->subs);
+        free(c);
+    }
+    return -ENOMEM;
+}
+
+int tern_ws_unsubscribe(tern_ws *ws, const char *name) {
+    size_t len;
+    int err;
+    if (ws == NULL)
+        return -EINVAL;
+    if ((err = check_topic(name, &len)) < 0)
+        return err == -ENAMETOOLONG ? -ENOENT : err;
+    registry *r = registry_of(tern_ws_server(ws), false);
+    conn_subs *c = cfind(r, ws);
+    topic_t *t = tfind(r, name, len, hash_name(name, len));
+    if (c == NULL || t == NULL)
+        return -ENOENT;
+    for (uint32_t i = 0; i < c->nsubs; i++)
+        if (c->subs[i]->t == t) {
+            sub *s = c->subs[i];
+            c->subs[i] = c->subs[--c->nsubs];
+            sub_remove(r, s);
+            if (c->nsubs == 0)
+                conn_subs_free(r, c);
+            return 0;
+        }
+    return -ENOENT;
+}
+
+static sub *find_sub(const tern_ws *ws, const char *name) {
+    size_t len;
+    if (ws == NULL || check_topic(name, &len) < 0)
+        return NULL;
+    registry *r = registry_of(tern_ws_server(ws), false);
+    conn_subs *c = cfind(r, ws);
+    if (c == NULL)
+        return NULL;
+    for (uint32_t i = 0; i < c->nsubs; i++)
+        if (c->subs[i]->t->len == len && memcmp(c->subs[i]->t->name, name, len) == 0)
+            return c->subs[i];
+    return NULL;
+}
+
+bool tern_ws_subscribed(const tern_ws *ws, const char *name) { return find_sub(ws, name) != NULL; }
+
+uint64_t tern_ws_topic_dropped(const tern_ws *ws, const char *name) {
+    sub *s = find_sub(ws, name);
+    return s ? s->dropped : 0;
+}
+
+static topic_t *local_topic(tern_server *srv, const char *name) {
+    size_t len;
+    if (srv == NULL || srv->loop == NULL || check_topic(name, &len) < 0)
+        return NULL;
+    return tfind(srv->pubsub, name, len, hash_name(name, len));
+}
+
+size_t tern_topic_subscribers(tern_server *srv, const char *name) {
+    topic_t *t = local_topic(srv, name);
+    return t ? t->nsubs : 0;   /* no holes outside a publish */
+}
+
+uint64_t tern_topic_dropped(tern_server *srv, const char *name) {
+    topic_t *t = local_topic(srv, name);
+    return t ? t->dropped : 0;
+}
+
+size_t tern_topic_subscribers_all(tern_server *srv, const char *name) {
+    size_t len;
+    if (srv == NULL || check_topic(name, &len) < 0)
+        return 0;
+    group *g = atomic_load(&srv->cfg->pubsub_group);
+    if (g == NULL)
+        return 0;
+    pthread_mutex_lock(&g->mu);
+    gtopic *t = gfind(g, name, len, hash_name(name, len));
+    size_t n = t ? t->subs : 0;
+    pthread_mutex_unlock(&g->mu);
+    return n;
+}
+
+/* ---- publishing ------------------------------------------------------- */
+
+/* One published message on its way to the loops: a reference per loop
+ * still to deliver it. */
+typedef struct pub {
+    _Atomic int refs;
+    tern_ws_prepared *msg;
+    size_t len;
+    char name[];
+} pub;
+
+typedef struct delivery {
+    pub *p;
+    tern_server *srv;
+} delivery;
+
+static void pub_unref(pub *p) {
+    if (atomic_fetch_sub(&p->refs, 1) == 1) {
+        tern_ws_prepared_free(p->msg);
+        free(p);
+    }
+}
+
+/* Sends msg to the subscribers of the topic on srv's loop. */
+static void deliver(tern_server *srv, const char *name, size_t len, tern_ws_prepared *msg,
+                    const tern_ws *except) {
+    registry *r = srv->pubsub;
+    topic_t *t = tfind(r, name, len, hash_name(name, len));
+    if (t == NULL)
+        return;
+    const tern_pubsub_options *o = &r->g->opt;
+    size_t mlen = tern__ws_prepared_len(msg);
+    t->busy++;
+    for (size_t i = 0; i < t->nsubs; i++) {
+        sub *s = t->subs[i];
+        if (s == NULL || s->ws == except)
+            continue;
+        tern_ws *ws = s->ws;
+        if (tern_ws_buffered(ws) + mlen > o->max_backlog) {
+            if (o->policy == TERN_PUBSUB_CLOSE) {
+                if (ws_open(ws))
+                    tern__ws_policy_close(ws);
+            } else {
+                s->dropped++;
+                t->dropped++;
+            }
+            continue;
+        }
+        if (tern_ws_send_prepared(ws, msg) == TERN_SEND_DROPPED) {
+            s->dropped++;
+            t->dropped++;
+        }
+    }
+    t->busy--;
+    topic_maybe_free(r, t);
+}
+
+static void deliver_post(tern_loop *loop, void *user) {
+    (void)loop;
+    delivery *d = user;
+    if (d->srv->pubsub)
+        deliver(d->srv, d->p->name, d->p->len, d->p->msg, NULL);
+    pub_unref(d->p);
+    free(d);
+}
+
+int64_t tern_publish_ex(tern_server *srv, const char *name, const void *data, size_t len,
+                        int opcode, const tern_ws *except, size_t seq_at) {
+    size_t tlen;
+    int err;
+    if (srv == NULL || srv->loop == NULL || (data == NULL && len > 0) ||
+        (opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY) ||
+        (seq_at != SIZE_MAX && seq_at > len))
+        return -EINVAL;
+    if ((err = check_topic(name, &tlen)) < 0)
+        return err;
+    group *g = group_of(srv);
+    if (g == NULL)
+        return -ENOMEM;
+    uint64_t h = hash_name(name, tlen);
+    pthread_mutex_lock(&g->mu);
+    gtopic *gt = gfind(g, name, tlen, h);
+    uint64_t seq = gt ? ++gt->seq : 0;
+    bool compress = gt && gt->compressed > 0 && len >= 64;
+    pthread_mutex_unlock(&g->mu);
+    if (seq == 0)
+        return 0;
+
+    tern_ws_prepared *msg;
+    if (seq_at == SIZE_MAX) {
+        msg = tern_ws_prepare(data, len, opcode, compress);
+    } else {
+        char num[24];
+        int nl = snprintf(num, sizeof(num), "%" PRIu64, seq);
+        char *buf = malloc(len + (size_t)nl);
+        if (buf == NULL)
+            return -ENOMEM;
+        memcpy(buf, data, seq_at);
+        memcpy(buf + seq_at, num, (size_t)nl);
+        memcpy(buf + seq_at + nl, (const char *)data + seq_at, len - seq_at);
+        msg = tern_ws_prepare(buf, len + (size_t)nl, opcode, compress);
+        free(buf);
+    }
+    if (msg == NULL)
+        return -ENOMEM;
+
+    /* On srv's own loop its subscribers get it now; every other loop of
+     * the group (all of them, from a thread that runs none) by a post. */
+    bool here = tern__loop_current() == srv->loop;
+    pub *p = malloc(sizeof(*p) + tlen + 1);
+    if (p == NULL) {
+        tern_ws_prepared_free(msg);
+        return -ENOMEM;
+    }
+    atomic_init(&p->refs, 1);
+    p->msg = msg;
+    p->len = tlen;
+    memcpy(p->name, name, tlen);
+    p->name[tlen] = '\0';
+    tern__server_config *cfg = srv->cfg;
+    int n = cfg->npeers ? cfg->npeers : 1;
+    for (int i = 0; i < n; i++) {
+        tern_server *peer = cfg->npeers ? cfg->peers[i] : srv;
+        if (peer == NULL || (here && peer == srv))
+            continue;
+        delivery *d = malloc(sizeof(*d));
+        if (d == NULL)
+            continue;   /* that loop misses it: out of memory */
+        d->p = p;
+        d->srv = peer;
+        atomic_fetch_add(&p->refs, 1);
+        if (tern_loop_post(peer->loop, deliver_post, d) < 0) {
+            atomic_fetch_sub(&p->refs, 1);
+            free(d);
+        }
+    }
+    if (here && srv->pubsub)
+        deliver(srv, name, tlen, msg, except);
+    pub_unref(p);
+    return (int64_t)seq;
+}
+
+int64_t tern_publish(tern_server *srv, const char *topic, const void *data, size_t len,
+                     int opcode) {
+    return tern_publish_ex(srv, topic, data, len, opcode, NULL, SIZE_MAX);
+}
+
+int64_t tern_publish_except(tern_server *srv, const char *topic, const void *data, size_t len,
+                            int opcode, const tern_ws *except) {
+    return tern_publish_ex(srv, topic, data, len, opcode, except, SIZE_MAX);
+}

@@ -1,0 +1,384 @@
+/* Pub/sub driven as applications drive it: a real server on the loop, raw
+ * sockets as subscribers, per-connection data freed in on_close while the
+ * application publishes in a loop.
+ *
+ * Checked here: each subscriber gets a topic's messages in publish order,
+ * seq numbers count from 1, tern_publish_except skips the sender, an
+ * unsubscribed connection gets nothing more, a closed one leaves its
+ * topics by itself, no callback runs inside a publish, a subscriber that
+ * never reads has messages dropped (and counted) under the drop policy
+ * and is closed with 1008 under the close policy, and bad arguments are
+ * refused. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tern/tern.h"
+
+/* ---- a raw client ----------------------------------------------------- */
+
+static int client_open(int port, int rcvbuf) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    if (rcvbuf > 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    static const char req[] = "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                              "Connection: Upgrade\r\n"
+                              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                              "Sec-WebSocket-Version: 13\r\n\r\n";
+    assert_int_equal(write(fd, req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    return fd;
+}
+
+static size_t client_drain(int fd) {
+    char buf[65536];
+    size_t total = 0;
+    ssize_t r;
+    while ((r = read(fd, buf, sizeof(buf))) > 0)
+        total += (size_t)r;
+    return total;
+}
+
+/* Everything the server sent (after the 101's head), until it has been
+ * quiet for 100 ms, as a list of text messages joined with '\n'. Only
+ * small unmasked text frames are expected. */
+static char *client_messages(int fd) {
+    static char raw[1 << 20];
+    size_t n = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (poll(&p, 1, 100) > 0) {
+        ssize_t r = read(fd, raw + n, sizeof(raw) - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    char *body = memmem(raw, n, "\r\n\r\n", 4);
+    assert_non_null(body);
+    size_t pos = (size_t)(body + 4 - raw);
+    char *out = calloc(1, n + 1);
+    size_t o = 0;
+    while (pos + 2 <= n) {
+        uint8_t b0 = (uint8_t)raw[pos], b1 = (uint8_t)raw[pos + 1];
+        assert_int_equal(b0, 0x81);   /* fin, text */
+        assert_true(b1 < 126);
+        assert_true(pos + 2 + b1 <= n);
+        memcpy(out + o, raw + pos + 2, b1);
+        o += b1;
+        out[o++] = '\n';
+        pos += 2 + b1;
+    }
+    assert_int_equal(pos, n);
+    out[o] = '\0';
+    return out;
+}
+
+/* ---- the application -------------------------------------------------- */
+
+typedef struct member {
+    tern_ws *ws;
+    struct member *next, *prev;
+} member;
+
+typedef struct app {
+    tern_loop *loop;
+    tern_server *srv;
+    tern_timer *tick;
+    member *members;           /* newest first */
+    member *order[8];          /* in the order they opened */
+    int opened, closed;
+    bool in_publish;
+    int callbacks_in_publish;
+    int close_code;
+    int ticks;
+    int fds[4];
+    int nfds;
+    int step;
+    int64_t seqs[128];
+    int nseqs;
+    uint64_t dropped;
+    size_t max_buffered;
+} app;
+
+static void on_open(tern_ws *ws, void *user) {
+    app *a = user;
+    if (a->in_publish)
+        a->callbacks_in_publish++;
+    member *m = calloc(1, sizeof(*m));
+    assert_non_null(m);
+    m->ws = ws;
+    m->next = a->members;
+    if (m->next)
+        m->next->prev = m;
+    a->members = m;
+    if (a->opened < 8)
+        a->order[a->opened] = m;
+    a->opened++;
+    tern_ws_set_user(ws, m);
+    assert_int_equal(tern_ws_subscribe(ws, "t"), 0);
+    assert_int_equal(tern_ws_subscribe(ws, "t"), -EALREADY);
+}
+
+static void on_close(tern_ws *ws, int code, const char *reason, size_t reason_len, void *user) {
+    app *a = user;
+    (void)reason, (void)reason_len;
+    if (a->in_publish)
+        a->callbacks_in_publish++;
+    a->closed++;
+    a->close_code = code;
+    member *m = tern_ws_user(ws);
+    for (int i = 0; i < 8; i++)
+        if (a->order[i] == m)
+            a->order[i] = NULL;
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        a->members = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+    memset(m, 0xAB, sizeof(*m));
+    free(m);
+}
+
+static const tern_ws_handlers handlers = {.on_open = on_open, .on_close = on_close};
+
+static void app_start(app *a, const tern_pubsub_options *po) {
+    memset(a, 0, sizeof(*a));
+    assert_int_equal(tern_loop_new(&a->loop, NULL), 0);
+    assert_int_equal(tern_server_new(&a->srv, a->loop, NULL), 0);
+    if (po)
+        assert_int_equal(tern_pubsub_configure(a->srv, po), 0);
+    tern_ws_options wo = {.backlog_hard = 16u << 20, .backlog_soft = 16u << 20};
+    assert_int_equal(tern_ws_route(a->srv, "/ws", &handlers, &wo, a), 0);
+    assert_int_equal(tern_listen(a->srv, "127.0.0.1", 0, NULL), 0);
+}
+
+static void app_finish(app *a) {
+    tern_timer_stop(a->tick);
+    tern_server_free(a->srv);
+    tern_loop_free(a->loop);
+    for (int i = 0; i < a->nfds; i++)
+        close(a->fds[i]);
+}
+
+static int64_t publish(app *a, const char *topic, const char *s, const tern_ws *except) {
+    a->in_publish = true;
+    int64_t r = tern_publish_except(a->srv, topic, s, strlen(s), TERN_WS_TEXT, except);
+    a->in_publish = false;
+    return r;
+}
+
+/* ---- order, except, unsubscribe, close ---------------------------------- */
+
+static void order_tick(tern_timer *t, void *user) {
+    app *a = user;
+    (void)t;
+    if (a->opened < 3 || ++a->ticks > 2000) {
+        if (a->ticks > 2000)
+            tern_loop_stop(a->loop);
+        return;
+    }
+    switch (a->step++) {
+    case 0: {
+        /* A (order[0]) publishes 100 messages to the others. */
+        char buf[16];
+        for (int i = 0; i < 100; i++) {
+            snprintf(buf, sizeof(buf), "m%d", i);
+            a->seqs[a->nseqs++] = publish(a, "t", buf, a->order[0]->ws);
+        }
+        /* C leaves; B gets one more. */
+        assert_int_equal(tern_ws_unsubscribe(a->order[2]->ws, "t"), 0);
+        assert_int_equal(tern_ws_unsubscribe(a->order[2]->ws, "t"), -ENOENT);
+        assert_false(tern_ws_subscribed(a->order[2]->ws, "t"));
+        assert_int_equal(tern_topic_subscribers(a->srv, "t"), 2);
+        a->seqs[a->nseqs++] = publish(a, "t", "last", a->order[0]->ws);
+        /* Nobody on "u": not numbered, nothing sent. */
+        assert_int_equal(publish(a, "u", "nobody", NULL), 0);
+        break;
+    }
+    default:
+        tern_loop_stop(a->loop);
+    }
+}
+
+static void order_except_and_unsubscribe(void **state) {
+    (void)state;
+    app a;
+    app_start(&a, NULL);
+    int port = tern_server_port(a.srv);
+    /* Which fd is which member is not known (accept order): they are
+     * told apart by what they get. */
+    for (int i = 0; i < 3; i++)
+        a.fds[a.nfds++] = client_open(port, 0);
+    assert_int_equal(tern_timer_start(a.loop, &a.tick, 5, 5, order_tick, &a), 0);
+    assert_int_equal(tern_loop_run(a.loop), 0);
+    assert_int_equal(a.opened, 3);
+    assert_int_equal(a.callbacks_in_publish, 0);
+    assert_int_equal(a.nseqs, 101);
+    for (int i = 0; i < 101; i++)
+        assert_int_equal(a.seqs[i], i + 1);
+
+    char expect_b[2048] = "", expect_c[2048] = "";
+    for (int i = 0; i < 100; i++) {
+        char line[16];
+        snprintf(line, sizeof(line), "m%d\n", i);
+        strcat(expect_b, line);
+        strcat(expect_c, line);
+    }
+    strcat(expect_b, "last\n");
+    int seen_a = 0, seen_b = 0, seen_c = 0;
+    for (int i = 0; i < 3; i++) {
+        char *got = client_messages(a.fds[i]);
+        if (strcmp(got, "") == 0)
+            seen_a++;
+        else if (strcmp(got, expect_b) == 0)
+            seen_b++;
+        else if (strcmp(got, expect_c) == 0)
+            seen_c++;
+        else
+            fail_msg("unexpected messages: %.200s", got);
+        free(got);
+    }
+    assert_int_equal(seen_a, 1);
+    assert_int_equal(seen_b, 1);
+    assert_int_equal(seen_c, 1);
+    app_finish(&a);
+}
+
+/* ---- slow subscribers ---------------------------------------------------- */
+
+/* fds[0] reads, fds[1] never does. */
+static void slow_tick(tern_timer *t, void *user) {
+    app *a = user;
+    (void)t;
+    a->ticks++;
+    client_drain(a->fds[0]);
+    if (a->opened < 2)
+        return;
+    if (a->closed > 0 || a->ticks > 300) {
+        tern_loop_stop(a->loop);
+        return;
+    }
+    static char payload[65536];
+    memset(payload, 'p', sizeof(payload) - 1);
+    for (int i = 0; i < 8; i++) {
+        a->in_publish = true;
+        int64_t seq = tern_publish(a->srv, "t", payload, sizeof(payload), TERN_WS_BINARY);
+        a->in_publish = false;
+        assert_true(seq > 0);
+        /* Members may be closed (and freed in on_close) only later. */
+        for (member *m = a->members; m; m = m->next) {
+            size_t b = tern_ws_buffered(m->ws);
+            if (b > a->max_buffered)
+                a->max_buffered = b;
+        }
+    }
+    if (a->closed == 0) {
+        uint64_t d = 0;
+        for (member *m = a->members; m; m = m->next)
+            d += tern_ws_topic_dropped(m->ws, "t");
+        a->dropped = d;
+        assert_int_equal(tern_topic_dropped(a->srv, "t"), d);
+    }
+}
+
+static void drop_policy_counts_what_a_slow_subscriber_misses(void **state) {
+    (void)state;
+    app a;
+    tern_pubsub_options po = {.max_backlog = 256 * 1024, .policy = TERN_PUBSUB_DROP};
+    app_start(&a, &po);
+    int port = tern_server_port(a.srv);
+    a.fds[a.nfds++] = client_open(port, 0);
+    a.fds[a.nfds++] = client_open(port, 4096);
+    assert_int_equal(tern_timer_start(a.loop, &a.tick, 5, 5, slow_tick, &a), 0);
+    assert_int_equal(tern_loop_run(a.loop), 0);
+    assert_int_equal(a.opened, 2);
+    assert_int_equal(a.closed, 0);
+    assert_true(a.dropped > 1000);                          /* the slow one missed most */
+    assert_true(a.max_buffered <= 256 * 1024 + 65536 + 16);  /* and its memory is bounded */
+    assert_int_equal(a.callbacks_in_publish, 0);
+    /* The reader missed nothing: only one member has drops. */
+    int with_drops = 0;
+    for (member *m = a.members; m; m = m->next)
+        with_drops += tern_ws_topic_dropped(m->ws, "t") > 0;
+    assert_int_equal(with_drops, 1);
+    app_finish(&a);
+}
+
+static void close_policy_closes_with_1008_after_the_publish(void **state) {
+    (void)state;
+    app a;
+    tern_pubsub_options po = {.max_backlog = 256 * 1024, .policy = TERN_PUBSUB_CLOSE};
+    app_start(&a, &po);
+    int port = tern_server_port(a.srv);
+    a.fds[a.nfds++] = client_open(port, 0);
+    a.fds[a.nfds++] = client_open(port, 4096);
+    assert_int_equal(tern_timer_start(a.loop, &a.tick, 5, 5, slow_tick, &a), 0);
+    assert_int_equal(tern_loop_run(a.loop), 0);
+    assert_int_equal(a.opened, 2);
+    assert_int_equal(a.closed, 1);
+    assert_int_equal(a.close_code, TERN_WS_POLICY);
+    assert_int_equal(a.callbacks_in_publish, 0);
+    /* The closed one left the topic by itself; the reader is still in it. */
+    assert_int_equal(tern_topic_subscribers(a.srv, "t"), 1);
+    assert_int_equal(tern_topic_subscribers_all(a.srv, "t"), 1);
+    assert_non_null(a.members);
+    assert_null(a.members->next);
+    app_finish(&a);
+}
+
+/* ---- arguments ------------------------------------------------------------ */
+
+static void bad_arguments_are_refused(void **state) {
+    (void)state;
+    tern_loop *loop;
+    tern_server *srv;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    assert_int_equal(tern_server_new(&srv, loop, NULL), 0);
+    char longname[TERN_TOPIC_MAX + 2];
+    memset(longname, 'x', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    assert_int_equal(tern_publish(NULL, "t", "x", 1, TERN_WS_TEXT), -EINVAL);
+    assert_int_equal(tern_publish(srv, NULL, "x", 1, TERN_WS_TEXT), -EINVAL);
+    assert_int_equal(tern_publish(srv, "", "x", 1, TERN_WS_TEXT), -EINVAL);
+    assert_int_equal(tern_publish(srv, "t", "x", 1, 9), -EINVAL);
+    assert_int_equal(tern_publish(srv, "t", NULL, 1, TERN_WS_TEXT), -EINVAL);
+    assert_int_equal(tern_publish(srv, longname, "x", 1, TERN_WS_TEXT), -ENAMETOOLONG);
+    assert_int_equal(tern_publish_ex(srv, "t", "x", 1, TERN_WS_TEXT, NULL, 2), -EINVAL);
+    assert_int_equal(tern_publish(srv, "t", "x", 1, TERN_WS_TEXT), 0);   /* no subscriber */
+    assert_int_equal(tern_ws_subscribe(NULL, "t"), -EINVAL);
+    assert_int_equal(tern_ws_unsubscribe(NULL, "t"), -EINVAL);
+    assert_int_equal(tern_topic_subscribers(srv, "t"), 0);
+    tern_pubsub_options bad = {.policy = 7};
+    assert_int_equal(tern_pubsub_configure(srv, &bad), -EINVAL);
+    tern_pubsub_options ok = {0};
+    assert_int_equal(tern_pubsub_configure(srv, &ok), -EBUSY);   /* pub/sub was used */
+    tern_server_free(srv);
+    tern_loop_free(loop);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(order_except_and_unsubscribe),
+        cmocka_unit_test(drop_policy_counts_what_a_slow_subscriber_misses),
+        cmocka_unit_test(close_policy_closes_with_1008_after_the_publish),
+        cmocka_unit_test(bad_arguments_are_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
