@@ -18,16 +18,9 @@
 
 #include "tern/tern.h"
 
-static int client_send(int port, const char *req) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
-    fcntl(fd, F_SETFL, O_NONBLOCK);
-    return fd;
-}
+#include "client.h"
+
+static inline int client_send(int port, const char *req) { return client_send_rcvbuf(port, 0, req); }
 
 typedef struct app {
     tern_loop *loop;

@@ -25,37 +25,7 @@
 
 #include "tern/tern.h"
 
-/* ---- a raw client ----------------------------------------------------- */
-
-/* Connects to the server and sends the upgrade request; the 101 is left
- * for the test to read (or, for a client that never reads, to lie there).
- * rcvbuf > 0 shrinks the client's receive buffer first. */
-static int client_open(int port, int rcvbuf) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    if (rcvbuf > 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    static const char req[] = "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
-                              "Connection: Upgrade\r\n"
-                              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                              "Sec-WebSocket-Version: 13\r\n\r\n";
-    assert_int_equal(write(fd, req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
-    fcntl(fd, F_SETFL, O_NONBLOCK);
-    return fd;
-}
-
-/* Reads and throws away whatever has arrived; returns the byte count. */
-static size_t client_drain(int fd) {
-    char buf[65536];
-    size_t total = 0;
-    ssize_t r;
-    while ((r = read(fd, buf, sizeof(buf))) > 0)
-        total += (size_t)r;
-    return total;
-}
+#include "client.h"
 
 /* ---- the application -------------------------------------------------- */
 
