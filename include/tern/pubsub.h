@@ -64,12 +64,50 @@ typedef struct tern_pubsub_options {
     size_t max_backlog;
     int policy;                    /* enum tern_pubsub_policy */
     uint32_t max_subscriptions;    /* per connection: 1024 */
+    /* The close code of TERN_PUBSUB_CLOSE: 1008 (policy violation, the
+     * default) or 1013 (try again later: a client that reconnects on 1013
+     * is invited to). Anything else is -EINVAL. */
+    uint16_t close_code;
 } tern_pubsub_options;
+
+/* The slow-consumer settings of a family of topics, overriding the
+ * server's (tern_pubsub_options) for them. Zero means the server's value
+ * for max_backlog and close_code; policy is always this rule's. */
+typedef struct tern_topic_options {
+    size_t max_backlog;
+    int policy;                    /* enum tern_pubsub_policy */
+    uint16_t close_code;           /* 1008 or 1013 */
+} tern_topic_options;
+
+#define TERN_TOPIC_RULES_MAX 64   /* rules per configuration */
 
 /* Sets the pub/sub options of srv's configuration (every loop of its
  * tern_run group): call it in setup, before serving. Returns 0 or -EINVAL
  * (bad policy), -EBUSY once the configuration is shared or pub/sub used. */
 int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt);
+
+/* Gives the topics whose names start with prefix their own slow-consumer
+ * settings: "market." may drop while "orders." closes. The longest
+ * matching prefix wins; a second rule for the same prefix replaces the
+ * first. Like tern_pubsub_configure, in setup before serving (call that
+ * first if you call both: it keeps the rules). Returns 0, -EINVAL (NULL
+ * argument, bad policy or close code), -ENAMETOOLONG (prefix over
+ * TERN_TOPIC_MAX), -ENOSPC (TERN_TOPIC_RULES_MAX rules), -EBUSY (the
+ * configuration is shared or pub/sub used), -ENOMEM. */
+int tern_pubsub_topic_rule(tern_server *srv, const char *prefix, const tern_topic_options *opt);
+
+/* A loop's pub/sub counters since its server was made. Written by that
+ * loop alone and readable from any thread, as tern_server_stats. */
+typedef struct tern_pubsub_counters {
+    uint64_t messages;    /* published messages that found subscribers on this loop */
+    uint64_t delivered;   /* copies given to subscribers */
+    uint64_t dropped;     /* copies not given: a subscriber over its backlog (drop policy) or
+                             refused by its route's own limit */
+    uint64_t closed;      /* subscribers closed by the close policy */
+    uint64_t subscriptions;   /* live subscriptions on this loop */
+} tern_pubsub_counters;
+/* Returns 0, or -EINVAL for a NULL argument or a host handle. */
+int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out);
 
 /* Subscribes ws to topic (1..TERN_TOPIC_MAX bytes, NUL-terminated). On
  * ws's loop only. Returns 0, -EALREADY when it already is, -EINVAL (NULL,

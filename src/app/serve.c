@@ -87,8 +87,24 @@ typedef struct serve_ctx {
     int nvhosts;
     tern_ws_options wo;
     tern_pubsub_options po;    /* --pubsub-max-backlog, --pubsub-policy */
+    const char *topic_rules[TERN_TOPIC_RULES_MAX];   /* --pubsub-topic-policy PREFIX=P */
+    int ntopic_rules;
     tern_server *first;        /* thread 0's server (setup's) */
 } serve_ctx;
+
+/* --pubsub-policy's values. */
+static bool parse_pubsub_policy(const char *s, int *policy, uint16_t *close_code) {
+    *close_code = 0;
+    if (!strcmp(s, "drop"))
+        *policy = TERN_PUBSUB_DROP;
+    else if (!strcmp(s, "close"))
+        *policy = TERN_PUBSUB_CLOSE;
+    else if (!strcmp(s, "close-1013"))
+        *policy = TERN_PUBSUB_CLOSE, *close_code = TERN_WS_TRY_AGAIN;
+    else
+        return false;
+    return true;
+}
 
 /* The thread whose loop runs this request. */
 static serve_thread *thread_of(tern_http_req *req, serve_ctx *ctx) {
@@ -408,7 +424,7 @@ static void bcast_message(tern_ws *ws, const char *data, size_t len, int opcode,
 static void on_stats(tern_http_req *req, void *user) {
     tern_server *srv = tern_http_req_server(req);
     int n = tern_server_peer_count(srv);
-    size_t cap = 256 + (size_t)n * 256, len = 0;
+    size_t cap = 512 + (size_t)n * 512, len = 0;
     char *out = malloc(cap);
     if (out == NULL) {
         tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
@@ -423,14 +439,20 @@ static void on_stats(tern_http_req *req, void *user) {
         return;
     }
 #define STATS_FMT "{\"connections\":%llu,\"accepted\":%llu,\"requests\":%llu," \
-                  "\"ws_messages_in\":%llu,\"ws_messages_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu}"
-#define STATS_ARGS(s) (unsigned long long)(s).connections, (unsigned long long)(s).accepted, \
-                      (unsigned long long)(s).requests, (unsigned long long)(s).ws_messages_in, \
-                      (unsigned long long)(s).ws_messages_out, (unsigned long long)(s).bytes_in, \
-                      (unsigned long long)(s).bytes_out
+                  "\"ws_messages_in\":%llu,\"ws_messages_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu," \
+                  "\"pubsub\":{\"subscriptions\":%llu,\"messages\":%llu,\"delivered\":%llu," \
+                  "\"dropped\":%llu,\"closed\":%llu}}"
+#define U(x) (unsigned long long)(x)
+#define STATS_ARGS(s, p) U((s).connections), U((s).accepted), U((s).requests), \
+                         U((s).ws_messages_in), U((s).ws_messages_out), U((s).bytes_in), \
+                         U((s).bytes_out), U((p).subscriptions), U((p).messages), \
+                         U((p).delivered), U((p).dropped), U((p).closed)
+    tern_pubsub_counters psum = {0};
     for (int i = 0; i < n; i++) {
         tern_stats st = {0};
+        tern_pubsub_counters ps = {0};
         tern_server_stats(tern_server_peer(srv, i), &st);
+        tern_pubsub_stats(tern_server_peer(srv, i), &ps);
         sum.connections += st.connections;
         sum.accepted += st.accepted;
         sum.requests += st.requests;
@@ -438,11 +460,17 @@ static void on_stats(tern_http_req *req, void *user) {
         sum.ws_messages_out += st.ws_messages_out;
         sum.bytes_in += st.bytes_in;
         sum.bytes_out += st.bytes_out;
+        psum.subscriptions += ps.subscriptions;
+        psum.messages += ps.messages;
+        psum.delivered += ps.delivered;
+        psum.dropped += ps.dropped;
+        psum.closed += ps.closed;
         elen += (size_t)snprintf(each + elen, cap - elen, "%s" STATS_FMT, i ? "," : "",
-                                 STATS_ARGS(st));
+                                 STATS_ARGS(st, ps));
     }
     len = (size_t)snprintf(out, cap, "{\"threads\":%d,\"thread\":%d,\"total\":" STATS_FMT
-                           ",\"each\":[%s]}\n", n, tern_server_index(srv), STATS_ARGS(sum), each);
+                           ",\"each\":[%s]}\n", n, tern_server_index(srv), STATS_ARGS(sum, psum), each);
+#undef U
 #undef STATS_FMT
 #undef STATS_ARGS
     free(each);
@@ -520,6 +548,21 @@ static int serve_setup(tern_server *srv, void *user) {
         fprintf(stderr, "tern serve: pub/sub routes: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
+    for (int i = 0; i < ctx->ntopic_rules; i++) {
+        /* PREFIX=P, checked by the option parser */
+        const char *eq = strrchr(ctx->topic_rules[i], '=');
+        char prefix[TERN_TOPIC_MAX + 1];
+        size_t plen = (size_t)(eq - ctx->topic_rules[i]);
+        tern_topic_options to = {.max_backlog = ctx->po.max_backlog};
+        parse_pubsub_policy(eq + 1, &to.policy, &to.close_code);
+        memcpy(prefix, ctx->topic_rules[i], plen);
+        prefix[plen] = '\0';
+        if ((err = tern_pubsub_topic_rule(srv, prefix, &to)) < 0) {
+            fprintf(stderr, "tern serve: --pubsub-topic-policy %s: %s\n", ctx->topic_rules[i],
+                    tern_strerror(err));
+            return SETUP_FAILED;
+        }
+    }
     if (ctx->root && (err = tern_http_static(srv, "/", ctx->root)) < 0) {
         fprintf(stderr, "tern serve: --root %s: %s\n", ctx->root, tern_strerror(err));
         return SETUP_FAILED;
@@ -588,8 +631,10 @@ static void usage(FILE *f) {
             "  --ws-slow-policy P    /ws client not reading: pause (default), close (1008) or drop\n"
 "  --pubsub-max-backlog BYTES  a /pubsub subscriber with more waiting gets the policy\n"
             "                        (default 1048576)\n"
-            "  --pubsub-policy P     drop (default: its messages are dropped and counted) or\n"
-            "                        close (1008)\n"
+            "  --pubsub-policy P     drop (default: its messages are dropped and counted),\n"
+            "                        close (1008) or close-1013 (try again later)\n"
+            "  --pubsub-topic-policy PREFIX=P  the policy P for topics starting with PREFIX\n"
+            "                        (repeatable; the longest prefix wins)\n"
             "  --log-level L         the library's log on stderr: error, warn (default), info, debug\n"
             "  --access-log FILE     one line per response (peer method target status bytes ms); - for stdout\n"
             "  --threads N           loops, one per thread (default: one per core)\n"
@@ -612,7 +657,7 @@ int tern_app_serve(int argc, char **argv) {
     enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
            O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
-           O_PS_BACKLOG, O_PS_POLICY };
+           O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -642,6 +687,7 @@ int tern_app_serve(int argc, char **argv) {
         {"vhost", required_argument, NULL, O_VHOST},
         {"pubsub-max-backlog", required_argument, NULL, O_PS_BACKLOG},
         {"pubsub-policy", required_argument, NULL, O_PS_POLICY},
+        {"pubsub-topic-policy", required_argument, NULL, O_PS_TOPIC},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -708,11 +754,16 @@ int tern_app_serve(int argc, char **argv) {
             if (ok) vhosts[nvhost++] = optarg;
             break;
         case O_PS_BACKLOG: ok = parse_size(optarg, 1ull << 32, &v) && v > 0; ctx.po.max_backlog = v; break;
-        case O_PS_POLICY:
-            ctx.po.policy = !strcmp(optarg, "drop") ? TERN_PUBSUB_DROP
-                            : !strcmp(optarg, "close") ? TERN_PUBSUB_CLOSE : -1;
-            ok = ctx.po.policy >= 0;
+        case O_PS_POLICY: ok = parse_pubsub_policy(optarg, &ctx.po.policy, &ctx.po.close_code); break;
+        case O_PS_TOPIC: {
+            const char *eq = strrchr(optarg, '=');
+            int pol;
+            uint16_t code;
+            ok = ctx.ntopic_rules < TERN_TOPIC_RULES_MAX && eq && eq - optarg <= TERN_TOPIC_MAX &&
+                 parse_pubsub_policy(eq + 1, &pol, &code);
+            if (ok) ctx.topic_rules[ctx.ntopic_rules++] = optarg;
             break;
+        }
         default: usage(stderr); return 2;
         }
         if (!ok) {

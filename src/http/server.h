@@ -121,6 +121,10 @@ typedef struct tern__listen_spec {
  * instruction); any thread may read them. */
 typedef struct tern__server_counters {
     _Atomic uint64_t accepted, closed, requests, ws_in, ws_out, bytes_in, bytes_out;
+    /* pub/sub's (tern_pubsub_stats), kept here so that they outlive the
+     * loop's registry and can be read like the others */
+    _Atomic uint64_t ps_messages, ps_delivered, ps_dropped, ps_closed, ps_subscribed,
+        ps_unsubscribed;
 } tern__server_counters;
 
 #define TERN__STAT_ADD(srv, field, n)                                                         \

@@ -105,10 +105,28 @@ typedef struct gtopic {
     char name[];
 } gtopic;
 
+/* A rule of tern_pubsub_topic_rule: the topics starting with prefix get o
+ * (its zeros already replaced by the server's values when the group is
+ * made). */
+typedef struct rule {
+    size_t len;
+    char prefix[TERN_TOPIC_MAX + 1];
+    tern_topic_options o;
+} rule;
+
+/* What setup configured (cfg->pubsub_opt; one block, so that the
+ * configuration frees it with free()). */
+typedef struct conf {
+    tern_pubsub_options opt;
+    size_t nrules;
+    rule rules[];
+} conf;
+
 typedef struct group {
     pthread_mutex_t mu;
     table topics;
     tern_pubsub_options opt;   /* defaults applied */
+    conf *conf;                /* a copy of setup's, rules completed; NULL when none */
 } group;
 
 static gtopic *gfind(group *g, const char *name, size_t len, uint64_t h) {
@@ -130,6 +148,7 @@ static void group_free(void *p) {
             free(n);
         }
     free(g->topics.b);
+    free(g->conf);
     pthread_mutex_destroy(&g->mu);
     free(g);
 }
@@ -148,6 +167,22 @@ static void apply_defaults(tern_pubsub_options *o) {
         o->max_backlog = DEFAULT_MAX_BACKLOG;
     if (o->max_subscriptions == 0)
         o->max_subscriptions = DEFAULT_MAX_SUBS;
+    if (o->close_code == 0)
+        o->close_code = TERN_WS_POLICY;
+}
+
+/* The settings a topic named name gets: the longest rule whose prefix
+ * starts it, or the server's. */
+static tern_topic_options topic_settings(const group *g, const char *name, size_t len) {
+    tern_topic_options o = {g->opt.max_backlog, g->opt.policy, g->opt.close_code};
+    const rule *best = NULL;
+    for (size_t i = 0; g->conf && i < g->conf->nrules; i++) {
+        const rule *r = &g->conf->rules[i];
+        if (r->len <= len && memcmp(r->prefix, name, r->len) == 0 &&
+            (best == NULL || r->len > best->len))
+            best = r;
+    }
+    return best ? best->o : o;
 }
 
 /* The configuration's group, made at first use by whichever thread. */
@@ -160,9 +195,25 @@ static group *group_of(tern_server *srv) {
     if (g == NULL)
         return NULL;
     pthread_mutex_init(&g->mu, NULL);
-    if (cfg->pubsub_opt)
-        g->opt = *(tern_pubsub_options *)cfg->pubsub_opt;
+    const conf *c = cfg->pubsub_opt;
+    if (c)
+        g->opt = c->opt;
     apply_defaults(&g->opt);
+    if (c && c->nrules) {
+        size_t size = sizeof(*c) + c->nrules * sizeof(rule);
+        if ((g->conf = malloc(size)) == NULL) {
+            group_free(g);
+            return NULL;
+        }
+        memcpy(g->conf, c, size);
+        for (size_t i = 0; i < c->nrules; i++) {
+            tern_topic_options *o = &g->conf->rules[i].o;
+            if (o->max_backlog == 0)
+                o->max_backlog = g->opt.max_backlog;
+            if (o->close_code == 0)
+                o->close_code = g->opt.close_code;
+        }
+    }
     atomic_store(&cfg->pubsub_hooks, &hooks);
     void *expected = NULL;
     if (!atomic_compare_exchange_strong(&cfg->pubsub_group, &expected, g)) {
@@ -172,17 +223,72 @@ static group *group_of(tern_server *srv) {
     return g;
 }
 
-int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt) {
-    if (srv == NULL || opt == NULL ||
-        (opt->policy != TERN_PUBSUB_DROP && opt->policy != TERN_PUBSUB_CLOSE))
-        return -EINVAL;
+static bool policy_ok(int policy, uint16_t close_code) {
+    return (policy == TERN_PUBSUB_DROP || policy == TERN_PUBSUB_CLOSE) &&
+           (close_code == 0 || close_code == TERN_WS_POLICY || close_code == TERN_WS_TRY_AGAIN);
+}
+
+/* Setup's conf block, made at the first call. */
+static int setup_conf(tern_server *srv, conf **out) {
     if (srv->cfg->shared || atomic_load(&srv->cfg->pubsub_group))
         return -EBUSY;
-    tern_pubsub_options *o = srv->cfg->pubsub_opt;
-    if (o == NULL && (o = malloc(sizeof(*o))) == NULL)
+    if (srv->cfg->pubsub_opt == NULL && (srv->cfg->pubsub_opt = calloc(1, sizeof(conf))) == NULL)
         return -ENOMEM;
-    *o = *opt;
-    srv->cfg->pubsub_opt = o;
+    *out = srv->cfg->pubsub_opt;
+    return 0;
+}
+
+int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt) {
+    if (srv == NULL || opt == NULL || !policy_ok(opt->policy, opt->close_code))
+        return -EINVAL;
+    conf *c;
+    int err = setup_conf(srv, &c);
+    if (err == 0)
+        c->opt = *opt;
+    return err;
+}
+
+int tern_pubsub_topic_rule(tern_server *srv, const char *prefix, const tern_topic_options *opt) {
+    if (srv == NULL || prefix == NULL || opt == NULL || !policy_ok(opt->policy, opt->close_code))
+        return -EINVAL;
+    size_t len = strnlen(prefix, TERN_TOPIC_MAX + 1);
+    if (len > TERN_TOPIC_MAX)
+        return -ENAMETOOLONG;
+    conf *c;
+    int err = setup_conf(srv, &c);
+    if (err < 0)
+        return err;
+    size_t i = 0;
+    while (i < c->nrules && !(c->rules[i].len == len && memcmp(c->rules[i].prefix, prefix, len) == 0))
+        i++;
+    if (i == c->nrules) {
+        if (c->nrules == TERN_TOPIC_RULES_MAX)
+            return -ENOSPC;
+        conf *n = realloc(c, sizeof(*c) + (c->nrules + 1) * sizeof(rule));
+        if (n == NULL)
+            return -ENOMEM;
+        srv->cfg->pubsub_opt = c = n;
+        c->nrules++;
+    }
+    rule *r = &c->rules[i];
+    memset(r, 0, sizeof(*r));
+    r->len = len;
+    memcpy(r->prefix, prefix, len);
+    r->o = *opt;
+    return 0;
+}
+
+int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out) {
+    if (srv == NULL || out == NULL || srv->loop == NULL)
+        return -EINVAL;
+#define LOAD(f) atomic_load_explicit(&srv->stats.f, memory_order_relaxed)
+    out->messages = LOAD(ps_messages);
+    out->delivered = LOAD(ps_delivered);
+    out->dropped = LOAD(ps_dropped);
+    out->closed = LOAD(ps_closed);
+    uint64_t in = LOAD(ps_subscribed), gone = LOAD(ps_unsubscribed);
+    out->subscriptions = in > gone ? in - gone : 0;
+#undef LOAD
     return 0;
 }
 
@@ -235,6 +341,7 @@ struct topic {
     sub **subs;          /* NULL slots only while publishing (busy) */
     size_t nsubs, cap;
     uint64_t dropped;
+    tern_topic_options o;   /* its slow-consumer settings (topic_settings) */
     int busy;            /* publishes running over subs */
     bool holes;
     size_t len;
@@ -251,6 +358,7 @@ typedef struct conn_subs {
 typedef struct registry {
     table topics, conns;
     group *g;
+    tern_server *srv;    /* the loop's server (its counters) */
 } registry;
 
 static registry *registry_of(tern_server *srv, bool make) {
@@ -261,6 +369,7 @@ static registry *registry_of(tern_server *srv, bool make) {
     if (g == NULL || (r = calloc(1, sizeof(*r))) == NULL)
         return NULL;
     r->g = g;
+    r->srv = srv;
     srv->pubsub = r;
     return r;
 }
@@ -322,6 +431,7 @@ static void sub_remove(registry *r, sub *s) {
         last->index = s->index;
     }
     gcount(r->g, t->name, t->len, t->n.hash, -1, s->compressed);
+    TERN__STAT_ADD(r->srv, ps_unsubscribed, 1);
     free(s);
     topic_maybe_free(r, t);
 }
@@ -404,6 +514,7 @@ int tern_ws_subscribe(tern_ws *ws, const char *name) {
         t->n.hash = h;
         t->len = len;
         memcpy(t->name, name, len);
+        t->o = topic_settings(r->g, name, len);
     }
     sub *s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -432,6 +543,7 @@ int tern_ws_subscribe(tern_ws *ws, const char *name) {
     s->index = t->nsubs;
     t->subs[t->nsubs++] = s;
     c->subs[c->nsubs++] = s;
+    TERN__STAT_ADD(srv, ps_subscribed, 1);
     if (new_c)
         table_add(&r->conns, &c->n);
     if (new_t)
@@ -557,8 +669,9 @@ static void deliver(tern_server *srv, const char *name, size_t len, tern_ws_prep
     topic_t *t = tfind(r, name, len, hash_name(name, len));
     if (t == NULL)
         return;
-    const tern_pubsub_options *o = &r->g->opt;
+    const tern_topic_options *o = &t->o;
     size_t mlen = tern__ws_prepared_len(msg);
+    uint64_t delivered = 0, dropped = 0, closed = 0;
     t->busy++;
     for (size_t i = 0; i < t->nsubs; i++) {
         sub *s = t->subs[i];
@@ -567,19 +680,28 @@ static void deliver(tern_server *srv, const char *name, size_t len, tern_ws_prep
         tern_ws *ws = s->ws;
         if (tern_ws_buffered(ws) + mlen > o->max_backlog) {
             if (o->policy == TERN_PUBSUB_CLOSE) {
-                if (ws_open(ws))
-                    tern__ws_policy_close(ws);
+                if (ws_open(ws)) {
+                    tern__ws_policy_close_code(ws, o->close_code);
+                    closed++;
+                }
             } else {
                 s->dropped++;
-                t->dropped++;
+                dropped++;
             }
             continue;
         }
         if (tern_ws_send_prepared(ws, msg) == TERN_SEND_DROPPED) {
             s->dropped++;
-            t->dropped++;
+            dropped++;
+        } else {
+            delivered++;
         }
     }
+    t->dropped += dropped;
+    TERN__STAT_ADD(srv, ps_messages, 1);
+    TERN__STAT_ADD(srv, ps_delivered, delivered);
+    TERN__STAT_ADD(srv, ps_dropped, dropped);
+    TERN__STAT_ADD(srv, ps_closed, closed);
     t->busy--;
     topic_maybe_free(r, t);
 }

@@ -40,7 +40,8 @@ static const char *close_reason(int code) {
     switch (code) {
     case TERN_WS_PROTOCOL_ERROR: return "protocol error";
     case TERN_WS_INVALID_DATA: return "invalid UTF-8";
-    case TERN_WS_POLICY: return "slow consumer";
+    case TERN_WS_POLICY:
+    case TERN_WS_TRY_AGAIN: return "slow consumer";
     case TERN_WS_TOO_BIG: return "message too big";
     case TERN_WS_INTERNAL: return "internal error";
     default: return "";
@@ -122,12 +123,16 @@ static void fail(tern_ws *ws, int code) {
  * inside the user's send (a broadcast loop, typically), so on_close is
  * not called here but at the end of the batch (on_deferred): the loop
  * may go on, and free what it likes in on_close afterwards. */
-void tern__ws_policy_close(tern_ws *ws) {
+void tern__ws_policy_close(tern_ws *ws) { tern__ws_policy_close_code(ws, TERN_WS_POLICY); }
+
+void tern__ws_policy_close_code(tern_ws *ws, int code) {
     if (gone(ws))
         return;
     ws->conn.out_limit = 0;
+    ws->close_1013 = code == TERN_WS_TRY_AGAIN;
+    code = ws->close_1013 ? TERN_WS_TRY_AGAIN : TERN_WS_POLICY;
     if (ws->state == TERN__WS_OPEN)
-        send_close_frame(ws, TERN_WS_POLICY, close_reason(TERN_WS_POLICY), 13);
+        send_close_frame(ws, code, close_reason(code), 13);
     ws->state = TERN__WS_DONE;
     ws->close_due = true;
     tern__conn_defer(&ws->conn);
@@ -139,9 +144,9 @@ static void on_deferred(tern__conn *c) {
     if (ws->close_due) {
         ws->close_due = false;
         pubsub_forget(ws);
+        int code = ws->close_1013 ? TERN_WS_TRY_AGAIN : TERN_WS_POLICY;
         if (ws->route->h.on_close)
-            ws->route->h.on_close(ws, TERN_WS_POLICY, close_reason(TERN_WS_POLICY), 13,
-                                  ws->route->user);
+            ws->route->h.on_close(ws, code, close_reason(code), 13, ws->route->user);
     }
 }
 

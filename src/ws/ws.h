@@ -88,7 +88,8 @@ struct tern_ws {
     bool paused_by_policy : 1;
     bool sending_fragments : 1;   /* a fragmented message of ours is in progress */
     bool grace_wake : 1;          /* the timeout is armed for the grace period's end */
-    bool close_due : 1;           /* on_close(1008, "slow consumer") is due at the batch end */
+    bool close_due : 1;           /* on_close(1008 or 1013, "slow consumer") is due at the batch end */
+    bool close_1013 : 1;          /* the policy close uses 1013 (pub/sub's choice), not 1008 */
     bool in_delivery : 1;         /* inside this connection's on_message/on_fragment */
 };
 
@@ -96,6 +97,8 @@ struct tern_ws {
 /* The slow-consumer close (1008), from inside a user's call: the close
  * frame follows the backlog, on_close comes at the end of the batch. */
 void tern__ws_policy_close(tern_ws *ws);
+/* The same with code 1008 or 1013 (try again later). */
+void tern__ws_policy_close_code(tern_ws *ws, int code);
 /* Another reference to a prepared message (tern_ws_prepared_free drops
  * one; any thread); the length of its plain frame. */
 tern_ws_prepared *tern__ws_prepared_ref(tern_ws_prepared *m);

@@ -10,12 +10,13 @@ import asyncio
 import json
 import socket
 import time
+import subprocess
 import urllib.request
 
 from websockets.asyncio.client import connect as aconnect
 from websockets.sync.client import connect
 
-from conftest import SANITIZED, SLOW
+from conftest import SANITIZED, SLOW, TERN_BIN
 
 
 def url(t, path="/pubsub"):
@@ -127,7 +128,7 @@ def test_bad_input_gets_errors(tern):
         assert recv(ws) == {"ok": "publish", "topic": "t5", "seq": 1}
 
 
-def _slow_subscriber(t, policy):
+def _slow_subscriber(t, policy, topic="firehose"):
     """A subscriber that never reads, a reader, and a publisher that pushes
     64 KiB messages over HTTP; returns (reader's count, slow socket, rss
     samples, published)."""
@@ -137,21 +138,21 @@ def _slow_subscriber(t, policy):
     slow.sendall(b"GET /pubsub HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
                  b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
                  b"Sec-WebSocket-Version: 13\r\n\r\n")
-    frame = json.dumps({"op": "subscribe", "topic": "firehose"}).encode()
+    frame = json.dumps({"op": "subscribe", "topic": topic}).encode()
     mask = b"\x00\x00\x00\x00"
     slow.sendall(bytes([0x81, 0x80 | len(frame)]) + mask + frame)
     body = "z" * 65536
     rss = []
     got = 0
     with connect(url(t), max_size=None) as reader:
-        subscribe(reader, "firehose")
+        subscribe(reader, topic)
         deadline = time.time() + 10 * SLOW
         while t.proc.poll() is None and time.time() < deadline:
-            if http_publish(t, "firehose", body)["subscribers"] == 2:
+            if http_publish(t, topic, body)["subscribers"] == 2:
                 break
         published = 0
         for i in range(300):
-            r = http_publish(t, "firehose", body)
+            r = http_publish(t, topic, body)
             published += 1
             if policy == "close" and r["subscribers"] == 1:
                 recv(reader)
@@ -194,18 +195,59 @@ def test_slow_subscriber_closed_1008(tern_factory):
     got, slow, rss, published = _slow_subscriber(t, "close")
     assert got == published < 300
     # Now read: what is there ends with a close frame 1008.
-    slow.settimeout(5 * SLOW)
+    data = _read_until_closed(slow)
+    assert b"\x88\x0f\x03\xf0slow consumer" in data
+    slow.close()
+
+
+def _read_until_closed(sock):
+    sock.settimeout(5 * SLOW)
     data = b""
     while True:
         try:
-            b = slow.recv(1 << 20)
+            b = sock.recv(1 << 20)
         except (ConnectionResetError, TimeoutError, socket.timeout):
             break
         if not b:
             break
         data += b
-    assert b"\x88\x0f\x03\xf0slow consumer" in data
+    return data
+
+
+def stats(t):
+    with urllib.request.urlopen(f"{t.base}/stats", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def test_topic_policy_by_prefix_and_counters_in_stats(tern_factory):
+    """The server drops for slow subscribers, but topics under "orders."
+    close them with 1013 (--pubsub-topic-policy); /stats counts both."""
+    t = tern_factory("--pubsub-max-backlog", "262144", "--pubsub-policy", "drop",
+                     "--pubsub-topic-policy", "orders.=close-1013")
+    got, slow, _, published = _slow_subscriber(t, "close", topic="orders.eu")
+    assert got == published < 300
+    data = _read_until_closed(slow)
+    assert b"\x88\x0f\x03\xf5slow consumer" in data   # 1013
     slow.close()
+    st = stats(t)["total"]["pubsub"]
+    assert st["closed"] == 1 and st["dropped"] == 0
+    assert st["messages"] >= published and st["delivered"] >= published
+
+    # a topic outside the prefix gets the server's policy: drop
+    got, slow, _, published = _slow_subscriber(t, "drop", topic="trades")
+    assert got == published == 300
+    st = stats(t)["total"]["pubsub"]
+    assert st["closed"] == 1 and st["dropped"] > 0
+    assert st["subscriptions"] == 1   # the slow one, still subscribed
+    slow.close()
+
+
+def test_bad_topic_policy_is_refused():
+    for bad in ("orders.=linger", "orders.", "x" * 300 + "=drop"):
+        r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--pubsub-topic-policy", bad],
+                           capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2, (bad, r.stderr)
+        assert "bad value for --pubsub-topic-policy" in r.stderr
 
 
 def test_publish_across_threads(tern_factory):

@@ -347,12 +347,57 @@ static void bad_arguments_are_refused(void **state) {
     tern_loop_free(loop);
 }
 
+static void topic_rules_are_checked_and_bounded(void **state) {
+    (void)state;
+    tern_loop *loop;
+    tern_server *srv;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    assert_int_equal(tern_server_new(&srv, loop, NULL), 0);
+    char longname[TERN_TOPIC_MAX + 2];
+    memset(longname, 'x', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    tern_topic_options drop = {.policy = TERN_PUBSUB_DROP};
+    tern_topic_options close13 = {.policy = TERN_PUBSUB_CLOSE, .close_code = 1013};
+    tern_topic_options badpol = {.policy = 3}, badcode = {.policy = TERN_PUBSUB_CLOSE, .close_code = 1000};
+    assert_int_equal(tern_pubsub_topic_rule(NULL, "a.", &drop), -EINVAL);
+    assert_int_equal(tern_pubsub_topic_rule(srv, NULL, &drop), -EINVAL);
+    assert_int_equal(tern_pubsub_topic_rule(srv, "a.", NULL), -EINVAL);
+    assert_int_equal(tern_pubsub_topic_rule(srv, "a.", &badpol), -EINVAL);
+    assert_int_equal(tern_pubsub_topic_rule(srv, "a.", &badcode), -EINVAL);
+    assert_int_equal(tern_pubsub_topic_rule(srv, longname, &drop), -ENAMETOOLONG);
+    tern_pubsub_options po = {.policy = TERN_PUBSUB_CLOSE, .close_code = 1001};
+    assert_int_equal(tern_pubsub_configure(srv, &po), -EINVAL);
+    po.close_code = 1013;
+    assert_int_equal(tern_pubsub_configure(srv, &po), 0);
+    /* the same prefix twice is one rule; TERN_TOPIC_RULES_MAX in all */
+    assert_int_equal(tern_pubsub_topic_rule(srv, "a.", &drop), 0);
+    assert_int_equal(tern_pubsub_topic_rule(srv, "a.", &close13), 0);
+    char name[16];
+    for (int i = 1; i < TERN_TOPIC_RULES_MAX; i++) {
+        snprintf(name, sizeof(name), "p%d.", i);
+        assert_int_equal(tern_pubsub_topic_rule(srv, name, &drop), 0);
+    }
+    assert_int_equal(tern_pubsub_topic_rule(srv, "one.more.", &drop), -ENOSPC);
+    assert_int_equal(tern_pubsub_topic_rule(srv, "p7.", &close13), 0);   /* a replacement fits */
+    tern_pubsub_counters c;
+    assert_int_equal(tern_pubsub_stats(NULL, &c), -EINVAL);
+    assert_int_equal(tern_pubsub_stats(srv, NULL), -EINVAL);
+    assert_int_equal(tern_pubsub_stats(srv, &c), 0);
+    assert_int_equal(c.messages + c.delivered + c.dropped + c.closed + c.subscriptions, 0);
+    /* once pub/sub is in use, the rules are fixed */
+    assert_int_equal(tern_publish(srv, "a.b", "x", 1, TERN_WS_TEXT), 0);
+    assert_int_equal(tern_pubsub_topic_rule(srv, "b.", &drop), -EBUSY);
+    tern_server_free(srv);
+    tern_loop_free(loop);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(order_except_and_unsubscribe),
         cmocka_unit_test(drop_policy_counts_what_a_slow_subscriber_misses),
         cmocka_unit_test(close_policy_closes_with_1008_after_the_publish),
         cmocka_unit_test(bad_arguments_are_refused),
+        cmocka_unit_test(topic_rules_are_checked_and_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
