@@ -33,6 +33,7 @@ flock 9
 apt_pkgs=(
   build-essential cmake ninja-build pkg-config   # build
   libssl-dev zlib1g-dev                          # OpenSSL (SHA-1, base64, TLS), zlib (permessage-deflate)
+  libhiredis-dev                                 # pub/sub's Redis bridge
   openssl                                        # make run's self-signed certificate for HTTPS on 8443
 )
 py_mods=()   # module:package
@@ -43,6 +44,7 @@ if [ $want_test = 1 ]; then
     curl                                         # integration tests (openssl, from build, makes the TLS tests' certificates)
     python3 python3-pip python3-venv             # pytest; the Autobahn runner's venv (tests/autobahn)
     chromium                                     # browser WebSocket test (headless)
+    redis-server                                 # pub/sub across nodes (tests/integration/test_redis.py)
   )
   py_mods+=(pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11)
 fi

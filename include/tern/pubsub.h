@@ -109,6 +109,47 @@ typedef struct tern_pubsub_counters {
 /* Returns 0, or -EINVAL for a NULL argument or a host handle. */
 int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out);
 
+/* ---- many nodes: the Redis bridge ---------------------------------------
+ *
+ * tern_pubsub_redis(srv, "redis://127.0.0.1:6379/0") makes every process
+ * (node) bridged to the same Redis one pub/sub space. A publish is
+ * delivered to this node's subscribers at once, as without Redis, and sent
+ * to Redis (channel "tern:" + topic) in an envelope that names the node;
+ * a node subscribes a topic's channel while it has subscribers to the
+ * topic (on any loop), and delivers what comes from the other nodes on all
+ * its loops. So every subscriber of every node gets each message once.
+ * The bridge (two hiredis connections: one subscribed, one to publish on)
+ * runs on srv's loop and never blocks it; the host should be an address
+ * or a name the resolver answers at once (it is resolved when connecting).
+ *
+ * Order: a subscriber gets each node's publishes to a topic in that
+ * node's order (as one thread's, above); publishes made on different nodes
+ * interleave as they arrive. The seq a subscriber sees is its node's
+ * numbering (a message from another node is numbered when it arrives).
+ *
+ * Redis going away is survived: local delivery goes on; publishes meanwhile
+ * reach this node only (counted as dropped, never queued); the bridge
+ * reconnects with a backoff (100 ms, doubling to 5 s, with jitter) and
+ * subscribes again. Losing and regaining Redis are logged (warn, info). */
+typedef struct tern_redis_counters {
+    bool connected;        /* both connections up */
+    uint64_t reconnects;   /* connections made again after a loss */
+    uint64_t published;    /* publishes sent to Redis */
+    uint64_t received;     /* messages from the other nodes */
+    uint64_t dropped;      /* publishes not sent: Redis was away */
+} tern_redis_counters;
+
+/* Bridges srv's configuration (every loop of its group) to Redis at url
+ * (redis://host[:port][/db]; port 6379, db 0 by default). In setup, on
+ * srv's loop thread, after tern_pubsub_configure and the topic rules.
+ * Returns 0, -EINVAL (NULL argument, a bad URL), -EALREADY (bridged
+ * already), -ENOMEM. Connecting goes on in the loop: a Redis that is not
+ * there yet is retried as after a loss. */
+int tern_pubsub_redis(tern_server *srv, const char *url);
+/* Any thread. Returns 0, or -ENOENT when srv's group has no bridge,
+ * -EINVAL. */
+int tern_pubsub_redis_stats(const tern_server *srv, tern_redis_counters *out);
+
 /* Subscribes ws to topic (1..TERN_TOPIC_MAX bytes, NUL-terminated). On
  * ws's loop only. Returns 0, -EALREADY when it already is, -EINVAL (NULL,
  * empty), -ENAMETOOLONG, -ENOSPC (max_subscriptions reached), -EPIPE (ws

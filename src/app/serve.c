@@ -88,6 +88,7 @@ typedef struct serve_ctx {
     tern_ws_options wo;
     tern_pubsub_options po;    /* --pubsub-max-backlog, --pubsub-policy */
     const char *topic_rules[TERN_TOPIC_RULES_MAX];   /* --pubsub-topic-policy PREFIX=P */
+    const char *redis;         /* --redis URL, or NULL */
     int ntopic_rules;
     tern_server *first;        /* thread 0's server (setup's) */
 } serve_ctx;
@@ -424,7 +425,7 @@ static void bcast_message(tern_ws *ws, const char *data, size_t len, int opcode,
 static void on_stats(tern_http_req *req, void *user) {
     tern_server *srv = tern_http_req_server(req);
     int n = tern_server_peer_count(srv);
-    size_t cap = 512 + (size_t)n * 512, len = 0;
+    size_t cap = 768 + (size_t)n * 512, len = 0;
     char *out = malloc(cap);
     if (out == NULL) {
         tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
@@ -468,8 +469,17 @@ static void on_stats(tern_http_req *req, void *user) {
         elen += (size_t)snprintf(each + elen, cap - elen, "%s" STATS_FMT, i ? "," : "",
                                  STATS_ARGS(st, ps));
     }
-    len = (size_t)snprintf(out, cap, "{\"threads\":%d,\"thread\":%d,\"total\":" STATS_FMT
-                           ",\"each\":[%s]}\n", n, tern_server_index(srv), STATS_ARGS(sum, psum), each);
+    char redis[256] = "null";
+    tern_redis_counters rc;
+    if (tern_pubsub_redis_stats(srv, &rc) == 0)
+        snprintf(redis, sizeof(redis),
+                 "{\"connected\":%s,\"reconnects\":%llu,\"published\":%llu,"
+                 "\"received\":%llu,\"dropped\":%llu}",
+                 rc.connected ? "true" : "false", U(rc.reconnects), U(rc.published),
+                 U(rc.received), U(rc.dropped));
+    len = (size_t)snprintf(out, cap, "{\"threads\":%d,\"thread\":%d,\"redis\":%s,\"total\":"
+                           STATS_FMT ",\"each\":[%s]}\n", n, tern_server_index(srv), redis,
+                           STATS_ARGS(sum, psum), each);
 #undef U
 #undef STATS_FMT
 #undef STATS_ARGS
@@ -563,6 +573,11 @@ static int serve_setup(tern_server *srv, void *user) {
             return SETUP_FAILED;
         }
     }
+    if (ctx->redis && (err = tern_pubsub_redis(srv, ctx->redis)) < 0) {
+        fprintf(stderr, "tern serve: --redis %s: %s\n", ctx->redis,
+                err == -EINVAL ? "not a redis://host[:port][/db] URL" : tern_strerror(err));
+        return SETUP_FAILED;
+    }
     if (ctx->root && (err = tern_http_static(srv, "/", ctx->root)) < 0) {
         fprintf(stderr, "tern serve: --root %s: %s\n", ctx->root, tern_strerror(err));
         return SETUP_FAILED;
@@ -635,6 +650,8 @@ static void usage(FILE *f) {
             "                        close (1008) or close-1013 (try again later)\n"
             "  --pubsub-topic-policy PREFIX=P  the policy P for topics starting with PREFIX\n"
             "                        (repeatable; the longest prefix wins)\n"
+            "  --redis URL           bridge pub/sub through Redis (redis://host[:port][/db]):\n"
+            "                        every node's subscribers get every node's publishes\n"
             "  --log-level L         the library's log on stderr: error, warn (default), info, debug\n"
             "  --access-log FILE     one line per response (peer method target status bytes ms); - for stdout\n"
             "  --threads N           loops, one per thread (default: one per core)\n"
@@ -657,7 +674,7 @@ int tern_app_serve(int argc, char **argv) {
     enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
            O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
-           O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC };
+           O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -688,6 +705,7 @@ int tern_app_serve(int argc, char **argv) {
         {"pubsub-max-backlog", required_argument, NULL, O_PS_BACKLOG},
         {"pubsub-policy", required_argument, NULL, O_PS_POLICY},
         {"pubsub-topic-policy", required_argument, NULL, O_PS_TOPIC},
+        {"redis", required_argument, NULL, O_REDIS},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -754,6 +772,7 @@ int tern_app_serve(int argc, char **argv) {
             if (ok) vhosts[nvhost++] = optarg;
             break;
         case O_PS_BACKLOG: ok = parse_size(optarg, 1ull << 32, &v) && v > 0; ctx.po.max_backlog = v; break;
+        case O_REDIS: ctx.redis = optarg; break;
         case O_PS_POLICY: ok = parse_pubsub_policy(optarg, &ctx.po.policy, &ctx.po.close_code); break;
         case O_PS_TOPIC: {
             const char *eq = strrchr(optarg, '=');

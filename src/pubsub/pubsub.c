@@ -27,6 +27,7 @@
 
 #include "http/server.h"
 #include "loop/loop.h"
+#include "pubsub/redis.h"
 #include "tern/pubsub.h"
 #include "ws/ws.h"
 
@@ -127,6 +128,10 @@ typedef struct group {
     table topics;
     tern_pubsub_options opt;   /* defaults applied */
     conf *conf;                /* a copy of setup's, rules completed; NULL when none */
+    /* The Redis bridge (tern_pubsub_redis), run by bridge_srv's loop and
+     * freed with that server; set once in setup, read by any thread. */
+    tern__redis *_Atomic redis;
+    tern_server *bridge_srv;
 } group;
 
 static gtopic *gfind(group *g, const char *name, size_t len, uint64_t h) {
@@ -292,10 +297,14 @@ int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out) {
     return 0;
 }
 
-/* Counts a subscription in (+1) or out (-1) of the shared table. */
+static void bridge_topic_changed(group *g, const char *name, size_t len);
+
+/* Counts a subscription in (+1) or out (-1) of the shared table; the
+ * first subscription anywhere and the last one tell the Redis bridge. */
 static int gcount(group *g, const char *name, size_t len, uint64_t h, int delta,
                   bool compressed) {
     int err = 0;
+    bool changed = false;
     pthread_mutex_lock(&g->mu);
     gtopic *t = gfind(g, name, len, h);
     if (delta > 0) {
@@ -308,6 +317,7 @@ static int gcount(group *g, const char *name, size_t len, uint64_t h, int delta,
             t->len = len;
             memcpy(t->name, name, len);
             table_add(&g->topics, &t->n);
+            changed = true;
         }
         t->subs++;
         t->compressed += compressed;
@@ -317,10 +327,13 @@ static int gcount(group *g, const char *name, size_t len, uint64_t h, int delta,
         if (t->subs == 0) {
             table_del(&g->topics, &t->n);
             free(t);
+            changed = true;
         }
     }
 out:
     pthread_mutex_unlock(&g->mu);
+    if (changed && atomic_load(&g->redis))
+        bridge_topic_changed(g, name, len);
     return err;
 }
 
@@ -459,6 +472,11 @@ static void registry_free(tern_server *srv) {
             next = n->next;
             ws_closed(srv, ((conn_subs *)n)->ws);
         }
+    group *g = r->g;
+    if (g->bridge_srv == srv) {
+        tern__redis_free(atomic_exchange(&g->redis, NULL));
+        g->bridge_srv = NULL;
+    }
     free(r->topics.b);
     free(r->conns.b);
     free(r);
@@ -715,8 +733,13 @@ static void deliver_post(tern_loop *loop, void *user) {
     free(d);
 }
 
-int64_t tern_publish_ex(tern_server *srv, const char *name, const void *data, size_t len,
-                        int opcode, const tern_ws *except, size_t seq_at) {
+static void bridge_publish(group *g, const char *name, size_t tlen, const void *data, size_t len,
+                           int opcode, size_t seq_at);
+
+/* tern_publish_ex, and the delivery of what other nodes published
+ * (forward false: not sent back to Redis). */
+static int64_t publish(tern_server *srv, const char *name, const void *data, size_t len,
+                       int opcode, const tern_ws *except, size_t seq_at, bool forward) {
     size_t tlen;
     int err;
     if (srv == NULL || srv->loop == NULL || (data == NULL && len > 0) ||
@@ -728,6 +751,8 @@ int64_t tern_publish_ex(tern_server *srv, const char *name, const void *data, si
     group *g = group_of(srv);
     if (g == NULL)
         return -ENOMEM;
+    if (forward && atomic_load(&g->redis))
+        bridge_publish(g, name, tlen, data, len, opcode, seq_at);
     uint64_t h = hash_name(name, tlen);
     pthread_mutex_lock(&g->mu);
     gtopic *gt = gfind(g, name, tlen, h);
@@ -791,6 +816,11 @@ int64_t tern_publish_ex(tern_server *srv, const char *name, const void *data, si
     return (int64_t)seq;
 }
 
+int64_t tern_publish_ex(tern_server *srv, const char *topic, const void *data, size_t len,
+                        int opcode, const tern_ws *except, size_t seq_at) {
+    return publish(srv, topic, data, len, opcode, except, seq_at, true);
+}
+
 int64_t tern_publish(tern_server *srv, const char *topic, const void *data, size_t len,
                      int opcode) {
     return tern_publish_ex(srv, topic, data, len, opcode, NULL, SIZE_MAX);
@@ -799,4 +829,137 @@ int64_t tern_publish(tern_server *srv, const char *topic, const void *data, size
 int64_t tern_publish_except(tern_server *srv, const char *topic, const void *data, size_t len,
                             int opcode, const tern_ws *except) {
     return tern_publish_ex(srv, topic, data, len, opcode, except, SIZE_MAX);
+}
+
+/* ---- the Redis bridge ------------------------------------------------- */
+
+/* Work for the bridge's loop from another thread: a topic whose first or
+ * last subscriber came or went (len == 0: data is the topic), or a publish
+ * to forward. */
+typedef struct bridge_job {
+    group *g;
+    bool publish;
+    int opcode;
+    size_t tlen, len, seq_at;
+    char buf[];   /* topic, then data */
+} bridge_job;
+
+/* On the bridge's loop: Redis's subscription follows the group's count
+ * now (not the change that asked: changes from several threads may
+ * arrive in any order, the count is the truth). */
+static void bridge_reconcile(group *g, const char *name, size_t len) {
+    tern__redis *b = atomic_load(&g->redis);
+    if (b == NULL)
+        return;
+    pthread_mutex_lock(&g->mu);
+    gtopic *t = gfind(g, name, len, hash_name(name, len));
+    bool on = t && t->subs > 0;
+    pthread_mutex_unlock(&g->mu);
+    tern__redis_subscribe(b, name, len, on);
+}
+
+static void bridge_job_run(tern_loop *loop, void *user) {
+    (void)loop;
+    bridge_job *j = user;
+    tern__redis *b = atomic_load(&j->g->redis);
+    if (b && j->publish)
+        tern__redis_publish(b, j->buf, j->tlen, j->buf + j->tlen, j->len, j->opcode, j->seq_at);
+    else if (b)
+        bridge_reconcile(j->g, j->buf, j->tlen);
+    free(j);
+}
+
+static void bridge_post(group *g, bool is_publish, const char *name, size_t tlen, const void *data,
+                        size_t len, int opcode, size_t seq_at) {
+    tern__redis *b = atomic_load(&g->redis);
+    bridge_job *j = malloc(sizeof(*j) + tlen + len);
+    if (j == NULL)
+        return;   /* out of memory: a publish reaches this node only */
+    j->g = g;
+    j->publish = is_publish;
+    j->opcode = opcode;
+    j->tlen = tlen;
+    j->len = len;
+    j->seq_at = seq_at;
+    memcpy(j->buf, name, tlen);
+    if (len)
+        memcpy(j->buf + tlen, data, len);
+    if (b == NULL || tern_loop_post(tern__redis_loop(b), bridge_job_run, j) < 0)
+        free(j);
+}
+
+static void bridge_topic_changed(group *g, const char *name, size_t len) {
+    tern__redis *b = atomic_load(&g->redis);
+    if (b && tern__loop_current() == tern__redis_loop(b))
+        bridge_reconcile(g, name, len);
+    else
+        bridge_post(g, false, name, len, NULL, 0, 0, 0);
+}
+
+static void bridge_publish(group *g, const char *name, size_t tlen, const void *data, size_t len,
+                           int opcode, size_t seq_at) {
+    tern__redis *b = atomic_load(&g->redis);
+    if (b && tern__loop_current() == tern__redis_loop(b))
+        tern__redis_publish(b, name, tlen, data, len, opcode, seq_at);
+    else
+        bridge_post(g, true, name, tlen, data, len, opcode, seq_at);
+}
+
+/* What another node published: to every loop's subscribers, as a publish
+ * on this node would, but not back to Redis. */
+static void bridge_message(void *user, const char *topic, size_t tlen, const char *data,
+                           size_t len, int opcode, size_t seq_at) {
+    group *g = user;
+    char name[TERN_TOPIC_MAX + 1];
+    memcpy(name, topic, tlen);
+    name[tlen] = '\0';
+    if (g->bridge_srv && strlen(name) == tlen)
+        publish(g->bridge_srv, name, data, len, opcode, NULL, seq_at, false);
+}
+
+/* After each (re)connect: every topic with subscribers on some loop. */
+static void bridge_resubscribe(void *user) {
+    group *g = user;
+    tern__redis *b = atomic_load(&g->redis);
+    if (b == NULL)
+        return;
+    pthread_mutex_lock(&g->mu);
+    for (size_t i = 0; i < g->topics.nb; i++)
+        for (node *n = g->topics.b[i]; n; n = n->next)
+            tern__redis_subscribe(b, ((gtopic *)n)->name, ((gtopic *)n)->len, true);
+    pthread_mutex_unlock(&g->mu);
+}
+
+int tern_pubsub_redis(tern_server *srv, const char *url) {
+    if (srv == NULL || url == NULL || srv->loop == NULL)
+        return -EINVAL;
+    registry *r = registry_of(srv, true);   /* so that freeing srv frees the bridge */
+    if (r == NULL)
+        return -ENOMEM;
+    group *g = r->g;
+    if (atomic_load(&g->redis))
+        return -EALREADY;
+    static const tern__redis_hooks rh = {.message = bridge_message,
+                                         .resubscribe = bridge_resubscribe};
+    tern__redis *b;
+    /* bridge_srv first: the bridge may call back once it runs */
+    g->bridge_srv = srv;
+    int err = tern__redis_new(&b, srv->loop, url, &rh, g);
+    if (err < 0) {
+        g->bridge_srv = NULL;
+        return err;
+    }
+    atomic_store(&g->redis, b);
+    return 0;
+}
+
+int tern_pubsub_redis_stats(const tern_server *srv, tern_redis_counters *out) {
+    if (srv == NULL || out == NULL)
+        return -EINVAL;
+    group *g = atomic_load(&srv->cfg->pubsub_group);
+    tern__redis *b = g ? atomic_load(&g->redis) : NULL;
+    if (b == NULL)
+        return -ENOENT;
+    tern__redis_stats(b, out);
+    return 0;
 }

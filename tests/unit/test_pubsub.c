@@ -384,8 +384,18 @@ static void topic_rules_are_checked_and_bounded(void **state) {
     assert_int_equal(tern_pubsub_stats(srv, NULL), -EINVAL);
     assert_int_equal(tern_pubsub_stats(srv, &c), 0);
     assert_int_equal(c.messages + c.delivered + c.dropped + c.closed + c.subscriptions, 0);
-    /* once pub/sub is in use, the rules are fixed */
-    assert_int_equal(tern_publish(srv, "a.b", "x", 1, TERN_WS_TEXT), 0);
+    /* the Redis bridge: checked URLs, one per group, counters */
+    tern_redis_counters rc;
+    assert_int_equal(tern_pubsub_redis_stats(srv, &rc), -ENOENT);
+    assert_int_equal(tern_pubsub_redis(NULL, "redis://127.0.0.1"), -EINVAL);
+    assert_int_equal(tern_pubsub_redis(srv, NULL), -EINVAL);
+    assert_int_equal(tern_pubsub_redis(srv, "redis://127.0.0.1:0"), -EINVAL);
+    assert_int_equal(tern_pubsub_redis(srv, "http://127.0.0.1"), -EINVAL);
+    assert_int_equal(tern_pubsub_redis(srv, "redis://127.0.0.1:1/"), 0);   /* nobody there: retried */
+    assert_int_equal(tern_pubsub_redis(srv, "redis://127.0.0.1:1"), -EALREADY);
+    assert_int_equal(tern_pubsub_redis_stats(srv, &rc), 0);
+    assert_false(rc.connected);
+    /* once pub/sub is in use (the bridge made its group), the rules are fixed */
     assert_int_equal(tern_pubsub_topic_rule(srv, "b.", &drop), -EBUSY);
     tern_server_free(srv);
     tern_loop_free(loop);
