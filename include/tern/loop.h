@@ -38,7 +38,8 @@ enum {
 const char *tern_strerror(int err);
 
 int tern_loop_new(tern_loop **out, const tern_loop_options *opt);
-/* Frees the loop. Every server, timer and connection of it must be gone. */
+/* Frees the loop. Every server and connection of it must be gone; timers
+ * still armed are freed with it (an idle one stays the caller's). */
 void tern_loop_free(tern_loop *loop);
 
 /* Runs until tern_loop_stop(). Returns 0, or a negative errno if epoll failed. */

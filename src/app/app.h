@@ -13,4 +13,13 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                               const tern_pubsub_options *po,
                               int (*on_upgrade)(tern_http_req *, void **, void *), void *user);
 
+/* feed.c: the simulated market data ("market", rate updates a second; 0:
+ * none) and live statistics ("stats", every second), from timers on srv's
+ * loop; and the page that shows them at /market (and / when at_root). */
+int tern__feed_start(tern_server *srv, unsigned rate);
+void tern__page_routes(tern_server *srv, bool at_root);
+/* The page, src/app/market.html, made into an array at build time. */
+extern const unsigned char tern__market_html[];
+extern const size_t tern__market_html_len;
+
 #endif

@@ -89,6 +89,8 @@ typedef struct serve_ctx {
     tern_pubsub_options po;    /* --pubsub-max-backlog, --pubsub-policy */
     const char *topic_rules[TERN_TOPIC_RULES_MAX];   /* --pubsub-topic-policy PREFIX=P */
     const char *redis;         /* --redis URL, or NULL */
+    bool feed;                 /* --feed on|off (on) */
+    unsigned feed_rate;        /* --feed-rate N: market updates a second */
     int ntopic_rules;
     tern_server *first;        /* thread 0's server (setup's) */
 } serve_ctx;
@@ -573,6 +575,12 @@ static int serve_setup(tern_server *srv, void *user) {
             return SETUP_FAILED;
         }
     }
+    /* The page at / unless --root serves files there (then at /market). */
+    tern__page_routes(srv, ctx->root == NULL);
+    if ((err = tern__feed_start(srv, ctx->feed ? ctx->feed_rate : 0)) < 0) {
+        fprintf(stderr, "tern serve: feed: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
     if (ctx->redis && (err = tern_pubsub_redis(srv, ctx->redis)) < 0) {
         fprintf(stderr, "tern serve: --redis %s: %s\n", ctx->redis,
                 err == -EINVAL ? "not a redis://host[:port][/db] URL" : tern_strerror(err));
@@ -650,6 +658,8 @@ static void usage(FILE *f) {
             "                        close (1008) or close-1013 (try again later)\n"
             "  --pubsub-topic-policy PREFIX=P  the policy P for topics starting with PREFIX\n"
             "                        (repeatable; the longest prefix wins)\n"
+            "  --feed on|off         the simulated market data on topic \"market\" (default on)\n"
+            "  --feed-rate N         its price updates a second, over all instruments (default 40)\n"
             "  --redis URL           bridge pub/sub through Redis (redis://host[:port][/db]):\n"
             "                        every node's subscribers get every node's publishes\n"
             "  --log-level L         the library's log on stderr: error, warn (default), info, debug\n"
@@ -674,7 +684,7 @@ int tern_app_serve(int argc, char **argv) {
     enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
            O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
-           O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS };
+           O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -706,6 +716,8 @@ int tern_app_serve(int argc, char **argv) {
         {"pubsub-policy", required_argument, NULL, O_PS_POLICY},
         {"pubsub-topic-policy", required_argument, NULL, O_PS_TOPIC},
         {"redis", required_argument, NULL, O_REDIS},
+        {"feed", required_argument, NULL, O_FEED},
+        {"feed-rate", required_argument, NULL, O_FEED_RATE},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -723,7 +735,7 @@ int tern_app_serve(int argc, char **argv) {
     /* An echo answers what it reads: when the client does not read the
      * answers, stop reading its requests (TCP pushes back on it). */
     int slow_policy = TERN_WS_SLOW_PAUSE;
-    serve_ctx ctx = {0};
+    serve_ctx ctx = {.feed = true, .feed_rate = 40};
     int log_level = TERN_LOG_WARN;
     const char *access_path = NULL;
     int c;
@@ -773,6 +785,11 @@ int tern_app_serve(int argc, char **argv) {
             break;
         case O_PS_BACKLOG: ok = parse_size(optarg, 1ull << 32, &v) && v > 0; ctx.po.max_backlog = v; break;
         case O_REDIS: ctx.redis = optarg; break;
+        case O_FEED:
+            ok = !strcmp(optarg, "on") || !strcmp(optarg, "off");
+            ctx.feed = !strcmp(optarg, "on");
+            break;
+        case O_FEED_RATE: ok = parse_size(optarg, 100000, &v); ctx.feed_rate = (unsigned)v; break;
         case O_PS_POLICY: ok = parse_pubsub_policy(optarg, &ctx.po.policy, &ctx.po.close_code); break;
         case O_PS_TOPIC: {
             const char *eq = strrchr(optarg, '=');

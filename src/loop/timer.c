@@ -148,6 +148,10 @@ int tern__timers_timeout(const tern_loop *loop) {
 }
 
 void tern__timers_free(tern_loop *loop) {
+    /* Timers still armed go with their loop (a repeating one that nobody
+     * stopped, such as a server's periodic job). */
+    for (size_t i = 0; i < loop->heap_len; i++)
+        free(loop->heap[i]);
     free(loop->heap);
     loop->heap = NULL;
     loop->heap_len = loop->heap_cap = 0;

@@ -1,0 +1,160 @@
+/* tern serve's simulated market data and live statistics, published
+ * through the library's pub/sub, and the page at / that shows them.
+ *
+ * Both come in /pubsub's format, {"topic":T,"seq":N,"data":D}, D a JSON
+ * string holding a JSON object:
+ * - topic "market", one message per price update:
+ *     {"sym":"ACME","px":101.25,"chg":0.42,"ts":1763950000123}
+ *   (chg: percent since the feed started; ts: Unix milliseconds). One
+ *   instrument is one key: a later conflation keeps the newest per sym.
+ * - topic "stats", once a second:
+ *     {"uptime":S,"threads":T,"connections":C,"msgs_in":R,"msgs_out":R,
+ *      "bytes_in":R,"bytes_out":R,"publishes":R,"delivered":R,"dropped":D}
+ *   where R are per-second rates over every thread and D a total.
+ *
+ * Both run from timers on the first thread's loop; a publish reaches the
+ * subscribers of every thread. A publish to a topic with no subscriber
+ * costs a lookup: the feed runs whether anyone watches or not. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "app/app.h"
+#include "tern/tern.h"
+
+#define TICK_MS 50
+
+typedef struct instrument {
+    const char *sym;
+    double open, px;
+} instrument;
+
+static instrument instruments[] = {
+    {"ACME", 101.20, 0}, {"BOLT", 48.75, 0}, {"CRUX", 312.40, 0}, {"DYNA", 27.15, 0},
+    {"EMBR", 88.90, 0},  {"FERN", 15.32, 0}, {"GLYF", 221.05, 0}, {"HALO", 64.48, 0},
+    {"IRIS", 142.66, 0}, {"JADE", 9.87, 0},  {"KILN", 75.30, 0},  {"LUMA", 403.12, 0},
+    {"MOSS", 33.44, 0},  {"NOVA", 187.25, 0}, {"ONYX", 56.01, 0}, {"PIKE", 12.78, 0},
+    {"QUIL", 98.65, 0},  {"RUNE", 260.90, 0}, {"SAGE", 41.17, 0}, {"TERN", 120.00, 0},
+    {"UMBR", 19.95, 0},  {"VOLT", 77.77, 0},  {"WREN", 133.33, 0}, {"XENO", 5.55, 0},
+};
+#define N_INSTRUMENTS (sizeof(instruments) / sizeof(instruments[0]))
+
+/* Invariant: one feed per tern serve, touched only by the first loop's
+ * thread (its timers); last holds the totals of the previous stats tick. */
+typedef struct feed {
+    tern_server *srv;
+    unsigned rate;          /* updates per second over all instruments */
+    double owed;            /* updates due but not yet published (fractions) */
+    uint64_t started_ms;
+    uint64_t last_in, last_out, last_bin, last_bout, last_msgs, last_deliv;
+    unsigned seed;
+} feed;
+
+static feed the_feed;
+
+static uint64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A random walk with a pull back to the open, so prices stay plausible. */
+static void move(instrument *in, unsigned *seed) {
+    double r = (double)rand_r(seed) / RAND_MAX - 0.5;
+    double step = in->px * 0.002 * r * 2 + (in->open - in->px) * 0.01;
+    in->px += step;
+    if (in->px < 0.01)
+        in->px = 0.01;
+}
+
+static void on_tick(tern_timer *t, void *user) {
+    (void)t;
+    feed *f = user;
+    f->owed += f->rate * (TICK_MS / 1000.0);
+    char msg[200];
+    const char head[] = "{\"topic\":\"market\",\"seq\":";
+    for (; f->owed >= 1; f->owed -= 1) {
+        instrument *in = &instruments[(unsigned)rand_r(&f->seed) % N_INSTRUMENTS];
+        move(in, &f->seed);
+        int n = snprintf(msg, sizeof(msg),
+                         "%s,\"data\":\"{\\\"sym\\\":\\\"%s\\\",\\\"px\\\":%.2f,"
+                         "\\\"chg\\\":%.2f,\\\"ts\\\":%llu}\"}",
+                         head, in->sym, in->px, (in->px - in->open) / in->open * 100,
+                         (unsigned long long)now_ms());
+        tern_publish_ex(f->srv, "market", msg, (size_t)n, TERN_WS_TEXT, NULL, sizeof(head) - 1);
+    }
+}
+
+static void on_stats_tick(tern_timer *t, void *user) {
+    (void)t;
+    feed *f = user;
+    uint64_t conns = 0, in = 0, out = 0, bin = 0, bout = 0, msgs = 0, deliv = 0, dropped = 0;
+    int n = tern_server_peer_count(f->srv);
+    for (int i = 0; i < n; i++) {
+        tern_stats st = {0};
+        tern_pubsub_counters ps = {0};
+        tern_server_stats(tern_server_peer(f->srv, i), &st);
+        tern_pubsub_stats(tern_server_peer(f->srv, i), &ps);
+        conns += st.connections;
+        in += st.ws_messages_in;
+        out += st.ws_messages_out;
+        bin += st.bytes_in;
+        bout += st.bytes_out;
+        msgs += ps.messages;
+        deliv += ps.delivered;
+        dropped += ps.dropped;
+    }
+    char msg[640];
+    const char head[] = "{\"topic\":\"stats\",\"seq\":";
+#define Q "\\\""   /* a quote inside the data string */
+    int len = snprintf(msg, sizeof(msg),
+                       "%s,\"data\":\"{" Q "uptime" Q ":%llu," Q "threads" Q ":%d," Q "connections" Q
+                       ":%llu," Q "msgs_in" Q ":%llu," Q "msgs_out" Q ":%llu," Q "bytes_in" Q ":%llu,"
+                       Q "bytes_out" Q ":%llu," Q "publishes" Q ":%llu," Q "delivered" Q ":%llu,"
+                       Q "dropped" Q ":%llu}\"}",
+                       head, (unsigned long long)((now_ms() - f->started_ms) / 1000), n,
+                       (unsigned long long)conns, (unsigned long long)(in - f->last_in),
+                       (unsigned long long)(out - f->last_out),
+                       (unsigned long long)(bin - f->last_bin),
+                       (unsigned long long)(bout - f->last_bout),
+                       (unsigned long long)(msgs - f->last_msgs),
+                       (unsigned long long)(deliv - f->last_deliv), (unsigned long long)dropped);
+#undef Q
+    f->last_in = in, f->last_out = out, f->last_bin = bin, f->last_bout = bout;
+    f->last_msgs = msgs, f->last_deliv = deliv;
+    tern_publish_ex(f->srv, "stats", msg, (size_t)len, TERN_WS_TEXT, NULL, sizeof(head) - 1);
+}
+
+int tern__feed_start(tern_server *srv, unsigned rate) {
+    feed *f = &the_feed;
+    memset(f, 0, sizeof(*f));
+    f->srv = srv;
+    f->rate = rate;
+    f->started_ms = now_ms();
+    f->seed = (unsigned)f->started_ms;
+    for (size_t i = 0; i < N_INSTRUMENTS; i++)
+        instruments[i].px = instruments[i].open;
+    tern_timer *t;
+    tern_loop *loop = tern_server_loop(srv);
+    /* Both repeat until the loop is freed, which frees them. */
+    int err = tern_timer_start(loop, &t, 1000, 1000, on_stats_tick, f);
+    if (err == 0 && rate > 0)
+        err = tern_timer_start(loop, &t, TICK_MS, TICK_MS, on_tick, f);
+    return err;
+}
+
+/* ---- the page ------------------------------------------------------------ */
+
+static void on_page(tern_http_req *req, void *user) {
+    (void)user;
+    tern_http_add_header(req, "Cache-Control", "no-cache");
+    tern_http_respond(req, 200, "text/html; charset=utf-8", (const char *)tern__market_html,
+                      tern__market_html_len);
+}
+
+void tern__page_routes(tern_server *srv, bool at_root) {
+    tern_http_route(srv, "GET", "/market", on_page, NULL);
+    if (at_root)
+        tern_http_route(srv, "GET", "/", on_page, NULL);
+}

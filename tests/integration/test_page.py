@@ -1,0 +1,158 @@
+"""tern serve's live market page at / and the feeds behind it.
+
+Checked: topic "market" carries well-formed price updates with rising seq,
+and nothing with --feed off; topic "stats" ticks about once a second with
+the server's numbers; headless Chromium loads / (over http and, with wss,
+over https), sees prices change and the statistics update, and saves a
+screenshot (its path is printed, and kept under build/test-output/)."""
+import base64
+import json
+import os
+import time
+
+import pytest
+from websockets.sync.client import connect
+
+from conftest import SLOW
+from test_ws_clients import TIMEOUT, DevTools, chromium  # noqa: F401 (fixture)
+
+OUT_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "build", "test-output")
+
+
+def subscribe(ws, *topics):
+    for t in topics:
+        ws.send(json.dumps({"op": "subscribe", "topic": t}))
+        assert json.loads(ws.recv(timeout=5 * SLOW)) == {"ok": "subscribe", "topic": t}
+
+
+def next_of(ws, topic, timeout=5.0):
+    while True:
+        m = json.loads(ws.recv(timeout=timeout * SLOW))
+        if m.get("topic") == topic:
+            return m["seq"], json.loads(m["data"])
+
+
+def test_market_feed_messages(tern_factory):
+    t = tern_factory("--feed-rate", "200")
+    with connect(f"ws://127.0.0.1:{t.port}/pubsub") as ws:
+        subscribe(ws, "market")
+        seqs, syms = [], set()
+        for _ in range(100):
+            seq, d = next_of(ws, "market")
+            assert set(d) == {"sym", "px", "chg", "ts"}
+            assert d["px"] > 0 and abs(d["chg"]) < 100
+            assert abs(d["ts"] / 1000 - time.time()) < 60
+            seqs.append(seq)
+            syms.add(d["sym"])
+        assert seqs == list(range(seqs[0], seqs[0] + 100))   # rising, none missing
+        assert len(syms) > 10
+
+
+def test_feed_off_and_stats(tern_factory):
+    t = tern_factory("--feed", "off")
+    with connect(f"ws://127.0.0.1:{t.port}/pubsub") as ws:
+        subscribe(ws, "market", "stats")
+        start = time.monotonic()
+        ticks = []
+        while len(ticks) < 3:
+            m = json.loads(ws.recv(timeout=5 * SLOW))
+            assert m["topic"] == "stats", m   # no market data with --feed off
+            ticks.append((time.monotonic(), json.loads(m["data"])))
+        assert 1.2 < ticks[-1][0] - start < 5 * SLOW   # about one a second
+        d = ticks[-1][1]
+        assert d["connections"] >= 1 and d["threads"] == 1 and d["uptime"] >= 1
+        for k in ("msgs_in", "msgs_out", "bytes_in", "bytes_out", "publishes", "delivered",
+                  "dropped"):
+            assert isinstance(d[k], int) and d[k] >= 0
+        # the stats messages themselves were delivered to this subscriber
+        assert any(tk[1]["delivered"] >= 1 for tk in ticks)
+
+
+def test_bad_feed_options():
+    import subprocess
+    from conftest import TERN_BIN
+    for args in (["--feed", "maybe"], ["--feed-rate", "lots"]):
+        r = subprocess.run([TERN_BIN, "serve", "--port", "0", *args], capture_output=True,
+                           text=True, timeout=10)
+        assert r.returncode == 2 and "bad value" in r.stderr, (args, r.stderr)
+
+
+# Reads the page's state: every price shown, the statistics panel, status.
+STATE_JS = """JSON.stringify({
+  prices: [...document.querySelectorAll('#rows td.px')].map(e => e.textContent),
+  updates: document.getElementById('p-updates').textContent,
+  uptime: document.getElementById('s-uptime').textContent,
+  connections: document.getElementById('s-connections').textContent,
+  status: document.getElementById('status').textContent,
+})"""
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_page_shows_live_prices(tern_factory, chromium, tmp_path, scheme):  # noqa: F811
+    from test_tls import make_cert
+    cert, key = make_cert(str(tmp_path), "c", "localhost", "DNS:localhost,IP:127.0.0.1")
+    srv = tern_factory("--feed-rate", "100", "--tls-port", "0", "--tls-cert", cert,
+                       "--tls-key", key)
+    base = srv.base if scheme == "http" else f"https://127.0.0.1:{srv.tls_port}"
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--ignore-certificate-errors", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+            "--window-size=1280,900", f"--user-data-dir={profile}", "--remote-debugging-pipe",
+            "about:blank"]
+    log = tmp_path / "chromium.log"
+    with open(log, "wb") as err:
+        dt = DevTools(argv, err, time.monotonic() + TIMEOUT)
+        try:
+            target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            s = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            dt.call("Page.enable", session=s)
+            dt.call("Emulation.setDeviceMetricsOverride",
+                    {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+                    session=s)
+            nav = dt.call("Page.navigate", {"url": f"{base}/"}, session=s)
+            assert "errorText" not in nav, nav
+
+            def state():
+                r = dt.call("Runtime.evaluate", {"expression": STATE_JS, "returnByValue": True},
+                            session=s)
+                if "exceptionDetails" in r:
+                    return None   # the page is not there yet
+                return json.loads(r["result"]["value"])
+
+            def wait(cond, what):
+                deadline = time.monotonic() + 10 * SLOW
+                while time.monotonic() < deadline:
+                    st = state()
+                    if st is not None and cond(st):
+                        return st
+                    time.sleep(0.1)
+                raise AssertionError(f"page never showed {what}: {state()}")
+
+            first = wait(lambda st: len(st["prices"]) >= 10 and st["uptime"] != "–",
+                         "prices and statistics")
+            assert ("wss://" if scheme == "https" else "ws://") in first["status"]
+            assert first["status"].startswith("live")
+            time.sleep(1.5)
+            later = wait(lambda st: st["uptime"] != first["uptime"], "the statistics update")
+            # prices moved: the same symbols show other figures now
+            n = min(len(first["prices"]), len(later["prices"]))
+            assert first["prices"][:n] != later["prices"][:n]
+            assert int(later["updates"]) > int(first["updates"])
+            assert int(later["connections"]) >= 1
+            shot = dt.call("Page.captureScreenshot", {"format": "png"}, session=s)
+            png = base64.b64decode(shot["data"])
+            assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10000
+            path = tmp_path / f"market-{scheme}.png"
+            path.write_bytes(png)
+            os.makedirs(OUT_DIR, exist_ok=True)
+            kept = os.path.abspath(os.path.join(OUT_DIR, f"market-{scheme}.png"))
+            with open(kept, "wb") as f:
+                f.write(png)
+            print(f"screenshot: {kept}")
+            dt.call("Target.closeTarget", {"targetId": target})
+        except (TimeoutError, EOFError, RuntimeError) as e:
+            pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
+        finally:
+            dt.close()
