@@ -44,7 +44,6 @@ typedef struct link {
     tern__io io;
     uint32_t events;
     bool up;            /* connected (onConnect said so) */
-    bool subscriber;    /* the SUBSCRIBEd one */
 } link;
 
 /* Invariants: both links up (connected), or connecting, or a retry armed
@@ -59,6 +58,7 @@ struct tern__redis {
     link sub, pub;
     tern_timer *retry;
     uint32_t backoff_ms;
+    unsigned seed;      /* the jitter's (rand_r: this loop's own sequence) */
     bool was_up;        /* both links are or were up since the last loss: a loss is logged */
     bool ever_up;       /* connected once: the next connection counts as a reconnect */
     bool freeing;       /* in tern__redis_free or resetting the links: callbacks do nothing */
@@ -121,7 +121,7 @@ static void link_lost(tern__redis *r) {
     r->was_up = false;
     atomic_store(&r->connected, false);
     /* jitter: +-25 %, so many nodes do not come back in step */
-    uint32_t wait = r->backoff_ms - r->backoff_ms / 4 + (uint32_t)(random() % (r->backoff_ms / 2 + 1));
+    uint32_t wait = r->backoff_ms - r->backoff_ms / 4 + (uint32_t)rand_r(&r->seed) % (r->backoff_ms / 2 + 1);
     r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
     if (r->retry ? tern_timer_again(r->retry, wait) : tern_timer_start(r->loop, &r->retry, wait,
                                                                         0, on_retry, r))
@@ -207,7 +207,6 @@ static void free_links(tern__redis *r) {
 
 static void connect_links(tern__redis *r) {
     free_links(r);   /* what is left of the last pair */
-    r->sub.subscriber = true;
     if (link_connect(r, &r->sub) < 0 || link_connect(r, &r->pub) < 0) {
         free_links(r);
         link_lost(r);
@@ -267,6 +266,7 @@ int tern__redis_new(tern__redis **out, tern_loop *loop, const char *url,
     r->hooks = *hooks;
     r->user = user;
     r->backoff_ms = BACKOFF_MIN_MS;
+    memcpy(&r->seed, r->id, sizeof(r->seed));
     connect_links(r);
     *out = r;
     return 0;
