@@ -53,7 +53,17 @@ extern "C" {
 enum tern_pubsub_policy {
     TERN_PUBSUB_DROP = 0,    /* the message is not sent to it, and counted as dropped */
     TERN_PUBSUB_CLOSE = 1,   /* the connection is closed with 1008 "slow consumer" */
+    /* Per-key conflation: a message published with a key (tern_publish_key)
+     * waits in the subscriber's queue, where a newer message with the same
+     * key replaces it (counted as conflated), until the backlog drains;
+     * keys leave in the order of their latest update. Memory is bounded by
+     * the keys (at most TERN_CONFLATE_KEYS per subscription), not the
+     * rate. A message without a key, or past that bound, is dropped. */
+    TERN_PUBSUB_CONFLATE = 2,
 };
+
+#define TERN_CONFLATE_KEYS 4096   /* queued keys per subscription */
+#define TERN_KEY_MAX 128          /* longest key, in bytes */
 
 /* Zero means the default for every field. */
 typedef struct tern_pubsub_options {
@@ -104,6 +114,7 @@ typedef struct tern_pubsub_counters {
     uint64_t dropped;     /* copies not given: a subscriber over its backlog (drop policy) or
                              refused by its route's own limit */
     uint64_t closed;      /* subscribers closed by the close policy */
+    uint64_t conflated;   /* queued copies replaced by newer ones with their key */
     uint64_t subscriptions;   /* live subscriptions on this loop */
 } tern_pubsub_counters;
 /* Returns 0, or -EINVAL for a NULL argument or a host handle. */
@@ -178,6 +189,15 @@ int64_t tern_publish_except(tern_server *srv, const char *topic, const void *dat
  * {"seq":N,...}); seq_at == SIZE_MAX inserts nothing. */
 int64_t tern_publish_ex(tern_server *srv, const char *topic, const void *data, size_t len,
                         int opcode, const tern_ws *except, size_t seq_at);
+
+/* tern_publish_ex with a key (NUL-terminated, up to TERN_KEY_MAX bytes;
+ * NULL for none): the unit of conflation for the topics whose policy is
+ * TERN_PUBSUB_CONFLATE (an instrument, say); other policies ignore it.
+ * Returns as tern_publish_ex, and -EINVAL for a key too long or empty. */
+int64_t tern_publish_key(tern_server *srv, const char *topic, const char *key, const void *data,
+                         size_t len, int opcode, size_t seq_at);
+/* Updates of topic replaced in ws's queue by newer ones with their key. */
+uint64_t tern_ws_topic_conflated(const tern_ws *ws, const char *topic);
 
 /* Subscribers of topic on srv's loop (call it there). */
 size_t tern_topic_subscribers(tern_server *srv, const char *topic);

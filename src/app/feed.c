@@ -82,7 +82,8 @@ static void on_tick(tern_timer *t, void *user) {
                          "\\\"chg\\\":%.2f,\\\"ts\\\":%llu}\"}",
                          head, in->sym, in->px, (in->px - in->open) / in->open * 100,
                          (unsigned long long)now_ms());
-        tern_publish_ex(f->srv, "market", msg, (size_t)n, TERN_WS_TEXT, NULL, sizeof(head) - 1);
+        /* the instrument is the key: a conflating subscriber keeps its newest price */
+        tern_publish_key(f->srv, "market", in->sym, msg, (size_t)n, TERN_WS_TEXT, sizeof(head) - 1);
     }
 }
 

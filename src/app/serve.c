@@ -104,6 +104,8 @@ static bool parse_pubsub_policy(const char *s, int *policy, uint16_t *close_code
         *policy = TERN_PUBSUB_CLOSE;
     else if (!strcmp(s, "close-1013"))
         *policy = TERN_PUBSUB_CLOSE, *close_code = TERN_WS_TRY_AGAIN;
+    else if (!strcmp(s, "conflate"))
+        *policy = TERN_PUBSUB_CONFLATE;
     else
         return false;
     return true;
@@ -444,12 +446,12 @@ static void on_stats(tern_http_req *req, void *user) {
 #define STATS_FMT "{\"connections\":%llu,\"accepted\":%llu,\"requests\":%llu," \
                   "\"ws_messages_in\":%llu,\"ws_messages_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu," \
                   "\"pubsub\":{\"subscriptions\":%llu,\"messages\":%llu,\"delivered\":%llu," \
-                  "\"dropped\":%llu,\"closed\":%llu}}"
+                  "\"dropped\":%llu,\"closed\":%llu,\"conflated\":%llu}}"
 #define U(x) (unsigned long long)(x)
 #define STATS_ARGS(s, p) U((s).connections), U((s).accepted), U((s).requests), \
                          U((s).ws_messages_in), U((s).ws_messages_out), U((s).bytes_in), \
                          U((s).bytes_out), U((p).subscriptions), U((p).messages), \
-                         U((p).delivered), U((p).dropped), U((p).closed)
+                         U((p).delivered), U((p).dropped), U((p).closed), U((p).conflated)
     tern_pubsub_counters psum = {0};
     for (int i = 0; i < n; i++) {
         tern_stats st = {0};
@@ -468,6 +470,7 @@ static void on_stats(tern_http_req *req, void *user) {
         psum.delivered += ps.delivered;
         psum.dropped += ps.dropped;
         psum.closed += ps.closed;
+        psum.conflated += ps.conflated;
         elen += (size_t)snprintf(each + elen, cap - elen, "%s" STATS_FMT, i ? "," : "",
                                  STATS_ARGS(st, ps));
     }
@@ -655,7 +658,8 @@ static void usage(FILE *f) {
 "  --pubsub-max-backlog BYTES  a /pubsub subscriber with more waiting gets the policy\n"
             "                        (default 1048576)\n"
             "  --pubsub-policy P     drop (default: its messages are dropped and counted),\n"
-            "                        close (1008) or close-1013 (try again later)\n"
+            "                        close (1008), close-1013 (try again later) or conflate\n"
+            "                        (keep the newest message per key while it is behind)\n"
             "  --pubsub-topic-policy PREFIX=P  the policy P for topics starting with PREFIX\n"
             "                        (repeatable; the longest prefix wins)\n"
             "  --feed on|off         the simulated market data on topic \"market\" (default on)\n"

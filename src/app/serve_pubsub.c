@@ -6,6 +6,8 @@
  *       {"op":"unsubscribe","topic":"T"}
  *       {"op":"publish","topic":"T","data":"..."}     (to every subscriber,
  *                                                      the sender too)
+ *       {"op":"publish","topic":"T","key":"K","data":"..."}  the same, K its
+ *                                                      key for conflation
  *     server -> client
  *       {"topic":"T","seq":N,"data":"..."}            a message of T
  *       {"ok":"subscribe","topic":"T"}                 (and "unsubscribe")
@@ -16,14 +18,16 @@
  *     errors: "bad json" (not one flat object of string values, or binary),
  *     "unknown op", "missing topic", "bad topic" (empty, or \u0000 or a lone
  *     surrogate in it), "topic too long" (over 256 bytes), "missing data",
- *     "too many subscriptions" (1024 per connection), "not subscribed".
+ *     "too many subscriptions" (1024 per connection), "not subscribed",
+ *     "bad key" (empty, or as a bad topic), "key too long" (over 128 bytes).
  *   POST /publish/:topic  the body (UTF-8) published as data to topic;
  *                         200 {"seq":N,"subscribers":M} (M: over all threads)
  *   GET  /fanout          WebSocket: each message received is answered with
  *                         10 binary messages of 10 000 bytes
  *
  * A slow /pubsub subscriber (more than --pubsub-max-backlog bytes waiting)
- * has messages dropped, or is closed with 1008 (--pubsub-policy). */
+ * has messages dropped, is closed with 1008 or 1013, or has them conflated
+ * by key (--pubsub-policy, --pubsub-topic-policy). */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -90,11 +94,11 @@ static bool scan_string(const char **s, const char *end, tok *t) {
     return false;
 }
 
-/* One flat object whose values are all strings; op, topic and data are
- * picked out (a repeated key: the last one). */
-static bool parse_msg(const char *d, size_t n, tok *op, tok *topic, tok *data) {
+/* One flat object whose values are all strings; op, topic, data and key
+ * are picked out (a repeated key: the last one). */
+static bool parse_msg(const char *d, size_t n, tok *op, tok *topic, tok *data, tok *key) {
     const char *s = skip_ws(d, d + n), *end = d + n;
-    *op = *topic = *data = (tok){0};
+    *op = *topic = *data = *key = (tok){0};
     if (s >= end || *s++ != '{')
         return false;
     s = skip_ws(s, end);
@@ -116,6 +120,8 @@ static bool parse_msg(const char *d, size_t n, tok *op, tok *topic, tok *data) {
             *topic = v;
         else if (k.n == 6 && !memcmp(k.p, "\"data\"", 6))
             *data = v;
+        else if (k.n == 5 && !memcmp(k.p, "\"key\"", 5))
+            *key = v;
         s = skip_ws(s, end);
         if (s < end && *s == ',') {
             s = skip_ws(s + 1, end);
@@ -232,8 +238,8 @@ static bool utf8_valid(const unsigned char *s, size_t n) {
 
 /* Publishes {"topic":T,"seq":N,"data":D}, D a JSON string token (quotes
  * included), N filled in by the pub/sub layer. */
-static int64_t publish_json(tern_server *srv, const char *topic, size_t tlen, const char *d,
-                            size_t dlen) {
+static int64_t publish_json(tern_server *srv, const char *topic, size_t tlen, const char *key,
+                            const char *d, size_t dlen) {
     size_t cap = 16 + 6 * tlen + 2 + 16 + dlen + 2;
     char *m = malloc(cap);
     if (m == NULL)
@@ -249,7 +255,7 @@ static int64_t publish_json(tern_server *srv, const char *topic, size_t tlen, co
     memcpy(m + o, d, dlen);
     o += dlen;
     m[o++] = '}';
-    int64_t seq = tern_publish_ex(srv, topic, m, o, TERN_WS_TEXT, NULL, seq_at);
+    int64_t seq = tern_publish_key(srv, topic, key, m, o, TERN_WS_TEXT, seq_at);
     free(m);
     return seq;
 }
@@ -276,8 +282,8 @@ static void reply_ok(tern_ws *ws, const char *op, const char *topic, size_t tlen
 
 static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
     (void)user;
-    tok op, topic_tok, dtok;
-    if (opcode != TERN_WS_TEXT || !parse_msg(data, len, &op, &topic_tok, &dtok)) {
+    tok op, topic_tok, dtok, ktok;
+    if (opcode != TERN_WS_TEXT || !parse_msg(data, len, &op, &topic_tok, &dtok, &ktok)) {
         reply_error(ws, "bad json", (tok){0});
         return;
     }
@@ -326,7 +332,14 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
             reply_error(ws, "missing data", op);
             return;
         }
-        int64_t seq = publish_json(tern_ws_server(ws), topic, (size_t)tl, dtok.p, dtok.n);
+        char key[TERN_KEY_MAX + 1];
+        long kl = ktok.p ? decode(ktok, key, TERN_KEY_MAX) : 0;
+        if (kl < 0 || (ktok.p && kl == 0)) {
+            reply_error(ws, kl == -2 ? "key too long" : "bad key", op);
+            return;
+        }
+        int64_t seq = publish_json(tern_ws_server(ws), topic, (size_t)tl, ktok.p ? key : NULL,
+                                   dtok.p, dtok.n);
         if (seq < 0)
             reply_error(ws, "out of memory", op);
         else
@@ -360,7 +373,7 @@ static void on_publish(tern_http_req *req, void *user) {
     }
     size_t dl = put_json_string(d, 0, body ? body : "", len);
     tern_server *srv = tern_http_req_server(req);
-    int64_t seq = publish_json(srv, topic, tl, d, dl);
+    int64_t seq = publish_json(srv, topic, tl, NULL, d, dl);
     free(d);
     if (seq < 0) {
         tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);

@@ -80,6 +80,7 @@ struct tern_ws;
 
 typedef struct tern__pubsub_hooks {
     void (*ws_closed)(tern_server *srv, struct tern_ws *ws);   /* a WebSocket of srv ends */
+    void (*ws_drained)(tern_server *srv, struct tern_ws *ws);  /* its backlog went out */
     void (*server_free)(tern_server *srv);                    /* srv is being freed */
     void (*group_free)(void *group);                          /* the configuration is */
 } tern__pubsub_hooks;
@@ -124,7 +125,7 @@ typedef struct tern__server_counters {
     /* pub/sub's (tern_pubsub_stats), kept here so that they outlive the
      * loop's registry and can be read like the others */
     _Atomic uint64_t ps_messages, ps_delivered, ps_dropped, ps_closed, ps_subscribed,
-        ps_unsubscribed;
+        ps_unsubscribed, ps_conflated;
 } tern__server_counters;
 
 #define TERN__STAT_ADD(srv, field, n)                                                         \

@@ -161,8 +161,11 @@ static void group_free(void *p) {
 static void registry_free(tern_server *srv);
 static void ws_closed(tern_server *srv, tern_ws *ws);
 
+static void ws_drained(tern_server *srv, tern_ws *ws);
+
 static const tern__pubsub_hooks hooks = {
     .ws_closed = ws_closed,
+    .ws_drained = ws_drained,
     .server_free = registry_free,
     .group_free = group_free,
 };
@@ -229,7 +232,8 @@ static group *group_of(tern_server *srv) {
 }
 
 static bool policy_ok(int policy, uint16_t close_code) {
-    return (policy == TERN_PUBSUB_DROP || policy == TERN_PUBSUB_CLOSE) &&
+    return (policy == TERN_PUBSUB_DROP || policy == TERN_PUBSUB_CLOSE ||
+            policy == TERN_PUBSUB_CONFLATE) &&
            (close_code == 0 || close_code == TERN_WS_POLICY || close_code == TERN_WS_TRY_AGAIN);
 }
 
@@ -291,6 +295,7 @@ int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out) {
     out->delivered = LOAD(ps_delivered);
     out->dropped = LOAD(ps_dropped);
     out->closed = LOAD(ps_closed);
+    out->conflated = LOAD(ps_conflated);
     uint64_t in = LOAD(ps_subscribed), gone = LOAD(ps_unsubscribed);
     out->subscriptions = in > gone ? in - gone : 0;
 #undef LOAD
@@ -341,11 +346,26 @@ out:
 
 typedef struct topic topic_t;
 
+/* A message waiting in a conflating subscriber's queue: a reference to
+ * the prepared frame every subscriber shares, and its key. */
+typedef struct queued {
+    struct queued *next, *prev;
+    tern_ws_prepared *msg;
+    size_t klen;
+    char key[];
+} queued;
+
+/* Invariant: head..tail is the queue of a TERN_PUBSUB_CONFLATE topic's
+ * subscriber, oldest latest-update first, one entry per key, nq entries;
+ * it is not empty only while ws has a backlog (so a drain will come to
+ * send it). */
 typedef struct sub {
     tern_ws *ws;
     topic_t *t;
     size_t index;        /* in t->subs */
-    uint64_t dropped;
+    uint64_t dropped, conflated;
+    queued *head, *tail;
+    uint32_t nq;
     bool compressed;     /* counted as such in the group */
 } sub;
 
@@ -353,7 +373,7 @@ struct topic {
     node n;
     sub **subs;          /* NULL slots only while publishing (busy) */
     size_t nsubs, cap;
-    uint64_t dropped;
+    uint64_t dropped, conflated;
     tern_topic_options o;   /* its slow-consumer settings (topic_settings) */
     int busy;            /* publishes running over subs */
     bool holes;
@@ -432,8 +452,33 @@ static void topic_maybe_free(registry *r, topic_t *t) {
     }
 }
 
+static void queue_unlink(sub *s, queued *q) {
+    *(q->prev ? &q->prev->next : &s->head) = q->next;
+    *(q->next ? &q->next->prev : &s->tail) = q->prev;
+    s->nq--;
+}
+
+static void queue_push(sub *s, queued *q) {
+    q->next = NULL;
+    q->prev = s->tail;
+    *(s->tail ? &s->tail->next : &s->head) = q;
+    s->tail = q;
+    s->nq++;
+}
+
+static void queue_free(sub *s) {
+    for (queued *q = s->head, *next; q; q = next) {
+        next = q->next;
+        tern_ws_prepared_free(q->msg);
+        free(q);
+    }
+    s->head = s->tail = NULL;
+    s->nq = 0;
+}
+
 /* Takes s out of its topic (and the group), and frees it. */
 static void sub_remove(registry *r, sub *s) {
+    queue_free(s);
     topic_t *t = s->t;
     if (t->busy) {
         t->subs[s->index] = NULL;
@@ -626,6 +671,11 @@ uint64_t tern_ws_topic_dropped(const tern_ws *ws, const char *name) {
     return s ? s->dropped : 0;
 }
 
+uint64_t tern_ws_topic_conflated(const tern_ws *ws, const char *name) {
+    sub *s = find_sub(ws, name);
+    return s ? s->conflated : 0;
+}
+
 static topic_t *local_topic(tern_server *srv, const char *name) {
     size_t len;
     if (srv == NULL || srv->loop == NULL || check_topic(name, &len) < 0)
@@ -664,7 +714,8 @@ size_t tern_topic_subscribers_all(tern_server *srv, const char *name) {
 typedef struct pub {
     _Atomic int refs;
     tern_ws_prepared *msg;
-    size_t len;
+    const char *key;     /* in name's block, after the name; NULL for none */
+    size_t len, klen;
     char name[];
 } pub;
 
@@ -680,28 +731,90 @@ static void pub_unref(pub *p) {
     }
 }
 
+/* A conflating subscriber over its limit: msg waits in its queue,
+ * replacing the entry of the same key. Returns 1 when it replaced one, 0
+ * when it joined the queue, -1 when it cannot wait (no key, too many keys,
+ * no backlog whose drain would send it, out of memory). */
+static int conflate(sub *s, tern_ws_prepared *msg, const char *key, size_t klen) {
+    if (key == NULL || tern_ws_buffered(s->ws) == 0)
+        return -1;
+    for (queued *q = s->head; q; q = q->next)
+        if (q->klen == klen && memcmp(q->key, key, klen) == 0) {
+            tern_ws_prepared_free(q->msg);
+            q->msg = tern__ws_prepared_ref(msg);
+            queue_unlink(s, q);   /* its latest update is now the newest */
+            queue_push(s, q);
+            s->conflated++;
+            return 1;
+        }
+    queued *q;
+    if (s->nq >= TERN_CONFLATE_KEYS || (q = malloc(sizeof(*q) + klen)) == NULL)
+        return -1;
+    q->msg = tern__ws_prepared_ref(msg);
+    q->klen = klen;
+    memcpy(q->key, key, klen);
+    queue_push(s, q);
+    return 0;
+}
+
+/* Sends what s's queue holds while the backlog stays under the limit. */
+static void queue_flush(sub *s, uint64_t *delivered, uint64_t *dropped) {
+    size_t limit = s->t->o.max_backlog;
+    while (s->head) {
+        queued *q = s->head;
+        if (tern_ws_buffered(s->ws) + tern__ws_prepared_len(q->msg) > limit)
+            return;   /* the rest waits for the next drain */
+        queue_unlink(s, q);
+        if (tern_ws_send_prepared(s->ws, q->msg) == TERN_SEND_DROPPED) {
+            s->dropped++;
+            (*dropped)++;
+        } else {
+            (*delivered)++;
+        }
+        tern_ws_prepared_free(q->msg);
+        free(q);
+    }
+}
+
+static void ws_drained(tern_server *srv, tern_ws *ws) {
+    conn_subs *c = cfind(srv->pubsub, ws);
+    uint64_t delivered = 0, dropped = 0;
+    for (uint32_t i = 0; c && i < c->nsubs; i++)
+        if (c->subs[i]->head) {
+            queue_flush(c->subs[i], &delivered, &dropped);
+            c->subs[i]->t->dropped += dropped;
+        }
+    TERN__STAT_ADD(srv, ps_delivered, delivered);
+    TERN__STAT_ADD(srv, ps_dropped, dropped);
+}
+
 /* Sends msg to the subscribers of the topic on srv's loop. */
 static void deliver(tern_server *srv, const char *name, size_t len, tern_ws_prepared *msg,
-                    const tern_ws *except) {
+                    const tern_ws *except, const char *key, size_t klen) {
     registry *r = srv->pubsub;
     topic_t *t = tfind(r, name, len, hash_name(name, len));
     if (t == NULL)
         return;
     const tern_topic_options *o = &t->o;
     size_t mlen = tern__ws_prepared_len(msg);
-    uint64_t delivered = 0, dropped = 0, closed = 0;
+    uint64_t delivered = 0, dropped = 0, closed = 0, conflated = 0;
+    int q;
     t->busy++;
     for (size_t i = 0; i < t->nsubs; i++) {
         sub *s = t->subs[i];
         if (s == NULL || s->ws == except)
             continue;
         tern_ws *ws = s->ws;
-        if (tern_ws_buffered(ws) + mlen > o->max_backlog) {
+        /* A queue holds older updates: a new one goes behind them. */
+        if (s->head || tern_ws_buffered(ws) + mlen > o->max_backlog) {
             if (o->policy == TERN_PUBSUB_CLOSE) {
                 if (ws_open(ws)) {
                     tern__ws_policy_close_code(ws, o->close_code);
                     closed++;
                 }
+            } else if (o->policy == TERN_PUBSUB_CONFLATE && mlen <= o->max_backlog &&
+                       (q = conflate(s, msg, key, klen)) >= 0) {
+                conflated += (uint64_t)q;
             } else {
                 s->dropped++;
                 dropped++;
@@ -716,6 +829,8 @@ static void deliver(tern_server *srv, const char *name, size_t len, tern_ws_prep
         }
     }
     t->dropped += dropped;
+    t->conflated += conflated;
+    TERN__STAT_ADD(srv, ps_conflated, conflated);
     TERN__STAT_ADD(srv, ps_messages, 1);
     TERN__STAT_ADD(srv, ps_delivered, delivered);
     TERN__STAT_ADD(srv, ps_dropped, dropped);
@@ -728,19 +843,20 @@ static void deliver_post(tern_loop *loop, void *user) {
     (void)loop;
     delivery *d = user;
     if (d->srv->pubsub)
-        deliver(d->srv, d->p->name, d->p->len, d->p->msg, NULL);
+        deliver(d->srv, d->p->name, d->p->len, d->p->msg, NULL, d->p->key, d->p->klen);
     pub_unref(d->p);
     free(d);
 }
 
-static void bridge_publish(group *g, const char *name, size_t tlen, const void *data, size_t len,
-                           int opcode, size_t seq_at);
+static void bridge_publish(group *g, const char *name, size_t tlen, const char *key,
+                           size_t klen, const void *data, size_t len, int opcode, size_t seq_at);
 
 /* tern_publish_ex, and the delivery of what other nodes published
  * (forward false: not sent back to Redis). */
-static int64_t publish(tern_server *srv, const char *name, const void *data, size_t len,
-                       int opcode, const tern_ws *except, size_t seq_at, bool forward) {
-    size_t tlen;
+static int64_t publish(tern_server *srv, const char *name, const char *key, const void *data,
+                       size_t len, int opcode, const tern_ws *except, size_t seq_at,
+                       bool forward) {
+    size_t tlen, klen = 0;
     int err;
     if (srv == NULL || srv->loop == NULL || (data == NULL && len > 0) ||
         (opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY) ||
@@ -748,11 +864,13 @@ static int64_t publish(tern_server *srv, const char *name, const void *data, siz
         return -EINVAL;
     if ((err = check_topic(name, &tlen)) < 0)
         return err;
+    if (key && ((klen = strnlen(key, TERN_KEY_MAX + 1)) == 0 || klen > TERN_KEY_MAX))
+        return -EINVAL;
     group *g = group_of(srv);
     if (g == NULL)
         return -ENOMEM;
     if (forward && atomic_load(&g->redis))
-        bridge_publish(g, name, tlen, data, len, opcode, seq_at);
+        bridge_publish(g, name, tlen, key, klen, data, len, opcode, seq_at);
     uint64_t h = hash_name(name, tlen);
     pthread_mutex_lock(&g->mu);
     gtopic *gt = gfind(g, name, tlen, h);
@@ -783,7 +901,7 @@ static int64_t publish(tern_server *srv, const char *name, const void *data, siz
     /* On srv's own loop its subscribers get it now; every other loop of
      * the group (all of them, from a thread that runs none) by a post. */
     bool here = tern__loop_current() == srv->loop;
-    pub *p = malloc(sizeof(*p) + tlen + 1);
+    pub *p = malloc(sizeof(*p) + tlen + 1 + klen);
     if (p == NULL) {
         tern_ws_prepared_free(msg);
         return -ENOMEM;
@@ -793,6 +911,8 @@ static int64_t publish(tern_server *srv, const char *name, const void *data, siz
     p->len = tlen;
     memcpy(p->name, name, tlen);
     p->name[tlen] = '\0';
+    p->key = key ? memcpy(p->name + tlen + 1, key, klen) : NULL;
+    p->klen = klen;
     tern__server_config *cfg = srv->cfg;
     int n = cfg->npeers ? cfg->npeers : 1;
     for (int i = 0; i < n; i++) {
@@ -811,14 +931,19 @@ static int64_t publish(tern_server *srv, const char *name, const void *data, siz
         }
     }
     if (here && srv->pubsub)
-        deliver(srv, name, tlen, msg, except);
+        deliver(srv, name, tlen, msg, except, p->key, klen);
     pub_unref(p);
     return (int64_t)seq;
 }
 
 int64_t tern_publish_ex(tern_server *srv, const char *topic, const void *data, size_t len,
                         int opcode, const tern_ws *except, size_t seq_at) {
-    return publish(srv, topic, data, len, opcode, except, seq_at, true);
+    return publish(srv, topic, NULL, data, len, opcode, except, seq_at, true);
+}
+
+int64_t tern_publish_key(tern_server *srv, const char *topic, const char *key, const void *data,
+                         size_t len, int opcode, size_t seq_at) {
+    return publish(srv, topic, key, data, len, opcode, NULL, seq_at, true);
 }
 
 int64_t tern_publish(tern_server *srv, const char *topic, const void *data, size_t len,
@@ -840,8 +965,8 @@ typedef struct bridge_job {
     group *g;
     bool publish;
     int opcode;
-    size_t tlen, len, seq_at;
-    char buf[];   /* topic, then data */
+    size_t tlen, klen, len, seq_at;
+    char buf[];   /* topic, key, then data */
 } bridge_job;
 
 /* On the bridge's loop: Redis's subscription follows the group's count
@@ -863,27 +988,31 @@ static void bridge_job_run(tern_loop *loop, void *user) {
     bridge_job *j = user;
     tern__redis *b = atomic_load(&j->g->redis);
     if (b && j->publish)
-        tern__redis_publish(b, j->buf, j->tlen, j->buf + j->tlen, j->len, j->opcode, j->seq_at);
+        tern__redis_publish(b, j->buf, j->tlen, j->klen ? j->buf + j->tlen : NULL, j->klen,
+                            j->buf + j->tlen + j->klen, j->len, j->opcode, j->seq_at);
     else if (b)
         bridge_reconcile(j->g, j->buf, j->tlen);
     free(j);
 }
 
-static void bridge_post(group *g, bool is_publish, const char *name, size_t tlen, const void *data,
-                        size_t len, int opcode, size_t seq_at) {
+static void bridge_post(group *g, bool is_publish, const char *name, size_t tlen, const char *key,
+                        size_t klen, const void *data, size_t len, int opcode, size_t seq_at) {
     tern__redis *b = atomic_load(&g->redis);
-    bridge_job *j = malloc(sizeof(*j) + tlen + len);
+    bridge_job *j = malloc(sizeof(*j) + tlen + klen + len);
     if (j == NULL)
         return;   /* out of memory: a publish reaches this node only */
     j->g = g;
     j->publish = is_publish;
     j->opcode = opcode;
     j->tlen = tlen;
+    j->klen = klen;
     j->len = len;
     j->seq_at = seq_at;
     memcpy(j->buf, name, tlen);
+    if (klen)
+        memcpy(j->buf + tlen, key, klen);
     if (len)
-        memcpy(j->buf + tlen, data, len);
+        memcpy(j->buf + tlen + klen, data, len);
     if (b == NULL || tern_loop_post(tern__redis_loop(b), bridge_job_run, j) < 0)
         free(j);
 }
@@ -893,28 +1022,30 @@ static void bridge_topic_changed(group *g, const char *name, size_t len) {
     if (b && tern__loop_current() == tern__redis_loop(b))
         bridge_reconcile(g, name, len);
     else
-        bridge_post(g, false, name, len, NULL, 0, 0, 0);
+        bridge_post(g, false, name, len, NULL, 0, NULL, 0, 0, 0);
 }
 
-static void bridge_publish(group *g, const char *name, size_t tlen, const void *data, size_t len,
-                           int opcode, size_t seq_at) {
+static void bridge_publish(group *g, const char *name, size_t tlen, const char *key,
+                           size_t klen, const void *data, size_t len, int opcode, size_t seq_at) {
     tern__redis *b = atomic_load(&g->redis);
     if (b && tern__loop_current() == tern__redis_loop(b))
-        tern__redis_publish(b, name, tlen, data, len, opcode, seq_at);
+        tern__redis_publish(b, name, tlen, key, klen, data, len, opcode, seq_at);
     else
-        bridge_post(g, true, name, tlen, data, len, opcode, seq_at);
+        bridge_post(g, true, name, tlen, key, klen, data, len, opcode, seq_at);
 }
 
 /* What another node published: to every loop's subscribers, as a publish
  * on this node would, but not back to Redis. */
-static void bridge_message(void *user, const char *topic, size_t tlen, const char *data,
-                           size_t len, int opcode, size_t seq_at) {
+static void bridge_message(void *user, const char *topic, size_t tlen, const char *key,
+                           size_t klen, const char *data, size_t len, int opcode, size_t seq_at) {
     group *g = user;
-    char name[TERN_TOPIC_MAX + 1];
+    char name[TERN_TOPIC_MAX + 1], k[TERN_KEY_MAX + 1];
     memcpy(name, topic, tlen);
     name[tlen] = '\0';
-    if (g->bridge_srv && strlen(name) == tlen)
-        publish(g->bridge_srv, name, data, len, opcode, NULL, seq_at, false);
+    memcpy(k, key, klen);
+    k[klen] = '\0';
+    if (g->bridge_srv && strlen(name) == tlen && strlen(k) == klen)
+        publish(g->bridge_srv, name, klen ? k : NULL, data, len, opcode, NULL, seq_at, false);
 }
 
 /* After each (re)connect: every topic with subscribers on some loop. */

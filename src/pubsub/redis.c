@@ -10,7 +10,8 @@
  *
  * The envelope on the wire, binary-safe: "tern1", the node's 16-byte id,
  * the opcode (one byte), seq_at (8 bytes, little-endian; all ones for
- * none), then the payload. A node drops envelopes carrying its own id: it
+ * none), the key's length (one byte; 0 for none) and the key, then the
+ * payload. A node drops envelopes carrying its own id: it
  * delivered those itself when they were published. */
 #include "pubsub/redis.h"
 
@@ -31,7 +32,7 @@
 #define MAGIC "tern1"
 #define MAGIC_LEN 5
 #define ID_LEN 16
-#define HEAD_LEN (MAGIC_LEN + ID_LEN + 1 + 8)
+#define HEAD_LEN (MAGIC_LEN + ID_LEN + 1 + 8 + 1)   /* up to the key's length */
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 
@@ -306,11 +307,15 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv) {
     uint64_t at = 0;
     for (int i = 7; i >= 0; i--)
         at = at << 8 | h[MAGIC_LEN + ID_LEN + 1 + i];
-    size_t len = body->len - HEAD_LEN;
+    size_t klen = h[HEAD_LEN - 1];
+    if (klen > TERN_KEY_MAX || body->len < HEAD_LEN + klen)
+        return;
+    size_t len = body->len - HEAD_LEN - klen;
     if ((opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY) || (at != UINT64_MAX && at > len))
         return;
     bump(&r->received);
-    r->hooks.message(r->user, ch->str + plen, ch->len - plen, body->str + HEAD_LEN, len, opcode,
+    r->hooks.message(r->user, ch->str + plen, ch->len - plen, body->str + HEAD_LEN, klen,
+                     body->str + HEAD_LEN + klen, len, opcode,
                      at == UINT64_MAX ? SIZE_MAX : (size_t)at);
 }
 
@@ -322,8 +327,8 @@ void tern__redis_subscribe(tern__redis *r, const char *topic, size_t tlen, bool 
                       topic, tlen);
 }
 
-void tern__redis_publish(tern__redis *r, const char *topic, size_t tlen, const void *data,
-                         size_t len, int opcode, size_t seq_at) {
+void tern__redis_publish(tern__redis *r, const char *topic, size_t tlen, const char *key,
+                         size_t klen, const void *data, size_t len, int opcode, size_t seq_at) {
     if (!r->pub.up) {
         bump(&r->dropped);
         return;
@@ -335,6 +340,7 @@ void tern__redis_publish(tern__redis *r, const char *topic, size_t tlen, const v
     uint64_t at = seq_at == SIZE_MAX ? UINT64_MAX : (uint64_t)seq_at;
     for (int i = 0; i < 8; i++)
         head[MAGIC_LEN + ID_LEN + 1 + i] = (uint8_t)(at >> (8 * i));
+    head[HEAD_LEN - 1] = (uint8_t)klen;   /* at most TERN_KEY_MAX (128) */
     /* One command, with the envelope as two binary-safe pieces. */
     const char *argv[3] = {"PUBLISH", NULL, NULL};
     size_t argl[3] = {7, 0, 0};
@@ -343,16 +349,18 @@ void tern__redis_publish(tern__redis *r, const char *topic, size_t tlen, const v
     memcpy(chan + sizeof(CHANNEL_PREFIX) - 1, topic, tlen);
     argv[1] = chan;
     argl[1] = sizeof(CHANNEL_PREFIX) - 1 + tlen;
-    char *msg = malloc(HEAD_LEN + len);
+    char *msg = malloc(HEAD_LEN + klen + len);
     if (msg == NULL) {
         bump(&r->dropped);
         return;
     }
     memcpy(msg, head, HEAD_LEN);
+    if (klen)
+        memcpy(msg + HEAD_LEN, key, klen);
     if (len)
-        memcpy(msg + HEAD_LEN, data, len);
+        memcpy(msg + HEAD_LEN + klen, data, len);
     argv[2] = msg;
-    argl[2] = HEAD_LEN + len;
+    argl[2] = HEAD_LEN + klen + len;
     if (redisAsyncCommandArgv(r->pub.ac, NULL, NULL, 3, argv, argl) == REDIS_OK)
         bump(&r->published);
     else

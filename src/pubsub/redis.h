@@ -18,8 +18,8 @@ typedef struct tern__redis tern__redis;
  * (deliver it locally, not back to Redis), and, after each (re)connect,
  * the topics to subscribe (pub/sub calls tern__redis_subscribe for each). */
 typedef struct tern__redis_hooks {
-    void (*message)(void *user, const char *topic, size_t tlen, const char *data, size_t len,
-                    int opcode, size_t seq_at);
+    void (*message)(void *user, const char *topic, size_t tlen, const char *key, size_t klen,
+                    const char *data, size_t len, int opcode, size_t seq_at);
     void (*resubscribe)(void *user);
 } tern__redis_hooks;
 
@@ -34,9 +34,10 @@ tern_loop *tern__redis_loop(const tern__redis *r);
  * remembered across a reconnect only through the resubscribe hook). */
 void tern__redis_subscribe(tern__redis *r, const char *topic, size_t tlen, bool on);
 /* Sends a publish to the other nodes (or counts it dropped while Redis is
- * away: nothing is queued). seq_at as in tern_publish_ex. */
-void tern__redis_publish(tern__redis *r, const char *topic, size_t tlen, const void *data,
-                         size_t len, int opcode, size_t seq_at);
+ * away: nothing is queued). key as in tern_publish_key (klen 0: none),
+ * seq_at as in tern_publish_ex. */
+void tern__redis_publish(tern__redis *r, const char *topic, size_t tlen, const char *key,
+                         size_t klen, const void *data, size_t len, int opcode, size_t seq_at);
 /* Any thread. */
 void tern__redis_stats(const tern__redis *r, tern_redis_counters *out);
 

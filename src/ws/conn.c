@@ -737,6 +737,9 @@ static void on_drain(tern__conn *c) {
         ws->paused_by_policy = false;
         tern__conn_resume(c);
     }
+    tern_server *srv = srv_of(ws);
+    if (ws->state == TERN__WS_OPEN && srv->pubsub)   /* pub/sub's conflated updates first */
+        atomic_load(&srv->cfg->pubsub_hooks)->ws_drained(srv, ws);
     if (ws->state == TERN__WS_OPEN && ws->route->h.on_drain)
         ws->route->h.on_drain(ws, ws->route->user);
 }

@@ -305,3 +305,82 @@ def test_fanout_answers_ten_by_ten_thousand(tern):
         return await asyncio.gather(*[client() for _ in range(50)])
 
     assert all(asyncio.run(main()))
+
+
+def _frames(data):
+    """The text frames of an unmasked server stream, as strings."""
+    out, i = [], 0
+    while i + 2 <= len(data):
+        n = data[i + 1] & 0x7F
+        h = 2
+        if n == 126:
+            n, h = int.from_bytes(data[i + 2:i + 4], "big"), 4
+        elif n == 127:
+            n, h = int.from_bytes(data[i + 2:i + 10], "big"), 10
+        if i + h + n > len(data):
+            break
+        if data[i] & 0x0F == 1:
+            out.append(data[i + h:i + h + n].decode())
+        i += h + n
+    return out
+
+
+def test_conflating_subscriber_keeps_the_latest_per_key(tern_factory):
+    """A subscriber that stops reading under --pubsub-policy conflate is not
+    closed and loses nothing but superseded updates: once it reads again it
+    ends with every key's latest value, while a fast subscriber got all."""
+    t = tern_factory("--pubsub-max-backlog", "65536", "--pubsub-policy", "conflate")
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect((t.host, t.port))
+    slow.sendall(b"GET /pubsub HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                 b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                 b"Sec-WebSocket-Version: 13\r\n\r\n")
+    frame = json.dumps({"op": "subscribe", "topic": "px"}).encode()
+    slow.sendall(bytes([0x81, 0x80 | len(frame)]) + b"\x00\x00\x00\x00" + frame)
+    keys = [f"k{i}" for i in range(10)]
+    last = {}
+    published = 0
+    with connect(url(t), max_size=None) as fast, connect(url(t)) as pub:
+        subscribe(fast, "px")
+        deadline = time.time() + 10 * SLOW
+        while http_publish(t, "px", "probe")["subscribers"] < 2 and time.time() < deadline:
+            recv(fast)
+        recv(fast)
+        # 1 500 x 16 KB: well past what the kernel's buffers take (megabytes)
+        for i in range(1500):
+            k = keys[i % len(keys)]
+            v = f"{k}:{i}:" + "v" * 16000
+            send(pub, op="publish", topic="px", key=k, data=v)
+            assert recv(pub)["ok"] == "publish"
+            last[k] = v
+            published += 1
+            assert recv(fast)["data"] == v   # the fast one gets every update
+        st = stats(t)["total"]["pubsub"]
+        assert st["conflated"] > 0 and st["closed"] == 0 and st["dropped"] == 0, st
+        assert http_publish(t, "px", "x")["subscribers"] == 3 - 1   # slow still there
+        recv(fast)
+        bad = json.dumps({"op": "publish", "topic": "px", "key": "", "data": "d"})
+        pub.send(bad)
+        assert recv(pub)["error"] == "bad key"
+    # now read all the slow one has: the newest value of every key comes last
+    slow.settimeout(1 * SLOW)
+    data = b""
+    while True:
+        try:
+            b = slow.recv(1 << 20)
+        except (TimeoutError, socket.timeout):
+            break
+        if not b:
+            break
+        data += b
+    slow.close()
+    got = [json.loads(f) for f in _frames(data[data.index(b"\r\n\r\n") + 4:])]
+    values = [m["data"] for m in got if m.get("topic") == "px" and ":" in m.get("data", "")]
+    latest = {}
+    for v in values:
+        latest[v.split(":")[0]] = v
+    assert latest == last
+    assert len(values) < published   # superseded updates were replaced, not queued
+    seqs = [m["seq"] for m in got if "data" in m]
+    assert seqs == sorted(seqs)      # still in publish order

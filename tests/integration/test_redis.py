@@ -137,7 +137,8 @@ def test_two_nodes_deliver_exactly_once_in_order(redis, tern_factory):
                 http_publish(b, "px", f"b{i}")
                 sent.append(f"b{i}")
             else:
-                pub_b.send(json.dumps({"op": "publish", "topic": "px", "data": f"b{i}"}))
+                pub_b.send(json.dumps({"op": "publish", "topic": "px", "key": f"k{i % 5}",
+                                       "data": f"b{i}"}))
                 assert json.loads(pub_b.recv(timeout=5 * SLOW))["ok"] == "publish"
                 sent.append(f"b{i}")
         for ws in subs:

@@ -336,6 +336,13 @@ static void bad_arguments_are_refused(void **state) {
     assert_int_equal(tern_publish(srv, longname, "x", 1, TERN_WS_TEXT), -ENAMETOOLONG);
     assert_int_equal(tern_publish_ex(srv, "t", "x", 1, TERN_WS_TEXT, NULL, 2), -EINVAL);
     assert_int_equal(tern_publish(srv, "t", "x", 1, TERN_WS_TEXT), 0);   /* no subscriber */
+    char longkey[TERN_KEY_MAX + 2];
+    memset(longkey, 'k', sizeof(longkey) - 1);
+    longkey[sizeof(longkey) - 1] = '\0';
+    assert_int_equal(tern_publish_key(srv, "t", "", "x", 1, TERN_WS_TEXT, SIZE_MAX), -EINVAL);
+    assert_int_equal(tern_publish_key(srv, "t", longkey, "x", 1, TERN_WS_TEXT, SIZE_MAX), -EINVAL);
+    assert_int_equal(tern_publish_key(srv, "t", "k", "x", 1, TERN_WS_TEXT, SIZE_MAX), 0);
+    assert_int_equal(tern_ws_topic_conflated(NULL, "t"), 0);
     assert_int_equal(tern_ws_subscribe(NULL, "t"), -EINVAL);
     assert_int_equal(tern_ws_unsubscribe(NULL, "t"), -EINVAL);
     assert_int_equal(tern_topic_subscribers(srv, "t"), 0);
@@ -358,6 +365,7 @@ static void topic_rules_are_checked_and_bounded(void **state) {
     longname[sizeof(longname) - 1] = '\0';
     tern_topic_options drop = {.policy = TERN_PUBSUB_DROP};
     tern_topic_options close13 = {.policy = TERN_PUBSUB_CLOSE, .close_code = 1013};
+    tern_topic_options conflate = {.policy = TERN_PUBSUB_CONFLATE};
     tern_topic_options badpol = {.policy = 3}, badcode = {.policy = TERN_PUBSUB_CLOSE, .close_code = 1000};
     assert_int_equal(tern_pubsub_topic_rule(NULL, "a.", &drop), -EINVAL);
     assert_int_equal(tern_pubsub_topic_rule(srv, NULL, &drop), -EINVAL);
@@ -372,6 +380,7 @@ static void topic_rules_are_checked_and_bounded(void **state) {
     /* the same prefix twice is one rule; TERN_TOPIC_RULES_MAX in all */
     assert_int_equal(tern_pubsub_topic_rule(srv, "a.", &drop), 0);
     assert_int_equal(tern_pubsub_topic_rule(srv, "a.", &close13), 0);
+    assert_int_equal(tern_pubsub_topic_rule(srv, "a.", &conflate), 0);
     char name[16];
     for (int i = 1; i < TERN_TOPIC_RULES_MAX; i++) {
         snprintf(name, sizeof(name), "p%d.", i);
