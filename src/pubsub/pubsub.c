@@ -765,8 +765,10 @@ static void queue_flush(sub *s, uint64_t *delivered, uint64_t *dropped) {
         if (tern_ws_buffered(s->ws) + tern__ws_prepared_len(q->msg) > limit)
             return;   /* the rest waits for the next drain */
         queue_unlink(s, q);
-        if (tern_ws_send_prepared(s->ws, q->msg) == TERN_SEND_DROPPED) {
+        int r = tern_ws_send_prepared(s->ws, q->msg);
+        if (r < 0 || r == TERN_SEND_DROPPED) {
             s->dropped++;
+            s->t->dropped++;
             (*dropped)++;
         } else {
             (*delivered)++;
@@ -780,10 +782,8 @@ static void ws_drained(tern_server *srv, tern_ws *ws) {
     conn_subs *c = cfind(srv->pubsub, ws);
     uint64_t delivered = 0, dropped = 0;
     for (uint32_t i = 0; c && i < c->nsubs; i++)
-        if (c->subs[i]->head) {
+        if (c->subs[i]->head)
             queue_flush(c->subs[i], &delivered, &dropped);
-            c->subs[i]->t->dropped += dropped;
-        }
     TERN__STAT_ADD(srv, ps_delivered, delivered);
     TERN__STAT_ADD(srv, ps_dropped, dropped);
 }
