@@ -7,6 +7,17 @@
  *                      once and the next batch when every echo of the last
  *                      one is back; a fixed number of messages. Reports
  *                      echoes per second.
+ *   tern load fanout   N connections, each sends one small message every
+ *                      interval (the connections take turns, spread evenly
+ *                      over it) and expects R binary messages of S bytes
+ *                      back (the market-data write-up's 10 x 10 000 bytes
+ *                      a second). Reports the rounds, those that missed
+ *                      their interval, and how long each took.
+ *   tern load pubsub   N subscribers and one publisher, which sends
+ *                      messages at a fixed rate, each stamped with its send
+ *                      time and a sequence number. Reports deliveries per
+ *                      second, their latency, and the gaps in any
+ *                      subscriber's sequence (messages the server dropped).
  *
  * It exists to measure the server on a small machine, where the client
  * shares the CPUs with it, so the client does as little as it can per
@@ -65,8 +76,10 @@
 #define LOAD_STALL_MS 10000       /* nothing received for this long: the server is stuck */
 #define LOAD_CLOSE_MS 2000        /* for the close handshakes at the end */
 #define LOAD_MAX_BATCH (1u << 30) /* bytes of the pipeline's batch buffer */
+#define LOAD_STAMP_LEN 16         /* a published message starts with its send time and seq */
+#define LOAD_PUB_BYTES (1u << 20) /* the publisher writes at most this much per tick */
 
-enum load_mode { LOAD_ECHO, LOAD_PIPELINE };
+enum load_mode { LOAD_ECHO, LOAD_PIPELINE, LOAD_FANOUT, LOAD_PUBSUB };
 
 typedef struct load_opts {
     enum load_mode mode;
@@ -80,6 +93,11 @@ typedef struct load_opts {
     uint64_t duration_ms, warmup_ms;  /* echo */
     uint32_t depth;                   /* pipeline */
     uint64_t iterations, warmup_iterations;
+    uint32_t replies;                 /* fanout: messages per round, */
+    uint64_t reply_size;              /* of this many bytes each, */
+    uint64_t interval_ms;             /* one round per connection this often */
+    uint64_t rate;                    /* pubsub: messages published per second */
+    char pub_path[LOAD_PATH_MAX];     /* pubsub: the publisher's request target */
     bool json;
 } load_opts;
 
@@ -196,7 +214,10 @@ struct load_run;
  *   whole echo has arrived; sent_ns is when it was sent.
  * - Pipeline: a batch of `batch` messages is in flight while expect (the
  *   echo bytes it still owes) is non-zero; left counts the messages of the
- *   current phase not yet sent. */
+ *   current phase not yet sent.
+ * - Fanout: awaiting is true from a request (due at sent_ns) until the
+ *   expect bytes of its replies have all come.
+ * - Pubsub: conns[connections] is the publisher; the others subscribe. */
 typedef struct load_conn {
     tern__io io;
     struct load_run *run;
@@ -217,10 +238,15 @@ typedef struct load_conn {
     uint64_t seq;
     uint64_t sent_ns;
     uint8_t msg_head[TERN__WS_MAX_HEADER + LOAD_CTR_LEN];   /* header, masked sequence number */
-    /* pipeline */
+    /* pipeline; fanout: expect is what the round in flight still owes */
     uint64_t left;
     uint64_t expect;
     uint32_t batch;
+    /* pubsub subscriber: the first bytes of the message being read, and
+     * the seq the next one should have once one has come (seen) */
+    bool seen;
+    uint8_t stamp[LOAD_STAMP_LEN];
+    uint64_t next_seq;
     /* control frames: what came in, what goes out */
     uint8_t rhdr[TERN__WS_MAX_HEADER];
     uint8_t ctl[125];
@@ -234,11 +260,13 @@ enum load_phase { PH_CONNECT, PH_WARMUP, PH_MEASURE, PH_CLOSE };
  * handshaking counts those in CONNECTING or HANDSHAKE, opened those that
  * reached OPEN (and may have gone on), done those in DONE. The measured
  * counters (messages, hist) cover exactly the echoes completed while
- * phase is PH_MEASURE, between t0_ns and t1_ns. */
+ * phase is PH_MEASURE, between t0_ns and t1_ns (and so do fanout's and
+ * pubsub's counters marked measured). */
 typedef struct load_run {
     const load_opts *o;
     tern_loop *loop;
     load_conn *conns;
+    uint32_t nconns;         /* o->connections, and the publisher in pubsub */
     struct sockaddr_in addr;
     enum load_phase phase;
     uint32_t next_start, handshaking, opened, ready, finished, done;
@@ -251,6 +279,19 @@ typedef struct load_run {
     uint8_t *batch;
     size_t frame_len;        /* one frame of the batch */
     size_t echo_len;         /* one echoed frame: the server's header + size */
+    /* fanout: the request (one masked frame), the bytes of a round's
+     * replies, and round k's schedule (fanout_due) */
+    uint8_t *req;
+    size_t req_len, reply_len;
+    uint64_t sched_ns, cursor;
+    uint64_t rounds_sent, rounds, late, skipped;   /* measured */
+    /* pubsub: pub_cap frames of pub_frame_len bytes, masked, to be stamped */
+    uint8_t *pub;
+    size_t pub_frame_len;
+    uint32_t pub_cap;
+    uint64_t pub_start_ns, pub_due, pub_seq;
+    uint64_t published, pub_blocked, pub_shed, gaps;   /* measured */
+    tern_timer *tick;        /* fanout's requests, pubsub's publishing */
     /* measurement */
     uint64_t start_ns, open_ns, t0_ns, t1_ns;
     uint64_t messages;
@@ -501,6 +542,65 @@ static void echo_done(load_conn *c) {
     echo_send(c, now);
 }
 
+/* ---- pubsub: what a subscriber reads ------------------------------------- */
+
+static bool is_publisher(const load_conn *c) {
+    return c->run->o->mode == LOAD_PUBSUB && conn_no(c) == c->run->o->connections;
+}
+
+static uint64_t get_le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void put_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A data frame's header: one binary frame of the published size. */
+static bool sub_frame_begin(load_conn *c, const tern__ws_header *h) {
+    load_run *run = c->run;
+    if (is_publisher(c)) {
+        run_fail(run, "connection %u: the server sent the publisher a message", conn_no(c));
+        return false;
+    }
+    if (h->opcode != TERN__WS_OP_BINARY || !h->fin || h->payload_len != run->o->size) {
+        run_fail(run, "connection %u: a published message came as a %s%s frame of %llu bytes, "
+                      "not one binary frame of %llu", conn_no(c),
+                 h->fin ? "" : "non-final ", h->opcode == TERN__WS_OP_TEXT ? "text" : "binary",
+                 (unsigned long long)h->payload_len, (unsigned long long)run->o->size);
+        return false;
+    }
+    c->msg_open = true;
+    return true;
+}
+
+/* A published message is whole: its stamp says when it was sent and its
+ * place in the publisher's sequence. */
+static void sub_message(load_conn *c) {
+    load_run *run = c->run;
+    uint64_t sent = get_le64(c->stamp), seq = get_le64(c->stamp + 8);
+    if (c->seen && seq != c->next_seq) {
+        if (seq < c->next_seq) {
+            run_fail(run, "connection %u: message %llu after %llu: out of order or repeated",
+                     conn_no(c), (unsigned long long)seq, (unsigned long long)c->next_seq - 1);
+            return;
+        }
+        if (run->phase == PH_MEASURE)
+            run->gaps += seq - c->next_seq;
+    }
+    c->seen = true;
+    c->next_seq = seq + 1;
+    if (run->phase == PH_MEASURE) {
+        uint64_t now = now_ns();
+        run->messages++;
+        hist_record(&run->hist, now > sent ? now - sent : 0);
+    }
+}
+
 static void on_close_frame(load_conn *c) {
     unsigned code = c->ctl_len >= 2 ? (unsigned)c->ctl[0] << 8 | c->ctl[1] : 1005;
     int rlen = c->ctl_len > 2 ? c->ctl_len - 2 : 0;
@@ -537,9 +637,11 @@ static bool frame_begin(load_conn *c, const tern__ws_header *h) {
                              : "a continuation frame outside a message");
         return false;
     }
-    if (run->o->mode == LOAD_PIPELINE || !c->awaiting) {
-        run_fail(run, "connection %u: a message from the server that is not an echo of ours",
-                 conn_no(c));
+    if (run->o->mode == LOAD_PUBSUB)
+        return sub_frame_begin(c, h);
+    if (run->o->mode != LOAD_ECHO || !c->awaiting) {
+        run_fail(run, "connection %u: a message from the server that %s", conn_no(c),
+                 run->o->mode == LOAD_ECHO ? "is not an echo of ours" : "we did not ask for");
         return false;
     }
     if (h->opcode == TERN__WS_OP_TEXT) {
@@ -574,6 +676,11 @@ static void frame_end(load_conn *c) {
         if (!c->frame_fin)
             return;
         c->msg_open = false;
+        if (c->run->o->mode == LOAD_PUBSUB) {
+            c->msg_off = 0;
+            sub_message(c);
+            return;
+        }
         if (c->msg_off != c->run->o->size) {
             run_fail(c->run, "connection %u: wrong echo: %llu bytes for the %llu sent", conn_no(c),
                      (unsigned long long)c->msg_off, (unsigned long long)c->run->o->size);
@@ -632,8 +739,14 @@ static void frames_feed(load_conn *c, const uint8_t *p, size_t n) {
             memcpy(c->ctl + c->ctl_len, p, take);
             c->ctl_len = (uint8_t)(c->ctl_len + take);
         } else if (take > 0) {
-            if (!echo_check(c, p, take))
+            if (run->o->mode == LOAD_PUBSUB) {
+                if (c->msg_off < LOAD_STAMP_LEN) {
+                    size_t k = LOAD_STAMP_LEN - (size_t)c->msg_off;
+                    memcpy(c->stamp + c->msg_off, p, take < k ? take : k);
+                }
+            } else if (!echo_check(c, p, take)) {
                 return;
+            }
             c->msg_off += take;
         }
         p += take;
@@ -683,6 +796,33 @@ static void pipeline_read(load_conn *c, const uint8_t *p, size_t n) {
         pipeline_conn_finished(c);
 }
 
+/* Fanout: a round's replies are counted, not parsed, as the pipeline's
+ * echoes are; the first byte of the round must begin a binary frame. What
+ * comes outside a round (a ping, the close) goes to the frame reader. */
+static void fanout_round_done(load_conn *c);
+
+static void fanout_read(load_conn *c, const uint8_t *p, size_t n) {
+    load_run *run = c->run;
+    if (c->awaiting && !c->in_frame && c->rhdr_have == 0) {
+        if (c->expect == run->reply_len && (p[0] & 0x0F) != TERN__WS_OP_CLOSE &&
+            p[0] != (0x80 | TERN__WS_OP_BINARY)) {
+            run_fail(run, "connection %u: a reply starts with %02x, not a binary frame",
+                     conn_no(c), p[0]);
+            return;
+        }
+        if (c->expect != run->reply_len || (p[0] & 0x0F) != TERN__WS_OP_CLOSE) {
+            size_t take = c->expect < n ? (size_t)c->expect : n;
+            c->expect -= take;
+            p += take;
+            n -= take;
+            if (c->expect == 0)
+                fanout_round_done(c);
+        }
+    }
+    if (n > 0 && !run->failed)
+        frames_feed(c, p, n);
+}
+
 static void conn_read(load_conn *c) {
     load_run *run = c->run;
     size_t cap;
@@ -701,6 +841,8 @@ static void conn_read(load_conn *c) {
     run->progress++;
     if (run->o->mode == LOAD_PIPELINE && c->state == CS_OPEN)
         pipeline_read(c, buf, (size_t)r);
+    else if (run->o->mode == LOAD_FANOUT)
+        fanout_read(c, buf, (size_t)r);
     else
         frames_feed(c, buf, (size_t)r);
 }
@@ -779,7 +921,7 @@ static void conn_opened(load_conn *c) {
         run_fail(run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
         return;
     }
-    if (run->opened == run->o->connections)
+    if (run->opened == run->nconns)
         run_begin(run);
     else
         start_more(run);
@@ -841,7 +983,7 @@ static void handshake_send(load_conn *c) {
                      "Sec-WebSocket-Version: 13\r\n"
                      "User-Agent: tern-load/" TERN_VERSION "\r\n"
                      "\r\n",
-                     run->o->path, run->o->authority, key);
+                     is_publisher(c) ? run->o->pub_path : run->o->path, run->o->authority, key);
     /* A new socket's send buffer takes a few hundred bytes whole. */
     ssize_t w = send(c->io.fd, req, (size_t)n, MSG_NOSIGNAL);
     if (w != n) {
@@ -930,7 +1072,7 @@ static void conn_start(load_conn *c) {
 /* Keeps up to LOAD_MAX_HANDSHAKES connections being opened at once. */
 static void start_more(load_run *run) {
     while (!run->failed && run->handshaking < LOAD_MAX_HANDSHAKES &&
-           run->next_start < run->o->connections)
+           run->next_start < run->nconns)
         conn_start(&run->conns[run->next_start++]);
 }
 
@@ -940,7 +1082,7 @@ static void conn_done(load_conn *c) {
     close(c->io.fd);
     c->io.fd = -1;
     c->state = CS_DONE;
-    if (++run->done == run->o->connections)
+    if (++run->done == run->nconns)
         tern_loop_stop(run->loop);
 }
 
@@ -961,9 +1103,24 @@ static void arm_phase(load_run *run, uint64_t ms) {
 static void run_close_all(load_run *run) {
     run->phase = PH_CLOSE;
     arm_phase(run, LOAD_CLOSE_MS);
-    for (uint32_t i = 0; i < run->o->connections && !run->failed; i++)
+    for (uint32_t i = 0; i < run->nconns && !run->failed; i++)
         if (run->conns[i].state == CS_OPEN)
             conn_begin_close(&run->conns[i]);
+}
+
+/* Fanout: the end of the measured time. A round still in flight is
+ * judged only when it is already late. */
+static void fanout_judge_pending(load_run *run) {
+    uint64_t iv = run->o->interval_ms * 1000000u;
+    for (uint32_t i = 0; i < run->o->connections; i++) {
+        load_conn *c = &run->conns[i];
+        if (!c->awaiting || c->sent_ns < run->t0_ns)
+            continue;
+        if (run->t1_ns - c->sent_ns > iv)
+            run->late++;
+        else
+            run->rounds_sent--;
+    }
 }
 
 static void on_phase_timer(tern_timer *t, void *user) {
@@ -971,19 +1128,23 @@ static void on_phase_timer(tern_timer *t, void *user) {
     if (run->failed)
         return;
     switch (run->phase) {
-    case PH_WARMUP:   /* echo only: the pipeline's phases end by count */
+    case PH_WARMUP:   /* not the pipeline's: its phases end by count */
         run->phase = PH_MEASURE;
         run->t0_ns = now_ns();
         run->messages = 0;
         hist_reset(&run->hist);
+        run->rounds_sent = run->rounds = run->late = run->skipped = 0;
+        run->published = run->pub_blocked = run->pub_shed = run->gaps = 0;
         arm_phase(run, run->o->duration_ms);
         return;
     case PH_MEASURE:
         run->t1_ns = now_ns();
+        if (run->o->mode == LOAD_FANOUT)
+            fanout_judge_pending(run);
         run_close_all(run);
         return;
     case PH_CLOSE:
-        for (uint32_t i = 0; i < run->o->connections; i++) {
+        for (uint32_t i = 0; i < run->nconns; i++) {
             load_conn *c = &run->conns[i];
             if (c->state == CS_DONE)
                 continue;
@@ -1012,16 +1173,122 @@ static void on_watchdog(tern_timer *t, void *user) {
         return;
     if (run->phase == PH_CONNECT)
         run_fail(run, "stuck opening connections: %u of %u open, no progress for %d s",
-                 run->opened, run->o->connections, LOAD_STALL_MS / 1000);
+                 run->opened, run->nconns, LOAD_STALL_MS / 1000);
     else
         run_fail(run, "the server stopped answering: nothing received for %d s",
                  LOAD_STALL_MS / 1000);
+}
+
+/* ---- fanout: the requests ------------------------------------------------- */
+
+/* When round k is due: connection k % N's (k / N)-th round. The
+ * connections take turns, spread evenly over each interval. */
+static uint64_t fanout_due(const load_run *run, uint64_t k) {
+    const load_opts *o = run->o;
+    uint64_t iv = o->interval_ms * 1000000u;
+    return run->sched_ns + k / o->connections * iv + k % o->connections * iv / o->connections;
+}
+
+/* The latency of a round runs from when it was due, not from when the
+ * tick got to it: a client late to ask does not hide a slow server. */
+static void fanout_round_done(load_conn *c) {
+    load_run *run = c->run;
+    c->awaiting = false;
+    if (run->phase != PH_MEASURE || c->sent_ns < run->t0_ns)
+        return;
+    uint64_t lat = now_ns() - c->sent_ns;
+    run->rounds++;
+    run->messages += run->o->replies;
+    hist_record(&run->hist, lat);
+    if (lat > run->o->interval_ms * 1000000u)
+        run->late++;
+}
+
+/* Every millisecond: the rounds that are due. A connection whose last
+ * round is still in flight skips this one, which counts as missed. */
+static void on_fanout_tick(tern_timer *t, void *user) {
+    (void)t;
+    load_run *run = user;
+    if (run->failed || run->phase == PH_CLOSE)
+        return;
+    uint64_t now = now_ns(), due;
+    for (; (due = fanout_due(run, run->cursor)) <= now && !run->failed; run->cursor++) {
+        load_conn *c = &run->conns[run->cursor % run->o->connections];
+        bool counted = run->phase == PH_MEASURE && due >= run->t0_ns;
+        if (c->state != CS_OPEN)
+            continue;
+        if (c->awaiting || c->out_cnt > 0) {
+            run->skipped += counted;
+            continue;
+        }
+        run->rounds_sent += counted;
+        c->awaiting = true;
+        c->sent_ns = due;
+        c->expect = run->reply_len;
+        c->out[0] = (struct iovec){.iov_base = run->req, .iov_len = run->req_len};
+        c->out_cnt = 1;
+        conn_pump(c);
+    }
+}
+
+/* ---- pubsub: the publisher ------------------------------------------------ */
+
+/* Every millisecond: the messages the rate owes since the start, stamped
+ * now, in one write. A publisher whose last write is not through yet (the
+ * server reads it slower than the rate) waits; what it owes beyond one
+ * write's worth is shed, so that it never bursts above the rate, and
+ * counted. */
+static void on_pub_tick(tern_timer *t, void *user) {
+    (void)t;
+    load_run *run = user;
+    if (run->failed || run->phase == PH_CLOSE)
+        return;
+    load_conn *c = &run->conns[run->o->connections];
+    if (c->state != CS_OPEN)
+        return;
+    uint64_t now = now_ns();
+    uint64_t due = (now - run->pub_start_ns) / 1000 * run->o->rate / 1000000;
+    if (due <= run->pub_due)
+        return;
+    if (c->out_cnt > 0) {
+        run->pub_blocked += run->phase == PH_MEASURE;
+        return;
+    }
+    uint64_t k = due - run->pub_due;
+    run->pub_due = due;
+    if (k > run->pub_cap) {
+        if (run->phase == PH_MEASURE)
+            run->pub_shed += k - run->pub_cap;
+        k = run->pub_cap;
+    }
+    size_t hl = run->pub_frame_len - (size_t)run->o->size;
+    for (uint64_t i = 0; i < k; i++) {
+        uint8_t *stamp = run->pub + i * run->pub_frame_len + hl;
+        put_le64(stamp, now);
+        put_le64(stamp + 8, ++run->pub_seq);
+        tern__ws_mask(stamp, LOAD_STAMP_LEN, run->key, 0);
+    }
+    if (run->phase == PH_MEASURE)
+        run->published += k;
+    c->out[0] = (struct iovec){.iov_base = run->pub, .iov_len = k * run->pub_frame_len};
+    c->out_cnt = 1;
+    conn_pump(c);
 }
 
 /* Every connection is open: the messages start. */
 static void run_begin(load_run *run) {
     const load_opts *o = run->o;
     run->open_ns = now_ns();
+    if (o->mode == LOAD_FANOUT || o->mode == LOAD_PUBSUB) {
+        run->phase = o->warmup_ms ? PH_WARMUP : PH_MEASURE;
+        run->t0_ns = run->sched_ns = run->pub_start_ns = run->open_ns;
+        arm_phase(run, o->warmup_ms ? o->warmup_ms : o->duration_ms);
+        int err = tern_timer_start(run->loop, &run->tick, 1, 1,
+                                   o->mode == LOAD_FANOUT ? on_fanout_tick : on_pub_tick, run);
+        if (err < 0)
+            run_fail(run, "timer: %s", tern_strerror(err));
+        return;
+    }
     if (o->mode == LOAD_ECHO) {
         run->phase = o->warmup_ms ? PH_WARMUP : PH_MEASURE;
         run->t0_ns = run->open_ns;
@@ -1048,6 +1315,38 @@ static int run_prepare(load_run *run) {
     if (RAND_bytes(run->key, sizeof(run->key)) != 1)
         return -EIO;
     uint8_t hdr[TERN__WS_MAX_HEADER];
+    if (o->mode == LOAD_FANOUT) {   /* the request: size bytes of 'r' */
+        run->req = malloc(TERN__WS_MAX_HEADER + o->size);
+        if (run->req == NULL)
+            return -ENOMEM;
+        size_t hl = tern__ws_write_header(run->req, true, false, TERN__WS_OP_BINARY, o->size,
+                                          run->key);
+        memset(run->req + hl, 'r', (size_t)o->size);
+        tern__ws_mask(run->req + hl, (size_t)o->size, run->key, 0);
+        run->req_len = hl + (size_t)o->size;
+        run->reply_len = (uint64_t)o->replies *
+            (tern__ws_write_header(hdr, true, false, TERN__WS_OP_BINARY, o->reply_size, NULL) +
+             o->reply_size);
+        return 0;
+    }
+    if (o->mode == LOAD_PUBSUB) {   /* pub_cap frames: header, stamp (filled per send), filler */
+        size_t hl = tern__ws_write_header(hdr, true, false, TERN__WS_OP_BINARY, o->size, run->key);
+        run->pub_frame_len = hl + (size_t)o->size;
+        size_t cap = LOAD_PUB_BYTES / run->pub_frame_len;
+        run->pub_cap = cap < 1 ? 1 : cap > 4096 ? 4096 : (uint32_t)cap;
+        run->pub = malloc((size_t)run->pub_cap * run->pub_frame_len);
+        if (run->pub == NULL)
+            return -ENOMEM;
+        for (uint32_t f = 0; f < run->pub_cap; f++) {
+            uint8_t *p = run->pub + (size_t)f * run->pub_frame_len;
+            memcpy(p, hdr, hl);
+            memset(p + hl, 0, LOAD_STAMP_LEN);
+            memset(p + hl + LOAD_STAMP_LEN, 'p', (size_t)o->size - LOAD_STAMP_LEN);
+            tern__ws_mask(p + hl + LOAD_STAMP_LEN, (size_t)o->size - LOAD_STAMP_LEN, run->key,
+                          LOAD_STAMP_LEN);
+        }
+        return 0;
+    }
     if (o->mode == LOAD_ECHO) {
         run->ctr_len = o->size < LOAD_CTR_LEN ? (size_t)o->size : LOAD_CTR_LEN;
         run->plain = malloc(o->size + 1);
@@ -1102,12 +1401,83 @@ static void print_results(const load_run *run) {
     double connect_s = (double)(run->open_ns - run->start_ns) / 1e9;
     double rate = secs > 0 ? (double)run->messages / secs : 0;
     double mbps = rate * (double)o->size / 1e6;
-    if (o->mode == LOAD_ECHO) {
-        const load_hist *h = &run->hist;
-        double mean = h->count ? (double)h->sum / (double)h->count / 1e3 : 0;
-        double p50 = (double)hist_quantile(h, 0.50) / 1e3;
-        double p99 = (double)hist_quantile(h, 0.99) / 1e3;
-        double max = (double)h->max / 1e3;
+    const load_hist *h = &run->hist;
+    double mean = h->count ? (double)h->sum / (double)h->count / 1e3 : 0;
+    double p50 = (double)hist_quantile(h, 0.50) / 1e3;
+    double p99 = (double)hist_quantile(h, 0.99) / 1e3;
+    double max = (double)h->max / 1e3;
+    if (o->mode == LOAD_FANOUT) {
+        uint64_t missed = run->late + run->skipped;
+        mbps = rate * (double)o->reply_size / 1e6;
+        if (o->json) {
+            printf("{\"mode\":\"fanout\",\"url\":");
+            json_string(o->url);
+            printf(",\"connections\":%u,\"size\":%llu,\"replies\":%u,\"reply_size\":%llu,"
+                   "\"interval_s\":%.3f,\"warmup_s\":%.3f,\"duration_s\":%.3f,\"connect_s\":%.3f,"
+                   "\"rounds_sent\":%llu,\"rounds\":%llu,\"late\":%llu,\"skipped\":%llu,"
+                   "\"missed\":%llu,\"messages\":%llu,\"msg_per_s\":%.1f,\"mb_per_s\":%.3f,"
+                   "\"latency_us\":{\"mean\":%.1f,\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
+                   "\"unclean_closes\":%u}\n",
+                   o->connections, (unsigned long long)o->size, o->replies,
+                   (unsigned long long)o->reply_size, (double)o->interval_ms / 1e3,
+                   (double)o->warmup_ms / 1e3, secs, connect_s,
+                   (unsigned long long)run->rounds_sent, (unsigned long long)run->rounds,
+                   (unsigned long long)run->late, (unsigned long long)run->skipped,
+                   (unsigned long long)missed, (unsigned long long)run->messages, rate, mbps,
+                   mean, p50, p99, max, run->unclean);
+        } else {
+            printf("tern load fanout %s: %u connections, a round of %u x %llu bytes every %.3f s "
+                   "each\n", o->url, o->connections, o->replies,
+                   (unsigned long long)o->reply_size, (double)o->interval_ms / 1e3);
+            printf("  opened in %.3f s; warm-up %.1f s, measured %.3f s\n", connect_s,
+                   (double)o->warmup_ms / 1e3, secs);
+            printf("  %llu rounds asked, %llu done; %llu missed their interval (%llu late, "
+                   "%llu skipped: the last one still in flight)\n",
+                   (unsigned long long)run->rounds_sent, (unsigned long long)run->rounds,
+                   (unsigned long long)missed, (unsigned long long)run->late,
+                   (unsigned long long)run->skipped);
+            printf("  %.1f msg/s, %.3f MB/s\n", rate, mbps);
+            printf("  round time (us): mean %.1f  p50 %.1f  p99 %.1f  max %.1f\n", mean, p50,
+                   p99, max);
+        }
+    } else if (o->mode == LOAD_PUBSUB) {
+        double prate = secs > 0 ? (double)run->published / secs : 0;
+        uint64_t expected = run->published * o->connections;
+        if (o->json) {
+            printf("{\"mode\":\"pubsub\",\"url\":");
+            json_string(o->url);
+            printf(",\"publish_path\":");
+            json_string(o->pub_path);
+            printf(",\"connections\":%u,\"size\":%llu,\"rate\":%llu,\"warmup_s\":%.3f,"
+                   "\"duration_s\":%.3f,\"connect_s\":%.3f,\"published\":%llu,"
+                   "\"publish_rate\":%.1f,\"publisher_blocked\":%llu,\"shed\":%llu,"
+                   "\"expected\":%llu,\"messages\":%llu,\"gaps\":%llu,\"msg_per_s\":%.1f,"
+                   "\"mb_per_s\":%.3f,"
+                   "\"latency_us\":{\"mean\":%.1f,\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
+                   "\"unclean_closes\":%u}\n",
+                   o->connections, (unsigned long long)o->size, (unsigned long long)o->rate,
+                   (double)o->warmup_ms / 1e3, secs, connect_s,
+                   (unsigned long long)run->published, prate,
+                   (unsigned long long)run->pub_blocked, (unsigned long long)run->pub_shed,
+                   (unsigned long long)expected, (unsigned long long)run->messages,
+                   (unsigned long long)run->gaps, rate, mbps, mean, p50, p99, max, run->unclean);
+        } else {
+            printf("tern load pubsub %s: %u subscribers, one publisher on %s at %llu msg/s of "
+                   "%llu bytes\n", o->url, o->connections, o->pub_path,
+                   (unsigned long long)o->rate, (unsigned long long)o->size);
+            printf("  opened in %.3f s; warm-up %.1f s, measured %.3f s\n", connect_s,
+                   (double)o->warmup_ms / 1e3, secs);
+            printf("  published %llu (%.1f/s; %llu shed: the server read the publisher too "
+                   "slowly)\n", (unsigned long long)run->published, prate,
+                   (unsigned long long)run->pub_shed);
+            printf("  delivered %llu of about %llu: %.1f msg/s, %.3f MB/s; %llu missing in "
+                   "the subscribers' sequences\n",
+                   (unsigned long long)run->messages, (unsigned long long)expected, rate, mbps,
+                   (unsigned long long)run->gaps);
+            printf("  latency (us): mean %.1f  p50 %.1f  p99 %.1f  max %.1f\n", mean, p50, p99,
+                   max);
+        }
+    } else if (o->mode == LOAD_ECHO) {
         if (o->json) {
             printf("{\"mode\":\"echo\",\"url\":");
             json_string(o->url);
@@ -1158,6 +1528,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tern load echo     --url ws://HOST[:PORT]/PATH [options]\n"
             "       tern load pipeline --url ws://HOST[:PORT]/PATH [options]\n"
+            "       tern load fanout   --url ws://HOST[:PORT]/PATH [options]\n"
+            "       tern load pubsub   --url ws://HOST[:PORT]/PATH --publish-path PATH [options]\n"
             "\n"
             "echo: each connection sends a binary message, waits for the whole echo, checks\n"
             "it and sends the next; after the warm-up it counts echoes and round trips.\n"
@@ -1174,7 +1546,30 @@ static void usage(FILE *f) {
             "  --iterations I        measured messages per connection (default 200000)\n"
             "  --warmup-iterations W messages per connection before measuring (default 20000)\n"
             "\n"
-            "both:\n"
+            "fanout: each connection sends a binary message every interval (the connections\n"
+            "take turns, spread evenly over it) and expects R binary messages of S bytes back;\n"
+            "a round not done within its interval is missed (tern serve's /fanout).\n"
+            "  --connections N       (default 1000)\n"
+            "  --size BYTES          the request's payload (default 16)\n"
+            "  --replies R           messages per round (default 10)\n"
+            "  --reply-size S        bytes of each (default 10000)\n"
+            "  --interval SECONDS    (default 1)\n"
+            "  --duration SECONDS    measured time (default 10)\n"
+            "  --warmup SECONDS      before measuring (default 2; 0 for none)\n"
+            "\n"
+            "pubsub: N connections to --url subscribe (the server is to send each one\n"
+            "every message published); one more, to --publish-path, publishes RATE binary\n"
+            "messages a second, each starting with its send time and a sequence number\n"
+            "(tern serve's /fanout/sub and /fanout/pub). Counts deliveries, their latency\n"
+            "and the gaps in each subscriber's sequence.\n"
+            "  --connections N       subscribers (default 1000)\n"
+            "  --publish-path PATH   the publisher's path on the same host (required)\n"
+            "  --rate R              messages published per second (default 1000)\n"
+            "  --size BYTES          payload, at least 16 (default 256)\n"
+            "  --duration SECONDS    measured time (default 10)\n"
+            "  --warmup SECONDS      before measuring (default 2; 0 for none)\n"
+            "\n"
+            "all modes:\n"
             "  --url URL             ws://HOST[:PORT]/PATH, IPv4 (no wss:// yet)\n"
             "  --json                print one JSON object instead of text\n"
             "\n"
@@ -1289,7 +1684,7 @@ static int load_run_main(load_opts *o) {
         fprintf(stderr, "tern load: cannot resolve %s: %s\n", o->host, gai_strerror(gai));
         return 1;
     }
-    if (!ensure_fds(o->connections)) {
+    if (!ensure_fds(o->connections + 1)) {
         freeaddrinfo(ai);
         return 1;
     }
@@ -1302,15 +1697,16 @@ static int load_run_main(load_opts *o) {
         return 1;
     }
     run->o = o;
+    run->nconns = o->connections + (o->mode == LOAD_PUBSUB);   /* and the publisher */
     memcpy(&run->addr, ai->ai_addr, sizeof(run->addr));
     freeaddrinfo(ai);
     hist_reset(&run->hist);
     int err = tern_loop_new(&run->loop, NULL);
     if (err == 0) {
-        run->conns = calloc(o->connections, sizeof(*run->conns));
+        run->conns = calloc(run->nconns, sizeof(*run->conns));
         err = run->conns ? run_prepare(run) : -ENOMEM;
     }
-    for (uint32_t i = 0; run->conns && i < o->connections; i++) {
+    for (uint32_t i = 0; run->conns && i < run->nconns; i++) {
         run->conns[i].run = run;
         run->conns[i].io.fd = -1;
     }
@@ -1332,13 +1728,17 @@ static int load_run_main(load_opts *o) {
             print_results(run);
         }
     }
-    for (uint32_t i = 0; run->conns && i < o->connections; i++) {
+    for (uint32_t i = 0; run->conns && i < run->nconns; i++) {
         if (run->conns[i].io.fd >= 0)
             close(run->conns[i].io.fd);
         free(run->conns[i].hs);
     }
     if (run->phase_timer)
         tern_timer_stop(run->phase_timer);
+    if (run->tick)
+        tern_timer_stop(run->tick);
+    free(run->req);
+    free(run->pub);
     if (run->watchdog)
         tern_timer_stop(run->watchdog);
     free(run->conns);
@@ -1367,15 +1767,23 @@ int tern_app_load(int argc, char **argv) {
     } else if (!strcmp(mode, "pipeline")) {
         o = (load_opts){.mode = LOAD_PIPELINE, .connections = 1, .size = 16, .depth = 8,
                         .iterations = 200000, .warmup_iterations = 20000};
+    } else if (!strcmp(mode, "fanout")) {
+        o = (load_opts){.mode = LOAD_FANOUT, .connections = 1000, .size = 16, .replies = 10,
+                        .reply_size = 10000, .interval_ms = 1000, .duration_ms = 10000,
+                        .warmup_ms = 2000};
+    } else if (!strcmp(mode, "pubsub")) {
+        o = (load_opts){.mode = LOAD_PUBSUB, .connections = 1000, .size = 256, .rate = 1000,
+                        .duration_ms = 10000, .warmup_ms = 2000};
     } else {
-        fprintf(stderr, "tern load: unknown mode '%s' (echo or pipeline)\n", mode);
+        fprintf(stderr, "tern load: unknown mode '%s' (echo, pipeline, fanout or pubsub)\n",
+                mode);
         usage(stderr);
         return 2;
     }
 
     /* The order is the enum's: an option's name is opts[c - 1].name. */
     enum { O_URL = 1, O_CONNS, O_SIZE, O_DURATION, O_WARMUP, O_DEPTH, O_ITER, O_WARMUP_ITER,
-           O_JSON, O_HELP };
+           O_REPLIES, O_REPLY_SIZE, O_INTERVAL, O_RATE, O_PUB_PATH, O_JSON, O_HELP };
     static const struct option opts[] = {
         {"url", required_argument, NULL, O_URL},
         {"connections", required_argument, NULL, O_CONNS},
@@ -1385,21 +1793,46 @@ int tern_app_load(int argc, char **argv) {
         {"depth", required_argument, NULL, O_DEPTH},
         {"iterations", required_argument, NULL, O_ITER},
         {"warmup-iterations", required_argument, NULL, O_WARMUP_ITER},
+        {"replies", required_argument, NULL, O_REPLIES},
+        {"reply-size", required_argument, NULL, O_REPLY_SIZE},
+        {"interval", required_argument, NULL, O_INTERVAL},
+        {"rate", required_argument, NULL, O_RATE},
+        {"publish-path", required_argument, NULL, O_PUB_PATH},
         {"json", no_argument, NULL, O_JSON},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
     /* getopt names argv[0] in its complaints: make it the whole command. */
-    argv[1] = o.mode == LOAD_ECHO ? "tern load echo" : "tern load pipeline";
+    static const char *const names[] = {"tern load echo", "tern load pipeline",
+                                        "tern load fanout", "tern load pubsub"};
+    argv[1] = (char *)names[o.mode];
+    /* Which mode each option belongs to (bit per mode; the rest are all modes'). */
+    static const unsigned only[] = {
+        [O_DURATION] = 1u << LOAD_ECHO | 1u << LOAD_FANOUT | 1u << LOAD_PUBSUB,
+        [O_WARMUP] = 1u << LOAD_ECHO | 1u << LOAD_FANOUT | 1u << LOAD_PUBSUB,
+        [O_DEPTH] = 1u << LOAD_PIPELINE, [O_ITER] = 1u << LOAD_PIPELINE,
+        [O_WARMUP_ITER] = 1u << LOAD_PIPELINE,
+        [O_REPLIES] = 1u << LOAD_FANOUT, [O_REPLY_SIZE] = 1u << LOAD_FANOUT,
+        [O_INTERVAL] = 1u << LOAD_FANOUT,
+        [O_RATE] = 1u << LOAD_PUBSUB, [O_PUB_PATH] = 1u << LOAD_PUBSUB,
+    };
     unsigned long long v = 0;
     int c;
     optind = 1;
     while ((c = getopt_long(argc - 1, argv + 1, "", opts, NULL)) != -1) {
         bool ok = true;
-        if ((o.mode == LOAD_ECHO && (c == O_DEPTH || c == O_ITER || c == O_WARMUP_ITER)) ||
-            (o.mode == LOAD_PIPELINE && (c == O_DURATION || c == O_WARMUP))) {
-            fprintf(stderr, "tern load %s: --%s is an option of tern load %s\n", mode,
-                    opts[c - 1].name, o.mode == LOAD_ECHO ? "pipeline" : "echo");
+        if (c > 0 && (size_t)c < sizeof(only) / sizeof(only[0]) && only[c] &&
+            !(only[c] & 1u << o.mode)) {
+            char modes[64] = "";
+            for (unsigned m = 0, k = 0; m < 4; m++) {
+                if (!(only[c] & 1u << m))
+                    continue;
+                unsigned left = (unsigned)__builtin_popcount(only[c] >> (m + 1));
+                snprintf(modes + strlen(modes), sizeof(modes) - strlen(modes), "%s%s",
+                         names[m] + (k++ ? 10 : 0), left > 1 ? ", " : left ? " and " : "");
+            }
+            fprintf(stderr, "tern load %s: --%s is an option of %s\n", mode, opts[c - 1].name,
+                    modes);
             return 2;
         }
         switch (c) {
@@ -1411,6 +1844,16 @@ int tern_app_load(int argc, char **argv) {
         case O_DEPTH: ok = parse_uint(optarg, 1, 1u << 20, &v); o.depth = (uint32_t)v; break;
         case O_ITER: ok = parse_uint(optarg, 1, 1ull << 40, &v); o.iterations = v; break;
         case O_WARMUP_ITER: ok = parse_uint(optarg, 0, 1ull << 40, &v); o.warmup_iterations = v; break;
+        case O_REPLIES: ok = parse_uint(optarg, 1, 1000, &v); o.replies = (uint32_t)v; break;
+        case O_REPLY_SIZE: ok = parse_uint(optarg, 0, 16u << 20, &v); o.reply_size = v; break;
+        case O_INTERVAL: ok = parse_seconds(optarg, false, &o.interval_ms); break;
+        case O_RATE: ok = parse_uint(optarg, 1, 10000000, &v); o.rate = v; break;
+        case O_PUB_PATH:
+            ok = optarg[0] == '/' && strlen(optarg) < LOAD_PATH_MAX &&
+                 strcspn(optarg, " \t\r\n") == strlen(optarg);
+            if (ok)
+                strcpy(o.pub_path, optarg);
+            break;
         case O_JSON: o.json = true; break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -1432,6 +1875,14 @@ int tern_app_load(int argc, char **argv) {
     const char *why = parse_url(o.url, &o);
     if (why != NULL) {
         fprintf(stderr, "tern load %s: bad --url %s: %s\n", mode, o.url, why);
+        return 2;
+    }
+    if (o.mode == LOAD_PUBSUB && o.pub_path[0] == '\0') {
+        fprintf(stderr, "tern load pubsub: --publish-path is required\n");
+        return 2;
+    }
+    if (o.mode == LOAD_PUBSUB && o.size < LOAD_STAMP_LEN) {
+        fprintf(stderr, "tern load pubsub: --size is at least %d (the stamp)\n", LOAD_STAMP_LEN);
         return 2;
     }
     if (o.mode == LOAD_PIPELINE &&

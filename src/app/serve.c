@@ -27,6 +27,8 @@
  *                           {"seq":N,"subscribers":M}
  *   GET  /fanout            WebSocket: each message answered with 10 binary
  *                           messages of 10 000 bytes
+ *   GET  /fanout/sub        WebSocket subscribed to topic "fanout"
+ *   GET  /fanout/pub        WebSocket: each message published to "fanout"
  *   GET  /(anything else)   static files under --root, when given
  *   (Host NAME of a --vhost NAME=ROOT)  the files under ROOT, nothing else
  *   (any other path)        404 naming the path (tern_http_not_found); a

@@ -24,6 +24,10 @@
  *                         200 {"seq":N,"subscribers":M} (M: over all threads)
  *   GET  /fanout          WebSocket: each message received is answered with
  *                         10 binary messages of 10 000 bytes
+ *   GET  /fanout/sub      WebSocket subscribed to topic "fanout" while open
+ *   GET  /fanout/pub      WebSocket: each message received is published, as
+ *                         it is (opcode and bytes), to topic "fanout"
+ *                         (bench/run fanout's one-publisher cells)
  *
  * A slow /pubsub subscriber (more than --pubsub-max-backlog bytes waiting)
  * has messages dropped, is closed with 1008 or 1013, or has them conflated
@@ -394,6 +398,21 @@ static void fanout_message(tern_ws *ws, const char *data, size_t len, int opcode
         tern_ws_send(ws, block, sizeof(block), TERN_WS_BINARY);
 }
 
+/* /fanout/sub and /fanout/pub: the library's pub/sub with nothing of the
+ * JSON protocol around it, so that bench/run compares fan-out, not JSON. */
+static void fanout_sub_open(tern_ws *ws, void *user) {
+    (void)user;
+    int err = tern_ws_subscribe(ws, "fanout");
+    if (err < 0)
+        tern_ws_close(ws, TERN_WS_INTERNAL, tern_strerror(err));
+}
+
+static void fanout_pub_message(tern_ws *ws, const char *data, size_t len, int opcode,
+                               void *user) {
+    (void)user;
+    tern_publish(tern_ws_server(ws), "fanout", data, len, opcode);
+}
+
 int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                               const tern_pubsub_options *po,
                               int (*on_upgrade)(tern_http_req *, void **, void *), void *user) {
@@ -420,5 +439,12 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
     fo = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = fanout_message};
     tern_ws_options f = *wo;
     f.subprotocols = NULL;
-    return tern_ws_route(srv, "/fanout", &fo, &f, user);
+    if ((err = tern_ws_route(srv, "/fanout", &fo, &f, user)) < 0)
+        return err;
+    static tern_ws_handlers fs, fp;
+    fs = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_open = fanout_sub_open};
+    fp = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = fanout_pub_message};
+    if ((err = tern_ws_route(srv, "/fanout/sub", &fs, &o, user)) < 0)
+        return err;
+    return tern_ws_route(srv, "/fanout/pub", &fp, &f, user);
 }

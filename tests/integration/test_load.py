@@ -156,6 +156,104 @@ def test_server_going_away_during_the_run_is_an_error(tern_factory):
     assert b"closed the connection during the run: 1001" in err, err
 
 
+def test_fanout_rounds_against_tern_serve(tern):
+    # 20 connections, a round every 0.25 s each: about 120 rounds in 1.5 s.
+    code, out, err = load("fanout", "--url", url(tern, "/fanout"), "--connections", "20",
+                          "--interval", "0.25", "--duration", "1.5", "--warmup", "0.5", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["mode"] == "fanout" and r["replies"] == 10 and r["reply_size"] == 10000
+    assert 100 <= r["rounds_sent"] <= 125, r
+    assert r["missed"] == 0 and r["rounds"] == r["rounds_sent"], r
+    assert r["messages"] == 10 * r["rounds"]
+    assert 0 < r["latency_us"]["p50"] <= r["latency_us"]["p99"] < 250000
+    assert r["unclean_closes"] == 0, err
+
+
+def test_fanout_counts_rounds_the_server_does_not_answer():
+    """A server that answers every other request: the rounds it leaves
+    unanswered are skipped (the last is still in flight), and counted."""
+
+    def serve(s, frames):
+        n = 0
+        while True:
+            fin, op, payload = frames.read()
+            if op == 0x8:
+                s.sendall(server_frame(0x8, payload))
+                return
+            n += 1
+            if n % 2 == 1:
+                s.sendall(server_frame(0x2, b"r" * 1000) * 3)
+
+    fake = FakeServer(serve)
+    try:
+        code, out, err = load("fanout", "--url", fake_url(fake), "--connections", "4",
+                              "--replies", "3", "--reply-size", "1000", "--interval", "0.1",
+                              "--duration", "1", "--warmup", "0", "--json")
+    finally:
+        fake.close()
+    assert code == 0, err
+    r = json.loads(out)
+    # each connection: a round answered, one asked and never answered, then
+    # skipped ever after
+    assert r["rounds"] == 4, r
+    assert r["missed"] >= 4 * 8, r
+
+
+def test_pubsub_against_tern_serve_loses_nothing(tern):
+    code, out, err = load("pubsub", "--url", url(tern, "/fanout/sub"), "--publish-path",
+                          "/fanout/pub", "--connections", "10", "--rate", "200",
+                          "--duration", "1", "--warmup", "0.3", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["mode"] == "pubsub" and r["connections"] == 10 and r["size"] == 256
+    assert 180 <= r["published"] <= 215, r
+    assert r["gaps"] == 0 and r["shed"] == 0, r
+    # what was published in the window reached every subscriber (the edges
+    # of the window may shift a message either way)
+    assert abs(r["messages"] - r["expected"]) <= 10 * 5, r
+    assert 0 < r["latency_us"]["p50"] <= r["latency_us"]["p99"] < 500000
+    assert r["unclean_closes"] == 0, err
+
+
+def test_pubsub_counts_what_a_subscriber_missed():
+    """A fake broker that forwards every message to two subscribers but
+    keeps every tenth from the first: the gaps in its sequence are counted;
+    a message out of order ends the run."""
+    subs, locks, lock = [], [], threading.Lock()
+
+    def serve(s, frames):
+        with lock:
+            me = len(subs)
+            if me < 2:   # the subscribers open first, the publisher last
+                subs.append(s)
+                locks.append(threading.Lock())
+        while True:
+            fin, op, payload = frames.read()
+            if op == 0x8:
+                with (locks[me] if me < 2 else lock):
+                    s.sendall(server_frame(0x8, payload))
+                return
+            seq = struct.unpack("<Q", payload[8:16])[0]
+            for i, sub in enumerate(subs):
+                if i == 0 and seq % 10 == 3:
+                    continue
+                with locks[i]:
+                    sub.sendall(server_frame(0x2, payload))
+
+    fake = FakeServer(serve)
+    try:
+        code, out, err = load("pubsub", "--url", fake_url(fake), "--publish-path", "/pub",
+                              "--connections", "2", "--rate", "100", "--size", "64",
+                              "--duration", "1", "--warmup", "0", "--json")
+    finally:
+        fake.close()
+    assert code == 0, err
+    r = json.loads(out)
+    assert 8 <= r["gaps"] <= 11, r
+    assert abs(r["messages"] - (r["expected"] - r["gaps"])) <= 4, r
+
+
 @pytest.mark.parametrize("args, message", [
     ([], "--url is required"),
     (["--url", "http://x/"], "must start with ws://"),
@@ -164,6 +262,7 @@ def test_server_going_away_during_the_run_is_an_error(tern_factory):
     (["--url", "ws://x/", "--connections", "0"], "bad value for --connections"),
     (["--url", "ws://x/", "--duration", "soon"], "bad value for --duration"),
     (["--url", "ws://x/", "--depth", "4"], "--depth is an option of tern load pipeline"),
+    (["--url", "ws://x/", "--rate", "4"], "--rate is an option of tern load pubsub"),
     (["--url", "ws://x/", "stray"], "unexpected argument 'stray'"),
 ])
 def test_bad_options_exit_2(args, message):
@@ -178,7 +277,11 @@ def test_usage():
     code, out, err = load("nonsense")
     assert code == 2 and "unknown mode 'nonsense'" in err
     code, out, err = load("pipeline", "--url", "ws://x/", "--warmup", "1")
-    assert code == 2 and "--warmup is an option of tern load echo" in err
+    assert code == 2 and "--warmup is an option of tern load echo, fanout and pubsub" in err
+    code, out, err = load("pubsub", "--url", "ws://x/")
+    assert code == 2 and "--publish-path is required" in err
+    code, out, err = load("pubsub", "--url", "ws://x/", "--publish-path", "/p", "--size", "15")
+    assert code == 2 and "--size is at least 16" in err
 
 
 # ---- against fake servers: the client's side of the protocol --------------------

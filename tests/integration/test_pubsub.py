@@ -307,6 +307,40 @@ def test_fanout_answers_ten_by_ten_thousand(tern):
     assert all(asyncio.run(main()))
 
 
+def test_fanout_sub_and_pub_routes(tern):
+    """/fanout/sub connections get each message sent on /fanout/pub as it
+    is (bytes and opcode), in order; the publisher gets nothing back."""
+    t = tern
+    subs = [connect(url(t, "/fanout/sub")) for _ in range(3)]
+    pub = connect(url(t, "/fanout/pub"))
+    try:
+        deadline = time.time() + 5 * SLOW
+        while subscriptions(t) < 3 and time.time() < deadline:
+            time.sleep(0.02)
+        msgs = [bytes([i]) * (i * 100 + 1) for i in range(20)] + ["text é"]
+        for m in msgs:
+            pub.send(m)
+        for s in subs:
+            for m in msgs:
+                assert s.recv(timeout=5 * SLOW) == m
+        subs[0].close()
+        pub.send(b"after")
+        for s in subs[1:]:
+            assert s.recv(timeout=5 * SLOW) == b"after"
+        try:
+            got = pub.recv(timeout=0.2)
+        except TimeoutError:
+            got = None
+        assert got is None
+    finally:
+        for w in subs + [pub]:
+            w.close()
+
+
+def subscriptions(t):
+    return stats(t)["total"]["pubsub"]["subscriptions"]
+
+
 def _frames(data):
     """The text frames of an unmasked server stream, as strings."""
     out, i = [], 0

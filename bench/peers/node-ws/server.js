@@ -52,13 +52,33 @@ const handler = (req, res) => {
 const server = cert && key ? https.createServer({ cert, key }, handler)
   : http.createServer(handler);
 
+// bench/run fanout: /fanout answers each message with 10 binary messages of
+// 10 000 bytes; /fanout/sub connections get every message sent on
+// /fanout/pub. A subscriber with over 1 MiB not yet written misses the
+// message (dropped, as tern's default slow-consumer policy does).
+const block = Buffer.alloc(10000);
+const subs = new Set();
 const wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 16 << 20 });
 server.on('upgrade', (req, socket, head) => {
   const path = req.url.split('?')[0];
-  if (path !== '/' && path !== '/ws') { socket.destroy(); return; }
+  const routes = ['/', '/ws', '/fanout', '/fanout/sub', '/fanout/pub'];
+  if (!routes.includes(path)) { socket.destroy(); return; }
   wss.handleUpgrade(req, socket, head, (ws) => {
-    ws.on('message', (data, isBinary) => ws.send(data, { binary: isBinary }));
     ws.on('error', () => {});
+    if (path === '/fanout') {
+      ws.on('message', () => { for (let i = 0; i < 10; i++) ws.send(block, { binary: true }); });
+    } else if (path === '/fanout/sub') {
+      subs.add(ws);
+      ws.on('close', () => subs.delete(ws));
+    } else if (path === '/fanout/pub') {
+      ws.on('message', (data, isBinary) => {
+        for (const s of subs) {
+          if (s.bufferedAmount <= 1 << 20) s.send(data, { binary: isBinary });
+        }
+      });
+    } else {
+      ws.on('message', (data, isBinary) => ws.send(data, { binary: isBinary }));
+    }
   });
 });
 server.listen(port, host);

@@ -23,6 +23,13 @@
 //     event loop when pinned to one CPU: VM, JIT, signal, ...; with one CPU it
 //     picks SerialGC, so no GC worker threads).
 //
+//   - bench/run fanout: /fanout answers each message with 10 binary frames of
+//     10 000 bytes (one constant buffer, duplicated); /fanout/sub channels
+//     join a ChannelGroup, and each message on /fanout/pub goes to the group
+//     with writeAndFlush (one buffer, a retained duplicate per channel), to
+//     the channels that are writable (under Netty's 64 KiB high-water mark):
+//     a slow subscriber misses messages, as with tern's default policy.
+//
 //   - -tls-cert F -tls-key F (PEM; the key PKCS#8): HTTPS and WSS on -addr,
 //     an SslHandler first in every pipeline, from SslContextBuilder.forServer
 //     with the JDK's TLS (SslProvider.JDK; netty-tcnative is not a dependency).
@@ -67,7 +74,10 @@ import io.netty.handler.codec.http.websocketx.WebSocketFrameAggregator;
 import io.netty.handler.codec.http.websocketx.WebSocketHandshakeException;
 import io.netty.handler.codec.http.websocketx.WebSocketServerHandshaker;
 import io.netty.handler.codec.http.websocketx.WebSocketServerHandshakerFactory;
+import io.netty.channel.group.ChannelGroup;
+import io.netty.channel.group.DefaultChannelGroup;
 import io.netty.util.CharsetUtil;
+import io.netty.util.concurrent.GlobalEventExecutor;
 import io.netty.handler.ssl.SslContext;
 import io.netty.handler.ssl.SslContextBuilder;
 import io.netty.handler.ssl.SslProvider;
@@ -132,6 +142,10 @@ public final class NettyPeer {
     /** 1 MiB of 'x', shared by every GET /echo response (sliced, not copied). */
     static final ByteBuf XS = constant("x".repeat(1 << 20));
     static final ByteBuf PONG = constant("pong");
+    static final ByteBuf BLOCK = constant("\0".repeat(10000));
+    static final ChannelGroup SUBS = new DefaultChannelGroup(GlobalEventExecutor.INSTANCE);
+
+    enum Route { ECHO, FANOUT, SUB, PUB }
 
     /** As Netty's own benchmark servers keep a constant body: direct, never freed. */
     static ByteBuf constant(String s) {
@@ -142,6 +156,7 @@ public final class NettyPeer {
     /** One per connection: HTTP routes, then (after the handshake) WebSocket echo. */
     static final class Handler extends SimpleChannelInboundHandler<Object> {
         private WebSocketServerHandshaker handshaker;
+        private Route route = Route.ECHO;
 
         @Override
         protected void channelRead0(ChannelHandlerContext ctx, Object msg) {
@@ -164,7 +179,21 @@ public final class NettyPeer {
 
         private void frame(ChannelHandlerContext ctx, WebSocketFrame f) {
             if (f instanceof BinaryWebSocketFrame || f instanceof TextWebSocketFrame) {
-                ctx.write(f.retain()); // the same frame back: same opcode, same bytes, FIN set
+                switch (route) {
+                case FANOUT:
+                    for (int i = 0; i < 10; i++) {
+                        ctx.write(new BinaryWebSocketFrame(BLOCK.duplicate()));
+                    }
+                    break;
+                case PUB: // the group releases the frame once written to every channel
+                    SUBS.writeAndFlush(new BinaryWebSocketFrame(f.content().retain()),
+                            ch -> ch.isWritable());
+                    break;
+                case SUB:
+                    break;
+                default:
+                    ctx.write(f.retain()); // the same frame back: same opcode, same bytes, FIN set
+                }
             } else if (f instanceof PingWebSocketFrame) {
                 ctx.write(new PongWebSocketFrame(f.content().retain()));
             } else if (f instanceof CloseWebSocketFrame) {
@@ -180,7 +209,11 @@ public final class NettyPeer {
             QueryStringDecoder q = new QueryStringDecoder(req.uri());
             String path = q.path();
             HttpMethod m = req.method();
-            if ((path.equals("/") || path.equals("/ws")) && m.equals(HttpMethod.GET)) {
+            boolean ws = path.equals("/") || path.equals("/ws") || path.equals("/fanout")
+                    || path.equals("/fanout/sub") || path.equals("/fanout/pub");
+            if (ws && m.equals(HttpMethod.GET)) {
+                route = path.equals("/fanout") ? Route.FANOUT : path.equals("/fanout/sub") ? Route.SUB
+                        : path.equals("/fanout/pub") ? Route.PUB : Route.ECHO;
                 WebSocketServerHandshakerFactory factory = new WebSocketServerHandshakerFactory(
                         "ws://" + req.headers().get(HttpHeaderNames.HOST) + path,
                         null, false /* no extensions: no permessage-deflate */, MAX);
@@ -202,6 +235,9 @@ public final class NettyPeer {
                     return;
                 }
                 ctx.pipeline().addAfter("wsdecoder", "wsaggregator", new WebSocketFrameAggregator(MAX));
+                if (route == Route.SUB) {
+                    SUBS.add(ctx.channel()); // and out of it when the channel closes
+                }
             } else if (path.equals("/ping") && m.equals(HttpMethod.GET)) {
                 respond(ctx, req, HttpResponseStatus.OK, PONG.duplicate(), HttpHeaderValues.TEXT_PLAIN, true);
             } else if (path.equals("/echo") && m.equals(HttpMethod.GET)) {
