@@ -17,9 +17,14 @@
  * A published message is framed (and, when some subscriber negotiated
  * permessage-deflate, compressed) once, and the same frame is given to
  * every subscriber of every loop: other loops get a reference to it
- * through tern_loop_post. No callback runs inside a publish: a subscriber
- * closed by the slow-consumer policy hears of it (on_close) at the end of
- * the batch.
+ * through tern_loop_post. A subscriber that keeps up gets it through the
+ * loop's cork (several messages to one subscriber in one batch leave in
+ * one write); one that is behind (its connection has bytes the kernel
+ * refused) keeps a reference to it in a queue per subscription, sent as
+ * the backlog drains, so a thousand slow subscribers share one copy of
+ * each frame. No callback runs inside a publish: a subscriber closed by
+ * the slow-consumer policy hears of it (on_close) at the end of the
+ * batch.
  *
  * Order: the subscribers of a topic see its messages in the order one
  * thread published them. Every message is numbered per topic (seq, from
@@ -49,16 +54,18 @@ extern "C" {
 
 #define TERN_TOPIC_MAX 256   /* longest topic name, in bytes */
 
-/* What happens to a subscriber whose backlog would pass max_backlog. */
+/* What happens to a subscriber whose waiting bytes (its connection's
+ * backlog and its queued messages) would pass max_backlog. */
 enum tern_pubsub_policy {
     TERN_PUBSUB_DROP = 0,    /* the message is not sent to it, and counted as dropped */
     TERN_PUBSUB_CLOSE = 1,   /* the connection is closed with 1008 "slow consumer" */
-    /* Per-key conflation: a message published with a key (tern_publish_key)
-     * waits in the subscriber's queue, where a newer message with the same
-     * key replaces it (counted as conflated), until the backlog drains;
-     * keys leave in the order of their latest update. Memory is bounded by
-     * the keys (at most TERN_CONFLATE_KEYS per subscription), not the
-     * rate. A message without a key, or past that bound, is dropped. */
+    /* Per-key conflation: while a subscriber is behind, a message published
+     * with a key (tern_publish_key) replaces the one of the same key still
+     * queued for it (counted as conflated), whatever the limit; keys leave
+     * in the order of their latest update. Memory is bounded by the keys
+     * (at most TERN_CONFLATE_KEYS per subscription), not the rate. A
+     * message without a key waits, or is dropped past max_backlog, as with
+     * TERN_PUBSUB_DROP; so is a new key past that bound. */
     TERN_PUBSUB_CONFLATE = 2,
 };
 
@@ -67,10 +74,10 @@ enum tern_pubsub_policy {
 
 /* Zero means the default for every field. */
 typedef struct tern_pubsub_options {
-    /* A subscriber whose tern_ws_buffered() plus the message would pass
-     * this gets the policy instead of the message: 1 MiB. (The route's own
-     * backlog limits and slow policy still apply under it; a send the
-     * route refuses is counted as dropped too.) */
+    /* A subscriber whose tern_ws_buffered() plus its queued messages plus
+     * the message would pass this gets the policy instead of the message:
+     * 1 MiB. (The route's own backlog limits and slow policy still apply
+     * under it; a send the route refuses is counted as dropped too.) */
     size_t max_backlog;
     int policy;                    /* enum tern_pubsub_policy */
     uint32_t max_subscriptions;    /* per connection: 1024 */

@@ -346,8 +346,9 @@ out:
 
 typedef struct topic topic_t;
 
-/* A message waiting in a conflating subscriber's queue: a reference to
- * the prepared frame every subscriber shares, and its key. */
+/* A message waiting for a subscriber that is behind: a reference to the
+ * prepared frame every subscriber shares (not a copy of it), and its key
+ * (klen 0: none). */
 typedef struct queued {
     struct queued *next, *prev;
     tern_ws_prepared *msg;
@@ -355,17 +356,20 @@ typedef struct queued {
     char key[];
 } queued;
 
-/* Invariant: head..tail is the queue of a TERN_PUBSUB_CONFLATE topic's
- * subscriber, oldest latest-update first, one entry per key, nq entries;
- * it is not empty only while ws has a backlog (so a drain will come to
- * send it). */
+/* One subscription.
+ * Invariants: head..tail is what waits for ws beyond its connection's
+ * backlog, in the order it is to be sent, nq entries of qbytes frame bytes
+ * in all; it is not empty only while ws has a backlog (so that a drain
+ * comes to send it). In a TERN_PUBSUB_CONFLATE topic it holds at most one
+ * entry per key (keyless entries aside), oldest latest-update first. */
 typedef struct sub {
     tern_ws *ws;
     topic_t *t;
     size_t index;        /* in t->subs */
     uint64_t dropped, conflated;
     queued *head, *tail;
-    uint32_t nq;
+    uint32_t nq, nkeys;
+    size_t qbytes;
     bool compressed;     /* counted as such in the group */
 } sub;
 
@@ -456,6 +460,8 @@ static void queue_unlink(sub *s, queued *q) {
     *(q->prev ? &q->prev->next : &s->head) = q->next;
     *(q->next ? &q->next->prev : &s->tail) = q->prev;
     s->nq--;
+    s->nkeys -= q->klen > 0;
+    s->qbytes -= tern__ws_prepared_len(q->msg);
 }
 
 static void queue_push(sub *s, queued *q) {
@@ -464,6 +470,8 @@ static void queue_push(sub *s, queued *q) {
     *(s->tail ? &s->tail->next : &s->head) = q;
     s->tail = q;
     s->nq++;
+    s->nkeys += q->klen > 0;
+    s->qbytes += tern__ws_prepared_len(q->msg);
 }
 
 static void queue_free(sub *s) {
@@ -473,7 +481,8 @@ static void queue_free(sub *s) {
         free(q);
     }
     s->head = s->tail = NULL;
-    s->nq = 0;
+    s->nq = s->nkeys = 0;
+    s->qbytes = 0;
 }
 
 /* Takes s out of its topic (and the group), and frees it. */
@@ -731,38 +740,50 @@ static void pub_unref(pub *p) {
     }
 }
 
-/* A conflating subscriber over its limit: msg waits in its queue,
- * replacing the entry of the same key. Returns 1 when it replaced one, 0
- * when it joined the queue, -1 when it cannot wait (no key, too many keys,
- * no backlog whose drain would send it, out of memory). */
-static int conflate(sub *s, tern_ws_prepared *msg, const char *key, size_t klen) {
-    if (key == NULL || tern_ws_buffered(s->ws) == 0)
-        return -1;
-    for (queued *q = s->head; q; q = q->next)
-        if (q->klen == klen && memcmp(q->key, key, klen) == 0) {
-            tern_ws_prepared_free(q->msg);
-            q->msg = tern__ws_prepared_ref(msg);
-            queue_unlink(s, q);   /* its latest update is now the newest */
-            queue_push(s, q);
-            s->conflated++;
-            return 1;
-        }
-    queued *q;
-    if (s->nq >= TERN_CONFLATE_KEYS || (q = malloc(sizeof(*q) + klen)) == NULL)
+/* msg joins s's queue (a reference, with its key). Returns 0, or -1 when
+ * out of memory. */
+static int queue_add(sub *s, tern_ws_prepared *msg, const char *key, size_t klen) {
+    queued *q = malloc(sizeof(*q) + klen);
+    if (q == NULL)
         return -1;
     q->msg = tern__ws_prepared_ref(msg);
     q->klen = klen;
-    memcpy(q->key, key, klen);
+    if (klen)
+        memcpy(q->key, key, klen);
     queue_push(s, q);
     return 0;
 }
 
-/* Sends what s's queue holds while the backlog stays under the limit. */
+/* A subscriber of a conflating topic that is behind: msg replaces the
+ * queued entry of the same key, which moves to the tail (its latest update
+ * is now the newest). Returns 1 when it replaced one, 0 when it joined the
+ * queue, -1 when it cannot wait that way (no key, TERN_CONFLATE_KEYS keys
+ * already, out of memory). */
+static int conflate(sub *s, tern_ws_prepared *msg, const char *key, size_t klen) {
+    if (key == NULL)
+        return -1;
+    for (queued *q = s->head; q; q = q->next)
+        if (q->klen == klen && memcmp(q->key, key, klen) == 0) {
+            queue_unlink(s, q);
+            tern_ws_prepared_free(q->msg);
+            q->msg = tern__ws_prepared_ref(msg);
+            queue_push(s, q);
+            s->conflated++;
+            return 1;
+        }
+    if (s->nkeys >= TERN_CONFLATE_KEYS)
+        return -1;
+    return queue_add(s, msg, key, klen);
+}
+
+/* After a drain: sends what s's queue holds until the kernel refuses some
+ * (the connection has a backlog again) or the queue is empty. The frames
+ * go through the loop's cork, so several leave in one write, and only the
+ * part of one write that the kernel refused is ever copied. */
 static void queue_flush(sub *s, uint64_t *delivered, uint64_t *dropped) {
-    size_t limit = s->t->o.max_backlog;
     while (s->head) {
         queued *q = s->head;
-        if (tern_ws_buffered(s->ws) + tern__ws_prepared_len(q->msg) > limit)
+        if (tern_ws_buffered(s->ws) > 0)
             return;   /* the rest waits for the next drain */
         queue_unlink(s, q);
         int r = tern_ws_send_prepared(s->ws, q->msg);
@@ -805,16 +826,35 @@ static void deliver(tern_server *srv, const char *name, size_t len, tern_ws_prep
         if (s == NULL || s->ws == except)
             continue;
         tern_ws *ws = s->ws;
-        /* A queue holds older updates: a new one goes behind them. */
-        if (s->head || tern_ws_buffered(ws) + mlen > o->max_backlog) {
+        size_t backlog = tern_ws_buffered(ws);
+        if (s->head || backlog > 0) {
+            /* Behind: the message waits in s's queue, behind older ones,
+             * as a reference; unless what waits would pass the limit. */
+            if (o->policy == TERN_PUBSUB_CONFLATE && key != NULL) {
+                if ((q = conflate(s, msg, key, klen)) >= 0) {
+                    conflated += (uint64_t)q;
+                    continue;
+                }
+            } else if (backlog + s->qbytes + mlen <= o->max_backlog) {
+                if (queue_add(s, msg, key, klen) == 0)
+                    continue;
+            } else if (o->policy == TERN_PUBSUB_CLOSE) {
+                if (ws_open(ws)) {
+                    tern__ws_policy_close_code(ws, o->close_code);
+                    closed++;
+                }
+                continue;
+            }
+            s->dropped++;
+            dropped++;
+            continue;
+        }
+        if (mlen > o->max_backlog) {   /* it could never wait: the policy now */
             if (o->policy == TERN_PUBSUB_CLOSE) {
                 if (ws_open(ws)) {
                     tern__ws_policy_close_code(ws, o->close_code);
                     closed++;
                 }
-            } else if (o->policy == TERN_PUBSUB_CONFLATE && mlen <= o->max_backlog &&
-                       (q = conflate(s, msg, key, klen)) >= 0) {
-                conflated += (uint64_t)q;
             } else {
                 s->dropped++;
                 dropped++;
