@@ -31,11 +31,24 @@
  * 1, over all the loops of the group); messages published concurrently
  * from several threads may reach a loop in an order other than their seq.
  *
- * A topic exists while it has a subscriber somewhere: when the last one
- * leaves, its seq is forgotten (the next publish to it with subscribers
- * starts again at 1), and a publish to a topic with no subscriber is not
- * numbered (0). So memory is bounded by the subscriptions, not by the
- * names ever used. */
+ * A topic exists while it has a subscriber somewhere, or a history: when
+ * the last subscriber leaves a topic without one, its seq is forgotten
+ * (the next publish to it with subscribers starts again at 1), and a
+ * publish to a topic with neither is not numbered (0). So memory is
+ * bounded by the subscriptions and the histories, not by the names ever
+ * used.
+ *
+ * History and resume: a topic whose options give it a history keeps its
+ * last messages (the prepared frames, shared, not copied; at most
+ * `history` of them, none older than `history_ms`) and the latest message
+ * of each key, and numbers its messages whether or not anyone listens.
+ * Its numbering has an epoch, a random number drawn when the topic comes
+ * to exist (a restart, or a history that ran out entirely, starts a new
+ * one). A subscriber that comes back with the epoch and the last seq it
+ * saw (tern_ws_subscribe_from) gets every message it missed from the
+ * history, then the live stream, with no gap and no duplicate; when the
+ * epoch differs or the history no longer reaches back, it is told so and
+ * gets the latest message of each key instead. */
 #ifndef TERN_PUBSUB_H
 #define TERN_PUBSUB_H
 
@@ -85,15 +98,26 @@ typedef struct tern_pubsub_options {
      * default) or 1013 (try again later: a client that reconnects on 1013
      * is invited to). Anything else is -EINVAL. */
     uint16_t close_code;
+    /* A history for every topic (rules may give one to some): the last
+     * `history` messages (0: none, the default; at most TERN_HISTORY_MAX),
+     * none older than history_ms (0: no age limit). */
+    uint32_t history;
+    uint32_t history_ms;
 } tern_pubsub_options;
 
-/* The slow-consumer settings of a family of topics, overriding the
- * server's (tern_pubsub_options) for them. Zero means the server's value
- * for max_backlog and close_code; policy is always this rule's. */
+#define TERN_HISTORY_MAX 65536       /* messages kept per topic */
+#define TERN_HISTORY_TOPICS 4096     /* topics with a history, per group */
+
+/* The settings of a family of topics, overriding the server's
+ * (tern_pubsub_options) for them. Zero means the server's value for
+ * max_backlog, close_code, history and history_ms; policy is always this
+ * rule's. */
 typedef struct tern_topic_options {
     size_t max_backlog;
     int policy;                    /* enum tern_pubsub_policy */
     uint16_t close_code;           /* 1008 or 1013 */
+    uint32_t history;              /* messages kept (see tern_pubsub_options) */
+    uint32_t history_ms;
 } tern_topic_options;
 
 #define TERN_TOPIC_RULES_MAX 64   /* rules per configuration */
@@ -173,6 +197,28 @@ int tern_pubsub_redis_stats(const tern_server *srv, tern_redis_counters *out);
  * empty), -ENAMETOOLONG, -ENOSPC (max_subscriptions reached), -EPIPE (ws
  * is closing), -ENOMEM. */
 int tern_ws_subscribe(tern_ws *ws, const char *topic);
+
+/* Where a subscription starts, from tern_ws_subscribe_from. */
+typedef struct tern_resume {
+    uint64_t epoch;      /* the topic's epoch (never 0) */
+    uint64_t seq;        /* the seq of its last message so far (0: none yet) */
+    uint64_t replayed;   /* messages sent to ws from the history at once */
+    /* true: every message after the one asked for was sent (or there was
+     * none), so nothing is missed. false: the epoch differs or the history
+     * no longer reaches back (or the topic has none); what was sent is
+     * the latest message of each key. */
+    bool resumed;
+} tern_resume;
+
+/* tern_ws_subscribe, resuming after message `after` of epoch `epoch` (as
+ * a client last saw them): the messages it missed, from the topic's
+ * history, are sent to ws now (references to the frames; the subscriber's
+ * backlog limit does not drop them), and the live stream follows with no
+ * gap and no duplicate, whatever thread publishes. epoch 0 asks for no
+ * resume (and gets none: nothing is sent). out (may be NULL) says where
+ * the subscription starts. Returns as tern_ws_subscribe. */
+int tern_ws_subscribe_from(tern_ws *ws, const char *topic, uint64_t epoch, uint64_t after,
+                           tern_resume *out);
 /* Returns 0, or -ENOENT when ws was not subscribed, -EINVAL. */
 int tern_ws_unsubscribe(tern_ws *ws, const char *topic);
 bool tern_ws_subscribed(const tern_ws *ws, const char *topic);

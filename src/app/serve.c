@@ -56,6 +56,8 @@
 #include "tern/tern.h"
 
 #define MAX_ECHO_SIZE (64u * 1024 * 1024)
+#define FEED_HISTORY 4096          /* topic market's history, unless --pubsub-history */
+#define FEED_HISTORY_MS 60000
 
 typedef struct serve_thread serve_thread;
 
@@ -88,7 +90,7 @@ typedef struct serve_ctx {
     const char **vhosts;       /* --vhost NAME=ROOT */
     int nvhosts;
     tern_ws_options wo;
-    tern_pubsub_options po;    /* --pubsub-max-backlog, --pubsub-policy */
+    tern_pubsub_options po;    /* --pubsub-max-backlog, --pubsub-policy, --pubsub-history* */
     const char *topic_rules[TERN_TOPIC_RULES_MAX];   /* --pubsub-topic-policy PREFIX=P */
     const char *redis;         /* --redis URL, or NULL */
     bool feed;                 /* --feed on|off (on) */
@@ -565,6 +567,16 @@ static int serve_setup(tern_server *srv, void *user) {
         fprintf(stderr, "tern serve: pub/sub routes: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
+    if (ctx->feed && ctx->po.history == 0) {
+        /* The page resumes the feed after a network drop: a minute of it. */
+        tern_topic_options mo = {.max_backlog = ctx->po.max_backlog, .policy = ctx->po.policy,
+                                 .close_code = ctx->po.close_code, .history = FEED_HISTORY,
+                                 .history_ms = FEED_HISTORY_MS};
+        if ((err = tern_pubsub_topic_rule(srv, "market", &mo)) < 0) {
+            fprintf(stderr, "tern serve: the feed's history: %s\n", tern_strerror(err));
+            return SETUP_FAILED;
+        }
+    }
     for (int i = 0; i < ctx->ntopic_rules; i++) {
         /* PREFIX=P, checked by the option parser */
         const char *eq = strrchr(ctx->topic_rules[i], '=');
@@ -664,6 +676,10 @@ static void usage(FILE *f) {
             "                        (keep the newest message per key while it is behind)\n"
             "  --pubsub-topic-policy PREFIX=P  the policy P for topics starting with PREFIX\n"
             "                        (repeatable; the longest prefix wins)\n"
+            "  --pubsub-history N    keep each topic's last N messages (at most 65536) for\n"
+            "                        subscribers that resume (default 0: none; topic\n"
+            "                        \"market\" of the feed keeps 4096 for a minute)\n"
+            "  --pubsub-history-age SECONDS  and none older than this (default: no limit)\n"
             "  --feed on|off         the simulated market data on topic \"market\" (default on)\n"
             "  --feed-rate N         its price updates a second, over all instruments (default 40)\n"
             "  --redis URL           bridge pub/sub through Redis (redis://host[:port][/db]):\n"
@@ -690,7 +706,8 @@ int tern_app_serve(int argc, char **argv) {
     enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
            O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
-           O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE };
+           O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE, O_PS_HISTORY,
+           O_PS_HISTORY_AGE };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -724,6 +741,8 @@ int tern_app_serve(int argc, char **argv) {
         {"redis", required_argument, NULL, O_REDIS},
         {"feed", required_argument, NULL, O_FEED},
         {"feed-rate", required_argument, NULL, O_FEED_RATE},
+        {"pubsub-history", required_argument, NULL, O_PS_HISTORY},
+        {"pubsub-history-age", required_argument, NULL, O_PS_HISTORY_AGE},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -796,6 +815,14 @@ int tern_app_serve(int argc, char **argv) {
             ctx.feed = !strcmp(optarg, "on");
             break;
         case O_FEED_RATE: ok = parse_size(optarg, 100000, &v); ctx.feed_rate = (unsigned)v; break;
+        case O_PS_HISTORY:
+            ok = parse_size(optarg, TERN_HISTORY_MAX, &v);
+            ctx.po.history = (uint32_t)v;
+            break;
+        case O_PS_HISTORY_AGE:
+            ok = parse_size(optarg, 86400, &v) && v > 0;
+            ctx.po.history_ms = (uint32_t)v * 1000;
+            break;
         case O_PS_POLICY: ok = parse_pubsub_policy(optarg, &ctx.po.policy, &ctx.po.close_code); break;
         case O_PS_TOPIC: {
             const char *eq = strrchr(optarg, '=');

@@ -3,6 +3,10 @@
  *   GET  /pubsub          WebSocket, JSON text messages (one object each):
  *     client -> server
  *       {"op":"subscribe","topic":"T"}
+ *       {"op":"subscribe","topic":"T","epoch":"E","after":"N"}  resuming
+ *                                                      after message N of
+ *                                                      epoch E (as the last
+ *                                                      ack and message said)
  *       {"op":"unsubscribe","topic":"T"}
  *       {"op":"publish","topic":"T","data":"..."}     (to every subscriber,
  *                                                      the sender too)
@@ -10,7 +14,18 @@
  *                                                      key for conflation
  *     server -> client
  *       {"topic":"T","seq":N,"data":"..."}            a message of T
- *       {"ok":"subscribe","topic":"T"}                 (and "unsubscribe")
+ *       {"ok":"subscribe","topic":"T","epoch":"E","seq":N}
+ *                                                      E: the topic's epoch
+ *                                                      (16 hex digits), N:
+ *                                                      its last message's seq
+ *       ... ,"resumed":true|false,"replayed":K}        after a resume: the K
+ *                                                      messages missed came
+ *                                                      just before this ack
+ *                                                      (true), or the latest
+ *                                                      message of each key
+ *                                                      (false: a gap)
+ *       {"ok":"subscribe","topic":"T"}                 already subscribed
+ *       {"ok":"unsubscribe","topic":"T"}
  *       {"ok":"publish","topic":"T","seq":N}           N is 0 when T had no
  *                                                      subscriber
  *       {"error":"...","op":OP}                        bad input; OP is the
@@ -19,7 +34,9 @@
  *     "unknown op", "missing topic", "bad topic" (empty, or \u0000 or a lone
  *     surrogate in it), "topic too long" (over 256 bytes), "missing data",
  *     "too many subscriptions" (1024 per connection), "not subscribed",
- *     "bad key" (empty, or as a bad topic), "key too long" (over 128 bytes).
+ *     "bad key" (empty, or as a bad topic), "key too long" (over 128 bytes),
+ *     "bad resume" (epoch without after or the other way round, an epoch
+ *     not 1 to 16 hex digits or 0, an after not a decimal number).
  *   POST /publish/:topic  the body (UTF-8) published as data to topic;
  *                         200 {"seq":N,"subscribers":M} (M: over all threads)
  *   GET  /fanout          WebSocket: each message received is answered with
@@ -33,6 +50,7 @@
  * has messages dropped, is closed with 1008 or 1013, or has them conflated
  * by key (--pubsub-policy, --pubsub-topic-policy). */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,11 +116,16 @@ static bool scan_string(const char **s, const char *end, tok *t) {
     return false;
 }
 
-/* One flat object whose values are all strings; op, topic, data and key
- * are picked out (a repeated key: the last one). */
-static bool parse_msg(const char *d, size_t n, tok *op, tok *topic, tok *data, tok *key) {
+/* The fields of a client's message that mean something (absent: p NULL). */
+typedef struct fields {
+    tok op, topic, data, key, epoch, after;
+} fields;
+
+/* One flat object whose values are all strings; the fields are picked out
+ * (a repeated key: the last one). */
+static bool parse_msg(const char *d, size_t n, fields *f) {
     const char *s = skip_ws(d, d + n), *end = d + n;
-    *op = *topic = *data = *key = (tok){0};
+    *f = (fields){0};
     if (s >= end || *s++ != '{')
         return false;
     s = skip_ws(s, end);
@@ -118,14 +141,20 @@ static bool parse_msg(const char *d, size_t n, tok *op, tok *topic, tok *data, t
         s = skip_ws(s, end);
         if (!scan_string(&s, end, &v))
             return false;
-        if (k.n == 4 && !memcmp(k.p, "\"op\"", 4))
-            *op = v;
-        else if (k.n == 7 && !memcmp(k.p, "\"topic\"", 7))
-            *topic = v;
-        else if (k.n == 6 && !memcmp(k.p, "\"data\"", 6))
-            *data = v;
-        else if (k.n == 5 && !memcmp(k.p, "\"key\"", 5))
-            *key = v;
+#define IS(name) (k.n == sizeof(name) + 1 && !memcmp(k.p + 1, name, sizeof(name) - 1))
+        if (IS("op"))
+            f->op = v;
+        else if (IS("topic"))
+            f->topic = v;
+        else if (IS("data"))
+            f->data = v;
+        else if (IS("key"))
+            f->key = v;
+        else if (IS("epoch"))
+            f->epoch = v;
+        else if (IS("after"))
+            f->after = v;
+#undef IS
         s = skip_ws(s, end);
         if (s < end && *s == ',') {
             s = skip_ws(s + 1, end);
@@ -284,13 +313,46 @@ static void reply_ok(tern_ws *ws, const char *op, const char *topic, size_t tlen
     tern_ws_send(ws, out, o, TERN_WS_TEXT);
 }
 
+/* A string token of 1 to 16 hex digits (epoch) or 1 to 20 decimal
+ * digits (after), as a number. */
+static bool tok_number(tok t, int base, uint64_t *out) {
+    size_t n = t.n - 2, max = base == 16 ? 16 : 20;
+    if (t.p == NULL || n == 0 || n > max)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 1; i <= n; i++) {
+        int d = base == 16 ? hexval(t.p[i]) : (t.p[i] >= '0' && t.p[i] <= '9' ? t.p[i] - '0' : -1);
+        if (d < 0 || (base == 10 && v > (UINT64_MAX - (uint64_t)d) / 10))
+            return false;
+        v = v * (uint64_t)base + (uint64_t)d;
+    }
+    *out = v;
+    return true;
+}
+
+/* {"ok":"subscribe","topic":T,"epoch":"E","seq":N[,"resumed":B,"replayed":K]} */
+static void reply_subscribed(tern_ws *ws, const char *topic, size_t tlen, const tern_resume *r,
+                             bool asked) {
+    char out[160 + 6 * TERN_TOPIC_MAX];
+    int n = snprintf(out, sizeof(out), "{\"ok\":\"subscribe\",\"topic\":");
+    size_t o = put_json_string(out, (size_t)n, topic, tlen);
+    o += (size_t)snprintf(out + o, sizeof(out) - o, ",\"epoch\":\"%016" PRIx64 "\",\"seq\":%" PRIu64,
+                          r->epoch, r->seq);
+    if (asked)
+        o += (size_t)snprintf(out + o, sizeof(out) - o, ",\"resumed\":%s,\"replayed\":%" PRIu64,
+                              r->resumed ? "true" : "false", r->replayed);
+    out[o++] = '}';
+    tern_ws_send(ws, out, o, TERN_WS_TEXT);
+}
+
 static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
     (void)user;
-    tok op, topic_tok, dtok, ktok;
-    if (opcode != TERN_WS_TEXT || !parse_msg(data, len, &op, &topic_tok, &dtok, &ktok)) {
+    fields f;
+    if (opcode != TERN_WS_TEXT || !parse_msg(data, len, &f)) {
         reply_error(ws, "bad json", (tok){0});
         return;
     }
+    tok op = f.op, topic_tok = f.topic, dtok = f.data, ktok = f.key;
     enum { SUB, UNSUB, PUB } what;
     if (op.p && op.n == 11 && !memcmp(op.p, "\"subscribe\"", 11))
         what = SUB;
@@ -318,13 +380,24 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
     }
     int err;
     switch (what) {
-    case SUB:
-        err = tern_ws_subscribe(ws, topic);
-        if (err == 0 || err == -EALREADY)
+    case SUB: {
+        uint64_t epoch = 0, after = 0;
+        bool asked = f.epoch.p || f.after.p;
+        if (asked && (!tok_number(f.epoch, 16, &epoch) || epoch == 0 ||
+                      !tok_number(f.after, 10, &after))) {
+            reply_error(ws, "bad resume", op);
+            return;
+        }
+        tern_resume r;
+        err = tern_ws_subscribe_from(ws, topic, epoch, after, &r);
+        if (err == 0)
+            reply_subscribed(ws, topic, (size_t)tl, &r, asked);
+        else if (err == -EALREADY)
             reply_ok(ws, "subscribe", topic, (size_t)tl, -1);
         else
             reply_error(ws, err == -ENOSPC ? "too many subscriptions" : "out of memory", op);
         break;
+    }
     case UNSUB:
         if (tern_ws_unsubscribe(ws, topic) == 0)
             reply_ok(ws, "unsubscribe", topic, (size_t)tl, -1);

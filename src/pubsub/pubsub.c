@@ -10,9 +10,12 @@
  * A subscription is one node in both: the topic's array holds it at
  * sub->index.
  *
- * Shared (cfg->pubsub_group, under its mutex): name -> seq and the number
- * of subscriptions over all loops. An entry lives while that number is
- * not 0.
+ * Shared (cfg->pubsub_group, under its mutex): name -> epoch, seq, the
+ * number of subscriptions over all loops, and the topic's history when its
+ * options give it one (history.c). An entry lives while that number is not
+ * 0 or its history is not empty. A history topic's messages are framed
+ * and recorded under the mutex, so that its history is in seq order and a
+ * resume reads it whole; other topics frame outside it.
  *
  * No user callback runs here: sends go through tern_ws_send_prepared,
  * which defers the slow-consumer close to the end of the batch, and the
@@ -24,9 +27,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "http/server.h"
 #include "loop/loop.h"
+#include "pubsub/history.h"
 #include "pubsub/redis.h"
 #include "tern/pubsub.h"
 #include "ws/ws.h"
@@ -99,7 +105,9 @@ static void table_del(table *t, node *n) {
 
 typedef struct gtopic {
     node n;
+    uint64_t epoch;      /* drawn when the entry is made; never 0 */
     uint64_t seq;        /* the last message's */
+    tern__hist *hist;    /* NULL: the topic's options give it no history */
     size_t subs;         /* subscriptions on all loops */
     size_t compressed;   /* ... of them, with permessage-deflate */
     size_t len;
@@ -132,6 +140,7 @@ typedef struct group {
      * freed with that server; set once in setup, read by any thread. */
     tern__redis *_Atomic redis;
     tern_server *bridge_srv;
+    size_t nhist;              /* entries with a history (TERN_HISTORY_TOPICS at most) */
 } group;
 
 static gtopic *gfind(group *g, const char *name, size_t len, uint64_t h) {
@@ -150,6 +159,7 @@ static void group_free(void *p) {
     for (size_t i = 0; i < g->topics.nb; i++)
         for (node *n = g->topics.b[i], *next; n; n = next) {
             next = n->next;
+            tern__hist_free(((gtopic *)n)->hist);
             free(n);
         }
     free(g->topics.b);
@@ -182,7 +192,8 @@ static void apply_defaults(tern_pubsub_options *o) {
 /* The settings a topic named name gets: the longest rule whose prefix
  * starts it, or the server's. */
 static tern_topic_options topic_settings(const group *g, const char *name, size_t len) {
-    tern_topic_options o = {g->opt.max_backlog, g->opt.policy, g->opt.close_code};
+    tern_topic_options o = {g->opt.max_backlog, g->opt.policy, g->opt.close_code,
+                            g->opt.history, g->opt.history_ms};
     const rule *best = NULL;
     for (size_t i = 0; g->conf && i < g->conf->nrules; i++) {
         const rule *r = &g->conf->rules[i];
@@ -220,6 +231,10 @@ static group *group_of(tern_server *srv) {
                 o->max_backlog = g->opt.max_backlog;
             if (o->close_code == 0)
                 o->close_code = g->opt.close_code;
+            if (o->history == 0)
+                o->history = g->opt.history;
+            if (o->history_ms == 0)
+                o->history_ms = g->opt.history_ms;
         }
     }
     atomic_store(&cfg->pubsub_hooks, &hooks);
@@ -231,10 +246,11 @@ static group *group_of(tern_server *srv) {
     return g;
 }
 
-static bool policy_ok(int policy, uint16_t close_code) {
+static bool policy_ok(int policy, uint16_t close_code, uint32_t history) {
     return (policy == TERN_PUBSUB_DROP || policy == TERN_PUBSUB_CLOSE ||
             policy == TERN_PUBSUB_CONFLATE) &&
-           (close_code == 0 || close_code == TERN_WS_POLICY || close_code == TERN_WS_TRY_AGAIN);
+           (close_code == 0 || close_code == TERN_WS_POLICY || close_code == TERN_WS_TRY_AGAIN) &&
+           history <= TERN_HISTORY_MAX;
 }
 
 /* Setup's conf block, made at the first call. */
@@ -248,7 +264,7 @@ static int setup_conf(tern_server *srv, conf **out) {
 }
 
 int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt) {
-    if (srv == NULL || opt == NULL || !policy_ok(opt->policy, opt->close_code))
+    if (srv == NULL || opt == NULL || !policy_ok(opt->policy, opt->close_code, opt->history))
         return -EINVAL;
     conf *c;
     int err = setup_conf(srv, &c);
@@ -258,7 +274,8 @@ int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt) {
 }
 
 int tern_pubsub_topic_rule(tern_server *srv, const char *prefix, const tern_topic_options *opt) {
-    if (srv == NULL || prefix == NULL || opt == NULL || !policy_ok(opt->policy, opt->close_code))
+    if (srv == NULL || prefix == NULL || opt == NULL ||
+        !policy_ok(opt->policy, opt->close_code, opt->history))
         return -EINVAL;
     size_t len = strnlen(prefix, TERN_TOPIC_MAX + 1);
     if (len > TERN_TOPIC_MAX)
@@ -304,36 +321,118 @@ int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out) {
 
 static void bridge_topic_changed(group *g, const char *name, size_t len);
 
+static uint64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A new epoch: random, so that a restarted server (or a topic whose
+ * history ran out) never reuses one a client may still hold; never 0. */
+static uint64_t new_epoch(void) {
+    static _Atomic uint64_t counter;
+    uint64_t e = 0;
+    if (getrandom(&e, sizeof(e), GRND_NONBLOCK) != (ssize_t)sizeof(e))
+        e = (mono_ms() << 20) ^ (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull;
+    e ^= atomic_fetch_add(&counter, 1);
+    return e ? e : 1;
+}
+
+/* A new entry for name (under the mutex), with a history when its
+ * settings ask for one and the group has room for another. NULL when out
+ * of memory. */
+static gtopic *gtopic_new(group *g, const char *name, size_t len, uint64_t h) {
+    gtopic *t;
+    if (table_grow(&g->topics) < 0 || (t = calloc(1, sizeof(*t) + len + 1)) == NULL)
+        return NULL;
+    t->n.hash = h;
+    t->len = len;
+    memcpy(t->name, name, len);
+    t->epoch = new_epoch();
+    tern_topic_options o = topic_settings(g, name, len);
+    if (o.history && g->nhist < TERN_HISTORY_TOPICS &&
+        (t->hist = tern__hist_new(o.history, o.history_ms)) != NULL)
+        g->nhist++;
+    table_add(&g->topics, &t->n);
+    return t;
+}
+
+/* Frees t when nothing keeps it: no subscription, no history left. */
+static bool gtopic_maybe_free(group *g, gtopic *t) {
+    if (t->subs > 0)
+        return false;
+    if (t->hist) {
+        tern__hist_prune(t->hist, mono_ms());
+        if (!tern__hist_empty(t->hist))
+            return false;
+        tern__hist_free(t->hist);
+        g->nhist--;
+    }
+    table_del(&g->topics, &t->n);
+    free(t);
+    return true;
+}
+
+/* A resume asked of gcount (tern_ws_subscribe_from): in, the client's
+ * epoch and last seq (epoch 0: none); out, tern_resume's fields and the
+ * frames to send (references, msgs[0..n)). */
+typedef struct resume_req {
+    uint64_t epoch, after;
+    tern_resume out;
+    tern_ws_prepared **msgs;
+    long n;
+} resume_req;
+
+/* Under the mutex: what a new subscription to t starts with. */
+static void resume_read(gtopic *t, resume_req *rq) {
+    rq->out = (tern_resume){.epoch = t->epoch, .seq = t->seq};
+    rq->msgs = NULL;
+    rq->n = 0;
+    if (rq->epoch == 0)
+        return;
+    if (rq->epoch == t->epoch && rq->after >= t->seq) {
+        rq->out.resumed = true;   /* nothing missed (or a client ahead of us: nothing to send) */
+        return;
+    }
+    if (t->hist == NULL)
+        return;
+    tern__hist_prune(t->hist, mono_ms());
+    uint64_t first = tern__hist_first(t->hist);
+    if (rq->epoch == t->epoch && first != 0 && rq->after + 1 >= first) {
+        rq->n = tern__hist_since(t->hist, rq->after, &rq->msgs);
+        rq->out.resumed = rq->n >= 0;
+    } else {
+        rq->n = tern__hist_latest(t->hist, &rq->msgs);
+    }
+    if (rq->n < 0)
+        rq->n = 0;
+    rq->out.replayed = (uint64_t)rq->n;
+}
+
 /* Counts a subscription in (+1) or out (-1) of the shared table; the
- * first subscription anywhere and the last one tell the Redis bridge. */
+ * first subscription anywhere and the last one tell the Redis bridge. A
+ * subscription in reads where it starts into rq (may be NULL). */
 static int gcount(group *g, const char *name, size_t len, uint64_t h, int delta,
-                  bool compressed) {
+                  bool compressed, resume_req *rq) {
     int err = 0;
     bool changed = false;
     pthread_mutex_lock(&g->mu);
     gtopic *t = gfind(g, name, len, h);
     if (delta > 0) {
-        if (t == NULL) {
-            if (table_grow(&g->topics) < 0 || (t = calloc(1, sizeof(*t) + len + 1)) == NULL) {
-                err = -ENOMEM;
-                goto out;
-            }
-            t->n.hash = h;
-            t->len = len;
-            memcpy(t->name, name, len);
-            table_add(&g->topics, &t->n);
-            changed = true;
+        if (t == NULL && (t = gtopic_new(g, name, len, h)) == NULL) {
+            err = -ENOMEM;
+            goto out;
         }
+        changed = t->subs == 0;
         t->subs++;
         t->compressed += compressed;
+        if (rq)
+            resume_read(t, rq);
     } else if (t) {
         t->subs--;
         t->compressed -= compressed;
-        if (t->subs == 0) {
-            table_del(&g->topics, &t->n);
-            free(t);
-            changed = true;
-        }
+        changed = t->subs == 0;
+        gtopic_maybe_free(g, t);
     }
 out:
     pthread_mutex_unlock(&g->mu);
@@ -370,6 +469,10 @@ typedef struct sub {
     queued *head, *tail;
     uint32_t nq, nkeys;
     size_t qbytes;
+    /* Messages up to this seq were published before the subscription
+     * began (or were sent from the history): those still on their way to
+     * this loop are not delivered again. */
+    uint64_t skip_upto;
     bool compressed;     /* counted as such in the group */
 } sub;
 
@@ -485,6 +588,20 @@ static void queue_free(sub *s) {
     s->qbytes = 0;
 }
 
+/* msg joins s's queue (a reference, with its key). Returns 0, or -1 when
+ * out of memory. */
+static int queue_add(sub *s, tern_ws_prepared *msg, const char *key, size_t klen) {
+    queued *q = malloc(sizeof(*q) + klen);
+    if (q == NULL)
+        return -1;
+    q->msg = tern__ws_prepared_ref(msg);
+    q->klen = klen;
+    if (klen)
+        memcpy(q->key, key, klen);
+    queue_push(s, q);
+    return 0;
+}
+
 /* Takes s out of its topic (and the group), and frees it. */
 static void sub_remove(registry *r, sub *s) {
     queue_free(s);
@@ -497,7 +614,7 @@ static void sub_remove(registry *r, sub *s) {
         t->subs[s->index] = last;
         last->index = s->index;
     }
-    gcount(r->g, t->name, t->len, t->n.hash, -1, s->compressed);
+    gcount(r->g, t->name, t->len, t->n.hash, -1, s->compressed, NULL);
     TERN__STAT_ADD(r->srv, ps_unsubscribed, 1);
     free(s);
     topic_maybe_free(r, t);
@@ -548,7 +665,27 @@ static bool ws_open(const tern_ws *ws) {
     return ws->state == TERN__WS_OPEN && !(ws->conn.flags & TERN__CONN_CLOSED);
 }
 
+/* A message from the history for s: sent as a live one would be, but
+ * never dropped by the limit (the history bounds it): a reference joins
+ * the queue when s is behind. */
+static void send_replayed(sub *s, tern_ws_prepared *msg, uint64_t *delivered) {
+    if (s->head || tern_ws_buffered(s->ws) > 0) {
+        if (queue_add(s, msg, NULL, 0) == 0)
+            return;
+    }
+    int r = tern_ws_send_prepared(s->ws, msg);
+    if (r >= 0 && r != TERN_SEND_DROPPED)
+        (*delivered)++;
+    else
+        s->dropped++;
+}
+
 int tern_ws_subscribe(tern_ws *ws, const char *name) {
+    return tern_ws_subscribe_from(ws, name, 0, 0, NULL);
+}
+
+int tern_ws_subscribe_from(tern_ws *ws, const char *name, uint64_t epoch, uint64_t after,
+                           tern_resume *out) {
     size_t len;
     int err;
     if (ws == NULL)
@@ -608,11 +745,13 @@ int tern_ws_subscribe(tern_ws *ws, const char *name) {
         t->cap = cap;
     }
     s->compressed = tern_ws_compressed(ws);
-    if (gcount(r->g, name, len, h, +1, s->compressed) < 0)
+    resume_req rq = {.epoch = epoch, .after = after};
+    if (gcount(r->g, name, len, h, +1, s->compressed, &rq) < 0)
         goto fail_s;
     s->ws = ws;
     s->t = t;
     s->index = t->nsubs;
+    s->skip_upto = rq.out.seq;
     t->subs[t->nsubs++] = s;
     c->subs[c->nsubs++] = s;
     TERN__STAT_ADD(srv, ps_subscribed, 1);
@@ -620,6 +759,15 @@ int tern_ws_subscribe(tern_ws *ws, const char *name) {
         table_add(&r->conns, &c->n);
     if (new_t)
         table_add(&r->topics, &t->n);
+    uint64_t delivered = 0;
+    for (long i = 0; i < rq.n; i++) {
+        send_replayed(s, rq.msgs[i], &delivered);
+        tern_ws_prepared_free(rq.msgs[i]);
+    }
+    free(rq.msgs);
+    TERN__STAT_ADD(srv, ps_delivered, delivered);
+    if (out)
+        *out = rq.out;
     return 0;
 fail_s:
     free(s);
@@ -722,6 +870,7 @@ size_t tern_topic_subscribers_all(tern_server *srv, const char *name) {
  * still to deliver it. */
 typedef struct pub {
     _Atomic int refs;
+    uint64_t seq;
     tern_ws_prepared *msg;
     const char *key;     /* in name's block, after the name; NULL for none */
     size_t len, klen;
@@ -738,20 +887,6 @@ static void pub_unref(pub *p) {
         tern_ws_prepared_free(p->msg);
         free(p);
     }
-}
-
-/* msg joins s's queue (a reference, with its key). Returns 0, or -1 when
- * out of memory. */
-static int queue_add(sub *s, tern_ws_prepared *msg, const char *key, size_t klen) {
-    queued *q = malloc(sizeof(*q) + klen);
-    if (q == NULL)
-        return -1;
-    q->msg = tern__ws_prepared_ref(msg);
-    q->klen = klen;
-    if (klen)
-        memcpy(q->key, key, klen);
-    queue_push(s, q);
-    return 0;
 }
 
 /* A subscriber of a conflating topic that is behind: msg replaces the
@@ -810,8 +945,8 @@ static void ws_drained(tern_server *srv, tern_ws *ws) {
 }
 
 /* Sends msg to the subscribers of the topic on srv's loop. */
-static void deliver(tern_server *srv, const char *name, size_t len, tern_ws_prepared *msg,
-                    const tern_ws *except, const char *key, size_t klen) {
+static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq,
+                    tern_ws_prepared *msg, const tern_ws *except, const char *key, size_t klen) {
     registry *r = srv->pubsub;
     topic_t *t = tfind(r, name, len, hash_name(name, len));
     if (t == NULL)
@@ -823,7 +958,7 @@ static void deliver(tern_server *srv, const char *name, size_t len, tern_ws_prep
     t->busy++;
     for (size_t i = 0; i < t->nsubs; i++) {
         sub *s = t->subs[i];
-        if (s == NULL || s->ws == except)
+        if (s == NULL || s->ws == except || seq <= s->skip_upto)
             continue;
         tern_ws *ws = s->ws;
         size_t backlog = tern_ws_buffered(ws);
@@ -883,13 +1018,33 @@ static void deliver_post(tern_loop *loop, void *user) {
     (void)loop;
     delivery *d = user;
     if (d->srv->pubsub)
-        deliver(d->srv, d->p->name, d->p->len, d->p->msg, NULL, d->p->key, d->p->klen);
+        deliver(d->srv, d->p->name, d->p->len, d->p->seq, d->p->msg, NULL, d->p->key,
+                d->p->klen);
     pub_unref(d->p);
     free(d);
 }
 
 static void bridge_publish(group *g, const char *name, size_t tlen, const char *key,
                            size_t klen, const void *data, size_t len, int opcode, size_t seq_at);
+
+/* The frame of a message numbered seq, with seq spliced in at seq_at
+ * (SIZE_MAX: nowhere). NULL when out of memory. */
+static tern_ws_prepared *prepare(const void *data, size_t len, int opcode, bool compress,
+                                 uint64_t seq, size_t seq_at) {
+    if (seq_at == SIZE_MAX)
+        return tern_ws_prepare(data, len, opcode, compress);
+    char num[24];
+    int nl = snprintf(num, sizeof(num), "%" PRIu64, seq);
+    char *buf = malloc(len + (size_t)nl);
+    if (buf == NULL)
+        return NULL;
+    memcpy(buf, data, seq_at);
+    memcpy(buf + seq_at, num, (size_t)nl);
+    memcpy(buf + seq_at + nl, (const char *)data + seq_at, len - seq_at);
+    tern_ws_prepared *msg = tern_ws_prepare(buf, len + (size_t)nl, opcode, compress);
+    free(buf);
+    return msg;
+}
 
 /* tern_publish_ex, and the delivery of what other nodes published
  * (forward false: not sent back to Redis). */
@@ -914,27 +1069,33 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
     uint64_t h = hash_name(name, tlen);
     pthread_mutex_lock(&g->mu);
     gtopic *gt = gfind(g, name, tlen, h);
+    if (gt == NULL && topic_settings(g, name, tlen).history > 0)
+        gt = gtopic_new(g, name, tlen, h);   /* numbered and kept with no one listening */
     uint64_t seq = gt ? ++gt->seq : 0;
     bool compress = gt && gt->compressed > 0 && len >= 64;
+    tern_ws_prepared *msg = NULL;
+    if (gt && gt->hist) {
+        /* Framed and recorded under the mutex: the history stays in seq
+         * order, and a resume that reads it sees every seq it numbers. */
+        uint64_t now = mono_ms();
+        tern__hist_prune(gt->hist, now);
+        msg = prepare(data, len, opcode, compress, seq, seq_at);
+        if (msg)
+            tern__hist_add(gt->hist, seq, now, msg, key, klen);
+        else
+            gt->seq--;   /* not published: the number is free again */
+    }
+    bool recorded = gt && gt->hist;
+    if (gt && gt->subs == 0 && msg != NULL) {
+        pthread_mutex_unlock(&g->mu);
+        tern_ws_prepared_free(msg);
+        return (int64_t)seq;   /* kept for later; no one to send it to now */
+    }
     pthread_mutex_unlock(&g->mu);
     if (seq == 0)
         return 0;
-
-    tern_ws_prepared *msg;
-    if (seq_at == SIZE_MAX) {
-        msg = tern_ws_prepare(data, len, opcode, compress);
-    } else {
-        char num[24];
-        int nl = snprintf(num, sizeof(num), "%" PRIu64, seq);
-        char *buf = malloc(len + (size_t)nl);
-        if (buf == NULL)
-            return -ENOMEM;
-        memcpy(buf, data, seq_at);
-        memcpy(buf + seq_at, num, (size_t)nl);
-        memcpy(buf + seq_at + nl, (const char *)data + seq_at, len - seq_at);
-        msg = tern_ws_prepare(buf, len + (size_t)nl, opcode, compress);
-        free(buf);
-    }
+    if (!recorded)
+        msg = prepare(data, len, opcode, compress, seq, seq_at);
     if (msg == NULL)
         return -ENOMEM;
 
@@ -947,6 +1108,7 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
         return -ENOMEM;
     }
     atomic_init(&p->refs, 1);
+    p->seq = seq;
     p->msg = msg;
     p->len = tlen;
     memcpy(p->name, name, tlen);
@@ -971,7 +1133,7 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
         }
     }
     if (here && srv->pubsub)
-        deliver(srv, name, tlen, msg, except, p->key, klen);
+        deliver(srv, name, tlen, seq, msg, except, p->key, klen);
     pub_unref(p);
     return (int64_t)seq;
 }
@@ -1097,7 +1259,8 @@ static void bridge_resubscribe(void *user) {
     pthread_mutex_lock(&g->mu);
     for (size_t i = 0; i < g->topics.nb; i++)
         for (node *n = g->topics.b[i]; n; n = n->next)
-            tern__redis_subscribe(b, ((gtopic *)n)->name, ((gtopic *)n)->len, true);
+            if (((gtopic *)n)->subs > 0)   /* not one kept only for its history */
+                tern__redis_subscribe(b, ((gtopic *)n)->name, ((gtopic *)n)->len, true);
     pthread_mutex_unlock(&g->mu);
 }
 

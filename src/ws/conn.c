@@ -430,6 +430,8 @@ tern_ws_prepared *tern__ws_prepared_ref(tern_ws_prepared *m) {
 
 size_t tern__ws_prepared_len(const tern_ws_prepared *m) { return m->plain_len; }
 
+const uint8_t *tern__ws_prepared_bytes(const tern_ws_prepared *m) { return m->plain; }
+
 void tern_ws_prepared_free(tern_ws_prepared *m) {
     if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
         free(m->plain);

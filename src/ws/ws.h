@@ -103,6 +103,8 @@ void tern__ws_policy_close_code(tern_ws *ws, int code);
  * one; any thread); the length of its plain frame. */
 tern_ws_prepared *tern__ws_prepared_ref(tern_ws_prepared *m);
 size_t tern__ws_prepared_len(const tern_ws_prepared *m);
+/* The unmasked, uncompressed frame (tern__ws_prepared_len bytes). */
+const uint8_t *tern__ws_prepared_bytes(const tern_ws_prepared *m);
 /* subprotocol: an index into route->opt.subprotocols, or -1; pmd: the
  * agreed permessage-deflate parameters, or NULL. */
 int tern__ws_open(tern__http_conn *hc, const tern__ws_route *route, void *conn_user,

@@ -33,7 +33,9 @@ def recv(ws, timeout=5.0):
 
 def subscribe(ws, topic):
     send(ws, op="subscribe", topic=topic)
-    assert recv(ws) == {"ok": "subscribe", "topic": topic}
+    ack = recv(ws)
+    assert ack.keys() == {"ok", "topic", "epoch", "seq"}, ack
+    assert ack["ok"] == "subscribe" and ack["topic"] == topic and len(ack["epoch"]) == 16
 
 
 def http_publish(t, topic, body):

@@ -79,7 +79,8 @@ def redis():
 
 def subscribe(ws, topic):
     ws.send(json.dumps({"op": "subscribe", "topic": topic}))
-    assert json.loads(ws.recv(timeout=5 * SLOW)) == {"ok": "subscribe", "topic": topic}
+    ack = json.loads(ws.recv(timeout=5 * SLOW))
+    assert ack["ok"] == "subscribe" and ack["topic"] == topic, ack
 
 
 def recv_data(ws, timeout=5.0):

@@ -1,0 +1,219 @@
+/* A topic's history: a ring of the last messages and a table of the
+ * latest message per key (history.h says what for). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pubsub/history.h"
+#include "tern/pubsub.h"
+#include "ws/ws.h"
+
+typedef struct entry {
+    uint64_t seq, ms;
+    tern_ws_prepared *msg;
+} entry;
+
+/* A key's latest message; key == NULL marks a free slot. */
+typedef struct latest {
+    uint64_t hash, seq;
+    tern_ws_prepared *msg;
+    size_t klen;
+    char *key;
+} latest;
+
+/* Invariants: ring[start .. start+count) (mod cap) holds the kept
+ * messages, oldest first, seqs rising; count <= max_count, cap grows by
+ * doubling up to max_count (so a quiet topic costs little). keys is an
+ * open-addressing table of kcap slots (a power of 2, or 0) holding kcount
+ * keys, at most TERN_CONFLATE_KEYS, never more than half full. */
+struct tern__hist {
+    entry *ring;
+    uint32_t cap, start, count, max_count;
+    uint64_t max_ms;
+    latest *keys;
+    uint32_t kcap, kcount;
+};
+
+tern__hist *tern__hist_new(uint32_t max_count, uint64_t max_ms) {
+    if (max_count == 0)
+        return NULL;
+    tern__hist *h = calloc(1, sizeof(*h));
+    if (h) {
+        h->max_count = max_count;
+        h->max_ms = max_ms;
+    }
+    return h;
+}
+
+void tern__hist_free(tern__hist *h) {
+    if (h == NULL)
+        return;
+    for (uint32_t i = 0; i < h->count; i++)
+        tern_ws_prepared_free(h->ring[(h->start + i) % h->cap].msg);
+    for (uint32_t i = 0; i < h->kcap; i++)
+        if (h->keys[i].key) {
+            tern_ws_prepared_free(h->keys[i].msg);
+            free(h->keys[i].key);
+        }
+    free(h->ring);
+    free(h->keys);
+    free(h);
+}
+
+static void drop_oldest(tern__hist *h) {
+    tern_ws_prepared_free(h->ring[h->start].msg);
+    h->start = (h->start + 1) % h->cap;
+    h->count--;
+}
+
+/* Room for one more in the ring: grows it, or drops the oldest at the
+ * count limit (or when it cannot grow). */
+static void ring_room(tern__hist *h) {
+    if (h->count < h->cap)
+        return;
+    if (h->cap < h->max_count) {
+        uint32_t cap = h->cap ? h->cap * 2 : 16;
+        if (cap > h->max_count)
+            cap = h->max_count;
+        entry *r = malloc(sizeof(*r) * cap);
+        if (r) {
+            for (uint32_t i = 0; i < h->count; i++)
+                r[i] = h->ring[(h->start + i) % h->cap];
+            free(h->ring);
+            h->ring = r;
+            h->cap = cap;
+            h->start = 0;
+            return;
+        }
+    }
+    if (h->count > 0)
+        drop_oldest(h);
+}
+
+static uint64_t hash_key(const char *s, size_t n) {
+    uint64_t x = 0xcbf29ce484222325ull;   /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        x = (x ^ (uint8_t)s[i]) * 0x100000001b3ull;
+    return x;
+}
+
+static latest *key_slot(latest *keys, uint32_t kcap, uint64_t hash, const char *key,
+                        size_t klen) {
+    for (uint32_t i = (uint32_t)hash & (kcap - 1);; i = (i + 1) & (kcap - 1)) {
+        latest *l = &keys[i];
+        if (l->key == NULL || (l->hash == hash && l->klen == klen && memcmp(l->key, key, klen) == 0))
+            return l;
+    }
+}
+
+/* Keeps msg as key's latest. A key past TERN_CONFLATE_KEYS is not
+ * followed, nor one that memory does not allow. */
+static void key_set(tern__hist *h, uint64_t seq, tern_ws_prepared *msg, const char *key,
+                    size_t klen) {
+    uint64_t hash = hash_key(key, klen);
+    if (h->kcap) {
+        latest *l = key_slot(h->keys, h->kcap, hash, key, klen);
+        if (l->key) {
+            tern_ws_prepared_free(l->msg);
+            l->msg = tern__ws_prepared_ref(msg);
+            l->seq = seq;
+            return;
+        }
+    }
+    if (h->kcount >= TERN_CONFLATE_KEYS)
+        return;
+    if ((h->kcount + 1) * 2 > h->kcap) {
+        uint32_t kcap = h->kcap ? h->kcap * 2 : 16;
+        latest *k = calloc(kcap, sizeof(*k));
+        if (k == NULL)
+            return;
+        for (uint32_t i = 0; i < h->kcap; i++)
+            if (h->keys[i].key)
+                *key_slot(k, kcap, h->keys[i].hash, h->keys[i].key, h->keys[i].klen) = h->keys[i];
+        free(h->keys);
+        h->keys = k;
+        h->kcap = kcap;
+    }
+    char *copy = malloc(klen + 1);
+    if (copy == NULL)
+        return;
+    memcpy(copy, key, klen);
+    latest *l = key_slot(h->keys, h->kcap, hash, key, klen);
+    *l = (latest){.hash = hash, .seq = seq, .msg = tern__ws_prepared_ref(msg), .klen = klen,
+                  .key = copy};
+    h->kcount++;
+}
+
+int tern__hist_add(tern__hist *h, uint64_t seq, uint64_t now_ms, tern_ws_prepared *msg,
+                   const char *key, size_t klen) {
+    key_set(h, seq, msg, key ? key : "", key ? klen : 0);
+    ring_room(h);
+    if (h->count == h->cap)
+        return -ENOMEM;   /* no ring at all: nothing kept */
+    h->ring[(h->start + h->count) % h->cap] =
+        (entry){.seq = seq, .ms = now_ms, .msg = tern__ws_prepared_ref(msg)};
+    h->count++;
+    return 0;
+}
+
+void tern__hist_prune(tern__hist *h, uint64_t now_ms) {
+    if (h->max_ms == 0)
+        return;
+    while (h->count > 0 && now_ms - h->ring[h->start].ms > h->max_ms)
+        drop_oldest(h);
+}
+
+uint64_t tern__hist_first(const tern__hist *h) {
+    return h->count ? h->ring[h->start].seq : 0;
+}
+
+uint64_t tern__hist_last(const tern__hist *h) {
+    return h->count ? h->ring[(h->start + h->count - 1) % h->cap].seq : 0;
+}
+
+bool tern__hist_empty(const tern__hist *h) { return h->count == 0; }
+
+long tern__hist_since(const tern__hist *h, uint64_t after, tern_ws_prepared ***out) {
+    *out = NULL;
+    uint32_t i = 0;
+    while (i < h->count && h->ring[(h->start + i) % h->cap].seq <= after)
+        i++;
+    uint32_t n = h->count - i;
+    if (n == 0)
+        return 0;
+    tern_ws_prepared **v = malloc(sizeof(*v) * n);
+    if (v == NULL)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < n; k++)
+        v[k] = tern__ws_prepared_ref(h->ring[(h->start + i + k) % h->cap].msg);
+    *out = v;
+    return n;
+}
+
+static int by_seq(const void *a, const void *b) {
+    uint64_t x = ((const latest *)a)->seq, y = ((const latest *)b)->seq;
+    return x < y ? -1 : x > y;
+}
+
+long tern__hist_latest(const tern__hist *h, tern_ws_prepared ***out) {
+    *out = NULL;
+    if (h->kcount == 0)
+        return 0;
+    latest *all = malloc(sizeof(*all) * h->kcount);
+    tern_ws_prepared **v = malloc(sizeof(*v) * h->kcount);
+    if (all == NULL || v == NULL) {
+        free(all);
+        free(v);
+        return -ENOMEM;
+    }
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < h->kcap; i++)
+        if (h->keys[i].key)
+            all[n++] = h->keys[i];
+    qsort(all, n, sizeof(*all), by_seq);
+    for (uint32_t i = 0; i < n; i++)
+        v[i] = tern__ws_prepared_ref(all[i].msg);
+    free(all);
+    *out = v;
+    return n;
+}

@@ -1,0 +1,51 @@
+/* A topic's history, for subscribers that come back: the last messages
+ * published to it (references to their prepared frames, each with its seq
+ * and the time it was published), bounded by a count and an age, and the
+ * latest message of each key, for a subscriber whose resume point the
+ * history no longer reaches.
+ *
+ * Not thread-safe: the pub/sub group's mutex guards every call. Nothing
+ * here copies a frame; a reference handed out is the caller's to free
+ * (tern_ws_prepared_free), outside the mutex if it likes. */
+#ifndef TERN_PUBSUB_HISTORY_H
+#define TERN_PUBSUB_HISTORY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tern/ws.h"
+
+typedef struct tern__hist tern__hist;
+
+/* Keeps at most max_count messages (>= 1), none older than max_ms (0: no
+ * age limit). NULL when out of memory. */
+tern__hist *tern__hist_new(uint32_t max_count, uint64_t max_ms);
+void tern__hist_free(tern__hist *h);
+
+/* Appends msg (taking a reference) as seq, published at now_ms, with its
+ * key (NULL: none; the latest-per-key record then keeps it under the
+ * empty key). seq must be above every seq added before. The oldest
+ * message goes when the count is reached. Returns 0, or -ENOMEM (then the
+ * history has lost messages: tern__hist_first says from where). */
+int tern__hist_add(tern__hist *h, uint64_t seq, uint64_t now_ms, tern_ws_prepared *msg,
+                   const char *key, size_t klen);
+
+/* Forgets the messages older than the age limit at now_ms. */
+void tern__hist_prune(tern__hist *h, uint64_t now_ms);
+
+/* The seq of the oldest message kept, and of the newest; 0 when empty. */
+uint64_t tern__hist_first(const tern__hist *h);
+uint64_t tern__hist_last(const tern__hist *h);
+bool tern__hist_empty(const tern__hist *h);
+
+/* The messages after seq `after`, oldest first, as references: a new
+ * array in *out (NULL when there are none). Returns how many, or -ENOMEM. */
+long tern__hist_since(const tern__hist *h, uint64_t after, tern_ws_prepared ***out);
+
+/* The latest message of each key (at most TERN_CONFLATE_KEYS keys are
+ * followed; later ones are not), in seq order, as references: a new array
+ * in *out. Returns how many, or -ENOMEM. */
+long tern__hist_latest(const tern__hist *h, tern_ws_prepared ***out);
+
+#endif
