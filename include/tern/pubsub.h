@@ -26,10 +26,11 @@
  * the slow-consumer policy hears of it (on_close) at the end of the
  * batch.
  *
- * Order: the subscribers of a topic see its messages in the order one
- * thread published them. Every message is numbered per topic (seq, from
- * 1, over all the loops of the group); messages published concurrently
- * from several threads may reach a loop in an order other than their seq.
+ * Order: every message is numbered per topic (seq, from 1, over all the
+ * loops of the group), and every subscriber sees a topic's messages in seq
+ * order, whichever threads publish (so one thread's in the order it
+ * published them). Publishers of one group take turns, per message, for
+ * the numbering and framing (a mutex).
  *
  * A topic exists while it has a subscriber somewhere, or a history: when
  * the last subscriber leaves a topic without one, its seq is forgotten

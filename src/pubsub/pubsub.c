@@ -13,9 +13,11 @@
  * Shared (cfg->pubsub_group, under its mutex): name -> epoch, seq, the
  * number of subscriptions over all loops, and the topic's history when its
  * options give it one (history.c). An entry lives while that number is not
- * 0 or its history is not empty. A history topic's messages are framed
- * and recorded under the mutex, so that its history is in seq order and a
- * resume reads it whole; other topics frame outside it.
+ * 0 or its history is not empty. A message is numbered, framed, recorded
+ * in the history and posted to the loops under the mutex, so that every
+ * loop gets a topic's messages in seq order, its history is in that order,
+ * and a resume reads it whole (torder says how a publishing loop keeps its
+ * own subscribers in that order).
  *
  * No user callback runs here: sends go through tern_ws_send_prepared,
  * which defers the slow-consumer close to the end of the batch, and the
@@ -103,8 +105,26 @@ static void table_del(table *t, node *n) {
 
 /* ---- the shared table ------------------------------------------------- */
 
+/* A topic's posts in flight to each loop of the group (index as in
+ * cfg->peers; one loop outside tern_run), shared by the entry and by every
+ * message posted, so it outlives either. A publish on a loop delivers to
+ * that loop's subscribers at once only when nothing of the topic is on
+ * its way to it from another thread; else it posts to itself behind that,
+ * so every loop sees a topic's messages in seq order. */
+typedef struct torder {
+    _Atomic int refs;
+    int n;
+    _Atomic uint32_t inflight[];
+} torder;
+
+static void torder_unref(torder *o) {
+    if (o && atomic_fetch_sub(&o->refs, 1) == 1)
+        free(o);
+}
+
 typedef struct gtopic {
     node n;
+    torder *ord;         /* NULL when out of memory: then no order across threads */
     uint64_t epoch;      /* drawn when the entry is made; never 0 */
     uint64_t seq;        /* the last message's */
     tern__hist *hist;    /* NULL: the topic's options give it no history */
@@ -141,6 +161,7 @@ typedef struct group {
     tern__redis *_Atomic redis;
     tern_server *bridge_srv;
     size_t nhist;              /* entries with a history (TERN_HISTORY_TOPICS at most) */
+    const tern__server_config *cfg;   /* its loops: cfg->peers */
 } group;
 
 static gtopic *gfind(group *g, const char *name, size_t len, uint64_t h) {
@@ -160,6 +181,7 @@ static void group_free(void *p) {
         for (node *n = g->topics.b[i], *next; n; n = next) {
             next = n->next;
             tern__hist_free(((gtopic *)n)->hist);
+            torder_unref(((gtopic *)n)->ord);
             free(n);
         }
     free(g->topics.b);
@@ -214,6 +236,7 @@ static group *group_of(tern_server *srv) {
     if (g == NULL)
         return NULL;
     pthread_mutex_init(&g->mu, NULL);
+    g->cfg = cfg;
     const conf *c = cfg->pubsub_opt;
     if (c)
         g->opt = c->opt;
@@ -349,6 +372,11 @@ static gtopic *gtopic_new(group *g, const char *name, size_t len, uint64_t h) {
     t->len = len;
     memcpy(t->name, name, len);
     t->epoch = new_epoch();
+    int loops = g->cfg->npeers ? g->cfg->npeers : 1;
+    if ((t->ord = calloc(1, sizeof(*t->ord) + sizeof(t->ord->inflight[0]) * (size_t)loops))) {
+        atomic_init(&t->ord->refs, 1);
+        t->ord->n = loops;
+    }
     tern_topic_options o = topic_settings(g, name, len);
     if (o.history && g->nhist < TERN_HISTORY_TOPICS &&
         (t->hist = tern__hist_new(o.history, o.history_ms)) != NULL)
@@ -369,6 +397,7 @@ static bool gtopic_maybe_free(group *g, gtopic *t) {
         g->nhist--;
     }
     table_del(&g->topics, &t->n);
+    torder_unref(t->ord);
     free(t);
     return true;
 }
@@ -871,20 +900,27 @@ size_t tern_topic_subscribers_all(tern_server *srv, const char *name) {
 typedef struct pub {
     _Atomic int refs;
     uint64_t seq;
+    torder *ord;         /* a reference, or NULL */
     tern_ws_prepared *msg;
     const char *key;     /* in name's block, after the name; NULL for none */
     size_t len, klen;
     char name[];
 } pub;
 
+/* One loop's share of a pub: which loop (its index in the order), and
+ * the connection not to send it to (a publish_except posted to its own
+ * loop; only compared, never followed). */
 typedef struct delivery {
     pub *p;
     tern_server *srv;
+    int idx;
+    uintptr_t except;
 } delivery;
 
 static void pub_unref(pub *p) {
     if (atomic_fetch_sub(&p->refs, 1) == 1) {
         tern_ws_prepared_free(p->msg);
+        torder_unref(p->ord);
         free(p);
     }
 }
@@ -1018,10 +1054,47 @@ static void deliver_post(tern_loop *loop, void *user) {
     (void)loop;
     delivery *d = user;
     if (d->srv->pubsub)
-        deliver(d->srv, d->p->name, d->p->len, d->p->seq, d->p->msg, NULL, d->p->key,
-                d->p->klen);
+        deliver(d->srv, d->p->name, d->p->len, d->p->seq, d->p->msg, (const tern_ws *)d->except,
+                d->p->key, d->p->klen);
+    if (d->p->ord)
+        atomic_fetch_sub(&d->p->ord->inflight[d->idx], 1);
     pub_unref(d->p);
     free(d);
+}
+
+/* Under the mutex: posts p to every loop of the group, in the order the
+ * mutex gives (so in seq order). Returns true when srv's own loop (the
+ * caller's) is to deliver it now, after the mutex: nothing of the topic is
+ * on its way to it. */
+static bool post_all(tern_server *srv, pub *p, bool here, const tern_ws *except) {
+    tern__server_config *cfg = srv->cfg;
+    int n = cfg->npeers ? cfg->npeers : 1;
+    bool now = false;
+    for (int i = 0; i < n; i++) {
+        tern_server *peer = cfg->npeers ? cfg->peers[i] : srv;
+        if (peer == NULL)
+            continue;
+        bool ordered = p->ord && i < p->ord->n;
+        if (here && peer == srv && (!ordered || atomic_load(&p->ord->inflight[i]) == 0)) {
+            now = true;
+            continue;
+        }
+        delivery *d = malloc(sizeof(*d));
+        if (d == NULL)
+            continue;   /* that loop misses it: out of memory */
+        *d = (delivery){.p = p, .srv = peer, .idx = i,
+                        .except = peer == srv ? (uintptr_t)except : 0};
+        atomic_fetch_add(&p->refs, 1);
+        if (ordered)
+            atomic_fetch_add(&p->ord->inflight[i], 1);
+        if (tern_loop_post(peer->loop, deliver_post, d) < 0) {
+            if (ordered)
+                atomic_fetch_sub(&p->ord->inflight[i], 1);
+            atomic_fetch_sub(&p->refs, 1);
+            free(d);
+        }
+    }
+    return now;
 }
 
 static void bridge_publish(group *g, const char *name, size_t tlen, const char *key,
@@ -1067,75 +1140,59 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
     if (forward && atomic_load(&g->redis))
         bridge_publish(g, name, tlen, key, klen, data, len, opcode, seq_at);
     uint64_t h = hash_name(name, tlen);
-    pthread_mutex_lock(&g->mu);
-    gtopic *gt = gfind(g, name, tlen, h);
-    if (gt == NULL && topic_settings(g, name, tlen).history > 0)
-        gt = gtopic_new(g, name, tlen, h);   /* numbered and kept with no one listening */
-    uint64_t seq = gt ? ++gt->seq : 0;
-    bool compress = gt && gt->compressed > 0 && len >= 64;
-    tern_ws_prepared *msg = NULL;
-    if (gt && gt->hist) {
-        /* Framed and recorded under the mutex: the history stays in seq
-         * order, and a resume that reads it sees every seq it numbers. */
-        uint64_t now = mono_ms();
-        tern__hist_prune(gt->hist, now);
-        msg = prepare(data, len, opcode, compress, seq, seq_at);
-        if (msg)
-            tern__hist_add(gt->hist, seq, now, msg, key, klen);
-        else
-            gt->seq--;   /* not published: the number is free again */
-    }
-    bool recorded = gt && gt->hist;
-    if (gt && gt->subs == 0 && msg != NULL) {
-        pthread_mutex_unlock(&g->mu);
-        tern_ws_prepared_free(msg);
-        return (int64_t)seq;   /* kept for later; no one to send it to now */
-    }
-    pthread_mutex_unlock(&g->mu);
-    if (seq == 0)
-        return 0;
-    if (!recorded)
-        msg = prepare(data, len, opcode, compress, seq, seq_at);
-    if (msg == NULL)
-        return -ENOMEM;
-
-    /* On srv's own loop its subscribers get it now; every other loop of
-     * the group (all of them, from a thread that runs none) by a post. */
     bool here = tern__loop_current() == srv->loop;
     pub *p = malloc(sizeof(*p) + tlen + 1 + klen);
-    if (p == NULL) {
-        tern_ws_prepared_free(msg);
+    if (p == NULL)
         return -ENOMEM;
-    }
     atomic_init(&p->refs, 1);
-    p->seq = seq;
-    p->msg = msg;
+    p->ord = NULL;
+    p->msg = NULL;
     p->len = tlen;
     memcpy(p->name, name, tlen);
     p->name[tlen] = '\0';
     p->key = key ? memcpy(p->name + tlen + 1, key, klen) : NULL;
     p->klen = klen;
-    tern__server_config *cfg = srv->cfg;
-    int n = cfg->npeers ? cfg->npeers : 1;
-    for (int i = 0; i < n; i++) {
-        tern_server *peer = cfg->npeers ? cfg->peers[i] : srv;
-        if (peer == NULL || (here && peer == srv))
-            continue;
-        delivery *d = malloc(sizeof(*d));
-        if (d == NULL)
-            continue;   /* that loop misses it: out of memory */
-        d->p = p;
-        d->srv = peer;
-        atomic_fetch_add(&p->refs, 1);
-        if (tern_loop_post(peer->loop, deliver_post, d) < 0) {
-            atomic_fetch_sub(&p->refs, 1);
-            free(d);
-        }
+    /* Numbered, framed, recorded and posted under the mutex: every loop
+     * gets a topic's messages in seq order, the history stays in that
+     * order, and a resume that reads it sees every seq it numbers. (The
+     * price: publishers of one group on several threads take turns for
+     * the framing, and the compression, of each other's messages.) */
+    pthread_mutex_lock(&g->mu);
+    gtopic *gt = gfind(g, name, tlen, h);
+    if (gt == NULL && topic_settings(g, name, tlen).history > 0)
+        gt = gtopic_new(g, name, tlen, h);   /* numbered and kept with no one listening */
+    if (gt == NULL) {
+        pthread_mutex_unlock(&g->mu);
+        free(p);
+        return 0;
     }
-    if (here && srv->pubsub)
-        deliver(srv, name, tlen, seq, msg, except, p->key, klen);
+    p->seq = ++gt->seq;
+    p->msg = prepare(data, len, opcode, gt->compressed > 0 && len >= 64, p->seq, seq_at);
+    if (p->msg == NULL) {
+        gt->seq--;   /* not published: the number is free again */
+        pthread_mutex_unlock(&g->mu);
+        free(p);
+        return -ENOMEM;
+    }
+    if (gt->hist) {
+        uint64_t now = mono_ms();
+        tern__hist_prune(gt->hist, now);
+        tern__hist_add(gt->hist, p->seq, now, p->msg, key, klen);
+    }
+    bool now = false;
+    if (gt->subs > 0) {   /* else kept for later: no one to send it to now */
+        if (gt->ord) {
+            p->ord = gt->ord;
+            atomic_fetch_add(&p->ord->refs, 1);
+        }
+        now = post_all(srv, p, here, except);
+    }
+    pthread_mutex_unlock(&g->mu);
+    int64_t seq = (int64_t)p->seq;
+    if (now && srv->pubsub)
+        deliver(srv, name, tlen, p->seq, p->msg, except, p->key, klen);
     pub_unref(p);
-    return (int64_t)seq;
+    return seq;
 }
 
 int64_t tern_publish_ex(tern_server *srv, const char *topic, const void *data, size_t len,

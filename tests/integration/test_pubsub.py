@@ -308,10 +308,13 @@ def test_publish_across_threads(tern_factory):
             for j, p in enumerate(pubs):
                 await p.send(json.dumps({"op": "publish", "topic": "x", "data": f"{j}:{i}"}))
         for ws in subs:
-            seen = []
+            seen, order = [], []
             for _ in range(n * len(pubs)):
                 m = json.loads(await asyncio.wait_for(ws.recv(), 10 * SLOW))
                 seen.append(m["data"])
+                order.append(m["seq"])
+            # the topic's order, whichever thread published: seq order
+            assert order == list(range(1, n * len(pubs) + 1))
             # every message exactly once, each publisher's in its order
             assert sorted(seen) == sorted(f"{j}:{i}" for j in range(4) for i in range(n))
             for j in range(4):
