@@ -25,6 +25,12 @@ typedef struct tern_listen_options {
     int backlog;       /* listen(2) backlog; 0: 4096 (the kernel caps it at somaxconn) */
     int reuseport;     /* SO_REUSEPORT, so several loops (threads) share a port */
     int ipv6_only;     /* for "::": IPv6 only instead of dual-stack */
+    /* SO_SNDBUF of every connection accepted (the kernel doubles it); 0:
+     * the kernel's autotuning, which on loopback lets a connection hold
+     * megabytes its peer has not read. A small one (64 KiB) makes a slow
+     * reader show in tern_ws_buffered, and so in the slow-consumer
+     * policies, within a moment. */
+    int sndbuf;
 } tern_listen_options;
 
 /* Room for any address tern_addr_format() writes, with its NUL. */

@@ -148,6 +148,10 @@ typedef struct tern_pubsub_counters {
     uint64_t closed;      /* subscribers closed by the close policy */
     uint64_t conflated;   /* queued copies replaced by newer ones with their key */
     uint64_t subscriptions;   /* live subscriptions on this loop */
+    /* The most messages one subscription had waiting in its queue (as
+     * references) at any time: with TERN_PUBSUB_CONFLATE, at most its
+     * keys. */
+    uint64_t queue_max;
 } tern_pubsub_counters;
 /* Returns 0, or -EINVAL for a NULL argument or a host handle. */
 int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out);

@@ -18,6 +18,13 @@
  *                      time and a sequence number. Reports deliveries per
  *                      second, their latency, and the gaps in any
  *                      subscriber's sequence (messages the server dropped).
+ *   tern load market   pubsub with keys (instruments) and slow readers: every
+ *                      message carries an instrument's key; a fraction of
+ *                      the subscribers read at a fixed byte rate. Reports
+ *                      the fast ones' latency and gaps, the slow ones'
+ *                      disconnects and, after the publisher stops and they
+ *                      catch up, whether each holds every key's latest
+ *                      message (what a conflating server gives).
  *
  * It exists to measure the server on a small machine, where the client
  * shares the CPUs with it, so the client does as little as it can per
@@ -77,9 +84,12 @@
 #define LOAD_CLOSE_MS 2000        /* for the close handshakes at the end */
 #define LOAD_MAX_BATCH (1u << 30) /* bytes of the pipeline's batch buffer */
 #define LOAD_STAMP_LEN 16         /* a published message starts with its send time and seq */
+#define LOAD_KEY_DIGITS 4         /* market: a message starts with 4, "0042", and the key in it */
+#define LOAD_KEY_PREFIX (1 + LOAD_KEY_DIGITS)
+#define LOAD_HEAD_BYTES (LOAD_KEY_PREFIX + LOAD_STAMP_LEN)   /* what a subscriber keeps */
 #define LOAD_PUB_BYTES (1u << 20) /* the publisher writes at most this much per tick */
 
-enum load_mode { LOAD_ECHO, LOAD_PIPELINE, LOAD_FANOUT, LOAD_PUBSUB };
+enum load_mode { LOAD_ECHO, LOAD_PIPELINE, LOAD_FANOUT, LOAD_PUBSUB, LOAD_MARKET };
 
 typedef struct load_opts {
     enum load_mode mode;
@@ -98,6 +108,10 @@ typedef struct load_opts {
     uint64_t interval_ms;             /* one round per connection this often */
     uint64_t rate;                    /* pubsub: messages published per second */
     char pub_path[LOAD_PATH_MAX];     /* pubsub: the publisher's request target */
+    uint32_t instruments;             /* market: keys */
+    double slow_fraction;             /* market: of the subscribers, reading at */
+    uint64_t slow_rate;               /* this many bytes a second */
+    uint64_t drain_ms;                /* market: after publishing, for the slow to catch up */
     bool json;
 } load_opts;
 
@@ -245,15 +259,21 @@ typedef struct load_conn {
     /* pubsub subscriber: the first bytes of the message being read, and
      * the seq the next one should have once one has come (seen) */
     bool seen;
-    uint8_t stamp[LOAD_STAMP_LEN];
+    uint8_t stamp[LOAD_HEAD_BYTES];
     uint64_t next_seq;
+    /* market: a slow reader has `tokens` bytes it may still read (paused:
+     * reading is off until the tick gives it more); last_key[k] is the seq
+     * of the newest message of key k it got (0: none) */
+    bool slow, paused;
+    uint32_t tokens;
+    uint64_t *last_key;
     /* control frames: what came in, what goes out */
     uint8_t rhdr[TERN__WS_MAX_HEADER];
     uint8_t ctl[125];
     uint8_t ctl_out[TERN__WS_MAX_HEADER + 125];
 } load_conn;
 
-enum load_phase { PH_CONNECT, PH_WARMUP, PH_MEASURE, PH_CLOSE };
+enum load_phase { PH_CONNECT, PH_WARMUP, PH_MEASURE, PH_DRAIN, PH_CLOSE };
 
 /* The whole run.
  * Invariants: every connection before next_start has been started;
@@ -291,6 +311,13 @@ typedef struct load_run {
     uint32_t pub_cap;
     uint64_t pub_start_ns, pub_due, pub_seq;
     uint64_t published, pub_blocked, pub_shed, gaps;   /* measured */
+    /* market: the keys' latest seqs published, the slow readers' figures
+     * (the fast ones' are messages and hist above), and after the drain */
+    uint64_t *last_pub;
+    uint32_t nslow;
+    uint64_t slow_messages, disconnects, stale_keys, stale_fast, key_reorders;
+    load_hist slow_hist;
+    uint64_t rng, refill_tick;
     tern_timer *tick;        /* fanout's requests, pubsub's publishing */
     /* measurement */
     uint64_t start_ns, open_ns, t0_ns, t1_ns;
@@ -330,6 +357,7 @@ static void run_fail(load_run *run, const char *fmt, ...) {
 static unsigned conn_no(const load_conn *c) { return (unsigned)(c - c->run->conns); }
 
 static void conn_done(load_conn *c);
+static bool is_publisher(const load_conn *c);
 static void run_begin(load_run *run);
 static void start_more(load_run *run);
 
@@ -415,7 +443,8 @@ static void conn_pump(load_conn *c) {
         }
         break;
     }
-    int err = tern__io_set(c->run->loop, &c->io, EPOLLIN | (c->out_cnt ? EPOLLOUT : 0));
+    int err = tern__io_set(c->run->loop, &c->io,
+                           (c->paused ? 0 : EPOLLIN) | (c->out_cnt ? EPOLLOUT : 0));
     if (err < 0)
         run_fail(c->run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
 }
@@ -489,6 +518,11 @@ static void conn_lost(load_conn *c, int err) {
         conn_done(c);
         return;
     }
+    if (c->run->o->mode == LOAD_MARKET && !is_publisher(c)) {
+        c->run->disconnects++;
+        conn_done(c);
+        return;
+    }
     if (err != 0)
         run_fail(c->run, "connection %u: %s during the run", conn_no(c), strerror(err));
     else
@@ -544,8 +578,15 @@ static void echo_done(load_conn *c) {
 
 /* ---- pubsub: what a subscriber reads ------------------------------------- */
 
+static bool has_publisher(enum load_mode m) { return m == LOAD_PUBSUB || m == LOAD_MARKET; }
+
 static bool is_publisher(const load_conn *c) {
-    return c->run->o->mode == LOAD_PUBSUB && conn_no(c) == c->run->o->connections;
+    return has_publisher(c->run->o->mode) && conn_no(c) == c->run->o->connections;
+}
+
+/* Where the stamp is in a published message: market's start with the key. */
+static size_t stamp_off(const load_run *run) {
+    return run->o->mode == LOAD_MARKET ? LOAD_KEY_PREFIX : 0;
 }
 
 static uint64_t get_le64(const uint8_t *p) {
@@ -580,9 +621,16 @@ static bool sub_frame_begin(load_conn *c, const tern__ws_header *h) {
 
 /* A published message is whole: its stamp says when it was sent and its
  * place in the publisher's sequence. */
+static void market_message(load_conn *c, uint64_t sent, uint64_t seq);
+
 static void sub_message(load_conn *c) {
     load_run *run = c->run;
-    uint64_t sent = get_le64(c->stamp), seq = get_le64(c->stamp + 8);
+    const uint8_t *st = c->stamp + stamp_off(run);
+    uint64_t sent = get_le64(st), seq = get_le64(st + 8);
+    if (run->o->mode == LOAD_MARKET) {
+        market_message(c, sent, seq);
+        return;
+    }
     if (c->seen && seq != c->next_seq) {
         if (seq < c->next_seq) {
             run_fail(run, "connection %u: message %llu after %llu: out of order or repeated",
@@ -601,9 +649,58 @@ static void sub_message(load_conn *c) {
     }
 }
 
+/* Market: a message of key k whole. A conflating server sends a key's
+ * updates in order and its queue in the order of their latest update, so
+ * seqs still rise on every connection, with gaps where it conflated (or
+ * dropped); a key that goes back is counted. The fast readers should miss
+ * nothing. */
+static void market_message(load_conn *c, uint64_t sent, uint64_t seq) {
+    load_run *run = c->run;
+    unsigned k = 0;
+    bool ok = c->stamp[0] == LOAD_KEY_DIGITS;
+    for (int i = 1; i <= LOAD_KEY_DIGITS; i++) {
+        ok = ok && c->stamp[i] >= '0' && c->stamp[i] <= '9';
+        k = k * 10 + (unsigned)(c->stamp[i] - '0');
+    }
+    if (!ok || k >= run->o->instruments) {
+        run_fail(run, "connection %u: a message whose key we did not publish", conn_no(c));
+        return;
+    }
+    if (seq <= c->last_key[k])
+        run->key_reorders++;
+    else
+        c->last_key[k] = seq;
+    if (!c->slow) {
+        if (c->seen && seq != c->next_seq && run->phase == PH_MEASURE) {
+            if (seq < c->next_seq)
+                run->key_reorders++;
+            else
+                run->gaps += seq - c->next_seq;
+        }
+        c->seen = true;
+        if (seq >= c->next_seq)
+            c->next_seq = seq + 1;
+    }
+    if (run->phase == PH_MEASURE) {
+        uint64_t now = now_ns(), lat = now > sent ? now - sent : 0;
+        if (c->slow) {
+            run->slow_messages++;
+            hist_record(&run->slow_hist, lat);
+        } else {
+            run->messages++;
+            hist_record(&run->hist, lat);
+        }
+    }
+}
+
 static void on_close_frame(load_conn *c) {
     unsigned code = c->ctl_len >= 2 ? (unsigned)c->ctl[0] << 8 | c->ctl[1] : 1005;
     int rlen = c->ctl_len > 2 ? c->ctl_len - 2 : 0;
+    if (c->state == CS_OPEN && c->run->o->mode == LOAD_MARKET && !is_publisher(c)) {
+        c->run->disconnects++;   /* a figure of the run, not its end */
+        conn_done(c);
+        return;
+    }
     if (c->state == CS_OPEN) {
         run_fail(c->run, "connection %u: the server closed the connection during the run: %u%s%.*s",
                  conn_no(c), code, rlen ? " " : "", rlen, (const char *)c->ctl + 2);
@@ -637,7 +734,7 @@ static bool frame_begin(load_conn *c, const tern__ws_header *h) {
                              : "a continuation frame outside a message");
         return false;
     }
-    if (run->o->mode == LOAD_PUBSUB)
+    if (has_publisher(run->o->mode))
         return sub_frame_begin(c, h);
     if (run->o->mode != LOAD_ECHO || !c->awaiting) {
         run_fail(run, "connection %u: a message from the server that %s", conn_no(c),
@@ -676,7 +773,7 @@ static void frame_end(load_conn *c) {
         if (!c->frame_fin)
             return;
         c->msg_open = false;
-        if (c->run->o->mode == LOAD_PUBSUB) {
+        if (has_publisher(c->run->o->mode)) {
             c->msg_off = 0;
             sub_message(c);
             return;
@@ -739,9 +836,10 @@ static void frames_feed(load_conn *c, const uint8_t *p, size_t n) {
             memcpy(c->ctl + c->ctl_len, p, take);
             c->ctl_len = (uint8_t)(c->ctl_len + take);
         } else if (take > 0) {
-            if (run->o->mode == LOAD_PUBSUB) {
-                if (c->msg_off < LOAD_STAMP_LEN) {
-                    size_t k = LOAD_STAMP_LEN - (size_t)c->msg_off;
+            if (has_publisher(run->o->mode)) {
+                size_t head = stamp_off(run) + LOAD_STAMP_LEN;
+                if (c->msg_off < head) {
+                    size_t k = head - (size_t)c->msg_off;
                     memcpy(c->stamp + c->msg_off, p, take < k ? take : k);
                 }
             } else if (!echo_check(c, p, take)) {
@@ -823,11 +921,34 @@ static void fanout_read(load_conn *c, const uint8_t *p, size_t n) {
         frames_feed(c, p, n);
 }
 
+/* Market: a slow reader reads while it has tokens (the tick gives them). */
+static bool throttled(const load_conn *c) {
+    return c->slow && (c->run->phase == PH_WARMUP || c->run->phase == PH_MEASURE);
+}
+
+static void set_paused(load_conn *c, bool paused) {
+    c->paused = paused;
+    int err = tern__io_set(c->run->loop, &c->io,
+                           (paused ? 0 : EPOLLIN) | (c->out_cnt ? EPOLLOUT : 0));
+    if (err < 0)
+        run_fail(c->run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
+}
+
 static void conn_read(load_conn *c) {
     load_run *run = c->run;
     size_t cap;
     uint8_t *buf = (uint8_t *)tern__loop_rbuf(run->loop, &cap);
+    bool slow = throttled(c);
+    if (slow) {
+        if (c->tokens == 0) {
+            set_paused(c, true);
+            return;
+        }
+        cap = c->tokens < cap ? c->tokens : cap;
+    }
     ssize_t r = recv(c->io.fd, buf, cap, 0);
+    if (slow && r > 0 && (c->tokens -= (uint32_t)r) == 0)
+        set_paused(c, true);
     if (r < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
             return;
@@ -1045,6 +1166,10 @@ static void conn_start(load_conn *c) {
      * one back waiting for the previous ACK. */
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (c->slow) {   /* a small window, as a reader on a slow link has */
+        int rcvbuf = 16384;
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    }
     tern__io_init(&c->io, fd, on_conn_io);
     c->hs = malloc(sizeof(*c->hs));
     if (c->hs == NULL) {
@@ -1135,12 +1260,33 @@ static void on_phase_timer(tern_timer *t, void *user) {
         hist_reset(&run->hist);
         run->rounds_sent = run->rounds = run->late = run->skipped = 0;
         run->published = run->pub_blocked = run->pub_shed = run->gaps = 0;
+        run->slow_messages = run->key_reorders = 0;
+        hist_reset(&run->slow_hist);
         arm_phase(run, run->o->duration_ms);
         return;
     case PH_MEASURE:
         run->t1_ns = now_ns();
         if (run->o->mode == LOAD_FANOUT)
             fanout_judge_pending(run);
+        if (run->o->mode == LOAD_MARKET) {   /* the publisher stops; the slow read freely */
+            run->phase = PH_DRAIN;
+            for (uint32_t i = 0; i < run->o->connections; i++)
+                if (run->conns[i].paused && run->conns[i].state == CS_OPEN)
+                    set_paused(&run->conns[i], false);
+            arm_phase(run, run->o->drain_ms);
+            return;
+        }
+        run_close_all(run);
+        return;
+    case PH_DRAIN:   /* market: does every reader hold each key's latest? */
+        for (uint32_t i = 0; i < run->o->connections; i++) {
+            load_conn *c = &run->conns[i];
+            if (c->state != CS_OPEN)
+                continue;
+            for (uint32_t k = 0; k < run->o->instruments; k++)
+                if (c->last_key[k] != run->last_pub[k])
+                    *(c->slow ? &run->stale_keys : &run->stale_fast) += 1;
+        }
         run_close_all(run);
         return;
     case PH_CLOSE:
@@ -1238,11 +1384,41 @@ static void on_fanout_tick(tern_timer *t, void *user) {
  * server reads it slower than the rate) waits; what it owes beyond one
  * write's worth is shed, so that it never bursts above the rate, and
  * counted. */
+/* Market: every 100 ms each slow reader may read another tenth of its
+ * rate (a smaller grain would cost a read per millisecond each). */
+static void slow_refill(load_run *run) {
+    uint32_t grain = (uint32_t)(run->o->slow_rate / 10 ? run->o->slow_rate / 10 : 1);
+    for (uint32_t i = 0; i < run->o->connections; i++) {
+        load_conn *c = &run->conns[i];
+        if (!c->slow || c->state != CS_OPEN)
+            continue;
+        c->tokens = grain;
+        if (c->paused)
+            set_paused(c, false);
+    }
+}
+
+/* xorshift64: which key each market message updates. */
+static uint64_t next_rand(load_run *run) {
+    uint64_t x = run->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return run->rng = x;
+}
+
 static void on_pub_tick(tern_timer *t, void *user) {
     (void)t;
     load_run *run = user;
-    if (run->failed || run->phase == PH_CLOSE)
+    if (run->failed || (run->phase != PH_WARMUP && run->phase != PH_MEASURE))
         return;
+    if (run->o->mode == LOAD_MARKET) {
+        uint64_t tick = (now_ns() - run->pub_start_ns) / 100000000 + 1;   /* 100 ms */
+        if (tick != run->refill_tick) {
+            run->refill_tick = tick;
+            slow_refill(run);
+        }
+    }
     load_conn *c = &run->conns[run->o->connections];
     if (c->state != CS_OPEN)
         return;
@@ -1262,11 +1438,20 @@ static void on_pub_tick(tern_timer *t, void *user) {
         k = run->pub_cap;
     }
     size_t hl = run->pub_frame_len - (size_t)run->o->size;
+    size_t off = stamp_off(run);
     for (uint64_t i = 0; i < k; i++) {
-        uint8_t *stamp = run->pub + i * run->pub_frame_len + hl;
-        put_le64(stamp, now);
-        put_le64(stamp + 8, ++run->pub_seq);
-        tern__ws_mask(stamp, LOAD_STAMP_LEN, run->key, 0);
+        uint8_t *head = run->pub + i * run->pub_frame_len + hl;
+        uint64_t seq = ++run->pub_seq;
+        if (run->o->mode == LOAD_MARKET) {
+            unsigned key = (unsigned)(next_rand(run) % run->o->instruments);
+            run->last_pub[key] = seq;
+            head[0] = LOAD_KEY_DIGITS;
+            for (int d = LOAD_KEY_DIGITS; d >= 1; d--, key /= 10)
+                head[d] = (uint8_t)('0' + key % 10);
+        }
+        put_le64(head + off, now);
+        put_le64(head + off + 8, seq);
+        tern__ws_mask(head, off + LOAD_STAMP_LEN, run->key, 0);
     }
     if (run->phase == PH_MEASURE)
         run->published += k;
@@ -1279,7 +1464,7 @@ static void on_pub_tick(tern_timer *t, void *user) {
 static void run_begin(load_run *run) {
     const load_opts *o = run->o;
     run->open_ns = now_ns();
-    if (o->mode == LOAD_FANOUT || o->mode == LOAD_PUBSUB) {
+    if (o->mode == LOAD_FANOUT || has_publisher(o->mode)) {
         run->phase = o->warmup_ms ? PH_WARMUP : PH_MEASURE;
         run->t0_ns = run->sched_ns = run->pub_start_ns = run->open_ns;
         arm_phase(run, o->warmup_ms ? o->warmup_ms : o->duration_ms);
@@ -1329,7 +1514,7 @@ static int run_prepare(load_run *run) {
              o->reply_size);
         return 0;
     }
-    if (o->mode == LOAD_PUBSUB) {   /* pub_cap frames: header, stamp (filled per send), filler */
+    if (has_publisher(o->mode)) {   /* pub_cap frames: header, head (filled per send), filler */
         size_t hl = tern__ws_write_header(hdr, true, false, TERN__WS_OP_BINARY, o->size, run->key);
         run->pub_frame_len = hl + (size_t)o->size;
         size_t cap = LOAD_PUB_BYTES / run->pub_frame_len;
@@ -1337,13 +1522,25 @@ static int run_prepare(load_run *run) {
         run->pub = malloc((size_t)run->pub_cap * run->pub_frame_len);
         if (run->pub == NULL)
             return -ENOMEM;
+        if (o->mode == LOAD_MARKET) {
+            run->rng = 0x9E3779B97F4A7C15ull ^ now_ns();
+            if ((run->last_pub = calloc(o->instruments, sizeof(uint64_t))) == NULL)
+                return -ENOMEM;
+            for (uint32_t i = 0; i < o->connections; i++) {
+                load_conn *c = &run->conns[i];
+                c->slow = (uint64_t)((i + 1) * o->slow_fraction) > (uint64_t)(i * o->slow_fraction);
+                run->nslow += c->slow;
+                if ((c->last_key = calloc(o->instruments, sizeof(uint64_t))) == NULL)
+                    return -ENOMEM;
+            }
+        }
         for (uint32_t f = 0; f < run->pub_cap; f++) {
             uint8_t *p = run->pub + (size_t)f * run->pub_frame_len;
             memcpy(p, hdr, hl);
-            memset(p + hl, 0, LOAD_STAMP_LEN);
-            memset(p + hl + LOAD_STAMP_LEN, 'p', (size_t)o->size - LOAD_STAMP_LEN);
-            tern__ws_mask(p + hl + LOAD_STAMP_LEN, (size_t)o->size - LOAD_STAMP_LEN, run->key,
-                          LOAD_STAMP_LEN);
+            size_t head = stamp_off(run) + LOAD_STAMP_LEN;
+            memset(p + hl, 0, head);
+            memset(p + hl + head, 'p', (size_t)o->size - head);
+            tern__ws_mask(p + hl + head, (size_t)o->size - head, run->key, head);
         }
         return 0;
     }
@@ -1439,6 +1636,51 @@ static void print_results(const load_run *run) {
             printf("  %.1f msg/s, %.3f MB/s\n", rate, mbps);
             printf("  round time (us): mean %.1f  p50 %.1f  p99 %.1f  max %.1f\n", mean, p50,
                    p99, max);
+        }
+    } else if (o->mode == LOAD_MARKET) {
+        const load_hist *sh = &run->slow_hist;
+        double prate = secs > 0 ? (double)run->published / secs : 0;
+        double srate = secs > 0 ? (double)run->slow_messages / secs : 0;
+        double s50 = (double)hist_quantile(sh, 0.50) / 1e3, s99 = (double)hist_quantile(sh, 0.99) / 1e3;
+        if (o->json) {
+            printf("{\"mode\":\"market\",\"url\":");
+            json_string(o->url);
+            printf(",\"publish_path\":");
+            json_string(o->pub_path);
+            printf(",\"connections\":%u,\"slow\":%u,\"instruments\":%u,\"size\":%llu,"
+                   "\"rate\":%llu,\"slow_rate\":%llu,\"warmup_s\":%.3f,\"duration_s\":%.3f,"
+                   "\"drain_s\":%.3f,\"connect_s\":%.3f,\"published\":%llu,\"publish_rate\":%.1f,"
+                   "\"shed\":%llu,\"messages\":%llu,\"msg_per_s\":%.1f,\"gaps\":%llu,"
+                   "\"latency_us\":{\"mean\":%.1f,\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
+                   "\"slow_messages\":%llu,\"slow_msg_per_s\":%.1f,"
+                   "\"slow_latency_us\":{\"p50\":%.1f,\"p99\":%.1f},\"disconnects\":%llu,"
+                   "\"stale_keys\":%llu,\"stale_keys_fast\":%llu,\"key_reorders\":%llu,"
+                   "\"unclean_closes\":%u}\n",
+                   o->connections, run->nslow, o->instruments, (unsigned long long)o->size,
+                   (unsigned long long)o->rate, (unsigned long long)o->slow_rate,
+                   (double)o->warmup_ms / 1e3, secs, (double)o->drain_ms / 1e3, connect_s,
+                   (unsigned long long)run->published, prate, (unsigned long long)run->pub_shed,
+                   (unsigned long long)run->messages, rate, (unsigned long long)run->gaps, mean,
+                   p50, p99, max, (unsigned long long)run->slow_messages, srate, s50, s99,
+                   (unsigned long long)run->disconnects, (unsigned long long)run->stale_keys,
+                   (unsigned long long)run->stale_fast, (unsigned long long)run->key_reorders,
+                   run->unclean);
+        } else {
+            printf("tern load market %s: %u subscribers (%u reading %llu bytes/s), one publisher "
+                   "on %s: %llu msg/s of %llu bytes over %u keys\n", o->url, o->connections,
+                   run->nslow, (unsigned long long)o->slow_rate, o->pub_path,
+                   (unsigned long long)o->rate, (unsigned long long)o->size, o->instruments);
+            printf("  opened in %.3f s; warm-up %.1f s, measured %.3f s, drain %.1f s\n",
+                   connect_s, (double)o->warmup_ms / 1e3, secs, (double)o->drain_ms / 1e3);
+            printf("  published %llu (%.1f/s)\n", (unsigned long long)run->published, prate);
+            printf("  fast readers: %.1f msg/s, %llu missing; latency (us) p50 %.1f p99 %.1f "
+                   "max %.1f\n", rate, (unsigned long long)run->gaps, p50, p99, max);
+            printf("  slow readers: %.1f msg/s; latency (us) p50 %.1f p99 %.1f; %llu "
+                   "disconnected\n", srate, s50, s99, (unsigned long long)run->disconnects);
+            printf("  after the drain: %llu keys not at their latest on slow readers, %llu on "
+                   "fast ones; %llu updates older than one already seen\n",
+                   (unsigned long long)run->stale_keys, (unsigned long long)run->stale_fast,
+                   (unsigned long long)run->key_reorders);
         }
     } else if (o->mode == LOAD_PUBSUB) {
         double prate = secs > 0 ? (double)run->published / secs : 0;
@@ -1569,6 +1811,22 @@ static void usage(FILE *f) {
             "  --duration SECONDS    measured time (default 10)\n"
             "  --warmup SECONDS      before measuring (default 2; 0 for none)\n"
             "\n"
+            "market: pubsub with keys: each message updates one of K instruments (its\n"
+            "first bytes: 4 and four digits, the key of tern serve's /fanout/pub-keyed), and\n"
+            "a fraction of the subscribers read only RATE bytes a second. Then the\n"
+            "publisher stops and, after the drain, every reader should hold each key's\n"
+            "latest message (a conflating server gives that). A disconnect is counted,\n"
+            "not an error.\n"
+            "  --connections N       subscribers (default 5000)\n"
+            "  --publish-path PATH   the publisher's path (required)\n"
+            "  --rate R              messages published per second (default 200)\n"
+            "  --size BYTES          payload, at least 21 (default 512)\n"
+            "  --instruments K       keys (default 100, at most 10000)\n"
+            "  --slow-fraction F     of the subscribers, read slowly (default 0.1)\n"
+            "  --slow-rate BYTES     a slow one's bytes a second (default 16384)\n"
+            "  --duration, --warmup  (default 10, 2)\n"
+            "  --drain SECONDS       after publishing, before checking (default 3)\n"
+            "\n"
             "all modes:\n"
             "  --url URL             ws://HOST[:PORT]/PATH, IPv4 (no wss:// yet)\n"
             "  --json                print one JSON object instead of text\n"
@@ -1697,10 +1955,11 @@ static int load_run_main(load_opts *o) {
         return 1;
     }
     run->o = o;
-    run->nconns = o->connections + (o->mode == LOAD_PUBSUB);   /* and the publisher */
+    run->nconns = o->connections + has_publisher(o->mode);   /* and the publisher */
     memcpy(&run->addr, ai->ai_addr, sizeof(run->addr));
     freeaddrinfo(ai);
     hist_reset(&run->hist);
+    hist_reset(&run->slow_hist);
     int err = tern_loop_new(&run->loop, NULL);
     if (err == 0) {
         run->conns = calloc(run->nconns, sizeof(*run->conns));
@@ -1732,7 +1991,9 @@ static int load_run_main(load_opts *o) {
         if (run->conns[i].io.fd >= 0)
             close(run->conns[i].io.fd);
         free(run->conns[i].hs);
+        free(run->conns[i].last_key);
     }
+    free(run->last_pub);
     if (run->phase_timer)
         tern_timer_stop(run->phase_timer);
     if (run->tick)
@@ -1771,19 +2032,24 @@ int tern_app_load(int argc, char **argv) {
         o = (load_opts){.mode = LOAD_FANOUT, .connections = 1000, .size = 16, .replies = 10,
                         .reply_size = 10000, .interval_ms = 1000, .duration_ms = 10000,
                         .warmup_ms = 2000};
+    } else if (!strcmp(mode, "market")) {
+        o = (load_opts){.mode = LOAD_MARKET, .connections = 5000, .size = 512, .rate = 200,
+                        .instruments = 100, .slow_fraction = 0.1, .slow_rate = 16384,
+                        .duration_ms = 10000, .warmup_ms = 2000, .drain_ms = 3000};
     } else if (!strcmp(mode, "pubsub")) {
         o = (load_opts){.mode = LOAD_PUBSUB, .connections = 1000, .size = 256, .rate = 1000,
                         .duration_ms = 10000, .warmup_ms = 2000};
     } else {
-        fprintf(stderr, "tern load: unknown mode '%s' (echo, pipeline, fanout or pubsub)\n",
-                mode);
+        fprintf(stderr, "tern load: unknown mode '%s' (echo, pipeline, fanout, pubsub or "
+                        "market)\n", mode);
         usage(stderr);
         return 2;
     }
 
     /* The order is the enum's: an option's name is opts[c - 1].name. */
     enum { O_URL = 1, O_CONNS, O_SIZE, O_DURATION, O_WARMUP, O_DEPTH, O_ITER, O_WARMUP_ITER,
-           O_REPLIES, O_REPLY_SIZE, O_INTERVAL, O_RATE, O_PUB_PATH, O_JSON, O_HELP };
+           O_REPLIES, O_REPLY_SIZE, O_INTERVAL, O_RATE, O_PUB_PATH, O_INSTRUMENTS,
+           O_SLOW_FRACTION, O_SLOW_RATE, O_DRAIN, O_JSON, O_HELP };
     static const struct option opts[] = {
         {"url", required_argument, NULL, O_URL},
         {"connections", required_argument, NULL, O_CONNS},
@@ -1798,23 +2064,31 @@ int tern_app_load(int argc, char **argv) {
         {"interval", required_argument, NULL, O_INTERVAL},
         {"rate", required_argument, NULL, O_RATE},
         {"publish-path", required_argument, NULL, O_PUB_PATH},
+        {"instruments", required_argument, NULL, O_INSTRUMENTS},
+        {"slow-fraction", required_argument, NULL, O_SLOW_FRACTION},
+        {"slow-rate", required_argument, NULL, O_SLOW_RATE},
+        {"drain", required_argument, NULL, O_DRAIN},
         {"json", no_argument, NULL, O_JSON},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
     /* getopt names argv[0] in its complaints: make it the whole command. */
     static const char *const names[] = {"tern load echo", "tern load pipeline",
-                                        "tern load fanout", "tern load pubsub"};
+                                        "tern load fanout", "tern load pubsub",
+                                        "tern load market"};
     argv[1] = (char *)names[o.mode];
     /* Which mode each option belongs to (bit per mode; the rest are all modes'). */
     static const unsigned only[] = {
-        [O_DURATION] = 1u << LOAD_ECHO | 1u << LOAD_FANOUT | 1u << LOAD_PUBSUB,
-        [O_WARMUP] = 1u << LOAD_ECHO | 1u << LOAD_FANOUT | 1u << LOAD_PUBSUB,
+        [O_DURATION] = 1u << LOAD_ECHO | 1u << LOAD_FANOUT | 1u << LOAD_PUBSUB | 1u << LOAD_MARKET,
+        [O_WARMUP] = 1u << LOAD_ECHO | 1u << LOAD_FANOUT | 1u << LOAD_PUBSUB | 1u << LOAD_MARKET,
         [O_DEPTH] = 1u << LOAD_PIPELINE, [O_ITER] = 1u << LOAD_PIPELINE,
         [O_WARMUP_ITER] = 1u << LOAD_PIPELINE,
         [O_REPLIES] = 1u << LOAD_FANOUT, [O_REPLY_SIZE] = 1u << LOAD_FANOUT,
         [O_INTERVAL] = 1u << LOAD_FANOUT,
-        [O_RATE] = 1u << LOAD_PUBSUB, [O_PUB_PATH] = 1u << LOAD_PUBSUB,
+        [O_RATE] = 1u << LOAD_PUBSUB | 1u << LOAD_MARKET,
+        [O_PUB_PATH] = 1u << LOAD_PUBSUB | 1u << LOAD_MARKET,
+        [O_INSTRUMENTS] = 1u << LOAD_MARKET, [O_SLOW_FRACTION] = 1u << LOAD_MARKET,
+        [O_SLOW_RATE] = 1u << LOAD_MARKET, [O_DRAIN] = 1u << LOAD_MARKET,
     };
     unsigned long long v = 0;
     int c;
@@ -1824,7 +2098,7 @@ int tern_app_load(int argc, char **argv) {
         if (c > 0 && (size_t)c < sizeof(only) / sizeof(only[0]) && only[c] &&
             !(only[c] & 1u << o.mode)) {
             char modes[64] = "";
-            for (unsigned m = 0, k = 0; m < 4; m++) {
+            for (unsigned m = 0, k = 0; m < 5; m++) {
                 if (!(only[c] & 1u << m))
                     continue;
                 unsigned left = (unsigned)__builtin_popcount(only[c] >> (m + 1));
@@ -1854,6 +2128,15 @@ int tern_app_load(int argc, char **argv) {
             if (ok)
                 strcpy(o.pub_path, optarg);
             break;
+        case O_INSTRUMENTS: ok = parse_uint(optarg, 1, 10000, &v); o.instruments = (uint32_t)v; break;
+        case O_SLOW_FRACTION: {
+            char *end;
+            o.slow_fraction = strtod(optarg, &end);
+            ok = end != optarg && *end == '\0' && o.slow_fraction >= 0 && o.slow_fraction <= 1;
+            break;
+        }
+        case O_SLOW_RATE: ok = parse_uint(optarg, 1, 1ull << 32, &v); o.slow_rate = v; break;
+        case O_DRAIN: ok = parse_seconds(optarg, true, &o.drain_ms); break;
         case O_JSON: o.json = true; break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -1877,12 +2160,14 @@ int tern_app_load(int argc, char **argv) {
         fprintf(stderr, "tern load %s: bad --url %s: %s\n", mode, o.url, why);
         return 2;
     }
-    if (o.mode == LOAD_PUBSUB && o.pub_path[0] == '\0') {
-        fprintf(stderr, "tern load pubsub: --publish-path is required\n");
+    if (has_publisher(o.mode) && o.pub_path[0] == '\0') {
+        fprintf(stderr, "%s: --publish-path is required\n", names[o.mode]);
         return 2;
     }
-    if (o.mode == LOAD_PUBSUB && o.size < LOAD_STAMP_LEN) {
-        fprintf(stderr, "tern load pubsub: --size is at least %d (the stamp)\n", LOAD_STAMP_LEN);
+    size_t min_size = o.mode == LOAD_MARKET ? LOAD_HEAD_BYTES : LOAD_STAMP_LEN;
+    if (has_publisher(o.mode) && o.size < min_size) {
+        fprintf(stderr, "%s: --size is at least %zu (the stamp%s)\n", names[o.mode], min_size,
+                o.mode == LOAD_MARKET ? " and the key" : "");
         return 2;
     }
     if (o.mode == LOAD_PIPELINE &&

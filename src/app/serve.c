@@ -94,6 +94,7 @@ typedef struct serve_ctx {
     const char *topic_rules[TERN_TOPIC_RULES_MAX];   /* --pubsub-topic-policy PREFIX=P */
     const char *redis;         /* --redis URL, or NULL */
     bool feed;                 /* --feed on|off (on) */
+    tern_listen_options listen;   /* --sndbuf */
     unsigned feed_rate;        /* --feed-rate N: market updates a second */
     int ntopic_rules;
     tern_server *first;        /* thread 0's server (setup's) */
@@ -450,12 +451,13 @@ static void on_stats(tern_http_req *req, void *user) {
 #define STATS_FMT "{\"connections\":%llu,\"accepted\":%llu,\"requests\":%llu," \
                   "\"ws_messages_in\":%llu,\"ws_messages_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu," \
                   "\"pubsub\":{\"subscriptions\":%llu,\"messages\":%llu,\"delivered\":%llu," \
-                  "\"dropped\":%llu,\"closed\":%llu,\"conflated\":%llu}}"
+                  "\"dropped\":%llu,\"closed\":%llu,\"conflated\":%llu,\"queue_max\":%llu}}"
 #define U(x) (unsigned long long)(x)
 #define STATS_ARGS(s, p) U((s).connections), U((s).accepted), U((s).requests), \
                          U((s).ws_messages_in), U((s).ws_messages_out), U((s).bytes_in), \
                          U((s).bytes_out), U((p).subscriptions), U((p).messages), \
-                         U((p).delivered), U((p).dropped), U((p).closed), U((p).conflated)
+                         U((p).delivered), U((p).dropped), U((p).closed), U((p).conflated), \
+                         U((p).queue_max)
     tern_pubsub_counters psum = {0};
     for (int i = 0; i < n; i++) {
         tern_stats st = {0};
@@ -475,6 +477,7 @@ static void on_stats(tern_http_req *req, void *user) {
         psum.dropped += ps.dropped;
         psum.closed += ps.closed;
         psum.conflated += ps.conflated;
+        psum.queue_max = ps.queue_max > psum.queue_max ? ps.queue_max : psum.queue_max;
         elen += (size_t)snprintf(each + elen, cap - elen, "%s" STATS_FMT, i ? "," : "",
                                  STATS_ARGS(st, ps));
     }
@@ -625,16 +628,17 @@ static int serve_setup(tern_server *srv, void *user) {
             return SETUP_FAILED;
         }
     }
-    if ((err = tern_listen(srv, ctx->host, ctx->port, NULL)) < 0) {
+    if ((err = tern_listen(srv, ctx->host, ctx->port, &ctx->listen)) < 0) {
         fprintf(stderr, "tern serve: listen on %s:%d: %s\n", ctx->host, ctx->port,
                 tern_strerror(err));
         return SETUP_FAILED;
     }
-    if (ctx->unix_path && (err = tern_listen_unix(srv, ctx->unix_path, NULL)) < 0) {
+    if (ctx->unix_path && (err = tern_listen_unix(srv, ctx->unix_path, &ctx->listen)) < 0) {
         fprintf(stderr, "tern serve: listen on %s: %s\n", ctx->unix_path, tern_strerror(err));
         return SETUP_FAILED;
     }
-    if (ctx->tls && (err = tern_listen_tls(srv, ctx->host, ctx->tls_port, ctx->tls, NULL)) < 0) {
+    if (ctx->tls &&
+        (err = tern_listen_tls(srv, ctx->host, ctx->tls_port, ctx->tls, &ctx->listen)) < 0) {
         fprintf(stderr, "tern serve: listen on %s:%d: %s\n", ctx->host, ctx->tls_port,
                 tern_strerror(err));
         return SETUP_FAILED;
@@ -663,6 +667,8 @@ static void usage(FILE *f) {
             "  --idle-timeout MS     keep-alive (default 60000)\n"
             "  --send-timeout MS     close a client that takes no bytes for this long (default 60000)\n"
             "  --max-unsent BYTES    bound on all connections' unsent output (default 268435456)\n"
+            "  --sndbuf BYTES        the kernel's send buffer of each connection (SO_SNDBUF;\n"
+            "                        default: autotuned, up to megabytes a client has not read)\n"
             "  --shutdown-timeout MS graceful shutdown limit (default 10000)\n"
             "  --ws-max-message BYTES  WebSocket message limit (default 16777216)\n"
             "  --ws-idle-timeout MS  ping an idle WebSocket after this long (default 30000)\n"
@@ -707,7 +713,7 @@ int tern_app_serve(int argc, char **argv) {
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
            O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
            O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE, O_PS_HISTORY,
-           O_PS_HISTORY_AGE };
+           O_PS_HISTORY_AGE, O_SNDBUF };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -743,6 +749,7 @@ int tern_app_serve(int argc, char **argv) {
         {"feed-rate", required_argument, NULL, O_FEED_RATE},
         {"pubsub-history", required_argument, NULL, O_PS_HISTORY},
         {"pubsub-history-age", required_argument, NULL, O_PS_HISTORY_AGE},
+        {"sndbuf", required_argument, NULL, O_SNDBUF},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -818,6 +825,10 @@ int tern_app_serve(int argc, char **argv) {
         case O_PS_HISTORY:
             ok = parse_size(optarg, TERN_HISTORY_MAX, &v);
             ctx.po.history = (uint32_t)v;
+            break;
+        case O_SNDBUF:
+            ok = parse_size(optarg, 1u << 30, &v) && v >= 4096;
+            ctx.listen.sndbuf = (int)v;
             break;
         case O_PS_HISTORY_AGE:
             ok = parse_size(optarg, 86400, &v) && v > 0;

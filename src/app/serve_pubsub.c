@@ -45,6 +45,10 @@
  *   GET  /fanout/pub      WebSocket: each message received is published, as
  *                         it is (opcode and bytes), to topic "fanout"
  *                         (bench/run fanout's one-publisher cells)
+ *   GET  /fanout/pub-keyed  the same, with a key: a message starts with
+ *                         its key's length L (1..128) and L bytes of key
+ *                         (no NUL), and is published whole with that key
+ *                         (bench/run market; 1007 for anything else)
  *
  * A slow /pubsub subscriber (more than --pubsub-max-backlog bytes waiting)
  * has messages dropped, is closed with 1008 or 1013, or has them conflated
@@ -486,6 +490,20 @@ static void fanout_pub_message(tern_ws *ws, const char *data, size_t len, int op
     tern_publish(tern_ws_server(ws), "fanout", data, len, opcode);
 }
 
+static void fanout_pub_keyed(tern_ws *ws, const char *data, size_t len, int opcode,
+                             void *user) {
+    (void)user;
+    char key[TERN_KEY_MAX + 1];
+    size_t kl = len > 0 ? (uint8_t)data[0] : 0;
+    if (kl == 0 || kl > TERN_KEY_MAX || 1 + kl > len || memchr(data + 1, '\0', kl)) {
+        tern_ws_close(ws, TERN_WS_INVALID_DATA, "no key prefix");
+        return;
+    }
+    memcpy(key, data + 1, kl);
+    key[kl] = '\0';
+    tern_publish_key(tern_ws_server(ws), "fanout", key, data, len, opcode, SIZE_MAX);
+}
+
 int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                               const tern_pubsub_options *po,
                               int (*on_upgrade)(tern_http_req *, void **, void *), void *user) {
@@ -514,10 +532,12 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
     f.subprotocols = NULL;
     if ((err = tern_ws_route(srv, "/fanout", &fo, &f, user)) < 0)
         return err;
-    static tern_ws_handlers fs, fp;
+    static tern_ws_handlers fs, fp, fk;
     fs = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_open = fanout_sub_open};
     fp = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = fanout_pub_message};
-    if ((err = tern_ws_route(srv, "/fanout/sub", &fs, &o, user)) < 0)
+    fk = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = fanout_pub_keyed};
+    if ((err = tern_ws_route(srv, "/fanout/sub", &fs, &o, user)) < 0 ||
+        (err = tern_ws_route(srv, "/fanout/pub", &fp, &f, user)) < 0)
         return err;
-    return tern_ws_route(srv, "/fanout/pub", &fp, &f, user);
+    return tern_ws_route(srv, "/fanout/pub-keyed", &fk, &f, user);
 }

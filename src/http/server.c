@@ -197,7 +197,7 @@ void tern_server_free(tern_server *srv) {
 }
 
 static bool listen_options_ok(const tern_listen_options *opt) {
-    return opt == NULL || opt->backlog >= 0;
+    return opt == NULL || (opt->backlog >= 0 && opt->sndbuf >= 0);
 }
 
 /* The options a listener of srv gets: under tern_run with several loops,

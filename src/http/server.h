@@ -125,7 +125,7 @@ typedef struct tern__server_counters {
     /* pub/sub's (tern_pubsub_stats), kept here so that they outlive the
      * loop's registry and can be read like the others */
     _Atomic uint64_t ps_messages, ps_delivered, ps_dropped, ps_closed, ps_subscribed,
-        ps_unsubscribed, ps_conflated;
+        ps_unsubscribed, ps_conflated, ps_queue_max;
 } tern__server_counters;
 
 #define TERN__STAT_ADD(srv, field, n)                                                         \

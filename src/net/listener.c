@@ -76,6 +76,13 @@ static void on_accept(tern__io *io, uint32_t revents) {
 static int start(tern_loop *loop, int fd, bool tcp, const tern_listen_options *opt,
                  tern__accept_fn fn, void *user, tern__listener **out) {
     int backlog = opt && opt->backlog ? opt->backlog : 4096;
+    /* Set on the listening socket, inherited by every accepted one. */
+    if (opt && opt->sndbuf > 0 &&
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &opt->sndbuf, sizeof(opt->sndbuf)) < 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
     if (listen(fd, backlog) < 0) {
         int err = -errno;
         close(fd);

@@ -336,6 +336,7 @@ int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out) {
     out->dropped = LOAD(ps_dropped);
     out->closed = LOAD(ps_closed);
     out->conflated = LOAD(ps_conflated);
+    out->queue_max = LOAD(ps_queue_max);
     uint64_t in = LOAD(ps_subscribed), gone = LOAD(ps_unsubscribed);
     out->subscriptions = in > gone ? in - gone : 0;
 #undef LOAD
@@ -989,7 +990,7 @@ static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq
         return;
     const tern_topic_options *o = &t->o;
     size_t mlen = tern__ws_prepared_len(msg);
-    uint64_t delivered = 0, dropped = 0, closed = 0, conflated = 0;
+    uint64_t delivered = 0, dropped = 0, closed = 0, conflated = 0, qmax = 0;
     int q;
     t->busy++;
     for (size_t i = 0; i < t->nsubs; i++) {
@@ -1004,11 +1005,14 @@ static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq
             if (o->policy == TERN_PUBSUB_CONFLATE && key != NULL) {
                 if ((q = conflate(s, msg, key, klen)) >= 0) {
                     conflated += (uint64_t)q;
+                    qmax = s->nq > qmax ? s->nq : qmax;
                     continue;
                 }
             } else if (backlog + s->qbytes + mlen <= o->max_backlog) {
-                if (queue_add(s, msg, key, klen) == 0)
+                if (queue_add(s, msg, key, klen) == 0) {
+                    qmax = s->nq > qmax ? s->nq : qmax;
                     continue;
+                }
             } else if (o->policy == TERN_PUBSUB_CLOSE) {
                 if (ws_open(ws)) {
                     tern__ws_policy_close_code(ws, o->close_code);
@@ -1046,6 +1050,8 @@ static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq
     TERN__STAT_ADD(srv, ps_delivered, delivered);
     TERN__STAT_ADD(srv, ps_dropped, dropped);
     TERN__STAT_ADD(srv, ps_closed, closed);
+    if (qmax > atomic_load_explicit(&srv->stats.ps_queue_max, memory_order_relaxed))
+        atomic_store_explicit(&srv->stats.ps_queue_max, qmax, memory_order_relaxed);
     t->busy--;
     topic_maybe_free(r, t);
 }

@@ -11,6 +11,7 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -224,8 +225,8 @@ def test_pubsub_counts_what_a_subscriber_missed():
 
     def serve(s, frames):
         with lock:
-            me = len(subs)
-            if me < 2:   # the subscribers open first, the publisher last
+            me = len(subs) if frames.path != "/pub" else 2
+            if me < 2:
                 subs.append(s)
                 locks.append(threading.Lock())
         while True:
@@ -254,6 +255,40 @@ def test_pubsub_counts_what_a_subscriber_missed():
     assert abs(r["messages"] - (r["expected"] - r["gaps"])) <= 4, r
 
 
+def test_market_conflation_keeps_slow_readers_at_the_latest(tern_factory):
+    """Keyed updates, half the readers slow: a conflating topic holds at
+    most one queued update per key for each of them, disconnects no one,
+    and once they catch up every reader holds every key's latest update;
+    the fast ones miss nothing."""
+    t = tern_factory("--feed", "off", "--sndbuf", "65536",
+                     "--pubsub-topic-policy", "fanout=conflate")
+    code, out, err = load("market", "--url", url(t, "/fanout/sub"), "--publish-path",
+                          "/fanout/pub-keyed", "--connections", "20", "--slow-fraction", "0.5",
+                          "--slow-rate", "4096", "--rate", "200", "--instruments", "10",
+                          "--duration", "4", "--warmup", "0.5", "--drain", "2", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["mode"] == "market" and r["slow"] == 10 and r["instruments"] == 10
+    assert r["disconnects"] == 0 and r["stale_keys"] == 0 and r["stale_keys_fast"] == 0, r
+    assert r["gaps"] == 0 and r["key_reorders"] == 0, r
+    assert 700 <= r["published"] <= 850, r
+    # the slow ones got about their byte rate's worth: 4096 B/s of 520-byte frames
+    assert 0 < r["slow_msg_per_s"] / 10 < 4096 / 520 * 1.5, r
+    with urllib.request.urlopen(f"{t.base}/stats", timeout=5) as resp:
+        ps = json.loads(resp.read())["total"]["pubsub"]
+    assert ps["conflated"] > 0 and 0 < ps["queue_max"] <= 10, ps
+
+
+def test_keyed_publisher_needs_its_key_prefix(tern):
+    from websockets.sync.client import connect
+    from websockets.exceptions import ConnectionClosed
+    with connect(url(tern, "/fanout/pub-keyed")) as ws:
+        ws.send(b"\x00abc")
+        with pytest.raises(ConnectionClosed) as e:
+            ws.recv(timeout=5)
+        assert e.value.rcvd.code == 1007
+
+
 @pytest.mark.parametrize("args, message", [
     ([], "--url is required"),
     (["--url", "http://x/"], "must start with ws://"),
@@ -262,7 +297,8 @@ def test_pubsub_counts_what_a_subscriber_missed():
     (["--url", "ws://x/", "--connections", "0"], "bad value for --connections"),
     (["--url", "ws://x/", "--duration", "soon"], "bad value for --duration"),
     (["--url", "ws://x/", "--depth", "4"], "--depth is an option of tern load pipeline"),
-    (["--url", "ws://x/", "--rate", "4"], "--rate is an option of tern load pubsub"),
+    (["--url", "ws://x/", "--rate", "4"], "--rate is an option of tern load pubsub and market"),
+    (["--url", "ws://x/", "--drain", "4"], "--drain is an option of tern load market"),
     (["--url", "ws://x/", "stray"], "unexpected argument 'stray'"),
 ])
 def test_bad_options_exit_2(args, message):
@@ -277,11 +313,16 @@ def test_usage():
     code, out, err = load("nonsense")
     assert code == 2 and "unknown mode 'nonsense'" in err
     code, out, err = load("pipeline", "--url", "ws://x/", "--warmup", "1")
-    assert code == 2 and "--warmup is an option of tern load echo, fanout and pubsub" in err
+    assert code == 2 and "--warmup is an option of tern load echo, fanout, pubsub and market" in err
     code, out, err = load("pubsub", "--url", "ws://x/")
     assert code == 2 and "--publish-path is required" in err
     code, out, err = load("pubsub", "--url", "ws://x/", "--publish-path", "/p", "--size", "15")
     assert code == 2 and "--size is at least 16" in err
+    code, out, err = load("market", "--url", "ws://x/", "--publish-path", "/p", "--size", "20")
+    assert code == 2 and "--size is at least 21 (the stamp and the key)" in err
+    code, out, err = load("market", "--url", "ws://x/", "--publish-path", "/p",
+                          "--slow-fraction", "1.5")
+    assert code == 2 and "bad value for --slow-fraction" in err
 
 
 # ---- against fake servers: the client's side of the protocol --------------------
@@ -323,7 +364,9 @@ class FakeServer:
             accept = base64.b64encode(hashlib.sha1(key + GUID).digest())
             s.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
                       b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n")
-            self.serve(s, ClientFrames(s, rest))
+            frames = ClientFrames(s, rest)
+            frames.path = head.split(b" ")[1].decode()
+            self.serve(s, frames)
         except (OSError, EOFError) as e:
             self.errors.append(e)
         finally:

@@ -293,6 +293,15 @@ def test_bad_topic_policy_is_refused():
         assert "bad value for --pubsub-topic-policy" in r.stderr
 
 
+def test_bad_history_and_sndbuf_values_are_refused():
+    for opt, bad in (("--pubsub-history", "65537"), ("--pubsub-history", "x"),
+                     ("--pubsub-history-age", "0"), ("--sndbuf", "100"), ("--sndbuf", "-1")):
+        r = subprocess.run([TERN_BIN, "serve", "--port", "0", opt, bad],
+                           capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2, (opt, bad, r.stderr)
+        assert "bad value for " + opt in r.stderr
+
+
 def test_publish_across_threads(tern_factory):
     t = tern_factory("--threads", "2")
 

@@ -113,6 +113,7 @@ static void server_calls(void **state) {
     assert_int_equal(tern_listen(srv, "127.0.0.1", -1, NULL), -EINVAL);
     assert_int_equal(tern_listen(srv, "127.0.0.1", 65536, NULL), -EINVAL);
     assert_int_equal(tern_listen(srv, "127.0.0.1", 0, &(tern_listen_options){.backlog = -1}), -EINVAL);
+    assert_int_equal(tern_listen(srv, "127.0.0.1", 0, &(tern_listen_options){.sndbuf = -1}), -EINVAL);
     assert_int_equal(tern_listen(srv, "no-such-host.invalid", 0, NULL), TERN_ENOHOST);
     assert_int_equal(tern_listen(srv, "192.0.2.1", 0, NULL), -EADDRNOTAVAIL);   /* not ours */
     assert_int_equal(tern_server_port(srv), -ENOENT);

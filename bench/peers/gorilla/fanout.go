@@ -2,8 +2,11 @@
 //
 //   - /fanout: each message is answered with 10 binary messages of 10 000
 //     bytes (the market-data write-up's workload);
-//   - /fanout/sub: a subscriber of the one topic; /fanout/pub: each message
-//     is broadcast to every subscriber.
+//   - /fanout/sub: a subscriber of the one topic; /fanout/pub and
+//     /fanout/pub-keyed: each message is broadcast to every subscriber (the
+//     key in a pub-keyed message is not used: a hub has no conflation).
+//   - -sndbuf N: the kernel send buffer of each subscriber (SetWriteBuffer),
+//     as tern serve's --sndbuf, so a slow reader shows as one.
 //
 // The hub is the chat example's: one goroutine owns the set of subscribers
 // and hands each message to every subscriber's buffered channel (256
@@ -13,6 +16,8 @@
 package main
 
 import (
+	"flag"
+	"net"
 	"net/http"
 
 	"github.com/gorilla/websocket"
@@ -53,6 +58,8 @@ func (h *hub) run() {
 
 var block = make([]byte, 10000)
 
+var sndbuf = flag.Int("sndbuf", 0, "SO_SNDBUF of each subscriber (0: the kernel's autotuning)")
+
 func registerFanout(mux *http.ServeMux) {
 	h := &hub{subs: map[*subscriber]struct{}{}, broadcast: make(chan []byte, 256),
 		register: make(chan *subscriber), unregister: make(chan *subscriber)}
@@ -79,6 +86,9 @@ func registerFanout(mux *http.ServeMux) {
 		if err != nil {
 			return
 		}
+		if tc, ok := c.NetConn().(*net.TCPConn); ok && *sndbuf > 0 {
+			tc.SetWriteBuffer(*sndbuf)
+		}
 		s := &subscriber{conn: c, send: make(chan []byte, 256)}
 		h.register <- s
 		go func() { // the writer: until the hub closes send
@@ -96,7 +106,7 @@ func registerFanout(mux *http.ServeMux) {
 		}
 		h.unregister <- s
 	})
-	mux.HandleFunc("/fanout/pub", func(w http.ResponseWriter, r *http.Request) {
+	publish := func(w http.ResponseWriter, r *http.Request) {
 		c, err := up.Upgrade(w, r, nil)
 		if err != nil {
 			return
@@ -110,5 +120,7 @@ func registerFanout(mux *http.ServeMux) {
 			}
 			h.broadcast <- m
 		}
-	})
+	}
+	mux.HandleFunc("/fanout/pub", publish)
+	mux.HandleFunc("/fanout/pub-keyed", publish)
 }

@@ -61,7 +61,7 @@ const subs = new Set();
 const wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 16 << 20 });
 server.on('upgrade', (req, socket, head) => {
   const path = req.url.split('?')[0];
-  const routes = ['/', '/ws', '/fanout', '/fanout/sub', '/fanout/pub'];
+  const routes = ['/', '/ws', '/fanout', '/fanout/sub', '/fanout/pub', '/fanout/pub-keyed'];
   if (!routes.includes(path)) { socket.destroy(); return; }
   wss.handleUpgrade(req, socket, head, (ws) => {
     ws.on('error', () => {});
@@ -70,7 +70,7 @@ server.on('upgrade', (req, socket, head) => {
     } else if (path === '/fanout/sub') {
       subs.add(ws);
       ws.on('close', () => subs.delete(ws));
-    } else if (path === '/fanout/pub') {
+    } else if (path === '/fanout/pub' || path === '/fanout/pub-keyed') {   // no conflation: the key is not used
       ws.on('message', (data, isBinary) => {
         for (const s of subs) {
           if (s.bufferedAmount <= 1 << 20) s.send(data, { binary: isBinary });
