@@ -480,6 +480,8 @@ typedef struct topic topic_t;
  * (klen 0: none). */
 typedef struct queued {
     struct queued *next, *prev;
+    struct queued *hnext;   /* in its subscription's key index (conflation) */
+    uint64_t khash;
     tern_ws_prepared *msg;
     size_t klen;
     char key[];
@@ -499,6 +501,12 @@ typedef struct sub {
     queued *head, *tail;
     uint32_t nq, nkeys;
     size_t qbytes;
+    /* Conflating topics: the keyed entries of the queue by key, chained
+     * through hnext, knb buckets (a power of 2, at least twice nkeys once
+     * made), so that a replacement costs a lookup, not a walk of up to
+     * TERN_CONFLATE_KEYS entries per message. NULL until the first one. */
+    queued **kb;
+    uint32_t knb;
     /* Messages up to this seq were published before the subscription
      * began (or were sent from the history): those still on their way to
      * this loop are not delivered again. */
@@ -589,19 +597,71 @@ static void topic_maybe_free(registry *r, topic_t *t) {
     }
 }
 
-static void queue_unlink(sub *s, queued *q) {
+/* ---- the key index of a conflating subscription ---- */
+
+static queued *kindex_find(const sub *s, const char *key, size_t klen, uint64_t h) {
+    for (queued *q = s->kb ? s->kb[h & (s->knb - 1)] : NULL; q; q = q->hnext)
+        if (q->khash == h && q->klen == klen && memcmp(q->key, key, klen) == 0)
+            return q;
+    return NULL;
+}
+
+static void kindex_del(sub *s, queued *q) {
+    for (queued **p = &s->kb[q->khash & (s->knb - 1)]; *p; p = &(*p)->hnext)
+        if (*p == q) {
+            *p = q->hnext;
+            return;
+        }
+}
+
+/* Indexes q (a keyed entry just queued); the index doubles when it would
+ * be over half full. Returns -1 when out of memory (then q is not queued). */
+static int kindex_add(sub *s, queued *q) {
+    if (s->knb < 2 * (s->nkeys + 1)) {
+        uint32_t nb = s->knb ? s->knb * 2 : 16;
+        queued **b = calloc(nb, sizeof(*b));
+        if (b == NULL)
+            return -1;
+        for (uint32_t i = 0; i < s->knb; i++)
+            for (queued *e = s->kb[i], *next; e; e = next) {
+                next = e->hnext;
+                e->hnext = b[e->khash & (nb - 1)];
+                b[e->khash & (nb - 1)] = e;
+            }
+        free(s->kb);
+        s->kb = b;
+        s->knb = nb;
+    }
+    q->hnext = s->kb[q->khash & (s->knb - 1)];
+    s->kb[q->khash & (s->knb - 1)] = q;
+    return 0;
+}
+
+/* ---- the queue ---- */
+
+static void list_unlink(sub *s, queued *q) {
     *(q->prev ? &q->prev->next : &s->head) = q->next;
     *(q->next ? &q->next->prev : &s->tail) = q->prev;
+}
+
+static void list_push(sub *s, queued *q) {
+    q->next = NULL;
+    q->prev = s->tail;
+    *(s->tail ? &s->tail->next : &s->head) = q;
+    s->tail = q;
+}
+
+static void queue_unlink(sub *s, queued *q) {
+    list_unlink(s, q);
+    if (q->klen && s->kb)
+        kindex_del(s, q);
     s->nq--;
     s->nkeys -= q->klen > 0;
     s->qbytes -= tern__ws_prepared_len(q->msg);
 }
 
 static void queue_push(sub *s, queued *q) {
-    q->next = NULL;
-    q->prev = s->tail;
-    *(s->tail ? &s->tail->next : &s->head) = q;
-    s->tail = q;
+    list_push(s, q);
     s->nq++;
     s->nkeys += q->klen > 0;
     s->qbytes += tern__ws_prepared_len(q->msg);
@@ -616,18 +676,26 @@ static void queue_free(sub *s) {
     s->head = s->tail = NULL;
     s->nq = s->nkeys = 0;
     s->qbytes = 0;
+    free(s->kb);
+    s->kb = NULL;
+    s->knb = 0;
 }
 
-/* msg joins s's queue (a reference, with its key). Returns 0, or -1 when
- * out of memory. */
+/* msg joins s's queue (a reference, with its key; indexed by it when s's
+ * topic conflates). Returns 0, or -1 when out of memory. */
 static int queue_add(sub *s, tern_ws_prepared *msg, const char *key, size_t klen) {
     queued *q = malloc(sizeof(*q) + klen);
     if (q == NULL)
         return -1;
-    q->msg = tern__ws_prepared_ref(msg);
     q->klen = klen;
+    q->khash = klen ? hash_name(key, klen) : 0;
     if (klen)
         memcpy(q->key, key, klen);
+    if (klen && s->t->o.policy == TERN_PUBSUB_CONFLATE && kindex_add(s, q) < 0) {
+        free(q);
+        return -1;
+    }
+    q->msg = tern__ws_prepared_ref(msg);
     queue_push(s, q);
     return 0;
 }
@@ -934,15 +1002,16 @@ static void pub_unref(pub *p) {
 static int conflate(sub *s, tern_ws_prepared *msg, const char *key, size_t klen) {
     if (key == NULL)
         return -1;
-    for (queued *q = s->head; q; q = q->next)
-        if (q->klen == klen && memcmp(q->key, key, klen) == 0) {
-            queue_unlink(s, q);
-            tern_ws_prepared_free(q->msg);
-            q->msg = tern__ws_prepared_ref(msg);
-            queue_push(s, q);
-            s->conflated++;
-            return 1;
-        }
+    queued *q = kindex_find(s, key, klen, hash_name(key, klen));
+    if (q) {
+        s->qbytes += tern__ws_prepared_len(msg) - tern__ws_prepared_len(q->msg);
+        tern_ws_prepared_free(q->msg);
+        q->msg = tern__ws_prepared_ref(msg);
+        list_unlink(s, q);   /* its key's latest update is now the newest */
+        list_push(s, q);
+        s->conflated++;
+        return 1;
+    }
     if (s->nkeys >= TERN_CONFLATE_KEYS)
         return -1;
     return queue_add(s, msg, key, klen);
