@@ -362,6 +362,39 @@ static uint64_t new_epoch(void) {
     return e ? e : 1;
 }
 
+/* Frees t when nothing keeps it: no subscription, no history left. */
+static bool gtopic_maybe_free(group *g, gtopic *t) {
+    if (t->subs > 0)
+        return false;
+    if (t->hist) {
+        tern__hist_prune(t->hist, mono_ms());
+        if (!tern__hist_empty(t->hist))
+            return false;
+        tern__hist_free(t->hist);
+        g->nhist--;
+    }
+    table_del(&g->topics, &t->n);
+    torder_unref(t->ord);
+    free(t);
+    return true;
+}
+
+/* At TERN_HISTORY_TOPICS: frees the entries kept only by a history that
+ * has since run out (nothing else frees an entry no one touches), so that
+ * new topics can have one again. Under the mutex. */
+static void sweep_histories(group *g) {
+    uint64_t now = mono_ms();
+    for (size_t i = 0; i < g->topics.nb; i++)
+        for (node *n = g->topics.b[i], *next; n; n = next) {
+            next = n->next;
+            gtopic *t = (gtopic *)n;
+            if (t->hist && t->subs == 0) {
+                tern__hist_prune(t->hist, now);
+                gtopic_maybe_free(g, t);
+            }
+        }
+}
+
 /* A new entry for name (under the mutex), with a history when its
  * settings ask for one and the group has room for another. NULL when out
  * of memory. */
@@ -379,28 +412,13 @@ static gtopic *gtopic_new(group *g, const char *name, size_t len, uint64_t h) {
         t->ord->n = loops;
     }
     tern_topic_options o = topic_settings(g, name, len);
+    if (o.history && g->nhist >= TERN_HISTORY_TOPICS)
+        sweep_histories(g);
     if (o.history && g->nhist < TERN_HISTORY_TOPICS &&
         (t->hist = tern__hist_new(o.history, o.history_ms)) != NULL)
         g->nhist++;
     table_add(&g->topics, &t->n);
     return t;
-}
-
-/* Frees t when nothing keeps it: no subscription, no history left. */
-static bool gtopic_maybe_free(group *g, gtopic *t) {
-    if (t->subs > 0)
-        return false;
-    if (t->hist) {
-        tern__hist_prune(t->hist, mono_ms());
-        if (!tern__hist_empty(t->hist))
-            return false;
-        tern__hist_free(t->hist);
-        g->nhist--;
-    }
-    table_del(&g->topics, &t->n);
-    torder_unref(t->ord);
-    free(t);
-    return true;
 }
 
 /* A resume asked of gcount (tern_ws_subscribe_from): in, the client's
@@ -1234,8 +1252,11 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
      * the framing, and the compression, of each other's messages.) */
     pthread_mutex_lock(&g->mu);
     gtopic *gt = gfind(g, name, tlen, h);
-    if (gt == NULL && topic_settings(g, name, tlen).history > 0)
+    if (gt == NULL && topic_settings(g, name, tlen).history > 0) {
         gt = gtopic_new(g, name, tlen, h);   /* numbered and kept with no one listening */
+        if (gt && gt->hist == NULL && gtopic_maybe_free(g, gt))
+            gt = NULL;   /* no room for another history: like any topic no one hears */
+    }
     if (gt == NULL) {
         pthread_mutex_unlock(&g->mu);
         free(p);

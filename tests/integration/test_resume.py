@@ -201,3 +201,23 @@ def test_the_feed_can_be_resumed(tern_factory):
         missed, ack2 = subscribe(ws, "market", epoch=ack["epoch"], after=str(last))
         assert ack2["resumed"] is True and len(missed) >= 20, ack2
         assert [m["seq"] for m in missed] == list(range(last + 1, last + 1 + len(missed)))
+
+
+def test_expired_histories_make_room_for_new_topics(tern_factory):
+    """At most TERN_HISTORY_TOPICS (4096) topics keep a history; one that no
+    one touches is freed once its history runs out, when room is needed."""
+    t = tern_factory("--feed", "off", "--pubsub-history", "1", "--pubsub-history-age", "4")
+    with connect(url(t), max_size=None) as ws:
+        start = time.monotonic()
+        for i in range(4096):
+            send(ws, op="publish", topic="t%d" % i, data="x")
+        for i in range(4096):
+            assert recv(ws)["seq"] == 1   # numbered: kept in its history
+        send(ws, op="publish", topic="late", data="x")
+        assert recv(ws)["seq"] == 0       # no room: not kept, not numbered
+        assert time.monotonic() - start < 4, "too slow to test the bound"
+        time.sleep(4.3)                   # every history runs out
+        send(ws, op="publish", topic="later", data="x")
+        assert recv(ws)["seq"] == 1       # room again
+        _, ack = subscribe(ws, "later")
+        assert ack["seq"] == 1
