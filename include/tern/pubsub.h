@@ -49,7 +49,13 @@
  * saw (tern_ws_subscribe_from) gets every message it missed from the
  * history, then the live stream, with no gap and no duplicate; when the
  * epoch differs or the history no longer reaches back, it is told so and
- * gets the latest message of each key instead. */
+ * gets the latest message of each key instead.
+ *
+ * Across nodes (tern_pubsub_redis), a topic with a history is numbered by
+ * Redis, so every node gives its messages the same (epoch, seq) and a
+ * subscriber may resume on any node: a publish to it goes to Redis first
+ * and returns 0, and every node, the publisher's too, delivers it when it
+ * comes back numbered (so except does not apply to it). */
 #ifndef TERN_PUBSUB_H
 #define TERN_PUBSUB_H
 
@@ -184,6 +190,7 @@ typedef struct tern_redis_counters {
     uint64_t published;    /* publishes sent to Redis */
     uint64_t received;     /* messages from the other nodes */
     uint64_t dropped;      /* publishes not sent: Redis was away */
+    uint64_t fills;        /* numbered messages missed (link down) and read back from Redis */
 } tern_redis_counters;
 
 /* Bridges srv's configuration (every loop of its group) to Redis at url

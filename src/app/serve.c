@@ -486,9 +486,9 @@ static void on_stats(tern_http_req *req, void *user) {
     if (tern_pubsub_redis_stats(srv, &rc) == 0)
         snprintf(redis, sizeof(redis),
                  "{\"connected\":%s,\"reconnects\":%llu,\"published\":%llu,"
-                 "\"received\":%llu,\"dropped\":%llu}",
+                 "\"received\":%llu,\"dropped\":%llu,\"fills\":%llu}",
                  rc.connected ? "true" : "false", U(rc.reconnects), U(rc.published),
-                 U(rc.received), U(rc.dropped));
+                 U(rc.received), U(rc.dropped), U(rc.fills));
     len = (size_t)snprintf(out, cap, "{\"threads\":%d,\"thread\":%d,\"redis\":%s,\"total\":"
                            STATS_FMT ",\"each\":[%s]}\n", n, tern_server_index(srv), redis,
                            STATS_ARGS(sum, psum), each);

@@ -27,7 +27,8 @@
  *       {"ok":"subscribe","topic":"T"}                 already subscribed
  *       {"ok":"unsubscribe","topic":"T"}
  *       {"ok":"publish","topic":"T","seq":N}           N is 0 when T had no
- *                                                      subscriber
+ *                                                      subscriber, or when
+ *                                                      Redis numbers it
  *       {"error":"...","op":OP}                        bad input; OP is the
  *                                                      op sent, or null
  *     errors: "bad json" (not one flat object of string values, or binary),

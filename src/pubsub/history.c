@@ -45,9 +45,7 @@ tern__hist *tern__hist_new(uint32_t max_count, uint64_t max_ms) {
     return h;
 }
 
-void tern__hist_free(tern__hist *h) {
-    if (h == NULL)
-        return;
+static void release(tern__hist *h) {
     for (uint32_t i = 0; i < h->count; i++)
         tern_ws_prepared_free(h->ring[(h->start + i) % h->cap].msg);
     for (uint32_t i = 0; i < h->kcap; i++)
@@ -57,7 +55,18 @@ void tern__hist_free(tern__hist *h) {
         }
     free(h->ring);
     free(h->keys);
+}
+
+void tern__hist_free(tern__hist *h) {
+    if (h == NULL)
+        return;
+    release(h);
     free(h);
+}
+
+void tern__hist_clear(tern__hist *h) {
+    release(h);
+    *h = (tern__hist){.max_count = h->max_count, .max_ms = h->max_ms};
 }
 
 static void drop_oldest(tern__hist *h) {

@@ -22,6 +22,9 @@ typedef struct tern__hist tern__hist;
  * age limit). NULL when out of memory. */
 tern__hist *tern__hist_new(uint32_t max_count, uint64_t max_ms);
 void tern__hist_free(tern__hist *h);
+/* Forgets every message and key (a new epoch: none of them can be read
+ * back under it). */
+void tern__hist_clear(tern__hist *h);
 
 /* Appends msg (taking a reference) as seq, published at now_ms, with its
  * key (NULL: none; the latest-per-key record then keeps it under the

@@ -127,6 +127,11 @@ typedef struct gtopic {
     torder *ord;         /* NULL when out of memory: then no order across threads */
     uint64_t epoch;      /* drawn when the entry is made; never 0 */
     uint64_t seq;        /* the last message's */
+    /* Numbered by Redis (a history topic of a bridged group): epoch and
+     * seq are Redis's, adopted from the messages heard; fill_to, when
+     * above seq, is how far the fills asked of Redis reach (0: none). */
+    bool shared;
+    uint64_t fill_to;
     tern__hist *hist;    /* NULL: the topic's options give it no history */
     size_t subs;         /* subscriptions on all loops */
     size_t compressed;   /* ... of them, with permessage-deflate */
@@ -1191,7 +1196,8 @@ static bool post_all(tern_server *srv, pub *p, bool here, const tern_ws *except)
 }
 
 static void bridge_publish(group *g, const char *name, size_t tlen, const char *key,
-                           size_t klen, const void *data, size_t len, int opcode, size_t seq_at);
+                           size_t klen, const void *data, size_t len, int opcode, size_t seq_at,
+                           const tern_topic_options *numbered);
 
 /* The frame of a message numbered seq, with seq spliced in at seq_at
  * (SIZE_MAX: nowhere). NULL when out of memory. */
@@ -1212,11 +1218,44 @@ static tern_ws_prepared *prepare(const void *data, size_t len, int opcode, bool 
     return msg;
 }
 
-/* tern_publish_ex, and the delivery of what other nodes published
- * (forward false: not sent back to Redis). */
+/* Under the mutex: where a message Redis numbered goes in t's sequence.
+ * True: deliver it, as num->seq (t->seq is that now). False: a duplicate,
+ * or one a fill in flight brings, or one that starts a fill (*fill_from
+ * up to num->seq, for the caller to ask of Redis). */
+static bool redis_numbered(gtopic *t, const tern__redis_num *num, uint64_t *fill_from) {
+    *fill_from = 0;
+    if (!t->shared || t->epoch != num->epoch) {
+        /* Redis's numbering, new here (or restarted there): adopted. What
+         * was kept under the old epoch cannot be read back under this one. */
+        t->shared = true;
+        t->epoch = num->epoch;
+        t->fill_to = 0;
+        if (t->hist)
+            tern__hist_clear(t->hist);
+    } else if (num->seq <= t->seq || (!num->fill && num->seq <= t->fill_to)) {
+        return false;
+    } else if (num->seq > t->seq + 1) {
+        if (!num->fill) {   /* missed while the link was down: read back first */
+            *fill_from = (t->fill_to > t->seq ? t->fill_to : t->seq) + 1;
+            t->fill_to = num->seq;
+            return false;
+        }
+        /* gone from the stream too: a gap no one can fill, so no resume
+         * from before it may be told it is whole */
+        if (t->hist)
+            tern__hist_clear(t->hist);
+    }
+    t->seq = num->seq;
+    if (t->fill_to <= t->seq)
+        t->fill_to = 0;
+    return true;
+}
+
+/* tern_publish_ex, and the delivery of what came through Redis (forward
+ * false: not sent back; num: numbered there). */
 static int64_t publish(tern_server *srv, const char *name, const char *key, const void *data,
                        size_t len, int opcode, const tern_ws *except, size_t seq_at,
-                       bool forward) {
+                       bool forward, const tern__redis_num *num) {
     size_t tlen, klen = 0;
     int err;
     if (srv == NULL || srv->loop == NULL || (data == NULL && len > 0) ||
@@ -1230,8 +1269,16 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
     group *g = group_of(srv);
     if (g == NULL)
         return -ENOMEM;
-    if (forward && atomic_load(&g->redis))
-        bridge_publish(g, name, tlen, key, klen, data, len, opcode, seq_at);
+    tern__redis *b = forward ? atomic_load(&g->redis) : NULL;
+    if (b) {
+        tern_topic_options o = topic_settings(g, name, tlen);
+        if (o.history > 0 && tern__redis_connected(b)) {
+            /* numbered by Redis: this node delivers it when it hears it back */
+            bridge_publish(g, name, tlen, key, klen, data, len, opcode, seq_at, &o);
+            return 0;
+        }
+        bridge_publish(g, name, tlen, key, klen, data, len, opcode, seq_at, NULL);
+    }
     uint64_t h = hash_name(name, tlen);
     bool here = tern__loop_current() == srv->loop;
     pub *p = malloc(sizeof(*p) + tlen + 1 + klen);
@@ -1257,15 +1304,27 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
         if (gt && gt->hist == NULL && gtopic_maybe_free(g, gt))
             gt = NULL;   /* no room for another history: like any topic no one hears */
     }
+    uint64_t before = gt ? gt->seq : 0, fill_from = 0;
+    if (gt && num && !redis_numbered(gt, num, &fill_from))
+        gt = NULL;
     if (gt == NULL) {
         pthread_mutex_unlock(&g->mu);
         free(p);
+        if (fill_from)
+            tern__redis_fill(atomic_load(&g->redis), name, tlen, fill_from, num->seq);
         return 0;
     }
-    p->seq = ++gt->seq;
+    if (num == NULL && gt->shared) {
+        /* Redis away: numbered here meanwhile, under an epoch of this node */
+        gt->shared = false;
+        gt->epoch = new_epoch();
+        if (gt->hist)
+            tern__hist_clear(gt->hist);
+    }
+    p->seq = num ? num->seq : ++gt->seq;
     p->msg = prepare(data, len, opcode, gt->compressed > 0 && len >= 64, p->seq, seq_at);
     if (p->msg == NULL) {
-        gt->seq--;   /* not published: the number is free again */
+        gt->seq = before;   /* not published: the number is free again */
         pthread_mutex_unlock(&g->mu);
         free(p);
         return -ENOMEM;
@@ -1293,12 +1352,12 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
 
 int64_t tern_publish_ex(tern_server *srv, const char *topic, const void *data, size_t len,
                         int opcode, const tern_ws *except, size_t seq_at) {
-    return publish(srv, topic, NULL, data, len, opcode, except, seq_at, true);
+    return publish(srv, topic, NULL, data, len, opcode, except, seq_at, true, NULL);
 }
 
 int64_t tern_publish_key(tern_server *srv, const char *topic, const char *key, const void *data,
                          size_t len, int opcode, size_t seq_at) {
-    return publish(srv, topic, key, data, len, opcode, NULL, seq_at, true);
+    return publish(srv, topic, key, data, len, opcode, NULL, seq_at, true, NULL);
 }
 
 int64_t tern_publish(tern_server *srv, const char *topic, const void *data, size_t len,
@@ -1319,6 +1378,8 @@ int64_t tern_publish_except(tern_server *srv, const char *topic, const void *dat
 typedef struct bridge_job {
     group *g;
     bool publish;
+    bool numbered;            /* by Redis, keeping keep messages for keep_ms */
+    uint32_t keep, keep_ms;
     int opcode;
     size_t tlen, klen, len, seq_at;
     char buf[];   /* topic, key, then data */
@@ -1335,14 +1396,18 @@ static void bridge_reconcile(group *g, const char *name, size_t len) {
     gtopic *t = gfind(g, name, len, hash_name(name, len));
     bool on = t && t->subs > 0;
     pthread_mutex_unlock(&g->mu);
-    tern__redis_subscribe(b, name, len, on);
+    tern__redis_subscribe(b, name, len, on && topic_settings(g, name, len).history == 0);
 }
 
 static void bridge_job_run(tern_loop *loop, void *user) {
     (void)loop;
     bridge_job *j = user;
     tern__redis *b = atomic_load(&j->g->redis);
-    if (b && j->publish)
+    if (b && j->publish && j->numbered)
+        tern__redis_publish_numbered(b, j->buf, j->tlen, j->klen ? j->buf + j->tlen : NULL,
+                                     j->klen, j->buf + j->tlen + j->klen, j->len, j->opcode,
+                                     j->seq_at, j->keep, j->keep_ms);
+    else if (b && j->publish)
         tern__redis_publish(b, j->buf, j->tlen, j->klen ? j->buf + j->tlen : NULL, j->klen,
                             j->buf + j->tlen + j->klen, j->len, j->opcode, j->seq_at);
     else if (b)
@@ -1351,13 +1416,17 @@ static void bridge_job_run(tern_loop *loop, void *user) {
 }
 
 static void bridge_post(group *g, bool is_publish, const char *name, size_t tlen, const char *key,
-                        size_t klen, const void *data, size_t len, int opcode, size_t seq_at) {
+                        size_t klen, const void *data, size_t len, int opcode, size_t seq_at,
+                        const tern_topic_options *numbered) {
     tern__redis *b = atomic_load(&g->redis);
     bridge_job *j = malloc(sizeof(*j) + tlen + klen + len);
     if (j == NULL)
         return;   /* out of memory: a publish reaches this node only */
     j->g = g;
     j->publish = is_publish;
+    j->numbered = numbered != NULL;
+    j->keep = numbered ? numbered->history : 0;
+    j->keep_ms = numbered ? numbered->history_ms : 0;
     j->opcode = opcode;
     j->tlen = tlen;
     j->klen = klen;
@@ -1377,22 +1446,28 @@ static void bridge_topic_changed(group *g, const char *name, size_t len) {
     if (b && tern__loop_current() == tern__redis_loop(b))
         bridge_reconcile(g, name, len);
     else
-        bridge_post(g, false, name, len, NULL, 0, NULL, 0, 0, 0);
+        bridge_post(g, false, name, len, NULL, 0, NULL, 0, 0, 0, NULL);
 }
 
 static void bridge_publish(group *g, const char *name, size_t tlen, const char *key,
-                           size_t klen, const void *data, size_t len, int opcode, size_t seq_at) {
+                           size_t klen, const void *data, size_t len, int opcode, size_t seq_at,
+                           const tern_topic_options *numbered) {
     tern__redis *b = atomic_load(&g->redis);
-    if (b && tern__loop_current() == tern__redis_loop(b))
+    if (b && tern__loop_current() != tern__redis_loop(b))
+        bridge_post(g, true, name, tlen, key, klen, data, len, opcode, seq_at, numbered);
+    else if (b && numbered)
+        tern__redis_publish_numbered(b, name, tlen, key, klen, data, len, opcode, seq_at,
+                                     numbered->history, numbered->history_ms);
+    else if (b)
         tern__redis_publish(b, name, tlen, key, klen, data, len, opcode, seq_at);
-    else
-        bridge_post(g, true, name, tlen, key, klen, data, len, opcode, seq_at);
 }
 
-/* What another node published: to every loop's subscribers, as a publish
- * on this node would, but not back to Redis. */
+/* What another node published, or any node's message numbered by Redis:
+ * to every loop's subscribers, as a publish on this node would, but not
+ * back to Redis. */
 static void bridge_message(void *user, const char *topic, size_t tlen, const char *key,
-                           size_t klen, const char *data, size_t len, int opcode, size_t seq_at) {
+                           size_t klen, const char *data, size_t len, int opcode, size_t seq_at,
+                           const tern__redis_num *num) {
     group *g = user;
     char name[TERN_TOPIC_MAX + 1], k[TERN_KEY_MAX + 1];
     memcpy(name, topic, tlen);
@@ -1400,11 +1475,38 @@ static void bridge_message(void *user, const char *topic, size_t tlen, const cha
     memcpy(k, key, klen);
     k[klen] = '\0';
     if (g->bridge_srv && strlen(name) == tlen && strlen(k) == klen)
-        publish(g->bridge_srv, name, klen ? k : NULL, data, len, opcode, NULL, seq_at, false);
+        publish(g->bridge_srv, name, klen ? k : NULL, data, len, opcode, NULL, seq_at, false, num);
 }
 
-/* After each (re)connect: every topic with subscribers on some loop. */
+/* After each (re)connect: the patterns of the topics with a history
+ * (numbered by Redis, heard whether or not anyone here listens, so that
+ * every node keeps their history), and the channel of every other topic
+ * with subscribers on some loop. Fills in flight went with the link: the
+ * next message of each topic asks again for what it lacks. */
 static void bridge_resubscribe(void *user) {
+    group *g = user;
+    tern__redis *b = atomic_load(&g->redis);
+    if (b == NULL)
+        return;
+    if (g->opt.history > 0)
+        tern__redis_psubscribe(b, "", 0);
+    for (size_t i = 0; g->opt.history == 0 && g->conf && i < g->conf->nrules; i++)
+        if (g->conf->rules[i].o.history > 0)
+            tern__redis_psubscribe(b, g->conf->rules[i].prefix, g->conf->rules[i].len);
+    pthread_mutex_lock(&g->mu);
+    for (size_t i = 0; i < g->topics.nb; i++)
+        for (node *n = g->topics.b[i]; n; n = n->next) {
+            gtopic *t = (gtopic *)n;
+            t->fill_to = 0;
+            if (t->subs > 0 && topic_settings(g, t->name, t->len).history == 0)
+                tern__redis_subscribe(b, t->name, t->len, true);
+        }
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* The patterns are in place: every topic followed under Redis's
+ * numbering asks how far Redis is, to read back what it missed. */
+static void bridge_listening(void *user) {
     group *g = user;
     tern__redis *b = atomic_load(&g->redis);
     if (b == NULL)
@@ -1412,9 +1514,29 @@ static void bridge_resubscribe(void *user) {
     pthread_mutex_lock(&g->mu);
     for (size_t i = 0; i < g->topics.nb; i++)
         for (node *n = g->topics.b[i]; n; n = n->next)
-            if (((gtopic *)n)->subs > 0)   /* not one kept only for its history */
-                tern__redis_subscribe(b, ((gtopic *)n)->name, ((gtopic *)n)->len, true);
+            if (((gtopic *)n)->shared)
+                tern__redis_last(b, ((gtopic *)n)->name, ((gtopic *)n)->len);
     pthread_mutex_unlock(&g->mu);
+}
+
+/* How far Redis is with a topic: what lies beyond this node's last
+ * message (and the fills in flight) is read back. */
+static void bridge_last(void *user, const char *topic, size_t tlen, uint64_t epoch, uint64_t seq) {
+    group *g = user;
+    tern__redis *b = atomic_load(&g->redis);
+    uint64_t from = 0;
+    pthread_mutex_lock(&g->mu);
+    gtopic *t = gfind(g, topic, tlen, hash_name(topic, tlen));
+    if (t && t->shared && t->epoch == epoch) {
+        uint64_t have = t->fill_to > t->seq ? t->fill_to : t->seq;
+        if (seq > have) {
+            from = have + 1;
+            t->fill_to = seq;
+        }
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (b && from)
+        tern__redis_fill(b, topic, tlen, from, seq);
 }
 
 int tern_pubsub_redis(tern_server *srv, const char *url) {
@@ -1427,7 +1549,9 @@ int tern_pubsub_redis(tern_server *srv, const char *url) {
     if (atomic_load(&g->redis))
         return -EALREADY;
     static const tern__redis_hooks rh = {.message = bridge_message,
-                                         .resubscribe = bridge_resubscribe};
+                                         .resubscribe = bridge_resubscribe,
+                                         .listening = bridge_listening,
+                                         .last = bridge_last};
     tern__redis *b;
     /* bridge_srv first: the bridge may call back once it runs */
     g->bridge_srv = srv;

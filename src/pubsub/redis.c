@@ -2,7 +2,7 @@
  *
  * hiredis asks for readiness through five hooks (add/del read/write,
  * cleanup); each of the bridge's two connections answers them with one
- * loop watcher (struct link). hiredis frees a context by itself after an
+ * loop watcher (struct rlink). hiredis frees a context by itself after an
  * error or a lost connection, telling us through the cleanup hook (the
  * watcher goes) and the connect/disconnect callbacks (a reconnect is
  * scheduled). Nothing here blocks: connect(2) is non-blocking, and a
@@ -12,7 +12,15 @@
  * the opcode (one byte), seq_at (8 bytes, little-endian; all ones for
  * none), the key's length (one byte; 0 for none) and the key, then the
  * payload. A node drops envelopes carrying its own id: it
- * delivered those itself when they were published. */
+ * delivered those itself when they were published.
+ *
+ * A topic with a history is numbered by Redis instead, so that every node
+ * agrees on its offsets: a script counts the message, keeps it in the
+ * topic's stream and publishes it as "tern2", the epoch (16 hex digits),
+ * the seq (20 decimal digits), then the envelope; every node, the
+ * publisher too, delivers it when it hears it (through a pattern
+ * subscription), and one that missed some (its link was down) reads them
+ * back from the stream (XRANGE) before going on. */
 #include "pubsub/redis.h"
 
 #include <errno.h>
@@ -24,6 +32,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "loop/log.h"
 #include "loop/loop.h"
@@ -32,20 +41,22 @@
 #define MAGIC "tern1"
 #define MAGIC_LEN 5
 #define ID_LEN 16
-#define HEAD_LEN (MAGIC_LEN + ID_LEN + 1 + 8 + 1)   /* up to the key's length */
+#define MAGIC_NUM "tern2"   /* a message numbered by Redis */
+#define NUM_HEAD_LEN (MAGIC_LEN + 16 + 20)   /* magic, epoch (hex), seq (decimal) */
+#define ENV_LEN (ID_LEN + 1 + 8 + 1)         /* the envelope up to the key's length */
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 
 /* One hiredis connection and its watcher. Invariant: ac is NULL or a live
  * context whose ev.data is this link; io is registered for `events`
  * (EPOLLIN/EPOLLOUT) and only while ac is set. */
-typedef struct link {
+typedef struct rlink {
     struct tern__redis *r;
     redisAsyncContext *ac;
     tern__io io;
     uint32_t events;
     bool up;            /* connected (onConnect said so) */
-} link;
+} rlink;
 
 /* Invariants: both links up (connected), or connecting, or a retry armed
  * (retry_armed): a bridge never sits down with nothing to wake it, but
@@ -56,7 +67,7 @@ struct tern__redis {
     char host[256];
     int port, db;
     uint8_t id[ID_LEN];
-    link sub, pub;
+    rlink sub, pub;
     tern_timer *retry;
     uint32_t backoff_ms;
     unsigned seed;      /* the jitter's (rand_r: this loop's own sequence) */
@@ -67,7 +78,7 @@ struct tern__redis {
     tern__redis_hooks hooks;
     void *user;
     _Atomic bool connected;
-    _Atomic uint64_t reconnects, published, received, dropped;
+    _Atomic uint64_t reconnects, published, received, dropped, fills;
 };
 
 static void bump(_Atomic uint64_t *c) {
@@ -77,23 +88,23 @@ static void bump(_Atomic uint64_t *c) {
 
 /* ---- the adapter: hiredis's hooks on a tern watcher -------------------- */
 
-static void set_events(link *l, uint32_t ev) {
+static void set_events(rlink *l, uint32_t ev) {
     if (l->events != ev && tern__io_set(l->r->loop, &l->io, ev) == 0)
         l->events = ev;
 }
-static void add_read(void *p) { link *l = p; set_events(l, l->events | EPOLLIN); }
-static void del_read(void *p) { link *l = p; set_events(l, l->events & ~(uint32_t)EPOLLIN); }
-static void add_write(void *p) { link *l = p; set_events(l, l->events | EPOLLOUT); }
-static void del_write(void *p) { link *l = p; set_events(l, l->events & ~(uint32_t)EPOLLOUT); }
+static void add_read(void *p) { rlink *l = p; set_events(l, l->events | EPOLLIN); }
+static void del_read(void *p) { rlink *l = p; set_events(l, l->events & ~(uint32_t)EPOLLIN); }
+static void add_write(void *p) { rlink *l = p; set_events(l, l->events | EPOLLOUT); }
+static void del_write(void *p) { rlink *l = p; set_events(l, l->events & ~(uint32_t)EPOLLOUT); }
 static void cleanup(void *p) {
-    link *l = p;
+    rlink *l = p;
     set_events(l, 0);
     l->ac = NULL;
     l->up = false;
 }
 
 static void on_io(tern__io *io, uint32_t revents) {
-    link *l = tern__container_of(io, link, io);
+    rlink *l = tern__container_of(io, rlink, io);
     /* Reading may end the context (cleanup sets l->ac to NULL). */
     if (l->ac && (revents & (EPOLLIN | EPOLLERR | EPOLLHUP)))
         redisAsyncHandleRead(l->ac);
@@ -142,7 +153,7 @@ static void both_up(tern__redis *r) {
 }
 
 static void on_connect(const redisAsyncContext *ac, int status) {
-    link *l = ac->ev.data;
+    rlink *l = ac->ev.data;
     tern__redis *r = l->r;
     if (r->freeing)
         return;
@@ -160,13 +171,13 @@ static void on_connect(const redisAsyncContext *ac, int status) {
  * that they come back together, and the subscriptions with them. */
 static void on_disconnect(const redisAsyncContext *ac, int status) {
     (void)status;
-    link *l = ac->ev.data;
+    rlink *l = ac->ev.data;
     l->up = false;
     if (!l->r->freeing)
         link_lost(l->r);
 }
 
-static int link_connect(tern__redis *r, link *l) {
+static int link_connect(tern__redis *r, rlink *l) {
     redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
     if (ac == NULL)
         return -ENOMEM;
@@ -193,6 +204,9 @@ static int link_connect(tern__redis *r, link *l) {
     add_write(l);
     if (r->db != 0)
         redisAsyncCommand(ac, NULL, NULL, "SELECT %d", r->db);
+    /* CLIENT LIST tells an operator which node and which link it is */
+    redisAsyncCommand(ac, NULL, NULL, "CLIENT SETNAME tern-%ld-%s", (long)getpid(),
+                      l == &r->sub ? "sub" : "pub");
     return 0;
 }
 
@@ -287,36 +301,106 @@ void tern__redis_free(tern__redis *r) {
 
 tern_loop *tern__redis_loop(const tern__redis *r) { return r->loop; }
 
+/* ---- envelopes ---------------------------------------------------------- */
+
+/* The envelope after its magic: the node's id, the opcode, seq_at, the
+ * key's length and the key, then the payload. Returns its length in a new
+ * buffer (*out), 0 when out of memory. */
+static size_t envelope(const tern__redis *r, const char *key, size_t klen, const void *data,
+                       size_t len, int opcode, size_t seq_at, char **out) {
+    size_t n = ENV_LEN + klen + len;
+    uint8_t *m = malloc(n);
+    if ((*out = (char *)m) == NULL)
+        return 0;
+    memcpy(m, r->id, ID_LEN);
+    m[ID_LEN] = (uint8_t)opcode;
+    uint64_t at = seq_at == SIZE_MAX ? UINT64_MAX : (uint64_t)seq_at;
+    for (int i = 0; i < 8; i++)
+        m[ID_LEN + 1 + i] = (uint8_t)(at >> (8 * i));
+    m[ENV_LEN - 1] = (uint8_t)klen;   /* at most TERN_KEY_MAX (128) */
+    if (klen)
+        memcpy(m + ENV_LEN, key, klen);
+    if (len)
+        memcpy(m + ENV_LEN + klen, data, len);
+    return n;
+}
+
+static bool parse_u64(const char *p, size_t n, int base, uint64_t *out) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        int d = p[i] >= '0' && p[i] <= '9' ? p[i] - '0'
+              : base == 16 && p[i] >= 'a' && p[i] <= 'f' ? p[i] - 'a' + 10 : -1;
+        if (d < 0 || v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base)
+            return false;
+        v = v * (uint64_t)base + (uint64_t)d;
+    }
+    *out = v;
+    return true;
+}
+
+/* One message of channel ch (tern:TOPIC), live or from a fill: unpacked
+ * and handed to pub/sub, or ignored when it is not ours to deliver. */
+static void dispatch(tern__redis *r, const char *ch, size_t clen, const char *body, size_t blen,
+                     bool fill, bool by_pattern) {
+    size_t plen = sizeof(CHANNEL_PREFIX) - 1;
+    if (clen <= plen || clen - plen > TERN_TOPIC_MAX || blen < MAGIC_LEN)
+        return;
+    tern__redis_num num = {.fill = fill}, *nump = NULL;
+    const uint8_t *h = (const uint8_t *)body;
+    if (memcmp(h, MAGIC, MAGIC_LEN) == 0) {
+        /* ours: delivered when it was published; by a pattern: a topic
+         * with no history, heard through SUBSCRIBE (its own channel) too */
+        if (fill || by_pattern || blen < MAGIC_LEN + ENV_LEN ||
+            memcmp(h + MAGIC_LEN, r->id, ID_LEN) == 0)
+            return;
+        h += MAGIC_LEN;
+    } else if (memcmp(h, MAGIC_NUM, MAGIC_LEN) == 0) {
+        if (blen < NUM_HEAD_LEN + ENV_LEN ||
+            !parse_u64(body + MAGIC_LEN, 16, 16, &num.epoch) ||
+            !parse_u64(body + MAGIC_LEN + 16, 20, 10, &num.seq) || num.epoch == 0 || num.seq == 0)
+            return;
+        h += NUM_HEAD_LEN;
+        nump = &num;
+    } else {
+        return;
+    }
+    size_t rest = blen - (size_t)((const char *)h - body);
+    int opcode = h[ID_LEN];
+    uint64_t at = 0;
+    for (int i = 7; i >= 0; i--)
+        at = at << 8 | h[ID_LEN + 1 + i];
+    size_t klen = h[ENV_LEN - 1];
+    if (klen > TERN_KEY_MAX || rest < ENV_LEN + klen)
+        return;
+    size_t len = rest - ENV_LEN - klen;
+    if ((opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY) || (at != UINT64_MAX && at > len))
+        return;
+    bump(&r->received);
+    const char *key = (const char *)h + ENV_LEN;
+    r->hooks.message(r->user, ch + plen, clen - plen, key, klen, key + klen, len, opcode,
+                     at == UINT64_MAX ? SIZE_MAX : (size_t)at, nump);
+}
+
 static void on_message(redisAsyncContext *ac, void *reply, void *priv) {
     (void)ac;
     tern__redis *r = priv;
     redisReply *m = reply;
-    if (m == NULL || r->freeing || m->type != REDIS_REPLY_ARRAY || m->elements != 3 ||
-        m->element[0]->type != REDIS_REPLY_STRING || strcmp(m->element[0]->str, "message") != 0 ||
-        m->element[2]->type != REDIS_REPLY_STRING)
-        return;   /* a subscribe/unsubscribe confirmation, or not ours */
-    const redisReply *ch = m->element[1], *body = m->element[2];
-    size_t plen = sizeof(CHANNEL_PREFIX) - 1;
-    if (ch->len <= plen || ch->len - plen > TERN_TOPIC_MAX || body->len < HEAD_LEN ||
-        memcmp(body->str, MAGIC, MAGIC_LEN) != 0)
+    if (m == NULL || r->freeing || m->type != REDIS_REPLY_ARRAY || m->elements < 3 ||
+        m->element[0]->type != REDIS_REPLY_STRING)
         return;
-    const uint8_t *h = (const uint8_t *)body->str;
-    if (memcmp(h + MAGIC_LEN, r->id, ID_LEN) == 0)
-        return;   /* ours: delivered when it was published */
-    int opcode = h[MAGIC_LEN + ID_LEN];
-    uint64_t at = 0;
-    for (int i = 7; i >= 0; i--)
-        at = at << 8 | h[MAGIC_LEN + ID_LEN + 1 + i];
-    size_t klen = h[HEAD_LEN - 1];
-    if (klen > TERN_KEY_MAX || body->len < HEAD_LEN + klen)
+    /* ["message", channel, body] or ["pmessage", pattern, channel, body];
+     * else a subscribe confirmation */
+    if (strcmp(m->element[0]->str, "psubscribe") == 0) {
+        r->hooks.listening(r->user);
         return;
-    size_t len = body->len - HEAD_LEN - klen;
-    if ((opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY) || (at != UINT64_MAX && at > len))
+    }
+    size_t first = strcmp(m->element[0]->str, "message") == 0 && m->elements == 3 ? 1
+                 : strcmp(m->element[0]->str, "pmessage") == 0 && m->elements == 4 ? 2 : 0;
+    if (first == 0 || m->element[first]->type != REDIS_REPLY_STRING ||
+        m->element[first + 1]->type != REDIS_REPLY_STRING)
         return;
-    bump(&r->received);
-    r->hooks.message(r->user, ch->str + plen, ch->len - plen, body->str + HEAD_LEN, klen,
-                     body->str + HEAD_LEN + klen, len, opcode,
-                     at == UINT64_MAX ? SIZE_MAX : (size_t)at);
+    const redisReply *ch = m->element[first], *body = m->element[first + 1];
+    dispatch(r, ch->str, ch->len, body->str, body->len, false, first == 2);
 }
 
 void tern__redis_subscribe(tern__redis *r, const char *topic, size_t tlen, bool on) {
@@ -327,46 +411,190 @@ void tern__redis_subscribe(tern__redis *r, const char *topic, size_t tlen, bool 
                       topic, tlen);
 }
 
+void tern__redis_psubscribe(tern__redis *r, const char *prefix, size_t plen) {
+    if (!r->sub.up)
+        return;
+    /* the prefix taken literally: glob's special characters escaped */
+    char pat[sizeof(CHANNEL_PREFIX) + 2 * TERN_TOPIC_MAX + 1];
+    size_t n = sizeof(CHANNEL_PREFIX) - 1;
+    memcpy(pat, CHANNEL_PREFIX, n);
+    for (size_t i = 0; i < plen && i < TERN_TOPIC_MAX; i++) {
+        if (strchr("*?[]\\", prefix[i]) && prefix[i] != '\0')
+            pat[n++] = '\\';
+        pat[n++] = prefix[i];
+    }
+    pat[n++] = '*';
+    redisAsyncCommand(r->sub.ac, on_message, r, "PSUBSCRIBE %b", pat, n);
+}
+
 void tern__redis_publish(tern__redis *r, const char *topic, size_t tlen, const char *key,
                          size_t klen, const void *data, size_t len, int opcode, size_t seq_at) {
-    if (!r->pub.up) {
+    char *env;
+    size_t n;
+    if (!r->pub.up || (n = envelope(r, key, klen, data, len, opcode, seq_at, &env)) == 0) {
         bump(&r->dropped);
         return;
     }
-    uint8_t head[HEAD_LEN];
-    memcpy(head, MAGIC, MAGIC_LEN);
-    memcpy(head + MAGIC_LEN, r->id, ID_LEN);
-    head[MAGIC_LEN + ID_LEN] = (uint8_t)opcode;
-    uint64_t at = seq_at == SIZE_MAX ? UINT64_MAX : (uint64_t)seq_at;
-    for (int i = 0; i < 8; i++)
-        head[MAGIC_LEN + ID_LEN + 1 + i] = (uint8_t)(at >> (8 * i));
-    head[HEAD_LEN - 1] = (uint8_t)klen;   /* at most TERN_KEY_MAX (128) */
-    /* One command, with the envelope as two binary-safe pieces. */
-    const char *argv[3] = {"PUBLISH", NULL, NULL};
-    size_t argl[3] = {7, 0, 0};
     char chan[sizeof(CHANNEL_PREFIX) + TERN_TOPIC_MAX];
     memcpy(chan, CHANNEL_PREFIX, sizeof(CHANNEL_PREFIX) - 1);
     memcpy(chan + sizeof(CHANNEL_PREFIX) - 1, topic, tlen);
-    argv[1] = chan;
-    argl[1] = sizeof(CHANNEL_PREFIX) - 1 + tlen;
-    char *msg = malloc(HEAD_LEN + klen + len);
-    if (msg == NULL) {
-        bump(&r->dropped);
-        return;
-    }
-    memcpy(msg, head, HEAD_LEN);
-    if (klen)
-        memcpy(msg + HEAD_LEN, key, klen);
-    if (len)
-        memcpy(msg + HEAD_LEN + klen, data, len);
-    argv[2] = msg;
-    argl[2] = HEAD_LEN + klen + len;
-    if (redisAsyncCommandArgv(r->pub.ac, NULL, NULL, 3, argv, argl) == REDIS_OK)
+    /* One command, with the magic and the envelope as binary-safe pieces. */
+    if (redisAsyncCommand(r->pub.ac, NULL, NULL, "PUBLISH %b " MAGIC "%b", chan,
+                          sizeof(CHANNEL_PREFIX) - 1 + tlen, env, n) == REDIS_OK)
         bump(&r->published);
     else
         bump(&r->dropped);
-    free(msg);
+    free(env);
 }
+
+/* KEYS: the topic's hash, its stream, its channel. ARGV: an epoch for a
+ * count that starts again (16 hex digits), the stream's length, the
+ * envelope, the keys' lifetime in ms (0: none). A missing or reset count
+ * starts a new epoch and an empty stream, so a seq is never read back
+ * under an epoch it was not published in. */
+static const char NUMBER_SCRIPT[] =
+    "local s = redis.call('HINCRBY', KEYS[1], 's', 1)\n"
+    "local e = redis.call('HGET', KEYS[1], 'e')\n"
+    "if s == 1 or not e then\n"
+    "  s = 1\n"
+    "  e = ARGV[1]\n"
+    "  redis.call('HSET', KEYS[1], 's', 1, 'e', e)\n"
+    "  redis.call('DEL', KEYS[2])\n"
+    "end\n"
+    "local m = '" MAGIC_NUM "' .. e .. string.format('%020d', s) .. ARGV[3]\n"
+    "redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[2], string.format('0-%d', s), 'm', m)\n"
+    "if ARGV[4] ~= '0' then\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
+    "  redis.call('PEXPIRE', KEYS[2], ARGV[4])\n"
+    "end\n"
+    "redis.call('PUBLISH', KEYS[3], m)\n"
+    "return s\n";
+
+/* The topic's three names: tern:n:T, tern:s:T, tern:T. */
+typedef struct names {
+    char hash[sizeof(CHANNEL_PREFIX) + 2 + TERN_TOPIC_MAX];
+    char stream[sizeof(CHANNEL_PREFIX) + 2 + TERN_TOPIC_MAX];
+    char chan[sizeof(CHANNEL_PREFIX) + TERN_TOPIC_MAX];
+    size_t hlen, clen;
+} names;
+
+static void topic_names(names *n, const char *topic, size_t tlen) {
+    size_t pl = sizeof(CHANNEL_PREFIX) - 1;
+    memcpy(n->hash, CHANNEL_PREFIX "n:", pl + 2);
+    memcpy(n->hash + pl + 2, topic, tlen);
+    memcpy(n->stream, CHANNEL_PREFIX "s:", pl + 2);
+    memcpy(n->stream + pl + 2, topic, tlen);
+    memcpy(n->chan, CHANNEL_PREFIX, pl);
+    memcpy(n->chan + pl, topic, tlen);
+    n->hlen = pl + 2 + tlen;
+    n->clen = pl + tlen;
+}
+
+void tern__redis_publish_numbered(tern__redis *r, const char *topic, size_t tlen,
+                                  const char *key, size_t klen, const void *data, size_t len,
+                                  int opcode, size_t seq_at, uint32_t keep, uint32_t keep_ms) {
+    char *env;
+    size_t n;
+    if (!r->pub.up || (n = envelope(r, key, klen, data, len, opcode, seq_at, &env)) == 0) {
+        bump(&r->dropped);
+        return;
+    }
+    uint64_t e = 0;
+    while (e == 0 && getrandom(&e, sizeof(e), 0) == (ssize_t)sizeof(e)) {
+    }
+    if (e == 0)
+        e = ((uint64_t)rand_r(&r->seed) << 32 | (uint64_t)rand_r(&r->seed)) | 1;
+    char epoch[17], count[12], ms[12];
+    snprintf(epoch, sizeof(epoch), "%016llx", (unsigned long long)e);
+    snprintf(count, sizeof(count), "%u", keep ? keep : 1u);
+    snprintf(ms, sizeof(ms), "%u", keep_ms);
+    names nm;
+    topic_names(&nm, topic, tlen);
+    const char *argv[] = {"EVAL", NUMBER_SCRIPT, "3", nm.hash, nm.stream, nm.chan,
+                          epoch, count, env, ms};
+    size_t argl[] = {4, sizeof(NUMBER_SCRIPT) - 1, 1, nm.hlen, nm.hlen, nm.clen,
+                     16, strlen(count), n, strlen(ms)};
+    if (redisAsyncCommandArgv(r->pub.ac, NULL, NULL, 10, argv, argl) == REDIS_OK)
+        bump(&r->published);
+    else
+        bump(&r->dropped);
+    free(env);
+}
+
+/* A fill's reply: XRANGE's [[id, ["m", message]], ...]. */
+typedef struct fill_req {
+    tern__redis *r;
+    size_t clen;
+    char chan[];
+} fill_req;
+
+static void on_fill(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    fill_req *f = priv;
+    redisReply *m = reply;
+    if (m && !f->r->freeing && m->type == REDIS_REPLY_ARRAY)
+        for (size_t i = 0; i < m->elements; i++) {
+            const redisReply *e = m->element[i];
+            if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+                e->element[1]->type != REDIS_REPLY_ARRAY || e->element[1]->elements != 2 ||
+                e->element[1]->element[1]->type != REDIS_REPLY_STRING)
+                continue;
+            const redisReply *body = e->element[1]->element[1];
+            dispatch(f->r, f->chan, f->clen, body->str, body->len, true, false);
+        }
+    free(f);   /* hiredis calls back with NULL when the link goes */
+}
+
+void tern__redis_fill(tern__redis *r, const char *topic, size_t tlen, uint64_t from, uint64_t to) {
+    if (!r->pub.up)
+        return;
+    names nm;
+    topic_names(&nm, topic, tlen);
+    fill_req *f = malloc(sizeof(*f) + nm.clen);
+    if (f == NULL)
+        return;
+    f->r = r;
+    f->clen = nm.clen;
+    memcpy(f->chan, nm.chan, nm.clen);
+    if (redisAsyncCommand(r->pub.ac, on_fill, f, "XRANGE %b 0-%llu 0-%llu", nm.stream, nm.hlen,
+                          (unsigned long long)from, (unsigned long long)to) != REDIS_OK)
+        free(f);
+    else
+        bump(&r->fills);
+}
+
+/* HMGET's reply: [epoch, seq], both nil when Redis has no count. */
+static void on_last(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    fill_req *f = priv;
+    redisReply *m = reply;
+    uint64_t e, seq;
+    size_t plen = sizeof(CHANNEL_PREFIX) - 1;
+    if (m && !f->r->freeing && m->type == REDIS_REPLY_ARRAY && m->elements == 2 &&
+        m->element[0]->type == REDIS_REPLY_STRING && m->element[0]->len == 16 &&
+        m->element[1]->type == REDIS_REPLY_STRING &&
+        parse_u64(m->element[0]->str, 16, 16, &e) &&
+        parse_u64(m->element[1]->str, m->element[1]->len, 10, &seq))
+        f->r->hooks.last(f->r->user, f->chan + plen, f->clen - plen, e, seq);
+    free(f);
+}
+
+void tern__redis_last(tern__redis *r, const char *topic, size_t tlen) {
+    if (!r->pub.up)
+        return;
+    names nm;
+    topic_names(&nm, topic, tlen);
+    fill_req *f = malloc(sizeof(*f) + nm.clen);
+    if (f == NULL)
+        return;
+    f->r = r;
+    f->clen = nm.clen;
+    memcpy(f->chan, nm.chan, nm.clen);
+    if (redisAsyncCommand(r->pub.ac, on_last, f, "HMGET %b e s", nm.hash, nm.hlen) != REDIS_OK)
+        free(f);
+}
+
+bool tern__redis_connected(const tern__redis *r) { return atomic_load(&r->connected); }
 
 void tern__redis_stats(const tern__redis *r, tern_redis_counters *out) {
     out->connected = atomic_load(&r->connected);
@@ -374,4 +602,5 @@ void tern__redis_stats(const tern__redis *r, tern_redis_counters *out) {
     out->published = atomic_load(&r->published);
     out->received = atomic_load(&r->received);
     out->dropped = atomic_load(&r->dropped);
+    out->fills = atomic_load(&r->fills);
 }

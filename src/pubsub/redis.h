@@ -14,13 +14,31 @@
 
 typedef struct tern__redis tern__redis;
 
-/* What the bridge needs from pub/sub: a message another node published
- * (deliver it locally, not back to Redis), and, after each (re)connect,
- * the topics to subscribe (pub/sub calls tern__redis_subscribe for each). */
+/* Redis's number for a message of a topic numbered there (a topic with a
+ * history: tern__redis_publish_numbered): its epoch and seq, and whether
+ * it came from a fill (tern__redis_fill) rather than live. */
+typedef struct tern__redis_num {
+    uint64_t epoch, seq;
+    bool fill;
+} tern__redis_num;
+
+/* What the bridge needs from pub/sub: a message another node published,
+ * or any node's numbered one (num not NULL; this node's own too: Redis
+ * gave it its number), to deliver locally, not back to Redis; and, after
+ * each (re)connect, the topics and patterns to subscribe (pub/sub calls
+ * tern__redis_subscribe and _psubscribe for each). */
 typedef struct tern__redis_hooks {
     void (*message)(void *user, const char *topic, size_t tlen, const char *key, size_t klen,
-                    const char *data, size_t len, int opcode, size_t seq_at);
+                    const char *data, size_t len, int opcode, size_t seq_at,
+                    const tern__redis_num *num);
     void (*resubscribe)(void *user);
+    /* A pattern subscription is in place (after each reconnect): from now
+     * on every numbered message is heard, so pub/sub asks for the last
+     * number of the topics it follows (tern__redis_last) to read back
+     * what went by while the link was down. */
+    void (*listening)(void *user);
+    /* tern__redis_last's answer: topic's epoch and last seq in Redis. */
+    void (*last)(void *user, const char *topic, size_t tlen, uint64_t epoch, uint64_t seq);
 } tern__redis_hooks;
 
 /* Parses url (redis://host[:port][/db]) and starts connecting. Returns 0,
@@ -38,6 +56,26 @@ void tern__redis_subscribe(tern__redis *r, const char *topic, size_t tlen, bool 
  * seq_at as in tern_publish_ex. */
 void tern__redis_publish(tern__redis *r, const char *topic, size_t tlen, const char *key,
                          size_t klen, const void *data, size_t len, int opcode, size_t seq_at);
+/* A topic numbered by Redis: one script (EVAL) counts the message in the
+ * topic's hash (tern:n:TOPIC: epoch and seq; a new epoch when the count
+ * starts again), appends it to the topic's stream (tern:s:TOPIC, at most
+ * `keep` entries, id 0-SEQ) and publishes it on its channel; both keys
+ * expire after keep_ms without a publish (0: never). Every node, this one
+ * included, hears it through its pattern subscription with its number. */
+void tern__redis_publish_numbered(tern__redis *r, const char *topic, size_t tlen,
+                                  const char *key, size_t klen, const void *data, size_t len,
+                                  int opcode, size_t seq_at, uint32_t keep, uint32_t keep_ms);
+/* Subscribes the channels of every topic starting with prefix (plen 0:
+ * every topic): the topics numbered by Redis are heard this way. */
+void tern__redis_psubscribe(tern__redis *r, const char *prefix, size_t plen);
+/* Reads the numbered messages from..to (seq) of topic back from its
+ * stream, for a node that missed them (its link was down): each comes to
+ * the message hook with num->fill set, in order. Nothing when Redis is
+ * away (the next live message asks again). */
+void tern__redis_fill(tern__redis *r, const char *topic, size_t tlen, uint64_t from, uint64_t to);
+/* Asks Redis for topic's epoch and last seq (the last hook answers). */
+void tern__redis_last(tern__redis *r, const char *topic, size_t tlen);
+bool tern__redis_connected(const tern__redis *r);
 /* Any thread. */
 void tern__redis_stats(const tern__redis *r, tern_redis_counters *out);
 

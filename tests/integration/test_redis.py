@@ -60,6 +60,8 @@ class Redis:
             s.sendall(req.encode())
             f = s.makefile("rb")
             line = f.readline().decode().rstrip("\r\n")
+            if line.startswith("$"):
+                return f.read(int(line[1:]) + 2)[:-2].decode()
             if not line.startswith("*"):
                 return line
             items = []
@@ -233,3 +235,112 @@ def test_redis_not_there_yet(tern_factory):
             wait_for(lambda: channels(r) == ["tern:early"], "subscribed after connecting")
         finally:
             r.stop()
+
+
+def pubsub_subscribe(ws, topic, **resume):
+    """Subscribes over /pubsub; returns (the messages before the ack, the ack)."""
+    ws.send(json.dumps(dict(op="subscribe", topic=topic, **resume)))
+    before = []
+    while True:
+        m = json.loads(ws.recv(timeout=5 * SLOW))
+        if m.get("ok") == "subscribe":
+            return before, m
+        assert "error" not in m, m
+        before.append(m)
+
+
+def recv_msg(ws, timeout=5.0):
+    while True:
+        m = json.loads(ws.recv(timeout=timeout * SLOW))
+        if "data" in m:
+            return m
+
+
+def numbered_nodes(redis, tern_factory):
+    """Two nodes whose topics have a history: numbered by Redis. Both have
+    heard topic t once (its epoch) before the test goes on."""
+    url = f"redis://127.0.0.1:{redis.port}"
+    a = tern_factory("--redis", url, "--feed", "off", "--pubsub-history", "1000")
+    b = tern_factory("--redis", url, "--feed", "off", "--pubsub-history", "1000",
+                     "--threads", "2")
+    wait_for(lambda: stats(a)["redis"]["connected"] and stats(b)["redis"]["connected"],
+             "both nodes connected")
+
+    def heard(node):
+        with connect(f"ws://127.0.0.1:{node.port}/pubsub") as ws:
+            return pubsub_subscribe(ws, "t")[1]["seq"] >= 1
+    # the publishing node hears its own message back from Redis too
+    assert http_publish(a, "t", "m1")["seq"] == 0   # numbered later, by Redis
+    wait_for(lambda: heard(a) and heard(b), "both nodes heard t")
+    return a, b
+
+
+def test_resume_on_another_node(redis, tern_factory):
+    """Redis numbers a topic with a history, so a subscriber cut from one
+    node resumes on the other with no gap and no duplicate."""
+    a, b = numbered_nodes(redis, tern_factory)
+    watcher = connect(f"ws://127.0.0.1:{a.port}/pubsub")
+    pubsub_subscribe(watcher, "t")
+
+    def publish(i):
+        """From both nodes in turn, each numbered before the next is sent
+        (a publish is numbered when Redis runs it, after the ack)."""
+        http_publish(a if i % 2 else b, "t", "m%d" % i)
+        assert recv_msg(watcher)["data"] == "m%d" % i
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        _, ack = pubsub_subscribe(ws, "t")
+        epoch = ack["epoch"]
+        assert ack["seq"] == 1, ack
+        for i in range(2, 12):
+            publish(i)
+        got = [recv_msg(ws) for _ in range(10)]
+        assert [m["seq"] for m in got] == list(range(2, 12))
+        assert [m["data"] for m in got] == ["m%d" % i for i in range(2, 12)]
+    for i in range(12, 32):   # while away
+        publish(i)
+    watcher.close()
+    wait_for(lambda: stats(b)["redis"]["received"] >= 31, "b heard them")
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        missed, ack = pubsub_subscribe(ws, "t", epoch=epoch, after="11")
+        assert ack["resumed"] is True and ack["replayed"] == 20 and ack["epoch"] == epoch, ack
+        assert [m["seq"] for m in missed] == list(range(12, 32))
+        assert [m["data"] for m in missed] == ["m%d" % i for i in range(12, 32)]
+        for i in range(32, 37):
+            http_publish(a, "t", "m%d" % i)
+        assert [recv_msg(ws)["seq"] for _ in range(5)] == list(range(32, 37))
+        with pytest.raises(TimeoutError):   # nothing twice
+            ws.recv(timeout=0.3)
+
+
+def test_a_node_that_lost_redis_reads_back_what_it_missed(redis, tern_factory):
+    """Its link cut, a node misses live messages; back, it reads them from
+    the topic's stream, so its subscribers (and its history) have no gap."""
+    a, b = numbered_nodes(redis, tern_factory)
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        _, ack = pubsub_subscribe(ws, "t")
+        for i in range(2, 12):
+            http_publish(a, "t", "m%d" % i)
+        assert [recv_msg(ws)["seq"] for _ in range(10)] == list(range(2, 12))
+        before = stats(b)["redis"]["reconnects"]
+        # b's links (named tern-PID-sub/pub): it comes back after 75 ms at least
+        links = [line for line in redis.command("CLIENT", "LIST").splitlines()
+                 if f" name=tern-{b.proc.pid}-" in line]
+        assert len(links) == 2, links
+        for line in links:
+            cid = line.split()[0].split("=")[1]
+            assert redis.command("CLIENT", "KILL", "ID", cid) == ":1"
+        for i in range(12, 32):
+            assert http_publish(a, "t", "m%d" % i)["seq"] == 0
+        wait_for(lambda: stats(b)["redis"]["reconnects"] > before, "b reconnected")
+        http_publish(a, "t", "m32")
+        got = [recv_msg(ws) for _ in range(21)]
+        assert [m["seq"] for m in got] == list(range(12, 33))
+        assert [m["data"] for m in got] == ["m%d" % i for i in range(12, 33)]
+        assert stats(b)["redis"]["fills"] >= 1
+        with pytest.raises(TimeoutError):
+            ws.recv(timeout=0.3)
+    # and its history is whole: a resume on b from the start
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        missed, ack = pubsub_subscribe(ws, "t", epoch=ack["epoch"], after="1")
+        assert ack["resumed"] is True, ack
+        assert [m["seq"] for m in missed] == list(range(2, 33))
