@@ -112,6 +112,8 @@ typedef struct load_opts {
     double slow_fraction;             /* market: of the subscribers, reading at */
     uint64_t slow_rate;               /* this many bytes a second */
     uint64_t drain_ms;                /* market: after publishing, for the slow to catch up */
+    uint64_t cut_at_ms, cut_for_ms;   /* pubsub: every subscriber cut this far into the
+                                         measured time, for this long, then resumed (0: no cut) */
     bool json;
 } load_opts;
 
@@ -267,6 +269,17 @@ typedef struct load_conn {
     bool slow, paused;
     uint32_t tokens;
     uint64_t *last_key;
+    /* pubsub with a cut: the server's word on where the subscription
+     * starts (a text frame: ack[0..ack_len)), its epoch once known, and
+     * the offset between the topic's seqs and the publisher's (delta:
+     * topic seq = publisher seq + delta, known from the first message
+     * after the first ack) */
+    bool in_ack, acked, delta_known, resuming;
+    uint8_t ack_len;
+    char epoch[17];
+    uint64_t ack_seq;
+    int64_t delta;
+    char ack[128];
     /* control frames: what came in, what goes out */
     uint8_t rhdr[TERN__WS_MAX_HEADER];
     uint8_t ctl[125];
@@ -317,6 +330,13 @@ typedef struct load_run {
     uint32_t nslow;
     uint64_t slow_messages, disconnects, stale_keys, stale_fast, key_reorders;
     load_hist slow_hist;
+    /* pubsub's cut: when it came and when the reconnects began (0: not
+     * yet), the subscribers still to restart (next_restart: the next
+     * one), and how their resumes went */
+    uint64_t cut_ns, reconnect_ns, resumed_ns;
+    uint32_t next_restart, restarting, resumed, not_resumed, acks_due;
+    uint64_t replayed;
+    tern_timer *cut_timer;
     uint64_t rng, refill_tick;
     tern_timer *tick;        /* fanout's requests, pubsub's publishing */
     /* measurement */
@@ -360,6 +380,8 @@ static void conn_done(load_conn *c);
 static bool is_publisher(const load_conn *c);
 static void run_begin(load_run *run);
 static void start_more(load_run *run);
+static void restart_more(load_run *run);
+static void frames_feed(load_conn *c, const uint8_t *p, size_t n);
 
 /* A close handshake at the end that went wrong: not an error of the
  * measurement, but worth a line. */
@@ -601,12 +623,54 @@ static void put_le64(uint8_t *p, uint64_t v) {
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* The topic's seq of the last message this subscriber got (what it
+ * resumes after). */
+static uint64_t last_topic_seq(const load_conn *c) {
+    if (!c->seen || !c->delta_known)
+        return c->ack_seq;
+    return (uint64_t)((int64_t)(c->next_seq - 1) + c->delta);
+}
+
+/* The server's text message: {"epoch":"E","seq":N} where a subscription
+ * starts, with ,"resumed":B,"replayed":K after a resume. */
+static void ack_done(load_conn *c) {
+    load_run *run = c->run;
+    char e[17];
+    unsigned long long seq;
+    c->ack[c->ack_len] = '\0';
+    if (sscanf(c->ack, "{\"epoch\":\"%16[0-9a-f]\",\"seq\":%llu", e, &seq) != 2) {
+        run_fail(run, "connection %u: not where the subscription starts: %s", conn_no(c), c->ack);
+        return;
+    }
+    if (!c->resuming) {
+        memcpy(c->epoch, e, sizeof(e));
+        c->ack_seq = seq;
+        return;
+    }
+    c->resuming = false;
+    const char *r = strstr(c->ack, "\"replayed\":");
+    run->replayed += r ? strtoull(r + 11, NULL, 10) : 0;
+    if (strstr(c->ack, "\"resumed\":true"))
+        run->resumed++;
+    else
+        run->not_resumed++;   /* what it missed shows as gaps */
+    memcpy(c->epoch, e, sizeof(e));
+    if (--run->acks_due == 0)
+        run->resumed_ns = now_ns();
+}
+
 /* A data frame's header: one binary frame of the published size. */
 static bool sub_frame_begin(load_conn *c, const tern__ws_header *h) {
     load_run *run = c->run;
     if (is_publisher(c)) {
         run_fail(run, "connection %u: the server sent the publisher a message", conn_no(c));
         return false;
+    }
+    if (h->opcode == TERN__WS_OP_TEXT && h->fin && run->o->cut_for_ms &&
+        h->payload_len < sizeof(c->ack)) {   /* where the subscription starts */
+        c->in_ack = true;
+        c->msg_open = true;
+        return true;
     }
     if (h->opcode != TERN__WS_OP_BINARY || !h->fin || h->payload_len != run->o->size) {
         run_fail(run, "connection %u: a published message came as a %s%s frame of %llu bytes, "
@@ -630,6 +694,10 @@ static void sub_message(load_conn *c) {
     if (run->o->mode == LOAD_MARKET) {
         market_message(c, sent, seq);
         return;
+    }
+    if (c->epoch[0] && !c->delta_known) {   /* the first message after the first ack */
+        c->delta = (int64_t)(c->ack_seq + 1) - (int64_t)seq;
+        c->delta_known = true;
     }
     if (c->seen && seq != c->next_seq) {
         if (seq < c->next_seq) {
@@ -774,6 +842,13 @@ static void frame_end(load_conn *c) {
             return;
         c->msg_open = false;
         if (has_publisher(c->run->o->mode)) {
+            if (c->in_ack) {
+                c->in_ack = false;
+                c->ack_len = (uint8_t)c->msg_off;
+                c->msg_off = 0;
+                ack_done(c);
+                return;
+            }
             c->msg_off = 0;
             sub_message(c);
             return;
@@ -836,7 +911,9 @@ static void frames_feed(load_conn *c, const uint8_t *p, size_t n) {
             memcpy(c->ctl + c->ctl_len, p, take);
             c->ctl_len = (uint8_t)(c->ctl_len + take);
         } else if (take > 0) {
-            if (has_publisher(run->o->mode)) {
+            if (c->in_ack) {
+                memcpy(c->ack + c->msg_off, p, take);
+            } else if (has_publisher(run->o->mode)) {
                 size_t head = stamp_off(run) + LOAD_STAMP_LEN;
                 if (c->msg_off < head) {
                     size_t k = head - (size_t)c->msg_off;
@@ -1035,11 +1112,15 @@ static void conn_opened(load_conn *c) {
     c->hs = NULL;
     c->state = CS_OPEN;
     run->handshaking--;
-    run->opened++;
+    run->opened += !c->resuming;   /* else back after the cut */
     run->progress++;
     int err = tern__io_set(run->loop, &c->io, EPOLLIN);
     if (err < 0) {
         run_fail(run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
+        return;
+    }
+    if (c->resuming) {
+        restart_more(run);
         return;
     }
     if (run->opened == run->nconns)
@@ -1075,13 +1156,20 @@ static void handshake_read(load_conn *c) {
     size_t extra = hs->len - (head_len + 2);
     if (!check_101(c, head_len))
         return;
-    /* The server has no reason to speak first on an echo route. */
-    if (extra > 0) {
+    /* The server has no reason to speak first on an echo route; a
+     * subscriber that asked where it starts may hear that (and, resuming,
+     * what it missed) at once. */
+    bool told = !is_publisher(c) && c->run->o->cut_for_ms;
+    if (extra > 0 && !told) {
         run_fail(c->run, "connection %u: %zu bytes from the server right after the 101, "
                          "before any message", conn_no(c), extra);
         return;
     }
+    uint8_t early[LOAD_HEAD_MAX];
+    memcpy(early, blank + 4, extra);
     conn_opened(c);
+    if (extra > 0 && !c->run->failed)
+        frames_feed(c, early, extra);
 }
 
 static void handshake_send(load_conn *c) {
@@ -1094,7 +1182,18 @@ static void handshake_send(load_conn *c) {
     }
     EVP_EncodeBlock((unsigned char *)key, raw, sizeof(raw));   /* 24 characters and a NUL */
     tern__ws_accept(key, 24, c->hs->accept);
-    char req[LOAD_PATH_MAX + LOAD_HOST_MAX + 256];
+    const char *target = is_publisher(c) ? run->o->pub_path : run->o->path;
+    char resume[LOAD_PATH_MAX + 64];
+    if (!is_publisher(c) && run->o->cut_for_ms) {   /* the server says where it starts */
+        char sep = strchr(target, '?') ? '&' : '?';
+        if (c->resuming)
+            snprintf(resume, sizeof(resume), "%s%cepoch=%s&after=%llu", target, sep, c->epoch,
+                     (unsigned long long)last_topic_seq(c));
+        else
+            snprintf(resume, sizeof(resume), "%s%cack=1", target, sep);
+        target = resume;
+    }
+    char req[sizeof(resume) + LOAD_HOST_MAX + 256];
     int n = snprintf(req, sizeof(req),
                      "GET %s HTTP/1.1\r\n"
                      "Host: %s\r\n"
@@ -1104,7 +1203,7 @@ static void handshake_send(load_conn *c) {
                      "Sec-WebSocket-Version: 13\r\n"
                      "User-Agent: tern-load/" TERN_VERSION "\r\n"
                      "\r\n",
-                     is_publisher(c) ? run->o->pub_path : run->o->path, run->o->authority, key);
+                     target, run->o->authority, key);
     /* A new socket's send buffer takes a few hundred bytes whole. */
     ssize_t w = send(c->io.fd, req, (size_t)n, MSG_NOSIGNAL);
     if (w != n) {
@@ -1201,6 +1300,55 @@ static void start_more(load_run *run) {
         conn_start(&run->conns[run->next_start++]);
 }
 
+/* After the cut: the subscribers that were cut connect again, as many at
+ * once as start_more opens. */
+static void restart_more(load_run *run) {
+    while (!run->failed && run->reconnect_ns && run->handshaking < LOAD_MAX_HANDSHAKES &&
+           run->next_restart < run->o->connections) {
+        load_conn *c = &run->conns[run->next_restart++];
+        if (c->resuming && c->state == CS_NEW)
+            conn_start(c);
+    }
+}
+
+/* pubsub's cut: every subscriber's socket closed at once, in the middle of
+ * the measured time (the publisher goes on); cut_for_ms later they all
+ * connect again and resume where they were. */
+static void on_cut(tern_timer *t, void *user) {
+    load_run *run = user;
+    if (run->failed || run->phase != PH_MEASURE)
+        return;
+    if (run->cut_ns == 0) {
+        run->cut_ns = now_ns();
+        for (uint32_t i = 0; i < run->o->connections; i++) {
+            load_conn *c = &run->conns[i];
+            if (c->state != CS_OPEN)
+                continue;
+            tern__io_set(run->loop, &c->io, 0);
+            close(c->io.fd);
+            c->io.fd = -1;
+            c->state = CS_NEW;
+            c->in_frame = c->msg_open = c->in_ack = false;
+            c->pong_pending = c->close_pending = false;
+            c->rhdr_have = c->out_cnt = c->ctl_len = 0;
+            c->msg_off = 0;
+            c->resuming = true;
+            run->acks_due++;
+        }
+        if (tern_timer_again(t, run->o->cut_for_ms) < 0)
+            run_fail(run, "timer: out of memory");
+        return;
+    }
+    run->reconnect_ns = now_ns();
+    restart_more(run);
+}
+
+static void arm_cut(load_run *run) {
+    if (run->o->cut_for_ms && tern_timer_start(run->loop, &run->cut_timer, run->o->cut_at_ms, 0,
+                                               on_cut, run) < 0)
+        run_fail(run, "timer: out of memory");
+}
+
 static void conn_done(load_conn *c) {
     load_run *run = c->run;
     tern__io_set(run->loop, &c->io, 0);
@@ -1263,6 +1411,7 @@ static void on_phase_timer(tern_timer *t, void *user) {
         run->slow_messages = run->key_reorders = 0;
         hist_reset(&run->slow_hist);
         arm_phase(run, run->o->duration_ms);
+        arm_cut(run);
         return;
     case PH_MEASURE:
         run->t1_ns = now_ns();
@@ -1468,6 +1617,8 @@ static void run_begin(load_run *run) {
         run->phase = o->warmup_ms ? PH_WARMUP : PH_MEASURE;
         run->t0_ns = run->sched_ns = run->pub_start_ns = run->open_ns;
         arm_phase(run, o->warmup_ms ? o->warmup_ms : o->duration_ms);
+        if (!o->warmup_ms)
+            arm_cut(run);
         int err = tern_timer_start(run->loop, &run->tick, 1, 1,
                                    o->mode == LOAD_FANOUT ? on_fanout_tick : on_pub_tick, run);
         if (err < 0)
@@ -1696,13 +1847,26 @@ static void print_results(const load_run *run) {
                    "\"expected\":%llu,\"messages\":%llu,\"gaps\":%llu,\"msg_per_s\":%.1f,"
                    "\"mb_per_s\":%.3f,"
                    "\"latency_us\":{\"mean\":%.1f,\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
-                   "\"unclean_closes\":%u}\n",
+                   "\"unclean_closes\":%u,\"cut\":",
                    o->connections, (unsigned long long)o->size, (unsigned long long)o->rate,
                    (double)o->warmup_ms / 1e3, secs, connect_s,
                    (unsigned long long)run->published, prate,
                    (unsigned long long)run->pub_blocked, (unsigned long long)run->pub_shed,
                    (unsigned long long)expected, (unsigned long long)run->messages,
                    (unsigned long long)run->gaps, rate, mbps, mean, p50, p99, max, run->unclean);
+            if (o->cut_for_ms == 0)
+                printf("null}\n");
+            else
+                printf("{\"at_s\":%.3f,\"for_s\":%.3f,\"reconnect_s\":%.3f,"
+                       "\"resumed_after_s\":%.3f,\"resumed\":%u,\"not_resumed\":%u,"
+                       "\"unanswered\":%u,\"replayed\":%llu}}\n",
+                       run->cut_ns ? (double)(run->cut_ns - run->t0_ns) / 1e9 : -1.0,
+                       (double)o->cut_for_ms / 1e3,
+                       run->reconnect_ns ? (double)(run->reconnect_ns - run->t0_ns) / 1e9 : -1.0,
+                       run->resumed_ns ? (double)(run->resumed_ns - run->reconnect_ns) / 1e9
+                                       : -1.0,
+                       run->resumed, run->not_resumed, run->acks_due,
+                       (unsigned long long)run->replayed);
         } else {
             printf("tern load pubsub %s: %u subscribers, one publisher on %s at %llu msg/s of "
                    "%llu bytes\n", o->url, o->connections, o->pub_path,
@@ -1718,6 +1882,14 @@ static void print_results(const load_run *run) {
                    (unsigned long long)run->gaps);
             printf("  latency (us): mean %.1f  p50 %.1f  p99 %.1f  max %.1f\n", mean, p50, p99,
                    max);
+            if (o->cut_for_ms)
+                printf("  cut at %.1f s for %.1f s: %u resumed, %u not, %u unanswered, in "
+                       "%.3f s; %llu messages replayed\n", (double)o->cut_at_ms / 1e3,
+                       (double)o->cut_for_ms / 1e3, run->resumed, run->not_resumed,
+                       run->acks_due,
+                       run->resumed_ns ? (double)(run->resumed_ns - run->reconnect_ns) / 1e9
+                                       : -1.0,
+                       (unsigned long long)run->replayed);
         }
     } else if (o->mode == LOAD_ECHO) {
         if (o->json) {
@@ -1810,6 +1982,12 @@ static void usage(FILE *f) {
             "  --size BYTES          payload, at least 16 (default 256)\n"
             "  --duration SECONDS    measured time (default 10)\n"
             "  --warmup SECONDS      before measuring (default 2; 0 for none)\n"
+            "  --cut-at S --cut-for T  S seconds into the measured time, every subscriber's\n"
+            "                        connection is cut; T seconds later they all connect\n"
+            "                        again and resume after the last message they got\n"
+            "                        (tern serve's /fanout/sub ?ack=1 and ?epoch=E&after=N,\n"
+            "                        with a history: --pubsub-history); a gap or a\n"
+            "                        duplicate shows in the sequences\n"
             "\n"
             "market: pubsub with keys: each message updates one of K instruments (its\n"
             "first bytes: 4 and four digits, the key of tern serve's /fanout/pub-keyed), and\n"
@@ -1998,6 +2176,8 @@ static int load_run_main(load_opts *o) {
         tern_timer_stop(run->phase_timer);
     if (run->tick)
         tern_timer_stop(run->tick);
+    if (run->cut_timer)
+        tern_timer_stop(run->cut_timer);
     free(run->req);
     free(run->pub);
     if (run->watchdog)
@@ -2049,7 +2229,7 @@ int tern_app_load(int argc, char **argv) {
     /* The order is the enum's: an option's name is opts[c - 1].name. */
     enum { O_URL = 1, O_CONNS, O_SIZE, O_DURATION, O_WARMUP, O_DEPTH, O_ITER, O_WARMUP_ITER,
            O_REPLIES, O_REPLY_SIZE, O_INTERVAL, O_RATE, O_PUB_PATH, O_INSTRUMENTS,
-           O_SLOW_FRACTION, O_SLOW_RATE, O_DRAIN, O_JSON, O_HELP };
+           O_SLOW_FRACTION, O_SLOW_RATE, O_DRAIN, O_CUT_AT, O_CUT_FOR, O_JSON, O_HELP };
     static const struct option opts[] = {
         {"url", required_argument, NULL, O_URL},
         {"connections", required_argument, NULL, O_CONNS},
@@ -2068,6 +2248,8 @@ int tern_app_load(int argc, char **argv) {
         {"slow-fraction", required_argument, NULL, O_SLOW_FRACTION},
         {"slow-rate", required_argument, NULL, O_SLOW_RATE},
         {"drain", required_argument, NULL, O_DRAIN},
+        {"cut-at", required_argument, NULL, O_CUT_AT},
+        {"cut-for", required_argument, NULL, O_CUT_FOR},
         {"json", no_argument, NULL, O_JSON},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
@@ -2089,6 +2271,7 @@ int tern_app_load(int argc, char **argv) {
         [O_PUB_PATH] = 1u << LOAD_PUBSUB | 1u << LOAD_MARKET,
         [O_INSTRUMENTS] = 1u << LOAD_MARKET, [O_SLOW_FRACTION] = 1u << LOAD_MARKET,
         [O_SLOW_RATE] = 1u << LOAD_MARKET, [O_DRAIN] = 1u << LOAD_MARKET,
+        [O_CUT_AT] = 1u << LOAD_PUBSUB, [O_CUT_FOR] = 1u << LOAD_PUBSUB,
     };
     unsigned long long v = 0;
     int c;
@@ -2137,6 +2320,8 @@ int tern_app_load(int argc, char **argv) {
         }
         case O_SLOW_RATE: ok = parse_uint(optarg, 1, 1ull << 32, &v); o.slow_rate = v; break;
         case O_DRAIN: ok = parse_seconds(optarg, true, &o.drain_ms); break;
+        case O_CUT_AT: ok = parse_seconds(optarg, false, &o.cut_at_ms); break;
+        case O_CUT_FOR: ok = parse_seconds(optarg, false, &o.cut_for_ms); break;
         case O_JSON: o.json = true; break;
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -2162,6 +2347,12 @@ int tern_app_load(int argc, char **argv) {
     }
     if (has_publisher(o.mode) && o.pub_path[0] == '\0') {
         fprintf(stderr, "%s: --publish-path is required\n", names[o.mode]);
+        return 2;
+    }
+    if ((o.cut_at_ms != 0) != (o.cut_for_ms != 0) ||
+        (o.cut_for_ms && o.cut_at_ms + o.cut_for_ms >= o.duration_ms)) {
+        fprintf(stderr, "%s: --cut-at and --cut-for go together, and the cut ends before "
+                        "--duration\n", names[o.mode]);
         return 2;
     }
     size_t min_size = o.mode == LOAD_MARKET ? LOAD_HEAD_BYTES : LOAD_STAMP_LEN;

@@ -42,7 +42,13 @@
  *                         200 {"seq":N,"subscribers":M} (M: over all threads)
  *   GET  /fanout          WebSocket: each message received is answered with
  *                         10 binary messages of 10 000 bytes
- *   GET  /fanout/sub      WebSocket subscribed to topic "fanout" while open
+ *   GET  /fanout/sub      WebSocket subscribed to topic "fanout" while open;
+ *                         ?ack=1: the first text message says where the
+ *                         subscription starts, {"epoch":"E","seq":N};
+ *                         ?epoch=E&after=N: resumes after message N of
+ *                         epoch E (the messages missed, then that text
+ *                         message with ,"resumed":B,"replayed":K)
+ *                         (bench/run market's cut-and-resume cells)
  *   GET  /fanout/pub      WebSocket: each message received is published, as
  *                         it is (opcode and bytes), to topic "fanout"
  *                         (bench/run fanout's one-publisher cells)
@@ -56,6 +62,7 @@
  * by key (--pubsub-policy, --pubsub-topic-policy). */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -478,11 +485,69 @@ static void fanout_message(tern_ws *ws, const char *data, size_t len, int opcode
 
 /* /fanout/sub and /fanout/pub: the library's pub/sub with nothing of the
  * JSON protocol around it, so that bench/run compares fan-out, not JSON. */
+
+/* What a /fanout/sub query asked for, from the upgrade to the open. */
+typedef struct fanout_start {
+    uint64_t epoch, after;
+} fanout_start;
+
+static int (*fanout_upgrade_next)(tern_http_req *, void **, void *);
+
+static int fanout_sub_upgrade(tern_http_req *req, void **conn_user, void *user) {
+    int r = fanout_upgrade_next(req, conn_user, user);
+    char e[24], a[24], k[4];
+    bool has_e = tern_http_query_param(req, "epoch", e, sizeof(e)) > 0;
+    bool has_a = tern_http_query_param(req, "after", a, sizeof(a)) > 0;
+    bool ack = tern_http_query_param(req, "ack", k, sizeof(k)) > 0;
+    if (r != 0 || (!has_e && !has_a && !ack))
+        return r;
+    fanout_start st = {0, 0};
+    char *end;
+    if (has_e != has_a)
+        return 400;
+    if (has_e) {
+        errno = 0;
+        st.epoch = strtoull(e, &end, 16);
+        if (errno || *end || st.epoch == 0)
+            return 400;
+        st.after = strtoull(a, &end, 10);
+        if (errno || *end || a[0] == '-')
+            return 400;
+    }
+    fanout_start *p = malloc(sizeof(*p));
+    if (p == NULL)
+        return 503;
+    *p = st;
+    *conn_user = p;
+    return 0;
+}
+
 static void fanout_sub_open(tern_ws *ws, void *user) {
     (void)user;
-    int err = tern_ws_subscribe(ws, "fanout");
-    if (err < 0)
+    fanout_start *st = tern_ws_user(ws);
+    if (st == NULL) {
+        int err = tern_ws_subscribe(ws, "fanout");
+        if (err < 0)
+            tern_ws_close(ws, TERN_WS_INTERNAL, tern_strerror(err));
+        return;
+    }
+    tern_ws_set_user(ws, NULL);
+    tern_resume r;
+    int err = tern_ws_subscribe_from(ws, "fanout", st->epoch, st->after, &r);
+    bool resuming = st->epoch != 0;
+    free(st);
+    if (err < 0) {
         tern_ws_close(ws, TERN_WS_INTERNAL, tern_strerror(err));
+        return;
+    }
+    char out[160];
+    int n = snprintf(out, sizeof(out), "{\"epoch\":\"%016" PRIx64 "\",\"seq\":%" PRIu64, r.epoch,
+                     r.seq);
+    if (resuming)
+        n += snprintf(out + n, sizeof(out) - (size_t)n, ",\"resumed\":%s,\"replayed\":%" PRIu64,
+                      r.resumed ? "true" : "false", r.replayed);
+    out[n++] = '}';
+    tern_ws_send(ws, out, (size_t)n, TERN_WS_TEXT);
 }
 
 static void fanout_pub_message(tern_ws *ws, const char *data, size_t len, int opcode,
@@ -534,7 +599,8 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
     if ((err = tern_ws_route(srv, "/fanout", &fo, &f, user)) < 0)
         return err;
     static tern_ws_handlers fs, fp, fk;
-    fs = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_open = fanout_sub_open};
+    fanout_upgrade_next = on_upgrade;
+    fs = (tern_ws_handlers){.on_upgrade = fanout_sub_upgrade, .on_open = fanout_sub_open};
     fp = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = fanout_pub_message};
     fk = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = fanout_pub_keyed};
     if ((err = tern_ws_route(srv, "/fanout/sub", &fs, &o, user)) < 0 ||

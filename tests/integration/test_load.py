@@ -217,6 +217,30 @@ def test_pubsub_against_tern_serve_loses_nothing(tern):
     assert r["unclean_closes"] == 0, err
 
 
+@pytest.mark.parametrize("history", [True, False])
+def test_pubsub_cut_and_resume(tern_factory, history):
+    """Every subscriber cut mid-run and back 0.5 s later: with a history
+    each resumes after its last message and misses nothing (a duplicate
+    would fail the run); without one, each is told so and the gap shows."""
+    t = tern_factory("--feed", "off", *(["--pubsub-history", "100"] if history else []))
+    code, out, err = load("pubsub", "--url", url(t, "/fanout/sub"), "--publish-path",
+                          "/fanout/pub", "--connections", "20", "--rate", "50",
+                          "--duration", "2.5", "--warmup", "0.3", "--cut-at", "0.8",
+                          "--cut-for", "0.5", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    cut = r["cut"]
+    assert cut["unanswered"] == 0 and abs(cut["reconnect_s"] - 1.3) < 0.3, r
+    if history:
+        assert cut["resumed"] == 20 and cut["not_resumed"] == 0, r
+        assert cut["replayed"] >= 20 * 20, r   # 0.5 s at 50/s each
+        assert r["gaps"] == 0, r
+        assert abs(r["messages"] - r["expected"]) <= 20 * 5, r
+    else:
+        assert cut["resumed"] == 0 and cut["not_resumed"] == 20, r
+        assert r["gaps"] >= 20 * 20, r
+
+
 def test_pubsub_counts_what_a_subscriber_missed():
     """A fake broker that forwards every message to two subscribers but
     keeps every tenth from the first: the gaps in its sequence are counted;
@@ -299,6 +323,7 @@ def test_keyed_publisher_needs_its_key_prefix(tern):
     (["--url", "ws://x/", "--depth", "4"], "--depth is an option of tern load pipeline"),
     (["--url", "ws://x/", "--rate", "4"], "--rate is an option of tern load pubsub and market"),
     (["--url", "ws://x/", "--drain", "4"], "--drain is an option of tern load market"),
+    (["--url", "ws://x/", "--cut-at", "1"], "--cut-at is an option of tern load pubsub"),
     (["--url", "ws://x/", "stray"], "unexpected argument 'stray'"),
 ])
 def test_bad_options_exit_2(args, message):
@@ -316,6 +341,11 @@ def test_usage():
     assert code == 2 and "--warmup is an option of tern load echo, fanout, pubsub and market" in err
     code, out, err = load("pubsub", "--url", "ws://x/")
     assert code == 2 and "--publish-path is required" in err
+    code, out, err = load("pubsub", "--url", "ws://x/", "--publish-path", "/p", "--cut-at", "1")
+    assert code == 2 and "--cut-at and --cut-for go together" in err
+    code, out, err = load("pubsub", "--url", "ws://x/", "--publish-path", "/p", "--cut-at", "9",
+                          "--cut-for", "1", "--duration", "10")
+    assert code == 2 and "the cut ends before --duration" in err
     code, out, err = load("pubsub", "--url", "ws://x/", "--publish-path", "/p", "--size", "15")
     assert code == 2 and "--size is at least 16" in err
     code, out, err = load("market", "--url", "ws://x/", "--publish-path", "/p", "--size", "20")

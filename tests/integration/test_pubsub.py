@@ -392,6 +392,35 @@ def test_fanout_sub_and_pub_routes(tern):
             w.close()
 
 
+def test_fanout_sub_says_where_it_starts_and_resumes(tern_factory):
+    """/fanout/sub?ack=1 starts with where the subscription starts; with
+    ?epoch=E&after=N it resumes (what was missed, then that text); a bad
+    query is a 400."""
+    t = tern_factory("--feed", "off", "--pubsub-history", "10")
+    with connect(url(t, "/fanout/sub?ack=1")) as sub, connect(url(t, "/fanout/pub")) as pub:
+        ack = json.loads(sub.recv(timeout=5 * SLOW))
+        assert ack["seq"] == 0 and len(ack["epoch"]) == 16, ack
+        for i in range(5):
+            pub.send(b"m%d" % i)
+        assert [sub.recv(timeout=5 * SLOW) for _ in range(5)] == [b"m%d" % i for i in range(5)]
+    q = "/fanout/sub?epoch=%s&after=2" % ack["epoch"]
+    with connect(url(t, q)) as sub:
+        # seqs from 1: after 2 (m1) come m2..m4
+        assert [sub.recv(timeout=5 * SLOW) for _ in range(3)] == [b"m2", b"m3", b"m4"]
+        again = json.loads(sub.recv(timeout=5 * SLOW))
+        assert again == dict(epoch=ack["epoch"], seq=5, resumed=True, replayed=3), again
+    with connect(url(t, "/fanout/sub?epoch=1&after=2")) as sub:   # another epoch
+        assert sub.recv(timeout=5 * SLOW) == b"m4"                # the latest instead
+        assert json.loads(sub.recv(timeout=5 * SLOW))["resumed"] is False
+    for bad in ("epoch=zz&after=1", "epoch=1", "after=1", "epoch=0&after=1",
+                "epoch=1&after=-1", "epoch=1&after=x"):
+        with socket.create_connection((t.host, t.port)) as s:
+            s.sendall(("GET /fanout/sub?%s HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                       "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                       "Sec-WebSocket-Version: 13\r\n\r\n" % bad).encode())
+            assert s.recv(100).startswith(b"HTTP/1.1 400"), bad
+
+
 def subscriptions(t):
     return stats(t)["total"]["pubsub"]["subscriptions"]
 
