@@ -405,10 +405,13 @@ def test_tls_sigterm_under_load_loses_no_accepted_request(tls_tern):
     tern = tls_tern()
     results = []
 
+    sent = []
+
     def client(i):
         try:
             s = tls_connect(tern)
             s.sendall(b"GET /delay?ms=%d HTTP/1.1\r\nHost: x\r\n\r\n" % (100 + i % 200))
+            sent.append(i)
             st, h, b, rest = read_response(s, timeout=10 * SLOW)
             results.append((st, b))
         except Exception as e:   # noqa: BLE001 - recorded, asserted below
@@ -417,7 +420,12 @@ def test_tls_sigterm_under_load_loses_no_accepted_request(tls_tern):
     threads = [threading.Thread(target=client, args=(i,)) for i in range(40)]
     for t in threads:
         t.start()
-    time.sleep(0.08)
+    # the signal while requests are in flight: some sent (the handshakes of
+    # 40 Python threads take a while on a busy machine), others not yet
+    deadline = time.time() + 10 * SLOW
+    while len(sent) < 10 and time.time() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.05)
     tern.proc.send_signal(signal.SIGTERM)
     for t in threads:
         t.join(30)
