@@ -110,6 +110,14 @@ typedef struct tern_pubsub_options {
      * none older than history_ms (0: no age limit). */
     uint32_t history;
     uint32_t history_ms;
+    /* Bytes a second of history each loop sends to subscribers that
+     * resume (tern_ws_subscribe_from), all of them together: the rest of
+     * a replay waits in their queues, and a tenth of a second's worth may
+     * go at once. After a mass reconnect this spreads the catch-up over
+     * time, bounding the CPU of the storm, at the price of resumed
+     * subscribers getting live messages later. 0 (the default): no limit,
+     * a replay goes as fast as the kernel takes it. */
+    uint64_t replay_rate;
 } tern_pubsub_options;
 
 #define TERN_HISTORY_MAX 65536       /* messages kept per topic */

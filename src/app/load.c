@@ -334,6 +334,7 @@ typedef struct load_run {
      * yet), the subscribers still to restart (next_restart: the next
      * one), and how their resumes went */
     uint64_t cut_ns, reconnect_ns, resumed_ns;
+    uint64_t behind_ns;      /* the last receipt, after the reconnects, of a message over 500 ms old */
     uint32_t next_restart, restarting, resumed, not_resumed, acks_due;
     uint64_t replayed;
     tern_timer *cut_timer;
@@ -714,6 +715,8 @@ static void sub_message(load_conn *c) {
         uint64_t now = now_ns();
         run->messages++;
         hist_record(&run->hist, now > sent ? now - sent : 0);
+        if (run->reconnect_ns && now > sent + 500000000u)   /* still catching up */
+            run->behind_ns = now;
     }
 }
 
@@ -1858,13 +1861,15 @@ static void print_results(const load_run *run) {
                 printf("null}\n");
             else
                 printf("{\"at_s\":%.3f,\"for_s\":%.3f,\"reconnect_s\":%.3f,"
-                       "\"resumed_after_s\":%.3f,\"resumed\":%u,\"not_resumed\":%u,"
-                       "\"unanswered\":%u,\"replayed\":%llu}}\n",
+                       "\"resumed_after_s\":%.3f,\"caught_up_after_s\":%.3f,\"resumed\":%u,"
+                       "\"not_resumed\":%u,\"unanswered\":%u,\"replayed\":%llu}}\n",
                        run->cut_ns ? (double)(run->cut_ns - run->t0_ns) / 1e9 : -1.0,
                        (double)o->cut_for_ms / 1e3,
                        run->reconnect_ns ? (double)(run->reconnect_ns - run->t0_ns) / 1e9 : -1.0,
                        run->resumed_ns ? (double)(run->resumed_ns - run->reconnect_ns) / 1e9
                                        : -1.0,
+                       run->behind_ns > run->reconnect_ns
+                           ? (double)(run->behind_ns - run->reconnect_ns) / 1e9 : 0.0,
                        run->resumed, run->not_resumed, run->acks_due,
                        (unsigned long long)run->replayed);
         } else {

@@ -686,6 +686,9 @@ static void usage(FILE *f) {
             "                        subscribers that resume (default 0: none; topic\n"
             "                        \"market\" of the feed keeps 4096 for a minute)\n"
             "  --pubsub-history-age SECONDS  and none older than this (default: no limit)\n"
+            "  --pubsub-replay-rate BYTES  history bytes a second each thread sends to\n"
+            "                        subscribers that resume, together (default 0: no\n"
+            "                        limit); spreads a reconnect storm's catch-up\n"
             "  --feed on|off         the simulated market data on topic \"market\" (default on)\n"
             "  --feed-rate N         its price updates a second, over all instruments (default 40)\n"
             "  --redis URL           bridge pub/sub through Redis (redis://host[:port][/db]):\n"
@@ -713,7 +716,7 @@ int tern_app_serve(int argc, char **argv) {
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
            O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
            O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE, O_PS_HISTORY,
-           O_PS_HISTORY_AGE, O_SNDBUF };
+           O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -749,6 +752,7 @@ int tern_app_serve(int argc, char **argv) {
         {"feed-rate", required_argument, NULL, O_FEED_RATE},
         {"pubsub-history", required_argument, NULL, O_PS_HISTORY},
         {"pubsub-history-age", required_argument, NULL, O_PS_HISTORY_AGE},
+        {"pubsub-replay-rate", required_argument, NULL, O_PS_REPLAY_RATE},
         {"sndbuf", required_argument, NULL, O_SNDBUF},
         {NULL, 0, NULL, 0},
     };
@@ -833,6 +837,10 @@ int tern_app_serve(int argc, char **argv) {
         case O_PS_HISTORY_AGE:
             ok = parse_size(optarg, 86400, &v) && v > 0;
             ctx.po.history_ms = (uint32_t)v * 1000;
+            break;
+        case O_PS_REPLAY_RATE:
+            ok = parse_size(optarg, 1ull << 40, &v);
+            ctx.po.replay_rate = v;
             break;
         case O_PS_POLICY: ok = parse_pubsub_policy(optarg, &ctx.po.policy, &ctx.po.close_code); break;
         case O_PS_TOPIC: {

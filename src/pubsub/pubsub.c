@@ -506,6 +506,7 @@ typedef struct queued {
     struct queued *hnext;   /* in its subscription's key index (conflation) */
     uint64_t khash;
     tern_ws_prepared *msg;
+    bool replay;            /* from the history, held back by pacing */
     size_t klen;
     char key[];
 } queued;
@@ -514,8 +515,10 @@ typedef struct queued {
  * Invariants: head..tail is what waits for ws beyond its connection's
  * backlog, in the order it is to be sent, nq entries of qbytes frame bytes
  * in all; it is not empty only while ws has a backlog (so that a drain
- * comes to send it). In a TERN_PUBSUB_CONFLATE topic it holds at most one
- * entry per key (keyless entries aside), oldest latest-update first. */
+ * comes to send it) or while s is paced (a replay held back by the loop's
+ * replay_rate: on the registry's paced list, which its timer sends). In
+ * a TERN_PUBSUB_CONFLATE topic it holds at most one entry per key
+ * (keyless entries aside), oldest latest-update first. */
 typedef struct sub {
     tern_ws *ws;
     topic_t *t;
@@ -535,6 +538,12 @@ typedef struct sub {
      * this loop are not delivered again. */
     uint64_t skip_upto;
     bool compressed;     /* counted as such in the group */
+    bool paced;
+    struct sub *pnext, *pprev;   /* on the paced list while paced */
+    /* rbytes of the queue's frames are a replay held back by pacing
+     * (entries marked replay): the backlog limit does not count them
+     * against live messages. */
+    size_t rbytes;
 } sub;
 
 struct topic {
@@ -556,10 +565,18 @@ typedef struct conn_subs {
     uint32_t nsubs, cap;
 } conn_subs;
 
+/* A loop's pub/sub state. Replays (opt.replay_rate): tokens is the bytes
+ * of history this loop may still send now, refilled at replay_rate up to
+ * a tenth of a second's worth (tokens_ms: when last); paced_head.. lists
+ * the subscriptions whose queue waits for them, and pace_timer runs
+ * exactly while the list is not empty. */
 typedef struct registry {
     table topics, conns;
     group *g;
     tern_server *srv;    /* the loop's server (its counters) */
+    sub *paced_head, *paced_tail;
+    uint64_t tokens, tokens_ms;
+    tern_timer *pace_timer;
 } registry;
 
 static registry *registry_of(tern_server *srv, bool make) {
@@ -571,6 +588,7 @@ static registry *registry_of(tern_server *srv, bool make) {
         return NULL;
     r->g = g;
     r->srv = srv;
+    r->tokens = g->opt.replay_rate / 10;
     srv->pubsub = r;
     return r;
 }
@@ -681,6 +699,8 @@ static void queue_unlink(sub *s, queued *q) {
     s->nq--;
     s->nkeys -= q->klen > 0;
     s->qbytes -= tern__ws_prepared_len(q->msg);
+    if (q->replay)
+        s->rbytes -= tern__ws_prepared_len(q->msg);
 }
 
 static void queue_push(sub *s, queued *q) {
@@ -699,6 +719,7 @@ static void queue_free(sub *s) {
     s->head = s->tail = NULL;
     s->nq = s->nkeys = 0;
     s->qbytes = 0;
+    s->rbytes = 0;
     free(s->kb);
     s->kb = NULL;
     s->knb = 0;
@@ -711,6 +732,7 @@ static int queue_add(sub *s, tern_ws_prepared *msg, const char *key, size_t klen
     if (q == NULL)
         return -1;
     q->klen = klen;
+    q->replay = false;
     q->khash = klen ? hash_name(key, klen) : 0;
     if (klen)
         memcpy(q->key, key, klen);
@@ -724,7 +746,10 @@ static int queue_add(sub *s, tern_ws_prepared *msg, const char *key, size_t klen
 }
 
 /* Takes s out of its topic (and the group), and frees it. */
+static void paced_remove(registry *r, sub *s);
+
 static void sub_remove(registry *r, sub *s) {
+    paced_remove(r, s);
     queue_free(s);
     topic_t *t = s->t;
     if (t->busy) {
@@ -769,6 +794,8 @@ static void registry_free(tern_server *srv) {
         tern__redis_free(atomic_exchange(&g->redis, NULL));
         g->bridge_srv = NULL;
     }
+    if (r->pace_timer)
+        tern_timer_stop(r->pace_timer);
     free(r->topics.b);
     free(r->conns.b);
     free(r);
@@ -784,6 +811,83 @@ static int check_topic(const char *topic, size_t *len) {
 
 static bool ws_open(const tern_ws *ws) {
     return ws->state == TERN__WS_OPEN && !(ws->conn.flags & TERN__CONN_CLOSED);
+}
+
+/* ---- replay pacing ---------------------------------------------------- */
+
+static void refill(registry *r) {
+    uint64_t rate = r->g->opt.replay_rate, now = mono_ms();
+    uint64_t burst = rate / 10 > 65536 ? rate / 10 : 65536;
+    r->tokens += (now - r->tokens_ms) * rate / 1000;
+    if (r->tokens > burst)
+        r->tokens = burst;
+    r->tokens_ms = now;
+}
+
+static void paced_remove(registry *r, sub *s) {
+    if (!s->paced)
+        return;
+    *(s->pprev ? &s->pprev->pnext : &r->paced_head) = s->pnext;
+    *(s->pnext ? &s->pnext->pprev : &r->paced_tail) = s->pprev;
+    s->paced = false;
+    s->pnext = s->pprev = NULL;
+    if (r->paced_head == NULL && r->pace_timer) {
+        tern_timer_stop(r->pace_timer);
+        r->pace_timer = NULL;
+    }
+}
+
+static void pace_tick(tern_timer *tm, void *user);
+
+/* s's queue holds a replay the tokens did not cover: the timer sends it. */
+static void paced_add(registry *r, sub *s) {
+    if (s->paced)
+        return;
+    if (r->pace_timer == NULL &&
+        tern_timer_start(tern_ws_loop(s->ws), &r->pace_timer, 10, 10, pace_tick, r) < 0)
+        return;   /* out of memory: left to the drains, unpaced */
+    s->paced = true;
+    s->pprev = r->paced_tail;
+    *(r->paced_tail ? &r->paced_tail->pnext : &r->paced_head) = s;
+    r->paced_tail = s;
+}
+
+/* Every 10 ms while replays wait: the tokens go round the paced
+ * subscriptions a message at a time (a connection whose kernel buffer is
+ * full is skipped), so that no one waits for the others' whole replays. */
+static void pace_tick(tern_timer *tm, void *user) {
+    (void)tm;
+    registry *r = user;
+    refill(r);
+    uint64_t delivered = 0;
+    bool progress = true;
+    while (r->paced_head && r->tokens > 0 && progress) {
+        progress = false;
+        for (sub *s = r->paced_head, *next; s && r->tokens > 0; s = next) {
+            next = s->pnext;
+            if (s->head == NULL) {
+                paced_remove(r, s);
+                continue;
+            }
+            if (tern_ws_buffered(s->ws) > 0)
+                continue;
+            queued *q = s->head;
+            size_t len = tern__ws_prepared_len(q->msg);
+            r->tokens = len >= r->tokens ? 0 : r->tokens - len;
+            queue_unlink(s, q);
+            int rc = tern_ws_send_prepared(s->ws, q->msg);
+            if (rc >= 0 && rc != TERN_SEND_DROPPED)
+                delivered++;
+            else
+                s->dropped++;
+            tern_ws_prepared_free(q->msg);
+            free(q);
+            progress = true;
+            if (s->head == NULL)
+                paced_remove(r, s);   /* may stop this timer: fine from its callback */
+        }
+    }
+    TERN__STAT_ADD(r->srv, ps_delivered, delivered);
 }
 
 /* A message from the history for s: sent as a live one would be, but
@@ -880,10 +984,22 @@ int tern_ws_subscribe_from(tern_ws *ws, const char *name, uint64_t epoch, uint64
         table_add(&r->conns, &c->n);
     if (new_t)
         table_add(&r->topics, &t->n);
-    uint64_t delivered = 0;
+    uint64_t delivered = 0, rate = r->g->opt.replay_rate;
+    if (rate && rq.n > 0)
+        refill(r);
     for (long i = 0; i < rq.n; i++) {
-        send_replayed(s, rq.msgs[i], &delivered);
-        tern_ws_prepared_free(rq.msgs[i]);
+        tern_ws_prepared *m = rq.msgs[i];
+        size_t mlen = tern__ws_prepared_len(m);
+        if (rate && (s->paced || r->tokens < mlen))
+            paced_add(r, s);
+        if (s->paced && queue_add(s, m, NULL, 0) == 0) {   /* held back: the timer sends it */
+            s->tail->replay = true;
+            s->rbytes += mlen;
+        } else {
+            r->tokens -= mlen < r->tokens ? mlen : r->tokens;
+            send_replayed(s, m, &delivered);
+        }
+        tern_ws_prepared_free(m);
     }
     free(rq.msgs);
     TERN__STAT_ADD(srv, ps_delivered, delivered);
@@ -1067,7 +1183,7 @@ static void ws_drained(tern_server *srv, tern_ws *ws) {
     conn_subs *c = cfind(srv->pubsub, ws);
     uint64_t delivered = 0, dropped = 0;
     for (uint32_t i = 0; c && i < c->nsubs; i++)
-        if (c->subs[i]->head)
+        if (c->subs[i]->head && !c->subs[i]->paced)   /* a paced one waits for its timer */
             queue_flush(c->subs[i], &delivered, &dropped);
     TERN__STAT_ADD(srv, ps_delivered, delivered);
     TERN__STAT_ADD(srv, ps_dropped, dropped);
@@ -1100,7 +1216,7 @@ static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq
                     qmax = s->nq > qmax ? s->nq : qmax;
                     continue;
                 }
-            } else if (backlog + s->qbytes + mlen <= o->max_backlog) {
+            } else if (backlog + s->qbytes - s->rbytes + mlen <= o->max_backlog) {
                 if (queue_add(s, msg, key, klen) == 0) {
                     qmax = s->nq > qmax ? s->nq : qmax;
                     continue;
