@@ -110,13 +110,15 @@ typedef struct tern_pubsub_options {
      * none older than history_ms (0: no age limit). */
     uint32_t history;
     uint32_t history_ms;
-    /* Bytes a second of history each loop sends to subscribers that
-     * resume (tern_ws_subscribe_from), all of them together: the rest of
-     * a replay waits in their queues, and a tenth of a second's worth may
-     * go at once. After a mass reconnect this spreads the catch-up over
-     * time, bounding the CPU of the storm, at the price of resumed
-     * subscribers getting live messages later. 0 (the default): no limit,
-     * a replay goes as fast as the kernel takes it. */
+    /* Bytes a second each loop sends to subscribers that resume
+     * (tern_ws_subscribe_from) until they have caught up, all of them
+     * together: what a replay's first tenth of a second's worth does not
+     * cover waits in their queues, and the live messages behind it. After
+     * a mass reconnect this spreads the catch-up over time, bounding the
+     * CPU of the storm, at the price of the resumed subscribers' lag. Set
+     * it above the rate the topics publish at (times the subscribers that
+     * resume), or they fall further behind. 0 (the default): no limit, a
+     * replay goes as fast as the kernel takes it. */
     uint64_t replay_rate;
 } tern_pubsub_options;
 
