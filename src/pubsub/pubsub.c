@@ -852,9 +852,13 @@ static void paced_add(registry *r, sub *s) {
     r->paced_tail = s;
 }
 
+#define PACE_TURN 65536   /* bytes a paced subscription may send per turn */
+
 /* Every 10 ms while replays wait: the tokens go round the paced
- * subscriptions a message at a time (a connection whose kernel buffer is
- * full is skipped), so that no one waits for the others' whole replays. */
+ * subscriptions, up to PACE_TURN bytes each per turn (so that several
+ * frames leave in one write through the cork; a connection whose kernel
+ * buffer is full is skipped), so that no one waits for the others' whole
+ * replays. */
 static void pace_tick(tern_timer *tm, void *user) {
     (void)tm;
     registry *r = user;
@@ -865,24 +869,22 @@ static void pace_tick(tern_timer *tm, void *user) {
         progress = false;
         for (sub *s = r->paced_head, *next; s && r->tokens > 0; s = next) {
             next = s->pnext;
-            if (s->head == NULL) {
-                paced_remove(r, s);
-                continue;
+            for (size_t turn = 0; s->head && r->tokens > 0 && turn < PACE_TURN &&
+                                  tern_ws_buffered(s->ws) == 0;) {
+                queued *q = s->head;
+                size_t len = tern__ws_prepared_len(q->msg);
+                r->tokens = len >= r->tokens ? 0 : r->tokens - len;
+                turn += len;
+                queue_unlink(s, q);
+                int rc = tern_ws_send_prepared(s->ws, q->msg);
+                if (rc >= 0 && rc != TERN_SEND_DROPPED)
+                    delivered++;
+                else
+                    s->dropped++;
+                tern_ws_prepared_free(q->msg);
+                free(q);
+                progress = true;
             }
-            if (tern_ws_buffered(s->ws) > 0)
-                continue;
-            queued *q = s->head;
-            size_t len = tern__ws_prepared_len(q->msg);
-            r->tokens = len >= r->tokens ? 0 : r->tokens - len;
-            queue_unlink(s, q);
-            int rc = tern_ws_send_prepared(s->ws, q->msg);
-            if (rc >= 0 && rc != TERN_SEND_DROPPED)
-                delivered++;
-            else
-                s->dropped++;
-            tern_ws_prepared_free(q->msg);
-            free(q);
-            progress = true;
             if (s->head == NULL)
                 paced_remove(r, s);   /* may stop this timer: fine from its callback */
         }
