@@ -75,6 +75,9 @@ struct tern__redis {
     bool ever_up;       /* connected once: the next connection counts as a reconnect */
     bool freeing;       /* in tern__redis_free or resetting the links: callbacks do nothing */
     bool retry_armed;
+    /* The numbering script's SHA1 as Redis gave it (SCRIPT LOAD on each
+     * new publishing link); empty until then: EVAL with its text. */
+    char sha[41];
     tern__redis_hooks hooks;
     void *user;
     _Atomic bool connected;
@@ -177,6 +180,40 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
         link_lost(l->r);
 }
 
+/* KEYS: the topic's hash, its stream, its channel. ARGV: an epoch for a
+ * count that starts again (16 hex digits), the stream's length, the
+ * envelope, the keys' lifetime in ms (0: none). A missing or reset count
+ * starts a new epoch and an empty stream, so a seq is never read back
+ * under an epoch it was not published in. */
+static const char NUMBER_SCRIPT[] =
+    "local s = redis.call('HINCRBY', KEYS[1], 's', 1)\n"
+    "local e = redis.call('HGET', KEYS[1], 'e')\n"
+    "if s == 1 or not e then\n"
+    "  s = 1\n"
+    "  e = ARGV[1]\n"
+    "  redis.call('HSET', KEYS[1], 's', 1, 'e', e)\n"
+    "  redis.call('DEL', KEYS[2])\n"
+    "end\n"
+    "local m = '" MAGIC_NUM "' .. e .. string.format('%020d', s) .. ARGV[3]\n"
+    "redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[2], string.format('0-%d', s), 'm', m)\n"
+    "if ARGV[4] ~= '0' then\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
+    "  redis.call('PEXPIRE', KEYS[2], ARGV[4])\n"
+    "end\n"
+    "redis.call('PUBLISH', KEYS[3], m)\n"
+    "return s\n";
+
+/* SCRIPT LOAD's reply: the numbering script's SHA1, for EVALSHA. */
+static void on_script(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    tern__redis *r = priv;
+    redisReply *m = reply;
+    if (m && !r->freeing && m->type == REDIS_REPLY_STRING && m->len == 40) {
+        memcpy(r->sha, m->str, 40);
+        r->sha[40] = '\0';
+    }
+}
+
 static int link_connect(tern__redis *r, rlink *l) {
     redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
     if (ac == NULL)
@@ -207,6 +244,10 @@ static int link_connect(tern__redis *r, rlink *l) {
     /* CLIENT LIST tells an operator which node and which link it is */
     redisAsyncCommand(ac, NULL, NULL, "CLIENT SETNAME tern-%ld-%s", (long)getpid(),
                       l == &r->sub ? "sub" : "pub");
+    if (l == &r->pub) {   /* before any EVALSHA on this connection: they find it loaded */
+        r->sha[0] = '\0';
+        redisAsyncCommand(ac, on_script, r, "SCRIPT LOAD %s", NUMBER_SCRIPT);
+    }
     return 0;
 }
 
@@ -447,28 +488,6 @@ void tern__redis_publish(tern__redis *r, const char *topic, size_t tlen, const c
     free(env);
 }
 
-/* KEYS: the topic's hash, its stream, its channel. ARGV: an epoch for a
- * count that starts again (16 hex digits), the stream's length, the
- * envelope, the keys' lifetime in ms (0: none). A missing or reset count
- * starts a new epoch and an empty stream, so a seq is never read back
- * under an epoch it was not published in. */
-static const char NUMBER_SCRIPT[] =
-    "local s = redis.call('HINCRBY', KEYS[1], 's', 1)\n"
-    "local e = redis.call('HGET', KEYS[1], 'e')\n"
-    "if s == 1 or not e then\n"
-    "  s = 1\n"
-    "  e = ARGV[1]\n"
-    "  redis.call('HSET', KEYS[1], 's', 1, 'e', e)\n"
-    "  redis.call('DEL', KEYS[2])\n"
-    "end\n"
-    "local m = '" MAGIC_NUM "' .. e .. string.format('%020d', s) .. ARGV[3]\n"
-    "redis.call('XADD', KEYS[2], 'MAXLEN', ARGV[2], string.format('0-%d', s), 'm', m)\n"
-    "if ARGV[4] ~= '0' then\n"
-    "  redis.call('PEXPIRE', KEYS[1], ARGV[4])\n"
-    "  redis.call('PEXPIRE', KEYS[2], ARGV[4])\n"
-    "end\n"
-    "redis.call('PUBLISH', KEYS[3], m)\n"
-    "return s\n";
 
 /* The topic's three names: tern:n:T, tern:s:T, tern:T. */
 typedef struct names {
@@ -488,6 +507,20 @@ static void topic_names(names *n, const char *topic, size_t tlen) {
     memcpy(n->chan + pl, topic, tlen);
     n->hlen = pl + 2 + tlen;
     n->clen = pl + tlen;
+}
+
+/* A numbered publish's reply: the seq, or an error (counted as dropped;
+ * NOSCRIPT: someone flushed the scripts, so load it again). */
+static void on_numbered(redisAsyncContext *ac, void *reply, void *priv) {
+    tern__redis *r = priv;
+    redisReply *m = reply;
+    if (m == NULL || r->freeing || m->type != REDIS_REPLY_ERROR)
+        return;
+    bump(&r->dropped);
+    if (strncmp(m->str, "NOSCRIPT", 8) == 0 && r->sha[0]) {
+        r->sha[0] = '\0';
+        redisAsyncCommand(ac, on_script, r, "SCRIPT LOAD %s", NUMBER_SCRIPT);
+    }
 }
 
 void tern__redis_publish_numbered(tern__redis *r, const char *topic, size_t tlen,
@@ -510,11 +543,12 @@ void tern__redis_publish_numbered(tern__redis *r, const char *topic, size_t tlen
     snprintf(ms, sizeof(ms), "%u", keep_ms);
     names nm;
     topic_names(&nm, topic, tlen);
-    const char *argv[] = {"EVAL", NUMBER_SCRIPT, "3", nm.hash, nm.stream, nm.chan,
-                          epoch, count, env, ms};
-    size_t argl[] = {4, sizeof(NUMBER_SCRIPT) - 1, 1, nm.hlen, nm.hlen, nm.clen,
-                     16, strlen(count), n, strlen(ms)};
-    if (redisAsyncCommandArgv(r->pub.ac, NULL, NULL, 10, argv, argl) == REDIS_OK)
+    bool sha = r->sha[0] != '\0';
+    const char *argv[] = {sha ? "EVALSHA" : "EVAL", sha ? r->sha : NUMBER_SCRIPT, "3", nm.hash,
+                          nm.stream, nm.chan, epoch, count, env, ms};
+    size_t argl[] = {sha ? 7 : 4, sha ? 40 : sizeof(NUMBER_SCRIPT) - 1, 1, nm.hlen, nm.hlen,
+                     nm.clen, 16, strlen(count), n, strlen(ms)};
+    if (redisAsyncCommandArgv(r->pub.ac, on_numbered, r, 10, argv, argl) == REDIS_OK)
         bump(&r->published);
     else
         bump(&r->dropped);

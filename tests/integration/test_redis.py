@@ -344,3 +344,19 @@ def test_a_node_that_lost_redis_reads_back_what_it_missed(redis, tern_factory):
         missed, ack = pubsub_subscribe(ws, "t", epoch=ack["epoch"], after="1")
         assert ack["resumed"] is True, ack
         assert [m["seq"] for m in missed] == list(range(2, 33))
+
+
+def test_a_flushed_numbering_script_is_loaded_again(redis, tern_factory):
+    """The numbering script goes by its SHA1 (EVALSHA); after SCRIPT FLUSH
+    the next publish fails (counted as dropped) and the script is loaded
+    again for the ones after it."""
+    a, b = numbered_nodes(redis, tern_factory)
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        pubsub_subscribe(ws, "t")
+        assert redis.command("SCRIPT", "FLUSH") == "+OK"
+        before = stats(a)["redis"]["dropped"]
+        http_publish(a, "t", "lost")
+        wait_for(lambda: stats(a)["redis"]["dropped"] == before + 1, "the NOSCRIPT counted")
+        http_publish(a, "t", "after")
+        m = recv_msg(ws)
+        assert m["data"] == "after" and m["seq"] == 2, m   # seq 1 was the warm-up
