@@ -250,7 +250,8 @@ bool tern_ws_subscribed(const tern_ws *ws, const char *topic);
  * message now (into their output; nothing is called back), the other
  * loops at their next iteration; from any other thread, every loop at its
  * next iteration. data is copied. Returns the message's seq (>= 1), 0 when
- * the topic has no subscriber anywhere (nothing is sent), or a negative
+ * the topic has no subscriber anywhere (nothing is sent) or when Redis
+ * numbers it (a topic with a history, bridged: see above), or a negative
  * error: -EINVAL (NULL srv or topic, a bad opcode, NULL data with len),
  * -ENAMETOOLONG, -ENOMEM. */
 int64_t tern_publish(tern_server *srv, const char *topic, const void *data, size_t len,
