@@ -132,6 +132,11 @@ typedef struct gtopic {
      * above seq, is how far the fills asked of Redis reach (0: none). */
     bool shared;
     uint64_t fill_to;
+    /* The epoch this node had given the topic before it adopted Redis's,
+     * when it had numbered nothing under it (else 0), and the first seq it
+     * delivered under Redis's: a subscriber from before holds old_epoch
+     * and Redis's seqs (resume_read maps it). */
+    uint64_t old_epoch, adopted_from;
     tern__hist *hist;    /* NULL: the topic's options give it no history */
     size_t subs;         /* subscriptions on all loops */
     size_t compressed;   /* ... of them, with permessage-deflate */
@@ -443,6 +448,14 @@ static void resume_read(gtopic *t, resume_req *rq) {
     rq->n = 0;
     if (rq->epoch == 0)
         return;
+    if (rq->epoch == t->old_epoch && t->shared) {
+        /* subscribed here before the first message, which came numbered
+         * by Redis: it got every one from adopted_from on, by Redis's seq */
+        if (rq->after == 0)
+            rq->after = t->adopted_from - 1;
+        if (rq->after + 1 >= t->adopted_from)
+            rq->epoch = t->epoch;
+    }
     if (rq->epoch == t->epoch && rq->after >= t->seq) {
         rq->out.resumed = true;   /* nothing missed (or a client ahead of us: nothing to send) */
         return;
@@ -1345,6 +1358,8 @@ static bool redis_numbered(gtopic *t, const tern__redis_num *num, uint64_t *fill
     if (!t->shared || t->epoch != num->epoch) {
         /* Redis's numbering, new here (or restarted there): adopted. What
          * was kept under the old epoch cannot be read back under this one. */
+        t->old_epoch = !t->shared && t->seq == 0 ? t->epoch : 0;
+        t->adopted_from = num->seq;
         t->shared = true;
         t->epoch = num->epoch;
         t->fill_to = 0;

@@ -360,3 +360,30 @@ def test_a_flushed_numbering_script_is_loaded_again(redis, tern_factory):
         http_publish(a, "t", "after")
         m = recv_msg(ws)
         assert m["data"] == "after" and m["seq"] == 2, m   # seq 1 was the warm-up
+
+
+def test_a_subscriber_from_before_the_first_message_resumes(redis, tern_factory):
+    """A client that subscribed before its node heard the topic's first
+    message holds that node's own epoch; the messages then came numbered
+    by Redis, and its resume on that node is mapped onto Redis's epoch."""
+    url = f"redis://127.0.0.1:{redis.port}"
+    a = tern_factory("--redis", url, "--feed", "off", "--pubsub-history", "1000")
+    wait_for(lambda: stats(a)["redis"]["connected"], "connected")
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        _, ack = pubsub_subscribe(ws, "fresh")
+        assert ack["seq"] == 0, ack
+        for i in range(1, 6):
+            http_publish(a, "fresh", "m%d" % i)
+        got = [recv_msg(ws) for _ in range(5)]
+        assert [m["seq"] for m in got] == [1, 2, 3, 4, 5]
+    for i in range(6, 9):
+        http_publish(a, "fresh", "m%d" % i)
+    wait_for(lambda: stats(a)["redis"]["received"] >= 8, "a heard them")
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        missed, again = pubsub_subscribe(ws, "fresh", epoch=ack["epoch"], after="5")
+        assert again["resumed"] is True and again["replayed"] == 3, again
+        assert again["epoch"] != ack["epoch"]   # Redis's, from now on
+        assert [m["data"] for m in missed] == ["m6", "m7", "m8"]
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:   # saw nothing at all
+        missed, again = pubsub_subscribe(ws, "fresh", epoch=ack["epoch"], after="0")
+        assert again["resumed"] is True and [m["seq"] for m in missed] == list(range(1, 9))
