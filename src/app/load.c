@@ -274,7 +274,7 @@ typedef struct load_conn {
      * the offset between the topic's seqs and the publisher's (delta:
      * topic seq = publisher seq + delta, known from the first message
      * after the first ack) */
-    bool in_ack, acked, delta_known, resuming;
+    bool in_ack, delta_known, resuming;
     uint8_t ack_len;
     char epoch[17];
     uint64_t ack_seq;
@@ -335,7 +335,7 @@ typedef struct load_run {
      * one), and how their resumes went */
     uint64_t cut_ns, reconnect_ns, resumed_ns;
     uint64_t behind_ns;      /* the last receipt, after the reconnects, of a message over 500 ms old */
-    uint32_t next_restart, restarting, resumed, not_resumed, acks_due;
+    uint32_t next_restart, resumed, not_resumed, acks_due;
     uint64_t replayed;
     tern_timer *cut_timer;
     uint64_t rng, refill_tick;

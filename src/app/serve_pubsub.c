@@ -550,6 +550,12 @@ static void fanout_sub_open(tern_ws *ws, void *user) {
     tern_ws_send(ws, out, (size_t)n, TERN_WS_TEXT);
 }
 
+/* What the upgrade allocated, when on_open never took it. */
+static void fanout_sub_close(tern_ws *ws, int code, const char *reason, size_t len, void *user) {
+    (void)code, (void)reason, (void)len, (void)user;
+    free(tern_ws_user(ws));
+}
+
 static void fanout_pub_message(tern_ws *ws, const char *data, size_t len, int opcode,
                                void *user) {
     (void)user;
@@ -600,7 +606,8 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
         return err;
     static tern_ws_handlers fs, fp, fk;
     fanout_upgrade_next = on_upgrade;
-    fs = (tern_ws_handlers){.on_upgrade = fanout_sub_upgrade, .on_open = fanout_sub_open};
+    fs = (tern_ws_handlers){.on_upgrade = fanout_sub_upgrade, .on_open = fanout_sub_open,
+                            .on_close = fanout_sub_close};
     fp = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = fanout_pub_message};
     fk = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = fanout_pub_keyed};
     if ((err = tern_ws_route(srv, "/fanout/sub", &fs, &o, user)) < 0 ||

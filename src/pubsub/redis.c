@@ -579,17 +579,26 @@ static void on_fill(redisAsyncContext *ac, void *reply, void *priv) {
     free(f);   /* hiredis calls back with NULL when the link goes */
 }
 
-void tern__redis_fill(tern__redis *r, const char *topic, size_t tlen, uint64_t from, uint64_t to) {
+/* A request about topic for the publishing link (NULL while it is down or
+ * out of memory): its names in *nm, its channel kept for the reply. */
+static fill_req *topic_req(tern__redis *r, const char *topic, size_t tlen, names *nm) {
     if (!r->pub.up)
-        return;
+        return NULL;
+    topic_names(nm, topic, tlen);
+    fill_req *f = malloc(sizeof(*f) + nm->clen);
+    if (f == NULL)
+        return NULL;
+    f->r = r;
+    f->clen = nm->clen;
+    memcpy(f->chan, nm->chan, nm->clen);
+    return f;
+}
+
+void tern__redis_fill(tern__redis *r, const char *topic, size_t tlen, uint64_t from, uint64_t to) {
     names nm;
-    topic_names(&nm, topic, tlen);
-    fill_req *f = malloc(sizeof(*f) + nm.clen);
+    fill_req *f = topic_req(r, topic, tlen, &nm);
     if (f == NULL)
         return;
-    f->r = r;
-    f->clen = nm.clen;
-    memcpy(f->chan, nm.chan, nm.clen);
     if (redisAsyncCommand(r->pub.ac, on_fill, f, "XRANGE %b 0-%llu 0-%llu", nm.stream, nm.hlen,
                           (unsigned long long)from, (unsigned long long)to) != REDIS_OK)
         free(f);
@@ -614,16 +623,10 @@ static void on_last(redisAsyncContext *ac, void *reply, void *priv) {
 }
 
 void tern__redis_last(tern__redis *r, const char *topic, size_t tlen) {
-    if (!r->pub.up)
-        return;
     names nm;
-    topic_names(&nm, topic, tlen);
-    fill_req *f = malloc(sizeof(*f) + nm.clen);
+    fill_req *f = topic_req(r, topic, tlen, &nm);
     if (f == NULL)
         return;
-    f->r = r;
-    f->clen = nm.clen;
-    memcpy(f->chan, nm.chan, nm.clen);
     if (redisAsyncCommand(r->pub.ac, on_last, f, "HMGET %b e s", nm.hash, nm.hlen) != REDIS_OK)
         free(f);
 }
