@@ -112,7 +112,7 @@ typedef struct tern_pubsub_options {
     uint32_t history_ms;
     /* Bytes a second each loop sends to subscribers that resume
      * (tern_ws_subscribe_from) until they have caught up, all of them
-     * together: what a replay's first tenth of a second's worth does not
+     * together: what the loop's token bucket (10 ms worth) does not
      * cover waits in their queues, and the live messages behind it. After
      * a mass reconnect this spreads the catch-up over time, bounding the
      * CPU of the storm, at the price of the resumed subscribers' lag. Set

@@ -828,9 +828,13 @@ static bool ws_open(const tern_ws *ws) {
 
 /* ---- replay pacing ---------------------------------------------------- */
 
+#define PACE_TURN 65536   /* bytes a paced subscription may send per turn */
+
+/* The bucket holds at most one timer tick's worth (and at least one turn),
+ * so that a replay starting after a quiet spell cannot go out unpaced. */
 static void refill(registry *r) {
     uint64_t rate = r->g->opt.replay_rate, now = mono_ms();
-    uint64_t burst = rate / 10 > 65536 ? rate / 10 : 65536;
+    uint64_t burst = rate / 100 > PACE_TURN ? rate / 100 : PACE_TURN;
     r->tokens += (now - r->tokens_ms) * rate / 1000;
     if (r->tokens > burst)
         r->tokens = burst;
@@ -864,8 +868,6 @@ static void paced_add(registry *r, sub *s) {
     *(r->paced_tail ? &r->paced_tail->pnext : &r->paced_head) = s;
     r->paced_tail = s;
 }
-
-#define PACE_TURN 65536   /* bytes a paced subscription may send per turn */
 
 /* Every 10 ms while replays wait: the tokens go round the paced
  * subscriptions, up to PACE_TURN bytes each per turn (so that several
