@@ -1,6 +1,12 @@
 /* raw-epoll: the "physical limit" peer for bench/run. One thread, one
- * level-triggered epoll loop, no library (not even tern, not even OpenSSL):
- * it does the least a server can do for the same bytes on the wire.
+ * level-triggered epoll loop, no library (not even tern): it does the least
+ * a server can do for the same bytes on the wire.
+ *
+ * With -tls-cert and -tls-key it speaks TLS 1.2/1.3 through OpenSSL, the
+ * least a TLS server can do with it: read-ahead, one SSL_read per record
+ * until OpenSSL holds nothing more (no read that would only say EAGAIN),
+ * all answers to one read in one SSL_write, OpenSSL's buffers kept for the
+ * connection's life. That is the limit of the TLS suites.
  *
  * HTTP/1.1 (keep-alive, pipelining): GET /ping → "pong"; GET /echo?size=N →
  * N bytes; POST /echo → the body (Content-Length only, no chunked). Only what
@@ -35,6 +41,9 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #define MAX_FRAME (16u << 20)
 #define READ_CHUNK (64u << 10)
@@ -119,6 +128,7 @@ static void buf_put(buf *b, const void *p, size_t n) {
 
 typedef struct {
     int fd;
+    SSL *ssl;      /* NULL without TLS */
     int ws;        /* 1 after the upgrade */
     int closing;   /* shut after the out buffer drains */
     uint32_t events;
@@ -127,8 +137,10 @@ typedef struct {
 
 static int ep;
 static unsigned char xs[1 << 20];
+static SSL_CTX *tls;   /* NULL: plain TCP */
 
 static void conn_free(conn *c) {
+    SSL_free(c->ssl);
     close(c->fd);
     free(c->in.p);
     free(c->out.p);
@@ -141,6 +153,39 @@ static void set_events(conn *c, uint32_t ev) {
     struct epoll_event e = {.events = ev, .data.ptr = c};
     epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &e);
     c->events = ev;
+}
+
+/* recv() or SSL_read(): bytes read, 0 at the end, -1 with errno EAGAIN
+ * when there is nothing yet (or the handshake wants more), -1 on errors. */
+static ssize_t io_recv(conn *c, void *p, size_t n) {
+    if (c->ssl == NULL)
+        return recv(c->fd, p, n, 0);
+    int r = SSL_read(c->ssl, p, n > 1u << 30 ? 1 << 30 : (int)n);
+    if (r > 0)
+        return r;
+    int e = SSL_get_error(c->ssl, r);
+    ERR_clear_error();
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        errno = EAGAIN;
+        return -1;
+    }
+    if (e == SSL_ERROR_ZERO_RETURN)
+        return 0;
+    errno = EIO;
+    return -1;
+}
+
+/* send() or SSL_write(), the same way. */
+static ssize_t io_send(conn *c, const void *p, size_t n) {
+    if (c->ssl == NULL)
+        return send(c->fd, p, n, MSG_NOSIGNAL);
+    int r = SSL_write(c->ssl, p, n > 1u << 30 ? 1 << 30 : (int)n);
+    if (r > 0)
+        return r;
+    int e = SSL_get_error(c->ssl, r);
+    ERR_clear_error();
+    errno = e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE ? EAGAIN : EIO;
+    return -1;
 }
 
 /* Finds header `name` (lower case, with the colon) in head[0..n); returns
@@ -300,7 +345,7 @@ static long ws_one(conn *c, const unsigned char *p, size_t n, buf *out) {
 static int flush_out(conn *c) {
     size_t off = 0;
     while (off < c->out.len) {
-        ssize_t w = send(c->fd, c->out.p + off, c->out.len - off, MSG_NOSIGNAL);
+        ssize_t w = io_send(c, c->out.p + off, c->out.len - off);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -317,6 +362,8 @@ static int flush_out(conn *c) {
         return 0;
     }
     if (c->closing) {
+        if (c->ssl)
+            SSL_shutdown(c->ssl);
         shutdown(c->fd, SHUT_WR);
         return -1;
     }
@@ -337,11 +384,18 @@ static void on_readable(conn *c) {
     size_t n;
     ssize_t r;
     if (c->in.len == 0) {
-        r = recv(c->fd, rbuf, sizeof(rbuf), 0);
+        r = io_recv(c, rbuf, sizeof(rbuf));
+        /* TLS: the rest of what read-ahead took in, a record at a time */
+        while (r > 0 && c->ssl && SSL_has_pending(c->ssl) && (size_t)r < sizeof(rbuf)) {
+            ssize_t k = io_recv(c, rbuf + r, sizeof(rbuf) - (size_t)r);
+            if (k <= 0)
+                break;
+            r += k;
+        }
         data = rbuf;
     } else {
         buf_reserve(&c->in, READ_CHUNK);
-        r = recv(c->fd, c->in.p + c->in.len, c->in.cap - c->in.len, 0);
+        r = io_recv(c, c->in.p + c->in.len, c->in.cap - c->in.len);
         data = c->in.p;
     }
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -378,7 +432,7 @@ static void on_readable(conn *c) {
         return;
     size_t sent = 0;
     while (sent < cork.len) {
-        ssize_t w = send(c->fd, cork.p + sent, cork.len - sent, MSG_NOSIGNAL);
+        ssize_t w = io_send(c, cork.p + sent, cork.len - sent);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -393,16 +447,36 @@ static void on_readable(conn *c) {
         buf_put(&c->out, cork.p + sent, cork.len - sent);
         set_events(c, EPOLLOUT);   /* stop reading until the peer takes our bytes */
     } else if (c->closing) {
+        if (c->ssl)
+            SSL_shutdown(c->ssl);
         shutdown(c->fd, SHUT_WR);
         conn_free(c);
+    } else if (c->ssl && SSL_has_pending(c->ssl)) {
+        on_readable(c);   /* OpenSSL holds more records than fitted: no event will say so */
     }
 }
 
 int main(int argc, char **argv) {
-    const char *addr = "127.0.0.1:9096";
+    const char *addr = "127.0.0.1:9096", *cert = NULL, *key = NULL;
     for (int i = 1; i + 1 < argc; i++)
         if (strcmp(argv[i], "-addr") == 0)
             addr = argv[++i];
+        else if (strcmp(argv[i], "-tls-cert") == 0)
+            cert = argv[++i];
+        else if (strcmp(argv[i], "-tls-key") == 0)
+            key = argv[++i];
+    if (cert && key) {
+        tls = SSL_CTX_new(TLS_server_method());
+        if (tls == NULL || !SSL_CTX_set_min_proto_version(tls, TLS1_2_VERSION) ||
+            SSL_CTX_use_certificate_chain_file(tls, cert) != 1 ||
+            SSL_CTX_use_PrivateKey_file(tls, key, SSL_FILETYPE_PEM) != 1) {
+            ERR_print_errors_fp(stderr);
+            return 1;
+        }
+        SSL_CTX_set_mode(tls, SSL_MODE_ENABLE_PARTIAL_WRITE |
+                                  SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+        SSL_CTX_set_read_ahead(tls, 1);
+    }
     char host[64];
     const char *colon = strrchr(addr, ':');
     if (colon == NULL || (size_t)(colon - addr) >= sizeof(host)) {
@@ -440,6 +514,11 @@ int main(int argc, char **argv) {
                     conn *nc = calloc(1, sizeof(*nc));
                     nc->fd = fd;
                     nc->events = EPOLLIN;
+                    if (tls) {   /* the handshake runs inside the first SSL_read */
+                        nc->ssl = SSL_new(tls);
+                        SSL_set_fd(nc->ssl, fd);
+                        SSL_set_accept_state(nc->ssl);
+                    }
                     struct epoll_event e = {.events = EPOLLIN, .data.ptr = nc};
                     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e);
                 }
