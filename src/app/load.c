@@ -324,6 +324,11 @@ typedef struct load_run {
     uint32_t pub_cap;
     uint64_t pub_start_ns, pub_due, pub_seq;
     uint64_t published, pub_blocked, pub_shed, gaps;   /* measured */
+    /* pubsub: the seqs published while measuring, [seq_from, seq_to]
+     * (seq_to is UINT64_MAX until the measured time ends); their deliveries
+     * are what messages, gaps and hist count, whenever they arrive (a
+     * short drain after the measured time lets the last ones in) */
+    uint64_t seq_from, seq_to;
     /* market: the keys' latest seqs published, the slow readers' figures
      * (the fast ones' are messages and hist above), and after the drain */
     uint64_t *last_pub;
@@ -706,12 +711,15 @@ static void sub_message(load_conn *c) {
                      conn_no(c), (unsigned long long)seq, (unsigned long long)c->next_seq - 1);
             return;
         }
-        if (run->phase == PH_MEASURE)
-            run->gaps += seq - c->next_seq;
+        /* the missing seqs that were published while measuring */
+        uint64_t lo = c->next_seq > run->seq_from ? c->next_seq : run->seq_from;
+        uint64_t hi = seq - 1 < run->seq_to ? seq - 1 : run->seq_to;
+        if (run->phase >= PH_MEASURE && hi >= lo)
+            run->gaps += hi - lo + 1;
     }
     c->seen = true;
     c->next_seq = seq + 1;
-    if (run->phase == PH_MEASURE) {
+    if (run->phase >= PH_MEASURE && seq >= run->seq_from && seq <= run->seq_to) {
         uint64_t now = now_ns();
         run->messages++;
         hist_record(&run->hist, now > sent ? now - sent : 0);
@@ -1411,6 +1419,8 @@ static void on_phase_timer(tern_timer *t, void *user) {
         hist_reset(&run->hist);
         run->rounds_sent = run->rounds = run->late = run->skipped = 0;
         run->published = run->pub_blocked = run->pub_shed = run->gaps = 0;
+        run->seq_from = run->pub_seq + 1;
+        run->seq_to = UINT64_MAX;
         run->slow_messages = run->key_reorders = 0;
         hist_reset(&run->slow_hist);
         arm_phase(run, run->o->duration_ms);
@@ -1420,6 +1430,12 @@ static void on_phase_timer(tern_timer *t, void *user) {
         run->t1_ns = now_ns();
         if (run->o->mode == LOAD_FANOUT)
             fanout_judge_pending(run);
+        run->seq_to = run->pub_seq;
+        if (run->o->mode == LOAD_PUBSUB) {   /* the publisher stops; the last ones arrive */
+            run->phase = PH_DRAIN;
+            arm_phase(run, 1000);
+            return;
+        }
         if (run->o->mode == LOAD_MARKET) {   /* the publisher stops; the slow read freely */
             run->phase = PH_DRAIN;
             for (uint32_t i = 0; i < run->o->connections; i++)
@@ -1431,6 +1447,10 @@ static void on_phase_timer(tern_timer *t, void *user) {
         run_close_all(run);
         return;
     case PH_DRAIN:   /* market: does every reader hold each key's latest? */
+        if (run->o->mode == LOAD_PUBSUB) {
+            run_close_all(run);
+            return;
+        }
         for (uint32_t i = 0; i < run->o->connections; i++) {
             load_conn *c = &run->conns[i];
             if (c->state != CS_OPEN)
@@ -1619,6 +1639,8 @@ static void run_begin(load_run *run) {
     if (o->mode == LOAD_FANOUT || has_publisher(o->mode)) {
         run->phase = o->warmup_ms ? PH_WARMUP : PH_MEASURE;
         run->t0_ns = run->sched_ns = run->pub_start_ns = run->open_ns;
+        run->seq_from = 1;
+        run->seq_to = UINT64_MAX;
         arm_phase(run, o->warmup_ms ? o->warmup_ms : o->duration_ms);
         if (!o->warmup_ms)
             arm_cut(run);
