@@ -105,8 +105,8 @@ static void on_open(tern_ws *ws, void *user) {
     client *cl = user;
     cl->ws = ws;
     const char *sub = tern_ws_subprotocol(ws);
-    fprintf(stderr, "tern connect: open%s%s%s\n", sub ? " (subprotocol " : "", sub ? sub : "",
-            sub ? ")" : "");
+    fprintf(stderr, "tern connect: open%s%s%s%s\n", sub ? " (subprotocol " : "", sub ? sub : "",
+            sub ? ")" : "", tern_ws_compressed(ws) ? " (permessage-deflate)" : "");
     while (cl->pending) {
         line *l = cl->pending;
         cl->pending = l->next;

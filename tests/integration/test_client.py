@@ -77,6 +77,7 @@ def check_echo(url, *args):
     assert rest == b"", rest
     assert p.returncode == EXIT_NORMAL, err
     assert "closed 1000" in err
+    assert ("(permessage-deflate)" in err) == ("--compress" in args), err
     return err
 
 
