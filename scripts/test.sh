@@ -10,7 +10,9 @@
 #      against `tern serve`'s /ws echo: every case over wss:// on the release
 #      build, and the quick cases (all but 9.*, 12.*, 13.*, which are long
 #      performance and compression runs) over ws:// on it and over both on
-#      the sanitizer build;
+#      the sanitizer build; then its fuzzingserver (wstest as the server)
+#      against tern's client (tests/autobahn/client.c): every case on the
+#      release build, the quick ones on the sanitizer build;
 #   4. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus;
 #   5. every benchmark suite with --quick (bench/run), and ws-echo once more
 #      driven by the Go gorilla client: fails when a peer did not build, did
@@ -93,6 +95,16 @@ if [ "${AUTOBAHN:-1}" != 0 ]; then
 
     section "Autobahn|Testsuite over wss://, quick cases (ASan + UBSan)"
     AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build-asan build-asan/autobahn-wss tls || status=1
+
+    # tern's client against wstest's fuzzingserver: any sanitizer report
+    # makes the client exit non-zero, which run-client counts as a failure.
+    section "Autobahn|Testsuite fuzzingserver against tern's client, all cases (release)"
+    AUTOBAHN_AGENT=tern tests/autobahn/run-client build/tests/autobahn_client \
+        build/autobahn-client || status=1
+
+    section "Autobahn|Testsuite fuzzingserver against tern's client, quick cases (ASan + UBSan)"
+    AUTOBAHN_AGENT=tern AUTOBAHN_EXCLUDE="9.*,12.*,13.*" tests/autobahn/run-client \
+        build-asan/tests/autobahn_client build-asan/autobahn-client || status=1
 fi
 
 section "fuzzers"

@@ -6,6 +6,7 @@
 #include "tern/net.h"
 #include "tern/http.h"
 #include "tern/ws.h"
+#include "tern/client.h"
 #include "tern/pubsub.h"
 #include "tern/tls.h"
 #include "tern/log.h"

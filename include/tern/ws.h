@@ -25,6 +25,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 typedef struct tern_ws tern_ws;
+struct tern_ws_connect_error;
 
 enum tern_ws_opcode { TERN_WS_TEXT = 1, TERN_WS_BINARY = 2 };
 
@@ -91,6 +92,10 @@ typedef struct tern_ws_handlers {
     void (*on_close)(tern_ws *ws, int code, const char *reason, size_t reason_len, void *user);
     void (*on_ping)(tern_ws *ws, const char *data, size_t len, void *user);   /* pong is automatic */
     void (*on_pong)(tern_ws *ws, const char *data, size_t len, void *user);
+    /* A client's connection (tern_ws_connect, tern/client.h) that never
+     * opened: why. Called once, instead of on_open; nothing follows.
+     * Required for a client, unused by a server. */
+    void (*on_connect_error)(const struct tern_ws_connect_error *e, void *user);
 } tern_ws_handlers;
 
 /* Zero means the default for every field. */
@@ -154,7 +159,8 @@ void tern_ws_set_user(tern_ws *ws, void *conn_user);
 const char *tern_ws_subprotocol(const tern_ws *ws);   /* NULL when none was agreed */
 bool tern_ws_compressed(const tern_ws *ws);           /* permessage-deflate agreed */
 tern_loop *tern_ws_loop(const tern_ws *ws);
-/* The server (of this loop) that accepted the connection. */
+/* The server (of this loop) that accepted the connection; NULL for a
+ * client's (tern_ws_connect). */
 tern_server *tern_ws_server(const tern_ws *ws);
 /* The peer's address, as tern_http_peer(). -ENOTCONN once the connection
  * is closed (also inside on_close). */

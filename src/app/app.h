@@ -5,6 +5,8 @@
 int tern_app_serve(int argc, char **argv);
 /* argv[0] is "load", argv[1] the mode (echo or pipeline). */
 int tern_app_load(int argc, char **argv);
+/* argv[0] is "connect": the interactive WebSocket client. */
+int tern_app_connect(int argc, char **argv);
 
 /* serve_pubsub.c: /pubsub, POST /publish/:topic and /fanout on srv (in
  * tern serve's setup); wo: the WebSocket options of the other routes. */

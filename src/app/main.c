@@ -1,5 +1,5 @@
 /* tern: the command. `tern serve` runs the demo server, `tern load` a
- * WebSocket load generator. */
+ * WebSocket load generator, `tern connect` a WebSocket client. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,6 +13,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  serve     the demo server: HTTP routes, static files (tern serve --help)\n"
             "  load      WebSocket load generator: echo, pipeline (tern load --help)\n"
+            "  connect   interactive WebSocket client (tern connect --help)\n"
             "  version   print the version\n");
 }
 
@@ -26,6 +27,8 @@ int main(int argc, char **argv) {
         return tern_app_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "load") == 0)
         return tern_app_load(argc - 1, argv + 1);
+    if (strcmp(cmd, "connect") == 0)
+        return tern_app_connect(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("tern %s\n", TERN_VERSION);
         return 0;

@@ -353,6 +353,62 @@ static int finish(tern__http_head *h, const fields *f) {
     return 0;
 }
 
+enum { LINE_MORE = 0, LINE_FIELD = 1, LINE_END = 2 };
+
+/* One field line at *p, or the empty line that ends the head (RFC 9112
+ * §5): LINE_FIELD with *hd filled and *p past the line, LINE_END with *p
+ * past the blank line, LINE_MORE when the bytes stop first, or -400 (a
+ * malformed line), -431 (a field line when `full`). Shared by requests
+ * and responses, so both read fields byte for byte alike. */
+static int field_line(const uint8_t **pp, const uint8_t *end, bool full, tern__http_header *hd) {
+    const uint8_t *p = *pp;
+    if (p == end)
+        return LINE_MORE;
+    if (*p == '\r') {
+        if (p + 1 == end)
+            return LINE_MORE;
+        if (p[1] != '\n')
+            return -400;
+        *pp = p + 2;
+        return LINE_END;
+    }
+    /* A line that starts with SP or HTAB (obs-fold), a bare LF, or any
+     * other non-token byte has no field name. */
+    if (!tern__http_is(*p, TERN__C_TCHAR))
+        return -400;
+    if (full)
+        return -431;
+    const uint8_t *name = p;
+    while (p < end && tern__http_is(*p, TERN__C_TCHAR))
+        p++;
+    if (p == end)
+        return LINE_MORE;
+    if (*p != ':')   /* whitespace before ':' included (RFC 9112 §5.1) */
+        return -400;
+    const uint8_t *name_end = p++;
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    const uint8_t *value = p;
+    p = scan_value(p, end);
+    if (p == end)
+        return LINE_MORE;
+    if (*p != '\r')
+        return -400;
+    if (p + 1 == end)
+        return LINE_MORE;
+    if (p[1] != '\n')
+        return -400;
+    const uint8_t *value_end = p;
+    while (value_end > value && (value_end[-1] == ' ' || value_end[-1] == '\t'))
+        value_end--;
+    hd->name = (const char *)name;
+    hd->name_len = (size_t)(name_end - name);
+    hd->value = (const char *)value;
+    hd->value_len = (size_t)(value_end - value);
+    *pp = p + 2;
+    return LINE_FIELD;
+}
+
 ssize_t tern__http_parse_head(const char *buf, size_t len, const tern__http_limits *lim,
                               tern__http_head *out, tern__http_header *headers,
                               size_t max_headers) {
@@ -429,51 +485,15 @@ ssize_t tern__http_parse_head(const char *buf, size_t len, const tern__http_limi
     fields f;
     memset(&f, 0, sizeof(f));
     for (;;) {
-        if (p == end)
+        tern__http_header *hd = &headers[out->num_headers];
+        int r = field_line(&p, end, out->num_headers == max_headers, hd);
+        if (r == LINE_MORE)
             return more;
-        if (*p == '\r') {
-            if (p + 1 == end)
-                return more;
-            if (p[1] != '\n')
-                return -400;
-            p += 2;
+        if (r < 0)
+            return r;
+        if (r == LINE_END)
             break;
-        }
-        /* A line that starts with SP or HTAB (obs-fold), a bare LF, or any
-         * other non-token byte has no field name. */
-        if (!tern__http_is(*p, TERN__C_TCHAR))
-            return -400;
-        if (out->num_headers == max_headers)
-            return -431;
-        const uint8_t *name = p;
-        while (p < end && tern__http_is(*p, TERN__C_TCHAR))
-            p++;
-        if (p == end)
-            return more;
-        if (*p != ':')   /* whitespace before ':' included (RFC 9112 §5.1) */
-            return -400;
-        const uint8_t *name_end = p++;
-        while (p < end && (*p == ' ' || *p == '\t'))
-            p++;
-        const uint8_t *value = p;
-        p = scan_value(p, end);
-        if (p == end)
-            return more;
-        if (*p != '\r')
-            return -400;
-        if (p + 1 == end)
-            return more;
-        if (p[1] != '\n')
-            return -400;
-        const uint8_t *value_end = p;
-        while (value_end > value && (value_end[-1] == ' ' || value_end[-1] == '\t'))
-            value_end--;
-        p += 2;
-        tern__http_header *hd = &headers[out->num_headers++];
-        hd->name = (const char *)name;
-        hd->name_len = (size_t)(name_end - name);
-        hd->value = (const char *)value;
-        hd->value_len = (size_t)(value_end - value);
+        out->num_headers++;
         err = on_field(out, &f, hd);
         if (err)
             return err;
@@ -530,4 +550,79 @@ bool tern__http_has_token(const char *value, size_t len, const char *token) {
             return true;
     }
     return false;
+}
+
+/* status-line = HTTP-version SP status-code SP [ reason-phrase ] CRLF
+ * (RFC 9112 §4). The SP before an empty reason is also accepted missing,
+ * as RFC 9112 asks clients to be lenient there; the reason itself is never
+ * interpreted. */
+ssize_t tern__http_parse_response(const char *buf, size_t len, size_t max_head,
+                                  tern__http_response_head *out, tern__http_header *headers,
+                                  size_t max_headers) {
+    memset(out, 0, sizeof(*out));
+    out->headers = headers;
+    size_t avail = len < max_head ? len : max_head;
+    const ssize_t more = len >= max_head ? -431 : 0;
+    const uint8_t *const start = (const uint8_t *)buf;
+    const uint8_t *const end = start + avail;
+    const uint8_t *p = start;
+
+    /* "HTTP/" DIGIT "." DIGIT SP 3DIGIT */
+    static const char version[] = "HTTP/";
+    for (size_t i = 0; i < 12; i++) {
+        if (p + i == end)
+            return more;
+        unsigned char c = p[i];
+        bool ok = i < 5 ? c == (unsigned char)version[i]
+                : i == 5 || i == 7 || i >= 9 ? is_digit((char)c)
+                : i == 6 ? c == '.'
+                : c == ' ';
+        if (!ok)
+            return -400;
+    }
+    if (p[5] != '1')
+        return -505;
+    out->minor_version = p[7] == '0' ? 0 : 1;
+    out->status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
+    if (out->status < 100)
+        return -400;
+    p += 12;
+    if (p == end)
+        return more;
+    if (*p == ' ') {
+        p++;
+        const uint8_t *reason = p;
+        /* reason-phrase = 1*( HTAB / SP / VCHAR / obs-text ) */
+        while (p < end && (tern__http_is(*p, TERN__C_FIELD) || *p == ' '))
+            p++;
+        out->reason = (const char *)reason;
+        out->reason_len = (size_t)(p - reason);
+        if (p == end)
+            return more;
+    }
+    if (*p != '\r')
+        return -400;
+    if (p + 1 == end)
+        return more;
+    if (p[1] != '\n')
+        return -400;
+    p += 2;
+    for (;;) {
+        tern__http_header *hd = &headers[out->num_headers];
+        int r = field_line(&p, end, out->num_headers == max_headers, hd);
+        if (r == LINE_MORE)
+            return more;
+        if (r < 0)
+            return r;
+        if (r == LINE_END)
+            break;
+        out->num_headers++;
+    }
+    return (ssize_t)(p - start);
+}
+
+const tern__http_header *tern__http_response_header(const tern__http_response_head *head,
+                                                    const char *name) {
+    tern__http_head h = {.headers = head->headers, .num_headers = head->num_headers};
+    return tern__http_find_header(&h, name);
 }

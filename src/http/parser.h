@@ -1,4 +1,5 @@
-/* HTTP/1.1 request-head parser (RFC 9112), strict and allocation-free.
+/* HTTP/1.1 request-head parser (RFC 9112), strict and allocation-free,
+ * and the response-head parser of the WebSocket client beside it.
  *
  * The parser works on one contiguous buffer holding the request head and
  * hands back views into it: nothing is copied. Callers first look for the
@@ -68,6 +69,31 @@ size_t tern__http_find_head_end(const char *buf, size_t len, size_t *scanned);
 ssize_t tern__http_parse_head(const char *buf, size_t len, const tern__http_limits *lim,
                               tern__http_head *out, tern__http_header *headers,
                               size_t max_headers);
+
+/* A parsed response head (a client reading a server's answer). Every
+ * pointer points into the parsed buffer. */
+typedef struct tern__http_response_head {
+    int minor_version;                       /* 0 for HTTP/1.0, 1 for 1.1 and above */
+    int status;                              /* 100..999 */
+    const char *reason;  size_t reason_len;  /* as sent; may be empty */
+    tern__http_header *headers;              /* the caller's array, filled */
+    size_t num_headers;
+} tern__http_response_head;
+
+/* Parses a response head at the start of buf[0..len): the status line,
+ * then field lines read exactly as a request's. Nothing is judged beyond
+ * syntax (framing and meaning are the caller's). Returns:
+ *   > 0   the head is complete: the number of bytes it took;
+ *   0     more bytes are needed (and buf holds fewer than max_head);
+ *   < 0   -400 malformed, -505 not HTTP/1.x, -431 the head is longer than
+ *         max_head or has more than max_headers field lines. */
+ssize_t tern__http_parse_response(const char *buf, size_t len, size_t max_head,
+                                  tern__http_response_head *out, tern__http_header *headers,
+                                  size_t max_headers);
+
+/* Case-insensitive lookup among a response's headers; NULL when absent. */
+const tern__http_header *tern__http_response_header(const tern__http_response_head *head,
+                                                    const char *name);
 
 /* Case-insensitive lookup among head->headers; NULL when absent. */
 const tern__http_header *tern__http_find_header(const tern__http_head *head, const char *name);

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/sendfile.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -736,10 +738,63 @@ static void conn_read(tern__conn *c) {
         add_pending(c);
 }
 
+/* The first event of an outbound connection: the connect's outcome. */
+static void connect_done(tern__conn *c) {
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (getsockopt(c->io.fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+        err = errno;
+    if (err == 0)
+        err = -tern__io_set(c->loop, &c->io, EPOLLIN | EPOLLRDHUP);
+    if (err) {
+        tern__conn_close(c, -err);
+        return;
+    }
+    c->flags &= ~TERN__CONN_CONNECTING;
+    c->proto->on_connect(c);
+}
+
+int tern__conn_connect(tern_loop *loop, tern__conn *c, const struct sockaddr *addr,
+                       socklen_t len, const tern__conn_proto *proto, tern__conn_list *list) {
+    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (addr->sa_family != AF_UNIX) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    int r;
+    do
+        r = connect(fd, addr, len);
+    while (r < 0 && errno == EINTR);
+    /* A Unix socket connects (or fails) at once; TCP says EINPROGRESS.
+     * Either way the outcome is reported from the loop: the socket is
+     * writable at once when already connected. */
+    if (r < 0 && errno != EINPROGRESS && errno != EAGAIN) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    int err = tern__conn_start(loop, c, fd, proto, list);
+    if (err == 0)
+        err = tern__io_set(loop, &c->io, EPOLLOUT);
+    if (err < 0) {
+        list_remove(c);
+        close(fd);
+        return err;
+    }
+    c->flags |= TERN__CONN_CONNECTING;
+    return 0;
+}
+
 static void conn_io(tern__io *io, uint32_t revents) {
     tern__conn *c = tern__container_of(io, tern__conn, io);
-    if (c->flags & TERN__CONN_CLOSED)
+    /* One test for both rare states keeps the common path as it was. */
+    if (c->flags & (TERN__CONN_CLOSED | TERN__CONN_CONNECTING)) {
+        if (!(c->flags & TERN__CONN_CLOSED))
+            connect_done(c);
         return;
+    }
     bool recv_waited = false;
     if ((revents & EPOLLOUT) && (c->flags & TERN__CONN_RECV_WANTS_OUT)) {
         /* The transport's read could not write; now it can (below). */

@@ -86,6 +86,10 @@ typedef struct tern__conn_proto {
     /* How long a send may make no progress (ms; 0: no limit): the clock
      * that runs while bytes are leaving and nothing else watches. */
     uint32_t (*send_timeout)(const tern__conn *c);
+    /* Outbound connections only (tern__conn_connect): the connection is
+     * established; reading starts now. A failed connect is on_close with
+     * the error (-ECONNREFUSED, -ETIMEDOUT from the protocol's timeout...). */
+    void (*on_connect)(tern__conn *c);
 } tern__conn_proto;
 
 /* A growable byte buffer with a read offset: data[off..len) is live.
@@ -122,6 +126,9 @@ enum {
     /* The transport's write must read first (TLS): the backlog is retried
      * after the next read rather than on EPOLLOUT. */
     TERN__CONN_SEND_WANTS_IN = 1u << 11,
+    /* An outbound connect is in flight: only EPOLLOUT is watched, and its
+     * event ends the connect (proto->on_connect, or on_close on error). */
+    TERN__CONN_CONNECTING = 1u << 12,
 };
 
 /* Invariants:
@@ -169,6 +176,17 @@ typedef struct tern__conn_list {
  * the batch end after on_close. */
 int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_proto *proto,
                      tern__conn_list *list);
+
+/* Starts an outbound connection to addr (TCP v4/v6 or Unix): a
+ * non-blocking socket and connect(). Returns 0, after which exactly one
+ * of proto->on_connect or proto->on_close follows from the loop (never
+ * from inside this call); or a negative errno with nothing started (the
+ * socket could not be made, or connect() failed at once, as a Unix path
+ * with no listener does). The protocol arms its own timeout for the
+ * connect (tern__conn_set_timeout): on_timeout fires while connecting
+ * too. Nothing may be written before on_connect. */
+int tern__conn_connect(tern_loop *loop, tern__conn *c, const struct sockaddr *addr,
+                       socklen_t len, const tern__conn_proto *proto, tern__conn_list *list);
 
 /* Gives a started connection another transport (TLS over the accepted
  * socket); net releases it when the connection closes. */

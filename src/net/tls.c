@@ -21,6 +21,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <arpa/inet.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -293,10 +294,27 @@ static int sni_cb(SSL *ssl, int *alert, void *arg) {
 
 /* ---- the transport ---------------------------------------------------- */
 
+/* verify_out, for a client's connection while its handshake runs, is
+ * where a failed handshake leaves the certificate verification's result
+ * (the connection's own struct outlives the transport's release). */
 typedef struct tls_conn {
     tern__transport base;
     SSL *ssl;
+    long *verify_out;
 } tls_conn;
+
+/* A handshake of a client that verifies failed: was it the certificate?
+ * Then the caller learns why (verify_out) and net sees -EKEYREJECTED. */
+static int verify_failed(const tern__conn *c) {
+    const tls_conn *t = (const tls_conn *)c->tp;
+    if (t->verify_out == NULL || SSL_is_init_finished(t->ssl))
+        return 0;
+    long v = SSL_get_verify_result(t->ssl);
+    if (v == X509_V_OK)
+        return 0;
+    *t->verify_out = v;
+    return -EKEYREJECTED;
+}
 
 static SSL *ssl_of(const tern__conn *c) { return ((const tls_conn *)c->tp)->ssl; }
 
@@ -330,6 +348,9 @@ static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
             return 0;   /* close_notify */
         int sys = errno;
         ERR_clear_error();
+        int vf = verify_failed(c);
+        if (vf)
+            return vf;
         if (e == SSL_ERROR_SYSCALL)
             return sys && sys != EAGAIN ? -sys : -ECONNRESET;   /* TCP end without close_notify */
         return -EPROTO;   /* not TLS (plain HTTP to this port), a failed handshake, a bad record */
@@ -357,7 +378,8 @@ static ssize_t tls_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
             if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
                 return total ? (ssize_t)total : -EAGAIN;
             ERR_clear_error();
-            return total ? (ssize_t)total : -EPIPE;
+            int vf = verify_failed(c);
+            return total ? (ssize_t)total : vf ? vf : -EPIPE;
         }
     }
     return (ssize_t)total;
@@ -425,4 +447,71 @@ int tern__tls_attach(tern__conn *c, tern_tls *tls) {
     t->base.ops = &tls_ops;
     tern__conn_set_transport(c, &t->base);
     return 0;
+}
+
+/* ---- the client's side ------------------------------------------------ */
+
+SSL_CTX *tern__tls_client_ctx(const char *ca_file, bool insecure) {
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (ctx == NULL) {
+        tls_err("client context", NULL);
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
+                                 SSL_OP_IGNORE_UNEXPECTED_EOF);
+    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
+                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_read_ahead(ctx, 1);
+    static const unsigned char alpn[] = "\x08http/1.1";
+    SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1);
+    SSL_CTX_set_verify(ctx, insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
+    int ok = insecure ? 1
+             : ca_file ? SSL_CTX_load_verify_locations(ctx, ca_file, NULL)
+                       : SSL_CTX_set_default_verify_paths(ctx);
+    if (ok != 1) {
+        SSL_CTX_free(ctx);
+        tls_err("CA file", ca_file);
+        return NULL;
+    }
+    return ctx;
+}
+
+void tern__tls_client_ctx_free(SSL_CTX *ctx) { SSL_CTX_free(ctx); }
+
+int tern__tls_client_attach(tern__conn *c, SSL_CTX *ctx, const char *name, long *verify_out) {
+    tls_conn *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return -ENOMEM;
+    t->ssl = SSL_new(ctx);
+    if (t->ssl == NULL || SSL_set_fd(t->ssl, c->io.fd) != 1)
+        goto fail;
+    if (name && name[0]) {
+        /* SNI carries host names only (RFC 6066 §3); an address is
+         * checked against the certificate's IP entries instead. */
+        unsigned char ip[16];
+        bool is_ip = inet_pton(AF_INET, name, ip) == 1 || inet_pton(AF_INET6, name, ip) == 1;
+        if (!is_ip && SSL_set_tlsext_host_name(t->ssl, name) != 1)
+            goto fail;
+        if (SSL_get_verify_mode(t->ssl) != SSL_VERIFY_NONE) {
+            X509_VERIFY_PARAM *vp = SSL_get0_param(t->ssl);
+            if ((is_ip ? X509_VERIFY_PARAM_set1_ip_asc(vp, name)
+                       : X509_VERIFY_PARAM_set1_host(vp, name, 0)) != 1)
+                goto fail;
+            t->verify_out = verify_out;
+        }
+    }
+    SSL_set_connect_state(t->ssl);
+    t->base.ops = &tls_ops;
+    tern__conn_set_transport(c, &t->base);
+    return 0;
+fail:
+    SSL_free(t->ssl);
+    free(t);
+    ERR_clear_error();
+    return -ENOMEM;
+}
+
+const char *tern__tls_verify_string(long result) {
+    return X509_verify_cert_error_string(result);
 }

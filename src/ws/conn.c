@@ -49,10 +49,19 @@ static const char *close_reason(int code) {
 }
 
 /* This loop's server (the route belongs to every loop's): the owner of
- * the list the connection is on, which net keeps known after the close. */
+ * the list the connection is on, which net keeps known after the close.
+ * NULL for a client's connection, which no server owns. */
 static tern_server *srv_of(const tern_ws *ws) {
-    return tern__container_of(ws->conn.list, tern_server, conns);
+    return ws->conn.list ? tern__container_of(ws->conn.list, tern_server, conns) : NULL;
 }
+
+/* A server's counters; a client has none. */
+#define WS_STAT_ADD(ws, field, n)                                                             \
+    do {                                                                                      \
+        tern_server *srv_ = srv_of(ws);                                                       \
+        if (srv_)                                                                             \
+            TERN__STAT_ADD(srv_, field, n);                                                   \
+    } while (0)
 
 static bool gone(const tern_ws *ws) {
     return (ws->conn.flags & TERN__CONN_CLOSED) || ws->state == TERN__WS_DONE;
@@ -60,14 +69,42 @@ static bool gone(const tern_ws *ws) {
 
 /* ---- sending ---------------------------------------------------------- */
 
+/* A client's frame: masked with a fresh key (RFC 6455 §5.3), so the
+ * payload is copied, into the cork buffer when it fits (then masked there,
+ * in place) or else into a buffer of its own. */
+static int write_masked(tern_ws *ws, uint8_t opcode, bool fin, bool rsv1, const void *data,
+                        size_t len) {
+    uint8_t key[4];
+    tern__ws_mask_key(key);
+    uint8_t hdr[TERN__WS_MAX_HEADER];
+    size_t hl = tern__ws_write_header(hdr, fin, rsv1, opcode, len, key);
+    char *dst = tern__conn_reserve(&ws->conn, hl + len);
+    char *own = NULL;
+    if (dst == NULL && (dst = own = malloc(hl + len)) == NULL)
+        return -ENOMEM;
+    memcpy(dst, hdr, hl);
+    if (len)
+        memcpy(dst + hl, data, len);
+    tern__ws_mask((uint8_t *)dst + hl, len, key, 0);
+    if (own == NULL) {
+        tern__conn_commit(&ws->conn, hl + len);
+        return TERN_SEND_OK;
+    }
+    int r = tern__conn_write(&ws->conn, own, hl + len);
+    free(own);
+    return r;
+}
+
 static int write_frame(tern_ws *ws, uint8_t opcode, bool fin, bool rsv1, const void *data,
                        size_t len) {
+    if (ws->ep->role == TERN__WS_CLIENT)
+        return write_masked(ws, opcode, fin, rsv1, data, len);
     uint8_t hdr[TERN__WS_MAX_HEADER];
     size_t hl = tern__ws_write_header(hdr, fin, rsv1, opcode, len, NULL);
     struct iovec iov[2] = {{hdr, hl}, {(void *)data, len}};
-    TERN__STAT_ADD(srv_of(ws), bytes_out, hl + len);
+    WS_STAT_ADD(ws, bytes_out, hl + len);
     if (fin && opcode < 8)
-        TERN__STAT_ADD(srv_of(ws), ws_out, 1);
+        WS_STAT_ADD(ws, ws_out, 1);
     return tern__conn_writev(&ws->conn, iov, len ? 2 : 1);
 }
 
@@ -76,7 +113,7 @@ static int write_frame(tern_ws *ws, uint8_t opcode, bool fin, bool rsv1, const v
  * when the connection is freed. */
 static void pubsub_forget(tern_ws *ws) {
     tern_server *srv = srv_of(ws);
-    if (srv->pubsub)
+    if (srv && srv->pubsub)
         atomic_load(&srv->cfg->pubsub_hooks)->ws_closed(srv, ws);
 }
 
@@ -85,8 +122,8 @@ static void notify_close(tern_ws *ws, int code, const char *reason, size_t reaso
         return;
     ws->state = TERN__WS_DONE;
     pubsub_forget(ws);
-    if (ws->route->h.on_close)
-        ws->route->h.on_close(ws, code, reason, reason_len, ws->route->user);
+    if (ws->ep->h.on_close)
+        ws->ep->h.on_close(ws, code, reason, reason_len, ws->ep->user);
 }
 
 static void send_close_frame(tern_ws *ws, int code, const char *reason, size_t reason_len) {
@@ -97,10 +134,23 @@ static void send_close_frame(tern_ws *ws, int code, const char *reason, size_t r
         payload[1] = (uint8_t)code;
         if (reason_len > 123)
             reason_len = 123;
-        memcpy(payload + 2, reason, reason_len);
+        if (reason_len)   /* reason may be NULL then (tern_ws_close's) */
+            memcpy(payload + 2, reason, reason_len);
         n = 2 + reason_len;
     }
     write_frame(ws, TERN__WS_OP_CLOSE, true, false, payload, n);
+}
+
+/* The TCP end after the closing handshake (or a failure), from the
+ * connection's own events. The server closes first (§7.1.1) but lingers
+ * to read the client's last bytes. A client, which may close any time
+ * after sending and receiving a close frame, closes as soon as its last
+ * frame is flushed: nothing is left of its connection after the batch in
+ * which on_close ran, so a program may stop and free its loop there. */
+static void finish(tern_ws *ws) {
+    tern__conn_end(&ws->conn);
+    if (ws->ep->role == TERN__WS_CLIENT && (ws->conn.flags & TERN__CONN_LINGER))
+        tern__conn_close(&ws->conn, 0);
 }
 
 /* Fails the connection (RFC 6455 §7.1.7): a close frame with the code,
@@ -114,7 +164,7 @@ static void fail(tern_ws *ws, int code) {
     if (ws->state == TERN__WS_OPEN)
         send_close_frame(ws, code, reason, rl);
     notify_close(ws, code, reason, rl);
-    tern__conn_end(&ws->conn);
+    finish(ws);
 }
 
 /* The close policy: a close frame with 1008 goes after the backlog (past
@@ -145,15 +195,17 @@ static void on_deferred(tern__conn *c) {
         ws->close_due = false;
         pubsub_forget(ws);
         int code = ws->close_1013 ? TERN_WS_TRY_AGAIN : TERN_WS_POLICY;
-        if (ws->route->h.on_close)
-            ws->route->h.on_close(ws, code, close_reason(code), 13, ws->route->user);
+        if (ws->ep->h.on_close)
+            ws->ep->h.on_close(ws, code, close_reason(code), 13, ws->ep->user);
+        if (srv_of(ws) == NULL && (ws->conn.flags & TERN__CONN_CLOSED))
+            tern__ws_client_release(ws->ep);   /* on_close (net's) came first and left it */
     }
 }
 
 /* Net's send clock runs for a WebSocket only once it is ending (its idle
  * clock runs otherwise): the close frame must go out within this. */
 static uint32_t send_timeout(const tern__conn *c) {
-    return ((const tern_ws *)c)->route->opt.close_timeout_ms;
+    return ((const tern_ws *)c)->ep->opt.close_timeout_ms;
 }
 
 static void policy_pause(tern_ws *ws) {
@@ -173,8 +225,8 @@ static uint32_t soft_spent(const tern_ws *ws) { return clock32(ws) - ws->soft_si
 /* Over the soft limit past the grace period. */
 static void apply_policy(tern_ws *ws) {
     tern__log(TERN_LOG_INFO, TERN__LOG_WS_SLOW, "ws: slow consumer, %zu bytes behind: policy %d",
-              tern__conn_buffered(&ws->conn), ws->route->opt.slow_policy);
-    switch (ws->route->opt.slow_policy) {
+              tern__conn_buffered(&ws->conn), ws->ep->opt.slow_policy);
+    switch (ws->ep->opt.slow_policy) {
     case TERN_WS_SLOW_CLOSE:
         tern__ws_policy_close(ws);
         break;
@@ -190,7 +242,7 @@ static void apply_policy(tern_ws *ws) {
  * the backlog's grace period, whichever comes first; grace_wake says which
  * it was armed for. */
 static void arm_timeout(tern_ws *ws) {
-    const tern_ws_options *o = &ws->route->opt;
+    const tern_ws_options *o = &ws->ep->opt;
     uint64_t t = o->idle_timeout_ms;
     ws->grace_wake = false;
     if (ws->soft_since) {
@@ -208,7 +260,7 @@ static void arm_timeout(tern_ws *ws) {
  * connection has no hard limit, and reading stops as soon as the backlog
  * passes it (so an echo's backlog is bounded by what one read brings). */
 static int check_backlog(tern_ws *ws, int r) {
-    const tern_ws_options *o = &ws->route->opt;
+    const tern_ws_options *o = &ws->ep->opt;
     if (r == TERN_SEND_DROPPED) {
         if (o->slow_policy == TERN_WS_SLOW_CLOSE)
             tern__ws_policy_close(ws);
@@ -242,7 +294,7 @@ static int check_backlog(tern_ws *ws, int r) {
  * under the pause policy a push that would take the backlog past the hard
  * limit closes the connection with 1008, as the close policy does. */
 static bool push_refused(tern_ws *ws, size_t len) {
-    const tern_ws_options *o = &ws->route->opt;
+    const tern_ws_options *o = &ws->ep->opt;
     if (o->slow_policy != TERN_WS_SLOW_PAUSE || ws->in_delivery ||
         tern__conn_backlog(&ws->conn) + len <= o->backlog_hard)
         return false;
@@ -257,7 +309,7 @@ static bool may_send(const tern_ws *ws) {
 /* Over the soft limit past the grace period with the drop policy: new
  * messages are dropped until the backlog drains. */
 static bool dropping(const tern_ws *ws) {
-    const tern_ws_options *o = &ws->route->opt;
+    const tern_ws_options *o = &ws->ep->opt;
     return o->slow_policy == TERN_WS_SLOW_DROP && ws->soft_since &&
            soft_spent(ws) >= o->backlog_grace_ms;
 }
@@ -273,16 +325,15 @@ int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode) {
         return TERN_SEND_DROPPED;
     int r;
     tern__ws_pmd *pmd = ws->pmd;
-    if (pmd && len >= ws->route->opt.compress_min) {
+    if (pmd && len >= ws->ep->opt.compress_min) {
         if (pmd->deflater == NULL) {
-            pmd->deflater = tern__pmd_deflater_new(pmd->params.server_max_window_bits,
-                                                   ws->route->pmd.mem_level);
+            pmd->deflater = tern__pmd_deflater_new(pmd->deflate_bits, ws->ep->pmd.mem_level);
             if (pmd->deflater == NULL)
                 return -ENOMEM;
         }
         uint8_t *out;
         ssize_t n = tern__pmd_deflate(pmd->deflater, data, len,
-                                      pmd->params.server_no_context_takeover, &out);
+                                      pmd->deflate_nct, &out);
         if (n < 0)
             return (int)n;
         r = write_frame(ws, (uint8_t)opcode, true, true, out, (size_t)n);
@@ -326,7 +377,7 @@ int tern_ws_close(tern_ws *ws, int code, const char *reason) {
         return -EPIPE;
     send_close_frame(ws, code, reason, rl);
     ws->state = TERN__WS_CLOSE_SENT;
-    tern__conn_set_timeout(&ws->conn, ws->route->opt.close_timeout_ms);
+    tern__conn_set_timeout(&ws->conn, ws->ep->opt.close_timeout_ms);
     return 0;
 }
 
@@ -336,7 +387,7 @@ void tern_ws_set_user(tern_ws *ws, void *conn_user) { if (ws) ws->user = conn_us
 const char *tern_ws_subprotocol(const tern_ws *ws) {
     return ws == NULL || ws->subprotocol == TERN__WS_NO_SUBPROTOCOL
                ? NULL
-               : ws->route->opt.subprotocols[ws->subprotocol];
+               : ws->ep->opt.subprotocols[ws->subprotocol];
 }
 bool tern_ws_compressed(const tern_ws *ws) { return ws && ws->pmd != NULL; }
 tern_loop *tern_ws_loop(const tern_ws *ws) { return ws ? ws->conn.loop : NULL; }
@@ -404,22 +455,23 @@ int tern_ws_send_prepared(tern_ws *ws, tern_ws_prepared *m) {
         return -EPIPE;
     if (ws->sending_fragments)
         return -EBUSY;
+    if (ws->ep->role == TERN__WS_CLIENT)   /* masked per frame: nothing to share */
+        return tern_ws_send(ws, m->plain + m->plain_hdr, m->plain_len - m->plain_hdr, m->opcode);
     if (dropping(ws) || push_refused(ws, m->plain_len))
         return TERN_SEND_DROPPED;
     if (ws->pmd) {
         /* The shared compressed frame fits only a connection whose
          * compressor keeps no context: with context takeover, the peer's
          * window would hold bytes our own compressor never saw. */
-        if (m->deflated && ws->pmd->params.server_no_context_takeover &&
-            ws->pmd->params.server_max_window_bits >= 15) {
-            TERN__STAT_ADD(srv_of(ws), bytes_out, m->deflated_len);
-            TERN__STAT_ADD(srv_of(ws), ws_out, 1);
+        if (m->deflated && ws->pmd->deflate_nct && ws->pmd->deflate_bits >= 15) {
+            WS_STAT_ADD(ws, bytes_out, m->deflated_len);
+            WS_STAT_ADD(ws, ws_out, 1);
             return check_backlog(ws, tern__conn_write(&ws->conn, m->deflated, m->deflated_len));
         }
         return tern_ws_send(ws, m->plain + m->plain_hdr, m->plain_len - m->plain_hdr, m->opcode);
     }
-    TERN__STAT_ADD(srv_of(ws), bytes_out, m->plain_len);
-    TERN__STAT_ADD(srv_of(ws), ws_out, 1);
+    WS_STAT_ADD(ws, bytes_out, m->plain_len);
+    WS_STAT_ADD(ws, ws_out, 1);
     return check_backlog(ws, tern__conn_write(&ws->conn, m->plain, m->plain_len));
 }
 
@@ -461,10 +513,10 @@ static tern__ws_rx *rx_get(tern_ws *ws) {
 
 /* Delivers text or binary: streamed pieces or the whole message. */
 static void deliver(tern_ws *ws, const char *p, size_t n, bool last) {
-    const tern__ws_route *r = ws->route;
+    const tern__ws_endpoint *r = ws->ep;
     ws->in_delivery = true;   /* sends now are answers (see push_refused) */
     if (last)
-        TERN__STAT_ADD(srv_of(ws), ws_in, 1);
+        WS_STAT_ADD(ws, ws_in, 1);
     if (r->h.on_fragment)
         r->h.on_fragment(ws, p, n, ws->msg_opcode, last, r->user);
     else if (last && r->h.on_message)
@@ -476,7 +528,7 @@ static void deliver(tern_ws *ws, const char *p, size_t n, bool last) {
 static bool inflate_piece(tern_ws *ws, tern__ws_rx *rx, const char *p, size_t n, bool last) {
     tern__ws_pmd *pmd = ws->pmd;
     if (pmd->inflater == NULL) {
-        pmd->inflater = tern__pmd_inflater_new(pmd->params.client_max_window_bits);
+        pmd->inflater = tern__pmd_inflater_new(pmd->inflate_bits);
         if (pmd->inflater == NULL) {
             fail(ws, TERN_WS_INTERNAL);
             return false;
@@ -486,8 +538,8 @@ static bool inflate_piece(tern_ws *ws, tern__ws_rx *rx, const char *p, size_t n,
      * earlier (streamed, so no longer in it) are subtracted here. */
     size_t before = rx->msg.len;
     int r = tern__pmd_inflate(pmd->inflater, (const uint8_t *)p, n, last,
-                              pmd->params.client_no_context_takeover, &rx->msg,
-                              ws->route->opt.max_message - (rx->msg_total - before));
+                              pmd->inflate_nct, &rx->msg,
+                              ws->ep->opt.max_message - (rx->msg_total - before));
     if (r == -EMSGSIZE) {
         fail(ws, TERN_WS_TOO_BIG);
         return false;
@@ -510,9 +562,11 @@ static bool inflate_piece(tern_ws *ws, tern__ws_rx *rx, const char *p, size_t n,
  * the message is split (ws->rx is set). Returns false when the connection
  * is no longer open for reading. */
 static bool on_payload(tern_ws *ws, char *p, size_t n, bool msg_end) {
-    const tern__ws_route *r = ws->route;
+    const tern__ws_endpoint *r = ws->ep;
     tern__ws_rx *rx = ws->rx;
-    if (ws->state != TERN__WS_OPEN) {   /* closing: data is read and dropped */
+    /* After our close frame the peer may still send what it sent before
+     * seeing it (§5.5.1): that is delivered; after on_close nothing is. */
+    if (ws->state == TERN__WS_DONE) {
         if (msg_end)
             message_reset(ws);
         return true;
@@ -563,8 +617,9 @@ static bool on_payload(tern_ws *ws, char *p, size_t n, bool msg_end) {
  * state is needed. Returns false when the connection is no longer open
  * for reading. */
 static bool on_whole_message(tern_ws *ws, char *p, size_t n, const uint8_t mask[4]) {
-    tern__ws_mask((uint8_t *)p, n, mask, 0);
-    if (ws->state == TERN__WS_OPEN) {
+    if (ws->ep->role == TERN__WS_SERVER)
+        tern__ws_mask((uint8_t *)p, n, mask, 0);
+    if (ws->state != TERN__WS_DONE) {
         if (ws->msg_opcode == TERN_WS_TEXT && !tern__utf8_valid((const uint8_t *)p, n)) {
             fail(ws, TERN_WS_INVALID_DATA);
             return false;
@@ -580,7 +635,7 @@ static bool on_whole_message(tern_ws *ws, char *p, size_t n, const uint8_t mask[
 /* A whole control frame, unmasked. Returns false when the connection is
  * no longer open for reading. */
 static bool on_control(tern_ws *ws, uint8_t opcode, const char *p, size_t n) {
-    const tern__ws_route *r = ws->route;
+    const tern__ws_endpoint *r = ws->ep;
     switch (opcode) {
     case TERN__WS_OP_CLOSE: {
         int code = TERN_WS_NO_STATUS;
@@ -607,8 +662,7 @@ static bool on_control(tern_ws *ws, uint8_t opcode, const char *p, size_t n) {
         if (ws->state == TERN__WS_OPEN)
             send_close_frame(ws, code, "", 0);
         notify_close(ws, code, reason, rl);
-        /* The server closes the TCP connection first (§7.1.1). */
-        tern__conn_end(&ws->conn);
+        finish(ws);
         return false;
     }
     case TERN__WS_OP_PING:
@@ -633,15 +687,16 @@ static size_t read_frames(tern_ws *ws, char *data, size_t len);
 
 static size_t on_data(tern__conn *c, char *data, size_t len) {
     tern_ws *ws = (tern_ws *)c;
-    tern_server *srv = srv_of(ws);
     size_t used = read_frames(ws, data, len);
-    TERN__STAT_ADD(srv, bytes_in, used);
+    WS_STAT_ADD(ws, bytes_in, used);
     return used;
 }
 
 /* on_data's work: parses and delivers; returns the bytes consumed. */
 static size_t read_frames(tern_ws *ws, char *data, size_t len) {
-    const tern_ws_options *o = &ws->route->opt;
+    const tern_ws_options *o = &ws->ep->opt;
+    /* A server requires masked frames, a client unmasked ones (§5.1). */
+    const bool server = ws->ep->role == TERN__WS_SERVER;
     size_t pos = 0;
     if (ws->state == TERN__WS_OPEN) {
         /* Any byte from the peer shows it is alive. */
@@ -653,11 +708,11 @@ static size_t read_frames(tern_ws *ws, char *data, size_t len) {
             return len;
         if (ws->rx == NULL || !ws->rx->in_frame) {
             tern__ws_header h;
-            int r = tern__ws_parse_header((const uint8_t *)data + pos, len - pos, true,
+            int r = tern__ws_parse_header((const uint8_t *)data + pos, len - pos, server,
                                           ws->pmd != NULL, &h);
             if (r == 0)
                 return pos;
-            if (r < 0) {
+            if (r < 0 || h.masked != server) {
                 fail(ws, TERN_WS_PROTOCOL_ERROR);
                 return len;
             }
@@ -667,7 +722,8 @@ static size_t read_frames(tern_ws *ws, char *data, size_t len) {
                 if (avail < h.payload_len)
                     return pos;
                 char *p = data + pos + r;
-                tern__ws_mask((uint8_t *)p, (size_t)h.payload_len, h.mask, 0);
+                if (server)
+                    tern__ws_mask((uint8_t *)p, (size_t)h.payload_len, h.mask, 0);
                 pos += (size_t)r + (size_t)h.payload_len;
                 if (!on_control(ws, h.opcode, p, (size_t)h.payload_len))
                     return len;
@@ -713,7 +769,8 @@ static size_t read_frames(tern_ws *ws, char *data, size_t len) {
         tern__ws_rx *rx = ws->rx;
         size_t n = len - pos < rx->frame_left ? len - pos : (size_t)rx->frame_left;
         char *p = data + pos;
-        rx->phase = (uint8_t)tern__ws_mask((uint8_t *)p, n, rx->mask, rx->phase);
+        if (server)
+            rx->phase = (uint8_t)tern__ws_mask((uint8_t *)p, n, rx->mask, rx->phase);
         pos += n;
         rx->frame_left -= n;
         bool frame_end = rx->frame_left == 0;
@@ -740,10 +797,10 @@ static void on_drain(tern__conn *c) {
         tern__conn_resume(c);
     }
     tern_server *srv = srv_of(ws);
-    if (ws->state == TERN__WS_OPEN && srv->pubsub)   /* pub/sub's conflated updates first */
+    if (ws->state == TERN__WS_OPEN && srv && srv->pubsub)   /* pub/sub's conflated updates first */
         atomic_load(&srv->cfg->pubsub_hooks)->ws_drained(srv, ws);
-    if (ws->state == TERN__WS_OPEN && ws->route->h.on_drain)
-        ws->route->h.on_drain(ws, ws->route->user);
+    if (ws->state == TERN__WS_OPEN && ws->ep->h.on_drain)
+        ws->ep->h.on_drain(ws, ws->ep->user);
 }
 
 static void on_timeout(tern__conn *c) {
@@ -755,7 +812,7 @@ static void on_timeout(tern__conn *c) {
     }
     if (ws->grace_wake) {
         /* The backlog's grace period is over, not the idle time. */
-        const tern_ws_options *o = &ws->route->opt;
+        const tern_ws_options *o = &ws->ep->opt;
         if (ws->soft_since && tern__conn_buffered(c) > o->backlog_soft)
             apply_policy(ws);
         if (!gone(ws))
@@ -771,7 +828,7 @@ static void on_timeout(tern__conn *c) {
     }
     write_frame(ws, TERN__WS_OP_PING, true, false, NULL, 0);
     ws->awaiting_pong = true;
-    tern__conn_set_timeout(c, ws->route->opt.pong_timeout_ms);
+    tern__conn_set_timeout(c, ws->ep->opt.pong_timeout_ms);
 }
 
 static void on_shutdown(tern__conn *c) {
@@ -792,12 +849,15 @@ static void on_close(tern__conn *c, int err) {
         free(ws->pmd);
         ws->pmd = NULL;
     }
-    tern__http_conn_closed_by_server(srv);
+    if (srv)
+        tern__http_conn_closed_by_server(srv);
+    else if (!ws->close_due)   /* else on_deferred, still to come, needs it */
+        tern__ws_client_release(ws->ep);
 }
 
 /* ---- the switch from HTTP --------------------------------------------- */
 
-int tern__ws_open(tern__http_conn *hc, const tern__ws_route *route, void *conn_user,
+int tern__ws_open(tern__conn *from, const tern__ws_endpoint *ep, void *conn_user,
                   int subprotocol, const tern__pmd_params *pmd, const char *rest,
                   size_t rest_len) {
     tern_ws *ws = calloc(1, sizeof(*ws));
@@ -807,29 +867,38 @@ int tern__ws_open(tern__http_conn *hc, const tern__ws_route *route, void *conn_u
         free(ws);
         return -ENOMEM;
     }
-    int err = tern__conn_move(&hc->conn, &ws->conn, &ws_proto);
+    int err = tern__conn_move(from, &ws->conn, &ws_proto);
     if (err < 0) {
         free(ws->pmd);
         free(ws);
         return err;
     }
-    ws->route = route;
+    ws->ep = ep;
     ws->user = conn_user;
     ws->state = TERN__WS_OPEN;
     ws->subprotocol = subprotocol < 0 ? TERN__WS_NO_SUBPROTOCOL : (uint8_t)subprotocol;
-    if (pmd)
-        ws->pmd->params = *pmd;
+    if (pmd) {
+        /* The RFC's names are the server's and the client's: ours are the
+         * server's when we are the server. */
+        bool server = ep->role == TERN__WS_SERVER;
+        ws->pmd->deflate_bits = server ? pmd->server_max_window_bits : pmd->client_max_window_bits;
+        ws->pmd->inflate_bits = server ? pmd->client_max_window_bits : pmd->server_max_window_bits;
+        ws->pmd->deflate_nct =
+            server ? pmd->server_no_context_takeover : pmd->client_no_context_takeover;
+        ws->pmd->inflate_nct =
+            server ? pmd->client_no_context_takeover : pmd->server_no_context_takeover;
+    }
     /* Under the pause policy net enforces no limit: answers to the peer's
      * own messages are never dropped (reading stops instead), and pushes
      * are checked by push_refused(). */
-    size_t hard = route->opt.slow_policy == TERN_WS_SLOW_PAUSE ? 0 : route->opt.backlog_hard;
+    size_t hard = ep->opt.slow_policy == TERN_WS_SLOW_PAUSE ? 0 : ep->opt.backlog_hard;
     ws->conn.out_limit = hard > UINT32_MAX ? UINT32_MAX : (uint32_t)hard;
-    tern__conn_set_timeout(&ws->conn, route->opt.idle_timeout_ms);
+    tern__conn_set_timeout(&ws->conn, ep->opt.idle_timeout_ms);
     if (rest_len && tern__conn_inject(&ws->conn, rest, rest_len) < 0) {
         tern__conn_close(&ws->conn, -ENOMEM);
         return 0;
     }
-    if (route->h.on_open)
-        route->h.on_open(ws, route->user);
+    if (ep->h.on_open)
+        ep->h.on_open(ws, ep->user);
     return 0;
 }

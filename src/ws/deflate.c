@@ -271,6 +271,76 @@ int tern__pmd_negotiate(const char *offer, size_t len, const tern__pmd_config *c
     }
 }
 
+/* ---- the client's side ------------------------------------------------- */
+
+int tern__pmd_client_offer(const tern__pmd_config *cfg, char *buf, size_t cap) {
+    int bits = cfg->server_max_window_bits;
+    int n = snprintf(buf, cap, "permessage-deflate; client_max_window_bits%s%s",
+                     cfg->client_no_context_takeover ? "; client_no_context_takeover" : "",
+                     cfg->server_no_context_takeover ? "; server_no_context_takeover" : "");
+    if (n >= 0 && (size_t)n < cap && bits >= 9 && bits < 15)
+        n += snprintf(buf + n, cap - (size_t)n, "; server_max_window_bits=%d", bits);
+    return n < 0 || (size_t)n >= cap ? -ENOSPC : n;
+}
+
+int tern__pmd_client_accept(const char *resp, size_t len, const tern__pmd_config *cfg,
+                            tern__pmd_params *out) {
+    hcur c = {resp, len, 0};
+    skip_ows(&c);
+    const char *name;
+    size_t nlen = take_token(&c, &name);
+    if (!token_is(name, nlen, "permessage-deflate"))
+        return -EPROTO;   /* an extension we never offered */
+    pmd_offer o = {0};
+    for (;;) {
+        skip_ows(&c);
+        if (c.pos == c.len)
+            break;
+        if (c.s[c.pos] != ';')
+            return -EPROTO;   /* a second extension, or junk */
+        c.pos++;
+        skip_ows(&c);
+        const char *pname, *v = NULL;
+        size_t plen = take_token(&c, &pname), vlen = 0;
+        if (plen == 0)
+            return -EPROTO;
+        skip_ows(&c);
+        bool has_value = false;
+        char qbuf[8];
+        if (c.pos < c.len && c.s[c.pos] == '=') {
+            c.pos++;
+            skip_ows(&c);
+            has_value = true;
+            if (c.pos < c.len && c.s[c.pos] == '"') {
+                long q = take_quoted(&c, qbuf, sizeof(qbuf));
+                if (q < 0 || q > (long)sizeof(qbuf))
+                    return -EPROTO;
+                v = qbuf;
+                vlen = (size_t)q;
+            } else if ((vlen = take_token(&c, &v)) == 0) {
+                return -EPROTO;
+            }
+        }
+        if (!offer_param(&o, pname, plen, has_value, v, vlen))
+            return -EPROTO;
+    }
+    /* §7.1.2.2: the server names our window with a value, or not at all. */
+    if (o.has_client_bits && o.client_bits == 0)
+        return -EPROTO;
+    int asked = cfg->server_max_window_bits >= 9 && cfg->server_max_window_bits < 15
+                    ? cfg->server_max_window_bits : 15;
+    if (o.has_server_bits && o.server_bits > asked)
+        return -EPROTO;
+    out->server_no_context_takeover = o.server_nct;
+    /* What we promised holds whether or not the server repeats it. */
+    out->client_no_context_takeover = o.client_nct || cfg->client_no_context_takeover;
+    /* Our decompressor takes any window up to 15; the server's is at most
+     * what it said, so 15 is always right and never too small. */
+    out->server_max_window_bits = 15;
+    out->client_max_window_bits = o.has_client_bits ? o.client_bits : 15;
+    return 1;
+}
+
 /* ---- compression ------------------------------------------------------ */
 
 /* zlib's default level: a balance that suits chat-sized text; level 1

@@ -44,6 +44,21 @@ typedef struct tern__pmd_params {
 int tern__pmd_negotiate(const char *offer, size_t len, const tern__pmd_config *cfg,
                         tern__pmd_params *out, char *resp, size_t resp_cap);
 
+/* The client's side of the negotiation. tern__pmd_client_offer writes
+ * the offer for cfg into buf (NUL-terminated): permessage-deflate with
+ * client_max_window_bits (the server may limit our window), and
+ * client_no_context_takeover, server_no_context_takeover and
+ * server_max_window_bits (when 9..14) as cfg asks. Returns its length or
+ * -ENOSPC. tern__pmd_client_accept reads the server's answer to that
+ * offer: 1 and *out (in the RFC's terms) when it is one valid
+ * permessage-deflate response that fits the offer; -EPROTO when the
+ * client must fail the connection (RFC 7692 §5: a malformed answer,
+ * another extension, an unknown or repeated parameter, a server window
+ * over the one asked for, a client window without a value). */
+int tern__pmd_client_offer(const tern__pmd_config *cfg, char *buf, size_t cap);
+int tern__pmd_client_accept(const char *resp, size_t len, const tern__pmd_config *cfg,
+                            tern__pmd_params *out);
+
 /* One direction of compression state, created when a connection first
  * compresses or decompresses a message. The object itself is small (a
  * z_stream); zlib's memory (about 256 KiB to deflate at 15 bits and memory

@@ -11,13 +11,10 @@
 #include "ws/handshake.h"
 #include "ws/ws.h"
 
-#define KIB 1024u
-
 static int try_upgrade(tern_http_req *req, const tern__http_head *head, const char *rest,
                        size_t rest_len);
 static const char *owns_path(const tern__vhost *vh, const char *path, size_t path_len);
 static void free_ws_server(tern__vhost *vh);
-static bool tern__ws_token(const char *s);
 
 static const tern__upgrade_hook ws_hook = {try_upgrade, owns_path, free_ws_server};
 
@@ -56,55 +53,16 @@ int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers 
         return -EINVAL;
     if (srv->cfg->shared)
         return -EBUSY;
-    /* Out-of-range options are refused rather than quietly replaced: a
-     * typo should not become a server that runs with other limits. */
-    if (opt && ((opt->slow_policy < TERN_WS_SLOW_CLOSE || opt->slow_policy > TERN_WS_SLOW_PAUSE) ||
-                (opt->server_max_window_bits != 0 &&
-                 (opt->server_max_window_bits < 9 || opt->server_max_window_bits > 15)) ||
-                opt->compression_mem_level < 0 || opt->compression_mem_level > 9 ||
-                (opt->backlog_soft && opt->backlog_hard && opt->backlog_soft > opt->backlog_hard)))
-        return -EINVAL;
-    for (size_t i = 0; opt && opt->subprotocols && opt->subprotocols[i]; i++)
-        if (!tern__ws_token(opt->subprotocols[i]))
-            return -EINVAL;
-    tern__ws_server *w = ws_server(srv);
-    if (w == NULL)
-        return -ENOMEM;
     tern__ws_route *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return -ENOMEM;
-    r->h = *h;
-    if (opt)
-        r->opt = *opt;
-    tern_ws_options *o = &r->opt;
-    if (!o->max_message) o->max_message = 16 * KIB * KIB;
-    if (!o->idle_timeout_ms) o->idle_timeout_ms = 30000;
-    if (!o->pong_timeout_ms) o->pong_timeout_ms = 30000;
-    if (!o->close_timeout_ms) o->close_timeout_ms = 5000;
-    if (!o->backlog_soft) o->backlog_soft = 256 * KIB;
-    if (!o->backlog_grace_ms) o->backlog_grace_ms = 10000;
-    if (!o->backlog_hard) o->backlog_hard = 1024 * KIB;
-    if (!o->compress_min) o->compress_min = 64;
-    size_t nsub = 0;
-    while (o->subprotocols && o->subprotocols[nsub])
-        nsub++;
-    if (nsub >= TERN__WS_NO_SUBPROTOCOL) {   /* stored as a byte-sized index */
+    int err = tern__ws_endpoint_init(&r->ep, h, opt, user, TERN__WS_SERVER);
+    tern__ws_server *w = err ? NULL : ws_server(srv);
+    if (w == NULL) {
         free(r);
-        return -EINVAL;
+        return err ? err : -ENOMEM;
     }
-    if (o->server_max_window_bits == 0)
-        o->server_max_window_bits = 15;
-    if (o->backlog_soft > o->backlog_hard)   /* one given, the other defaulted */
-        o->backlog_hard = o->backlog_soft;
-    r->pmd = (tern__pmd_config){
-        .enabled = o->compression,
-        .server_no_context_takeover = o->server_no_context_takeover,
-        .client_no_context_takeover = o->client_no_context_takeover,
-        .server_max_window_bits = o->server_max_window_bits,
-        .mem_level = o->compression_mem_level,
-    };
-    r->user = user;
-    int err = tern__router_add(w->router, NULL, pattern, r);
+    err = tern__router_add(w->router, NULL, pattern, r);
     if (err < 0) {
         free(r);
         return err;
@@ -123,17 +81,6 @@ static const char *owns_path(const tern__vhost *vh, const char *path, size_t pat
     return tern__router_match(w->router, "GET", 3, path, path_len, &params, &status)
                ? "websocket"
                : NULL;
-}
-
-/* A subprotocol is an HTTP token (RFC 6455 §4.1): non-empty, no spaces,
- * commas or other separators. */
-static bool tern__ws_token(const char *s) {
-    if (*s == '\0')
-        return false;
-    for (; *s; s++)
-        if ((unsigned char)*s <= 0x20 || (unsigned char)*s >= 0x7f || strchr("()<>@,;:\\\"/[]?={}", *s))
-            return false;
-    return true;
 }
 
 static bool header_has_token(const tern__http_head *head, const char *name, const char *token) {
@@ -173,11 +120,11 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
         return -400;
 
     void *conn_user = NULL;
-    if (route->h.on_upgrade) {
+    if (route->ep.h.on_upgrade) {
         /* The hook may ask for the route's parameters ("/room/:room"):
          * they are views into this match, valid during the call only. */
         req->params = &params;
-        int r = route->h.on_upgrade(req, &conn_user, route->user);
+        int r = route->ep.h.on_upgrade(req, &conn_user, route->ep.user);
         req->params = NULL;
         if (r != 0)
             return r >= 400 && r <= 599 ? -r : -403;
@@ -185,15 +132,16 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
 
     int sub = -1;
     const tern__http_header *proto = tern__http_find_header(head, "Sec-WebSocket-Protocol");
-    if (proto && route->opt.subprotocols)
-        sub = tern__ws_pick_subprotocol(proto->value, proto->value_len, route->opt.subprotocols);
-    const char *subprotocol = sub >= 0 ? route->opt.subprotocols[sub] : NULL;
+    if (proto && route->ep.opt.subprotocols)
+        sub = tern__ws_pick_subprotocol(proto->value, proto->value_len,
+                                        route->ep.opt.subprotocols);
+    const char *subprotocol = sub >= 0 ? route->ep.opt.subprotocols[sub] : NULL;
     tern__pmd_params pmd = {0};
     char ext[160];
     bool pmd_on = false;
     const tern__http_header *exts = tern__http_find_header(head, "Sec-WebSocket-Extensions");
-    if (exts && route->pmd.enabled)
-        pmd_on = tern__pmd_negotiate(exts->value, exts->value_len, &route->pmd, &pmd, ext,
+    if (exts && route->ep.pmd.enabled)
+        pmd_on = tern__pmd_negotiate(exts->value, exts->value_len, &route->ep.pmd, &pmd, ext,
                                      sizeof(ext)) == 1;
 
     char accept[TERN__WS_ACCEPT_LEN + 1];
@@ -217,7 +165,8 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
                            {"\r\n", 2}};
     tern__conn_writev(&hc->conn, iov, 3);
     req->extra.len = 0;
-    if (tern__ws_open(hc, route, conn_user, sub, pmd_on ? &pmd : NULL, rest, rest_len) < 0) {
+    if (tern__ws_open(&hc->conn, &route->ep, conn_user, sub, pmd_on ? &pmd : NULL, rest,
+                      rest_len) < 0) {
         tern__conn_close(&hc->conn, -ENOMEM);
         return 1;
     }

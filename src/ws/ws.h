@@ -1,4 +1,4 @@
-/* Private side of the WebSocket server: routes and the connection. */
+/* Private side of WebSocket: endpoints, server routes, the connection. */
 #ifndef TERN_WS_PRIVATE_H
 #define TERN_WS_PRIVATE_H
 
@@ -7,12 +7,29 @@
 #include "ws/deflate.h"
 #include "ws/frame.h"
 
-/* A WebSocket route: handlers and options with the defaults filled in. */
-typedef struct tern__ws_route {
+/* Which end of the connection we are (RFC 6455 §5.1): a server reads
+ * masked frames and writes unmasked ones; a client reads unmasked frames
+ * and masks every frame it writes with a fresh key. */
+enum tern__ws_role { TERN__WS_SERVER = 0, TERN__WS_CLIENT = 1 };
+
+/* One end's configuration: handlers, options with the defaults filled
+ * in, user data and role. A server route's endpoint is shared by all the
+ * connections of the route (on every loop) and read-only while serving; a
+ * client's endpoint (client.c) belongs to its one connection, and the
+ * connection frees it (tern__ws_client_release) when it is over.
+ * opt.subprotocols is the server's list, or the client's offer; a
+ * connection's subprotocol indexes it either way. */
+typedef struct tern__ws_endpoint {
     tern_ws_handlers h;
     tern_ws_options opt;
     tern__pmd_config pmd;
     void *user;
+    uint8_t role;   /* enum tern__ws_role */
+} tern__ws_endpoint;
+
+/* A WebSocket route: a server endpoint on a path. */
+typedef struct tern__ws_route {
+    tern__ws_endpoint ep;
     struct tern__ws_route *next;
 } tern__ws_route;
 
@@ -48,9 +65,15 @@ typedef struct tern__ws_rx {
     bool frame_fin;
 } tern__ws_rx;
 
-/* permessage-deflate state, allocated at the upgrade when it was agreed. */
+/* permessage-deflate state, allocated at the upgrade when it was agreed.
+ * The agreed parameters are kept as they apply to this end (the RFC names
+ * them after the server and the client): what our compressor and our
+ * decompressor may do. */
 typedef struct tern__ws_pmd {
-    tern__pmd_params params;
+    int deflate_bits;        /* our compressor's window (8..15) */
+    int inflate_bits;        /* the peer's window, for our decompressor */
+    bool deflate_nct;        /* our compressor starts afresh for every message */
+    bool inflate_nct;        /* so does the peer's: our decompressor keeps nothing */
     tern__pmd_inflater *inflater;   /* created at the first compressed message */
     tern__pmd_deflater *deflater;   /* created at the first compressed send */
 } tern__ws_pmd;
@@ -65,7 +88,9 @@ typedef struct tern__ws_pmd {
  *   (msg_compressed says whether it is compressed); rx is non-NULL only
  *   while a frame or a message is split (see tern__ws_rx).
  * - pmd is non-NULL exactly when permessage-deflate was agreed.
- * - subprotocol indexes route->opt.subprotocols, or is TERN__WS_NO_SUBPROTOCOL.
+ * - subprotocol indexes ep->opt.subprotocols, or is TERN__WS_NO_SUBPROTOCOL.
+ * - ep->role fixes the masking; conn.list is the accepting server's list
+ *   for a server connection, NULL for a client's.
  * - soft_since is the loop's clock (ms, truncated to 32 bits, never 0)
  *   when the backlog went over the soft limit, or 0 when it is not over.
  * - state only moves forward; on_close is called once, when it becomes
@@ -75,7 +100,7 @@ typedef struct tern__ws_pmd {
  *   the end of the batch (callbacks never run inside the user's calls). */
 struct tern_ws {
     tern__conn conn;
-    const tern__ws_route *route;
+    const tern__ws_endpoint *ep;
     void *user;
     tern__ws_rx *rx;
     tern__ws_pmd *pmd;
@@ -105,10 +130,33 @@ tern_ws_prepared *tern__ws_prepared_ref(tern_ws_prepared *m);
 size_t tern__ws_prepared_len(const tern_ws_prepared *m);
 /* The unmasked, uncompressed frame (tern__ws_prepared_len bytes). */
 const uint8_t *tern__ws_prepared_bytes(const tern_ws_prepared *m);
-/* subprotocol: an index into route->opt.subprotocols, or -1; pmd: the
- * agreed permessage-deflate parameters, or NULL. */
-int tern__ws_open(tern__http_conn *hc, const tern__ws_route *route, void *conn_user,
+/* The switch to WebSocket of a live connection (an HTTP server
+ * connection after the 101 it sent, or a client's after the 101 it read):
+ * the connection moves into a new tern_ws and on_open is called.
+ * subprotocol: an index into ep->opt.subprotocols, or -1; pmd: the agreed
+ * permessage-deflate parameters (in the RFC's terms), or NULL; rest: bytes
+ * that came after the handshake, fed to the new connection at the end of
+ * the batch. 0, or a negative errno with `from` untouched. */
+int tern__ws_open(tern__conn *from, const tern__ws_endpoint *ep, void *conn_user,
                   int subprotocol, const tern__pmd_params *pmd, const char *rest,
                   size_t rest_len);
+
+/* endpoint.c */
+/* Checks opt (NULL: all defaults) and fills ep with h, the options with
+ * their defaults, user and role. 0, or -EINVAL for an option out of its
+ * range (tern_ws_route lists them); ep is written only on 0. */
+int tern__ws_endpoint_init(tern__ws_endpoint *ep, const tern_ws_handlers *h,
+                           const tern_ws_options *opt, void *user, int role);
+/* Is s an HTTP token, as a subprotocol must be? */
+bool tern__ws_token(const char *s);
+
+/* mask_key.c */
+/* A fresh masking key (RFC 6455 §5.3: unpredictable, one per frame),
+ * from a ChaCha20 generator per thread seeded by getrandom(). */
+void tern__ws_mask_key(uint8_t key[4]);
+
+/* client.c */
+/* The connection of a client endpoint is over: frees the endpoint. */
+void tern__ws_client_release(const tern__ws_endpoint *ep);
 
 #endif

@@ -526,3 +526,25 @@ def rss_kib(pid):
         for line in f:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
+
+
+def run_example(name, *args):
+    path = os.path.join(EXAMPLES, name)
+    if not os.path.exists(path):
+        pytest.fail(f"{path} was not built")
+    p = subprocess.run([path, *args], capture_output=True, timeout=20 * SLOW)
+    err = p.stderr.decode(errors="replace")
+    assert "ERROR: AddressSanitizer" not in err and "runtime error:" not in err, err
+    assert "LeakSanitizer" not in err, err
+    return p.returncode, p.stdout.decode(), err
+
+
+def test_ws_client_against_tern(tern):
+    code, out, err = run_example("ws_client", f"ws://127.0.0.1:{tern.port}/ws", "hello", "world")
+    assert code == 0, err
+    assert out == "hello\nworld\n"
+    assert "open (compressed)" in err and "closed 1000" in err, err
+    port = free_port()   # nothing listens there
+    code, out, err = run_example("ws_client", f"ws://127.0.0.1:{port}/ws", "x")
+    assert code == 1, err
+    assert "Connection refused" in err, err

@@ -410,6 +410,34 @@ static void ws_calls(void **state) {
 
 static int setup_nothing(tern_server *srv, void *user) { return 0; }
 
+static void noop_connect_error(const tern_ws_connect_error *e, void *user) {}
+
+static void client_calls(void **state) {
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    tern_ws_handlers h = {.on_connect_error = noop_connect_error};
+    const char *url = "ws://127.0.0.1:1/";
+    assert_int_equal(tern_ws_connect(NULL, url, &h, NULL, NULL), -EINVAL);
+    assert_int_equal(tern_ws_connect(loop, NULL, &h, NULL, NULL), -EINVAL);
+    assert_int_equal(tern_ws_connect(loop, url, NULL, NULL, NULL), -EINVAL);
+    tern_ws_handlers none = {0};
+    assert_int_equal(tern_ws_connect(loop, url, &none, NULL, NULL), -EINVAL);
+    assert_int_equal(tern_ws_connect(loop, "http://127.0.0.1/", &h, NULL, NULL), -EINVAL);
+    tern_ws_client_options o = {.ws = {.slow_policy = 42}};
+    assert_int_equal(tern_ws_connect(loop, url, &h, &o, NULL), -EINVAL);
+    const char *const bad_sub[] = {"a b", NULL};
+    o = (tern_ws_client_options){.ws = {.subprotocols = bad_sub}};
+    assert_int_equal(tern_ws_connect(loop, url, &h, &o, NULL), -EINVAL);
+    const char *const reserved[] = {"Host: x", NULL};
+    o = (tern_ws_client_options){.headers = reserved};
+    assert_int_equal(tern_ws_connect(loop, url, &h, &o, NULL), -EINVAL);
+    o = (tern_ws_client_options){.ca_file = "/nonexistent/ca.pem"};
+    assert_int_equal(tern_ws_connect(loop, "wss://127.0.0.1:1/", &h, &o, NULL), -EPROTO);
+    assert_int_equal(tern_ws_connect(loop, "ws+unix:/nonexistent/t.sock", &h, NULL, NULL),
+                     -ENOENT);
+    tern_loop_free(loop);
+}
+
 static void tls_and_run_calls(void **state) {
     tern_tls *tls = (tern_tls *)1;
     assert_int_equal(tern_tls_new(NULL, "c", "k"), -EINVAL);
@@ -456,6 +484,7 @@ int main(void) {
         cmocka_unit_test(server_calls),
         cmocka_unit_test(request_calls),
         cmocka_unit_test(ws_calls),
+        cmocka_unit_test(client_calls),
         cmocka_unit_test(tls_and_run_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -774,6 +774,73 @@ static void constructors(void **state) {
     tern__pmd_inflater_free(NULL);
 }
 
+/* The client's side: the offer it sends, and what it accepts back. */
+static void client_offer_and_answers(void **state) {
+    char buf[200];
+    tern__pmd_config cfg = {.enabled = true};
+    assert_true(tern__pmd_client_offer(&cfg, buf, sizeof(buf)) > 0);
+    assert_string_equal(buf, "permessage-deflate; client_max_window_bits");
+    cfg = (tern__pmd_config){.enabled = true, .client_no_context_takeover = true,
+                             .server_no_context_takeover = true, .server_max_window_bits = 10};
+    assert_true(tern__pmd_client_offer(&cfg, buf, sizeof(buf)) > 0);
+    assert_string_equal(buf, "permessage-deflate; client_max_window_bits; "
+                             "client_no_context_takeover; server_no_context_takeover; "
+                             "server_max_window_bits=10");
+    assert_int_equal(tern__pmd_client_offer(&cfg, buf, 20), -ENOSPC);
+
+    /* Our own server's answer to the offer is accepted, and the two ends
+     * agree on every parameter. */
+    tern__pmd_config srv = {.enabled = true, .server_max_window_bits = 15};
+    tern__pmd_params sp, cp;
+    char answer[160];
+    cfg = (tern__pmd_config){.enabled = true, .client_no_context_takeover = true};
+    tern__pmd_client_offer(&cfg, buf, sizeof(buf));
+    assert_int_equal(tern__pmd_negotiate(buf, strlen(buf), &srv, &sp, answer, sizeof(answer)), 1);
+    assert_int_equal(tern__pmd_client_accept(answer, strlen(answer), &cfg, &cp), 1);
+    assert_int_equal(cp.client_no_context_takeover, sp.client_no_context_takeover);
+    assert_true(cp.client_no_context_takeover);
+    assert_int_equal(cp.server_no_context_takeover, sp.server_no_context_takeover);
+    assert_int_equal(cp.client_max_window_bits, sp.client_max_window_bits);
+
+    cfg = (tern__pmd_config){.enabled = true};
+    const char *ok[] = {"permessage-deflate",
+                        "permessage-deflate; server_no_context_takeover",
+                        "permessage-deflate;client_no_context_takeover",
+                        "permessage-deflate; client_max_window_bits=9",
+                        "permessage-deflate; client_max_window_bits=\"10\"",
+                        "permessage-deflate; server_max_window_bits=12",
+                        "PerMessage-Deflate ; Server_No_Context_Takeover", NULL};
+    for (int i = 0; ok[i]; i++)
+        if (tern__pmd_client_accept(ok[i], strlen(ok[i]), &cfg, &cp) != 1)
+            fail_msg("refused: %s", ok[i]);
+    tern__pmd_client_accept(ok[1], strlen(ok[1]), &cfg, &cp);
+    assert_true(cp.server_no_context_takeover);
+    assert_false(cp.client_no_context_takeover);
+    assert_int_equal(cp.client_max_window_bits, 15);
+    tern__pmd_client_accept(ok[3], strlen(ok[3]), &cfg, &cp);
+    assert_int_equal(cp.client_max_window_bits, 9);   /* our compressor's window */
+    assert_int_equal(cp.server_max_window_bits, 15);  /* our decompressor takes any */
+
+    const char *bad[] = {"x-webkit-deflate-frame",
+                         "permessage-deflate, permessage-deflate",
+                         "permessage-deflate; foo",
+                         "permessage-deflate; server_no_context_takeover; server_no_context_takeover",
+                         "permessage-deflate; client_max_window_bits",   /* no value: §7.1.2.2 */
+                         "permessage-deflate; client_max_window_bits=16",
+                         "permessage-deflate; server_max_window_bits=7",
+                         "permessage-deflate; server_no_context_takeover=1",
+                         "permessage-deflate; =1", "", NULL};
+    for (int i = 0; bad[i]; i++)
+        if (tern__pmd_client_accept(bad[i], strlen(bad[i]), &cfg, &cp) != -EPROTO)
+            fail_msg("accepted: %s", bad[i]);
+    /* A server window over the one asked for breaks the offer. */
+    cfg.server_max_window_bits = 10;
+    const char *wide = "permessage-deflate; server_max_window_bits=12";
+    assert_int_equal(tern__pmd_client_accept(wide, strlen(wide), &cfg, &cp), -EPROTO);
+    const char *narrow = "permessage-deflate; server_max_window_bits=9";
+    assert_int_equal(tern__pmd_client_accept(narrow, strlen(narrow), &cfg, &cp), 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(negotiate_plain_offers),
@@ -795,6 +862,7 @@ int main(void) {
         cmocka_unit_test(corrupt_data),
         cmocka_unit_test(many_final_blocks),
         cmocka_unit_test(constructors),
+        cmocka_unit_test(client_offer_and_answers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,104 @@
+/* tern WebSocket client (RFC 6455 §4.1, permessage-deflate RFC 7692).
+ *
+ * tern_ws_connect opens a connection from a loop to a WebSocket server;
+ * once the server has answered 101, it is a tern_ws like any a server
+ * accepted: the same handlers (on_open, on_message, on_close, ...), the
+ * same sends and send results, backpressure, pings and closing handshake.
+ * The client masks every frame it sends with a fresh key and refuses
+ * masked frames from the server. A connection that never opens ends in
+ * on_connect_error instead, once, with no other callback.
+ *
+ * No server owns a client's connection, so nothing closes it for you: a
+ * program closes its connections (tern_ws_close) and runs the loop until
+ * their on_close before it frees the loop. After the closing handshake
+ * the client closes TCP as soon as its last frame is out (RFC 6455
+ * §7.1.1 allows it): what remains of a connection is freed in the same
+ * batch of events as its on_close, so on_close may stop the loop.
+ *
+ *     tern_ws_handlers h = {.on_open = hello, .on_message = got,
+ *                           .on_close = gone, .on_connect_error = failed};
+ *     tern_ws_connect(loop, "wss://example.com/chat", &h, NULL, user);
+ *     tern_loop_run(loop);
+ */
+#ifndef TERN_CLIENT_H
+#define TERN_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tern/loop.h"
+#include "tern/ws.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* libtern.so exports what this header declares, and nothing else. */
+#pragma GCC visibility push(default)
+
+/* Zero means the default for every field. */
+typedef struct tern_ws_client_options {
+    /* Limits, timeouts and backlog policy as for a route. subprotocols
+     * are offered in this order (tern_ws_subprotocol says which the
+     * server chose; a choice not offered fails the handshake). With
+     * compression, permessage-deflate is offered: client_no_context_takeover
+     * promises that our compressor keeps no context, server_no_context_takeover
+     * asks the server for the same, server_max_window_bits (9..14) asks
+     * for a smaller server window; the server may also limit our window
+     * (client_max_window_bits is always offered). compress_min and
+     * compression_mem_level apply to our sends. */
+    tern_ws_options ws;
+    /* Extra request headers, each "Name: value" (Origin, Cookie,
+     * Authorization, ...), NULL-terminated. Host, Upgrade, Connection and
+     * the Sec-WebSocket-* headers are tern's and refused here. */
+    const char *const *headers;
+    /* The connect, the TLS handshake and the server's 101 must all be
+     * done within this: 10 s. */
+    uint32_t connect_timeout_ms;
+    /* wss: PEM file of the CAs to trust instead of the system's. */
+    const char *ca_file;
+    /* wss: no certificate verification at all (tests, self-signed servers). */
+    bool insecure;
+    /* wss: the name sent as SNI and checked against the certificate;
+     * default: the URL's host. */
+    const char *server_name;
+} tern_ws_client_options;
+
+/* Why a connection never opened, for on_connect_error. */
+typedef struct tern_ws_connect_error {
+    /* -ECONNREFUSED, -ETIMEDOUT, -ENETUNREACH, ... (the connect, or the
+     * whole handshake, took longer than connect_timeout_ms);
+     * -ECONNRESET: the server closed the connection during the handshake;
+     * -EPROTO: its answer was not a valid 101 (another status: see
+     * status; a wrong Sec-WebSocket-Accept, a subprotocol or extension we
+     * did not offer, a malformed head); -EKEYREJECTED: TLS certificate
+     * verification failed; another negative errno otherwise. */
+    int err;
+    int status;          /* the HTTP status of a non-101 answer, else 0 */
+    bool connected;      /* the TCP connection was made: the handshake failed */
+    const char *message; /* one line saying what happened, for people */
+} tern_ws_connect_error;
+
+/* Connects to url: ws://host[:port][/path][?query], wss://..., with host
+ * a name, an IPv4 address or an [IPv6] one; or ws+unix:SOCKET[:/path]
+ * (wss+unix: with TLS) for a server on a Unix socket. A host name is
+ * resolved here, with getaddrinfo (which blocks), and its first address
+ * is used. Returns 0, after which exactly one of on_open or
+ * on_connect_error follows from the loop, never from inside this call;
+ * or a negative error and no callback: -EINVAL (a bad URL, h NULL or
+ * without on_connect_error, an option out of range, a reserved header),
+ * TERN_ENOHOST (the name did not resolve), -ENOMEM, -EPROTO (the TLS
+ * context could not be made: the ca_file is not PEM, say), or the error
+ * of a connect that failed at once (-ENOENT, -ECONNREFUSED for a Unix
+ * socket). The URL, options and strings are copied. The connection's
+ * tern_ws_server() is NULL. */
+int tern_ws_connect(tern_loop *loop, const char *url, const tern_ws_handlers *h,
+                    const tern_ws_client_options *opt, void *user);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+#endif

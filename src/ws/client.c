@@ -1,0 +1,537 @@
+/* The client's opening handshake (RFC 6455 §4.1): the URL, the outbound
+ * connection (TCP or Unix, with TLS for wss), the upgrade request, and
+ * the checks on the server's answer, up to the switch to a tern_ws.
+ *
+ * From tern_ws_connect to the 101 the connection is a ws_dial, a protocol
+ * of its own on net's connection; the 101 moves it into a tern_ws with a
+ * client endpoint, as an HTTP server connection is moved after its 101, so
+ * one frame reader and one writer serve both roles. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/un.h>
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include "http/parser.h"
+#include "net/tls.h"
+#include "tern/client.h"
+#include "ws/handshake.h"
+#include "ws/ws.h"
+
+#define DIAL_MAX_HEAD 16384
+#define DIAL_MAX_HEADERS 64
+
+/* A client's endpoint, and the copies of the strings it refers to. It
+ * belongs to the dial until the 101, then to the tern_ws; whichever is
+ * the last to hold it frees it (tern__ws_client_release). */
+typedef struct ws_client {
+    tern__ws_endpoint ep;   /* first: the tern_ws points here */
+    char **subprotocols;    /* ep.opt.subprotocols, NULL-terminated; NULL when none */
+} ws_client;
+
+/* A connection between tern_ws_connect and its 101 or its failure.
+ * Invariants: cl is owned here until tern__ws_open takes it; request is
+ * the upgrade request until on_connect sends it (then NULL); reported is
+ * set once on_connect_error has been called, and nothing is called after. */
+typedef struct ws_dial {
+    tern__conn conn;
+    ws_client *cl;
+    char *request;
+    size_t request_len;
+    size_t scanned;         /* tern__http_find_head_end's position */
+    char *where;            /* "host:port" or "unix:path", for messages */
+    SSL_CTX *tls;           /* wss: the context, freed with the dial */
+    long verify;            /* wss: X509_V_ERR_* of a failed verification */
+    uint32_t timeout_ms;
+    char accept[TERN__WS_ACCEPT_LEN + 1];
+    bool pmd_offered;
+    bool connected;
+    bool reported;
+} ws_dial;
+
+void tern__ws_client_release(const tern__ws_endpoint *ep) {
+    ws_client *cl = (ws_client *)ep;
+    if (cl == NULL)
+        return;
+    for (size_t i = 0; cl->subprotocols && cl->subprotocols[i]; i++)
+        free(cl->subprotocols[i]);
+    free(cl->subprotocols);
+    free(cl);
+}
+
+/* ---- failure ---------------------------------------------------------- */
+
+static void report(ws_dial *d, int err, int status, const char *fmt, ...) {
+    if (d->reported)
+        return;
+    d->reported = true;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    tern_ws_connect_error e = {err, status, d->connected, msg};
+    d->cl->ep.h.on_connect_error(&e, d->cl->ep.user);
+}
+
+/* Only from the dial's own events (the loop's callbacks). */
+#define DIAL_FAIL(d, err, status, ...)                                                        \
+    do {                                                                                      \
+        report((d), (err), (status), __VA_ARGS__);                                            \
+        tern__conn_close(&(d)->conn, (err));                                                  \
+    } while (0)
+
+/* ---- the server's answer ---------------------------------------------- */
+
+static bool has_token(const tern__http_response_head *h, const char *name, const char *token) {
+    for (size_t i = 0; i < h->num_headers; i++) {
+        const tern__http_header *f = &h->headers[i];
+        if (f->name_len == strlen(name) && strncasecmp(f->name, name, f->name_len) == 0 &&
+            tern__http_has_token(f->value, f->value_len, token))
+            return true;
+    }
+    return false;
+}
+
+/* Checks a complete response head (§4.1, the client's steps 1-6) and
+ * switches to WebSocket. rest: the bytes after the head. */
+static void on_answer(ws_dial *d, const tern__http_response_head *h, const char *rest,
+                      size_t rest_len) {
+    if (h->status != 101) {
+        DIAL_FAIL(d, -EPROTO, h->status, "%s answered %d %.*s, not 101 Switching Protocols",
+                  d->where, h->status, (int)(h->reason_len > 100 ? 100 : h->reason_len),
+                  h->reason ? h->reason : "");
+        return;
+    }
+    if (!has_token(h, "Upgrade", "websocket") || !has_token(h, "Connection", "upgrade")) {
+        DIAL_FAIL(d, -EPROTO, 0, "%s answered 101 without Upgrade: websocket and Connection: Upgrade",
+                  d->where);
+        return;
+    }
+    const tern__http_header *acc = tern__http_response_header(h, "Sec-WebSocket-Accept");
+    if (acc == NULL || acc->value_len != TERN__WS_ACCEPT_LEN ||
+        memcmp(acc->value, d->accept, TERN__WS_ACCEPT_LEN) != 0) {
+        DIAL_FAIL(d, -EPROTO, 0, "%s answered with a wrong Sec-WebSocket-Accept (%.*s, expected %s)",
+                  d->where, acc ? (int)(acc->value_len > 64 ? 64 : acc->value_len) : 4,
+                  acc ? acc->value : "none", d->accept);
+        return;
+    }
+    const tern__ws_endpoint *ep = &d->cl->ep;
+    int sub = -1;
+    const tern__http_header *proto = tern__http_response_header(h, "Sec-WebSocket-Protocol");
+    if (proto) {
+        for (int i = 0; ep->opt.subprotocols && ep->opt.subprotocols[i]; i++)
+            if (strlen(ep->opt.subprotocols[i]) == proto->value_len &&
+                memcmp(ep->opt.subprotocols[i], proto->value, proto->value_len) == 0)
+                sub = i;
+        if (sub < 0) {
+            DIAL_FAIL(d, -EPROTO, 0, "%s chose the subprotocol %.*s, which was not offered",
+                      d->where, (int)(proto->value_len > 64 ? 64 : proto->value_len), proto->value);
+            return;
+        }
+    }
+    tern__pmd_params pmd;
+    bool pmd_on = false;
+    const tern__http_header *ext = tern__http_response_header(h, "Sec-WebSocket-Extensions");
+    if (ext && ext->value_len) {
+        if (!d->pmd_offered ||
+            tern__pmd_client_accept(ext->value, ext->value_len, &ep->pmd, &pmd) != 1) {
+            DIAL_FAIL(d, -EPROTO, 0, "%s answered with extensions that were not offered: %.*s",
+                      d->where, (int)(ext->value_len > 100 ? 100 : ext->value_len), ext->value);
+            return;
+        }
+        pmd_on = true;
+    }
+    /* The endpoint goes with the connection; the dial is freed by net
+     * without on_close. */
+    ws_client *cl = d->cl;
+    free(d->where);
+    d->where = NULL;
+    tern__tls_client_ctx_free(d->tls);   /* the session holds its own reference */
+    d->tls = NULL;
+    int err = tern__ws_open(&d->conn, &cl->ep, cl->ep.user, sub, pmd_on ? &pmd : NULL, rest,
+                            rest_len);
+    if (err < 0)
+        DIAL_FAIL(d, err, 0, "out of memory opening the WebSocket");
+}
+
+/* ---- the dial's events ------------------------------------------------ */
+
+static size_t dial_data(tern__conn *c, char *data, size_t len) {
+    ws_dial *d = (ws_dial *)c;
+    size_t end = tern__http_find_head_end(data, len, &d->scanned);
+    if (end == 0) {
+        if (len >= DIAL_MAX_HEAD)
+            DIAL_FAIL(d, -EPROTO, 0, "%s sent a response head over %d bytes", d->where,
+                      DIAL_MAX_HEAD);
+        return 0;   /* kept, and handed again with what follows */
+    }
+    tern__http_header headers[DIAL_MAX_HEADERS];
+    tern__http_response_head h;
+    ssize_t n = tern__http_parse_response(data, end, DIAL_MAX_HEAD, &h, headers, DIAL_MAX_HEADERS);
+    if (n <= 0) {
+        DIAL_FAIL(d, -EPROTO, 0, "%s sent a malformed response head (%zd)", d->where, -n);
+        return len;
+    }
+    on_answer(d, &h, data + n, len - (size_t)n);
+    return len;
+}
+
+static void dial_connect(tern__conn *c) {
+    ws_dial *d = (ws_dial *)c;
+    d->connected = true;
+    tern__conn_write(c, d->request, d->request_len);
+    free(d->request);
+    d->request = NULL;
+}
+
+static void dial_eof(tern__conn *c) {
+    ws_dial *d = (ws_dial *)c;
+    DIAL_FAIL(d, -ECONNRESET, 0, "%s closed the connection during the handshake", d->where);
+}
+
+static void dial_timeout(tern__conn *c) {
+    ws_dial *d = (ws_dial *)c;
+    DIAL_FAIL(d, -ETIMEDOUT, 0,
+              d->connected ? "%s: no handshake answer within %u ms" : "%s: no connection within %u ms",
+              d->where, d->timeout_ms);
+}
+
+static void dial_close(tern__conn *c, int err) {
+    ws_dial *d = (ws_dial *)c;
+    if (!d->reported) {
+        /* A verification that failed inside a write reaches net as any
+         * failed write (-EPIPE); verify says what it was. */
+        if (err == -EKEYREJECTED || d->verify != 0)
+            report(d, -EKEYREJECTED, 0, "%s: TLS certificate verification failed: %s", d->where,
+                   tern__tls_verify_string(d->verify));
+        else if (err == -EPROTO && d->tls)
+            report(d, err, 0, "%s: TLS handshake failed", d->where);
+        else if (d->connected)
+            report(d, err ? err : -ECONNRESET, 0, "%s: connection lost during the handshake: %s",
+                   d->where, strerror(err ? -err : ECONNRESET));
+        else
+            report(d, err ? err : -ECONNRESET, 0, "cannot connect to %s: %s", d->where,
+                   strerror(err ? -err : ECONNRESET));
+    }
+    free(d->request);
+    free(d->where);
+    tern__tls_client_ctx_free(d->tls);
+    tern__ws_client_release(&d->cl->ep);
+}
+
+static void dial_nothing(tern__conn *c) { (void)c; }
+
+static const tern__conn_proto dial_proto = {
+    .on_data = dial_data,
+    .on_eof = dial_eof,
+    .on_drain = dial_nothing,
+    .on_timeout = dial_timeout,
+    .on_shutdown = dial_nothing,
+    .on_close = dial_close,
+    .on_connect = dial_connect,
+};
+
+/* ---- the URL and the request ------------------------------------------ */
+
+/* What a URL names. host is the name or address (no brackets); hostport
+ * is the Host header's value. */
+typedef struct ws_url {
+    bool tls, unix_socket;
+    char host[256];
+    char hostport[300];
+    int port;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    const char *target;   /* within the URL, or "/" */
+} ws_url;
+
+static bool target_ok(const char *t) {
+    for (; *t; t++)
+        if ((unsigned char)*t <= 0x20 || (unsigned char)*t >= 0x7f || *t == '#')
+            return false;   /* §3: no fragment; no spaces or controls in a request line */
+    return true;
+}
+
+static int parse_url(const char *url, ws_url *u) {
+    memset(u, 0, sizeof(*u));
+    const char *p;
+    if (strncasecmp(url, "ws://", 5) == 0)
+        p = url + 5;
+    else if (strncasecmp(url, "wss://", 6) == 0)
+        p = url + 6, u->tls = true;
+    else if (strncasecmp(url, "ws+unix:", 8) == 0)
+        p = url + 8, u->unix_socket = true;
+    else if (strncasecmp(url, "wss+unix:", 9) == 0)
+        p = url + 9, u->tls = u->unix_socket = true;
+    else
+        return -EINVAL;
+    if (u->unix_socket) {
+        /* ws+unix:SOCKET[:/target] */
+        if (*p == '\0')
+            return -EINVAL;
+        const char *t = strstr(p + 1, ":/");
+        size_t n = t ? (size_t)(t - p) : strlen(p);
+        if (n >= sizeof(u->path))
+            return -EINVAL;
+        memcpy(u->path, p, n);
+        u->target = t ? t + 1 : "/";
+        strcpy(u->host, "localhost");
+        strcpy(u->hostport, "localhost");
+        return target_ok(u->target) ? 0 : -EINVAL;
+    }
+    const char *auth = p;
+    size_t alen = strcspn(auth, "/?#");
+    const char *rest = auth + alen;
+    if (alen == 0 || memchr(auth, '@', alen))
+        return -EINVAL;   /* no host; userinfo is not for WebSocket URIs (§3) */
+    const char *hend;
+    const char *colon;
+    if (auth[0] == '[') {
+        const char *rb = memchr(auth, ']', alen);
+        if (rb == NULL || rb == auth + 1)
+            return -EINVAL;
+        if ((size_t)(rb - auth - 1) >= sizeof(u->host))
+            return -EINVAL;
+        memcpy(u->host, auth + 1, (size_t)(rb - auth - 1));
+        unsigned char a6[16];
+        if (inet_pton(AF_INET6, u->host, a6) != 1)
+            return -EINVAL;
+        hend = rb + 1;
+        colon = hend < auth + alen ? hend : NULL;
+        if (colon && *colon != ':')
+            return -EINVAL;
+    } else {
+        colon = memchr(auth, ':', alen);
+        hend = colon ? colon : auth + alen;
+        if (hend == auth || (size_t)(hend - auth) >= sizeof(u->host))
+            return -EINVAL;
+        memcpy(u->host, auth, (size_t)(hend - auth));
+    }
+    u->port = u->tls ? 443 : 80;
+    bool explicit_port = false;
+    if (colon) {
+        const char *d = colon + 1;
+        int port = 0;
+        if (d == auth + alen)
+            return -EINVAL;
+        for (; d < auth + alen; d++) {
+            if (*d < '0' || *d > '9' || port > 65535)
+                return -EINVAL;
+            port = port * 10 + (*d - '0');
+        }
+        if (port < 1 || port > 65535)
+            return -EINVAL;
+        u->port = port;
+        explicit_port = true;
+    }
+    /* The Host header: the authority as given, without a default port. */
+    snprintf(u->hostport, sizeof(u->hostport), "%.*s", (int)(hend - auth), auth);
+    if (explicit_port && u->port != (u->tls ? 443 : 80))
+        snprintf(u->hostport + strlen(u->hostport), sizeof(u->hostport) - strlen(u->hostport),
+                 ":%d", u->port);
+    u->target = *rest == '\0' ? "/" : rest;
+    if (*rest == '?')
+        return -EINVAL;   /* "ws://h?q": no path; ask for "ws://h/?q" */
+    return target_ok(u->target) ? 0 : -EINVAL;
+}
+
+/* A user's extra header: "Name: value", a token name, no line breaks,
+ * and none of the headers the handshake itself sets. */
+static bool header_ok(const char *hd) {
+    static const char *const reserved[] = {"host", "upgrade", "connection", "content-length",
+                                           "transfer-encoding", NULL};
+    const char *colon = strchr(hd, ':');
+    if (colon == NULL || colon == hd)
+        return false;
+    for (const char *p = hd; p < colon; p++)
+        if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f ||
+            strchr("()<>@,;:\\\"/[]?={}", *p))
+            return false;
+    for (const char *p = colon; *p; p++)
+        if (*p == '\r' || *p == '\n' || *p == '\0')
+            return false;
+    size_t n = (size_t)(colon - hd);
+    if (n >= 14 && strncasecmp(hd, "sec-websocket-", 14) == 0)
+        return false;
+    for (int i = 0; reserved[i]; i++)
+        if (strlen(reserved[i]) == n && strncasecmp(hd, reserved[i], n) == 0)
+            return false;
+    return true;
+}
+
+/* Appends to a growing request; false when out of memory. */
+static bool put(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(*buf ? *buf + *len : NULL, *buf ? *cap - *len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return false;
+        if (*buf && (size_t)n < *cap - *len) {
+            *len += (size_t)n;
+            return true;
+        }
+        size_t want = (*cap ? *cap : 512) + (size_t)n + 1;
+        char *b = realloc(*buf, want * 2);
+        if (b == NULL)
+            return false;
+        *buf = b;
+        *cap = want * 2;
+    }
+}
+
+/* The upgrade request (§4.1) and the accept value it calls for. */
+static int make_request(ws_dial *d, const ws_url *u, const tern_ws_client_options *opt) {
+    unsigned char nonce[16];
+    char key[25];
+    if (RAND_bytes(nonce, sizeof(nonce)) != 1)
+        return -ENOMEM;
+    EVP_EncodeBlock((unsigned char *)key, nonce, sizeof(nonce));   /* 24 chars and a NUL */
+    tern__ws_accept(key, 24, d->accept);
+    const tern__ws_endpoint *ep = &d->cl->ep;
+    char *b = NULL;
+    size_t len = 0, cap = 0;
+    bool ok = put(&b, &len, &cap,
+                  "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n",
+                  u->target, u->hostport, key);
+    for (size_t i = 0; ok && ep->opt.subprotocols && ep->opt.subprotocols[i]; i++)
+        ok = put(&b, &len, &cap, "%s%s", i ? ", " : "Sec-WebSocket-Protocol: ",
+                 ep->opt.subprotocols[i]);
+    if (ok && ep->opt.subprotocols && ep->opt.subprotocols[0])
+        ok = put(&b, &len, &cap, "\r\n");
+    if (ok && ep->pmd.enabled) {
+        char offer[200];
+        ok = tern__pmd_client_offer(&ep->pmd, offer, sizeof(offer)) > 0 &&
+             put(&b, &len, &cap, "Sec-WebSocket-Extensions: %s\r\n", offer);
+        d->pmd_offered = true;
+    }
+    for (size_t i = 0; ok && opt && opt->headers && opt->headers[i]; i++)
+        ok = put(&b, &len, &cap, "%s\r\n", opt->headers[i]);
+    if (ok)
+        ok = put(&b, &len, &cap, "\r\n");
+    if (!ok) {
+        free(b);
+        return -ENOMEM;
+    }
+    d->request = b;
+    d->request_len = len;
+    return 0;
+}
+
+/* ---- connecting ------------------------------------------------------- */
+
+static int resolve(const ws_url *u, struct sockaddr_storage *ss, socklen_t *len) {
+    if (u->unix_socket) {
+        struct sockaddr_un *un = (struct sockaddr_un *)ss;
+        memset(un, 0, sizeof(*un));
+        un->sun_family = AF_UNIX;
+        memcpy(un->sun_path, u->path, strlen(u->path));
+        *len = (socklen_t)sizeof(*un);
+        return 0;
+    }
+    char port[8];
+    snprintf(port, sizeof(port), "%d", u->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(u->host, port, &hints, &res) != 0 || res == NULL)
+        return TERN_ENOHOST;
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* The client's endpoint, with copies of the subprotocol names. */
+static int make_client(ws_client **out, const tern_ws_handlers *h,
+                       const tern_ws_client_options *opt, void *user) {
+    ws_client *cl = calloc(1, sizeof(*cl));
+    if (cl == NULL)
+        return -ENOMEM;
+    int err = tern__ws_endpoint_init(&cl->ep, h, opt ? &opt->ws : NULL, user, TERN__WS_CLIENT);
+    if (err < 0) {
+        free(cl);
+        return err;
+    }
+    const char *const *subs = cl->ep.opt.subprotocols;
+    size_t n = 0;
+    while (subs && subs[n])
+        n++;
+    cl->ep.opt.subprotocols = NULL;
+    if (n) {
+        cl->subprotocols = calloc(n + 1, sizeof(char *));
+        for (size_t i = 0; cl->subprotocols && i < n; i++)
+            if ((cl->subprotocols[i] = strdup(subs[i])) == NULL)
+                break;
+        if (cl->subprotocols == NULL || cl->subprotocols[n - 1] == NULL) {
+            tern__ws_client_release(&cl->ep);
+            return -ENOMEM;
+        }
+        cl->ep.opt.subprotocols = (const char *const *)cl->subprotocols;
+    }
+    *out = cl;
+    return 0;
+}
+
+int tern_ws_connect(tern_loop *loop, const char *url, const tern_ws_handlers *h,
+                    const tern_ws_client_options *opt, void *user) {
+    if (loop == NULL || url == NULL || h == NULL || h->on_connect_error == NULL)
+        return -EINVAL;
+    for (size_t i = 0; opt && opt->headers && opt->headers[i]; i++)
+        if (!header_ok(opt->headers[i]))
+            return -EINVAL;
+    ws_url u;
+    int err = parse_url(url, &u);
+    if (err < 0)
+        return err;
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if ((err = resolve(&u, &ss, &sl)) < 0)
+        return err;
+    ws_dial *d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return -ENOMEM;
+    if ((err = make_client(&d->cl, h, opt, user)) < 0) {
+        free(d);
+        return err;
+    }
+    char where[TERN_ADDRSTRLEN];
+    tern_addr_format((struct sockaddr *)&ss, sl, where, sizeof(where));
+    if (u.unix_socket)
+        snprintf(where, sizeof(where), "unix:%s", u.path);
+    d->where = strdup(where);
+    d->timeout_ms = opt && opt->connect_timeout_ms ? opt->connect_timeout_ms : 10000;
+    err = d->where ? make_request(d, &u, opt) : -ENOMEM;
+    if (err == 0 && u.tls &&
+        (d->tls = tern__tls_client_ctx(opt ? opt->ca_file : NULL, opt && opt->insecure)) == NULL)
+        err = -EPROTO;
+    if (err == 0)
+        err = tern__conn_connect(loop, &d->conn, (struct sockaddr *)&ss, sl, &dial_proto, NULL);
+    if (err < 0) {
+        free(d->request);
+        free(d->where);
+        tern__tls_client_ctx_free(d->tls);
+        tern__ws_client_release(&d->cl->ep);
+        free(d);
+        return err;
+    }
+    /* From here the connection is net's: failures go through dial_close. */
+    if (u.tls) {
+        const char *name = opt && opt->server_name ? opt->server_name : u.host;
+        if (tern__tls_client_attach(&d->conn, d->tls, name, &d->verify) < 0) {
+            d->reported = true;   /* refused before any callback could be due */
+            tern__conn_close(&d->conn, -ENOMEM);
+            return -ENOMEM;
+        }
+    }
+    tern__conn_set_timeout(&d->conn, d->timeout_ms);
+    return 0;
+}

@@ -1,0 +1,253 @@
+/* The client's side of the frame layer, against a raw server in the test:
+ * every frame the client writes is masked, with a key of its own; the
+ * payload unmasks to what was sent; a masked frame from the server is a
+ * protocol error (1002); the masking keys look like random bytes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tern/tern.h"
+#include "ws/frame.h"
+#include "ws/handshake.h"
+#include "ws/ws.h"
+
+/* The raw server: one listening socket, one accepted peer, polled from a
+ * timer on the client's loop (the test has one thread). */
+typedef struct raw {
+    tern_loop *loop;
+    tern_timer *tick;
+    int lfd, fd;
+    char in[65536];
+    size_t in_len;
+    bool answered;
+    bool send_masked;          /* after the 101, send the client a masked frame */
+    int opened, close_code, connect_err;
+    uint8_t keys[2][4];
+    int frames;
+    char payload[2][16];
+} raw;
+
+static int raw_listen(raw *r) {
+    r->lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(r->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(r->lfd, 4), 0);
+    socklen_t len = sizeof(a);
+    getsockname(r->lfd, (struct sockaddr *)&a, &len);
+    r->fd = -1;
+    return ntohs(a.sin_port);
+}
+
+/* Answers the upgrade request with a correct 101. */
+static void answer(raw *r) {
+    char *key = strstr(r->in, "Sec-WebSocket-Key: ");
+    assert_non_null(key);
+    key += strlen("Sec-WebSocket-Key: ");
+    char accept[TERN__WS_ACCEPT_LEN + 1];
+    tern__ws_accept(key, 24, accept);
+    char resp[256];
+    int n = snprintf(resp, sizeof(resp),
+                     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                     "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", accept);
+    assert_int_equal(write(r->fd, resp, (size_t)n), n);
+    char *end = strstr(r->in, "\r\n\r\n") + 4;
+    r->in_len -= (size_t)(end - r->in);
+    memmove(r->in, end, r->in_len);
+    r->answered = true;
+    if (r->send_masked) {
+        static const uint8_t f[] = {0x81, 0x82, 1, 2, 3, 4, 'h' ^ 1, 'i' ^ 2};
+        assert_int_equal(write(r->fd, f, sizeof(f)), (ssize_t)sizeof(f));
+    }
+}
+
+/* Reads the client's frames: each must be masked. */
+static void read_frames(raw *r) {
+    for (;;) {
+        tern__ws_header h;
+        int n = tern__ws_parse_header((uint8_t *)r->in, r->in_len, true, false, &h);
+        assert_true(n >= 0);   /* require_mask: an unmasked client frame is -1002 */
+        if (n == 0 || r->in_len < (size_t)n + h.payload_len)
+            return;
+        uint8_t *p = (uint8_t *)r->in + n;
+        tern__ws_mask(p, (size_t)h.payload_len, h.mask, 0);
+        if (h.opcode == TERN__WS_OP_TEXT && r->frames < 2) {
+            memcpy(r->keys[r->frames], h.mask, 4);
+            snprintf(r->payload[r->frames], sizeof(r->payload[0]), "%.*s", (int)h.payload_len, p);
+            r->frames++;
+        }
+        if (h.opcode == TERN__WS_OP_CLOSE) {   /* answer it, and end */
+            uint8_t f[4] = {0x88, 2, p[0], p[1]};
+            write(r->fd, f, 4);
+            close(r->fd);
+            r->fd = -1;
+            return;
+        }
+        r->in_len -= (size_t)n + (size_t)h.payload_len;
+        memmove(r->in, r->in + n + h.payload_len, r->in_len);
+    }
+}
+
+static void tick(tern_timer *t, void *user) {
+    raw *r = user;
+    if (r->fd < 0 && !r->answered) {
+        r->fd = accept4(r->lfd, NULL, NULL, SOCK_NONBLOCK);
+        if (r->fd < 0)
+            return;
+    }
+    if (r->fd < 0)
+        return;
+    ssize_t n = read(r->fd, r->in + r->in_len, sizeof(r->in) - r->in_len - 1);
+    if (n <= 0)
+        return;
+    r->in_len += (size_t)n;
+    r->in[r->in_len] = '\0';
+    if (!r->answered && strstr(r->in, "\r\n\r\n"))
+        answer(r);
+    if (r->answered)
+        read_frames(r);
+}
+
+static void on_open(tern_ws *ws, void *user) {
+    raw *r = user;
+    r->opened++;
+    assert_null(tern_ws_server(ws));
+    if (!r->send_masked) {
+        assert_int_equal(tern_ws_send(ws, "hello", 5, TERN_WS_TEXT), TERN_SEND_OK);
+        assert_int_equal(tern_ws_send(ws, "hello", 5, TERN_WS_TEXT), TERN_SEND_OK);
+        assert_int_equal(tern_ws_close(ws, 1000, NULL), 0);
+    }
+}
+
+static void on_close(tern_ws *ws, int code, const char *reason, size_t reason_len, void *user) {
+    raw *r = user;
+    r->close_code = code;
+    tern_loop_stop(r->loop);
+}
+
+static void on_connect_error(const tern_ws_connect_error *e, void *user) {
+    raw *r = user;
+    r->connect_err = e->err;
+    tern_loop_stop(r->loop);
+}
+
+static void run(raw *r) {
+    int port = raw_listen(r);
+    assert_int_equal(tern_loop_new(&r->loop, NULL), 0);
+    assert_int_equal(tern_timer_start(r->loop, &r->tick, 2, 2, tick, r), 0);
+    tern_ws_handlers h = {.on_open = on_open, .on_close = on_close,
+                          .on_connect_error = on_connect_error};
+    char url[64];
+    snprintf(url, sizeof(url), "ws://127.0.0.1:%d/x", port);
+    assert_int_equal(tern_ws_connect(r->loop, url, &h, NULL, r), 0);
+    assert_int_equal(tern_loop_run(r->loop), 0);
+    tern_timer_stop(r->tick);
+    if (r->fd >= 0)
+        close(r->fd);
+    close(r->lfd);
+    /* Let net free what the close left for the batch end. */
+    tern_loop_free(r->loop);
+}
+
+static void every_frame_is_masked_with_a_key_of_its_own(void **state) {
+    raw r = {0};
+    run(&r);
+    assert_int_equal(r.opened, 1);
+    assert_int_equal(r.frames, 2);
+    assert_string_equal(r.payload[0], "hello");
+    assert_string_equal(r.payload[1], "hello");
+    assert_memory_not_equal(r.keys[0], r.keys[1], 4);
+    assert_int_equal(r.close_code, 1000);
+}
+
+static void a_masked_frame_from_the_server_is_a_protocol_error(void **state) {
+    raw r = {.send_masked = true};
+    run(&r);
+    assert_int_equal(r.opened, 1);
+    assert_int_equal(r.close_code, TERN_WS_PROTOCOL_ERROR);
+}
+
+static void a_refused_connect_is_reported_from_the_loop(void **state) {
+    raw r = {0};
+    int port = raw_listen(&r);
+    close(r.lfd);   /* nobody listens there now */
+    assert_int_equal(tern_loop_new(&r.loop, NULL), 0);
+    tern_ws_handlers h = {.on_open = on_open, .on_close = on_close,
+                          .on_connect_error = on_connect_error};
+    char url[64];
+    snprintf(url, sizeof(url), "ws://127.0.0.1:%d/", port);
+    assert_int_equal(tern_ws_connect(r.loop, url, &h, NULL, &r), 0);
+    assert_int_equal(r.connect_err, 0);   /* not from inside the call */
+    assert_int_equal(tern_loop_run(r.loop), 0);
+    assert_int_equal(r.connect_err, -ECONNREFUSED);
+    assert_int_equal(r.opened, 0);
+    tern_loop_free(r.loop);
+}
+
+static void bad_urls_and_headers_are_refused(void **state) {
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    tern_ws_handlers h = {.on_connect_error = on_connect_error};
+    static const char *const bad[] = {"http://x/", "ws://", "ws://:80/", "ws://h:0/",
+                                      "ws://h:65536/", "ws://u@h/", "ws://h/#frag",
+                                      "ws://[::1/", "ws://h/a b", "ws+unix:", NULL};
+    for (int i = 0; bad[i]; i++)
+        if (tern_ws_connect(loop, bad[i], &h, NULL, NULL) != -EINVAL)
+            fail_msg("%s was not refused", bad[i]);
+    const char *hdrs[] = {"Sec-WebSocket-Key: x", NULL};
+    tern_ws_client_options o = {.headers = hdrs};
+    assert_int_equal(tern_ws_connect(loop, "ws://127.0.0.1:1/", &h, &o, NULL), -EINVAL);
+    const char *split[] = {"X: a\r\nY: b", NULL};
+    o.headers = split;
+    assert_int_equal(tern_ws_connect(loop, "ws://127.0.0.1:1/", &h, &o, NULL), -EINVAL);
+    tern_ws_handlers no_error = {0};
+    assert_int_equal(tern_ws_connect(loop, "ws://127.0.0.1:1/", &no_error, NULL, NULL), -EINVAL);
+    assert_int_equal(tern_ws_connect(loop, "ws://no-such-host.invalid/", &h, NULL, NULL),
+                     TERN_ENOHOST);
+    tern_loop_free(loop);
+}
+
+/* Not a test of randomness, which would need far more: a check that the
+ * generator is not stuck, not a counter, and not biased in a gross way. */
+static void masking_keys_look_random(void **state) {
+    enum { N = 1 << 16 };
+    unsigned counts[256] = {0};
+    uint8_t prev[4] = {0}, k[4];
+    int same = 0;
+    for (int i = 0; i < N; i++) {
+        tern__ws_mask_key(k);
+        same += memcmp(k, prev, 4) == 0;
+        memcpy(prev, k, 4);
+        for (int j = 0; j < 4; j++)
+            counts[k[j]]++;
+    }
+    assert_true(same <= 1);
+    /* 4N bytes: 1024 expected per value; a sane generator stays well
+     * within +-25% (about 8 standard deviations). */
+    for (int v = 0; v < 256; v++)
+        if (counts[v] < 768 || counts[v] > 1280)
+            fail_msg("byte %d came %u times in %d", v, counts[v], 4 * N);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_frame_is_masked_with_a_key_of_its_own),
+        cmocka_unit_test(a_masked_frame_from_the_server_is_a_protocol_error),
+        cmocka_unit_test(a_refused_connect_is_reported_from_the_loop),
+        cmocka_unit_test(bad_urls_and_headers_are_refused),
+        cmocka_unit_test(masking_keys_look_random),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
