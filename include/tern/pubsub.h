@@ -216,7 +216,7 @@ int tern_pubsub_redis_stats(const tern_server *srv, tern_redis_counters *out);
 
 /* Subscribes ws to topic (1..TERN_TOPIC_MAX bytes, NUL-terminated). On
  * ws's loop only. Returns 0, -EALREADY when it already is, -EINVAL (NULL,
- * empty), -ENAMETOOLONG, -ENOSPC (max_subscriptions reached), -EPIPE (ws
+ * empty, or a client's connection: topics are a server's), -ENAMETOOLONG, -ENOSPC (max_subscriptions reached), -EPIPE (ws
  * is closing), -ENOMEM. */
 int tern_ws_subscribe(tern_ws *ws, const char *topic);
 

@@ -580,7 +580,7 @@ typedef struct conn_subs {
 
 /* A loop's pub/sub state. Replays (opt.replay_rate): tokens is the bytes
  * of history this loop may still send now, refilled at replay_rate up to
- * a tenth of a second's worth (tokens_ms: when last); paced_head.. lists
+ * one 10 ms tick's worth (tokens_ms: when last); paced_head.. lists
  * the subscriptions whose queue waits for them, and pace_timer runs
  * exactly while the list is not empty. */
 typedef struct registry {
@@ -592,7 +592,10 @@ typedef struct registry {
     tern_timer *pace_timer;
 } registry;
 
+/* srv is NULL for a client's connection (tern_ws_server): it has none. */
 static registry *registry_of(tern_server *srv, bool make) {
+    if (srv == NULL)
+        return NULL;
     registry *r = srv->pubsub;
     if (r || !make)
         return r;
@@ -601,7 +604,6 @@ static registry *registry_of(tern_server *srv, bool make) {
         return NULL;
     r->g = g;
     r->srv = srv;
-    r->tokens = g->opt.replay_rate / 10;
     srv->pubsub = r;
     return r;
 }
@@ -937,6 +939,8 @@ int tern_ws_subscribe_from(tern_ws *ws, const char *name, uint64_t epoch, uint64
     if (!ws_open(ws))
         return -EPIPE;
     tern_server *srv = tern_ws_server(ws);
+    if (srv == NULL)
+        return -EINVAL;   /* a client's connection */
     registry *r = registry_of(srv, true);
     if (r == NULL)
         return -ENOMEM;

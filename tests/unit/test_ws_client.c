@@ -124,6 +124,11 @@ static void on_open(tern_ws *ws, void *user) {
     raw *r = user;
     r->opened++;
     assert_null(tern_ws_server(ws));
+    /* topics are a server's: a client's connection is refused, not crashed on */
+    assert_int_equal(tern_ws_subscribe(ws, "t"), -EINVAL);
+    assert_int_equal(tern_ws_subscribe_from(ws, "t", 1, 1, NULL), -EINVAL);
+    assert_false(tern_ws_subscribed(ws, "t"));
+    assert_int_equal(tern_ws_unsubscribe(ws, "t"), -ENOENT);
     if (!r->send_masked) {
         assert_int_equal(tern_ws_send(ws, "hello", 5, TERN_WS_TEXT), TERN_SEND_OK);
         assert_int_equal(tern_ws_send(ws, "hello", 5, TERN_WS_TEXT), TERN_SEND_OK);
