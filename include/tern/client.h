@@ -83,8 +83,10 @@ typedef struct tern_ws_connect_error {
 /* Connects to url: ws://host[:port][/path][?query], wss://..., with host
  * a name, an IPv4 address or an [IPv6] one; or ws+unix:SOCKET[:/path]
  * (wss+unix: with TLS) for a server on a Unix socket. A host name is
- * resolved here, with getaddrinfo (which blocks), and its first address
- * is used. Returns 0, after which exactly one of on_open or
+ * resolved here, with getaddrinfo (which blocks), and its addresses (up
+ * to 8, in getaddrinfo's order) are tried in turn until one connects
+ * (localhost may be ::1 first, and a server listen on 127.0.0.1 only);
+ * connect_timeout_ms bounds them all. Returns 0, after which exactly one of on_open or
  * on_connect_error follows from the loop, never from inside this call;
  * or a negative error and no callback: -EINVAL (a bad URL, h NULL or
  * without on_connect_error, an option out of range, a reserved header),

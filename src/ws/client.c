@@ -27,6 +27,7 @@
 
 #define DIAL_MAX_HEAD 16384
 #define DIAL_MAX_HEADERS 64
+#define DIAL_MAX_ADDRS 8    /* addresses of one name tried, in getaddrinfo's order */
 
 /* A client's endpoint, and the copies of the strings it refers to. It
  * belongs to the dial until the 101, then to the tern_ws; whichever is
@@ -36,10 +37,23 @@ typedef struct ws_client {
     char **subprotocols;    /* ep.opt.subprotocols, NULL-terminated; NULL when none */
 } ws_client;
 
-/* A connection between tern_ws_connect and its 101 or its failure.
+/* The addresses a URL's host resolved to, tried in turn until one
+ * connects (a name such as localhost often resolves to ::1 before
+ * 127.0.0.1, and a server may listen on only one of them). next: the one
+ * to try after the current attempt. */
+typedef struct dial_addrs {
+    int n, next;
+    socklen_t len[DIAL_MAX_ADDRS];
+    struct sockaddr_storage ss[DIAL_MAX_ADDRS];
+} dial_addrs;
+
+/* A connection between tern_ws_connect and its 101 or its failure: one
+ * attempt at one address; a connect that fails hands everything to a new
+ * dial for the next address (dial_retry).
  * Invariants: cl is owned here until tern__ws_open takes it; request is
  * the upgrade request until on_connect sends it (then NULL); reported is
- * set once on_connect_error has been called, and nothing is called after. */
+ * set once on_connect_error has been called, and nothing is called after;
+ * deadline (the loop's clock, ms) bounds all attempts and the handshake. */
 typedef struct ws_dial {
     tern__conn conn;
     ws_client *cl;
@@ -47,9 +61,12 @@ typedef struct ws_dial {
     size_t request_len;
     size_t scanned;         /* tern__http_find_head_end's position */
     char *where;            /* "host:port" or "unix:path", for messages */
+    dial_addrs *addrs;
+    char *server_name;      /* wss: SNI and the name verified */
     SSL_CTX *tls;           /* wss: the context, freed with the dial */
     long verify;            /* wss: X509_V_ERR_* of a failed verification */
     uint32_t timeout_ms;
+    uint64_t deadline;
     char accept[TERN__WS_ACCEPT_LEN + 1];
     bool pmd_offered;
     bool connected;
@@ -65,6 +82,21 @@ void tern__ws_client_release(const tern__ws_endpoint *ep) {
     free(cl->subprotocols);
     free(cl);
 }
+
+/* Frees what the dial holds besides the endpoint and the request (both
+ * may have moved on); safe to call twice. */
+static void dial_release(ws_dial *d) {
+    free(d->where);
+    d->where = NULL;
+    free(d->addrs);
+    d->addrs = NULL;
+    free(d->server_name);
+    d->server_name = NULL;
+    tern__tls_client_ctx_free(d->tls);
+    d->tls = NULL;
+}
+
+static bool dial_retry(ws_dial *d);
 
 /* ---- failure ---------------------------------------------------------- */
 
@@ -152,10 +184,7 @@ static void on_answer(ws_dial *d, const tern__http_response_head *h, const char 
     /* The endpoint goes with the connection; the dial is freed by net
      * without on_close. */
     ws_client *cl = d->cl;
-    free(d->where);
-    d->where = NULL;
-    tern__tls_client_ctx_free(d->tls);   /* the session holds its own reference */
-    d->tls = NULL;
+    dial_release(d);   /* the session holds its own reference to the TLS context */
     int err = tern__ws_open(&d->conn, &cl->ep, cl->ep.user, sub, pmd_on ? &pmd : NULL, rest,
                             rest_len);
     if (err < 0)
@@ -206,6 +235,8 @@ static void dial_timeout(tern__conn *c) {
 
 static void dial_close(tern__conn *c, int err) {
     ws_dial *d = (ws_dial *)c;
+    if (!d->reported && !d->connected && err != -ETIMEDOUT && dial_retry(d))
+        return;   /* the next address is being tried: it has everything */
     if (!d->reported) {
         /* A verification that failed inside a write reaches net as any
          * failed write (-EPIPE); verify says what it was. */
@@ -222,8 +253,7 @@ static void dial_close(tern__conn *c, int err) {
                    strerror(err ? -err : ECONNRESET));
     }
     free(d->request);
-    free(d->where);
-    tern__tls_client_ctx_free(d->tls);
+    dial_release(d);
     tern__ws_client_release(&d->cl->ep);
 }
 
@@ -429,13 +459,16 @@ static int make_request(ws_dial *d, const ws_url *u, const tern_ws_client_option
 
 /* ---- connecting ------------------------------------------------------- */
 
-static int resolve(const ws_url *u, struct sockaddr_storage *ss, socklen_t *len) {
+/* Fills a with the Unix socket, or the addresses u's host resolves to. */
+static int resolve(const ws_url *u, dial_addrs *a) {
+    a->n = a->next = 0;
     if (u->unix_socket) {
-        struct sockaddr_un *un = (struct sockaddr_un *)ss;
+        struct sockaddr_un *un = (struct sockaddr_un *)&a->ss[0];
         memset(un, 0, sizeof(*un));
         un->sun_family = AF_UNIX;
         memcpy(un->sun_path, u->path, strlen(u->path));
-        *len = (socklen_t)sizeof(*un);
+        a->len[0] = (socklen_t)sizeof(*un);
+        a->n = 1;
         return 0;
     }
     char port[8];
@@ -444,10 +477,76 @@ static int resolve(const ws_url *u, struct sockaddr_storage *ss, socklen_t *len)
     struct addrinfo *res = NULL;
     if (getaddrinfo(u->host, port, &hints, &res) != 0 || res == NULL)
         return TERN_ENOHOST;
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    *len = res->ai_addrlen;
+    for (struct addrinfo *ai = res; ai && a->n < DIAL_MAX_ADDRS; ai = ai->ai_next)
+        if (ai->ai_addrlen <= sizeof(a->ss[0])) {
+            memcpy(&a->ss[a->n], ai->ai_addr, ai->ai_addrlen);
+            a->len[a->n++] = ai->ai_addrlen;
+        }
     freeaddrinfo(res);
-    return 0;
+    return a->n ? 0 : TERN_ENOHOST;
+}
+
+/* Starts d's connect to its next address, and to the ones after while a
+ * connect fails at once (an IPv6 address without a route, say). 0: one
+ * is under way, and its outcome comes from the loop; else the last
+ * error, with nothing started. */
+static int dial_start(tern_loop *loop, ws_dial *d) {
+    int err = TERN_ENOHOST;
+    while (d->addrs->next < d->addrs->n) {
+        int i = d->addrs->next++;
+        struct sockaddr *sa = (struct sockaddr *)&d->addrs->ss[i];
+        char where[TERN_ADDRSTRLEN + 8];
+        if (sa->sa_family == AF_UNIX)
+            snprintf(where, sizeof(where), "unix:%s", ((struct sockaddr_un *)sa)->sun_path);
+        else
+            tern_addr_format(sa, d->addrs->len[i], where, sizeof(where));
+        char *w = strdup(where);
+        if (w == NULL)
+            return -ENOMEM;
+        free(d->where);
+        d->where = w;
+        memset(&d->conn, 0, sizeof(d->conn));   /* as new: an attempt that failed may have used it */
+        err = tern__conn_connect(loop, &d->conn, sa, d->addrs->len[i], &dial_proto, NULL);
+        if (err < 0)
+            continue;
+        if (d->tls && tern__tls_client_attach(&d->conn, d->tls, d->server_name, &d->verify) < 0) {
+            d->addrs->next = d->addrs->n;   /* reported from the loop, no other address tried */
+            tern__conn_close(&d->conn, -ENOMEM);
+            return 0;
+        }
+        uint64_t now = tern_loop_now(loop);
+        tern__conn_set_timeout(&d->conn, d->deadline > now ? (uint32_t)(d->deadline - now) : 1);
+        return 0;
+    }
+    return err;
+}
+
+/* d's connect failed: the next address, in a new dial that takes over all
+ * d holds (net frees d after this close). False when no address is left
+ * or none could be started: then d reports its own failure. */
+static bool dial_retry(ws_dial *d) {
+    if (d->addrs == NULL || d->addrs->next >= d->addrs->n)
+        return false;
+    ws_dial *nd = calloc(1, sizeof(*nd));
+    if (nd == NULL)
+        return false;
+    nd->cl = d->cl;
+    nd->request = d->request;
+    nd->request_len = d->request_len;
+    nd->addrs = d->addrs;
+    nd->server_name = d->server_name;
+    nd->tls = d->tls;
+    nd->timeout_ms = d->timeout_ms;
+    nd->deadline = d->deadline;
+    memcpy(nd->accept, d->accept, sizeof(nd->accept));
+    nd->pmd_offered = d->pmd_offered;
+    if (dial_start(d->conn.loop, nd) < 0) {
+        free(nd->where);
+        free(nd);
+        return false;
+    }
+    free(d->where);   /* everything else is nd's now */
+    return true;
 }
 
 /* The client's endpoint, with copies of the subprotocol names. */
@@ -481,57 +580,89 @@ static int make_client(ws_client **out, const tern_ws_handlers *h,
     return 0;
 }
 
-int tern_ws_connect(tern_loop *loop, const char *url, const tern_ws_handlers *h,
-                    const tern_ws_client_options *opt, void *user) {
+/* The checks of tern_ws_connect's arguments, and its URL parsed into u. */
+static int check_args(tern_loop *loop, const char *url, const tern_ws_handlers *h,
+                      const tern_ws_client_options *opt, ws_url *u) {
     if (loop == NULL || url == NULL || h == NULL || h->on_connect_error == NULL)
         return -EINVAL;
     for (size_t i = 0; opt && opt->headers && opt->headers[i]; i++)
         if (!header_ok(opt->headers[i]))
             return -EINVAL;
-    ws_url u;
-    int err = parse_url(url, &u);
-    if (err < 0)
-        return err;
-    struct sockaddr_storage ss;
-    socklen_t sl;
-    if ((err = resolve(&u, &ss, &sl)) < 0)
-        return err;
+    return parse_url(url, u);
+}
+
+/* The dial, once the addresses are known: a becomes the dial's (freed
+ * here when it is not started). */
+static int dial_new(tern_loop *loop, const ws_url *u, dial_addrs *a, const tern_ws_handlers *h,
+                    const tern_ws_client_options *opt, void *user) {
     ws_dial *d = calloc(1, sizeof(*d));
-    if (d == NULL)
-        return -ENOMEM;
-    if ((err = make_client(&d->cl, h, opt, user)) < 0) {
+    int err = d ? make_client(&d->cl, h, opt, user) : -ENOMEM;
+    if (err < 0) {
+        free(a);
         free(d);
         return err;
     }
-    char where[TERN_ADDRSTRLEN];
-    tern_addr_format((struct sockaddr *)&ss, sl, where, sizeof(where));
-    if (u.unix_socket)
-        snprintf(where, sizeof(where), "unix:%s", u.path);
-    d->where = strdup(where);
+    d->addrs = a;
     d->timeout_ms = opt && opt->connect_timeout_ms ? opt->connect_timeout_ms : 10000;
-    err = d->where ? make_request(d, &u, opt) : -ENOMEM;
-    if (err == 0 && u.tls &&
-        (d->tls = tern__tls_client_ctx(opt ? opt->ca_file : NULL, opt && opt->insecure)) == NULL)
-        err = -EPROTO;
+    d->deadline = tern_loop_now(loop) + d->timeout_ms;
+    err = make_request(d, u, opt);
+    if (err == 0 && u->tls) {
+        d->server_name = strdup(opt && opt->server_name ? opt->server_name : u->host);
+        if (d->server_name == NULL)
+            err = -ENOMEM;
+        else if ((d->tls = tern__tls_client_ctx(opt ? opt->ca_file : NULL,
+                                                opt && opt->insecure)) == NULL)
+            err = -EPROTO;
+    }
+    /* Once started, the connection is net's: failures go through dial_close. */
     if (err == 0)
-        err = tern__conn_connect(loop, &d->conn, (struct sockaddr *)&ss, sl, &dial_proto, NULL);
+        err = dial_start(loop, d);
     if (err < 0) {
         free(d->request);
-        free(d->where);
-        tern__tls_client_ctx_free(d->tls);
+        dial_release(d);
         tern__ws_client_release(&d->cl->ep);
         free(d);
         return err;
     }
-    /* From here the connection is net's: failures go through dial_close. */
-    if (u.tls) {
-        const char *name = opt && opt->server_name ? opt->server_name : u.host;
-        if (tern__tls_client_attach(&d->conn, d->tls, name, &d->verify) < 0) {
-            d->reported = true;   /* refused before any callback could be due */
-            tern__conn_close(&d->conn, -ENOMEM);
-            return -ENOMEM;
-        }
-    }
-    tern__conn_set_timeout(&d->conn, d->timeout_ms);
     return 0;
+}
+
+int tern_ws_connect(tern_loop *loop, const char *url, const tern_ws_handlers *h,
+                    const tern_ws_client_options *opt, void *user) {
+    ws_url u;
+    int err = check_args(loop, url, h, opt, &u);
+    if (err < 0)
+        return err;
+    dial_addrs *a = malloc(sizeof(*a));
+    if (a == NULL)
+        return -ENOMEM;
+    if ((err = resolve(&u, a)) < 0) {
+        free(a);
+        return err;
+    }
+    return dial_new(loop, &u, a, h, opt, user);
+}
+
+int tern__ws_connect_to(tern_loop *loop, const char *url, const struct sockaddr *const *addrs,
+                        const socklen_t *lens, int n, const tern_ws_handlers *h,
+                        const tern_ws_client_options *opt, void *user) {
+    ws_url u;
+    int err = check_args(loop, url, h, opt, &u);
+    if (err < 0)
+        return err;
+    if (n < 1 || n > DIAL_MAX_ADDRS)
+        return -EINVAL;
+    dial_addrs *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return -ENOMEM;
+    for (int i = 0; i < n; i++) {
+        if (lens[i] > sizeof(a->ss[0])) {
+            free(a);
+            return -EINVAL;
+        }
+        memcpy(&a->ss[i], addrs[i], lens[i]);
+        a->len[i] = lens[i];
+    }
+    a->n = n;
+    return dial_new(loop, &u, a, h, opt, user);
 }

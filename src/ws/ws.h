@@ -2,7 +2,10 @@
 #ifndef TERN_WS_PRIVATE_H
 #define TERN_WS_PRIVATE_H
 
+#include <sys/socket.h>
+
 #include "http/server.h"
+#include "tern/client.h"
 #include "tern/ws.h"
 #include "ws/deflate.h"
 #include "ws/frame.h"
@@ -158,5 +161,11 @@ void tern__ws_mask_key(uint8_t key[4]);
 /* client.c */
 /* The connection of a client endpoint is over: frees the endpoint. */
 void tern__ws_client_release(const tern__ws_endpoint *ep);
+/* tern_ws_connect to these n (1..8) addresses, tried in order, instead of
+ * those the URL's host resolves to (the URL gives the rest: Host, path,
+ * TLS): how the tests give one name several addresses. */
+int tern__ws_connect_to(tern_loop *loop, const char *url, const struct sockaddr *const *addrs,
+                        const socklen_t *lens, int n, const tern_ws_handlers *h,
+                        const tern_ws_client_options *opt, void *user);
 
 #endif

@@ -33,7 +33,7 @@ typedef struct raw {
     size_t in_len;
     bool answered;
     bool send_masked;          /* after the 101, send the client a masked frame */
-    int opened, close_code, connect_err;
+    int opened, close_code, connect_err, connect_errors;
     uint8_t keys[2][4];
     int frames;
     char payload[2][16];
@@ -145,6 +145,7 @@ static void on_close(tern_ws *ws, int code, const char *reason, size_t reason_le
 static void on_connect_error(const tern_ws_connect_error *e, void *user) {
     raw *r = user;
     r->connect_err = e->err;
+    r->connect_errors++;
     tern_loop_stop(r->loop);
 }
 
@@ -201,6 +202,63 @@ static void a_refused_connect_is_reported_from_the_loop(void **state) {
     tern_loop_free(r.loop);
 }
 
+/* A port on 127.0.0.1 where nobody listens. */
+static int closed_port(void) {
+    raw r = {0};
+    int port = raw_listen(&r);
+    close(r.lfd);
+    return port;
+}
+
+/* Connects to n addresses of 127.0.0.1 (ports[i]) in turn, as to a name
+ * that resolves to them, and runs the loop. */
+static void run_to(raw *r, const int *ports, int n) {
+    struct sockaddr_in sin[4];
+    const struct sockaddr *addrs[4];
+    socklen_t lens[4];
+    for (int i = 0; i < n; i++) {
+        sin[i] = (struct sockaddr_in){.sin_family = AF_INET, .sin_port = htons((uint16_t)ports[i])};
+        sin[i].sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        addrs[i] = (const struct sockaddr *)&sin[i];
+        lens[i] = sizeof(sin[i]);
+    }
+    assert_int_equal(tern_loop_new(&r->loop, NULL), 0);
+    assert_int_equal(tern_timer_start(r->loop, &r->tick, 2, 2, tick, r), 0);
+    tern_ws_handlers h = {.on_open = on_open, .on_close = on_close,
+                          .on_connect_error = on_connect_error};
+    assert_int_equal(tern__ws_connect_to(r->loop, "ws://localhost/x", addrs, lens, n, &h, NULL, r),
+                     0);
+    assert_int_equal(tern_loop_run(r->loop), 0);
+    tern_timer_stop(r->tick);
+    if (r->fd >= 0)
+        close(r->fd);
+    if (r->lfd >= 0)
+        close(r->lfd);
+    tern_loop_free(r->loop);
+}
+
+/* localhost is often ::1 first and then 127.0.0.1, and a server may
+ * listen on only one: an address that refuses is not the end. */
+static void the_next_address_is_tried_when_one_refuses(void **state) {
+    raw r = {0};
+    int ports[3] = {closed_port(), closed_port(), raw_listen(&r)};
+    run_to(&r, ports, 3);
+    assert_int_equal(r.connect_errors, 0);
+    assert_int_equal(r.opened, 1);
+    assert_int_equal(r.frames, 2);
+    assert_string_equal(r.payload[0], "hello");
+    assert_int_equal(r.close_code, 1000);
+}
+
+static void every_address_refusing_is_reported_once(void **state) {
+    raw r = {.lfd = -1, .fd = -1, .answered = true};
+    int ports[2] = {closed_port(), closed_port()};
+    run_to(&r, ports, 2);
+    assert_int_equal(r.connect_errors, 1);
+    assert_int_equal(r.connect_err, -ECONNREFUSED);
+    assert_int_equal(r.opened, 0);
+}
+
 static void bad_urls_and_headers_are_refused(void **state) {
     tern_loop *loop;
     assert_int_equal(tern_loop_new(&loop, NULL), 0);
@@ -251,6 +309,8 @@ int main(void) {
         cmocka_unit_test(every_frame_is_masked_with_a_key_of_its_own),
         cmocka_unit_test(a_masked_frame_from_the_server_is_a_protocol_error),
         cmocka_unit_test(a_refused_connect_is_reported_from_the_loop),
+        cmocka_unit_test(the_next_address_is_tried_when_one_refuses),
+        cmocka_unit_test(every_address_refusing_is_reported_once),
         cmocka_unit_test(bad_urls_and_headers_are_refused),
         cmocka_unit_test(masking_keys_look_random),
     };
