@@ -58,7 +58,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -214,7 +213,7 @@ struct load_run;
 
 /* One client connection.
  * Invariants:
- * - io.fd is open exactly in CONNECTING..CLOSING; EPOLLOUT is in io.events
+ * - io.fd is open exactly in CONNECTING..CLOSING; TERN__IO_OUT is in io.events
  *   only while connecting or while out[] holds bytes the kernel refused.
  * - out[0..out_cnt) is what is left of the frame being written. A frame
  *   (message, batch, pong, close) is started only when out_cnt is 0, so
@@ -407,7 +406,7 @@ static void note_unclean(load_conn *c, const char *fmt, ...) {
 /* ---- writing -------------------------------------------------------------- */
 
 /* Writes what out[] holds; what the kernel refuses stays there for
- * EPOLLOUT. Returns false when the run failed. */
+ * TERN__IO_OUT. Returns false when the run failed. */
 static bool conn_flush(load_conn *c) {
     while (c->out_cnt > 0) {
         struct msghdr mh = {.msg_iov = c->out, .msg_iovlen = c->out_cnt};
@@ -472,7 +471,7 @@ static void conn_pump(load_conn *c) {
         break;
     }
     int err = tern__io_set(c->run->loop, &c->io,
-                           (c->paused ? 0 : EPOLLIN) | (c->out_cnt ? EPOLLOUT : 0));
+                           (c->paused ? 0 : TERN__IO_IN) | (c->out_cnt ? TERN__IO_OUT : 0));
     if (err < 0)
         run_fail(c->run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
 }
@@ -1017,7 +1016,7 @@ static bool throttled(const load_conn *c) {
 static void set_paused(load_conn *c, bool paused) {
     c->paused = paused;
     int err = tern__io_set(c->run->loop, &c->io,
-                           (paused ? 0 : EPOLLIN) | (c->out_cnt ? EPOLLOUT : 0));
+                           (paused ? 0 : TERN__IO_IN) | (c->out_cnt ? TERN__IO_OUT : 0));
     if (err < 0)
         run_fail(c->run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
 }
@@ -1125,7 +1124,7 @@ static void conn_opened(load_conn *c) {
     run->handshaking--;
     run->opened += !c->resuming;   /* else back after the cut */
     run->progress++;
-    int err = tern__io_set(run->loop, &c->io, EPOLLIN);
+    int err = tern__io_set(run->loop, &c->io, TERN__IO_IN);
     if (err < 0) {
         run_fail(run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
         return;
@@ -1223,7 +1222,7 @@ static void handshake_send(load_conn *c) {
         return;
     }
     c->state = CS_HANDSHAKE;
-    int err = tern__io_set(run->loop, &c->io, EPOLLIN);
+    int err = tern__io_set(run->loop, &c->io, TERN__IO_IN);
     if (err < 0)
         run_fail(run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
 }
@@ -1251,12 +1250,12 @@ static void on_conn_io(tern__io *io, uint32_t revents) {
         return;
     case CS_OPEN:
     case CS_CLOSING:
-        if (revents & EPOLLOUT) {
+        if (revents & TERN__IO_OUT) {
             conn_pump(c);
             if (run->failed || c->state == CS_DONE)
                 return;
         }
-        if (revents & (EPOLLIN | EPOLLHUP | EPOLLERR))
+        if (revents & (TERN__IO_IN | TERN__IO_HUP | TERN__IO_ERR))
             conn_read(c);
         return;
     default:
@@ -1299,7 +1298,7 @@ static void conn_start(load_conn *c) {
         run_fail(run, "connect to %s:%u: %s", run->o->host, run->o->port, strerror(errno));
         return;
     }
-    int err = tern__io_set(run->loop, &c->io, EPOLLOUT);
+    int err = tern__io_set(run->loop, &c->io, TERN__IO_OUT);
     if (err < 0)
         run_fail(run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
 }

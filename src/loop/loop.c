@@ -17,6 +17,12 @@
 
 #include "loop/loop_internal.h"
 
+/* The loop's interest flags are epoll's own values: no translation. */
+_Static_assert((int)TERN__IO_IN == (int)EPOLLIN && (int)TERN__IO_OUT == (int)EPOLLOUT &&
+                   (int)TERN__IO_ERR == (int)EPOLLERR && (int)TERN__IO_HUP == (int)EPOLLHUP &&
+                   (int)TERN__IO_RDHUP == (int)EPOLLRDHUP,
+               "the loop's interest flags are epoll's values");
+
 #define TERN__EVENTS_PER_WAIT 512
 #define TERN__DEFAULT_RBUF (256 * 1024)
 #define TERN__MIN_RBUF (64 * 1024)
@@ -194,7 +200,7 @@ int tern_loop_on_signal(tern_loop *loop, int signo, tern_signal_fn fn, void *use
         return -errno;
     if (loop->signal_io.fd < 0) {
         tern__io_init(&loop->signal_io, fd, on_signal);
-        if ((err = tern__io_set(loop, &loop->signal_io, EPOLLIN)) < 0)
+        if ((err = tern__io_set(loop, &loop->signal_io, TERN__IO_IN)) < 0)
             return err;
     }
     loop->signals[loop->nsignals++] = (tern__signal){signo, fn, user};
@@ -230,7 +236,7 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
         sigemptyset(&loop->signal_set);
         tern__io_init(&loop->signal_io, -1, on_signal);
         tern__io_init(&loop->wake_io, wfd, on_wake);
-        err = tern__io_set(loop, &loop->wake_io, EPOLLIN);
+        err = tern__io_set(loop, &loop->wake_io, TERN__IO_IN);
     }
     if (err < 0) {
         if (wfd >= 0)

@@ -24,8 +24,21 @@ struct tern__io {
     tern__io_fn fn;
 };
 
+/* Interest (what tern__io_set asks for) and readiness (what a watcher's fn
+ * is told), in the loop's own names, so that nothing above the loop
+ * depends on epoll and another back end can translate them. The epoll back
+ * end uses epoll's values (checked in loop.c), so they pass through as
+ * they are. ERR and HUP are only ever reported, never asked for. */
+enum {
+    TERN__IO_IN = 0x001,      /* readable (or a listener: a connection waits) */
+    TERN__IO_OUT = 0x004,     /* writable */
+    TERN__IO_ERR = 0x008,     /* an error is pending on the socket */
+    TERN__IO_HUP = 0x010,     /* both directions are closed */
+    TERN__IO_RDHUP = 0x2000,  /* the peer shut its side (no more to read after what is queued) */
+};
+
 void tern__io_init(tern__io *io, int fd, tern__io_fn fn);
-/* Sets the epoll interest to `events` (EPOLLIN, EPOLLOUT, ...; 0 removes
+/* Sets the interest to `events` (TERN__IO_IN, TERN__IO_OUT, ...; 0 removes
  * the fd), with one epoll_ctl call only when it changes. Removing also
  * drops the watcher's events still queued in the current batch, so the
  * caller may free the watcher right away. */

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/sendfile.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -246,7 +245,7 @@ int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_pr
     c->tp = &tern__plain_transport;
     tern__io_init(&c->io, fd, conn_io);
     tern__wheel_init_entry(&c->timeout);
-    int err = tern__io_set(loop, &c->io, EPOLLIN | EPOLLRDHUP);
+    int err = tern__io_set(loop, &c->io, TERN__IO_IN | TERN__IO_RDHUP);
     if (err < 0)
         return err;
     list_add(c, list);
@@ -357,12 +356,12 @@ static bool closing(const tern__conn *c) {
                        TERN__CONN_LINGER);
 }
 
-/* Bytes wait: EPOLLOUT tells when the kernel takes more, unless the
+/* Bytes wait: TERN__IO_OUT tells when the kernel takes more, unless the
  * transport must read before it can write (then the next read retries). */
 static void arm_out(tern__conn *c) {
     if (c->flags & TERN__CONN_SEND_WANTS_IN)
         return;
-    if (tern__io_set(c->loop, &c->io, c->io.events | EPOLLOUT) < 0)
+    if (tern__io_set(c->loop, &c->io, c->io.events | TERN__IO_OUT) < 0)
         fail(c, -errno);
 }
 
@@ -370,7 +369,7 @@ void tern__conn_set_transport(tern__conn *c, tern__transport *tp) { c->tp = tp; 
 
 void tern__conn_recv_wants_out(tern__conn *c) {
     c->flags |= TERN__CONN_RECV_WANTS_OUT;
-    if (tern__io_set(c->loop, &c->io, c->io.events | EPOLLOUT) < 0)
+    if (tern__io_set(c->loop, &c->io, c->io.events | TERN__IO_OUT) < 0)
         fail(c, -errno);
 }
 
@@ -551,7 +550,7 @@ int tern__conn_sendfile(tern__conn *c, int fd, off_t off, size_t len) {
         cork_flush(n);
     c->file = f;
     if (c->out)
-        return TERN_SEND_BUFFERED;   /* sent after the backlog, from EPOLLOUT */
+        return TERN_SEND_BUFFERED;   /* sent after the backlog, from TERN__IO_OUT */
     int r = send_file(c);
     if (r < 0) {
         fail(c, r);
@@ -610,7 +609,7 @@ static void start_linger(tern__conn *c) {
     c->flags &= ~TERN__CONN_PAUSED;
     free(c->in);
     c->in = NULL;
-    if (tern__io_set(c->loop, &c->io, EPOLLIN | EPOLLRDHUP) < 0) {
+    if (tern__io_set(c->loop, &c->io, TERN__IO_IN | TERN__IO_RDHUP) < 0) {
         fail(c, -errno);
         return;
     }
@@ -718,8 +717,8 @@ static void conn_read(tern__conn *c) {
     }
     if (r == 0) {
         c->flags |= TERN__CONN_EOF;
-        /* No more EPOLLIN/RDHUP reports wanted: they would repeat forever. */
-        tern__io_set(c->loop, &c->io, c->io.events & EPOLLOUT);
+        /* No more TERN__IO_IN/RDHUP reports wanted: they would repeat forever. */
+        tern__io_set(c->loop, &c->io, c->io.events & TERN__IO_OUT);
         if (c->in)
             add_pending(c);   /* what came before the end goes to the protocol first */
         else
@@ -745,7 +744,7 @@ static void connect_done(tern__conn *c) {
     if (getsockopt(c->io.fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
         err = errno;
     if (err == 0)
-        err = -tern__io_set(c->loop, &c->io, EPOLLIN | EPOLLRDHUP);
+        err = -tern__io_set(c->loop, &c->io, TERN__IO_IN | TERN__IO_RDHUP);
     if (err) {
         tern__conn_close(c, -err);
         return;
@@ -777,7 +776,7 @@ int tern__conn_connect(tern_loop *loop, tern__conn *c, const struct sockaddr *ad
     }
     int err = tern__conn_start(loop, c, fd, proto, list);
     if (err == 0)
-        err = tern__io_set(loop, &c->io, EPOLLOUT);
+        err = tern__io_set(loop, &c->io, TERN__IO_OUT);
     if (err < 0) {
         list_remove(c);
         close(fd);
@@ -796,24 +795,24 @@ static void conn_io(tern__io *io, uint32_t revents) {
         return;
     }
     bool recv_waited = false;
-    if ((revents & EPOLLOUT) && (c->flags & TERN__CONN_RECV_WANTS_OUT)) {
+    if ((revents & TERN__IO_OUT) && (c->flags & TERN__CONN_RECV_WANTS_OUT)) {
         /* The transport's read could not write; now it can (below). */
         c->flags &= ~TERN__CONN_RECV_WANTS_OUT;
         recv_waited = true;
         if (!c->out && !c->file &&
-            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)EPOLLOUT) < 0) {
+            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_OUT) < 0) {
             tern__conn_close(c, -errno);
             return;
         }
     }
-    if ((revents & EPOLLOUT) && (c->out || c->file)) {
+    if ((revents & TERN__IO_OUT) && (c->out || c->file)) {
         int r = flush_backlog(c);
         if (r < 0)
             return;
         if (r == 1 && (c->flags & TERN__CONN_SEND_WANTS_IN))   /* the next read retries */
-            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)EPOLLOUT);
+            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_OUT);
         if (r == 0) {
-            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)EPOLLOUT);
+            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_OUT);
             if (c->flags & TERN__CONN_SEND_CLOCK) {
                 c->flags &= ~TERN__CONN_SEND_CLOCK;
                 tern__wheel_set(c->loop, &c->timeout, 0);
@@ -826,8 +825,8 @@ static void conn_io(tern__io *io, uint32_t revents) {
                 return;
         }
     }
-    if (((revents & EPOLLERR) && !(revents & EPOLLIN)) ||
-        ((revents & EPOLLHUP) && (c->flags & (TERN__CONN_PAUSED | TERN__CONN_EOF)))) {
+    if (((revents & TERN__IO_ERR) && !(revents & TERN__IO_IN)) ||
+        ((revents & TERN__IO_HUP) && (c->flags & (TERN__CONN_PAUSED | TERN__CONN_EOF)))) {
         /* Reset, or both directions down while we are not reading: level-
          * triggered HUP would otherwise be reported again and again. */
         int err = 0;
@@ -836,11 +835,11 @@ static void conn_io(tern__io *io, uint32_t revents) {
         tern__conn_close(c, err ? -err : -ECONNRESET);
         return;
     }
-    if ((revents & EPOLLRDHUP) && (c->flags & TERN__CONN_PAUSED)) {
+    if ((revents & TERN__IO_RDHUP) && (c->flags & TERN__CONN_PAUSED)) {
         /* The FIN of a peer we are not reading from: stop asking (it would
          * be reported again and again) and let the protocol decide. */
         c->flags |= TERN__CONN_RDHUP;
-        if (tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)EPOLLRDHUP) < 0) {
+        if (tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_RDHUP) < 0) {
             tern__conn_close(c, -errno);
             return;
         }
@@ -848,21 +847,21 @@ static void conn_io(tern__io *io, uint32_t revents) {
             c->proto->on_hangup(c);
         return;
     }
-    if ((recv_waited || (revents & (EPOLLIN | EPOLLHUP | EPOLLRDHUP))) &&
+    if ((recv_waited || (revents & (TERN__IO_IN | TERN__IO_HUP | TERN__IO_RDHUP))) &&
         !(c->flags & (TERN__CONN_PAUSED | TERN__CONN_EOF)))
         conn_read(c);
 }
 
-/* A paused connection stays in epoll asking for EPOLLRDHUP only (until
- * the FIN is seen): a reset (EPOLLERR, EPOLLHUP, always reported) or the
+/* A paused connection stays in epoll asking for TERN__IO_RDHUP only (until
+ * the FIN is seen): a reset (TERN__IO_ERR, TERN__IO_HUP, always reported) or the
  * peer's close is noticed while we read nothing. */
 void tern__conn_pause(tern__conn *c) {
     if (c->flags & (TERN__CONN_PAUSED | TERN__CONN_CLOSED | TERN__CONN_LINGER))
         return;
     c->flags |= TERN__CONN_PAUSED;
-    uint32_t ev = c->io.events & EPOLLOUT;
+    uint32_t ev = c->io.events & TERN__IO_OUT;
     if (!(c->flags & (TERN__CONN_EOF | TERN__CONN_RDHUP)))
-        ev |= EPOLLRDHUP;
+        ev |= TERN__IO_RDHUP;
     if (tern__io_set(c->loop, &c->io, ev) < 0)
         fail(c, -errno);
 }
@@ -871,9 +870,9 @@ void tern__conn_resume(tern__conn *c) {
     if (!(c->flags & TERN__CONN_PAUSED) || (c->flags & TERN__CONN_CLOSED))
         return;
     c->flags &= ~TERN__CONN_PAUSED;
-    uint32_t ev = c->io.events & EPOLLOUT;
+    uint32_t ev = c->io.events & TERN__IO_OUT;
     if (!(c->flags & TERN__CONN_EOF))
-        ev |= EPOLLIN | EPOLLRDHUP;
+        ev |= TERN__IO_IN | TERN__IO_RDHUP;
     if (tern__io_set(c->loop, &c->io, ev) < 0)
         fail(c, -errno);
     if (c->in || (c->flags & TERN__CONN_EOF) || c->tp->ops->pending(c))

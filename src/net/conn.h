@@ -5,7 +5,7 @@
  * into the connection (conn->in). Writes go to the loop's cork buffer and
  * are flushed with one send() when another connection starts writing or
  * the batch of events ends; what the kernel does not take goes to the
- * connection's backlog (conn->out) and EPOLLOUT is armed until it drains. */
+ * connection's backlog (conn->out) and TERN__IO_OUT is armed until it drains. */
 #ifndef TERN_NET_CONN_H
 #define TERN_NET_CONN_H
 
@@ -121,26 +121,26 @@ enum {
     TERN__CONN_DEFERRED = 1u << 7,     /* proto->on_deferred is due at the batch end */
     TERN__CONN_SEND_CLOCK = 1u << 8,   /* the timeout is net's send clock, not the protocol's */
     /* The transport's read must write before it can go on (a TLS
-     * handshake message the kernel did not take): EPOLLOUT is armed for it. */
+     * handshake message the kernel did not take): TERN__IO_OUT is armed for it. */
     TERN__CONN_RECV_WANTS_OUT = 1u << 10,
     /* The transport's write must read first (TLS): the backlog is retried
-     * after the next read rather than on EPOLLOUT. */
+     * after the next read rather than on TERN__IO_OUT. */
     TERN__CONN_SEND_WANTS_IN = 1u << 11,
-    /* An outbound connect is in flight: only EPOLLOUT is watched, and its
+    /* An outbound connect is in flight: only TERN__IO_OUT is watched, and its
      * event ends the connect (proto->on_connect, or on_close on error). */
     TERN__CONN_CONNECTING = 1u << 12,
 };
 
 /* Invariants:
  * - every connection is watched for the peer's reset (its fd stays in
- *   epoll: a paused one still asks for EPOLLRDHUP until the FIN is seen),
+ *   epoll: a paused one still asks for TERN__IO_RDHUP until the FIN is seen),
  *   or has its timeout armed (protocol clock, or the send clock while a
  *   backlog is leaving and the protocol armed none).
  * - io.fd is open until TERN__CONN_CLOSED is set; after that nothing but
  *   net touches the struct, and net frees it at the end of the batch.
  * - in holds only bytes the protocol has not consumed; NULL when none.
  * - out holds bytes the kernel has not taken, in order, before anything
- *   corked later for this connection; NULL when empty. EPOLLOUT is in
+ *   corked later for this connection; NULL when empty. TERN__IO_OUT is in
  *   io.events exactly while out or file is non-empty.
  * - the connection is on its owner's list (list_next/prev) until closed;
  *   only then is next_free, which shares their room, used. */

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -20,7 +19,7 @@
 #define TERN__ACCEPTS_PER_EVENT 64
 #define TERN__EMFILE_BACKOFF_MS 100
 
-/* Invariant: io is registered for EPOLLIN except while backing off after
+/* Invariant: io is registered for TERN__IO_IN except while backing off after
  * EMFILE, when `backoff` is armed instead. */
 struct tern__listener {
     tern__io io;
@@ -36,7 +35,7 @@ static void resume_accepting(tern_timer *t, void *user) {
     tern__listener *l = user;
     tern_timer_stop(t);
     l->backoff = NULL;
-    tern__io_set(l->loop, &l->io, EPOLLIN);
+    tern__io_set(l->loop, &l->io, TERN__IO_IN);
 }
 
 static void on_accept(tern__io *io, uint32_t revents) {
@@ -105,7 +104,7 @@ static int start(tern_loop *loop, int fd, bool tcp, const tern_listen_options *o
         l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
     }
-    int err = tern__io_set(loop, &l->io, EPOLLIN);
+    int err = tern__io_set(loop, &l->io, TERN__IO_IN);
     if (err < 0) {
         close(fd);
         free(l);

@@ -8,7 +8,7 @@
  *   batch end without waiting for an event;
  * - a read may have to write (handshake messages) and a write may have to
  *   read (a handshake not yet finished): the transport tells net, which
- *   waits for EPOLLOUT, or retries the write after the next read.
+ *   waits for TERN__IO_OUT, or retries the write after the next read.
  *
  * A write that OpenSSL could not finish must be retried with the same
  * bytes: net's backlog always restarts at the first byte not taken, and

@@ -30,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -49,7 +48,7 @@
 
 /* One hiredis connection and its watcher. Invariant: ac is NULL or a live
  * context whose ev.data is this link; io is registered for `events`
- * (EPOLLIN/EPOLLOUT) and only while ac is set. */
+ * (TERN__IO_IN/TERN__IO_OUT) and only while ac is set. */
 typedef struct rlink {
     struct tern__redis *r;
     redisAsyncContext *ac;
@@ -95,10 +94,10 @@ static void set_events(rlink *l, uint32_t ev) {
     if (l->events != ev && tern__io_set(l->r->loop, &l->io, ev) == 0)
         l->events = ev;
 }
-static void add_read(void *p) { rlink *l = p; set_events(l, l->events | EPOLLIN); }
-static void del_read(void *p) { rlink *l = p; set_events(l, l->events & ~(uint32_t)EPOLLIN); }
-static void add_write(void *p) { rlink *l = p; set_events(l, l->events | EPOLLOUT); }
-static void del_write(void *p) { rlink *l = p; set_events(l, l->events & ~(uint32_t)EPOLLOUT); }
+static void add_read(void *p) { rlink *l = p; set_events(l, l->events | TERN__IO_IN); }
+static void del_read(void *p) { rlink *l = p; set_events(l, l->events & ~(uint32_t)TERN__IO_IN); }
+static void add_write(void *p) { rlink *l = p; set_events(l, l->events | TERN__IO_OUT); }
+static void del_write(void *p) { rlink *l = p; set_events(l, l->events & ~(uint32_t)TERN__IO_OUT); }
 static void cleanup(void *p) {
     rlink *l = p;
     set_events(l, 0);
@@ -109,9 +108,9 @@ static void cleanup(void *p) {
 static void on_io(tern__io *io, uint32_t revents) {
     rlink *l = tern__container_of(io, rlink, io);
     /* Reading may end the context (cleanup sets l->ac to NULL). */
-    if (l->ac && (revents & (EPOLLIN | EPOLLERR | EPOLLHUP)))
+    if (l->ac && (revents & (TERN__IO_IN | TERN__IO_ERR | TERN__IO_HUP)))
         redisAsyncHandleRead(l->ac);
-    if (l->ac && (revents & (EPOLLOUT | EPOLLERR)))
+    if (l->ac && (revents & (TERN__IO_OUT | TERN__IO_ERR)))
         redisAsyncHandleWrite(l->ac);
 }
 
