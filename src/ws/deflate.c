@@ -87,48 +87,6 @@ static void skip_element(hcur *c) {
     }
 }
 
-/* One extension parameter, `name[=value]`, as the server's offers and
- * the client's answer both carry it. v points into the token or, for a
- * quoted value, into qbuf (unescaped); value_ok: a quoted value is still
- * a token once unescaped, as RFC 6455 §9.1 wants (none of ours is longer
- * than 2 characters, so one that does not fit qbuf is not ours). */
-typedef struct ext_param {
-    const char *name, *v;
-    size_t nlen, vlen;
-    bool has_value, value_ok;
-    char qbuf[8];
-} ext_param;
-
-/* Reads a parameter after its ';'. False on a syntax error: no name, a
- * quoted string that never closes, '=' with nothing after it. */
-static bool take_param(hcur *c, ext_param *p) {
-    skip_ows(c);
-    p->v = NULL;
-    p->vlen = 0;
-    p->has_value = false;
-    p->value_ok = true;
-    if ((p->nlen = take_token(c, &p->name)) == 0)
-        return false;
-    skip_ows(c);
-    if (c->pos == c->len || c->s[c->pos] != '=')
-        return true;
-    c->pos++;
-    skip_ows(c);
-    p->has_value = true;
-    if (c->pos < c->len && c->s[c->pos] == '"') {
-        long q = take_quoted(c, p->qbuf, sizeof(p->qbuf));
-        if (q < 0)
-            return false;
-        p->v = p->qbuf;
-        p->vlen = (size_t)q;
-        p->value_ok = p->vlen > 0 && p->vlen <= sizeof(p->qbuf);
-        for (size_t k = 0; p->value_ok && k < p->vlen; k++)
-            p->value_ok = is_tchar(p->qbuf[k]);
-        return true;
-    }
-    return (p->vlen = take_token(c, &p->v)) > 0;
-}
-
 /* One permessage-deflate offer as read from the header. */
 typedef struct pmd_offer {
     bool server_nct, client_nct;
@@ -262,15 +220,46 @@ int tern__pmd_negotiate(const char *offer, size_t len, const tern__pmd_config *c
                 break;
             }
             c.pos++;
-            ext_param ep;
-            if (!take_param(&c, &ep)) {
+            skip_ows(&c);
+            const char *pname;
+            size_t plen = take_token(&c, &pname);
+            if (plen == 0) {
                 ok = false;
                 break;
             }
+            skip_ows(&c);
+            bool has_value = false, value_ok = true;
+            const char *v = NULL;
+            size_t vlen = 0;
+            char qbuf[8];
+            if (c.pos < c.len && c.s[c.pos] == '=') {
+                c.pos++;
+                skip_ows(&c);
+                has_value = true;
+                if (c.pos < c.len && c.s[c.pos] == '"') {
+                    long q = take_quoted(&c, qbuf, sizeof(qbuf));
+                    if (q < 0) {
+                        ok = false;
+                        break;
+                    }
+                    /* RFC 6455 §9.1: unescaped, the value must still be a
+                     * token; none of ours is longer than 2 characters. */
+                    v = qbuf;
+                    vlen = (size_t)q;
+                    value_ok = vlen > 0 && vlen <= sizeof(qbuf);
+                    for (size_t k = 0; value_ok && k < vlen; k++)
+                        value_ok = is_tchar(qbuf[k]);
+                } else {
+                    vlen = take_token(&c, &v);
+                    if (vlen == 0) {
+                        ok = false;
+                        break;
+                    }
+                }
+            }
             /* Another extension's parameters are its business; ours must
              * all be understood or the offer is declined (§5). */
-            if (pmd && (!ep.value_ok ||
-                        !offer_param(&o, ep.name, ep.nlen, ep.has_value, ep.v, ep.vlen)))
+            if (pmd && (!value_ok || !offer_param(&o, pname, plen, has_value, v, vlen)))
                 pmd = false;
         }
         if (!ok) {
@@ -310,9 +299,29 @@ int tern__pmd_client_accept(const char *resp, size_t len, const tern__pmd_config
         if (c.s[c.pos] != ';')
             return -EPROTO;   /* a second extension, or junk */
         c.pos++;
-        ext_param ep;
-        if (!take_param(&c, &ep) || !ep.value_ok ||
-            !offer_param(&o, ep.name, ep.nlen, ep.has_value, ep.v, ep.vlen))
+        skip_ows(&c);
+        const char *pname, *v = NULL;
+        size_t plen = take_token(&c, &pname), vlen = 0;
+        if (plen == 0)
+            return -EPROTO;
+        skip_ows(&c);
+        bool has_value = false;
+        char qbuf[8];
+        if (c.pos < c.len && c.s[c.pos] == '=') {
+            c.pos++;
+            skip_ows(&c);
+            has_value = true;
+            if (c.pos < c.len && c.s[c.pos] == '"') {
+                long q = take_quoted(&c, qbuf, sizeof(qbuf));
+                if (q < 0 || q > (long)sizeof(qbuf))
+                    return -EPROTO;
+                v = qbuf;
+                vlen = (size_t)q;
+            } else if ((vlen = take_token(&c, &v)) == 0) {
+                return -EPROTO;
+            }
+        }
+        if (!offer_param(&o, pname, plen, has_value, v, vlen))
             return -EPROTO;
     }
     /* §7.1.2.2: the server names our window with a value, or not at all. */
