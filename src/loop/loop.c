@@ -1,15 +1,9 @@
-/* The epoll loop: dispatch, cross-thread posts, signals.
- *
- * Readiness is level-triggered. A connection reads once per readiness
- * report, so one busy peer cannot starve the others, and nothing has to
- * remember "there may be more to read". EPOLLOUT is armed only while a
- * connection has a backlog, so the common case costs no epoll_ctl at all
- * after the connection is added. */
+/* The loop proper, over whichever back end waits for I/O (epoll.c):
+ * dispatch, cross-thread posts, signals, the batch-end hooks. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <time.h>
@@ -17,13 +11,6 @@
 
 #include "loop/loop_internal.h"
 
-/* The loop's interest flags are epoll's own values: no translation. */
-_Static_assert((int)TERN__IO_IN == (int)EPOLLIN && (int)TERN__IO_OUT == (int)EPOLLOUT &&
-                   (int)TERN__IO_ERR == (int)EPOLLERR && (int)TERN__IO_HUP == (int)EPOLLHUP &&
-                   (int)TERN__IO_RDHUP == (int)EPOLLRDHUP,
-               "the loop's interest flags are epoll's values");
-
-#define TERN__EVENTS_PER_WAIT 512
 #define TERN__DEFAULT_RBUF (256 * 1024)
 #define TERN__MIN_RBUF (64 * 1024)
 #define TERN__DEFAULT_MAX_UNSENT ((size_t)256 << 20)
@@ -62,26 +49,12 @@ void tern__io_init(tern__io *io, int fd, tern__io_fn fn) {
 int tern__io_set(tern_loop *loop, tern__io *io, uint32_t events) {
     if (events == io->events)
         return 0;
-    struct epoll_event ev = {.events = events, .data.ptr = io};
-    int op = io->events == 0 ? EPOLL_CTL_ADD : events == 0 ? EPOLL_CTL_DEL : EPOLL_CTL_MOD;
-    if (epoll_ctl(loop->epfd, op, io->fd, &ev) < 0)
-        return -errno;
-    io->events = events;
-    if (events == 0) {
-        /* The watcher may be freed before the rest of this batch runs. */
-        for (int i = loop->batch_next; i < loop->batch_len; i++)
-            if (loop->batch[i].data.ptr == io)
-                loop->batch[i].data.ptr = NULL;
-    }
-    return 0;
+    return loop->bk->io_set(loop, io, events);
 }
 
-int tern__io_moved(tern_loop *loop, tern__io *io) {
-    struct epoll_event ev = {.events = io->events, .data.ptr = io};
-    if (io->events && epoll_ctl(loop->epfd, EPOLL_CTL_MOD, io->fd, &ev) < 0)
-        return -errno;
-    return 0;
-}
+int tern__io_moved(tern_loop *loop, tern__io *io) { return loop->bk->io_moved(loop, io); }
+
+void tern__io_close(tern_loop *loop, tern__io *io) { loop->bk->io_close(loop, io); }
 
 /* ---- cross-thread posts ---------------------------------------------- */
 
@@ -219,13 +192,16 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
     loop->rbuf_cap = cap < TERN__MIN_RBUF ? TERN__MIN_RBUF : cap;
     loop->max_unsent = opt && opt->max_unsent ? opt->max_unsent : TERN__DEFAULT_MAX_UNSENT;
     loop->rbuf = malloc(loop->rbuf_cap);
-    loop->epfd = epoll_create1(EPOLL_CLOEXEC);
+    loop->bk = &tern__epoll_backend;
     int wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     int err = 0;
+    bool bk_made = false;
     if (loop->rbuf == NULL)
         err = -ENOMEM;
-    else if (loop->epfd < 0 || wfd < 0)
+    else if (wfd < 0)
         err = -errno;
+    else if ((err = loop->bk->init(loop)) == 0)
+        bk_made = true;
     if (err == 0) {
         tern__loop_update_time(loop);
         tern__wheel_init(loop);
@@ -241,8 +217,8 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
     if (err < 0) {
         if (wfd >= 0)
             close(wfd);
-        if (loop->epfd >= 0)
-            close(loop->epfd);
+        if (bk_made)
+            loop->bk->free(loop);
         free(loop->rbuf);
         free(loop);
         return err;
@@ -262,9 +238,9 @@ void tern_loop_free(tern_loop *loop) {
     for (int i = 0; i < TERN__SLOT_COUNT; i++)
         free(loop->slots[i]);
     if (loop->signal_io.fd >= 0)
-        close(loop->signal_io.fd);
-    close(loop->wake_io.fd);
-    close(loop->epfd);
+        tern__io_close(loop, &loop->signal_io);
+    tern__io_close(loop, &loop->wake_io);
+    loop->bk->free(loop);
     free(loop->rbuf);
     free(loop);
 }
@@ -294,26 +270,15 @@ int tern_loop_run(tern_loop *loop) {
 }
 
 static int loop_run(tern_loop *loop) {
-    struct epoll_event events[TERN__EVENTS_PER_WAIT];
     loop->stopping = false;
     while (!loop->stopping) {
         int timeout = tern__timers_timeout(loop);
         int wt = tern__wheel_timeout(loop);
         if (timeout < 0 || (wt >= 0 && wt < timeout))
             timeout = wt;
-        int n = epoll_wait(loop->epfd, events, TERN__EVENTS_PER_WAIT, timeout);
-        if (n < 0 && errno != EINTR)
-            return -errno;
-        tern__loop_update_time(loop);
-        loop->batch = events;
-        loop->batch_len = n < 0 ? 0 : n;
-        for (loop->batch_next = 0; loop->batch_next < loop->batch_len;) {
-            struct epoll_event *ev = &events[loop->batch_next++];
-            tern__io *io = ev->data.ptr;
-            if (io != NULL)  /* NULL: removed by an earlier callback */
-                io->fn(io, ev->events);
-        }
-        loop->batch_len = 0;
+        int err = loop->bk->wait(loop, timeout);
+        if (err < 0)
+            return err;
         batch_end(loop);
         tern__wheel_run(loop);
         tern__timers_run(loop);

@@ -13,9 +13,9 @@
 #define tern__container_of(ptr, type, member) \
     ((type *)((char *)(ptr) - offsetof(type, member)))
 
-/* An fd registered with epoll. epoll's data.ptr points here, so the
- * watcher must stay at a fixed address while registered.
- * Invariant: events is what epoll currently has for fd (0 = not added). */
+/* An fd registered with the loop's back end, which keeps a pointer here:
+ * the watcher stays at a fixed address while registered (or says it moved).
+ * Invariant: events is the interest the back end has for fd (0 = none). */
 typedef struct tern__io tern__io;
 typedef void (*tern__io_fn)(tern__io *io, uint32_t revents);
 struct tern__io {
@@ -27,7 +27,7 @@ struct tern__io {
 /* Interest (what tern__io_set asks for) and readiness (what a watcher's fn
  * is told), in the loop's own names, so that nothing above the loop
  * depends on epoll and another back end can translate them. The epoll back
- * end uses epoll's values (checked in loop.c), so they pass through as
+ * end uses epoll's values (checked in epoll.c), so they pass through as
  * they are. ERR and HUP are only ever reported, never asked for. */
 enum {
     TERN__IO_IN = 0x001,      /* readable (or a listener: a connection waits) */
@@ -39,13 +39,18 @@ enum {
 
 void tern__io_init(tern__io *io, int fd, tern__io_fn fn);
 /* Sets the interest to `events` (TERN__IO_IN, TERN__IO_OUT, ...; 0 removes
- * the fd), with one epoll_ctl call only when it changes. Removing also
+ * the fd), telling the back end only when it changes. Removing also
  * drops the watcher's events still queued in the current batch, so the
  * caller may free the watcher right away. */
 int tern__io_set(tern_loop *loop, tern__io *io, uint32_t events);
 
-/* Tells epoll that a registered watcher now lives at a new address. */
+/* Tells the back end that a registered watcher now lives at a new address. */
 int tern__io_moved(tern_loop *loop, tern__io *io);
+
+/* Closes the watcher's descriptor and forgets the watcher (as setting no
+ * interest, then close()): a back end that holds the descriptor in work of
+ * its own (io_uring) lets go of it. The caller may free the watcher. */
+void tern__io_close(tern_loop *loop, tern__io *io);
 
 /* Timer wheel: for the many timeouts that are set, moved and cancelled far
  * more often than they fire (head, idle, ping). Resolution is one tick

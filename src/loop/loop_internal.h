@@ -3,7 +3,6 @@
 #define TERN_LOOP_INTERNAL_H
 
 #include <signal.h>
-#include <sys/epoll.h>
 
 #include "loop/loop.h"
 
@@ -23,6 +22,28 @@ typedef struct tern__signal {
 
 #define TERN__MAX_SIGNALS 8
 
+/* A back end: how the loop waits for I/O and tells watchers. The loop
+ * proper (posts, signals, timers, hooks) is the same over each; a back end
+ * keeps its own state in loop->backend.
+ * - init makes that state (the loop's other fields are set, not yet the
+ *   wake-up watcher); free undoes it, after every watcher is gone.
+ * - io_set / io_moved / io_close are tern__io_set, tern__io_moved and
+ *   tern__io_close (loop.h).
+ * - wait blocks at most timeout_ms (-1: no limit) until some watcher is
+ *   ready, reads the clock (tern__loop_update_time) and calls the ready
+ *   watchers' fn; a negative errno only when the loop cannot go on. */
+typedef struct tern__backend_ops {
+    const char *name;
+    int (*init)(tern_loop *loop);
+    void (*free)(tern_loop *loop);
+    int (*io_set)(tern_loop *loop, tern__io *io, uint32_t events);
+    int (*io_moved)(tern_loop *loop, tern__io *io);
+    void (*io_close)(tern_loop *loop, tern__io *io);
+    int (*wait)(tern_loop *loop, int timeout_ms);
+} tern__backend_ops;
+
+extern const tern__backend_ops tern__epoll_backend;
+
 /* Invariants:
  * - now_ms is CLOCK_MONOTONIC read at the top of the current iteration;
  *   wheel_tick is the last tick whose slot has been run.
@@ -32,7 +53,8 @@ typedef struct tern__signal {
  *   from the first post after a drain until the loop drains again, so a
  *   burst of posts writes the eventfd once. */
 struct tern_loop {
-    int epfd;
+    const tern__backend_ops *bk;
+    void *backend;                    /* the back end's state */
     bool stopping;
     uint64_t now_ms;
     int64_t wall_sec;
@@ -68,12 +90,6 @@ struct tern_loop {
     tern__loop_hook batch_end;
     void *slots[TERN__SLOT_COUNT];
     tern__loop_hook slot_hooks[TERN__SLOT_COUNT];
-
-    /* The batch being dispatched: events [batch_next, batch_len) are still
-     * to run. A watcher removed meanwhile has its pending events cleared
-     * here, so a callback may free a watcher that has an event queued. */
-    struct epoll_event *batch;
-    int batch_next, batch_len;
 };
 
 /* wheel.c */

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/sendfile.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -57,60 +56,6 @@ static tern__net *net_of(tern_loop *loop) {
 
 static void conn_io(tern__io *io, uint32_t revents);
 static int flush_backlog(tern__conn *c);
-
-/* ---- the plain transport ---------------------------------------------- */
-
-static ssize_t plain_recv(tern__conn *c, char *buf, size_t len) {
-    ssize_t r;
-    do
-        r = recv(c->io.fd, buf, len, 0);
-    while (r < 0 && errno == EINTR);
-    if (r < 0)
-        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-    return r;
-}
-
-static ssize_t plain_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
-    ssize_t w;
-    struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
-    /* One buffer (a cork flush, the common case) goes by send(): the kernel
-     * then has no msghdr and iovec to copy in and check. */
-    do
-        w = iovcnt == 1 ? send(c->io.fd, iov[0].iov_base, iov[0].iov_len,
-                               MSG_NOSIGNAL | MSG_DONTWAIT)
-                        : sendmsg(c->io.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (w < 0 && errno == EINTR);
-    if (w < 0)
-        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-    return w;
-}
-
-static ssize_t plain_send_file(tern__conn *c, int fd, off_t *off, size_t len) {
-    ssize_t w;
-    do
-        w = sendfile(c->io.fd, fd, off, len);
-    while (w < 0 && errno == EINTR);
-    if (w < 0)
-        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-    return w;
-}
-
-static int plain_shutdown(tern__conn *c) { return shutdown(c->io.fd, SHUT_WR) < 0 ? -errno : 0; }
-static bool plain_pending(const tern__conn *c) { return false; }
-static void plain_release(tern__conn *c) {}
-static const char *plain_server_name(const tern__conn *c) { return NULL; }
-
-static const tern__transport_ops plain_ops = {
-    .recv = plain_recv,
-    .send = plain_send,
-    .send_file = plain_send_file,
-    .shutdown = plain_shutdown,
-    .pending = plain_pending,
-    .release = plain_release,
-    .server_name = plain_server_name,
-};
-
-tern__transport tern__plain_transport = {&plain_ops};
 
 /* ---- buffers ---------------------------------------------------------- */
 
@@ -291,8 +236,7 @@ static void release(tern__conn *c) {
 void tern__conn_close(tern__conn *c, int err) {
     if (c->flags & TERN__CONN_CLOSED)
         return;
-    close(c->io.fd);
-    c->io.events = 0;
+    tern__io_close(c->loop, &c->io);
     release(c);
     c->proto->on_close(c, err);
 }
@@ -779,7 +723,7 @@ int tern__conn_connect(tern_loop *loop, tern__conn *c, const struct sockaddr *ad
         err = tern__io_set(loop, &c->io, TERN__IO_OUT);
     if (err < 0) {
         list_remove(c);
-        close(fd);
+        tern__io_close(loop, &c->io);
         return err;
     }
     c->flags |= TERN__CONN_CONNECTING;

@@ -344,7 +344,7 @@ static void removed_watcher_gets_no_queued_event(void **state) {
         tern__io_init(&ws[i]->io, fd, pair_fired);
         ws[i]->calls = &calls;
         ws[i]->loop = loop;
-        assert_int_equal(tern__io_set(loop, &ws[i]->io, EPOLLIN), 0);
+        assert_int_equal(tern__io_set(loop, &ws[i]->io, TERN__IO_IN), 0);
     }
     assert_int_equal(tern_loop_run(loop), 0);
     assert_int_equal(calls, 1);
