@@ -34,6 +34,7 @@ apt_pkgs=(
   build-essential cmake ninja-build pkg-config   # build
   libssl-dev zlib1g-dev                          # OpenSSL (SHA-1, base64, TLS), zlib (permessage-deflate)
   libhiredis-dev                                 # pub/sub's Redis bridge
+  liburing-dev                                   # the loop's io_uring back end
   openssl                                        # make run's self-signed certificate for HTTPS on 8443
 )
 py_mods=()   # module:package

@@ -6,11 +6,14 @@
 #      then the integration tests (pytest);
 #   2. unit and integration tests on the ASan+UBSan build, where any
 #      sanitizer report fails;
+#   Steps 1 and 2 run on both of the loop's back ends: ctest has every unit
+#   test twice (TERN_IO=epoll, TERN_IO=uring), and the integration tests
+#   run once per back end (TERN_IO, which every `tern` they start reads);
 #   3. Autobahn|Testsuite (fuzzingclient, cases 1-13, run by tests/autobahn)
 #      against `tern serve`'s /ws echo: every case over wss:// on the release
 #      build, and the quick cases (all but 9.*, 12.*, 13.*, which are long
 #      performance and compression runs) over ws:// on it and over both on
-#      the sanitizer build; then its fuzzingserver (wstest as the server)
+#      the sanitizer build, the ws:// ones on each back end; then its fuzzingserver (wstest as the server)
 #      against tern's client (tests/autobahn/client.c): every case on the
 #      release build, the quick ones on the sanitizer build;
 #   4. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus;
@@ -35,15 +38,29 @@ section "unit tests (release)"
 section "the library from outside (install, pkg-config, find_package, add_subdirectory)"
 scripts/test-consumer.sh build || status=1
 
-section "integration tests (release)"
-TERN_BIN="$root/build/tern" python3 -m pytest -q -p no:cacheprovider tests/integration || status=1
+# Whether this build has the io_uring back end, and this kernel lets us use it.
+backends=(epoll)
+if "$root/build/tern" serve --port 0 --io uring --threads 1 2>&1 </dev/null | head -1 |
+        grep -q io_uring; then
+    backends+=(uring)
+else
+    echo "test.sh: no io_uring here (not built, or refused): epoll only"
+fi
+
+for io in "${backends[@]}"; do
+    section "integration tests (release, $io)"
+    TERN_IO=$io TERN_BIN="$root/build/tern" python3 -m pytest -q -p no:cacheprovider \
+        tests/integration || status=1
+done
 
 section "unit tests (ASan + UBSan)"
 (cd build-asan && ctest --output-on-failure --no-tests=error) || status=1
 
-section "integration tests (ASan + UBSan)"
-TERN_BIN="$root/build-asan/tern" TERN_SANITIZED=1 \
-    python3 -m pytest -q -p no:cacheprovider tests/integration || status=1
+for io in "${backends[@]}"; do
+    section "integration tests (ASan + UBSan, $io)"
+    TERN_IO=$io TERN_BIN="$root/build-asan/tern" TERN_SANITIZED=1 \
+        python3 -m pytest -q -p no:cacheprovider tests/integration || status=1
+done
 
 # Starts `tern serve` from build dir $1 on a free port, runs Autobahn with
 # the environment given, and stops the server, which must exit 0 cleanly.
@@ -98,11 +115,14 @@ if [ "${AUTOBAHN:-1}" != 0 ]; then
     section "Autobahn|Testsuite over wss://, all cases (release)"
     autobahn build build/autobahn-wss tls || status=1
 
-    section "Autobahn|Testsuite over ws://, quick cases (release)"
-    AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build build/autobahn || status=1
+    for io in "${backends[@]}"; do
+        section "Autobahn|Testsuite over ws://, quick cases (release, $io)"
+        TERN_IO=$io AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build build/autobahn-$io || status=1
 
-    section "Autobahn|Testsuite, quick cases (ASan + UBSan)"
-    AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build-asan build-asan/autobahn || status=1
+        section "Autobahn|Testsuite, quick cases (ASan + UBSan, $io)"
+        TERN_IO=$io AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build-asan build-asan/autobahn-$io ||
+            status=1
+    done
 
     section "Autobahn|Testsuite over wss://, quick cases (ASan + UBSan)"
     AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build-asan build-asan/autobahn-wss tls || status=1

@@ -20,6 +20,18 @@ extern "C" {
 typedef struct tern_loop tern_loop;
 typedef struct tern_timer tern_timer;
 
+/* How a loop waits for I/O (tern_loop_options.io). */
+typedef enum tern_io_backend {
+    /* The environment's TERN_IO ("epoll" or "uring") if set, else epoll. */
+    TERN_IO_DEFAULT = 0,
+    TERN_IO_EPOLL,      /* readiness: epoll, then recv/send */
+    /* Completions: io_uring (multishot receive into provided buffers,
+     * sends submitted in one system call per loop iteration). Where the
+     * kernel refuses it (ENOSYS, EPERM under seccomp, too old), the loop
+     * uses epoll and logs one line saying so. */
+    TERN_IO_URING,
+} tern_io_backend;
+
 typedef struct tern_loop_options {
     size_t read_buffer_size;  /* the one read buffer of the loop; 0: 256 KiB (min 64 KiB) */
     /* Bound on the bytes waiting in all the loop's connections' backlogs
@@ -28,6 +40,7 @@ typedef struct tern_loop_options {
      * a WebSocket ends with 1006), so peers that do not read cannot
      * exhaust memory together. */
     size_t max_unsent;
+    tern_io_backend io;
 } tern_loop_options;
 
 /* Errors are negative errno values, and these of tern's own (outside the
@@ -38,6 +51,8 @@ enum {
 const char *tern_strerror(int err);
 
 int tern_loop_new(tern_loop **out, const tern_loop_options *opt);
+/* The back end the loop uses: "epoll" or "io_uring". */
+const char *tern_loop_backend(const tern_loop *loop);
 /* Frees the loop. Every server and connection of it must be gone; timers
  * still armed are freed with it (an idle one stays the caller's). */
 void tern_loop_free(tern_loop *loop);

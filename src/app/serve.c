@@ -519,10 +519,11 @@ static void print_listening(tern_loop *loop, void *user) {
     if (ctx->tls)
         snprintf(https, sizeof(https), " and https://%s%s%s:%d/", v6 ? "[" : "", host,
                  v6 ? "]" : "", tern_server_tls_port(ctx->first));
-    fprintf(stderr, "tern: listening on http://%s%s%s:%d/%s%s%s (%d thread%s)\n", v6 ? "[" : "",
-            host, v6 ? "]" : "", tern_server_port(ctx->first), https,
+    fprintf(stderr, "tern: listening on http://%s%s%s:%d/%s%s%s (%d thread%s, %s)\n",
+            v6 ? "[" : "", host, v6 ? "]" : "", tern_server_port(ctx->first), https,
             ctx->unix_path ? " and unix:" : "", ctx->unix_path ? ctx->unix_path : "",
-            ctx->nthreads, ctx->nthreads == 1 ? "" : "s");
+            ctx->nthreads, ctx->nthreads == 1 ? "" : "s",
+            tern_loop_backend(tern_server_loop(ctx->first)));
 }
 
 /* Setup fails with this once it has said why. */
@@ -697,6 +698,9 @@ static void usage(FILE *f) {
             "  --log-level L         the library's log on stderr: error, warn (default), info, debug\n"
             "  --access-log FILE     one line per response (peer method target status bytes ms); - for stdout\n"
             "  --threads N           loops, one per thread (default: one per core)\n"
+            "  --io uring|epoll      how each loop waits for I/O: io_uring completions, or\n"
+            "                        epoll readiness (default: epoll, or $TERN_IO); io_uring\n"
+            "                        falls back to epoll where the kernel refuses it\n"
             "  --vhost NAME=ROOT     requests for host NAME get the files under ROOT, and only\n"
             "                        them (repeatable); other names get the routes above\n"
             "  --quiet               no log lines but the \"listening on\" one\n");
@@ -717,7 +721,7 @@ int tern_app_serve(int argc, char **argv) {
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
            O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
            O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE, O_PS_HISTORY,
-           O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF };
+           O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -755,6 +759,7 @@ int tern_app_serve(int argc, char **argv) {
         {"pubsub-history-age", required_argument, NULL, O_PS_HISTORY_AGE},
         {"pubsub-replay-rate", required_argument, NULL, O_PS_REPLAY_RATE},
         {"sndbuf", required_argument, NULL, O_SNDBUF},
+        {"io", required_argument, NULL, O_IO},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -793,6 +798,10 @@ int tern_app_serve(int argc, char **argv) {
         case O_SEND_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.send_timeout_ms = (uint32_t)v; break;
         case O_MAX_UNSENT: ok = parse_size(optarg, 1ull << 40, &v) && v > 0; lo.max_unsent = v; break;
         case O_QUIET: ctx.quiet = true; break;
+        case O_IO:
+            ok = strcmp(optarg, "uring") == 0 || strcmp(optarg, "epoll") == 0;
+            lo.io = optarg[0] == 'u' ? TERN_IO_URING : TERN_IO_EPOLL;
+            break;
         case O_HELP: usage(stdout); return 0;
         case O_WS_MAX: ok = parse_size(optarg, 1ull << 40, &v) && v > 0; wo.max_message = v; break;
         case O_WS_IDLE: ok = parse_size(optarg, 86400000, &v) && v > 0; wo.idle_timeout_ms = (uint32_t)v; break;

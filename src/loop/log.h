@@ -16,6 +16,7 @@ enum tern__log_kind {
     TERN__LOG_SEND_TIMEOUT,  /* a peer that took nothing for the send timeout */
     TERN__LOG_UNSENT,        /* a send past the loop's bound on unsent output */
     TERN__LOG_RUN,           /* tern_run: signals, shutdown */
+    TERN__LOG_BACKEND,       /* the loop's back end (io_uring unavailable: epoll) */
     TERN__LOG_KINDS
 };
 

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "loop/log.h"
 #include "loop/loop_internal.h"
 
 #define TERN__DEFAULT_RBUF (256 * 1024)
@@ -55,6 +56,25 @@ int tern__io_set(tern_loop *loop, tern__io *io, uint32_t events) {
 int tern__io_moved(tern_loop *loop, tern__io *io) { return loop->bk->io_moved(loop, io); }
 
 void tern__io_close(tern_loop *loop, tern__io *io) { loop->bk->io_close(loop, io); }
+
+bool tern__io_stream(tern_loop *loop, tern__io *io, bool on) {
+    return loop->bk->io_stream ? loop->bk->io_stream(loop, io, on) : false;
+}
+ssize_t tern__io_recv(tern_loop *loop, tern__io *io, char *buf, size_t len) {
+    return loop->bk->io_recv(loop, io, buf, len);
+}
+bool tern__io_pending(tern_loop *loop, const tern__io *io) {
+    return loop->bk->io_pending(loop, io);
+}
+ssize_t tern__io_send(tern_loop *loop, tern__io *io, const struct iovec *iov, int iovcnt) {
+    return loop->bk->io_send(loop, io, iov, iovcnt);
+}
+ssize_t tern__io_send_file(tern_loop *loop, tern__io *io, int fd, off_t *off, size_t len) {
+    return loop->bk->io_send_file(loop, io, fd, off, len);
+}
+int tern__io_shutdown(tern_loop *loop, tern__io *io) { return loop->bk->io_shutdown(loop, io); }
+
+const char *tern_loop_backend(const tern_loop *loop) { return loop ? loop->bk->name : NULL; }
 
 /* ---- cross-thread posts ---------------------------------------------- */
 
@@ -182,6 +202,31 @@ int tern_loop_on_signal(tern_loop *loop, int signo, tern_signal_fn fn, void *use
 
 /* ---- the loop --------------------------------------------------------- */
 
+/* The back end asked for (the environment's TERN_IO for the default);
+ * io_uring falls back to epoll, with one log line, where it cannot run. */
+static int backend_init(tern_loop *loop, tern_io_backend want) {
+    if (want == TERN_IO_DEFAULT) {
+        const char *env = getenv("TERN_IO");
+        want = env && strcmp(env, "uring") == 0 ? TERN_IO_URING : TERN_IO_EPOLL;
+    }
+    loop->bk = &tern__epoll_backend;
+    if (want == TERN_IO_URING) {
+#ifdef TERN_HAVE_URING
+        int err = tern__uring_backend.init(loop);
+        if (err == 0) {
+            loop->bk = &tern__uring_backend;
+            return 0;
+        }
+        tern__log(TERN_LOG_WARN, TERN__LOG_BACKEND, "loop: io_uring unavailable (%s): using epoll",
+                  strerror(-err));
+#else
+        tern__log(TERN_LOG_WARN, TERN__LOG_BACKEND,
+                  "loop: io_uring unavailable (built without liburing): using epoll");
+#endif
+    }
+    return loop->bk->init(loop);
+}
+
 int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
     if (out == NULL)
         return -EINVAL;
@@ -192,7 +237,6 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
     loop->rbuf_cap = cap < TERN__MIN_RBUF ? TERN__MIN_RBUF : cap;
     loop->max_unsent = opt && opt->max_unsent ? opt->max_unsent : TERN__DEFAULT_MAX_UNSENT;
     loop->rbuf = malloc(loop->rbuf_cap);
-    loop->bk = &tern__epoll_backend;
     int wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     int err = 0;
     bool bk_made = false;
@@ -200,7 +244,7 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
         err = -ENOMEM;
     else if (wfd < 0)
         err = -errno;
-    else if ((err = loop->bk->init(loop)) == 0)
+    else if ((err = backend_init(loop, opt ? opt->io : TERN_IO_DEFAULT)) == 0)
         bk_made = true;
     if (err == 0) {
         tern__loop_update_time(loop);
@@ -284,5 +328,7 @@ static int loop_run(tern_loop *loop) {
         tern__timers_run(loop);
         batch_end(loop);
     }
+    if (loop->bk->flush)
+        loop->bk->flush(loop);
     return 0;
 }

@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 #include "tern/loop.h"
 
@@ -51,6 +53,28 @@ int tern__io_moved(tern_loop *loop, tern__io *io);
  * interest, then close()): a back end that holds the descriptor in work of
  * its own (io_uring) lets go of it. The caller may free the watcher. */
 void tern__io_close(tern_loop *loop, tern__io *io);
+
+/* Streams: a connected socket whose bytes the back end moves itself, by
+ * completions (io_uring), instead of telling readiness for the owner to
+ * call recv/send. The watcher still gets TERN__IO_IN (bytes or the end
+ * arrived: tern__io_recv them) and TERN__IO_OUT (the send in flight is
+ * done), so the owner's logic is the same; the bytes go through these
+ * calls, which keep the socket's order.
+ * tern__io_stream asks for it (on) or takes it back (off, only in the
+ * callback that started the watcher: before anything was submitted);
+ * returns whether the watcher is a stream (false on epoll). */
+bool tern__io_stream(tern_loop *loop, tern__io *io, bool on);
+/* As recv(): bytes, 0 at the end, -EAGAIN, or a negative errno. */
+ssize_t tern__io_recv(tern_loop *loop, tern__io *io, char *buf, size_t len);
+/* Input the watcher has not read (bytes left over, or the end): no
+ * report will come for it; read it from the batch end. */
+bool tern__io_pending(tern_loop *loop, const tern__io *io);
+/* Takes (a copy of) up to all of iov: bytes taken, -EAGAIN while a send is
+ * in flight (TERN__IO_OUT follows its completion), or a negative errno. */
+ssize_t tern__io_send(tern_loop *loop, tern__io *io, const struct iovec *iov, int iovcnt);
+ssize_t tern__io_send_file(tern_loop *loop, tern__io *io, int fd, off_t *off, size_t len);
+/* shutdown(SHUT_WR), after the send in flight. */
+int tern__io_shutdown(tern_loop *loop, tern__io *io);
 
 /* Timer wheel: for the many timeouts that are set, moved and cancelled far
  * more often than they fire (head, idle, ping). Resolution is one tick

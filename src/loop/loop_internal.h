@@ -3,6 +3,8 @@
 #define TERN_LOOP_INTERNAL_H
 
 #include <signal.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 #include "loop/loop.h"
 
@@ -31,7 +33,9 @@ typedef struct tern__signal {
  *   tern__io_close (loop.h).
  * - wait blocks at most timeout_ms (-1: no limit) until some watcher is
  *   ready, reads the clock (tern__loop_update_time) and calls the ready
- *   watchers' fn; a negative errno only when the loop cannot go on. */
+ *   watchers' fn; a negative errno only when the loop cannot go on.
+ * - io_stream and the io_* after it serve streams (loop.h); a back end
+ *   without streams leaves them NULL (io_stream then always says no). */
 typedef struct tern__backend_ops {
     const char *name;
     int (*init)(tern_loop *loop);
@@ -40,9 +44,22 @@ typedef struct tern__backend_ops {
     int (*io_moved)(tern_loop *loop, tern__io *io);
     void (*io_close)(tern_loop *loop, tern__io *io);
     int (*wait)(tern_loop *loop, int timeout_ms);
+    /* Optional: hands the kernel what is waiting to be submitted, without
+     * waiting (when tern_loop_run returns: what was written is then on its
+     * way, as a send() would have it). */
+    void (*flush)(tern_loop *loop);
+    bool (*io_stream)(tern_loop *loop, tern__io *io, bool on);
+    ssize_t (*io_recv)(tern_loop *loop, tern__io *io, char *buf, size_t len);
+    bool (*io_pending)(tern_loop *loop, const tern__io *io);
+    ssize_t (*io_send)(tern_loop *loop, tern__io *io, const struct iovec *iov, int iovcnt);
+    ssize_t (*io_send_file)(tern_loop *loop, tern__io *io, int fd, off_t *off, size_t len);
+    int (*io_shutdown)(tern_loop *loop, tern__io *io);
 } tern__backend_ops;
 
 extern const tern__backend_ops tern__epoll_backend;
+#ifdef TERN_HAVE_URING
+extern const tern__backend_ops tern__uring_backend;
+#endif
 
 /* Invariants:
  * - now_ms is CLOCK_MONOTONIC read at the top of the current iteration;

@@ -193,6 +193,9 @@ int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_pr
     int err = tern__io_set(loop, &c->io, TERN__IO_IN | TERN__IO_RDHUP);
     if (err < 0)
         return err;
+    /* On a completion back end the loop moves the bytes itself. */
+    if (tern__io_stream(loop, &c->io, true))
+        c->tp = &tern__stream_transport;
     list_add(c, list);
     return 0;
 }
@@ -309,7 +312,14 @@ static void arm_out(tern__conn *c) {
         fail(c, -errno);
 }
 
-void tern__conn_set_transport(tern__conn *c, tern__transport *tp) { c->tp = tp; }
+/* A transport of its own (TLS) works the socket itself, on readiness: the
+ * back end stops streaming it (this runs in the callback that started the
+ * connection, before anything was submitted for it). */
+void tern__conn_set_transport(tern__conn *c, tern__transport *tp) {
+    if (c->tp == &tern__stream_transport && tern__io_stream(c->loop, &c->io, false))
+        fail(c, -EPROTO);
+    c->tp = tp;
+}
 
 void tern__conn_recv_wants_out(tern__conn *c) {
     c->flags |= TERN__CONN_RECV_WANTS_OUT;
@@ -884,9 +894,11 @@ void tern__net_flush(tern_loop *loop) {
             else if (c->in)
                 feed(c, c->in->data + c->in->off, buf_live(c->in), true);
             /* The end, once the protocol has had everything before it (what
-             * it left unconsumed can never be completed now). */
+             * it left unconsumed can never be completed now). Not yet if
+             * the read above found the end behind c->in and queued c again
+             * to feed it first. */
             if ((c->flags & (TERN__CONN_EOF | TERN__CONN_CLOSED | TERN__CONN_PAUSED |
-                             TERN__CONN_LINGER)) == TERN__CONN_EOF)
+                             TERN__CONN_LINGER | TERN__CONN_PENDING)) == TERN__CONN_EOF)
                 c->proto->on_eof(c);
         }
         cork_flush(n);

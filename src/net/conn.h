@@ -53,7 +53,8 @@ typedef struct tern__transport {
     const tern__transport_ops *ops;
 } tern__transport;
 
-extern tern__transport tern__plain_transport;
+extern tern__transport tern__plain_transport;    /* net/plain.c: readiness, then recv/send */
+extern tern__transport tern__stream_transport;   /* net/stream.c: the back end's completions */
 
 /* What a protocol (http, ws) plugs into a connection. */
 typedef struct tern__conn_proto {

@@ -5,7 +5,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/eventfd.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -356,6 +364,106 @@ static void removed_watcher_gets_no_queued_event(void **state) {
     tern_loop_free(loop);
 }
 
+/* ---- back ends ---------------------------------------------------------- */
+
+static void the_back_end_asked_for_is_used(void **state) {
+    (void)state;
+    tern_loop *loop;
+    tern_loop_options opt = {.io = TERN_IO_EPOLL};
+    assert_int_equal(tern_loop_new(&loop, &opt), 0);
+    assert_string_equal(tern_loop_backend(loop), "epoll");
+    tern_loop_free(loop);
+    opt.io = TERN_IO_URING;
+    assert_int_equal(tern_loop_new(&loop, &opt), 0);
+#ifdef TERN_HAVE_URING
+    assert_string_equal(tern_loop_backend(loop), "io_uring");
+#else
+    assert_string_equal(tern_loop_backend(loop), "epoll");
+#endif
+    tern_loop_free(loop);
+}
+
+static void post_stops(tern_loop *loop, void *user) {
+    *(int *)user = 1;
+    tern_loop_stop(loop);
+}
+
+/* As in a container whose seccomp policy refuses io_uring: the loop asked
+ * for it runs on epoll (and says so in one log line). In a child, since a
+ * seccomp filter cannot be taken back. */
+static void refused_io_uring_falls_back_to_epoll(void **state) {
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct sock_filter filter[] = {
+            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        struct sock_fprog prog = {sizeof(filter) / sizeof(filter[0]), filter};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+            prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+            _exit(2);
+        tern_loop *loop;
+        tern_loop_options opt = {.io = TERN_IO_URING};
+        if (tern_loop_new(&loop, &opt) != 0 || strcmp(tern_loop_backend(loop), "epoll") != 0)
+            _exit(3);
+        int ran = 0;
+        if (tern_loop_post(loop, post_stops, &ran) != 0 || tern_loop_run(loop) != 0 || !ran)
+            _exit(4);
+        tern_loop_free(loop);
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+typedef struct reuse_watch {
+    tern__io io;
+    int calls;
+    tern_loop *loop;
+} reuse_watch;
+
+static void reuse_fired(tern__io *io, uint32_t revents) {
+    reuse_watch *w = tern__container_of(io, reuse_watch, io);
+    w->calls++;
+    tern__io_set(w->loop, &w->io, 0);
+    tern_loop_stop(w->loop);
+}
+
+/* A watcher removed (interest 0), its descriptor closed by its owner and
+ * the number taken at once by a new one: the new watcher gets its events,
+ * and nothing of the old one's (io_uring names descriptors by number, so
+ * work of the old one may still complete). */
+static void a_reused_descriptor_number_serves_its_new_watcher(void **state) {
+    (void)state;
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    reuse_watch old = {.loop = loop}, fresh = {.loop = loop};
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);   /* never readable */
+    tern__io_init(&old.io, fd, reuse_fired);
+    assert_int_equal(tern__io_set(loop, &old.io, TERN__IO_IN), 0);
+    /* One turn, so the first watcher's wait is really in flight. */
+    int ran = 0;
+    assert_int_equal(tern_loop_post(loop, post_stops, &ran), 0);
+    assert_int_equal(tern_loop_run(loop), 0);
+    assert_int_equal(tern__io_set(loop, &old.io, 0), 0);
+    close(fd);
+    int fd2 = eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC);   /* readable */
+    assert_int_equal(fd2, fd);
+    tern__io_init(&fresh.io, fd2, reuse_fired);
+    assert_int_equal(tern__io_set(loop, &fresh.io, TERN__IO_IN), 0);
+    assert_int_equal(tern_loop_run(loop), 0);
+    assert_int_equal(fresh.calls, 1);
+    assert_int_equal(old.calls, 0);
+    close(fd2);
+    tern_loop_free(loop);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(timers_fire_in_deadline_order),
@@ -368,6 +476,9 @@ int main(void) {
         cmocka_unit_test(stop_async_from_another_thread),
         cmocka_unit_test(signal_is_delivered_on_the_loop),
         cmocka_unit_test(removed_watcher_gets_no_queued_event),
+        cmocka_unit_test(the_back_end_asked_for_is_used),
+        cmocka_unit_test(refused_io_uring_falls_back_to_epoll),
+        cmocka_unit_test(a_reused_descriptor_number_serves_its_new_watcher),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
