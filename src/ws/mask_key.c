@@ -5,10 +5,13 @@
  * A client sends many small frames, so a system call or a locked library
  * generator per frame would cost more than the frame. Each thread keeps a
  * ChaCha20 generator (RFC 8439's block function) with fast key erasure: a
- * block's first 32 bytes become the next key at once, its other 32 bytes
- * serve as 8 masking keys. The first key comes from getrandom(). A key
- * handed out is never in the state any more, and the state never produces
- * a key it produced before. */
+ * refill makes MASK_BLOCKS blocks with one key (counters 0, 1, ...), whose
+ * first 32 bytes become the next key at once and whose other bytes serve
+ * as masking keys (120 of them: a block is about a thousand instructions,
+ * so a key costs under a hundred, where one block per 8 keys cost twice
+ * that, a fifth of a small frame's cost to a client). The first key comes
+ * from getrandom(). A key handed out is never in the state any more, and
+ * the state never produces a key it produced before. */
 #include <errno.h>
 #include <string.h>
 #include <sys/random.h>
@@ -17,16 +20,20 @@
 
 #include "ws/ws.h"
 
-/* Invariant: out[used..32) are masking-key bytes not yet handed out;
- * key is the ChaCha20 key of the next block (seeded once seeded is set). */
+#define MASK_BLOCKS 8
+#define MASK_OUT (MASK_BLOCKS * 64 - 32)   /* a refill's bytes that are not the next key */
+
+/* Invariant: out[used..MASK_OUT) are masking-key bytes not yet handed
+ * out; key is the ChaCha20 key of the next refill (seeded once seeded is
+ * set). */
 typedef struct mask_rng {
     uint32_t key[8];
-    uint8_t out[32];
-    uint8_t used;
+    uint8_t out[MASK_OUT];
+    uint16_t used;
     bool seeded;
 } mask_rng;
 
-static _Thread_local mask_rng rng = {.used = 32};
+static _Thread_local mask_rng rng = {.used = MASK_OUT};
 
 static uint32_t rotl(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
 
@@ -38,11 +45,12 @@ static uint32_t rotl(uint32_t x, int n) { return (x << n) | (x >> (32 - n)); }
         c += d; b ^= c; b = rotl(b, 7);                                                       \
     } while (0)
 
-/* One ChaCha20 block with counter and nonce 0: each key is used for one
- * block only, so neither needs to vary. */
-static void chacha_block(const uint32_t key[8], uint32_t out[16]) {
+/* One ChaCha20 block with nonce 0: each key is used for one refill only,
+ * and the counter tells its blocks apart. */
+static void chacha_block(const uint32_t key[8], uint32_t counter, uint32_t out[16]) {
     uint32_t in[16] = {0x61707865, 0x3320646e, 0x79622d32, 0x6b206574};
     memcpy(in + 4, key, 32);
+    in[12] = counter;
     uint32_t x[16];
     memcpy(x, in, sizeof(x));
     for (int i = 0; i < 10; i++) {
@@ -84,10 +92,11 @@ void tern__ws_mask_key(uint8_t key[4]) {
     if (r->used == sizeof(r->out)) {
         if (!r->seeded)
             seed(r);
-        uint32_t block[16];
-        chacha_block(r->key, block);
-        memcpy(r->key, block, 32);
-        memcpy(r->out, block + 8, 32);
+        uint32_t block[MASK_BLOCKS][16];
+        for (uint32_t b = 0; b < MASK_BLOCKS; b++)
+            chacha_block(r->key, b, block[b]);
+        memcpy(r->key, block[0], 32);
+        memcpy(r->out, (uint8_t *)block + 32, sizeof(r->out));
         memset(block, 0, sizeof(block));
         r->used = 0;
     }
