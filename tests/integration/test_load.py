@@ -135,7 +135,7 @@ def test_http_route_is_not_a_websocket(tern):
     for mode in ("echo", "pipeline"):
         code, out, err = load(mode, "--url", url(tern, "/ping"), "--connections", "2")
         assert code == 1
-        assert '"HTTP/1.1 200 OK", not 101' in err and "/ping" in err, err
+        assert "answered 200 OK, not 101" in err and "(is /ping a WebSocket route?)" in err, err
         assert out == ""
 
 
