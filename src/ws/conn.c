@@ -71,22 +71,21 @@ static bool gone(const tern_ws *ws) {
 /* ---- sending ---------------------------------------------------------- */
 
 /* A client's frame: masked with a fresh key (RFC 6455 §5.3), so the
- * payload is copied, into the cork buffer when it fits (then masked there,
- * in place) or else into a buffer of its own. */
+ * payload is copied, into the cork buffer when it fits or else into a
+ * buffer of its own, and masked as it is copied; the header is written
+ * there directly. */
 static int write_masked(tern_ws *ws, uint8_t opcode, bool fin, bool rsv1, const void *data,
                         size_t len) {
     uint8_t key[4];
     tern__ws_mask_key(key);
-    uint8_t hdr[TERN__WS_MAX_HEADER];
-    size_t hl = tern__ws_write_header(hdr, fin, rsv1, opcode, len, key);
+    size_t hl = tern__ws_header_len(len, true);
     char *dst = tern__conn_reserve(&ws->conn, hl + len);
     char *own = NULL;
     if (dst == NULL && (dst = own = malloc(hl + len)) == NULL)
         return -ENOMEM;
-    memcpy(dst, hdr, hl);
+    tern__ws_write_header((uint8_t *)dst, fin, rsv1, opcode, len, key);
     if (len)
-        memcpy(dst + hl, data, len);
-    tern__ws_mask((uint8_t *)dst + hl, len, key, 0);
+        tern__ws_mask_copy((uint8_t *)dst + hl, data, len, key);
     if (own == NULL) {
         tern__conn_commit(&ws->conn, hl + len);
         return TERN_SEND_OK;

@@ -167,3 +167,23 @@ size_t tern__ws_mask(uint8_t *data, size_t len, const uint8_t key[4], size_t pha
     }
     return f(data, len, key, phase);
 }
+
+void tern__ws_mask_copy(uint8_t *dst, const uint8_t *src, size_t len, const uint8_t key[4]) {
+    if (len >= 64) {   /* the wide loop pays for the second pass */
+        memcpy(dst, src, len);
+        tern__ws_mask(dst, len, key, 0);
+        return;
+    }
+    uint32_t k4;
+    memcpy(&k4, key, 4);
+    uint64_t k = (uint64_t)k4 << 32 | k4;   /* the key twice: phase 0 at every 8th byte */
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, src + i, 8);
+        w ^= k;
+        memcpy(dst + i, &w, 8);
+    }
+    for (; i < len; i++)
+        dst[i] = src[i] ^ key[i & 3];
+}
