@@ -60,9 +60,9 @@ size_t tern__ws_write_header(uint8_t *out, bool fin, bool rsv1, uint8_t opcode,
 size_t tern__ws_mask(uint8_t *data, size_t len, const uint8_t key[4], size_t phase);
 
 /* dst[0..len) = src[0..len) masked with key from phase 0: a client's
- * send copies its payload into the cork and masks it in the same pass
- * (short payloads 8 bytes at a time; from 64 bytes, a copy and then
- * tern__ws_mask's wide loop). dst and src do not overlap. */
+ * send copies its payload into the cork and masks it in the same pass,
+ * 16 bytes at a time with unaligned loads and stores (SSE2), then 8, then
+ * bytes. dst and src do not overlap. */
 void tern__ws_mask_copy(uint8_t *dst, const uint8_t *src, size_t len, const uint8_t key[4]);
 
 /* The length of the header tern__ws_write_header writes. */
