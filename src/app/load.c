@@ -369,6 +369,20 @@ static void note_unclean(load_conn *c, const char *fmt, ...) {
 
 /* ---- sending -------------------------------------------------------------- */
 
+/* Little-endian 64-bit numbers: an echo's sequence number, a published
+ * message's stamp. */
+static uint64_t get_le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void put_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
 /* One binary message. The library copies and masks it into the loop's
  * cork, and the batch's sends leave in one write at the end of the batch.
  * A refusal ends the run: tern load's sends never pass the backlog
@@ -386,8 +400,9 @@ static bool conn_send(load_conn *c, const void *data, size_t len) {
 static void echo_send(load_conn *c, uint64_t now) {
     load_run *run = c->run;
     c->seq++;
-    for (size_t i = 0; i < run->ctr_len; i++)
-        run->payload[i] = (uint8_t)(c->seq >> (8 * i));
+    uint8_t ctr[8];
+    put_le64(ctr, c->seq);
+    memcpy(run->payload, ctr, run->ctr_len);
     c->awaiting = true;
     c->sent_ns = now;
     conn_send(c, run->payload, (size_t)run->o->size);
@@ -461,10 +476,10 @@ static void echo_message(load_conn *c, const uint8_t *p, size_t len, int opcode)
                  (unsigned long long)run->o->size);
         return;
     }
-    bool same = true;
-    for (size_t i = 0; i < run->ctr_len; i++)
-        same &= p[i] == (uint8_t)(c->seq >> (8 * i));
-    if (!same || memcmp(p + run->ctr_len, run->payload + run->ctr_len, len - run->ctr_len) != 0) {
+    uint8_t ctr[8];
+    put_le64(ctr, c->seq);
+    if (memcmp(p, ctr, run->ctr_len) != 0 ||
+        memcmp(p + run->ctr_len, run->payload + run->ctr_len, len - run->ctr_len) != 0) {
         run_fail(run, "connection %u: wrong echo: message %llu differs from what was sent at "
                       "byte %zu", conn_no(c), (unsigned long long)c->seq,
                  echo_first_diff(c, p, len));
@@ -552,18 +567,6 @@ static bool is_publisher(const load_conn *c) {
 /* Where the stamp is in a published message: market's start with the key. */
 static size_t stamp_off(const load_run *run) {
     return run->o->mode == LOAD_MARKET ? LOAD_KEY_PREFIX : 0;
-}
-
-static uint64_t get_le64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static void put_le64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 /* The topic's seq of the last message this subscriber got (what it
