@@ -63,6 +63,12 @@ typedef struct tern_ws_client_options {
     /* wss: the name sent as SNI and checked against the certificate;
      * default: the URL's host. */
     const char *server_name;
+    /* The socket's receive buffer, SO_RCVBUF in bytes (Linux doubles it
+     * and has a floor): a small one gives a reader a small TCP window, as
+     * a slow link does (with tern_ws_pause, a slow reader for a test or a
+     * load generator). Set before the connect, so even the first window
+     * offered is that small. 0: the system's (autotuned). */
+    int rcvbuf;
 } tern_ws_client_options;
 
 /* Why a connection never opened, for on_connect_error. */
@@ -89,7 +95,8 @@ typedef struct tern_ws_connect_error {
  * connect_timeout_ms bounds them all. Returns 0, after which exactly one of on_open or
  * on_connect_error follows from the loop, never from inside this call;
  * or a negative error and no callback: -EINVAL (a bad URL, h NULL or
- * without on_connect_error, an option out of range, a reserved header),
+ * without on_connect_error, an option out of range such as a negative
+ * rcvbuf, a reserved header),
  * TERN_ENOHOST (the name did not resolve), -ENOMEM, -EPROTO (the TLS
  * context could not be made: the ca_file is not PEM, say), or the error
  * of a connect that failed at once (-ENOENT, -ECONNREFUSED for a Unix

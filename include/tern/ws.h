@@ -154,6 +154,32 @@ int tern_ws_close(tern_ws *ws, int code, const char *reason);
  * send has said TERN_SEND_OK. For flow control: stop pushing while it is
  * high, go on from on_drain. */
 size_t tern_ws_buffered(const tern_ws *ws);
+
+/* Flow control of what the peer sends, for a reader that takes messages at
+ * its own pace (a slow subscriber, a load generator's throttled reader).
+ * tern_ws_pause stops delivery at once: no callback of this connection
+ * runs after it returns (messages already read wait in the connection,
+ * in order) and nothing more is read from the socket, so the kernel's
+ * receive buffer fills and TCP's window holds the peer back.
+ * tern_ws_resume starts again; what waited is delivered from the loop at
+ * the end of the current batch, never inside the call. Sending goes on
+ * while paused. Nothing is read while paused, the peer's pong neither: a
+ * connection paused for longer than idle_timeout_ms + pong_timeout_ms is
+ * closed (1011). Independent of the pause slow-consumer policy: reading
+ * goes on only when neither holds it. Both return 0, or -EPIPE once the
+ * connection is closing (-EINVAL for NULL). */
+int tern_ws_pause(tern_ws *ws);
+int tern_ws_resume(tern_ws *ws);
+
+/* Drops the connection at once, without the closing handshake: the socket
+ * is closed with a reset (SO_LINGER 0), what was buffered is discarded.
+ * The peer sees what a crashed process or a failed network shows it. For
+ * tests and load generators that simulate such failures; tern_ws_close is
+ * the polite end. on_close(1006) follows at the end of the current batch,
+ * never inside the call. Returns 0, -EPIPE when on_close has come or is
+ * due, -EINVAL for NULL. */
+int tern_ws_abort(tern_ws *ws);
+
 void *tern_ws_user(const tern_ws *ws);
 void tern_ws_set_user(tern_ws *ws, void *conn_user);
 const char *tern_ws_subprotocol(const tern_ws *ws);   /* NULL when none was agreed */

@@ -28,28 +28,29 @@
  *
  * It exists to measure the server on a small machine, where the client
  * shares the CPUs with it, so the client does as little as it can per
- * message:
- * - replies are read into the loop's one shared read buffer and checked
- *   (echo) or only counted (pipeline) where they lie: nothing is allocated
- *   or copied per message;
- * - messages are masked once, at start. Every frame of the run uses the
- *   same masking key, so the payload after the sequence number (echo) or
- *   the whole batch (pipeline) is one shared buffer and a send is a writev
- *   of a few bytes of per-connection header plus that buffer. RFC 6455
- *   wants a fresh key per frame to keep browser scripts from steering the
- *   bytes that intermediaries see; a load generator pointed at a server by
- *   its operator has no such attacker, and a server must unmask whatever
- *   key it gets;
+ * message. Its connections are the library's public WebSocket client
+ * (tern_ws_connect, tern/client.h), with nothing of its own below the
+ * messages:
+ * - replies are delivered where they lie in the loop's one shared read
+ *   buffer and checked (echo) or only counted (pipeline, fanout) there:
+ *   nothing is allocated or copied per message on the way in;
+ * - a send copies its payload into the loop's cork buffer and masks it
+ *   there, with a fresh key per frame as RFC 6455 asks (a few hundred
+ *   nanoseconds for 1 KiB, next to the kernel's microseconds); the sends
+ *   of one batch of events (a pipeline's batch, a publisher's tick) leave
+ *   in one write. The payload is one shared buffer per run: an echo's
+ *   sequence number is written into it just before its send;
  * - one clock read per echo: the time the echo completed is also the time
- *   the next message is sent.
+ *   the next message is sent;
+ * - what the modes need beyond sending and receiving is the client API's
+ *   too: the market's slow readers pause and resume reading
+ *   (tern_ws_pause) on a small receive buffer (the rcvbuf option), and
+ *   pubsub's cut drops connections with a reset (tern_ws_abort).
  *
  * Any error ends the run at once (exit 1) with the first error's message;
  * the measurement is only printed after a clean run. */
 #include <errno.h>
 #include <getopt.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -59,34 +60,25 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
 #include <time.h>
-#include <unistd.h>
-
-#include <openssl/evp.h>
-#include <openssl/rand.h>
 
 #include "app/app.h"
-#include "loop/loop.h"
 #include "tern/tern.h"
-#include "http/parser.h"
-#include "ws/frame.h"
-#include "ws/handshake.h"
 
 #define LOAD_MAX_HANDSHAKES 256   /* connections being opened at once: kind to the accept queue */
-#define LOAD_HEAD_MAX 4096        /* the 101 response's head */
 #define LOAD_HOST_MAX 256
 #define LOAD_PATH_MAX 2048
 #define LOAD_CTR_LEN 8            /* an echo message starts with its sequence number */
 #define LOAD_STALL_MS 10000       /* nothing received for this long: the server is stuck */
 #define LOAD_CLOSE_MS 2000        /* for the close handshakes at the end */
-#define LOAD_MAX_BATCH (1u << 30) /* bytes of the pipeline's batch buffer */
+#define LOAD_MAX_BATCH (1u << 30) /* bytes of a pipeline batch on the wire */
+#define LOAD_FRAME_MAX_HEADER 14  /* a client frame: a 10-byte header and the masking key */
 #define LOAD_STAMP_LEN 16         /* a published message starts with its send time and seq */
 #define LOAD_KEY_DIGITS 4         /* market: a message starts with 4, "0042", and the key in it */
 #define LOAD_KEY_PREFIX (1 + LOAD_KEY_DIGITS)
 #define LOAD_HEAD_BYTES (LOAD_KEY_PREFIX + LOAD_STAMP_LEN)   /* what a subscriber keeps */
 #define LOAD_PUB_BYTES (1u << 20) /* the publisher writes at most this much per tick */
+#define LOAD_ACK_MAX 128          /* pubsub: the server's word on where a subscription starts */
 
 enum load_mode { LOAD_ECHO, LOAD_PIPELINE, LOAD_FANOUT, LOAD_PUBSUB, LOAD_MARKET };
 
@@ -194,132 +186,99 @@ static uint64_t hist_quantile(const load_hist *h, double q) {
 /* ---- connections ---------------------------------------------------------- */
 
 enum load_state {
-    CS_NEW,          /* not started */
-    CS_CONNECTING,   /* connect() in progress */
-    CS_HANDSHAKE,    /* upgrade request sent, reading the 101 */
+    CS_NEW,          /* not started (or cut by pubsub's cut, and not connecting again yet) */
+    CS_CONNECTING,   /* tern_ws_connect called: on_open or on_connect_error is to come */
     CS_OPEN,         /* the run */
-    CS_CLOSING,      /* our close frame is sent or queued; waiting for the server's and its EOF */
-    CS_DONE,         /* socket closed */
+    CS_CLOSING,      /* our close frame is sent (tern_ws_close): on_close is to come */
+    CS_DONE,         /* on_close or on_connect_error came: nothing more */
 };
-
-/* What a connection holds only while it is being opened. */
-typedef struct load_handshake {
-    char accept[TERN__WS_ACCEPT_LEN + 1];   /* the Sec-WebSocket-Accept we expect */
-    size_t len;
-    char head[LOAD_HEAD_MAX];
-} load_handshake;
 
 struct load_run;
 
-/* One client connection.
+/* One client connection, on the public client API (tern/client.h): the
+ * library does the handshake, the framing, the masking and the close
+ * handshake; what is here is what each mode counts.
  * Invariants:
- * - io.fd is open exactly in CONNECTING..CLOSING; TERN__IO_OUT is in io.events
- *   only while connecting or while out[] holds bytes the kernel refused.
- * - out[0..out_cnt) is what is left of the frame being written. A frame
- *   (message, batch, pong, close) is started only when out_cnt is 0, so
- *   frames never interleave; a pong or close that comes up meanwhile waits
- *   in pong_pending / close_pending.
- * - hs is allocated exactly in CONNECTING and HANDSHAKE.
- * - Frame reading (echo, and the close in both modes): rhdr holds the
- *   rhdr_have bytes of a header split across reads; in_frame says a header
- *   was read and frame_left payload bytes of it are still to come;
- *   msg_open says a data message has begun and not ended, msg_off how many
- *   of its payload bytes have come.
+ * - ws is the library's connection exactly in OPEN and CLOSING, from
+ *   on_open to on_close; the run's `live` counts the connections in
+ *   CONNECTING, OPEN and CLOSING (a callback of theirs is still to come).
+ * - cut: pubsub's cut aborted ws (tern_ws_abort); its on_close takes the
+ *   connection back to NEW, from where it connects again and resumes.
  * - Echo: awaiting is true from the send of message number seq until its
- *   whole echo has arrived; sent_ns is when it was sent.
- * - Pipeline: a batch of `batch` messages is in flight while expect (the
- *   echo bytes it still owes) is non-zero; left counts the messages of the
+ *   echo has come; sent_ns is when it was sent.
+ * - Pipeline: a batch of `batch` messages is in flight while owed (the
+ *   echoes it still owes) is non-zero; left counts the messages of the
  *   current phase not yet sent.
  * - Fanout: awaiting is true from a request (due at sent_ns) until the
- *   expect bytes of its replies have all come.
+ *   `owed` replies of its round have all come.
+ * - Market: a slow reader may take `tokens` more bytes before it pauses
+ *   (tern_ws_pause; paused) until the tick gives it more; last_key[k] is
+ *   the seq of the newest message of key k it got (0: none).
  * - Pubsub: conns[connections] is the publisher; the others subscribe. */
 typedef struct load_conn {
-    tern__io io;
+    tern_ws *ws;
     struct load_run *run;
     uint8_t state;
-    uint8_t out_cnt;
-    uint8_t rhdr_have;
-    uint8_t frame_opcode;
-    bool frame_fin, in_frame, msg_open;
     bool awaiting;
-    bool pong_pending, close_pending, close_received;
-    uint8_t ctl_len;                   /* control payload gathered in ctl */
-    uint8_t head_len;                  /* bytes of msg_head that are the frame header */
-    uint64_t frame_left;
-    uint64_t msg_off;
-    struct iovec out[2];
-    load_handshake *hs;
+    bool cut;
     /* echo */
     uint64_t seq;
     uint64_t sent_ns;
-    uint8_t msg_head[TERN__WS_MAX_HEADER + LOAD_CTR_LEN];   /* header, masked sequence number */
-    /* pipeline; fanout: expect is what the round in flight still owes */
+    /* pipeline; fanout: owed is what the round in flight still owes */
     uint64_t left;
-    uint64_t expect;
-    uint32_t batch;
-    /* pubsub subscriber: the first bytes of the message being read, and
-     * the seq the next one should have once one has come (seen) */
+    uint32_t batch, owed;
+    /* pubsub subscriber: the seq the next message should have once one
+     * has come (seen) */
     bool seen;
-    uint8_t stamp[LOAD_HEAD_BYTES];
     uint64_t next_seq;
-    /* market: a slow reader has `tokens` bytes it may still read (paused:
-     * reading is off until the tick gives it more); last_key[k] is the seq
-     * of the newest message of key k it got (0: none) */
+    /* market */
     bool slow, paused;
-    uint32_t tokens;
+    int64_t tokens;
     uint64_t *last_key;
     /* pubsub with a cut: the server's word on where the subscription
-     * starts (a text frame: ack[0..ack_len)), its epoch once known, and
-     * the offset between the topic's seqs and the publisher's (delta:
-     * topic seq = publisher seq + delta, known from the first message
-     * after the first ack) */
-    bool in_ack, delta_known, resuming;
-    uint8_t ack_len;
+     * starts, its epoch once known, and the offset between the topic's
+     * seqs and the publisher's (delta: topic seq = publisher seq + delta,
+     * known from the first message after the first ack) */
+    bool delta_known, resuming;
     char epoch[17];
     uint64_t ack_seq;
     int64_t delta;
-    char ack[128];
-    /* control frames: what came in, what goes out */
-    uint8_t rhdr[TERN__WS_MAX_HEADER];
-    uint8_t ctl[125];
-    uint8_t ctl_out[TERN__WS_MAX_HEADER + 125];
 } load_conn;
 
 enum load_phase { PH_CONNECT, PH_WARMUP, PH_MEASURE, PH_DRAIN, PH_CLOSE };
 
 /* The whole run.
  * Invariants: every connection before next_start has been started;
- * handshaking counts those in CONNECTING or HANDSHAKE, opened those that
- * reached OPEN (and may have gone on), done those in DONE. The measured
- * counters (messages, hist) cover exactly the echoes completed while
- * phase is PH_MEASURE, between t0_ns and t1_ns (and so do fanout's and
- * pubsub's counters marked measured). */
+ * handshaking counts those in CONNECTING, opened those that reached OPEN
+ * (and may have gone on), live those in CONNECTING, OPEN or CLOSING. The
+ * loop stops once the run failed or is closing and live is 0, so nothing
+ * of a connection outlives the loop. The measured counters (messages,
+ * hist) cover exactly the echoes completed while phase is PH_MEASURE,
+ * between t0_ns and t1_ns (and so do fanout's and pubsub's counters
+ * marked measured). */
 typedef struct load_run {
     const load_opts *o;
     tern_loop *loop;
     load_conn *conns;
     uint32_t nconns;         /* o->connections, and the publisher in pubsub */
-    struct sockaddr_in addr;
+    tern_ws_handlers handlers;
+    tern_ws_client_options copt;
+    const char *headers[2];
     enum load_phase phase;
-    uint32_t next_start, handshaking, opened, ready, finished, done;
-    uint8_t key[4];          /* the masking key of every frame */
-    /* echo: the payload. plain[i] is what byte i of an echo must be for
-     * i >= ctr_len; masked[] is plain[ctr_len..] masked, sent as is. */
+    uint32_t next_start, handshaking, opened, live, ready, finished;
+    /* The payload every send of the mode copies from (the library masks
+     * each frame as it copies it into the cork). Echo: payload[i] is what
+     * byte i of an echo must be for i >= ctr_len; the first ctr_len bytes
+     * are the sequence number, written in just before each send. Fanout:
+     * the request; pubsub: the published message, stamped before each
+     * send; pipeline: each message of a batch. */
+    uint8_t *payload;
     size_t ctr_len;
-    uint8_t *plain, *masked;
-    /* pipeline: `depth` masked frames back to back */
-    uint8_t *batch;
-    size_t frame_len;        /* one frame of the batch */
-    size_t echo_len;         /* one echoed frame: the server's header + size */
-    /* fanout: the request (one masked frame), the bytes of a round's
-     * replies, and round k's schedule (fanout_due) */
-    uint8_t *req;
-    size_t req_len, reply_len;
+    size_t echo_len;         /* pipeline: one echoed frame, the server's header + size */
+    /* fanout: round k's schedule (fanout_due) */
     uint64_t sched_ns, cursor;
     uint64_t rounds_sent, rounds, late, skipped;   /* measured */
-    /* pubsub: pub_cap frames of pub_frame_len bytes, masked, to be stamped */
-    uint8_t *pub;
-    size_t pub_frame_len;
+    /* pubsub: at most pub_cap messages a tick */
     uint32_t pub_cap;
     uint64_t pub_start_ns, pub_due, pub_seq;
     uint64_t published, pub_blocked, pub_shed, gaps;   /* measured */
@@ -365,6 +324,13 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The loop stops once nothing of any connection is left to come: at the
+ * end of the run, or after a failure (see run_settle). */
+static void maybe_stop(load_run *run) {
+    if ((run->failed || run->phase == PH_CLOSE) && run->live == 0)
+        tern_loop_stop(run->loop);
+}
+
 /* Ends the run with an error. The first error is the cause; what follows
  * from it (other connections failing) is not reported. */
 static void run_fail(load_run *run, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -381,12 +347,10 @@ static void run_fail(load_run *run, const char *fmt, ...) {
 
 static unsigned conn_no(const load_conn *c) { return (unsigned)(c - c->run->conns); }
 
-static void conn_done(load_conn *c);
 static bool is_publisher(const load_conn *c);
 static void run_begin(load_run *run);
 static void start_more(load_run *run);
 static void restart_more(load_run *run);
-static void frames_feed(load_conn *c, const uint8_t *p, size_t n);
 
 /* A close handshake at the end that went wrong: not an error of the
  * measurement, but worth a line. */
@@ -403,111 +367,57 @@ static void note_unclean(load_conn *c, const char *fmt, ...) {
     }
 }
 
-/* ---- writing -------------------------------------------------------------- */
+/* ---- sending -------------------------------------------------------------- */
 
-/* Writes what out[] holds; what the kernel refuses stays there for
- * TERN__IO_OUT. Returns false when the run failed. */
-static bool conn_flush(load_conn *c) {
-    while (c->out_cnt > 0) {
-        struct msghdr mh = {.msg_iov = c->out, .msg_iovlen = c->out_cnt};
-        ssize_t w = sendmsg(c->io.fd, &mh, MSG_NOSIGNAL);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return true;
-            if (c->state == CS_CLOSING) {   /* the server went first: nothing more to say */
-                note_unclean(c, "send during the close: %s", strerror(errno));
-                conn_done(c);
-                return true;
-            }
-            run_fail(c->run, "connection %u: send: %s", conn_no(c), strerror(errno));
-            return false;
-        }
-        size_t n = (size_t)w;
-        while (n > 0 && n >= c->out[0].iov_len) {
-            n -= c->out[0].iov_len;
-            c->out[0] = c->out[1];
-            c->out_cnt--;
-        }
-        if (n > 0) {
-            c->out[0].iov_base = (char *)c->out[0].iov_base + n;
-            c->out[0].iov_len -= n;
-        }
-    }
-    return true;
+/* Little-endian 64-bit numbers: an echo's sequence number, a published
+ * message's stamp. */
+static uint64_t get_le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
 }
 
-/* A control frame (pong, close) from ctl_out, masked with the run's key. */
-static void conn_queue_control(load_conn *c, uint8_t opcode, const uint8_t *payload, size_t len) {
-    size_t hl = tern__ws_write_header(c->ctl_out, true, false, opcode, len, c->run->key);
-    memcpy(c->ctl_out + hl, payload, len);
-    tern__ws_mask(c->ctl_out + hl, len, c->run->key, 0);
-    c->out[0] = (struct iovec){.iov_base = c->ctl_out, .iov_len = hl + len};
-    c->out_cnt = 1;
+static void put_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Writes the frame in progress, then the pong and the close that waited
- * for it, and sets the epoll interest to match what is left. */
-static void conn_pump(load_conn *c) {
-    for (;;) {
-        if (c->out_cnt > 0 && !conn_flush(c))
-            return;
-        if (c->state == CS_DONE)
-            return;
-        if (c->out_cnt > 0)
-            break;
-        if (c->pong_pending) {
-            c->pong_pending = false;
-            conn_queue_control(c, TERN__WS_OP_PONG, c->ctl, c->ctl_len);
-            continue;
-        }
-        if (c->close_pending) {
-            c->close_pending = false;
-            static const uint8_t normal[2] = {1000 >> 8, 1000 & 0xFF};
-            conn_queue_control(c, TERN__WS_OP_CLOSE, normal, sizeof(normal));
-            continue;
-        }
-        break;
-    }
-    int err = tern__io_set(c->run->loop, &c->io,
-                           (c->paused ? 0 : TERN__IO_IN) | (c->out_cnt ? TERN__IO_OUT : 0));
-    if (err < 0)
-        run_fail(c->run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
+/* One binary message. The library copies and masks it into the loop's
+ * cork, and the batch's sends leave in one write at the end of the batch.
+ * A refusal ends the run: tern load's sends never pass the backlog
+ * limits it sets (run_prepare), so a drop would be a bug. */
+static bool conn_send(load_conn *c, const void *data, size_t len) {
+    int r = tern_ws_send(c->ws, data, len, TERN_WS_BINARY);
+    if (r == TERN_SEND_OK || r == TERN_SEND_BUFFERED)
+        return true;
+    run_fail(c->run, "connection %u: send: %s", conn_no(c),
+             r == TERN_SEND_DROPPED ? "dropped over the backlog limit" : tern_strerror(r));
+    return false;
 }
 
 /* Echo: sends message number seq+1 at time now. */
 static void echo_send(load_conn *c, uint64_t now) {
     load_run *run = c->run;
     c->seq++;
-    uint8_t *ctr = c->msg_head + c->head_len;
-    for (size_t i = 0; i < run->ctr_len; i++)
-        ctr[i] = (uint8_t)(c->seq >> (8 * i)) ^ run->key[i & 3];
-    c->out[0] = (struct iovec){.iov_base = c->msg_head, .iov_len = c->head_len + run->ctr_len};
-    c->out_cnt = 1;
-    if (run->o->size > run->ctr_len)
-        c->out[c->out_cnt++] = (struct iovec){.iov_base = run->masked,
-                                              .iov_len = run->o->size - run->ctr_len};
+    uint8_t ctr[8];
+    put_le64(ctr, c->seq);
+    memcpy(run->payload, ctr, run->ctr_len);
     c->awaiting = true;
     c->sent_ns = now;
-    conn_pump(c);
+    conn_send(c, run->payload, (size_t)run->o->size);
 }
 
-/* Pipeline: sends the next batch of the phase (left > 0). */
+/* Pipeline: sends the next batch of the phase (left > 0): its messages
+ * are corked together and written at once at the end of the batch. */
 static void pipeline_send(load_conn *c) {
     load_run *run = c->run;
     uint64_t k = c->left < run->o->depth ? c->left : run->o->depth;
     c->batch = (uint32_t)k;
-    c->expect = k * run->echo_len;
-    c->out[0] = (struct iovec){.iov_base = run->batch, .iov_len = k * run->frame_len};
-    c->out_cnt = 1;
-    conn_pump(c);
-}
-
-static void conn_begin_close(load_conn *c) {
-    c->state = CS_CLOSING;
-    c->close_pending = true;
-    conn_pump(c);
+    c->owed = (uint32_t)k;
+    for (uint64_t i = 0; i < k; i++)
+        if (!conn_send(c, run->payload, (size_t)run->o->size))
+            return;
 }
 
 static void run_close_all(load_run *run);
@@ -534,73 +444,116 @@ static void pipeline_conn_finished(load_conn *c) {
     }
 }
 
-/* ---- reading ------------------------------------------------------------- */
+/* ---- echo and pipeline: what comes back ----------------------------------- */
 
-static void conn_lost(load_conn *c, int err) {
-    if (c->state == CS_CLOSING) {
-        if (err != 0)
-            note_unclean(c, "%s during the close handshake", strerror(err));
-        else if (!c->close_received)
-            note_unclean(c, "EOF without a close frame");
-        conn_done(c);
-        return;
-    }
-    if (c->run->o->mode == LOAD_MARKET && !is_publisher(c)) {
-        c->run->disconnects++;
-        conn_done(c);
-        return;
-    }
-    if (err != 0)
-        run_fail(c->run, "connection %u: %s during the run", conn_no(c), strerror(err));
-    else
-        run_fail(c->run, "connection %u: the server closed the connection (EOF) during the run",
-                 conn_no(c));
-}
-
-/* The first byte of the echo payload that differs from what was sent
- * (only called once a difference is known). */
-static uint64_t echo_first_diff(load_conn *c, const uint8_t *p, size_t len) {
-    load_run *run = c->run;
+/* The first byte of the echo that differs from what was sent (only
+ * called once a difference is known). */
+static size_t echo_first_diff(const load_conn *c, const uint8_t *p, size_t len) {
+    const load_run *run = c->run;
     for (size_t i = 0; i < len; i++) {
-        uint64_t off = c->msg_off + i;
-        uint8_t want = off < run->ctr_len ? (uint8_t)(c->seq >> (8 * off)) : run->plain[off];
+        uint8_t want = i < run->ctr_len ? (uint8_t)(c->seq >> (8 * i)) : run->payload[i];
         if (p[i] != want)
-            return off;
+            return i;
     }
-    return c->msg_off + len;
+    return len;
 }
 
-/* Echo: checks len payload bytes of the echo at offset msg_off. */
-static bool echo_check(load_conn *c, const uint8_t *p, size_t len) {
+/* Echo: a whole message, checked where it lies in the loop's read
+ * buffer; then the next message goes. */
+static void echo_message(load_conn *c, const uint8_t *p, size_t len, int opcode) {
     load_run *run = c->run;
-    uint64_t off = c->msg_off;
-    const uint8_t *q = p;
-    size_t n = len;
-    for (; n > 0 && off < run->ctr_len; off++, q++, n--)
-        if (*q != (uint8_t)(c->seq >> (8 * off)))
-            goto differs;
-    if (n > 0 && memcmp(q, run->plain + off, n) != 0)
-        goto differs;
-    return true;
-differs:
-    run_fail(run, "connection %u: wrong echo: message %llu differs from what was sent at byte %llu",
-             conn_no(c), (unsigned long long)c->seq,
-             (unsigned long long)echo_first_diff(c, p, len));
-    return false;
-}
-
-/* Echo: message number seq is back whole. */
-static void echo_done(load_conn *c) {
-    load_run *run = c->run;
-    c->awaiting = false;
-    if (c->state != CS_OPEN)   /* the one in flight when the run ended */
+    if (!c->awaiting) {
+        run_fail(run, "connection %u: a message from the server that is not an echo of ours",
+                 conn_no(c));
         return;
+    }
+    if (opcode == TERN_WS_TEXT) {
+        run_fail(run, "connection %u: wrong echo: a text message for our binary one", conn_no(c));
+        return;
+    }
+    if (len != run->o->size) {
+        run_fail(run, "connection %u: wrong echo: %zu bytes for the %llu sent", conn_no(c), len,
+                 (unsigned long long)run->o->size);
+        return;
+    }
+    uint8_t ctr[8];
+    put_le64(ctr, c->seq);
+    if (memcmp(p, ctr, run->ctr_len) != 0 ||
+        memcmp(p + run->ctr_len, run->payload + run->ctr_len, len - run->ctr_len) != 0) {
+        run_fail(run, "connection %u: wrong echo: message %llu differs from what was sent at "
+                      "byte %zu", conn_no(c), (unsigned long long)c->seq,
+                 echo_first_diff(c, p, len));
+        return;
+    }
+    c->awaiting = false;
     uint64_t now = now_ns();
     if (run->phase == PH_MEASURE) {
         run->messages++;
         hist_record(&run->hist, now - c->sent_ns);
     }
     echo_send(c, now);
+}
+
+/* Pipeline: the echoes are counted; each must be a binary message of the
+ * size sent, and none may come beyond what the batch owes. */
+static void pipeline_message(load_conn *c, size_t len, int opcode) {
+    load_run *run = c->run;
+    if (c->owed == 0) {
+        run_fail(run, "connection %u: a message from the server that we did not ask for",
+                 conn_no(c));
+        return;
+    }
+    if (opcode != TERN_WS_BINARY || len != run->o->size) {
+        run_fail(run, "connection %u: an echo that is a %s message of %zu bytes, not a binary "
+                      "one of %llu", conn_no(c), opcode == TERN_WS_TEXT ? "text" : "binary", len,
+                 (unsigned long long)run->o->size);
+        return;
+    }
+    if (--c->owed > 0)
+        return;
+    c->left -= c->batch;
+    if (run->phase == PH_MEASURE)
+        run->messages += c->batch;
+    if (c->left > 0)
+        pipeline_send(c);
+    else
+        pipeline_conn_finished(c);
+}
+
+/* ---- fanout --------------------------------------------------------------- */
+
+/* The latency of a round runs from when it was due, not from when the
+ * tick got to it: a client late to ask does not hide a slow server. */
+static void fanout_round_done(load_conn *c) {
+    load_run *run = c->run;
+    c->awaiting = false;
+    if (run->phase != PH_MEASURE || c->sent_ns < run->t0_ns)
+        return;
+    uint64_t lat = now_ns() - c->sent_ns;
+    run->rounds++;
+    run->messages += run->o->replies;
+    hist_record(&run->hist, lat);
+    if (lat > run->o->interval_ms * 1000000u)
+        run->late++;
+}
+
+/* Fanout: a round's replies are counted; each must be a binary message of
+ * the reply size, within a round. */
+static void fanout_message(load_conn *c, size_t len, int opcode) {
+    load_run *run = c->run;
+    if (!c->awaiting) {
+        run_fail(run, "connection %u: a message from the server that we did not ask for",
+                 conn_no(c));
+        return;
+    }
+    if (opcode != TERN_WS_BINARY || len != run->o->reply_size) {
+        run_fail(run, "connection %u: a reply that is a %s message of %zu bytes, not a binary "
+                      "one of %llu", conn_no(c), opcode == TERN_WS_TEXT ? "text" : "binary", len,
+                 (unsigned long long)run->o->reply_size);
+        return;
+    }
+    if (--c->owed == 0)
+        fanout_round_done(c);
 }
 
 /* ---- pubsub: what a subscriber reads ------------------------------------- */
@@ -616,18 +569,6 @@ static size_t stamp_off(const load_run *run) {
     return run->o->mode == LOAD_MARKET ? LOAD_KEY_PREFIX : 0;
 }
 
-static uint64_t get_le64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static void put_le64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /* The topic's seq of the last message this subscriber got (what it
  * resumes after). */
 static uint64_t last_topic_seq(const load_conn *c) {
@@ -638,13 +579,15 @@ static uint64_t last_topic_seq(const load_conn *c) {
 
 /* The server's text message: {"epoch":"E","seq":N} where a subscription
  * starts, with ,"resumed":B,"replayed":K after a resume. */
-static void ack_done(load_conn *c) {
+static void ack_message(load_conn *c, const char *data, size_t len) {
     load_run *run = c->run;
+    char ack[LOAD_ACK_MAX];
     char e[17];
     unsigned long long seq;
-    c->ack[c->ack_len] = '\0';
-    if (sscanf(c->ack, "{\"epoch\":\"%16[0-9a-f]\",\"seq\":%llu", e, &seq) != 2) {
-        run_fail(run, "connection %u: not where the subscription starts: %s", conn_no(c), c->ack);
+    memcpy(ack, data, len);   /* len < LOAD_ACK_MAX */
+    ack[len] = '\0';
+    if (sscanf(ack, "{\"epoch\":\"%16[0-9a-f]\",\"seq\":%llu", e, &seq) != 2) {
+        run_fail(run, "connection %u: not where the subscription starts: %s", conn_no(c), ack);
         return;
     }
     if (!c->resuming) {
@@ -653,9 +596,9 @@ static void ack_done(load_conn *c) {
         return;
     }
     c->resuming = false;
-    const char *r = strstr(c->ack, "\"replayed\":");
+    const char *r = strstr(ack, "\"replayed\":");
     run->replayed += r ? strtoull(r + 11, NULL, 10) : 0;
-    if (strstr(c->ack, "\"resumed\":true"))
+    if (strstr(ack, "\"resumed\":true"))
         run->resumed++;
     else
         run->not_resumed++;   /* what it missed shows as gaps */
@@ -664,81 +607,18 @@ static void ack_done(load_conn *c) {
         run->resumed_ns = now_ns();
 }
 
-/* A data frame's header: one binary frame of the published size. */
-static bool sub_frame_begin(load_conn *c, const tern__ws_header *h) {
-    load_run *run = c->run;
-    if (is_publisher(c)) {
-        run_fail(run, "connection %u: the server sent the publisher a message", conn_no(c));
-        return false;
-    }
-    if (h->opcode == TERN__WS_OP_TEXT && h->fin && run->o->cut_for_ms &&
-        h->payload_len < sizeof(c->ack)) {   /* where the subscription starts */
-        c->in_ack = true;
-        c->msg_open = true;
-        return true;
-    }
-    if (h->opcode != TERN__WS_OP_BINARY || !h->fin || h->payload_len != run->o->size) {
-        run_fail(run, "connection %u: a published message came as a %s%s frame of %llu bytes, "
-                      "not one binary frame of %llu", conn_no(c),
-                 h->fin ? "" : "non-final ", h->opcode == TERN__WS_OP_TEXT ? "text" : "binary",
-                 (unsigned long long)h->payload_len, (unsigned long long)run->o->size);
-        return false;
-    }
-    c->msg_open = true;
-    return true;
-}
-
-/* A published message is whole: its stamp says when it was sent and its
- * place in the publisher's sequence. */
-static void market_message(load_conn *c, uint64_t sent, uint64_t seq);
-
-static void sub_message(load_conn *c) {
-    load_run *run = c->run;
-    const uint8_t *st = c->stamp + stamp_off(run);
-    uint64_t sent = get_le64(st), seq = get_le64(st + 8);
-    if (run->o->mode == LOAD_MARKET) {
-        market_message(c, sent, seq);
-        return;
-    }
-    if (c->epoch[0] && !c->delta_known) {   /* the first message after the first ack */
-        c->delta = (int64_t)(c->ack_seq + 1) - (int64_t)seq;
-        c->delta_known = true;
-    }
-    if (c->seen && seq != c->next_seq) {
-        if (seq < c->next_seq) {
-            run_fail(run, "connection %u: message %llu after %llu: out of order or repeated",
-                     conn_no(c), (unsigned long long)seq, (unsigned long long)c->next_seq - 1);
-            return;
-        }
-        /* the missing seqs that were published while measuring */
-        uint64_t lo = c->next_seq > run->seq_from ? c->next_seq : run->seq_from;
-        uint64_t hi = seq - 1 < run->seq_to ? seq - 1 : run->seq_to;
-        if (run->phase >= PH_MEASURE && hi >= lo)
-            run->gaps += hi - lo + 1;
-    }
-    c->seen = true;
-    c->next_seq = seq + 1;
-    if (run->phase >= PH_MEASURE && seq >= run->seq_from && seq <= run->seq_to) {
-        uint64_t now = now_ns();
-        run->messages++;
-        hist_record(&run->hist, now > sent ? now - sent : 0);
-        if (run->reconnect_ns && now > sent + 500000000u)   /* still catching up */
-            run->behind_ns = now;
-    }
-}
-
 /* Market: a message of key k whole. A conflating server sends a key's
  * updates in order and its queue in the order of their latest update, so
  * seqs still rise on every connection, with gaps where it conflated (or
  * dropped); a key that goes back is counted. The fast readers should miss
  * nothing. */
-static void market_message(load_conn *c, uint64_t sent, uint64_t seq) {
+static void market_message(load_conn *c, const uint8_t *head, uint64_t sent, uint64_t seq) {
     load_run *run = c->run;
     unsigned k = 0;
-    bool ok = c->stamp[0] == LOAD_KEY_DIGITS;
+    bool ok = head[0] == LOAD_KEY_DIGITS;
     for (int i = 1; i <= LOAD_KEY_DIGITS; i++) {
-        ok = ok && c->stamp[i] >= '0' && c->stamp[i] <= '9';
-        k = k * 10 + (unsigned)(c->stamp[i] - '0');
+        ok = ok && head[i] >= '0' && head[i] <= '9';
+        k = k * 10 + (unsigned)(head[i] - '0');
     }
     if (!ok || k >= run->o->instruments) {
         run_fail(run, "connection %u: a message whose key we did not publish", conn_no(c));
@@ -771,241 +651,35 @@ static void market_message(load_conn *c, uint64_t sent, uint64_t seq) {
     }
 }
 
-static void on_close_frame(load_conn *c) {
-    unsigned code = c->ctl_len >= 2 ? (unsigned)c->ctl[0] << 8 | c->ctl[1] : 1005;
-    int rlen = c->ctl_len > 2 ? c->ctl_len - 2 : 0;
-    if (c->state == CS_OPEN && c->run->o->mode == LOAD_MARKET && !is_publisher(c)) {
-        c->run->disconnects++;   /* a figure of the run, not its end */
-        conn_done(c);
-        return;
-    }
-    if (c->state == CS_OPEN) {
-        run_fail(c->run, "connection %u: the server closed the connection during the run: %u%s%.*s",
-                 conn_no(c), code, rlen ? " " : "", rlen, (const char *)c->ctl + 2);
-        return;
-    }
-    c->close_received = true;
-    if (code != 1000)
-        note_unclean(c, "the server answered our close 1000 with %u%s%.*s", code,
-                     rlen ? " " : "", rlen, (const char *)c->ctl + 2);
-    /* Then the server closes TCP first (RFC 6455 §7.1.1): wait for EOF. */
-}
-
-/* A frame header is complete: checks it against where we are. */
-static bool frame_begin(load_conn *c, const tern__ws_header *h) {
+/* Pubsub: a published message whole; its stamp says when it was sent and
+ * its place in the publisher's sequence. */
+static void pubsub_message(load_conn *c, uint64_t sent, uint64_t seq) {
     load_run *run = c->run;
-    if (h->masked) {
-        run_fail(run, "connection %u: the server sent a masked frame", conn_no(c));
-        return false;
+    if (c->epoch[0] && !c->delta_known) {   /* the first message after the first ack */
+        c->delta = (int64_t)(c->ack_seq + 1) - (int64_t)seq;
+        c->delta_known = true;
     }
-    c->in_frame = true;
-    c->frame_opcode = h->opcode;
-    c->frame_fin = h->fin;
-    c->frame_left = h->payload_len;
-    if (h->opcode & 0x08) {
-        c->ctl_len = 0;
-        return true;
-    }
-    if (h->opcode == TERN__WS_OP_CONT ? !c->msg_open : c->msg_open) {
-        run_fail(run, "connection %u: protocol error: %s", conn_no(c),
-                 c->msg_open ? "a new message inside a fragmented one"
-                             : "a continuation frame outside a message");
-        return false;
-    }
-    if (has_publisher(run->o->mode))
-        return sub_frame_begin(c, h);
-    if (run->o->mode != LOAD_ECHO || !c->awaiting) {
-        run_fail(run, "connection %u: a message from the server that %s", conn_no(c),
-                 run->o->mode == LOAD_ECHO ? "is not an echo of ours" : "we did not ask for");
-        return false;
-    }
-    if (h->opcode == TERN__WS_OP_TEXT) {
-        run_fail(run, "connection %u: wrong echo: a text message for our binary one", conn_no(c));
-        return false;
-    }
-    if (h->payload_len > run->o->size - c->msg_off) {
-        run_fail(run, "connection %u: wrong echo: longer than the %llu bytes sent", conn_no(c),
-                 (unsigned long long)run->o->size);
-        return false;
-    }
-    c->msg_open = true;
-    return true;
-}
-
-static void frame_end(load_conn *c) {
-    c->in_frame = false;
-    switch (c->frame_opcode) {
-    case TERN__WS_OP_PING:
-        /* Not after our close frame: nothing may follow it. */
-        if (c->state == CS_OPEN || c->close_pending) {
-            c->pong_pending = true;
-            conn_pump(c);
-        }
-        return;
-    case TERN__WS_OP_PONG:
-        return;   /* we never ping; an unsolicited pong is a heartbeat */
-    case TERN__WS_OP_CLOSE:
-        on_close_frame(c);
-        return;
-    default:
-        if (!c->frame_fin)
-            return;
-        c->msg_open = false;
-        if (has_publisher(c->run->o->mode)) {
-            if (c->in_ack) {
-                c->in_ack = false;
-                c->ack_len = (uint8_t)c->msg_off;
-                c->msg_off = 0;
-                ack_done(c);
-                return;
-            }
-            c->msg_off = 0;
-            sub_message(c);
+    if (c->seen && seq != c->next_seq) {
+        if (seq < c->next_seq) {
+            run_fail(run, "connection %u: message %llu after %llu: out of order or repeated",
+                     conn_no(c), (unsigned long long)seq, (unsigned long long)c->next_seq - 1);
             return;
         }
-        if (c->msg_off != c->run->o->size) {
-            run_fail(c->run, "connection %u: wrong echo: %llu bytes for the %llu sent", conn_no(c),
-                     (unsigned long long)c->msg_off, (unsigned long long)c->run->o->size);
-            return;
-        }
-        c->msg_off = 0;
-        echo_done(c);
+        /* the missing seqs that were published while measuring */
+        uint64_t lo = c->next_seq > run->seq_from ? c->next_seq : run->seq_from;
+        uint64_t hi = seq - 1 < run->seq_to ? seq - 1 : run->seq_to;
+        if (run->phase >= PH_MEASURE && hi >= lo)
+            run->gaps += hi - lo + 1;
     }
-}
-
-/* Reads a frame header from *p, or the part of one that is there. Returns
- * false when the header is not complete yet or the run failed. */
-static bool frame_header(load_conn *c, const uint8_t **p, size_t *n) {
-    tern__ws_header h;
-    int r;
-    if (c->rhdr_have == 0) {   /* the usual case: the header is whole, read it where it is */
-        r = tern__ws_parse_header(*p, *n, false, false, &h);
-        if (r > 0) {
-            *p += r;
-            *n -= (size_t)r;
-            return frame_begin(c, &h);
-        }
+    c->seen = true;
+    c->next_seq = seq + 1;
+    if (run->phase >= PH_MEASURE && seq >= run->seq_from && seq <= run->seq_to) {
+        uint64_t now = now_ns();
+        run->messages++;
+        hist_record(&run->hist, now > sent ? now - sent : 0);
+        if (run->reconnect_ns && now > sent + 500000000u)   /* still catching up */
+            run->behind_ns = now;
     }
-    size_t have = c->rhdr_have;
-    size_t take = *n < TERN__WS_MAX_HEADER - have ? *n : TERN__WS_MAX_HEADER - have;
-    memcpy(c->rhdr + have, *p, take);
-    r = tern__ws_parse_header(c->rhdr, have + take, false, false, &h);
-    if (r < 0) {
-        run_fail(c->run, "connection %u: protocol error in a frame from the server "
-                         "(header %02x %02x)",
-                 conn_no(c), c->rhdr[0], have + take > 1 ? c->rhdr[1] : 0);
-        return false;
-    }
-    if (r == 0) {
-        c->rhdr_have = (uint8_t)(have + take);
-        *p += take;
-        *n -= take;
-        return false;
-    }
-    *p += (size_t)r - have;
-    *n -= (size_t)r - have;
-    c->rhdr_have = 0;
-    return frame_begin(c, &h);
-}
-
-/* Frames from the server (echo mode, and the end of both modes). */
-static void frames_feed(load_conn *c, const uint8_t *p, size_t n) {
-    load_run *run = c->run;
-    for (;;) {
-        if (!c->in_frame) {
-            if (n == 0 || !frame_header(c, &p, &n))
-                return;
-        }
-        size_t take = c->frame_left < n ? (size_t)c->frame_left : n;
-        if (c->frame_opcode & 0x08) {
-            memcpy(c->ctl + c->ctl_len, p, take);
-            c->ctl_len = (uint8_t)(c->ctl_len + take);
-        } else if (take > 0) {
-            if (c->in_ack) {
-                memcpy(c->ack + c->msg_off, p, take);
-            } else if (has_publisher(run->o->mode)) {
-                size_t head = stamp_off(run) + LOAD_STAMP_LEN;
-                if (c->msg_off < head) {
-                    size_t k = head - (size_t)c->msg_off;
-                    memcpy(c->stamp + c->msg_off, p, take < k ? take : k);
-                }
-            } else if (!echo_check(c, p, take)) {
-                return;
-            }
-            c->msg_off += take;
-        }
-        p += take;
-        n -= take;
-        c->frame_left -= take;
-        if (c->frame_left > 0)
-            return;   /* and n is 0 */
-        frame_end(c);
-        if (run->failed || c->state == CS_DONE)
-            return;
-    }
-}
-
-/* Pipeline: the echoes are only counted. The one check is cheap: a batch's
- * echoes start with a binary frame (a close frame there is the server
- * ending the connection). Bytes beyond what the batch owes are an error. */
-static void pipeline_read(load_conn *c, const uint8_t *p, size_t n) {
-    load_run *run = c->run;
-    if (n > c->expect) {
-        uint8_t b = p[c->expect];   /* the first byte beyond the batch's echoes */
-        if ((b & 0x0F) == TERN__WS_OP_CLOSE)
-            run_fail(run, "connection %u: the server sent a close frame during the run",
-                     conn_no(c));
-        else
-            run_fail(run, "connection %u: %zu bytes from the server beyond the echoes of the "
-                          "batch (the first is %02x)", conn_no(c), n - (size_t)c->expect, b);
-        return;
-    }
-    if (c->expect == (uint64_t)c->batch * run->echo_len && p[0] != (0x80 | TERN__WS_OP_BINARY)) {
-        if ((p[0] & 0x0F) == TERN__WS_OP_CLOSE)
-            run_fail(run, "connection %u: the server sent a close frame during the run",
-                     conn_no(c));
-        else
-            run_fail(run, "connection %u: an echo starts with %02x, not a binary frame", conn_no(c),
-                     p[0]);
-        return;
-    }
-    c->expect -= n;
-    if (c->expect > 0)
-        return;
-    c->left -= c->batch;
-    if (run->phase == PH_MEASURE)
-        run->messages += c->batch;
-    if (c->left > 0)
-        pipeline_send(c);
-    else
-        pipeline_conn_finished(c);
-}
-
-/* Fanout: a round's replies are counted, not parsed, as the pipeline's
- * echoes are; the first byte of the round must begin a binary frame. What
- * comes outside a round (a ping, the close) goes to the frame reader. */
-static void fanout_round_done(load_conn *c);
-
-static void fanout_read(load_conn *c, const uint8_t *p, size_t n) {
-    load_run *run = c->run;
-    if (c->awaiting && !c->in_frame && c->rhdr_have == 0) {
-        if (c->expect == run->reply_len && (p[0] & 0x0F) != TERN__WS_OP_CLOSE &&
-            p[0] != (0x80 | TERN__WS_OP_BINARY)) {
-            run_fail(run, "connection %u: a reply starts with %02x, not a binary frame",
-                     conn_no(c), p[0]);
-            return;
-        }
-        if (c->expect != run->reply_len || (p[0] & 0x0F) != TERN__WS_OP_CLOSE) {
-            size_t take = c->expect < n ? (size_t)c->expect : n;
-            c->expect -= take;
-            p += take;
-            n -= take;
-            if (c->expect == 0)
-                fanout_round_done(c);
-        }
-    }
-    if (n > 0 && !run->failed)
-        frames_feed(c, p, n);
 }
 
 /* Market: a slow reader reads while it has tokens (the tick gives them). */
@@ -1015,120 +689,77 @@ static bool throttled(const load_conn *c) {
 
 static void set_paused(load_conn *c, bool paused) {
     c->paused = paused;
-    int err = tern__io_set(c->run->loop, &c->io,
-                           (paused ? 0 : TERN__IO_IN) | (c->out_cnt ? TERN__IO_OUT : 0));
+    int err = paused ? tern_ws_pause(c->ws) : tern_ws_resume(c->ws);
     if (err < 0)
-        run_fail(c->run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
+        run_fail(c->run, "connection %u: %s reading: %s", conn_no(c),
+                 paused ? "pausing" : "resuming", tern_strerror(err));
 }
 
-static void conn_read(load_conn *c) {
+/* A subscriber's message: where its subscription starts (a text message,
+ * with a cut), or a published one. */
+static void sub_message(load_conn *c, const uint8_t *p, size_t len, int opcode) {
     load_run *run = c->run;
-    size_t cap;
-    uint8_t *buf = (uint8_t *)tern__loop_rbuf(run->loop, &cap);
-    bool slow = throttled(c);
-    if (slow) {
-        if (c->tokens == 0) {
-            set_paused(c, true);
-            return;
-        }
-        cap = c->tokens < cap ? c->tokens : cap;
-    }
-    ssize_t r = recv(c->io.fd, buf, cap, 0);
-    if (slow && r > 0 && (c->tokens -= (uint32_t)r) == 0)
-        set_paused(c, true);
-    if (r < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-            return;
-        conn_lost(c, errno);
+    if (is_publisher(c)) {
+        run_fail(run, "connection %u: the server sent the publisher a message", conn_no(c));
         return;
     }
-    if (r == 0) {
-        conn_lost(c, 0);
+    if (opcode == TERN_WS_TEXT && run->o->cut_for_ms && len < LOAD_ACK_MAX) {
+        ack_message(c, (const char *)p, len);
         return;
     }
-    run->progress++;
-    if (run->o->mode == LOAD_PIPELINE && c->state == CS_OPEN)
-        pipeline_read(c, buf, (size_t)r);
-    else if (run->o->mode == LOAD_FANOUT)
-        fanout_read(c, buf, (size_t)r);
+    if (opcode != TERN_WS_BINARY || len != run->o->size) {
+        run_fail(run, "connection %u: a published message came as a %s message of %zu bytes, "
+                      "not a binary one of %llu", conn_no(c),
+                 opcode == TERN_WS_TEXT ? "text" : "binary", len,
+                 (unsigned long long)run->o->size);
+        return;
+    }
+    const uint8_t *st = p + stamp_off(run);
+    uint64_t sent = get_le64(st), seq = get_le64(st + 8);
+    if (run->o->mode == LOAD_MARKET)
+        market_message(c, p, sent, seq);
     else
-        frames_feed(c, buf, (size_t)r);
+        pubsub_message(c, sent, seq);
+    if (throttled(c)) {
+        /* What a frame of this size costs on the wire: its header too. */
+        c->tokens -= (int64_t)(len + (len < 126 ? 2 : len < 65536 ? 4 : 10));
+        if (c->tokens <= 0 && !c->paused && !run->failed)
+            set_paused(c, true);
+    }
 }
 
-/* ---- opening ---------------------------------------------------------- */
+/* ---- the library's callbacks ---------------------------------------------- */
 
-/* Checks the response head hs->head[0..len) (up to its blank line) is a
- * 101 that accepts our key and agreed to nothing we did not ask for. */
-static bool check_101(load_conn *c, size_t len) {
+static void on_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
+    (void)ws;
+    load_conn *c = user;
     load_run *run = c->run;
-    const char *h = c->hs->head, *end = h + len;
-    const char *eol = memmem(h, len, "\r\n", 2);
-    size_t sl = (size_t)(eol - h);
-    if (sl < 12 || memcmp(h, "HTTP/1.1 101", 12) != 0 || (sl > 12 && h[12] != ' ')) {
-        run_fail(run, "connection %u: handshake refused: the server answered \"%.*s\", "
-                      "not 101 Switching Protocols (is %s a WebSocket route?)",
-                 conn_no(c), (int)(sl < 120 ? sl : 120), h, run->o->path);
-        return false;
+    /* After our close frame (the echo in flight, a last publish), or once
+     * the run failed: nothing more is counted. */
+    if (run->failed || c->state != CS_OPEN)
+        return;
+    run->progress++;
+    const uint8_t *p = (const uint8_t *)data;
+    switch (run->o->mode) {
+    case LOAD_ECHO: echo_message(c, p, len, opcode); return;
+    case LOAD_PIPELINE: pipeline_message(c, len, opcode); return;
+    case LOAD_FANOUT: fanout_message(c, len, opcode); return;
+    default: sub_message(c, p, len, opcode); return;
     }
-    bool upgrade = false, connection = false, accept = false;
-    for (const char *line = eol + 2; line < end;) {
-        const char *le = memmem(line, (size_t)(end - line), "\r\n", 2);
-        if (le == NULL)
-            le = end;
-        const char *colon = memchr(line, ':', (size_t)(le - line));
-        if (colon != NULL) {
-            size_t nl = (size_t)(colon - line);
-            const char *v = colon + 1;
-            while (v < le && (*v == ' ' || *v == '\t'))
-                v++;
-            size_t vl = (size_t)(le - v);
-            while (vl > 0 && (v[vl - 1] == ' ' || v[vl - 1] == '\t'))
-                vl--;
-#define IS(name) (nl == sizeof(name) - 1 && strncasecmp(line, name, nl) == 0)
-            if (IS("Upgrade"))
-                upgrade = vl == 9 && strncasecmp(v, "websocket", 9) == 0;
-            else if (IS("Connection"))
-                connection = tern__http_has_token(v, vl, "upgrade");
-            else if (IS("Sec-WebSocket-Accept")) {
-                accept = vl == TERN__WS_ACCEPT_LEN && memcmp(v, c->hs->accept, vl) == 0;
-                if (!accept) {
-                    run_fail(run, "connection %u: handshake: wrong Sec-WebSocket-Accept \"%.*s\" "
-                                  "(expected %s)", conn_no(c), (int)(vl < 64 ? vl : 64), v,
-                             c->hs->accept);
-                    return false;
-                }
-            } else if (IS("Sec-WebSocket-Extensions") || IS("Sec-WebSocket-Protocol")) {
-                run_fail(run, "connection %u: handshake: the server agreed to \"%.*s: %.*s\", "
-                              "which we did not offer", conn_no(c), (int)nl, line,
-                         (int)(vl < 64 ? vl : 64), v);
-                return false;
-            }
-#undef IS
-        }
-        line = le + 2;
-    }
-    if (!upgrade || !connection || !accept) {
-        run_fail(run, "connection %u: handshake: a 101 without %s", conn_no(c),
-                 !upgrade ? "\"Upgrade: websocket\"" : !connection ? "\"Connection: Upgrade\""
-                                                                   : "Sec-WebSocket-Accept");
-        return false;
-    }
-    return true;
 }
 
-static void conn_opened(load_conn *c) {
+static void on_open(tern_ws *ws, void *user) {
+    load_conn *c = user;
     load_run *run = c->run;
-    free(c->hs);
-    c->hs = NULL;
+    c->ws = ws;
     c->state = CS_OPEN;
     run->handshaking--;
-    run->opened += !c->resuming;   /* else back after the cut */
-    run->progress++;
-    int err = tern__io_set(run->loop, &c->io, TERN__IO_IN);
-    if (err < 0) {
-        run_fail(run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
+    if (run->failed) {   /* settling: it only has to go */
+        tern_ws_abort(ws);
         return;
     }
+    run->opened += !c->resuming;   /* else back after the cut */
+    run->progress++;
     if (c->resuming) {
         restart_more(run);
         return;
@@ -1139,168 +770,94 @@ static void conn_opened(load_conn *c) {
         start_more(run);
 }
 
-static void handshake_read(load_conn *c) {
-    load_handshake *hs = c->hs;
-    ssize_t r = recv(c->io.fd, hs->head + hs->len, sizeof(hs->head) - hs->len, 0);
-    if (r < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-            return;
-        run_fail(c->run, "connection %u: reading the handshake response: %s", conn_no(c),
-                 strerror(errno));
-        return;
-    }
-    if (r == 0) {
-        run_fail(c->run, "connection %u: the server closed the connection during the handshake",
-                 conn_no(c));
-        return;
-    }
-    hs->len += (size_t)r;
-    const char *blank = memmem(hs->head, hs->len, "\r\n\r\n", 4);
-    if (blank == NULL) {
-        if (hs->len == sizeof(hs->head))
-            run_fail(c->run, "connection %u: handshake response head over %d bytes", conn_no(c),
-                     LOAD_HEAD_MAX);
-        return;
-    }
-    size_t head_len = (size_t)(blank - hs->head) + 2;   /* through the last header's CRLF */
-    size_t extra = hs->len - (head_len + 2);
-    if (!check_101(c, head_len))
-        return;
-    /* The server has no reason to speak first on an echo route; a
-     * subscriber that asked where it starts may hear that (and, resuming,
-     * what it missed) at once. */
-    bool told = !is_publisher(c) && c->run->o->cut_for_ms;
-    if (extra > 0 && !told) {
-        run_fail(c->run, "connection %u: %zu bytes from the server right after the 101, "
-                         "before any message", conn_no(c), extra);
-        return;
-    }
-    uint8_t early[LOAD_HEAD_MAX];
-    memcpy(early, blank + 4, extra);
-    conn_opened(c);
-    if (extra > 0 && !c->run->failed)
-        frames_feed(c, early, extra);
-}
-
-static void handshake_send(load_conn *c) {
+static void on_close(tern_ws *ws, int code, const char *reason, size_t reason_len, void *user) {
+    (void)ws;
+    load_conn *c = user;
     load_run *run = c->run;
-    unsigned char raw[16];
-    char key[32];
-    if (RAND_bytes(raw, sizeof(raw)) != 1) {
-        run_fail(run, "RAND_bytes failed");
-        return;
-    }
-    EVP_EncodeBlock((unsigned char *)key, raw, sizeof(raw));   /* 24 characters and a NUL */
-    tern__ws_accept(key, 24, c->hs->accept);
-    const char *target = is_publisher(c) ? run->o->pub_path : run->o->path;
-    char resume[LOAD_PATH_MAX + 64];
-    if (!is_publisher(c) && run->o->cut_for_ms) {   /* the server says where it starts */
-        char sep = strchr(target, '?') ? '&' : '?';
-        if (c->resuming)
-            snprintf(resume, sizeof(resume), "%s%cepoch=%s&after=%llu", target, sep, c->epoch,
-                     (unsigned long long)last_topic_seq(c));
+    int was = c->state;
+    c->ws = NULL;
+    c->state = CS_DONE;
+    c->paused = false;
+    run->live--;
+    int rlen = (int)(reason_len > 100 ? 100 : reason_len);
+    if (c->cut) {   /* pubsub's cut: back to NEW, to connect again when it ends */
+        c->cut = false;
+        c->state = CS_NEW;
+    } else if (run->failed) {
+        /* settling after the error already reported */
+    } else if (was == CS_OPEN && run->o->mode == LOAD_MARKET && !is_publisher(c)) {
+        run->disconnects++;   /* a figure of the run, not its end */
+    } else if (was == CS_OPEN) {
+        if (code == TERN_WS_ABNORMAL)
+            run_fail(run, "connection %u: the connection dropped during the run (no close frame)",
+                     conn_no(c));
         else
-            snprintf(resume, sizeof(resume), "%s%cack=1", target, sep);
-        target = resume;
+            run_fail(run, "connection %u: the server closed the connection during the run: %d%s%.*s",
+                     conn_no(c), code, rlen ? " " : "", rlen, reason);
+    } else if (code == TERN_WS_ABNORMAL) {
+        note_unclean(c, "no close frame from the server within %d ms", LOAD_CLOSE_MS);
+    } else if (code != TERN_WS_NORMAL) {
+        note_unclean(c, "the server answered our close 1000 with %d%s%.*s", code,
+                     rlen ? " " : "", rlen, reason);
     }
-    char req[sizeof(resume) + LOAD_HOST_MAX + 256];
-    int n = snprintf(req, sizeof(req),
-                     "GET %s HTTP/1.1\r\n"
-                     "Host: %s\r\n"
-                     "Upgrade: websocket\r\n"
-                     "Connection: Upgrade\r\n"
-                     "Sec-WebSocket-Key: %s\r\n"
-                     "Sec-WebSocket-Version: 13\r\n"
-                     "User-Agent: tern-load/" TERN_VERSION "\r\n"
-                     "\r\n",
-                     target, run->o->authority, key);
-    /* A new socket's send buffer takes a few hundred bytes whole. */
-    ssize_t w = send(c->io.fd, req, (size_t)n, MSG_NOSIGNAL);
-    if (w != n) {
-        run_fail(run, "connection %u: sending the upgrade request: %s", conn_no(c),
-                 w < 0 ? strerror(errno) : "short write");
-        return;
-    }
-    c->state = CS_HANDSHAKE;
-    int err = tern__io_set(run->loop, &c->io, TERN__IO_IN);
-    if (err < 0)
-        run_fail(run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
+    maybe_stop(run);
 }
 
-static void on_conn_io(tern__io *io, uint32_t revents) {
-    load_conn *c = tern__container_of(io, load_conn, io);
+static void on_connect_error(const tern_ws_connect_error *e, void *user) {
+    load_conn *c = user;
     load_run *run = c->run;
-    if (run->failed)
+    c->state = CS_DONE;
+    run->handshaking--;
+    run->live--;
+    if (!e->connected)
+        run_fail(run, "connect to %s: %s", run->o->authority,
+                 e->err == -ETIMEDOUT ? "timed out" : tern_strerror(e->err));
+    else if (e->status)
+        run_fail(run, "connection %u: handshake refused: %s (is %s a WebSocket route?)",
+                 conn_no(c), e->message, is_publisher(c) ? run->o->pub_path : run->o->path);
+    else
+        run_fail(run, "connection %u: handshake: %s", conn_no(c), e->message);
+    maybe_stop(run);
+}
+
+/* ---- opening ---------------------------------------------------------- */
+
+/* The URL of connection c: the publisher's path or the subscribers', and
+ * with a cut, the subscriber asks where it starts (ack=1) or, resuming,
+ * for what came after the last message it got. */
+static void conn_url(const load_conn *c, char *url, size_t cap) {
+    const load_run *run = c->run;
+    const char *target = is_publisher(c) ? run->o->pub_path : run->o->path;
+    int n = snprintf(url, cap, "ws://%s%s", run->o->authority, target);
+    if (n < 0 || (size_t)n >= cap || is_publisher(c) || !run->o->cut_for_ms)
         return;
-    switch (c->state) {
-    case CS_CONNECTING: {
-        int err = 0;
-        socklen_t len = sizeof(err);
-        if (getsockopt(io->fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
-            err = errno;
-        if (err != 0) {
-            run_fail(run, "connect to %s:%u: %s", run->o->host, run->o->port, strerror(err));
-            return;
-        }
-        handshake_send(c);
-        return;
-    }
-    case CS_HANDSHAKE:
-        handshake_read(c);
-        return;
-    case CS_OPEN:
-    case CS_CLOSING:
-        if (revents & TERN__IO_OUT) {
-            conn_pump(c);
-            if (run->failed || c->state == CS_DONE)
-                return;
-        }
-        if (revents & (TERN__IO_IN | TERN__IO_HUP | TERN__IO_ERR))
-            conn_read(c);
-        return;
-    default:
-        return;
-    }
+    char sep = strchr(target, '?') ? '&' : '?';
+    if (c->resuming)
+        snprintf(url + n, cap - (size_t)n, "%cepoch=%s&after=%llu", sep, c->epoch,
+                 (unsigned long long)last_topic_seq(c));
+    else
+        snprintf(url + n, cap - (size_t)n, "%cack=1", sep);
 }
 
 static void conn_start(load_conn *c) {
     load_run *run = c->run;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        run_fail(run, "connection %u: socket: %s%s", conn_no(c), strerror(errno),
-                 errno == EMFILE ? " (raise ulimit -n)" : "");
+    char url[LOAD_PATH_MAX + LOAD_HOST_MAX + 96];
+    conn_url(c, url, sizeof(url));
+    tern_ws_client_options opt = run->copt;
+    if (c->slow)
+        opt.rcvbuf = 16384;   /* a small window, as a reader on a slow link has */
+    int err = tern_ws_connect(run->loop, url, &run->handlers, &opt, c);
+    if (err < 0) {
+        if (err == TERN_ENOHOST)
+            run_fail(run, "cannot resolve %s", run->o->host);
+        else
+            run_fail(run, "connection %u: connect to %s: %s%s", conn_no(c), run->o->authority,
+                     tern_strerror(err), err == -EMFILE ? " (raise ulimit -n)" : "");
         return;
     }
-    /* Echo messages are small and one at a time: Nagle would hold each
-     * one back waiting for the previous ACK. */
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (c->slow) {   /* a small window, as a reader on a slow link has */
-        int rcvbuf = 16384;
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-    }
-    tern__io_init(&c->io, fd, on_conn_io);
-    c->hs = malloc(sizeof(*c->hs));
-    if (c->hs == NULL) {
-        close(fd);
-        c->io.fd = -1;
-        run_fail(run, "out of memory");
-        return;
-    }
-    c->hs->len = 0;
     c->state = CS_CONNECTING;
     run->handshaking++;
-    if (connect(fd, (const struct sockaddr *)&run->addr, sizeof(run->addr)) == 0) {
-        handshake_send(c);
-        return;
-    }
-    if (errno != EINPROGRESS) {
-        run_fail(run, "connect to %s:%u: %s", run->o->host, run->o->port, strerror(errno));
-        return;
-    }
-    int err = tern__io_set(run->loop, &c->io, TERN__IO_OUT);
-    if (err < 0)
-        run_fail(run, "connection %u: epoll: %s", conn_no(c), tern_strerror(err));
+    run->live++;
 }
 
 /* Keeps up to LOAD_MAX_HANDSHAKES connections being opened at once. */
@@ -1321,9 +878,10 @@ static void restart_more(load_run *run) {
     }
 }
 
-/* pubsub's cut: every subscriber's socket closed at once, in the middle of
- * the measured time (the publisher goes on); cut_for_ms later they all
- * connect again and resume where they were. */
+/* pubsub's cut: every subscriber's connection dropped at once (a reset, no
+ * close frame), in the middle of the measured time (the publisher goes
+ * on); cut_for_ms later they all connect again and resume where they
+ * were. */
 static void on_cut(tern_timer *t, void *user) {
     load_run *run = user;
     if (run->failed || run->phase != PH_MEASURE)
@@ -1334,16 +892,10 @@ static void on_cut(tern_timer *t, void *user) {
             load_conn *c = &run->conns[i];
             if (c->state != CS_OPEN)
                 continue;
-            tern__io_set(run->loop, &c->io, 0);
-            close(c->io.fd);
-            c->io.fd = -1;
-            c->state = CS_NEW;
-            c->in_frame = c->msg_open = c->in_ack = false;
-            c->pong_pending = c->close_pending = false;
-            c->rhdr_have = c->out_cnt = c->ctl_len = 0;
-            c->msg_off = 0;
+            c->cut = true;
             c->resuming = true;
             run->acks_due++;
+            tern_ws_abort(c->ws);   /* its on_close comes at the end of this batch */
         }
         if (tern_timer_again(t, run->o->cut_for_ms) < 0)
             run_fail(run, "timer: out of memory");
@@ -1359,14 +911,19 @@ static void arm_cut(load_run *run) {
         run_fail(run, "timer: out of memory");
 }
 
-static void conn_done(load_conn *c) {
-    load_run *run = c->run;
-    tern__io_set(run->loop, &c->io, 0);
-    close(c->io.fd);
-    c->io.fd = -1;
-    c->state = CS_DONE;
-    if (++run->done == run->nconns)
-        tern_loop_stop(run->loop);
+/* After a failure: every open connection is dropped, and the loop runs
+ * until each has had its on_close and each connect under way its outcome,
+ * so that nothing of a connection is left when the loop is freed. */
+static void run_settle(load_run *run) {
+    for (uint32_t i = 0; i < run->nconns; i++) {
+        load_conn *c = &run->conns[i];
+        if (c->state == CS_OPEN || c->state == CS_CLOSING) {
+            c->cut = false;
+            tern_ws_abort(c->ws);
+        }
+    }
+    if (run->live > 0)
+        tern_loop_run(run->loop);
 }
 
 /* ---- phases ------------------------------------------------------------- */
@@ -1382,13 +939,21 @@ static void arm_phase(load_run *run, uint64_t ms) {
 }
 
 /* The end: every connection says goodbye with a close frame (1000); the
- * rest of the close handshake has LOAD_CLOSE_MS. */
+ * library gives the rest of the close handshake LOAD_CLOSE_MS (its
+ * close_timeout_ms), and the phase timer a little more, in case. */
 static void run_close_all(load_run *run) {
     run->phase = PH_CLOSE;
-    arm_phase(run, LOAD_CLOSE_MS);
-    for (uint32_t i = 0; i < run->nconns && !run->failed; i++)
-        if (run->conns[i].state == CS_OPEN)
-            conn_begin_close(&run->conns[i]);
+    arm_phase(run, LOAD_CLOSE_MS + 1000);
+    for (uint32_t i = 0; i < run->nconns && !run->failed; i++) {
+        load_conn *c = &run->conns[i];
+        if (c->state != CS_OPEN)
+            continue;
+        c->state = CS_CLOSING;
+        if (c->paused)
+            set_paused(c, false);   /* the server's close frame must be read */
+        tern_ws_close(c->ws, TERN_WS_NORMAL, NULL);
+    }
+    maybe_stop(run);
 }
 
 /* Fanout: the end of the measured time. A round still in flight is
@@ -1437,7 +1002,7 @@ static void on_phase_timer(tern_timer *t, void *user) {
         }
         if (run->o->mode == LOAD_MARKET) {   /* the publisher stops; the slow read freely */
             run->phase = PH_DRAIN;
-            for (uint32_t i = 0; i < run->o->connections; i++)
+            for (uint32_t i = 0; i < run->o->connections && !run->failed; i++)
                 if (run->conns[i].paused && run->conns[i].state == CS_OPEN)
                     set_paused(&run->conns[i], false);
             arm_phase(run, run->o->drain_ms);
@@ -1461,14 +1026,13 @@ static void on_phase_timer(tern_timer *t, void *user) {
         run_close_all(run);
         return;
     case PH_CLOSE:
+        /* The library's close timeout should have ended every one. */
         for (uint32_t i = 0; i < run->nconns; i++) {
             load_conn *c = &run->conns[i];
-            if (c->state == CS_DONE)
+            if (c->state != CS_OPEN && c->state != CS_CLOSING)
                 continue;
-            note_unclean(c, "close handshake not done after %d ms (%s)", LOAD_CLOSE_MS,
-                         c->close_received ? "no EOF after the server's close frame"
-                                           : "no close frame from the server");
-            conn_done(c);
+            note_unclean(c, "close handshake not done after %d ms", LOAD_CLOSE_MS + 1000);
+            tern_ws_abort(c->ws);
         }
         return;
     default:
@@ -1506,23 +1070,9 @@ static uint64_t fanout_due(const load_run *run, uint64_t k) {
     return run->sched_ns + k / o->connections * iv + k % o->connections * iv / o->connections;
 }
 
-/* The latency of a round runs from when it was due, not from when the
- * tick got to it: a client late to ask does not hide a slow server. */
-static void fanout_round_done(load_conn *c) {
-    load_run *run = c->run;
-    c->awaiting = false;
-    if (run->phase != PH_MEASURE || c->sent_ns < run->t0_ns)
-        return;
-    uint64_t lat = now_ns() - c->sent_ns;
-    run->rounds++;
-    run->messages += run->o->replies;
-    hist_record(&run->hist, lat);
-    if (lat > run->o->interval_ms * 1000000u)
-        run->late++;
-}
-
 /* Every millisecond: the rounds that are due. A connection whose last
- * round is still in flight skips this one, which counts as missed. */
+ * round is still in flight (or whose request is not out yet) skips this
+ * one, which counts as missed. */
 static void on_fanout_tick(tern_timer *t, void *user) {
     (void)t;
     load_run *run = user;
@@ -1534,37 +1084,32 @@ static void on_fanout_tick(tern_timer *t, void *user) {
         bool counted = run->phase == PH_MEASURE && due >= run->t0_ns;
         if (c->state != CS_OPEN)
             continue;
-        if (c->awaiting || c->out_cnt > 0) {
+        if (c->awaiting || tern_ws_buffered(c->ws) > 0) {
             run->skipped += counted;
             continue;
         }
         run->rounds_sent += counted;
         c->awaiting = true;
         c->sent_ns = due;
-        c->expect = run->reply_len;
-        c->out[0] = (struct iovec){.iov_base = run->req, .iov_len = run->req_len};
-        c->out_cnt = 1;
-        conn_pump(c);
+        c->owed = run->o->replies;
+        conn_send(c, run->payload, (size_t)run->o->size);
     }
 }
 
 /* ---- pubsub: the publisher ------------------------------------------------ */
 
-/* Every millisecond: the messages the rate owes since the start, stamped
- * now, in one write. A publisher whose last write is not through yet (the
- * server reads it slower than the rate) waits; what it owes beyond one
- * write's worth is shed, so that it never bursts above the rate, and
- * counted. */
 /* Market: every 100 ms each slow reader may read another tenth of its
- * rate (a smaller grain would cost a read per millisecond each). */
+ * rate (a smaller grain would cost a pause and a resume per millisecond
+ * each). What a reader took beyond its tokens (a message is taken whole)
+ * comes off the next grain, so the rate holds. */
 static void slow_refill(load_run *run) {
-    uint32_t grain = (uint32_t)(run->o->slow_rate / 10 ? run->o->slow_rate / 10 : 1);
-    for (uint32_t i = 0; i < run->o->connections; i++) {
+    int64_t grain = (int64_t)(run->o->slow_rate / 10 ? run->o->slow_rate / 10 : 1);
+    for (uint32_t i = 0; i < run->o->connections && !run->failed; i++) {
         load_conn *c = &run->conns[i];
         if (!c->slow || c->state != CS_OPEN)
             continue;
-        c->tokens = grain;
-        if (c->paused)
+        c->tokens = c->tokens < 0 ? c->tokens + grain : grain;
+        if (c->paused && c->tokens > 0)
             set_paused(c, false);
     }
 }
@@ -1578,6 +1123,11 @@ static uint64_t next_rand(load_run *run) {
     return run->rng = x;
 }
 
+/* Every millisecond: the messages the rate owes since the start, stamped
+ * now, sent together (the cork makes them one write). A publisher whose
+ * last messages are not through yet (the server reads it slower than the
+ * rate) waits; what it owes beyond one tick's worth is shed, so that it
+ * never bursts above the rate, and counted. */
 static void on_pub_tick(tern_timer *t, void *user) {
     (void)t;
     load_run *run = user;
@@ -1597,7 +1147,7 @@ static void on_pub_tick(tern_timer *t, void *user) {
     uint64_t due = (now - run->pub_start_ns) / 1000 * run->o->rate / 1000000;
     if (due <= run->pub_due)
         return;
-    if (c->out_cnt > 0) {
+    if (tern_ws_buffered(c->ws) > 0) {
         run->pub_blocked += run->phase == PH_MEASURE;
         return;
     }
@@ -1608,10 +1158,9 @@ static void on_pub_tick(tern_timer *t, void *user) {
             run->pub_shed += k - run->pub_cap;
         k = run->pub_cap;
     }
-    size_t hl = run->pub_frame_len - (size_t)run->o->size;
+    uint8_t *head = run->payload;
     size_t off = stamp_off(run);
-    for (uint64_t i = 0; i < k; i++) {
-        uint8_t *head = run->pub + i * run->pub_frame_len + hl;
+    for (uint64_t i = 0; i < k && !run->failed; i++) {
         uint64_t seq = ++run->pub_seq;
         if (run->o->mode == LOAD_MARKET) {
             unsigned key = (unsigned)(next_rand(run) % run->o->instruments);
@@ -1622,13 +1171,10 @@ static void on_pub_tick(tern_timer *t, void *user) {
         }
         put_le64(head + off, now);
         put_le64(head + off + 8, seq);
-        tern__ws_mask(head, off + LOAD_STAMP_LEN, run->key, 0);
+        if (run->phase == PH_MEASURE)
+            run->published++;
+        conn_send(c, run->payload, (size_t)run->o->size);
     }
-    if (run->phase == PH_MEASURE)
-        run->published += k;
-    c->out[0] = (struct iovec){.iov_base = run->pub, .iov_len = k * run->pub_frame_len};
-    c->out_cnt = 1;
-    conn_pump(c);
 }
 
 /* Every connection is open: the messages start. */
@@ -1653,12 +1199,8 @@ static void run_begin(load_run *run) {
         run->phase = o->warmup_ms ? PH_WARMUP : PH_MEASURE;
         run->t0_ns = run->open_ns;
         arm_phase(run, o->warmup_ms ? o->warmup_ms : o->duration_ms);
-        for (uint32_t i = 0; i < o->connections && !run->failed; i++) {
-            load_conn *c = &run->conns[i];
-            c->head_len = (uint8_t)tern__ws_write_header(c->msg_head, true, false,
-                                                         TERN__WS_OP_BINARY, o->size, run->key);
-            echo_send(c, now_ns());
-        }
+        for (uint32_t i = 0; i < o->connections && !run->failed; i++)
+            echo_send(&run->conns[i], now_ns());
         return;
     }
     run->phase = o->warmup_iterations ? PH_WARMUP : PH_MEASURE;
@@ -1669,34 +1211,44 @@ static void run_begin(load_run *run) {
     }
 }
 
-/* The shared message bytes, built once. */
+/* A frame's header as the server writes it (unmasked): the echo's bytes
+ * on the wire, for the pipeline's echo_bytes. */
+static size_t server_header_len(uint64_t len) { return len < 126 ? 2 : len < 65536 ? 4 : 10; }
+
+/* The message bytes and the connections' options, made once. */
 static int run_prepare(load_run *run) {
     const load_opts *o = run->o;
-    if (RAND_bytes(run->key, sizeof(run->key)) != 1)
-        return -EIO;
-    uint8_t hdr[TERN__WS_MAX_HEADER];
+    run->handlers = (tern_ws_handlers){.on_open = on_open, .on_message = on_message,
+                                       .on_close = on_close,
+                                       .on_connect_error = on_connect_error};
+    run->headers[0] = "User-Agent: tern-load/" TERN_VERSION;
+    run->headers[1] = NULL;
+    /* No backlog limit that tern load's own sends could pass (a pipeline
+     * batch may be up to LOAD_MAX_BATCH bytes): the run reads as it writes,
+     * so its backlog is bounded by what it sends. The close handshake at
+     * the end gets LOAD_CLOSE_MS. */
+    size_t biggest = o->size > o->reply_size ? (size_t)o->size : (size_t)o->reply_size;
+    run->copt = (tern_ws_client_options){
+        .headers = run->headers,
+        .ws = {.max_message = biggest > (16u << 20) ? biggest : 0,
+               .close_timeout_ms = LOAD_CLOSE_MS,
+               .backlog_soft = (size_t)LOAD_MAX_BATCH * 2,
+               .backlog_hard = (size_t)LOAD_MAX_BATCH * 2},
+    };
+    run->payload = malloc(o->size + 1);
+    if (run->payload == NULL)
+        return -ENOMEM;
     if (o->mode == LOAD_FANOUT) {   /* the request: size bytes of 'r' */
-        run->req = malloc(TERN__WS_MAX_HEADER + o->size);
-        if (run->req == NULL)
-            return -ENOMEM;
-        size_t hl = tern__ws_write_header(run->req, true, false, TERN__WS_OP_BINARY, o->size,
-                                          run->key);
-        memset(run->req + hl, 'r', (size_t)o->size);
-        tern__ws_mask(run->req + hl, (size_t)o->size, run->key, 0);
-        run->req_len = hl + (size_t)o->size;
-        run->reply_len = (uint64_t)o->replies *
-            (tern__ws_write_header(hdr, true, false, TERN__WS_OP_BINARY, o->reply_size, NULL) +
-             o->reply_size);
+        memset(run->payload, 'r', (size_t)o->size);
         return 0;
     }
-    if (has_publisher(o->mode)) {   /* pub_cap frames: header, head (filled per send), filler */
-        size_t hl = tern__ws_write_header(hdr, true, false, TERN__WS_OP_BINARY, o->size, run->key);
-        run->pub_frame_len = hl + (size_t)o->size;
-        size_t cap = LOAD_PUB_BYTES / run->pub_frame_len;
+    if (has_publisher(o->mode)) {   /* the head (stamped per send), then filler */
+        size_t frame = server_header_len(o->size) + 4 + (size_t)o->size;
+        size_t cap = LOAD_PUB_BYTES / frame;
         run->pub_cap = cap < 1 ? 1 : cap > 4096 ? 4096 : (uint32_t)cap;
-        run->pub = malloc((size_t)run->pub_cap * run->pub_frame_len);
-        if (run->pub == NULL)
-            return -ENOMEM;
+        size_t head = stamp_off(run) + LOAD_STAMP_LEN;
+        memset(run->payload, 0, head);
+        memset(run->payload + head, 'p', (size_t)o->size - head);
         if (o->mode == LOAD_MARKET) {
             run->rng = 0x9E3779B97F4A7C15ull ^ now_ns();
             if ((run->last_pub = calloc(o->instruments, sizeof(uint64_t))) == NULL)
@@ -1709,45 +1261,18 @@ static int run_prepare(load_run *run) {
                     return -ENOMEM;
             }
         }
-        for (uint32_t f = 0; f < run->pub_cap; f++) {
-            uint8_t *p = run->pub + (size_t)f * run->pub_frame_len;
-            memcpy(p, hdr, hl);
-            size_t head = stamp_off(run) + LOAD_STAMP_LEN;
-            memset(p + hl, 0, head);
-            memset(p + hl + head, 'p', (size_t)o->size - head);
-            tern__ws_mask(p + hl + head, (size_t)o->size - head, run->key, head);
-        }
         return 0;
     }
     if (o->mode == LOAD_ECHO) {
         run->ctr_len = o->size < LOAD_CTR_LEN ? (size_t)o->size : LOAD_CTR_LEN;
-        run->plain = malloc(o->size + 1);
-        run->masked = malloc(o->size + 1);
-        if (run->plain == NULL || run->masked == NULL)
-            return -ENOMEM;
         /* Not all one byte, so a shifted or reordered echo shows. */
         for (uint64_t i = 0; i < o->size; i++)
-            run->plain[i] = (uint8_t)(i * 131 + (i >> 8) + 7);
-        size_t rest = (size_t)o->size - run->ctr_len;
-        memcpy(run->masked, run->plain + run->ctr_len, rest);
-        /* ctr_len is 8 or the whole payload, so the phase here is 0. */
-        tern__ws_mask(run->masked, rest, run->key, run->ctr_len);
+            run->payload[i] = (uint8_t)(i * 131 + (i >> 8) + 7);
         return 0;
     }
-    size_t hl = tern__ws_write_header(hdr, true, false, TERN__WS_OP_BINARY, o->size, run->key);
-    run->frame_len = hl + (size_t)o->size;
-    run->echo_len = tern__ws_write_header(hdr, true, false, TERN__WS_OP_BINARY, o->size, NULL) +
-                    (size_t)o->size;
-    run->batch = malloc(run->frame_len * o->depth);
-    if (run->batch == NULL)
-        return -ENOMEM;
-    for (uint32_t f = 0; f < o->depth; f++) {
-        uint8_t *p = run->batch + f * run->frame_len;
-        tern__ws_write_header(p, true, false, TERN__WS_OP_BINARY, o->size, run->key);
-        for (uint64_t i = 0; i < o->size; i++)
-            p[hl + i] = (uint8_t)('a' + (f + i) % 26);
-        tern__ws_mask(p + hl, (size_t)o->size, run->key, 0);
-    }
+    run->echo_len = server_header_len(o->size) + (size_t)o->size;
+    for (uint64_t i = 0; i < o->size; i++)
+        run->payload[i] = (uint8_t)('a' + i % 26);
     return 0;
 }
 
@@ -1979,7 +1504,7 @@ static void usage(FILE *f) {
             "  --warmup SECONDS      before measuring (default 1; 0 for none)\n"
             "\n"
             "pipeline: each connection writes DEPTH messages at once, and the next batch\n"
-            "when all their echoes are back; echoes are counted, not parsed.\n"
+            "when all their echoes are back; each echo must be a binary message of the size.\n"
             "  --connections N       (default 1)\n"
             "  --depth P             messages per batch (default 8)\n"
             "  --size BYTES          message payload (default 16)\n"
@@ -2032,7 +1557,8 @@ static void usage(FILE *f) {
             "  --drain SECONDS       after publishing, before checking (default 3)\n"
             "\n"
             "all modes:\n"
-            "  --url URL             ws://HOST[:PORT]/PATH, IPv4 (no wss:// yet)\n"
+            "  --url URL             ws://HOST[:PORT]/PATH: a name (its addresses tried in\n"
+            "                        turn) or an IPv4 address (no wss:// yet)\n"
             "  --json                print one JSON object instead of text\n"
             "\n"
             "Exit status: 0 after a clean run; 1 when the run failed (connection refused,\n"
@@ -2138,40 +1664,25 @@ static bool ensure_fds(uint32_t n) {
 }
 
 static int load_run_main(load_opts *o) {
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
-    char port[8];
-    snprintf(port, sizeof(port), "%u", o->port);
-    int gai = getaddrinfo(o->host, port, &hints, &ai);
-    if (gai != 0) {
-        fprintf(stderr, "tern load: cannot resolve %s: %s\n", o->host, gai_strerror(gai));
+    if (!ensure_fds(o->connections + 1))
         return 1;
-    }
-    if (!ensure_fds(o->connections + 1)) {
-        freeaddrinfo(ai);
-        return 1;
-    }
     signal(SIGPIPE, SIG_IGN);
 
     load_run *run = calloc(1, sizeof(*run));
     if (run == NULL) {
-        freeaddrinfo(ai);
         fprintf(stderr, "tern load: out of memory\n");
         return 1;
     }
     run->o = o;
     run->nconns = o->connections + has_publisher(o->mode);   /* and the publisher */
-    memcpy(&run->addr, ai->ai_addr, sizeof(run->addr));
-    freeaddrinfo(ai);
     hist_reset(&run->hist);
     hist_reset(&run->slow_hist);
     int err = tern_loop_new(&run->loop, NULL);
     if (err == 0) {
         run->conns = calloc(run->nconns, sizeof(*run->conns));
+        for (uint32_t i = 0; run->conns && i < run->nconns; i++)
+            run->conns[i].run = run;
         err = run->conns ? run_prepare(run) : -ENOMEM;
-    }
-    for (uint32_t i = 0; run->conns && i < run->nconns; i++) {
-        run->conns[i].run = run;
-        run->conns[i].io.fd = -1;
     }
     if (err == 0)
         err = tern_timer_start(run->loop, &run->watchdog, 1000, 1000, on_watchdog, run);
@@ -2185,18 +1696,15 @@ static int load_run_main(load_opts *o) {
         if (!run->failed && (err = tern_loop_run(run->loop)) < 0)
             run_fail(run, "epoll: %s", tern_strerror(err));
         if (run->failed) {
+            run_settle(run);
             fprintf(stderr, "tern load: %s\n", run->error);
             status = 1;
         } else {
             print_results(run);
         }
     }
-    for (uint32_t i = 0; run->conns && i < run->nconns; i++) {
-        if (run->conns[i].io.fd >= 0)
-            close(run->conns[i].io.fd);
-        free(run->conns[i].hs);
+    for (uint32_t i = 0; run->conns && i < run->nconns; i++)
         free(run->conns[i].last_key);
-    }
     free(run->last_pub);
     if (run->phase_timer)
         tern_timer_stop(run->phase_timer);
@@ -2204,15 +1712,12 @@ static int load_run_main(load_opts *o) {
         tern_timer_stop(run->tick);
     if (run->cut_timer)
         tern_timer_stop(run->cut_timer);
-    free(run->req);
-    free(run->pub);
     if (run->watchdog)
         tern_timer_stop(run->watchdog);
     free(run->conns);
-    free(run->plain);
-    free(run->masked);
-    free(run->batch);
-    tern_loop_free(run->loop);
+    free(run->payload);
+    if (run->loop)
+        tern_loop_free(run->loop);
     free(run);
     return status;
 }
@@ -2388,7 +1893,7 @@ int tern_app_load(int argc, char **argv) {
         return 2;
     }
     if (o.mode == LOAD_PIPELINE &&
-        (uint64_t)o.depth * (o.size + TERN__WS_MAX_HEADER) > LOAD_MAX_BATCH) {
+        (uint64_t)o.depth * (o.size + LOAD_FRAME_MAX_HEADER) > LOAD_MAX_BATCH) {
         fprintf(stderr, "tern load pipeline: --depth x --size is over %u bytes a batch\n",
                 LOAD_MAX_BATCH);
         return 2;

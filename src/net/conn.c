@@ -708,10 +708,13 @@ static void connect_done(tern__conn *c) {
 }
 
 int tern__conn_connect(tern_loop *loop, tern__conn *c, const struct sockaddr *addr,
-                       socklen_t len, const tern__conn_proto *proto, tern__conn_list *list) {
+                       socklen_t len, int rcvbuf, const tern__conn_proto *proto,
+                       tern__conn_list *list) {
     int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
+    if (rcvbuf > 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
     if (addr->sa_family != AF_UNIX) {
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -185,9 +185,12 @@ int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_pr
  * socket could not be made, or connect() failed at once, as a Unix path
  * with no listener does). The protocol arms its own timeout for the
  * connect (tern__conn_set_timeout): on_timeout fires while connecting
- * too. Nothing may be written before on_connect. */
+ * too. Nothing may be written before on_connect. rcvbuf > 0: the
+ * socket's SO_RCVBUF, set before connect() so that even the first window
+ * offered to the peer is that small. */
 int tern__conn_connect(tern_loop *loop, tern__conn *c, const struct sockaddr *addr,
-                       socklen_t len, const tern__conn_proto *proto, tern__conn_list *list);
+                       socklen_t len, int rcvbuf, const tern__conn_proto *proto,
+                       tern__conn_list *list);
 
 /* Gives a started connection another transport (TLS over the accepted
  * socket); net releases it when the connection closes. */

@@ -66,6 +66,7 @@ typedef struct ws_dial {
     SSL_CTX *tls;           /* wss: the context, freed with the dial */
     long verify;            /* wss: X509_V_ERR_* of a failed verification */
     uint32_t timeout_ms;
+    int rcvbuf;             /* SO_RCVBUF for each attempt's socket; 0: the system's */
     uint64_t deadline;
     char accept[TERN__WS_ACCEPT_LEN + 1];
     bool pmd_offered;
@@ -506,7 +507,8 @@ static int dial_start(tern_loop *loop, ws_dial *d) {
         free(d->where);
         d->where = w;
         memset(&d->conn, 0, sizeof(d->conn));   /* as new: an attempt that failed may have used it */
-        err = tern__conn_connect(loop, &d->conn, sa, d->addrs->len[i], &dial_proto, NULL);
+        err = tern__conn_connect(loop, &d->conn, sa, d->addrs->len[i], d->rcvbuf, &dial_proto,
+                                 NULL);
         if (err < 0)
             continue;
         if (d->tls && tern__tls_client_attach(&d->conn, d->tls, d->server_name, &d->verify) < 0) {
@@ -537,6 +539,7 @@ static bool dial_retry(ws_dial *d) {
     nd->server_name = d->server_name;
     nd->tls = d->tls;
     nd->timeout_ms = d->timeout_ms;
+    nd->rcvbuf = d->rcvbuf;
     nd->deadline = d->deadline;
     memcpy(nd->accept, d->accept, sizeof(nd->accept));
     nd->pmd_offered = d->pmd_offered;
@@ -583,7 +586,8 @@ static int make_client(ws_client **out, const tern_ws_handlers *h,
 /* The checks of tern_ws_connect's arguments, and its URL parsed into u. */
 static int check_args(tern_loop *loop, const char *url, const tern_ws_handlers *h,
                       const tern_ws_client_options *opt, ws_url *u) {
-    if (loop == NULL || url == NULL || h == NULL || h->on_connect_error == NULL)
+    if (loop == NULL || url == NULL || h == NULL || h->on_connect_error == NULL ||
+        (opt && opt->rcvbuf < 0))
         return -EINVAL;
     for (size_t i = 0; opt && opt->headers && opt->headers[i]; i++)
         if (!header_ok(opt->headers[i]))
@@ -604,6 +608,7 @@ static int dial_new(tern_loop *loop, const ws_url *u, dial_addrs *a, const tern_
     }
     d->addrs = a;
     d->timeout_ms = opt && opt->connect_timeout_ms ? opt->connect_timeout_ms : 10000;
+    d->rcvbuf = opt ? opt->rcvbuf : 0;
     d->deadline = tern_loop_now(loop) + d->timeout_ms;
     err = make_request(d, u, opt);
     if (err == 0 && u->tls) {

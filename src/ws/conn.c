@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "loop/log.h"
 #include "ws/utf8.h"
@@ -70,22 +71,21 @@ static bool gone(const tern_ws *ws) {
 /* ---- sending ---------------------------------------------------------- */
 
 /* A client's frame: masked with a fresh key (RFC 6455 §5.3), so the
- * payload is copied, into the cork buffer when it fits (then masked there,
- * in place) or else into a buffer of its own. */
+ * payload is copied, into the cork buffer when it fits or else into a
+ * buffer of its own, and masked as it is copied; the header is written
+ * there directly. */
 static int write_masked(tern_ws *ws, uint8_t opcode, bool fin, bool rsv1, const void *data,
                         size_t len) {
     uint8_t key[4];
     tern__ws_mask_key(key);
-    uint8_t hdr[TERN__WS_MAX_HEADER];
-    size_t hl = tern__ws_write_header(hdr, fin, rsv1, opcode, len, key);
+    size_t hl = tern__ws_header_len(len, true);
     char *dst = tern__conn_reserve(&ws->conn, hl + len);
     char *own = NULL;
     if (dst == NULL && (dst = own = malloc(hl + len)) == NULL)
         return -ENOMEM;
-    memcpy(dst, hdr, hl);
+    tern__ws_write_header((uint8_t *)dst, fin, rsv1, opcode, len, key);
     if (len)
-        memcpy(dst + hl, data, len);
-    tern__ws_mask((uint8_t *)dst + hl, len, key, 0);
+        tern__ws_mask_copy((uint8_t *)dst + hl, data, len, key);
     if (own == NULL) {
         tern__conn_commit(&ws->conn, hl + len);
         return TERN_SEND_OK;
@@ -194,9 +194,11 @@ static void on_deferred(tern__conn *c) {
     if (ws->close_due) {
         ws->close_due = false;
         pubsub_forget(ws);
-        int code = ws->close_1013 ? TERN_WS_TRY_AGAIN : TERN_WS_POLICY;
+        int code = ws->close_abort ? TERN_WS_ABNORMAL
+                   : ws->close_1013 ? TERN_WS_TRY_AGAIN : TERN_WS_POLICY;
+        const char *reason = ws->close_abort ? "" : close_reason(code);
         if (ws->ep->h.on_close)
-            ws->ep->h.on_close(ws, code, close_reason(code), 13, ws->ep->user);
+            ws->ep->h.on_close(ws, code, reason, strlen(reason), ws->ep->user);
         if (srv_of(ws) == NULL && (ws->conn.flags & TERN__CONN_CLOSED))
             tern__ws_client_release(ws->ep);   /* on_close (net's) came first and left it */
     }
@@ -382,6 +384,46 @@ int tern_ws_close(tern_ws *ws, int code, const char *reason) {
 }
 
 size_t tern_ws_buffered(const tern_ws *ws) { return ws ? tern__conn_backlog(&ws->conn) : 0; }
+
+int tern_ws_pause(tern_ws *ws) {
+    if (ws == NULL)
+        return -EINVAL;
+    if (gone(ws))
+        return -EPIPE;
+    ws->paused_by_user = true;
+    tern__conn_pause(&ws->conn);
+    return 0;
+}
+
+int tern_ws_resume(tern_ws *ws) {
+    if (ws == NULL)
+        return -EINVAL;
+    if (gone(ws))
+        return -EPIPE;
+    ws->paused_by_user = false;
+    /* net re-feeds what waited at the end of the batch, not here. */
+    if (!ws->paused_by_policy)
+        tern__conn_resume(&ws->conn);
+    return 0;
+}
+
+/* The close is net's at once (the reset must go now, not after a flush);
+ * on_close waits for the batch end, as the policy close's does, since this
+ * runs inside the user's call. */
+int tern_ws_abort(tern_ws *ws) {
+    if (ws == NULL)
+        return -EINVAL;
+    if (gone(ws))
+        return -EPIPE;
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(ws->conn.io.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    ws->state = TERN__WS_DONE;
+    ws->close_due = true;
+    ws->close_abort = true;
+    tern__conn_defer(&ws->conn);
+    tern__conn_close(&ws->conn, -ECONNABORTED);
+    return 0;
+}
 void *tern_ws_user(const tern_ws *ws) { return ws ? ws->user : NULL; }
 void tern_ws_set_user(tern_ws *ws, void *conn_user) { if (ws) ws->user = conn_user; }
 const char *tern_ws_subprotocol(const tern_ws *ws) {
@@ -706,6 +748,8 @@ static size_t read_frames(tern_ws *ws, char *data, size_t len) {
     while (pos < len) {
         if (gone(ws))
             return len;
+        if (ws->paused_by_user)
+            return pos;   /* net keeps the rest for tern_ws_resume */
         if (ws->rx == NULL || !ws->rx->in_frame) {
             tern__ws_header h;
             int r = tern__ws_parse_header((const uint8_t *)data + pos, len - pos, server,
@@ -794,7 +838,8 @@ static void on_drain(tern__conn *c) {
     ws->soft_since = 0;
     if (ws->paused_by_policy) {
         ws->paused_by_policy = false;
-        tern__conn_resume(c);
+        if (!ws->paused_by_user)
+            tern__conn_resume(c);
     }
     tern_server *srv = srv_of(ws);
     if (ws->state == TERN__WS_OPEN && srv && srv->pubsub)   /* pub/sub's conflated updates first */

@@ -59,6 +59,17 @@ size_t tern__ws_write_header(uint8_t *out, bool fin, bool rsv1, uint8_t opcode,
  * time otherwise. Returns the phase after the last byte, (phase + len) % 4. */
 size_t tern__ws_mask(uint8_t *data, size_t len, const uint8_t key[4], size_t phase);
 
+/* dst[0..len) = src[0..len) masked with key from phase 0: a client's
+ * send copies its payload into the cork and masks it in the same pass,
+ * 16 bytes at a time with unaligned loads and stores (SSE2), then 8, then
+ * bytes. dst and src do not overlap. */
+void tern__ws_mask_copy(uint8_t *dst, const uint8_t *src, size_t len, const uint8_t key[4]);
+
+/* The length of the header tern__ws_write_header writes. */
+static inline size_t tern__ws_header_len(uint64_t payload_len, bool masked) {
+    return 2 + (payload_len > 125 ? (payload_len > 65535 ? 8 : 2) : 0) + (masked ? 4 : 0);
+}
+
 /* Is this close code one a peer may send (RFC 6455 §7.4, IANA registry):
  * 1000-1003, 1007-1014, 3000-4999? (1004-1006 and 1015 are reserved for
  * reporting, never sent; 1012-1014 were registered after RFC 6455.) */

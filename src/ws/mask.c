@@ -167,3 +167,28 @@ size_t tern__ws_mask(uint8_t *data, size_t len, const uint8_t key[4], size_t pha
     }
     return f(data, len, key, phase);
 }
+
+void tern__ws_mask_copy(uint8_t *dst, const uint8_t *src, size_t len, const uint8_t key[4]) {
+    uint32_t k4;
+    memcpy(&k4, key, 4);
+    size_t i = 0;
+#if defined(__SSE2__)
+    /* 16 bytes at a time, unaligned: the cork's write position has no
+     * alignment, and an alignment head done byte by byte would cost more
+     * than the whole of a small payload (SSE2 is part of x86-64). */
+    __m128i k16 = _mm_set1_epi32((int)k4);
+    for (; i + 16 <= len; i += 16) {
+        __m128i w = _mm_loadu_si128((const __m128i *)(src + i));
+        _mm_storeu_si128((__m128i *)(dst + i), _mm_xor_si128(w, k16));
+    }
+#endif
+    uint64_t k = (uint64_t)k4 << 32 | k4;   /* the key twice: phase 0 at every 8th byte */
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, src + i, 8);
+        w ^= k;
+        memcpy(dst + i, &w, 8);
+    }
+    for (; i < len; i++)
+        dst[i] = src[i] ^ key[i & 3];
+}

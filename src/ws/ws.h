@@ -100,7 +100,10 @@ typedef struct tern__ws_pmd {
  *   DONE (or from net's on_close if the connection drops first), except
  *   that a close decided inside one of the user's calls (the slow-consumer
  *   policy, in a send) sets DONE and close_due, and on_close follows at
- *   the end of the batch (callbacks never run inside the user's calls). */
+ *   the end of the batch (callbacks never run inside the user's calls);
+ *   so does tern_ws_abort (close_abort: 1006).
+ * - reading is paused in net exactly while paused_by_policy or
+ *   paused_by_user holds. */
 struct tern_ws {
     tern__conn conn;
     const tern__ws_endpoint *ep;
@@ -119,6 +122,8 @@ struct tern_ws {
     bool close_due : 1;           /* on_close(1008 or 1013, "slow consumer") is due at the batch end */
     bool close_1013 : 1;          /* the policy close uses 1013 (pub/sub's choice), not 1008 */
     bool in_delivery : 1;         /* inside this connection's on_message/on_fragment */
+    bool paused_by_user : 1;      /* tern_ws_pause: nothing is read or delivered */
+    bool close_abort : 1;         /* with close_due: tern_ws_abort's on_close(1006) */
 };
 
 /* conn.c */

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -135,7 +136,7 @@ def test_http_route_is_not_a_websocket(tern):
     for mode in ("echo", "pipeline"):
         code, out, err = load(mode, "--url", url(tern, "/ping"), "--connections", "2")
         assert code == 1
-        assert '"HTTP/1.1 200 OK", not 101' in err and "/ping" in err, err
+        assert "answered 200 OK, not 101" in err and "(is /ping a WebSocket route?)" in err, err
         assert out == ""
 
 
@@ -535,3 +536,83 @@ def test_short_echo_and_bad_accept_are_errors():
     finally:
         lsock.close()
     assert code == 1 and "wrong Sec-WebSocket-Accept" in err, err
+
+
+def test_the_cut_resets_subscribers_and_the_resumed_ones_close_cleanly():
+    """pubsub's cut drops every subscriber's connection with a reset, no
+    close frame (what a failed network or a killed client shows a server);
+    each connects again asking to resume after its last message, and at
+    the end closes with a close frame. A fake broker records how each
+    connection ended."""
+    lock = threading.Lock()
+    subs = {}    # socket -> its lock, for the publisher's thread to write to
+    ends = []    # (path, how the connection ended)
+    # Only the first messages are forwarded, long before the cut: a send
+    # from the publisher's thread racing the reset would take the error
+    # (ECONNRESET is reported once) and leave the reader an EOF.
+    forward_until = 20
+
+    def serve(s, frames):
+        path = frames.path
+        if path != "/pub":
+            m = re.search(r"after=(\d+)", path)
+            ack = ('{"epoch":"abc","seq":%s,"resumed":true,"replayed":0}' % m.group(1) if m
+                   else '{"epoch":"abc","seq":0}')
+            s.sendall(server_frame(0x1, ack.encode()))
+            with lock:
+                subs[s] = threading.Lock()
+        how = "eof"
+        try:
+            while True:
+                fin, op, payload = frames.read()
+                if op == 0x8:
+                    how = "close"
+                    with lock:
+                        sl = subs.pop(s, None)
+                    with sl or lock:
+                        s.sendall(server_frame(0x8, payload))
+                    return
+                if path == "/pub" and struct.unpack("<Q", payload[8:16])[0] <= forward_until:
+                    with lock:
+                        targets = list(subs.items())
+                    for sub, sl in targets:
+                        try:
+                            with sl:
+                                sub.sendall(server_frame(0x2, payload))
+                        except OSError:
+                            pass
+        except ConnectionResetError:
+            how = "reset"
+        except EOFError:
+            how = "eof"
+        finally:
+            with lock:
+                subs.pop(s, None)
+                ends.append((path.split("?")[0] + ("?resume" if "after=" in path else ""), how))
+
+    fake = FakeServer(serve)
+    try:
+        code, out, err = load("pubsub", "--url", fake_url(fake), "--publish-path", "/pub",
+                              "--connections", "3", "--rate", "100", "--size", "64",
+                              "--duration", "2", "--warmup", "0", "--cut-at", "0.5",
+                              "--cut-for", "0.5", "--json")
+        deadline = time.time() + 5
+        while len(ends) < 7 and time.time() < deadline:
+            time.sleep(0.05)
+    finally:
+        fake.close()
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["cut"]["resumed"] == 3 and r["cut"]["unanswered"] == 0, r
+    assert sorted(ends) == sorted([("/pub", "close")] + [("/ws", "reset")] * 3 +
+                                  [("/ws?resume", "close")] * 3), ends
+
+
+def test_a_host_name_with_several_addresses(tern):
+    """localhost may resolve to ::1 before 127.0.0.1, where tern serve
+    listens: the next address is tried, as the client API does."""
+    code, out, err = load("echo", "--url", "ws://localhost:%d/ws" % tern.port,
+                          "--connections", "3", "--duration", "0.3", "--warmup", "0", "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["messages"] > 0 and r["unclean_closes"] == 0, r

@@ -1,7 +1,9 @@
 /* The client's side of the frame layer, against a raw server in the test:
  * every frame the client writes is masked, with a key of its own; the
  * payload unmasks to what was sent; a masked frame from the server is a
- * protocol error (1002); the masking keys look like random bytes. */
+ * protocol error (1002); the masking keys look like random bytes. And the
+ * client's flow control: pausing delivers nothing until resumed, aborting
+ * resets the connection, a small rcvbuf holds a paused reader back. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -304,6 +306,224 @@ static void masking_keys_look_random(void **state) {
             fail_msg("byte %d came %u times in %d", v, counts[v], 4 * N);
 }
 
+/* ---- flow control and the abrupt end (tern_ws_pause, _resume, _abort,
+ * the rcvbuf option), against the same raw server ---------------------- */
+
+/* A client connection's story for the tests below. */
+typedef struct flow {
+    raw r;
+    tern_ws *ws;
+    tern_timer *later;
+    bool in_call;           /* inside one of our tern_ws_* calls */
+    bool paused;            /* we paused it and have not resumed */
+    int messages;
+    char got[4][8];
+    int close_code, closes;
+    size_t pushed;          /* bytes the raw server's socket took while we were paused */
+} flow;
+
+static void flow_later(tern_timer *t, void *user);
+
+/* Three messages in one write, so that they come in one read. */
+static void push_three(raw *r) {
+    static const uint8_t f[] = {0x81, 2, 'm', '1', 0x81, 2, 'm', '2', 0x81, 2, 'm', '3'};
+    assert_int_equal(write(r->fd, f, sizeof(f)), (ssize_t)sizeof(f));
+}
+
+static void flow_tick(tern_timer *t, void *user) {
+    flow *f = user;
+    bool was = f->r.answered;
+    tick(t, &f->r);
+    if (!was && f->r.answered)
+        push_three(&f->r);
+}
+
+static void pause_open(tern_ws *ws, void *user) {
+    flow *f = user;
+    f->ws = ws;
+    f->in_call = true;
+    assert_int_equal(tern_ws_pause(ws), 0);
+    f->in_call = false;
+    f->paused = true;
+    assert_int_equal(tern_timer_start(f->r.loop, &f->later, 60, 0, flow_later, f), 0);
+}
+
+/* After m1, pause again: m2 and m3, read with it, must wait. */
+static void pause_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
+    flow *f = user;
+    assert_false(f->in_call);
+    assert_false(f->paused);
+    snprintf(f->got[f->messages++], sizeof(f->got[0]), "%.*s", (int)len, data);
+    if (f->messages == 1) {
+        assert_int_equal(tern_ws_pause(ws), 0);
+        f->paused = true;
+        assert_int_equal(tern_timer_again(f->later, 60), 0);
+    } else if (f->messages == 3) {
+        assert_int_equal(tern_ws_close(ws, 1000, NULL), 0);
+    }
+}
+
+static void flow_later(tern_timer *t, void *user) {
+    flow *f = user;
+    f->paused = false;
+    f->in_call = true;
+    assert_int_equal(tern_ws_resume(f->ws), 0);
+    f->in_call = false;
+}
+
+static void flow_close(tern_ws *ws, int code, const char *reason, size_t reason_len, void *user) {
+    flow *f = user;
+    assert_false(f->in_call);
+    f->close_code = code;
+    f->closes++;
+    tern_loop_stop(f->r.loop);
+}
+
+static void flow_connect_error(const tern_ws_connect_error *e, void *user) {
+    fail_msg("connect: %s", e->message);
+}
+
+/* Runs one client with handlers h (and options o) against the raw server,
+ * whose peer socket is left open in f->r.fd for the test to look at. */
+static void flow_run(flow *f, const tern_ws_handlers *h, const tern_ws_client_options *o,
+                     tern_timer_fn tick_fn) {
+    int port = raw_listen(&f->r);
+    assert_int_equal(tern_loop_new(&f->r.loop, NULL), 0);
+    assert_int_equal(tern_timer_start(f->r.loop, &f->r.tick, 2, 2, tick_fn, f), 0);
+    char url[64];
+    snprintf(url, sizeof(url), "ws://127.0.0.1:%d/x", port);
+    assert_int_equal(tern_ws_connect(f->r.loop, url, h, o, f), 0);
+    assert_int_equal(tern_loop_run(f->r.loop), 0);
+    tern_timer_stop(f->r.tick);
+    if (f->later)
+        tern_timer_stop(f->later);
+    close(f->r.lfd);
+    tern_loop_free(f->r.loop);
+}
+
+static void a_paused_connection_delivers_nothing_until_resumed(void **state) {
+    flow f = {0};
+    tern_ws_handlers h = {.on_open = pause_open, .on_message = pause_message,
+                          .on_close = flow_close, .on_connect_error = flow_connect_error};
+    flow_run(&f, &h, NULL, flow_tick);
+    if (f.r.fd >= 0)
+        close(f.r.fd);
+    assert_int_equal(f.messages, 3);
+    assert_string_equal(f.got[0], "m1");   /* in order, none lost */
+    assert_string_equal(f.got[1], "m2");
+    assert_string_equal(f.got[2], "m3");
+    assert_int_equal(f.close_code, 1000);
+    assert_int_equal(f.closes, 1);
+}
+
+static void abort_open(tern_ws *ws, void *user) {
+    flow *f = user;
+    assert_int_equal(tern_ws_send(ws, "bye", 3, TERN_WS_TEXT), TERN_SEND_OK);
+    f->in_call = true;
+    assert_int_equal(tern_ws_abort(ws), 0);
+    f->in_call = false;
+    assert_int_equal(f->closes, 0);   /* on_close comes later, from the loop */
+    assert_int_equal(tern_ws_abort(ws), -EPIPE);
+    assert_int_equal(tern_ws_send(ws, "x", 1, TERN_WS_TEXT), -EPIPE);
+    assert_int_equal(tern_ws_pause(ws), -EPIPE);
+    assert_int_equal(tern_ws_close(ws, 1000, NULL), -EPIPE);
+}
+
+/* The raw server's view of its peer's end: -ECONNRESET, 0 (FIN) or the
+ * bytes that came first. */
+static int peer_end(int fd) {
+    char buf[256];
+    for (int i = 0; i < 200; i++) {
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n < 0 && errno == ECONNRESET)
+            return -ECONNRESET;
+        if (n == 0)
+            return 0;
+        if (n < 0 && errno != EAGAIN)
+            return -errno;
+        usleep(5000);
+    }
+    return -EAGAIN;
+}
+
+static void abort_ends_with_a_reset_and_a_later_1006(void **state) {
+    flow f = {0};
+    tern_ws_handlers h = {.on_open = abort_open, .on_close = flow_close,
+                          .on_connect_error = flow_connect_error};
+    flow_run(&f, &h, NULL, flow_tick);
+    assert_int_equal(f.closes, 1);
+    assert_int_equal(f.close_code, TERN_WS_ABNORMAL);
+    assert_true(f.r.fd >= 0);
+    /* No close frame, no FIN: a reset (what was sent before it may or
+     * may not have been read first; the raw server read nothing yet). */
+    assert_int_equal(peer_end(f.r.fd), -ECONNRESET);
+    close(f.r.fd);
+}
+
+/* The raw server writes 1 KiB frames as fast as its socket (with a small
+ * send buffer) takes them, while the client is paused; after 300 ms the
+ * client aborts. */
+static void push_tick(tern_timer *t, void *user) {
+    flow *f = user;
+    bool was = f->r.answered;
+    tick(t, &f->r);
+    if (!f->r.answered || f->r.fd < 0)
+        return;
+    if (!was) {
+        int small = 4096;
+        setsockopt(f->r.fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+    }
+    static uint8_t frame[4 + 1024] = {0x82, 126, 1024 >> 8, 1024 & 0xFF};
+    ssize_t n;
+    while ((n = send(f->r.fd, frame, sizeof(frame), MSG_NOSIGNAL)) > 0)
+        f->pushed += (size_t)n;
+}
+
+static void push_later(tern_timer *t, void *user) {
+    flow *f = user;
+    assert_int_equal(tern_ws_abort(f->ws), 0);
+}
+
+static void push_open(tern_ws *ws, void *user) {
+    flow *f = user;
+    f->ws = ws;
+    assert_int_equal(tern_ws_pause(ws), 0);
+    assert_int_equal(tern_timer_start(f->r.loop, &f->later, 300, 0, push_later, f), 0);
+}
+
+static size_t pushed_while_paused(int rcvbuf) {
+    flow f = {0};
+    tern_ws_handlers h = {.on_open = push_open, .on_close = flow_close,
+                          .on_connect_error = flow_connect_error};
+    tern_ws_client_options o = {.rcvbuf = rcvbuf};
+    flow_run(&f, &h, &o, push_tick);
+    close(f.r.fd);
+    assert_int_equal(f.close_code, TERN_WS_ABNORMAL);
+    return f.pushed;
+}
+
+/* What a paused reader holds back is its receive buffer and the sender's
+ * send buffer: with rcvbuf small, far less than the system's default. */
+static void rcvbuf_makes_a_paused_reader_hold_back_sooner(void **state) {
+    size_t small = pushed_while_paused(4096);
+    size_t dflt = pushed_while_paused(0);
+    print_message("pushed while paused: %zu bytes with rcvbuf 4096, %zu without\n", small, dflt);
+    assert_true(small < 48 * 1024);
+    assert_true(dflt > 2 * small);
+}
+
+static void bad_rcvbuf_is_refused(void **state) {
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    tern_ws_handlers h = {.on_connect_error = flow_connect_error};
+    tern_ws_client_options o = {.rcvbuf = -1};
+    assert_int_equal(tern_ws_connect(loop, "ws://127.0.0.1:1/", &h, &o, NULL), -EINVAL);
+    assert_int_equal(tern_ws_pause(NULL), -EINVAL);
+    assert_int_equal(tern_ws_resume(NULL), -EINVAL);
+    assert_int_equal(tern_ws_abort(NULL), -EINVAL);
+    tern_loop_free(loop);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_frame_is_masked_with_a_key_of_its_own),
@@ -313,6 +533,10 @@ int main(void) {
         cmocka_unit_test(every_address_refusing_is_reported_once),
         cmocka_unit_test(bad_urls_and_headers_are_refused),
         cmocka_unit_test(masking_keys_look_random),
+        cmocka_unit_test(a_paused_connection_delivers_nothing_until_resumed),
+        cmocka_unit_test(abort_ends_with_a_reset_and_a_later_1006),
+        cmocka_unit_test(rcvbuf_makes_a_paused_reader_hold_back_sooner),
+        cmocka_unit_test(bad_rcvbuf_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -429,6 +429,40 @@ static void mask_matches_reference(void **state) {
     free(raw);
 }
 
+/* The client's copy-and-mask: for every length to 300 and misalignment of
+ * either side, dst is src masked from phase 0, and nothing around dst or
+ * in src is touched. */
+static void mask_copy_matches_reference(void **state) {
+    const uint8_t key[4] = {0x9e, 0x01, 0x7c, 0xd3};
+    enum { MAXLEN = 300, SLACK = 16, SIZE = MAXLEN + 2 * SLACK };
+    uint8_t src[SIZE], src_before[SIZE], dst[SIZE], want[SIZE];
+    fill(src, SIZE, 777);
+    memcpy(src_before, src, SIZE);
+    for (size_t len = 0; len <= MAXLEN; len++) {
+        for (size_t off = 0; off < 8; off++) {
+            memset(dst, 0xEE, SIZE);
+            memset(want, 0xEE, SIZE);
+            memcpy(want + SLACK + off, src + SLACK + 7 - off, len);
+            mask_reference(want + SLACK + off, len, key, 0);
+            tern__ws_mask_copy(dst + SLACK + off, src + SLACK + 7 - off, len, key);
+            if (memcmp(dst, want, SIZE) != 0 || memcmp(src, src_before, SIZE) != 0)
+                fail_msg("len %zu offset %zu", len, off);
+        }
+    }
+}
+
+/* tern__ws_header_len says what tern__ws_write_header writes. */
+static void header_len_matches_write_header(void **state) {
+    const uint8_t key[4] = {1, 2, 3, 4};
+    for (size_t i = 0; i < sizeof(lengths) / sizeof(lengths[0]); i++) {
+        uint8_t buf[TERN__WS_MAX_HEADER];
+        assert_int_equal(tern__ws_header_len(lengths[i], true),
+                         tern__ws_write_header(buf, true, false, TERN__WS_OP_BINARY, lengths[i], key));
+        assert_int_equal(tern__ws_header_len(lengths[i], false),
+                         tern__ws_write_header(buf, true, false, TERN__WS_OP_BINARY, lengths[i], NULL));
+    }
+}
+
 /* Masking at the very end of the mapping: no wide load may go past it. */
 static void mask_stays_in_bounds(void **state) {
     variant v[4];
@@ -521,6 +555,8 @@ int main(void) {
         cmocka_unit_test(mask_stays_in_bounds),
         cmocka_unit_test(mask_piecewise),
         cmocka_unit_test(mask_large_involution),
+        cmocka_unit_test(mask_copy_matches_reference),
+        cmocka_unit_test(header_len_matches_write_header),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
