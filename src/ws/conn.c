@@ -15,6 +15,10 @@
 #include "ws/utf8.h"
 #include "ws/ws.h"
 
+/* An idle WebSocket is this struct and nothing else: its size is the
+ * memory budget's (docs/ARCHITECTURE.md, the 18 000-connection test). */
+_Static_assert(sizeof(struct tern_ws) <= 168, "tern_ws grew past 168 bytes");
+
 static size_t on_data(tern__conn *c, char *data, size_t len);
 static void on_eof(tern__conn *c);
 static void on_drain(tern__conn *c);

@@ -111,8 +111,10 @@ struct tern_ws {
     tern__ws_rx *rx;
     tern__ws_pmd *pmd;
     uint32_t soft_since;
-    uint8_t state;
-    uint8_t msg_opcode;
+    /* A nibble each (states and opcodes are under 16), so that the flags
+     * below fit the struct's last word: 168 bytes, not 176. */
+    uint8_t state : 4;
+    uint8_t msg_opcode : 4;
     uint8_t subprotocol;
     bool msg_compressed : 1;
     bool awaiting_pong : 1;
