@@ -239,6 +239,9 @@ static int ur_enable(tern__uring *u) {
         io_uring_buf_ring_add(u->br, u->bufs + (size_t)i * BUF_SIZE, BUF_SIZE, (unsigned short)i,
                               mask, i);
     io_uring_buf_ring_advance(u->br, BUF_COUNT);
+    /* The ring's own descriptor registered: io_uring_enter then skips
+     * looking it up (an fdget per iteration). Optional: fine without. */
+    io_uring_register_ring_fd(&u->ring);
     u->enabled = true;
     return 0;
 }
