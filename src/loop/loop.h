@@ -66,6 +66,8 @@ void tern__io_close(tern_loop *loop, tern__io *io);
 bool tern__io_stream(tern_loop *loop, tern__io *io, bool on);
 /* As recv(): bytes, 0 at the end, -EAGAIN, or a negative errno. */
 ssize_t tern__io_recv(tern_loop *loop, tern__io *io, char *buf, size_t len);
+/* How many bytes tern__io_recv would return now. */
+size_t tern__io_held(tern_loop *loop, const tern__io *io);
 /* Input the watcher has not read (bytes left over, or the end): no
  * report will come for it; read it from the batch end. */
 bool tern__io_pending(tern_loop *loop, const tern__io *io);

@@ -740,6 +740,14 @@ static ssize_t ur_io_recv(tern_loop *loop, tern__io *io, char *buf, size_t len) 
     return -EAGAIN;
 }
 
+static size_t ur_io_held(tern_loop *loop, const tern__io *io) {
+    tern__uring *u = ur_of(loop);
+    int fd = io->fd;
+    size_t n = u->cur_fd == fd ? u->cur_len : 0;
+    tern__rest *r = u->rests ? rest_find(u, fd, false) : NULL;
+    return r ? n + (r->len - r->off) : n;
+}
+
 /* Input the watcher has not read: what it left, or the end not yet told. */
 static bool ur_io_pending(tern_loop *loop, const tern__io *io) {
     tern__uring *u = ur_of(loop);
@@ -1069,6 +1077,7 @@ const tern__backend_ops tern__uring_backend = {
     .io_stream = ur_io_stream,
     .io_recv = ur_io_recv,
     .io_pending = ur_io_pending,
+    .io_held = ur_io_held,
     .io_send = ur_io_send,
     .io_send_file = ur_io_send_file,
     .io_shutdown = ur_io_shutdown,

@@ -639,6 +639,11 @@ static void conn_read(tern__conn *c) {
         size_t cap;
         tern__loop_rbuf(c->loop, &cap);
         size_t want = buf_live(c->in) < cap / 2 ? TERN__IN_MIN_ROOM : cap / 4;
+        /* Room for all a transport already holds (a completion back end
+         * has the bytes in hand), so they are taken in one read. */
+        size_t held = c->tp->ops->held ? c->tp->ops->held(c) : 0;
+        if (held > want)
+            want = held < cap ? held : cap;
         if (buf_reserve(&c->in, want) < 0) {
             tern__conn_close(c, -ENOMEM);
             return;

@@ -45,6 +45,9 @@ typedef struct tern__transport_ops {
     /* The host name the client asked for in its TLS handshake (SNI), or
      * NULL (plain TCP, or none given). */
     const char *(*server_name)(const tern__conn *c);
+    /* Optional: how many bytes a read would return now without waiting,
+     * when the transport holds them itself (the stream transport). */
+    size_t (*held)(const tern__conn *c);
 } tern__transport_ops;
 
 /* A connection's transport: plain connections share one stateless

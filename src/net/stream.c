@@ -24,6 +24,8 @@ static int stream_shutdown(tern__conn *c) { return tern__io_shutdown(c->loop, &c
  * will not report them again, so net re-feeds at the batch end. */
 static bool stream_pending(const tern__conn *c) { return tern__io_pending(c->loop, &c->io); }
 
+static size_t stream_held(const tern__conn *c) { return tern__io_held(c->loop, &c->io); }
+
 static void stream_release(tern__conn *c) {}
 static const char *stream_server_name(const tern__conn *c) { return NULL; }
 
@@ -35,6 +37,7 @@ static const tern__transport_ops stream_ops = {
     .pending = stream_pending,
     .release = stream_release,
     .server_name = stream_server_name,
+    .held = stream_held,
 };
 
 tern__transport tern__stream_transport = {&stream_ops};
