@@ -52,9 +52,9 @@ _Static_assert((int)TERN__IO_IN == POLLIN && (int)TERN__IO_OUT == POLLOUT &&
 #define BUF_GROUP 0
 #define BUF_COUNT 128            /* provided receive buffers (a power of two) */
 #define BUF_SIZE (32 * 1024)
-#define SMALL_SEND 4000          /* a send op this size or less comes from the free list */
+#define SMALL_SEND (16 * 1024 - 64)  /* a send op this size or less comes from the free list */
 #define BIG_SEND (1u << 20)      /* the most one send op copies */
-#define FREE_SENDS_KEPT 1024
+#define FREE_SENDS_KEPT 512
 #define CLOSE_SEND_MS 2000       /* how long a closed stream's last send may take */
 
 enum {
