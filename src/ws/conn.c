@@ -27,6 +27,7 @@ static void on_shutdown(tern__conn *c);
 static void on_close(tern__conn *c, int err);
 static void on_deferred(tern__conn *c);
 static uint32_t send_timeout(const tern__conn *c);
+static void on_free(tern__conn *c);
 
 static const tern__conn_proto ws_proto = {
     .on_data = on_data,
@@ -37,6 +38,7 @@ static const tern__conn_proto ws_proto = {
     .on_close = on_close,
     .on_deferred = on_deferred,
     .send_timeout = send_timeout,
+    .on_free = on_free,
 };
 
 /* The reason tern puts in the close frames it sends itself; on_close gets
@@ -248,6 +250,8 @@ static void apply_policy(tern_ws *ws) {
  * the backlog's grace period, whichever comes first; grace_wake says which
  * it was armed for. */
 static void arm_timeout(tern_ws *ws) {
+    if (ws->deadline_armed)
+        return;   /* the user's deadline holds the entry (tern_ws_set_deadline) */
     const tern_ws_options *o = &ws->ep->opt;
     uint64_t t = o->idle_timeout_ms;
     ws->grace_wake = false;
@@ -383,8 +387,67 @@ int tern_ws_close(tern_ws *ws, int code, const char *reason) {
         return -EPIPE;
     send_close_frame(ws, code, reason, rl);
     ws->state = TERN__WS_CLOSE_SENT;
+    ws->deadline_armed = false;
     tern__conn_set_timeout(&ws->conn, ws->ep->opt.close_timeout_ms);
     return 0;
+}
+
+/* ---- answering later: references and the deadline --------------------- */
+
+void tern_ws_ref(tern_ws *ws) {
+    if (ws)
+        ws->refs++;
+}
+
+void tern_ws_unref(tern_ws *ws) {
+    if (ws && --ws->refs == 0)
+        free(ws);   /* pmd, rx and the endpoint's share went at on_close */
+}
+
+bool tern_ws_is_open(const tern_ws *ws) { return ws && may_send(ws); }
+
+/* Net is done with the struct (after on_close, at the batch end): it
+ * drops the connection's own reference; the user's keep it. */
+static void on_free(tern__conn *c) { tern_ws_unref((tern_ws *)c); }
+
+int tern_ws_set_deadline(tern_ws *ws, uint32_t ms) {
+    if (ws == NULL)
+        return -EINVAL;
+    if (!may_send(ws))
+        return -EPIPE;
+    if (ms == 0) {
+        if (ws->deadline_armed) {
+            ws->deadline_armed = false;
+            arm_timeout(ws);   /* the idle clock, from now */
+        }
+        return 0;
+    }
+    /* The deadline replaces the idle/pong clock (see tern_ws_set_deadline):
+     * a ping in flight is forgotten, the deadline watches the peer now. */
+    ws->deadline_armed = true;
+    ws->awaiting_pong = false;
+    ws->grace_wake = false;
+    tern__conn_set_timeout(&ws->conn, ms);
+    return 0;
+}
+
+/* The wheel fired for the user's deadline. */
+static void deadline_passed(tern_ws *ws) {
+    const tern_ws_options *o = &ws->ep->opt;
+    ws->deadline_armed = false;
+    /* No grace wake ran while the deadline held the clock: a backlog over
+     * the soft limit past its grace gets the policy now. */
+    if (ws->soft_since && tern__conn_buffered(&ws->conn) > o->backlog_soft &&
+        soft_spent(ws) >= o->backlog_grace_ms) {
+        apply_policy(ws);
+        if (!may_send(ws))
+            return;
+    }
+    arm_timeout(ws);   /* the idle clock again, unless the handler sets a new deadline */
+    if (ws->ep->h.on_deadline)
+        ws->ep->h.on_deadline(ws, ws->ep->user);
+    else
+        tern_ws_close(ws, TERN_WS_POLICY, "deadline");
 }
 
 size_t tern_ws_buffered(const tern_ws *ws) { return ws ? tern__conn_backlog(&ws->conn) : 0; }
@@ -859,6 +922,10 @@ static void on_timeout(tern__conn *c) {
         tern__conn_close(c, -ETIMEDOUT);
         return;
     }
+    if (ws->deadline_armed) {
+        deadline_passed(ws);
+        return;
+    }
     if (ws->grace_wake) {
         /* The backlog's grace period is over, not the idle time. */
         const tern_ws_options *o = &ws->ep->opt;
@@ -924,6 +991,7 @@ int tern__ws_open(tern__conn *from, const tern__ws_endpoint *ep, void *conn_user
     }
     ws->ep = ep;
     ws->user = conn_user;
+    ws->refs = 1;   /* the connection's own, dropped by on_free */
     ws->state = TERN__WS_OPEN;
     ws->subprotocol = subprotocol < 0 ? TERN__WS_NO_SUBPROTOCOL : (uint8_t)subprotocol;
     if (pmd) {

@@ -84,7 +84,7 @@ typedef struct tern__ws_pmd {
 #define TERN__WS_NO_SUBPROTOCOL 0xFF
 
 /* Kept small on purpose: an idle WebSocket is this struct and nothing else
- * (168 bytes on x86-64; see docs/ARCHITECTURE.md).
+ * (176 bytes on x86-64; see docs/ARCHITECTURE.md).
  * Invariants:
  * - conn is first (net frees the struct with free()).
  * - msg_opcode is non-zero exactly while a data message is in progress
@@ -103,7 +103,15 @@ typedef struct tern__ws_pmd {
  *   the end of the batch (callbacks never run inside the user's calls);
  *   so does tern_ws_abort (close_abort: 1006).
  * - reading is paused in net exactly while paused_by_policy or
- *   paused_by_user holds. */
+ *   paused_by_user holds.
+ * - refs counts the connection's own reference (1, from the open until net
+ *   gives the struct back, on_free) and the user's (tern_ws_ref); the
+ *   struct is freed when it reaches 0, so a user's reference keeps it
+ *   valid, closed, past net's batch end. Loop thread only.
+ * - deadline_armed: the wheel entry is armed for the user's deadline
+ *   (tern_ws_set_deadline), which then stands in for the idle/pong clock
+ *   and the grace wake (neither moves the entry while it is set); only
+ *   while state is OPEN. */
 struct tern_ws {
     tern__conn conn;
     const tern__ws_endpoint *ep;
@@ -126,6 +134,11 @@ struct tern_ws {
     bool in_delivery : 1;         /* inside this connection's on_message/on_fragment */
     bool paused_by_user : 1;      /* tern_ws_pause: nothing is read or delivered */
     bool close_abort : 1;         /* with close_due: tern_ws_abort's on_close(1006) */
+    /* The 8 bytes these two take grow the struct from 168 to 176: the
+     * count has to live with the connection (net gives the struct back,
+     * ws frees it when the count says so) and the byte above is full. */
+    uint32_t refs;
+    bool deadline_armed;          /* the wheel entry is armed for the user's deadline */
 };
 
 /* conn.c */
