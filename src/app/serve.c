@@ -89,10 +89,11 @@ struct serve_thread {
     bcast_member *members;     /* /ws/broadcast connections of this loop */
     /* --ws-async: the messages waiting for their echo, later_msg after
      * later_msg in arrival order in one buffer (no allocation per message
-     * once it has grown), and whether the post that echoes them is due. */
+     * once it has grown), and whether the flush that echoes them is due
+     * (its timer, in timer mode, armed; or its post made). */
     char *later;
     size_t later_len, later_cap;
-    bool later_posted;
+    bool later_due;
 };
 
 /* Shared by every thread: set before they start, read-only after. */
@@ -114,7 +115,7 @@ typedef struct serve_ctx {
     const char *redis;         /* --redis URL, or NULL */
     bool feed;                 /* --feed on|off (on) */
     tern_listen_options listen;   /* --sndbuf */
-    bool ws_async;             /* --ws-async: /ws echoes each message later, from a post */
+    int ws_async;              /* --ws-async[=timer|post]: /ws echoes each message later */
     uint32_t ws_deadline_ms;   /* --ws-deadline-ms: /ws's deadline, moved by every message */
     unsigned feed_rate;        /* --feed-rate N: market updates a second */
     int ntopic_rules;
@@ -331,13 +332,20 @@ static void ws_echo(tern_ws *ws, const char *data, size_t len, int opcode, void 
  * sync: the echo is sent inside on_message (ws_echo). --ws-async: the
  * message is kept and echoed later from the loop, as a handler waiting on
  * a database would answer: copied with a reference to its connection into
- * the thread's queue, and one post per batch echoes the whole queue.
+ * the thread's queue, and one flush per batch echoes the whole queue. The
+ * flush runs from a 0 ms timer (the default, "timer": after every event of
+ * the batch, in the same iteration, with no system call) or from a post
+ * ("post": tern_loop_post, what another thread's answer goes through; from
+ * the loop's own thread it costs an eventfd write, an epoll_wait that
+ * reports it and its read per batch).
  * --ws-deadline-ms N, with either: the connection's deadline is set at the
  * open and moved by every message; when N ms pass without one, tern closes
  * the connection with 1008 "deadline" (the library's default for a route
  * without on_deadline). */
 
 static serve_thread *ws_thread(tern_ws *ws, serve_ctx *ctx);
+
+enum { WS_ASYNC_NONE, WS_ASYNC_TIMER, WS_ASYNC_POST };
 
 static size_t later_size(size_t len) {
     return (sizeof(later_msg) + len + 7) & ~(size_t)7;
@@ -348,7 +356,7 @@ static size_t later_size(size_t len) {
  * (no callback runs inside them), so the queue cannot grow meanwhile. */
 static void later_flush(tern_loop *loop, void *user) {
     serve_thread *th = user;
-    th->later_posted = false;
+    th->later_due = false;
     for (size_t off = 0; off < th->later_len;) {
         later_msg *m = (later_msg *)(th->later + off);
         if (tern_ws_is_open(m->ws))
@@ -362,6 +370,12 @@ static void later_flush(tern_loop *loop, void *user) {
         th->later = NULL;
         th->later_cap = 0;
     }
+}
+
+/* The timer mode's one-shot timer: it exists only while a flush is due. */
+static void later_timer(tern_timer *t, void *user) {
+    tern_timer_stop(t);
+    later_flush(NULL, user);
 }
 
 static void ws_echo_later(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
@@ -384,12 +398,16 @@ static void ws_echo_later(tern_ws *ws, const char *data, size_t len, int opcode,
         th->later = p;
         th->later_cap = cap;
     }
-    if (!th->later_posted) {
-        if (tern_loop_post(tern_ws_loop(ws), later_flush, th) < 0) {
+    if (!th->later_due) {
+        tern_timer *t;
+        int err = ctx->ws_async == WS_ASYNC_POST
+                      ? tern_loop_post(tern_ws_loop(ws), later_flush, th)
+                      : tern_timer_start(tern_ws_loop(ws), &t, 0, 0, later_timer, th);
+        if (err < 0) {
             tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
             return;
         }
-        th->later_posted = true;
+        th->later_due = true;
     }
     later_msg *m = (later_msg *)(th->later + th->later_len);
     tern_ws_ref(ws);
@@ -789,8 +807,9 @@ static void usage(FILE *f) {
             "  --no-compression      don't offer permessage-deflate on /ws\n"
             "  --ws-origin ORIGIN    refuse (403) WebSocket upgrades from any other Origin\n"
             "  --ws-slow-policy P    /ws client not reading: pause (default), close (1008) or drop\n"
-            "  --ws-async            /ws echoes each message later, from the loop (a post per\n"
-            "                        batch), not inside on_message: a handler that waits on I/O\n"
+            "  --ws-async[=timer|post]  /ws echoes each message later, from the loop, not inside\n"
+            "                        on_message (a handler that waits on I/O): from a 0 ms timer\n"
+            "                        per batch (default), or from a tern_loop_post per batch\n"
             "  --ws-deadline-ms N    /ws connections get a deadline of N ms, moved by every\n"
             "                        message: N ms without one closes it with 1008 \"deadline\"\n"
 "  --pubsub-max-backlog BYTES  a /pubsub subscriber with more waiting gets the policy\n"
@@ -877,7 +896,7 @@ int tern_app_serve(int argc, char **argv) {
         {"pubsub-replay-rate", required_argument, NULL, O_PS_REPLAY_RATE},
         {"sndbuf", required_argument, NULL, O_SNDBUF},
         {"io", required_argument, NULL, O_IO},
-        {"ws-async", no_argument, NULL, O_WS_ASYNC},
+        {"ws-async", optional_argument, NULL, O_WS_ASYNC},
         {"ws-deadline-ms", required_argument, NULL, O_WS_DEADLINE},
         {NULL, 0, NULL, 0},
     };
@@ -926,7 +945,10 @@ int tern_app_serve(int argc, char **argv) {
         case O_WS_IDLE: ok = parse_size(optarg, 86400000, &v) && v > 0; wo.idle_timeout_ms = (uint32_t)v; break;
         case O_NO_PMD: wo.compression = false; break;
         case O_WS_ORIGIN: ctx.ws_origin = optarg; break;
-        case O_WS_ASYNC: ctx.ws_async = true; break;
+        case O_WS_ASYNC:
+            ok = optarg == NULL || strcmp(optarg, "timer") == 0 || strcmp(optarg, "post") == 0;
+            ctx.ws_async = optarg && strcmp(optarg, "post") == 0 ? WS_ASYNC_POST : WS_ASYNC_TIMER;
+            break;
         case O_WS_DEADLINE:
             ok = parse_size(optarg, 86400000, &v) && v > 0;
             ctx.ws_deadline_ms = (uint32_t)v;
@@ -1057,8 +1079,13 @@ int tern_app_serve(int argc, char **argv) {
     tern_run_options ro = {.loop = lo, .server = so};
     err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);
     tern_tls_free(ctx.tls);
-    for (unsigned long long i = 0; i < nthreads; i++)
-        free(ctx.threads[i].later);   /* tern_run ran the last posts: empty */
+    for (unsigned long long i = 0; i < nthreads; i++) {
+        /* Empty: tern_run ran the last posts, and a timer fires in the
+         * iteration that armed it. Had anything stayed, its references
+         * would go here (the structs outlive their loop). */
+        later_flush(NULL, &ctx.threads[i]);
+        free(ctx.threads[i].later);
+    }
     free(ctx.threads);
     if (ctx.access_log && ctx.access_log != stdout)
         fclose(ctx.access_log);

@@ -19,6 +19,12 @@ def ws_url(tern, path="/ws"):
     return f"ws://{tern.host}:{tern.port}{path}"
 
 
+# The two ways --ws-async answers later: a 0 ms timer per batch (the
+# default), or a post per batch (tern_loop_post, as another thread would).
+ASYNC = pytest.mark.parametrize("mode", ["--ws-async", "--ws-async=post"],
+                                ids=["timer", "post"])
+
+
 def messages(n, seed):
     """n messages of mixed kinds and sizes (up to 200 KB), each unique."""
     out = []
@@ -33,8 +39,9 @@ def messages(n, seed):
 
 # ---- --ws-async ---------------------------------------------------------------
 
-def test_async_echo_returns_every_message_in_order(tern_factory):
-    tern = tern_factory("--ws-async")
+@ASYNC
+def test_async_echo_returns_every_message_in_order(tern_factory, mode):
+    tern = tern_factory(mode)
     msgs = messages(600, 1)
     with connect(ws_url(tern), max_size=None, compression=None) as ws:
         # All sent before any is read: many arrive in one read, so they are
@@ -45,8 +52,9 @@ def test_async_echo_returns_every_message_in_order(tern_factory):
             assert ws.recv(timeout=10 * SLOW) == m
 
 
-def test_async_echo_keeps_each_connections_order_when_they_interleave(tern_factory):
-    tern = tern_factory("--ws-async")
+@ASYNC
+def test_async_echo_keeps_each_connections_order_when_they_interleave(tern_factory, mode):
+    tern = tern_factory(mode)
     errors = []
 
     def client(k):
@@ -69,13 +77,14 @@ def test_async_echo_keeps_each_connections_order_when_they_interleave(tern_facto
     assert not errors, errors
 
 
+@ASYNC
 @pytest.mark.parametrize("how", ["close_frame", "fin", "reset"])
-def test_async_client_leaving_with_answers_pending(tern_factory, how):
+def test_async_client_leaving_with_answers_pending(tern_factory, how, mode):
     """Each client sends a burst and leaves at once, before its echoes can
     come: the queued answers meet a closed connection. The server stays up,
     keeps serving, and exits without a sanitizer report (the fixture checks
     ASan's leak report when TERN_SANITIZED=1)."""
-    tern = tern_factory("--ws-async")
+    tern = tern_factory(mode)
     burst = b"".join(frame(0x2, os.urandom(64)) for _ in range(2000))
     for _ in range(20):
         s, _, _ = handshake(tern)
@@ -90,12 +99,13 @@ def test_async_client_leaving_with_answers_pending(tern_factory, how):
     assert tern.proc.poll() is None
 
 
-def test_async_close_with_answers_pending_sends_nothing_after_the_close(tern_factory):
+@ASYNC
+def test_async_close_with_answers_pending_sends_nothing_after_the_close(tern_factory, mode):
     """Raw frames. Echoes asked for earlier come back; then two messages and
     a close in one write: the close is answered from that same read, before
     the post that would echo the two, and nothing may follow a close frame
     (RFC 6455 5.5.1): the two are dropped, the close frame is the last."""
-    tern = tern_factory("--ws-async")
+    tern = tern_factory(mode)
     s, _, rest = handshake(tern)
     r = FrameReader(s, rest)
     s.sendall(frame(0x1, b"a") + frame(0x2, b"b"))
@@ -110,7 +120,8 @@ def test_async_close_with_answers_pending_sends_nothing_after_the_close(tern_fac
 
 # ---- --ws-deadline-ms ----------------------------------------------------------
 
-@pytest.mark.parametrize("mode", [[], ["--ws-async"]], ids=["sync", "async"])
+@pytest.mark.parametrize("mode", [[], ["--ws-async"], ["--ws-async=post"]],
+                         ids=["sync", "timer", "post"])
 def test_deadline_closes_a_quiet_connection_after_about_n_ms(tern_factory, mode):
     tern = tern_factory("--ws-deadline-ms", "300", *mode)
     with connect(ws_url(tern)) as ws:
@@ -124,7 +135,8 @@ def test_deadline_closes_a_quiet_connection_after_about_n_ms(tern_factory, mode)
     assert 0.29 <= took < 0.3 + 0.064 + 0.25 * SLOW, took
 
 
-@pytest.mark.parametrize("mode", [[], ["--ws-async"]], ids=["sync", "async"])
+@pytest.mark.parametrize("mode", [[], ["--ws-async"], ["--ws-async=post"]],
+                         ids=["sync", "timer", "post"])
 def test_deadline_spares_a_busy_connection_then_closes_it_when_quiet(tern_factory, mode):
     tern = tern_factory("--ws-deadline-ms", "300", *mode)
     with connect(ws_url(tern)) as ws:
@@ -143,6 +155,15 @@ def test_deadline_spares_a_busy_connection_then_closes_it_when_quiet(tern_factor
     assert e.value.rcvd.code == 1008
     # The deadline was moved by the last message, up to 100 ms before `quiet`.
     assert 0.18 <= took < 0.3 + 0.064 + 0.25 * SLOW, took
+
+
+def test_ws_async_refuses_an_unknown_mode(tmp_path):
+    import subprocess
+    from conftest import TERN_BIN
+    p = subprocess.run([TERN_BIN, "serve", "--port", "0", "--ws-async=later"],
+                       capture_output=True, text=True, timeout=10)
+    assert p.returncode == 2
+    assert "--ws-async" in p.stderr
 
 
 def test_deadline_applies_to_each_connection_alone(tern_factory):
