@@ -127,6 +127,7 @@ static void notify_close(tern_ws *ws, int code, const char *reason, size_t reaso
     if (ws->state == TERN__WS_DONE)
         return;
     ws->state = TERN__WS_DONE;
+    ws->deadline_armed = false;
     pubsub_forget(ws);
     if (ws->ep->h.on_close)
         ws->ep->h.on_close(ws, code, reason, reason_len, ws->ep->user);
@@ -190,6 +191,7 @@ void tern__ws_policy_close_code(tern_ws *ws, int code) {
     if (ws->state == TERN__WS_OPEN)
         send_close_frame(ws, code, close_reason(code), 13);
     ws->state = TERN__WS_DONE;
+    ws->deadline_armed = false;
     ws->close_due = true;
     tern__conn_defer(&ws->conn);
     tern__conn_end(&ws->conn);
