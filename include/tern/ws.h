@@ -83,7 +83,9 @@ typedef struct tern_ws_handlers {
     /* The connection is over: code and reason from the peer's close frame,
      * or the code and reason tern sent when it closed (1008 "slow consumer",
      * 1009 "message too big", 1011 "no pong", ...), or 1006 when it just
-     * dropped. Called once; ws is invalid after it returns. Never called
+     * dropped. Called once; ws is invalid after it returns, unless a
+     * reference is held (tern_ws_ref: then ws stays valid, closed, until
+     * the last tern_ws_unref). Never called
      * from inside one of your own calls: a close the slow-consumer policy
      * decides inside tern_ws_send* is reported at the end of the current
      * batch of events, so a loop over connections that frees per-connection
@@ -96,6 +98,11 @@ typedef struct tern_ws_handlers {
      * opened: why. Called once, instead of on_open; nothing follows.
      * Required for a client, unused by a server. */
     void (*on_connect_error)(const struct tern_ws_connect_error *e, void *user);
+    /* The deadline set with tern_ws_set_deadline passed without being set
+     * again or cleared. It is cleared when this runs (set it again here to
+     * go on watching). Optional: without it tern starts the closing
+     * handshake with 1008 "deadline". */
+    void (*on_deadline)(tern_ws *ws, void *user);
 } tern_ws_handlers;
 
 /* Zero means the default for every field. */
@@ -148,6 +155,55 @@ int tern_ws_ping(tern_ws *ws, const void *data, size_t len);   /* len <= 125 */
  * 3000-4999, ...) and a reason of at most 123 bytes; on_close follows when
  * the peer answers or after close_timeout_ms. */
 int tern_ws_close(tern_ws *ws, int code, const char *reason);
+
+/* ---- answering later ----------------------------------------------
+ *
+ * A handler may keep a message and answer it later: from a timer, a post
+ * (tern_loop_post), or work done on another thread. It then holds a
+ * reference to the connection: tern_ws_ref keeps the tern_ws valid (its
+ * memory, not the connection itself) until the matching tern_ws_unref,
+ * also past on_close. Before sending, tern_ws_is_open says whether the
+ * connection can still take messages; a send to one that closed returns
+ * -EPIPE, so checking first is only to skip work. Once closed, a
+ * referenced ws answers tern_ws_is_open, tern_ws_send*, tern_ws_ping,
+ * tern_ws_close, tern_ws_set_deadline (-EPIPE), tern_ws_user,
+ * tern_ws_set_user, tern_ws_loop and tern_ws_unref; nothing else.
+ * Typical use: copy the message, tern_ws_ref, hand both over; later, on
+ * the loop: send if tern_ws_is_open, then tern_ws_unref.
+ *
+ * Threads: like every tern_ws call, these three run on the connection's
+ * loop thread only (the count is not atomic: that is what keeps it as
+ * cheap as an increment). Work done on another thread takes its reference
+ * on the loop thread before it is handed over, and comes back with
+ * tern_loop_post(tern_ws_loop(ws), fn, job) (thread-safe; the loop of a
+ * referenced connection never changes, so tern_ws_loop may be read from
+ * any thread while the reference is held); fn runs on the loop, sends and
+ * unrefs. A reference may outlive the loop: the last tern_ws_unref only
+ * frees memory. Every tern_ws_ref needs one tern_ws_unref, or the struct
+ * leaks. */
+void tern_ws_ref(tern_ws *ws);
+void tern_ws_unref(tern_ws *ws);
+/* True while messages can be sent: open, no close sent or received. */
+bool tern_ws_is_open(const tern_ws *ws);
+
+/* A deadline for the connection: on_deadline runs once, ms milliseconds
+ * from now, unless it is set again first (which moves it) or cleared with
+ * ms = 0. Setting it is one move of the connection's timer-wheel entry:
+ * O(1), no allocation, cheap enough to do on every message. The usual
+ * use: set it on every message (and on every answer, for a handler that
+ * answers later), so it fires when the peer went quiet or an answer is
+ * late. It fires no earlier than ms, and at most one wheel tick (64 ms)
+ * later.
+ *
+ * While set, the deadline is the connection's clock instead of the idle
+ * ping (idle_timeout_ms, pong_timeout_ms): tern sends no pings of its own,
+ * the deadline watches the peer; when it fires or is cleared the idle
+ * clock starts again. The backlog's grace period (backlog_grace_ms) is
+ * then checked at each send and when the deadline fires rather than by a
+ * timer of its own.
+ * Returns 0, -EINVAL for a NULL ws, -EPIPE once a close was sent or
+ * received. */
+int tern_ws_set_deadline(tern_ws *ws, uint32_t ms);
 
 /* Bytes of this connection's messages the kernel has not taken and that
  * will still be waiting after this batch's sends are flushed: 0 while every

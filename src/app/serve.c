@@ -9,6 +9,9 @@
  *   GET  /item/:id          "id N from PEER": a numeric route parameter (400 when
  *                           not a number) and the peer's address
  *   GET  /ws                WebSocket echo: every message back with its opcode
+ *                           (--ws-async: echoed later, from the loop;
+ *                           --ws-deadline-ms N: closed with 1008 after N ms
+ *                           without a message)
  *                           (subprotocol "tern.echo" when asked for)
  *   GET  /ws/broadcast      WebSocket: every message goes to every connection
  *                           of this route, on every thread: framed (and
@@ -68,12 +71,29 @@ typedef struct bcast_member {
     struct bcast_member *next, *prev;
 } bcast_member;
 
+/* A /ws message kept by --ws-async to be echoed later: the connection
+ * (referenced), then len bytes of payload, padded to keep the next entry
+ * aligned. */
+typedef struct later_msg {
+    tern_ws *ws;
+    uint32_t len;
+    int opcode;
+    char data[];
+} later_msg;
+
 /* What belongs to one thread (loop): only that loop touches it. */
 struct serve_thread {
     struct serve_ctx *ctx;
     int index;
     uint64_t ws_conn_seq;      /* numbers the WebSocket connections (with the thread) */
     bcast_member *members;     /* /ws/broadcast connections of this loop */
+    /* --ws-async: the messages waiting for their echo, later_msg after
+     * later_msg in arrival order in one buffer (no allocation per message
+     * once it has grown), and whether the flush that echoes them is due
+     * (its timer, in timer mode, armed; or its post made). */
+    char *later;
+    size_t later_len, later_cap;
+    bool later_due;
 };
 
 /* Shared by every thread: set before they start, read-only after. */
@@ -95,6 +115,8 @@ typedef struct serve_ctx {
     const char *redis;         /* --redis URL, or NULL */
     bool feed;                 /* --feed on|off (on) */
     tern_listen_options listen;   /* --sndbuf */
+    int ws_async;              /* --ws-async[=timer|post]: /ws echoes each message later */
+    uint32_t ws_deadline_ms;   /* --ws-deadline-ms: /ws's deadline, moved by every message */
     unsigned feed_rate;        /* --feed-rate N: market updates a second */
     int ntopic_rules;
     tern_server *first;        /* thread 0's server (setup's) */
@@ -304,6 +326,108 @@ static void on_delay(tern_http_req *req, void *user) {
 
 static void ws_echo(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
     tern_ws_send(ws, data, len, opcode);
+}
+
+/* ---- /ws: the benchmark's four variants ---------------------------------
+ * sync: the echo is sent inside on_message (ws_echo). --ws-async: the
+ * message is kept and echoed later from the loop, as a handler waiting on
+ * a database would answer: copied with a reference to its connection into
+ * the thread's queue, and one flush per batch echoes the whole queue. The
+ * flush runs from a 0 ms timer (the default, "timer": after every event of
+ * the batch, in the same iteration, with no system call) or from a post
+ * ("post": tern_loop_post, what another thread's answer goes through; from
+ * the loop's own thread it costs an eventfd write, an epoll_wait that
+ * reports it and its read per batch).
+ * --ws-deadline-ms N, with either: the connection's deadline is set at the
+ * open and moved by every message; when N ms pass without one, tern closes
+ * the connection with 1008 "deadline" (the library's default for a route
+ * without on_deadline). */
+
+static serve_thread *ws_thread(tern_ws *ws, serve_ctx *ctx);
+
+enum { WS_ASYNC_NONE, WS_ASYNC_TIMER, WS_ASYNC_POST };
+
+static size_t later_size(size_t len) {
+    return (sizeof(later_msg) + len + 7) & ~(size_t)7;
+}
+
+/* The post: echoes what the queue holds, in order, to the connections
+ * still open, and drops each message's reference. Sends call nothing back
+ * (no callback runs inside them), so the queue cannot grow meanwhile. */
+static void later_flush(tern_loop *loop, void *user) {
+    serve_thread *th = user;
+    th->later_due = false;
+    for (size_t off = 0; off < th->later_len;) {
+        later_msg *m = (later_msg *)(th->later + off);
+        if (tern_ws_is_open(m->ws))
+            tern_ws_send(m->ws, m->data, m->len, m->opcode);
+        tern_ws_unref(m->ws);
+        off += later_size(m->len);
+    }
+    th->later_len = 0;
+    if (th->later_cap > (4u << 20)) {   /* a burst's buffer is not kept for good */
+        free(th->later);
+        th->later = NULL;
+        th->later_cap = 0;
+    }
+}
+
+/* The timer mode's one-shot timer: it exists only while a flush is due. */
+static void later_timer(tern_timer *t, void *user) {
+    tern_timer_stop(t);
+    later_flush(NULL, user);
+}
+
+static void ws_echo_later(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
+    serve_ctx *ctx = user;
+    serve_thread *th = ws_thread(ws, ctx);
+    if (ctx->ws_deadline_ms)
+        tern_ws_set_deadline(ws, ctx->ws_deadline_ms);
+    size_t need = later_size(len);
+    if (len > UINT32_MAX)
+        return;   /* above any --ws-max-message the parser allows */
+    if (th->later_len + need > th->later_cap) {
+        size_t cap = th->later_cap ? th->later_cap : 64 * 1024;
+        while (cap < th->later_len + need)
+            cap *= 2;
+        char *p = realloc(th->later, cap);
+        if (p == NULL) {
+            tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
+            return;
+        }
+        th->later = p;
+        th->later_cap = cap;
+    }
+    if (!th->later_due) {
+        tern_timer *t;
+        int err = ctx->ws_async == WS_ASYNC_POST
+                      ? tern_loop_post(tern_ws_loop(ws), later_flush, th)
+                      : tern_timer_start(tern_ws_loop(ws), &t, 0, 0, later_timer, th);
+        if (err < 0) {
+            tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
+            return;
+        }
+        th->later_due = true;
+    }
+    later_msg *m = (later_msg *)(th->later + th->later_len);
+    tern_ws_ref(ws);
+    m->ws = ws;
+    m->len = (uint32_t)len;
+    m->opcode = opcode;
+    memcpy(m->data, data, len);
+    th->later_len += need;
+}
+
+static void ws_echo_deadline(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
+    serve_ctx *ctx = user;
+    tern_ws_send(ws, data, len, opcode);
+    tern_ws_set_deadline(ws, ctx->ws_deadline_ms);
+}
+
+static void ws_echo_open(tern_ws *ws, void *user) {
+    serve_ctx *ctx = user;
+    if (ctx->ws_deadline_ms)
+        tern_ws_set_deadline(ws, ctx->ws_deadline_ms);
 }
 
 /* The upgrade hook of both WebSocket routes: an Origin check when
@@ -547,7 +671,14 @@ static int serve_setup(tern_server *srv, void *user) {
     tern_http_route(srv, "GET", "/stats", on_stats, ctx);
     tern_http_not_found(srv, on_not_found, ctx);
     static const char *const echo_protocols[] = {"tern.echo", NULL};
-    static const tern_ws_handlers echo = {.on_upgrade = ws_upgrade, .on_message = ws_echo};
+    /* The route keeps its own copy of the handlers. */
+    tern_ws_handlers echo = {.on_upgrade = ws_upgrade, .on_message = ws_echo};
+    if (ctx->ws_async)
+        echo.on_message = ws_echo_later;
+    else if (ctx->ws_deadline_ms)
+        echo.on_message = ws_echo_deadline;
+    if (ctx->ws_deadline_ms)
+        echo.on_open = ws_echo_open;
     tern_ws_options wo = ctx->wo;
     wo.subprotocols = echo_protocols;
     tern_ws_route(srv, "/ws", &echo, &wo, ctx);
@@ -676,6 +807,11 @@ static void usage(FILE *f) {
             "  --no-compression      don't offer permessage-deflate on /ws\n"
             "  --ws-origin ORIGIN    refuse (403) WebSocket upgrades from any other Origin\n"
             "  --ws-slow-policy P    /ws client not reading: pause (default), close (1008) or drop\n"
+            "  --ws-async[=timer|post]  /ws echoes each message later, from the loop, not inside\n"
+            "                        on_message (a handler that waits on I/O): from a 0 ms timer\n"
+            "                        per batch (default), or from a tern_loop_post per batch\n"
+            "  --ws-deadline-ms N    /ws connections get a deadline of N ms, moved by every\n"
+            "                        message: N ms without one closes it with 1008 \"deadline\"\n"
 "  --pubsub-max-backlog BYTES  a /pubsub subscriber with more waiting gets the policy\n"
             "                        (default 1048576)\n"
             "  --pubsub-policy P     drop (default: its messages are dropped and counted),\n"
@@ -721,7 +857,7 @@ int tern_app_serve(int argc, char **argv) {
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
            O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
            O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE, O_PS_HISTORY,
-           O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO };
+           O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO, O_WS_ASYNC, O_WS_DEADLINE };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -760,6 +896,8 @@ int tern_app_serve(int argc, char **argv) {
         {"pubsub-replay-rate", required_argument, NULL, O_PS_REPLAY_RATE},
         {"sndbuf", required_argument, NULL, O_SNDBUF},
         {"io", required_argument, NULL, O_IO},
+        {"ws-async", optional_argument, NULL, O_WS_ASYNC},
+        {"ws-deadline-ms", required_argument, NULL, O_WS_DEADLINE},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -807,6 +945,14 @@ int tern_app_serve(int argc, char **argv) {
         case O_WS_IDLE: ok = parse_size(optarg, 86400000, &v) && v > 0; wo.idle_timeout_ms = (uint32_t)v; break;
         case O_NO_PMD: wo.compression = false; break;
         case O_WS_ORIGIN: ctx.ws_origin = optarg; break;
+        case O_WS_ASYNC:
+            ok = optarg == NULL || strcmp(optarg, "timer") == 0 || strcmp(optarg, "post") == 0;
+            ctx.ws_async = optarg && strcmp(optarg, "post") == 0 ? WS_ASYNC_POST : WS_ASYNC_TIMER;
+            break;
+        case O_WS_DEADLINE:
+            ok = parse_size(optarg, 86400000, &v) && v > 0;
+            ctx.ws_deadline_ms = (uint32_t)v;
+            break;
         case O_WS_SLOW:
             slow_policy = !strcmp(optarg, "close") ? TERN_WS_SLOW_CLOSE
                           : !strcmp(optarg, "drop") ? TERN_WS_SLOW_DROP
@@ -933,6 +1079,13 @@ int tern_app_serve(int argc, char **argv) {
     tern_run_options ro = {.loop = lo, .server = so};
     err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);
     tern_tls_free(ctx.tls);
+    for (unsigned long long i = 0; i < nthreads; i++) {
+        /* Empty: tern_run ran the last posts, and a timer fires in the
+         * iteration that armed it. Had anything stayed, its references
+         * would go here (the structs outlive their loop). */
+        later_flush(NULL, &ctx.threads[i]);
+        free(ctx.threads[i].later);
+    }
     free(ctx.threads);
     if (ctx.access_log && ctx.access_log != stdout)
         fclose(ctx.access_log);

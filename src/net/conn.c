@@ -915,6 +915,10 @@ void tern__net_flush(tern_loop *loop) {
         tern__conn *c = n->closed;
         n->closed = c->next_free;
         free(c->in);
-        free(c);
+        c->in = NULL;
+        if (c->proto->on_free)
+            c->proto->on_free(c);
+        else
+            free(c);
     }
 }

@@ -94,6 +94,11 @@ typedef struct tern__conn_proto {
      * established; reading starts now. A failed connect is on_close with
      * the error (-ECONNREFUSED, -ETIMEDOUT from the protocol's timeout...). */
     void (*on_connect)(tern__conn *c);
+    /* Optional. The struct's memory, at the batch end after on_close
+     * (c->in already freed): the protocol gives it back, now or later
+     * (ws keeps a connection its user still holds a reference to). Net
+     * calls free(c) when this is NULL. Net never touches c afterwards. */
+    void (*on_free)(tern__conn *c);
 } tern__conn_proto;
 
 /* A growable byte buffer with a read offset: data[off..len) is live.
@@ -177,7 +182,7 @@ typedef struct tern__conn_list {
 
 /* Takes a connected, non-blocking socket. c is the protocol's own struct
  * (which begins with, or embeds, a tern__conn) and is freed with free() at
- * the batch end after on_close. */
+ * the batch end after on_close (or handed to proto->on_free). */
 int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_proto *proto,
                      tern__conn_list *list);
 

@@ -4,7 +4,7 @@
  * Frames are parsed in place in the loop's read buffer and unmasked there.
  * A message that arrives whole in one read is handed to on_message as a
  * view of that buffer; only messages split across frames or reads (or
- * compressed ones) are gathered into ws->rx->msg, which is freed once the
+ * compressed ones) are gathered into the receive state's msg, freed once the
  * message is delivered, so an idle connection holds no buffer. */
 #include <errno.h>
 #include <stdlib.h>
@@ -19,6 +19,15 @@
  * memory budget's (docs/ARCHITECTURE.md, the 18 000-connection test). */
 _Static_assert(sizeof(struct tern_ws) <= 168, "tern_ws grew past 168 bytes");
 
+/* The receive state of a split frame or message, or NULL; the
+ * permessage-deflate state, or NULL (both live in ws->ext). */
+static tern__ws_rx *rx_of(const tern_ws *ws) {
+    return ws->ext && ws->ext->rx_on ? &ws->ext->rx : NULL;
+}
+static tern__ws_pmd *pmd_of(const tern_ws *ws) {
+    return ws->ext && ws->ext->pmd_on ? &ws->ext->pmd : NULL;
+}
+
 static size_t on_data(tern__conn *c, char *data, size_t len);
 static void on_eof(tern__conn *c);
 static void on_drain(tern__conn *c);
@@ -27,6 +36,7 @@ static void on_shutdown(tern__conn *c);
 static void on_close(tern__conn *c, int err);
 static void on_deferred(tern__conn *c);
 static uint32_t send_timeout(const tern__conn *c);
+static void on_free(tern__conn *c);
 
 static const tern__conn_proto ws_proto = {
     .on_data = on_data,
@@ -37,6 +47,7 @@ static const tern__conn_proto ws_proto = {
     .on_close = on_close,
     .on_deferred = on_deferred,
     .send_timeout = send_timeout,
+    .on_free = on_free,
 };
 
 /* The reason tern puts in the close frames it sends itself; on_close gets
@@ -125,6 +136,7 @@ static void notify_close(tern_ws *ws, int code, const char *reason, size_t reaso
     if (ws->state == TERN__WS_DONE)
         return;
     ws->state = TERN__WS_DONE;
+    ws->deadline_armed = false;
     pubsub_forget(ws);
     if (ws->ep->h.on_close)
         ws->ep->h.on_close(ws, code, reason, reason_len, ws->ep->user);
@@ -188,6 +200,7 @@ void tern__ws_policy_close_code(tern_ws *ws, int code) {
     if (ws->state == TERN__WS_OPEN)
         send_close_frame(ws, code, close_reason(code), 13);
     ws->state = TERN__WS_DONE;
+    ws->deadline_armed = false;
     ws->close_due = true;
     tern__conn_defer(&ws->conn);
     tern__conn_end(&ws->conn);
@@ -248,6 +261,8 @@ static void apply_policy(tern_ws *ws) {
  * the backlog's grace period, whichever comes first; grace_wake says which
  * it was armed for. */
 static void arm_timeout(tern_ws *ws) {
+    if (ws->deadline_armed)
+        return;   /* the user's deadline holds the entry (tern_ws_set_deadline) */
     const tern_ws_options *o = &ws->ep->opt;
     uint64_t t = o->idle_timeout_ms;
     ws->grace_wake = false;
@@ -330,7 +345,7 @@ int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode) {
     if (dropping(ws) || push_refused(ws, len))
         return TERN_SEND_DROPPED;
     int r;
-    tern__ws_pmd *pmd = ws->pmd;
+    tern__ws_pmd *pmd = pmd_of(ws);
     if (pmd && len >= ws->ep->opt.compress_min) {
         if (pmd->deflater == NULL) {
             pmd->deflater = tern__pmd_deflater_new(pmd->deflate_bits, ws->ep->pmd.mem_level);
@@ -383,8 +398,67 @@ int tern_ws_close(tern_ws *ws, int code, const char *reason) {
         return -EPIPE;
     send_close_frame(ws, code, reason, rl);
     ws->state = TERN__WS_CLOSE_SENT;
+    ws->deadline_armed = false;
     tern__conn_set_timeout(&ws->conn, ws->ep->opt.close_timeout_ms);
     return 0;
+}
+
+/* ---- answering later: references and the deadline --------------------- */
+
+void tern_ws_ref(tern_ws *ws) {
+    if (ws)
+        ws->refs++;
+}
+
+void tern_ws_unref(tern_ws *ws) {
+    if (ws && --ws->refs == 0)
+        free(ws);   /* ext and the endpoint's share went at on_close */
+}
+
+bool tern_ws_is_open(const tern_ws *ws) { return ws && may_send(ws); }
+
+/* Net is done with the struct (after on_close, at the batch end): it
+ * drops the connection's own reference; the user's keep it. */
+static void on_free(tern__conn *c) { tern_ws_unref((tern_ws *)c); }
+
+int tern_ws_set_deadline(tern_ws *ws, uint32_t ms) {
+    if (ws == NULL)
+        return -EINVAL;
+    if (!may_send(ws))
+        return -EPIPE;
+    if (ms == 0) {
+        if (ws->deadline_armed) {
+            ws->deadline_armed = false;
+            arm_timeout(ws);   /* the idle clock, from now */
+        }
+        return 0;
+    }
+    /* The deadline replaces the idle/pong clock (see tern_ws_set_deadline):
+     * a ping in flight is forgotten, the deadline watches the peer now. */
+    ws->deadline_armed = true;
+    ws->awaiting_pong = false;
+    ws->grace_wake = false;
+    tern__conn_set_timeout(&ws->conn, ms);
+    return 0;
+}
+
+/* The wheel fired for the user's deadline. */
+static void deadline_passed(tern_ws *ws) {
+    const tern_ws_options *o = &ws->ep->opt;
+    ws->deadline_armed = false;
+    /* No grace wake ran while the deadline held the clock: a backlog over
+     * the soft limit past its grace gets the policy now. */
+    if (ws->soft_since && tern__conn_buffered(&ws->conn) > o->backlog_soft &&
+        soft_spent(ws) >= o->backlog_grace_ms) {
+        apply_policy(ws);
+        if (!may_send(ws))
+            return;
+    }
+    arm_timeout(ws);   /* the idle clock again, unless the handler sets a new deadline */
+    if (ws->ep->h.on_deadline)
+        ws->ep->h.on_deadline(ws, ws->ep->user);
+    else
+        tern_ws_close(ws, TERN_WS_POLICY, "deadline");
 }
 
 size_t tern_ws_buffered(const tern_ws *ws) { return ws ? tern__conn_backlog(&ws->conn) : 0; }
@@ -435,7 +509,7 @@ const char *tern_ws_subprotocol(const tern_ws *ws) {
                ? NULL
                : ws->ep->opt.subprotocols[ws->subprotocol];
 }
-bool tern_ws_compressed(const tern_ws *ws) { return ws && ws->pmd != NULL; }
+bool tern_ws_compressed(const tern_ws *ws) { return ws && pmd_of(ws) != NULL; }
 tern_loop *tern_ws_loop(const tern_ws *ws) { return ws ? ws->conn.loop : NULL; }
 tern_server *tern_ws_server(const tern_ws *ws) { return ws ? srv_of(ws) : NULL; }
 
@@ -505,11 +579,12 @@ int tern_ws_send_prepared(tern_ws *ws, tern_ws_prepared *m) {
         return tern_ws_send(ws, m->plain + m->plain_hdr, m->plain_len - m->plain_hdr, m->opcode);
     if (dropping(ws) || push_refused(ws, m->plain_len))
         return TERN_SEND_DROPPED;
-    if (ws->pmd) {
+    tern__ws_pmd *pmd = pmd_of(ws);
+    if (pmd) {
         /* The shared compressed frame fits only a connection whose
          * compressor keeps no context: with context takeover, the peer's
          * window would hold bytes our own compressor never saw. */
-        if (m->deflated && ws->pmd->deflate_nct && ws->pmd->deflate_bits >= 15) {
+        if (m->deflated && pmd->deflate_nct && pmd->deflate_bits >= 15) {
             WS_STAT_ADD(ws, bytes_out, m->deflated_len);
             WS_STAT_ADD(ws, ws_out, 1);
             return check_backlog(ws, tern__conn_write(&ws->conn, m->deflated, m->deflated_len));
@@ -544,17 +619,26 @@ void tern_ws_prepared_free(tern_ws_prepared *m) {
  * state and buffer are given back, so idle connections hold none. */
 static void message_reset(tern_ws *ws) {
     ws->msg_opcode = 0;
-    if (ws->rx) {
-        tern__bytes_free(&ws->rx->msg);
-        free(ws->rx);
-        ws->rx = NULL;
+    tern__ws_ext *x = ws->ext;
+    if (x && x->rx_on) {
+        tern__bytes_free(&x->rx.msg);
+        memset(&x->rx, 0, sizeof(x->rx));
+        x->rx_on = false;
+        if (!x->pmd_on) {
+            free(x);
+            ws->ext = NULL;
+        }
     }
 }
 
 static tern__ws_rx *rx_get(tern_ws *ws) {
-    if (ws->rx == NULL && (ws->rx = calloc(1, sizeof(*ws->rx))) != NULL)
-        ws->rx->utf8 = TERN__UTF8_ACCEPT;
-    return ws->rx;
+    if (ws->ext == NULL && (ws->ext = calloc(1, sizeof(*ws->ext))) == NULL)
+        return NULL;
+    if (!ws->ext->rx_on) {
+        ws->ext->rx_on = true;
+        ws->ext->rx.utf8 = TERN__UTF8_ACCEPT;
+    }
+    return &ws->ext->rx;
 }
 
 /* Delivers text or binary: streamed pieces or the whole message. */
@@ -572,7 +656,7 @@ static void deliver(tern_ws *ws, const char *p, size_t n, bool last) {
 
 /* Decompresses a piece of a compressed message into rx->msg. */
 static bool inflate_piece(tern_ws *ws, tern__ws_rx *rx, const char *p, size_t n, bool last) {
-    tern__ws_pmd *pmd = ws->pmd;
+    tern__ws_pmd *pmd = pmd_of(ws);
     if (pmd->inflater == NULL) {
         pmd->inflater = tern__pmd_inflater_new(pmd->inflate_bits);
         if (pmd->inflater == NULL) {
@@ -605,11 +689,11 @@ static bool inflate_piece(tern_ws *ws, tern__ws_rx *rx, const char *p, size_t n,
 }
 
 /* A piece of a data frame's payload, already unmasked, when the frame or
- * the message is split (ws->rx is set). Returns false when the connection
+ * the message is split (rx_of(ws) is set). Returns false when the connection
  * is no longer open for reading. */
 static bool on_payload(tern_ws *ws, char *p, size_t n, bool msg_end) {
     const tern__ws_endpoint *r = ws->ep;
-    tern__ws_rx *rx = ws->rx;
+    tern__ws_rx *rx = rx_of(ws);
     /* After our close frame the peer may still send what it sent before
      * seeing it (§5.5.1): that is delivered; after on_close nothing is. */
     if (ws->state == TERN__WS_DONE) {
@@ -626,8 +710,8 @@ static bool on_payload(tern_ws *ws, char *p, size_t n, bool msg_end) {
         }
         if (r->h.on_fragment) {
             deliver(ws, rx->msg.data ? rx->msg.data : "", rx->msg.len, msg_end);
-            if (ws->rx)
-                ws->rx->msg.len = 0;   /* streamed: the buffer is reused piece by piece */
+            if (rx_of(ws))
+                rx_of(ws)->msg.len = 0;   /* streamed: the buffer is reused piece by piece */
         } else if (msg_end) {
             deliver(ws, rx->msg.data ? rx->msg.data : "", rx->msg.len, true);
         }
@@ -754,10 +838,11 @@ static size_t read_frames(tern_ws *ws, char *data, size_t len) {
             return len;
         if (ws->paused_by_user)
             return pos;   /* net keeps the rest for tern_ws_resume */
-        if (ws->rx == NULL || !ws->rx->in_frame) {
+        tern__ws_rx *cur = rx_of(ws);
+        if (cur == NULL || !cur->in_frame) {
             tern__ws_header h;
             int r = tern__ws_parse_header((const uint8_t *)data + pos, len - pos, server,
-                                          ws->pmd != NULL, &h);
+                                          pmd_of(ws) != NULL, &h);
             if (r == 0)
                 return pos;
             if (r < 0 || h.masked != server) {
@@ -790,12 +875,12 @@ static size_t read_frames(tern_ws *ws, char *data, size_t len) {
                 ws->msg_opcode = h.opcode;
                 ws->msg_compressed = h.rsv1;
             }
-            uint64_t so_far = ws->rx ? ws->rx->msg_total : 0;
+            uint64_t so_far = cur ? cur->msg_total : 0;
             if (!ws->msg_compressed && so_far + h.payload_len > o->max_message) {
                 fail(ws, TERN_WS_TOO_BIG);
                 return len;
             }
-            if (h.fin && ws->rx == NULL && !ws->msg_compressed && avail >= h.payload_len) {
+            if (h.fin && cur == NULL && !ws->msg_compressed && avail >= h.payload_len) {
                 char *p = data + pos + r;
                 pos += (size_t)r + (size_t)h.payload_len;
                 if (!on_whole_message(ws, p, (size_t)h.payload_len, h.mask))
@@ -814,7 +899,7 @@ static size_t read_frames(tern_ws *ws, char *data, size_t len) {
             memcpy(rx->mask, h.mask, 4);
             pos += (size_t)r;
         }
-        tern__ws_rx *rx = ws->rx;
+        tern__ws_rx *rx = rx_of(ws);
         size_t n = len - pos < rx->frame_left ? len - pos : (size_t)rx->frame_left;
         char *p = data + pos;
         if (server)
@@ -859,6 +944,10 @@ static void on_timeout(tern__conn *c) {
         tern__conn_close(c, -ETIMEDOUT);
         return;
     }
+    if (ws->deadline_armed) {
+        deadline_passed(ws);
+        return;
+    }
     if (ws->grace_wake) {
         /* The backlog's grace period is over, not the idle time. */
         const tern_ws_options *o = &ws->ep->opt;
@@ -892,11 +981,11 @@ static void on_close(tern__conn *c, int err) {
     notify_close(ws, TERN_WS_ABNORMAL, "", 0);
     pubsub_forget(ws);
     message_reset(ws);
-    if (ws->pmd) {
-        tern__pmd_inflater_free(ws->pmd->inflater);
-        tern__pmd_deflater_free(ws->pmd->deflater);
-        free(ws->pmd);
-        ws->pmd = NULL;
+    if (ws->ext) {   /* message_reset gave back the receive state */
+        tern__pmd_inflater_free(ws->ext->pmd.inflater);
+        tern__pmd_deflater_free(ws->ext->pmd.deflater);
+        free(ws->ext);
+        ws->ext = NULL;
     }
     if (srv)
         tern__http_conn_closed_by_server(srv);
@@ -912,29 +1001,31 @@ int tern__ws_open(tern__conn *from, const tern__ws_endpoint *ep, void *conn_user
     tern_ws *ws = calloc(1, sizeof(*ws));
     if (ws == NULL)
         return -ENOMEM;
-    if (pmd && (ws->pmd = calloc(1, sizeof(*ws->pmd))) == NULL) {
+    if (pmd && (ws->ext = calloc(1, sizeof(*ws->ext))) == NULL) {
         free(ws);
         return -ENOMEM;
     }
     int err = tern__conn_move(from, &ws->conn, &ws_proto);
     if (err < 0) {
-        free(ws->pmd);
+        free(ws->ext);
         free(ws);
         return err;
     }
     ws->ep = ep;
     ws->user = conn_user;
+    ws->refs = 1;   /* the connection's own, dropped by on_free */
     ws->state = TERN__WS_OPEN;
     ws->subprotocol = subprotocol < 0 ? TERN__WS_NO_SUBPROTOCOL : (uint8_t)subprotocol;
     if (pmd) {
         /* The RFC's names are the server's and the client's: ours are the
          * server's when we are the server. */
+        ws->ext->pmd_on = true;
         bool server = ep->role == TERN__WS_SERVER;
-        ws->pmd->deflate_bits = server ? pmd->server_max_window_bits : pmd->client_max_window_bits;
-        ws->pmd->inflate_bits = server ? pmd->client_max_window_bits : pmd->server_max_window_bits;
-        ws->pmd->deflate_nct =
+        ws->ext->pmd.deflate_bits = server ? pmd->server_max_window_bits : pmd->client_max_window_bits;
+        ws->ext->pmd.inflate_bits = server ? pmd->client_max_window_bits : pmd->server_max_window_bits;
+        ws->ext->pmd.deflate_nct =
             server ? pmd->server_no_context_takeover : pmd->client_no_context_takeover;
-        ws->pmd->inflate_nct =
+        ws->ext->pmd.inflate_nct =
             server ? pmd->client_no_context_takeover : pmd->server_no_context_takeover;
     }
     /* Under the pause policy net enforces no limit: answers to the peer's

@@ -81,6 +81,20 @@ typedef struct tern__ws_pmd {
     tern__pmd_deflater *deflater;   /* created at the first compressed send */
 } tern__ws_pmd;
 
+/* The two optional parts of a connection in one block, so that the
+ * connection holds one pointer for both (8 bytes of tern_ws, which the
+ * reference count took). rx_on: rx is in use (a frame or a message is
+ * split); pmd_on: permessage-deflate was agreed and pmd holds its state.
+ * The block exists exactly while one of them is on: a compressed
+ * connection keeps it for its life (and splits messages without an
+ * allocation), any other only while a message is split. */
+typedef struct tern__ws_ext {
+    tern__ws_rx rx;
+    tern__ws_pmd pmd;
+    bool rx_on;
+    bool pmd_on;
+} tern__ws_ext;
+
 #define TERN__WS_NO_SUBPROTOCOL 0xFF
 
 /* Kept small on purpose: an idle WebSocket is this struct and nothing else
@@ -88,9 +102,10 @@ typedef struct tern__ws_pmd {
  * Invariants:
  * - conn is first (net frees the struct with free()).
  * - msg_opcode is non-zero exactly while a data message is in progress
- *   (msg_compressed says whether it is compressed); rx is non-NULL only
- *   while a frame or a message is split (see tern__ws_rx).
- * - pmd is non-NULL exactly when permessage-deflate was agreed.
+ *   (msg_compressed says whether it is compressed); the receive state
+ *   (ext->rx, with ext->rx_on) exists only while a frame or a message is
+ *   split (see tern__ws_rx, tern__ws_ext).
+ * - ext->pmd_on exactly when permessage-deflate was agreed.
  * - subprotocol indexes ep->opt.subprotocols, or is TERN__WS_NO_SUBPROTOCOL.
  * - ep->role fixes the masking; conn.list is the accepting server's list
  *   for a server connection, NULL for a client's.
@@ -103,13 +118,20 @@ typedef struct tern__ws_pmd {
  *   the end of the batch (callbacks never run inside the user's calls);
  *   so does tern_ws_abort (close_abort: 1006).
  * - reading is paused in net exactly while paused_by_policy or
- *   paused_by_user holds. */
+ *   paused_by_user holds.
+ * - refs counts the connection's own reference (1, from the open until net
+ *   gives the struct back, on_free) and the user's (tern_ws_ref); the
+ *   struct is freed when it reaches 0, so a user's reference keeps it
+ *   valid, closed, past net's batch end. Loop thread only.
+ * - deadline_armed: the wheel entry is armed for the user's deadline
+ *   (tern_ws_set_deadline), which then stands in for the idle/pong clock
+ *   and the grace wake (neither moves the entry while it is set); only
+ *   while state is OPEN. */
 struct tern_ws {
     tern__conn conn;
     const tern__ws_endpoint *ep;
     void *user;
-    tern__ws_rx *rx;
-    tern__ws_pmd *pmd;
+    tern__ws_ext *ext;   /* receive state and permessage-deflate state, when needed */
     uint32_t soft_since;
     /* A nibble each (states and opcodes are under 16), so that the flags
      * below fit the struct's last word: 168 bytes, not 176. */
@@ -126,6 +148,11 @@ struct tern_ws {
     bool in_delivery : 1;         /* inside this connection's on_message/on_fragment */
     bool paused_by_user : 1;      /* tern_ws_pause: nothing is read or delivered */
     bool close_abort : 1;         /* with close_due: tern_ws_abort's on_close(1006) */
+    bool deadline_armed : 1;      /* the wheel entry is armed for the user's deadline */
+    /* In the room made by holding rx and pmd behind one pointer (ext):
+     * the count has to live with the connection (net gives the struct
+     * back, ws frees it when the count says so). */
+    uint32_t refs;
 };
 
 /* conn.c */

@@ -182,6 +182,12 @@ static void server_calls(void **state) {
     assert_null(tern_ws_prepare("x", 1, 9, false));
     tern_ws_prepared_free(NULL);
 
+    /* answering later, deadlines */
+    tern_ws_ref(NULL);
+    tern_ws_unref(NULL);
+    assert_false(tern_ws_is_open(NULL));
+    assert_int_equal(tern_ws_set_deadline(NULL, 100), -EINVAL);
+
     tern_server_free(srv);
     tern_loop_free(loop);
 }
