@@ -21,13 +21,16 @@
  *
  * Completions name a descriptor, not a watcher: user_data is the
  * descriptor's generation << 48 | fd << 3 | a tag, and the watcher is
- * looked up in a table by fd at dispatch. A watcher that goes away
- * (interest 0) has its work cancelled and the generation bumped, so late
- * completions of that work are recognised as stale even if the number is
- * reused at once by a new socket. A descriptor closed through
- * tern__io_close stays open, its work cancelled, until the last of its
- * completions has come (so a close never races a send in flight). A
- * send's user_data is its own buffer's address (8-aligned) | TAG_SEND. */
+ * looked up in a table by fd at dispatch. A poll watcher that goes away
+ * (interest 0: its owner may close the descriptor and the number be
+ * reused at once) has its work cancelled and the generation bumped, so
+ * late completions of that work are recognised as stale. A stream with no
+ * interest only stops reading; it ends with tern__io_close, which cancels
+ * its receive and poll but lets its last send go (as close() leaves bytes
+ * in a socket buffer), and closes the descriptor when its last completion
+ * has come, so the number is not reused while completions naming it are
+ * due. A send's user_data is its own buffer's address (8-aligned) |
+ * TAG_SEND. */
 #include <errno.h>
 #include <liburing.h>
 #include <poll.h>
@@ -39,7 +42,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "loop/log.h"
 #include "loop/loop_internal.h"
 
 _Static_assert((int)TERN__IO_IN == POLLIN && (int)TERN__IO_OUT == POLLOUT &&
