@@ -53,18 +53,40 @@ static void on_connect_error(const tern_ws_connect_error *e, void *user) {
     next(r);
 }
 
+static void connect_to(run *r, const char *url);
+
+/* The update goes a moment after the last case: wstest records a case
+ * when it sees the TCP connection go, which may be after our on_close
+ * (the close handshake); asked at once, the report could miss it. */
+static void update_reports(tern_timer *t, void *user) {
+    run *r = user;
+    tern_timer_stop(t);
+    char url[512];
+    snprintf(url, sizeof(url), "%s/updateReports?agent=%s", r->base, r->agent);
+    connect_to(r, url);
+}
+
 static void next(run *r) {
     char url[512];
     if (r->step == 0)
         snprintf(url, sizeof(url), "%s/getCaseCount", r->base);
     else if (r->step <= r->count)
         snprintf(url, sizeof(url), "%s/runCase?case=%d&agent=%s", r->base, r->step, r->agent);
-    else if (r->step == r->count + 1)
-        snprintf(url, sizeof(url), "%s/updateReports?agent=%s", r->base, r->agent);
-    else {
+    else if (r->step == r->count + 1) {
+        tern_timer *t;
+        if (tern_timer_start(r->loop, &t, 500, 0, update_reports, r) < 0) {
+            r->errors++;
+            tern_loop_stop(r->loop);
+        }
+        return;
+    } else {
         tern_loop_stop(r->loop);
         return;
     }
+    connect_to(r, url);
+}
+
+static void connect_to(run *r, const char *url) {
     static const tern_ws_handlers h = {
         .on_message = on_message, .on_close = on_close, .on_connect_error = on_connect_error};
     /* Case 9 sends messages of 16 MiB; 12 and 13 compress. */
