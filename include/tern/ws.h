@@ -60,7 +60,11 @@ enum tern_ws_slow_policy {
      * echo. Pausing cannot slow a peer that sends nothing, so a message
      * pushed from anywhere else that would take the backlog past the hard
      * limit is refused (TERN_SEND_DROPPED) and the connection closed with
-     * 1008, as under the close policy. */
+     * 1008, as under the close policy. An answer sent later (from a timer,
+     * a post, another thread's result) is such a push: a handler that
+     * answers later holds its peer back itself, with tern_ws_pause while
+     * its answers are behind (tern_ws_buffered, or its own queue, high)
+     * and tern_ws_resume from on_drain, as `tern serve --ws-async` does. */
     TERN_WS_SLOW_PAUSE = 2,
 };
 

@@ -351,6 +351,45 @@ static size_t later_size(size_t len) {
     return (sizeof(later_msg) + len + 7) & ~(size_t)7;
 }
 
+/* Flow control of a handler that answers later. The pause policy holds a
+ * peer back by not reading while the backlog is over its hard limit, but it
+ * can do so only for answers sent inside on_message: a later answer is a
+ * push to it, refused (1008) past the hard limit. So the handler does what
+ * the policy would, by hand: it stops reading a connection
+ * (tern_ws_pause; the connection's user data marks the pause as ours)
+ * while the thread's queue holds more than LATER_PAUSE bytes (one batch
+ * can bring many reads: io_uring hands over every completion of an
+ * iteration), or while the echoes sent to it are more than LATER_PAUSE
+ * behind; and reads it again when the flush finds it caught up, or when
+ * its backlog has gone (on_drain). A peer that writes without reading then
+ * fills its TCP window, not our memory. */
+#define LATER_PAUSE (256u * 1024)
+static char later_paused;   /* the mark: &later_paused as the connection's user data */
+
+static void later_pause(tern_ws *ws) {
+    if (tern_ws_user(ws) != &later_paused && tern_ws_pause(ws) == 0)
+        tern_ws_set_user(ws, &later_paused);
+}
+
+static void later_resume(tern_ws *ws) {
+    if (tern_ws_user(ws) == &later_paused) {
+        tern_ws_set_user(ws, NULL);
+        tern_ws_resume(ws);
+    }
+}
+
+/* After an echo was sent to ws. */
+static void later_settle(tern_ws *ws) {
+    if (tern_ws_buffered(ws) > LATER_PAUSE)
+        later_pause(ws);
+    else
+        later_resume(ws);
+}
+
+static void later_drain(tern_ws *ws, void *user) {
+    later_resume(ws);
+}
+
 /* The post: echoes what the queue holds, in order, to the connections
  * still open, and drops each message's reference. Sends call nothing back
  * (no callback runs inside them), so the queue cannot grow meanwhile. */
@@ -359,8 +398,10 @@ static void later_flush(tern_loop *loop, void *user) {
     th->later_due = false;
     for (size_t off = 0; off < th->later_len;) {
         later_msg *m = (later_msg *)(th->later + off);
-        if (tern_ws_is_open(m->ws))
+        if (tern_ws_is_open(m->ws)) {
             tern_ws_send(m->ws, m->data, m->len, m->opcode);
+            later_settle(m->ws);
+        }
         tern_ws_unref(m->ws);
         off += later_size(m->len);
     }
@@ -416,6 +457,8 @@ static void ws_echo_later(tern_ws *ws, const char *data, size_t len, int opcode,
     m->opcode = opcode;
     memcpy(m->data, data, len);
     th->later_len += need;
+    if (th->later_len > LATER_PAUSE)
+        later_pause(ws);   /* the rest of this read waits for the flush */
 }
 
 static void ws_echo_deadline(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
@@ -673,9 +716,10 @@ static int serve_setup(tern_server *srv, void *user) {
     static const char *const echo_protocols[] = {"tern.echo", NULL};
     /* The route keeps its own copy of the handlers. */
     tern_ws_handlers echo = {.on_upgrade = ws_upgrade, .on_message = ws_echo};
-    if (ctx->ws_async)
+    if (ctx->ws_async) {
         echo.on_message = ws_echo_later;
-    else if (ctx->ws_deadline_ms)
+        echo.on_drain = later_drain;
+    } else if (ctx->ws_deadline_ms)
         echo.on_message = ws_echo_deadline;
     if (ctx->ws_deadline_ms)
         echo.on_open = ws_echo_open;

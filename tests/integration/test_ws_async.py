@@ -78,6 +78,38 @@ def test_async_echo_keeps_each_connections_order_when_they_interleave(tern_facto
 
 
 @ASYNC
+def test_async_peer_that_writes_without_reading_is_held_back_not_closed(tern_factory, mode):
+    """A client sends 3 MB of messages and reads nothing for a second, with
+    small socket buffers on both sides so the kernel cannot absorb the
+    echoes. The later answers are pushes, which the pause policy refuses
+    past its 1 MiB hard limit; so the handler stops reading while its echoes
+    are behind, TCP holds the sender back, and once the client reads every
+    echo comes, in order (before, the server closed with 1008)."""
+    tern = tern_factory(mode, "--sndbuf", "65536")
+    msgs = [bytes([i]) * 50_000 for i in range(60)]
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    sock.connect((tern.host, tern.port))
+    with connect(ws_url(tern), sock=sock, max_size=None, compression=None) as ws:
+        errors = []
+
+        def sender():
+            try:
+                for m in msgs:
+                    ws.send(m)
+            except BaseException as e:   # reported by the main thread
+                errors.append(e)
+
+        t = threading.Thread(target=sender)
+        t.start()
+        time.sleep(1.0)
+        for m in msgs:
+            assert ws.recv(timeout=10 * SLOW) == m
+        t.join()
+        assert not errors, errors
+
+
+@ASYNC
 @pytest.mark.parametrize("how", ["close_frame", "fin", "reset"])
 def test_async_client_leaving_with_answers_pending(tern_factory, how, mode):
     """Each client sends a burst and leaves at once, before its echoes can
