@@ -64,11 +64,11 @@ static tern__http_conn *accept_conn(tern_server *srv, int fd) {
     return hc;
 }
 
-void tern__http_accept(void *user, int fd, const struct sockaddr *addr, socklen_t len) {
+void tern__http_accept(void *user, int fd) {
     accept_conn(user, fd);
 }
 
-void tern__https_accept(void *user, int fd, const struct sockaddr *addr, socklen_t len) {
+void tern__https_accept(void *user, int fd) {
     tern__https_listener *l = user;
     tern__http_conn *hc = accept_conn(l->srv, fd);
     if (hc && tern__tls_attach(&hc->conn, l->tls) < 0)

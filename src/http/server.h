@@ -260,9 +260,9 @@ struct tern__http_conn {
 };
 
 /* conn.c */
-void tern__http_accept(void *srv, int fd, const struct sockaddr *addr, socklen_t len);
+void tern__http_accept(void *srv, int fd);
 /* The same for a TLS listener; user is its tern__https_listener. */
-void tern__https_accept(void *user, int fd, const struct sockaddr *addr, socklen_t len);
+void tern__https_accept(void *user, int fd);
 void tern__http_response_ended(tern_http_req *req);
 void tern__http_conn_closed_by_server(tern_server *srv);
 

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,6 +57,16 @@ int tern__io_set(tern_loop *loop, tern__io *io, uint32_t events) {
 int tern__io_moved(tern_loop *loop, tern__io *io) { return loop->bk->io_moved(loop, io); }
 
 void tern__io_close(tern_loop *loop, tern__io *io) { loop->bk->io_close(loop, io); }
+
+bool tern__io_acceptor(tern_loop *loop, tern__io *io) {
+    return loop->bk->io_acceptor ? loop->bk->io_acceptor(loop, io) : false;
+}
+int tern__io_accept(tern_loop *loop, tern__io *io) {
+    if (loop->bk->io_accept)
+        return loop->bk->io_accept(loop, io);
+    int fd = accept4(io->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
 
 bool tern__io_stream(tern_loop *loop, tern__io *io, bool on) {
     return loop->bk->io_stream ? loop->bk->io_stream(loop, io, on) : false;

@@ -54,6 +54,17 @@ int tern__io_moved(tern_loop *loop, tern__io *io);
  * its own (io_uring) lets go of it. The caller may free the watcher. */
 void tern__io_close(tern_loop *loop, tern__io *io);
 
+/* Listeners: a listening socket's watcher asks tern__io_acceptor whether
+ * the back end accepts its connections itself (io_uring's multishot
+ * accept: no accept system call per connection); then TERN__IO_IN says
+ * one (or an error) is in hand. Either way the watcher takes connections
+ * with tern__io_accept until -EAGAIN, and asks again each time it sets
+ * its interest after having set none. */
+bool tern__io_acceptor(tern_loop *loop, tern__io *io);
+/* As accept4(SOCK_NONBLOCK | SOCK_CLOEXEC) without the peer's address:
+ * the new descriptor, -EAGAIN, or a negative errno (EMFILE, ...). */
+int tern__io_accept(tern_loop *loop, tern__io *io);
+
 /* Streams: a connected socket whose bytes the back end moves itself, by
  * completions (io_uring), instead of telling readiness for the owner to
  * call recv/send. The watcher still gets TERN__IO_IN (bytes or the end

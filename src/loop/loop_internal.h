@@ -34,6 +34,8 @@ typedef struct tern__signal {
  * - wait blocks at most timeout_ms (-1: no limit) until some watcher is
  *   ready, reads the clock (tern__loop_update_time) and calls the ready
  *   watchers' fn; a negative errno only when the loop cannot go on.
+ * - io_acceptor and io_accept serve listeners (loop.h); a back end that
+ *   does not accept by itself leaves them NULL (accept4 is used).
  * - io_stream and the io_* after it serve streams (loop.h); a back end
  *   without streams leaves them NULL (io_stream then always says no). */
 typedef struct tern__backend_ops {
@@ -48,6 +50,8 @@ typedef struct tern__backend_ops {
      * waiting (when tern_loop_run returns: what was written is then on its
      * way, as a send() would have it). */
     void (*flush)(tern_loop *loop);
+    bool (*io_acceptor)(tern_loop *loop, tern__io *io);
+    int (*io_accept)(tern_loop *loop, tern__io *io);
     bool (*io_stream)(tern_loop *loop, tern__io *io, bool on);
     ssize_t (*io_recv)(tern_loop *loop, tern__io *io, char *buf, size_t len);
     bool (*io_pending)(tern_loop *loop, const tern__io *io);

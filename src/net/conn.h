@@ -268,7 +268,8 @@ void tern__net_flush(tern_loop *loop);
 
 /* Listeners. */
 typedef struct tern__listener tern__listener;
-typedef void (*tern__accept_fn)(void *user, int fd, const struct sockaddr *addr, socklen_t len);
+/* A connection accepted (its descriptor non-blocking and close-on-exec). */
+typedef void (*tern__accept_fn)(void *user, int fd);
 int tern__listener_tcp(tern_loop *loop, const char *host, int port, const tern_listen_options *opt,
                        tern__accept_fn fn, void *user, tern__listener **out);
 int tern__listener_unix(tern_loop *loop, const char *path, const tern_listen_options *opt,

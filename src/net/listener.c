@@ -31,23 +31,30 @@ struct tern__listener {
     tern_timer *backoff;
 };
 
+/* Sets the listener's interest: accepting (the back end may accept for it,
+ * tern__io_acceptor), or not (backing off). */
+static int accepting(tern__listener *l, bool on) {
+    if (!on)
+        return tern__io_set(l->loop, &l->io, 0);
+    tern__io_acceptor(l->loop, &l->io);
+    return tern__io_set(l->loop, &l->io, TERN__IO_IN);
+}
+
 static void resume_accepting(tern_timer *t, void *user) {
     tern__listener *l = user;
     tern_timer_stop(t);
     l->backoff = NULL;
-    tern__io_set(l->loop, &l->io, TERN__IO_IN);
+    accepting(l, true);
 }
 
 static void on_accept(tern__io *io, uint32_t revents) {
     tern__listener *l = tern__container_of(io, tern__listener, io);
     for (int i = 0; i < TERN__ACCEPTS_PER_EVENT; i++) {
-        struct sockaddr_storage ss;
-        socklen_t len = sizeof(ss);
-        int fd = accept4(io->fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = tern__io_accept(l->loop, io);
         if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
+            int e = -fd;
+            if (e == EINTR || e == ECONNABORTED)
                 continue;
-            int e = errno;
             if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
                 /* Out of descriptors or memory: stop accepting for a moment
                  * and keep serving the connections we have. The pending
@@ -58,8 +65,8 @@ static void on_accept(tern__io *io, uint32_t revents) {
                 if (l->backoff == NULL &&
                     tern_timer_start(l->loop, &l->backoff, TERN__EMFILE_BACKOFF_MS, 0,
                                      resume_accepting, l) == 0)
-                    tern__io_set(l->loop, &l->io, 0);
-            } else if (e != EAGAIN && e != EWOULDBLOCK) {
+                    accepting(l, false);
+            } else if (e != EAGAIN) {
                 tern__log(TERN_LOG_ERROR, TERN__LOG_LISTEN, "accept: %s", strerror(e));
             }
             return;
@@ -68,7 +75,7 @@ static void on_accept(tern__io *io, uint32_t revents) {
             int one = 1;
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         }
-        l->fn(l->user, fd, (struct sockaddr *)&ss, len);
+        l->fn(l->user, fd);
     }
 }
 
@@ -104,7 +111,7 @@ static int start(tern_loop *loop, int fd, bool tcp, const tern_listen_options *o
         l->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
     }
-    int err = tern__io_set(loop, &l->io, TERN__IO_IN);
+    int err = accepting(l, true);
     if (err < 0) {
         close(fd);
         free(l);
@@ -202,7 +209,6 @@ void tern__listener_close(tern__listener *l) {
         return;
     if (l->backoff)
         tern_timer_stop(l->backoff);
-    tern__io_set(l->loop, &l->io, 0);
-    close(l->io.fd);
+    tern__io_close(l->loop, &l->io);   /* after what the back end holds of it */
     free(l);
 }
