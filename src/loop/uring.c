@@ -1,8 +1,12 @@
 /* The io_uring back end: completions, with readiness for those who ask.
  *
- * Two kinds of watcher live on the ring:
- * - A poll watcher (listeners, the wake-up eventfd, signals, TLS
- *   connections, Redis) gets readiness as with epoll: a single-shot poll,
+ * Three kinds of watcher live on the ring:
+ * - A listener (tern__io_acceptor) has one multishot accept in flight
+ *   while it wants TERN__IO_IN: each completion is a connection (or an
+ *   error, which ends it), handed over by TERN__IO_IN and tern__io_accept
+ *   at once; no accept system call per connection.
+ * - A poll watcher (the wake-up eventfd, signals, TLS connections, Redis)
+ *   gets readiness as with epoll: a single-shot poll,
  *   re-armed after each report while it is still wanted, which is
  *   level-triggered (a poll that starts on a ready descriptor completes at
  *   once).
@@ -65,12 +69,13 @@ enum {
     TAG_IGNORE = 3,    /* poll updates and removals, cancellations: nothing to do */
     TAG_SEND = 4,      /* a send op (user_data is its address) */
     TAG_GUARD = 5,     /* the time a closed stream's send in flight is given */
+    TAG_ACCEPT = 6,    /* the multishot accept of a listener */
 };
 
 /* Per-descriptor state bits (st[fd]). */
 enum {
     ST_POLL = 1u << 0,      /* a poll is in flight */
-    ST_RECV = 1u << 1,      /* the multishot receive is in flight */
+    ST_RECV = 1u << 1,      /* the multishot receive (or a listener's accept) is in flight */
     ST_SEND = 1u << 2,      /* tx[fd] is in flight */
     ST_STREAM = 1u << 3,    /* served by completions (tern__io_stream) */
     ST_DIRTY = 1u << 4,     /* on the dirty list: submissions to work out */
@@ -78,6 +83,7 @@ enum {
     ST_EOF = 1u << 6,       /* the receive saw the peer's end (or an error, in the rest list) */
     ST_TOLD = 1u << 7,      /* tern__io_recv has returned the end */
     ST_SHUT = 1u << 8,      /* shutdown(SHUT_WR) once the send in flight completes */
+    ST_ACCEPTOR = 1u << 8,  /* a listener (tern__io_acceptor; never a stream: it shares ST_SHUT's bit) */
     ST_FULL = 1u << 9,      /* a sendfile found the socket full: TERN__IO_OUT waits for a poll */
     ST_CANCEL = 1u << 10,   /* the receive's cancellation was asked */
     ST_UNPOLL = 1u << 11,   /* the poll's removal was asked */
@@ -128,7 +134,8 @@ typedef struct tern__ufd {
  * - bufs holds BUF_COUNT buffers of BUF_SIZE, each either in the kernel's
  *   provided-buffer ring or, during one completion's dispatch only, cur.
  * - cur is the received buffer being dispatched (cur_fd -1 when none);
- *   tern__io_recv takes from it after that stream's rest. */
+ *   tern__io_recv takes from it after that stream's rest. Likewise
+ *   acc_res, the accept being dispatched, for tern__io_accept. */
 typedef struct tern__uring {
     struct io_uring ring;
     bool enabled;            /* the ring was enabled by the thread that runs it */
@@ -151,6 +158,8 @@ typedef struct tern__uring {
     int cur_fd;
     const char *cur;
     size_t cur_len;
+    int acc_fd;              /* the listener whose accept is being dispatched, or -1 */
+    int acc_res;             /* its connection (or negative errno), -EAGAIN once taken */
 } tern__uring;
 
 static tern__uring *ur_of(tern_loop *loop) { return loop->backend; }
@@ -211,6 +220,7 @@ static int ur_init(tern_loop *loop) {
         return err;
     }
     u->cur_fd = -1;
+    u->acc_fd = -1;
     loop->backend = u;
     return 0;
 }
@@ -506,21 +516,31 @@ static void arm_poll(tern__uring *u, int fd, uint32_t want) {
     u->fds[fd].st = ((st & ~PM_MASK) | ST_POLL | m << PM_SHIFT);
 }
 
+/* The tag of a descriptor's multishot (ST_RECV): a listener's accept or
+ * a stream's receive. */
+static int multishot_tag(uint32_t st) { return st & ST_ACCEPTOR ? TAG_ACCEPT : TAG_RECV; }
+
+/* Arms or cancels the multishot of a stream (its receive) or a listener
+ * (its accept). */
 static void arm_recv(tern__uring *u, int fd, bool want) {
     uint32_t st = u->fds[fd].st;
     struct io_uring_sqe *sqe;
     if (want && !(st & (ST_RECV | ST_EOF))) {
         if ((sqe = get_sqe(u)) == NULL)
             return;
-        io_uring_prep_recv_multishot(sqe, fd, NULL, 0, 0);
-        sqe->flags |= IOSQE_BUFFER_SELECT;
-        sqe->buf_group = BUF_GROUP;
-        io_uring_sqe_set_data64(sqe, UD(u, fd, TAG_RECV));
+        if (st & ST_ACCEPTOR) {
+            io_uring_prep_multishot_accept(sqe, fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        } else {
+            io_uring_prep_recv_multishot(sqe, fd, NULL, 0, 0);
+            sqe->flags |= IOSQE_BUFFER_SELECT;
+            sqe->buf_group = BUF_GROUP;
+        }
+        io_uring_sqe_set_data64(sqe, UD(u, fd, multishot_tag(st)));
         u->fds[fd].st = (st | ST_RECV);
     } else if (!want && (st & ST_RECV) && !(st & ST_CANCEL)) {
         if ((sqe = get_sqe(u)) == NULL)
             return;
-        io_uring_prep_cancel64(sqe, UD(u, fd, TAG_RECV), 0);
+        io_uring_prep_cancel64(sqe, UD(u, fd, multishot_tag(st)), 0);
         io_uring_sqe_set_data64(sqe, UD(u, fd, TAG_IGNORE));
         u->fds[fd].st = (st | ST_CANCEL);
     }
@@ -552,6 +572,10 @@ static void flush_dirty(tern__uring *u) {
         if (st & ST_TXQ) {
             u->fds[fd].st = st = (st & ~ST_TXQ) | ST_SEND;
             submit_send(u, tx_of(u, fd));
+        }
+        if (st & ST_ACCEPTOR) {
+            arm_recv(u, fd, (want & TERN__IO_IN) != 0);
+            continue;
         }
         if (!(st & ST_STREAM)) {
             arm_poll(u, fd, want & (TERN__IO_IN | TERN__IO_OUT | TERN__IO_RDHUP));
@@ -586,7 +610,7 @@ static void depart(tern__uring *u, int fd) {
         io_uring_sqe_set_data64(sqe, UD(u, fd, TAG_IGNORE));
     }
     if ((st & ST_RECV) && !(st & ST_CANCEL) && (sqe = get_sqe(u)) != NULL) {
-        io_uring_prep_cancel64(sqe, UD(u, fd, TAG_RECV), 0);
+        io_uring_prep_cancel64(sqe, UD(u, fd, multishot_tag(st)), 0);
         io_uring_sqe_set_data64(sqe, UD(u, fd, TAG_IGNORE));
     }
     if (st & ST_TXQ) {
@@ -686,12 +710,38 @@ static void ur_io_close(tern_loop *loop, tern__io *io) {
         st |= ST_UNPOLL;
     }
     if ((st & ST_RECV) && !(st & ST_CANCEL) && (sqe = get_sqe(u)) != NULL) {
-        io_uring_prep_cancel64(sqe, UD(u, fd, TAG_RECV), 0);
+        io_uring_prep_cancel64(sqe, UD(u, fd, multishot_tag(st)), 0);
         io_uring_sqe_set_data64(sqe, UD(u, fd, TAG_IGNORE));
         st |= ST_CANCEL;
     }
-    u->fds[fd].st = (st & (ST_POLL | ST_RECV | ST_SEND | ST_DIRTY | ST_UNPOLL | ST_CANCEL)) | ST_CLOSING;
+    u->fds[fd].st = (st & (ST_POLL | ST_RECV | ST_SEND | ST_DIRTY | ST_UNPOLL | ST_CANCEL | ST_ACCEPTOR)) |
+                    ST_CLOSING;
     settle_closing(u, fd);
+}
+
+/* ---- listeners -------------------------------------------------------- */
+
+static bool ur_io_acceptor(tern_loop *loop, tern__io *io) {
+    tern__uring *u = ur_of(loop);
+    if (table_fit(u, io->fd) < 0 || (u->fds[io->fd].st & (ST_STREAM | ST_POLL)))
+        return false;
+    u->fds[io->fd].st |= ST_ACCEPTOR;
+    return true;
+}
+
+/* The connection being dispatched, once; a listener on a poll (it was
+ * refused the table) accepts itself. */
+static int ur_io_accept(tern_loop *loop, tern__io *io) {
+    tern__uring *u = ur_of(loop);
+    if (u->acc_fd == io->fd) {
+        int r = u->acc_res;
+        u->acc_res = -EAGAIN;
+        return r;
+    }
+    if (io->fd < u->cap && (u->fds[io->fd].st & ST_ACCEPTOR))
+        return -EAGAIN;
+    int fd = accept4(io->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    return fd < 0 ? -errno : fd;
 }
 
 /* ---- streams ---------------------------------------------------------- */
@@ -1001,6 +1051,31 @@ static void on_guard(tern__uring *u, int fd) {
     }
 }
 
+/* A listener's accept completed: a connection, or an error (which ends
+ * the multishot; it is armed again while wanted). A connection nobody
+ * takes (the listener went, or stopped accepting meanwhile) is closed:
+ * its client sees a reset, as the accept queue's would at the close. */
+static void on_accept(tern__uring *u, int fd, int res, uint32_t flags) {
+    if (!(flags & IORING_CQE_F_MORE)) {
+        u->fds[fd].st &= ~(ST_RECV | ST_CANCEL);
+        mark_dirty(u, fd);
+    }
+    tern__io *io = (u->fds[fd].st & ST_CLOSING) ? NULL : u->fds[fd].io;
+    if (res == -ECANCELED)
+        return;
+    if (io == NULL || !(io->events & TERN__IO_IN)) {
+        if (res >= 0)
+            close(res);
+        return;
+    }
+    u->acc_fd = fd;
+    u->acc_res = res;
+    io->fn(io, TERN__IO_IN);
+    if (u->acc_fd == fd && u->acc_res >= 0)
+        close(u->acc_res);   /* not taken */
+    u->acc_fd = -1;
+}
+
 static void dispatch(tern__uring *u, uint64_t ud, int res, uint32_t flags) {
     int tag = (int)(ud & 7);
     if (tag == TAG_SEND) {
@@ -1012,6 +1087,8 @@ static void dispatch(tern__uring *u, uint64_t ud, int res, uint32_t flags) {
         /* Stale: its watcher went away. Only a buffer to give back. */
         if (tag == TAG_RECV && (flags & IORING_CQE_F_BUFFER))
             buf_recycle(u, flags >> IORING_CQE_BUFFER_SHIFT);
+        else if (tag == TAG_ACCEPT && res >= 0)
+            close(res);   /* a connection for a listener that went */
         return;
     }
     if (tag == TAG_POLL)
@@ -1020,6 +1097,8 @@ static void dispatch(tern__uring *u, uint64_t ud, int res, uint32_t flags) {
         on_guard(u, fd);
     else if (tag == TAG_RECV)
         on_recv(u, fd, res, flags);
+    else if (tag == TAG_ACCEPT)
+        on_accept(u, fd, res, flags);
 }
 
 static int ur_wait(tern_loop *loop, int timeout_ms) {
@@ -1076,6 +1155,8 @@ const tern__backend_ops tern__uring_backend = {
     .io_close = ur_io_close,
     .wait = ur_wait,
     .flush = ur_flush,
+    .io_acceptor = ur_io_acceptor,
+    .io_accept = ur_io_accept,
     .io_stream = ur_io_stream,
     .io_recv = ur_io_recv,
     .io_pending = ur_io_pending,

@@ -12,9 +12,13 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <time.h>
@@ -464,9 +468,134 @@ static void a_reused_descriptor_number_serves_its_new_watcher(void **state) {
     tern_loop_free(loop);
 }
 
+/* ---- listeners (tern__io_acceptor, tern__io_accept) -------------------- */
+
+typedef struct accept_watch {
+    tern__io io;
+    tern_loop *loop;
+    int held[24];
+    int taken, want;
+    bool out_of_fds;
+} accept_watch;
+
+/* Keeps every connection open; out of descriptors, it stops wanting any,
+ * as the listener's back-off does. */
+static void accept_fired(tern__io *io, uint32_t revents) {
+    accept_watch *w = tern__container_of(io, accept_watch, io);
+    for (;;) {
+        int fd = tern__io_accept(w->loop, io);
+        if (fd == -EMFILE) {
+            tern__io_set(w->loop, io, 0);
+            w->out_of_fds = true;
+            tern_loop_stop(w->loop);
+            return;
+        }
+        if (fd < 0) {
+            if (fd != -EAGAIN)
+                _exit(10);
+            return;
+        }
+        w->held[w->taken++] = fd;
+        if (w->taken == w->want) {
+            tern_loop_stop(w->loop);
+            return;
+        }
+    }
+}
+
+/* A listener's connections come through the back end: on io_uring by its
+ * multishot accept, so the child runs with accept and accept4 refused by
+ * seccomp (on epoll, tern__io_accept is accept4). 20 connections wait in
+ * the accept queue and the process may open only 8 more descriptors: the
+ * listener takes 8, is told EMFILE and stops wanting any; with the limit
+ * raised it asks again and takes the other 12, none lost. Then it closes
+ * with one more waiting. */
+static void a_listener_takes_its_connections_through_the_back_end(void **state) {
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        tern_loop *loop;
+        if (tern_loop_new(&loop, NULL) != 0)
+            _exit(2);
+        bool uring = strcmp(tern_loop_backend(loop), "io_uring") == 0;
+        int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t alen = sizeof(a);
+        if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lfd, 64) != 0 ||
+            getsockname(lfd, (struct sockaddr *)&a, &alen) != 0)
+            _exit(3);
+        if (uring) {
+            struct sock_filter filter[] = {
+                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_accept4, 1, 0),
+                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_accept, 0, 1),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+            };
+            struct sock_fprog prog = {sizeof(filter) / sizeof(filter[0]), filter};
+            if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+                prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+                _exit(4);
+        }
+        int clients[21], top = lfd;
+        for (int i = 0; i < 20; i++) {
+            clients[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            if (clients[i] < 0 || connect(clients[i], (struct sockaddr *)&a, sizeof(a)) != 0)
+                _exit(5);
+            top = clients[i] > top ? clients[i] : top;
+        }
+        /* One turn first: the ring and its buffers exist once it runs. */
+        int ran = 0;
+        if (tern_loop_post(loop, post_stops, &ran) != 0 || tern_loop_run(loop) != 0)
+            _exit(7);
+        /* Room for 8 more descriptors. */
+        struct rlimit was, low;
+        getrlimit(RLIMIT_NOFILE, &was);
+        low = was;
+        low.rlim_cur = (rlim_t)top + 1 + 8;
+        accept_watch w = {.loop = loop, .want = 20};
+        tern__io_init(&w.io, lfd, accept_fired);
+        if (tern__io_acceptor(loop, &w.io) != uring || tern__io_set(loop, &w.io, TERN__IO_IN) != 0)
+            _exit(6);
+        if (setrlimit(RLIMIT_NOFILE, &low) != 0 || tern_loop_run(loop) != 0 || !w.out_of_fds ||
+            w.taken != 8)
+            _exit(8);
+        int before = w.taken;
+        if (setrlimit(RLIMIT_NOFILE, &was) != 0)
+            _exit(9);
+        /* Nothing is taken while it wants nothing. */
+        ran = 0;
+        if (tern_loop_post(loop, post_stops, &ran) != 0 || tern_loop_run(loop) != 0 ||
+            w.taken != before)
+            _exit(11);
+        tern__io_acceptor(loop, &w.io);
+        if (tern__io_set(loop, &w.io, TERN__IO_IN) != 0 || tern_loop_run(loop) != 0 || w.taken != 20)
+            _exit(12);
+        clients[20] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (connect(clients[20], (struct sockaddr *)&a, sizeof(a)) != 0)
+            _exit(13);
+        tern__io_close(loop, &w.io);
+        ran = 0;
+        if (tern_loop_post(loop, post_stops, &ran) != 0 || tern_loop_run(loop) != 0 || w.taken != 20)
+            _exit(14);
+        tern_loop_free(loop);
+        for (int i = 0; i < 21; i++)
+            close(clients[i]);
+        for (int i = 0; i < w.taken; i++)
+            close(w.held[i]);
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(timers_fire_in_deadline_order),
+        cmocka_unit_test(a_listener_takes_its_connections_through_the_back_end),
         cmocka_unit_test(repeating_timer_repeats_and_stops_itself),
         cmocka_unit_test(stopped_timer_never_fires_and_again_rearms),
         cmocka_unit_test(wheel_fires_never_early_at_most_a_tick_late),
