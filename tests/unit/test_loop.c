@@ -592,9 +592,89 @@ static void a_listener_takes_its_connections_through_the_back_end(void **state) 
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* ---- streams: the provided buffers run out ------------------------------ */
+
+#define NSTREAMS 200
+#define PER_STREAM (96 * 1024)
+
+typedef struct stream_watch {
+    tern__io io;
+    tern_loop *loop;
+    size_t got;
+    int *done;
+    bool stream;   /* served by the back end (io_uring); else read with recv */
+} stream_watch;
+
+static ssize_t stream_read(stream_watch *w, char *buf, size_t len) {
+    if (w->stream)
+        return tern__io_recv(w->loop, &w->io, buf, len);
+    ssize_t n = recv(w->io.fd, buf, len, 0);
+    return n < 0 ? -errno : n;
+}
+
+static void stream_fired(tern__io *io, uint32_t revents) {
+    stream_watch *w = tern__container_of(io, stream_watch, io);
+    char buf[16384];
+    ssize_t n;
+    while ((n = stream_read(w, buf, sizeof(buf))) > 0)
+        w->got += (size_t)n;
+    if (n == 0 || (n < 0 && n != -EAGAIN)) {
+        tern__io_set(w->loop, io, 0);
+        if (++*w->done == NSTREAMS)
+            tern_loop_stop(w->loop);
+    }
+}
+
+/* 200 streams whose peers wrote 96 KiB each and closed before the loop
+ * first runs: on io_uring every receive completes at once and together
+ * they want 600 of the loop's 128 provided buffers. The receives that
+ * find none end (ENOBUFS) and are armed again; every byte and every end
+ * arrives. (On epoll: the same reads, by readiness.) */
+static void streams_outrunning_the_provided_buffers_get_every_byte(void **state) {
+    (void)state;
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    static stream_watch w[NSTREAMS];
+    static char data[PER_STREAM];
+    memset(data, 'z', sizeof(data));
+    int done = 0;
+    int peers[NSTREAMS];
+    for (int i = 0; i < NSTREAMS; i++) {
+        int sv[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+        int big = 256 * 1024;
+        setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+        setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+        w[i] = (stream_watch){.loop = loop, .done = &done};
+        tern__io_init(&w[i].io, sv[0], stream_fired);
+        w[i].stream = tern__io_stream(loop, &w[i].io, true);
+        assert_int_equal(tern__io_set(loop, &w[i].io, TERN__IO_IN), 0);
+        peers[i] = sv[1];
+    }
+    /* Written and closed before the loop runs. */
+    for (int i = 0; i < NSTREAMS; i++) {
+        size_t off = 0;
+        while (off < sizeof(data)) {
+            ssize_t n = write(peers[i], data + off, sizeof(data) - off);
+            if (n < 0)
+                break;
+            off += (size_t)n;
+        }
+        assert_int_equal(off, sizeof(data));
+        close(peers[i]);
+    }
+    assert_int_equal(tern_loop_run(loop), 0);
+    for (int i = 0; i < NSTREAMS; i++) {
+        assert_int_equal(w[i].got, PER_STREAM);
+        tern__io_close(loop, &w[i].io);
+    }
+    tern_loop_free(loop);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(timers_fire_in_deadline_order),
+        cmocka_unit_test(streams_outrunning_the_provided_buffers_get_every_byte),
         cmocka_unit_test(a_listener_takes_its_connections_through_the_back_end),
         cmocka_unit_test(repeating_timer_repeats_and_stops_itself),
         cmocka_unit_test(stopped_timer_never_fires_and_again_rearms),
