@@ -8,7 +8,8 @@
 #      sanitizer report fails;
 #   Steps 1 and 2 run on both of the loop's back ends: ctest has every unit
 #   test twice (TERN_IO=epoll, TERN_IO=uring), and the integration tests
-#   run once per back end (TERN_IO, which every `tern` they start reads);
+#   run once per back end (TERN_IO, which every `tern` they start reads),
+#   the two runs side by side;
 #   3. Autobahn|Testsuite (fuzzingclient, cases 1-13, run by tests/autobahn)
 #      against `tern serve`'s /ws echo: every case over wss:// on the release
 #      build, and the quick cases (all but 9.*, 12.*, 13.*, which are long
@@ -50,20 +51,33 @@ else
     echo "test.sh: no io_uring here (not built, or refused): epoll only"
 fi
 
-for io in "${backends[@]}"; do
-    section "integration tests (release, $io)"
-    TERN_IO=$io TERN_BIN="$root/build/tern" python3 -m pytest -q -p no:cacheprovider \
-        tests/integration || status=1
-done
+# The integration tests, once per back end, the back ends' runs side by
+# side: a run keeps about half a core busy (most tests wait on the server,
+# a client or a timeout), so two take the time of one. Each run's output
+# is printed when it ends. $1 names the build, $2 is its tern; the rest is
+# environment for the runs.
+integration() {
+    local what=$1 bin=$2 io i rc=0 pids=()
+    shift 2
+    for io in "${backends[@]}"; do
+        env "$@" TERN_IO="$io" TERN_BIN="$bin" python3 -m pytest -q -p no:cacheprovider \
+            tests/integration >"$root/build/integration-$what-$io.log" 2>&1 &
+        pids+=($!)
+    done
+    for i in "${!backends[@]}"; do
+        wait "${pids[$i]}" || rc=1
+        section "integration tests ($what, ${backends[$i]})"
+        cat "$root/build/integration-$what-${backends[$i]}.log"
+    done
+    return $rc
+}
+
+integration release "$root/build/tern" || status=1
 
 section "unit tests (ASan + UBSan)"
 (cd build-asan && ctest --output-on-failure --no-tests=error) || status=1
 
-for io in "${backends[@]}"; do
-    section "integration tests (ASan + UBSan, $io)"
-    TERN_IO=$io TERN_BIN="$root/build-asan/tern" TERN_SANITIZED=1 \
-        python3 -m pytest -q -p no:cacheprovider tests/integration || status=1
-done
+integration asan "$root/build-asan/tern" TERN_SANITIZED=1 || status=1
 
 # Starts `tern serve` from build dir $1 on a free port, runs Autobahn with
 # the environment given, and stops the server, which must exit 0 cleanly.
