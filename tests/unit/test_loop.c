@@ -392,6 +392,23 @@ static void post_stops(tern_loop *loop, void *user) {
     tern_loop_stop(loop);
 }
 
+/* Makes system calls a and b fail with EPERM in this process from now on,
+ * as a container's seccomp policy would (for good: so only in a child). */
+static int refuse_syscalls(int a, int b) {
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)a, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)b, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof(filter) / sizeof(filter[0]), filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+        return -1;
+    return 0;
+}
+
 /* As in a container whose seccomp policy refuses io_uring: the loop asked
  * for it runs on epoll (and says so in one log line). In a child, since a
  * seccomp filter cannot be taken back. */
@@ -400,15 +417,7 @@ static void refused_io_uring_falls_back_to_epoll(void **state) {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        struct sock_filter filter[] = {
-            BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-            BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-            BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        };
-        struct sock_fprog prog = {sizeof(filter) / sizeof(filter[0]), filter};
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-            prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+        if (refuse_syscalls(__NR_io_uring_setup, __NR_io_uring_setup) != 0)
             _exit(2);
         tern_loop *loop;
         tern_loop_options opt = {.io = TERN_IO_URING};
@@ -525,19 +534,8 @@ static void a_listener_takes_its_connections_through_the_back_end(void **state) 
         if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(lfd, 64) != 0 ||
             getsockname(lfd, (struct sockaddr *)&a, &alen) != 0)
             _exit(3);
-        if (uring) {
-            struct sock_filter filter[] = {
-                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_accept4, 1, 0),
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_accept, 0, 1),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-            };
-            struct sock_fprog prog = {sizeof(filter) / sizeof(filter[0]), filter};
-            if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-                prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
-                _exit(4);
-        }
+        if (uring && refuse_syscalls(__NR_accept4, __NR_accept) != 0)
+            _exit(4);
         int clients[21], top = lfd;
         for (int i = 0; i < 20; i++) {
             clients[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
