@@ -522,7 +522,7 @@ static int multishot_tag(uint32_t st) { return st & ST_ACCEPTOR ? TAG_ACCEPT : T
 
 /* Arms or cancels the multishot of a stream (its receive) or a listener
  * (its accept). */
-static void arm_recv(tern__uring *u, int fd, bool want) {
+static void arm_multishot(tern__uring *u, int fd, bool want) {
     uint32_t st = u->fds[fd].st;
     struct io_uring_sqe *sqe;
     if (want && !(st & (ST_RECV | ST_EOF))) {
@@ -574,7 +574,7 @@ static void flush_dirty(tern__uring *u) {
             submit_send(u, tx_of(u, fd));
         }
         if (st & ST_ACCEPTOR) {
-            arm_recv(u, fd, (want & TERN__IO_IN) != 0);
+            arm_multishot(u, fd, (want & TERN__IO_IN) != 0);
             continue;
         }
         if (!(st & ST_STREAM)) {
@@ -585,7 +585,7 @@ static void flush_dirty(tern__uring *u) {
          * wanted (paused), a poll watches for the peer's end; writing
          * waits for a poll only when a sendfile found the socket full (or
          * nothing is in flight to complete: the socket's state tells). */
-        arm_recv(u, fd, (want & TERN__IO_IN) != 0);
+        arm_multishot(u, fd, (want & TERN__IO_IN) != 0);
         uint32_t pw = 0;
         if ((want & TERN__IO_RDHUP) && !(want & TERN__IO_IN) && !(st & ST_EOF))
             pw |= TERN__IO_RDHUP;
