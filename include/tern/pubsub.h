@@ -195,7 +195,8 @@ int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out);
  * reconnects with a backoff (100 ms, doubling to 5 s, with jitter) and
  * subscribes again. Losing and regaining Redis are logged (warn, info). */
 typedef struct tern_redis_counters {
-    bool connected;        /* both connections up */
+    bool connected;        /* both connections up, and the pattern subscription
+                            * of topics with a history running in Redis */
     uint64_t reconnects;   /* connections made again after a loss */
     uint64_t published;    /* publishes sent to Redis */
     uint64_t received;     /* messages from the other nodes */

@@ -74,6 +74,10 @@ struct tern__redis {
     bool ever_up;       /* connected once: the next connection counts as a reconnect */
     bool freeing;       /* in tern__redis_free or resetting the links: callbacks do nothing */
     bool retry_armed;
+    /* PSUBSCRIBEs sent on this sub link and not yet confirmed: until they
+     * are, messages Redis numbers would go by unheard, so the bridge does
+     * not say it is connected (and a publish is not sent to be numbered). */
+    int psub_waiting;
     /* The numbering script's SHA1 as Redis gave it (SCRIPT LOAD on each
      * new publishing link); empty until then: EVAL with its text. */
     char sha[41];
@@ -133,6 +137,7 @@ static void link_lost(tern__redis *r) {
         tern__log(TERN_LOG_WARN, TERN__LOG_RUN, "redis %s:%d lost; local delivery goes on, "
                   "reconnecting", r->host, r->port);
     r->was_up = false;
+    r->psub_waiting = 0;   /* the link is gone, and its confirmations with it */
     atomic_store(&r->connected, false);
     /* jitter: +-25 %, so many nodes do not come back in step */
     uint32_t wait = r->backoff_ms - r->backoff_ms / 4 + (uint32_t)rand_r(&r->seed) % (r->backoff_ms / 2 + 1);
@@ -143,15 +148,22 @@ static void link_lost(tern__redis *r) {
     r->retry_armed = true;
 }
 
+static void set_connected(tern__redis *r) {
+    atomic_store(&r->connected, true);
+    tern__log(TERN_LOG_INFO, TERN__LOG_RUN, "redis %s:%d connected", r->host, r->port);
+}
+
 static void both_up(tern__redis *r) {
     if (r->ever_up)
         bump(&r->reconnects);
     r->ever_up = true;
     r->backoff_ms = BACKOFF_MIN_MS;
     r->was_up = true;
-    atomic_store(&r->connected, true);
-    tern__log(TERN_LOG_INFO, TERN__LOG_RUN, "redis %s:%d connected", r->host, r->port);
+    r->psub_waiting = 0;
     r->hooks.resubscribe(r->user);
+    /* connected now, or when the last pattern subscription is confirmed */
+    if (r->psub_waiting == 0)
+        set_connected(r);
 }
 
 static void on_connect(const redisAsyncContext *ac, int status) {
@@ -431,6 +443,9 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv) {
     /* ["message", channel, body] or ["pmessage", pattern, channel, body];
      * else a subscribe confirmation */
     if (strcmp(m->element[0]->str, "psubscribe") == 0) {
+        if (r->psub_waiting > 0 && --r->psub_waiting == 0 && r->sub.up && r->pub.up &&
+            !atomic_load(&r->connected))
+            set_connected(r);
         r->hooks.listening(r->user);
         return;
     }
@@ -464,7 +479,8 @@ void tern__redis_psubscribe(tern__redis *r, const char *prefix, size_t plen) {
         pat[n++] = prefix[i];
     }
     pat[n++] = '*';
-    redisAsyncCommand(r->sub.ac, on_message, r, "PSUBSCRIBE %b", pat, n);
+    if (redisAsyncCommand(r->sub.ac, on_message, r, "PSUBSCRIBE %b", pat, n) == REDIS_OK)
+        r->psub_waiting++;
 }
 
 void tern__redis_publish(tern__redis *r, const char *topic, size_t tlen, const char *key,

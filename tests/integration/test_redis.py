@@ -387,3 +387,26 @@ def test_a_subscriber_from_before_the_first_message_resumes(redis, tern_factory)
     with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:   # saw nothing at all
         missed, again = pubsub_subscribe(ws, "fresh", epoch=ack["epoch"], after="0")
         assert again["resumed"] is True and [m["seq"] for m in missed] == list(range(1, 9))
+
+
+def test_connected_only_once_numbered_messages_are_heard(redis, tern_factory):
+    """A node says it is connected (and sends a topic with a history to be
+    numbered by Redis) only once its pattern subscription runs in Redis:
+    before, what Redis numbered went by unheard, also the node's own
+    publishes, and a node new to the topic never read them back. Redis
+    paused (CLIENT PAUSE) accepts the links but runs no command."""
+    url = f"redis://127.0.0.1:{redis.port}"
+    a = tern_factory("--redis", url, "--feed", "off", "--pubsub-history", "1000")
+    wait_for(lambda: stats(a)["redis"]["connected"], "a connected")
+    assert redis.command("CLIENT", "PAUSE", "1500", "ALL") == "+OK"
+    paused = time.time()
+    b = tern_factory("--redis", url, "--feed", "off", "--pubsub-history", "1000")
+    while time.time() < paused + 1.0:
+        assert not stats(b)["redis"]["connected"], "connected while its PSUBSCRIBE waits"
+        time.sleep(0.05)
+    wait_for(lambda: stats(b)["redis"]["connected"], "b connected")
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        pubsub_subscribe(ws, "t")
+        http_publish(b, "t", "m1")   # numbered by Redis, heard back by b
+        m = recv_msg(ws)
+        assert m["data"] == "m1" and m["seq"] == 1, m
