@@ -2,15 +2,17 @@
  * is XORed with key[i % 4]. This is the one pass over every received byte
  * that cannot be avoided, so it runs as wide as the CPU allows.
  *
- * The wide variants (SSE2, AVX2) load and store unaligned from the first
- * byte: a payload follows a 2 to 14 byte header, so it is almost never
- * aligned, and an alignment head done a byte at a time cost more than the
- * rest of a 64-byte payload (callgrind: 257 instructions a 64 B frame,
- * against 40 this way). The key is repeated across a register starting at
- * the given phase (every 4 bytes the phase is the same again, so one
- * register serves the whole loop), and what is left under 16 bytes goes 8
- * bytes at a time, then a byte at a time. The portable variant aligns
- * first, for CPUs where unaligned words cost more. */
+ * The wide variants (SSE2, AVX2) repeat the key across a register,
+ * starting at the given phase (every 4 bytes the phase is the same again,
+ * so one register serves the whole loop), and what is left under 16 bytes
+ * goes 8 bytes at a time, then a byte at a time. They load and store
+ * unaligned from the first byte of a short payload: it follows a 2 to 14
+ * byte header, so it is almost never aligned, and an alignment head cost
+ * more than the rest of a 64-byte payload (callgrind: 257 instructions a
+ * 64 B frame with a head done a byte at a time, about 50 without). A long
+ * payload is first brought to the register's alignment (ALIGN_FROM). The
+ * portable variant aligns first, for CPUs where unaligned words cost
+ * more. */
 #include "ws/frame.h"
 #include "ws/mask.h"
 
@@ -40,12 +42,13 @@ static uint32_t key_word(const uint8_t key[4], size_t phase) {
     return w;
 }
 
-/* 8 bytes at a time through memcpy (any alignment), then the tail. Used
- * alone for short payloads, where a wide loop's alignment head and tail
- * would be the whole payload, done a byte at a time; and as the body of
- * the portable variant, after its head. */
+/* 8 bytes at a time through memcpy (any alignment), then the tail.
+ * Alone for short payloads; the head and the tail of the wide variants;
+ * the body of the portable one. Returns the phase after data[len). */
 static size_t mask_short(uint8_t *data, size_t len, const uint8_t key[4], size_t phase) {
     phase &= 3;
+    if (len == 0)
+        return phase;
     uint32_t w4 = key_word(key, phase);
     uint64_t k = (uint64_t)w4 << 32 | w4;
     size_t i = 0;
@@ -75,11 +78,17 @@ static size_t mask_portable(uint8_t *data, size_t len, const uint8_t key[4], siz
 
 #ifdef TERN__MASK_X86
 
+/* From this length on the wide variants first bring the data to their
+ * register's alignment (the head by mask_short): unaligned stores that
+ * straddle cache lines cost about a fifth more on a 1 MiB payload here,
+ * while below it the head costs more than it saves. */
+#define ALIGN_FROM 1024
+
 __attribute__((target("sse2")))
 static size_t mask_sse2(uint8_t *data, size_t len, const uint8_t key[4], size_t phase) {
-    phase &= 3;
+    size_t i = len >= ALIGN_FROM ? head_len(data, len, 16) : 0;
+    phase = mask_short(data, i, key, phase);
     __m128i k = _mm_set1_epi32((int)key_word(key, phase));
-    size_t i = 0;
     for (; i + 32 <= len; i += 32) {
         __m128i a = _mm_loadu_si128((const __m128i *)(data + i));
         __m128i b = _mm_loadu_si128((const __m128i *)(data + i + 16));
@@ -91,16 +100,14 @@ static size_t mask_sse2(uint8_t *data, size_t len, const uint8_t key[4], size_t 
         _mm_storeu_si128((__m128i *)(data + i), _mm_xor_si128(a, k));
         i += 16;
     }
-    if (i == len)
-        return (phase + len) & 3;
-    return mask_short(data + i, len - i, key, phase);   /* i % 4 == 0: same phase */
+    return mask_short(data + i, len - i, key, phase);
 }
 
 __attribute__((target("avx2")))
 static size_t mask_avx2(uint8_t *data, size_t len, const uint8_t key[4], size_t phase) {
-    phase &= 3;
+    size_t i = len >= ALIGN_FROM ? head_len(data, len, 32) : 0;
+    phase = mask_short(data, i, key, phase);
     __m256i k = _mm256_set1_epi32((int)key_word(key, phase));
-    size_t i = 0;
     for (; i + 64 <= len; i += 64) {
         __m256i a = _mm256_loadu_si256((const __m256i *)(data + i));
         __m256i b = _mm256_loadu_si256((const __m256i *)(data + i + 32));
@@ -117,9 +124,7 @@ static size_t mask_avx2(uint8_t *data, size_t len, const uint8_t key[4], size_t 
         _mm_storeu_si128((__m128i *)(data + i), _mm_xor_si128(a, _mm256_castsi256_si128(k)));
         i += 16;
     }
-    if (i == len)
-        return (phase + len) & 3;
-    return mask_short(data + i, len - i, key, phase);   /* i % 4 == 0: same phase */
+    return mask_short(data + i, len - i, key, phase);
 }
 
 #endif /* TERN__MASK_X86 */
