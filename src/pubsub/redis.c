@@ -74,9 +74,10 @@ struct tern__redis {
     bool ever_up;       /* connected once: the next connection counts as a reconnect */
     bool freeing;       /* in tern__redis_free or resetting the links: callbacks do nothing */
     bool retry_armed;
-    /* PSUBSCRIBEs sent on this sub link and not yet confirmed: until they
-     * are, messages Redis numbers would go by unheard, so the bridge does
-     * not say it is connected (and a publish is not sent to be numbered). */
+    /* PSUBSCRIBEs sent on this sub link and not yet confirmed (counted
+     * afresh by each both_up): until they are, messages Redis numbers would
+     * go by unheard, so the bridge does not say it is connected (and a
+     * publish is not sent to be numbered). */
     int psub_waiting;
     /* The numbering script's SHA1 as Redis gave it (SCRIPT LOAD on each
      * new publishing link); empty until then: EVAL with its text. */
@@ -137,7 +138,6 @@ static void link_lost(tern__redis *r) {
         tern__log(TERN_LOG_WARN, TERN__LOG_RUN, "redis %s:%d lost; local delivery goes on, "
                   "reconnecting", r->host, r->port);
     r->was_up = false;
-    r->psub_waiting = 0;   /* the link is gone, and its confirmations with it */
     atomic_store(&r->connected, false);
     /* jitter: +-25 %, so many nodes do not come back in step */
     uint32_t wait = r->backoff_ms - r->backoff_ms / 4 + (uint32_t)rand_r(&r->seed) % (r->backoff_ms / 2 + 1);
