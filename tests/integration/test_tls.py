@@ -286,23 +286,35 @@ def test_sighup_reloads_certificates_without_dropping_connections(tern_factory, 
 # ---- WebSocket over TLS -----------------------------------------------------
 
 def test_wss_echo_with_compression_and_backpressure(tls_tern):
-    from websockets.sync.client import connect
+    # The asyncio client, not the threaded one: websockets' sync client reads
+    # in a background thread while the caller writes, and Python's SSL socket
+    # lets SSL_read and SSL_write run at once on one OpenSSL session, which
+    # OpenSSL forbids (a write racing the server's session tickets can be
+    # lost). One thread keeps the client's TLS sound.
+    import asyncio
+    from websockets.asyncio.client import connect
     tern = tls_tern()
     url = f"wss://localhost:{tern.tls_port}/ws"
-    with connect(url, ssl=client_ctx(), compression="deflate", max_size=None) as ws:
-        assert "permessage-deflate" in ws.response.headers.get("Sec-WebSocket-Extensions", "")
-        for size in (0, 10, 125, 126, 65535, 65536, 1 << 20):
-            msg = os.urandom(size)
-            ws.send(msg)
-            assert ws.recv(timeout=10 * SLOW) == msg
-        ws.send("héllo" * 1000)
-        assert ws.recv(timeout=5 * SLOW) == "héllo" * 1000
-        # Many messages before reading any: the echo backlog and the pause
-        # policy work the same under TLS.
-        for i in range(200):
-            ws.send(b"%d" % i + b"x" * 20000)
-        for i in range(200):
-            assert ws.recv(timeout=10 * SLOW)[:4].startswith(b"%d" % i)
+
+    async def session():
+        async with connect(url, ssl=client_ctx(), compression="deflate", max_size=None,
+                           open_timeout=10 * SLOW) as ws:
+            assert "permessage-deflate" in ws.response.headers.get("Sec-WebSocket-Extensions", "")
+            for size in (0, 10, 125, 126, 65535, 65536, 1 << 20):
+                msg = os.urandom(size)
+                await ws.send(msg)
+                assert await asyncio.wait_for(ws.recv(), 10 * SLOW) == msg
+            await ws.send("héllo" * 1000)
+            assert await asyncio.wait_for(ws.recv(), 5 * SLOW) == "héllo" * 1000
+            # Many messages before reading any: the echo backlog and the pause
+            # policy work the same under TLS.
+            for i in range(200):
+                await ws.send(b"%d" % i + b"x" * 20000)
+            for i in range(200):
+                got = await asyncio.wait_for(ws.recv(), 10 * SLOW)
+                assert got.startswith(b"%d" % i)
+
+    asyncio.run(session())
 
 
 def test_graceful_shutdown_with_tls_connections(tls_tern):
