@@ -74,6 +74,9 @@ bool tern__io_stream(tern_loop *loop, tern__io *io, bool on) {
 ssize_t tern__io_recv(tern_loop *loop, tern__io *io, char *buf, size_t len) {
     return loop->bk->io_recv(loop, io, buf, len);
 }
+char *tern__io_take(tern_loop *loop, tern__io *io, size_t *len) {
+    return loop->bk->io_take(loop, io, len);
+}
 bool tern__io_pending(tern_loop *loop, const tern__io *io) {
     return loop->bk->io_pending(loop, io);
 }

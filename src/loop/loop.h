@@ -77,6 +77,11 @@ int tern__io_accept(tern_loop *loop, tern__io *io);
 bool tern__io_stream(tern_loop *loop, tern__io *io, bool on);
 /* As recv(): bytes, 0 at the end, -EAGAIN, or a negative errno. */
 ssize_t tern__io_recv(tern_loop *loop, tern__io *io, char *buf, size_t len);
+/* The bytes in hand, without a copy: all of them, in the back end's own
+ * buffer, writable and valid until the report that told TERN__IO_IN
+ * returns; *len is their count. NULL when none are held that way (bytes
+ * left over from an earlier report, or the end): then tern__io_recv. */
+char *tern__io_take(tern_loop *loop, tern__io *io, size_t *len);
 /* How many bytes tern__io_recv would return now. */
 size_t tern__io_held(tern_loop *loop, const tern__io *io);
 /* Input the watcher has not read (bytes left over, or the end): no

@@ -54,6 +54,7 @@ typedef struct tern__backend_ops {
     int (*io_accept)(tern_loop *loop, tern__io *io);
     bool (*io_stream)(tern_loop *loop, tern__io *io, bool on);
     ssize_t (*io_recv)(tern_loop *loop, tern__io *io, char *buf, size_t len);
+    char *(*io_take)(tern_loop *loop, tern__io *io, size_t *len);
     bool (*io_pending)(tern_loop *loop, const tern__io *io);
     size_t (*io_held)(tern_loop *loop, const tern__io *io);
     ssize_t (*io_send)(tern_loop *loop, tern__io *io, const struct iovec *iov, int iovcnt);

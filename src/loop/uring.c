@@ -156,7 +156,7 @@ typedef struct tern__uring {
     uint64_t *ends;          /* streams whose end is to be told (fd << 16 | gen) */
     int nends, ends_cap;
     int cur_fd;
-    const char *cur;
+    char *cur;
     size_t cur_len;
     int acc_fd;              /* the listener whose accept is being dispatched, or -1 */
     int acc_res;             /* its connection (or negative errno), -EAGAIN once taken */
@@ -792,6 +792,20 @@ static ssize_t ur_io_recv(tern_loop *loop, tern__io *io, char *buf, size_t len) 
     return -EAGAIN;
 }
 
+/* The buffer being dispatched, handed over whole, when nothing an earlier
+ * report left comes before it. */
+static char *ur_io_take(tern_loop *loop, tern__io *io, size_t *len) {
+    tern__uring *u = ur_of(loop);
+    int fd = io->fd;
+    if (u->cur_fd != fd || u->cur_len == 0 || (u->rests && rest_find(u, fd, false)))
+        return NULL;
+    char *p = u->cur;
+    *len = u->cur_len;
+    u->cur += u->cur_len;
+    u->cur_len = 0;
+    return p;
+}
+
 static size_t ur_io_held(tern_loop *loop, const tern__io *io) {
     tern__uring *u = ur_of(loop);
     int fd = io->fd;
@@ -977,7 +991,7 @@ static void on_recv(tern__uring *u, int fd, int res, uint32_t flags) {
         ends_add(u, fd);
         return;
     }
-    const char *data = u->bufs + (size_t)bid * BUF_SIZE;
+    char *data = u->bufs + (size_t)bid * BUF_SIZE;
     if (io->events & TERN__IO_IN) {
         u->cur_fd = fd;
         u->cur = data;
@@ -1159,6 +1173,7 @@ const tern__backend_ops tern__uring_backend = {
     .io_accept = ur_io_accept,
     .io_stream = ur_io_stream,
     .io_recv = ur_io_recv,
+    .io_take = ur_io_take,
     .io_pending = ur_io_pending,
     .io_held = ur_io_held,
     .io_send = ur_io_send,

@@ -630,9 +630,27 @@ static void feed(tern__conn *c, char *data, size_t len, bool from_in) {
     }
 }
 
+/* Decrypted input the socket no longer shows: no event will come. */
+static void check_pending(tern__conn *c) {
+    if (!(c->flags & (TERN__CONN_CLOSED | TERN__CONN_PAUSED | TERN__CONN_LINGER)) &&
+        c->tp->ops->pending(c))
+        add_pending(c);
+}
+
 static void conn_read(tern__conn *c) {
     char *dst;
     size_t room;
+    if (c->in == NULL && c->tp->ops->take && !(c->flags & TERN__CONN_LINGER)) {
+        /* The transport has the bytes in a buffer of its own: the protocol
+         * parses them there (what it leaves is copied to c->in). */
+        size_t len;
+        char *data = c->tp->ops->take(c, &len);
+        if (data) {
+            feed(c, data, len, false);
+            check_pending(c);
+            return;
+        }
+    }
     if (c->in) {
         /* A partial request or frame is waiting: read behind it, so the
          * protocol sees it whole and nothing is copied twice. */
@@ -690,10 +708,7 @@ static void conn_read(tern__conn *c) {
     } else {
         feed(c, dst, (size_t)r, false);
     }
-    /* Decrypted input the socket no longer shows: no event will come. */
-    if (!(c->flags & (TERN__CONN_CLOSED | TERN__CONN_PAUSED | TERN__CONN_LINGER)) &&
-        c->tp->ops->pending(c))
-        add_pending(c);
+    check_pending(c);
 }
 
 /* The first event of an outbound connection: the connect's outcome. */

@@ -45,6 +45,11 @@ typedef struct tern__transport_ops {
     /* The host name the client asked for in its TLS handshake (SNI), or
      * NULL (plain TCP, or none given). */
     const char *(*server_name)(const tern__conn *c);
+    /* Optional: the bytes the transport holds in a buffer of its own (the
+     * stream transport: the back end's receive buffer), all handed over
+     * without a copy, writable and valid during this read's callback; NULL
+     * when it holds none that way (then recv). */
+    char *(*take)(tern__conn *c, size_t *len);
     /* Optional: how many bytes a read would return now without waiting,
      * when the transport holds them itself (the stream transport). */
     size_t (*held)(const tern__conn *c);

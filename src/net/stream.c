@@ -9,6 +9,8 @@ static ssize_t stream_recv(tern__conn *c, char *buf, size_t len) {
     return tern__io_recv(c->loop, &c->io, buf, len);
 }
 
+static char *stream_take(tern__conn *c, size_t *len) { return tern__io_take(c->loop, &c->io, len); }
+
 static ssize_t stream_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
     return tern__io_send(c->loop, &c->io, iov, iovcnt);
 }
@@ -38,6 +40,7 @@ static const tern__transport_ops stream_ops = {
     .release = stream_release,
     .server_name = stream_server_name,
     .held = stream_held,
+    .take = stream_take,
 };
 
 tern__transport tern__stream_transport = {&stream_ops};
