@@ -131,6 +131,10 @@ typedef struct tern__ufd {
  * - sends[i] for i in [0, nsends) is a send op or NULL (free, its index
  *   on free_ix).
  * - dirty[0..ndirty) are the descriptors with ST_DIRTY, each once.
+ * - txq[0..ntxq) are the descriptors whose send is being filled, in the
+ *   order they began: each with ST_TXQ has its entry (an entry whose
+ *   descriptor lost ST_TXQ since, by a close, is skipped). Kept apart from
+ *   dirty so that a send, the common case, costs no look at interest.
  * - bufs holds BUF_COUNT buffers of BUF_SIZE, each either in the kernel's
  *   provided-buffer ring or, during one completion's dispatch only, cur.
  * - cur is the received buffer being dispatched (cur_fd -1 when none);
@@ -149,6 +153,8 @@ typedef struct tern__uring {
     uint32_t nfree_ix;
     int *dirty;
     int ndirty, dirty_cap;
+    int *txq;
+    int ntxq, txq_cap;
     tern__rest *rests;
     tern__usend *free_sends;
     int nfree_sends;
@@ -299,6 +305,7 @@ static void ur_free(tern_loop *loop) {
     free(u->free_ix);
     free(u->ends);
     free(u->dirty);
+    free(u->txq);
     free(u);
     loop->backend = NULL;
 }
@@ -370,17 +377,24 @@ static int tx_set(tern__uring *u, int fd, tern__usend *s) {
     return 0;
 }
 
+/* Room for one more descriptor in a list (dirty, txq). */
+static int fd_list_fit(int **v, int n, int *cap) {
+    if (n < *cap)
+        return 0;
+    int c = *cap ? *cap * 2 : 256;
+    int *d = realloc(*v, (size_t)c * sizeof(*d));
+    if (d == NULL)
+        return -ENOMEM;
+    *v = d;
+    *cap = c;
+    return 0;
+}
+
 static void mark_dirty(tern__uring *u, int fd) {
     if (u->fds[fd].st & ST_DIRTY)
         return;
-    if (u->ndirty == u->dirty_cap) {
-        int cap = u->dirty_cap ? u->dirty_cap * 2 : 256;
-        int *d = realloc(u->dirty, (size_t)cap * sizeof(*d));
-        if (d == NULL)
-            return;   /* the descriptor is re-examined at its next change */
-        u->dirty = d;
-        u->dirty_cap = cap;
-    }
+    if (fd_list_fit(&u->dirty, u->ndirty, &u->dirty_cap) < 0)
+        return;   /* the descriptor is re-examined at its next change */
     u->fds[fd].st |= ST_DIRTY;
     u->dirty[u->ndirty++] = fd;
 }
@@ -557,8 +571,19 @@ static void settle_closing(tern__uring *u, int fd) {
     rest_drop(u, fd);
 }
 
-/* Turns each dirty descriptor's wishes into submissions. */
+/* Submits the sends filled since the ring was last entered, then turns
+ * each dirty descriptor's wishes into submissions (a stream's send is
+ * then in flight, which they depend on). */
 static void flush_dirty(tern__uring *u) {
+    for (int i = 0; i < u->ntxq; i++) {
+        int fd = u->txq[i];
+        uint32_t st = u->fds[fd].st;
+        if (!(st & ST_TXQ))
+            continue;
+        u->fds[fd].st = (st & ~ST_TXQ) | ST_SEND;
+        submit_send(u, tx_of(u, fd));
+    }
+    u->ntxq = 0;
     for (int i = 0; i < u->ndirty; i++) {
         int fd = u->dirty[i];
         u->fds[fd].st &= ~ST_DIRTY;
@@ -569,10 +594,6 @@ static void flush_dirty(tern__uring *u) {
         }
         tern__io *io = u->fds[fd].io;
         uint32_t want = io ? io->events : 0;
-        if (st & ST_TXQ) {
-            u->fds[fd].st = st = (st & ~ST_TXQ) | ST_SEND;
-            submit_send(u, tx_of(u, fd));
-        }
         if (st & ST_ACCEPTOR) {
             arm_multishot(u, fd, (want & TERN__IO_IN) != 0);
             continue;
@@ -854,7 +875,7 @@ static ssize_t ur_io_send(tern_loop *loop, tern__io *io, const struct iovec *iov
         return -EAGAIN;
     size_t want = have + total < BIG_SEND ? have + total : BIG_SEND;
     if (s == NULL) {
-        if ((s = send_get(u, want)) == NULL)
+        if (fd_list_fit(&u->txq, u->ntxq, &u->txq_cap) < 0 || (s = send_get(u, want)) == NULL)
             return -ENOMEM;
         s->fd = fd;
         s->gen = u->fds[fd].gen;
@@ -864,7 +885,7 @@ static ssize_t ur_io_send(tern_loop *loop, tern__io *io, const struct iovec *iov
             return -ENOMEM;
         }
         u->fds[fd].st |= ST_TXQ;
-        mark_dirty(u, fd);
+        u->txq[u->ntxq++] = fd;
     } else if (want > s->cap) {
         size_t cap = s->cap * 2 > want ? s->cap * 2 : want;
         tern__usend *g = realloc(s, sizeof(*s) + (cap < BIG_SEND ? cap : BIG_SEND));
