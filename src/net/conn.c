@@ -338,7 +338,7 @@ static void backlog_started(tern__conn *c) {
 
 /* Writes iov to the socket now; what the kernel does not take goes to the
  * backlog. Returns TERN_SEND_OK or TERN_SEND_BUFFERED. */
-static int send_now(tern__conn *c, struct iovec *iov, int iovcnt) {
+static int send_now(tern__conn *c, const struct iovec *iov, int iovcnt) {
     size_t total = 0;
     for (int i = 0; i < iovcnt; i++)
         total += iov[i].iov_len;
@@ -397,6 +397,15 @@ static tern__net *cork_take(tern__conn *c) {
 int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
     if (closing(c))
         return -EPIPE;
+    /* A transport that gathers the batch's writes itself (the stream
+     * transport) is written to directly, without the cork; only what a
+     * reserve put in the cork for c goes first. */
+    bool direct = c->tp->ops->coalesces;
+    if (direct && net_of(c->loop)->cork_owner == c) {
+        cork_flush(net_of(c->loop));
+        if (closing(c))
+            return -EPIPE;
+    }
     size_t total = 0;
     for (int i = 0; i < iovcnt; i++)
         total += iov[i].iov_len;
@@ -413,6 +422,8 @@ int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
         }
         return TERN_SEND_BUFFERED;
     }
+    if (direct)
+        return send_now(c, iov, iovcnt);
     tern__net *n = cork_take(c);
     if (n->cork_len + total <= TERN__CORK_CAP) {
         for (int i = 0; i < iovcnt; i++) {

@@ -45,6 +45,11 @@ typedef struct tern__transport_ops {
     /* The host name the client asked for in its TLS handshake (SNI), or
      * NULL (plain TCP, or none given). */
     const char *(*server_name)(const tern__conn *c);
+    /* The transport keeps what send takes until the loop's batch end and
+     * sends it as one (the stream transport: the back end's send of this
+     * iteration), so net writes to it directly: its cork would only copy
+     * the bytes once more. */
+    bool coalesces;
     /* Optional: the bytes the transport holds in a buffer of its own (the
      * stream transport: the back end's receive buffer), all handed over
      * without a copy, writable and valid during this read's callback; NULL

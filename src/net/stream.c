@@ -41,6 +41,7 @@ static const tern__transport_ops stream_ops = {
     .server_name = stream_server_name,
     .held = stream_held,
     .take = stream_take,
+    .coalesces = true,
 };
 
 tern__transport tern__stream_transport = {&stream_ops};
