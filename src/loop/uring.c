@@ -898,6 +898,8 @@ static ssize_t ur_io_send(tern_loop *loop, tern__io *io, const struct iovec *iov
     size_t taken = 0;
     for (int i = 0; i < iovcnt && s->len < s->cap; i++) {
         size_t n = iov[i].iov_len < s->cap - s->len ? iov[i].iov_len : s->cap - s->len;
+        if (n == 0)
+            continue;   /* an empty piece's iov_base may be NULL */
         memcpy(s->data + s->len, iov[i].iov_base, n);
         s->len += n;
         taken += n;
