@@ -641,7 +641,9 @@ static void feed(tern__conn *c, char *data, size_t len, bool from_in) {
     }
 }
 
-/* Decrypted input the socket no longer shows: no event will come. */
+/* Input the transport holds that the socket no longer shows (TLS records
+ * decrypted ahead, what a stream's protocol did not read): no event will
+ * come for it, so it is re-fed at the batch end. */
 static void check_pending(tern__conn *c) {
     if (!(c->flags & (TERN__CONN_CLOSED | TERN__CONN_PAUSED | TERN__CONN_LINGER)) &&
         c->tp->ops->pending(c))
