@@ -336,12 +336,17 @@ static void backlog_started(tern__conn *c) {
         tern__conn_send_clock(c);
 }
 
-/* Writes iov to the socket now; what the kernel does not take goes to the
- * backlog. Returns TERN_SEND_OK or TERN_SEND_BUFFERED. */
-static int send_now(tern__conn *c, const struct iovec *iov, int iovcnt) {
+static size_t iov_bytes(const struct iovec *iov, int iovcnt) {
     size_t total = 0;
     for (int i = 0; i < iovcnt; i++)
         total += iov[i].iov_len;
+    return total;
+}
+
+/* Writes iov to the socket now; what the kernel does not take goes to the
+ * backlog. Returns TERN_SEND_OK or TERN_SEND_BUFFERED. */
+static int send_now(tern__conn *c, const struct iovec *iov, int iovcnt) {
+    size_t total = iov_bytes(iov, iovcnt);
     ssize_t w = c->tp->ops->send(c, iov, iovcnt);
     if (w < 0) {
         if (w != -EAGAIN) {
@@ -406,12 +411,9 @@ int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
         if (closing(c))
             return -EPIPE;
     }
-    size_t total = 0;
-    for (int i = 0; i < iovcnt; i++)
-        total += iov[i].iov_len;
     if (c->out || c->file) {
         /* Already behind: keep order by queueing after the backlog. */
-        if (c->out_limit && tern__conn_buffered(c) + total > c->out_limit)
+        if (c->out_limit && tern__conn_buffered(c) + iov_bytes(iov, iovcnt) > c->out_limit)
             return TERN_SEND_DROPPED;
         for (int i = 0; i < iovcnt; i++) {
             int err = out_append(c, iov[i].iov_base, iov[i].iov_len);
@@ -423,9 +425,9 @@ int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
         return TERN_SEND_BUFFERED;
     }
     if (direct)
-        return send_now(c, iov, iovcnt);
+        return send_now(c, iov, iovcnt);   /* which counts the bytes itself */
     tern__net *n = cork_take(c);
-    if (n->cork_len + total <= TERN__CORK_CAP) {
+    if (n->cork_len + iov_bytes(iov, iovcnt) <= TERN__CORK_CAP) {
         for (int i = 0; i < iovcnt; i++) {
             if (iov[i].iov_len == 0)  /* iov_base may be NULL then */
                 continue;
