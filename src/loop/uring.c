@@ -58,7 +58,14 @@ _Static_assert((int)TERN__IO_IN == POLLIN && (int)TERN__IO_OUT == POLLOUT &&
 #define BUF_GROUP 0
 #define BUF_COUNT 128            /* provided receive buffers (a power of two) */
 #define BUF_SIZE (32 * 1024)
-#define SMALL_SEND (16 * 1024 - 64)  /* a send op this size or less comes from the free list */
+/* Send ops of two sizes are kept for reuse, each on its own free list:
+ * small ones (a handshake's answer, a small message's echo) and larger
+ * ones. What the lists keep is bounded (FREE_SENDS_KEPT of each: 1 MiB
+ * and 8 MiB at most), and kept small where most sends are small, so
+ * that what a loop holds for reuse does not grow with the number of
+ * answers in flight at once by 16 KiB each. */
+#define SMALL_SEND (2 * 1024 - 64)
+#define LARGE_SEND (16 * 1024 - 64)
 #define BIG_SEND (1u << 20)      /* the most one send op copies */
 #define FREE_SENDS_KEPT 512
 #define CLOSE_SEND_MS 2000       /* how long a closed stream's last send may take */
@@ -156,8 +163,8 @@ typedef struct tern__uring {
     int *txq;
     int ntxq, txq_cap;
     tern__rest *rests;
-    tern__usend *free_sends;
-    int nfree_sends;
+    tern__usend *free_sends[2];   /* [0]: SMALL_SEND ops, [1]: LARGE_SEND ones */
+    int nfree_sends[2];
     tern__usend *orphans;    /* sends in flight whose watcher went away (next_free links) */
     uint64_t *ends;          /* streams whose end is to be told (fd << 16 | gen) */
     int nends, ends_cap;
@@ -294,11 +301,12 @@ static void ur_free(tern_loop *loop) {
         u->orphans = s->next_free;
         free(s);
     }
-    while (u->free_sends) {
-        tern__usend *s = u->free_sends;
-        u->free_sends = s->next_free;
-        free(s);
-    }
+    for (int k = 0; k < 2; k++)
+        while (u->free_sends[k]) {
+            tern__usend *s = u->free_sends[k];
+            u->free_sends[k] = s->next_free;
+            free(s);
+        }
     if (u->fds)
         munmap(u->fds, (size_t)u->cap * sizeof(tern__ufd));
     free(u->sends);
@@ -452,15 +460,22 @@ static void rest_keep(tern__uring *u, int fd, const char *data, size_t len) {
 
 /* ---- sends ------------------------------------------------------------ */
 
+/* The size class of a send op that must hold want bytes: SMALL_SEND,
+ * LARGE_SEND, or want itself (not kept). */
+static size_t send_class(size_t want) {
+    return want <= SMALL_SEND ? SMALL_SEND : want <= LARGE_SEND ? LARGE_SEND : want;
+}
+
 static tern__usend *send_get(tern__uring *u, size_t want) {
+    size_t cap = send_class(want);
+    int k = cap == SMALL_SEND ? 0 : 1;
     tern__usend *s;
-    if (want <= SMALL_SEND && u->free_sends) {
-        s = u->free_sends;
-        u->free_sends = s->next_free;
-        u->nfree_sends--;
+    if (cap <= LARGE_SEND && u->free_sends[k]) {
+        s = u->free_sends[k];
+        u->free_sends[k] = s->next_free;
+        u->nfree_sends[k]--;
         return s;
     }
-    size_t cap = want <= SMALL_SEND ? SMALL_SEND : want;
     s = malloc(sizeof(*s) + cap);
     if (s)
         s->cap = cap;
@@ -468,10 +483,11 @@ static tern__usend *send_get(tern__uring *u, size_t want) {
 }
 
 static void send_put(tern__uring *u, tern__usend *s) {
-    if (s->cap == SMALL_SEND && u->nfree_sends < FREE_SENDS_KEPT) {
-        s->next_free = u->free_sends;
-        u->free_sends = s;
-        u->nfree_sends++;
+    int k = s->cap == SMALL_SEND ? 0 : s->cap == LARGE_SEND ? 1 : -1;
+    if (k >= 0 && u->nfree_sends[k] < FREE_SENDS_KEPT) {
+        s->next_free = u->free_sends[k];
+        u->free_sends[k] = s;
+        u->nfree_sends[k]++;
         return;
     }
     free(s);
@@ -602,13 +618,18 @@ static void flush_dirty(tern__uring *u) {
             arm_poll(u, fd, want & (TERN__IO_IN | TERN__IO_OUT | TERN__IO_RDHUP));
             continue;
         }
-        /* A stream: reading by the multishot receive; while it is not
-         * wanted (paused), a poll watches for the peer's end; writing
-         * waits for a poll only when a sendfile found the socket full (or
-         * nothing is in flight to complete: the socket's state tells). */
+        /* A stream: reading by the multishot receive, and a poll watches
+         * for the peer's end (its FIN or reset): while paused, to tell the
+         * watcher; while reading, to kick the receive (on_poll), except
+         * while a kick is under way (ST_CANCEL: the poll would only fire
+         * again). Writing waits for a poll only when a sendfile found the
+         * socket full (or nothing is in flight to complete: the socket's
+         * state tells). */
         arm_multishot(u, fd, (want & TERN__IO_IN) != 0);
+        st = u->fds[fd].st;
         uint32_t pw = 0;
-        if ((want & TERN__IO_RDHUP) && !(want & TERN__IO_IN) && !(st & ST_EOF))
+        if ((want & TERN__IO_RDHUP) && !(st & ST_EOF) &&
+            (!(want & TERN__IO_IN) || !(st & ST_CANCEL)))
             pw |= TERN__IO_RDHUP;
         if ((want & TERN__IO_OUT) && ((st & ST_FULL) || !(st & ST_SEND)))
             pw |= TERN__IO_OUT;
@@ -887,11 +908,12 @@ static ssize_t ur_io_send(tern_loop *loop, tern__io *io, const struct iovec *iov
         u->fds[fd].st |= ST_TXQ;
         u->txq[u->ntxq++] = fd;
     } else if (want > s->cap) {
-        size_t cap = s->cap * 2 > want ? s->cap * 2 : want;
-        tern__usend *g = realloc(s, sizeof(*s) + (cap < BIG_SEND ? cap : BIG_SEND));
+        size_t cap = want <= LARGE_SEND ? LARGE_SEND : s->cap * 2 > want ? s->cap * 2 : want;
+        cap = cap < BIG_SEND ? cap : BIG_SEND;
+        tern__usend *g = realloc(s, sizeof(*s) + cap);
         if (g == NULL)
             return -EAGAIN;
-        g->cap = cap < BIG_SEND ? cap : BIG_SEND;
+        g->cap = cap;
         tx_set(u, fd, g);
         s = g;
     }
@@ -981,8 +1003,25 @@ static void on_poll(tern__uring *u, int fd, int res) {
         return;
     mark_dirty(u, fd);
     uint32_t revents = res < 0 ? TERN__IO_ERR : (uint32_t)res;
-    if ((u->fds[fd].st & ST_STREAM) && (revents & TERN__IO_OUT))
-        u->fds[fd].st &= ~ST_FULL;
+    if (u->fds[fd].st & ST_STREAM) {
+        if (revents & TERN__IO_OUT)
+            u->fds[fd].st &= ~ST_FULL;
+        if (io->events & TERN__IO_IN) {
+            /* Reading: the end is the receive's to report, with the bytes
+             * before it. The kernel (6.18 seen) may leave a multishot
+             * receive that has just returned bytes waiting for ever when
+             * the peer's reset comes at that moment; so the receive is
+             * cancelled and armed again (flush_dirty), and the new one
+             * reads what is left, then the end. Without this a reset
+             * connection stayed open until its timeout. */
+            if ((revents & (TERN__IO_RDHUP | TERN__IO_HUP | TERN__IO_ERR)) &&
+                (u->fds[fd].st & ST_RECV))
+                arm_multishot(u, fd, false);
+            revents &= TERN__IO_OUT;
+            if (revents == 0)
+                return;
+        }
+    }
     io->fn(io, revents);
 }
 
