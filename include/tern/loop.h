@@ -44,11 +44,24 @@ typedef struct tern_loop_options {
 } tern_loop_options;
 
 /* Errors are negative errno values, and these of tern's own (outside the
- * errno range); tern_strerror names both. */
+ * errno range); tern_strerror and tern_err_name name both. */
 enum {
     TERN_ENOHOST = -10001,   /* a host name did not resolve (getaddrinfo failed) */
 };
+/* A sentence for a code tern returns: TERN_ENOHOST's ("Host name does not
+ * resolve"), the tern_send_result values' (0 "Success", TERN_SEND_BUFFERED,
+ * TERN_SEND_DROPPED: their own, not EPERM's and ENOENT's), a negative
+ * errno's strerror text ("Invalid argument" for -EINVAL; a positive errno
+ * other than 1 and 2 reads the same), and "Unknown error" for any other
+ * code. The string is static: it never changes and is never freed, so any
+ * thread may call this and keep what it returns. */
 const char *tern_strerror(int err);
+/* The code's name, like libuv's uv_err_name: "EAGAIN" for -EAGAIN,
+ * "ECONNRESET", "TERN_ENOHOST", "TERN_SEND_BUFFERED", "TERN_SEND_DROPPED",
+ * "OK" for 0, and "UNKNOWN" for a code nobody knows (also for every errno
+ * value on a C library other than glibc 2.32 or later, which has no table
+ * of names). Static, as tern_strerror's. */
+const char *tern_err_name(int err);
 
 int tern_loop_new(tern_loop **out, const tern_loop_options *opt);
 /* The back end the loop uses: "epoll" or "io_uring". */

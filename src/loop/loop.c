@@ -17,13 +17,6 @@
 #define TERN__MIN_RBUF (64 * 1024)
 #define TERN__DEFAULT_MAX_UNSENT ((size_t)256 << 20)
 
-const char *tern_strerror(int err) {
-    switch (err) {
-    case TERN_ENOHOST: return "Host name does not resolve";
-    default: return strerror(err < 0 ? -err : err);
-    }
-}
-
 void tern__loop_update_time(tern_loop *loop) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
