@@ -137,8 +137,10 @@ int tern_server_host(tern_server *srv, const char *name, tern_server **out);
  * every TCP listener gets SO_REUSEPORT (tern_listen_options.reuseport). */
 int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt);
 int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_options *opt);
-/* The port the first TCP listener got (useful after listening on port 0);
- * -ENOENT when none, -EINVAL for a NULL srv. */
+/* The port the first plain (non-TLS) TCP listener got, useful after
+ * listening on port 0; TLS listeners are tern_server_tls_port's (tern/tls.h)
+ * and Unix ones have none. -ENOENT when there is no plain TCP listener
+ * (only TLS or Unix ones, or none), -EINVAL for a NULL srv. */
 int tern_server_port(const tern_server *srv);
 
 /* The access log: fn gets one entry per response the server sends (also

@@ -52,7 +52,9 @@ void tern_tls_free(tern_tls *tls);
  * The server takes a reference to tls. */
 int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
                     const tern_listen_options *opt);
-/* The port the first TLS listener got, or -ENOENT. */
+/* The port the first TLS listener got (tern_server_port is the first
+ * plain one's). -ENOENT when there is no TLS listener, -EINVAL for a NULL
+ * srv. */
 int tern_server_tls_port(const tern_server *srv);
 
 #pragma GCC visibility pop

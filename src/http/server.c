@@ -321,10 +321,15 @@ int tern_server_tls_port(const tern_server *srv) {
     return -ENOENT;
 }
 
+/* The first plain TCP listener's port: TLS ones are tern_server_tls_port's
+ * (a server listening TLS first would otherwise hide its plain port), Unix
+ * ones have none (port 0). */
 int tern_server_port(const tern_server *srv) {
     if (srv == NULL)
         return -EINVAL;
     for (int i = 0; i < srv->nlisteners; i++) {
+        if (srv->specs[i].tls != NULL)
+            continue;
         int p = tern__listener_port(srv->listeners[i]);
         if (p > 0)
             return p;

@@ -1,0 +1,159 @@
+/* tern_server_port and tern_server_tls_port (issue #25): a server that
+ * listens TLS first and then plain on port 0 answered the TLS port for
+ * tern_server_port, and the plain one could not be found. Real listeners on
+ * 127.0.0.1, with a self-signed certificate made here. */
+#include <errno.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include "tern/tern.h"
+#include "client.h"
+
+static char cert_path[] = "/tmp/tern-port-cert-XXXXXX";
+static char key_path[] = "/tmp/tern-port-key-XXXXXX";
+
+/* A P-256 key and a self-signed certificate for "localhost", one day long,
+ * written as PEM to cert_path and key_path. */
+static int make_cert(void **state) {
+    EVP_PKEY *pkey = EVP_EC_gen("P-256");
+    X509 *x = X509_new();
+    assert_non_null(pkey);
+    assert_non_null(x);
+    X509_set_version(x, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+    X509_gmtime_adj(X509_getm_notBefore(x), 0);
+    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
+    X509_set_pubkey(x, pkey);
+    X509_NAME *name = X509_get_subject_name(x);
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1,
+                               -1, 0);
+    X509_set_issuer_name(x, name);
+    assert_true(X509_sign(x, pkey, EVP_sha256()) > 0);
+
+    int cfd = mkstemp(cert_path), kfd = mkstemp(key_path);
+    assert_true(cfd >= 0 && kfd >= 0);
+    FILE *cf = fdopen(cfd, "w"), *kf = fdopen(kfd, "w");
+    assert_true(PEM_write_X509(cf, x) == 1);
+    assert_true(PEM_write_PrivateKey(kf, pkey, NULL, NULL, 0, NULL, NULL) == 1);
+    fclose(cf);
+    fclose(kf);
+    X509_free(x);
+    EVP_PKEY_free(pkey);
+    return 0;
+}
+
+static int remove_cert(void **state) {
+    unlink(cert_path);
+    unlink(key_path);
+    return 0;
+}
+
+static int answered;
+
+static void plain_handler(tern_http_req *req, void *user) {
+    answered = 1;
+    tern_http_respond(req, 200, "text/plain", "plain", 5);
+    tern_loop_stop(tern_http_req_loop(req));
+}
+
+static void give_up(tern_timer *t, void *user) { tern_loop_stop(user); }
+
+/* Reads until the whole response head's first line is in, or 5 s pass. */
+static void read_status(int fd, char *buf, size_t cap) {
+    size_t n = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (n < cap - 1 && poll(&p, 1, 5000) == 1) {
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        if (memchr(buf, '\n', n))
+            break;
+    }
+    buf[n] = '\0';
+}
+
+static void tls_first_then_plain(void **state) {
+    tern_loop *loop;
+    tern_server *srv;
+    tern_tls *tls;
+    assert_int_equal(tern_tls_new(&tls, cert_path, key_path), 0);
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    assert_int_equal(tern_server_new(&srv, loop, NULL), 0);
+    assert_int_equal(tern_http_route(srv, "GET", "/p", plain_handler, NULL), 0);
+
+    assert_int_equal(tern_listen_tls(srv, "127.0.0.1", 0, tls, NULL), 0);
+    /* only TLS so far: no plain port */
+    assert_int_equal(tern_server_port(srv), -ENOENT);
+    int tls_port = tern_server_tls_port(srv);
+    assert_true(tls_port > 0);
+
+    assert_int_equal(tern_listen(srv, "127.0.0.1", 0, NULL), 0);
+    int port = tern_server_port(srv);
+    assert_true(port > 0);
+    assert_int_not_equal(port, tls_port);
+    assert_int_equal(tern_server_tls_port(srv), tls_port);
+
+    /* and it is the plain listener: plain HTTP gets an answer there */
+    int fd = client_send_rcvbuf(port, 0, "GET /p HTTP/1.1\r\nHost: x\r\n\r\n");
+    tern_timer *t;
+    assert_int_equal(tern_timer_start(loop, &t, 5000, 0, give_up, loop), 0);
+    answered = 0;
+    assert_int_equal(tern_loop_run(loop), 0);
+    tern_timer_stop(t);
+    assert_int_equal(answered, 1);
+    char buf[256];
+    read_status(fd, buf, sizeof(buf));
+    assert_memory_equal(buf, "HTTP/1.1 200", 12);
+    close(fd);
+
+    tern_server_free(srv);
+    tern_tls_free(tls);
+    tern_loop_free(loop);
+}
+
+/* The other way round, and a Unix listener, which has no port. */
+static void plain_first_then_tls(void **state) {
+    tern_loop *loop;
+    tern_server *srv;
+    tern_tls *tls;
+    assert_int_equal(tern_tls_new(&tls, cert_path, key_path), 0);
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    assert_int_equal(tern_server_new(&srv, loop, NULL), 0);
+    char sock[64];
+    snprintf(sock, sizeof(sock), "/tmp/tern-port-%d.sock", (int)getpid());
+    unlink(sock);
+    assert_int_equal(tern_listen_unix(srv, sock, NULL), 0);
+    assert_int_equal(tern_server_port(srv), -ENOENT);
+    assert_int_equal(tern_server_tls_port(srv), -ENOENT);
+    assert_int_equal(tern_listen(srv, "127.0.0.1", 0, NULL), 0);
+    assert_int_equal(tern_listen_tls(srv, "127.0.0.1", 0, tls, NULL), 0);
+    int port = tern_server_port(srv), tls_port = tern_server_tls_port(srv);
+    assert_true(port > 0);
+    assert_true(tls_port > 0);
+    assert_int_not_equal(port, tls_port);
+    tern_server_free(srv);
+    unlink(sock);
+    tern_tls_free(tls);
+    tern_loop_free(loop);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(tls_first_then_plain),
+        cmocka_unit_test(plain_first_then_tls),
+    };
+    return cmocka_run_group_tests(tests, make_cert, remove_cert);
+}
