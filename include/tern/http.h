@@ -209,7 +209,15 @@ int tern_http_not_found(tern_server *srv, tern_http_handler fn, void *user);
  * sendfile(). */
 int tern_http_static(tern_server *srv, const char *prefix, const char *dir);
 
-/* ---- the request ------------------------------------------------------ */
+/* ---- the request ------------------------------------------------------
+ *
+ * The views (method, path, query, headers, params, body) are not
+ * NUL-terminated: use them with their length ("%.*s"). Each getter stores
+ * the length in *len; len NULL is refused and the getter returns NULL (for
+ * tern_http_header_at, a NULL name_len or value_len makes *name or *value
+ * NULL), since a view without its length would be read past its end. A
+ * NULL req, or one that is not live, gives NULL (tern_http_query and
+ * tern_http_body: "") with *len 0. */
 
 const char *tern_http_method(const tern_http_req *req, size_t *len);
 const char *tern_http_path(const tern_http_req *req, size_t *len);     /* raw, without the query */
@@ -218,6 +226,8 @@ int tern_http_minor_version(const tern_http_req *req);                 /* 0, or 
 /* Case-insensitive; the first header of that name, or NULL. */
 const char *tern_http_header(const tern_http_req *req, const char *name, size_t *len);
 size_t tern_http_header_count(const tern_http_req *req);
+/* Header i (from 0, in the order received): its name and value views and
+ * their lengths; NULL views and 0 lengths past the end. */
 void tern_http_header_at(const tern_http_req *req, size_t i, const char **name, size_t *name_len,
                          const char **value, size_t *value_len);
 /* A ":name" route parameter (raw), or NULL. "*" is available as "*". */

@@ -5,13 +5,17 @@
 
 #include "http/server.h"
 
-/* Every accessor takes a NULL req (and, for the views, a NULL len): it
- * answers as for a request that is not live. */
+/* Every accessor takes a NULL req: it answers as for a request that is
+ * not live. */
 static bool is_live(const tern_http_req *req) { return req != NULL && req->live; }
 
+/* The views point into the connection's buffer and are not NUL-terminated:
+ * without its length a view would be read with %s past its end, into the
+ * rest of the request (issue #25). So a NULL len gets NULL, never the view. */
 static const char *view(const char *p, size_t n, size_t *len) {
-    if (len)
-        *len = p ? n : 0;
+    if (len == NULL)
+        return NULL;
+    *len = p ? n : 0;
     return p;
 }
 

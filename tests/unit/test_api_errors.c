@@ -219,9 +219,25 @@ static void bad_handler(tern_http_req *req, void *user) {
         tern_http_req_loop(NULL) || tern_http_req_server(NULL) || tern_http_req_user(NULL) ||
         tern_http_buffered(NULL) != 0 || tern_http_minor_version(NULL) != -EINVAL)
         R.null_views = "a NULL req or name gave something";
-    if (tern_http_method(req, NULL) == NULL || tern_http_path(req, NULL) == NULL)
-        R.null_views = "a NULL len lost the view";
-    const char *hn, *hv;
+    /* The views are not NUL-terminated (the param "x" runs on into
+     * "?q=1 HTTP/1.1..."): a NULL len gets NULL, never a view that %s
+     * would read past its end (issue #25). */
+    if (tern_http_method(req, NULL) || tern_http_path(req, NULL) || tern_http_query(req, NULL) ||
+        tern_http_header(req, "Host", NULL) || tern_http_param(req, "id", NULL) ||
+        tern_http_body(req, NULL))
+        R.null_views = "a NULL len got a view that is not NUL-terminated";
+    const char *pv = tern_http_param(req, "id", &len);
+    if (pv == NULL || len != 1 || pv[0] != 'x' || tern_http_header(req, "Host", &len) == NULL ||
+        len != 1 || tern_http_query(req, &len) == NULL || len != 3)
+        R.null_views = "a len given lost the view";
+    const char *hn = "?", *hv = "?";
+    size_t hnl = 99, hvl = 99;
+    tern_http_header_at(req, 0, &hn, NULL, &hv, NULL);
+    if (hn != NULL || hv != NULL)
+        R.null_views = "tern_http_header_at with NULL lengths gave views";
+    tern_http_header_at(req, 0, &hn, &hnl, &hv, &hvl);
+    if (hn == NULL || hnl != 4 || hv == NULL || hvl != 1)
+        R.null_views = "tern_http_header_at with lengths lost the views";
     tern_http_header_at(NULL, 0, &hn, NULL, &hv, NULL);
     tern_http_header_at(req, 999, NULL, NULL, NULL, NULL);
     tern_http_req_set_user(NULL, NULL);
