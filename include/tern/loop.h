@@ -67,7 +67,9 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt);
 /* The back end the loop uses: "epoll" or "io_uring". */
 const char *tern_loop_backend(const tern_loop *loop);
 /* Frees the loop. Every server and connection of it must be gone; timers
- * still armed are freed with it (an idle one stays the caller's). */
+ * still armed are freed with it (an idle one stays the caller's). Posts
+ * still queued never run (what a tern_loop_post's user points to stays
+ * the caller's; tern's own posts free theirs). */
 void tern_loop_free(tern_loop *loop);
 
 /* Runs until tern_loop_stop(). Returns 0, or a negative errno if epoll failed. */

@@ -254,7 +254,13 @@ bool tern_ws_subscribed(const tern_ws *ws, const char *topic);
  * the topic has no subscriber anywhere (nothing is sent) or when Redis
  * numbers it (a topic with a history, bridged: see above), or a negative
  * error: -EINVAL (NULL srv or topic, a bad opcode, NULL data with len),
- * -ENAMETOOLONG, -ENOMEM. */
+ * -ENAMETOOLONG, -ENOMEM.
+ * Outside tern_loop_run (on_close called by tern_server_free, say) even
+ * srv's own loop gets the message at its next iteration. A message on its
+ * way to a loop whose server is freed before it arrives is dropped there
+ * (its subscribers are gone), and one still queued when that loop is freed
+ * is freed with it: publishing from on_close during teardown is safe in
+ * either order of tern_server_free and running or freeing the loop. */
 int64_t tern_publish(tern_server *srv, const char *topic, const void *data, size_t len,
                      int opcode);
 /* The same, to every subscriber but except (the sender, typically; it

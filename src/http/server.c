@@ -33,9 +33,9 @@ static void vhost_clear(tern__vhost *vh) {
     free(vh->handle);
 }
 
-static void config_unref(tern__server_config *cfg, tern_server *srv) {
-    if (srv->index < cfg->npeers && cfg->peers[srv->index] == srv)
-        cfg->peers[srv->index] = NULL;
+void tern__config_ref(tern__server_config *cfg) { atomic_fetch_add(&cfg->refs, 1); }
+
+void tern__config_unref(tern__server_config *cfg) {
     if (atomic_fetch_sub(&cfg->refs, 1) != 1)
         return;
     if (cfg->upgrade)
@@ -55,6 +55,14 @@ static void config_unref(tern__server_config *cfg, tern_server *srv) {
     free(cfg->pubsub_opt);
     free(cfg->peers);
     free(cfg);
+}
+
+/* srv leaves cfg: its slot in peers says it is gone (a delivery still
+ * posted to its loop reads that), then its reference goes. */
+static void config_leave(tern__server_config *cfg, tern_server *srv) {
+    if (srv->index < cfg->npeers && cfg->peers[srv->index] == srv)
+        cfg->peers[srv->index] = NULL;
+    tern__config_unref(cfg);
 }
 
 /* Adds srv to the configuration's peers (its index). */
@@ -192,7 +200,7 @@ void tern_server_free(tern_server *srv) {
     for (int i = 0; i < TERN__MAX_LISTENERS; i++)
         free(srv->specs[i].host);
     tern__http_access_drop(srv);
-    config_unref(srv->cfg, srv);
+    config_leave(srv->cfg, srv);
     free(srv);
 }
 

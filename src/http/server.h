@@ -86,6 +86,8 @@ typedef struct tern__pubsub_hooks {
 } tern__pubsub_hooks;
 
 typedef struct tern__server_config {
+    /* One per server using it, and one per pub/sub delivery posted to a
+     * loop and not yet run or dropped (it finds its server in peers). */
     _Atomic int refs;
     bool shared;                     /* a clone exists: frozen */
     tern_server_options opt;         /* defaults applied; server_header not kept */
@@ -270,6 +272,13 @@ void tern__http_conn_closed_by_server(tern_server *srv);
 /* Opens on clone (a server sharing srv's configuration, on another loop)
  * the listeners srv has; tern_run's. 0 or the first error. */
 int tern__server_listen_like(tern_server *clone, const tern_server *srv);
+
+/* A reference to a configuration held by something other than a server
+ * (a pub/sub delivery on its way to a loop), so that cfg, and peers[] in
+ * it, can still be read after the servers are freed. Any thread; the last
+ * unref frees the configuration. */
+void tern__config_ref(tern__server_config *cfg);
+void tern__config_unref(tern__server_config *cfg);
 /* The host whose name is name[0..len) (case-insensitive, no port), or the
  * default host. For the TLS layer too (SNI), once a connection knows its
  * server. Read-only: any loop may call it while serving. */

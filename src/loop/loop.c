@@ -120,12 +120,17 @@ static tern__post *post_pop(tern_loop *loop) {
 }
 
 int tern_loop_post(tern_loop *loop, tern_post_fn fn, void *user) {
+    return tern__loop_post_owned(loop, fn, NULL, user);
+}
+
+int tern__loop_post_owned(tern_loop *loop, tern_post_fn fn, void (*drop)(void *user), void *user) {
     if (loop == NULL || fn == NULL)
         return -EINVAL;
     tern__post *p = malloc(sizeof(*p));
     if (p == NULL)
         return -ENOMEM;
     p->fn = fn;
+    p->drop = drop;
     p->user = user;
     post_push(loop, p);
     if (atomic_exchange(&loop->wake_pending, 1) == 0) {
@@ -282,10 +287,14 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
 void tern_loop_free(tern_loop *loop) {
     if (loop == NULL)
         return;
-    /* Posts nobody ran are dropped: their owners are gone with the loop. */
+    /* Posts nobody ran are dropped: their owners are gone with the loop.
+     * One that owns memory (tern__loop_post_owned) releases it. */
     tern__post *p;
-    while ((p = post_pop(loop)) != NULL)
+    while ((p = post_pop(loop)) != NULL) {
+        if (p->drop)
+            p->drop(p->user);
         free(p);
+    }
     tern__timers_free(loop);
     for (int i = 0; i < TERN__SLOT_COUNT; i++)
         free(loop->slots[i]);

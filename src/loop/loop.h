@@ -149,6 +149,12 @@ int64_t tern__loop_wall_sec(const tern_loop *loop);
  * ran. tern_run's, so that no post is lost to a loop that ended first. */
 int tern__loop_run_posts(tern_loop *loop);
 
+/* tern_loop_post for a post that owns memory: when the loop is freed with
+ * the post still queued, drop(user) runs instead of fn (on the freeing
+ * thread), so what user holds is released rather than leaked. drop must
+ * not call back into the application. */
+int tern__loop_post_owned(tern_loop *loop, tern_post_fn fn, void (*drop)(void *user), void *user);
+
 /* The loop whose tern_loop_run is running on the calling thread, or NULL. */
 tern_loop *tern__loop_current(void);
 

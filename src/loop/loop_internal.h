@@ -9,10 +9,12 @@
 #include "loop/loop.h"
 
 /* A node of the cross-thread post queue (Vyukov's intrusive MPSC queue:
- * producers exchange the head, the loop thread alone pops at the tail). */
+ * producers exchange the head, the loop thread alone pops at the tail).
+ * drop, when not NULL, frees user if the loop is freed before fn ran. */
 typedef struct tern__post {
     _Atomic(struct tern__post *) next;
     tern_post_fn fn;
+    void (*drop)(void *user);
     void *user;
 } tern__post;
 

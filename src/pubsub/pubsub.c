@@ -1136,12 +1136,22 @@ typedef struct pub {
     char name[];
 } pub;
 
-/* One loop's share of a pub: which loop (its index in the order), and
- * the connection not to send it to (a publish_except posted to its own
- * loop; only compared, never followed). */
+/* One loop's share of a pub: which server (its index in cfg->peers, and
+ * in the order), and the connection not to send it to (a publish_except
+ * posted to its own loop; only compared, never followed).
+ *
+ * A delivery may outlive its server: a publish from on_close while
+ * tern_server_free closes the connections outside tern_loop_run is posted
+ * to the server's own loop, which may run again (or only be freed) after
+ * the server is gone; so may one posted by another thread. So it holds no
+ * server pointer but a reference to the configuration, and looks the
+ * server up in cfg->peers when it runs, on that server's loop thread (the
+ * only thread that frees it): NULL there means the server is freed, and
+ * its subscribers with it, so the message is dropped. The loop frees a
+ * delivery it never ran through its drop hook (tern__loop_post_owned). */
 typedef struct delivery {
     pub *p;
-    tern_server *srv;
+    tern__server_config *cfg;   /* a reference */
     int idx;
     uintptr_t except;
 } delivery;
@@ -1285,16 +1295,25 @@ static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq
     topic_maybe_free(r, t);
 }
 
-static void deliver_post(tern_loop *loop, void *user) {
-    (void)loop;
+/* Releases what d holds, whether it was delivered or not (the loop was
+ * freed first: then as its drop hook). */
+static void delivery_free(void *user) {
     delivery *d = user;
-    if (d->srv->pubsub)
-        deliver(d->srv, d->p->name, d->p->len, d->p->seq, d->p->msg, (const tern_ws *)d->except,
-                d->p->key, d->p->klen);
     if (d->p->ord)
         atomic_fetch_sub(&d->p->ord->inflight[d->idx], 1);
     pub_unref(d->p);
+    tern__config_unref(d->cfg);
     free(d);
+}
+
+static void deliver_post(tern_loop *loop, void *user) {
+    (void)loop;
+    delivery *d = user;
+    tern_server *srv = d->idx < d->cfg->npeers ? d->cfg->peers[d->idx] : NULL;
+    if (srv && srv->pubsub)
+        deliver(srv, d->p->name, d->p->len, d->p->seq, d->p->msg, (const tern_ws *)d->except,
+                d->p->key, d->p->klen);
+    delivery_free(d);
 }
 
 /* Under the mutex: posts p to every loop of the group, in the order the
@@ -1317,15 +1336,17 @@ static bool post_all(tern_server *srv, pub *p, bool here, const tern_ws *except)
         delivery *d = malloc(sizeof(*d));
         if (d == NULL)
             continue;   /* that loop misses it: out of memory */
-        *d = (delivery){.p = p, .srv = peer, .idx = i,
+        *d = (delivery){.p = p, .cfg = cfg, .idx = i,
                         .except = peer == srv ? (uintptr_t)except : 0};
         atomic_fetch_add(&p->refs, 1);
+        tern__config_ref(cfg);
         if (ordered)
             atomic_fetch_add(&p->ord->inflight[i], 1);
-        if (tern_loop_post(peer->loop, deliver_post, d) < 0) {
+        if (tern__loop_post_owned(peer->loop, deliver_post, delivery_free, d) < 0) {
             if (ordered)
                 atomic_fetch_sub(&p->ord->inflight[i], 1);
             atomic_fetch_sub(&p->refs, 1);
+            tern__config_unref(cfg);
             free(d);
         }
     }

@@ -7,8 +7,10 @@
  * unsubscribed connection gets nothing more, a closed one leaves its
  * topics by itself, no callback runs inside a publish, a subscriber that
  * never reads has messages dropped (and counted) under the drop policy
- * and is closed with 1008 under the close policy, and bad arguments are
- * refused. */
+ * and is closed with 1008 under the close policy, bad arguments are
+ * refused, and a publish from on_close during tern_server_free outside
+ * the loop neither reads the freed server when the loop runs again nor
+ * leaks when the loop is freed instead. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -410,6 +412,89 @@ static void topic_rules_are_checked_and_bounded(void **state) {
     tern_loop_free(loop);
 }
 
+/* ---- teardown: a publish from on_close while the server is freed ---------- */
+
+/* Issue #25: outside tern_loop_run, a publish is posted to the loop, and
+ * that post must neither outlive what it reads (the server, freed before
+ * the loop runs again) nor leak when the loop is freed without running. */
+typedef struct room {
+    tern_loop *loop;
+    tern_server *srv;
+    tern_timer *tick;
+    int opened, closed, ticks;
+    int64_t last;
+} room;
+
+static void room_open(tern_ws *ws, void *user) {
+    room *r = user;
+    r->opened++;
+    assert_int_equal(tern_ws_subscribe(ws, "room"), 0);
+}
+
+static void room_close(tern_ws *ws, int code, const char *reason, size_t reason_len, void *user) {
+    room *r = user;
+    (void)ws, (void)code, (void)reason, (void)reason_len;
+    r->closed++;
+    r->last = tern_publish(r->srv, "room", "left", 4, TERN_WS_TEXT);
+}
+
+static void room_tick(tern_timer *t, void *user) {
+    room *r = user;
+    (void)t;
+    if (r->opened == 3 || ++r->ticks > 400)
+        tern_loop_stop(r->loop);
+}
+
+static const tern_ws_handlers room_handlers = {.on_open = room_open, .on_close = room_close};
+
+/* Three subscribers of "room" connected, the loop stopped, then the server
+ * freed outside tern_loop_run: every on_close publishes to the others. */
+static void room_freed(room *r, int fds[3]) {
+    memset(r, 0, sizeof(*r));
+    assert_int_equal(tern_loop_new(&r->loop, NULL), 0);
+    assert_int_equal(tern_server_new(&r->srv, r->loop, NULL), 0);
+    assert_int_equal(tern_ws_route(r->srv, "/ws", &room_handlers, NULL, r), 0);
+    assert_int_equal(tern_listen(r->srv, "127.0.0.1", 0, NULL), 0);
+    int port = tern_server_port(r->srv);
+    for (int i = 0; i < 3; i++)
+        fds[i] = client_open(port, 0);
+    assert_int_equal(tern_timer_start(r->loop, &r->tick, 5, 5, room_tick, r), 0);
+    assert_int_equal(tern_loop_run(r->loop), 0);
+    assert_int_equal(r->opened, 3);
+    tern_timer_stop(r->tick);
+    tern_server_free(r->srv);
+    r->srv = NULL;
+    assert_int_equal(r->closed, 3);
+}
+
+/* The loop runs again after the server is gone: what was posted for the
+ * server's subscribers is dropped, not delivered to freed memory. */
+static void publish_in_on_close_during_server_free_then_loop_runs(void **state) {
+    (void)state;
+    room r;
+    int fds[3];
+    room_freed(&r, fds);
+    assert_int_equal(tern_timer_start(r.loop, &r.tick, 20, 0, room_tick, &r), 0);
+    r.opened = 3;   /* room_tick stops at once */
+    assert_int_equal(tern_loop_run(r.loop), 0);
+    tern_timer_stop(r.tick);
+    tern_loop_free(r.loop);
+    for (int i = 0; i < 3; i++)
+        close(fds[i]);
+}
+
+/* The loop is freed without running again: the queued deliveries are
+ * freed with it (LeakSanitizer says so). */
+static void publish_in_on_close_during_server_free_then_loop_freed(void **state) {
+    (void)state;
+    room r;
+    int fds[3];
+    room_freed(&r, fds);
+    tern_loop_free(r.loop);
+    for (int i = 0; i < 3; i++)
+        close(fds[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(order_except_and_unsubscribe),
@@ -417,6 +502,8 @@ int main(void) {
         cmocka_unit_test(close_policy_closes_with_1008_after_the_publish),
         cmocka_unit_test(bad_arguments_are_refused),
         cmocka_unit_test(topic_rules_are_checked_and_bounded),
+        cmocka_unit_test(publish_in_on_close_during_server_free_then_loop_runs),
+        cmocka_unit_test(publish_in_on_close_during_server_free_then_loop_freed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
