@@ -13,7 +13,8 @@
  *   request, here the ?name= query) and hands it to tern through
  *   *conn_user; on_open links it into the room's member list; on_close
  *   unlinks and frees it. on_close runs once for every connection that
- *   opened, whoever ended it.
+ *   opened, whoever ended it; when the handshake fails after on_upgrade
+ *   accepted, the member comes back to on_upgrade_failed instead.
  * - Broadcast: the message is framed once with tern_ws_prepare and sent to
  *   each member with tern_ws_send_prepared; each send copies the frame, so
  *   the prepared message is freed right after the loop.
@@ -99,6 +100,13 @@ static int on_upgrade(tern_http_req *req, void **conn_user, void *user) {
     return 0;
 }
 
+/* The connection did not open after on_upgrade: the member was never
+ * linked, only allocated. */
+static void on_upgrade_failed(void *conn_user, int status, void *user) {
+    (void)status, (void)user;
+    free(conn_user);
+}
+
 static void on_open(tern_ws *ws, void *user) {
     room *r = user;
     member *m = tern_ws_user(ws);
@@ -163,6 +171,7 @@ int main(int argc, char **argv) {
         .on_open = on_open,
         .on_message = on_message,
         .on_close = on_close,
+        .on_upgrade_failed = on_upgrade_failed,
     };
     static const tern_ws_options options = {
         .max_message = MAX_TEXT,            /* a chat line; longer: close 1009 */

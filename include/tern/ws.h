@@ -72,7 +72,17 @@ typedef struct tern_ws_handlers {
     /* Before answering the handshake: inspect the request (Origin, cookies,
      * the path), add response headers with tern_http_add_header, set the
      * connection's user data. Return 0 to accept, or an HTTP status (403,
-     * 401, ...) to refuse. Optional. */
+     * 401, ...) to refuse (anything else outside 400..599 refuses with
+     * 403). Optional.
+     *
+     * Who frees *conn_user: once on_upgrade has run, exactly one of two
+     * things follows for the request. Either the connection opens, and
+     * on_open, later on_close, see conn_user as tern_ws_user (free it in
+     * on_close); or it does not (on_upgrade refused, or the handshake
+     * failed after it accepted), and on_upgrade_failed gets conn_user
+     * back. So a handler that allocates here and sets on_upgrade_failed
+     * never leaks; without on_upgrade_failed, tern forgets conn_user when
+     * the connection does not open. */
     int (*on_upgrade)(tern_http_req *req, void **conn_user, void *user);
     void (*on_open)(tern_ws *ws, void *user);
     /* A whole message. opcode is TERN_WS_TEXT (valid UTF-8) or TERN_WS_BINARY. */
@@ -107,6 +117,16 @@ typedef struct tern_ws_handlers {
      * go on watching). Optional: without it tern starts the closing
      * handshake with 1008 "deadline". */
     void (*on_deadline)(tern_ws *ws, void *user);
+    /* on_upgrade ran but the connection will not open: conn_user is what
+     * it left in *conn_user (NULL when it set nothing), to free here.
+     * status is what the client was answered: on_upgrade's refusal (as it
+     * returned it, or 403), or 500 when the handshake failed after
+     * on_upgrade accepted (the 101 could not be built, or out of memory:
+     * the client then gets a 500, or the 101 and a dropped connection).
+     * Runs once, on the loop, right after on_upgrade's refusal or the
+     * failure; neither on_open nor on_close follows for that request.
+     * Optional; unused by a client. */
+    void (*on_upgrade_failed)(void *conn_user, int status, void *user);
 } tern_ws_handlers;
 
 /* Zero means the default for every field. */

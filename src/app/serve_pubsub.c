@@ -522,6 +522,13 @@ static int fanout_sub_upgrade(tern_http_req *req, void **conn_user, void *user) 
     return 0;
 }
 
+/* The upgrade did not open the connection after fanout_sub_upgrade
+ * accepted it: its start point comes back here, not to fanout_sub_open. */
+static void fanout_sub_upgrade_failed(void *conn_user, int status, void *user) {
+    (void)status, (void)user;
+    free(conn_user);
+}
+
 static void fanout_sub_open(tern_ws *ws, void *user) {
     (void)user;
     fanout_start *st = tern_ws_user(ws);
@@ -607,7 +614,8 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
     static tern_ws_handlers fs, fp, fk;
     fanout_upgrade_next = on_upgrade;
     fs = (tern_ws_handlers){.on_upgrade = fanout_sub_upgrade, .on_open = fanout_sub_open,
-                            .on_close = fanout_sub_close};
+                            .on_close = fanout_sub_close,
+                            .on_upgrade_failed = fanout_sub_upgrade_failed};
     fp = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = fanout_pub_message};
     fk = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = fanout_pub_keyed};
     if ((err = tern_ws_route(srv, "/fanout/sub", &fs, &o, user)) < 0 ||

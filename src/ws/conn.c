@@ -1034,11 +1034,14 @@ int tern__ws_open(tern__conn *from, const tern__ws_endpoint *ep, void *conn_user
     size_t hard = ep->opt.slow_policy == TERN_WS_SLOW_PAUSE ? 0 : ep->opt.backlog_hard;
     ws->conn.out_limit = hard > UINT32_MAX ? UINT32_MAX : (uint32_t)hard;
     tern__conn_set_timeout(&ws->conn, ep->opt.idle_timeout_ms);
-    if (rest_len && tern__conn_inject(&ws->conn, rest, rest_len) < 0) {
-        tern__conn_close(&ws->conn, -ENOMEM);
-        return 0;
-    }
+    /* The connection is made: on_open runs whatever follows, so that
+     * on_close never comes without it (a program unlinks there what
+     * on_open linked). Bytes that came after the handshake and cannot be
+     * kept (out of memory) fail it at once, with 1011. */
+    bool lost = rest_len && tern__conn_inject(&ws->conn, rest, rest_len) < 0;
     if (ep->h.on_open)
         ep->h.on_open(ws, ep->user);
+    if (lost)
+        fail(ws, TERN_WS_INTERNAL);
     return 0;
 }

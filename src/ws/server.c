@@ -93,7 +93,17 @@ static bool header_has_token(const tern__http_head *head, const char *name, cons
     return false;
 }
 
-/* try_upgrade's work; try_upgrade adds the log line for a refusal. */
+/* on_upgrade ran and the connection will not open: what it set in
+ * *conn_user goes back to the application, which owns it (ws.h: on_open
+ * and on_close never see it). */
+static void upgrade_failed(const tern__ws_route *route, void *conn_user, int status) {
+    if (route->ep.h.on_upgrade && route->ep.h.on_upgrade_failed)
+        route->ep.h.on_upgrade_failed(conn_user, status, route->ep.user);
+}
+
+/* try_upgrade's work; try_upgrade adds the log line for a refusal.
+ * Past on_upgrade, every way out that does not open the connection goes
+ * through upgrade_failed. */
 static int upgrade(tern_http_req *req, const tern__http_head *head, const char *rest,
                    size_t rest_len) {
     tern__ws_server *w = req->host->ws;
@@ -126,8 +136,11 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
         req->params = &params;
         int r = route->ep.h.on_upgrade(req, &conn_user, route->ep.user);
         req->params = NULL;
-        if (r != 0)
-            return r >= 400 && r <= 599 ? -r : -403;
+        if (r != 0) {
+            int refusal = r >= 400 && r <= 599 ? r : 403;
+            upgrade_failed(route, conn_user, refusal);
+            return -refusal;
+        }
     }
 
     int sub = -1;
@@ -158,8 +171,10 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
                      subprotocol ? subprotocol : "", subprotocol ? "\r\n" : "",
                      pmd_on ? "Sec-WebSocket-Extensions: " : "", pmd_on ? ext : "",
                      pmd_on ? "\r\n" : "");
-    if (n < 0 || (size_t)n >= room - 2)
+    if (n < 0 || (size_t)n >= room - 2) {
+        upgrade_failed(route, conn_user, 500);
         return -500;
+    }
     struct iovec iov[3] = {{buf, (size_t)(p - buf) + (size_t)n},
                            {req->extra.data, req->extra.len},
                            {"\r\n", 2}};
@@ -167,7 +182,9 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
     req->extra.len = 0;
     if (tern__ws_open(&hc->conn, &route->ep, conn_user, sub, pmd_on ? &pmd : NULL, rest,
                       rest_len) < 0) {
+        /* No tern_ws was made: the 101 went out, the connection drops. */
         tern__conn_close(&hc->conn, -ENOMEM);
+        upgrade_failed(route, conn_user, 500);
         return 1;
     }
     return 1;
