@@ -33,17 +33,50 @@ extern "C" {
 typedef struct tern_tls tern_tls;
 typedef struct tern_server tern_server;
 
+/* How a tern_tls gets the passphrase of encrypted private keys. tern
+ * never asks on a terminal: with neither source, an encrypted key is
+ * refused (-ENOKEY). Give one source at most; it serves every key of the
+ * tern_tls (tern_tls_add_cert, tern_tls_reload too). */
+typedef struct tern_tls_options {
+    /* Writes the passphrase into buf (at most size bytes, no terminating
+     * NUL needed) and returns its length; 0 or less: none. Called only
+     * when a key is encrypted, on the thread loading it (tern_tls_new_opt,
+     * tern_tls_add_cert, tern_tls_reload); user is passphrase_user. */
+    int (*passphrase)(char *buf, size_t size, void *user);
+    void *passphrase_user;
+    /* Or a file whose first line is the passphrase (a trailing CR/LF is
+     * not part of it). Read again at each load, so a reload after a
+     * renewal takes a changed passphrase; tern keeps no copy. Keep it
+     * private (mode 0600): it is the key's secret. */
+    const char *passphrase_file;
+} tern_tls_options;
+
 /* Loads the default certificate chain (PEM, leaf first) and its private
- * key (PEM). Returns 0, -EINVAL for NULL arguments, -ENOENT when a file
- * cannot be read, -EPROTO when OpenSSL refuses the contents (not PEM, the
- * key does not match the certificate); tern's log says why at warn. */
+ * key (PEM, maybe encrypted: see tern_tls_options; opt may be NULL).
+ * Returns 0, or a negative errno with *out NULL; tern's log says why at
+ * warn:
+ *   -EINVAL  NULL out, cert or key; both passphrase sources given
+ *   -ENOENT  a file cannot be read (certificate, key, passphrase file)
+ *   -ENOKEY  the key is encrypted and no passphrase was given (log: "the
+ *            key in FILE is encrypted: give its passphrase (...)")
+ *   -EKEYREJECTED  the passphrase given is wrong (log: "wrong passphrase
+ *            for the key in FILE")
+ *   -EPROTO  OpenSSL refuses the contents (not PEM, the key does not
+ *            match the certificate) */
+int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file,
+                     const tern_tls_options *opt);
+/* tern_tls_new_opt with no options: an encrypted key gets -ENOKEY. */
 int tern_tls_new(tern_tls **out, const char *cert_file, const char *key_file);
-/* Adds a certificate chosen by SNI. Errors as tern_tls_new. Before the
+/* Adds a certificate chosen by SNI, its key decrypted with the passphrase
+ * source tls was made with. Errors as tern_tls_new_opt. Before the
  * tern_tls is used by a listener. */
 int tern_tls_add_cert(tern_tls *tls, const char *cert_file, const char *key_file);
 /* Reads every certificate and key again (after a renewal; tern serve does
- * it on SIGHUP). New handshakes use the new ones; connections already open
- * keep theirs. On an error nothing changes and the error is returned. */
+ * it on SIGHUP), encrypted keys with the passphrase source tls was made
+ * with (never a prompt: a loop calling this does not block on a
+ * terminal). New handshakes use the new ones; connections already open
+ * keep theirs. On an error (as tern_tls_new_opt's) nothing changes and
+ * the error is returned. */
 int tern_tls_reload(tern_tls *tls);
 /* Drops the caller's reference; listeners hold their own. */
 void tern_tls_free(tern_tls *tls);

@@ -834,6 +834,9 @@ static void usage(FILE *f) {
             "  --tls-cert FILE       PEM certificate chain: serve HTTPS/WSS too (repeat with\n"
             "                        --tls-key for more certificates, chosen by SNI)\n"
             "  --tls-key FILE        PEM private key of the --tls-cert before it\n"
+            "  --tls-key-passphrase-file FILE\n"
+            "                        the passphrase of encrypted --tls-key files (its first\n"
+            "                        line; read again on SIGHUP). Never asked on a terminal\n"
             "  --tls-port P          HTTPS port (default 8443; 0 picks a free one)\n"
             "  --root DIR            serve static files from DIR\n"
             "  --max-head BYTES      request line + headers (default 16384)\n"
@@ -901,7 +904,7 @@ int tern_app_serve(int argc, char **argv) {
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
            O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
            O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE, O_PS_HISTORY,
-           O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO, O_WS_ASYNC, O_WS_DEADLINE };
+           O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO, O_WS_ASYNC, O_WS_DEADLINE, O_TLS_PASS_FILE };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -942,12 +945,16 @@ int tern_app_serve(int argc, char **argv) {
         {"io", required_argument, NULL, O_IO},
         {"ws-async", optional_argument, NULL, O_WS_ASYNC},
         {"ws-deadline-ms", required_argument, NULL, O_WS_DEADLINE},
+        {"tls-key-passphrase-file", required_argument, NULL, O_TLS_PASS_FILE},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
     unsigned long long port = 8080, v = 0;
     const char *certs[8], *keys[8];
     int ncert = 0, nkey = 0;
+    /* A file, not the passphrase itself: a command line is visible to
+     * every user of the machine (ps, /proc). */
+    tern_tls_options tls_opt = {0};
     unsigned long long tls_port = 8443;
     const char *vhosts[64];
     int nvhost = 0;
@@ -1013,6 +1020,7 @@ int tern_app_serve(int argc, char **argv) {
         case O_ACCESS_LOG: access_path = optarg; break;
         case O_TLS_CERT: ok = ncert < 8; if (ok) certs[ncert++] = optarg; break;
         case O_TLS_KEY: ok = nkey < 8; if (ok) keys[nkey++] = optarg; break;
+        case O_TLS_PASS_FILE: tls_opt.passphrase_file = optarg; break;
         case O_TLS_PORT: ok = parse_size(optarg, 65535, &tls_port); break;
         case O_THREADS: ok = parse_size(optarg, 1024, &nthreads) && nthreads > 0; break;
         case O_VHOST:
@@ -1088,17 +1096,25 @@ int tern_app_serve(int argc, char **argv) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
+    if (tls_opt.passphrase_file && ncert == 0) {
+        fprintf(stderr, "tern serve: --tls-key-passphrase-file needs --tls-cert and --tls-key\n");
+        return 2;
+    }
     if (ncert != nkey) {
         fprintf(stderr, "tern serve: each --tls-cert needs its --tls-key\n");
         return 2;
     }
     int err = 0;
     for (int i = 0; i < ncert; i++) {
-        err = i == 0 ? tern_tls_new(&ctx.tls, certs[0], keys[0])
+        err = i == 0 ? tern_tls_new_opt(&ctx.tls, certs[0], keys[0], &tls_opt)
                      : tern_tls_add_cert(ctx.tls, certs[i], keys[i]);
         if (err < 0) {
-            fprintf(stderr, "tern serve: --tls-cert %s --tls-key %s: %s\n", certs[i], keys[i],
-                    tern_strerror(err));
+            /* Said here too: with --quiet the library's log line is off. */
+            const char *why = err == -ENOKEY ? " (the key is encrypted: give --tls-key-passphrase-file)"
+                              : err == -EKEYREJECTED ? " (wrong passphrase)"
+                                                     : "";
+            fprintf(stderr, "tern serve: --tls-cert %s --tls-key %s: %s%s\n", certs[i], keys[i],
+                    tern_strerror(err), why);
             return 1;
         }
     }

@@ -14,6 +14,7 @@
  * bytes: net's backlog always restarts at the first byte not taken, and
  * SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER allows that backlog to have moved. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -44,16 +45,21 @@ typedef struct tls_cert {
 } tls_cert;
 
 /* Invariants: certs[0] is the default; every certs[i].ctx is set up alike
- * (versions, ALPN, SNI callback). lock guards certs' contexts and names,
- * which tern_tls_reload replaces while other threads handshake; a
- * handshake takes its own reference to the context it uses (SSL_new,
- * SSL_set_SSL_CTX), so a replaced context lives on with the connections
- * that use it. */
+ * (versions, ALPN, SNI callback, a PEM passphrase callback that never
+ * prompts). lock guards certs' contexts and names, which tern_tls_reload
+ * replaces while other threads handshake; a handshake takes its own
+ * reference to the context it uses (SSL_new, SSL_set_SSL_CTX), so a
+ * replaced context lives on with the connections that use it. The
+ * passphrase source (at most one of passphrase, passphrase_file) is set
+ * by tern_tls_new_opt and never changes, so loads read it unlocked. */
 struct tern_tls {
     pthread_mutex_t lock;
     atomic_int refs;
     tls_cert *certs;
     int ncerts;
+    int (*passphrase)(char *buf, size_t size, void *user);
+    void *passphrase_user;
+    char *passphrase_file;
 };
 
 static int tls_err(const char *what, const char *file) {
@@ -136,6 +142,115 @@ static int alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
     return SSL_TLSEXT_ERR_ALERT_FATAL;
 }
 
+/* ---- passphrases of encrypted keys ---------------------------------------
+ *
+ * Without a callback of its own, OpenSSL asks for a key's passphrase on
+ * the terminal: tern_tls_new would block (and a reload on SIGHUP would
+ * freeze a loop), or, with no terminal, fail with a "UI routines" error
+ * that says nothing about the key. So every context gets pem_pass_cb,
+ * which answers from the tern_tls's own source or not at all, and records
+ * what happened so that a failed load can say why. */
+
+/* What the PEM callback saw while one key loaded. */
+typedef struct pass_state {
+    const tern_tls *tls;
+    bool asked;     /* OpenSSL wanted a passphrase: the key is encrypted */
+    bool given;     /* and one was supplied */
+    int file_err;   /* the passphrase file could not be read (-errno) */
+} pass_state;
+
+/* The first line of the passphrase file into buf (at most size bytes,
+ * OpenSSL's buffer, which it cleanses): its length, or -errno. Read at
+ * each load, not kept: a renewal may change it, and no copy of the secret
+ * stays in tern's memory. */
+static int read_pass_file(const char *path, char *buf, int size) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int len = 0;
+    while (len < size) {
+        ssize_t r = read(fd, buf + len, (size_t)(size - len));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int err = -errno;
+            close(fd);
+            return err;
+        }
+        if (r == 0)
+            break;
+        len += (int)r;
+    }
+    close(fd);
+    char *nl = memchr(buf, '\n', (size_t)len);
+    if (nl)
+        len = (int)(nl - buf);
+    if (len > 0 && buf[len - 1] == '\r')
+        len--;
+    return len;
+}
+
+/* OpenSSL's pem_password_cb. Returns the passphrase's length, or -1 for
+ * none (0 would have OpenSSL try an empty passphrase). u is NULL outside
+ * a load: nothing is ever asked for then. */
+static int pem_pass_cb(char *buf, int size, int rwflag, void *u) {
+    (void)rwflag;
+    pass_state *ps = u;
+    if (ps == NULL || size <= 0)
+        return -1;
+    ps->asked = true;
+    const tern_tls *tls = ps->tls;
+    int n = -1;
+    if (tls->passphrase) {
+        n = tls->passphrase(buf, (size_t)size, tls->passphrase_user);
+        if (n > size)
+            n = -1;   /* it claims more than the buffer holds: not trusted */
+    } else if (tls->passphrase_file) {
+        n = read_pass_file(tls->passphrase_file, buf, size);
+        if (n < 0) {
+            ps->file_err = n;
+            n = -1;
+        }
+    }
+    if (n <= 0)
+        return -1;
+    ps->given = true;
+    return n;
+}
+
+/* The private key of c into ctx, never prompting. Returns 0, or the error
+ * (logged): -ENOKEY for an encrypted key with no passphrase, -EKEYREJECTED
+ * for a wrong one, -ENOENT for an unreadable passphrase file, -EPROTO for
+ * anything else OpenSSL refuses. */
+static int key_load(tern_tls *tls, tls_cert *c, SSL_CTX *ctx) {
+    pass_state ps = {.tls = tls};
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, &ps);
+    int ok = SSL_CTX_use_PrivateKey_file(ctx, c->key_file, SSL_FILETYPE_PEM);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);   /* ps is gone after this call */
+    if (ok == 1)
+        return 0;
+    if (!ps.asked)
+        return tls_err("key", c->key_file);
+    ERR_clear_error();
+    if (ps.file_err) {
+        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN,
+                  "tls: the key in %s is encrypted and its passphrase file %s cannot be read: %s",
+                  c->key_file, tls->passphrase_file, strerror(-ps.file_err));
+        return -ENOENT;
+    }
+    if (!ps.given) {
+        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN,
+                  "tls: the key in %s is encrypted: give its passphrase "
+                  "(tern_tls_options.passphrase or .passphrase_file; "
+                  "tern serve --tls-key-passphrase-file)",
+                  c->key_file);
+        return -ENOKEY;
+    }
+    tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: wrong passphrase for the key in %s",
+              c->key_file);
+    return -EKEYREJECTED;
+}
+
 /* Makes the context of one certificate. */
 static int cert_load(tern_tls *tls, tls_cert *c) {
     if (access(c->cert_file, R_OK) < 0 || access(c->key_file, R_OK) < 0) {
@@ -162,14 +277,20 @@ static int cert_load(tern_tls *tls, tls_cert *c) {
     SSL_CTX_set_alpn_select_cb(ctx, alpn_cb, NULL);
     SSL_CTX_set_tlsext_servername_callback(ctx, sni_cb);
     SSL_CTX_set_tlsext_servername_arg(ctx, tls);
+    /* Before any PEM is read: the certificate file is read with it too,
+     * and with none OpenSSL would prompt on the terminal. */
+    SSL_CTX_set_default_passwd_cb(ctx, pem_pass_cb);
+    SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
     if (SSL_CTX_use_certificate_chain_file(ctx, c->cert_file) != 1) {
         SSL_CTX_free(ctx);
         return tls_err("certificate", c->cert_file);
     }
-    if (SSL_CTX_use_PrivateKey_file(ctx, c->key_file, SSL_FILETYPE_PEM) != 1 ||
-        SSL_CTX_check_private_key(ctx) != 1) {
+    int err = key_load(tls, c, ctx);
+    if (err == 0 && SSL_CTX_check_private_key(ctx) != 1)
+        err = tls_err("key", c->key_file);
+    if (err < 0) {
         SSL_CTX_free(ctx);
-        return tls_err("key", c->key_file);
+        return err;
     }
     cert_names_free(c);
     read_names(c, SSL_CTX_get0_certificate(ctx));
@@ -199,15 +320,32 @@ static int cert_add(tern_tls *tls, const char *cert_file, const char *key_file) 
     return 0;
 }
 
-int tern_tls_new(tern_tls **out, const char *cert_file, const char *key_file) {
+int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file,
+                     const tern_tls_options *opt) {
     if (out == NULL)
         return -EINVAL;
     *out = NULL;
+    if (opt && opt->passphrase && opt->passphrase_file)
+        return -EINVAL;   /* two sources: which one is meant? */
+    if (opt && opt->passphrase_file && access(opt->passphrase_file, R_OK) < 0) {
+        /* Said now, not only when an encrypted key happens to need it. */
+        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: cannot read the passphrase file %s: %s",
+                  opt->passphrase_file, strerror(errno));
+        return -ENOENT;   /* as for a certificate or key that cannot be read */
+    }
     tern_tls *tls = calloc(1, sizeof(*tls));
     if (tls == NULL)
         return -ENOMEM;
     pthread_mutex_init(&tls->lock, NULL);
     atomic_init(&tls->refs, 1);
+    if (opt) {
+        tls->passphrase = opt->passphrase;
+        tls->passphrase_user = opt->passphrase_user;
+        if (opt->passphrase_file && (tls->passphrase_file = strdup(opt->passphrase_file)) == NULL) {
+            tern_tls_free(tls);
+            return -ENOMEM;
+        }
+    }
     int err = cert_add(tls, cert_file, key_file);
     if (err < 0) {
         tern_tls_free(tls);
@@ -215,6 +353,10 @@ int tern_tls_new(tern_tls **out, const char *cert_file, const char *key_file) {
     }
     *out = tls;
     return 0;
+}
+
+int tern_tls_new(tern_tls **out, const char *cert_file, const char *key_file) {
+    return tern_tls_new_opt(out, cert_file, key_file, NULL);
 }
 
 int tern_tls_add_cert(tern_tls *tls, const char *cert_file, const char *key_file) {
@@ -266,6 +408,7 @@ void tern_tls_free(tern_tls *tls) {
     for (int i = 0; i < tls->ncerts; i++)
         cert_free(&tls->certs[i]);
     free(tls->certs);
+    free(tls->passphrase_file);
     pthread_mutex_destroy(&tls->lock);
     free(tls);
 }

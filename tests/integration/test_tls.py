@@ -283,6 +283,116 @@ def test_sighup_reloads_certificates_without_dropping_connections(tern_factory, 
     assert peer_cn(s) == "renewed.test"
 
 
+# ---- encrypted private keys (issue #25) -----------------------------------
+
+@pytest.fixture(scope="session")
+def encrypted_key(certs):
+    """The default certificate's key encrypted with the passphrase "secret"."""
+    d = certs["dir"]
+    key = os.path.join(d, "encrypted.key")
+    subprocess.run(["openssl", "pkey", "-in", certs["default"][1], "-out", key, "-aes256",
+                    "-passout", "pass:secret"], check=True, capture_output=True)
+    with open(key) as f:
+        assert "ENCRYPTED" in f.read()
+    return certs["default"][0], key
+
+
+def serve_on_a_terminal(*args, timeout=5.0):
+    """Runs `tern serve ARGS` on a pseudo-terminal of its own (its stdin and
+    controlling terminal, which OpenSSL's prompt would read): returns
+    (exit code or None when it did not exit, stderr, what reached the
+    terminal). A prompt would block it, so a timeout means it asked."""
+    import fcntl
+    import pty
+    import termios
+    master, slave = pty.openpty()
+
+    def on_the_terminal():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    from conftest import TERN_BIN
+    p = subprocess.Popen([TERN_BIN, "serve", "--host", "127.0.0.1", "--port", "0",
+                          "--threads", "1", *args], stdin=slave, stdout=slave,
+                         stderr=subprocess.PIPE, preexec_fn=on_the_terminal)
+    os.close(slave)
+    try:
+        _, err = p.communicate(timeout=timeout * SLOW)
+        code = p.returncode
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+        code = None
+    tty = b""
+    while True:
+        try:
+            import select
+            if not select.select([master], [], [], 0)[0]:
+                break
+            b = os.read(master, 4096)
+        except OSError:
+            break
+        if not b:
+            break
+        tty += b
+    os.close(master)
+    return code, err.decode(errors="replace"), tty.decode(errors="replace")
+
+
+def test_encrypted_key_without_passphrase_fails_fast_and_never_prompts(encrypted_key):
+    cert, key = encrypted_key
+    t0 = time.monotonic()
+    code, err, tty = serve_on_a_terminal("--tls-port", "0", "--tls-cert", cert, "--tls-key", key)
+    assert code == 1, (code, err, tty)
+    assert time.monotonic() - t0 < 3 * SLOW
+    assert "pass phrase" not in tty.lower() and "passphrase" not in tty.lower(), tty
+    assert f"the key in {key} is encrypted: give its passphrase" in err, err
+    assert "--tls-key-passphrase-file" in err, err
+    assert "UI routines" not in err, err
+
+
+def test_encrypted_key_with_a_wrong_passphrase_fails_clearly(encrypted_key, tmp_path):
+    cert, key = encrypted_key
+    pw = tmp_path / "pass"
+    pw.write_text("not the secret\n")
+    code, err, tty = serve_on_a_terminal("--tls-port", "0", "--tls-cert", cert, "--tls-key", key,
+                                         "--tls-key-passphrase-file", str(pw))
+    assert code == 1, (code, err, tty)
+    assert "wrong passphrase" in err, err
+    assert "pass phrase" not in tty.lower(), tty
+    missing = str(tmp_path / "missing")
+    code, err, tty = serve_on_a_terminal("--tls-port", "0", "--tls-cert", cert, "--tls-key", key,
+                                         "--tls-key-passphrase-file", missing)
+    assert code == 1 and missing in err, (code, err)
+
+
+def test_encrypted_key_with_its_passphrase_file_serves_and_reloads(tern_factory, encrypted_key,
+                                                                   tmp_path):
+    cert, key = encrypted_key
+    pw = tmp_path / "pass"
+    pw.write_text("secret\n")
+    tern = tern_factory("--tls-port", "0", "--tls-cert", cert, "--tls-key", key,
+                        "--tls-key-passphrase-file", str(pw))
+    s = tls_connect(tern)
+    s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert read_response(s)[2] == b"pong"
+    s.close()
+    # SIGHUP loads the key again with the file's passphrase, never a prompt;
+    # a passphrase changed to a wrong one keeps the certificates in use.
+    tern.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.3 * SLOW)
+    pw.write_text("wrong\n")
+    tern.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.3 * SLOW)
+    s = tls_connect(tern)
+    s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert read_response(s)[2] == b"pong"
+    s.close()
+    assert tern.stop() == 0
+    assert "SIGHUP, certificates reloaded" in tern.stderr, tern.stderr
+    assert "wrong passphrase" in tern.stderr, tern.stderr
+
+
 # ---- WebSocket over TLS -----------------------------------------------------
 
 def test_wss_echo_with_compression_and_backpressure(tls_tern):

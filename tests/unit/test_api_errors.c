@@ -475,6 +475,16 @@ static void tls_and_run_calls(void **state) {
     close(fd);
     assert_int_equal(tern_tls_new(&tls, junk, junk), -EPROTO);
     unlink(junk);
+    /* Options: one passphrase source at most; a passphrase file that
+     * cannot be read is said at once. */
+    tern_tls_options to = {.passphrase = (int (*)(char *, size_t, void *))1,
+                           .passphrase_file = "/nonexistent/pass"};
+    assert_int_equal(tern_tls_new_opt(NULL, "c", "k", NULL), -EINVAL);
+    assert_int_equal(tern_tls_new_opt(&tls, "c", "k", &to), -EINVAL);
+    assert_null(tls);
+    to.passphrase = NULL;
+    assert_int_equal(tern_tls_new_opt(&tls, "c", "k", &to), -ENOENT);
+    assert_null(tls);
     assert_int_equal(tern_tls_add_cert(NULL, "c", "k"), -EINVAL);
     assert_int_equal(tern_tls_reload(NULL), -EINVAL);
     tern_tls_free(NULL);
