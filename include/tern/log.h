@@ -24,7 +24,8 @@ enum tern_log_level {
     TERN_LOG_ERROR = 0,   /* something is broken: a listener failed */
     TERN_LOG_WARN = 1,    /* the process is short of something: descriptors, memory */
     TERN_LOG_INFO = 2,    /* policy at work: slow consumers dropped or closed */
-    TERN_LOG_DEBUG = 3,   /* every refusal: 4xx/5xx before a handler, refused upgrades */
+    TERN_LOG_DEBUG = 3,   /* every refusal: 4xx/5xx before a handler, refused upgrades,
+                             failed TLS handshakes */
 };
 
 typedef void (*tern_log_fn)(int level, const char *msg, void *user);

@@ -13,7 +13,12 @@
  *
  * The handshake counts against the server's head_timeout_ms: a client
  * that does not finish it, and send a request head, in that time is
- * closed. Static files go out read-and-encrypt (no sendfile over TLS).
+ * closed. A failed handshake is logged once at TERN_LOG_DEBUG with the
+ * peer's address and OpenSSL's reason. A client that sends plain HTTP
+ * (its first bytes a method such as "GET " rather than a TLS record) is
+ * answered "400 Bad Request" in the clear, its body saying the port
+ * expects TLS, and closed. Static files go out read-and-encrypt (no
+ * sendfile over TLS).
  *
  * One tern_tls may serve any number of listeners, servers and threads: it
  * is read-only while serving except for tern_tls_reload, which any thread

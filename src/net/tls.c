@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -439,12 +440,114 @@ static int sni_cb(SSL *ssl, int *alert, void *arg) {
 
 /* verify_out, for a client's connection while its handshake runs, is
  * where a failed handshake leaves the certificate verification's result
- * (the connection's own struct outlives the transport's release). */
+ * (the connection's own struct outlives the transport's release).
+ * sniffed: a server's connection has had its first bytes looked at (plain
+ * HTTP or TLS?); failure_logged: its failed handshake has been said. */
 typedef struct tls_conn {
     tern__transport base;
     SSL *ssl;
     long *verify_out;
+    bool sniffed;
+    bool failure_logged;
 } tls_conn;
+
+/* The peer of c as text, "-" when it cannot be had. */
+static void peer_text(const tern__conn *c, char *buf, size_t cap) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (getpeername(c->io.fd, (struct sockaddr *)&ss, &sl) < 0 ||
+        tern_addr_format((struct sockaddr *)&ss, sl, buf, cap) < 0)
+        snprintf(buf, cap, "-");
+}
+
+/* A server's handshake failed: said once, at debug, with the peer and
+ * OpenSSL's reason, before the error queue is cleared (a connection closed
+ * or reset before it sent anything, a port probe, is no failed handshake:
+ * sniff_plain_http marks it said). e is SSL_get_error's answer, sys the
+ * errno of the failed call. */
+static void handshake_failed(tern__conn *c, int e, int sys) {
+    tls_conn *t = (tls_conn *)c->tp;
+    if (t->failure_logged || !SSL_is_server(t->ssl) || SSL_is_init_finished(t->ssl))
+        return;
+    t->failure_logged = true;
+    if (!tern__log_on(TERN_LOG_DEBUG))
+        return;
+    char why[256];
+    unsigned long err = ERR_peek_error();
+    if (err) {
+        const char *r = ERR_reason_error_string(err);
+        snprintf(why, sizeof(why), "%s", r ? r : "unknown reason");
+    } else if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && sys == 0)) {
+        snprintf(why, sizeof(why), "the peer closed before it finished");
+    } else if (e == SSL_ERROR_SYSCALL) {
+        snprintf(why, sizeof(why), "%s", strerror(sys));
+    } else {
+        snprintf(why, sizeof(why), "error %d", e);
+    }
+    char peer[TERN_ADDRSTRLEN];
+    peer_text(c, peer, sizeof(peer));
+    tern__log(TERN_LOG_DEBUG, TERN__LOG_TLS_HANDSHAKE, "tls: handshake with %s failed: %s", peer,
+              why);
+}
+
+/* Does a connection's first bytes (n of them, 1 to 4) start a plain HTTP
+ * request rather than a TLS record (content type 22, handshake)? The
+ * methods a browser, curl or a script would send. */
+static bool looks_like_http(const char *p, size_t n) {
+    static const char methods[][5] = {"GET ", "POST", "HEAD", "PUT ",
+                                      "OPTI", "DELE", "PATC", "CONN"};
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
+        if (memcmp(p, methods[i], n) == 0)
+            return true;
+    return false;
+}
+
+/* The answer nginx gives, so the person at the browser learns what to do
+ * instead of seeing a connection reset. */
+#define PLAIN_HTTP_BODY \
+    "The plain HTTP request was sent to HTTPS port: this port expects TLS (https://).\n"
+static const char plain_http_answer[] = "HTTP/1.1 400 Bad Request\r\n"
+                                        "Content-Type: text/plain\r\n"
+                                        "Content-Length: 81\r\n"
+                                        "Connection: close\r\n"
+                                        "\r\n" PLAIN_HTTP_BODY;
+_Static_assert(sizeof(PLAIN_HTTP_BODY) - 1 == 81, "Content-Length is the body's");
+
+/* Before a server's first read: is the client speaking plain HTTP to the
+ * TLS port? Then its request is read and dropped (so that the close is a
+ * FIN, not a reset that could destroy the answer), a 400 saying why is
+ * written in the clear, and the connection fails. buf is scratch room.
+ * Returns 1 to go on with TLS, -EAGAIN while nothing has come, or the
+ * error that closes the connection. */
+static ssize_t sniff_plain_http(tern__conn *c, tls_conn *t, char *buf, size_t len) {
+    char head[4];
+    ssize_t n = recv(c->io.fd, head, sizeof(head), MSG_PEEK);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return -EAGAIN;
+    t->sniffed = true;
+    if (n <= 0)
+        t->failure_logged = true;   /* closed or reset having sent nothing: a probe, no handshake */
+    /* An end, an error (OpenSSL meets them too) or a TLS record: TLS. A
+     * request cut before its 4th byte is judged on what came: waiting for
+     * more would spin on a level-triggered readable socket. */
+    if (n <= 0 || head[0] == 0x16 || !looks_like_http(head, (size_t)n))
+        return 1;
+    t->failure_logged = true;
+    /* What has come, bounded: a sender that never stops is not waited for. */
+    for (int i = 0; i < 4 && recv(c->io.fd, buf, len, 0) == (ssize_t)len; i++)
+        ;
+    ssize_t w;
+    do
+        w = send(c->io.fd, plain_http_answer, sizeof(plain_http_answer) - 1, MSG_NOSIGNAL);
+    while (w < 0 && errno == EINTR);
+    if (tern__log_on(TERN_LOG_DEBUG)) {
+        char peer[TERN_ADDRSTRLEN];
+        peer_text(c, peer, sizeof(peer));
+        tern__log(TERN_LOG_DEBUG, TERN__LOG_TLS_HANDSHAKE,
+                  "tls: plain HTTP from %s on the TLS port: 400, closing", peer);
+    }
+    return -EPROTO;
+}
 
 /* A handshake of a client that verifies failed: was it the certificate?
  * Then the caller learns why (verify_out) and net sees -EKEYREJECTED. */
@@ -464,6 +567,12 @@ static SSL *ssl_of(const tern__conn *c) { return ((const tls_conn *)c->tp)->ssl;
 /* Reads records until len bytes are in or the socket is empty. */
 static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
     SSL *ssl = ssl_of(c);
+    tls_conn *t = (tls_conn *)c->tp;
+    if (!t->sniffed) {
+        ssize_t r = sniff_plain_http(c, t, buf, len);
+        if (r <= 0)
+            return r;
+    }
     size_t got = 0;
     while (got < len) {
         size_t n = 0;
@@ -487,16 +596,17 @@ static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
         }
         if (got)
             break;   /* hand over what came; the end or error shows again next time */
+        int sys = errno;
+        handshake_failed(c, e, sys);
         if (e == SSL_ERROR_ZERO_RETURN)
             return 0;   /* close_notify */
-        int sys = errno;
         ERR_clear_error();
         int vf = verify_failed(c);
         if (vf)
             return vf;
         if (e == SSL_ERROR_SYSCALL)
             return sys && sys != EAGAIN ? -sys : -ECONNRESET;   /* TCP end without close_notify */
-        return -EPROTO;   /* not TLS (plain HTTP to this port), a failed handshake, a bad record */
+        return -EPROTO;   /* not TLS (bytes of another protocol), a failed handshake, a bad record */
     }
     return got ? (ssize_t)got : -EAGAIN;
 }
@@ -520,6 +630,7 @@ static ssize_t tls_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
                 tern__conn_send_wants_in(c);
             if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
                 return total ? (ssize_t)total : -EAGAIN;
+            handshake_failed(c, e, errno);
             ERR_clear_error();
             int vf = verify_failed(c);
             return total ? (ssize_t)total : vf ? vf : -EPIPE;
@@ -645,6 +756,7 @@ int tern__tls_client_attach(tern__conn *c, SSL_CTX *ctx, const char *name, long 
         }
     }
     SSL_set_connect_state(t->ssl);
+    t->sniffed = true;   /* a server's first bytes are its own business */
     t->base.ops = &tls_ops;
     tern__conn_set_transport(c, &t->base);
     return 0;

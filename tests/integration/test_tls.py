@@ -226,10 +226,73 @@ def test_plain_http_on_the_tls_port_is_closed_quickly(tls_tern):
         s = socket.create_connection((tern.host, tern.tls_port))
         s.sendall(junk)
         t0 = time.monotonic()
-        recv_until_closed(s, 5 * SLOW)   # an alert at most, then the end
+        recv_until_closed(s, 5 * SLOW)   # a 400 or an alert at most, then the end
         assert time.monotonic() - t0 < 1 * SLOW
         s.close()
     assert wait_fds(tern, fds0) == fds0
+
+
+def test_plain_http_on_the_tls_port_gets_a_400_saying_so(tls_tern):
+    tern = tls_tern()
+    fds0 = tern.open_fds()
+    for req in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi",
+                b"OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n",
+                b"DELETE /x HTTP/1.1\r\nHost: x\r\n\r\n",
+                b"PATCH /x HTTP/1.1\r\nHost: x\r\n\r\n"):
+        s = socket.create_connection((tern.host, tern.tls_port))
+        s.sendall(req)
+        st, h, body, rest = read_response(s, 5 * SLOW)
+        assert st == 400, req
+        assert b"The plain HTTP request was sent to HTTPS port" in body, body
+        assert h.get("connection") == "close"
+        assert recv_until_closed(s, 5 * SLOW) == b""   # then closed
+        s.close()
+    assert wait_fds(tern, fds0) == fds0
+    # The port still speaks TLS.
+    s = tls_connect(tern)
+    s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert read_response(s)[2] == b"pong"
+
+
+def test_failed_handshakes_are_logged_at_debug(tls_tern):
+    tern = tls_tern("--log-level", "debug")
+    junk = socket.create_connection((tern.host, tern.tls_port))
+    junk_port = junk.getsockname()[1]
+    junk.sendall(b"\x00\x01garbage, not a TLS record" + os.urandom(100))
+    recv_until_closed(junk, 5 * SLOW)
+    junk.close()
+    # A handshake record whose ClientHello is cut short.
+    old = socket.create_connection((tern.host, tern.tls_port))
+    old_port = old.getsockname()[1]
+    old.sendall(b"\x16\x03\x01\x00\x05\x01\x00\x00\x01\x00")   # a ClientHello far too short
+    recv_until_closed(old, 5 * SLOW)
+    old.close()
+    plain = socket.create_connection((tern.host, tern.tls_port))
+    plain_port = plain.getsockname()[1]
+    plain.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    recv_until_closed(plain, 5 * SLOW)
+    plain.close()
+    time.sleep(0.2 * SLOW)
+    assert tern.stop() == 0
+    lines = tern.stderr.splitlines()
+    mine = [l for l in lines if f"127.0.0.1:{junk_port}" in l]
+    assert len(mine) == 1, tern.stderr                      # once
+    assert "[debug]" in mine[0] and "handshake" in mine[0] and "wrong version number" in mine[0], mine
+    mine = [l for l in lines if f"127.0.0.1:{old_port}" in l]
+    assert len(mine) == 1 and "handshake" in mine[0], tern.stderr
+    mine = [l for l in lines if f"127.0.0.1:{plain_port}" in l]
+    assert len(mine) == 1 and "plain HTTP" in mine[0], tern.stderr
+
+
+def test_failed_handshakes_are_not_logged_above_debug(tls_tern):
+    tern = tls_tern()
+    junk = socket.create_connection((tern.host, tern.tls_port))
+    junk.sendall(b"\x00\x01garbage")
+    recv_until_closed(junk, 5 * SLOW)
+    junk.close()
+    assert tern.stop() == 0
+    assert "handshake" not in tern.stderr, tern.stderr
 
 
 def test_renegotiation_is_refused(tls_tern):
