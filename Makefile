@@ -1,7 +1,8 @@
 # tern: the two commands a newcomer needs are `make run` and `make test`.
 # Both install what is missing first (scripts/install-deps.sh), then build:
-# `build`, `run` and `install` only what building needs; `test` (and the
-# sanitizer and fuzz builds) the test tools too; `bench` the bench peers' tools.
+# `build` and `run` only what building needs; `test` (and the sanitizer and
+# fuzz builds) the test tools too; `bench` the bench peers' tools. `install`
+# installs no packages.
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -50,9 +51,15 @@ $(TLS_DIR)/cert.pem:
 	@echo "make run: made a self-signed certificate for localhost in $(TLS_DIR)"
 
 # Headers, libtern.so and libtern.a, tern.pc, the CMake package and the
-# tern command under PREFIX (DESTDIR=... for staging).
-install: build
-	cmake --install $(BUILD) --prefix $(PREFIX)
+# tern command under PREFIX (DESTDIR=... for staging). A build of its own
+# without the tests and examples, and no package installs: `sudo make
+# install` changes nothing but PREFIX (the README lists what building needs).
+INSTALL_BUILD ?= build-install
+install:
+	@cmake -S . -B $(INSTALL_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_BUILD_TESTS=OFF \
+	    -DTERN_BUILD_EXAMPLES=OFF >/dev/null
+	@cmake --build $(INSTALL_BUILD) -j $(JOBS)
+	cmake --install $(INSTALL_BUILD) --prefix $(PREFIX)
 
 # Every test: unit and integration, on the release build and again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, the library as an
@@ -84,4 +91,4 @@ bench: deps-bench build
 	bench/report
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(INSTALL_BUILD)
