@@ -1368,6 +1368,8 @@ static tern_ws_prepared *prepare(const void *data, size_t len, int opcode, bool 
     char *buf = malloc(len + (size_t)nl);
     if (buf == NULL)
         return NULL;
+    if (data == NULL)   /* no data (len 0): the message is the seq alone */
+        data = "";
     memcpy(buf, data, seq_at);
     memcpy(buf + seq_at, num, (size_t)nl);
     memcpy(buf + seq_at + nl, (const char *)data + seq_at, len - seq_at);
