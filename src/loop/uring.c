@@ -1003,19 +1003,22 @@ static void on_poll(tern__uring *u, int fd, int res) {
         return;
     mark_dirty(u, fd);
     uint32_t revents = res < 0 ? TERN__IO_ERR : (uint32_t)res;
-    if (u->fds[fd].st & ST_STREAM) {
+    uint32_t st = u->fds[fd].st;
+    if (st & ST_STREAM) {
         if (revents & TERN__IO_OUT)
             u->fds[fd].st &= ~ST_FULL;
-        if (io->events & TERN__IO_IN) {
-            /* Reading: the end is the receive's to report, with the bytes
-             * before it. The kernel (6.18 seen) may leave a multishot
-             * receive that has just returned bytes waiting for ever when
-             * the peer's reset comes at that moment; so the receive is
-             * cancelled and armed again (flush_dirty), and the new one
-             * reads what is left, then the end. Without this a reset
-             * connection stayed open until its timeout. */
-            if ((revents & (TERN__IO_RDHUP | TERN__IO_HUP | TERN__IO_ERR)) &&
-                (u->fds[fd].st & ST_RECV))
+        if (st & (ST_RECV | ST_EOF)) {
+            /* The end is the receive's to report, after the bytes before
+             * it: one is in flight, or has seen the end already (a
+             * watcher that paused since finds it then). Told here, it
+             * would overtake them (a request and its FIN: the request
+             * aborted, not answered). But the kernel (6.18 seen) may leave
+             * a multishot receive that has just returned bytes waiting for
+             * ever when the peer's reset comes at that moment; so the
+             * receive is cancelled and armed again (flush_dirty), and the
+             * new one reads what is left, then the end. Without this a
+             * reset connection stayed open until its timeout. */
+            if ((revents & (TERN__IO_RDHUP | TERN__IO_HUP | TERN__IO_ERR)) && (st & ST_RECV))
                 arm_multishot(u, fd, false);
             revents &= TERN__IO_OUT;
             if (revents == 0)

@@ -35,3 +35,26 @@ def test_pipelined_answers_survive_a_fin_while_the_backlog_drains(tern):
         if n != 2:
             short.append((trial, n, len(data)))
     assert not short, f"(trial, answers, bytes) with fewer than 2 answers: {short}"
+
+
+def test_a_request_and_its_fin_together_are_answered(tern):
+    # A request whose handler stops reading (a streamed body: /upload), and
+    # the client's FIN right behind it. Seen on io_uring (the soak's
+    # half_close): the FIN was reported to the paused connection as a
+    # hang-up before the receive had told its end, and the request was
+    # aborted unanswered, in about one trial in seven (a mistake of the
+    # change that made io_uring watch a reading connection for its end).
+    for trial in range(150):
+        s = tern.connect()
+        s.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(5 * SLOW)
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+        s.close()
+        assert data.startswith(b"HTTP/1.1 200"), (trial, data)
+        assert data.endswith(b"\r\n\r\n0 0\n"), (trial, data)
