@@ -66,13 +66,29 @@ const char *tern_err_name(int err);
 int tern_loop_new(tern_loop **out, const tern_loop_options *opt);
 /* The back end the loop uses: "epoll" or "io_uring". */
 const char *tern_loop_backend(const tern_loop *loop);
-/* Frees the loop. Every server and connection of it must be gone; timers
- * still armed are freed with it (an idle one stays the caller's). Posts
- * still queued never run (what a tern_loop_post's user points to stays
- * the caller's; tern's own posts free theirs). */
-void tern_loop_free(tern_loop *loop);
+/* Frees the loop and returns 0. Every server and connection of it must be
+ * gone first: while one is alive (a server not yet tern_server_free'd, a
+ * client connection still open), or while the loop runs, it frees nothing,
+ * logs at error level and returns -EBUSY (as libuv's uv_loop_close), so
+ * free the servers and call it again. Timers still armed are freed with it
+ * (an idle one stays the caller's). Posts still queued never run (what a
+ * tern_loop_post's user points to stays the caller's; tern's own posts
+ * free theirs). NULL: 0. */
+int tern_loop_free(tern_loop *loop);
 
-/* Runs until tern_loop_stop(). Returns 0, or a negative errno if epoll failed. */
+/* Runs until tern_loop_stop(). Returns 0, or a negative errno if epoll
+ * failed. -EBUSY, without running, when called from inside a callback of a
+ * loop running on this thread (this one or another: a loop is never run
+ * inside another's callback) or for a loop already running on another
+ * thread.
+ *
+ * Threads: a loop runs on one thread at a time. While it runs, the calls
+ * documented "loop thread" (responses, WebSocket calls, timers, ...) must
+ * be made on that thread; made from another one, those that return int
+ * refuse with -EPERM and log once at error level (the checked build,
+ * TERN_CHECKED, aborts naming the call instead), and the others are
+ * undefined behaviour. Hand work over with tern_loop_post. Before the loop
+ * runs and after it returns, the thread that owns it may make them. */
 int tern_loop_run(tern_loop *loop);
 /* Makes tern_loop_run() return after the current iteration (loop thread). */
 void tern_loop_stop(tern_loop *loop);
@@ -98,8 +114,13 @@ uint64_t tern_loop_now(const tern_loop *loop);
 typedef void (*tern_timer_fn)(tern_timer *timer, void *user);
 int tern_timer_start(tern_loop *loop, tern_timer **out, uint64_t timeout_ms, uint64_t repeat_ms,
                      tern_timer_fn fn, void *user);
-/* Re-arms a timer, armed or idle (also from its callback). 0 or -ENOMEM. */
+/* Re-arms a timer, armed or idle (also from its callback). 0 or -ENOMEM.
+ * Timer calls are loop-thread calls (tern_loop_run): start and again
+ * return -EPERM on another thread while the loop runs. */
 int tern_timer_again(tern_timer *timer, uint64_t timeout_ms);
+/* A stopped timer is freed: stopping it again is undefined behaviour (the
+ * checked build reports it, naming tern_timer_stop). So is stopping an
+ * armed timer after tern_loop_free, which freed it. */
 void tern_timer_stop(tern_timer *timer);
 
 /* Delivers signo (SIGINT, SIGTERM, SIGHUP, ...) to fn on this loop's thread

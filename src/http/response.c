@@ -251,10 +251,16 @@ static bool name_ok(const char *n) {
     return true;
 }
 
+/* The loop-thread rule (loop.h, tern__loop_thread_ok) for a request whose
+ * connection is live; one that is gone never reads its loop. */
+#define REQ_ON_THREAD(req, call) ((req)->hc == NULL || tern__loop_thread_ok((req)->srv->loop, call))
+
 /* Checks common to every call that starts a response. 0 when it may. */
-static int check_start(tern_http_req *req, int status) {
+static int check_start(tern_http_req *req, int status, const char *call) {
     if (req == NULL)
         return -EINVAL;
+    if (!REQ_ON_THREAD(req, call))
+        return -EPERM;
     if (req->started || req->ended)
         return -EALREADY;
     if (status < 200 || status > 999)
@@ -273,6 +279,8 @@ static bool bodiless(const tern_http_req *req, int status) {
 int tern_http_add_header(tern_http_req *req, const char *name, const char *value) {
     if (req == NULL || name == NULL || value == NULL)
         return -EINVAL;
+    if (!REQ_ON_THREAD(req, __func__))
+        return -EPERM;
     if (req->started || req->ended)
         return -EALREADY;
     if (!name_ok(name) || !value_ok(value))
@@ -291,7 +299,7 @@ int tern_http_add_header(tern_http_req *req, const char *name, const char *value
 
 int tern_http_respond(tern_http_req *req, int status, const char *content_type, const void *body,
                       size_t len) {
-    int err = check_start(req, status);
+    int err = check_start(req, status, __func__);
     if (err == 0 && ((body == NULL && len > 0) || (content_type && !value_ok(content_type))))
         err = -EINVAL;
     if (err)
@@ -308,7 +316,7 @@ int tern_http_respond(tern_http_req *req, int status, const char *content_type, 
 }
 
 int tern_http_start(tern_http_req *req, int status, const char *content_type) {
-    int err = check_start(req, status);
+    int err = check_start(req, status, __func__);
     if (err == 0 && content_type && !value_ok(content_type))
         err = -EINVAL;
     if (err)
@@ -331,6 +339,8 @@ int tern_http_start(tern_http_req *req, int status, const char *content_type) {
 int tern_http_write(tern_http_req *req, const void *data, size_t len) {
     if (req == NULL || !req->started || (data == NULL && len > 0))
         return -EINVAL;
+    if (!REQ_ON_THREAD(req, __func__))
+        return -EPERM;
     if (req->ended)
         return -EALREADY;
     if (req->hc == NULL)
@@ -350,6 +360,8 @@ int tern_http_write(tern_http_req *req, const void *data, size_t len) {
 int tern_http_end(tern_http_req *req) {
     if (req == NULL || !req->started)
         return -EINVAL;
+    if (!REQ_ON_THREAD(req, __func__))
+        return -EPERM;
     if (req->ended)
         return -EALREADY;
     if (req->hc == NULL) {
@@ -365,7 +377,7 @@ int tern_http_end(tern_http_req *req) {
 
 int tern_http_respond_file(tern_http_req *req, int status, const char *content_type, int fd,
                            off_t offset, size_t len) {
-    int err = check_start(req, status);
+    int err = check_start(req, status, __func__);
     if (err == 0 && (fd < 0 || offset < 0 || (content_type && !value_ok(content_type))))
         err = fd < 0 ? -EBADF : -EINVAL;
     if (err) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "http/server.h"
+#include "loop/log.h"
 #include "net/tls.h"
 
 #define KIB 1024u
@@ -86,7 +87,9 @@ static int server_make(tern_server **out, tern_loop *loop, tern__server_config *
         return -ENOMEM;
     }
     atomic_fetch_add(&cfg->refs, 1);
+    srv->magic = TERN__MAGIC_SERVER;
     srv->loop = loop;
+    tern__loop_hold(loop);   /* tern_loop_free waits for tern_server_free */
     srv->cfg = cfg;
     srv->target = &cfg->host;
     memcpy(srv->server_line, cfg->server_line, sizeof(srv->server_line));
@@ -183,25 +186,53 @@ static void close_all(tern_server *srv) {
         tern__conn_close(srv->conns.head, -ECANCELED);
 }
 
-void tern_server_free(tern_server *srv) {
-    if (srv == NULL || srv->loop == NULL)
-        return;   /* a host handle goes with its configuration */
-    close_listeners(srv);
-    srv->done = NULL;
-    close_all(srv);
+/* The rest of tern_server_free, once no callback of the loop is running. */
+static void server_finish_free(tern_server *srv) {
     /* The closed connections' structs are freed at the batch end; run it
      * now, since the loop may not iterate again. */
     tern__net_flush(srv->loop);
     if (srv->pubsub)
         atomic_load(&srv->cfg->pubsub_hooks)->server_free(srv);
     tern_timer_stop(srv->shutdown_timer);
+    tern_timer_stop(srv->free_timer);
     for (int i = 0; i < srv->nhttps; i++)
         tern_tls_free(srv->https[i].tls);
     for (int i = 0; i < TERN__MAX_LISTENERS; i++)
         free(srv->specs[i].host);
     tern__http_access_drop(srv);
     config_leave(srv->cfg, srv);
-    free(srv);
+    tern__loop_release(srv->loop);
+    srv->magic = TERN__MAGIC_DEAD;
+    tern__check_free(srv);
+}
+
+static void server_free_due(tern_timer *t, void *user) { server_finish_free(user); }
+
+void tern_server_free(tern_server *srv) {
+    if (srv == NULL)
+        return;
+    TERN__ASSERT_MAGIC(srv, TERN__MAGIC_SERVER, "server");
+    if (srv->loop == NULL)
+        return;   /* a host handle goes with its configuration */
+    TERN__ASSERT_LOOP_THREAD(srv->loop);
+    if (srv->free_timer)
+        return;   /* freed already, inside a callback: the rest is due */
+    close_listeners(srv);
+    srv->done = NULL;
+    close_all(srv);
+    /* Inside a callback of the running loop (one of srv's own handlers,
+     * typically), the request being handled, its connection and its route
+     * are still in use by the code that called the handler: the server
+     * struct and its configuration go once it has returned, from a 0 ms
+     * timer (which fires in this iteration, after the batch end). Without
+     * memory for the timer, the server stays (closed) and is not freed. */
+    if (tern__loop_current() == srv->loop) {
+        if (tern_timer_start(srv->loop, &srv->free_timer, 0, 0, server_free_due, srv) < 0)
+            tern__log(TERN_LOG_ERROR, TERN__LOG_MISUSE,
+                      "tern_server_free: out of memory inside a callback: the server leaks");
+        return;
+    }
+    server_finish_free(srv);
 }
 
 static bool listen_options_ok(const tern_listen_options *opt) {
@@ -485,6 +516,7 @@ int tern_server_host(tern_server *srv, const char *name, tern_server **out) {
     for (size_t i = 0; i < len; i++)
         copy[i] = (char)(name[i] >= 'A' && name[i] <= 'Z' ? name[i] + 32 : name[i]);
     copy[len] = '\0';
+    h->magic = TERN__MAGIC_SERVER;
     vh->name = copy;
     vh->name_len = len;
     vh->router = router;

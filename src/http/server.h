@@ -5,6 +5,7 @@
 
 #include <stdatomic.h>
 
+#include "loop/check.h"
 #include "http/chunked.h"
 #include "http/parser.h"
 #include "http/router.h"
@@ -143,8 +144,11 @@ typedef struct tern__server_counters {
  * wall second date_sec. The scratch_* fields are the views of the request
  * whose handler is running: one handler runs at a time per loop.
  * A host handle (tern_server_host) is a tern_server too, with loop NULL and
- * target its host: it only takes routes. */
+ * target its host: it only takes routes.
+ * magic is TERN__MAGIC_SERVER from creation to tern_server_free
+ * (loop/check.h). */
 struct tern_server {
+    uint32_t magic;
     tern_loop *loop;
     tern__server_config *cfg;
     tern__vhost *target;             /* where this handle's routes go */
@@ -162,6 +166,9 @@ struct tern_server {
     tern_server_done_fn done;
     void *done_user;
     tern_timer *shutdown_timer;
+    /* tern_server_free called inside one of the loop's callbacks (its own
+     * handler, say): the rest of the free, at the end of the iteration. */
+    tern_timer *free_timer;
 
     int64_t date_sec;
     char date[40];                   /* "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n" */

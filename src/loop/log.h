@@ -18,6 +18,7 @@ enum tern__log_kind {
     TERN__LOG_RUN,           /* tern_run: signals, shutdown */
     TERN__LOG_BACKEND,       /* the loop's back end (io_uring unavailable: epoll) */
     TERN__LOG_TLS_HANDSHAKE, /* a failed TLS handshake, plain HTTP on a TLS port */
+    TERN__LOG_MISUSE,        /* the API misused (wrong thread, loop freed while busy) */
     TERN__LOG_KINDS
 };
 

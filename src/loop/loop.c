@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "loop/check.h"
 #include "loop/log.h"
 #include "loop/loop_internal.h"
 
@@ -173,8 +174,10 @@ int tern__loop_run_posts(tern_loop *loop) {
 static void stop_fn(tern_loop *loop, void *user) { loop->stopping = true; }
 
 void tern_loop_stop(tern_loop *loop) {
-    if (loop)
+    if (loop) {
+        TERN__ASSERT_LOOP_THREAD(loop);
         loop->stopping = true;
+    }
 }
 int tern_loop_stop_async(tern_loop *loop) { return tern_loop_post(loop, stop_fn, NULL); }
 
@@ -284,9 +287,26 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
     return 0;
 }
 
-void tern_loop_free(tern_loop *loop) {
+void tern__loop_hold(tern_loop *loop) { loop->holds++; }
+
+void tern__loop_release(tern_loop *loop) {
+    TERN__ASSERT(loop->holds > 0, "released more than held");
+    if (loop->holds > 0)
+        loop->holds--;
+}
+
+int tern_loop_free(tern_loop *loop) {
     if (loop == NULL)
-        return;
+        return 0;
+    /* What is alive on the loop would point into freed memory (and free
+     * its own parts through it later); as uv_loop_close, refuse and let
+     * the caller free them first. Also a free from inside the loop's run. */
+    if (loop->holds > 0 || atomic_load(&loop->running)) {
+        tern__log(TERN_LOG_ERROR, TERN__LOG_MISUSE,
+                  "tern_loop_free: %zu servers and connections still alive%s: not freed",
+                  loop->holds, atomic_load(&loop->running) ? ", loop running" : "");
+        return -EBUSY;
+    }
     /* Posts nobody ran are dropped: their owners are gone with the loop.
      * One that owns memory (tern__loop_post_owned) releases it. */
     tern__post *p;
@@ -304,6 +324,7 @@ void tern_loop_free(tern_loop *loop) {
     loop->bk->free(loop);
     free(loop->rbuf);
     free(loop);
+    return 0;
 }
 
 static void batch_end(tern_loop *loop) {
@@ -318,15 +339,39 @@ static _Thread_local tern_loop *current_loop;
 
 tern_loop *tern__loop_current(void) { return current_loop; }
 
+bool tern__loop_thread_ok(const tern_loop *loop, const char *call) {
+    if (!atomic_load_explicit(&loop->running, memory_order_relaxed) || current_loop == loop)
+        return true;
+#ifdef TERN_CHECKED
+    tern__check_fail(call, "called on a thread other than its loop's, while the loop runs",
+                     __FILE__, __LINE__);
+#else
+    /* Once: the caller's code is wrong, not its traffic. */
+    static atomic_bool said;
+    if (!atomic_exchange(&said, true))
+        tern__log(TERN_LOG_ERROR, TERN__LOG_MISUSE,
+                  "%s: called on a thread other than its loop's, while the loop runs: refused "
+                  "(use tern_loop_post)", call);
+    return false;
+#endif
+}
+
 static int loop_run(tern_loop *loop);
 
 int tern_loop_run(tern_loop *loop) {
     if (loop == NULL)
         return -EINVAL;
-    tern_loop *outer = current_loop;
+    /* A run inside a callback (of this loop or another on this thread)
+     * would dispatch callbacks inside callbacks, and the outer batch's
+     * state (the cork, deferred frees) under it; a loop running on another
+     * thread would be run by two. Neither runs. */
+    bool was = false;
+    if (current_loop != NULL || !atomic_compare_exchange_strong(&loop->running, &was, true))
+        return -EBUSY;
     current_loop = loop;
     int r = loop_run(loop);
-    current_loop = outer;
+    current_loop = NULL;
+    atomic_store(&loop->running, false);
     return r;
 }
 

@@ -158,4 +158,26 @@ int tern__loop_post_owned(tern_loop *loop, tern_post_fn fn, void (*drop)(void *u
 /* The loop whose tern_loop_run is running on the calling thread, or NULL. */
 tern_loop *tern__loop_current(void);
 
+/* Whether the calling thread may use loop now: it is not running (set-up
+ * before, tear-down after, a thread handing it over), or it is running on
+ * this thread. Otherwise, in the checked build, aborts naming call; in the
+ * release build logs once at error level and answers false, and the
+ * loop-thread-only calls that return int refuse with -EPERM. One relaxed
+ * load and a thread-local compare. */
+bool tern__loop_thread_ok(const tern_loop *loop, const char *call);
+/* For loop-thread-only calls that cannot return an error: checked build
+ * only. */
+#ifdef TERN_CHECKED
+#define TERN__ASSERT_LOOP_THREAD(loop) ((void)tern__loop_thread_ok((loop), __func__))
+#else
+#define TERN__ASSERT_LOOP_THREAD(loop) ((void)0)
+#endif
+
+/* What keeps a loop from being freed: a server (from tern_server_new to
+ * tern_server_free) and a connection (from its start to its close) each
+ * hold it once; tern_loop_free refuses (-EBUSY) while anything does. Loop
+ * thread. */
+void tern__loop_hold(tern_loop *loop);
+void tern__loop_release(tern_loop *loop);
+
 #endif

@@ -76,11 +76,18 @@ extern const tern__backend_ops tern__uring_backend;
  *   heap_index its position.
  * - post_tail/post_head/post_sentinel form the MPSC queue; wake_pending is 1
  *   from the first post after a drain until the loop drains again, so a
- *   burst of posts writes the eventfd once. */
+ *   burst of posts writes the eventfd once.
+ * - running is true exactly while tern_loop_run runs it (on one thread:
+ *   the tern__loop_current of that thread is this loop); atomic because
+ *   other threads read it to be told they may not use the loop.
+ * - holds counts the servers and connections alive on the loop
+ *   (tern__loop_hold); tern_loop_free needs 0. */
 struct tern_loop {
     const tern__backend_ops *bk;
     void *backend;                    /* the back end's state */
     bool stopping;
+    atomic_bool running;
+    size_t holds;
     uint64_t now_ms;
     int64_t wall_sec;
 

@@ -2,11 +2,14 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "loop/check.h"
 #include "loop/loop_internal.h"
 
-/* Invariant: heap_index is the timer's position in loop->heap while it is
- * armed, and SIZE_MAX while it is idle (a one-shot that fired, or new). */
+/* Invariants: heap_index is the timer's position in loop->heap while it is
+ * armed, and SIZE_MAX while it is idle (a one-shot that fired, or new);
+ * magic is TERN__MAGIC_TIMER until the timer is freed (loop/check.h). */
 struct tern_timer {
+    uint32_t magic;
     tern_loop *loop;
     uint64_t deadline;
     uint64_t repeat;
@@ -87,9 +90,12 @@ int tern_timer_start(tern_loop *loop, tern_timer **out, uint64_t timeout_ms, uin
                      tern_timer_fn fn, void *user) {
     if (loop == NULL || out == NULL || fn == NULL)
         return -EINVAL;
+    if (!tern__loop_thread_ok(loop, __func__))
+        return -EPERM;
     tern_timer *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return -ENOMEM;
+    t->magic = TERN__MAGIC_TIMER;
     t->loop = loop;
     t->repeat = repeat_ms;
     t->fn = fn;
@@ -107,6 +113,12 @@ int tern_timer_start(tern_loop *loop, tern_timer **out, uint64_t timeout_ms, uin
 int tern_timer_again(tern_timer *t, uint64_t timeout_ms) {
     if (t == NULL)
         return -EINVAL;
+    TERN__ASSERT_MAGIC(t, TERN__MAGIC_TIMER, "timer");
+    if (!tern__loop_thread_ok(t->loop, __func__))
+        return -EPERM;
+    TERN__ASSERT(t->heap_index == SIZE_MAX ||
+                     (t->heap_index < t->loop->heap_len && t->loop->heap[t->heap_index] == t),
+                 "heap_index is not the timer's place in the heap");
     if (t->heap_index != SIZE_MAX)
         heap_remove(t->loop, t);
     arm(t, timeout_ms);
@@ -116,9 +128,12 @@ int tern_timer_again(tern_timer *t, uint64_t timeout_ms) {
 void tern_timer_stop(tern_timer *t) {
     if (t == NULL)
         return;
+    TERN__ASSERT_MAGIC(t, TERN__MAGIC_TIMER, "timer");
+    TERN__ASSERT_LOOP_THREAD(t->loop);
     if (t->heap_index != SIZE_MAX)
         heap_remove(t->loop, t);
-    free(t);
+    t->magic = TERN__MAGIC_DEAD;
+    tern__check_free(t);
 }
 
 void tern__timers_run(tern_loop *loop) {
@@ -150,8 +165,10 @@ int tern__timers_timeout(const tern_loop *loop) {
 void tern__timers_free(tern_loop *loop) {
     /* Timers still armed go with their loop (a repeating one that nobody
      * stopped, such as a server's periodic job). */
-    for (size_t i = 0; i < loop->heap_len; i++)
-        free(loop->heap[i]);
+    for (size_t i = 0; i < loop->heap_len; i++) {
+        loop->heap[i]->magic = TERN__MAGIC_DEAD;
+        tern__check_free(loop->heap[i]);
+    }
     free(loop->heap);
     loop->heap = NULL;
     loop->heap_len = loop->heap_cap = 0;

@@ -197,6 +197,7 @@ int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_pr
     if (tern__io_stream(loop, &c->io, true))
         c->tp = &tern__stream_transport;
     list_add(c, list);
+    tern__loop_hold(loop);   /* until release(): tern_loop_free waits for it */
     return 0;
 }
 
@@ -232,6 +233,7 @@ static void release(tern__conn *c) {
     c->tp->ops->release(c);
     c->tp = &tern__plain_transport;
     c->flags |= TERN__CONN_CLOSED;
+    tern__loop_release(c->loop);
     c->next_free = n->closed;
     n->closed = c;
 }
@@ -767,8 +769,8 @@ int tern__conn_connect(tern_loop *loop, tern__conn *c, const struct sockaddr *ad
         return err;
     }
     int err = tern__conn_start(loop, c, fd, proto, list);
-    if (err == 0)
-        err = tern__io_set(loop, &c->io, TERN__IO_OUT);
+    if (err == 0 && (err = tern__io_set(loop, &c->io, TERN__IO_OUT)) < 0)
+        tern__loop_release(loop);   /* started: undo its hold */
     if (err < 0) {
         list_remove(c);
         tern__io_close(loop, &c->io);

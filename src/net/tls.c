@@ -29,6 +29,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "loop/check.h"
 #include "loop/log.h"
 #include "net/tls.h"
 
@@ -54,6 +55,7 @@ typedef struct tls_cert {
  * passphrase source (at most one of passphrase, passphrase_file) is set
  * by tern_tls_new_opt and never changes, so loads read it unlocked. */
 struct tern_tls {
+    uint32_t magic;   /* TERN__MAGIC_TLS until freed (loop/check.h) */
     pthread_mutex_t lock;
     atomic_int refs;
     tls_cert *certs;
@@ -337,6 +339,7 @@ int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file
     tern_tls *tls = calloc(1, sizeof(*tls));
     if (tls == NULL)
         return -ENOMEM;
+    tls->magic = TERN__MAGIC_TLS;
     pthread_mutex_init(&tls->lock, NULL);
     atomic_init(&tls->refs, 1);
     if (opt) {
@@ -363,6 +366,7 @@ int tern_tls_new(tern_tls **out, const char *cert_file, const char *key_file) {
 int tern_tls_add_cert(tern_tls *tls, const char *cert_file, const char *key_file) {
     if (tls == NULL)
         return -EINVAL;
+    TERN__ASSERT_MAGIC(tls, TERN__MAGIC_TLS, "tern_tls");
     pthread_mutex_lock(&tls->lock);
     int err = cert_add(tls, cert_file, key_file);
     pthread_mutex_unlock(&tls->lock);
@@ -372,6 +376,7 @@ int tern_tls_add_cert(tern_tls *tls, const char *cert_file, const char *key_file
 int tern_tls_reload(tern_tls *tls) {
     if (tls == NULL)
         return -EINVAL;
+    TERN__ASSERT_MAGIC(tls, TERN__MAGIC_TLS, "tern_tls");
     /* Load all first, outside the lock; swap only if every one loaded. */
     pthread_mutex_lock(&tls->lock);
     int n = tls->ncerts;
@@ -404,14 +409,18 @@ int tern_tls_reload(tern_tls *tls) {
 static void tls_ref(tern_tls *tls) { atomic_fetch_add(&tls->refs, 1); }
 
 void tern_tls_free(tern_tls *tls) {
-    if (tls == NULL || atomic_fetch_sub(&tls->refs, 1) != 1)
+    if (tls == NULL)
+        return;
+    TERN__ASSERT_MAGIC(tls, TERN__MAGIC_TLS, "tern_tls");
+    if (atomic_fetch_sub(&tls->refs, 1) != 1)
         return;
     for (int i = 0; i < tls->ncerts; i++)
         cert_free(&tls->certs[i]);
     free(tls->certs);
     free(tls->passphrase_file);
     pthread_mutex_destroy(&tls->lock);
-    free(tls);
+    tls->magic = TERN__MAGIC_DEAD;
+    tern__check_free(tls);
 }
 
 void tern__tls_ref(tern_tls *tls) { tls_ref(tls); }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "loop/check.h"
 #include "loop/log.h"
 #include "ws/utf8.h"
 #include "ws/ws.h"
@@ -323,6 +324,12 @@ static bool push_refused(tern_ws *ws, size_t len) {
     return true;
 }
 
+/* The loop-thread rule of the calls that return int (loop.h,
+ * tern__loop_thread_ok): made after the state's check, since a referenced
+ * connection that closed may outlive its loop, and then answers -EPIPE
+ * without reading it. */
+#define WS_ON_THREAD(ws) tern__loop_thread_ok((ws)->conn.loop, __func__)
+
 static bool may_send(const tern_ws *ws) {
     return ws->state == TERN__WS_OPEN && !(ws->conn.flags & TERN__CONN_CLOSED);
 }
@@ -342,6 +349,8 @@ int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode) {
         return -EINVAL;
     if (!may_send(ws) || ws->sending_fragments)
         return ws->sending_fragments ? -EBUSY : -EPIPE;
+    if (!WS_ON_THREAD(ws))
+        return -EPERM;
     if (dropping(ws) || push_refused(ws, len))
         return TERN_SEND_DROPPED;
     int r;
@@ -370,6 +379,8 @@ int tern_ws_send_fragment(tern_ws *ws, const void *data, size_t len, int opcode,
         return -EINVAL;
     if (!may_send(ws))
         return -EPIPE;
+    if (!WS_ON_THREAD(ws))
+        return -EPERM;
     uint8_t op = TERN__WS_OP_CONT;
     if (!ws->sending_fragments) {
         if (opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY)
@@ -387,6 +398,8 @@ int tern_ws_ping(tern_ws *ws, const void *data, size_t len) {
         return -EINVAL;
     if (!may_send(ws))
         return -EPIPE;
+    if (!WS_ON_THREAD(ws))
+        return -EPERM;
     return write_frame(ws, TERN__WS_OP_PING, true, false, data, len);
 }
 
@@ -396,6 +409,8 @@ int tern_ws_close(tern_ws *ws, int code, const char *reason) {
         return -EINVAL;
     if (!may_send(ws))
         return -EPIPE;
+    if (!WS_ON_THREAD(ws))
+        return -EPERM;
     send_close_frame(ws, code, reason, rl);
     ws->state = TERN__WS_CLOSE_SENT;
     ws->deadline_armed = false;
@@ -406,26 +421,52 @@ int tern_ws_close(tern_ws *ws, int code, const char *reason) {
 /* ---- answering later: references and the deadline --------------------- */
 
 void tern_ws_ref(tern_ws *ws) {
-    if (ws)
-        ws->refs++;
+    if (ws == NULL)
+        return;
+    if (ws->refs & TERN__WS_CONN_REF)   /* open: its loop exists */
+        TERN__ASSERT_LOOP_THREAD(ws->conn.loop);
+    ws->refs++;
+}
+
+static void ws_free_if_done(tern_ws *ws) {
+    if (ws->refs == 0)
+        free(ws);   /* ext and the endpoint's share went at on_close */
 }
 
 void tern_ws_unref(tern_ws *ws) {
-    if (ws && --ws->refs == 0)
-        free(ws);   /* ext and the endpoint's share went at on_close */
+    if (ws == NULL)
+        return;
+    /* An unref nobody's ref matches would drop the connection's own
+     * reference, and free a connection net still runs. */
+    TERN__ASSERT((ws->refs & ~TERN__WS_CONN_REF) > 0, "more unrefs than refs");
+    if ((ws->refs & ~TERN__WS_CONN_REF) == 0) {
+        static atomic_bool said;
+        if (!atomic_exchange(&said, true))
+            tern__log(TERN_LOG_ERROR, TERN__LOG_MISUSE,
+                      "tern_ws_unref: more unrefs than refs (ignored)");
+        return;
+    }
+    ws->refs--;
+    ws_free_if_done(ws);
 }
 
 bool tern_ws_is_open(const tern_ws *ws) { return ws && may_send(ws); }
 
 /* Net is done with the struct (after on_close, at the batch end): it
  * drops the connection's own reference; the user's keep it. */
-static void on_free(tern__conn *c) { tern_ws_unref((tern_ws *)c); }
+static void on_free(tern__conn *c) {
+    tern_ws *ws = (tern_ws *)c;
+    ws->refs &= ~TERN__WS_CONN_REF;
+    ws_free_if_done(ws);
+}
 
 int tern_ws_set_deadline(tern_ws *ws, uint32_t ms) {
     if (ws == NULL)
         return -EINVAL;
     if (!may_send(ws))
         return -EPIPE;
+    if (!WS_ON_THREAD(ws))
+        return -EPERM;
     if (ms == 0) {
         if (ws->deadline_armed) {
             ws->deadline_armed = false;
@@ -468,6 +509,8 @@ int tern_ws_pause(tern_ws *ws) {
         return -EINVAL;
     if (gone(ws))
         return -EPIPE;
+    if (!WS_ON_THREAD(ws))
+        return -EPERM;
     ws->paused_by_user = true;
     tern__conn_pause(&ws->conn);
     return 0;
@@ -478,6 +521,8 @@ int tern_ws_resume(tern_ws *ws) {
         return -EINVAL;
     if (gone(ws))
         return -EPIPE;
+    if (!WS_ON_THREAD(ws))
+        return -EPERM;
     ws->paused_by_user = false;
     /* net re-feeds what waited at the end of the batch, not here. */
     if (!ws->paused_by_policy)
@@ -493,6 +538,8 @@ int tern_ws_abort(tern_ws *ws) {
         return -EINVAL;
     if (gone(ws))
         return -EPIPE;
+    if (!WS_ON_THREAD(ws))
+        return -EPERM;
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     setsockopt(ws->conn.io.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
     ws->state = TERN__WS_DONE;
@@ -519,6 +566,7 @@ tern_server *tern_ws_server(const tern_ws *ws) { return ws ? srv_of(ws) : NULL; 
  * plain + plain_hdr); deflated, when not NULL, a whole frame with RSV1 set
  * whose payload was compressed with a fresh context and a 32 KiB window. */
 struct tern_ws_prepared {
+    uint32_t magic;   /* TERN__MAGIC_PREPARED until freed (loop/check.h) */
     _Atomic int refs;
     uint8_t *plain;
     size_t plain_len, plain_hdr;
@@ -549,6 +597,7 @@ tern_ws_prepared *tern_ws_prepare(const void *data, size_t len, int opcode, bool
     tern_ws_prepared *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return NULL;
+    m->magic = TERN__MAGIC_PREPARED;
     atomic_init(&m->refs, 1);
     m->opcode = opcode;
     m->plain = frame_copy((uint8_t)opcode, false, data, len, &m->plain_len, &m->plain_hdr);
@@ -571,8 +620,11 @@ tern_ws_prepared *tern_ws_prepare(const void *data, size_t len, int opcode, bool
 int tern_ws_send_prepared(tern_ws *ws, tern_ws_prepared *m) {
     if (ws == NULL || m == NULL)
         return -EINVAL;
+    TERN__ASSERT_MAGIC(m, TERN__MAGIC_PREPARED, "prepared message");
     if (!may_send(ws))
         return -EPIPE;
+    if (!WS_ON_THREAD(ws))
+        return -EPERM;
     if (ws->sending_fragments)
         return -EBUSY;
     if (ws->ep->role == TERN__WS_CLIENT)   /* masked per frame: nothing to share */
@@ -606,10 +658,14 @@ size_t tern__ws_prepared_len(const tern_ws_prepared *m) { return m->plain_len; }
 const uint8_t *tern__ws_prepared_bytes(const tern_ws_prepared *m) { return m->plain; }
 
 void tern_ws_prepared_free(tern_ws_prepared *m) {
-    if (m && atomic_fetch_sub(&m->refs, 1) == 1) {
+    if (m == NULL)
+        return;
+    TERN__ASSERT_MAGIC(m, TERN__MAGIC_PREPARED, "prepared message");
+    if (atomic_fetch_sub(&m->refs, 1) == 1) {
         free(m->plain);
         free(m->deflated);
-        free(m);
+        m->magic = TERN__MAGIC_DEAD;
+        tern__check_free(m);
     }
 }
 
@@ -1013,7 +1069,7 @@ int tern__ws_open(tern__conn *from, const tern__ws_endpoint *ep, void *conn_user
     }
     ws->ep = ep;
     ws->user = conn_user;
-    ws->refs = 1;   /* the connection's own, dropped by on_free */
+    ws->refs = TERN__WS_CONN_REF;   /* the connection's own, dropped by on_free */
     ws->state = TERN__WS_OPEN;
     ws->subprotocol = subprotocol < 0 ? TERN__WS_NO_SUBPROTOCOL : (uint8_t)subprotocol;
     if (pmd) {

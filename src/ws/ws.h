@@ -119,10 +119,13 @@ typedef struct tern__ws_ext {
  *   so does tern_ws_abort (close_abort: 1006).
  * - reading is paused in net exactly while paused_by_policy or
  *   paused_by_user holds.
- * - refs counts the connection's own reference (1, from the open until net
- *   gives the struct back, on_free) and the user's (tern_ws_ref); the
- *   struct is freed when it reaches 0, so a user's reference keeps it
- *   valid, closed, past net's batch end. Loop thread only.
+ * - refs holds the connection's own reference (the TERN__WS_CONN_REF bit,
+ *   from the open until net gives the struct back, on_free) and counts the
+ *   user's below it (tern_ws_ref); the struct is freed when both are gone,
+ *   so a user's reference keeps it valid, closed, past net's batch end. A
+ *   bit rather than a count of 1, so that an unref past the user's count
+ *   is seen (and ignored) instead of freeing an open connection. Loop
+ *   thread only.
  * - deadline_armed: the wheel entry is armed for the user's deadline
  *   (tern_ws_set_deadline), which then stands in for the idle/pong clock
  *   and the grace wake (neither moves the entry while it is set); only
@@ -154,6 +157,8 @@ struct tern_ws {
      * back, ws frees it when the count says so). */
     uint32_t refs;
 };
+
+#define TERN__WS_CONN_REF 0x80000000u
 
 /* conn.c */
 /* The slow-consumer close (1008), from inside a user's call: the close
