@@ -4,7 +4,8 @@
 #   scripts/install-deps.sh [build] [test] [bench]     (default: build)
 #
 #   build  compiling and running: compiler, CMake, Ninja, pkg-config,
-#          OpenSSL and zlib headers (make build, make run, make install);
+#          OpenSSL, zlib, hiredis, c-ares and liburing headers (make
+#          build, make run, make install);
 #   test   the test tools: cmocka, clang/LLVM (fuzzers, sanitizers), curl,
 #          openssl, Python test clients, Chromium, the Node and Go test
 #          clients (make build-asan, make build-fuzz, make test);
@@ -34,6 +35,7 @@ apt_pkgs=(
   build-essential cmake ninja-build pkg-config   # build
   libssl-dev zlib1g-dev                          # OpenSSL (SHA-1, base64, TLS), zlib (permessage-deflate)
   libhiredis-dev                                 # pub/sub's Redis bridge
+  libc-ares-dev                                  # the WebSocket client's name resolution, on the loop
   liburing-dev                                   # the loop's io_uring back end
   openssl                                        # make run's self-signed certificate for HTTPS on 8443
 )

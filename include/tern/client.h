@@ -69,6 +69,11 @@ typedef struct tern_ws_client_options {
      * load generator). Set before the connect, so even the first window
      * offered is that small. 0: the system's (autotuned). */
     int rcvbuf;
+    /* The DNS servers asked for the URL's host name, as c-ares takes them:
+     * "ADDR[:PORT],..." ("127.0.0.1:5353", "[::1]:53"); NULL: the
+     * system's (/etc/resolv.conf). /etc/hosts is read first either way.
+     * For tests, and programs that must ask a server of their own. */
+    const char *dns_servers;
 } tern_ws_client_options;
 
 /* Why a connection never opened, for on_connect_error. */
@@ -89,19 +94,21 @@ typedef struct tern_ws_connect_error {
 /* Connects to url: ws://host[:port][/path][?query], wss://..., with host
  * a name, an IPv4 address or an [IPv6] one; or ws+unix:SOCKET[:/path]
  * (wss+unix: with TLS) for a server on a Unix socket. A host name is
- * resolved here, with getaddrinfo (which blocks), and its addresses (up
- * to 8, in getaddrinfo's order) are tried in turn until one connects
- * (localhost may be ::1 first, and a server listen on 127.0.0.1 only);
- * connect_timeout_ms bounds them all. Returns 0, after which exactly one of on_open or
- * on_connect_error follows from the loop, never from inside this call;
- * or a negative error and no callback: -EINVAL (a bad URL, h NULL or
- * without on_connect_error, an option out of range such as a negative
- * rcvbuf, a reserved header),
- * TERN_ENOHOST (the name did not resolve), -ENOMEM, -EPROTO (the TLS
- * context could not be made: the ca_file is not PEM, say), or the error
- * of a connect that failed at once (-ENOENT, -ECONNREFUSED for a Unix
- * socket). The URL, options and strings are copied. The connection's
- * tern_ws_server() is NULL. */
+ * resolved by c-ares on the loop (/etc/hosts, then DNS; the loop never
+ * waits for it), and its addresses (up to 8, in the resolver's order)
+ * are tried in turn until one connects (localhost may be ::1 first, and
+ * a server listen on 127.0.0.1 only); connect_timeout_ms bounds the
+ * resolution and the attempts together. Returns 0, after which exactly
+ * one of on_open or on_connect_error follows from the loop, never from
+ * inside this call (a name that does not resolve: on_connect_error with
+ * TERN_ENOHOST; no answer in time: -ETIMEDOUT); or a negative error and
+ * no callback: -EINVAL (a bad URL, h NULL or without on_connect_error,
+ * an option out of range such as a negative rcvbuf, a reserved header,
+ * dns_servers c-ares refuses), -ENOMEM, -EPROTO (the TLS context could
+ * not be made: the ca_file is not PEM, say), or the error of a connect to
+ * an address in the URL that failed at once (-ENOENT, -ECONNREFUSED for
+ * a Unix socket). The URL, options and strings are copied. The
+ * connection's tern_ws_server() is NULL. */
 int tern_ws_connect(tern_loop *loop, const char *url, const tern_ws_handlers *h,
                     const tern_ws_client_options *opt, void *user);
 

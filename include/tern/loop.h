@@ -46,7 +46,7 @@ typedef struct tern_loop_options {
 /* Errors are negative errno values, and these of tern's own (outside the
  * errno range); tern_strerror and tern_err_name name both. */
 enum {
-    TERN_ENOHOST = -10001,   /* a host name did not resolve (getaddrinfo failed) */
+    TERN_ENOHOST = -10001,   /* a host name did not resolve */
 };
 /* A sentence for a code tern returns: TERN_ENOHOST's ("Host name does not
  * resolve"), the tern_send_result values' (0 "Success", TERN_SEND_BUFFERED,

@@ -5,10 +5,14 @@
  * From tern_ws_connect to the 101 the connection is a ws_dial, a protocol
  * of its own on net's connection; the 101 moves it into a tern_ws with a
  * client endpoint, as an HTTP server connection is moved after its 101, so
- * one frame reader and one writer serve both roles. */
+ * one frame reader and one writer serve both roles.
+ *
+ * A host name is resolved first, by c-ares on the loop (tern_ws_connecting
+ * below): nothing here blocks. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +20,7 @@
 #include <strings.h>
 #include <sys/un.h>
 
+#include <ares.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
@@ -27,7 +32,7 @@
 
 #define DIAL_MAX_HEAD 16384
 #define DIAL_MAX_HEADERS 64
-#define DIAL_MAX_ADDRS 8    /* addresses of one name tried, in getaddrinfo's order */
+#define DIAL_MAX_ADDRS 8    /* addresses of one name tried, in the resolver's order */
 
 /* A client's endpoint, and the copies of the strings it refers to. It
  * belongs to the dial until the 101, then to the tern_ws; whichever is
@@ -47,15 +52,21 @@ typedef struct dial_addrs {
     struct sockaddr_storage ss[DIAL_MAX_ADDRS];
 } dial_addrs;
 
+typedef struct tern_ws_connecting tern_ws_connecting;
+
 /* A connection between tern_ws_connect and its 101 or its failure: one
  * attempt at one address; a connect that fails hands everything to a new
- * dial for the next address (dial_retry).
- * Invariants: cl is owned here until tern__ws_open takes it; request is
+ * dial for the next address (dial_retry). While the host name resolves,
+ * the dial waits unstarted, its addrs empty.
+ * Invariants: p is the connect this dial is the attempt of (p->dial == the
+ * dial), until the end is reported or the 101 opens the WebSocket (then
+ * NULL); cl is owned here until tern__ws_open takes it; request is
  * the upgrade request until on_connect sends it (then NULL); reported is
  * set once on_connect_error has been called, and nothing is called after;
  * deadline (the loop's clock, ms) bounds all attempts and the handshake. */
 typedef struct ws_dial {
     tern__conn conn;
+    tern_ws_connecting *p;
     ws_client *cl;
     char *request;
     size_t request_len;
@@ -97,10 +108,222 @@ static void dial_release(ws_dial *d) {
     d->tls = NULL;
 }
 
+/* A dial that never started a connection: all it holds. */
+static void dial_free_unstarted(ws_dial *d) {
+    free(d->request);
+    dial_release(d);
+    tern__ws_client_release(&d->cl->ep);
+    free(d);
+}
+
 static bool dial_retry(ws_dial *d);
+static int dial_start(tern_loop *loop, ws_dial *d);
+static void report(ws_dial *d, int err, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- the connect: the name's resolution ------------------------------- */
+
+/* One socket c-ares has open, as a loop watcher. */
+typedef struct dns_sock {
+    tern__io io;
+    tern_ws_connecting *p;
+    struct dns_sock *next;
+} dns_sock;
+
+/* A connect from tern_ws_connect to its on_open or on_connect_error: the
+ * dial (its attempt under way, or, while the host name resolves, waiting
+ * for addresses) and the name's resolution.
+ * The resolution is c-ares driven by the loop: the connect has a channel
+ * of its own (so that ending a resolution is ares_destroy, and its servers
+ * are the connect's option); c-ares says through its socket state
+ * callback which sockets to watch (dns_sock), and its timeouts and the
+ * connect's deadline share one precise timer.
+ * Invariants: chan is non-NULL exactly while the name resolves; socks has
+ * a watcher for each socket c-ares has open on chan, none once chan is
+ * gone; dial->p == this; timer (NULL for a connect that resolved nothing)
+ * is armed while resolving, at c-ares' next timeout or the deadline,
+ * whichever is first, or at once when the answer is in; resolved says the
+ * answer is in (dns_status, and the dial's addrs). */
+struct tern_ws_connecting {
+    tern_loop *loop;
+    ws_dial *dial;
+    tern_timer *timer;
+    ares_channel chan;
+    dns_sock *socks;
+    int dns_status;
+    bool resolved;
+};
+
+static pthread_once_t ares_once = PTHREAD_ONCE_INIT;
+static int ares_init_status;
+
+static void ares_init_once(void) { ares_init_status = ares_library_init(ARES_LIB_INIT_ALL); }
+
+static void dns_io(tern__io *io, uint32_t revents);
+
+/* c-ares opened a socket, changed what it waits for, or is closing it
+ * (neither readable nor writable: it closes the descriptor itself). */
+static void dns_sock_state(void *data, ares_socket_t fd, int readable, int writable) {
+    tern_ws_connecting *p = data;
+    dns_sock **link = &p->socks;
+    while (*link && (*link)->io.fd != fd)
+        link = &(*link)->next;
+    dns_sock *s = *link;
+    uint32_t ev = (readable ? TERN__IO_IN : 0) | (writable ? TERN__IO_OUT : 0);
+    if (ev == 0) {
+        if (s) {
+            tern__io_set(p->loop, &s->io, 0);
+            *link = s->next;
+            free(s);
+        }
+        return;
+    }
+    if (s == NULL) {
+        /* Out of memory: the socket goes unwatched, and the deadline (or
+         * c-ares' own timeouts) ends the resolution. */
+        if ((s = calloc(1, sizeof(*s))) == NULL)
+            return;
+        tern__io_init(&s->io, fd, dns_io);
+        s->p = p;
+        s->next = p->socks;
+        p->socks = s;
+    }
+    tern__io_set(p->loop, &s->io, ev);
+}
+
+/* Ends the resolution, if one is under way: the channel and its watchers go. */
+static void resolve_end(tern_ws_connecting *p) {
+    if (p->chan) {
+        ares_channel chan = p->chan;
+        p->chan = NULL;
+        ares_destroy(chan);   /* closes its sockets (dns_sock_state); dns_done sees EDESTRUCTION */
+    }
+    while (p->socks) {
+        dns_sock *s = p->socks;
+        p->socks = s->next;
+        tern__io_set(p->loop, &s->io, 0);
+        free(s);
+    }
+}
+
+/* The connect is over (reported, or open): what is left of it. */
+static void connecting_free(tern_ws_connecting *p) {
+    if (p == NULL)
+        return;
+    resolve_end(p);
+    tern_timer_stop(p->timer);
+    free(p);
+}
+
+/* The answer, from inside ares_getaddrinfo (a name in /etc/hosts), from
+ * ares_process_fd, or from ares_destroy. It only takes the addresses:
+ * what follows is the loop's (resolve_step), outside c-ares' calls. */
+static void dns_done(void *arg, int status, int timeouts, struct ares_addrinfo *res) {
+    tern_ws_connecting *p = arg;
+    if (status != ARES_EDESTRUCTION) {
+        p->resolved = true;
+        p->dns_status = status;
+        dial_addrs *a = p->dial->addrs;
+        for (struct ares_addrinfo_node *n = res && status == ARES_SUCCESS ? res->nodes : NULL;
+             n && a->n < DIAL_MAX_ADDRS; n = n->ai_next)
+            if ((n->ai_family == AF_INET || n->ai_family == AF_INET6) &&
+                n->ai_addrlen <= sizeof(a->ss[0])) {
+                memcpy(&a->ss[a->n], n->ai_addr, n->ai_addrlen);
+                a->len[a->n++] = n->ai_addrlen;
+            }
+    }
+    if (res)
+        ares_freeaddrinfo(res);
+}
+
+/* Sets the timer for what comes next: now when the answer is in, else
+ * c-ares' next timeout or the deadline, whichever is first. */
+static void resolve_arm(tern_ws_connecting *p) {
+    uint64_t now = tern_loop_now(p->loop);
+    uint64_t ms = p->dial->deadline > now ? p->dial->deadline - now : 0;
+    struct timeval tv, *next = p->resolved ? NULL : ares_timeout(p->chan, NULL, &tv);
+    if (p->resolved)
+        ms = 0;
+    else if (next && (uint64_t)next->tv_sec * 1000 + (uint64_t)(next->tv_usec + 999) / 1000 < ms)
+        ms = (uint64_t)next->tv_sec * 1000 + (uint64_t)(next->tv_usec + 999) / 1000;
+    tern_timer_again(p->timer, ms);
+}
+
+/* From the loop (a watcher or the timer): the answer is in, and the dial
+ * starts or fails; or the deadline passed; or nothing yet. */
+static void resolve_step(tern_ws_connecting *p) {
+    ws_dial *d = p->dial;
+    if (!p->resolved && tern_loop_now(p->loop) < d->deadline) {
+        resolve_arm(p);
+        return;
+    }
+    resolve_end(p);
+    int err;
+    char msg[300];
+    if (!p->resolved) {
+        err = -ETIMEDOUT;
+        snprintf(msg, sizeof(msg), "%s: the name did not resolve within %u ms", d->where,
+                 d->timeout_ms);
+    } else if (d->addrs->n == 0) {
+        err = TERN_ENOHOST;
+        snprintf(msg, sizeof(msg), "cannot resolve %s: %s", d->where,
+                 ares_strerror(p->dns_status == ARES_SUCCESS ? ARES_ENODATA : p->dns_status));
+    } else if ((err = dial_start(p->loop, d)) == 0) {
+        return;   /* the connect goes on; its outcome comes from the dial */
+    } else {
+        snprintf(msg, sizeof(msg), "cannot connect to %s: %s", d->where, strerror(-err));
+    }
+    report(d, err, 0, "%s", msg);
+    dial_free_unstarted(d);
+}
+
+static void dns_io(tern__io *io, uint32_t revents) {
+    dns_sock *s = tern__container_of(io, dns_sock, io);
+    tern_ws_connecting *p = s->p;
+    ares_socket_t fd = io->fd;
+    bool rd = revents & (TERN__IO_IN | TERN__IO_ERR | TERN__IO_HUP);
+    bool wr = revents & (TERN__IO_OUT | TERN__IO_ERR);
+    /* May close the socket, and free s. */
+    ares_process_fd(p->chan, rd ? fd : ARES_SOCKET_BAD, wr ? fd : ARES_SOCKET_BAD);
+    resolve_step(p);
+}
+
+static void dns_timer(tern_timer *t, void *user) {
+    tern_ws_connecting *p = user;
+    if (!p->resolved)
+        ares_process_fd(p->chan, ARES_SOCKET_BAD, ARES_SOCKET_BAD);   /* c-ares' timeouts */
+    resolve_step(p);
+}
+
+/* Starts resolving host (for port): 0, after which the loop carries it
+ * on (resolve_step); or a negative error with nothing started. */
+static int resolve_begin(tern_ws_connecting *p, const char *host, int port, const char *servers) {
+    pthread_once(&ares_once, ares_init_once);
+    if (ares_init_status != ARES_SUCCESS)
+        return -ENOMEM;
+    struct ares_options o = {.sock_state_cb = dns_sock_state, .sock_state_cb_data = p};
+    int st = ares_init_options(&p->chan, &o, ARES_OPT_SOCK_STATE_CB);
+    if (st != ARES_SUCCESS) {
+        p->chan = NULL;
+        return st == ARES_ENOMEM ? -ENOMEM : TERN_ENOHOST;
+    }
+    if (servers && ares_set_servers_ports_csv(p->chan, servers) != ARES_SUCCESS)
+        return -EINVAL;
+    int err = tern_timer_start(p->loop, &p->timer, p->dial->timeout_ms, 0, dns_timer, p);
+    if (err < 0)
+        return err;
+    char service[8];
+    snprintf(service, sizeof(service), "%d", port);
+    struct ares_addrinfo_hints hints = {.ai_flags = ARES_AI_NUMERICSERV, .ai_family = AF_UNSPEC,
+                                        .ai_socktype = SOCK_STREAM};
+    ares_getaddrinfo(p->chan, host, service, &hints, dns_done, p);
+    resolve_arm(p);
+    return 0;
+}
 
 /* ---- failure ---------------------------------------------------------- */
 
+/* The one on_connect_error of a connect; the connect is over then. */
 static void report(ws_dial *d, int err, int status, const char *fmt, ...) {
     if (d->reported)
         return;
@@ -110,6 +333,8 @@ static void report(ws_dial *d, int err, int status, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    connecting_free(d->p);
+    d->p = NULL;
     tern_ws_connect_error e = {err, status, d->connected, msg};
     d->cl->ep.h.on_connect_error(&e, d->cl->ep.user);
 }
@@ -186,6 +411,8 @@ static void on_answer(ws_dial *d, const tern__http_response_head *h, const char 
      * without on_close. */
     ws_client *cl = d->cl;
     dial_release(d);   /* the session holds its own reference to the TLS context */
+    connecting_free(d->p);   /* over: the connect is the WebSocket now */
+    d->p = NULL;
     int err = tern__ws_open(&d->conn, &cl->ep, cl->ep.user, sub, pmd_on ? &pmd : NULL, rest,
                             rest_len);
     if (err < 0)
@@ -460,33 +687,6 @@ static int make_request(ws_dial *d, const ws_url *u, const tern_ws_client_option
 
 /* ---- connecting ------------------------------------------------------- */
 
-/* Fills a with the Unix socket, or the addresses u's host resolves to. */
-static int resolve(const ws_url *u, dial_addrs *a) {
-    a->n = a->next = 0;
-    if (u->unix_socket) {
-        struct sockaddr_un *un = (struct sockaddr_un *)&a->ss[0];
-        memset(un, 0, sizeof(*un));
-        un->sun_family = AF_UNIX;
-        memcpy(un->sun_path, u->path, strlen(u->path));
-        a->len[0] = (socklen_t)sizeof(*un);
-        a->n = 1;
-        return 0;
-    }
-    char port[8];
-    snprintf(port, sizeof(port), "%d", u->port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    if (getaddrinfo(u->host, port, &hints, &res) != 0 || res == NULL)
-        return TERN_ENOHOST;
-    for (struct addrinfo *ai = res; ai && a->n < DIAL_MAX_ADDRS; ai = ai->ai_next)
-        if (ai->ai_addrlen <= sizeof(a->ss[0])) {
-            memcpy(&a->ss[a->n], ai->ai_addr, ai->ai_addrlen);
-            a->len[a->n++] = ai->ai_addrlen;
-        }
-    freeaddrinfo(res);
-    return a->n ? 0 : TERN_ENOHOST;
-}
-
 /* Starts d's connect to its next address, and to the ones after while a
  * connect fails at once (an IPv6 address without a route, say). 0: one
  * is under way, and its outcome comes from the loop; else the last
@@ -532,6 +732,7 @@ static bool dial_retry(ws_dial *d) {
     ws_dial *nd = calloc(1, sizeof(*nd));
     if (nd == NULL)
         return false;
+    nd->p = d->p;
     nd->cl = d->cl;
     nd->request = d->request;
     nd->request_len = d->request_len;
@@ -548,6 +749,8 @@ static bool dial_retry(ws_dial *d) {
         free(nd);
         return false;
     }
+    if (nd->p)
+        nd->p->dial = nd;
     free(d->where);   /* everything else is nd's now */
     return true;
 }
@@ -595,10 +798,10 @@ static int check_args(tern_loop *loop, const char *url, const tern_ws_handlers *
     return parse_url(url, u);
 }
 
-/* The dial, once the addresses are known: a becomes the dial's (freed
- * here when it is not started). */
-static int dial_new(tern_loop *loop, const ws_url *u, dial_addrs *a, const tern_ws_handlers *h,
-                    const tern_ws_client_options *opt, void *user) {
+/* The dial of a connect, everything but its connection: a becomes the
+ * dial's. */
+static int dial_make(ws_dial **out, tern_loop *loop, const ws_url *u, dial_addrs *a,
+                     const tern_ws_handlers *h, const tern_ws_client_options *opt, void *user) {
     ws_dial *d = calloc(1, sizeof(*d));
     int err = d ? make_client(&d->cl, h, opt, user) : -ENOMEM;
     if (err < 0) {
@@ -611,6 +814,12 @@ static int dial_new(tern_loop *loop, const ws_url *u, dial_addrs *a, const tern_
     d->rcvbuf = opt ? opt->rcvbuf : 0;
     d->deadline = tern_loop_now(loop) + d->timeout_ms;
     err = make_request(d, u, opt);
+    if (err == 0) {
+        char where[sizeof(u->host) + 8];
+        snprintf(where, sizeof(where), "%s:%d", u->host, u->port);   /* until an address is tried */
+        if ((d->where = strdup(where)) == NULL)
+            err = -ENOMEM;
+    }
     if (err == 0 && u->tls) {
         d->server_name = strdup(opt && opt->server_name ? opt->server_name : u->host);
         if (d->server_name == NULL)
@@ -619,14 +828,86 @@ static int dial_new(tern_loop *loop, const ws_url *u, dial_addrs *a, const tern_
                                                 opt && opt->insecure)) == NULL)
             err = -EPROTO;
     }
-    /* Once started, the connection is net's: failures go through dial_close. */
-    if (err == 0)
-        err = dial_start(loop, d);
     if (err < 0) {
-        free(d->request);
-        dial_release(d);
-        tern__ws_client_release(&d->cl->ep);
-        free(d);
+        dial_free_unstarted(d);
+        return err;
+    }
+    *out = d;
+    return 0;
+}
+
+/* Fills a with u's Unix socket or numeric address; false when u's host is
+ * a name, to be resolved. */
+static bool literal_addr(const ws_url *u, dial_addrs *a) {
+    if (u->unix_socket) {
+        struct sockaddr_un *un = (struct sockaddr_un *)&a->ss[0];
+        un->sun_family = AF_UNIX;
+        memcpy(un->sun_path, u->path, strlen(u->path));
+        a->len[0] = (socklen_t)sizeof(*un);
+        a->n = 1;
+        return true;
+    }
+    struct sockaddr_in *in = (struct sockaddr_in *)&a->ss[0];
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&a->ss[0];
+    if (inet_pton(AF_INET, u->host, &in->sin_addr) == 1) {
+        in->sin_family = AF_INET;
+        in->sin_port = htons((uint16_t)u->port);
+        a->len[0] = (socklen_t)sizeof(*in);
+    } else if (inet_pton(AF_INET6, u->host, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)u->port);
+        a->len[0] = (socklen_t)sizeof(*in6);
+    } else {
+        return false;
+    }
+    a->n = 1;
+    return true;
+}
+
+/* tern_ws_connect, and tern__ws_connect_to with addrs (n of them) instead
+ * of the URL's host. */
+static int connect_start(tern_loop *loop, const char *url, const struct sockaddr *const *addrs,
+                         const socklen_t *lens, int n, const tern_ws_handlers *h,
+                         const tern_ws_client_options *opt, void *user) {
+    ws_url u;
+    int err = check_args(loop, url, h, opt, &u);
+    if (err < 0)
+        return err;
+    if (addrs && (n < 1 || n > DIAL_MAX_ADDRS))
+        return -EINVAL;
+    dial_addrs *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return -ENOMEM;
+    bool resolved = true;
+    if (addrs) {
+        for (int i = 0; i < n; i++) {
+            if (lens[i] > sizeof(a->ss[0])) {
+                free(a);
+                return -EINVAL;
+            }
+            memcpy(&a->ss[i], addrs[i], lens[i]);
+            a->len[i] = lens[i];
+        }
+        a->n = n;
+    } else {
+        resolved = literal_addr(&u, a);
+    }
+    ws_dial *d;
+    if ((err = dial_make(&d, loop, &u, a, h, opt, user)) < 0)
+        return err;
+    tern_ws_connecting *p = calloc(1, sizeof(*p));
+    if (p == NULL) {
+        dial_free_unstarted(d);
+        return -ENOMEM;
+    }
+    p->loop = loop;
+    p->dial = d;
+    d->p = p;
+    /* Once started, the connection is net's: failures go through dial_close. */
+    err = resolved ? dial_start(loop, d) : resolve_begin(p, u.host, u.port, opt ? opt->dns_servers : NULL);
+    if (err < 0) {
+        connecting_free(p);
+        dial_free_unstarted(d);
         return err;
     }
     return 0;
@@ -634,40 +915,13 @@ static int dial_new(tern_loop *loop, const ws_url *u, dial_addrs *a, const tern_
 
 int tern_ws_connect(tern_loop *loop, const char *url, const tern_ws_handlers *h,
                     const tern_ws_client_options *opt, void *user) {
-    ws_url u;
-    int err = check_args(loop, url, h, opt, &u);
-    if (err < 0)
-        return err;
-    dial_addrs *a = malloc(sizeof(*a));
-    if (a == NULL)
-        return -ENOMEM;
-    if ((err = resolve(&u, a)) < 0) {
-        free(a);
-        return err;
-    }
-    return dial_new(loop, &u, a, h, opt, user);
+    return connect_start(loop, url, NULL, NULL, 0, h, opt, user);
 }
 
 int tern__ws_connect_to(tern_loop *loop, const char *url, const struct sockaddr *const *addrs,
                         const socklen_t *lens, int n, const tern_ws_handlers *h,
                         const tern_ws_client_options *opt, void *user) {
-    ws_url u;
-    int err = check_args(loop, url, h, opt, &u);
-    if (err < 0)
-        return err;
-    if (n < 1 || n > DIAL_MAX_ADDRS)
+    if (addrs == NULL || lens == NULL)
         return -EINVAL;
-    dial_addrs *a = calloc(1, sizeof(*a));
-    if (a == NULL)
-        return -ENOMEM;
-    for (int i = 0; i < n; i++) {
-        if (lens[i] > sizeof(a->ss[0])) {
-            free(a);
-            return -EINVAL;
-        }
-        memcpy(&a->ss[i], addrs[i], lens[i]);
-        a->len[i] = lens[i];
-    }
-    a->n = n;
-    return dial_new(loop, &u, a, h, opt, user);
+    return connect_start(loop, url, addrs, lens, n, h, opt, user);
 }

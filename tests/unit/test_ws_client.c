@@ -279,8 +279,8 @@ static void bad_urls_and_headers_are_refused(void **state) {
     assert_int_equal(tern_ws_connect(loop, "ws://127.0.0.1:1/", &h, &o, NULL), -EINVAL);
     tern_ws_handlers no_error = {0};
     assert_int_equal(tern_ws_connect(loop, "ws://127.0.0.1:1/", &no_error, NULL, NULL), -EINVAL);
-    assert_int_equal(tern_ws_connect(loop, "ws://no-such-host.invalid/", &h, NULL, NULL),
-                     TERN_ENOHOST);
+    tern_ws_client_options dns = {.dns_servers = "not an address"};
+    assert_int_equal(tern_ws_connect(loop, "ws://example.invalid/", &h, &dns, NULL), -EINVAL);
     tern_loop_free(loop);
 }
 
@@ -524,6 +524,136 @@ static void bad_rcvbuf_is_refused(void **state) {
     tern_loop_free(loop);
 }
 
+/* ---- names: resolved by c-ares on the loop ---------------------------- */
+
+/* A DNS server on 127.0.0.1 for the tests (nothing leaves loopback): it
+ * answers every query "no such name" (NXDOMAIN), or, silent, nothing at
+ * all (a resolution that takes its time). Polled by a timer on the
+ * client's loop, as the raw server is. */
+typedef struct fake_dns {
+    int fd;
+    bool silent;
+    int queries;
+    char servers[32];      /* "127.0.0.1:PORT", for dns_servers */
+} fake_dns;
+
+static void dns_open(fake_dns *f, bool silent) {
+    f->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(f->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    socklen_t len = sizeof(a);
+    getsockname(f->fd, (struct sockaddr *)&a, &len);
+    f->silent = silent;
+    f->queries = 0;
+    snprintf(f->servers, sizeof(f->servers), "127.0.0.1:%d", ntohs(a.sin_port));
+}
+
+static void dns_poll(fake_dns *f) {
+    uint8_t q[512];
+    struct sockaddr_storage from;
+    socklen_t flen;
+    ssize_t n;
+    while ((flen = sizeof(from)),
+           (n = recvfrom(f->fd, q, sizeof(q), 0, (struct sockaddr *)&from, &flen)) >= 12) {
+        f->queries++;
+        if (f->silent)
+            continue;
+        q[2] |= 0x80;                    /* QR: an answer, to the same question */
+        q[3] = (uint8_t)(0x80 | 3);      /* RA, RCODE 3: NXDOMAIN */
+        sendto(f->fd, q, (size_t)n, 0, (struct sockaddr *)&from, flen);
+    }
+}
+
+/* A client against a name, with the fake DNS, and a timer ticking every
+ * 20 ms meanwhile (the loop is not blocked while the name resolves). */
+typedef struct named {
+    raw r;
+    fake_dns dns;
+    tern_timer *ticker;
+    int ticks, ticks_at_error;
+    bool in_connect;
+    uint64_t t0, took;
+} named;
+
+static void named_tick(tern_timer *t, void *user) {
+    named *n = user;
+    dns_poll(&n->dns);
+    tick(t, &n->r);
+}
+
+static void named_ticker(tern_timer *t, void *user) {
+    named *n = user;
+    n->ticks++;
+}
+
+static void named_connect_error(const tern_ws_connect_error *e, void *user) {
+    named *n = user;
+    assert_false(n->in_connect);
+    n->ticks_at_error = n->ticks;
+    n->took = tern_loop_now(n->r.loop) - n->t0;
+    print_message("on_connect_error: %s (%s)\n", e->message, tern_err_name(e->err));
+    on_connect_error(e, &n->r);
+}
+
+static void named_run(named *n, const char *host, bool silent, uint32_t timeout_ms) {
+    int port = raw_listen(&n->r);
+    dns_open(&n->dns, silent);
+    assert_int_equal(tern_loop_new(&n->r.loop, NULL), 0);
+    assert_int_equal(tern_timer_start(n->r.loop, &n->r.tick, 2, 2, named_tick, n), 0);
+    assert_int_equal(tern_timer_start(n->r.loop, &n->ticker, 20, 20, named_ticker, n), 0);
+    tern_ws_handlers h = {.on_open = on_open, .on_close = on_close,
+                          .on_connect_error = named_connect_error};
+    tern_ws_client_options o = {.dns_servers = n->dns.servers, .connect_timeout_ms = timeout_ms};
+    char url[300];
+    snprintf(url, sizeof(url), "ws://%s:%d/x", host, port);
+    n->t0 = tern_loop_now(n->r.loop);
+    n->in_connect = true;
+    int err = tern_ws_connect(n->r.loop, url, &h, &o, &n->r);
+    n->in_connect = false;
+    assert_int_equal(err, 0);
+    assert_int_equal(tern_loop_run(n->r.loop), 0);
+    tern_timer_stop(n->r.tick);
+    tern_timer_stop(n->ticker);
+    if (n->r.fd >= 0)
+        close(n->r.fd);
+    close(n->r.lfd);
+    close(n->dns.fd);
+    tern_loop_free(n->r.loop);
+}
+
+/* localhost is in /etc/hosts, which c-ares reads before asking DNS. */
+static void localhost_resolves_through_the_resolver(void **state) {
+    named n = {0};
+    named_run(&n, "localhost", false, 0);
+    assert_int_equal(n.r.connect_errors, 0);
+    assert_int_equal(n.r.opened, 1);
+    assert_int_equal(n.r.frames, 2);
+    assert_int_equal(n.r.close_code, 1000);
+    assert_int_equal(n.dns.queries, 0);
+}
+
+static void a_name_that_does_not_exist_fails_from_the_loop(void **state) {
+    named n = {0};
+    named_run(&n, "no-such-host.invalid", false, 0);
+    assert_int_equal(n.r.connect_errors, 1);
+    assert_int_equal(n.r.connect_err, TERN_ENOHOST);
+    assert_int_equal(n.r.opened, 0);
+    assert_true(n.dns.queries >= 1);
+}
+
+/* A DNS server that never answers: the loop goes on (the ticker fires
+ * meanwhile) until connect_timeout_ms ends the connect. */
+static void a_slow_resolution_does_not_block_the_loop(void **state) {
+    named n = {0};
+    named_run(&n, "slow.example", true, 300);
+    assert_int_equal(n.r.connect_errors, 1);
+    assert_int_equal(n.r.connect_err, -ETIMEDOUT);
+    assert_true(n.dns.queries >= 1);
+    assert_true(n.ticks_at_error >= 5);
+    assert_true(n.took >= 290 && n.took < 2000);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_frame_is_masked_with_a_key_of_its_own),
@@ -537,6 +667,9 @@ int main(void) {
         cmocka_unit_test(abort_ends_with_a_reset_and_a_later_1006),
         cmocka_unit_test(rcvbuf_makes_a_paused_reader_hold_back_sooner),
         cmocka_unit_test(bad_rcvbuf_is_refused),
+        cmocka_unit_test(localhost_resolves_through_the_resolver),
+        cmocka_unit_test(a_name_that_does_not_exist_fails_from_the_loop),
+        cmocka_unit_test(a_slow_resolution_does_not_block_the_loop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
