@@ -7,6 +7,8 @@
  * The client masks every frame it sends with a fresh key and refuses
  * masked frames from the server. A connection that never opens ends in
  * on_connect_error instead, once, with no other callback.
+ * tern_ws_connect2 also gives a handle to the pending connect, which
+ * tern_ws_connect_cancel gives up (on_connect_error with -ECANCELED).
  *
  * No server owns a client's connection, so nothing closes it for you: a
  * program closes its connections (tern_ws_close) and runs the loop until
@@ -111,6 +113,31 @@ typedef struct tern_ws_connect_error {
  * connection's tern_ws_server() is NULL. */
 int tern_ws_connect(tern_loop *loop, const char *url, const tern_ws_handlers *h,
                     const tern_ws_client_options *opt, void *user);
+
+/* A connect that has not opened yet, for tern_ws_connect_cancel. */
+typedef struct tern_ws_connecting tern_ws_connecting;
+
+/* tern_ws_connect, and *out a handle to the pending connect (set on
+ * success; NULL otherwise). The handle is valid until on_open or
+ * on_connect_error is called (it is freed just before either: do not
+ * use it from inside them, or after); keep it only to cancel. -EINVAL
+ * when out is NULL; otherwise as tern_ws_connect. */
+int tern_ws_connect2(tern_loop *loop, const char *url, const tern_ws_handlers *h,
+                     const tern_ws_client_options *opt, void *user, tern_ws_connecting **out);
+
+/* Gives up a pending connect, wherever it is: resolving the name,
+ * connecting, or in the TLS or WebSocket handshake. As libuv does for a
+ * cancelled request, the connect still ends with its one callback:
+ * on_connect_error with err -ECANCELED (connected says whether TCP had
+ * connected), from the loop, never from inside this call; on_open never
+ * comes, not even for a 101 already on its way. A second cancel before
+ * that callback does nothing; NULL does nothing. From the loop's thread
+ * only.
+ * tern_loop_free cancels the connects still pending the same way, but
+ * their on_connect_error runs from inside tern_loop_free (there is no
+ * later batch): it may free what user points to, and must not run the
+ * loop. */
+void tern_ws_connect_cancel(tern_ws_connecting *c);
 
 #pragma GCC visibility pop
 

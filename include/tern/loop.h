@@ -66,12 +66,14 @@ const char *tern_err_name(int err);
 int tern_loop_new(tern_loop **out, const tern_loop_options *opt);
 /* The back end the loop uses: "epoll" or "io_uring". */
 const char *tern_loop_backend(const tern_loop *loop);
-/* Frees the loop and returns 0. Every server and connection of it must be
- * gone first: while one is alive (a server not yet tern_server_free'd, a
- * client connection still open), or while the loop runs, it frees nothing,
- * logs at error level and returns -EBUSY (as libuv's uv_loop_close), so
- * free the servers and call it again. Timers still armed are freed with it
- * (an idle one stays the caller's). Posts still queued never run (what a
+/* Frees the loop and returns 0. A WebSocket connect still pending
+ * (tern/client.h) is cancelled first: its on_connect_error (-ECANCELED)
+ * runs from inside this call. Every server and connection of it must be
+ * gone: while one is alive (a server not yet tern_server_free'd, a client
+ * connection still open), or while the loop runs, it frees nothing, logs
+ * at error level and returns -EBUSY (as libuv's uv_loop_close), so free
+ * the servers and call it again. Timers still armed are freed with it (an
+ * idle one stays the caller's). Posts still queued never run (what a
  * tern_loop_post's user points to stays the caller's; tern's own posts
  * free theirs). NULL: 0. */
 int tern_loop_free(tern_loop *loop);

@@ -35,6 +35,9 @@ void tern__loop_set_batch_end(tern_loop *loop, tern__loop_hook fn) { loop->batch
 void tern__loop_set_slot_hook(tern_loop *loop, int which, tern__loop_hook fn) {
     loop->slot_hooks[which] = fn;
 }
+void tern__loop_set_slot_close(tern_loop *loop, int which, tern__loop_hook fn) {
+    loop->slot_close[which] = fn;
+}
 
 void tern__io_init(tern__io *io, int fd, tern__io_fn fn) {
     io->fd = fd;
@@ -287,6 +290,8 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
     return 0;
 }
 
+static void batch_end(tern_loop *loop);
+
 void tern__loop_hold(tern_loop *loop) { loop->holds++; }
 
 void tern__loop_release(tern_loop *loop) {
@@ -298,13 +303,27 @@ void tern__loop_release(tern_loop *loop) {
 int tern_loop_free(tern_loop *loop) {
     if (loop == NULL)
         return 0;
-    /* What is alive on the loop would point into freed memory (and free
-     * its own parts through it later); as uv_loop_close, refuse and let
-     * the caller free them first. Also a free from inside the loop's run. */
-    if (loop->holds > 0 || atomic_load(&loop->running)) {
+    if (atomic_load(&loop->running)) {
+        tern__log(TERN_LOG_ERROR, TERN__LOG_MISUSE, "tern_loop_free: the loop runs: not freed");
+        return -EBUSY;
+    }
+    /* The upper layers end what they still have going (pending connects),
+     * with the loop whole; what that closed is freed by a batch end. */
+    bool closed = false;
+    for (int i = 0; i < TERN__SLOT_COUNT; i++)
+        if (loop->slot_close[i]) {
+            loop->slot_close[i](loop);
+            closed = true;
+        }
+    if (closed)
+        batch_end(loop);
+    /* What is still alive on the loop would point into freed memory (and
+     * free its own parts through it later); as uv_loop_close, refuse and
+     * let the caller free them first. */
+    if (loop->holds > 0) {
         tern__log(TERN_LOG_ERROR, TERN__LOG_MISUSE,
-                  "tern_loop_free: %zu servers and connections still alive%s: not freed",
-                  loop->holds, atomic_load(&loop->running) ? ", loop running" : "");
+                  "tern_loop_free: %zu servers and connections still alive: not freed",
+                  loop->holds);
         return -EBUSY;
     }
     /* Posts nobody ran are dropped: their owners are gone with the loop.

@@ -133,8 +133,13 @@ size_t tern__loop_max_unsent(const tern_loop *loop);
  * and pending lists, the http layer's queue of access-log entries), so the
  * loop needs to know nothing of them. Each is one malloc'd block;
  * tern_loop_free() frees it. */
-enum { TERN__SLOT_NET, TERN__SLOT_HTTP, TERN__SLOT_COUNT };
+enum { TERN__SLOT_NET, TERN__SLOT_HTTP, TERN__SLOT_WS_CLIENT, TERN__SLOT_COUNT };
 void **tern__loop_slot(tern_loop *loop, int which);
+/* A function of a slot's owner run first thing in tern_loop_free, while
+ * the loop is whole: where it ends what it still has going on the loop
+ * (the ws client cancels its pending connects, whose on_connect_error
+ * runs from there). A batch end follows, for net to free what it closed. */
+void tern__loop_set_slot_close(tern_loop *loop, int which, tern__loop_hook fn);
 /* A function of a slot's owner run at every batch end, before the one set
  * with tern__loop_set_batch_end (so what it writes is flushed with the
  * batch): where callbacks deferred out of the user's calls are made. */

@@ -122,6 +122,7 @@ struct tern_loop {
     tern__loop_hook batch_end;
     void *slots[TERN__SLOT_COUNT];
     tern__loop_hook slot_hooks[TERN__SLOT_COUNT];
+    tern__loop_hook slot_close[TERN__SLOT_COUNT];   /* tern__loop_set_slot_close */
 };
 
 /* wheel.c */

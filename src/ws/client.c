@@ -52,8 +52,6 @@ typedef struct dial_addrs {
     struct sockaddr_storage ss[DIAL_MAX_ADDRS];
 } dial_addrs;
 
-typedef struct tern_ws_connecting tern_ws_connecting;
-
 /* A connection between tern_ws_connect and its 101 or its failure: one
  * attempt at one address; a connect that fails hands everything to a new
  * dial for the next address (dial_retry). While the host name resolves,
@@ -118,6 +116,7 @@ static void dial_free_unstarted(ws_dial *d) {
 
 static bool dial_retry(ws_dial *d);
 static int dial_start(tern_loop *loop, ws_dial *d);
+static void connecting_cancel_all(tern_loop *loop);
 static void report(ws_dial *d, int err, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
@@ -130,29 +129,46 @@ typedef struct dns_sock {
     struct dns_sock *next;
 } dns_sock;
 
-/* A connect from tern_ws_connect to its on_open or on_connect_error: the
- * dial (its attempt under way, or, while the host name resolves, waiting
- * for addresses) and the name's resolution.
+/* A connect from tern_ws_connect to its on_open or on_connect_error (the
+ * handle tern_ws_connect2 gives): the dial (its attempt under way, or,
+ * while the host name resolves, waiting for addresses) and the name's
+ * resolution.
  * The resolution is c-ares driven by the loop: the connect has a channel
  * of its own (so that ending a resolution is ares_destroy, and its servers
  * are the connect's option); c-ares says through its socket state
  * callback which sockets to watch (dns_sock), and its timeouts and the
  * connect's deadline share one precise timer.
+ * A cancel (tern_ws_connect_cancel) only sets cancelled and the timer, at
+ * once: the connect ends from the timer (connecting_cancel), so that its
+ * on_connect_error comes from the loop, never from inside the cancel.
  * Invariants: chan is non-NULL exactly while the name resolves; socks has
  * a watcher for each socket c-ares has open on chan, none once chan is
- * gone; dial->p == this; timer (NULL for a connect that resolved nothing)
- * is armed while resolving, at c-ares' next timeout or the deadline,
- * whichever is first, or at once when the answer is in; resolved says the
- * answer is in (dns_status, and the dial's addrs). */
+ * gone; dial->p == this; started says the dial's connection is net's (an
+ * attempt is under way); timer (NULL for a connect that resolved nothing,
+ * until a cancel) is armed while resolving, at c-ares' next timeout or the
+ * deadline, whichever is first, or at once when the answer is in or the
+ * connect is cancelled; resolved says the answer is in (dns_status, and
+ * the dial's addrs); once cancelled, the connect's one on_connect_error
+ * says -ECANCELED, whatever ends it; the connect is on its loop's list
+ * (connecting_list) until it is freed. */
 struct tern_ws_connecting {
     tern_loop *loop;
     ws_dial *dial;
     tern_timer *timer;
     ares_channel chan;
     dns_sock *socks;
+    tern_ws_connecting *next, *prev;
     int dns_status;
     bool resolved;
+    bool started;
+    bool cancelled;
 };
+
+/* The loop's pending connects (its TERN__SLOT_WS_CLIENT block), for
+ * tern_loop_free to cancel. */
+typedef struct connecting_list {
+    tern_ws_connecting *head;
+} connecting_list;
 
 static pthread_once_t ares_once = PTHREAD_ONCE_INIT;
 static int ares_init_status;
@@ -212,6 +228,13 @@ static void connecting_free(tern_ws_connecting *p) {
         return;
     resolve_end(p);
     tern_timer_stop(p->timer);
+    connecting_list *l = *tern__loop_slot(p->loop, TERN__SLOT_WS_CLIENT);
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        l->head = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
     free(p);
 }
 
@@ -253,6 +276,8 @@ static void resolve_arm(tern_ws_connecting *p) {
  * starts or fails; or the deadline passed; or nothing yet. */
 static void resolve_step(tern_ws_connecting *p) {
     ws_dial *d = p->dial;
+    if (p->cancelled)
+        return;   /* the timer, armed at once, ends it */
     if (!p->resolved && tern_loop_now(p->loop) < d->deadline) {
         resolve_arm(p);
         return;
@@ -269,6 +294,7 @@ static void resolve_step(tern_ws_connecting *p) {
         snprintf(msg, sizeof(msg), "cannot resolve %s: %s", d->where,
                  ares_strerror(p->dns_status == ARES_SUCCESS ? ARES_ENODATA : p->dns_status));
     } else if ((err = dial_start(p->loop, d)) == 0) {
+        p->started = true;
         return;   /* the connect goes on; its outcome comes from the dial */
     } else {
         snprintf(msg, sizeof(msg), "cannot connect to %s: %s", d->where, strerror(-err));
@@ -288,8 +314,25 @@ static void dns_io(tern__io *io, uint32_t revents) {
     resolve_step(p);
 }
 
-static void dns_timer(tern_timer *t, void *user) {
+/* A cancelled connect ends here, from the loop: a resolution or a dial
+ * not started is freed, an attempt under way closed (dial_close reports). */
+static void connecting_cancel(tern_ws_connecting *p) {
+    ws_dial *d = p->dial;
+    if (p->started) {
+        tern__conn_close(&d->conn, -ECANCELED);
+        return;
+    }
+    resolve_end(p);
+    report(d, -ECANCELED, 0, "the connect to %s was cancelled", d->where);
+    dial_free_unstarted(d);
+}
+
+static void connecting_timer(tern_timer *t, void *user) {
     tern_ws_connecting *p = user;
+    if (p->cancelled) {
+        connecting_cancel(p);
+        return;
+    }
     if (!p->resolved)
         ares_process_fd(p->chan, ARES_SOCKET_BAD, ARES_SOCKET_BAD);   /* c-ares' timeouts */
     resolve_step(p);
@@ -309,7 +352,7 @@ static int resolve_begin(tern_ws_connecting *p, const char *host, int port, cons
     }
     if (servers && ares_set_servers_ports_csv(p->chan, servers) != ARES_SUCCESS)
         return -EINVAL;
-    int err = tern_timer_start(p->loop, &p->timer, p->dial->timeout_ms, 0, dns_timer, p);
+    int err = tern_timer_start(p->loop, &p->timer, p->dial->timeout_ms, 0, connecting_timer, p);
     if (err < 0)
         return err;
     char service[8];
@@ -333,6 +376,12 @@ static void report(ws_dial *d, int err, int status, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    if (d->p && d->p->cancelled) {
+        /* Whatever ended it (a timeout, an answer in the same batch). */
+        err = -ECANCELED;
+        status = 0;
+        snprintf(msg, sizeof(msg), "the connect to %s was cancelled", d->where);
+    }
     connecting_free(d->p);
     d->p = NULL;
     tern_ws_connect_error e = {err, status, d->connected, msg};
@@ -379,6 +428,10 @@ static void on_answer(ws_dial *d, const tern__http_response_head *h, const char 
         DIAL_FAIL(d, -EPROTO, 0, "%s answered with a wrong Sec-WebSocket-Accept (%.*s, expected %s)",
                   d->where, acc ? (int)(acc->value_len > 64 ? 64 : acc->value_len) : 4,
                   acc ? acc->value : "none", d->accept);
+        return;
+    }
+    if (d->p && d->p->cancelled) {   /* too late to open: the cancel's timer is due */
+        DIAL_FAIL(d, -ECANCELED, 0, "the connect to %s was cancelled", d->where);
         return;
     }
     const tern__ws_endpoint *ep = &d->cl->ep;
@@ -463,7 +516,8 @@ static void dial_timeout(tern__conn *c) {
 
 static void dial_close(tern__conn *c, int err) {
     ws_dial *d = (ws_dial *)c;
-    if (!d->reported && !d->connected && err != -ETIMEDOUT && dial_retry(d))
+    if (!d->reported && !d->connected && err != -ETIMEDOUT && !(d->p && d->p->cancelled) &&
+        dial_retry(d))
         return;   /* the next address is being tried: it has everything */
     if (!d->reported) {
         /* A verification that failed inside a write reaches net as any
@@ -868,7 +922,8 @@ static bool literal_addr(const ws_url *u, dial_addrs *a) {
  * of the URL's host. */
 static int connect_start(tern_loop *loop, const char *url, const struct sockaddr *const *addrs,
                          const socklen_t *lens, int n, const tern_ws_handlers *h,
-                         const tern_ws_client_options *opt, void *user) {
+                         const tern_ws_client_options *opt, void *user,
+                         tern_ws_connecting **out) {
     ws_url u;
     int err = check_args(loop, url, h, opt, &u);
     if (err < 0)
@@ -895,6 +950,14 @@ static int connect_start(tern_loop *loop, const char *url, const struct sockaddr
     ws_dial *d;
     if ((err = dial_make(&d, loop, &u, a, h, opt, user)) < 0)
         return err;
+    void **slot = tern__loop_slot(loop, TERN__SLOT_WS_CLIENT);
+    if (*slot == NULL) {
+        if ((*slot = calloc(1, sizeof(connecting_list))) == NULL) {
+            dial_free_unstarted(d);
+            return -ENOMEM;
+        }
+        tern__loop_set_slot_close(loop, TERN__SLOT_WS_CLIENT, connecting_cancel_all);
+    }
     tern_ws_connecting *p = calloc(1, sizeof(*p));
     if (p == NULL) {
         dial_free_unstarted(d);
@@ -903,25 +966,68 @@ static int connect_start(tern_loop *loop, const char *url, const struct sockaddr
     p->loop = loop;
     p->dial = d;
     d->p = p;
+    connecting_list *l = *slot;
+    p->next = l->head;
+    if (l->head)
+        l->head->prev = p;
+    l->head = p;
     /* Once started, the connection is net's: failures go through dial_close. */
-    err = resolved ? dial_start(loop, d) : resolve_begin(p, u.host, u.port, opt ? opt->dns_servers : NULL);
+    if (resolved)
+        err = dial_start(loop, d);
+    else
+        err = resolve_begin(p, u.host, u.port, opt ? opt->dns_servers : NULL);
     if (err < 0) {
         connecting_free(p);
         dial_free_unstarted(d);
         return err;
     }
+    p->started = resolved;
+    if (out)
+        *out = p;
     return 0;
 }
 
 int tern_ws_connect(tern_loop *loop, const char *url, const tern_ws_handlers *h,
                     const tern_ws_client_options *opt, void *user) {
-    return connect_start(loop, url, NULL, NULL, 0, h, opt, user);
+    return connect_start(loop, url, NULL, NULL, 0, h, opt, user, NULL);
+}
+
+int tern_ws_connect2(tern_loop *loop, const char *url, const tern_ws_handlers *h,
+                     const tern_ws_client_options *opt, void *user, tern_ws_connecting **out) {
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    return connect_start(loop, url, NULL, NULL, 0, h, opt, user, out);
+}
+
+void tern_ws_connect_cancel(tern_ws_connecting *p) {
+    if (p == NULL || p->cancelled)
+        return;
+    p->cancelled = true;
+    /* Out of memory for the timer: the cancel stays recorded, and the
+     * connect's end (at the latest its deadline) says -ECANCELED. */
+    if (p->timer)
+        tern_timer_again(p->timer, 0);
+    else
+        tern_timer_start(p->loop, &p->timer, 0, 0, connecting_timer, p);
+}
+
+/* tern_loop_free with connects still pending: each is cancelled now (its
+ * on_connect_error runs from inside tern_loop_free; there is no later
+ * batch). One that on_connect_error starts is cancelled in turn. */
+static void connecting_cancel_all(tern_loop *loop) {
+    connecting_list *l = *tern__loop_slot(loop, TERN__SLOT_WS_CLIENT);
+    while (l->head) {
+        l->head->cancelled = true;
+        connecting_cancel(l->head);   /* frees it, off the list */
+    }
 }
 
 int tern__ws_connect_to(tern_loop *loop, const char *url, const struct sockaddr *const *addrs,
                         const socklen_t *lens, int n, const tern_ws_handlers *h,
-                        const tern_ws_client_options *opt, void *user) {
+                        const tern_ws_client_options *opt, void *user,
+                        tern_ws_connecting **out) {
     if (addrs == NULL || lens == NULL)
         return -EINVAL;
-    return connect_start(loop, url, addrs, lens, n, h, opt, user);
+    return connect_start(loop, url, addrs, lens, n, h, opt, user, out);
 }

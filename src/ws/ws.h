@@ -205,6 +205,7 @@ void tern__ws_client_release(const tern__ws_endpoint *ep);
  * TLS): how the tests give one name several addresses. */
 int tern__ws_connect_to(tern_loop *loop, const char *url, const struct sockaddr *const *addrs,
                         const socklen_t *lens, int n, const tern_ws_handlers *h,
-                        const tern_ws_client_options *opt, void *user);
+                        const tern_ws_client_options *opt, void *user,
+                        tern_ws_connecting **out);
 
 #endif

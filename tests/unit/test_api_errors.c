@@ -457,6 +457,13 @@ static void client_calls(void **state) {
     assert_int_equal(tern_ws_connect(loop, "wss://127.0.0.1:1/", &h, &o, NULL), -EPROTO);
     assert_int_equal(tern_ws_connect(loop, "ws+unix:/nonexistent/t.sock", &h, NULL, NULL),
                      -ENOENT);
+    o = (tern_ws_client_options){.dns_servers = "not an address"};
+    assert_int_equal(tern_ws_connect(loop, "ws://example.invalid/", &h, &o, NULL), -EINVAL);
+    tern_ws_connecting *c = (tern_ws_connecting *)1;
+    assert_int_equal(tern_ws_connect2(loop, url, &h, NULL, NULL, NULL), -EINVAL);
+    assert_int_equal(tern_ws_connect2(loop, "http://127.0.0.1/", &h, NULL, NULL, &c), -EINVAL);
+    assert_null(c);
+    tern_ws_connect_cancel(NULL);
     tern_loop_free(loop);
 }
 

@@ -35,6 +35,7 @@ typedef struct raw {
     size_t in_len;
     bool answered;
     bool send_masked;          /* after the 101, send the client a masked frame */
+    bool mute;                 /* read the upgrade request, never answer it */
     int opened, close_code, connect_err, connect_errors;
     uint8_t keys[2][4];
     int frames;
@@ -116,7 +117,7 @@ static void tick(tern_timer *t, void *user) {
         return;
     r->in_len += (size_t)n;
     r->in[r->in_len] = '\0';
-    if (!r->answered && strstr(r->in, "\r\n\r\n"))
+    if (!r->answered && !r->mute && strstr(r->in, "\r\n\r\n"))
         answer(r);
     if (r->answered)
         read_frames(r);
@@ -228,7 +229,7 @@ static void run_to(raw *r, const int *ports, int n) {
     assert_int_equal(tern_timer_start(r->loop, &r->tick, 2, 2, tick, r), 0);
     tern_ws_handlers h = {.on_open = on_open, .on_close = on_close,
                           .on_connect_error = on_connect_error};
-    assert_int_equal(tern__ws_connect_to(r->loop, "ws://localhost/x", addrs, lens, n, &h, NULL, r),
+    assert_int_equal(tern__ws_connect_to(r->loop, "ws://localhost/x", addrs, lens, n, &h, NULL, r, NULL),
                      0);
     assert_int_equal(tern_loop_run(r->loop), 0);
     tern_timer_stop(r->tick);
@@ -654,6 +655,220 @@ static void a_slow_resolution_does_not_block_the_loop(void **state) {
     assert_true(n.took >= 290 && n.took < 2000);
 }
 
+/* ---- cancelling a pending connect (tern_ws_connect2, _cancel) --------- */
+
+/* One or more connects to cancel, each at a stage of its own: the name
+ * resolving (a silent DNS server), TCP connecting (a listener whose
+ * backlog is full, so the SYN goes unanswered), or the handshake (a
+ * server that reads the request and never answers). */
+typedef struct cancel_case {
+    raw r;                     /* the mute server */
+    fake_dns dns;              /* silent */
+    int full_lfd;              /* a listener with its backlog full, or -1 */
+    int fillers[8];
+    tern_timer *poll, *later;
+    tern_ws_connecting *c;
+    bool cancelled;            /* c was cancelled */
+    bool in_cancel, in_free;
+    int errors, errors_in_free, opened;
+    int err;
+    bool connected;
+} cancel_case;
+
+/* A listener on 127.0.0.1 whose accept queue is full: nobody accepts, and
+ * Linux drops further SYNs (tcp_abort_on_overflow is 0), so a connect to
+ * it stays pending until the client gives up. */
+static int full_listener(cancel_case *cc) {
+    cc->full_lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(cc->full_lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(cc->full_lfd, 0), 0);
+    socklen_t len = sizeof(a);
+    getsockname(cc->full_lfd, (struct sockaddr *)&a, &len);
+    for (int i = 0; i < 8; i++) {
+        cc->fillers[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        connect(cc->fillers[i], (struct sockaddr *)&a, sizeof(a));
+    }
+    usleep(20000);   /* the fillers' handshakes, where they complete */
+    return ntohs(a.sin_port);
+}
+
+static void cc_open(tern_ws *ws, void *user) {
+    cancel_case *cc = user;
+    cc->opened++;
+    tern_ws_close(ws, 1000, NULL);
+}
+
+static void cc_error(const tern_ws_connect_error *e, void *user) {
+    cancel_case *cc = user;
+    assert_false(cc->in_cancel);   /* from the loop, not from inside the cancel */
+    print_message("on_connect_error: %s (%s)%s\n", e->message, tern_err_name(e->err),
+                  cc->in_free ? ", in tern_loop_free" : "");
+    cc->errors++;
+    cc->errors_in_free += cc->in_free;
+    cc->err = e->err;
+    cc->connected = e->connected;
+    cc->c = NULL;   /* the handle is gone */
+    tern_loop_stop(cc->r.loop);
+}
+
+static void cc_cancel(cancel_case *cc) {
+    cc->in_cancel = true;
+    tern_ws_connect_cancel(cc->c);
+    tern_ws_connect_cancel(cc->c);   /* a second cancel does nothing */
+    cc->in_cancel = false;
+    cc->cancelled = true;
+}
+
+static void cc_poll(tern_timer *t, void *user) {
+    cancel_case *cc = user;
+    if (cc->dns.fd > 0)
+        dns_poll(&cc->dns);
+    tick(t, &cc->r);
+    /* In the handshake: cancel once the server has the whole request. */
+    if (cc->r.mute && cc->c && !cc->cancelled && strstr(cc->r.in, "\r\n\r\n"))
+        cc_cancel(cc);
+}
+
+static void cc_later(tern_timer *t, void *user) {
+    cancel_case *cc = user;
+    if (cc->c && !cc->cancelled)
+        cc_cancel(cc);
+}
+
+/* Starts a case's loop, its mute server and silent DNS; returns the mute
+ * server's port. */
+static int cc_setup(cancel_case *cc) {
+    cc->r.mute = true;
+    int port = raw_listen(&cc->r);
+    dns_open(&cc->dns, true);
+    cc->full_lfd = -1;
+    assert_int_equal(tern_loop_new(&cc->r.loop, NULL), 0);
+    assert_int_equal(tern_timer_start(cc->r.loop, &cc->poll, 2, 2, cc_poll, cc), 0);
+    return port;
+}
+
+static void cc_teardown(cancel_case *cc, bool free_loop) {
+    tern_timer_stop(cc->poll);
+    tern_timer_stop(cc->later);
+    if (free_loop) {
+        cc->in_free = true;
+        tern_loop_free(cc->r.loop);
+        cc->in_free = false;
+    }
+    if (cc->r.fd >= 0)
+        close(cc->r.fd);
+    close(cc->r.lfd);
+    close(cc->dns.fd);
+    if (cc->full_lfd >= 0) {
+        close(cc->full_lfd);
+        for (int i = 0; i < 8; i++)
+            close(cc->fillers[i]);
+    }
+}
+
+static tern_ws_connecting *cc_connect(cancel_case *cc, const char *host, int port) {
+    tern_ws_handlers h = {.on_open = cc_open, .on_close = on_close, .on_connect_error = cc_error};
+    tern_ws_client_options o = {.dns_servers = cc->dns.servers, .connect_timeout_ms = 5000};
+    char url[300];
+    snprintf(url, sizeof(url), "ws://%s:%d/x", host, port);
+    tern_ws_connecting *c = NULL;
+    assert_int_equal(tern_ws_connect2(cc->r.loop, url, &h, &o, cc, &c), 0);
+    assert_non_null(c);
+    return c;
+}
+
+/* Runs one connect to host:port, cancelled after later_ms (or, with
+ * later_ms 0, when the mute server has its request). */
+static void cc_run(cancel_case *cc, const char *host, int port, uint64_t later_ms) {
+    cc->c = cc_connect(cc, host, port);
+    if (later_ms)
+        assert_int_equal(tern_timer_start(cc->r.loop, &cc->later, later_ms, 0, cc_later, cc), 0);
+    assert_int_equal(tern_loop_run(cc->r.loop), 0);
+    cc_teardown(cc, true);
+    assert_true(cc->cancelled);
+    assert_int_equal(cc->errors, 1);
+    assert_int_equal(cc->errors_in_free, 0);
+    assert_int_equal(cc->err, -ECANCELED);
+    assert_int_equal(cc->opened, 0);
+}
+
+static void cancel_during_resolution(void **state) {
+    cancel_case cc = {0};
+    cc_setup(&cc);
+    cc_run(&cc, "slow.example", 80, 50);
+    assert_false(cc.connected);
+    assert_true(cc.dns.queries >= 1);
+}
+
+static void cancel_during_tcp_connect(void **state) {
+    cancel_case cc = {0};
+    cc_setup(&cc);
+    int port = full_listener(&cc);
+    cc_run(&cc, "127.0.0.1", port, 100);
+    assert_false(cc.connected);
+}
+
+static void cancel_during_the_handshake(void **state) {
+    cancel_case cc = {0};
+    int port = cc_setup(&cc);
+    cc_run(&cc, "127.0.0.1", port, 0);
+    assert_true(cc.connected);
+    assert_non_null(strstr(cc.r.in, "Upgrade: websocket"));
+}
+
+/* Cancelled right after the call, before the loop ran at all. */
+static void cancel_before_the_loop_runs(void **state) {
+    cancel_case cc = {0};
+    int port = cc_setup(&cc);
+    cc.c = cc_connect(&cc, "127.0.0.1", port);
+    cc_cancel(&cc);
+    assert_int_equal(cc.errors, 0);
+    assert_int_equal(tern_loop_run(cc.r.loop), 0);
+    cc_teardown(&cc, true);
+    assert_int_equal(cc.errors, 1);
+    assert_int_equal(cc.err, -ECANCELED);
+    assert_int_equal(cc.opened, 0);
+}
+
+static void cc_stop(tern_timer *t, void *user) {
+    cancel_case *cc = user;
+    tern_loop_stop(cc->r.loop);
+}
+
+/* Freeing the loop with connects pending at each stage: each gets its
+ * on_connect_error (-ECANCELED) from inside tern_loop_free, and nothing
+ * leaks (ASan). */
+static void freeing_the_loop_cancels_pending_connects(void **state) {
+    cancel_case cc = {0};
+    int port = cc_setup(&cc);
+    cc_connect(&cc, "slow.example", 80);
+    cc_connect(&cc, "127.0.0.1", full_listener(&cc));
+    cc_connect(&cc, "127.0.0.1", port);
+    cc_connect(&cc, "localhost", port);
+    assert_int_equal(tern_timer_start(cc.r.loop, &cc.later, 150, 0, cc_stop, &cc), 0);
+    assert_int_equal(tern_loop_run(cc.r.loop), 0);
+    assert_int_equal(cc.errors, 0);
+    assert_true(cc.dns.queries >= 1);
+    cc_teardown(&cc, true);
+    assert_int_equal(cc.errors, 4);
+    assert_int_equal(cc.errors_in_free, 4);
+    assert_int_equal(cc.err, -ECANCELED);
+    assert_int_equal(cc.opened, 0);
+}
+
+/* Never run at all: the resolution and the connect are freed as well. */
+static void freeing_a_loop_that_never_ran(void **state) {
+    cancel_case cc = {0};
+    int port = cc_setup(&cc);
+    cc_connect(&cc, "slow.example", 80);
+    cc_connect(&cc, "127.0.0.1", port);
+    cc_teardown(&cc, true);
+    assert_int_equal(cc.errors, 2);
+    assert_int_equal(cc.errors_in_free, 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_frame_is_masked_with_a_key_of_its_own),
@@ -670,6 +885,12 @@ int main(void) {
         cmocka_unit_test(localhost_resolves_through_the_resolver),
         cmocka_unit_test(a_name_that_does_not_exist_fails_from_the_loop),
         cmocka_unit_test(a_slow_resolution_does_not_block_the_loop),
+        cmocka_unit_test(cancel_during_resolution),
+        cmocka_unit_test(cancel_during_tcp_connect),
+        cmocka_unit_test(cancel_during_the_handshake),
+        cmocka_unit_test(cancel_before_the_loop_runs),
+        cmocka_unit_test(freeing_the_loop_cancels_pending_connects),
+        cmocka_unit_test(freeing_a_loop_that_never_ran),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
