@@ -16,7 +16,8 @@
  *   GET  /ws/broadcast      WebSocket: every message goes to every connection
  *                           of this route, on every thread: framed (and
  *                           compressed) once per thread, and posted as a copy
- *                           to each other thread's loop
+ *                           to each other thread's loop; one order for every
+ *                           connection, whichever threads send (bcast_message)
  *   GET  /stats             the threads' counters as JSON: their sum, then
  *                           each thread's
  *   GET  /ws/room/:room     WebSocket echo; the 101 names the room (X-Tern-Room)
@@ -47,7 +48,9 @@
 #include <errno.h>
 #include <getopt.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +90,10 @@ struct serve_thread {
     int index;
     uint64_t ws_conn_seq;      /* numbers the WebSocket connections (with the thread) */
     bcast_member *members;     /* /ws/broadcast connections of this loop */
+    /* /ws/broadcast messages posted to this loop and not yet delivered
+     * there: raised under ctx->bcast_lock by whichever thread posts,
+     * lowered by this loop once it has delivered one. */
+    atomic_uint bcast_inflight;
     /* --ws-async: the messages waiting for their echo, later_msg after
      * later_msg in arrival order in one buffer (no allocation per message
      * once it has grown), and whether the flush that echoes them is due
@@ -120,6 +127,11 @@ typedef struct serve_ctx {
     unsigned feed_rate;        /* --feed-rate N: market updates a second */
     int ntopic_rules;
     tern_server *first;        /* thread 0's server (setup's) */
+    /* /ws/broadcast's sequencer: a message is given its place (posted to
+     * every other loop, and to its own when that one has posts of it in
+     * flight) under this lock, so every loop's FIFO post queue holds the
+     * messages in one order. */
+    pthread_mutex_t bcast_lock;
 } serve_ctx;
 
 /* --pubsub-policy's values. */
@@ -559,7 +571,7 @@ static void bcast_local(serve_thread *th, const char *data, size_t len, int opco
     tern_ws_prepared_free(msg);
 }
 
-/* A message for another thread's members: a copy, posted to its loop. */
+/* A message for a thread's members: a copy, posted to its loop. */
 typedef struct bcast_post {
     serve_thread *th;
     int opcode;
@@ -570,30 +582,62 @@ typedef struct bcast_post {
 static void bcast_remote(tern_loop *loop, void *user) {
     bcast_post *p = user;
     bcast_local(p->th, p->data, p->len, p->opcode);
+    atomic_fetch_sub(&p->th->bcast_inflight, 1);
     free(p);
 }
 
+/* Posts a copy to th's loop; false when it could not (the message is then
+ * lost for th's members, as before for a full or stopped loop). */
+static bool bcast_post_to(tern_server *srv, serve_thread *th, const char *data, size_t len,
+                          int opcode) {
+    bcast_post *p = malloc(sizeof(*p) + len);
+    if (p == NULL)
+        return false;
+    p->th = th;
+    p->opcode = opcode;
+    p->len = len;
+    memcpy(p->data, data, len);
+    /* Raised before the post: the loop may run it (and lower the count)
+     * before tern_loop_post returns. */
+    atomic_fetch_add(&th->bcast_inflight, 1);
+    if (tern_loop_post(tern_server_loop(tern_server_peer(srv, th->index)), bcast_remote, p) < 0) {
+        atomic_fetch_sub(&th->bcast_inflight, 1);
+        free(p);
+        return false;
+    }
+    return true;
+}
+
+/* One order for every member on every thread, as /pubsub keeps per topic.
+ * Delivering at once to this thread's members and posting to the others
+ * was not enough: two threads' messages crossed, each thread's members
+ * seeing their own first. So a message takes its place under bcast_lock,
+ * posted to every other loop there (each loop's post queue is FIFO); the
+ * sender's own members get it at once only when no earlier message is
+ * still on its way to this loop (bcast_inflight is 0), else it is posted
+ * to this loop too, behind those. Delivering at once after the unlock is
+ * safe: only this thread delivers to its members, and every later message
+ * reaches them through its post queue, after this call returns. */
 static void bcast_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
     bcast_member *me = tern_ws_user(ws);
     serve_ctx *ctx = user;
     if (me == NULL)
         return;
-    bcast_local(me->th, data, len, opcode);
     tern_server *srv = tern_ws_server(ws);
+    bool now = true;
+    pthread_mutex_lock(&ctx->bcast_lock);
     for (int i = 0; i < ctx->nthreads; i++) {
         serve_thread *th = &ctx->threads[i];
-        if (th == me->th)
-            continue;
-        bcast_post *p = malloc(sizeof(*p) + len);
-        if (p == NULL)
-            continue;
-        p->th = th;
-        p->opcode = opcode;
-        p->len = len;
-        memcpy(p->data, data, len);
-        if (tern_loop_post(tern_server_loop(tern_server_peer(srv, i)), bcast_remote, p) < 0)
-            free(p);
+        if (th != me->th)
+            bcast_post_to(srv, th, data, len, opcode);
     }
+    if (atomic_load(&me->th->bcast_inflight) != 0) {
+        now = false;
+        bcast_post_to(srv, me->th, data, len, opcode);
+    }
+    pthread_mutex_unlock(&ctx->bcast_lock);
+    if (now)
+        bcast_local(me->th, data, len, opcode);
 }
 
 /* GET /stats: every thread's counters (read from any thread: see
@@ -966,7 +1010,7 @@ int tern_app_serve(int argc, char **argv) {
     /* An echo answers what it reads: when the client does not read the
      * answers, stop reading its requests (TCP pushes back on it). */
     int slow_policy = TERN_WS_SLOW_PAUSE;
-    serve_ctx ctx = {.feed = true, .feed_rate = 40};
+    serve_ctx ctx = {.feed = true, .feed_rate = 40, .bcast_lock = PTHREAD_MUTEX_INITIALIZER};
     int log_level = TERN_LOG_WARN;
     const char *access_path = NULL;
     int c;
@@ -1135,6 +1179,7 @@ int tern_app_serve(int argc, char **argv) {
     for (int i = 0; i < ctx.nthreads; i++) {
         ctx.threads[i].ctx = &ctx;
         ctx.threads[i].index = i;
+        atomic_init(&ctx.threads[i].bcast_inflight, 0);
     }
     tern_run_options ro = {.loop = lo, .server = so};
     err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);

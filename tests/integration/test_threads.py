@@ -133,3 +133,46 @@ def test_bad_thread_counts_are_refused(tern_factory):
         r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--threads", bad],
                            capture_output=True, timeout=10)
         assert r.returncode == 2, (bad, r.stderr)
+
+
+def test_broadcast_order_is_one_for_every_member(tern_factory):
+    """Publishers on both threads send bursts at once: every member, on
+    either thread, must see the same sequence (one order, as /pubsub keeps
+    per topic), not its own thread's publishes first."""
+    srv = tern_factory("--threads", "2")
+    url = f"ws://127.0.0.1:{srv.port}/ws/broadcast"
+    npub, nread, burst, rounds = 8, 8, 150, 4
+    with contextlib.ExitStack() as stack:
+        # SO_REUSEPORT spreads these over both threads: with 16 connections
+        # both have publishers and readers but once in 2**15.
+        members = [stack.enter_context(connect(url, open_timeout=5 * SLOW))
+                   for _ in range(npub + nread)]
+        st = stats(srv)
+        assert all(t["connections"] > 0 for t in st["each"]), st
+        pubs = members[:npub]
+        deadline = time.time() + 15 * SLOW
+        for r in range(rounds):
+            go = threading.Barrier(npub)
+
+            def publish(i):
+                go.wait()
+                for k in range(burst):
+                    pubs[i].send(f"{r}.{i}.{k}")
+
+            ts = [threading.Thread(target=publish, args=(i,)) for i in range(npub)]
+            for t in ts:
+                t.start()
+            seqs = []
+            for m in members:
+                seq = [m.recv(timeout=max(0.1, deadline - time.time()))
+                       for _ in range(npub * burst)]
+                seqs.append(seq)
+            for t in ts:
+                t.join()
+            for i, seq in enumerate(seqs):
+                # each publisher's own order holds everywhere, before and after
+                for p in range(npub):
+                    mine = [x for x in seq if x.startswith(f"{r}.{p}.")]
+                    assert mine == [f"{r}.{p}.{k}" for k in range(burst)]
+                assert seq == seqs[0], (r, i, next(j for j in range(len(seq))
+                                                   if seq[j] != seqs[0][j]))
