@@ -42,7 +42,9 @@
  * History and resume: a topic whose options give it a history keeps its
  * last messages (the prepared frames, shared, not copied; at most
  * `history` of them, none older than `history_ms`) and the latest message
- * of each key, and numbers its messages whether or not anyone listens.
+ * of each key, and numbers its messages whether or not anyone listens
+ * (and is kept, with its epoch, while it has numbered none, so that a
+ * subscriber that leaves it and comes back has missed nothing).
  * Its numbering has an epoch, a random number drawn when the topic comes
  * to exist (a restart, or a history that ran out entirely, starts a new
  * one). A subscriber that comes back with the epoch and the last seq it
@@ -55,7 +57,9 @@
  * Redis, so every node gives its messages the same (epoch, seq) and a
  * subscriber may resume on any node: a publish to it goes to Redis first
  * and returns 0, and every node, the publisher's too, delivers it when it
- * comes back numbered (so except does not apply to it). */
+ * comes back numbered (so except does not apply to it). A topic's epoch is
+ * Redis's even before its first message: the first node to have a
+ * subscriber claims its own there. */
 #ifndef TERN_PUBSUB_H
 #define TERN_PUBSUB_H
 
@@ -83,9 +87,12 @@ enum tern_pubsub_policy {
      * with a key (tern_publish_key) replaces the one of the same key still
      * queued for it (counted as conflated), whatever the limit; keys leave
      * in the order of their latest update. Memory is bounded by the keys
-     * (at most TERN_CONFLATE_KEYS per subscription), not the rate. A
-     * message without a key waits, or is dropped past max_backlog, as with
-     * TERN_PUBSUB_DROP; so is a new key past that bound. */
+     * (at most TERN_CONFLATE_KEYS per subscription), not the rate; so a
+     * keyed message larger than max_backlog still goes to a subscriber
+     * with nothing waiting (else that key's latest value would never
+     * arrive). A message without a key waits, or is dropped past
+     * max_backlog, as with TERN_PUBSUB_DROP; so is a new key past that
+     * bound. */
     TERN_PUBSUB_CONFLATE = 2,
 };
 
@@ -224,7 +231,12 @@ int tern_ws_subscribe(tern_ws *ws, const char *topic);
 /* Where a subscription starts, from tern_ws_subscribe_from. */
 typedef struct tern_resume {
     uint64_t epoch;      /* the topic's epoch (never 0) */
-    uint64_t seq;        /* the seq of its last message so far (0: none yet) */
+    /* The seq of its last message so far (0: none yet); after a resume
+     * ahead of this node (the client had later messages from another
+     * node, which this one has not heard yet), the client's `after`: its
+     * stream goes on after it, and nothing up to it is sent again when
+     * this node hears it. */
+    uint64_t seq;
     uint64_t replayed;   /* messages sent to ws from the history at once */
     /* true: every message after the one asked for was sent (or there was
      * none), so nothing is missed. false: the epoch differs or the history

@@ -18,6 +18,11 @@
  *                                                      E: the topic's epoch
  *                                                      (16 hex digits), N:
  *                                                      its last message's seq
+ *                                                      (after a resume that
+ *                                                      was ahead of this
+ *                                                      node: the client's
+ *                                                      "after", where its
+ *                                                      stream goes on)
  *       ... ,"resumed":true|false,"replayed":K}        after a resume: the K
  *                                                      messages missed came
  *                                                      just before this ack

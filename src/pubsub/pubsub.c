@@ -137,6 +137,9 @@ typedef struct gtopic {
      * delivered under Redis's: a subscriber from before holds old_epoch
      * and Redis's seqs (resume_read maps it). */
     uint64_t old_epoch, adopted_from;
+    /* Its epoch was offered to Redis (tern__redis_claim) before any
+     * message: once per entry, at its first subscription while bridged. */
+    bool claimed;
     tern__hist *hist;    /* NULL: the topic's options give it no history */
     size_t subs;         /* subscriptions on all loops */
     size_t compressed;   /* ... of them, with permessage-deflate */
@@ -354,6 +357,7 @@ int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out) {
 }
 
 static void bridge_topic_changed(group *g, const char *name, size_t len);
+static void bridge_claim(group *g, const char *name, size_t len, uint64_t epoch);
 
 static uint64_t mono_ms(void) {
     struct timespec ts;
@@ -372,13 +376,18 @@ static uint64_t new_epoch(void) {
     return e ? e : 1;
 }
 
-/* Frees t when nothing keeps it: no subscription, no history left. */
-static bool gtopic_maybe_free(group *g, gtopic *t) {
+/* Frees t when nothing keeps it: no subscription, no history left. A
+ * topic with a history that has numbered nothing yet is kept too (unless
+ * sweeping: at TERN_HISTORY_TOPICS it makes room like an expired one), so
+ * that its epoch lives on: a subscriber that leaves it and comes back
+ * with that epoch has missed nothing, and is told so (a forgotten entry
+ * would come back under a new epoch and refuse the resume). */
+static bool gtopic_maybe_free(group *g, gtopic *t, bool sweeping) {
     if (t->subs > 0)
         return false;
     if (t->hist) {
         tern__hist_prune(t->hist, mono_ms());
-        if (!tern__hist_empty(t->hist))
+        if (!tern__hist_empty(t->hist) || (t->seq == 0 && !sweeping))
             return false;
         tern__hist_free(t->hist);
         g->nhist--;
@@ -390,7 +399,8 @@ static bool gtopic_maybe_free(group *g, gtopic *t) {
 }
 
 /* At TERN_HISTORY_TOPICS: frees the entries kept only by a history that
- * has since run out (nothing else frees an entry no one touches), so that
+ * has since run out, or that never numbered anything (nothing else frees
+ * an entry no one touches), so that
  * new topics can have one again. Under the mutex. */
 static void sweep_histories(group *g) {
     uint64_t now = mono_ms();
@@ -400,7 +410,7 @@ static void sweep_histories(group *g) {
             gtopic *t = (gtopic *)n;
             if (t->hist && t->subs == 0) {
                 tern__hist_prune(t->hist, now);
-                gtopic_maybe_free(g, t);
+                gtopic_maybe_free(g, t, true);
             }
         }
 }
@@ -457,7 +467,13 @@ static void resume_read(gtopic *t, resume_req *rq) {
             rq->epoch = t->epoch;
     }
     if (rq->epoch == t->epoch && rq->after >= t->seq) {
-        rq->out.resumed = true;   /* nothing missed (or a client ahead of us: nothing to send) */
+        /* Nothing missed. A client ahead of this node (it had them from
+         * another node, and this one has not heard them all yet) gets
+         * nothing now, and its stream goes on after its own position:
+         * out.seq, which the subscription skips up to, so the messages
+         * this node hears late are not sent to it twice. */
+        rq->out.resumed = true;
+        rq->out.seq = rq->after;
         return;
     }
     if (t->hist == NULL)
@@ -482,6 +498,8 @@ static int gcount(group *g, const char *name, size_t len, uint64_t h, int delta,
                   bool compressed, resume_req *rq) {
     int err = 0;
     bool changed = false;
+    uint64_t claim = 0;   /* an epoch to offer Redis, or 0 */
+    tern__redis *b = atomic_load(&g->redis);
     pthread_mutex_lock(&g->mu);
     gtopic *t = gfind(g, name, len, h);
     if (delta > 0) {
@@ -494,16 +512,25 @@ static int gcount(group *g, const char *name, size_t len, uint64_t h, int delta,
         t->compressed += compressed;
         if (rq)
             resume_read(t, rq);
+        if (b && t->hist && !t->shared && t->seq == 0 && !t->claimed &&
+            tern__redis_connected(b)) {
+            /* before the first message: Redis's epoch from now on, so that
+             * this subscriber may resume on any node */
+            t->claimed = true;
+            claim = t->epoch;
+        }
     } else if (t) {
         t->subs--;
         t->compressed -= compressed;
         changed = t->subs == 0;
-        gtopic_maybe_free(g, t);
+        gtopic_maybe_free(g, t, false);
     }
 out:
     pthread_mutex_unlock(&g->mu);
-    if (changed && atomic_load(&g->redis))
+    if (changed && b)
         bridge_topic_changed(g, name, len);
+    if (claim)
+        bridge_claim(g, name, len, claim);
     return err;
 }
 
@@ -997,7 +1024,7 @@ int tern_ws_subscribe_from(tern_ws *ws, const char *name, uint64_t epoch, uint64
     s->ws = ws;
     s->t = t;
     s->index = t->nsubs;
-    s->skip_upto = rq.out.seq;
+    s->skip_upto = rq.out.seq;   /* the topic's seq, or a client's ahead of it */
     t->subs[t->nsubs++] = s;
     c->subs[c->nsubs++] = s;
     TERN__STAT_ADD(srv, ps_subscribed, 1);
@@ -1263,7 +1290,12 @@ static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq
             dropped++;
             continue;
         }
-        if (mlen > o->max_backlog) {   /* it could never wait: the policy now */
+        /* It could never wait: the policy now. But not for a keyed message
+         * under conflation, which the byte limit never drops while the
+         * subscriber is behind (its keys bound that): dropped here, for a
+         * subscriber with nothing waiting, that key's latest value would
+         * never arrive. */
+        if (mlen > o->max_backlog && !(o->policy == TERN_PUBSUB_CONFLATE && key != NULL)) {
             if (o->policy == TERN_PUBSUB_CLOSE) {
                 if (ws_open(ws)) {
                     tern__ws_policy_close_code(ws, o->close_code);
@@ -1387,7 +1419,7 @@ static bool redis_numbered(gtopic *t, const tern__redis_num *num, uint64_t *fill
     if (!t->shared || t->epoch != num->epoch) {
         /* Redis's numbering, new here (or restarted there): adopted. What
          * was kept under the old epoch cannot be read back under this one. */
-        t->old_epoch = !t->shared && t->seq == 0 ? t->epoch : 0;
+        t->old_epoch = t->seq == 0 ? t->epoch : 0;   /* (shared with seq 0: a claim Redis lost) */
         t->adopted_from = num->seq;
         t->shared = true;
         t->epoch = num->epoch;
@@ -1463,7 +1495,7 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
     gtopic *gt = gfind(g, name, tlen, h);
     if (gt == NULL && topic_settings(g, name, tlen).history > 0) {
         gt = gtopic_new(g, name, tlen, h);   /* numbered and kept with no one listening */
-        if (gt && gt->hist == NULL && gtopic_maybe_free(g, gt))
+        if (gt && gt->hist == NULL && gtopic_maybe_free(g, gt, false))
             gt = NULL;   /* no room for another history: like any topic no one hears */
     }
     uint64_t before = gt ? gt->seq : 0, fill_from = 0;
@@ -1535,10 +1567,11 @@ int64_t tern_publish_except(tern_server *srv, const char *topic, const void *dat
 /* ---- the Redis bridge ------------------------------------------------- */
 
 /* Work for the bridge's loop from another thread: a topic whose first or
- * last subscriber came or went (len == 0: data is the topic), or a publish
- * to forward. */
+ * last subscriber came or went (len == 0: data is the topic), a publish
+ * to forward, or an epoch to claim (claim not 0). */
 typedef struct bridge_job {
     group *g;
+    uint64_t claim;
     bool publish;
     bool numbered;            /* by Redis, keeping keep messages for keep_ms */
     uint32_t keep, keep_ms;
@@ -1561,11 +1594,24 @@ static void bridge_reconcile(group *g, const char *name, size_t len) {
     tern__redis_subscribe(b, name, len, on && topic_settings(g, name, len).history == 0);
 }
 
+/* A claim no message follows lives as long as a history would without a
+ * publish, or a day for histories with no age limit (so that names only
+ * subscribed to do not stay in Redis for good). */
+#define CLAIM_MS (24ull * 3600 * 1000)
+
+/* On the bridge's loop. */
+static void claim_now(group *g, tern__redis *b, const char *name, size_t len, uint64_t epoch) {
+    uint64_t ms = topic_settings(g, name, len).history_ms;
+    tern__redis_claim(b, name, len, epoch, ms ? ms : CLAIM_MS);
+}
+
 static void bridge_job_run(tern_loop *loop, void *user) {
     (void)loop;
     bridge_job *j = user;
     tern__redis *b = atomic_load(&j->g->redis);
-    if (b && j->publish && j->numbered)
+    if (b && j->claim)
+        claim_now(j->g, b, j->buf, j->tlen, j->claim);
+    else if (b && j->publish && j->numbered)
         tern__redis_publish_numbered(b, j->buf, j->tlen, j->klen ? j->buf + j->tlen : NULL,
                                      j->klen, j->buf + j->tlen + j->klen, j->len, j->opcode,
                                      j->seq_at, j->keep, j->keep_ms);
@@ -1585,6 +1631,7 @@ static void bridge_post(group *g, bool is_publish, const char *name, size_t tlen
     if (j == NULL)
         return;   /* out of memory: a publish reaches this node only */
     j->g = g;
+    j->claim = 0;
     j->publish = is_publish;
     j->numbered = numbered != NULL;
     j->keep = numbered ? numbered->history : 0;
@@ -1609,6 +1656,23 @@ static void bridge_topic_changed(group *g, const char *name, size_t len) {
         bridge_reconcile(g, name, len);
     else
         bridge_post(g, false, name, len, NULL, 0, NULL, 0, 0, 0, NULL);
+}
+
+static void bridge_claim(group *g, const char *name, size_t len, uint64_t epoch) {
+    tern__redis *b = atomic_load(&g->redis);
+    if (b && tern__loop_current() == tern__redis_loop(b)) {
+        claim_now(g, b, name, len, epoch);
+        return;
+    }
+    bridge_job *j = calloc(1, sizeof(*j) + len);
+    if (j == NULL)
+        return;   /* out of memory: the topic keeps this node's epoch until its first message */
+    j->g = g;
+    j->claim = epoch;
+    j->tlen = len;
+    memcpy(j->buf, name, len);
+    if (b == NULL || tern_loop_post(tern__redis_loop(b), bridge_job_run, j) < 0)
+        free(j);
 }
 
 static void bridge_publish(group *g, const char *name, size_t tlen, const char *key,
@@ -1667,7 +1731,9 @@ static void bridge_resubscribe(void *user) {
 }
 
 /* The patterns are in place: every topic followed under Redis's
- * numbering asks how far Redis is, to read back what it missed. */
+ * numbering asks how far Redis is, to read back what it missed; one with
+ * a history and subscribers that nothing was numbered in yet claims its
+ * epoch (its subscribers came while Redis was away). */
 static void bridge_listening(void *user) {
     group *g = user;
     tern__redis *b = atomic_load(&g->redis);
@@ -1675,9 +1741,15 @@ static void bridge_listening(void *user) {
         return;
     pthread_mutex_lock(&g->mu);
     for (size_t i = 0; i < g->topics.nb; i++)
-        for (node *n = g->topics.b[i]; n; n = n->next)
-            if (((gtopic *)n)->shared)
-                tern__redis_last(b, ((gtopic *)n)->name, ((gtopic *)n)->len);
+        for (node *n = g->topics.b[i]; n; n = n->next) {
+            gtopic *t = (gtopic *)n;
+            if (t->shared) {
+                tern__redis_last(b, t->name, t->len);
+            } else if (t->hist && t->seq == 0 && t->subs > 0) {
+                t->claimed = true;
+                claim_now(g, b, t->name, t->len, t->epoch);
+            }
+        }
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -1701,6 +1773,30 @@ static void bridge_last(void *user, const char *topic, size_t tlen, uint64_t epo
         tern__redis_fill(b, topic, tlen, from, seq);
 }
 
+/* tern__redis_claim's answer. This node's epoch held: the topic is
+ * Redis's from now on (nothing numbered yet). Another one did (a node
+ * that claimed first, or a count this node has not heard): adopted, as
+ * with a first message heard (the subscribers given this node's epoch
+ * meanwhile are mapped by old_epoch, here only). */
+static void bridge_claimed(void *user, const char *topic, size_t tlen, uint64_t epoch,
+                           uint64_t seq) {
+    group *g = user;
+    pthread_mutex_lock(&g->mu);
+    gtopic *t = gfind(g, topic, tlen, hash_name(topic, tlen));
+    if (t && !t->shared && t->seq == 0) {   /* else heard (or numbered here) meanwhile */
+        if (epoch != t->epoch) {
+            t->old_epoch = t->epoch;
+            t->adopted_from = seq + 1;
+            t->epoch = epoch;
+            t->seq = seq;
+            if (t->hist)
+                tern__hist_clear(t->hist);
+        }
+        t->shared = true;
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
 int tern_pubsub_redis(tern_server *srv, const char *url) {
     if (srv == NULL || url == NULL || srv->loop == NULL)
         return -EINVAL;
@@ -1713,7 +1809,8 @@ int tern_pubsub_redis(tern_server *srv, const char *url) {
     static const tern__redis_hooks rh = {.message = bridge_message,
                                          .resubscribe = bridge_resubscribe,
                                          .listening = bridge_listening,
-                                         .last = bridge_last};
+                                         .last = bridge_last,
+                                         .claimed = bridge_claimed};
     tern__redis *b;
     /* bridge_srv first: the bridge may call back once it runs */
     g->bridge_srv = srv;

@@ -195,13 +195,15 @@ static void on_disconnect(const redisAsyncContext *ac, int status) {
  * count that starts again (16 hex digits), the stream's length, the
  * envelope, the keys' lifetime in ms (0: none). A missing or reset count
  * starts a new epoch and an empty stream, so a seq is never read back
- * under an epoch it was not published in. */
+ * under an epoch it was not published in; but an epoch claimed before
+ * the first message (CLAIM_SCRIPT: a hash with e and no s) is kept, as
+ * subscribers were given it. */
 static const char NUMBER_SCRIPT[] =
     "local s = redis.call('HINCRBY', KEYS[1], 's', 1)\n"
     "local e = redis.call('HGET', KEYS[1], 'e')\n"
     "if s == 1 or not e then\n"
     "  s = 1\n"
-    "  e = ARGV[1]\n"
+    "  e = e or ARGV[1]\n"
     "  redis.call('HSET', KEYS[1], 's', 1, 'e', e)\n"
     "  redis.call('DEL', KEYS[2])\n"
     "end\n"
@@ -619,6 +621,49 @@ void tern__redis_fill(tern__redis *r, const char *topic, size_t tlen, uint64_t f
         free(f);
     else
         bump(&r->fills);
+}
+
+/* KEYS: the topic's hash. ARGV: this node's epoch for the topic (16 hex
+ * digits), the lifetime in ms of a claim no message has followed yet.
+ * The first node to claim a topic's epoch makes it Redis's (the numbering
+ * script keeps it); the reply is the epoch that holds, and the last seq
+ * (nil: nothing numbered yet). */
+static const char CLAIM_SCRIPT[] =
+    "redis.call('HSETNX', KEYS[1], 'e', ARGV[1])\n"
+    "if redis.call('HEXISTS', KEYS[1], 's') == 0 then\n"
+    "  redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "end\n"
+    "return redis.call('HMGET', KEYS[1], 'e', 's')\n";
+
+/* CLAIM_SCRIPT's reply: [epoch, seq or nil]. */
+static void on_claim(redisAsyncContext *ac, void *reply, void *priv) {
+    (void)ac;
+    fill_req *f = priv;
+    redisReply *m = reply;
+    uint64_t e, seq = 0;
+    size_t plen = sizeof(CHANNEL_PREFIX) - 1;
+    if (m && !f->r->freeing && m->type == REDIS_REPLY_ARRAY && m->elements == 2 &&
+        m->element[0]->type == REDIS_REPLY_STRING && m->element[0]->len == 16 &&
+        parse_u64(m->element[0]->str, 16, 16, &e) &&
+        (m->element[1]->type == REDIS_REPLY_NIL ||
+         (m->element[1]->type == REDIS_REPLY_STRING &&
+          parse_u64(m->element[1]->str, m->element[1]->len, 10, &seq))))
+        f->r->hooks.claimed(f->r->user, f->chan + plen, f->clen - plen, e, seq);
+    free(f);
+}
+
+void tern__redis_claim(tern__redis *r, const char *topic, size_t tlen, uint64_t epoch,
+                       uint64_t keep_ms) {
+    names nm;
+    fill_req *f = topic_req(r, topic, tlen, &nm);
+    if (f == NULL)
+        return;
+    char e[17], ms[24];
+    snprintf(e, sizeof(e), "%016llx", (unsigned long long)epoch);
+    snprintf(ms, sizeof(ms), "%llu", (unsigned long long)keep_ms);
+    if (redisAsyncCommand(r->pub.ac, on_claim, f, "EVAL %s 1 %b %s %s", CLAIM_SCRIPT, nm.hash,
+                          nm.hlen, e, ms) != REDIS_OK)
+        free(f);
 }
 
 /* HMGET's reply: [epoch, seq], both nil when Redis has no count. */

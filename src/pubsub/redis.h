@@ -39,6 +39,9 @@ typedef struct tern__redis_hooks {
     void (*listening)(void *user);
     /* tern__redis_last's answer: topic's epoch and last seq in Redis. */
     void (*last)(void *user, const char *topic, size_t tlen, uint64_t epoch, uint64_t seq);
+    /* tern__redis_claim's answer: the topic's epoch in Redis (this node's
+     * when its claim came first) and last seq (0: none yet). */
+    void (*claimed)(void *user, const char *topic, size_t tlen, uint64_t epoch, uint64_t seq);
 } tern__redis_hooks;
 
 /* Parses url (redis://host[:port][/db]) and starts connecting. Returns 0,
@@ -73,6 +76,12 @@ void tern__redis_psubscribe(tern__redis *r, const char *prefix, size_t plen);
  * the message hook with num->fill set, in order. Nothing when Redis is
  * away (the next live message asks again). */
 void tern__redis_fill(tern__redis *r, const char *topic, size_t tlen, uint64_t from, uint64_t to);
+/* Claims epoch as topic's in Redis, unless one is there already (a count,
+ * or another node's claim): so that a subscriber given it before the
+ * topic's first message holds Redis's epoch, good on every node. A claim
+ * no message follows expires after keep_ms. The claimed hook answers. */
+void tern__redis_claim(tern__redis *r, const char *topic, size_t tlen, uint64_t epoch,
+                       uint64_t keep_ms);
 /* Asks Redis for topic's epoch and last seq (the last hook answers). */
 void tern__redis_last(tern__redis *r, const char *topic, size_t tlen);
 bool tern__redis_connected(const tern__redis *r);

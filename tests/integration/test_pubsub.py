@@ -502,3 +502,25 @@ def test_conflating_subscriber_keeps_the_latest_per_key(tern_factory):
     assert len(values) < published   # superseded updates were replaced, not queued
     seqs = [m["seq"] for m in got if "data" in m]
     assert seqs == sorted(seqs)      # still in publish order
+
+
+def test_conflate_sends_a_large_keyed_message_to_an_idle_subscriber(tern_factory):
+    """Under conflate, a keyed message larger than --pubsub-max-backlog
+    still reaches a subscriber with nothing waiting (else that key's latest
+    value never arrives; behind, the byte limit never drops keyed ones
+    either); one without a key is dropped, as under drop."""
+    t = tern_factory("--pubsub-max-backlog", "4096", "--pubsub-policy", "conflate")
+    big = "v" * 20000
+    with connect(url(t), max_size=None) as ws, connect(url(t)) as pub:
+        subscribe(ws, "px")
+        send(pub, op="publish", topic="px", key="k", data=big)
+        assert recv(pub)["ok"] == "publish"
+        m = recv(ws)
+        assert (m["seq"], m["data"]) == (1, big), m["seq"]
+        send(pub, op="publish", topic="px", data=big)   # no key: the limit's
+        assert recv(pub)["ok"] == "publish"
+        send(pub, op="publish", topic="px", key="k", data="small")
+        assert recv(pub)["ok"] == "publish"
+        m = recv(ws)
+        assert (m["seq"], m["data"]) == (3, "small"), m["seq"]
+        assert stats(t)["total"]["pubsub"]["dropped"] == 1

@@ -60,6 +60,8 @@ class Redis:
             s.sendall(req.encode())
             f = s.makefile("rb")
             line = f.readline().decode().rstrip("\r\n")
+            if line == "$-1":
+                return None   # a nil reply
             if line.startswith("$"):
                 return f.read(int(line[1:]) + 2)[:-2].decode()
             if not line.startswith("*"):
@@ -363,9 +365,9 @@ def test_a_flushed_numbering_script_is_loaded_again(redis, tern_factory):
 
 
 def test_a_subscriber_from_before_the_first_message_resumes(redis, tern_factory):
-    """A client that subscribed before its node heard the topic's first
-    message holds that node's own epoch; the messages then came numbered
-    by Redis, and its resume on that node is mapped onto Redis's epoch."""
+    """A client that subscribed before the topic's first message holds its
+    node's epoch, which the node claimed in Redis (so the messages came
+    numbered under it); its resume on that node gets what it missed."""
     url = f"redis://127.0.0.1:{redis.port}"
     a = tern_factory("--redis", url, "--feed", "off", "--pubsub-history", "1000")
     wait_for(lambda: stats(a)["redis"]["connected"], "connected")
@@ -382,7 +384,7 @@ def test_a_subscriber_from_before_the_first_message_resumes(redis, tern_factory)
     with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
         missed, again = pubsub_subscribe(ws, "fresh", epoch=ack["epoch"], after="5")
         assert again["resumed"] is True and again["replayed"] == 3, again
-        assert again["epoch"] != ack["epoch"]   # Redis's, from now on
+        assert again["epoch"] == ack["epoch"]   # claimed: Redis's too
         assert [m["data"] for m in missed] == ["m6", "m7", "m8"]
     with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:   # saw nothing at all
         missed, again = pubsub_subscribe(ws, "fresh", epoch=ack["epoch"], after="0")
@@ -410,3 +412,146 @@ def test_connected_only_once_numbered_messages_are_heard(redis, tern_factory):
         http_publish(b, "t", "m1")   # numbered by Redis, heard back by b
         m = recv_msg(ws)
         assert m["data"] == "m1" and m["seq"] == 1, m
+
+
+class HeldLink:
+    """A TCP proxy to Redis whose replies (Redis to the node) can be held
+    back: a node behind it stays behind the others while held."""
+
+    def __init__(self, port):
+        import threading
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.srv = socket.socket()
+        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(8)
+        self.port = self.srv.getsockname()[1]
+        self.redis_port = port
+        self.socks = [self.srv]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import threading
+        while True:
+            try:
+                down, _ = self.srv.accept()
+            except OSError:
+                return
+            up = socket.create_connection(("127.0.0.1", self.redis_port))
+            self.socks += [down, up]
+            threading.Thread(target=self._pipe, args=(down, up, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(up, down, True), daemon=True).start()
+
+    def _pipe(self, src, dst, held):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if held:
+                    self.flowing.wait()
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self):
+        self.flowing.set()
+        for s in self.socks:
+            s.close()
+
+
+def test_a_client_ahead_of_its_new_node_gets_no_duplicate(redis, tern_factory):
+    """A subscriber that had seq 30 from node a resumes on node b, which
+    has heard only up to 10 (its link to Redis held back): b sends nothing
+    now, says so with the client's position, and when it catches up sends
+    none of 11..30 again, only what comes after."""
+    link = HeldLink(redis.port)
+    try:
+        url = f"redis://127.0.0.1:{redis.port}"
+        a = tern_factory("--redis", url, "--feed", "off", "--pubsub-history", "1000")
+        b = tern_factory("--redis", f"redis://127.0.0.1:{link.port}", "--feed", "off",
+                         "--pubsub-history", "1000", "--threads", "2")
+        wait_for(lambda: stats(a)["redis"]["connected"] and stats(b)["redis"]["connected"],
+                 "both nodes connected")
+        with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+            _, ack = pubsub_subscribe(ws, "t")
+            for i in range(1, 11):
+                http_publish(a, "t", "m%d" % i)
+            assert [recv_msg(ws)["seq"] for _ in range(10)] == list(range(1, 11))
+            wait_for(lambda: stats(b)["redis"]["received"] >= 10, "b heard 1..10")
+            link.flowing.clear()   # b hears nothing more for now
+            for i in range(11, 31):
+                http_publish(a, "t", "m%d" % i)
+            got = [recv_msg(ws) for _ in range(20)]
+            assert [m["seq"] for m in got] == list(range(11, 31))
+        with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+            _, ack = pubsub_subscribe(ws, "t")   # Redis's epoch, heard with the messages
+            epoch = ack["epoch"]
+            assert ack["seq"] == 30, ack
+        assert stats(b)["redis"]["received"] == 10
+        with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+            missed, ack = pubsub_subscribe(ws, "t", epoch=epoch, after="30")
+            assert missed == [] and ack["epoch"] == epoch, ack
+            assert ack["resumed"] is True and ack["replayed"] == 0 and ack["seq"] == 30, ack
+            link.flowing.set()   # b catches up: 11..30 are not sent again
+            wait_for(lambda: stats(b)["redis"]["received"] >= 30, "b heard 11..30")
+            http_publish(a, "t", "m31")
+            m = recv_msg(ws)
+            assert (m["seq"], m["data"]) == (31, "m31"), m
+            with pytest.raises(TimeoutError):
+                ws.recv(timeout=0.3)
+    finally:
+        link.close()
+
+
+def test_a_subscriber_from_before_the_first_message_resumes_on_another_node(redis,
+                                                                              tern_factory):
+    """The epoch a subscriber gets before a topic's first message is
+    claimed in Redis by its node, so the topic is numbered under it and the
+    subscriber may resume on any node (it used to be refused elsewhere)."""
+    a, b = numbered_nodes(redis, tern_factory)
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        _, ack = pubsub_subscribe(ws, "early")
+        assert ack["seq"] == 0, ack
+        wait_for(lambda: redis.command("HGET", "tern:n:early", "e") == ack["epoch"],
+                 "the epoch claimed in Redis")
+        for i in range(1, 6):
+            http_publish(a, "early", "m%d" % i)
+        got = [recv_msg(ws) for _ in range(5)]
+        assert [m["seq"] for m in got] == [1, 2, 3, 4, 5]
+    for i in range(6, 9):
+        http_publish(a, "early", "m%d" % i)
+    wait_for(lambda: stats(b)["redis"]["received"] >= 8 + 1, "b heard them")
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        missed, again = pubsub_subscribe(ws, "early", epoch=ack["epoch"], after="5")
+        assert again["resumed"] is True and again["epoch"] == ack["epoch"], again
+        assert [m["data"] for m in missed] == ["m6", "m7", "m8"]
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:   # saw nothing at all
+        missed, again = pubsub_subscribe(ws, "early", epoch=ack["epoch"], after="0")
+        assert again["resumed"] is True and [m["seq"] for m in missed] == list(range(1, 9))
+
+
+def test_a_second_node_adopts_a_claimed_epoch(redis, tern_factory):
+    """Two nodes' subscribers before the first message: the node that
+    claims second adopts the first one's epoch, so both nodes' later
+    subscribers hold one epoch."""
+    a, b = numbered_nodes(redis, tern_factory)
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as wa:
+        _, ack_a = pubsub_subscribe(wa, "both")
+        wait_for(lambda: redis.command("HGET", "tern:n:both", "e") == ack_a["epoch"],
+                 "a's claim")
+        with connect(f"ws://127.0.0.1:{b.port}/pubsub") as wb:
+            pubsub_subscribe(wb, "both")
+
+            def b_epoch():
+                with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+                    return pubsub_subscribe(ws, "both")[1]["epoch"]
+            wait_for(lambda: b_epoch() == ack_a["epoch"], "b adopted a's epoch")
+            http_publish(b, "both", "x")
+            assert recv_msg(wa)["seq"] == 1 and recv_msg(wb)["seq"] == 1

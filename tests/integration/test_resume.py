@@ -255,3 +255,21 @@ def test_replay_rate_spreads_a_resume_and_keeps_order(tern_factory):
     # room), against well under 1 s unpaced
     assert resume_time("--pubsub-replay-rate", "100000") > 1.5
     assert resume_time() < 1.0
+
+
+def test_a_quiet_topic_keeps_its_epoch_without_subscribers(tern_factory):
+    """A topic with a history that nothing was published to yet is not
+    forgotten when its last subscriber leaves: one that comes back with its
+    epoch missed nothing, and is told so; then what is published after."""
+    t = tern_factory("--feed", "off", "--pubsub-history", "100")
+    with connect(url(t)) as ws:
+        _, ack = subscribe(ws, "quiet")
+        assert ack["seq"] == 0, ack
+    with connect(url(t)) as ws:
+        missed, again = subscribe(ws, "quiet", epoch=ack["epoch"], after="0")
+        assert missed == [] and again["resumed"] is True, again
+        assert again["epoch"] == ack["epoch"] and again["seq"] == 0, again
+    assert publish(t, "quiet", "first") == 1
+    with connect(url(t)) as ws:
+        missed, again = subscribe(ws, "quiet", epoch=ack["epoch"], after="0")
+        assert again["resumed"] is True and [m["data"] for m in missed] == ["first"], again
