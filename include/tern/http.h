@@ -33,6 +33,22 @@ extern "C" {
 typedef struct tern_server tern_server;
 typedef struct tern_http_req tern_http_req;
 
+/* The body of an answer the server makes itself: its refusals (400, 408,
+ * 413, 414, 431, 500 ...), the answers no handler gives (404, 405, 426,
+ * 501, an upgrade's refusal) and tern_http_static's (403, 404, ...).
+ * Called with the defaults in place (*content_type "text/plain", *body
+ * the reason phrase and a newline, *len its length); it may point them at
+ * other bytes, which must stay valid until it returns to the next call
+ * (tern copies them at once: a static string, or the hook's own
+ * per-thread buffer). *content_type NULL sends none; one with a control
+ * character (CR, LF ...) is not sent and the default goes instead, as for
+ * a NULL *body with a non-zero *len. The status line, Allow (405),
+ * Upgrade (426) and Connection headers stay tern's. The hook is the
+ * configuration's: under tern_run it runs on every loop's thread, maybe
+ * at once. It must not call tern. */
+typedef void (*tern_http_error_page_fn)(int status, const char **content_type,
+                                        const char **body, size_t *len, void *user);
+
 /* Zero means the default for every field. */
 typedef struct tern_server_options {
     size_t max_head;               /* request line + headers: 16 KiB (431) */
@@ -45,6 +61,8 @@ typedef struct tern_server_options {
     uint32_t send_timeout_ms;      /* a response the client takes nothing of for this long: 60 s (close) */
     uint32_t shutdown_timeout_ms;  /* graceful shutdown, then everything is closed: 10 s */
     const char *server_header;     /* "Server:" value: "tern"; "" sends none */
+    tern_http_error_page_fn error_page;   /* the server's own answers' bodies: the reason phrase */
+    void *error_page_user;
 } tern_server_options;
 
 /* Returns 0, or -EINVAL (out or loop NULL, max_headers over 256, a

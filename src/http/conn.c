@@ -192,12 +192,11 @@ static void answer_status(tern_http_req *req, void *user) {
         if (n)
             tern_http_add_header(req, "Allow", allow);
     }
-    const char *reason = tern_http_reason(status);
-    char body[64];
-    size_t len = strlen(reason);
-    memcpy(body, reason, len);
-    body[len++] = '\n';
-    tern_http_respond(req, status, "text/plain", body, len);
+    char page[TERN__ERROR_PAGE_BUF];
+    const char *ctype, *body;
+    size_t len;
+    tern__http_error_page(req->srv, status, page, &ctype, &body, &len);
+    tern_http_respond(req, status, ctype, body, len);
 }
 
 static const tern__http_route route_status = {.fn = answer_status};

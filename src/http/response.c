@@ -180,26 +180,58 @@ static int write_head(tern_http_req *req, int status, const char *ctype, int64_t
     return r;
 }
 
+static bool value_ok(const char *v);
+
+void tern__http_error_page(const tern_server *srv, int status, char *buf, const char **ctype,
+                           const char **body, size_t *len) {
+    const char *reason = tern_http_reason(status);
+    size_t n = strlen(reason);   /* at most 31: the reasons are short */
+    memcpy(buf, reason, n);
+    buf[n++] = '\n';
+    *ctype = "text/plain";
+    *body = buf;
+    *len = n;
+    const tern_server_options *o = &srv->cfg->opt;
+    if (o->error_page == NULL)
+        return;
+    const char *c = *ctype, *b = *body;
+    size_t l = *len;
+    o->error_page(status, &c, &b, &l, o->error_page_user);
+    /* What the hook gave is checked like a handler's Content-Type: a CR
+     * or LF in it would split the answer. */
+    if (c == NULL || value_ok(c))
+        *ctype = c;
+    if (b != NULL || l == 0) {
+        *body = b ? b : "";
+        *len = l;
+    }
+}
+
 /* Sends a complete error response and ends the connection after it. Used
  * for requests refused before any handler saw them. */
 void tern__http_error(tern__http_conn *hc, int status) {
     tern_server *srv = hc->srv;
     const char *reason = tern_http_reason(status);
-    char buf[512];
-    if (tern__http_status_room(srv, status) < sizeof(buf) / 2) {   /* always: reasons are short */
-        char *p = tern__http_put_status(buf, srv, status);
-        size_t room = sizeof(buf) - (size_t)(p - buf);
-        int n = snprintf(p, room,
-                         "Content-Type: text/plain\r\nContent-Length: %zu\r\n"
-                         "Connection: close\r\n\r\n%s\n",
-                         strlen(reason) + 1, reason);
-        if (n > 0 && (size_t)n < room) {
-            size_t len = (size_t)(p - buf) + (size_t)n;
-            TERN__STAT_ADD(srv, bytes_out, len);
-            tern__conn_write(&hc->conn, buf, len);
-        }
+    char page[TERN__ERROR_PAGE_BUF];
+    const char *ctype, *body;
+    size_t body_len;
+    tern__http_error_page(srv, status, page, &ctype, &body, &body_len);
+    char buf[640];   /* the status lines, a Content-Type of at most 256 bytes, the rest */
+    if (ctype && strlen(ctype) > 256)
+        ctype = "text/plain";
+    char *p = tern__http_put_status(buf, srv, status);
+    size_t room = sizeof(buf) - (size_t)(p - buf);
+    int n = snprintf(p, room, "%s%s%sContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                     ctype ? "Content-Type: " : "", ctype ? ctype : "", ctype ? "\r\n" : "",
+                     body_len);
+    if (n > 0 && (size_t)n < room) {
+        size_t len = (size_t)(p - buf) + (size_t)n;
+        TERN__STAT_ADD(srv, bytes_out, len + body_len);
+        tern__conn_write(&hc->conn, buf, len);
+        if (body_len)
+            tern__conn_write(&hc->conn, body, body_len);
     }
-    tern__http_access_record_error(hc, status, strlen(reason) + 1);
+    tern__http_access_record_error(hc, status, body_len);
     if (tern__log_on(TERN_LOG_DEBUG)) {
         char peer[TERN_ADDRSTRLEN] = "-";
         struct sockaddr_storage ss;

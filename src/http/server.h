@@ -311,6 +311,13 @@ void tern__http_access_drop(tern_server *srv);
 void tern__http_static_free(tern__vhost *vh);
 
 /* response.c */
+/* The Content-Type and body of an answer the server makes itself for
+ * status: the reason phrase and a newline, written into buf (room for
+ * TERN__ERROR_PAGE_BUF bytes), or what the configuration's error_page
+ * hook gives. The views are valid until the next call. */
+#define TERN__ERROR_PAGE_BUF 64
+void tern__http_error_page(const tern_server *srv, int status, char *buf, const char **ctype,
+                           const char **body, size_t *len);
 void tern__http_error(tern__http_conn *hc, int status);
 void tern__http_send_continue(tern_http_req *req);
 void tern__http_update_date(tern_server *srv);

@@ -92,10 +92,11 @@ static int open_checked(int dirfd, const char *path, const char *root_path) {
 }
 
 static void simple(tern_http_req *req, int status) {
-    const char *reason = tern_http_reason(status);
-    char body[64];
-    int n = snprintf(body, sizeof(body), "%s\n", reason);
-    tern_http_respond(req, status, "text/plain", body, (size_t)n);
+    char page[TERN__ERROR_PAGE_BUF];
+    const char *ctype, *body;
+    size_t len;
+    tern__http_error_page(req->srv, status, page, &ctype, &body, &len);
+    tern_http_respond(req, status, ctype, body, len);
 }
 
 static int status_of(int err) {

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -34,7 +35,7 @@ typedef struct app {
     int late_result;           /* what the late respond returned */
     bool in_call;              /* inside our tern_http_read_body call */
     int body_ends, body_ends_in_call;
-    char response[256];
+    char response[2048];
     size_t response_len;
 } app;
 
@@ -164,11 +165,113 @@ static void empty_streamed_body_ends_after_the_call(void **state) {
     app_finish(&a);
 }
 
+/* ---- a whole exchange: one request, the answer up to the close -------- */
+
+static void app_start_opt(app *a, const tern_server_options *opt) {
+    memset(a, 0, sizeof(*a));
+    a->fd = -1;
+    assert_int_equal(tern_loop_new(&a->loop, NULL), 0);
+    assert_int_equal(tern_server_new(&a->srv, a->loop, opt), 0);
+    assert_int_equal(tern_listen(a->srv, "127.0.0.1", 0, NULL), 0);
+}
+
+static void until_close_tick(tern_timer *t, void *user) {
+    app *a = user;
+    for (;;) {
+        ssize_t r = read(a->fd, a->response + a->response_len,
+                         sizeof(a->response) - 1 - a->response_len);
+        if (r > 0) {
+            a->response_len += (size_t)r;
+            a->response[a->response_len] = '\0';
+            continue;
+        }
+        if (r == 0 || a->response_len == sizeof(a->response) - 1 || ++a->ticks > 400)
+            tern_loop_stop(a->loop);   /* closed, full, or 2 s */
+        return;
+    }
+}
+
+/* Sends req on a fresh connection and reads the answer until the server
+ * closes (every request here is refused, or asks for the close). */
+static void exchange(app *a, const char *req) {
+    if (a->fd >= 0)
+        close(a->fd);
+    a->response_len = 0;
+    a->response[0] = '\0';
+    a->ticks = 0;
+    a->fd = client_send(tern_server_port(a->srv), req);
+    assert_int_equal(tern_timer_start(a->loop, &a->tick, 5, 5, until_close_tick, a), 0);
+    assert_int_equal(tern_loop_run(a->loop), 0);
+    tern_timer_stop(a->tick);
+    a->tick = NULL;
+}
+
+/* ---- the server's own answers: the error_page hook --------------------- */
+
+static int pages_called;
+
+static void error_page(int status, const char **ctype, const char **body, size_t *len,
+                       void *user) {
+    pages_called++;
+    assert_string_equal(user, "pages");
+    assert_string_equal(*ctype, "text/plain");
+    if (status == 413) {
+        *ctype = "application/json";
+        *body = "{\"error\":\"too big\"}";
+        *len = strlen(*body);
+    } else if (status == 431) {
+        *ctype = "text/html";
+        *body = "<h1>headers</h1>";
+        *len = strlen(*body);
+    } else if (status == 404) {
+        *ctype = "text/plain\r\nX-Injected: 1";   /* refused: the default goes */
+        *body = "nothing here";
+        *len = 12;
+    }
+}
+
+static void error_pages_replace_the_server_s_own_bodies(void **state) {
+    tern_server_options opt = {.max_body = 100, .max_head = 1024, .error_page = error_page,
+                               .error_page_user = "pages"};
+    app a;
+    app_start_opt(&a, &opt);
+    pages_called = 0;
+
+    exchange(&a, "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n");
+    assert_non_null(strstr(a.response, "HTTP/1.1 413 "));
+    assert_non_null(strstr(a.response, "Content-Type: application/json\r\n"));
+    assert_non_null(strstr(a.response, "Content-Length: 19\r\n"));
+    assert_non_null(strstr(a.response, "\r\n\r\n{\"error\":\"too big\"}"));
+
+    char big[2048];
+    snprintf(big, sizeof(big), "GET / HTTP/1.1\r\nHost: x\r\nX-Big: %01500d\r\n\r\n", 0);
+    exchange(&a, big);
+    assert_non_null(strstr(a.response, "HTTP/1.1 431 "));
+    assert_non_null(strstr(a.response, "Content-Type: text/html\r\n"));
+    assert_non_null(strstr(a.response, "\r\n\r\n<h1>headers</h1>"));
+
+    /* A route's own 404 (no handler takes it) goes through it too; its
+     * bad Content-Type is dropped for the default. */
+    exchange(&a, "GET /none HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert_non_null(strstr(a.response, "HTTP/1.1 404 "));
+    assert_null(strstr(a.response, "X-Injected"));
+    assert_non_null(strstr(a.response, "Content-Type: text/plain\r\n"));
+    assert_non_null(strstr(a.response, "\r\n\r\nnothing here"));
+
+    /* Statuses the hook leaves alone keep the defaults. */
+    exchange(&a, "BAD\x01 / HTTP/1.1\r\n\r\n");
+    assert_non_null(strstr(a.response, "HTTP/1.1 400 "));
+    assert_non_null(strstr(a.response, "\r\n\r\nBad Request\n"));
+    assert_int_equal(pages_called, 4);
+    app_finish(&a);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(abort_fires_when_the_client_leaves),
         cmocka_unit_test(late_answer_to_a_client_that_left_fails),
         cmocka_unit_test(empty_streamed_body_ends_after_the_call),
+        cmocka_unit_test(error_pages_replace_the_server_s_own_bodies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
