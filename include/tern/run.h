@@ -13,7 +13,8 @@
  * port the first got, also after port 0) with SO_REUSEPORT, so the kernel
  * spreads the connections over the threads; a Unix socket is shared (each
  * thread accepts from it). The calling thread runs loop 0 and joins the
- * others: no thread to write besides setup.
+ * others: no thread to write besides setup (and, if per-thread state is
+ * needed, the options' thread_init and teardown hooks).
  *
  * SIGINT and SIGTERM are blocked in every thread of the run and read by
  * loop 0 (a signalfd); the first shuts every loop down gracefully
@@ -46,10 +47,25 @@ extern "C" {
  * freeing everything). */
 typedef int (*tern_setup_fn)(tern_server *srv, void *user);
 
+/* Per-thread hooks: loop i's loop and server, and tern_run's user. */
+typedef void (*tern_thread_fn)(tern_loop *loop, tern_server *srv, void *user);
+
 /* Zero (or a NULL pointer) means the defaults. */
 typedef struct tern_run_options {
     tern_loop_options loop;        /* every loop's */
     tern_server_options server;    /* the configuration's */
+    /* Runs on each loop's own thread (loop 0's: the calling one) just
+     * before the loop runs, after setup and after every clone and its
+     * listeners are made: per-thread state (a database connection, a
+     * cache) is made here and found again from the server
+     * (tern_server_index). NULL: none. */
+    tern_thread_fn thread_init;
+    /* Runs on each thread whose thread_init ran (with or without one),
+     * once its loop has ended and before its server is freed: the loop
+     * runs nothing more, the server's connections may still be open.
+     * Posts that reach a loop after it ended run later, on the calling
+     * thread (see above): what they touch must outlive teardown. */
+    tern_thread_fn teardown;
 } tern_run_options;
 
 /* Runs n_threads loops (0: one per online core) until they have all

@@ -28,6 +28,8 @@ typedef struct tern__run_loop {
  * immediate. */
 typedef struct tern__run {
     int n;
+    tern_thread_fn thread_init, teardown;
+    void *user;                      /* tern_run's, for both */
     tern_loop **loops;
     tern__run_loop *per;
     pthread_t *threads;
@@ -89,9 +91,21 @@ static void on_signal(tern_loop *loop, int signo, void *user) {
     run_stop(run);
 }
 
+/* One loop's life on its thread, between the per-thread hooks. */
+static int run_loop(tern__run_loop *pl) {
+    tern__run *run = pl->run;
+    tern_loop *loop = tern_server_loop(pl->srv);
+    if (run->thread_init)
+        run->thread_init(loop, pl->srv, run->user);
+    int rc = tern_loop_run(loop);
+    if (run->teardown)
+        run->teardown(loop, pl->srv, run->user);
+    return rc;
+}
+
 static void *thread_main(void *arg) {
     tern__run_loop *pl = arg;
-    pl->rc = tern_loop_run(tern_server_loop(pl->srv));
+    pl->rc = run_loop(pl);
     return NULL;
 }
 
@@ -129,6 +143,9 @@ int tern_run(int n_threads, const tern_run_options *opt, tern_setup_fn setup, vo
     if (run == NULL)
         return -ENOMEM;
     atomic_init(&run->stops, 0);
+    run->thread_init = opt->thread_init;
+    run->teardown = opt->teardown;
+    run->user = user;
     run->loops = calloc((size_t)n_threads, sizeof(*run->loops));
     run->per = calloc((size_t)n_threads, sizeof(*run->per));
     run->threads = calloc((size_t)n_threads, sizeof(*run->threads));
@@ -185,7 +202,7 @@ int tern_run(int n_threads, const tern_run_options *opt, tern_setup_fn setup, vo
         for (int i = 1; i < started; i++)
             tern_loop_post(run->loops[i], shutdown_post, &run->per[i]);
     } else {
-        run->per[0].rc = tern_loop_run(run->loops[0]);
+        run->per[0].rc = run_loop(&run->per[0]);
     }
     for (int i = 1; i < started; i++)
         pthread_join(run->threads[i], NULL);

@@ -136,6 +136,87 @@ static void run_two_threads(bool by_signal) {
 static void sigterm_ends_every_loop(void **state) { run_two_threads(true); }
 static void run_stop_ends_every_loop(void **state) { run_two_threads(false); }
 
+/* ---- per-thread hooks ------------------------------------------------ */
+
+typedef struct hooks_run {
+    test_run t;
+    pthread_t init_thread[3], teardown_thread[3];
+    atomic_int inits[3], teardowns[3];
+    atomic_int loop_matches;   /* hooks that got their server's own loop */
+    atomic_int order_bad;      /* a teardown before its init */
+    atomic_int served;         /* requests answered, seen by teardown */
+} hooks_run;
+
+static void counted_stop(tern_http_req *req, void *user) {
+    hooks_run *h = user;
+    atomic_fetch_add(&h->served, 1);
+    on_stop(req, &h->t);
+}
+
+static void *stop_client(void *arg) {
+    hooks_run *h = arg;
+    char body[32];
+    get(atomic_load(&h->t.port), "/stop", body, sizeof(body));
+    return NULL;
+}
+
+static int hooks_setup(tern_server *srv, void *user) {
+    hooks_run *h = user;
+    atomic_fetch_add(&h->t.setups, 1);
+    int err;
+    if ((err = tern_http_route(srv, "GET", "/stop", counted_stop, h)) < 0 ||
+        (err = tern_listen(srv, "127.0.0.1", 0, NULL)) < 0)
+        return err;
+    atomic_store(&h->t.port, tern_server_port(srv));
+    return -pthread_create(&h->t.client, NULL, stop_client, h);
+}
+
+static void thread_init(tern_loop *loop, tern_server *srv, void *user) {
+    hooks_run *h = user;
+    int i = tern_server_index(srv);
+    assert_true(i >= 0 && i < 3);
+    h->init_thread[i] = pthread_self();
+    if (tern_server_loop(srv) == loop)
+        atomic_fetch_add(&h->loop_matches, 1);
+    atomic_fetch_add(&h->inits[i], 1);
+}
+
+static void thread_teardown(tern_loop *loop, tern_server *srv, void *user) {
+    hooks_run *h = user;
+    int i = tern_server_index(srv);   /* the server is still there */
+    assert_true(i >= 0 && i < 3);
+    h->teardown_thread[i] = pthread_self();
+    if (atomic_load(&h->inits[i]) != 1)
+        atomic_fetch_add(&h->order_bad, 1);
+    if (tern_server_loop(srv) == loop)
+        atomic_fetch_add(&h->loop_matches, 1);
+    atomic_fetch_add(&h->teardowns[i], 1);
+}
+
+static void thread_hooks_run_on_each_thread(void **state) {
+    hooks_run h;
+    memset(&h, 0, sizeof(h));
+    h.t.busy_route = 1;
+    h.t.stop_result = 1;
+    tern_run_options opt = {.thread_init = thread_init, .teardown = thread_teardown};
+    assert_int_equal(tern_run(3, &opt, hooks_setup, &h), 0);
+    pthread_join(h.t.client, NULL);
+    assert_int_equal(atomic_load(&h.t.setups), 1);
+    assert_int_equal(atomic_load(&h.served), 1);
+    assert_int_equal(h.t.stop_result, 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(atomic_load(&h.inits[i]), 1);
+        assert_int_equal(atomic_load(&h.teardowns[i]), 1);
+        /* Both on the loop's own thread; loop 0's is the caller's. */
+        assert_true(pthread_equal(h.init_thread[i], h.teardown_thread[i]));
+    }
+    assert_true(pthread_equal(h.init_thread[0], pthread_self()));
+    assert_false(pthread_equal(h.init_thread[1], pthread_self()));
+    assert_false(pthread_equal(h.init_thread[1], h.init_thread[2]));
+    assert_int_equal(atomic_load(&h.loop_matches), 6);
+    assert_int_equal(atomic_load(&h.order_bad), 0);
+}
+
 static int failing_setup(tern_server *srv, void *user) {
     (*(int *)user)++;
     return -EADDRINUSE;
@@ -244,6 +325,7 @@ int main(void) {
         cmocka_unit_test(hosts),
         cmocka_unit_test(run_stop_ends_every_loop),
         cmocka_unit_test(sigterm_ends_every_loop),
+        cmocka_unit_test(thread_hooks_run_on_each_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
