@@ -282,6 +282,16 @@ void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user);
 typedef void (*tern_http_abort_fn)(tern_http_req *req, void *user);
 void tern_http_on_abort(tern_http_req *req, tern_http_abort_fn fn, void *user);
 
+/* Whether the request came over TLS (a tern_listen_tls listener); false
+ * for a NULL req. Valid for the request's whole life. */
+bool tern_http_is_tls(const tern_http_req *req);
+/* The host name the client sent in its TLS handshake (SNI), a view like
+ * the others (not the Host header, which may differ: compare them if it
+ * matters). NULL, *len 0 when there is none: plain TCP, a client that
+ * sent no name (an address, or an old client), or outside the handler
+ * call. */
+const char *tern_http_sni(const tern_http_req *req, size_t *len);
+
 /* What the request belongs to. NULL for a NULL req. */
 tern_loop *tern_http_req_loop(const tern_http_req *req);
 tern_server *tern_http_req_server(const tern_http_req *req);

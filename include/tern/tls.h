@@ -18,7 +18,9 @@
  * (its first bytes a method such as "GET " rather than a TLS record) is
  * answered "400 Bad Request" in the clear, its body saying the port
  * expects TLS, and closed. Static files go out read-and-encrypt (no
- * sendfile over TLS).
+ * sendfile over TLS). A handler learns that its request came over TLS,
+ * and the name the client asked for, with tern_http_is_tls and
+ * tern_http_sni (tern/http.h).
  *
  * One tern_tls may serve any number of listeners, servers and threads: it
  * is read-only while serving except for tern_tls_reload, which any thread

@@ -247,6 +247,7 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     }
     TERN__STAT_ADD(srv, requests, 1);
     req->minor_version = (uint8_t)head->minor_version;
+    req->tls = tern__tls_is(&hc->conn);
     req->keep_alive = head->keep_alive;
     req->is_head = head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
     req->expect_continue = head->expect_continue;

@@ -97,6 +97,17 @@ const char *tern_http_body(const tern_http_req *req, size_t *len) {
     return view(req->body, req->body_len, len);
 }
 
+bool tern_http_is_tls(const tern_http_req *req) { return req != NULL && req->tls; }
+
+const char *tern_http_sni(const tern_http_req *req, size_t *len) {
+    /* OpenSSL's copy of the name lives with the session: as long as the
+     * connection, which a live request has. */
+    const char *name = NULL;
+    if (is_live(req) && req->hc && req->tls)
+        name = req->hc->conn.tp->ops->server_name(&req->hc->conn);
+    return view(name, name ? strlen(name) : 0, len);
+}
+
 tern_loop *tern_http_req_loop(const tern_http_req *req) { return req ? req->srv->loop : NULL; }
 tern_server *tern_http_req_server(const tern_http_req *req) { return req ? req->srv : NULL; }
 void *tern_http_req_user(const tern_http_req *req) { return req ? req->user : NULL; }

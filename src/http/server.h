@@ -213,6 +213,7 @@ struct tern_http_req {
 
     /* what is known of the request */
     uint8_t minor_version;
+    bool tls;                  /* it came over TLS */
     bool keep_alive;
     bool is_head;              /* HEAD: no body in the response */
     bool expect_continue;      /* client waits for "100 Continue" */

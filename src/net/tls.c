@@ -693,6 +693,8 @@ static const tern__transport_ops tls_ops = {
     .server_name = tls_server_name,
 };
 
+bool tern__tls_is(const tern__conn *c) { return c->tp && c->tp->ops == &tls_ops; }
+
 int tern__tls_attach(tern__conn *c, tern_tls *tls) {
     tls_conn *t = calloc(1, sizeof(*t));
     if (t == NULL)

@@ -11,6 +11,8 @@
 int tern__tls_attach(tern__conn *c, tern_tls *tls);
 /* Takes a reference (a listener's); tern_tls_free drops one. */
 void tern__tls_ref(tern_tls *tls);
+/* Is c's transport TLS (a server's or a client's session)? */
+bool tern__tls_is(const tern__conn *c);
 
 /* The client's side (wss). A context for outbound connections: TLS 1.2+,
  * ALPN http/1.1, and unless insecure, verification against ca_file (PEM)

@@ -217,7 +217,9 @@ static void bad_handler(tern_http_req *req, void *user) {
         tern_http_header(req, NULL, &len) || tern_http_param(NULL, "x", NULL) ||
         tern_http_param(req, NULL, NULL) || tern_http_header_count(NULL) != 0 ||
         tern_http_req_loop(NULL) || tern_http_req_server(NULL) || tern_http_req_user(NULL) ||
-        tern_http_buffered(NULL) != 0 || tern_http_minor_version(NULL) != -EINVAL)
+        tern_http_buffered(NULL) != 0 || tern_http_minor_version(NULL) != -EINVAL ||
+        tern_http_is_tls(NULL) || tern_http_is_tls(req) || tern_http_sni(NULL, &len) ||
+        len != 0 || tern_http_sni(req, NULL) || tern_http_sni(req, &len) || len != 0)
         R.null_views = "a NULL req or name gave something";
     /* The views are not NUL-terminated (the param "x" runs on into
      * "?q=1 HTTP/1.1..."): a NULL len gets NULL, never a view that %s

@@ -14,6 +14,13 @@
 
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <pthread.h>
+#include <sys/socket.h>
+
 #include "tern/tern.h"
 
 static char dir[] = "/tmp/tern-tls-XXXXXX";
@@ -152,12 +159,128 @@ static void passphrase_file_first_line(void **state) {
     assert_null(tls);
 }
 
+/* ---- a server on a thread, a TLS client here ------------------------- */
+
+typedef struct tls_server {
+    tern_loop *loop;
+    tern_server *srv;
+    tern_tls *tls;
+    pthread_t thread;
+    int port, tls_port;
+} tls_server;
+
+/* Says what the request knows of its transport. */
+static void on_info(tern_http_req *req, void *user) {
+    char b[256];
+    size_t len = 99;
+    const char *sni = tern_http_sni(req, &len);
+    int n = snprintf(b, sizeof(b), "tls=%d sni=%.*s len=%zu", tern_http_is_tls(req),
+                     sni ? (int)len : 6, sni ? sni : "(none)", len);
+    tern_http_respond(req, 200, "text/plain", b, (size_t)n);
+}
+
+static void *server_main(void *arg) {
+    tls_server *s = arg;
+    tern_loop_run(s->loop);
+    return NULL;
+}
+
+static void server_start(tls_server *s, tern_tls *tls) {
+    memset(s, 0, sizeof(*s));
+    s->tls = tls;
+    assert_int_equal(tern_loop_new(&s->loop, NULL), 0);
+    assert_int_equal(tern_server_new(&s->srv, s->loop, NULL), 0);
+    assert_int_equal(tern_http_route(s->srv, "GET", "/info", on_info, NULL), 0);
+    assert_int_equal(tern_listen(s->srv, "127.0.0.1", 0, NULL), 0);
+    assert_int_equal(tern_listen_tls(s->srv, "127.0.0.1", 0, tls, NULL), 0);
+    s->port = tern_server_port(s->srv);
+    s->tls_port = tern_server_tls_port(s->srv);
+    assert_int_equal(pthread_create(&s->thread, NULL, server_main, s), 0);
+}
+
+static void server_stop(tls_server *s) {
+    tern_loop_stop_async(s->loop);
+    pthread_join(s->thread, NULL);
+    tern_server_free(s->srv);
+    tern_loop_free(s->loop);
+}
+
+static int tcp_connect(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+static const char info_req[] = "GET /info HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n";
+
+/* GET /info over TLS (with name as SNI unless NULL); the body in out, ""
+ * when the handshake failed. */
+static void tls_get(int port, const char *name, char *out, size_t cap) {
+    out[0] = '\0';
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    assert_non_null(ctx);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+    SSL *ssl = SSL_new(ctx);
+    int fd = tcp_connect(port);
+    SSL_set_fd(ssl, fd);
+    if (name)
+        SSL_set_tlsext_host_name(ssl, name);
+    if (SSL_connect(ssl) == 1) {
+        SSL_write(ssl, info_req, (int)strlen(info_req));
+        char buf[2048];
+        size_t len = 0;
+        int r;
+        while (len < sizeof(buf) - 1 && (r = SSL_read(ssl, buf + len, (int)(sizeof(buf) - 1 - len))) > 0)
+            len += (size_t)r;
+        buf[len] = '\0';
+        const char *body = strstr(buf, "\r\n\r\n");
+        snprintf(out, cap, "%s", body ? body + 4 : "");
+    }
+    ERR_clear_error();
+    SSL_free(ssl);
+    SSL_CTX_free(ctx);
+    close(fd);
+}
+
+static void plain_get(int port, char *out, size_t cap) {
+    int fd = tcp_connect(port);
+    assert_int_equal(write(fd, info_req, strlen(info_req)), (ssize_t)strlen(info_req));
+    char buf[2048];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+        len += (size_t)r;
+    buf[len] = '\0';
+    close(fd);
+    const char *body = strstr(buf, "\r\n\r\n");
+    snprintf(out, cap, "%s", body ? body + 4 : "");
+}
+
+static void request_knows_tls_and_sni(void **state) {
+    tern_tls *tls;
+    assert_int_equal(tern_tls_new(&tls, cert, key), 0);
+    tls_server s;
+    server_start(&s, tls);
+    char body[256];
+    tls_get(s.tls_port, "Example.test", body, sizeof(body));
+    assert_string_equal(body, "tls=1 sni=Example.test len=12");
+    tls_get(s.tls_port, NULL, body, sizeof(body));   /* no SNI sent */
+    assert_string_equal(body, "tls=1 sni=(none) len=0");
+    plain_get(s.port, body, sizeof(body));
+    assert_string_equal(body, "tls=0 sni=(none) len=0");
+    server_stop(&s);
+    tern_tls_free(tls);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(encrypted_key_without_passphrase_is_refused_at_once),
         cmocka_unit_test(wrong_passphrase_is_said),
         cmocka_unit_test(passphrase_callback_serves_every_load),
         cmocka_unit_test(passphrase_file_first_line),
+        cmocka_unit_test(request_knows_tls_and_sni),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
