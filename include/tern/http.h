@@ -248,8 +248,16 @@ size_t tern_http_header_count(const tern_http_req *req);
  * their lengths; NULL views and 0 lengths past the end. */
 void tern_http_header_at(const tern_http_req *req, size_t i, const char **name, size_t *name_len,
                          const char **value, size_t *value_len);
-/* A ":name" route parameter (raw), or NULL. "*" is available as "*". */
+/* A ":name" route parameter, percent-decoded ("/u/:name" on "/u/a%20b%2Fc"
+ * gives "a b/c"; '+' stays a plus), or NULL. "*" is available as "*",
+ * decoded too. The decoded bytes are the server's, valid during the
+ * handler call like the other views. A path whose parameters do not
+ * decode (a malformed escape such as "%zz" or "%4", or one that gives a
+ * NUL byte, "%00") never reaches the handler: the server answers 400
+ * (a WebSocket route's upgrade too). */
 const char *tern_http_param(const tern_http_req *req, const char *name, size_t *len);
+/* The same parameter as the path has it, escapes and all. */
+const char *tern_http_param_raw(const tern_http_req *req, const char *name, size_t *len);
 /* Decoded value of a query parameter into buf (NUL-terminated). Returns
  * its length, -ENOENT when absent, -ENOSPC when buf is too small, -EINVAL
  * for a bad %-escape. */
@@ -311,7 +319,7 @@ void tern_http_req_set_user(tern_http_req *req, void *user);
  * connection is gone. */
 int tern_http_peer(const tern_http_req *req, struct sockaddr_storage *addr, socklen_t *len);
 
-/* A ":name" route parameter read as a decimal integer (an optional '-',
+/* A ":name" route parameter (decoded) read as a decimal integer (an optional '-',
  * then digits, nothing else). Returns 0 with *out set, -ENOENT when the
  * route has no such parameter (or outside the handler call), -EINVAL when
  * it is not a number (or req, name or out is NULL), -ERANGE when it does

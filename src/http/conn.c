@@ -140,7 +140,10 @@ static void dispatch_buffered(tern__http_conn *hc) {
                           srv->scratch_headers, srv->cfg->opt.max_headers);
     const char *m = req->is_head ? "GET" : head->method;
     size_t ml = req->is_head ? 3 : head->method_len;
-    if (!tern__router_match(req->host->router, m, ml, head->path, head->path_len, params, &status))
+    /* The same path decoded at the head: it cannot fail now (and the
+     * scratch never shrinks). */
+    if (!tern__router_match(req->host->router, m, ml, head->path, head->path_len, params, &status) ||
+        tern__http_params_decode(srv, params, head->path_len) < 0)
         params->count = 0;
     hc->state = TERN__HTTP_WAIT;
     call_handler(hc, head, params, req->body_buf.data ? req->body_buf.data : "",
@@ -279,8 +282,17 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
             route = &route_status;
         }
     }
-    if (route == NULL)
+    if (route == NULL) {
         route = find_route(hc, head, params, &status);
+        /* The parameters are handed over decoded: a path whose escapes do
+         * not decode is a bad request, as Go's server takes it, rather
+         * than a handler guessing what "%zz" meant. */
+        int err = route ? tern__http_params_decode(srv, params, head->path_len) : 0;
+        if (err < 0) {
+            route = NULL;
+            status = err == -ENOMEM ? 500 : 400;
+        }
+    }
     if (route == NULL && status == 404 && upgrade && !head->upgrade) {
         /* A WebSocket path asked for without the upgrade: RFC 9110 §15.5.22. */
         const char *proto = upgrade->owns_path(req->host, head->path, head->path_len);
@@ -295,6 +307,7 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
         route = &route_status;
     if (route == &route_status) {
         params->count = 0;
+        params->rest = NULL;   /* no "*" either: what matched is not this answer's */
         req->status = status;
     }
     req->route = route;

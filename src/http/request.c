@@ -1,6 +1,7 @@
 /* Request accessors: views of the request whose handler is running. */
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "http/server.h"
@@ -61,17 +62,66 @@ void tern_http_header_at(const tern_http_req *req, size_t i, const char **name, 
         *value = v;
 }
 
-const char *tern_http_param(const tern_http_req *req, const char *name, size_t *len) {
+/* One decoded value: the raw view itself when it has no escape (most),
+ * else its bytes decoded at *out, which moves past them. */
+static int decode_one(const char *raw, size_t raw_len, char **out, const char **dec,
+                      size_t *dec_len) {
+    if (raw == NULL || memchr(raw, '%', raw_len) == NULL) {
+        *dec = raw;
+        *dec_len = raw_len;
+        return 0;
+    }
+    /* Path segments: '+' is a plus (only forms make it a space). */
+    ssize_t n = tern__url_decode(*out, raw_len, raw, raw_len, false);
+    if (n < 0 || memchr(*out, '\0', (size_t)n))
+        return -EINVAL;   /* a NUL is no name's: C strings would stop at it */
+    *dec = *out;
+    *dec_len = (size_t)n;
+    *out += n;
+    return 0;
+}
+
+int tern__http_params_decode(tern_server *srv, tern__route_params *p, size_t path_len) {
+    /* The values are pieces of the path, none overlapping: their decoded
+     * forms, never longer, fit in path_len bytes. */
+    if (path_len + 1 > srv->scratch_decoded_cap) {
+        char *b = realloc(srv->scratch_decoded, path_len + 1);
+        if (b == NULL)
+            return -ENOMEM;
+        srv->scratch_decoded = b;
+        srv->scratch_decoded_cap = path_len + 1;
+    }
+    char *out = srv->scratch_decoded;
+    for (size_t i = 0; i < p->count; i++)
+        if (decode_one(p->p[i].value, p->p[i].value_len, &out, &p->p[i].dec, &p->p[i].dec_len) < 0)
+            return -EINVAL;
+    return decode_one(p->rest, p->rest_len, &out, &p->rest_dec, &p->rest_dec_len);
+}
+
+/* A parameter's view: decoded, or as the path has it. */
+static const char *param(const tern_http_req *req, const char *name, size_t *len, bool raw) {
     if (!is_live(req) || req->params == NULL || name == NULL)
         return view(NULL, 0, len);
     const tern__route_params *p = req->params;
-    if (strcmp(name, "*") == 0)
-        return view(p->rest ? p->rest : "", p->rest_len, len);
+    if (strcmp(name, "*") == 0) {
+        /* rest NULL: no "*" matched (rest_dec is then not this match's) */
+        const char *v = p->rest == NULL ? NULL : raw ? p->rest : p->rest_dec;
+        return view(v ? v : "", raw ? p->rest_len : p->rest_dec_len, len);
+    }
     size_t nl = strlen(name);
     for (size_t i = 0; i < p->count; i++)
         if (p->p[i].name_len == nl && memcmp(p->p[i].name, name, nl) == 0)
-            return view(p->p[i].value, p->p[i].value_len, len);
+            return raw ? view(p->p[i].value, p->p[i].value_len, len)
+                       : view(p->p[i].dec, p->p[i].dec_len, len);
     return view(NULL, 0, len);
+}
+
+const char *tern_http_param(const tern_http_req *req, const char *name, size_t *len) {
+    return param(req, name, len, false);
+}
+
+const char *tern_http_param_raw(const tern_http_req *req, const char *name, size_t *len) {
+    return param(req, name, len, true);
 }
 
 ssize_t tern_http_query_param(const tern_http_req *req, const char *name, char *buf, size_t cap) {

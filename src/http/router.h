@@ -13,13 +13,17 @@
 
 #define TERN__ROUTE_MAX_PARAMS 8
 
+/* The router fills the raw views; tern__http_params_decode (server.h)
+ * the decoded ones, which are the raw ones when there is no '%' in them. */
 typedef struct tern__route_params {
     size_t count;
     struct {
         const char *name;  size_t name_len;   /* points into the pattern */
         const char *value; size_t value_len;  /* points into the matched path; raw */
+        const char *dec;   size_t dec_len;    /* percent-decoded */
     } p[TERN__ROUTE_MAX_PARAMS];
     const char *rest; size_t rest_len;        /* what "*" matched (empty when none) */
+    const char *rest_dec; size_t rest_dec_len;
 } tern__route_params;
 
 typedef struct tern__router tern__router;

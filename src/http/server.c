@@ -200,6 +200,7 @@ static void server_finish_free(tern_server *srv) {
     for (int i = 0; i < TERN__MAX_LISTENERS; i++)
         free(srv->specs[i].host);
     tern__http_access_drop(srv);
+    free(srv->scratch_decoded);
     config_leave(srv->cfg, srv);
     tern__loop_release(srv->loop);
     srv->magic = TERN__MAGIC_DEAD;

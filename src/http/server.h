@@ -178,6 +178,8 @@ struct tern_server {
     tern__http_header scratch_headers[256];
     tern__http_head scratch_head;
     tern__route_params scratch_params;
+    char *scratch_decoded;           /* the decoded route parameters (no longer than the path) */
+    size_t scratch_decoded_cap;
 };
 
 enum tern__http_state {
@@ -295,6 +297,11 @@ const tern__vhost *tern__vhost_find(const tern__server_config *cfg, const char *
  * §9 and PATCH) or one some route was registered with? The others get 501. */
 bool tern__http_method_known(const tern_server *srv, const char *m, size_t len);
 
+/* request.c: percent-decodes the parameters the router matched in path
+ * (of path_len bytes) into srv's scratch (valid until the next call on
+ * this loop). Returns 0; -EINVAL for a malformed escape ("%zz", "%4") or
+ * one that decodes to a NUL byte (the route then answers 400); -ENOMEM. */
+int tern__http_params_decode(tern_server *srv, tern__route_params *p, size_t path_len);
 /* request.c: getpeername of c; -ENOTCONN when c is NULL or closed. */
 int tern__peer(const tern__conn *c, struct sockaddr_storage *addr, socklen_t *len);
 

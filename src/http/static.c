@@ -124,7 +124,7 @@ static void format_http_date(time_t t, char *out, size_t cap) {
 static void serve_static(tern_http_req *req, void *user) {
     tern__static *st = user;
     size_t raw_len;
-    const char *raw = tern_http_param(req, "*", &raw_len);
+    const char *raw = tern_http_param_raw(req, "*", &raw_len);   /* decoded below, bounded */
     char path[TERN__PATH_MAX + 16];
     ssize_t n = tern__url_decode(path, TERN__PATH_MAX, raw, raw_len, false);
     if (n < 0 || memchr(path, '\0', (size_t)n)) {

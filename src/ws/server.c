@@ -129,6 +129,11 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
     if (key == NULL || !tern__ws_key_valid(key->value, key->value_len))
         return -400;
 
+    /* Decoded for the hook, as an HTTP route's are: refused alike. */
+    int derr = tern__http_params_decode(req->srv, &params, head->path_len);
+    if (derr < 0)
+        return derr == -ENOMEM ? -500 : -400;
+
     void *conn_user = NULL;
     if (route->ep.h.on_upgrade) {
         /* The hook may ask for the route's parameters ("/room/:room"):

@@ -266,12 +266,55 @@ static void error_pages_replace_the_server_s_own_bodies(void **state) {
     app_finish(&a);
 }
 
+/* ---- route parameters, decoded and raw ---------------------------------- */
+
+static void echo_params(tern_http_req *req, void *user) {
+    size_t nl = 0, rl = 0, sl = 0, srl = 0;
+    const char *n = tern_http_param(req, "name", &nl);
+    const char *r = tern_http_param_raw(req, "name", &rl);
+    const char *st = tern_http_param(req, "*", &sl);
+    const char *sr = tern_http_param_raw(req, "*", &srl);
+    int64_t id = -1;
+    tern_http_param_int(req, "name", &id);
+    char b[256];
+    int len = snprintf(b, sizeof(b), "dec=[%.*s] raw=[%.*s] rest=[%.*s] rawrest=[%.*s] int=%lld%s",
+                       (int)nl, n, (int)rl, r, (int)sl, st, (int)srl, sr, (long long)id,
+                       tern_http_param(req, "name", NULL) || tern_http_param_raw(req, "name", NULL)
+                           ? " NULL-len-gave-a-view" : "");
+    tern_http_respond(req, 200, "text/plain", b, (size_t)len);
+}
+
+static void route_parameters_are_decoded(void **state) {
+    app a;
+    app_start_opt(&a, NULL);
+    assert_int_equal(tern_http_route(a.srv, "GET", "/u/:name/*", echo_params, &a), 0);
+    exchange(&a, "GET /u/a%20b%2Fc/x%41+y%2f HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert_non_null(strstr(a.response, "HTTP/1.1 200 "));
+    assert_non_null(strstr(a.response, "dec=[a b/c] raw=[a%20b%2Fc] rest=[xA+y/] "
+                                       "rawrest=[x%41+y%2f] int=-1\0"));
+    assert_null(strstr(a.response, "NULL-len"));
+    exchange(&a, "GET /u/%31%32/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert_non_null(strstr(a.response, "dec=[12] raw=[%31%32] rest=[] rawrest=[] int=12"));
+    /* Escapes that do not decode, or decode to a NUL: 400, no handler. */
+    const char *bad[] = {"/u/%zz/x", "/u/%4/x", "/u/ok/%4", "/u/a%00/x", "/u/ok/x%"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char req[128];
+        snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                 bad[i]);
+        exchange(&a, req);
+        assert_non_null(strstr(a.response, "HTTP/1.1 400 "));
+        assert_null(strstr(a.response, "dec="));
+    }
+    app_finish(&a);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(abort_fires_when_the_client_leaves),
         cmocka_unit_test(late_answer_to_a_client_that_left_fails),
         cmocka_unit_test(empty_streamed_body_ends_after_the_call),
         cmocka_unit_test(error_pages_replace_the_server_s_own_bodies),
+        cmocka_unit_test(route_parameters_are_decoded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
