@@ -300,6 +300,17 @@ bool tern_http_is_tls(const tern_http_req *req);
  * call. */
 const char *tern_http_sni(const tern_http_req *req, size_t *len);
 
+/* The client certificate of a request over TLS (asked for with
+ * tern_tls_options.client_verify, tern/tls.h). Returns 1 when the client
+ * sent one that verified against the client CA file, 0 when it sent none
+ * (or the request came over plain TCP), -EKEYREJECTED when it sent one
+ * that did not verify (only TERN_TLS_VERIFY_OPTIONAL lets such a client
+ * in: the handler decides), -EINVAL for a NULL req (or a NULL subject
+ * with cap > 0), -ENOTCONN once the connection is gone. With cap > 0 the
+ * certificate's subject, RFC 2253 ("CN=alice,O=Example"), is written to
+ * subject NUL-terminated (cut to cap - 1 bytes), "" when there is none. */
+int tern_http_peer_cert(const tern_http_req *req, char *subject, size_t cap);
+
 /* What the request belongs to. NULL for a NULL req. */
 tern_loop *tern_http_req_loop(const tern_http_req *req);
 tern_server *tern_http_req_server(const tern_http_req *req);

@@ -40,10 +40,22 @@ extern "C" {
 typedef struct tern_tls tern_tls;
 typedef struct tern_server tern_server;
 
-/* How a tern_tls gets the passphrase of encrypted private keys. tern
- * never asks on a terminal: with neither source, an encrypted key is
- * refused (-ENOKEY). Give one source at most; it serves every key of the
- * tern_tls (tern_tls_add_cert, tern_tls_reload too). */
+/* Client certificates (tern_tls_options.client_verify). */
+enum {
+    TERN_TLS_VERIFY_NONE = 0,      /* none asked for (the default) */
+    TERN_TLS_VERIFY_OPTIONAL = 1,  /* asked for; a client without one, or with one that does not
+                                      verify, is still served: the handler decides
+                                      (tern_http_peer_cert) */
+    TERN_TLS_VERIFY_REQUIRE = 2,   /* the handshake fails without one that verifies */
+};
+
+/* A tern_tls's options; zero for every field is the default. The
+ * passphrase part: how a tern_tls gets the passphrase of encrypted
+ * private keys. tern never asks on a terminal: with neither source, an
+ * encrypted key is refused (-ENOKEY). Give one source at most; it serves
+ * every key of the tern_tls (tern_tls_add_cert, tern_tls_reload too).
+ * The protocol part applies to every certificate of the tern_tls, and to
+ * every reload. */
 typedef struct tern_tls_options {
     /* Writes the passphrase into buf (at most size bytes, no terminating
      * NUL needed) and returns its length; 0 or less: none. Called only
@@ -56,13 +68,32 @@ typedef struct tern_tls_options {
      * renewal takes a changed passphrase; tern keeps no copy. Keep it
      * private (mode 0600): it is the key's secret. */
     const char *passphrase_file;
+
+    /* The oldest protocol served: 0 or 12 for TLS 1.2 (the default), 13
+     * for TLS 1.3 only (a TLS 1.2 client gets a protocol_version alert). */
+    int min_version;
+    /* OpenSSL cipher strings: ciphers for TLS 1.2 ("ECDHE+AESGCM"),
+     * ciphersuites for TLS 1.3 ("TLS_AES_256_GCM_SHA384:..."); NULL keeps
+     * OpenSSL's defaults. A string OpenSSL takes nothing from is -EINVAL. */
+    const char *ciphers;
+    const char *ciphersuites;
+    /* Client certificates: client_verify is one of TERN_TLS_VERIFY_*,
+     * client_ca_file (PEM) the CAs they are verified against, and whose
+     * names are sent to the client as acceptable. Both, or neither. The
+     * result is on each request: tern_http_peer_cert (tern/http.h). */
+    int client_verify;
+    const char *client_ca_file;
 } tern_tls_options;
 
 /* Loads the default certificate chain (PEM, leaf first) and its private
  * key (PEM, maybe encrypted: see tern_tls_options; opt may be NULL).
  * Returns 0, or a negative errno with *out NULL; tern's log says why at
  * warn:
- *   -EINVAL  NULL out, cert or key; both passphrase sources given
+ *   -EINVAL  NULL out, cert or key; both passphrase sources given;
+ *            min_version not 0, 12 or 13; client_verify not one of
+ *            TERN_TLS_VERIFY_* or without client_ca_file (or the other
+ *            way round); ciphers or ciphersuites OpenSSL takes nothing of
+ *   -ENOENT  ... or client_ca_file cannot be read (or holds no CA)
  *   -ENOENT  a file cannot be read (certificate, key, passphrase file)
  *   -ENOKEY  the key is encrypted and no passphrase was given (log: "the
  *            key in FILE is encrypted: give its passphrase (...)")

@@ -882,6 +882,13 @@ static void usage(FILE *f) {
             "                        the passphrase of encrypted --tls-key files (its first\n"
             "                        line; read again on SIGHUP). Never asked on a terminal\n"
             "  --tls-port P          HTTPS port (default 8443; 0 picks a free one)\n"
+            "  --tls-min-version V   1.2 (default) or 1.3: the oldest TLS version served\n"
+            "  --tls-ciphers LIST    TLS 1.2 ciphers, OpenSSL's syntax (default: OpenSSL's)\n"
+            "  --tls-ciphersuites LIST\n"
+            "                        TLS 1.3 ciphersuites, OpenSSL's syntax (default: OpenSSL's)\n"
+            "  --tls-client-ca FILE  PEM CAs that client certificates are verified against\n"
+            "  --tls-client-verify M optional or require: ask clients for a certificate\n"
+            "                        (default: none asked; needs --tls-client-ca)\n"
             "  --root DIR            serve static files from DIR\n"
             "  --max-head BYTES      request line + headers (default 16384)\n"
             "  --max-body BYTES      request body (default 16777216)\n"
@@ -948,7 +955,8 @@ int tern_app_serve(int argc, char **argv) {
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
            O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
            O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE, O_PS_HISTORY,
-           O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO, O_WS_ASYNC, O_WS_DEADLINE, O_TLS_PASS_FILE };
+           O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO, O_WS_ASYNC, O_WS_DEADLINE, O_TLS_PASS_FILE,
+           O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -990,6 +998,11 @@ int tern_app_serve(int argc, char **argv) {
         {"ws-async", optional_argument, NULL, O_WS_ASYNC},
         {"ws-deadline-ms", required_argument, NULL, O_WS_DEADLINE},
         {"tls-key-passphrase-file", required_argument, NULL, O_TLS_PASS_FILE},
+        {"tls-min-version", required_argument, NULL, O_TLS_MIN},
+        {"tls-ciphers", required_argument, NULL, O_TLS_CIPHERS},
+        {"tls-ciphersuites", required_argument, NULL, O_TLS_SUITES},
+        {"tls-client-ca", required_argument, NULL, O_TLS_CLIENT_CA},
+        {"tls-client-verify", required_argument, NULL, O_TLS_CLIENT_VERIFY},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -1065,6 +1078,18 @@ int tern_app_serve(int argc, char **argv) {
         case O_TLS_CERT: ok = ncert < 8; if (ok) certs[ncert++] = optarg; break;
         case O_TLS_KEY: ok = nkey < 8; if (ok) keys[nkey++] = optarg; break;
         case O_TLS_PASS_FILE: tls_opt.passphrase_file = optarg; break;
+        case O_TLS_MIN:
+            ok = strcmp(optarg, "1.2") == 0 || strcmp(optarg, "1.3") == 0;
+            tls_opt.min_version = strcmp(optarg, "1.3") == 0 ? 13 : 12;
+            break;
+        case O_TLS_CIPHERS: tls_opt.ciphers = optarg; break;
+        case O_TLS_SUITES: tls_opt.ciphersuites = optarg; break;
+        case O_TLS_CLIENT_CA: tls_opt.client_ca_file = optarg; break;
+        case O_TLS_CLIENT_VERIFY:
+            ok = strcmp(optarg, "optional") == 0 || strcmp(optarg, "require") == 0;
+            tls_opt.client_verify = strcmp(optarg, "require") == 0 ? TERN_TLS_VERIFY_REQUIRE
+                                                                   : TERN_TLS_VERIFY_OPTIONAL;
+            break;
         case O_TLS_PORT: ok = parse_size(optarg, 65535, &tls_port); break;
         case O_THREADS: ok = parse_size(optarg, 1024, &nthreads) && nthreads > 0; break;
         case O_VHOST:
@@ -1142,6 +1167,16 @@ int tern_app_serve(int argc, char **argv) {
     }
     if (tls_opt.passphrase_file && ncert == 0) {
         fprintf(stderr, "tern serve: --tls-key-passphrase-file needs --tls-cert and --tls-key\n");
+        return 2;
+    }
+    bool tls_protocol_opts = tls_opt.min_version || tls_opt.ciphers || tls_opt.ciphersuites ||
+                             tls_opt.client_ca_file || tls_opt.client_verify;
+    if (tls_protocol_opts && ncert == 0) {
+        fprintf(stderr, "tern serve: the --tls-* options need --tls-cert and --tls-key\n");
+        return 2;
+    }
+    if ((tls_opt.client_ca_file != NULL) != (tls_opt.client_verify != 0)) {
+        fprintf(stderr, "tern serve: --tls-client-ca and --tls-client-verify go together\n");
         return 2;
     }
     if (ncert != nkey) {

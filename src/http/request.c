@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "http/server.h"
+#include "net/tls.h"
 
 /* Every accessor takes a NULL req: it answers as for a request that is
  * not live. */
@@ -156,6 +157,19 @@ const char *tern_http_sni(const tern_http_req *req, size_t *len) {
     if (is_live(req) && req->hc && req->tls)
         name = req->hc->conn.tp->ops->server_name(&req->hc->conn);
     return view(name, name ? strlen(name) : 0, len);
+}
+
+int tern_http_peer_cert(const tern_http_req *req, char *subject, size_t cap) {
+    if (req == NULL || (subject == NULL && cap > 0))
+        return -EINVAL;
+    if (cap)
+        subject[0] = '\0';
+    if (req->hc == NULL || (req->hc->conn.flags & TERN__CONN_CLOSED))
+        return -ENOTCONN;
+    long verify = 0;
+    if (tern__tls_peer_cert(&req->hc->conn, subject, cap, &verify) == 0)
+        return 0;
+    return verify == 0 ? 1 : -EKEYREJECTED;   /* 0 is X509_V_OK */
 }
 
 tern_loop *tern_http_req_loop(const tern_http_req *req) { return req ? req->srv->loop : NULL; }

@@ -15,6 +15,7 @@
  * SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER allows that backlog to have moved. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -63,6 +64,11 @@ struct tern_tls {
     int (*passphrase)(char *buf, size_t size, void *user);
     void *passphrase_user;
     char *passphrase_file;
+    /* tern_tls_options' protocol part, copied; set once, like the passphrase */
+    int min_version;                 /* 12 or 13 */
+    char *ciphers, *ciphersuites;    /* NULL: OpenSSL's */
+    int client_verify;               /* TERN_TLS_VERIFY_* */
+    char *client_ca_file;            /* set when client_verify is */
 };
 
 static int tls_err(const char *what, const char *file) {
@@ -254,6 +260,49 @@ static int key_load(tern_tls *tls, tls_cert *c, SSL_CTX *ctx) {
     return -EKEYREJECTED;
 }
 
+/* TERN_TLS_VERIFY_OPTIONAL: the chain is verified and the result kept
+ * for the request (SSL_get_verify_result), but a failure does not end
+ * the handshake. */
+static int verify_keep_going(int ok, X509_STORE_CTX *store) {
+    (void)ok;
+    (void)store;
+    return 1;
+}
+
+/* The protocol options of tls on ctx: versions, ciphers, client
+ * certificates. 0, -EINVAL (a cipher string OpenSSL takes nothing of),
+ * -ENOENT (the CA file has no CA OpenSSL can read); logged at warn. */
+static int proto_setup(const tern_tls *tls, SSL_CTX *ctx) {
+    SSL_CTX_set_min_proto_version(ctx, tls->min_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION);
+    if (tls->ciphers && SSL_CTX_set_cipher_list(ctx, tls->ciphers) != 1) {
+        ERR_clear_error();
+        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: no cipher in \"%s\"", tls->ciphers);
+        return -EINVAL;
+    }
+    if (tls->ciphersuites && SSL_CTX_set_ciphersuites(ctx, tls->ciphersuites) != 1) {
+        ERR_clear_error();
+        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: no TLS 1.3 ciphersuite in \"%s\"",
+                  tls->ciphersuites);
+        return -EINVAL;
+    }
+    if (tls->client_verify == TERN_TLS_VERIFY_NONE)
+        return 0;
+    STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(tls->client_ca_file);
+    if (names == NULL || SSL_CTX_load_verify_locations(ctx, tls->client_ca_file, NULL) != 1) {
+        sk_X509_NAME_pop_free(names, X509_NAME_free);
+        ERR_clear_error();
+        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: no CA certificate in %s",
+                  tls->client_ca_file);
+        return -ENOENT;
+    }
+    SSL_CTX_set_client_CA_list(ctx, names);   /* takes names */
+    if (tls->client_verify == TERN_TLS_VERIFY_REQUIRE)
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
+    else
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, verify_keep_going);
+    return 0;
+}
+
 /* Makes the context of one certificate. */
 static int cert_load(tern_tls *tls, tls_cert *c) {
     if (access(c->cert_file, R_OK) < 0 || access(c->key_file, R_OK) < 0) {
@@ -284,6 +333,11 @@ static int cert_load(tern_tls *tls, tls_cert *c) {
      * and with none OpenSSL would prompt on the terminal. */
     SSL_CTX_set_default_passwd_cb(ctx, pem_pass_cb);
     SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
+    int perr = proto_setup(tls, ctx);
+    if (perr < 0) {
+        SSL_CTX_free(ctx);
+        return perr;
+    }
     if (SSL_CTX_use_certificate_chain_file(ctx, c->cert_file) != 1) {
         SSL_CTX_free(ctx);
         return tls_err("certificate", c->cert_file);
@@ -336,16 +390,32 @@ int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file
                   opt->passphrase_file, strerror(errno));
         return -ENOENT;   /* as for a certificate or key that cannot be read */
     }
+    if (opt && ((opt->min_version != 0 && opt->min_version != 12 && opt->min_version != 13) ||
+                opt->client_verify < TERN_TLS_VERIFY_NONE ||
+                opt->client_verify > TERN_TLS_VERIFY_REQUIRE ||
+                (opt->client_verify != TERN_TLS_VERIFY_NONE) != (opt->client_ca_file != NULL)))
+        return -EINVAL;   /* a CA with nothing asked, or asking with no CA: which was meant? */
+    if (opt && opt->client_ca_file && access(opt->client_ca_file, R_OK) < 0) {
+        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: cannot read the client CA file %s: %s",
+                  opt->client_ca_file, strerror(errno));
+        return -ENOENT;
+    }
     tern_tls *tls = calloc(1, sizeof(*tls));
     if (tls == NULL)
         return -ENOMEM;
     tls->magic = TERN__MAGIC_TLS;
     pthread_mutex_init(&tls->lock, NULL);
     atomic_init(&tls->refs, 1);
+    tls->min_version = 12;
     if (opt) {
         tls->passphrase = opt->passphrase;
         tls->passphrase_user = opt->passphrase_user;
-        if (opt->passphrase_file && (tls->passphrase_file = strdup(opt->passphrase_file)) == NULL) {
+        tls->min_version = opt->min_version == 13 ? 13 : 12;
+        tls->client_verify = opt->client_verify;
+        if ((opt->passphrase_file && (tls->passphrase_file = strdup(opt->passphrase_file)) == NULL) ||
+            (opt->ciphers && (tls->ciphers = strdup(opt->ciphers)) == NULL) ||
+            (opt->ciphersuites && (tls->ciphersuites = strdup(opt->ciphersuites)) == NULL) ||
+            (opt->client_ca_file && (tls->client_ca_file = strdup(opt->client_ca_file)) == NULL)) {
             tern_tls_free(tls);
             return -ENOMEM;
         }
@@ -418,6 +488,9 @@ void tern_tls_free(tern_tls *tls) {
         cert_free(&tls->certs[i]);
     free(tls->certs);
     free(tls->passphrase_file);
+    free(tls->ciphers);
+    free(tls->ciphersuites);
+    free(tls->client_ca_file);
     pthread_mutex_destroy(&tls->lock);
     tls->magic = TERN__MAGIC_DEAD;
     tern__check_free(tls);
@@ -694,6 +767,28 @@ static const tern__transport_ops tls_ops = {
 };
 
 bool tern__tls_is(const tern__conn *c) { return c->tp && c->tp->ops == &tls_ops; }
+
+int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, long *verify) {
+    if (cap)
+        subject[0] = '\0';
+    if (!tern__tls_is(c))
+        return 0;
+    SSL *ssl = ssl_of(c);
+    X509 *x = SSL_get0_peer_certificate(ssl);
+    if (x == NULL)
+        return 0;
+    *verify = SSL_get_verify_result(ssl);
+    if (cap) {
+        BIO *b = BIO_new(BIO_s_mem());
+        if (b && X509_NAME_print_ex(b, X509_get_subject_name(x), 0, XN_FLAG_RFC2253) >= 0) {
+            int n = BIO_read(b, subject, (int)(cap - 1 > INT_MAX ? INT_MAX : cap - 1));
+            subject[n > 0 ? n : 0] = '\0';
+        }
+        BIO_free(b);
+        ERR_clear_error();
+    }
+    return 1;
+}
 
 int tern__tls_attach(tern__conn *c, tern_tls *tls) {
     tls_conn *t = calloc(1, sizeof(*t));

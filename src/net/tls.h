@@ -13,6 +13,10 @@ int tern__tls_attach(tern__conn *c, tern_tls *tls);
 void tern__tls_ref(tern_tls *tls);
 /* Is c's transport TLS (a server's or a client's session)? */
 bool tern__tls_is(const tern__conn *c);
+/* The certificate the peer of c sent: 0 when none (or c is not TLS); 1
+ * with *verify its X509_V_* result and, when cap > 0, its subject (RFC
+ * 2253, truncated, NUL-terminated) in subject ("" when none). */
+int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, long *verify);
 
 /* The client's side (wss). A context for outbound connections: TLS 1.2+,
  * ALPN http/1.1, and unless insecure, verification against ca_file (PEM)

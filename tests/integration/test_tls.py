@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import SANITIZED, SLOW, read_response, recv_until_closed
+from conftest import SANITIZED, SLOW, TERN_BIN, read_response, recv_until_closed
 from test_faults import wait_fds
 
 
@@ -172,6 +172,116 @@ def test_tls_1_1_is_refused(tls_tern):
     s = tls_connect(tern, ctx=client_ctx(max_version=ssl.TLSVersion.TLSv1_2))
     assert s.version() == "TLSv1.2"
     s.close()
+
+
+# ---- protocol options: versions, ciphers, client certificates --------------
+
+def ping(s):
+    s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    return recv_until_closed(s, timeout=5 * SLOW)
+
+
+def test_min_version_1_3_refuses_tls_1_2(tls_tern):
+    tern = tls_tern("--tls-min-version", "1.3")
+    with pytest.raises((ssl.SSLError, ConnectionResetError)):
+        tls_connect(tern, ctx=client_ctx(max_version=ssl.TLSVersion.TLSv1_2))
+    s = tls_connect(tern)
+    assert s.version() == "TLSv1.3"
+    assert ping(s).startswith(b"HTTP/1.1 200")
+    s.close()
+
+
+def test_default_min_version_still_serves_tls_1_2(tls_tern):
+    tern = tls_tern()
+    s = tls_connect(tern, ctx=client_ctx(max_version=ssl.TLSVersion.TLSv1_2))
+    assert s.version() == "TLSv1.2"
+    s.close()
+
+
+def test_cipher_lists_are_taken(tls_tern):
+    tern = tls_tern("--tls-ciphers", "ECDHE-RSA-CHACHA20-POLY1305",
+                    "--tls-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256")
+    s = tls_connect(tern, ctx=client_ctx(max_version=ssl.TLSVersion.TLSv1_2))
+    assert s.cipher()[0] == "ECDHE-RSA-CHACHA20-POLY1305"
+    s.close()
+    s = tls_connect(tern)
+    assert s.cipher()[0] == "TLS_CHACHA20_POLY1305_SHA256"
+    s.close()
+    # A client with none of them in common is refused.
+    ctx = client_ctx(max_version=ssl.TLSVersion.TLSv1_2)
+    ctx.set_ciphers("ECDHE-RSA-AES128-GCM-SHA256")
+    with pytest.raises((ssl.SSLError, ConnectionResetError)):
+        tls_connect(tern, ctx=ctx)
+
+
+@pytest.fixture(scope="session")
+def client_certs(certs):
+    d = certs["dir"]
+    run = lambda *a: subprocess.run(a, check=True, capture_output=True, cwd=d)
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+        "-out", "ca.pem", "-days", "30", "-subj", "/CN=test client CA")
+    run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "alice.key",
+        "-out", "alice.csr", "-subj", "/O=Example/CN=alice")
+    run("openssl", "x509", "-req", "-in", "alice.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "alice.pem", "-days", "30")
+    # One the CA never signed.
+    run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "mallory.key",
+        "-out", "mallory.pem", "-days", "30", "-subj", "/CN=mallory")
+    j = lambda n: os.path.join(d, n)
+    return {"ca": j("ca.pem"), "alice": (j("alice.pem"), j("alice.key")),
+            "mallory": (j("mallory.pem"), j("mallory.key"))}
+
+
+def with_client_cert(pair, max_version=None):
+    ctx = client_ctx(max_version=max_version)
+    if pair:
+        ctx.load_cert_chain(*pair)
+    return ctx
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_required_client_certificate(tls_tern, client_certs, version):
+    tern = tls_tern("--tls-client-ca", client_certs["ca"], "--tls-client-verify", "require")
+    s = tls_connect(tern, ctx=with_client_cert(client_certs["alice"], version))
+    assert ping(s).startswith(b"HTTP/1.1 200")
+    s.close()
+    for pair in (None, client_certs["mallory"]):
+        # TLS 1.2 fails in the handshake; TLS 1.3 clients finish theirs
+        # first and learn it at the first read.
+        with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+            s = tls_connect(tern, ctx=with_client_cert(pair, version))
+            got = ping(s)
+            assert not got.startswith(b"HTTP/1.1 200"), got
+            raise ssl.SSLError("refused after the handshake")
+
+
+def test_optional_client_certificate_lets_everyone_in(tls_tern, client_certs):
+    tern = tls_tern("--tls-client-ca", client_certs["ca"], "--tls-client-verify", "optional")
+    for pair in (None, client_certs["alice"], client_certs["mallory"]):
+        s = tls_connect(tern, ctx=with_client_cert(pair))
+        assert ping(s).startswith(b"HTTP/1.1 200")
+        s.close()
+
+
+@pytest.mark.parametrize("args,why", [
+    (["--tls-client-verify", "require"], "go together"),
+    (["--tls-client-ca", "CA"], "go together"),
+    (["--tls-client-verify", "sometimes", "--tls-client-ca", "CA"], ""),
+    (["--tls-min-version", "1.1"], ""),
+])
+def test_bad_tls_option_combinations(certs, client_certs, args, why):
+    cert, key = certs["default"]
+    args = [client_certs["ca"] if a == "CA" else a for a in args]
+    r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--tls-port", "0", "--tls-cert", cert,
+                        "--tls-key", key, *args], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert why in r.stderr
+
+
+def test_tls_options_need_a_certificate():
+    r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--tls-min-version", "1.3"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "need --tls-cert" in r.stderr, r.stderr
 
 
 def test_sni_picks_the_certificate(tern_factory, certs):

@@ -218,6 +218,8 @@ static void bad_handler(tern_http_req *req, void *user) {
         tern_http_param(req, NULL, NULL) || tern_http_header_count(NULL) != 0 ||
         tern_http_req_loop(NULL) || tern_http_req_server(NULL) || tern_http_req_user(NULL) ||
         tern_http_buffered(NULL) != 0 || tern_http_minor_version(NULL) != -EINVAL ||
+        tern_http_peer_cert(NULL, NULL, 0) != -EINVAL ||
+        tern_http_peer_cert(req, NULL, 8) != -EINVAL || tern_http_peer_cert(req, NULL, 0) != 0 ||
         tern_http_is_tls(NULL) || tern_http_is_tls(req) || tern_http_sni(NULL, &len) ||
         len != 0 || tern_http_sni(req, NULL) || tern_http_sni(req, &len) || len != 0)
         R.null_views = "a NULL req or name gave something";

@@ -25,6 +25,7 @@
 
 static char dir[] = "/tmp/tern-tls-XXXXXX";
 static char cert[64], key[64], enc_key[64], pass_file[64];
+static char ca[64], alice[64], alice_key[64], mallory[64], mallory_key[64];
 
 static void path(char *out, const char *name) { snprintf(out, 64, "%s/%s", dir, name); }
 
@@ -42,7 +43,24 @@ static int setup(void **state) {
     path(key, "k.pem");
     path(enc_key, "ek.pem");
     path(pass_file, "pass");
-    char cmd[512];
+    path(ca, "ca.pem");
+    path(alice, "alice.pem");
+    path(alice_key, "alice.key");
+    path(mallory, "mallory.pem");
+    path(mallory_key, "mallory.key");
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "cd %s && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem "
+             "-days 2 -subj /CN=ca >/dev/null 2>&1 && "
+             "openssl req -newkey rsa:2048 -nodes -keyout alice.key -out alice.csr "
+             "-subj /O=Example/CN=alice >/dev/null 2>&1 && "
+             "openssl x509 -req -in alice.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+             "-out alice.pem -days 2 >/dev/null 2>&1 && "
+             "openssl req -x509 -newkey rsa:2048 -nodes -keyout mallory.key -out mallory.pem "
+             "-days 2 -subj /CN=mallory >/dev/null 2>&1",
+             dir);
+    if (system(cmd) != 0)
+        return -1;
     snprintf(cmd, sizeof(cmd),
              "openssl req -x509 -newkey rsa:2048 -nodes -keyout %s -out %s -days 2 "
              "-subj /CN=localhost >/dev/null 2>&1 && "
@@ -174,8 +192,10 @@ static void on_info(tern_http_req *req, void *user) {
     char b[256];
     size_t len = 99;
     const char *sni = tern_http_sni(req, &len);
-    int n = snprintf(b, sizeof(b), "tls=%d sni=%.*s len=%zu", tern_http_is_tls(req),
-                     sni ? (int)len : 6, sni ? sni : "(none)", len);
+    char subject[128];
+    int cert_state = tern_http_peer_cert(req, subject, sizeof(subject));
+    int n = snprintf(b, sizeof(b), "tls=%d sni=%.*s len=%zu cert=%d[%s]", tern_http_is_tls(req),
+                     sni ? (int)len : 6, sni ? sni : "(none)", len, cert_state, subject);
     tern_http_respond(req, 200, "text/plain", b, (size_t)n);
 }
 
@@ -217,11 +237,16 @@ static const char info_req[] = "GET /info HTTP/1.1\r\nHost: h\r\nConnection: clo
 
 /* GET /info over TLS (with name as SNI unless NULL); the body in out, ""
  * when the handshake failed. */
-static void tls_get(int port, const char *name, char *out, size_t cap) {
+static void tls_get_as(int port, const char *name, const char *ccert, const char *ckey,
+                       char *out, size_t cap) {
     out[0] = '\0';
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
     assert_non_null(ctx);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+    if (ccert) {
+        assert_int_equal(SSL_CTX_use_certificate_file(ctx, ccert, SSL_FILETYPE_PEM), 1);
+        assert_int_equal(SSL_CTX_use_PrivateKey_file(ctx, ckey, SSL_FILETYPE_PEM), 1);
+    }
     SSL *ssl = SSL_new(ctx);
     int fd = tcp_connect(port);
     SSL_set_fd(ssl, fd);
@@ -242,6 +267,10 @@ static void tls_get(int port, const char *name, char *out, size_t cap) {
     SSL_free(ssl);
     SSL_CTX_free(ctx);
     close(fd);
+}
+
+static void tls_get(int port, const char *name, char *out, size_t cap) {
+    tls_get_as(port, name, NULL, NULL, out, cap);
 }
 
 static void plain_get(int port, char *out, size_t cap) {
@@ -265,13 +294,67 @@ static void request_knows_tls_and_sni(void **state) {
     server_start(&s, tls);
     char body[256];
     tls_get(s.tls_port, "Example.test", body, sizeof(body));
-    assert_string_equal(body, "tls=1 sni=Example.test len=12");
+    assert_string_equal(body, "tls=1 sni=Example.test len=12 cert=0[]");
     tls_get(s.tls_port, NULL, body, sizeof(body));   /* no SNI sent */
-    assert_string_equal(body, "tls=1 sni=(none) len=0");
+    assert_string_equal(body, "tls=1 sni=(none) len=0 cert=0[]");
     plain_get(s.port, body, sizeof(body));
-    assert_string_equal(body, "tls=0 sni=(none) len=0");
+    assert_string_equal(body, "tls=0 sni=(none) len=0 cert=0[]");
     server_stop(&s);
     tern_tls_free(tls);
+}
+
+static void client_certificates_are_told_to_the_handler(void **state) {
+    tern_tls *tls;
+    tern_tls_options o = {.client_verify = TERN_TLS_VERIFY_OPTIONAL, .client_ca_file = ca};
+    assert_int_equal(tern_tls_new_opt(&tls, cert, key, &o), 0);
+    tls_server s;
+    server_start(&s, tls);
+    char body[256];
+    tls_get_as(s.tls_port, "a.test", alice, alice_key, body, sizeof(body));
+    assert_string_equal(body, "tls=1 sni=a.test len=6 cert=1[CN=alice,O=Example]");
+    tls_get_as(s.tls_port, "a.test", mallory, mallory_key, body, sizeof(body));
+    assert_string_equal(body, "tls=1 sni=a.test len=6 cert=-129[CN=mallory]");   /* -EKEYREJECTED */
+    tls_get(s.tls_port, "a.test", body, sizeof(body));
+    assert_string_equal(body, "tls=1 sni=a.test len=6 cert=0[]");
+    server_stop(&s);
+    tern_tls_free(tls);
+
+    /* Required: only alice gets an answer. */
+    o.client_verify = TERN_TLS_VERIFY_REQUIRE;
+    assert_int_equal(tern_tls_new_opt(&tls, cert, key, &o), 0);
+    server_start(&s, tls);
+    tls_get_as(s.tls_port, "a.test", alice, alice_key, body, sizeof(body));
+    assert_string_equal(body, "tls=1 sni=a.test len=6 cert=1[CN=alice,O=Example]");
+    tls_get_as(s.tls_port, "a.test", mallory, mallory_key, body, sizeof(body));
+    assert_string_equal(body, "");
+    tls_get(s.tls_port, "a.test", body, sizeof(body));
+    assert_string_equal(body, "");
+    server_stop(&s);
+    tern_tls_free(tls);
+}
+
+static void bad_protocol_options(void **state) {
+    tern_tls *tls = (tern_tls *)1;
+    tern_tls_options bad[] = {
+        {.min_version = 11},
+        {.min_version = 14},
+        {.client_verify = TERN_TLS_VERIFY_REQUIRE},   /* no CA */
+        {.client_ca_file = ca},                       /* nothing asked */
+        {.client_verify = 7, .client_ca_file = ca},
+        {.ciphers = "NO-SUCH-CIPHER"},
+        {.ciphersuites = "TLS_NO_SUCH_SUITE"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(tern_tls_new_opt(&tls, cert, key, &bad[i]), -EINVAL);
+        assert_null(tls);
+    }
+    tern_tls_options missing = {.client_verify = TERN_TLS_VERIFY_OPTIONAL,
+                                .client_ca_file = "/nonexistent/ca.pem"};
+    assert_int_equal(tern_tls_new_opt(&tls, cert, key, &missing), -ENOENT);
+    tern_tls_options not_a_ca = {.client_verify = TERN_TLS_VERIFY_OPTIONAL,
+                                 .client_ca_file = pass_file};
+    write_file(pass_file, "not a certificate\n");
+    assert_int_equal(tern_tls_new_opt(&tls, cert, key, &not_a_ca), -ENOENT);
 }
 
 int main(void) {
@@ -281,6 +364,8 @@ int main(void) {
         cmocka_unit_test(passphrase_callback_serves_every_load),
         cmocka_unit_test(passphrase_file_first_line),
         cmocka_unit_test(request_knows_tls_and_sni),
+        cmocka_unit_test(client_certificates_are_told_to_the_handler),
+        cmocka_unit_test(bad_protocol_options),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
