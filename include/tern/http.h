@@ -281,12 +281,18 @@ void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user);
 /* Called if the connection goes away before the response has ended; req
  * is invalid after it returns. Without one, a request whose connection is
  * gone stays valid until the handler ends its response (which then returns
- * -EPIPE). While a response is pending the connection is watched: a reset,
- * or a FIN from the client (a half-close, as nginx and Go's net/http read
- * it: the client has gone), closes it and fires the abort within one loop
- * iteration. A client that half-closes after its requests still gets the
- * answers its handlers gave at once; one it would have had later, it does
- * not. The callback never runs inside one of your own calls. */
+ * -EPIPE). While a response is pending the connection is watched: a reset
+ * closes it and fires the abort within one loop iteration. A FIN alone is
+ * not a departure: a client that half-closes after its requests
+ * (shutdown(SHUT_WR), nc -N) still reads, and gets every answer, the later
+ * ones too, as Go's net/http gives them; then the connection closes. To
+ * tell it from a client that closed altogether, an HTTP/1.1 client is sent
+ * an interim "100 Continue" when its FIN comes with an answer pending (RFC
+ * 9110 lets a server send a 1xx at any time before the answer, and clients
+ * skip one they did not ask for): a closed client's kernel resets, and the
+ * abort fires within about 130 ms. An HTTP/1.0 client that has gone is
+ * noticed only when its answer is written. The callback never runs inside
+ * one of your own calls. */
 typedef void (*tern_http_abort_fn)(tern_http_req *req, void *user);
 void tern_http_on_abort(tern_http_req *req, tern_http_abort_fn fn, void *user);
 

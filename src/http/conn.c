@@ -8,6 +8,9 @@
  * connection stops reading, and the bytes of pipelined requests behind it
  * wait in the connection (net keeps what on_data does not consume). */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -477,6 +480,7 @@ void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user) {
 static bool next_request(tern__http_conn *hc) {
     tern_http_req *req = hc->req;
     tern_server *srv = hc->srv;
+    hc->probe_wait_ms = 0;   /* answered: no more looking for the probe's reset */
     if (!req->body_done) {
         /* Answered before the body was read (a stream route, or 404 to a
          * POST): read and drop the rest, unless the client is still waiting
@@ -639,7 +643,8 @@ static size_t on_data(tern__conn *c, char *data, size_t len) {
 static void on_eof(tern__conn *c) {
     tern__http_conn *hc = (tern__http_conn *)c;
     /* A client may half-close after its last request and still read the
-     * answers already given; one still pending is aborted (on_hangup). */
+     * answers: a pending one is given when the handler answers (on_hangup
+     * says how a client that closed altogether is told apart). */
     if (hc->state == TERN__HTTP_WAIT && hc->req && !hc->req->ended) {
         on_hangup(c);
         return;
@@ -665,8 +670,36 @@ static void on_drain(tern__conn *c) {
         req->drain_fn(req, req->drain_user);
 }
 
+/* After the probe (on_hangup): has the client answered it with a reset?
+ * Net no longer watches a paused connection once its FIN is in, so it is
+ * looked at on a clock instead, with poll(): a reset socket reports an
+ * error and HUP, a half-closed one neither. The looks stop once the probe
+ * is acknowledged (TCP_INFO's unacked: a client that acks is there) or
+ * after a few seconds, and whenever the answer starts. */
+static void probe_look(tern__http_conn *hc) {
+    tern__conn *c = &hc->conn;
+    struct pollfd pfd = {.fd = c->io.fd, .events = 0};
+    if (poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLERR | POLLHUP))) {
+        tern__conn_close(c, -ECONNRESET);   /* on_close fires the abort */
+        return;
+    }
+    struct tcp_info ti;
+    socklen_t tl = sizeof(ti);
+    bool acked = getsockopt(c->io.fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) < 0 || ti.tcpi_unacked == 0;
+    if (acked || hc->probe_wait_ms >= 2048) {
+        hc->probe_wait_ms = 0;   /* it is there, reading: the answer will find it */
+        return;
+    }
+    hc->probe_wait_ms *= 2;
+    tern__conn_set_timeout(c, hc->probe_wait_ms);
+}
+
 static void on_timeout(tern__conn *c) {
     tern__http_conn *hc = (tern__http_conn *)c;
+    if (hc->state == TERN__HTTP_WAIT && hc->probe_wait_ms && hc->req && !hc->req->started) {
+        probe_look(hc);
+        return;
+    }
     switch (hc->state) {
     case TERN__HTTP_HEAD:
         fail_request(hc, 408);
@@ -685,14 +718,35 @@ static void on_timeout(tern__conn *c) {
 }
 
 /* The client sent its FIN while we were not reading (a response is
- * pending, or we wait for a backlog to drain). With a response pending the
- * client is taken to have gone: the abort callback fires now, not when the
- * handler answers. Otherwise the bytes before the FIN are still read (the
- * send clock or the body timeout bounds the wait). */
+ * pending, or we wait for a backlog to drain). The bytes before the FIN
+ * are still read once we resume, and every request in them answered, as
+ * Go's net/http does: a client that half-closes after its requests (nc
+ * -N, shutdown(SHUT_WR)) is still reading. But TCP does not tell that
+ * client from one that closed altogether until data reaches it: the
+ * latter's kernel answers data with a reset. So with an answer pending
+ * and not started, an HTTP/1.1 client gets an interim "100 Continue" now
+ * (RFC 9110 §15.2: a client must accept a 1xx it did not ask for; HTTP/1.0
+ * ones may not be sent one), and a client that has gone resets: net
+ * closes the connection and the abort callback fires within a round trip,
+ * not when the handler answers. A started response (a stream) needs no
+ * probe: its next write is one. An HTTP/1.0 client that has gone is
+ * noticed only when its answer is written. */
 static void on_hangup(tern__conn *c) {
     tern__http_conn *hc = (tern__http_conn *)c;
-    if (hc->state == TERN__HTTP_WAIT && hc->req && !hc->req->ended)
-        tern__conn_close(c, -ECONNRESET);
+    tern_http_req *req = hc->req;
+    if (hc->state != TERN__HTTP_WAIT || req == NULL || req->ended)
+        return;
+    if (hc->peer_probed || req->started || req->minor_version == 0)
+        return;
+    hc->peer_probed = true;
+    char buf[32];
+    char *p = tern__http_put_status(buf, NULL, 100);
+    memcpy(p, "\r\n", 2);
+    tern__conn_write(c, buf, (size_t)(p + 2 - buf));
+    /* The probe leaves at the batch end; its reset comes a round trip
+     * later. A handler's answer before then takes the clock over. */
+    hc->probe_wait_ms = 64;   /* a wheel tick: none is shorter */
+    tern__conn_set_timeout(c, hc->probe_wait_ms);
 }
 
 /* A stream route's handler asked for a body there is none of: its end. */

@@ -267,6 +267,8 @@ struct tern__http_conn {
     uint8_t state;             /* enum tern__http_state */
     bool waiting_drain;        /* paused until the backlog drains */
     bool in_data;              /* inside on_data: the state machine runs itself */
+    bool peer_probed;          /* the FIN came with an answer pending: the 100 probe went */
+    uint16_t probe_wait_ms;    /* the next look for the probe's reset (0: no longer looking) */
     size_t scanned;
     tern_http_req *req;        /* allocated at the first request, reused */
 };

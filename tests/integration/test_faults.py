@@ -2,6 +2,7 @@
 never read, descriptor exhaustion, connection churn. After each, the server
 must still serve, and hold no more descriptors (or memory) than before."""
 import base64
+import json
 import os
 import resource
 import socket
@@ -111,6 +112,51 @@ def test_half_closed_client_still_gets_its_answers(tern):
     out = recv_until_closed(s, 5 * SLOW)
     assert out.count(b"HTTP/1.1 200 OK") == 2
     assert out.endswith(b"hello")
+
+
+def stats_connections(tern):
+    s = tern.connect()
+    s.sendall(b"GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    out = recv_until_closed(s, 5 * SLOW)
+    s.close()
+    each = json.loads(out.split(b"\r\n\r\n", 1)[1])["each"]
+    return sum(e["connections"] for e in each) - 1   # not this one
+
+
+def test_half_close_after_a_pending_request_still_gets_the_answer(tern):
+    # As `nc -N` does: the requests, then shutdown(SHUT_WR), then read.
+    for path in (b"/delay?ms=300", b"/delay?ms=0"):
+        s = tern.connect()
+        s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+                  b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.shutdown(socket.SHUT_WR)
+        out = recv_until_closed(s, 5 * SLOW)
+        s.close()
+        # The pending one may be preceded by an interim 100 (the probe
+        # that tells a client that closed altogether from this one).
+        out = out.replace(b"HTTP/1.1 100 Continue\r\n\r\n", b"")
+        assert out.count(b"HTTP/1.1 200 OK") == 2, out
+        assert b"done" in out and out.endswith(b"pong"), out
+
+
+def test_full_close_with_a_pending_request_aborts_it_at_once(tern):
+    fds0 = tern.open_fds()
+    assert stats_connections(tern) == 0
+    socks = []
+    for _ in range(10):
+        s = tern.connect()
+        s.sendall(b"GET /delay?ms=30000 HTTP/1.1\r\nHost: x\r\n\r\n")
+        socks.append(s)
+    time.sleep(0.1)
+    assert stats_connections(tern) == 10
+    t0 = time.monotonic()
+    for s in socks:
+        s.close()   # a FIN, both directions closed: the probe's reset tells
+    # Closed (and the answers aborted) long before the 30 s answer.
+    assert wait_fds(tern, fds0, timeout=2) == fds0
+    assert time.monotonic() - t0 < 2 * SLOW
+    assert stats_connections(tern) == 0
+    assert ping(tern)
 
 
 def test_half_closed_websocket_client_is_closed(tern):
