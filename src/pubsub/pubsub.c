@@ -173,6 +173,11 @@ typedef struct group {
      * freed with that server; set once in setup, read by any thread. */
     tern__redis *_Atomic redis;
     tern_server *bridge_srv;
+    /* Jobs posted to the bridge's loop and not yet run: while there are
+     * any, a publish on that loop goes behind them too, or it would reach
+     * Redis before a publish another thread made earlier (a node's
+     * publishes keep their order). */
+    _Atomic int bridge_jobs;
     size_t nhist;              /* entries with a history (TERN_HISTORY_TOPICS at most) */
     const tern__server_config *cfg;   /* its loops: cfg->peers */
 } group;
@@ -1620,6 +1625,7 @@ static void bridge_job_run(tern_loop *loop, void *user) {
                             j->buf + j->tlen + j->klen, j->len, j->opcode, j->seq_at);
     else if (b)
         bridge_reconcile(j->g, j->buf, j->tlen);
+    atomic_fetch_sub(&j->g->bridge_jobs, 1);
     free(j);
 }
 
@@ -1646,8 +1652,11 @@ static void bridge_post(group *g, bool is_publish, const char *name, size_t tlen
         memcpy(j->buf + tlen, key, klen);
     if (len)
         memcpy(j->buf + tlen + klen, data, len);
-    if (b == NULL || tern_loop_post(tern__redis_loop(b), bridge_job_run, j) < 0)
+    atomic_fetch_add(&g->bridge_jobs, 1);
+    if (b == NULL || tern_loop_post(tern__redis_loop(b), bridge_job_run, j) < 0) {
+        atomic_fetch_sub(&g->bridge_jobs, 1);
         free(j);
+    }
 }
 
 static void bridge_topic_changed(group *g, const char *name, size_t len) {
@@ -1671,15 +1680,18 @@ static void bridge_claim(group *g, const char *name, size_t len, uint64_t epoch)
     j->claim = epoch;
     j->tlen = len;
     memcpy(j->buf, name, len);
-    if (b == NULL || tern_loop_post(tern__redis_loop(b), bridge_job_run, j) < 0)
+    atomic_fetch_add(&g->bridge_jobs, 1);
+    if (b == NULL || tern_loop_post(tern__redis_loop(b), bridge_job_run, j) < 0) {
+        atomic_fetch_sub(&g->bridge_jobs, 1);
         free(j);
+    }
 }
 
 static void bridge_publish(group *g, const char *name, size_t tlen, const char *key,
                            size_t klen, const void *data, size_t len, int opcode, size_t seq_at,
                            const tern_topic_options *numbered) {
     tern__redis *b = atomic_load(&g->redis);
-    if (b && tern__loop_current() != tern__redis_loop(b))
+    if (b && (tern__loop_current() != tern__redis_loop(b) || atomic_load(&g->bridge_jobs) > 0))
         bridge_post(g, true, name, tlen, key, klen, data, len, opcode, seq_at, numbered);
     else if (b && numbered)
         tern__redis_publish_numbered(b, name, tlen, key, klen, data, len, opcode, seq_at,
