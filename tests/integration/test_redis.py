@@ -68,7 +68,11 @@ class Redis:
                 return line
             items = []
             for _ in range(int(line[1:])):
-                n = int(f.readline()[1:])
+                head = f.readline()
+                if head.startswith(b":"):   # an integer (PUBSUB NUMSUB's counts)
+                    items.append(int(head[1:]))
+                    continue
+                n = int(head[1:])
                 items.append(f.read(n + 2)[:-2].decode())
             return items
 
@@ -118,6 +122,12 @@ def wait_for(cond, what, timeout=10.0):
 
 def channels(redis):
     return sorted(redis.command("PUBSUB", "CHANNELS"))
+
+
+def subscribers(redis, channel):
+    """How many Redis connections subscribe to channel: one per node whose
+    subscription has landed (PUBSUB CHANNELS lists it from the first)."""
+    return redis.command("PUBSUB", "NUMSUB", channel)[1]
 
 
 def test_two_nodes_deliver_exactly_once_in_order(redis, tern_factory):
@@ -176,7 +186,7 @@ def test_redis_lost_and_back(redis, tern_factory):
     try:
         subscribe(wa, "t")
         subscribe(wb, "t")
-        wait_for(lambda: channels(redis) == ["tern:t"], "subscribed")
+        wait_for(lambda: subscribers(redis, "tern:t") == 2, "both nodes subscribed")
         http_publish(a, "t", "before")
         assert recv_data(wa) == "before" and recv_data(wb) == "before"
 
