@@ -33,7 +33,8 @@ build-asan: deps-test
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 
 build-fuzz: deps-test
-	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DTERN_FUZZ=ON -DTERN_BUILD_TESTS=OFF -DTERN_BUILD_SHARED=OFF >/dev/null
+	@cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DTERN_FUZZ=ON -DTERN_BUILD_TESTS=OFF -DTERN_BUILD_SHARED=OFF \
+	    -DTERN_INSTALL_CHECKED=OFF >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 
 # Starts the demo server on its default port (8080), and HTTPS/WSS on 8443
@@ -50,8 +51,8 @@ $(TLS_DIR)/cert.pem:
 	    -keyout $(TLS_DIR)/key.pem -out $(TLS_DIR)/cert.pem 2>/dev/null
 	@echo "make run: made a self-signed certificate for localhost in $(TLS_DIR)"
 
-# Headers, libtern.so and libtern.a, tern.pc, the CMake package and the
-# tern command under PREFIX (DESTDIR=... for staging). A build of its own
+# Headers, libtern.so and libtern.a (and libtern-checked's), tern.pc and
+# tern-checked.pc, the CMake package and the tern command under PREFIX (DESTDIR=... for staging). A build of its own
 # without the tests and examples, and no package installs: `sudo make
 # install` changes nothing but PREFIX (the README lists what building needs).
 INSTALL_BUILD ?= build-install

@@ -5,8 +5,13 @@
 #   2. installed, through find_package(tern) in a CMake project: tern::tern
 #      (shared), then with TERN_USE_STATIC=ON;
 #   3. add_subdirectory of this source tree (tern builds only its library
-#      and leaks no flags into the parent).
-# Also checks that libtern.so exports only the public tern_* API.
+#      and leaks no flags into the parent);
+#   4. the checked library installed beside the release one: consumer.c
+#      through pkg-config tern-checked (shared and static) and
+#      find_package's tern::tern-checked, and tests/consumer/misuse.c, whose
+#      second tern_timer_stop must abort naming the call.
+# Also checks that libtern.so and libtern-checked.so export only the public
+# tern_* API.
 #
 #   scripts/test-consumer.sh [BUILD]     BUILD: a configured, built tree (default build)
 set -euo pipefail
@@ -40,21 +45,26 @@ logged "$tmp/install.log" cmake --install "$build" --prefix "$prefix"
 lib=$(dirname "$(find "$prefix" -name 'libtern.so.*.*.*' | head -n1)")
 pcdir=$(dirname "$(find "$prefix" -name tern.pc | head -n1)")
 for f in "$prefix/include/tern/tern.h" "$lib/libtern.a" "$lib/libtern.so" "$pcdir/tern.pc" \
+         "$lib/libtern-checked.a" "$lib/libtern-checked.so" "$pcdir/tern-checked.pc" \
          "$lib/cmake/tern/ternConfig.cmake" "$lib/cmake/tern/ternConfigVersion.cmake"; do
     [ -e "$f" ] || { echo "   FAILED: $f was not installed"; status=1; }
 done
-soname=$(readelf -d "$lib/libtern.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-[ "$soname" = libtern.so.0 ] || { echo "   FAILED: SONAME is '$soname'"; status=1; }
+for name in tern tern-checked; do
+    soname=$(readelf -d "$lib/lib$name.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+    [ "$soname" = "lib$name.so.0" ] || { echo "   FAILED: lib$name.so's SONAME is '$soname'"; status=1; }
+done
 
-step "libtern.so exports only tern_* (not tern__*)"
-extra=$(nm -D --defined-only "$lib/libtern.so" | awk '{print $3}' \
-        | grep -v -e '^tern_' -e '^_init$' -e '^_fini$' -e '^_edata$' -e '^_end$' -e '^__bss_start$' || true)
-internal=$(nm -D --defined-only "$lib/libtern.so" | awk '{print $3}' | grep '^tern__' || true)
-if [ -n "$extra$internal" ]; then
-    echo "   FAILED: exported beyond the public API:"; echo "$extra$internal" | sed 's/^/   | /'; status=1
-else
-    echo "   ok: $(nm -D --defined-only "$lib/libtern.so" | grep -c ' tern_') tern_* symbols"
-fi
+for name in tern tern-checked; do
+    step "lib$name.so exports only tern_* (not tern__*)"
+    extra=$(nm -D --defined-only "$lib/lib$name.so" | awk '{print $3}' \
+            | grep -v -e '^tern_' -e '^_init$' -e '^_fini$' -e '^_edata$' -e '^_end$' -e '^__bss_start$' || true)
+    internal=$(nm -D --defined-only "$lib/lib$name.so" | awk '{print $3}' | grep '^tern__' || true)
+    if [ -n "$extra$internal" ]; then
+        echo "   FAILED: exported beyond the public API:"; echo "$extra$internal" | sed 's/^/   | /'; status=1
+    else
+        echo "   ok: $(nm -D --defined-only "$lib/lib$name.so" | grep -c ' tern_') tern_* symbols"
+    fi
+done
 
 export PKG_CONFIG_PATH=$pcdir${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
 cflags=(-std=c11 -Wall -Wextra -Wpedantic -Werror)
@@ -76,6 +86,38 @@ if readelf -d "$tmp/pc-static" | grep -q 'NEEDED.*libtern'; then
 fi
 check "pkg-config --static --libs tern" "$tmp/pc-static"
 
+step "pkg-config, checked (libtern-checked.so)"
+# shellcheck disable=SC2046
+$cc "${cflags[@]}" -o "$tmp/pc-checked" "$src" $(pkg-config --cflags --libs tern-checked)
+readelf -d "$tmp/pc-checked" | grep -q 'NEEDED.*libtern-checked.so.0' \
+    || { echo "   FAILED: pc-checked does not need libtern-checked.so.0"; status=1; }
+check "pkg-config --libs tern-checked" env LD_LIBRARY_PATH="$lib" "$tmp/pc-checked"
+
+step "pkg-config --static, checked (libtern-checked.a)"
+libs=$(pkg-config --static --libs tern-checked)
+libs=${libs/-ltern-checked/-l:libtern-checked.a}
+# shellcheck disable=SC2046,SC2086
+$cc "${cflags[@]}" -o "$tmp/pc-checked-static" "$src" $(pkg-config --cflags tern-checked) $libs
+if readelf -d "$tmp/pc-checked-static" | grep -q 'NEEDED.*libtern'; then
+    echo "   FAILED: pc-checked-static needs a libtern .so"; status=1
+fi
+check "pkg-config --static --libs tern-checked" "$tmp/pc-checked-static"
+
+step "checked: a second tern_timer_stop aborts naming the call"
+# shellcheck disable=SC2046
+$cc "${cflags[@]}" -o "$tmp/misuse" "$root/tests/consumer/misuse.c" \
+    $(pkg-config --cflags --libs tern-checked)
+set +e
+out=$(env LD_LIBRARY_PATH="$lib" "$tmp/misuse" 2>&1)
+rc=$?
+set -e
+if [ $rc -eq 134 ] && printf '%s\n' "$out" | grep -q '^tern: tern_timer_stop: '; then
+    echo "   ok: aborted: $(printf '%s\n' "$out" | head -n1)"
+else
+    echo "   FAILED: misuse exited $rc (not SIGABRT, naming tern_timer_stop):"
+    printf '%s\n' "$out" | sed 's/^/   | /'; status=1
+fi
+
 step "find_package(tern), tern::tern (shared)"
 logged "$tmp/fp-shared.log" cmake -S tests/consumer -B "$tmp/fp-shared" "${gen[@]}" -DCMAKE_PREFIX_PATH="$prefix"
 logged "$tmp/fp-shared.log" cmake --build "$tmp/fp-shared"
@@ -91,6 +133,14 @@ if readelf -d "$tmp/fp-static/consumer" | grep -q 'NEEDED.*libtern'; then
     echo "   FAILED: static find_package consumer needs libtern.so"; status=1
 fi
 check "find_package(tern) static" "$tmp/fp-static/consumer"
+
+step "find_package(tern COMPONENTS checked), tern::tern-checked (shared)"
+logged "$tmp/fp-checked.log" cmake -S tests/consumer -B "$tmp/fp-checked" "${gen[@]}" \
+    -DCMAKE_PREFIX_PATH="$prefix" -DTERN_CONSUMER_CHECKED=ON
+logged "$tmp/fp-checked.log" cmake --build "$tmp/fp-checked"
+readelf -d "$tmp/fp-checked/consumer" | grep -q 'NEEDED.*libtern-checked.so.0' \
+    || { echo "   FAILED: checked find_package consumer does not need libtern-checked.so.0"; status=1; }
+check "find_package(tern) checked" "$tmp/fp-checked/consumer"
 
 step "add_subdirectory($root)"
 logged "$tmp/sub.log" cmake -S tests/consumer -B "$tmp/sub" "${gen[@]}" -DTERN_SOURCE_DIR="$root"
