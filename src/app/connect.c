@@ -71,6 +71,11 @@ static void usage(FILE *f) {
             "      --server-name NAME   wss: SNI and the name checked (default: the host)\n"
             "  -z, --compress           offer permessage-deflate\n"
             "  -t, --timeout MS         connect and handshake within MS (default 10000)\n"
+            "      --dns-server ADDR[:PORT]\n"
+            "                           resolve the host with this DNS server (IPv6:\n"
+            "                           [ADDR]:PORT; comma-separated for several), not\n"
+            "                           the system's (/etc/resolv.conf); /etc/hosts is\n"
+            "                           read first either way\n"
             "  -h, --help               this text\n"
             "\n"
             "exit status:\n"
@@ -219,6 +224,7 @@ int tern_app_connect(int argc, char **argv) {
         {"server-name", required_argument, NULL, 'N'},
         {"compress", no_argument, NULL, 'z'},
         {"timeout", required_argument, NULL, 't'},
+        {"dns-server", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -244,6 +250,7 @@ int tern_app_connect(int argc, char **argv) {
         case 'C': opt.ca_file = optarg; break;
         case 'N': opt.server_name = optarg; break;
         case 'z': opt.ws.compression = true; break;
+        case 'D': opt.dns_servers = optarg; break;
         case 't': {
             char *end;
             long ms = strtol(optarg, &end, 10);

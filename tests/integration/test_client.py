@@ -326,9 +326,64 @@ def test_refused():
     assert "Connection refused" in err, err
 
 
-def test_name_that_does_not_resolve():
-    code, _, err = connect("ws://no-such-host.invalid/")
+class FakeDns:
+    """A DNS server on 127.0.0.1 (UDP) that answers every query with
+    NXDOMAIN: the query's ID and question, QR=1, RCODE=3. Tests send
+    traffic to loopback only, never to the system's DNS server."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.queries = []   # the names asked for
+        self.stopping = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def question(q):
+        """The question section's end offset and its name (dotted)."""
+        i, labels = 12, []
+        while i < len(q) and q[i]:
+            labels.append(q[i + 1:i + 1 + q[i]].decode(errors="replace"))
+            i += 1 + q[i]
+        return i + 1 + 4, ".".join(labels)   # the root label, QTYPE, QCLASS
+
+    def serve(self):
+        while not self.stopping:
+            try:
+                q, peer = self.sock.recvfrom(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if len(q) < 12:
+                continue
+            end, name = self.question(q)
+            self.queries.append(name)
+            flags = 0x8000 | (q[2] & 0x01) << 8 | 0x0080 | 3   # QR, RD copied, RA, NXDOMAIN
+            head = q[:2] + flags.to_bytes(2, "big") + b"\x00\x01" + b"\x00" * 6
+            self.sock.sendto(head + q[12:end], peer)
+
+    def close(self):
+        self.stopping = True
+        self.thread.join()
+        self.sock.close()
+
+
+@pytest.fixture
+def fake_dns():
+    d = FakeDns()
+    yield d
+    d.close()
+
+
+def test_name_that_does_not_resolve(fake_dns):
+    code, _, err = connect("ws://no-such-host.invalid/",
+                           "--dns-server", f"127.0.0.1:{fake_dns.port}")
     assert code == EXIT_CONNECT, err
+    assert any(q.startswith("no-such-host.invalid") for q in fake_dns.queries), fake_dns.queries
 
 
 def test_wrong_accept_key(bad_server):
