@@ -50,10 +50,11 @@ void tern__config_unref(tern__server_config *cfg) {
         free(vh);
     }
     vhost_clear(&cfg->host);
-    void *g = atomic_load(&cfg->pubsub_group);
-    if (g)
-        atomic_load(&cfg->pubsub_hooks)->group_free(g);
-    free(cfg->pubsub_opt);
+    for (int i = 0; i < TERN__SRV_SLOT_COUNT; i++) {
+        void *m = atomic_load(&cfg->slots[i]);
+        if (m)
+            atomic_load(&cfg->modules[i])->config_free(m);
+    }
     free(cfg->peers);
     free(cfg);
 }
@@ -191,8 +192,9 @@ static void server_finish_free(tern_server *srv) {
     /* The closed connections' structs are freed at the batch end; run it
      * now, since the loop may not iterate again. */
     tern__net_flush(srv->loop);
-    if (srv->pubsub)
-        atomic_load(&srv->cfg->pubsub_hooks)->server_free(srv);
+    for (int i = 0; i < TERN__SRV_SLOT_COUNT; i++)
+        if (atomic_load(&srv->slots[i]))
+            atomic_load(&srv->cfg->modules[i])->server_free(srv);
     tern_timer_stop(srv->shutdown_timer);
     tern_timer_stop(srv->free_timer);
     for (int i = 0; i < srv->nhttps; i++)

@@ -68,27 +68,35 @@ struct tern__vhost {
     tern__vhost *next;
 };
 
+/* Module slots: a layer above http (pub/sub) keeps its per-server and
+ * per-configuration state in a slot it owns (srv->slots[which],
+ * cfg->slots[which]), so http's structs name none of its fields, counters
+ * or hooks. The owner registers its functions in cfg->modules[which]
+ * before it fills either slot; the layers below call them through these,
+ * never by name. */
+enum { TERN__SRV_SLOT_PUBSUB, TERN__SRV_SLOT_COUNT };
+
+struct tern_ws;
+
+typedef struct tern__srv_module {
+    void (*ws_closed)(tern_server *srv, struct tern_ws *ws);   /* a WebSocket of srv ends */
+    void (*ws_drained)(tern_server *srv, struct tern_ws *ws);  /* its backlog went out */
+    void (*server_free)(tern_server *srv);     /* srv (whose slot is set) is being freed */
+    void (*config_free)(void *slot);           /* the configuration (its slot) is */
+} tern__srv_module;
+
 /* The configuration: everything a server is told before it serves.
  * Shared, by reference, by every server made with tern_server_clone (one
  * per loop, under tern_run one per thread), and read-only while any of
- * them serves, so loops read it without locks. Invariants: once shared
+ * them serves, so loops read it without locks (but for the modules'
+ * slots, made at first use, atomically, by whichever thread). Invariants: once shared
  * is set, nothing in it changes until the last reference goes (adding
  * routes then fails with -EBUSY); peers[i] is the server of index i (NULL
  * once freed); peers is filled before the servers run on their threads. */
-/* What the pub/sub layer (above) leaves on a server or a configuration:
- * the layers below call it through these, never by name. */
-struct tern_ws;
-
-typedef struct tern__pubsub_hooks {
-    void (*ws_closed)(tern_server *srv, struct tern_ws *ws);   /* a WebSocket of srv ends */
-    void (*ws_drained)(tern_server *srv, struct tern_ws *ws);  /* its backlog went out */
-    void (*server_free)(tern_server *srv);                    /* srv is being freed */
-    void (*group_free)(void *group);                          /* the configuration is */
-} tern__pubsub_hooks;
-
 typedef struct tern__server_config {
-    /* One per server using it, and one per pub/sub delivery posted to a
-     * loop and not yet run or dropped (it finds its server in peers). */
+    /* One per server using it, and one per tern__config_ref a module
+     * holds (a message posted to a loop and not yet run or dropped, which
+     * finds its server in peers). */
     _Atomic int refs;
     bool shared;                     /* a clone exists: frozen */
     tern_server_options opt;         /* defaults applied; server_header not kept */
@@ -104,11 +112,10 @@ typedef struct tern__server_config {
     int npeers;
     bool reuseport;                  /* tern_listen* set SO_REUSEPORT (under tern_run) */
     struct tern__run *run;           /* the tern_run that made the servers, or NULL */
-    /* pub/sub: shared by the loops (its own lock), made at first use;
-     * pubsub_opt is set before serving (tern_pubsub_configure). */
-    _Atomic(void *) pubsub_group;
-    const tern__pubsub_hooks *_Atomic pubsub_hooks;
-    void *pubsub_opt;
+    /* The modules' shared state (made at first use by whichever thread;
+     * each module keeps its own lock) and their functions. */
+    _Atomic(void *) slots[TERN__SRV_SLOT_COUNT];
+    const tern__srv_module *_Atomic modules[TERN__SRV_SLOT_COUNT];
 } tern__server_config;
 
 /* One listener as it was asked for, so that tern_run can open the same
@@ -125,10 +132,6 @@ typedef struct tern__listen_spec {
  * instruction); any thread may read them. */
 typedef struct tern__server_counters {
     _Atomic uint64_t accepted, closed, requests, ws_in, ws_out, bytes_in, bytes_out;
-    /* pub/sub's (tern_pubsub_stats), kept here so that they outlive the
-     * loop's registry and can be read like the others */
-    _Atomic uint64_t ps_messages, ps_delivered, ps_dropped, ps_closed, ps_subscribed,
-        ps_unsubscribed, ps_conflated, ps_queue_max;
 } tern__server_counters;
 
 #define TERN__STAT_ADD(srv, field, n)                                                         \
@@ -160,7 +163,10 @@ struct tern_server {
     int nhttps;
     tern__conn_list conns;
     tern__server_counters stats;
-    void *pubsub;                    /* this loop's pub/sub registry, or NULL (cfg->pubsub_hooks) */
+    /* The modules' state on this loop (cfg->modules), or NULL. Written by
+     * the loop's thread alone (release), read by any (acquire): a module's
+     * counters live there. */
+    _Atomic(void *) slots[TERN__SRV_SLOT_COUNT];
 
     bool shutting_down;
     tern_server_done_fn done;
@@ -273,6 +279,20 @@ struct tern__http_conn {
     tern_http_req *req;        /* allocated at the first request, reused */
 };
 
+/* Tells each module with state on srv that ws ended (closed) or that
+ * its backlog went out (drained). A loop where no module has state pays
+ * a NULL check per slot. */
+static inline void tern__srv_ws_closed(tern_server *srv, struct tern_ws *ws) {
+    for (int i = 0; i < TERN__SRV_SLOT_COUNT; i++)
+        if (atomic_load_explicit(&srv->slots[i], memory_order_relaxed))
+            atomic_load(&srv->cfg->modules[i])->ws_closed(srv, ws);
+}
+static inline void tern__srv_ws_drained(tern_server *srv, struct tern_ws *ws) {
+    for (int i = 0; i < TERN__SRV_SLOT_COUNT; i++)
+        if (atomic_load_explicit(&srv->slots[i], memory_order_relaxed))
+            atomic_load(&srv->cfg->modules[i])->ws_drained(srv, ws);
+}
+
 /* conn.c */
 void tern__http_accept(void *srv, int fd);
 /* The same for a TLS listener; user is its tern__https_listener. */
@@ -286,7 +306,7 @@ void tern__http_conn_closed_by_server(tern_server *srv);
 int tern__server_listen_like(tern_server *clone, const tern_server *srv);
 
 /* A reference to a configuration held by something other than a server
- * (a pub/sub delivery on its way to a loop), so that cfg, and peers[] in
+ * (a module's message on its way to a loop), so that cfg, and peers[] in
  * it, can still be read after the servers are freed. Any thread; the last
  * unref frees the configuration. */
 void tern__config_ref(tern__server_config *cfg);

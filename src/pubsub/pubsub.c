@@ -2,7 +2,8 @@
  * configuration (seq numbers and subscriber counts), and publishes that
  * reach the other loops as posted references to one prepared frame.
  *
- * Per loop (srv->pubsub, touched by that loop's thread only):
+ * Per loop (the server's TERN__SRV_SLOT_PUBSUB slot, touched by that
+ * loop's thread only; its counters are read by any):
  * - topics: name -> the topic's subscriptions (an array, in no order);
  * - conns: ws -> its subscriptions, so that a close (or unsubscribe) finds
  *   them without scanning topics; a ws with no subscription has no entry,
@@ -10,7 +11,7 @@
  * A subscription is one node in both: the topic's array holds it at
  * sub->index.
  *
- * Shared (cfg->pubsub_group, under its mutex): name -> epoch, seq, the
+ * Shared (the group, in the configuration's slot, under its mutex): name -> epoch, seq, the
  * number of subscriptions over all loops, and the topic's history when its
  * options give it one (history.c). An entry lives while that number is not
  * 0 or its history is not empty. A message is numbered, framed, recorded
@@ -156,8 +157,7 @@ typedef struct rule {
     tern_topic_options o;
 } rule;
 
-/* What setup configured (cfg->pubsub_opt; one block, so that the
- * configuration frees it with free()). */
+/* What setup configured (psconf.setup; one block, freed with free()). */
 typedef struct conf {
     tern_pubsub_options opt;
     size_t nrules;
@@ -181,6 +181,15 @@ typedef struct group {
     size_t nhist;              /* entries with a history (TERN_HISTORY_TOPICS at most) */
     const tern__server_config *cfg;   /* its loops: cfg->peers */
 } group;
+
+/* Pub/sub's slot of a configuration (TERN__SRV_SLOT_PUBSUB), made at first
+ * use by whichever thread: setup's options (tern_pubsub_configure, before
+ * serving) and the group, made when pub/sub is first used, which freezes
+ * the options. */
+typedef struct psconf {
+    conf *setup;
+    _Atomic(group *) g;
+} psconf;
 
 static gtopic *gfind(group *g, const char *name, size_t len, uint64_t h) {
     if (g->topics.nb == 0)
@@ -213,12 +222,50 @@ static void ws_closed(tern_server *srv, tern_ws *ws);
 
 static void ws_drained(tern_server *srv, tern_ws *ws);
 
-static const tern__pubsub_hooks hooks = {
+static void psconf_free(void *p) {
+    psconf *pc = p;
+    group *g = atomic_load(&pc->g);
+    if (g)
+        group_free(g);
+    free(pc->setup);
+    free(pc);
+}
+
+static const tern__srv_module module = {
     .ws_closed = ws_closed,
     .ws_drained = ws_drained,
     .server_free = registry_free,
-    .group_free = group_free,
+    .config_free = psconf_free,
 };
+
+/* The configuration's slot, made at first use by whichever thread (the
+ * module is registered before the slot is visible). NULL: no memory. */
+static psconf *psconf_of(tern__server_config *cfg) {
+    psconf *pc = atomic_load(&cfg->slots[TERN__SRV_SLOT_PUBSUB]);
+    if (pc)
+        return pc;
+    if ((pc = calloc(1, sizeof(*pc))) == NULL)
+        return NULL;
+    atomic_store(&cfg->modules[TERN__SRV_SLOT_PUBSUB], &module);
+    void *expected = NULL;
+    if (!atomic_compare_exchange_strong(&cfg->slots[TERN__SRV_SLOT_PUBSUB], &expected, pc)) {
+        free(pc);
+        return expected;
+    }
+    return pc;
+}
+
+/* The configuration's group, or NULL when pub/sub has not been used. */
+static group *group_peek(const tern__server_config *cfg) {
+    psconf *pc = atomic_load(&((tern__server_config *)cfg)->slots[TERN__SRV_SLOT_PUBSUB]);
+    return pc ? atomic_load(&pc->g) : NULL;
+}
+
+/* The loop's registry (its slot of srv), or NULL. */
+static struct registry *reg(const tern_server *srv) {
+    return atomic_load_explicit(&((tern_server *)srv)->slots[TERN__SRV_SLOT_PUBSUB],
+                                memory_order_acquire);
+}
 
 static void apply_defaults(tern_pubsub_options *o) {
     if (o->max_backlog == 0)
@@ -247,7 +294,10 @@ static tern_topic_options topic_settings(const group *g, const char *name, size_
 /* The configuration's group, made at first use by whichever thread. */
 static group *group_of(tern_server *srv) {
     tern__server_config *cfg = srv->cfg;
-    group *g = atomic_load(&cfg->pubsub_group);
+    psconf *pc = psconf_of(cfg);
+    if (pc == NULL)
+        return NULL;
+    group *g = atomic_load(&pc->g);
     if (g)
         return g;
     g = calloc(1, sizeof(*g));
@@ -255,7 +305,7 @@ static group *group_of(tern_server *srv) {
         return NULL;
     pthread_mutex_init(&g->mu, NULL);
     g->cfg = cfg;
-    const conf *c = cfg->pubsub_opt;
+    const conf *c = pc->setup;
     if (c)
         g->opt = c->opt;
     apply_defaults(&g->opt);
@@ -278,9 +328,8 @@ static group *group_of(tern_server *srv) {
                 o->history_ms = g->opt.history_ms;
         }
     }
-    atomic_store(&cfg->pubsub_hooks, &hooks);
-    void *expected = NULL;
-    if (!atomic_compare_exchange_strong(&cfg->pubsub_group, &expected, g)) {
+    group *expected = NULL;
+    if (!atomic_compare_exchange_strong(&pc->g, &expected, g)) {
         group_free(g);
         return expected;
     }
@@ -296,11 +345,12 @@ static bool policy_ok(int policy, uint16_t close_code, uint32_t history) {
 
 /* Setup's conf block, made at the first call. */
 static int setup_conf(tern_server *srv, conf **out) {
-    if (srv->cfg->shared || atomic_load(&srv->cfg->pubsub_group))
+    if (srv->cfg->shared || group_peek(srv->cfg))
         return -EBUSY;
-    if (srv->cfg->pubsub_opt == NULL && (srv->cfg->pubsub_opt = calloc(1, sizeof(conf))) == NULL)
+    psconf *pc = psconf_of(srv->cfg);
+    if (pc == NULL || (pc->setup == NULL && (pc->setup = calloc(1, sizeof(conf))) == NULL))
         return -ENOMEM;
-    *out = srv->cfg->pubsub_opt;
+    *out = pc->setup;
     return 0;
 }
 
@@ -334,7 +384,7 @@ int tern_pubsub_topic_rule(tern_server *srv, const char *prefix, const tern_topi
         conf *n = realloc(c, sizeof(*c) + (c->nrules + 1) * sizeof(rule));
         if (n == NULL)
             return -ENOMEM;
-        srv->cfg->pubsub_opt = c = n;
+        ((psconf *)atomic_load(&srv->cfg->slots[TERN__SRV_SLOT_PUBSUB]))->setup = c = n;
         c->nrules++;
     }
     rule *r = &c->rules[i];
@@ -342,22 +392,6 @@ int tern_pubsub_topic_rule(tern_server *srv, const char *prefix, const tern_topi
     r->len = len;
     memcpy(r->prefix, prefix, len);
     r->o = *opt;
-    return 0;
-}
-
-int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out) {
-    if (srv == NULL || out == NULL || srv->loop == NULL)
-        return -EINVAL;
-#define LOAD(f) atomic_load_explicit(&srv->stats.f, memory_order_relaxed)
-    out->messages = LOAD(ps_messages);
-    out->delivered = LOAD(ps_delivered);
-    out->dropped = LOAD(ps_dropped);
-    out->closed = LOAD(ps_closed);
-    out->conflated = LOAD(ps_conflated);
-    out->queue_max = LOAD(ps_queue_max);
-    uint64_t in = LOAD(ps_subscribed), gone = LOAD(ps_unsubscribed);
-    out->subscriptions = in > gone ? in - gone : 0;
-#undef LOAD
     return 0;
 }
 
@@ -618,17 +652,53 @@ typedef struct conn_subs {
 typedef struct registry {
     table topics, conns;
     group *g;
+    /* tern_pubsub_stats: written by the loop alone, with relaxed loads and
+     * stores (PS_ADD), read by any thread. */
+    struct {
+        _Atomic uint64_t messages, delivered, dropped, closed, subscribed, unsubscribed,
+            conflated, queue_max;
+    } stats;
     tern_server *srv;    /* the loop's server (its counters) */
     sub *paced_head, *paced_tail;
     uint64_t tokens, tokens_ms;
     tern_timer *pace_timer;
 } registry;
 
+/* One of r's counters += n: a plain load and store, the loop being the
+ * only writer (as TERN__STAT_ADD for the server's). */
+#define PS_ADD(r, field, n)                                                                   \
+    atomic_store_explicit(&(r)->stats.field,                                                 \
+                          atomic_load_explicit(&(r)->stats.field, memory_order_relaxed) +    \
+                              (uint64_t)(n),                                                 \
+                          memory_order_relaxed)
+
+int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out) {
+    if (srv == NULL || out == NULL || srv->loop == NULL)
+        return -EINVAL;
+    /* No registry yet: nothing counted on this loop. The registry lives
+     * as long as the server, so the counters outlive nothing they count. */
+    const registry *r = reg(srv);
+    *out = (tern_pubsub_counters){0};
+    if (r == NULL)
+        return 0;
+#define LOAD(f) atomic_load_explicit(&r->stats.f, memory_order_relaxed)
+    out->messages = LOAD(messages);
+    out->delivered = LOAD(delivered);
+    out->dropped = LOAD(dropped);
+    out->closed = LOAD(closed);
+    out->conflated = LOAD(conflated);
+    out->queue_max = LOAD(queue_max);
+    uint64_t in = LOAD(subscribed), gone = LOAD(unsubscribed);
+    out->subscriptions = in > gone ? in - gone : 0;
+#undef LOAD
+    return 0;
+}
+
 /* srv is NULL for a client's connection (tern_ws_server): it has none. */
 static registry *registry_of(tern_server *srv, bool make) {
     if (srv == NULL)
         return NULL;
-    registry *r = srv->pubsub;
+    registry *r = reg(srv);
     if (r || !make)
         return r;
     group *g = group_of(srv);
@@ -636,7 +706,7 @@ static registry *registry_of(tern_server *srv, bool make) {
         return NULL;
     r->g = g;
     r->srv = srv;
-    srv->pubsub = r;
+    atomic_store_explicit(&srv->slots[TERN__SRV_SLOT_PUBSUB], r, memory_order_release);
     return r;
 }
 
@@ -808,7 +878,7 @@ static void sub_remove(registry *r, sub *s) {
         last->index = s->index;
     }
     gcount(r->g, t->name, t->len, t->n.hash, -1, s->compressed, NULL);
-    TERN__STAT_ADD(r->srv, ps_unsubscribed, 1);
+    PS_ADD(r, unsubscribed, 1);
     free(s);
     topic_maybe_free(r, t);
 }
@@ -820,7 +890,7 @@ static void conn_subs_free(registry *r, conn_subs *c) {
 }
 
 static void ws_closed(tern_server *srv, tern_ws *ws) {
-    registry *r = srv->pubsub;
+    registry *r = reg(srv);
     conn_subs *c = cfind(r, ws);
     if (c == NULL)
         return;
@@ -830,7 +900,7 @@ static void ws_closed(tern_server *srv, tern_ws *ws) {
 }
 
 static void registry_free(tern_server *srv) {
-    registry *r = srv->pubsub;
+    registry *r = reg(srv);
     for (size_t i = 0; i < r->conns.nb; i++)
         for (node *n = r->conns.b[i], *next; n; n = next) {
             next = n->next;
@@ -846,7 +916,7 @@ static void registry_free(tern_server *srv) {
     free(r->topics.b);
     free(r->conns.b);
     free(r);
-    srv->pubsub = NULL;
+    atomic_store(&srv->slots[TERN__SRV_SLOT_PUBSUB], NULL);
 }
 
 static int check_topic(const char *topic, size_t *len) {
@@ -938,7 +1008,7 @@ static void pace_tick(tern_timer *tm, void *user) {
                 paced_remove(r, s);   /* may stop this timer: fine from its callback */
         }
     }
-    TERN__STAT_ADD(r->srv, ps_delivered, delivered);
+    PS_ADD(r, delivered, delivered);
 }
 
 /* A message from the history for s: sent as a live one would be, but
@@ -1032,7 +1102,7 @@ int tern_ws_subscribe_from(tern_ws *ws, const char *name, uint64_t epoch, uint64
     s->skip_upto = rq.out.seq;   /* the topic's seq, or a client's ahead of it */
     t->subs[t->nsubs++] = s;
     c->subs[c->nsubs++] = s;
-    TERN__STAT_ADD(srv, ps_subscribed, 1);
+    PS_ADD(r, subscribed, 1);
     if (new_c)
         table_add(&r->conns, &c->n);
     if (new_t)
@@ -1055,7 +1125,7 @@ int tern_ws_subscribe_from(tern_ws *ws, const char *name, uint64_t epoch, uint64
         tern_ws_prepared_free(m);
     }
     free(rq.msgs);
-    TERN__STAT_ADD(srv, ps_delivered, delivered);
+    PS_ADD(r, delivered, delivered);
     if (out)
         *out = rq.out;
     return 0;
@@ -1127,7 +1197,7 @@ static topic_t *local_topic(tern_server *srv, const char *name) {
     size_t len;
     if (srv == NULL || srv->loop == NULL || check_topic(name, &len) < 0)
         return NULL;
-    return tfind(srv->pubsub, name, len, hash_name(name, len));
+    return tfind(reg(srv), name, len, hash_name(name, len));
 }
 
 size_t tern_topic_subscribers(tern_server *srv, const char *name) {
@@ -1144,7 +1214,7 @@ size_t tern_topic_subscribers_all(tern_server *srv, const char *name) {
     size_t len;
     if (srv == NULL || check_topic(name, &len) < 0)
         return 0;
-    group *g = atomic_load(&srv->cfg->pubsub_group);
+    group *g = group_peek(srv->cfg);
     if (g == NULL)
         return 0;
     pthread_mutex_lock(&g->mu);
@@ -1243,19 +1313,20 @@ static void queue_flush(sub *s, uint64_t *delivered, uint64_t *dropped) {
 }
 
 static void ws_drained(tern_server *srv, tern_ws *ws) {
-    conn_subs *c = cfind(srv->pubsub, ws);
+    registry *r = reg(srv);
+    conn_subs *c = cfind(r, ws);
     uint64_t delivered = 0, dropped = 0;
     for (uint32_t i = 0; c && i < c->nsubs; i++)
         if (c->subs[i]->head && !c->subs[i]->paced)   /* a paced one waits for its timer */
             queue_flush(c->subs[i], &delivered, &dropped);
-    TERN__STAT_ADD(srv, ps_delivered, delivered);
-    TERN__STAT_ADD(srv, ps_dropped, dropped);
+    PS_ADD(r, delivered, delivered);
+    PS_ADD(r, dropped, dropped);
 }
 
 /* Sends msg to the subscribers of the topic on srv's loop. */
 static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq,
                     tern_ws_prepared *msg, const tern_ws *except, const char *key, size_t klen) {
-    registry *r = srv->pubsub;
+    registry *r = reg(srv);
     topic_t *t = tfind(r, name, len, hash_name(name, len));
     if (t == NULL)
         return;
@@ -1321,13 +1392,13 @@ static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq
     }
     t->dropped += dropped;
     t->conflated += conflated;
-    TERN__STAT_ADD(srv, ps_conflated, conflated);
-    TERN__STAT_ADD(srv, ps_messages, 1);
-    TERN__STAT_ADD(srv, ps_delivered, delivered);
-    TERN__STAT_ADD(srv, ps_dropped, dropped);
-    TERN__STAT_ADD(srv, ps_closed, closed);
-    if (qmax > atomic_load_explicit(&srv->stats.ps_queue_max, memory_order_relaxed))
-        atomic_store_explicit(&srv->stats.ps_queue_max, qmax, memory_order_relaxed);
+    PS_ADD(r, conflated, conflated);
+    PS_ADD(r, messages, 1);
+    PS_ADD(r, delivered, delivered);
+    PS_ADD(r, dropped, dropped);
+    PS_ADD(r, closed, closed);
+    if (qmax > atomic_load_explicit(&r->stats.queue_max, memory_order_relaxed))
+        atomic_store_explicit(&r->stats.queue_max, qmax, memory_order_relaxed);
     t->busy--;
     topic_maybe_free(r, t);
 }
@@ -1347,7 +1418,7 @@ static void deliver_post(tern_loop *loop, void *user) {
     (void)loop;
     delivery *d = user;
     tern_server *srv = d->idx < d->cfg->npeers ? d->cfg->peers[d->idx] : NULL;
-    if (srv && srv->pubsub)
+    if (srv && reg(srv))
         deliver(srv, d->p->name, d->p->len, d->p->seq, d->p->msg, (const tern_ws *)d->except,
                 d->p->key, d->p->klen);
     delivery_free(d);
@@ -1543,7 +1614,7 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
     }
     pthread_mutex_unlock(&g->mu);
     int64_t seq = (int64_t)p->seq;
-    if (now && srv->pubsub)
+    if (now && reg(srv))
         deliver(srv, name, tlen, p->seq, p->msg, except, p->key, klen);
     pub_unref(p);
     return seq;
@@ -1838,7 +1909,7 @@ int tern_pubsub_redis(tern_server *srv, const char *url) {
 int tern_pubsub_redis_stats(const tern_server *srv, tern_redis_counters *out) {
     if (srv == NULL || out == NULL)
         return -EINVAL;
-    group *g = atomic_load(&srv->cfg->pubsub_group);
+    group *g = group_peek(srv->cfg);
     tern__redis *b = g ? atomic_load(&g->redis) : NULL;
     if (b == NULL)
         return -ENOENT;

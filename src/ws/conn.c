@@ -129,8 +129,8 @@ static int write_frame(tern_ws *ws, uint8_t opcode, bool fin, bool rsv1, const v
  * when the connection is freed. */
 static void pubsub_forget(tern_ws *ws) {
     tern_server *srv = srv_of(ws);
-    if (srv && srv->pubsub)
-        atomic_load(&srv->cfg->pubsub_hooks)->ws_closed(srv, ws);
+    if (srv)
+        tern__srv_ws_closed(srv, ws);
 }
 
 static void notify_close(tern_ws *ws, int code, const char *reason, size_t reason_len) {
@@ -987,8 +987,8 @@ static void on_drain(tern__conn *c) {
             tern__conn_resume(c);
     }
     tern_server *srv = srv_of(ws);
-    if (ws->state == TERN__WS_OPEN && srv && srv->pubsub)   /* pub/sub's conflated updates first */
-        atomic_load(&srv->cfg->pubsub_hooks)->ws_drained(srv, ws);
+    if (ws->state == TERN__WS_OPEN && srv)   /* pub/sub's conflated updates first */
+        tern__srv_ws_drained(srv, ws);
     if (ws->state == TERN__WS_OPEN && ws->ep->h.on_drain)
         ws->ep->h.on_drain(ws, ws->ep->user);
 }
