@@ -53,6 +53,12 @@
  * epoch differs or the history no longer reaches back, it is told so and
  * gets the latest message of each key instead.
  *
+ * Authorization: a route's on_subscribe and on_publish hooks
+ * (tern_ws_handlers) decide when one of its connections subscribes
+ * (tern_ws_subscribe*) or publishes through tern_ws_publish; never per
+ * delivered message. tern_publish* (the server publishing itself) asks
+ * no hook.
+ *
  * Across nodes (tern_pubsub_redis), a topic with a history is numbered by
  * Redis, so every node gives its messages the same (epoch, seq) and a
  * subscriber may resume on any node: a publish to it goes to Redis first
@@ -225,7 +231,8 @@ int tern_pubsub_redis_stats(const tern_server *srv, tern_redis_counters *out);
 /* Subscribes ws to topic (1..TERN_TOPIC_MAX bytes, NUL-terminated). On
  * ws's loop only. Returns 0, -EALREADY when it already is, -EINVAL (NULL,
  * empty, or a client's connection: topics are a server's), -ENAMETOOLONG, -ENOSPC (max_subscriptions reached), -EPIPE (ws
- * is closing), -ENOMEM. */
+ * is closing), -ENOMEM, or the route's on_subscribe refusal (-EACCES,
+ * say: then nothing is subscribed). */
 int tern_ws_subscribe(tern_ws *ws, const char *topic);
 
 /* Where a subscription starts, from tern_ws_subscribe_from. */
@@ -291,6 +298,14 @@ int64_t tern_publish_ex(tern_server *srv, const char *topic, const void *data, s
  * Returns as tern_publish_ex, and -EINVAL for a key too long or empty. */
 int64_t tern_publish_key(tern_server *srv, const char *topic, const char *key, const void *data,
                          size_t len, int opcode, size_t seq_at);
+/* A publish made on behalf of ws (a client asked for it): its route's
+ * on_publish is asked first (once, never per delivered message); allowed,
+ * it is tern_publish_key on tern_ws_server(ws) (ws gets the message too
+ * when it is subscribed). On ws's loop only. Returns as tern_publish_key;
+ * -EINVAL too for a NULL ws or a client's connection; or the hook's
+ * refusal (-EACCES, say: then nothing is published or numbered). */
+int64_t tern_ws_publish(tern_ws *ws, const char *topic, const char *key, const void *data,
+                        size_t len, int opcode, size_t seq_at);
 /* Updates of topic replaced in ws's queue by newer ones with their key. */
 uint64_t tern_ws_topic_conflated(const tern_ws *ws, const char *topic);
 

@@ -127,6 +127,16 @@ typedef struct tern_ws_handlers {
      * failure; neither on_open nor on_close follows for that request.
      * Optional; unused by a client. */
     void (*on_upgrade_failed)(void *conn_user, int status, void *user);
+    /* Authorization (tern/pubsub.h): asked once when a connection of this
+     * route subscribes (tern_ws_subscribe, tern_ws_subscribe_from) or
+     * publishes on its own behalf (tern_ws_publish) to topic[0..len)
+     * (NUL-terminated too), never per delivered message, so fan-out pays
+     * nothing for them. Return 0 to allow, or a negative errno (-EACCES,
+     * typically) to refuse: the call then returns it and does nothing
+     * (a positive value refuses with -EACCES). On ws's loop, inside the
+     * call that asked. NULL: allowed. Unused by a client. */
+    int (*on_subscribe)(tern_ws *ws, const char *topic, size_t len, void *user);
+    int (*on_publish)(tern_ws *ws, const char *topic, size_t len, void *user);
 } tern_ws_handlers;
 
 /* Zero means the default for every field. */

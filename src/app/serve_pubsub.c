@@ -40,6 +40,7 @@
  *     "unknown op", "missing topic", "bad topic" (empty, or \u0000 or a lone
  *     surrogate in it), "topic too long" (over 256 bytes), "missing data",
  *     "too many subscriptions" (1024 per connection), "not subscribed",
+ *     "forbidden" (the route's on_subscribe or on_publish refused),
  *     "bad key" (empty, or as a bad topic), "key too long" (over 128 bytes),
  *     "bad resume" (epoch without after or the other way round, an epoch
  *     not 1 to 16 hex digits or 0, an after not a decimal number).
@@ -287,9 +288,11 @@ static bool utf8_valid(const unsigned char *s, size_t n) {
 /* ---- /pubsub ------------------------------------------------------------ */
 
 /* Publishes {"topic":T,"seq":N,"data":D}, D a JSON string token (quotes
- * included), N filled in by the pub/sub layer. */
-static int64_t publish_json(tern_server *srv, const char *topic, size_t tlen, const char *key,
-                            const char *d, size_t dlen) {
+ * included), N filled in by the pub/sub layer. On behalf of ws when it is
+ * not NULL (a client's publish: its route's on_publish decides), else as
+ * the server (srv). */
+static int64_t publish_json(tern_server *srv, tern_ws *ws, const char *topic, size_t tlen,
+                            const char *key, const char *d, size_t dlen) {
     size_t cap = 16 + 6 * tlen + 2 + 16 + dlen + 2;
     char *m = malloc(cap);
     if (m == NULL)
@@ -305,7 +308,8 @@ static int64_t publish_json(tern_server *srv, const char *topic, size_t tlen, co
     memcpy(m + o, d, dlen);
     o += dlen;
     m[o++] = '}';
-    int64_t seq = tern_publish_key(srv, topic, key, m, o, TERN_WS_TEXT, seq_at);
+    int64_t seq = ws ? tern_ws_publish(ws, topic, key, m, o, TERN_WS_TEXT, seq_at)
+                     : tern_publish_key(srv, topic, key, m, o, TERN_WS_TEXT, seq_at);
     free(m);
     return seq;
 }
@@ -412,7 +416,11 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
         else if (err == -EALREADY)
             reply_ok(ws, "subscribe", topic, (size_t)tl, -1);
         else
-            reply_error(ws, err == -ENOSPC ? "too many subscriptions" : "out of memory", op);
+            reply_error(ws,
+                        err == -ENOSPC                    ? "too many subscriptions"
+                        : err == -EACCES || err == -EPERM ? "forbidden"
+                                                          : "out of memory",
+                        op);
         break;
     }
     case UNSUB:
@@ -432,10 +440,10 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
             reply_error(ws, kl == -2 ? "key too long" : "bad key", op);
             return;
         }
-        int64_t seq = publish_json(tern_ws_server(ws), topic, (size_t)tl, ktok.p ? key : NULL,
-                                   dtok.p, dtok.n);
+        int64_t seq = publish_json(tern_ws_server(ws), ws, topic, (size_t)tl,
+                                   ktok.p ? key : NULL, dtok.p, dtok.n);
         if (seq < 0)
-            reply_error(ws, "out of memory", op);
+            reply_error(ws, seq == -EACCES || seq == -EPERM ? "forbidden" : "out of memory", op);
         else
             reply_ok(ws, "publish", topic, (size_t)tl, seq);
         break;
@@ -467,7 +475,7 @@ static void on_publish(tern_http_req *req, void *user) {
     }
     size_t dl = put_json_string(d, 0, body ? body : "", len);
     tern_server *srv = tern_http_req_server(req);
-    int64_t seq = publish_json(srv, topic, tl, NULL, d, dl);
+    int64_t seq = publish_json(srv, NULL, topic, tl, NULL, d, dl);
     free(d);
     if (seq < 0) {
         tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
@@ -571,7 +579,7 @@ static void fanout_sub_close(tern_ws *ws, int code, const char *reason, size_t l
 static void fanout_pub_message(tern_ws *ws, const char *data, size_t len, int opcode,
                                void *user) {
     (void)user;
-    tern_publish(tern_ws_server(ws), "fanout", data, len, opcode);
+    tern_ws_publish(ws, "fanout", NULL, data, len, opcode, SIZE_MAX);   /* a client's: its hook */
 }
 
 static void fanout_pub_keyed(tern_ws *ws, const char *data, size_t len, int opcode,
@@ -585,7 +593,7 @@ static void fanout_pub_keyed(tern_ws *ws, const char *data, size_t len, int opco
     }
     memcpy(key, data + 1, kl);
     key[kl] = '\0';
-    tern_publish_key(tern_ws_server(ws), "fanout", key, data, len, opcode, SIZE_MAX);
+    tern_ws_publish(ws, "fanout", key, data, len, opcode, SIZE_MAX);
 }
 
 int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,

@@ -1030,6 +1030,19 @@ int tern_ws_subscribe(tern_ws *ws, const char *name) {
     return tern_ws_subscribe_from(ws, name, 0, 0, NULL);
 }
 
+/* The route's verdict (its on_subscribe or on_publish) on ws's subscribe
+ * or publish to name[0..len): 0 to go on, or a negative errno. Asked once
+ * per call, never per delivered message. */
+static int authorize(tern_ws *ws, bool publishing, const char *name, size_t len) {
+    const tern_ws_handlers *h = &ws->ep->h;
+    int (*fn)(tern_ws *, const char *, size_t, void *) = publishing ? h->on_publish
+                                                                    : h->on_subscribe;
+    if (fn == NULL)
+        return 0;
+    int rc = fn(ws, name, len, ws->ep->user);
+    return rc == 0 ? 0 : rc < 0 ? rc : -EACCES;
+}
+
 int tern_ws_subscribe_from(tern_ws *ws, const char *name, uint64_t epoch, uint64_t after,
                            tern_resume *out) {
     size_t len;
@@ -1043,6 +1056,10 @@ int tern_ws_subscribe_from(tern_ws *ws, const char *name, uint64_t epoch, uint64
     tern_server *srv = tern_ws_server(ws);
     if (srv == NULL)
         return -EINVAL;   /* a client's connection */
+    if ((err = authorize(ws, false, name, len)) < 0)
+        return err;
+    if (!ws_open(ws))
+        return -EPIPE;   /* the hook closed it */
     registry *r = registry_of(srv, true);
     if (r == NULL)
         return -ENOMEM;
@@ -1627,6 +1644,24 @@ int64_t tern_publish_ex(tern_server *srv, const char *topic, const void *data, s
 
 int64_t tern_publish_key(tern_server *srv, const char *topic, const char *key, const void *data,
                          size_t len, int opcode, size_t seq_at) {
+    return publish(srv, topic, key, data, len, opcode, NULL, seq_at, true, NULL);
+}
+
+int64_t tern_ws_publish(tern_ws *ws, const char *topic, const char *key, const void *data,
+                        size_t len, int opcode, size_t seq_at) {
+    size_t tlen;
+    int err;
+    if (ws == NULL)
+        return -EINVAL;
+    tern_server *srv = tern_ws_server(ws);
+    if (srv == NULL)
+        return -EINVAL;   /* a client's connection */
+    /* A bad topic is refused as tern_publish_key would, before the hook
+     * sees it. */
+    if ((err = check_topic(topic, &tlen)) < 0)
+        return err;
+    if ((err = authorize(ws, true, topic, tlen)) < 0)
+        return err;
     return publish(srv, topic, key, data, len, opcode, NULL, seq_at, true, NULL);
 }
 

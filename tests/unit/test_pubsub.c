@@ -10,7 +10,8 @@
  * and is closed with 1008 under the close policy, bad arguments are
  * refused, and a publish from on_close during tern_server_free outside
  * the loop neither reads the freed server when the loop runs again nor
- * leaks when the loop is freed instead. */
+ * leaks when the loop is freed instead. A route's on_subscribe and
+ * on_publish refuse what they should, once per call, never per delivery. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -412,6 +413,133 @@ static void topic_rules_are_checked_and_bounded(void **state) {
     tern_loop_free(loop);
 }
 
+/* ---- authorization hooks --------------------------------------------------- */
+
+/* A route whose on_subscribe refuses "secret*" and whose on_publish refuses
+ * anything but "chat". The hooks count their calls: once per subscribe or
+ * client publish, never per delivered message. */
+typedef struct guard {
+    tern_loop *loop;
+    tern_server *srv;
+    tern_timer *tick;
+    tern_ws *ws[2];
+    int opened, ticks, step;
+    int sub_calls, pub_calls;
+    int64_t seqs[4];
+} guard;
+
+static int guard_on_subscribe(tern_ws *ws, const char *topic, size_t len, void *user) {
+    guard *g = user;
+    (void)ws;
+    assert_int_equal(len, strlen(topic));   /* NUL-terminated too */
+    g->sub_calls++;
+    return len >= 6 && memcmp(topic, "secret", 6) == 0 ? -EACCES : 0;
+}
+
+static int guard_on_publish(tern_ws *ws, const char *topic, size_t len, void *user) {
+    guard *g = user;
+    (void)ws;
+    assert_int_equal(len, strlen(topic));
+    g->pub_calls++;
+    return len == 4 && memcmp(topic, "chat", 4) == 0 ? 0 : -EACCES;
+}
+
+static void guard_open(tern_ws *ws, void *user) {
+    guard *g = user;
+    assert_true(g->opened < 2);
+    g->ws[g->opened++] = ws;
+    assert_int_equal(tern_ws_subscribe(ws, "secret.x"), -EACCES);
+    assert_int_equal(tern_ws_subscribe_from(ws, "secret.y", 0, 0, NULL), -EACCES);
+    assert_false(tern_ws_subscribed(ws, "secret.x"));
+    assert_false(tern_ws_subscribed(ws, "secret.y"));
+    assert_int_equal(tern_ws_subscribe(ws, "chat"), 0);
+    assert_int_equal(tern_ws_subscribe(ws, "other"), 0);
+}
+
+static void guard_close(tern_ws *ws, int code, const char *reason, size_t reason_len, void *user) {
+    guard *g = user;
+    (void)code, (void)reason, (void)reason_len;
+    for (int i = 0; i < 2; i++)
+        if (g->ws[i] == ws)
+            g->ws[i] = NULL;
+}
+
+static void guard_tick(tern_timer *t, void *user) {
+    guard *g = user;
+    (void)t;
+    if (++g->ticks > 2000 || (g->opened == 2 && g->step++ > 0)) {
+        tern_loop_stop(g->loop);
+        return;
+    }
+    if (g->opened < 2)
+        return;
+    tern_ws *ws = g->ws[0];
+    /* Refused before the hook: a bad topic, no connection. */
+    assert_int_equal(tern_ws_publish(ws, "", NULL, "x", 1, TERN_WS_TEXT, SIZE_MAX), -EINVAL);
+    assert_int_equal(tern_ws_publish(NULL, "chat", NULL, "x", 1, TERN_WS_TEXT, SIZE_MAX), -EINVAL);
+    /* Refused by the hook: nothing delivered, nothing numbered. */
+    g->seqs[0] = tern_ws_publish(ws, "other", NULL, "nope", 4, TERN_WS_TEXT, SIZE_MAX);
+    g->seqs[1] = tern_ws_publish(ws, "chat", NULL, "hello", 5, TERN_WS_TEXT, SIZE_MAX);
+    /* The server's own publishes ask no hook; nobody got "secret.x". */
+    g->seqs[2] = tern_publish(g->srv, "other", "server", 6, TERN_WS_TEXT);
+    g->seqs[3] = tern_publish(g->srv, "secret.x", "leak", 4, TERN_WS_TEXT);
+    char buf[8];
+    for (int i = 0; i < 10; i++) {
+        snprintf(buf, sizeof(buf), "c%d", i);
+        tern_publish(g->srv, "chat", buf, strlen(buf), TERN_WS_TEXT);
+    }
+}
+
+static const tern_ws_handlers guard_handlers = {
+    .on_open = guard_open,
+    .on_close = guard_close,
+    .on_subscribe = guard_on_subscribe,
+    .on_publish = guard_on_publish,
+};
+
+static void hooks_refuse_subscribes_and_publishes_once_per_call(void **state) {
+    (void)state;
+    guard g;
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(tern_loop_new(&g.loop, NULL), 0);
+    assert_int_equal(tern_server_new(&g.srv, g.loop, NULL), 0);
+    assert_int_equal(tern_ws_route(g.srv, "/ws", &guard_handlers, NULL, &g), 0);
+    assert_int_equal(tern_listen(g.srv, "127.0.0.1", 0, NULL), 0);
+    int port = tern_server_port(g.srv);
+    int fds[2];
+    for (int i = 0; i < 2; i++)
+        fds[i] = client_open(port, 0);
+    assert_int_equal(tern_timer_start(g.loop, &g.tick, 5, 5, guard_tick, &g), 0);
+    assert_int_equal(tern_loop_run(g.loop), 0);
+    assert_int_equal(g.opened, 2);
+    assert_int_equal(g.seqs[0], -EACCES);
+    assert_int_equal(g.seqs[1], 1);
+    assert_int_equal(g.seqs[2], 1);
+    assert_int_equal(g.seqs[3], 0);
+    assert_int_equal(tern_topic_subscribers(g.srv, "secret.x"), 0);
+    assert_int_equal(tern_topic_subscribers(g.srv, "chat"), 2);
+
+    const char *expect = "hello\nserver\nc0\nc1\nc2\nc3\nc4\nc5\nc6\nc7\nc8\nc9\n";
+    for (int i = 0; i < 2; i++) {
+        char *got = client_messages(fds[i]);
+        assert_string_equal(got, expect);
+        free(got);
+    }
+    tern_pubsub_counters c;
+    assert_int_equal(tern_pubsub_stats(g.srv, &c), 0);
+    assert_int_equal(c.delivered, 24);
+    /* 4 subscribes per connection, 2 client publishes (the bad-topic and
+     * NULL ones never reach the hook): not one call per delivered copy. */
+    assert_int_equal(g.sub_calls, 8);
+    assert_int_equal(g.pub_calls, 2);
+
+    tern_timer_stop(g.tick);
+    tern_server_free(g.srv);
+    tern_loop_free(g.loop);
+    for (int i = 0; i < 2; i++)
+        close(fds[i]);
+}
+
 /* ---- teardown: a publish from on_close while the server is freed ---------- */
 
 /* Issue #25: outside tern_loop_run, a publish is posted to the loop, and
@@ -502,6 +630,7 @@ int main(void) {
         cmocka_unit_test(close_policy_closes_with_1008_after_the_publish),
         cmocka_unit_test(bad_arguments_are_refused),
         cmocka_unit_test(topic_rules_are_checked_and_bounded),
+        cmocka_unit_test(hooks_refuse_subscribes_and_publishes_once_per_call),
         cmocka_unit_test(publish_in_on_close_during_server_free_then_loop_runs),
         cmocka_unit_test(publish_in_on_close_during_server_free_then_loop_freed),
     };
