@@ -105,10 +105,19 @@ def test_ws_echo_with_two_threads(tern_factory):
 def test_broadcast_reaches_members_on_every_thread(tern_factory):
     srv = tern_factory("--threads", "2")
     with contextlib.ExitStack() as stack:
-        members = [stack.enter_context(connect(f"ws://127.0.0.1:{srv.port}/ws/broadcast",
-                                               open_timeout=5 * SLOW)) for _ in range(12)]
-        st = stats(srv)
-        assert all(t["accepted"] > 0 for t in st["each"]), st
+        # The kernel spreads connections by a hash: 12 of them all landed on
+        # one thread once. Open more until both threads hold members (the
+        # connections open on each, less /stats' own on the one answering).
+        def members_on_every_thread():
+            st = stats(srv)
+            return all(t["connections"] - (i == st["thread"]) > 0
+                       for i, t in enumerate(st["each"])), st
+        members = []
+        while len(members) < 12 or (len(members) < 64 and not members_on_every_thread()[0]):
+            members.append(stack.enter_context(connect(f"ws://127.0.0.1:{srv.port}/ws/broadcast",
+                                                       open_timeout=5 * SLOW)))
+        ok, st = members_on_every_thread()
+        assert ok, st
         members[0].send("to all")
         for m in members:
             assert m.recv(timeout=5 * SLOW) == "to all"
