@@ -63,7 +63,22 @@ typedef struct tern_server_options {
     const char *server_header;     /* "Server:" value: "tern"; "" sends none */
     tern_http_error_page_fn error_page;   /* the server's own answers' bodies: the reason phrase */
     void *error_page_user;
+    /* Connection limits, counted over every server sharing the
+     * configuration (tern_server_clone; under tern_run the whole process).
+     * A connection over one is answered "503 Service Unavailable" with
+     * Retry-After: 1 and Connection: close as soon as it is accepted,
+     * before any byte of it is read (over TLS it is only closed), and
+     * counted in tern_stats. TERN_UNLIMITED for no limit. */
+    uint32_t max_connections;         /* open at once: 10000 */
+    /* Open at once from one IPv4 address or one IPv6 /64 (an IPv4-mapped
+     * address is its IPv4 one); Unix-socket connections are not counted:
+     * 50. At most 65535 addresses are told apart at once: a connection from
+     * an address beyond those is not counted against this limit. */
+    uint32_t max_connections_per_ip;
 } tern_server_options;
+
+/* A limit of tern_server_options that is not applied at all. */
+#define TERN_UNLIMITED UINT32_MAX
 
 /* Returns 0, or -EINVAL (out or loop NULL, max_headers over 256, a
  * server_header over 60 bytes or with control characters), -ENOMEM. */
@@ -120,6 +135,8 @@ typedef struct tern_stats {
     uint64_t bytes_in;          /* bytes of requests and frames the server consumed */
     uint64_t bytes_out;         /* response heads and bodies, frames, handed to the connections
                                    (chunk framing not counted) */
+    uint64_t refused_max_connections;   /* accepted, then refused (503): max_connections */
+    uint64_t refused_per_ip;            /* the same for max_connections_per_ip */
 } tern_stats;
 /* Returns 0, or -EINVAL for a NULL argument or a host handle. */
 int tern_server_stats(const tern_server *srv, tern_stats *out);

@@ -645,7 +645,7 @@ static void bcast_message(tern_ws *ws, const char *data, size_t len, int opcode,
 static void on_stats(tern_http_req *req, void *user) {
     tern_server *srv = tern_http_req_server(req);
     int n = tern_server_peer_count(srv);
-    size_t cap = 768 + (size_t)n * 512, len = 0;
+    size_t cap = 1024 + (size_t)n * 768, len = 0;   /* each entry under 700 bytes */
     char *out = malloc(cap);
     if (out == NULL) {
         tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
@@ -661,12 +661,14 @@ static void on_stats(tern_http_req *req, void *user) {
     }
 #define STATS_FMT "{\"connections\":%llu,\"accepted\":%llu,\"requests\":%llu," \
                   "\"ws_messages_in\":%llu,\"ws_messages_out\":%llu,\"bytes_in\":%llu,\"bytes_out\":%llu," \
+                  "\"refused_max_connections\":%llu,\"refused_per_ip\":%llu," \
                   "\"pubsub\":{\"subscriptions\":%llu,\"messages\":%llu,\"delivered\":%llu," \
                   "\"dropped\":%llu,\"closed\":%llu,\"conflated\":%llu,\"queue_max\":%llu}}"
 #define U(x) (unsigned long long)(x)
 #define STATS_ARGS(s, p) U((s).connections), U((s).accepted), U((s).requests), \
                          U((s).ws_messages_in), U((s).ws_messages_out), U((s).bytes_in), \
-                         U((s).bytes_out), U((p).subscriptions), U((p).messages), \
+                         U((s).bytes_out), U((s).refused_max_connections), \
+                         U((s).refused_per_ip), U((p).subscriptions), U((p).messages), \
                          U((p).delivered), U((p).dropped), U((p).closed), U((p).conflated), \
                          U((p).queue_max)
     tern_pubsub_counters psum = {0};
@@ -682,6 +684,8 @@ static void on_stats(tern_http_req *req, void *user) {
         sum.ws_messages_out += st.ws_messages_out;
         sum.bytes_in += st.bytes_in;
         sum.bytes_out += st.bytes_out;
+        sum.refused_max_connections += st.refused_max_connections;
+        sum.refused_per_ip += st.refused_per_ip;
         psum.subscriptions += ps.subscriptions;
         psum.messages += ps.messages;
         psum.delivered += ps.delivered;
@@ -897,6 +901,10 @@ static void usage(FILE *f) {
             "  --idle-timeout MS     keep-alive (default 60000)\n"
             "  --send-timeout MS     close a client that takes no bytes for this long (default 60000)\n"
             "  --max-unsent BYTES    bound on all connections' unsent output (default 268435456)\n"
+            "  --max-connections N   open connections, all threads together; more are answered\n"
+            "                        503 (Retry-After: 1) and closed (default 10000; 0: no limit)\n"
+            "  --max-connections-per-ip N  the same from one IPv4 address or IPv6 /64\n"
+            "                        (default 50; 0: no limit)\n"
             "  --sndbuf BYTES        the kernel's send buffer of each connection (SO_SNDBUF;\n"
             "                        default: autotuned, up to megabytes a client has not read)\n"
             "  --shutdown-timeout MS graceful shutdown limit (default 10000)\n"
@@ -956,7 +964,8 @@ int tern_app_serve(int argc, char **argv) {
            O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
            O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE, O_PS_HISTORY,
            O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO, O_WS_ASYNC, O_WS_DEADLINE, O_TLS_PASS_FILE,
-           O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY };
+           O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY, O_MAX_CONNS,
+           O_MAX_CONNS_IP };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -1003,6 +1012,8 @@ int tern_app_serve(int argc, char **argv) {
         {"tls-ciphersuites", required_argument, NULL, O_TLS_SUITES},
         {"tls-client-ca", required_argument, NULL, O_TLS_CLIENT_CA},
         {"tls-client-verify", required_argument, NULL, O_TLS_CLIENT_VERIFY},
+        {"max-connections", required_argument, NULL, O_MAX_CONNS},
+        {"max-connections-per-ip", required_argument, NULL, O_MAX_CONNS_IP},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -1042,6 +1053,14 @@ int tern_app_serve(int argc, char **argv) {
         case O_IDLE_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.idle_timeout_ms = (uint32_t)v; break;
         case O_SHUT_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.shutdown_timeout_ms = (uint32_t)v; break;
         case O_SEND_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.send_timeout_ms = (uint32_t)v; break;
+        case O_MAX_CONNS:
+            ok = parse_size(optarg, TERN_UNLIMITED - 1, &v);
+            so.max_connections = v ? (uint32_t)v : TERN_UNLIMITED;
+            break;
+        case O_MAX_CONNS_IP:
+            ok = parse_size(optarg, TERN_UNLIMITED - 1, &v);
+            so.max_connections_per_ip = v ? (uint32_t)v : TERN_UNLIMITED;
+            break;
         case O_MAX_UNSENT: ok = parse_size(optarg, 1ull << 40, &v) && v > 0; lo.max_unsent = v; break;
         case O_QUIET: ctx.quiet = true; break;
         case O_IO:

@@ -46,17 +46,34 @@ static bool conn_gone(const tern__http_conn *hc) {
     return (hc->conn.flags & TERN__CONN_CLOSED) || hc->state == TERN__HTTP_CLOSING;
 }
 
-static tern__http_conn *accept_conn(tern_server *srv, int fd) {
+/* tls: over TLS (a refusal is a close: a plain 503 would mean nothing to
+ * the client). */
+static tern__http_conn *accept_conn(tern_server *srv, int fd, bool tls) {
+    uint16_t tag;
+    int refused = tern__http_admit(srv, fd, &tag);
+    if (refused) {
+        /* Before a byte is parsed or a struct allocated: a flood of
+         * connections costs an accept, a send and a close each. */
+        if (refused == 1)
+            TERN__STAT_ADD(srv, refused_max, 1);
+        else
+            TERN__STAT_ADD(srv, refused_ip, 1);
+        tern__http_refuse(fd, tls);
+        return NULL;
+    }
     tern__http_conn *hc = calloc(1, sizeof(*hc));
     if (hc == NULL) {
+        tern__http_release(srv, tag);
         close(fd);
         return NULL;
     }
     if (tern__conn_start(srv->loop, &hc->conn, fd, &http_proto, &srv->conns) < 0) {
+        tern__http_release(srv, tag);
         close(fd);
         free(hc);
         return NULL;
     }
+    hc->conn.owner_tag = tag;
     hc->srv = srv;
     hc->state = TERN__HTTP_IDLE;
     TERN__STAT_ADD(srv, accepted, 1);
@@ -68,12 +85,12 @@ static tern__http_conn *accept_conn(tern_server *srv, int fd) {
 }
 
 void tern__http_accept(void *user, int fd) {
-    accept_conn(user, fd);
+    accept_conn(user, fd, false);
 }
 
 void tern__https_accept(void *user, int fd) {
     tern__https_listener *l = user;
-    tern__http_conn *hc = accept_conn(l->srv, fd);
+    tern__http_conn *hc = accept_conn(l->srv, fd, true);
     if (hc && tern__tls_attach(&hc->conn, l->tls) < 0)
         tern__conn_close(&hc->conn, -ENOMEM);
 }
@@ -783,5 +800,5 @@ static void on_close(tern__conn *c, int err) {
         if (!req->live)   /* a running handler settles it when it returns */
             settle_orphan(req);
     }
-    tern__http_conn_closed_by_server(srv);
+    tern__http_conn_closed_by_server(srv, c);
 }

@@ -56,6 +56,7 @@ void tern__config_unref(tern__server_config *cfg) {
             atomic_load(&cfg->modules[i])->config_free(m);
     }
     free(cfg->peers);
+    tern__http_admit_free(&cfg->admit);
     free(cfg);
 }
 
@@ -121,6 +122,9 @@ int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_option
     if (!o->idle_timeout_ms) o->idle_timeout_ms = 60000;
     if (!o->send_timeout_ms) o->send_timeout_ms = 60000;
     if (!o->shutdown_timeout_ms) o->shutdown_timeout_ms = 10000;
+    if (!o->max_connections) o->max_connections = 10000;
+    if (!o->max_connections_per_ip) o->max_connections_per_ip = 50;
+    pthread_mutex_init(&cfg->admit.lock, NULL);
     const char *name = o->server_header ? o->server_header : "tern";
     if (*name) {   /* fits: server_header_ok bounds it */
         int n = snprintf(cfg->server_line, sizeof(cfg->server_line), "Server: %s\r\n", name);
@@ -133,6 +137,7 @@ int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_option
     if (err < 0) {
         tern__router_free(cfg->host.router);
         free(cfg->peers);
+        tern__http_admit_free(&cfg->admit);
         free(cfg);
     }
     return err;
@@ -172,6 +177,8 @@ int tern_server_stats(const tern_server *srv, tern_stats *out) {
     out->ws_messages_out = LOAD(ws_out);
     out->bytes_in = LOAD(bytes_in);
     out->bytes_out = LOAD(bytes_out);
+    out->refused_max_connections = LOAD(refused_max);
+    out->refused_per_ip = LOAD(refused_ip);
 #undef LOAD
     return 0;
 }
@@ -559,8 +566,9 @@ static void shutdown_finished(tern_server *srv) {
 }
 
 /* Called by the connections' on_close (every accepted connection's, once). */
-void tern__http_conn_closed_by_server(tern_server *srv) {
+void tern__http_conn_closed_by_server(tern_server *srv, const tern__conn *c) {
     TERN__STAT_ADD(srv, closed, 1);
+    tern__http_release(srv, c->owner_tag);
     if (srv->shutting_down && srv->conns.count == 0 && srv->done)
         shutdown_finished(srv);
 }

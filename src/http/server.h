@@ -3,6 +3,7 @@
 #ifndef TERN_HTTP_SERVER_H
 #define TERN_HTTP_SERVER_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 #include "loop/check.h"
@@ -68,6 +69,31 @@ struct tern__vhost {
     tern__vhost *next;
 };
 
+/* One address's (IPv4, or IPv6 /64) open connections, for
+ * max_connections_per_ip. */
+typedef struct tern__http_addr {
+    uint64_t key;                    /* the IPv4 address, or the /64 prefix */
+    uint32_t count;                  /* open connections from it; 0: on the free list */
+    uint16_t next;                   /* the next on its bucket's chain or the free list; 0 ends */
+    bool v6;
+} tern__http_addr;
+
+/* The connection limits of a configuration, counted over every loop that
+ * shares it (admit.c). Invariants: open is the number of connections
+ * admitted and not yet released; addrs[1..used) are each either on the
+ * chain of their key's bucket (count > 0) or on the free list (count 0);
+ * a connection's owner_tag is the index of its address in addrs, or 0
+ * when it is not counted by address (Unix socket, table full); nbuckets
+ * is cap, a power of two. lock guards everything but open. */
+typedef struct tern__http_admission {
+    _Atomic uint32_t open;
+    pthread_mutex_t lock;
+    tern__http_addr *addrs;
+    uint16_t *buckets;
+    uint32_t cap, used;
+    uint16_t free_head;
+} tern__http_admission;
+
 /* Module slots: a layer above http (pub/sub) keeps its per-server and
  * per-configuration state in a slot it owns (srv->slots[which],
  * cfg->slots[which]), so http's structs name none of its fields, counters
@@ -103,6 +129,7 @@ typedef struct tern__server_config {
     tern__http_limits limits;
     char server_line[80];            /* "Server: tern\r\n" or "" */
     size_t server_line_len;
+    tern__http_admission admit;      /* max_connections, max_connections_per_ip (admit.c) */
     tern__vhost host;                /* the default host */
     tern__vhost *hosts;              /* the named hosts */
     const tern__upgrade_hook *upgrade;   /* set by the ws module when it has routes */
@@ -131,6 +158,7 @@ typedef struct tern__listen_spec {
  * them, with relaxed loads and stores (plain moves, no locked
  * instruction); any thread may read them. */
 typedef struct tern__server_counters {
+    _Atomic uint64_t refused_max, refused_ip;   /* accepted, then refused with 503 (admit.c) */
     _Atomic uint64_t accepted, closed, requests, ws_in, ws_out, bytes_in, bytes_out;
 } tern__server_counters;
 
@@ -298,7 +326,20 @@ void tern__http_accept(void *srv, int fd);
 /* The same for a TLS listener; user is its tern__https_listener. */
 void tern__https_accept(void *user, int fd);
 void tern__http_response_ended(tern_http_req *req);
-void tern__http_conn_closed_by_server(tern_server *srv);
+/* Every accepted connection's on_close calls it once (c: the connection,
+ * for its place in the limits' counts). */
+void tern__http_conn_closed_by_server(tern_server *srv, const tern__conn *c);
+
+/* admit.c: the connection limits. admit decides on a connection just
+ * accepted on fd (a Unix socket's is not counted by address): 0
+ * (admitted; *tag goes into its owner_tag, and tern__http_release undoes
+ * it when it closes), or 1 over max_connections, 2 over max_connections_per_ip (nothing is
+ * counted; the caller refuses it with tern__http_refuse, which answers
+ * 503 when plain, and closes fd). Any loop's thread. */
+int tern__http_admit(tern_server *srv, int fd, uint16_t *tag);
+void tern__http_release(tern_server *srv, uint16_t tag);
+void tern__http_refuse(int fd, bool tls);
+void tern__http_admit_free(tern__http_admission *a);
 
 /* server.c */
 /* Opens on clone (a server sharing srv's configuration, on another loop)

@@ -35,6 +35,9 @@ typedef struct tern__net {
  * decided inside a caller that must not see on_close. */
 enum { TERN__CONN_FAILED = 1u << 9 };
 
+/* tern__conn.flags is 16 bits: the owner has the other 16 (owner_tag). */
+_Static_assert(TERN__CONN_CONNECTING <= 0x8000, "the flags fit in tern__conn.flags");
+
 static void conn_timeout(tern__wheel_entry *e);
 
 static tern__net *net_of(tern_loop *loop) {

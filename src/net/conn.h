@@ -165,7 +165,11 @@ enum {
  *   only then is next_free, which shares their room, used. */
 struct tern__conn {
     tern__io io;
-    uint32_t flags;
+    uint16_t flags;
+    /* The owner's own 16 bits, kept through tern__conn_move and never
+     * read by net (http: the connection's slot in the per-address count,
+     * 0 for none). */
+    uint16_t owner_tag;
     uint32_t out_limit;                /* backlog hard limit in bytes; 0: none */
     tern_loop *loop;
     const tern__conn_proto *proto;

@@ -1044,7 +1044,7 @@ static void on_close(tern__conn *c, int err) {
         ws->ext = NULL;
     }
     if (srv)
-        tern__http_conn_closed_by_server(srv);
+        tern__http_conn_closed_by_server(srv, c);
     else if (!ws->close_due)   /* else on_deferred, still to come, needs it */
         tern__ws_client_release(ws->ep);
 }

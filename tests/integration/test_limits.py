@@ -1,0 +1,140 @@
+"""The limits that protect the server from one client (issue #26): open
+connections in all and per address, the WebSocket Origin, and /pubsub's
+message size and operation rate."""
+import json
+import socket
+import time
+
+from conftest import SLOW, read_response
+
+
+def conn_from(tern, source="127.0.0.1"):
+    s = socket.create_connection((tern.host, tern.port), timeout=5 * SLOW,
+                                 source_address=(source, 0))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def ask(s, path="/ping"):
+    """One request on s: (status, headers, body)."""
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    status, headers, body, _ = read_response(s, timeout=5 * SLOW)
+    return status, headers, body
+
+
+def served(tern, source="127.0.0.1"):
+    """A new connection from source: its answer to /ping (503 when refused),
+    and the socket."""
+    s = conn_from(tern, source)
+    try:
+        return ask(s)[0], s
+    except (ConnectionResetError, EOFError):
+        s.close()
+        raise
+
+
+def stats(tern, source="127.0.0.2"):
+    s = conn_from(tern, source)
+    try:
+        status, _, body = ask(s, "/stats")
+        assert status == 200
+        return json.loads(body)["total"]
+    finally:
+        s.close()
+
+
+def wait_open(tern, n, source="127.0.0.2"):
+    """Until the server has n connections open (not counting the asking one)."""
+    deadline = time.monotonic() + 5 * SLOW
+    while time.monotonic() < deadline:
+        if stats(tern, source)["connections"] - 1 == n:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"connections never came to {n}: {stats(tern, source)}")
+
+
+def refused(s):
+    status, headers, body = read_response(s, timeout=5 * SLOW)[:3]
+    assert status == 503, (status, body)
+    assert headers.get("retry-after") == "1"
+    assert headers.get("connection") == "close"
+    s.settimeout(5 * SLOW)
+    try:
+        assert s.recv(1) == b""   # then closed
+    except ConnectionResetError:
+        pass
+
+
+def test_51st_connection_from_one_address_is_refused(tern_factory):
+    tern = tern_factory("--max-connections-per-ip", "50")
+    held = []
+    try:
+        for _ in range(50):
+            status, s = served(tern)
+            assert status == 200
+            held.append(s)
+        # The 51st is answered 503 at once, without being asked anything.
+        extra = conn_from(tern)
+        refused(extra)
+        extra.close()
+        # Another address is served meanwhile.
+        status, other = served(tern, "127.0.0.2")
+        assert status == 200
+        other.close()
+        st = stats(tern)
+        assert st["refused_per_ip"] == 1 and st["refused_max_connections"] == 0
+        # Closing one frees its place.
+        held.pop().close()
+        wait_open(tern, 49)
+        status, s = served(tern)
+        assert status == 200
+        held.append(s)
+        refused(conn_from(tern))
+        assert stats(tern)["refused_per_ip"] == 2
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_max_connections_counts_every_address(tern_factory):
+    tern = tern_factory("--max-connections", "5", "--threads", "2")
+    held = []
+    try:
+        for i in range(5):
+            status, s = served(tern, f"127.0.0.{i + 1}")
+            assert status == 200
+            held.append(s)
+        # The 6th is refused whatever its address and whichever thread
+        # accepts it: the count is the process's.
+        for i in range(4):
+            refused(conn_from(tern, f"127.0.0.{10 + i}"))
+        held.pop().close()
+        # /stats itself needs a place: with the 5th gone, one is free.
+        deadline = time.monotonic() + 5 * SLOW
+        while True:
+            s = conn_from(tern, "127.0.0.9")
+            try:
+                status, _, body = ask(s, "/stats")
+            except (ConnectionResetError, EOFError):
+                status = 0
+            s.close()
+            if status == 200:
+                break
+            assert status == 503 and time.monotonic() < deadline
+            time.sleep(0.05)
+        st = json.loads(body)["total"]
+        assert st["refused_max_connections"] >= 4 and st["refused_per_ip"] == 0
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_limit_flags_are_checked_and_documented(tern_factory):
+    import subprocess
+    from conftest import TERN_BIN
+    out = subprocess.run([TERN_BIN, "serve", "--help"], capture_output=True, text=True).stdout
+    assert "--max-connections N" in out and "--max-connections-per-ip N" in out
+    for bad in ("-1", "x", "99999999999"):
+        r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--max-connections", bad],
+                           capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2 and "--max-connections" in r.stderr
