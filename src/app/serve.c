@@ -45,6 +45,7 @@
  * SIGINT or SIGTERM: graceful shutdown of every thread (stop accepting,
  * finish responses in flight, close idle connections), exit 0. A second
  * signal exits at once. */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <malloc.h>
@@ -62,6 +63,7 @@
 #include "tern/tern.h"
 
 #define MAX_ECHO_SIZE (64u * 1024 * 1024)
+#define ORIGINS_MAX 32             /* --allowed-origin values */
 #define FEED_HISTORY 4096          /* topic market's history, unless --pubsub-history */
 #define FEED_HISTORY_MS 60000
 
@@ -106,7 +108,10 @@ struct serve_thread {
 /* Shared by every thread: set before they start, read-only after. */
 typedef struct serve_ctx {
     bool quiet;
-    const char *ws_origin;     /* --ws-origin: the Origin allowed, or NULL (any) */
+    /* --allowed-origin (and --ws-origin): the Origins a WebSocket upgrade
+     * may come from, exact or a wildcard subdomain ("*." after the scheme); none: any */
+    const char *origins[ORIGINS_MAX];
+    int norigins;
     FILE *access_log;          /* --access-log, or NULL (stdio locks each line) */
     tern_tls *tls;             /* --tls-cert/--tls-key, or NULL */
     int nthreads;
@@ -485,16 +490,70 @@ static void ws_echo_open(tern_ws *ws, void *user) {
         tern_ws_set_deadline(ws, ctx->ws_deadline_ms);
 }
 
-/* The upgrade hook of both WebSocket routes: an Origin check when
- * --ws-origin is given (browsers send Origin; other clients may not, and
- * are let in), and a connection number in the 101 response. */
+/* A host name's bytes, for the part a wildcard stands for. */
+static bool host_chars(const char *s, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '-' && s[i] != '.')
+            return false;
+    return true;
+}
+
+/* Whether origin[0..len) is pattern: the same (case-insensitive, as
+ * browsers serialize the scheme and host in lower case anyway), or, for
+ * a pattern with "*." right after its scheme, scheme://NAME.rest with
+ * NAME one or more labels (so not the bare domain, nor one with another
+ * port or a path). */
+static bool origin_matches(const char *pattern, const char *origin, size_t len) {
+    const char *star = strstr(pattern, "://*.");
+    if (star == NULL)
+        return len == strlen(pattern) && strncasecmp(origin, pattern, len) == 0;
+    size_t head = (size_t)(star - pattern) + 3;   /* "scheme://" */
+    size_t tail = strlen(star + 4);               /* ".rest" */
+    if (len <= head + tail || strncasecmp(origin, pattern, head) != 0 ||
+        strncasecmp(origin + len - tail, star + 4, tail) != 0)
+        return false;
+    const char *name = origin + head;
+    size_t nlen = len - head - tail;
+    return host_chars(name, nlen) && name[0] != '.' && name[nlen - 1] != '.' &&
+           memmem(name, nlen, "..", 2) == NULL;
+}
+
+/* An --allowed-origin value: scheme://host[:port] (http or https), where
+ * host may start with "*." (any subdomain); no path, no other '*'. */
+static bool origin_pattern_ok(const char *p) {
+    const char *rest = strncmp(p, "https://", 8) == 0 ? p + 8
+                       : strncmp(p, "http://", 7) == 0 ? p + 7 : NULL;
+    if (rest == NULL)
+        return false;
+    if (strncmp(rest, "*.", 2) == 0)
+        rest += 2;
+    size_t hlen = strcspn(rest, ":");
+    if (hlen == 0 || !host_chars(rest, hlen))
+        return false;
+    if (rest[hlen] == ':') {
+        const char *port = rest + hlen + 1;
+        if (*port == '\0' || strspn(port, "0123456789") != strlen(port) || strlen(port) > 5)
+            return false;
+    }
+    return true;
+}
+
+/* The upgrade hook of every WebSocket route: an Origin check when
+ * --allowed-origin is given (browsers send Origin, and a page elsewhere
+ * must not reach a user's session here; other clients may send none, and
+ * are let in: they can write any Origin anyway), and a connection number
+ * in the 101 response. */
 static int ws_upgrade(tern_http_req *req, void **conn_user, void *user) {
     serve_ctx *ctx = user;
     size_t olen;
     const char *origin = tern_http_header(req, "Origin", &olen);
-    if (ctx->ws_origin && origin &&
-        (olen != strlen(ctx->ws_origin) || strncasecmp(origin, ctx->ws_origin, olen) != 0))
-        return 403;
+    if (ctx->norigins && origin) {
+        bool allowed = false;
+        for (int i = 0; i < ctx->norigins && !allowed; i++)
+            allowed = origin_matches(ctx->origins[i], origin, olen);
+        if (!allowed)
+            return 403;
+    }
     serve_thread *th = thread_of(req, ctx);
     char id[24];
     snprintf(id, sizeof(id), "%llu", (unsigned long long)++th->ws_conn_seq);
@@ -911,7 +970,12 @@ static void usage(FILE *f) {
             "  --ws-max-message BYTES  WebSocket message limit (default 16777216)\n"
             "  --ws-idle-timeout MS  ping an idle WebSocket after this long (default 30000)\n"
             "  --no-compression      don't offer permessage-deflate on /ws\n"
-            "  --ws-origin ORIGIN    refuse (403) WebSocket upgrades from any other Origin\n"
+            "  --allowed-origin O    a WebSocket upgrade with an Origin header must match one\n"
+            "                        (repeatable): https://app.example.com exactly, or\n"
+            "                        https://*.example.com for its subdomains; others get 403,\n"
+            "                        one without Origin (not a browser) is let in (default:\n"
+            "                        any origin)\n"
+            "  --ws-origin ORIGIN    the same as --allowed-origin (one, exact)\n"
             "  --ws-slow-policy P    /ws client not reading: pause (default), close (1008) or drop\n"
             "  --ws-async[=timer|post]  /ws echoes each message later, from the loop, not inside\n"
             "                        on_message (a handler that waits on I/O): from a 0 ms timer\n"
@@ -965,7 +1029,7 @@ int tern_app_serve(int argc, char **argv) {
            O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE, O_PS_HISTORY,
            O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO, O_WS_ASYNC, O_WS_DEADLINE, O_TLS_PASS_FILE,
            O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY, O_MAX_CONNS,
-           O_MAX_CONNS_IP };
+           O_MAX_CONNS_IP, O_ALLOWED_ORIGIN };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -1014,6 +1078,7 @@ int tern_app_serve(int argc, char **argv) {
         {"tls-client-verify", required_argument, NULL, O_TLS_CLIENT_VERIFY},
         {"max-connections", required_argument, NULL, O_MAX_CONNS},
         {"max-connections-per-ip", required_argument, NULL, O_MAX_CONNS_IP},
+        {"allowed-origin", required_argument, NULL, O_ALLOWED_ORIGIN},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -1071,7 +1136,12 @@ int tern_app_serve(int argc, char **argv) {
         case O_WS_MAX: ok = parse_size(optarg, 1ull << 40, &v) && v > 0; wo.max_message = v; break;
         case O_WS_IDLE: ok = parse_size(optarg, 86400000, &v) && v > 0; wo.idle_timeout_ms = (uint32_t)v; break;
         case O_NO_PMD: wo.compression = false; break;
-        case O_WS_ORIGIN: ctx.ws_origin = optarg; break;
+        case O_WS_ORIGIN:
+        case O_ALLOWED_ORIGIN:
+            /* --ws-origin takes any value, as it always has */
+            ok = ctx.norigins < ORIGINS_MAX && (c == O_WS_ORIGIN || origin_pattern_ok(optarg));
+            if (ok) ctx.origins[ctx.norigins++] = optarg;
+            break;
         case O_WS_ASYNC:
             ok = optarg == NULL || strcmp(optarg, "timer") == 0 || strcmp(optarg, "post") == 0;
             ctx.ws_async = optarg && strcmp(optarg, "post") == 0 ? WS_ASYNC_POST : WS_ASYNC_TIMER;

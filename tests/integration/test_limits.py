@@ -138,3 +138,47 @@ def test_limit_flags_are_checked_and_documented(tern_factory):
         r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--max-connections", bad],
                            capture_output=True, text=True, timeout=10)
         assert r.returncode == 2 and "--max-connections" in r.stderr
+
+
+def upgrade(tern, path="/ws", origin=None):
+    """A WebSocket upgrade with that Origin (None: no header): the status."""
+    s = conn_from(tern)
+    try:
+        extra = f"Origin: {origin}\r\n" if origin is not None else ""
+        s.sendall((f"GET {path} HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                   f"Sec-WebSocket-Version: 13\r\n{extra}\r\n").encode())
+        return read_response(s, timeout=5 * SLOW, for_head=True)[0]
+    finally:
+        s.close()
+
+
+def test_allowed_origins_exact_and_wildcard(tern_factory):
+    tern = tern_factory("--allowed-origin", "https://app.example.com",
+                        "--allowed-origin", "https://*.example.org")
+    for path in ("/ws", "/pubsub", "/ws/broadcast", "/fanout/sub"):
+        assert upgrade(tern, path, "https://app.example.com") == 101
+        assert upgrade(tern, path, "https://evil.example.com") == 403
+        assert upgrade(tern, path) == 101   # no Origin: not a browser
+    for ok in ("https://a.example.org", "https://a.b.example.org", "HTTPS://A.Example.ORG"):
+        assert upgrade(tern, "/ws", ok) == 101, ok
+    for bad in ("https://example.org", "http://a.example.org", "https://a.example.org:8443",
+                "https://a.example.org.evil.com", "https://evilexample.org", "null",
+                "https://app.example.com.evil", "https://.example.org", "https://a..example.org",
+                "https://a/b.example.org"):
+        assert upgrade(tern, "/ws", bad) == 403, bad
+
+
+def test_no_allowed_origin_lets_any_origin_in(tern):
+    assert upgrade(tern, "/ws", "https://anything.example") == 101
+    assert upgrade(tern, "/ws") == 101
+
+
+def test_allowed_origin_values_are_checked(tern_factory):
+    import subprocess
+    from conftest import TERN_BIN
+    for bad in ("app.example.com", "https://", "https://a.com/path", "ftp://a.com",
+                "https://a.*.com", "https://a.com:x", "*"):
+        r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--allowed-origin", bad],
+                           capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2 and "--allowed-origin" in r.stderr, bad
