@@ -10,10 +10,27 @@ int tern_app_connect(int argc, char **argv);
 
 /* serve_pubsub.c: /pubsub, POST /publish/:topic and /fanout on srv (in
  * tern serve's setup); wo: the WebSocket options of the other routes. */
+#include <stdint.h>
+
 #include "tern/tern.h"
+
+/* What one /pubsub client may make the server do. */
+typedef struct tern__serve_pubsub_limits {
+    size_t max_message;   /* a bigger message closes with 1009 (--pubsub-max-message) */
+    uint32_t rate;        /* operations a second, a burst of as many (--pubsub-rate) */
+} tern__serve_pubsub_limits;
+
+/* The refusals of those limits, over every thread, since the start. */
+typedef struct tern__serve_pubsub_refusals {
+    uint64_t rate_refused;   /* operations answered "rate limit" */
+    uint64_t rate_closed;    /* connections closed with 1008 for going on */
+    uint64_t too_big;        /* connections closed with 1009 for a message over max_message */
+} tern__serve_pubsub_refusals;
+
 int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
-                              const tern_pubsub_options *po,
+                              const tern_pubsub_options *po, const tern__serve_pubsub_limits *lim,
                               int (*on_upgrade)(tern_http_req *, void **, void *), void *user);
+void tern__serve_pubsub_refusals_get(tern__serve_pubsub_refusals *out);
 
 /* feed.c: the simulated market data ("market", rate updates a second; 0:
  * none) and live statistics ("stats", every second), from timers on srv's

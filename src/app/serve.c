@@ -123,6 +123,7 @@ typedef struct serve_ctx {
     int nvhosts;
     tern_ws_options wo;
     tern_pubsub_options po;    /* --pubsub-max-backlog, --pubsub-policy, --pubsub-history* */
+    tern__serve_pubsub_limits ps_limits;   /* --pubsub-max-message, --pubsub-rate */
     const char *topic_rules[TERN_TOPIC_RULES_MAX];   /* --pubsub-topic-policy PREFIX=P */
     const char *redis;         /* --redis URL, or NULL */
     bool feed;                 /* --feed on|off (on) */
@@ -763,9 +764,13 @@ static void on_stats(tern_http_req *req, void *user) {
                  "\"received\":%llu,\"dropped\":%llu,\"fills\":%llu}",
                  rc.connected ? "true" : "false", U(rc.reconnects), U(rc.published),
                  U(rc.received), U(rc.dropped), U(rc.fills));
-    len = (size_t)snprintf(out, cap, "{\"threads\":%d,\"thread\":%d,\"redis\":%s,\"total\":"
-                           STATS_FMT ",\"each\":[%s]}\n", n, tern_server_index(srv), redis,
-                           STATS_ARGS(sum, psum), each);
+    tern__serve_pubsub_refusals pr;
+    tern__serve_pubsub_refusals_get(&pr);
+    len = (size_t)snprintf(out, cap, "{\"threads\":%d,\"thread\":%d,\"redis\":%s,"
+                           "\"pubsub_limits\":{\"rate_refused\":%llu,\"rate_closed\":%llu,"
+                           "\"too_big\":%llu},\"total\":" STATS_FMT ",\"each\":[%s]}\n",
+                           n, tern_server_index(srv), redis, U(pr.rate_refused),
+                           U(pr.rate_closed), U(pr.too_big), STATS_ARGS(sum, psum), each);
 #undef U
 #undef STATS_FMT
 #undef STATS_ARGS
@@ -849,7 +854,8 @@ static int serve_setup(tern_server *srv, void *user) {
     tern_ws_options ro = wo;
     ro.subprotocols = NULL;
     tern_ws_route(srv, "/ws/room/:room", &room, &ro, ctx);
-    if ((err = tern__serve_pubsub_routes(srv, &wo, &ctx->po, ws_upgrade, ctx)) < 0) {
+    if ((err = tern__serve_pubsub_routes(srv, &wo, &ctx->po, &ctx->ps_limits, ws_upgrade, ctx)) <
+        0) {
         fprintf(stderr, "tern serve: pub/sub routes: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
@@ -984,6 +990,12 @@ static void usage(FILE *f) {
             "                        message: N ms without one closes it with 1008 \"deadline\"\n"
 "  --pubsub-max-backlog BYTES  a /pubsub subscriber with more waiting gets the policy\n"
             "                        (default 1048576)\n"
+            "  --pubsub-max-message BYTES  a bigger /pubsub message closes its connection with\n"
+            "                        1009 (default 65536)\n"
+            "  --pubsub-rate N       /pubsub messages a second per connection, a burst of N\n"
+            "                        (default 100; 0: no limit); one over it is answered\n"
+            "                        {\"error\":\"rate limit\"}, and more than N refused\n"
+            "                        without a pause close it with 1008\n"
             "  --pubsub-policy P     drop (default: its messages are dropped and counted),\n"
             "                        close (1008), close-1013 (try again later) or conflate\n"
             "                        (keep the newest message per key while it is behind)\n"
@@ -1029,7 +1041,7 @@ int tern_app_serve(int argc, char **argv) {
            O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE, O_PS_HISTORY,
            O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO, O_WS_ASYNC, O_WS_DEADLINE, O_TLS_PASS_FILE,
            O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY, O_MAX_CONNS,
-           O_MAX_CONNS_IP, O_ALLOWED_ORIGIN };
+           O_MAX_CONNS_IP, O_ALLOWED_ORIGIN, O_PS_MAX_MESSAGE, O_PS_RATE };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -1079,6 +1091,8 @@ int tern_app_serve(int argc, char **argv) {
         {"max-connections", required_argument, NULL, O_MAX_CONNS},
         {"max-connections-per-ip", required_argument, NULL, O_MAX_CONNS_IP},
         {"allowed-origin", required_argument, NULL, O_ALLOWED_ORIGIN},
+        {"pubsub-max-message", required_argument, NULL, O_PS_MAX_MESSAGE},
+        {"pubsub-rate", required_argument, NULL, O_PS_RATE},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -1099,7 +1113,8 @@ int tern_app_serve(int argc, char **argv) {
     /* An echo answers what it reads: when the client does not read the
      * answers, stop reading its requests (TCP pushes back on it). */
     int slow_policy = TERN_WS_SLOW_PAUSE;
-    serve_ctx ctx = {.feed = true, .feed_rate = 40, .bcast_lock = PTHREAD_MUTEX_INITIALIZER};
+    serve_ctx ctx = {.feed = true, .feed_rate = 40, .bcast_lock = PTHREAD_MUTEX_INITIALIZER,
+                     .ps_limits = {.max_message = 65536, .rate = 100}};
     int log_level = TERN_LOG_WARN;
     const char *access_path = NULL;
     int c;
@@ -1118,6 +1133,14 @@ int tern_app_serve(int argc, char **argv) {
         case O_IDLE_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.idle_timeout_ms = (uint32_t)v; break;
         case O_SHUT_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.shutdown_timeout_ms = (uint32_t)v; break;
         case O_SEND_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.send_timeout_ms = (uint32_t)v; break;
+        case O_PS_MAX_MESSAGE:
+            ok = parse_size(optarg, 1ull << 40, &v) && v > 0;
+            ctx.ps_limits.max_message = v;
+            break;
+        case O_PS_RATE:
+            ok = parse_size(optarg, 1000000, &v);
+            ctx.ps_limits.rate = (uint32_t)v;
+            break;
         case O_MAX_CONNS:
             ok = parse_size(optarg, TERN_UNLIMITED - 1, &v);
             so.max_connections = v ? (uint32_t)v : TERN_UNLIMITED;

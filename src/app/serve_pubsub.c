@@ -43,7 +43,10 @@
  *     "forbidden" (the route's on_subscribe or on_publish refused),
  *     "bad key" (empty, or as a bad topic), "key too long" (over 128 bytes),
  *     "bad resume" (epoch without after or the other way round, an epoch
- *     not 1 to 16 hex digits or 0, an after not a decimal number).
+ *     not 1 to 16 hex digits or 0, an after not a decimal number), "rate
+ *     limit" (over --pubsub-rate messages a second: the message is not
+ *     done; more than that many refused in a row closes with 1008).
+ *     A message over --pubsub-max-message closes with 1009.
  *   POST /publish/:topic  the body (UTF-8) published as data to topic;
  *                         200 {"seq":N,"subscribers":M} (M: over all threads)
  *   GET  /fanout          WebSocket: each message received is answered with
@@ -68,6 +71,7 @@
  * by key (--pubsub-policy, --pubsub-topic-policy). */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -366,10 +370,95 @@ static void reply_subscribed(tern_ws *ws, const char *topic, size_t tlen, const 
     tern_ws_send(ws, out, o, TERN_WS_TEXT);
 }
 
+/* ---- limits: message size and operation rate ---------------------------- */
+
+static tern__serve_pubsub_limits limits;   /* set once, in setup, before any loop runs */
+static _Atomic uint64_t n_rate_refused, n_rate_closed, n_too_big;
+
+/* A /pubsub connection's token bucket: `rate` tokens a second, at most
+ * `rate` held (the burst), one taken per message. Invariants: tokens <=
+ * rate * 1000 (tokens are kept in thousandths, so that a refill of a few
+ * milliseconds is not rounded away); strikes counts the messages refused
+ * since the bucket was last full, and once over rate the connection is
+ * closing. */
+typedef struct ps_bucket {
+    uint64_t tokens;
+    uint64_t stamp;        /* the loop's clock (ms) of the last refill */
+    uint32_t strikes;
+} ps_bucket;
+
+static int (*pubsub_upgrade_next)(tern_http_req *, void **, void *);
+
+static int pubsub_upgrade(tern_http_req *req, void **conn_user, void *user) {
+    int r = pubsub_upgrade_next(req, conn_user, user);
+    if (r != 0 || limits.rate == 0)
+        return r;
+    ps_bucket *b = malloc(sizeof(*b));
+    if (b == NULL)
+        return 503;
+    *b = (ps_bucket){.tokens = (uint64_t)limits.rate * 1000,
+                     .stamp = tern_loop_now(tern_http_req_loop(req))};
+    *conn_user = b;
+    return 0;
+}
+
+static void pubsub_upgrade_failed(void *conn_user, int status, void *user) {
+    (void)status, (void)user;
+    free(conn_user);
+}
+
+static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, void *user) {
+    (void)reason, (void)len, (void)user;
+    /* on_close has the code we sent: 1009 is only ever the size limit's */
+    if (code == TERN_WS_TOO_BIG)
+        atomic_fetch_add_explicit(&n_too_big, 1, memory_order_relaxed);
+    free(tern_ws_user(ws));
+}
+
+/* Takes a token for one message: true when there was one. */
+static bool bucket_take(tern_ws *ws, ps_bucket *b) {
+    uint64_t now = tern_loop_now(tern_ws_loop(ws));
+    uint64_t full = (uint64_t)limits.rate * 1000;
+    uint64_t add = (now - b->stamp) * limits.rate;   /* thousandths: rate/s is rate per 1000 ms */
+    b->stamp = now;
+    b->tokens = b->tokens + add >= full ? full : b->tokens + add;
+    if (b->tokens == full)
+        b->strikes = 0;
+    if (b->tokens >= 1000) {
+        b->tokens -= 1000;
+        return true;
+    }
+    return false;
+}
+
+void tern__serve_pubsub_refusals_get(tern__serve_pubsub_refusals *out) {
+    out->rate_refused = atomic_load_explicit(&n_rate_refused, memory_order_relaxed);
+    out->rate_closed = atomic_load_explicit(&n_rate_closed, memory_order_relaxed);
+    out->too_big = atomic_load_explicit(&n_too_big, memory_order_relaxed);
+}
+
 static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
     (void)user;
     fields f;
-    if (opcode != TERN_WS_TEXT || !parse_msg(data, len, &f)) {
+    bool json = opcode == TERN_WS_TEXT && parse_msg(data, len, &f);
+    ps_bucket *b = tern_ws_user(ws);
+    /* Closed for its rate: what it sent behind (still read until its
+     * close frame comes) is ignored. */
+    if (b && b->strikes > limits.rate)
+        return;
+    /* Every message costs a token, a bad one too: parsing it is work. */
+    if (b && !bucket_take(ws, b)) {
+        atomic_fetch_add_explicit(&n_rate_refused, 1, memory_order_relaxed);
+        reply_error(ws, "rate limit", json ? f.op : (tok){0});
+        /* A client that goes on regardless (more refused than its burst
+         * since it last let the bucket fill) is not slowed by answers. */
+        if (++b->strikes > limits.rate) {
+            atomic_fetch_add_explicit(&n_rate_closed, 1, memory_order_relaxed);
+            tern_ws_close(ws, TERN_WS_POLICY, "rate limit");
+        }
+        return;
+    }
+    if (!json) {
         reply_error(ws, "bad json", (tok){0});
         return;
     }
@@ -597,14 +686,17 @@ static void fanout_pub_keyed(tern_ws *ws, const char *data, size_t len, int opco
 }
 
 int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
-                              const tern_pubsub_options *po,
+                              const tern_pubsub_options *po, const tern__serve_pubsub_limits *lim,
                               int (*on_upgrade)(tern_http_req *, void **, void *), void *user) {
     int err;
     if ((err = tern_pubsub_configure(srv, po)) < 0)
         return err;
     tern_http_route(srv, "POST", "/publish/:topic", on_publish, user);
+    limits = *lim;
+    pubsub_upgrade_next = on_upgrade;
     static tern_ws_handlers ps;
-    ps = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = pubsub_message};
+    ps = (tern_ws_handlers){.on_upgrade = pubsub_upgrade, .on_message = pubsub_message,
+                            .on_close = pubsub_close, .on_upgrade_failed = pubsub_upgrade_failed};
     tern_ws_options o = *wo;
     o.subprotocols = NULL;
     /* One compressed frame serves every subscriber only when no compressor
@@ -616,7 +708,9 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
     size_t limit = po->max_backlog ? po->max_backlog : (1u << 20);
     o.backlog_hard = limit * 2 > (1u << 20) ? limit * 2 : (1u << 20);
     o.backlog_soft = o.backlog_hard;
-    if ((err = tern_ws_route(srv, "/pubsub", &ps, &o, user)) < 0)
+    tern_ws_options pso = o;
+    pso.max_message = lim->max_message;
+    if ((err = tern_ws_route(srv, "/pubsub", &ps, &pso, user)) < 0)
         return err;
     static tern_ws_handlers fo;
     fo = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = fanout_message};

@@ -29,11 +29,15 @@ class Server:
             else ["--threads", "1"]
         # Every test client connects from 127.0.0.x, many of them far more
         # times than the per-address default (50) and some more than the
-        # total (10000: test_faults opens 18 000): the limits are off
-        # unless the test sets one itself (test_limits).
-        limits = [x for flag in ("--max-connections", "--max-connections-per-ip")
+        # total (10000: test_faults opens 18 000); /pubsub tests publish
+        # bursts of thousands and messages of megabytes. So the per-client
+        # limits are off (as they were before they existed) unless the
+        # test sets one itself (test_limits).
+        off = {"--max-connections": "0", "--max-connections-per-ip": "0",
+               "--pubsub-rate": "0", "--pubsub-max-message": str(16 << 20)}
+        limits = [x for flag, value in off.items()
                   if not any(a == flag or a.startswith(flag + "=") for a in args)
-                  for x in (flag, "0")]
+                  for x in (flag, value)]
         self.proc = subprocess.Popen(
             [TERN_BIN, "serve", "--host", "127.0.0.1", "--port", "0", *threads, *limits, *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, preexec_fn=preexec_fn)

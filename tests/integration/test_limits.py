@@ -182,3 +182,95 @@ def test_allowed_origin_values_are_checked(tern_factory):
         r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--allowed-origin", bad],
                            capture_output=True, text=True, timeout=10)
         assert r.returncode == 2 and "--allowed-origin" in r.stderr, bad
+
+
+def pubsub(tern, source="127.0.0.1"):
+    from websockets.sync.client import connect
+    return connect(f"ws://127.0.0.1:{tern.port}/pubsub", max_size=None,
+                   open_timeout=5 * SLOW)
+
+
+def close_code(ws, timeout):
+    """Reads until the server closes ws: its close code."""
+    from websockets.exceptions import ConnectionClosed
+    try:
+        while True:
+            ws.recv(timeout=timeout)
+    except ConnectionClosed as e:
+        return e.rcvd.code if e.rcvd else None
+
+
+def test_pubsub_message_over_max_closes_1009(tern_factory):
+    tern = tern_factory("--pubsub-max-message", "65536")
+    with pubsub(tern) as ws:
+        ok = json.dumps({"op": "publish", "topic": "t", "data": "x" * 60000})
+        ws.send(ok)
+        assert json.loads(ws.recv(timeout=5 * SLOW))["ok"] == "publish"
+        ws.send(json.dumps({"op": "publish", "topic": "t", "data": "x" * 70000}))
+        assert close_code(ws, 5 * SLOW) == 1009
+    deadline = time.monotonic() + 5 * SLOW
+    while stats_all(tern)["pubsub_limits"]["too_big"] != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def stats_all(tern):
+    s = conn_from(tern, "127.0.0.2")
+    try:
+        status, _, body = ask(s, "/stats")
+        return json.loads(body)
+    finally:
+        s.close()
+
+
+def test_pubsub_burst_is_refused_then_closed_while_a_polite_client_is_not(tern_factory):
+    import threading
+    tern = tern_factory("--pubsub-rate", "100")
+    polite_errors, polite_acks = [], []
+
+    def polite():
+        # 50 a second for 3 s: under the rate, never refused.
+        with pubsub(tern) as ws:
+            for i in range(150):
+                ws.send(json.dumps({"op": "publish", "topic": "p", "data": str(i)}))
+                r = json.loads(ws.recv(timeout=5 * SLOW))
+                (polite_errors if "error" in r else polite_acks).append(r)
+                time.sleep(0.02)
+
+    t = threading.Thread(target=polite)
+    t.start()
+    with pubsub(tern) as ws:
+        for i in range(300):
+            ws.send(json.dumps({"op": "publish", "topic": "b", "data": str(i)}))
+        oks = errors = 0
+        from websockets.exceptions import ConnectionClosed
+        try:
+            while True:
+                r = json.loads(ws.recv(timeout=5 * SLOW))
+                if "ok" in r:
+                    oks += 1
+                else:
+                    assert r == {"error": "rate limit", "op": "publish"}, r
+                    errors += 1
+        except ConnectionClosed as e:
+            code = e.rcvd.code if e.rcvd else None
+    t.join()
+    # The burst of 100 goes through, then 100 refusals are answered, and
+    # the next one closes.
+    assert code == 1008
+    assert 100 <= oks < 110 and errors == 101, (oks, errors)
+    assert polite_errors == [] and len(polite_acks) == 150
+    lim = stats_all(tern)["pubsub_limits"]
+    assert lim["rate_refused"] == 101 and lim["rate_closed"] == 1 and lim["too_big"] == 0
+
+
+def test_pubsub_rate_refills(tern_factory):
+    tern = tern_factory("--pubsub-rate", "20")
+    with pubsub(tern) as ws:
+        for _ in range(2):
+            for i in range(25):
+                ws.send(json.dumps({"op": "subscribe", "topic": f"t{i}"}))
+            got = [json.loads(ws.recv(timeout=5 * SLOW)) for _ in range(25)]
+            assert 20 <= sum("ok" in g for g in got) <= 21
+            assert all(g == {"error": "rate limit", "op": "subscribe"} for g in got if "error" in g)
+            time.sleep(1.1)   # a full bucket again: the strikes are forgiven
