@@ -239,11 +239,16 @@ def test_pubsub_burst_is_refused_then_closed_while_a_polite_client_is_not(tern_f
 
     t = threading.Thread(target=polite)
     t.start()
+    from websockets.exceptions import ConnectionClosed
     with pubsub(tern) as ws:
-        for i in range(300):
-            ws.send(json.dumps({"op": "publish", "topic": "b", "data": str(i)}))
+        # The server may close (at the 202nd) before the last sends: the
+        # answers sent before the close are read all the same.
+        try:
+            for i in range(300):
+                ws.send(json.dumps({"op": "publish", "topic": "b", "data": str(i)}))
+        except ConnectionClosed:
+            pass
         oks = errors = 0
-        from websockets.exceptions import ConnectionClosed
         try:
             while True:
                 r = json.loads(ws.recv(timeout=5 * SLOW))
