@@ -37,6 +37,7 @@ apt_pkgs=(
   libhiredis-dev                                 # pub/sub's Redis bridge
   libc-ares-dev                                  # the WebSocket client's name resolution, on the loop
   liburing-dev                                   # the loop's io_uring back end
+  libjansson-dev                                 # tern serve's JWT claims (src/app/token.c)
   openssl                                        # make run's self-signed certificate for HTTPS on 8443
 )
 py_mods=()   # module:package

@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "app/app.h"
+#include "app/serve_tokens.h"
 #include "tern/tern.h"
 
 #define MAX_ECHO_SIZE (64u * 1024 * 1024)
@@ -124,6 +125,7 @@ typedef struct serve_ctx {
     tern_ws_options wo;
     tern_pubsub_options po;    /* --pubsub-max-backlog, --pubsub-policy, --pubsub-history* */
     tern__serve_pubsub_limits ps_limits;   /* --pubsub-max-message, --pubsub-rate */
+    tern__serve_token_flags token_flags;   /* --token-* (serve_tokens.c) */
     const char *topic_rules[TERN_TOPIC_RULES_MAX];   /* --pubsub-topic-policy PREFIX=P */
     const char *redis;         /* --redis URL, or NULL */
     bool feed;                 /* --feed on|off (on) */
@@ -1009,6 +1011,12 @@ static void usage(FILE *f) {
             "                        that resume until they catch up, together (default\n"
             "                        0: no limit); spreads a reconnect storm's catch-up;\n"
             "                        above the live rate, or they fall behind\n"
+            "  --token-hmac-secret-file F  /pubsub takes JWTs signed HS256 with F's bytes\n"
+            "                        (one trailing newline stripped), as ?token= or\n"
+            "                        Authorization: Bearer; closed with 4001 at exp\n"
+            "  --token-public-key-file F  and/or RS256 or ES256 ones (F: a PEM public key)\n"
+            "  --token-audience A    tokens must name A in aud\n"
+            "  --token-issuer I      tokens must have iss I\n"
             "  --feed on|off         the simulated market data on topic \"market\" (default on)\n"
             "  --feed-rate N         its price updates a second, over all instruments (default 40)\n"
             "  --redis URL           bridge pub/sub through Redis (redis://host[:port][/db]):\n"
@@ -1041,7 +1049,8 @@ int tern_app_serve(int argc, char **argv) {
            O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE, O_PS_HISTORY,
            O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO, O_WS_ASYNC, O_WS_DEADLINE, O_TLS_PASS_FILE,
            O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY, O_MAX_CONNS,
-           O_MAX_CONNS_IP, O_ALLOWED_ORIGIN, O_PS_MAX_MESSAGE, O_PS_RATE };
+           O_MAX_CONNS_IP, O_ALLOWED_ORIGIN, O_PS_MAX_MESSAGE, O_PS_RATE,
+           O_TOKEN_HMAC, O_TOKEN_PUBKEY, O_TOKEN_AUD, O_TOKEN_ISS };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -1093,6 +1102,10 @@ int tern_app_serve(int argc, char **argv) {
         {"allowed-origin", required_argument, NULL, O_ALLOWED_ORIGIN},
         {"pubsub-max-message", required_argument, NULL, O_PS_MAX_MESSAGE},
         {"pubsub-rate", required_argument, NULL, O_PS_RATE},
+        {"token-hmac-secret-file", required_argument, NULL, O_TOKEN_HMAC},
+        {"token-public-key-file", required_argument, NULL, O_TOKEN_PUBKEY},
+        {"token-audience", required_argument, NULL, O_TOKEN_AUD},
+        {"token-issuer", required_argument, NULL, O_TOKEN_ISS},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -1241,6 +1254,10 @@ int tern_app_serve(int argc, char **argv) {
             if (ok) ctx.topic_rules[ctx.ntopic_rules++] = optarg;
             break;
         }
+        case O_TOKEN_HMAC: ctx.token_flags.hmac_secret_file = optarg; break;
+        case O_TOKEN_PUBKEY: ctx.token_flags.public_key_file = optarg; break;
+        case O_TOKEN_AUD: ctx.token_flags.audience = optarg; break;
+        case O_TOKEN_ISS: ctx.token_flags.issuer = optarg; break;
         default: usage(stderr); return 2;
         }
         if (!ok) {
@@ -1252,6 +1269,8 @@ int tern_app_serve(int argc, char **argv) {
         fprintf(stderr, "tern serve: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
+    if (tern__serve_tokens_setup(&ctx.token_flags) < 0)
+        return 2;
 
     if (access_path) {
         ctx.access_log = strcmp(access_path, "-") == 0 ? stdout : fopen(access_path, "a");
@@ -1339,6 +1358,7 @@ int tern_app_serve(int argc, char **argv) {
         free(ctx.threads[i].later);
     }
     free(ctx.threads);
+    tern__serve_tokens_cleanup();
     if (ctx.access_log && ctx.access_log != stdout)
         fclose(ctx.access_log);
     if (err == -ESRCH)

@@ -47,6 +47,12 @@
  *     limit" (over --pubsub-rate messages a second: the message is not
  *     done; more than that many refused in a row closes with 1008).
  *     A message over --pubsub-max-message closes with 1009.
+ *     With a --token-* flag (serve_tokens.c): a token on the upgrade
+ *     (?token= or Authorization: Bearer; a bad one: 401) says what the
+ *     connection may subscribe (besides "market" and "stats") and publish
+ *     ("forbidden" otherwise); at its exp the connection closes with 4001
+ *     "token expired" unless {"op":"refresh","token":"..."} replaced it
+ *     first: {"ok":"refresh","exp":N}, or "bad token" / "missing token".
  *   POST /publish/:topic  the body (UTF-8) published as data to topic;
  *                         200 {"seq":N,"subscribers":M} (M: over all threads)
  *   GET  /fanout          WebSocket: each message received is answered with
@@ -79,6 +85,7 @@
 #include <string.h>
 
 #include "app/app.h"
+#include "app/serve_tokens.h"
 #include "tern/tern.h"
 
 /* ---- a JSON scanner for {"key":"string",...} --------------------------- */
@@ -140,7 +147,7 @@ static bool scan_string(const char **s, const char *end, tok *t) {
 
 /* The fields of a client's message that mean something (absent: p NULL). */
 typedef struct fields {
-    tok op, topic, data, key, epoch, after;
+    tok op, topic, data, key, epoch, after, token;
 } fields;
 
 /* One flat object whose values are all strings; the fields are picked out
@@ -176,6 +183,8 @@ static bool parse_msg(const char *d, size_t n, fields *f) {
             f->epoch = v;
         else if (IS("after"))
             f->after = v;
+        else if (IS("token"))
+            f->token = v;
 #undef IS
         s = skip_ws(s, end);
         if (s < end && *s == ',') {
@@ -385,26 +394,53 @@ typedef struct ps_bucket {
     uint64_t tokens;
     uint64_t stamp;        /* the loop's clock (ms) of the last refill */
     uint32_t strikes;
+    tern__token_conn *auth;   /* with tokens on (serve_tokens.h) */
 } ps_bucket;
 
 static int (*pubsub_upgrade_next)(tern_http_req *, void **, void *);
 
 static int pubsub_upgrade(tern_http_req *req, void **conn_user, void *user) {
     int r = pubsub_upgrade_next(req, conn_user, user);
-    if (r != 0 || limits.rate == 0)
+    if (r != 0 || (limits.rate == 0 && !tern__serve_tokens_on()))
+        return r;
+    tern__token_conn *auth = NULL;
+    if (tern__serve_tokens_on() && (r = tern__token_conn_upgrade(req, &auth)) != 0)
         return r;
     ps_bucket *b = malloc(sizeof(*b));
-    if (b == NULL)
+    if (b == NULL) {
+        tern__token_conn_free(auth);
         return 503;
+    }
     *b = (ps_bucket){.tokens = (uint64_t)limits.rate * 1000,
-                     .stamp = tern_loop_now(tern_http_req_loop(req))};
+                     .stamp = tern_loop_now(tern_http_req_loop(req)), .auth = auth};
     *conn_user = b;
     return 0;
 }
 
 static void pubsub_upgrade_failed(void *conn_user, int status, void *user) {
     (void)status, (void)user;
+    if (conn_user)
+        tern__token_conn_free(((ps_bucket *)conn_user)->auth);
     free(conn_user);
+}
+
+/* With tokens on: the connection's rights decide (serve_tokens.c). */
+static void pubsub_open(tern_ws *ws, void *user) {
+    (void)user;
+    ps_bucket *b = tern_ws_user(ws);
+    tern__token_conn_open(b ? b->auth : NULL, ws);
+}
+
+static int pubsub_may_subscribe(tern_ws *ws, const char *topic, size_t len, void *user) {
+    (void)user;
+    ps_bucket *b = tern_ws_user(ws);
+    return tern__token_conn_may_subscribe(b ? b->auth : NULL, topic, len);
+}
+
+static int pubsub_may_publish(tern_ws *ws, const char *topic, size_t len, void *user) {
+    (void)user;
+    ps_bucket *b = tern_ws_user(ws);
+    return tern__token_conn_may_publish(b ? b->auth : NULL, topic, len);
 }
 
 static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, void *user) {
@@ -412,7 +448,10 @@ static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, 
     /* on_close has the code we sent: 1009 is only ever the size limit's */
     if (code == TERN_WS_TOO_BIG)
         atomic_fetch_add_explicit(&n_too_big, 1, memory_order_relaxed);
-    free(tern_ws_user(ws));
+    ps_bucket *b = tern_ws_user(ws);
+    if (b)
+        tern__token_conn_free(b->auth);
+    free(b);
 }
 
 /* Takes a token for one message: true when there was one. */
@@ -437,6 +476,21 @@ void tern__serve_pubsub_refusals_get(tern__serve_pubsub_refusals *out) {
     out->too_big = atomic_load_explicit(&n_too_big, memory_order_relaxed);
 }
 
+/* {"op":"refresh","token":"..."} -> {"ok":"refresh","exp":N}, or
+ * {"error":"bad token",...} and the connection keeps its rights. */
+static void pubsub_refresh(tern_ws *ws, tern__token_conn *auth, tok t, tok op) {
+    static _Thread_local char token[TERN_TOKEN_MAX + 1];
+    long n = t.p ? decode(t, token, TERN_TOKEN_MAX) : -1;
+    int64_t exp = 0;
+    if (n <= 0 || tern__token_conn_refresh(auth, ws, token, (size_t)n, &exp) != NULL) {
+        reply_error(ws, t.p ? "bad token" : "missing token", op);
+        return;
+    }
+    char out[64];
+    int k = snprintf(out, sizeof(out), "{\"ok\":\"refresh\",\"exp\":%lld}", (long long)exp);
+    tern_ws_send(ws, out, (size_t)k, TERN_WS_TEXT);
+}
+
 static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
     (void)user;
     fields f;
@@ -447,7 +501,7 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
     if (b && b->strikes > limits.rate)
         return;
     /* Every message costs a token, a bad one too: parsing it is work. */
-    if (b && !bucket_take(ws, b)) {
+    if (b && limits.rate && !bucket_take(ws, b)) {
         atomic_fetch_add_explicit(&n_rate_refused, 1, memory_order_relaxed);
         reply_error(ws, "rate limit", json ? f.op : (tok){0});
         /* A client that goes on regardless (more refused than its burst
@@ -470,7 +524,10 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
         what = UNSUB;
     else if (op.p && op.n == 9 && !memcmp(op.p, "\"publish\"", 9))
         what = PUB;
-    else {
+    else if (tern__serve_tokens_on() && op.p && op.n == 9 && !memcmp(op.p, "\"refresh\"", 9)) {
+        pubsub_refresh(ws, b ? b->auth : NULL, f.token, op);
+        return;
+    } else {
         reply_error(ws, "unknown op", op);
         return;
     }
@@ -697,6 +754,11 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
     static tern_ws_handlers ps;
     ps = (tern_ws_handlers){.on_upgrade = pubsub_upgrade, .on_message = pubsub_message,
                             .on_close = pubsub_close, .on_upgrade_failed = pubsub_upgrade_failed};
+    if (tern__serve_tokens_on()) {
+        ps.on_open = pubsub_open;
+        ps.on_subscribe = pubsub_may_subscribe;
+        ps.on_publish = pubsub_may_publish;
+    }
     tern_ws_options o = *wo;
     o.subprotocols = NULL;
     /* One compressed frame serves every subscriber only when no compressor

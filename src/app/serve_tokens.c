@@ -1,0 +1,190 @@
+/* tern serve's /pubsub tokens (serve_tokens.h). */
+#include "app/serve_tokens.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "app/token.h"
+
+static tern__token_config *config;   /* set once in setup, read-only while serving */
+
+/* Topics anyone may subscribe to, token or not: the feed's. */
+static const char *const open_topics[] = {"market", "stats"};
+
+struct tern__token_conn {
+    tern__token_rights rights;   /* empty for an anonymous connection */
+    bool has_token;
+    tern_ws *ws;                 /* from on_open */
+    tern_timer *timer;           /* the expiry, while the connection is open */
+};
+
+int tern__serve_tokens_setup(const tern__serve_token_flags *f) {
+    if (f->hmac_secret_file == NULL && f->public_key_file == NULL) {
+        if (f->audience || f->issuer) {
+            fprintf(stderr, "tern serve: --token-audience and --token-issuer need "
+                            "--token-hmac-secret-file or --token-public-key-file\n");
+            return -1;
+        }
+        return 0;
+    }
+    config = tern__token_config_new();
+    const char *why = "out of memory";
+    if (config == NULL)
+        goto fail;
+    if (f->hmac_secret_file &&
+        tern__token_config_hmac_file(config, f->hmac_secret_file, &why) < 0) {
+        fprintf(stderr, "tern serve: --token-hmac-secret-file %s: %s\n", f->hmac_secret_file, why);
+        goto fail_quiet;
+    }
+    if (f->public_key_file &&
+        tern__token_config_public_key_file(config, f->public_key_file, &why) < 0) {
+        fprintf(stderr, "tern serve: --token-public-key-file %s: %s\n", f->public_key_file, why);
+        goto fail_quiet;
+    }
+    if (tern__token_config_audience(config, f->audience) < 0 ||
+        tern__token_config_issuer(config, f->issuer) < 0)
+        goto fail;
+    return 0;
+fail:
+    fprintf(stderr, "tern serve: tokens: %s\n", why);
+fail_quiet:
+    tern__token_config_free(config);
+    config = NULL;
+    return -1;
+}
+
+bool tern__serve_tokens_on(void) {
+    return config != NULL;
+}
+
+void tern__serve_tokens_cleanup(void) {
+    tern__token_config_free(config);
+    config = NULL;
+}
+
+static int64_t wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec;
+}
+
+int tern__token_conn_upgrade(tern_http_req *req, tern__token_conn **out) {
+    static _Thread_local char tok[TERN_TOKEN_MAX + 2];
+    size_t len = 0;
+    bool given = false;
+    ssize_t q = tern_http_query_param(req, "token", tok, sizeof(tok));
+    if (q >= 0 || q == -ENOSPC || q == -EINVAL) {
+        if (q < 0)
+            return 401;   /* over TERN_TOKEN_MAX, or a bad escape */
+        given = true;
+        len = (size_t)q;
+    } else {
+        size_t hl;
+        const char *h = tern_http_header(req, "Authorization", &hl);
+        if (h) {
+            if (hl < 7 || strncasecmp(h, "Bearer ", 7) != 0)
+                return 401;
+            h += 7, hl -= 7;
+            while (hl > 0 && h[0] == ' ')
+                h++, hl--;
+            while (hl > 0 && h[hl - 1] == ' ')
+                hl--;
+            if (hl > TERN_TOKEN_MAX)
+                return 401;
+            memcpy(tok, h, hl);
+            len = hl;
+            given = true;
+        }
+    }
+    tern__token_conn *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return 503;
+    if (given) {
+        const char *why;
+        int err = tern__token_verify(config, tok, len, wall_now(), &c->rights, &why);
+        if (err < 0) {
+            free(c);
+            return err == -ENOMEM ? 503 : 401;
+        }
+        c->has_token = true;
+    }
+    *out = c;
+    return 0;
+}
+
+static void expired(tern_timer *t, void *user) {
+    (void)t;
+    tern__token_conn *c = user;
+    int64_t left = c->rights.exp - wall_now();
+    if (left > 0) {   /* the wall clock went back: wait the rest */
+        tern_timer_again(c->timer, (uint64_t)left * 1000);
+        return;
+    }
+    tern_ws_close(c->ws, TERN_WS_TOKEN_EXPIRED, "token expired");
+}
+
+/* (Re)arms the expiry timer for c->rights.exp. */
+static void arm(tern__token_conn *c) {
+    int64_t left = c->rights.exp - wall_now();
+    uint64_t ms = left > 0 ? (uint64_t)left * 1000 : 0;
+    int err = c->timer ? tern_timer_again(c->timer, ms)
+                       : tern_timer_start(tern_ws_loop(c->ws), &c->timer, ms, 0, expired, c);
+    if (err < 0) {
+        /* Without a timer the expiry cannot be kept: close now rather
+         * than let the rights outlive the token. */
+        tern_ws_close(c->ws, TERN_WS_INTERNAL, "out of memory");
+    }
+}
+
+void tern__token_conn_open(tern__token_conn *c, tern_ws *ws) {
+    if (c == NULL)
+        return;
+    c->ws = ws;
+    if (c->has_token)
+        arm(c);
+}
+
+void tern__token_conn_free(tern__token_conn *c) {
+    if (c == NULL)
+        return;
+    if (c->timer)
+        tern_timer_stop(c->timer);
+    tern__token_rights_free(&c->rights);
+    free(c);
+}
+
+int tern__token_conn_may_subscribe(const tern__token_conn *c, const char *topic, size_t len) {
+    for (size_t i = 0; i < sizeof(open_topics) / sizeof(open_topics[0]); i++)
+        if (strlen(open_topics[i]) == len && memcmp(open_topics[i], topic, len) == 0)
+            return 0;
+    if (c && tern__token_allows(c->rights.subscribe, c->rights.nsubscribe, topic, len))
+        return 0;
+    return -EACCES;
+}
+
+int tern__token_conn_may_publish(const tern__token_conn *c, const char *topic, size_t len) {
+    if (c && tern__token_allows(c->rights.publish, c->rights.npublish, topic, len))
+        return 0;
+    return -EACCES;
+}
+
+const char *tern__token_conn_refresh(tern__token_conn *c, tern_ws *ws, const char *tok,
+                                     size_t len, int64_t *exp) {
+    if (c == NULL)
+        return "no token";
+    tern__token_rights r;
+    const char *why;
+    if (tern__token_verify(config, tok, len, wall_now(), &r, &why) < 0)
+        return why;
+    tern__token_rights_free(&c->rights);
+    c->rights = r;
+    c->has_token = true;
+    c->ws = ws;
+    *exp = r.exp;
+    arm(c);
+    return NULL;
+}

@@ -1,0 +1,46 @@
+/* tern serve's /pubsub tokens (serve_tokens.c): a connection's rights
+ * come from the token on its upgrade (?token= or Authorization: Bearer),
+ * are replaced by {"op":"refresh","token":"..."}, and end at the token's
+ * exp (close 4001 "token expired"). Off, and nothing changes, unless
+ * --token-hmac-secret-file or --token-public-key-file is given. */
+#ifndef TERN_APP_SERVE_TOKENS_H
+#define TERN_APP_SERVE_TOKENS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "app/token.h"
+#include "tern/tern.h"
+
+#define TERN_WS_TOKEN_EXPIRED 4001
+
+/* The command line's token flags; NULL when not given. */
+typedef struct tern__serve_token_flags {
+    const char *hmac_secret_file, *public_key_file, *audience, *issuer;
+} tern__serve_token_flags;
+
+/* Once, before the server runs. 0 (tokens on when a secret or key file
+ * was given) or -1 after a message on stderr. */
+int tern__serve_tokens_setup(const tern__serve_token_flags *f);
+bool tern__serve_tokens_on(void);
+void tern__serve_tokens_cleanup(void);
+
+typedef struct tern__token_conn tern__token_conn;
+
+/* In on_upgrade: 0 and *out set (anonymous without a token), 401 for a
+ * bad token, 503 out of memory. */
+int tern__token_conn_upgrade(tern_http_req *req, tern__token_conn **out);
+/* In on_open: starts the expiry timer of a token's connection. */
+void tern__token_conn_open(tern__token_conn *c, tern_ws *ws);
+/* In on_close or on_upgrade_failed (NULL: nothing). */
+void tern__token_conn_free(tern__token_conn *c);
+/* The route's hooks' answers: 0 or -EACCES. c NULL: anonymous. */
+int tern__token_conn_may_subscribe(const tern__token_conn *c, const char *topic, size_t len);
+int tern__token_conn_may_publish(const tern__token_conn *c, const char *topic, size_t len);
+/* {"op":"refresh"}: NULL and the rights and expiry replaced, or why not
+ * (the connection keeps what it had). *exp: the new expiry. */
+const char *tern__token_conn_refresh(tern__token_conn *c, tern_ws *ws, const char *tok,
+                                     size_t len, int64_t *exp);
+
+#endif

@@ -1,0 +1,67 @@
+/* JWT access tokens for tern serve's /pubsub (project issue #26).
+ *
+ * token.c verifies a compact JWS (header.claims.signature, base64url) with
+ * the algorithm the configuration pins: HS256 with a shared secret
+ * (--token-hmac-secret-file), and/or RS256 or ES256 with a public key
+ * (--token-public-key-file; which one follows from the key's type). A
+ * token naming any other algorithm ("none", or HS256 when only a public
+ * key is configured) is refused. Header and claims are parsed with
+ * jansson. Claims: sub (string, required), exp (number, required; a token
+ * is refused from exp on), nbf and iat (numbers when present; nbf more
+ * than TERN_TOKEN_LEEWAY seconds ahead is refused), aud and iss (checked
+ * when the configuration names them), and the rights,
+ *     "tern": {"subscribe": ["T", "P*", ...], "publish": [...]}
+ * each entry a topic, or a prefix ending in '*'.
+ *
+ * serve_tokens.c applies them to the /pubsub route's connections. */
+#ifndef TERN_APP_TOKEN_H
+#define TERN_APP_TOKEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TERN_TOKEN_MAX 8192          /* bytes of a token */
+#define TERN_TOKEN_RIGHTS_MAX 64     /* subscribe + publish entries */
+#define TERN_TOKEN_LEEWAY 30         /* seconds of clock difference allowed for nbf */
+
+typedef struct tern__token_config tern__token_config;
+
+/* What a valid token grants. Strings are the rights' own copies. */
+typedef struct tern__token_rights {
+    char *sub;
+    int64_t exp;                     /* seconds since the epoch */
+    size_t nsubscribe, npublish;
+    char *subscribe[TERN_TOKEN_RIGHTS_MAX];
+    char *publish[TERN_TOKEN_RIGHTS_MAX];
+} tern__token_rights;
+
+tern__token_config *tern__token_config_new(void);
+void tern__token_config_free(tern__token_config *c);
+/* The HS256 secret (copied; not empty). 0 or -EINVAL/-ENOMEM. */
+int tern__token_config_hmac(tern__token_config *c, const void *secret, size_t len);
+/* A PEM public key: RSA (RS256, at least 2048 bits) or EC P-256 (ES256).
+ * 0, -EINVAL (not such a key), -ENOMEM. */
+int tern__token_config_public_pem(tern__token_config *c, const char *pem, size_t len);
+/* Copied; NULL: not checked. 0 or -ENOMEM. */
+int tern__token_config_audience(tern__token_config *c, const char *aud);
+int tern__token_config_issuer(tern__token_config *c, const char *iss);
+/* Reads a file of at most 64 KiB: the secret (one trailing newline
+ * stripped) or the public key. 0 or a negative errno; *why says what. */
+int tern__token_config_hmac_file(tern__token_config *c, const char *path, const char **why);
+int tern__token_config_public_key_file(tern__token_config *c, const char *path,
+                                       const char **why);
+/* True once a secret or a key is set. */
+bool tern__token_config_ready(const tern__token_config *c);
+
+/* Verifies tok[0..len) at time now (seconds since the epoch). 0 and *out
+ * filled (free it with tern__token_rights_free), or -EACCES (refused:
+ * *why, a static string, says why; *out is left empty) or -ENOMEM. */
+int tern__token_verify(const tern__token_config *c, const char *tok, size_t len, int64_t now,
+                       tern__token_rights *out, const char **why);
+void tern__token_rights_free(tern__token_rights *r);
+/* Whether one of list's n entries covers topic[0..len): equal to it, or,
+ * for an entry ending in '*', a prefix of it ("*" alone: every topic). */
+bool tern__token_allows(char *const *list, size_t n, const char *topic, size_t len);
+
+#endif
