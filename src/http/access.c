@@ -65,6 +65,28 @@ static size_t put_text(access_queue *q, const char *s, size_t len, bool *ok) {
     return off;
 }
 
+/* A credential in the query (`?token=`: browsers can give a WebSocket no
+ * Authorization header) never reaches the log: the value of a parameter
+ * named token or access_token becomes "-", in place (the string only
+ * shrinks). */
+static void redact_query(char *target) {
+    char *p = strchr(target, '?');
+    while (p) {
+        char *name = p + 1, *eq = strchr(name, '='), *end = strchr(name, '&');
+        if (eq && (end == NULL || eq < end)) {
+            size_t nlen = (size_t)(eq - name);
+            char *val = eq + 1, *vend = end ? end : val + strlen(val);
+            if (((nlen == 5 && memcmp(name, "token", 5) == 0) ||
+                 (nlen == 12 && memcmp(name, "access_token", 12) == 0)) && vend > val) {
+                *val = '-';
+                memmove(val + 1, vend, strlen(vend) + 1);
+                end = end ? val + 1 : NULL;
+            }
+        }
+        p = end;
+    }
+}
+
 /* Queues an entry; an allocation failure loses the entry, nothing else. */
 static void record(tern_server *srv, const tern__conn *conn, const char *method, size_t mlen,
                    const char *target, size_t tlen, int status, uint64_t bytes,
@@ -99,8 +121,10 @@ static void record(tern_server *srv, const tern__conn *conn, const char *method,
     a->peer = put_text(q, peer, strlen(peer), &ok);
     a->method = put_text(q, method, mlen, &ok);
     a->target = put_text(q, target, tlen, &ok);
-    if (ok)
+    if (ok) {
+        redact_query(q->text + a->target);
         q->n++;
+    }
 }
 
 void tern__http_access_begin(tern_http_req *req) {

@@ -70,6 +70,22 @@ def test_access_log_has_the_upgrade(tern_factory, tmp_path):
     s.close()
 
 
+def test_access_log_never_shows_a_token(tern_factory, tmp_path):
+    # Browsers give a WebSocket no Authorization header: a token comes in
+    # the query, and the log keeps the rest of the target but not it.
+    log = str(tmp_path / "access.log")
+    tern = tern_factory("--access-log", log)
+    for target in (b"/ping?token=s3cr3t.jwt.x", b"/ping?a=1&token=s3cr3t.jwt.x&b=2",
+                   b"/ping?access_token=s3cr3t.jwt.x", b"/ping?mytoken=kept"):
+        st, _, _ = request(tern, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert st == 200
+    lines = wait_for_lines(log, 4)
+    assert "s3cr3t" not in "".join(lines), lines
+    targets = [l.split(" ")[2] for l in lines]
+    assert targets == ["/ping?token=-", "/ping?a=1&token=-&b=2", "/ping?access_token=-",
+                       "/ping?mytoken=kept"], targets
+
+
 def test_debug_log_names_refused_upgrades_and_requests(tern_factory):
     tern = tern_factory("--log-level", "debug", "--ws-origin", "http://good")
     key = base64.b64encode(os.urandom(16))
