@@ -43,7 +43,7 @@ scripts/test-consumer.sh build || status=1
 # it: the "listening on" line names the back end a server got. (The server
 # runs until timeout stops it; head alone would not end it.)
 backends=(epoll)
-first=$(timeout 3 "$root/build/tern" serve --port 0 --io uring --threads 1 2>&1 </dev/null |
+first=$(timeout 3 "$root/build/tern" serve --port 0 --io uring --threads 1 --admin-listen off 2>&1 </dev/null |
         head -1 || true)
 if [[ $first == *io_uring* ]]; then
     backends+=(uring)
@@ -92,7 +92,8 @@ autobahn() {
         args=(--tls-port 0 --tls-cert "$out/cert.pem" --tls-key "$out/key.pem")
         scheme=wss
     fi
-    "$build/tern" serve --host 127.0.0.1 --port 0 "${args[@]}" 2>"$log" &
+    # --bench-routes: /ws, the echo Autobahn drives; no admin listener
+    "$build/tern" serve --host 127.0.0.1 --port 0 --bench-routes --admin-listen off "${args[@]}" 2>"$log" &
     pid=$!
     local pattern='listening on http://127.0.0.1:[0-9]*'
     [ "$tls" = tls ] && pattern='https://127.0.0.1:[0-9]*'

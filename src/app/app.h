@@ -8,8 +8,11 @@ int tern_app_load(int argc, char **argv);
 /* argv[0] is "connect": the interactive WebSocket client. */
 int tern_app_connect(int argc, char **argv);
 
-/* serve_pubsub.c: /pubsub, POST /publish/:topic and /fanout on srv (in
- * tern serve's setup); wo: the WebSocket options of the other routes. */
+/* serve_pubsub.c: /pubsub, and with bench (--bench-routes) /fanout, on
+ * srv (in tern serve's setup); wo: the WebSocket options of the other
+ * routes. tern__serve_publish answers POST /publish/:topic (the admin
+ * listener's), publishing on srv. */
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "tern/tern.h"
@@ -29,7 +32,9 @@ typedef struct tern__serve_pubsub_refusals {
 
 int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                               const tern_pubsub_options *po, const tern__serve_pubsub_limits *lim,
-                              int (*on_upgrade)(tern_http_req *, void **, void *), void *user);
+                              bool bench, int (*on_upgrade)(tern_http_req *, void **, void *),
+                              void *user);
+void tern__serve_publish(tern_http_req *req, tern_server *srv);
 void tern__serve_pubsub_refusals_get(tern__serve_pubsub_refusals *out);
 
 /* feed.c: the simulated market data ("market", rate updates a second; 0:

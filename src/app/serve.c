@@ -1,6 +1,16 @@
 /* tern serve: the demo server.
  *
+ * Public listener (--host/--port, --tls-port, --unix):
  *   GET  /ping              "pong"
+ *   GET  /, /market         the live page (src/app/market.html)
+ *   GET  /pubsub            WebSocket pub/sub with a small JSON protocol:
+ *                           {"op":"subscribe"|"unsubscribe","topic":"T"},
+ *                           {"op":"publish","topic":"T","data":"..."} in;
+ *                           {"topic":"T","seq":N,"data":"..."}, acks
+ *                           {"ok":OP,...} and {"error":"...","op":OP} out
+ *                           (src/app/serve_pubsub.c has the details)
+ * Only with --bench-routes (they make the server do work on request, for
+ * the benchmarks, tests and Autobahn; off by default: 404 like any path):
  *   GET  /echo?size=N       N bytes of 'x'
  *   POST /echo              the request body
  *   GET  /stream?chunks=K&size=S   a chunked response of K chunks of S bytes
@@ -18,26 +28,26 @@
  *                           compressed) once per thread, and posted as a copy
  *                           to each other thread's loop; one order for every
  *                           connection, whichever threads send (bcast_message)
- *   GET  /stats             the threads' counters as JSON: their sum, then
- *                           each thread's
  *   GET  /ws/room/:room     WebSocket echo; the 101 names the room (X-Tern-Room)
- *   GET  /pubsub            WebSocket pub/sub with a small JSON protocol:
- *                           {"op":"subscribe"|"unsubscribe","topic":"T"},
- *                           {"op":"publish","topic":"T","data":"..."} in;
- *                           {"topic":"T","seq":N,"data":"..."}, acks
- *                           {"ok":OP,...} and {"error":"...","op":OP} out
- *                           (src/app/serve_pubsub.c has the details)
- *   POST /publish/:topic    the body published to topic:
- *                           {"seq":N,"subscribers":M}
  *   GET  /fanout            WebSocket: each message answered with 10 binary
  *                           messages of 10 000 bytes
  *   GET  /fanout/sub        WebSocket subscribed to topic "fanout"
  *   GET  /fanout/pub        WebSocket: each message published to "fanout"
+ *   GET  /fanout/pub-keyed  the same with a key
  *   GET  /(anything else)   static files under --root, when given
  *   (Host NAME of a --vhost NAME=ROOT)  the files under ROOT, nothing else
  *   (any other path)        404 naming the path (tern_http_not_found); a
  *                           known path with another method is 405, an
  *                           unknown method 501
+ *
+ * Admin listener (--admin-listen HOST:PORT, default 127.0.0.1:9090; off:
+ * none), a server of its own on loop 0, not on the public port:
+ *   POST /publish/:topic    the body published to topic:
+ *                           {"seq":N,"subscribers":M}; needs
+ *                           "Authorization: Bearer KEY", KEY the first line of
+ *                           --api-key-file (401 otherwise; 403 without one)
+ *   GET  /stats             the threads' counters as JSON: their sum, then
+ *                           each thread's
  *
  * --threads N (default: one per core) loops, one per thread, with tern_run:
  * the same routes on each, SO_REUSEPORT listeners.
@@ -58,6 +68,9 @@
 #include <sys/resource.h>
 #include <strings.h>
 #include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 #include "app/app.h"
 #include "app/serve_tokens.h"
@@ -135,6 +148,16 @@ typedef struct serve_ctx {
     unsigned feed_rate;        /* --feed-rate N: market updates a second */
     int ntopic_rules;
     tern_server *first;        /* thread 0's server (setup's) */
+    bool bench_routes;         /* --bench-routes: /echo, /ws, /fanout... registered */
+    /* --admin-listen HOST:PORT (admin_host NULL: off): /publish and /stats
+     * on a server of their own, on loop 0 (admin, freed by serve_teardown) */
+    const char *admin_host;
+    int admin_port;
+    char admin_host_buf[256];
+    tern_server *admin;
+    tern_server_options server_options;   /* the admin server's too */
+    /* --api-key-file: its first line, or NULL (then POST /publish is 403) */
+    char *api_key;
     /* /ws/broadcast's sequencer: a message is given its place (posted to
      * every other loop, and to its own when that one has posts of it in
      * flight) under this lock, so every loop's FIFO post queue holds the
@@ -705,7 +728,8 @@ static void bcast_message(tern_ws *ws, const char *data, size_t len, int opcode,
 /* GET /stats: every thread's counters (read from any thread: see
  * tern_server_stats) and their sum. */
 static void on_stats(tern_http_req *req, void *user) {
-    tern_server *srv = tern_http_req_server(req);
+    serve_ctx *ctx = user;
+    tern_server *srv = ctx->first;   /* the public servers' counters, not the admin's */
     int n = tern_server_peer_count(srv);
     size_t cap = 1024 + (size_t)n * 768, len = 0;   /* each entry under 700 bytes */
     char *out = malloc(cap);
@@ -781,6 +805,46 @@ static void on_stats(tern_http_req *req, void *user) {
     free(out);
 }
 
+/* Whether the request's "Authorization: Bearer KEY" names ctx->api_key:
+ * both are hashed and the digests compared with CRYPTO_memcmp, so the time
+ * taken tells nothing of the key (not even its length). */
+static bool bearer_ok(tern_http_req *req, const serve_ctx *ctx) {
+    size_t len;
+    const char *h = tern_http_header(req, "Authorization", &len);
+    if (h == NULL || len < 7 || strncasecmp(h, "Bearer ", 7) != 0)
+        return false;
+    h += 7, len -= 7;
+    while (len && *h == ' ')
+        h++, len--;
+    unsigned char a[EVP_MAX_MD_SIZE], b[EVP_MAX_MD_SIZE];
+    unsigned alen = 0, blen = 0;
+    if (!EVP_Digest(h, len, a, &alen, EVP_sha256(), NULL) ||
+        !EVP_Digest(ctx->api_key, strlen(ctx->api_key), b, &blen, EVP_sha256(), NULL) ||
+        alen != blen)
+        return false;
+    return CRYPTO_memcmp(a, b, alen) == 0;
+}
+
+/* POST /publish/:topic on the admin listener: published on the public
+ * servers (loop 0's, this one's loop), with the operator's key only. */
+static void on_admin_publish(tern_http_req *req, void *user) {
+    serve_ctx *ctx = user;
+    if (ctx->api_key == NULL) {
+        static const char why[] = "tern serve: POST /publish needs an API key: start the server "
+                                  "with --api-key-file FILE\n";
+        tern_http_respond(req, 403, "text/plain", why, sizeof(why) - 1);
+        return;
+    }
+    if (!bearer_ok(req, ctx)) {
+        static const char why[] = "tern serve: POST /publish needs Authorization: Bearer KEY "
+                                  "(the key of --api-key-file)\n";
+        tern_http_add_header(req, "WWW-Authenticate", "Bearer");
+        tern_http_respond(req, 401, "text/plain", why, sizeof(why) - 1);
+        return;
+    }
+    tern__serve_publish(req, ctx->first);
+}
+
 static void on_sighup(tern_loop *loop, int signo, void *user) {
     serve_ctx *ctx = user;
     /* Renewed certificates: new handshakes use them. */
@@ -800,15 +864,56 @@ static void print_listening(tern_loop *loop, void *user) {
     if (ctx->tls)
         snprintf(https, sizeof(https), " and https://%s%s%s:%d/", v6 ? "[" : "", host,
                  v6 ? "]" : "", tern_server_tls_port(ctx->first));
-    fprintf(stderr, "tern: listening on http://%s%s%s:%d/%s%s%s (%d thread%s, %s)\n",
+    char admin[320] = "";
+    if (ctx->admin) {
+        bool av6 = strchr(ctx->admin_host, ':') != NULL;
+        snprintf(admin, sizeof(admin), " (admin http://%s%s%s:%d/)", av6 ? "[" : "",
+                 ctx->admin_host, av6 ? "]" : "", tern_server_port(ctx->admin));
+    }
+    /* The back end stays last: scripts read it there. */
+    fprintf(stderr, "tern: listening on http://%s%s%s:%d/%s%s%s%s (%d thread%s, %s)\n",
             v6 ? "[" : "", host, v6 ? "]" : "", tern_server_port(ctx->first), https,
-            ctx->unix_path ? " and unix:" : "", ctx->unix_path ? ctx->unix_path : "",
+            ctx->unix_path ? " and unix:" : "", ctx->unix_path ? ctx->unix_path : "", admin,
             ctx->nthreads, ctx->nthreads == 1 ? "" : "s",
             tern_loop_backend(tern_server_loop(ctx->first)));
 }
 
 /* Setup fails with this once it has said why. */
 #define SETUP_FAILED (-ESRCH)
+
+/* The admin listener: a server of its own (its own routes, limits and
+ * counters) on loop 0, beside the public one; made last in setup, so a
+ * failure before it has nothing of it to free. */
+static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
+    int err = tern_server_new(&ctx->admin, loop, &ctx->server_options);
+    if (err < 0) {
+        fprintf(stderr, "tern serve: the admin server: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
+    if ((err = tern_http_route(ctx->admin, "POST", "/publish/:topic", on_admin_publish, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/stats", on_stats, ctx)) < 0 ||
+        (err = tern_http_not_found(ctx->admin, on_not_found, ctx)) < 0) {
+        fprintf(stderr, "tern serve: the admin routes: %s\n", tern_strerror(err));
+    } else if ((err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, NULL)) < 0) {
+        fprintf(stderr, "tern serve: --admin-listen %s:%d: %s\n", ctx->admin_host,
+                ctx->admin_port, tern_strerror(err));
+    }
+    if (err < 0) {
+        tern_server_free(ctx->admin);
+        ctx->admin = NULL;
+        return SETUP_FAILED;
+    }
+    return 0;
+}
+
+/* tern_run's teardown: loop 0 has ended, the admin server goes before it. */
+static void serve_teardown(tern_loop *loop, tern_server *srv, void *user) {
+    serve_ctx *ctx = user;
+    if (tern_server_index(srv) == 0 && ctx->admin) {
+        tern_server_free(ctx->admin);
+        ctx->admin = NULL;
+    }
+}
 
 /* tern_run's setup: the routes and listeners of the first server (the
  * other threads' share them). */
@@ -819,13 +924,14 @@ static int serve_setup(tern_server *srv, void *user) {
     if (ctx->access_log)
         tern_server_set_access_log(srv, access_line, ctx);
     tern_http_route(srv, "GET", "/ping", on_ping, ctx);
-    tern_http_route(srv, "GET", "/echo", on_echo_get, ctx);
-    tern_http_route(srv, "POST", "/echo", on_echo_post, ctx);
-    tern_http_route(srv, "GET", "/stream", on_stream, ctx);
-    tern_http_route_stream(srv, "POST", "/upload", on_upload, ctx);
-    tern_http_route(srv, "GET", "/delay", on_delay, ctx);
-    tern_http_route(srv, "GET", "/item/:id", on_item, ctx);
-    tern_http_route(srv, "GET", "/stats", on_stats, ctx);
+    if (ctx->bench_routes) {
+        tern_http_route(srv, "GET", "/echo", on_echo_get, ctx);
+        tern_http_route(srv, "POST", "/echo", on_echo_post, ctx);
+        tern_http_route(srv, "GET", "/stream", on_stream, ctx);
+        tern_http_route_stream(srv, "POST", "/upload", on_upload, ctx);
+        tern_http_route(srv, "GET", "/delay", on_delay, ctx);
+        tern_http_route(srv, "GET", "/item/:id", on_item, ctx);
+    }
     tern_http_not_found(srv, on_not_found, ctx);
     static const char *const echo_protocols[] = {"tern.echo", NULL};
     /* The route keeps its own copy of the handlers. */
@@ -839,7 +945,8 @@ static int serve_setup(tern_server *srv, void *user) {
         echo.on_open = ws_echo_open;
     tern_ws_options wo = ctx->wo;
     wo.subprotocols = echo_protocols;
-    tern_ws_route(srv, "/ws", &echo, &wo, ctx);
+    if (ctx->bench_routes)
+        tern_ws_route(srv, "/ws", &echo, &wo, ctx);
     /* One compressed frame serves every subscriber only when no compressor
      * keeps context between messages. */
     static const tern_ws_handlers bcast = {.on_upgrade = ws_upgrade,
@@ -851,13 +958,15 @@ static int serve_setup(tern_server *srv, void *user) {
     bo.server_no_context_takeover = true;
     bo.client_no_context_takeover = true;   /* and no inflate state per member */
     bo.slow_policy = TERN_WS_SLOW_DROP;
-    tern_ws_route(srv, "/ws/broadcast", &bcast, &bo, ctx);
     static const tern_ws_handlers room = {.on_upgrade = room_upgrade, .on_message = ws_echo};
     tern_ws_options ro = wo;
     ro.subprotocols = NULL;
-    tern_ws_route(srv, "/ws/room/:room", &room, &ro, ctx);
-    if ((err = tern__serve_pubsub_routes(srv, &wo, &ctx->po, &ctx->ps_limits, ws_upgrade, ctx)) <
-        0) {
+    if (ctx->bench_routes) {
+        tern_ws_route(srv, "/ws/broadcast", &bcast, &bo, ctx);
+        tern_ws_route(srv, "/ws/room/:room", &room, &ro, ctx);
+    }
+    if ((err = tern__serve_pubsub_routes(srv, &wo, &ctx->po, &ctx->ps_limits, ctx->bench_routes,
+                                         ws_upgrade, ctx)) < 0) {
         fprintf(stderr, "tern serve: pub/sub routes: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
@@ -934,6 +1043,8 @@ static int serve_setup(tern_server *srv, void *user) {
                 tern_strerror(err));
         return SETUP_FAILED;
     }
+    if (ctx->admin_host && (err = admin_setup(ctx, tern_server_loop(srv))) < 0)
+        return err;
     /* SIGINT and SIGTERM are tern_run's. */
     tern_loop_on_signal(tern_server_loop(srv), SIGHUP, on_sighup, ctx);
     tern_loop_post(tern_server_loop(srv), print_listening, ctx);
@@ -960,6 +1071,16 @@ static void usage(FILE *f) {
             "  --tls-client-ca FILE  PEM CAs that client certificates are verified against\n"
             "  --tls-client-verify M optional or require: ask clients for a certificate\n"
             "                        (default: none asked; needs --tls-client-ca)\n"
+            "  --bench-routes        also serve the routes that make the server work on request,\n"
+            "                        for benchmarks and tests: /echo, /stream, /upload, /delay,\n"
+            "                        /item/:id, /ws, /ws/broadcast, /ws/room/:room, /fanout,\n"
+            "                        /fanout/sub, /fanout/pub, /fanout/pub-keyed (default: off,\n"
+            "                        404; /, /market, /pubsub and /ping are always served)\n"
+            "  --admin-listen HOST:PORT  the admin listener: POST /publish/:topic and GET /stats,\n"
+            "                        never on the public port (default 127.0.0.1:9090; [::1]:P\n"
+            "                        for IPv6; off for none)\n"
+            "  --api-key-file FILE   the key POST /publish needs (Authorization: Bearer KEY):\n"
+            "                        the file's first line (default: none, publish answers 403)\n"
             "  --root DIR            serve static files from DIR\n"
             "  --max-head BYTES      request line + headers (default 16384)\n"
             "  --max-body BYTES      request body (default 16777216)\n"
@@ -1042,6 +1163,58 @@ static bool parse_size(const char *s, unsigned long long max, unsigned long long
     return true;
 }
 
+/* --admin-listen: "off", or HOST:PORT ([V6]:PORT for an IPv6 address). */
+static bool parse_admin_listen(const char *s, serve_ctx *ctx) {
+    if (strcmp(s, "off") == 0) {
+        ctx->admin_host = NULL;
+        return true;
+    }
+    const char *colon = strrchr(s, ':');
+    unsigned long long port;
+    if (colon == NULL || colon == s || !parse_size(colon + 1, 65535, &port) || colon[1] == '\0')
+        return false;
+    const char *h = s;
+    size_t hlen = (size_t)(colon - s);
+    if (h[0] == '[') {
+        if (hlen < 3 || h[hlen - 1] != ']')
+            return false;
+        h++, hlen -= 2;
+    } else if (memchr(h, ':', hlen)) {
+        return false;   /* an IPv6 address goes in brackets */
+    }
+    if (hlen >= sizeof(ctx->admin_host_buf))
+        return false;
+    memcpy(ctx->admin_host_buf, h, hlen);
+    ctx->admin_host_buf[hlen] = '\0';
+    ctx->admin_host = ctx->admin_host_buf;
+    ctx->admin_port = (int)port;
+    return true;
+}
+
+/* --api-key-file: the file's first line (without its line end), or NULL
+ * once said why (unreadable, empty). */
+static char *read_api_key(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        fprintf(stderr, "tern serve: --api-key-file %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, f);
+    fclose(f);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    if (n <= 0) {
+        fprintf(stderr, "tern serve: --api-key-file %s: no key on its first line\n", path);
+        if (line)
+            OPENSSL_cleanse(line, cap);
+        free(line);
+        return NULL;
+    }
+    return line;
+}
+
 int tern_app_serve(int argc, char **argv) {
     enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
            O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
@@ -1050,7 +1223,8 @@ int tern_app_serve(int argc, char **argv) {
            O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO, O_WS_ASYNC, O_WS_DEADLINE, O_TLS_PASS_FILE,
            O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY, O_MAX_CONNS,
            O_MAX_CONNS_IP, O_ALLOWED_ORIGIN, O_PS_MAX_MESSAGE, O_PS_RATE,
-           O_TOKEN_HMAC, O_TOKEN_PUBKEY, O_TOKEN_AUD, O_TOKEN_ISS };
+           O_TOKEN_HMAC, O_TOKEN_PUBKEY, O_TOKEN_AUD, O_TOKEN_ISS, O_BENCH_ROUTES,
+           O_ADMIN_LISTEN, O_API_KEY_FILE };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -1106,6 +1280,9 @@ int tern_app_serve(int argc, char **argv) {
         {"token-public-key-file", required_argument, NULL, O_TOKEN_PUBKEY},
         {"token-audience", required_argument, NULL, O_TOKEN_AUD},
         {"token-issuer", required_argument, NULL, O_TOKEN_ISS},
+        {"bench-routes", no_argument, NULL, O_BENCH_ROUTES},
+        {"admin-listen", required_argument, NULL, O_ADMIN_LISTEN},
+        {"api-key-file", required_argument, NULL, O_API_KEY_FILE},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -1129,7 +1306,9 @@ int tern_app_serve(int argc, char **argv) {
     serve_ctx ctx = {.feed = true, .feed_rate = 40, .bcast_lock = PTHREAD_MUTEX_INITIALIZER,
                      .ps_limits = {.max_message = 65536, .rate = 100}};
     int log_level = TERN_LOG_WARN;
-    const char *access_path = NULL;
+    const char *access_path = NULL, *api_key_path = NULL;
+    ctx.admin_host = "127.0.0.1";
+    ctx.admin_port = 9090;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -1154,6 +1333,9 @@ int tern_app_serve(int argc, char **argv) {
             ok = parse_size(optarg, 1000000, &v);
             ctx.ps_limits.rate = (uint32_t)v;
             break;
+        case O_BENCH_ROUTES: ctx.bench_routes = true; break;
+        case O_ADMIN_LISTEN: ok = parse_admin_listen(optarg, &ctx); break;
+        case O_API_KEY_FILE: api_key_path = optarg; break;
         case O_MAX_CONNS:
             ok = parse_size(optarg, TERN_UNLIMITED - 1, &v);
             so.max_connections = v ? (uint32_t)v : TERN_UNLIMITED;
@@ -1272,6 +1454,8 @@ int tern_app_serve(int argc, char **argv) {
     if (tern__serve_tokens_setup(&ctx.token_flags) < 0)
         return 2;
 
+    if (api_key_path && (ctx.api_key = read_api_key(api_key_path)) == NULL)
+        return 1;   /* said why */
     if (access_path) {
         ctx.access_log = strcmp(access_path, "-") == 0 ? stdout : fopen(access_path, "a");
         if (ctx.access_log == NULL) {
@@ -1347,7 +1531,8 @@ int tern_app_serve(int argc, char **argv) {
         ctx.threads[i].index = i;
         atomic_init(&ctx.threads[i].bcast_inflight, 0);
     }
-    tern_run_options ro = {.loop = lo, .server = so};
+    ctx.server_options = so;
+    tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown};
     err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);
     tern_tls_free(ctx.tls);
     for (unsigned long long i = 0; i < nthreads; i++) {
@@ -1359,6 +1544,10 @@ int tern_app_serve(int argc, char **argv) {
     }
     free(ctx.threads);
     tern__serve_tokens_cleanup();
+    if (ctx.api_key) {
+        OPENSSL_cleanse(ctx.api_key, strlen(ctx.api_key));
+        free(ctx.api_key);
+    }
     if (ctx.access_log && ctx.access_log != stdout)
         fclose(ctx.access_log);
     if (err == -ESRCH)

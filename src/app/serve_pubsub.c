@@ -53,8 +53,10 @@
  *     ("forbidden" otherwise); at its exp the connection closes with 4001
  *     "token expired" unless {"op":"refresh","token":"..."} replaced it
  *     first: {"ok":"refresh","exp":N}, or "bad token" / "missing token".
- *   POST /publish/:topic  the body (UTF-8) published as data to topic;
+ *   POST /publish/:topic  (the admin listener's: tern__serve_publish)
+ *                         the body (UTF-8) published as data to topic;
  *                         200 {"seq":N,"subscribers":M} (M: over all threads)
+ *   (the /fanout routes only with --bench-routes)
  *   GET  /fanout          WebSocket: each message received is answered with
  *                         10 binary messages of 10 000 bytes
  *   GET  /fanout/sub      WebSocket subscribed to topic "fanout" while open;
@@ -597,9 +599,9 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
     }
 }
 
-/* POST /publish/:topic */
-static void on_publish(tern_http_req *req, void *user) {
-    (void)user;
+/* POST /publish/:topic (the admin listener's, once it has checked the key):
+ * published on srv, a public server of loop req's. */
+void tern__serve_publish(tern_http_req *req, tern_server *srv) {
     size_t tl, len;
     const char *t = tern_http_param(req, "topic", &tl);
     const char *body = tern_http_body(req, &len);
@@ -620,7 +622,6 @@ static void on_publish(tern_http_req *req, void *user) {
         return;
     }
     size_t dl = put_json_string(d, 0, body ? body : "", len);
-    tern_server *srv = tern_http_req_server(req);
     int64_t seq = publish_json(srv, NULL, topic, tl, NULL, d, dl);
     free(d);
     if (seq < 0) {
@@ -744,11 +745,11 @@ static void fanout_pub_keyed(tern_ws *ws, const char *data, size_t len, int opco
 
 int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                               const tern_pubsub_options *po, const tern__serve_pubsub_limits *lim,
-                              int (*on_upgrade)(tern_http_req *, void **, void *), void *user) {
+                              bool bench, int (*on_upgrade)(tern_http_req *, void **, void *),
+                              void *user) {
     int err;
     if ((err = tern_pubsub_configure(srv, po)) < 0)
         return err;
-    tern_http_route(srv, "POST", "/publish/:topic", on_publish, user);
     limits = *lim;
     pubsub_upgrade_next = on_upgrade;
     static tern_ws_handlers ps;
@@ -774,6 +775,8 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
     pso.max_message = lim->max_message;
     if ((err = tern_ws_route(srv, "/pubsub", &ps, &pso, user)) < 0)
         return err;
+    if (!bench)
+        return 0;   /* the /fanout routes are --bench-routes' */
     static tern_ws_handlers fo;
     fo = (tern_ws_handlers){.on_upgrade = on_upgrade, .on_message = fanout_message};
     tern_ws_options f = *wo;

@@ -4,12 +4,17 @@ TERN_BIN names the binary (make sets it). Every server is started on port 0
 and the port is read from its first log line. At teardown the server gets
 SIGTERM and must exit 0 within a few seconds, without a sanitizer report.
 """
+import json
 import os
 import re
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+import urllib.request
 
 import pytest
 
@@ -20,9 +25,32 @@ SANITIZED = os.environ.get("TERN_SANITIZED") == "1"
 SLOW = 3.0 if SANITIZED else 1.0
 
 
+def has_flag(args, flag):
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
 class Server:
-    def __init__(self, args, cwd=None, preexec_fn=None):
+    """bench_routes: start with --bench-routes (the routes most tests use:
+    /echo, /ws, /fanout...). Unless the test gives its own, the admin
+    listener is on a free port (admin_port, admin_base) and POST /publish
+    there takes api_key (written to a file of its own, --api-key-file)."""
+
+    def __init__(self, args, cwd=None, preexec_fn=None, bench_routes=True, api_key=True):
         self.args = args
+        self.api_key = None
+        self._key_dir = None
+        extra = []
+        if bench_routes and "--bench-routes" not in args:
+            extra.append("--bench-routes")
+        if not has_flag(args, "--admin-listen"):
+            extra += ["--admin-listen", "127.0.0.1:0"]
+        if api_key and not has_flag(args, "--api-key-file"):
+            self._key_dir = tempfile.mkdtemp(prefix="tern-key-")
+            self.api_key = "k-" + secrets.token_hex(16)
+            path = os.path.join(self._key_dir, "api-key")
+            with open(path, "w") as f:
+                f.write(self.api_key + "\n")
+            extra += ["--api-key-file", path]
         # One loop unless the test asks for more: many tests measure one
         # loop (RSS, descriptors, broadcast order, connection numbers).
         threads = [] if any(a == "--threads" or a.startswith("--threads=") for a in args) \
@@ -39,7 +67,8 @@ class Server:
                   if not any(a == flag or a.startswith(flag + "=") for a in args)
                   for x in (flag, value)]
         self.proc = subprocess.Popen(
-            [TERN_BIN, "serve", "--host", "127.0.0.1", "--port", "0", *threads, *limits, *args],
+            [TERN_BIN, "serve", "--host", "127.0.0.1", "--port", "0", *threads, *limits, *extra,
+             *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, preexec_fn=preexec_fn)
         line = self.proc.stderr.readline().decode()
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/", line)
@@ -50,6 +79,9 @@ class Server:
         self.port = int(m.group(1))
         m = re.search(r"https://127\.0\.0\.1:(\d+)/", line)
         self.tls_port = int(m.group(1)) if m else None
+        m = re.search(r"\(admin http://(?:127\.0\.0\.1|\[[0-9a-f:]+\]):(\d+)/\)", line)
+        self.admin_port = int(m.group(1)) if m else None
+        self.admin_base = f"http://127.0.0.1:{self.admin_port}" if m else None
         self.host = "127.0.0.1"
         self.base = f"http://127.0.0.1:{self.port}"
         self.stderr = ""
@@ -68,8 +100,29 @@ class Server:
     def open_fds(self):
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
+    def admin_connect(self, timeout=5.0):
+        return socket.create_connection((self.host, self.admin_port), timeout=timeout)
+
+    def stats(self, timeout=5.0):
+        """GET /stats on the admin listener, as JSON."""
+        with urllib.request.urlopen(f"{self.admin_base}/stats", timeout=timeout * SLOW) as r:
+            return json.loads(r.read())
+
+    def publish(self, topic, body, timeout=5.0):
+        """POST /publish/topic on the admin listener with the key: its JSON answer."""
+        if isinstance(body, str):
+            body = body.encode()
+        req = urllib.request.Request(f"{self.admin_base}/publish/{topic}", data=body,
+                                     method="POST",
+                                     headers={"Authorization": f"Bearer {self.api_key}"})
+        with urllib.request.urlopen(req, timeout=timeout * SLOW) as r:
+            return json.loads(r.read())
+
     def stop(self, sig=signal.SIGTERM, timeout=10.0):
         """Signals the server and returns its exit code; fails on a sanitizer report."""
+        if self._key_dir:
+            shutil.rmtree(self._key_dir, ignore_errors=True)
+            self._key_dir = None
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
@@ -89,8 +142,8 @@ class Server:
 def tern_factory():
     servers = []
 
-    def start(*args, cwd=None):
-        s = Server(list(args), cwd=cwd)
+    def start(*args, cwd=None, bench_routes=True, api_key=True):
+        s = Server(list(args), cwd=cwd, bench_routes=bench_routes, api_key=api_key)
         servers.append(s)
         return s
 

@@ -18,7 +18,8 @@ from conftest import SLOW, TERN_BIN
 
 def listening_line(*args):
     p = subprocess.Popen([TERN_BIN, "serve", "--host", "127.0.0.1", "--port", "0",
-                          "--threads", "1", *args], stderr=subprocess.PIPE)
+                          "--threads", "1", "--admin-listen", "127.0.0.1:0", *args],
+                         stderr=subprocess.PIPE)
     try:
         return p.stderr.readline().decode()
     finally:

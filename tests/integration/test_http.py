@@ -493,8 +493,8 @@ def test_unix_socket(tern_factory, tmp_path):
 def test_ipv6_listener(tmp_path):
     from conftest import TERN_BIN
     import re
-    p = subprocess.Popen([TERN_BIN, "serve", "--host", "::1", "--port", "0"],
-                         stderr=subprocess.PIPE)
+    p = subprocess.Popen([TERN_BIN, "serve", "--host", "::1", "--port", "0",
+                          "--admin-listen", "off"], stderr=subprocess.PIPE)
     try:
         line = p.stderr.readline().decode()
         m = re.search(r":(\d+)/", line)

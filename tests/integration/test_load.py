@@ -299,8 +299,7 @@ def test_market_conflation_keeps_slow_readers_at_the_latest(tern_factory):
     assert 700 <= r["published"] <= 850, r
     # the slow ones got about their byte rate's worth: 4096 B/s of 520-byte frames
     assert 0 < r["slow_msg_per_s"] / 10 < 4096 / 520 * 1.5, r
-    with urllib.request.urlopen(f"{t.base}/stats", timeout=5) as resp:
-        ps = json.loads(resp.read())["total"]["pubsub"]
+    ps = t.stats()["total"]["pubsub"]
     assert ps["conflated"] > 0 and 0 < ps["queue_max"] <= 10, ps
 
 

@@ -39,10 +39,8 @@ def subscribe(ws, topic):
 
 
 def http_publish(t, topic, body):
-    req = urllib.request.Request(f"{t.base}/publish/{topic}", data=body.encode(), method="POST")
-    with urllib.request.urlopen(req, timeout=5) as r:
-        assert r.status == 200
-        return json.loads(r.read())
+    # the admin listener's, with the fixture's key
+    return t.publish(topic, body)
 
 
 def test_subscribe_publish_order_and_unsubscribe(tern):
@@ -85,7 +83,8 @@ def test_http_publish(tern):
         assert http_publish(t, "nobody", "x") == {"seq": 0, "subscribers": 0}
     # a bad topic, a body that is not UTF-8
     for topic, body in (("x" * 300, b"a"), ("h", b"\xff\xfe")):
-        req = urllib.request.Request(f"{t.base}/publish/{topic}", data=body, method="POST")
+        req = urllib.request.Request(f"{t.admin_base}/publish/{topic}", data=body, method="POST",
+                                     headers={"Authorization": f"Bearer {t.api_key}"})
         try:
             urllib.request.urlopen(req, timeout=5)
             assert False, "expected 400"
@@ -258,8 +257,7 @@ def _read_until_closed(sock):
 
 
 def stats(t):
-    with urllib.request.urlopen(f"{t.base}/stats", timeout=5) as r:
-        return json.loads(r.read())
+    return t.stats()
 
 
 def test_topic_policy_by_prefix_and_counters_in_stats(tern_factory):

@@ -100,15 +100,11 @@ def recv_data(ws, timeout=5.0):
 
 
 def http_publish(node, topic, body):
-    req = urllib.request.Request(f"{node.base}/publish/{topic}", data=body.encode(),
-                                 method="POST")
-    with urllib.request.urlopen(req, timeout=5) as r:
-        return json.loads(r.read())
+    return node.publish(topic, body)
 
 
 def stats(node):
-    with urllib.request.urlopen(f"{node.base}/stats", timeout=5) as r:
-        return json.loads(r.read())
+    return node.stats()
 
 
 def wait_for(cond, what, timeout=10.0):

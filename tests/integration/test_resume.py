@@ -50,9 +50,7 @@ def publish(t, topic, data, key=None):
 
 
 def http_publish(t, topic, body):
-    req = urllib.request.Request(f"{t.base}/publish/{topic}", data=body.encode(), method="POST")
-    with urllib.request.urlopen(req, timeout=5 * SLOW) as r:
-        return json.loads(r.read())["seq"]
+    return t.publish(topic, body)["seq"]
 
 
 def test_resume_gets_what_was_missed_then_live(tern_factory):

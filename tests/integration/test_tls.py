@@ -486,7 +486,7 @@ def serve_on_a_terminal(*args, timeout=5.0):
 
     from conftest import TERN_BIN
     p = subprocess.Popen([TERN_BIN, "serve", "--host", "127.0.0.1", "--port", "0",
-                          "--threads", "1", *args], stdin=slave, stdout=slave,
+                          "--threads", "1", "--admin-listen", "off", *args], stdin=slave, stdout=slave,
                          stderr=subprocess.PIPE, preexec_fn=on_the_terminal)
     os.close(slave)
     try:
