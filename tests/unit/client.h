@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -43,6 +44,21 @@ static inline size_t client_drain(int fd) {
     while ((r = read(fd, buf, sizeof(buf))) > 0)
         total += (size_t)r;
     return total;
+}
+
+/* Reads the answer to a request sent with Connection: close until the
+ * server closes (2 KiB at most), closes fd, and copies the body (what
+ * follows the head) into body; "" when there is no head. */
+static inline void client_read_body(int fd, char *body, size_t cap) {
+    char buf[2048];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+        len += (size_t)r;
+    buf[len] = '\0';
+    close(fd);
+    const char *b = strstr(buf, "\r\n\r\n");
+    snprintf(body, cap, "%s", b ? b + 4 : "");
 }
 
 #endif

@@ -21,6 +21,8 @@
 #include "http/server.h"
 #include "tern/tern.h"
 
+#include "client.h"
+
 #define CONNS 64
 
 typedef struct test_run {
@@ -67,16 +69,7 @@ static void get(int port, const char *path, char *body, size_t cap) {
         close(fd);
         return;
     }
-    char buf[2048];
-    size_t len = 0;
-    ssize_t r;
-    while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
-        len += (size_t)r;
-    buf[len] = '\0';
-    close(fd);
-    const char *b = strstr(buf, "\r\n\r\n");
-    if (b)
-        snprintf(body, cap, "%s", b + 4);
+    client_read_body(fd, body, cap);
 }
 
 static void *client_main(void *arg) {

@@ -23,6 +23,8 @@
 
 #include "tern/tern.h"
 
+#include "client.h"
+
 static char dir[] = "/tmp/tern-tls-XXXXXX";
 static char cert[64], key[64], enc_key[64], pass_file[64];
 static char ca[64], alice[64], alice_key[64], mallory[64], mallory_key[64];
@@ -276,15 +278,7 @@ static void tls_get(int port, const char *name, char *out, size_t cap) {
 static void plain_get(int port, char *out, size_t cap) {
     int fd = tcp_connect(port);
     assert_int_equal(write(fd, info_req, strlen(info_req)), (ssize_t)strlen(info_req));
-    char buf[2048];
-    size_t len = 0;
-    ssize_t r;
-    while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
-        len += (size_t)r;
-    buf[len] = '\0';
-    close(fd);
-    const char *body = strstr(buf, "\r\n\r\n");
-    snprintf(out, cap, "%s", body ? body + 4 : "");
+    client_read_body(fd, out, cap);
 }
 
 static void request_knows_tls_and_sni(void **state) {
