@@ -74,6 +74,7 @@
 
 #include "app/app.h"
 #include "app/serve_tokens.h"
+#include "app/topic_rules.h"
 #include "tern/tern.h"
 
 #define MAX_ECHO_SIZE (64u * 1024 * 1024)
@@ -139,14 +140,13 @@ typedef struct serve_ctx {
     tern_pubsub_options po;    /* --pubsub-max-backlog, --pubsub-policy, --pubsub-history* */
     tern__serve_pubsub_limits ps_limits;   /* --pubsub-max-message, --pubsub-rate */
     tern__serve_token_flags token_flags;   /* --token-* (serve_tokens.c) */
-    const char *topic_rules[TERN_TOPIC_RULES_MAX];   /* --pubsub-topic-policy PREFIX=P */
+    tern__topic_rules rules;   /* --topic, --pubsub-topic-policy, and the feed's topics */
     const char *redis;         /* --redis URL, or NULL */
     bool feed;                 /* --feed on|off (on) */
     tern_listen_options listen;   /* --sndbuf */
     int ws_async;              /* --ws-async[=timer|post]: /ws echoes each message later */
     uint32_t ws_deadline_ms;   /* --ws-deadline-ms: /ws's deadline, moved by every message */
     unsigned feed_rate;        /* --feed-rate N: market updates a second */
-    int ntopic_rules;
     tern_server *first;        /* thread 0's server (setup's) */
     bool bench_routes;         /* --bench-routes: /echo, /ws, /fanout... registered */
     /* --admin-listen HOST:PORT (admin_host NULL: off): /publish and /stats
@@ -164,22 +164,6 @@ typedef struct serve_ctx {
      * messages in one order. */
     pthread_mutex_t bcast_lock;
 } serve_ctx;
-
-/* --pubsub-policy's values. */
-static bool parse_pubsub_policy(const char *s, int *policy, uint16_t *close_code) {
-    *close_code = 0;
-    if (!strcmp(s, "drop"))
-        *policy = TERN_PUBSUB_DROP;
-    else if (!strcmp(s, "close"))
-        *policy = TERN_PUBSUB_CLOSE;
-    else if (!strcmp(s, "close-1013"))
-        *policy = TERN_PUBSUB_CLOSE, *close_code = TERN_WS_TRY_AGAIN;
-    else if (!strcmp(s, "conflate"))
-        *policy = TERN_PUBSUB_CONFLATE;
-    else
-        return false;
-    return true;
-}
 
 /* The thread whose loop runs this request. */
 static serve_thread *thread_of(tern_http_req *req, serve_ctx *ctx) {
@@ -794,9 +778,11 @@ static void on_stats(tern_http_req *req, void *user) {
     tern__serve_pubsub_refusals_get(&pr);
     len = (size_t)snprintf(out, cap, "{\"threads\":%d,\"thread\":%d,\"redis\":%s,"
                            "\"pubsub_limits\":{\"rate_refused\":%llu,\"rate_closed\":%llu,"
-                           "\"too_big\":%llu},\"total\":" STATS_FMT ",\"each\":[%s]}\n",
+                           "\"too_big\":%llu,\"forbidden_subscribe\":%llu,"
+                           "\"forbidden_publish\":%llu},\"total\":" STATS_FMT ",\"each\":[%s]}\n",
                            n, tern_server_index(srv), redis, U(pr.rate_refused),
-                           U(pr.rate_closed), U(pr.too_big), STATS_ARGS(sum, psum), each);
+                           U(pr.rate_closed), U(pr.too_big), U(pr.forbidden_subscribe),
+                           U(pr.forbidden_publish), STATS_ARGS(sum, psum), each);
 #undef U
 #undef STATS_FMT
 #undef STATS_ARGS
@@ -965,32 +951,29 @@ static int serve_setup(tern_server *srv, void *user) {
         tern_ws_route(srv, "/ws/broadcast", &bcast, &bo, ctx);
         tern_ws_route(srv, "/ws/room/:room", &room, &ro, ctx);
     }
-    if ((err = tern__serve_pubsub_routes(srv, &wo, &ctx->po, &ctx->ps_limits, ctx->bench_routes,
+    if ((err = tern__serve_pubsub_routes(srv, &wo, &ctx->po, &ctx->ps_limits, &ctx->rules,
+                                         ctx->bench_routes,
                                          ws_upgrade, ctx)) < 0) {
         fprintf(stderr, "tern serve: pub/sub routes: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
-    if (ctx->feed && ctx->po.history == 0) {
-        /* The page resumes the feed after a network drop: a minute of it. */
-        tern_topic_options mo = {.max_backlog = ctx->po.max_backlog, .policy = ctx->po.policy,
-                                 .close_code = ctx->po.close_code, .history = FEED_HISTORY,
-                                 .history_ms = FEED_HISTORY_MS};
-        if ((err = tern_pubsub_topic_rule(srv, "market", &mo)) < 0) {
-            fprintf(stderr, "tern serve: the feed's history: %s\n", tern_strerror(err));
-            return SETUP_FAILED;
-        }
-    }
-    for (int i = 0; i < ctx->ntopic_rules; i++) {
-        /* PREFIX=P, checked by the option parser */
-        const char *eq = strrchr(ctx->topic_rules[i], '=');
-        char prefix[TERN_TOPIC_MAX + 1];
-        size_t plen = (size_t)(eq - ctx->topic_rules[i]);
-        tern_topic_options to = {.max_backlog = ctx->po.max_backlog};
-        parse_pubsub_policy(eq + 1, &to.policy, &to.close_code);
-        memcpy(prefix, ctx->topic_rules[i], plen);
-        prefix[plen] = '\0';
-        if ((err = tern_pubsub_topic_rule(srv, prefix, &to)) < 0) {
-            fprintf(stderr, "tern serve: --pubsub-topic-policy %s: %s\n", ctx->topic_rules[i],
+    /* Each topic rule's settings, what it does not say the server's: the
+     * library's rule for the same pattern (its exact topic or prefix). */
+    for (int i = 0; i < ctx->rules.n; i++) {
+        const tern__topic_rule *r = &ctx->rules.r[i];
+        tern_topic_options to = {.policy = r->has_policy ? r->policy : ctx->po.policy,
+                                 .close_code = r->has_policy ? r->close_code : 0,
+                                 .max_backlog = r->has_backlog ? r->max_backlog : 0,
+                                 .history = r->has_history ? r->history : 0,
+                                 .history_ms = r->has_history_age ? r->history_ms : 0,
+                                 .exact = !r->prefix};
+        if (!r->has_policy && to.policy == TERN_PUBSUB_CLOSE)
+            to.close_code = ctx->po.close_code;
+        char pattern[TERN_TOPIC_MAX + 1];
+        memcpy(pattern, r->pattern, r->len);
+        pattern[r->len] = '\0';
+        if ((err = tern_pubsub_topic_rule(srv, pattern, &to)) < 0) {
+            fprintf(stderr, "tern serve: --topic %s%s: %s\n", pattern, r->prefix ? "*" : "",
                     tern_strerror(err));
             return SETUP_FAILED;
         }
@@ -1122,12 +1105,24 @@ static void usage(FILE *f) {
             "  --pubsub-policy P     drop (default: its messages are dropped and counted),\n"
             "                        close (1008), close-1013 (try again later) or conflate\n"
             "                        (keep the newest message per key while it is behind)\n"
-            "  --pubsub-topic-policy PREFIX=P  the policy P for topics starting with PREFIX\n"
-            "                        (repeatable; the longest prefix wins)\n"
+            "  --topic 'PATTERN [KEY=VALUE]...'  a topic rule (repeatable): PATTERN is a\n"
+            "                        topic, or a prefix ending in * (\"orders.*\"; \"*\": all);\n"
+            "                        a topic takes its exact rule, else its longest prefix's.\n"
+            "                        KEYs: subscribe= and publish= (token: a token's rights\n"
+            "                        must cover the topic, the default; anyone; none),\n"
+            "                        policy=, history=N, history-age=SECONDS,\n"
+            "                        max-backlog=BYTES (the --pubsub-* defaults otherwise).\n"
+            "                        Closed by default: without a rule only tokens open a\n"
+            "                        topic. \"market\" and \"stats\" (the feed's) are\n"
+            "                        subscribe=anyone publish=none\n"
+            "  --pubsub-topic-policy PREFIX=P  the same as --topic 'PREFIX* policy=P'\n"
             "  --pubsub-history N    keep each topic's last N messages (at most 65536) for\n"
             "                        subscribers that resume (default 0: none; topic\n"
             "                        \"market\" of the feed keeps 4096 for a minute)\n"
             "  --pubsub-history-age SECONDS  and none older than this (default: no limit)\n"
+            "  --pubsub-history-bytes BYTES  all topics' histories together keep at most\n"
+            "                        this (default 67108864; 0: no limit); over it the\n"
+            "                        oldest messages of the topics over their share go\n"
             "  --pubsub-replay-rate BYTES  bytes a second each thread sends to subscribers\n"
             "                        that resume until they catch up, together (default\n"
             "                        0: no limit); spreads a reconnect storm's catch-up;\n"
@@ -1224,7 +1219,7 @@ int tern_app_serve(int argc, char **argv) {
            O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY, O_MAX_CONNS,
            O_MAX_CONNS_IP, O_ALLOWED_ORIGIN, O_PS_MAX_MESSAGE, O_PS_RATE,
            O_TOKEN_HMAC, O_TOKEN_PUBKEY, O_TOKEN_AUD, O_TOKEN_ISS, O_BENCH_ROUTES,
-           O_ADMIN_LISTEN, O_API_KEY_FILE };
+           O_ADMIN_LISTEN, O_API_KEY_FILE, O_TOPIC, O_PS_HISTORY_BYTES };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -1283,6 +1278,8 @@ int tern_app_serve(int argc, char **argv) {
         {"bench-routes", no_argument, NULL, O_BENCH_ROUTES},
         {"admin-listen", required_argument, NULL, O_ADMIN_LISTEN},
         {"api-key-file", required_argument, NULL, O_API_KEY_FILE},
+        {"topic", required_argument, NULL, O_TOPIC},
+        {"pubsub-history-bytes", required_argument, NULL, O_PS_HISTORY_BYTES},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -1309,6 +1306,13 @@ int tern_app_serve(int argc, char **argv) {
     const char *access_path = NULL, *api_key_path = NULL;
     ctx.admin_host = "127.0.0.1";
     ctx.admin_port = 9090;
+    ctx.po.history_bytes = 64u << 20;
+    /* The feed's topics: anyone reads them, no client writes them (the
+     * feed and the admin listener's POST /publish do). --topic may change
+     * them as any rule. */
+    const char *rule_why = NULL;
+    tern__rules_add(&ctx.rules, "market subscribe=anyone publish=none", &rule_why);
+    tern__rules_add(&ctx.rules, "stats subscribe=anyone publish=none", &rule_why);
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -1426,16 +1430,28 @@ int tern_app_serve(int argc, char **argv) {
             ok = parse_size(optarg, 1ull << 40, &v);
             ctx.po.replay_rate = v;
             break;
-        case O_PS_POLICY: ok = parse_pubsub_policy(optarg, &ctx.po.policy, &ctx.po.close_code); break;
+        case O_PS_POLICY: ok = tern__policy_parse(optarg, &ctx.po.policy, &ctx.po.close_code); break;
         case O_PS_TOPIC: {
+            /* PREFIX=P: the rule of pattern PREFIX* gets policy P */
             const char *eq = strrchr(optarg, '=');
-            int pol;
-            uint16_t code;
-            ok = ctx.ntopic_rules < TERN_TOPIC_RULES_MAX && eq && eq - optarg <= TERN_TOPIC_MAX &&
-                 parse_pubsub_policy(eq + 1, &pol, &code);
-            if (ok) ctx.topic_rules[ctx.ntopic_rules++] = optarg;
+            char spec[TERN_TOPIC_MAX + 32];
+            ok = eq && eq - optarg <= TERN_TOPIC_MAX && strlen(eq + 1) < 16;
+            if (ok) {
+                snprintf(spec, sizeof(spec), "%.*s* policy=%s", (int)(eq - optarg), optarg, eq + 1);
+                ok = tern__rules_add(&ctx.rules, spec, &rule_why) == 0;
+            }
             break;
         }
+        case O_TOPIC:
+            if (tern__rules_add(&ctx.rules, optarg, &rule_why) < 0) {
+                fprintf(stderr, "tern serve: --topic %s: %s\n", optarg, rule_why);
+                return 2;
+            }
+            break;
+        case O_PS_HISTORY_BYTES:
+            ok = parse_size(optarg, 1ull << 40, &v);
+            ctx.po.history_bytes = v;
+            break;
         case O_TOKEN_HMAC: ctx.token_flags.hmac_secret_file = optarg; break;
         case O_TOKEN_PUBKEY: ctx.token_flags.public_key_file = optarg; break;
         case O_TOKEN_AUD: ctx.token_flags.audience = optarg; break;
@@ -1453,6 +1469,15 @@ int tern_app_serve(int argc, char **argv) {
     }
     if (tern__serve_tokens_setup(&ctx.token_flags) < 0)
         return 2;
+    tern__rules_resolve(&ctx.rules);
+    /* The page resumes the feed after a network drop: a minute of it,
+     * unless the history was configured. */
+    tern__topic_rule *market = (tern__topic_rule *)tern__rules_match(&ctx.rules, "market", 6);
+    if (ctx.feed && ctx.po.history == 0 && market && !market->prefix && !market->has_history) {
+        market->has_history = market->has_history_age = true;
+        market->history = FEED_HISTORY;
+        market->history_ms = FEED_HISTORY_MS;
+    }
 
     if (api_key_path && (ctx.api_key = read_api_key(api_key_path)) == NULL)
         return 1;   /* said why */

@@ -36,7 +36,7 @@ def claims(ttl=3600, **rights):
 def served(tern_factory, tmp_path):
     f = tmp_path / "secret"
     f.write_bytes(SECRET + b"\n")
-    return tern_factory("--token-hmac-secret-file", str(f), "--feed", "off")
+    return tern_factory("--token-hmac-secret-file", str(f), "--feed", "off", open_topics=False)
 
 
 def url(t, tok=None):
