@@ -209,3 +209,43 @@ def test_history_byte_budget_keeps_a_quiet_topics_share(tern_factory):
             got, ack = await resume("busy", 20)
             assert ack["resumed"] is False and len(got) == 1 and got[0]["seq"] == 100
     asyncio.run(go())
+
+
+def test_an_exact_rule_gives_its_settings_to_its_topic_alone(tern_factory):
+    """history=3 for "hist" exactly: its publishes are numbered and kept
+    with no one listening; "histx" and "his" get the server's (none: seq 0)."""
+    t = tern_factory("--feed", "off", "--topic", "hist history=3",
+                     "--topic", "hi* history=2")
+
+    async def go():
+        async with connect(f"ws://127.0.0.1:{t.port}/pubsub") as ws:
+            seqs = [(await ask(ws, op="publish", topic="hist", data=str(i)))["seq"]
+                    for i in range(5)]
+            assert seqs == [1, 2, 3, 4, 5]
+            assert (await ask(ws, op="publish", topic="histx", data="x"))["seq"] == 1  # hi*
+            assert (await ask(ws, op="publish", topic="other", data="x"))["seq"] == 0
+            # the exact rule's 3, not the prefix's 2: a resume after 2 is whole
+            epoch = (await ask(ws, op="subscribe", topic="hist"))["epoch"]
+            await ask(ws, op="unsubscribe", topic="hist")
+            await ws.send(json.dumps({"op": "subscribe", "topic": "hist", "epoch": epoch,
+                                      "after": "2"}))
+            got = []
+            while True:
+                m = json.loads(await asyncio.wait_for(ws.recv(), 5 * SLOW))
+                if m.get("ok") == "subscribe":
+                    break
+                got.append(m["seq"])
+            assert m["resumed"] is True and got == [3, 4, 5]
+            # "histx" keeps the prefix's 2, not the exact rule's 3
+            for i in range(4):
+                await ask(ws, op="publish", topic="histx", data=str(i))
+            epoch = (await ask(ws, op="subscribe", topic="histx"))["epoch"]
+            await ask(ws, op="unsubscribe", topic="histx")
+            await ws.send(json.dumps({"op": "subscribe", "topic": "histx", "epoch": epoch,
+                                      "after": "2"}))
+            while True:
+                m = json.loads(await asyncio.wait_for(ws.recv(), 5 * SLOW))
+                if m.get("ok") == "subscribe":
+                    break
+            assert m["resumed"] is False
+    asyncio.run(go())
