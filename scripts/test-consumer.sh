@@ -6,7 +6,9 @@
 #      (shared), then with TERN_USE_STATIC=ON;
 #   3. add_subdirectory of this source tree (tern builds only its library
 #      and leaks no flags into the parent);
-#   4. the checked library installed beside the release one: consumer.c
+#   4. every examples/*.c built against the installed library (the ones
+#      that end by themselves, timers and errors, also run);
+#   5. the checked library installed beside the release one: consumer.c
 #      through pkg-config tern-checked (shared and static) and
 #      find_package's tern::tern-checked, and tests/consumer/misuse.c, whose
 #      second tern_timer_stop must abort naming the call.
@@ -75,6 +77,25 @@ $cc "${cflags[@]}" -o "$tmp/pc-shared" "$src" $(pkg-config --cflags --libs tern)
 readelf -d "$tmp/pc-shared" | grep -q 'NEEDED.*libtern.so.0' \
     || { echo "   FAILED: pc-shared does not need libtern.so.0"; status=1; }
 check "pkg-config --libs tern" env LD_LIBRARY_PATH="$lib" "$tmp/pc-shared"
+
+step "examples/*.c against the installed library (pkg-config, shared)"
+# Each example is a program an application could be: it builds with the
+# installed headers and library alone. Those that end by themselves run.
+for ex in examples/*.c; do
+    name=$(basename "$ex" .c)
+    # shellcheck disable=SC2046
+    if ! $cc -std=gnu11 -Wall -Werror -o "$tmp/ex-$name" "$ex" $(pkg-config --cflags --libs tern) \
+            >"$tmp/ex-$name.log" 2>&1; then
+        echo "   FAILED: $ex does not build against the installed library"
+        sed 's/^/   | /' "$tmp/ex-$name.log"; status=1
+    fi
+done
+for name in timers errors; do
+    if [ -x "$tmp/ex-$name" ]; then
+        check "examples/$name.c runs" env LD_LIBRARY_PATH="$lib" "$tmp/ex-$name"
+    fi
+done
+echo "   ok: $(ls "$tmp"/ex-*.log | wc -l) examples built"
 
 step "pkg-config --static, libtern.a"
 libs=$(pkg-config --static --libs tern)

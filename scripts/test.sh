@@ -3,7 +3,9 @@
 #   1. unit tests (ctest) on the release build, then the library as an
 #      application uses it (scripts/test-consumer.sh: installed and linked
 #      through pkg-config and find_package, and through add_subdirectory),
-#      then the integration tests (pytest);
+#      the reference (scripts/check-api-docs.sh: every exported function on
+#      one page of docs/api/, every page's example builds), then the
+#      integration tests (pytest);
 #   2. unit and integration tests on the ASan+UBSan build, where any
 #      sanitizer report fails;
 #   Steps 1 and 2 run on both of the loop's back ends: ctest has every unit
@@ -38,6 +40,9 @@ section "unit tests (release)"
 
 section "the library from outside (install, pkg-config, find_package, add_subdirectory)"
 scripts/test-consumer.sh build || status=1
+
+section "the API reference (docs/api/) against the library and examples/"
+scripts/check-api-docs.sh build || status=1
 
 # Whether this build has the io_uring back end, and this kernel lets us use
 # it: the "listening on" line names the back end a server got. (The server

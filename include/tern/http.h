@@ -241,7 +241,10 @@ int tern_http_not_found(tern_server *srv, tern_http_handler fn, void *user);
  * the extension, Last-Modified and If-Modified-Since (304), index.html for
  * directories, 404 for what is not there, 403 for what may not be read or
  * would lead out of dir (.., symlinks out). The body goes out with
- * sendfile(). */
+ * sendfile(). Returns 0, -EINVAL (srv, prefix or dir NULL, a prefix not
+ * starting with '/'), the errno of opening dir (-ENOENT when it is
+ * missing), tern_http_route's errors (-EEXIST for a prefix served
+ * already, -EBUSY once the configuration is shared), -ENOMEM. */
 int tern_http_static(tern_server *srv, const char *prefix, const char *dir);
 
 /* ---- the request ------------------------------------------------------

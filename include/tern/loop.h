@@ -127,7 +127,10 @@ void tern_timer_stop(tern_timer *timer);
 
 /* Delivers signo (SIGINT, SIGTERM, SIGHUP, ...) to fn on this loop's thread
  * through a signalfd. The signal is blocked in the calling thread: call it
- * before starting other threads so they inherit the mask. */
+ * before starting other threads so they inherit the mask. Returns 0,
+ * -EINVAL (loop or fn NULL, signo 0 or not below NSIG, SIGKILL, SIGSTOP),
+ * -ENOSPC (8 handlers on the loop already), or the errno of
+ * pthread_sigmask or signalfd. */
 typedef void (*tern_signal_fn)(tern_loop *loop, int signo, void *user);
 int tern_loop_on_signal(tern_loop *loop, int signo, tern_signal_fn fn, void *user);
 

@@ -163,8 +163,10 @@ typedef struct tern_topic_options {
 #define TERN_TOPIC_RULES_MAX 64   /* rules per configuration */
 
 /* Sets the pub/sub options of srv's configuration (every loop of its
- * tern_run group): call it in setup, before serving. Returns 0 or -EINVAL
- * (bad policy), -EBUSY once the configuration is shared or pub/sub used. */
+ * tern_run group): call it in setup, before serving. Returns 0, -EINVAL
+ * (srv or opt NULL, a bad policy, a close_code not 0, 1008 or 1013, a
+ * history over TERN_HISTORY_MAX), -EBUSY once the configuration is shared
+ * or pub/sub used, -ENOMEM. */
 int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt);
 
 /* Gives the topics whose names start with prefix their own slow-consumer
@@ -172,7 +174,7 @@ int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt);
  * (opt->exact) for the topic wins, else the longest matching prefix; a
  * second rule for the same prefix (and exactness) replaces the first. Like tern_pubsub_configure, in setup before serving (call that
  * first if you call both: it keeps the rules). Returns 0, -EINVAL (NULL
- * argument, bad policy or close code), -ENAMETOOLONG (prefix over
+ * argument, bad policy, close code or history), -ENAMETOOLONG (prefix over
  * TERN_TOPIC_MAX), -ENOSPC (TERN_TOPIC_RULES_MAX rules), -EBUSY (the
  * configuration is shared or pub/sub used), -ENOMEM. */
 int tern_pubsub_topic_rule(tern_server *srv, const char *prefix, const tern_topic_options *opt);

@@ -184,10 +184,15 @@ int tern_ws_send(tern_ws *ws, const void *data, size_t len, int opcode);
  * with any opcode (it is ignored), the last with fin set. Fragments of one
  * message are never compressed. */
 int tern_ws_send_fragment(tern_ws *ws, const void *data, size_t len, int opcode, bool fin);
-int tern_ws_ping(tern_ws *ws, const void *data, size_t len);   /* len <= 125 */
+/* A ping with len <= 125 bytes of data. Returns a tern_send_result, or
+ * -EINVAL (NULL ws, len over 125, NULL data with a non-zero len), -EPIPE
+ * once a close was sent or received. */
+int tern_ws_ping(tern_ws *ws, const void *data, size_t len);
 /* Starts the closing handshake: sends a close frame with code (1000,
  * 3000-4999, ...) and a reason of at most 123 bytes; on_close follows when
- * the peer answers or after close_timeout_ms. */
+ * the peer answers or after close_timeout_ms. Returns 0, -EINVAL (NULL ws,
+ * a code not valid in a close frame, a longer reason), -EPIPE once a close
+ * was sent or received. */
 int tern_ws_close(tern_ws *ws, int code, const char *reason);
 
 /* ---- answering later ----------------------------------------------

@@ -1,6 +1,6 @@
 /* Every public call with bad input: a clear error, never a crash (issue
  * #10). Runs a real loop for the calls that need a live request or
- * WebSocket. The table in docs/API-ERRORS.md is this file in prose. */
+ * WebSocket. Each function's page in docs/api/ gives these errors in prose. */
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>

@@ -3,7 +3,7 @@
  * WebSocket's references, deadlines and subscriptions. A clear error,
  * never a crash; runs a real loop (a tern_ws_connect client against the
  * server on the same loop) for the calls that need a live WebSocket. The
- * tables in docs/API-ERRORS.md are this file in prose. */
+ * pages of docs/api/ give these errors in prose, each under its call. */
 #include <errno.h>
 #include <limits.h>
 #include <setjmp.h>
