@@ -122,7 +122,8 @@ int tern_timer_start(tern_loop *loop, tern_timer **out, uint64_t timeout_ms, uin
 int tern_timer_again(tern_timer *timer, uint64_t timeout_ms);
 /* A stopped timer is freed: stopping it again is undefined behaviour (the
  * checked build reports it, naming tern_timer_stop). So is stopping an
- * armed timer after tern_loop_free, which freed it. */
+ * armed timer after tern_loop_free, which freed it; stop idle timers
+ * before tern_loop_free too (the checked build reads the timer's loop). */
 void tern_timer_stop(tern_timer *timer);
 
 /* Delivers signo (SIGINT, SIGTERM, SIGHUP, ...) to fn on this loop's thread
