@@ -3,7 +3,7 @@
  * key KEY (PEM files, the first two arguments). GET / says whether the
  * request came over TLS and which name the client asked for (SNI);
  * /echo is a WebSocket echo (wss://). SIGHUP reads the certificate and
- * key again (after a renewal); Ctrl-C stops.
+ * key again (after a renewal); SIGINT or SIGTERM stops it.
  *
  *   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
  *       -keyout key.pem -out cert.pem -days 1 -subj /CN=localhost
@@ -64,6 +64,8 @@ int main(int argc, char **argv) {
         err = tern_listen_tls(srv, "127.0.0.1", argc > 3 ? atoi(argv[3]) : 8443, tls, NULL);
     if (err == 0)
         err = tern_loop_on_signal(loop, SIGINT, on_signal, tls);
+    if (err == 0)
+        err = tern_loop_on_signal(loop, SIGTERM, on_signal, tls);
     if (err == 0)
         err = tern_loop_on_signal(loop, SIGHUP, on_signal, tls);
     if (err == 0) {

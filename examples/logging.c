@@ -2,7 +2,7 @@
  * the port given; 0: any free one) whose library messages, down to debug
  * (every refused request), and one access-log line per response go to
  * stderr. GET /hello answers; anything else is the server's own 404, which
- * is logged too. Ctrl-C stops it.
+ * is logged too. SIGINT or SIGTERM stops it.
  *
  *   ./build/examples/logging & curl localhost:8085/hello; curl localhost:8085/nothing */
 #include <signal.h>
@@ -52,6 +52,8 @@ int main(int argc, char **argv) {
         err = tern_listen(srv, "127.0.0.1", argc > 1 ? atoi(argv[1]) : 8085, NULL);
     if (err == 0)
         err = tern_loop_on_signal(loop, SIGINT, on_signal, NULL);
+    if (err == 0)
+        err = tern_loop_on_signal(loop, SIGTERM, on_signal, NULL);
     if (err == 0) {
         fprintf(stderr, "logging: http://127.0.0.1:%d/hello\n", tern_server_port(srv));
         err = tern_loop_run(loop);

@@ -4,8 +4,8 @@
  * ".") at /files/...; on that host, a path outside /files/ gets a small
  * JSON 404 from tern_http_not_found (a missing file under /files/ gets
  * the static route's own 404). Every other name, and requests without a
- * Host, get the default host's one route, GET /, which says so. Ctrl-C
- * stops it.
+ * Host, get the default host's one route, GET /, which says so. SIGINT
+ * or SIGTERM stops it.
  *
  *   ./build/examples/static_hosts docs &
  *   curl -H 'Host: docs.localhost' localhost:8086/files/api/README.md
@@ -53,6 +53,8 @@ int main(int argc, char **argv) {
         err = tern_listen(srv, "127.0.0.1", argc > 2 ? atoi(argv[2]) : 8086, NULL);
     if (err == 0)
         err = tern_loop_on_signal(loop, SIGINT, on_signal, NULL);
+    if (err == 0)
+        err = tern_loop_on_signal(loop, SIGTERM, on_signal, NULL);
     if (err == 0) {
         fprintf(stderr, "static_hosts: %s on port %d\n", dir, tern_server_port(srv));
         err = tern_loop_run(loop);
