@@ -50,7 +50,8 @@ if [ $want_test = 1 ]; then
     chromium                                     # browser WebSocket test (headless)
     redis-server                                 # pub/sub across nodes (tests/integration/test_redis.py)
   )
-  py_mods+=(pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11)
+  py_mods+=(pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11
+           prometheus_client:prometheus_client)   # /metrics' format, checked by its own parser
 fi
 if [ $want_bench = 1 ]; then
   apt_pkgs+=(

@@ -48,6 +48,8 @@
  *                           --api-key-file (401 otherwise; 403 without one)
  *   GET  /stats             the threads' counters as JSON: their sum, then
  *                           each thread's
+ *   GET  /metrics           the same in Prometheus' text format, with Redis's
+ *                           link and the refusals by reason (serve_metrics.c)
  *
  * --threads N (default: one per core) loops, one per thread, with tern_run:
  * the same routes on each, SO_REUSEPORT listeners.
@@ -805,6 +807,12 @@ static void on_stats(tern_http_req *req, void *user) {
     free(out);
 }
 
+/* GET /metrics: the public servers' counters (serve_metrics.c). */
+static void on_metrics(tern_http_req *req, void *user) {
+    serve_ctx *ctx = user;
+    tern__serve_metrics(req, ctx->first);
+}
+
 /* Whether the request's "Authorization: Bearer KEY" names ctx->api_key:
  * both are hashed and the digests compared with CRYPTO_memcmp, so the time
  * taken tells nothing of the key (not even its length). */
@@ -892,6 +900,7 @@ static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
     }
     if ((err = tern_http_route(ctx->admin, "POST", "/publish/:topic", on_admin_publish, ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/stats", on_stats, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/metrics", on_metrics, ctx)) < 0 ||
         (err = tern_http_not_found(ctx->admin, on_not_found, ctx)) < 0) {
         fprintf(stderr, "tern serve: the admin routes: %s\n", tern_strerror(err));
     } else if ((err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, NULL)) < 0) {
@@ -1076,7 +1085,8 @@ static void usage(FILE *f) {
             "                        /item/:id, /ws, /ws/broadcast, /ws/room/:room, /fanout,\n"
             "                        /fanout/sub, /fanout/pub, /fanout/pub-keyed (default: off,\n"
             "                        404; /, /market, /pubsub and /ping are always served)\n"
-            "  --admin-listen HOST:PORT  the admin listener: POST /publish/:topic and GET /stats,\n"
+            "  --admin-listen HOST:PORT  the admin listener: POST /publish/:topic, GET /stats and\n"
+            "                        GET /metrics (Prometheus),\n"
             "                        never on the public port (default 127.0.0.1:9090; [::1]:P\n"
             "                        for IPv6; off for none)\n"
             "  --api-key-file FILE   the key POST /publish needs (Authorization: Bearer KEY):\n"
