@@ -38,8 +38,8 @@ void tern__serve_publish(tern_http_req *req, tern_server *srv);
 void tern__serve_pubsub_refusals_get(tern__serve_pubsub_refusals *out);
 
 /* serve_metrics.c: GET /metrics (the admin listener's), the counters of
- * srv's threads in Prometheus' text format. */
-void tern__serve_metrics(tern_http_req *req, tern_server *srv);
+ * srv's threads in Prometheus' text format; draining: SIGTERM came. */
+void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining);
 
 /* feed.c: the simulated market data ("market", rate updates a second; 0:
  * none) and live statistics ("stats", every second), from timers on srv's

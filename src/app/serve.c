@@ -50,6 +50,10 @@
  *                           each thread's
  *   GET  /metrics           the same in Prometheus' text format, with Redis's
  *                           link and the refusals by reason (serve_metrics.c)
+ *   GET  /healthz, /health  200 "ok": the process answers
+ *   GET  /readyz, /ready    200 "ready", or 503 with the reason: draining
+ *                           (after SIGTERM), or --redis given and its link
+ *                           down
  *
  * --threads N (default: one per core) loops, one per thread, with tern_run:
  * the same routes on each, SO_REUSEPORT listeners.
@@ -165,6 +169,9 @@ typedef struct serve_ctx {
      * flight) under this lock, so every loop's FIFO post queue holds the
      * messages in one order. */
     pthread_mutex_t bcast_lock;
+    /* Set by the first SIGTERM or SIGINT (on loop 0), read by the admin
+     * routes: from then on the server only finishes what it has. */
+    atomic_bool draining;
 } serve_ctx;
 
 /* --pubsub-policy's values. */
@@ -810,7 +817,37 @@ static void on_stats(tern_http_req *req, void *user) {
 /* GET /metrics: the public servers' counters (serve_metrics.c). */
 static void on_metrics(tern_http_req *req, void *user) {
     serve_ctx *ctx = user;
-    tern__serve_metrics(req, ctx->first);
+    tern__serve_metrics(req, ctx->first, atomic_load(&ctx->draining));
+}
+
+/* GET /healthz (and /health): the process answers; nothing else is
+ * looked at, so that a supervisor restarts only a process that hangs. */
+static void on_health(tern_http_req *req, void *user) {
+    tern_http_respond(req, 200, "text/plain", "ok\n", 3);
+}
+
+/* GET /readyz (and /ready): whether a load balancer should send clients
+ * here. Not while draining (SIGTERM), nor while the Redis bridge is down
+ * when there is one: a node without it delivers its own publishes only. */
+static void on_ready(tern_http_req *req, void *user) {
+    serve_ctx *ctx = user;
+    tern_redis_counters rc;
+    const char *why = NULL;
+    if (atomic_load(&ctx->draining))
+        why = "not ready: draining\n";
+    else if (ctx->redis && (tern_pubsub_redis_stats(ctx->first, &rc) < 0 || !rc.connected))
+        why = "not ready: redis down\n";
+    if (why)
+        tern_http_respond(req, 503, "text/plain", why, strlen(why));
+    else
+        tern_http_respond(req, 200, "text/plain", "ready\n", 6);
+}
+
+/* SIGTERM and SIGINT, after tern_run's own handler (which starts the
+ * graceful shutdown): readiness says so from now on. */
+static void on_stop_signal(tern_loop *loop, int signo, void *user) {
+    serve_ctx *ctx = user;
+    atomic_store(&ctx->draining, true);
 }
 
 /* Whether the request's "Authorization: Bearer KEY" names ctx->api_key:
@@ -901,6 +938,10 @@ static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
     if ((err = tern_http_route(ctx->admin, "POST", "/publish/:topic", on_admin_publish, ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/stats", on_stats, ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/metrics", on_metrics, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/healthz", on_health, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/health", on_health, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/readyz", on_ready, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/ready", on_ready, ctx)) < 0 ||
         (err = tern_http_not_found(ctx->admin, on_not_found, ctx)) < 0) {
         fprintf(stderr, "tern serve: the admin routes: %s\n", tern_strerror(err));
     } else if ((err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, NULL)) < 0) {
@@ -1054,8 +1095,10 @@ static int serve_setup(tern_server *srv, void *user) {
     }
     if (ctx->admin_host && (err = admin_setup(ctx, tern_server_loop(srv))) < 0)
         return err;
-    /* SIGINT and SIGTERM are tern_run's. */
+    /* SIGINT and SIGTERM are tern_run's; ours only marks the drain. */
     tern_loop_on_signal(tern_server_loop(srv), SIGHUP, on_sighup, ctx);
+    tern_loop_on_signal(tern_server_loop(srv), SIGTERM, on_stop_signal, ctx);
+    tern_loop_on_signal(tern_server_loop(srv), SIGINT, on_stop_signal, ctx);
     tern_loop_post(tern_server_loop(srv), print_listening, ctx);
     return 0;
 }
@@ -1086,7 +1129,8 @@ static void usage(FILE *f) {
             "                        /fanout/sub, /fanout/pub, /fanout/pub-keyed (default: off,\n"
             "                        404; /, /market, /pubsub and /ping are always served)\n"
             "  --admin-listen HOST:PORT  the admin listener: POST /publish/:topic, GET /stats and\n"
-            "                        GET /metrics (Prometheus),\n"
+            "                        GET /metrics (Prometheus), GET /healthz and GET /readyz\n"
+            "                        (503 while draining or while --redis is down),\n"
             "                        never on the public port (default 127.0.0.1:9090; [::1]:P\n"
             "                        for IPv6; off for none)\n"
             "  --api-key-file FILE   the key POST /publish needs (Authorization: Bearer KEY):\n"
@@ -1315,6 +1359,7 @@ int tern_app_serve(int argc, char **argv) {
     int slow_policy = TERN_WS_SLOW_PAUSE;
     serve_ctx ctx = {.feed = true, .feed_rate = 40, .bcast_lock = PTHREAD_MUTEX_INITIALIZER,
                      .ps_limits = {.max_message = 65536, .rate = 100}};
+    atomic_init(&ctx.draining, false);
     int log_level = TERN_LOG_WARN;
     const char *access_path = NULL, *api_key_path = NULL;
     ctx.admin_host = "127.0.0.1";

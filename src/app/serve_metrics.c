@@ -96,7 +96,7 @@ static uint64_t value(const metrics_sample *s, size_t off) {
     return v;
 }
 
-void tern__serve_metrics(tern_http_req *req, tern_server *srv) {
+void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining) {
     int n = tern_server_peer_count(srv);
     metrics_sample *each = calloc((size_t)(n > 0 ? n : 1), sizeof(*each));
     metrics_buf b = {.cap = 16384};
@@ -152,6 +152,8 @@ void tern__serve_metrics(tern_http_req *req, tern_server *srv) {
     put(&b, "tern_refused_total{reason=\"pubsub_too_big\"} %llu\n", (unsigned long long)pr.too_big);
     family(&b, "tern_threads", "gauge", "Loops (threads) serving.");
     put(&b, "tern_threads %d\n", n);
+    family(&b, "tern_draining", "gauge", "1 once SIGTERM began the drain.");
+    put(&b, "tern_draining %d\n", draining ? 1 : 0);
     tern_redis_counters rc;
     bool redis = tern_pubsub_redis_stats(srv, &rc) == 0;
     family(&b, "tern_redis_configured", "gauge", "1 when pub/sub is bridged through Redis (--redis).");
