@@ -59,8 +59,9 @@
  * the same routes on each, SO_REUSEPORT listeners.
  *
  * SIGINT or SIGTERM: graceful shutdown of every thread (stop accepting,
- * finish responses in flight, close idle connections), exit 0. A second
- * signal exits at once. */
+ * finish responses in flight, close idle connections, close WebSockets
+ * with 1001 at random moments over --shutdown-spread, /readyz 503), exit
+ * 0. A second signal exits at once. */
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
@@ -1150,6 +1151,9 @@ static void usage(FILE *f) {
             "  --sndbuf BYTES        the kernel's send buffer of each connection (SO_SNDBUF;\n"
             "                        default: autotuned, up to megabytes a client has not read)\n"
             "  --shutdown-timeout MS graceful shutdown limit (default 10000)\n"
+            "  --shutdown-spread MS  the shutdown closes each WebSocket (1001) at a random moment\n"
+            "                        within MS, so their clients do not all reconnect at once\n"
+            "                        (default: 4/5 of --shutdown-timeout; 0: all at once)\n"
             "  --ws-max-message BYTES  WebSocket message limit (default 16777216)\n"
             "  --ws-idle-timeout MS  ping an idle WebSocket after this long (default 30000)\n"
             "  --no-compression      don't offer permessage-deflate on /ws\n"
@@ -1278,7 +1282,7 @@ int tern_app_serve(int argc, char **argv) {
            O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY, O_MAX_CONNS,
            O_MAX_CONNS_IP, O_ALLOWED_ORIGIN, O_PS_MAX_MESSAGE, O_PS_RATE,
            O_TOKEN_HMAC, O_TOKEN_PUBKEY, O_TOKEN_AUD, O_TOKEN_ISS, O_BENCH_ROUTES,
-           O_ADMIN_LISTEN, O_API_KEY_FILE };
+           O_ADMIN_LISTEN, O_API_KEY_FILE, O_SHUT_SPREAD };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -1337,6 +1341,7 @@ int tern_app_serve(int argc, char **argv) {
         {"bench-routes", no_argument, NULL, O_BENCH_ROUTES},
         {"admin-listen", required_argument, NULL, O_ADMIN_LISTEN},
         {"api-key-file", required_argument, NULL, O_API_KEY_FILE},
+        {"shutdown-spread", required_argument, NULL, O_SHUT_SPREAD},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -1362,6 +1367,7 @@ int tern_app_serve(int argc, char **argv) {
     atomic_init(&ctx.draining, false);
     int log_level = TERN_LOG_WARN;
     const char *access_path = NULL, *api_key_path = NULL;
+    bool shutdown_spread_set = false;
     ctx.admin_host = "127.0.0.1";
     ctx.admin_port = 9090;
     int c;
@@ -1379,6 +1385,11 @@ int tern_app_serve(int argc, char **argv) {
         case O_BODY_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.body_timeout_ms = (uint32_t)v; break;
         case O_IDLE_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.idle_timeout_ms = (uint32_t)v; break;
         case O_SHUT_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.shutdown_timeout_ms = (uint32_t)v; break;
+        case O_SHUT_SPREAD:
+            ok = parse_size(optarg, 86400000, &v);
+            so.shutdown_ws_spread_ms = (uint32_t)v;
+            shutdown_spread_set = true;
+            break;
         case O_SEND_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.send_timeout_ms = (uint32_t)v; break;
         case O_PS_MAX_MESSAGE:
             ok = parse_size(optarg, 1ull << 40, &v) && v > 0;
@@ -1585,6 +1596,12 @@ int tern_app_serve(int argc, char **argv) {
         ctx.threads[i].ctx = &ctx;
         ctx.threads[i].index = i;
         atomic_init(&ctx.threads[i].bcast_inflight, 0);
+    }
+    if (!shutdown_spread_set) {
+        /* The WebSockets' closes over the first 4/5 of the shutdown, so
+         * that their close handshakes end before it does. */
+        uint32_t t = so.shutdown_timeout_ms ? so.shutdown_timeout_ms : 10000;
+        so.shutdown_ws_spread_ms = t / 5 * 4;
     }
     ctx.server_options = so;
     tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown};

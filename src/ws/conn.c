@@ -467,6 +467,8 @@ int tern_ws_set_deadline(tern_ws *ws, uint32_t ms) {
         return -EPIPE;
     if (!WS_ON_THREAD(ws))
         return -EPERM;
+    if (ws->going_away)
+        return 0;   /* the shutdown's close holds the clock */
     if (ms == 0) {
         if (ws->deadline_armed) {
             ws->deadline_armed = false;
@@ -487,6 +489,10 @@ int tern_ws_set_deadline(tern_ws *ws, uint32_t ms) {
 static void deadline_passed(tern_ws *ws) {
     const tern_ws_options *o = &ws->ep->opt;
     ws->deadline_armed = false;
+    if (ws->going_away) {   /* the shutdown's moment for this connection */
+        tern_ws_close(ws, TERN_WS_GOING_AWAY, "server shutting down");
+        return;
+    }
     /* No grace wake ran while the deadline held the clock: a backlog over
      * the soft limit past its grace gets the policy now. */
     if (ws->soft_since && tern__conn_buffered(&ws->conn) > o->backlog_soft &&
@@ -1025,10 +1031,31 @@ static void on_timeout(tern__conn *c) {
     tern__conn_set_timeout(c, ws->ep->opt.pong_timeout_ms);
 }
 
+/* The server's graceful shutdown: close now, or at a random moment of the
+ * spread (shutdown_ws_spread_ms) on the connection's own wheel entry, so
+ * that a drain costs no timer or list of its own. Uniform over the
+ * spread: the clients' reconnects arrive at an even rate, as "full
+ * jitter" backoff spreads them. */
 static void on_shutdown(tern__conn *c) {
     tern_ws *ws = (tern_ws *)c;
-    if (ws->state == TERN__WS_OPEN)
+    tern_server *srv = srv_of(ws);
+    uint32_t spread = srv ? srv->cfg->opt.shutdown_ws_spread_ms : 0;
+    if (ws->state != TERN__WS_OPEN)
+        return;
+    if (spread == 0) {
         tern_ws_close(ws, TERN_WS_GOING_AWAY, "server shutting down");
+        return;
+    }
+    uint8_t r[4];
+    tern__ws_mask_key(r);
+    /* 1 to spread: a timeout of 0 would disarm the entry, and the
+     * connection would wait for the shutdown's end instead. */
+    uint32_t at = 1 + ((uint32_t)r[0] << 24 | (uint32_t)r[1] << 16 | (uint32_t)r[2] << 8 | r[3]) % spread;
+    ws->going_away = true;
+    ws->deadline_armed = true;
+    ws->awaiting_pong = false;
+    ws->grace_wake = false;
+    tern__conn_set_timeout(&ws->conn, at);
 }
 
 static void on_close(tern__conn *c, int err) {

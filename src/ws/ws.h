@@ -129,7 +129,11 @@ typedef struct tern__ws_ext {
  * - deadline_armed: the wheel entry is armed for the user's deadline
  *   (tern_ws_set_deadline), which then stands in for the idle/pong clock
  *   and the grace wake (neither moves the entry while it is set); only
- *   while state is OPEN. */
+ *   while state is OPEN.
+ * - going_away: the server's shutdown has given the connection a moment
+ *   to be closed at (shutdown_ws_spread_ms); deadline_armed is set with
+ *   it, so nothing else moves the entry, and the user's deadline is
+ *   ignored from then on. */
 struct tern_ws {
     tern__conn conn;
     const tern__ws_endpoint *ep;
@@ -152,6 +156,7 @@ struct tern_ws {
     bool paused_by_user : 1;      /* tern_ws_pause: nothing is read or delivered */
     bool close_abort : 1;         /* with close_due: tern_ws_abort's on_close(1006) */
     bool deadline_armed : 1;      /* the wheel entry is armed for the user's deadline */
+    bool going_away : 1;          /* ... or for the shutdown's close (spread over time) */
     /* In the room made by holding rx and pmd behind one pointer (ext):
      * the count has to live with the connection (net gives the struct
      * back, ws frees it when the count says so). */
