@@ -41,6 +41,14 @@ void tern__serve_pubsub_refusals_get(tern__serve_pubsub_refusals *out);
  * srv's threads in Prometheus' text format; draining: SIGTERM came. */
 void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining);
 
+/* serve_redis.c: --redis's URL with its password as "****" (for any line
+ * that shows it); and the URL the bridge is given: url with the first line
+ * of password_file (NULL: none) as its password. NULL once said why
+ * (unreadable file, a URL with a password already); free() the result
+ * after wiping it. */
+void tern__serve_redis_redact(const char *url, char *out, size_t cap);
+char *tern__serve_redis_url(const char *url, const char *password_file);
+
 /* feed.c: the simulated market data ("market", rate updates a second; 0:
  * none) and live statistics ("stats", every second), from timers on srv's
  * loop; and the page that shows them at /market (and / when at_root). */

@@ -147,7 +147,9 @@ typedef struct serve_ctx {
     tern__serve_pubsub_limits ps_limits;   /* --pubsub-max-message, --pubsub-rate */
     tern__serve_token_flags token_flags;   /* --token-* (serve_tokens.c) */
     const char *topic_rules[TERN_TOPIC_RULES_MAX];   /* --pubsub-topic-policy PREFIX=P */
-    const char *redis;         /* --redis URL, or NULL */
+    /* --redis URL (with --redis-password-file's password put in), or NULL;
+     * shown only through tern__serve_redis_redact */
+    char *redis;
     bool feed;                 /* --feed on|off (on) */
     tern_listen_options listen;   /* --sndbuf */
     int ws_async;              /* --ws-async[=timer|post]: /ws echoes each message later */
@@ -797,9 +799,9 @@ static void on_stats(tern_http_req *req, void *user) {
     if (tern_pubsub_redis_stats(srv, &rc) == 0)
         snprintf(redis, sizeof(redis),
                  "{\"connected\":%s,\"reconnects\":%llu,\"published\":%llu,"
-                 "\"received\":%llu,\"dropped\":%llu,\"fills\":%llu}",
+                 "\"received\":%llu,\"dropped\":%llu,\"fills\":%llu,\"auth_refused\":%s}",
                  rc.connected ? "true" : "false", U(rc.reconnects), U(rc.published),
-                 U(rc.received), U(rc.dropped), U(rc.fills));
+                 U(rc.received), U(rc.dropped), U(rc.fills), rc.auth_refused ? "true" : "false");
     tern__serve_pubsub_refusals pr;
     tern__serve_pubsub_refusals_get(&pr);
     len = (size_t)snprintf(out, cap, "{\"threads\":%d,\"thread\":%d,\"redis\":%s,"
@@ -836,7 +838,11 @@ static void on_ready(tern_http_req *req, void *user) {
     const char *why = NULL;
     if (atomic_load(&ctx->draining))
         why = "not ready: draining\n";
-    else if (ctx->redis && (tern_pubsub_redis_stats(ctx->first, &rc) < 0 || !rc.connected))
+    else if (ctx->redis && tern_pubsub_redis_stats(ctx->first, &rc) < 0)
+        why = "not ready: redis down\n";   /* not bridged yet */
+    else if (ctx->redis && rc.auth_refused)
+        why = "not ready: redis auth failed\n";
+    else if (ctx->redis && !rc.connected)
         why = "not ready: redis down\n";
     if (why)
         tern_http_respond(req, 503, "text/plain", why, strlen(why));
@@ -1053,8 +1059,11 @@ static int serve_setup(tern_server *srv, void *user) {
         return SETUP_FAILED;
     }
     if (ctx->redis && (err = tern_pubsub_redis(srv, ctx->redis)) < 0) {
-        fprintf(stderr, "tern serve: --redis %s: %s\n", ctx->redis,
-                err == -EINVAL ? "not a redis://host[:port][/db] URL" : tern_strerror(err));
+        char shown[512];
+        tern__serve_redis_redact(ctx->redis, shown, sizeof(shown));
+        fprintf(stderr, "tern serve: --redis %s: %s\n", shown,
+                err == -EINVAL ? "not a redis://[[user]:password@]host[:port][/db] URL"
+                               : tern_strerror(err));
         return SETUP_FAILED;
     }
     if (ctx->root && (err = tern_http_static(srv, "/", ctx->root)) < 0) {
@@ -1199,7 +1208,10 @@ static void usage(FILE *f) {
             "  --feed on|off         the simulated market data on topic \"market\" (default on)\n"
             "  --feed-rate N         its price updates a second, over all instruments (default 40)\n"
             "  --redis URL           bridge pub/sub through Redis (redis://host[:port][/db]):\n"
-            "                        every node's subscribers get every node's publishes\n"
+            "                        every node's subscribers get every node's publishes;\n"
+            "                        redis://[user]:password@host... sends AUTH (never logged)\n"
+            "  --redis-password-file F  the password (F's first line) instead of in the URL,\n"
+            "                        which would show it to every user of the machine\n"
             "  --log-level L         the library's log on stderr: error, warn (default), info, debug\n"
             "  --access-log FILE     one line per response (peer method target status bytes ms); - for stdout\n"
             "  --threads N           loops, one per thread (default: one per core)\n"
@@ -1282,7 +1294,7 @@ int tern_app_serve(int argc, char **argv) {
            O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY, O_MAX_CONNS,
            O_MAX_CONNS_IP, O_ALLOWED_ORIGIN, O_PS_MAX_MESSAGE, O_PS_RATE,
            O_TOKEN_HMAC, O_TOKEN_PUBKEY, O_TOKEN_AUD, O_TOKEN_ISS, O_BENCH_ROUTES,
-           O_ADMIN_LISTEN, O_API_KEY_FILE, O_SHUT_SPREAD };
+           O_ADMIN_LISTEN, O_API_KEY_FILE, O_SHUT_SPREAD, O_REDIS_PASS_FILE };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -1342,6 +1354,7 @@ int tern_app_serve(int argc, char **argv) {
         {"admin-listen", required_argument, NULL, O_ADMIN_LISTEN},
         {"api-key-file", required_argument, NULL, O_API_KEY_FILE},
         {"shutdown-spread", required_argument, NULL, O_SHUT_SPREAD},
+        {"redis-password-file", required_argument, NULL, O_REDIS_PASS_FILE},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -1368,6 +1381,7 @@ int tern_app_serve(int argc, char **argv) {
     int log_level = TERN_LOG_WARN;
     const char *access_path = NULL, *api_key_path = NULL;
     bool shutdown_spread_set = false;
+    const char *redis_url = NULL, *redis_password_file = NULL;
     ctx.admin_host = "127.0.0.1";
     ctx.admin_port = 9090;
     int c;
@@ -1470,7 +1484,8 @@ int tern_app_serve(int argc, char **argv) {
             if (ok) vhosts[nvhost++] = optarg;
             break;
         case O_PS_BACKLOG: ok = parse_size(optarg, 1ull << 32, &v) && v > 0; ctx.po.max_backlog = v; break;
-        case O_REDIS: ctx.redis = optarg; break;
+        case O_REDIS: redis_url = optarg; break;
+        case O_REDIS_PASS_FILE: redis_password_file = optarg; break;
         case O_FEED:
             ok = !strcmp(optarg, "on") || !strcmp(optarg, "off");
             ctx.feed = !strcmp(optarg, "on");
@@ -1521,6 +1536,12 @@ int tern_app_serve(int argc, char **argv) {
         return 2;
 
     if (api_key_path && (ctx.api_key = read_api_key(api_key_path)) == NULL)
+        return 1;   /* said why */
+    if (redis_password_file && redis_url == NULL) {
+        fprintf(stderr, "tern serve: --redis-password-file needs --redis\n");
+        return 2;
+    }
+    if (redis_url && (ctx.redis = tern__serve_redis_url(redis_url, redis_password_file)) == NULL)
         return 1;   /* said why */
     if (access_path) {
         ctx.access_log = strcmp(access_path, "-") == 0 ? stdout : fopen(access_path, "a");
@@ -1619,6 +1640,10 @@ int tern_app_serve(int argc, char **argv) {
     if (ctx.api_key) {
         OPENSSL_cleanse(ctx.api_key, strlen(ctx.api_key));
         free(ctx.api_key);
+    }
+    if (ctx.redis) {
+        OPENSSL_cleanse(ctx.redis, strlen(ctx.redis));
+        free(ctx.redis);
     }
     if (ctx.access_log && ctx.access_log != stdout)
         fclose(ctx.access_log);

@@ -161,6 +161,8 @@ void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining) {
     if (redis) {
         family(&b, "tern_redis_up", "gauge", "1 while both links to Redis are up.");
         put(&b, "tern_redis_up %d\n", rc.connected ? 1 : 0);
+        family(&b, "tern_redis_auth_refused", "gauge", "1 while Redis refuses the password (or its absence).");
+        put(&b, "tern_redis_auth_refused %d\n", rc.auth_refused ? 1 : 0);
         family(&b, "tern_redis_reconnects_total", "counter", "Links to Redis made again after a loss.");
         put(&b, "tern_redis_reconnects_total %llu\n", (unsigned long long)rc.reconnects);
         family(&b, "tern_redis_published_total", "counter", "Publishes sent to Redis.");
