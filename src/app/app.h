@@ -49,6 +49,18 @@ void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining);
 void tern__serve_redis_redact(const char *url, char *out, size_t cap);
 char *tern__serve_redis_url(const char *url, const char *password_file);
 
+/* serve_log.c: --log-format. Every line gets an RFC 3339 timestamp and a
+ * level; json makes each line one JSON object. tern__serve_log writes one
+ * line (level: TERN_LOG_*) to f; tern__serve_log_access one access record.
+ * The format is set once, before any thread runs. */
+#include <stdio.h>
+enum { TERN_SERVE_LOG_TEXT, TERN_SERVE_LOG_JSON };
+void tern__serve_log_format(int format);
+bool tern__serve_log_json(void);
+void tern__serve_log(FILE *f, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void tern__serve_log_access(FILE *f, const tern_http_access *a);
+void tern__serve_json_escape(const char *s, char *out, size_t cap);
+
 /* feed.c: the simulated market data ("market", rate updates a second; 0:
  * none) and live statistics ("stats", every second), from timers on srv's
  * loop; and the page that shows them at /market (and / when at_root). */

@@ -201,14 +201,13 @@ static serve_thread *thread_of(tern_http_req *req, serve_ctx *ctx) {
 
 /* --log-level: the library's lines on stderr. */
 static void log_stderr(int level, const char *msg, void *user) {
-    fprintf(stderr, "tern: [%s] %s\n", tern_log_level_name(level), msg);
+    tern__serve_log(stderr, level, "%s", msg);
 }
 
 /* --access-log: peer method target status bytes duration, one line each. */
 static void access_line(tern_server *srv, const tern_http_access *a, void *user) {
     serve_ctx *ctx = user;
-    fprintf(ctx->access_log, "%s %s %s %d %llu %llums\n", a->peer, a->method, a->target,
-            a->status, (unsigned long long)a->bytes, (unsigned long long)a->duration_ms);
+    tern__serve_log_access(ctx->access_log, a);
 }
 
 /* Reads a non-negative integer query parameter; -1 when absent or bad. */
@@ -902,7 +901,8 @@ static void on_sighup(tern_loop *loop, int signo, void *user) {
     /* Renewed certificates: new handshakes use them. */
     int err = ctx->tls ? tern_tls_reload(ctx->tls) : 0;
     if (!ctx->quiet || err < 0)
-        fprintf(stderr, "tern: SIGHUP, certificates %s%s\n", err < 0 ? "kept: " : "reloaded",
+        tern__serve_log(stderr, err < 0 ? TERN_LOG_ERROR : TERN_LOG_INFO,
+                        "SIGHUP, certificates %s%s", err < 0 ? "kept: " : "reloaded",
                 err < 0 ? tern_strerror(err) : "");
 }
 
@@ -923,7 +923,7 @@ static void print_listening(tern_loop *loop, void *user) {
                  ctx->admin_host, av6 ? "]" : "", tern_server_port(ctx->admin));
     }
     /* The back end stays last: scripts read it there. */
-    fprintf(stderr, "tern: listening on http://%s%s%s:%d/%s%s%s%s (%d thread%s, %s)\n",
+    tern__serve_log(stderr, TERN_LOG_INFO, "listening on http://%s%s%s:%d/%s%s%s%s (%d thread%s, %s)",
             v6 ? "[" : "", host, v6 ? "]" : "", tern_server_port(ctx->first), https,
             ctx->unix_path ? " and unix:" : "", ctx->unix_path ? ctx->unix_path : "", admin,
             ctx->nthreads, ctx->nthreads == 1 ? "" : "s",
@@ -1214,6 +1214,8 @@ static void usage(FILE *f) {
             "                        which would show it to every user of the machine\n"
             "  --log-level L         the library's log on stderr: error, warn (default), info, debug\n"
             "  --access-log FILE     one line per response (peer method target status bytes ms); - for stdout\n"
+            "  --log-format F        text (default) or json: every log and access line with an\n"
+            "                        RFC 3339 timestamp and a level; json: one object a line\n"
             "  --threads N           loops, one per thread (default: one per core)\n"
             "  --io uring|epoll      how each loop waits for I/O: io_uring completions, or\n"
             "                        epoll readiness (default: epoll, or $TERN_IO); io_uring\n"
@@ -1294,7 +1296,8 @@ int tern_app_serve(int argc, char **argv) {
            O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY, O_MAX_CONNS,
            O_MAX_CONNS_IP, O_ALLOWED_ORIGIN, O_PS_MAX_MESSAGE, O_PS_RATE,
            O_TOKEN_HMAC, O_TOKEN_PUBKEY, O_TOKEN_AUD, O_TOKEN_ISS, O_BENCH_ROUTES,
-           O_ADMIN_LISTEN, O_API_KEY_FILE, O_SHUT_SPREAD, O_REDIS_PASS_FILE };
+           O_ADMIN_LISTEN, O_API_KEY_FILE, O_SHUT_SPREAD, O_REDIS_PASS_FILE,
+           O_LOG_FORMAT };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -1355,6 +1358,7 @@ int tern_app_serve(int argc, char **argv) {
         {"api-key-file", required_argument, NULL, O_API_KEY_FILE},
         {"shutdown-spread", required_argument, NULL, O_SHUT_SPREAD},
         {"redis-password-file", required_argument, NULL, O_REDIS_PASS_FILE},
+        {"log-format", required_argument, NULL, O_LOG_FORMAT},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -1486,6 +1490,11 @@ int tern_app_serve(int argc, char **argv) {
         case O_PS_BACKLOG: ok = parse_size(optarg, 1ull << 32, &v) && v > 0; ctx.po.max_backlog = v; break;
         case O_REDIS: redis_url = optarg; break;
         case O_REDIS_PASS_FILE: redis_password_file = optarg; break;
+        case O_LOG_FORMAT:
+            ok = strcmp(optarg, "text") == 0 || strcmp(optarg, "json") == 0;
+            tern__serve_log_format(strcmp(optarg, "json") == 0 ? TERN_SERVE_LOG_JSON
+                                                               : TERN_SERVE_LOG_TEXT);
+            break;
         case O_FEED:
             ok = !strcmp(optarg, "on") || !strcmp(optarg, "off");
             ctx.feed = !strcmp(optarg, "on");

@@ -8,6 +8,9 @@ import time
 
 from conftest import TERN_BIN, SLOW, read_response
 
+# An RFC 3339 timestamp, UTC with milliseconds, as every log line starts.
+TS = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+
 
 def wait_for_lines(path, n, timeout=5.0):
     deadline = time.time() + timeout * SLOW
@@ -40,7 +43,7 @@ def test_access_log_has_one_line_per_response(tern_factory, tmp_path):
     request(tern, b"GET /stream?chunks=3&size=10 HTTP/1.1\r\nHost: x\r\n\r\n")
     request(tern, b"GET / HTTP/1.1\r\nHost: x\r\nBad Name: y\r\n\r\n")       # refused: 400
     lines = wait_for_lines(log, 7)
-    pat = re.compile(r"^127\.0\.0\.1:\d+ (\S+) (\S+) (\d{3}) (\d+) (\d+)ms$")
+    pat = re.compile(TS + r" 127\.0\.0\.1:\d+ (\S+) (\S+) (\d{3}) (\d+) (\d+)ms$")
     got = []
     for l in lines:
         m = pat.match(l)
@@ -66,7 +69,7 @@ def test_access_log_has_the_upgrade(tern_factory, tmp_path):
     st, _, _, _ = read_response(s)
     assert st == 101
     lines = wait_for_lines(log, 1)
-    assert re.match(r"^127\.0\.0\.1:\d+ GET /ws 101 0 \d+ms$", lines[0]), lines
+    assert re.match(TS + r" 127\.0\.0\.1:\d+ GET /ws 101 0 \d+ms$", lines[0]), lines
     s.close()
 
 
@@ -81,7 +84,7 @@ def test_access_log_never_shows_a_token(tern_factory, tmp_path):
         assert st == 200
     lines = wait_for_lines(log, 4)
     assert "s3cr3t" not in "".join(lines), lines
-    targets = [l.split(" ")[2] for l in lines]
+    targets = [l.split(" ")[3] for l in lines]
     assert targets == ["/ping?token=-", "/ping?a=1&token=-&b=2", "/ping?access_token=-",
                        "/ping?mytoken=kept"], targets
 
