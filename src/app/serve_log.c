@@ -8,7 +8,11 @@
  *   json: {"ts":"2026-11-26T17:33:00.123Z","level":"warn","msg":"MESSAGE"}
  *
  * Access records: text keeps its fields after the timestamp (peer method
- * target status bytes ms), json names them. A line is written with one
+ * target status bytes ms), json names them. A WebSocket session is one
+ * record at its end: status 101, bytes sent, its length, then (text)
+ * "ws in=BYTES msgs=IN/OUT close=CODE/server|client" or (json) type
+ * "websocket" with bytes_in, messages_in, messages_out, close_code and
+ * closed_by. A line is written with one
  * fprintf on a line-buffered stream, so lines from different threads
  * never interleave (stdio locks the stream per call). */
 #include <stdarg.h>
@@ -73,14 +77,28 @@ void tern__serve_log(FILE *f, int level, const char *fmt, ...) {
 void tern__serve_log_access(FILE *f, const tern_http_access *a) {
     char ts[32];
     timestamp(ts);
+    const char *side = a->close_code == TERN_WS_ABNORMAL ? "none"
+                       : a->closed_by_server                ? "server"
+                                                            : "client";
     if (log_format == TERN_SERVE_LOG_JSON) {
-        char method[64], target[3 * 8192];
+        char method[64], target[3 * 8192], ws[256] = "";
         tern__serve_json_escape(a->method, method, sizeof(method));
         tern__serve_json_escape(a->target, target, sizeof(target));
-        fprintf(f, "{\"ts\":\"%s\",\"level\":\"info\",\"type\":\"access\",\"peer\":\"%s\","
-                   "\"method\":\"%s\",\"target\":\"%s\",\"status\":%d,\"bytes\":%llu,\"ms\":%llu}\n",
-                ts, a->peer, method, target, a->status, (unsigned long long)a->bytes,
-                (unsigned long long)a->duration_ms);
+        if (a->websocket)
+            snprintf(ws, sizeof(ws), ",\"bytes_in\":%llu,\"messages_in\":%llu,"
+                                     "\"messages_out\":%llu,\"close_code\":%d,\"closed_by\":\"%s\"",
+                     (unsigned long long)a->bytes_in, (unsigned long long)a->messages_in,
+                     (unsigned long long)a->messages_out, a->close_code, side);
+        fprintf(f, "{\"ts\":\"%s\",\"level\":\"info\",\"type\":\"%s\",\"peer\":\"%s\","
+                   "\"method\":\"%s\",\"target\":\"%s\",\"status\":%d,\"bytes\":%llu,\"ms\":%llu%s}\n",
+                ts, a->websocket ? "websocket" : "access", a->peer, method, target, a->status,
+                (unsigned long long)a->bytes, (unsigned long long)a->duration_ms, ws);
+    } else if (a->websocket) {
+        fprintf(f, "%s %s %s %s %d %llu %llums ws in=%llu msgs=%llu/%llu close=%d/%s\n", ts,
+                a->peer, a->method, a->target, a->status, (unsigned long long)a->bytes,
+                (unsigned long long)a->duration_ms, (unsigned long long)a->bytes_in,
+                (unsigned long long)a->messages_in, (unsigned long long)a->messages_out,
+                a->close_code, side);
     } else {
         fprintf(f, "%s %s %s %s %d %llu %llums\n", ts, a->peer, a->method, a->target, a->status,
                 (unsigned long long)a->bytes, (unsigned long long)a->duration_ms);

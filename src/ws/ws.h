@@ -93,7 +93,22 @@ typedef struct tern__ws_ext {
     tern__ws_pmd pmd;
     bool rx_on;
     bool pmd_on;
+    struct tern__ws_acct *acct;   /* or NULL; while set, the block stays */
 } tern__ws_ext;
+
+/* A session's account for the server's access log, made at the upgrade
+ * only when the server has one (so a connection pays for it only then,
+ * and keeps ext for its life): what it moved (counted where the server's
+ * own counters are, under the same names) and how it ended, given to the
+ * log when the connection closes. text: the request's method, target and
+ * the peer, each NUL-terminated, one after the other. */
+typedef struct tern__ws_acct {
+    uint64_t start_ms;
+    uint64_t bytes_in, bytes_out, ws_in, ws_out;
+    int close_code;          /* the first close frame's, sent or received; 0: none yet */
+    bool close_by_server;
+    char text[];
+} tern__ws_acct;
 
 #define TERN__WS_NO_SUBPROTOCOL 0xFF
 
@@ -183,10 +198,11 @@ const uint8_t *tern__ws_prepared_bytes(const tern_ws_prepared *m);
  * subprotocol: an index into ep->opt.subprotocols, or -1; pmd: the agreed
  * permessage-deflate parameters (in the RFC's terms), or NULL; rest: bytes
  * that came after the handshake, fed to the new connection at the end of
- * the batch. 0, or a negative errno with `from` untouched. */
+ * the batch; acct: the session's account (taken in every case), or NULL.
+ * 0, or a negative errno with `from` untouched. */
 int tern__ws_open(tern__conn *from, const tern__ws_endpoint *ep, void *conn_user,
                   int subprotocol, const tern__pmd_params *pmd, const char *rest,
-                  size_t rest_len);
+                  size_t rest_len, tern__ws_acct *acct);
 
 /* endpoint.c */
 /* Checks opt (NULL: all defaults) and fills ep with h, the options with

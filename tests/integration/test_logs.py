@@ -4,6 +4,7 @@ import datetime
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 import urllib.request
@@ -95,3 +96,37 @@ def test_a_bad_log_format_is_refused():
     r = subprocess.run([TERN_BIN, "serve", "--log-format", "xml"], capture_output=True, text=True,
                        timeout=10)
     assert r.returncode == 2 and "--log-format" in r.stderr
+
+
+def test_websocket_sessions_close_codes_and_sides(tern_factory, tmp_path):
+    """The server's close (a deadline: 1008), and a client that drops the
+    connection without a close frame (1006, no side)."""
+    log = str(tmp_path / "access.log")
+    t = tern_factory("--log-format", "json", "--access-log", log, "--ws-deadline-ms", "200")
+    with connect(f"ws://127.0.0.1:{t.port}/ws") as ws:
+        ws.send("x")
+        ws.recv(timeout=5 * SLOW)
+        deadline = time.time() + 5 * SLOW
+        while ws.close_code is None and time.time() < deadline:
+            try:
+                ws.recv(timeout=0.1)
+            except TimeoutError:
+                pass
+            except Exception:
+                break
+    s = socket.create_connection(("127.0.0.1", t.port), timeout=5 * SLOW)
+    s.sendall(b"GET /ws?token=s3cr3t HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+              b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+              b"Sec-WebSocket-Version: 13\r\n\r\n")
+    assert s.recv(100).startswith(b"HTTP/1.1 101")
+    s.close()
+    recs = [json.loads(l) for l in lines_of(log, 2)]
+    ws_recs = [r for r in recs if r["type"] == "websocket"]
+    assert len(ws_recs) == 2, recs
+    by_server, dropped = ws_recs
+    assert (by_server["close_code"], by_server["closed_by"]) == (1008, "server"), by_server
+    assert by_server["messages_in"] == 1 and by_server["messages_out"] == 1, by_server
+    assert by_server["bytes_in"] > 0 and by_server["bytes"] > 0 and by_server["ms"] >= 150, by_server
+    assert (dropped["close_code"], dropped["closed_by"]) == (1006, "none"), dropped
+    assert dropped["target"] == "/ws?token=-" and dropped["status"] == 101, dropped
+    assert "s3cr3t" not in open(log).read()
