@@ -38,6 +38,7 @@ apt_pkgs=(
   libc-ares-dev                                  # the WebSocket client's name resolution, on the loop
   liburing-dev                                   # the loop's io_uring back end
   libjansson-dev                                 # tern serve's JWT claims (src/app/token.c)
+  libsystemd-dev                                 # tern serve's sd_notify (src/app/serve_systemd.c)
   openssl                                        # make run's self-signed certificate for HTTPS on 8443
 )
 py_mods=()   # module:package

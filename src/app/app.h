@@ -61,6 +61,14 @@ void tern__serve_log(FILE *f, int level, const char *fmt, ...) __attribute__((fo
 void tern__serve_log_access(FILE *f, const tern_http_access *a);
 void tern__serve_json_escape(const char *s, char *out, size_t cap);
 
+/* serve_systemd.c: sd_notify. ready: READY=1 with a status line;
+ * stopping: STOPPING=1; watchdog: when the unit has WatchdogSec, a timer
+ * on loop that sends WATCHDOG=1 at half its period (*out: the timer, or
+ * NULL without a watchdog). 0, or a negative errno. */
+void tern__serve_sd_ready(const char *status);
+void tern__serve_sd_stopping(void);
+int tern__serve_sd_watchdog(tern_loop *loop, tern_timer **out);
+
 /* feed.c: the simulated market data ("market", rate updates a second; 0:
  * none) and live statistics ("stats", every second), from timers on srv's
  * loop; and the page that shows them at /market (and / when at_root). */

@@ -165,6 +165,7 @@ typedef struct serve_ctx {
     char admin_host_buf[256];
     tern_server *admin;
     tern_server_options server_options;   /* the admin server's too */
+    tern_timer *watchdog;      /* systemd's WatchdogSec: WATCHDOG=1 from loop 0, or NULL */
     /* --api-key-file: its first line, or NULL (then POST /publish is 403) */
     char *api_key;
     /* /ws/broadcast's sequencer: a message is given its place (posted to
@@ -853,7 +854,8 @@ static void on_ready(tern_http_req *req, void *user) {
  * graceful shutdown): readiness says so from now on. */
 static void on_stop_signal(tern_loop *loop, int signo, void *user) {
     serve_ctx *ctx = user;
-    atomic_store(&ctx->draining, true);
+    if (!atomic_exchange(&ctx->draining, true))
+        tern__serve_sd_stopping();
 }
 
 /* Whether the request's "Authorization: Bearer KEY" names ctx->api_key:
@@ -923,11 +925,16 @@ static void print_listening(tern_loop *loop, void *user) {
                  ctx->admin_host, av6 ? "]" : "", tern_server_port(ctx->admin));
     }
     /* The back end stays last: scripts read it there. */
-    tern__serve_log(stderr, TERN_LOG_INFO, "listening on http://%s%s%s:%d/%s%s%s%s (%d thread%s, %s)",
-            v6 ? "[" : "", host, v6 ? "]" : "", tern_server_port(ctx->first), https,
-            ctx->unix_path ? " and unix:" : "", ctx->unix_path ? ctx->unix_path : "", admin,
-            ctx->nthreads, ctx->nthreads == 1 ? "" : "s",
-            tern_loop_backend(tern_server_loop(ctx->first)));
+    char line[1024];
+    snprintf(line, sizeof(line), "listening on http://%s%s%s:%d/%s%s%s%s (%d thread%s, %s)",
+             v6 ? "[" : "", host, v6 ? "]" : "", tern_server_port(ctx->first), https,
+             ctx->unix_path ? " and unix:" : "", ctx->unix_path ? ctx->unix_path : "", admin,
+             ctx->nthreads, ctx->nthreads == 1 ? "" : "s",
+             tern_loop_backend(tern_server_loop(ctx->first)));
+    tern__serve_log(stderr, TERN_LOG_INFO, "%s", line);
+    tern__serve_sd_ready(line);
+    if (tern__serve_sd_watchdog(loop, &ctx->watchdog) < 0)
+        tern__serve_log(stderr, TERN_LOG_ERROR, "systemd watchdog: no timer (out of memory)");
 }
 
 /* Setup fails with this once it has said why. */
@@ -966,6 +973,10 @@ static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
 /* tern_run's teardown: loop 0 has ended, the admin server goes before it. */
 static void serve_teardown(tern_loop *loop, tern_server *srv, void *user) {
     serve_ctx *ctx = user;
+    if (tern_server_index(srv) == 0 && ctx->watchdog) {
+        tern_timer_stop(ctx->watchdog);
+        ctx->watchdog = NULL;
+    }
     if (tern_server_index(srv) == 0 && ctx->admin) {
         tern_server_free(ctx->admin);
         ctx->admin = NULL;
