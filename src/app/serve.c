@@ -48,13 +48,20 @@
  *                           --api-key-file (401 otherwise; 403 without one)
  *   GET  /stats             the threads' counters as JSON: their sum, then
  *                           each thread's
+ *   GET  /metrics           the same in Prometheus' text format, with Redis's
+ *                           link and the refusals by reason (serve_metrics.c)
+ *   GET  /healthz, /health  200 "ok": the process answers
+ *   GET  /readyz, /ready    200 "ready", or 503 with the reason: draining
+ *                           (after SIGTERM), or --redis given and its link
+ *                           down
  *
  * --threads N (default: one per core) loops, one per thread, with tern_run:
  * the same routes on each, SO_REUSEPORT listeners.
  *
  * SIGINT or SIGTERM: graceful shutdown of every thread (stop accepting,
- * finish responses in flight, close idle connections), exit 0. A second
- * signal exits at once. */
+ * finish responses in flight, close idle connections, close WebSockets
+ * with 1001 at random moments over --shutdown-spread, /readyz 503), exit
+ * 0. A second signal exits at once. */
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
@@ -141,7 +148,9 @@ typedef struct serve_ctx {
     tern__serve_pubsub_limits ps_limits;   /* --pubsub-max-message, --pubsub-rate */
     tern__serve_token_flags token_flags;   /* --token-* (serve_tokens.c) */
     tern__topic_rules rules;   /* --topic, --pubsub-topic-policy, and the feed's topics */
-    const char *redis;         /* --redis URL, or NULL */
+    /* --redis URL (with --redis-password-file's password put in), or NULL;
+     * shown only through tern__serve_redis_redact */
+    char *redis;
     bool feed;                 /* --feed on|off (on) */
     tern_listen_options listen;   /* --sndbuf */
     int ws_async;              /* --ws-async[=timer|post]: /ws echoes each message later */
@@ -156,6 +165,7 @@ typedef struct serve_ctx {
     char admin_host_buf[256];
     tern_server *admin;
     tern_server_options server_options;   /* the admin server's too */
+    tern_timer *watchdog;      /* systemd's WatchdogSec: WATCHDOG=1 from loop 0, or NULL */
     /* --api-key-file: its first line, or NULL (then POST /publish is 403) */
     char *api_key;
     /* /ws/broadcast's sequencer: a message is given its place (posted to
@@ -163,6 +173,9 @@ typedef struct serve_ctx {
      * flight) under this lock, so every loop's FIFO post queue holds the
      * messages in one order. */
     pthread_mutex_t bcast_lock;
+    /* Set by the first SIGTERM or SIGINT (on loop 0), read by the admin
+     * routes: from then on the server only finishes what it has. */
+    atomic_bool draining;
 } serve_ctx;
 
 /* The thread whose loop runs this request. */
@@ -173,14 +186,13 @@ static serve_thread *thread_of(tern_http_req *req, serve_ctx *ctx) {
 
 /* --log-level: the library's lines on stderr. */
 static void log_stderr(int level, const char *msg, void *user) {
-    fprintf(stderr, "tern: [%s] %s\n", tern_log_level_name(level), msg);
+    tern__serve_log(stderr, level, "%s", msg);
 }
 
 /* --access-log: peer method target status bytes duration, one line each. */
 static void access_line(tern_server *srv, const tern_http_access *a, void *user) {
     serve_ctx *ctx = user;
-    fprintf(ctx->access_log, "%s %s %s %d %llu %llums\n", a->peer, a->method, a->target,
-            a->status, (unsigned long long)a->bytes, (unsigned long long)a->duration_ms);
+    tern__serve_log_access(ctx->access_log, a);
 }
 
 /* Reads a non-negative integer query parameter; -1 when absent or bad. */
@@ -771,9 +783,9 @@ static void on_stats(tern_http_req *req, void *user) {
     if (tern_pubsub_redis_stats(srv, &rc) == 0)
         snprintf(redis, sizeof(redis),
                  "{\"connected\":%s,\"reconnects\":%llu,\"published\":%llu,"
-                 "\"received\":%llu,\"dropped\":%llu,\"fills\":%llu}",
+                 "\"received\":%llu,\"dropped\":%llu,\"fills\":%llu,\"auth_refused\":%s}",
                  rc.connected ? "true" : "false", U(rc.reconnects), U(rc.published),
-                 U(rc.received), U(rc.dropped), U(rc.fills));
+                 U(rc.received), U(rc.dropped), U(rc.fills), rc.auth_refused ? "true" : "false");
     tern__serve_pubsub_refusals pr;
     tern__serve_pubsub_refusals_get(&pr);
     len = (size_t)snprintf(out, cap, "{\"threads\":%d,\"thread\":%d,\"redis\":%s,"
@@ -789,6 +801,47 @@ static void on_stats(tern_http_req *req, void *user) {
     free(each);
     tern_http_respond(req, 200, "application/json", out, len < cap ? len : cap - 1);
     free(out);
+}
+
+/* GET /metrics: the public servers' counters (serve_metrics.c). */
+static void on_metrics(tern_http_req *req, void *user) {
+    serve_ctx *ctx = user;
+    tern__serve_metrics(req, ctx->first, atomic_load(&ctx->draining));
+}
+
+/* GET /healthz (and /health): the process answers; nothing else is
+ * looked at, so that a supervisor restarts only a process that hangs. */
+static void on_health(tern_http_req *req, void *user) {
+    tern_http_respond(req, 200, "text/plain", "ok\n", 3);
+}
+
+/* GET /readyz (and /ready): whether a load balancer should send clients
+ * here. Not while draining (SIGTERM), nor while the Redis bridge is down
+ * when there is one: a node without it delivers its own publishes only. */
+static void on_ready(tern_http_req *req, void *user) {
+    serve_ctx *ctx = user;
+    tern_redis_counters rc;
+    const char *why = NULL;
+    if (atomic_load(&ctx->draining))
+        why = "not ready: draining\n";
+    else if (ctx->redis && tern_pubsub_redis_stats(ctx->first, &rc) < 0)
+        why = "not ready: redis down\n";   /* not bridged yet */
+    else if (ctx->redis && rc.auth_refused)
+        why = "not ready: redis auth failed\n";
+    else if (ctx->redis && !rc.connected)
+        why = "not ready: redis down\n";
+    if (why)
+        tern_http_respond(req, 503, "text/plain", why, strlen(why));
+    else
+        tern_http_respond(req, 200, "text/plain", "ready\n", 6);
+}
+
+/* SIGTERM and SIGINT, after tern_run's own handler (which starts the
+ * graceful shutdown): readiness says so from now on. */
+static void on_stop_signal(tern_loop *loop, int signo, void *user) {
+    serve_ctx *ctx = user;
+    if (!atomic_exchange(&ctx->draining, true))
+        tern__serve_sd_stopping();
 }
 
 /* Whether the request's "Authorization: Bearer KEY" names ctx->api_key:
@@ -836,7 +889,8 @@ static void on_sighup(tern_loop *loop, int signo, void *user) {
     /* Renewed certificates: new handshakes use them. */
     int err = ctx->tls ? tern_tls_reload(ctx->tls) : 0;
     if (!ctx->quiet || err < 0)
-        fprintf(stderr, "tern: SIGHUP, certificates %s%s\n", err < 0 ? "kept: " : "reloaded",
+        tern__serve_log(stderr, err < 0 ? TERN_LOG_ERROR : TERN_LOG_INFO,
+                        "SIGHUP, certificates %s%s", err < 0 ? "kept: " : "reloaded",
                 err < 0 ? tern_strerror(err) : "");
 }
 
@@ -857,11 +911,16 @@ static void print_listening(tern_loop *loop, void *user) {
                  ctx->admin_host, av6 ? "]" : "", tern_server_port(ctx->admin));
     }
     /* The back end stays last: scripts read it there. */
-    fprintf(stderr, "tern: listening on http://%s%s%s:%d/%s%s%s%s (%d thread%s, %s)\n",
-            v6 ? "[" : "", host, v6 ? "]" : "", tern_server_port(ctx->first), https,
-            ctx->unix_path ? " and unix:" : "", ctx->unix_path ? ctx->unix_path : "", admin,
-            ctx->nthreads, ctx->nthreads == 1 ? "" : "s",
-            tern_loop_backend(tern_server_loop(ctx->first)));
+    char line[1024];
+    snprintf(line, sizeof(line), "listening on http://%s%s%s:%d/%s%s%s%s (%d thread%s, %s)",
+             v6 ? "[" : "", host, v6 ? "]" : "", tern_server_port(ctx->first), https,
+             ctx->unix_path ? " and unix:" : "", ctx->unix_path ? ctx->unix_path : "", admin,
+             ctx->nthreads, ctx->nthreads == 1 ? "" : "s",
+             tern_loop_backend(tern_server_loop(ctx->first)));
+    tern__serve_log(stderr, TERN_LOG_INFO, "%s", line);
+    tern__serve_sd_ready(line);
+    if (tern__serve_sd_watchdog(loop, &ctx->watchdog) < 0)
+        tern__serve_log(stderr, TERN_LOG_ERROR, "systemd watchdog: no timer (out of memory)");
 }
 
 /* Setup fails with this once it has said why. */
@@ -878,6 +937,11 @@ static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
     }
     if ((err = tern_http_route(ctx->admin, "POST", "/publish/:topic", on_admin_publish, ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/stats", on_stats, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/metrics", on_metrics, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/healthz", on_health, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/health", on_health, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/readyz", on_ready, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/ready", on_ready, ctx)) < 0 ||
         (err = tern_http_not_found(ctx->admin, on_not_found, ctx)) < 0) {
         fprintf(stderr, "tern serve: the admin routes: %s\n", tern_strerror(err));
     } else if ((err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, NULL)) < 0) {
@@ -895,6 +959,10 @@ static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
 /* tern_run's teardown: loop 0 has ended, the admin server goes before it. */
 static void serve_teardown(tern_loop *loop, tern_server *srv, void *user) {
     serve_ctx *ctx = user;
+    if (tern_server_index(srv) == 0 && ctx->watchdog) {
+        tern_timer_stop(ctx->watchdog);
+        ctx->watchdog = NULL;
+    }
     if (tern_server_index(srv) == 0 && ctx->admin) {
         tern_server_free(ctx->admin);
         ctx->admin = NULL;
@@ -985,8 +1053,11 @@ static int serve_setup(tern_server *srv, void *user) {
         return SETUP_FAILED;
     }
     if (ctx->redis && (err = tern_pubsub_redis(srv, ctx->redis)) < 0) {
-        fprintf(stderr, "tern serve: --redis %s: %s\n", ctx->redis,
-                err == -EINVAL ? "not a redis://host[:port][/db] URL" : tern_strerror(err));
+        char shown[512];
+        tern__serve_redis_redact(ctx->redis, shown, sizeof(shown));
+        fprintf(stderr, "tern serve: --redis %s: %s\n", shown,
+                err == -EINVAL ? "not a redis://[[user]:password@]host[:port][/db] URL"
+                               : tern_strerror(err));
         return SETUP_FAILED;
     }
     if (ctx->root && (err = tern_http_static(srv, "/", ctx->root)) < 0) {
@@ -1028,8 +1099,10 @@ static int serve_setup(tern_server *srv, void *user) {
     }
     if (ctx->admin_host && (err = admin_setup(ctx, tern_server_loop(srv))) < 0)
         return err;
-    /* SIGINT and SIGTERM are tern_run's. */
+    /* SIGINT and SIGTERM are tern_run's; ours only marks the drain. */
     tern_loop_on_signal(tern_server_loop(srv), SIGHUP, on_sighup, ctx);
+    tern_loop_on_signal(tern_server_loop(srv), SIGTERM, on_stop_signal, ctx);
+    tern_loop_on_signal(tern_server_loop(srv), SIGINT, on_stop_signal, ctx);
     tern_loop_post(tern_server_loop(srv), print_listening, ctx);
     return 0;
 }
@@ -1059,7 +1132,9 @@ static void usage(FILE *f) {
             "                        /item/:id, /ws, /ws/broadcast, /ws/room/:room, /fanout,\n"
             "                        /fanout/sub, /fanout/pub, /fanout/pub-keyed (default: off,\n"
             "                        404; /, /market, /pubsub and /ping are always served)\n"
-            "  --admin-listen HOST:PORT  the admin listener: POST /publish/:topic and GET /stats,\n"
+            "  --admin-listen HOST:PORT  the admin listener: POST /publish/:topic, GET /stats and\n"
+            "                        GET /metrics (Prometheus), GET /healthz and GET /readyz\n"
+            "                        (503 while draining or while --redis is down),\n"
             "                        never on the public port (default 127.0.0.1:9090; [::1]:P\n"
             "                        for IPv6; off for none)\n"
             "  --api-key-file FILE   the key POST /publish needs (Authorization: Bearer KEY):\n"
@@ -1079,6 +1154,9 @@ static void usage(FILE *f) {
             "  --sndbuf BYTES        the kernel's send buffer of each connection (SO_SNDBUF;\n"
             "                        default: autotuned, up to megabytes a client has not read)\n"
             "  --shutdown-timeout MS graceful shutdown limit (default 10000)\n"
+            "  --shutdown-spread MS  the shutdown closes each WebSocket (1001) at a random moment\n"
+            "                        within MS, so their clients do not all reconnect at once\n"
+            "                        (default: 4/5 of --shutdown-timeout; 0: all at once)\n"
             "  --ws-max-message BYTES  WebSocket message limit (default 16777216)\n"
             "  --ws-idle-timeout MS  ping an idle WebSocket after this long (default 30000)\n"
             "  --no-compression      don't offer permessage-deflate on /ws\n"
@@ -1136,9 +1214,16 @@ static void usage(FILE *f) {
             "  --feed on|off         the simulated market data on topic \"market\" (default on)\n"
             "  --feed-rate N         its price updates a second, over all instruments (default 40)\n"
             "  --redis URL           bridge pub/sub through Redis (redis://host[:port][/db]):\n"
-            "                        every node's subscribers get every node's publishes\n"
+            "                        every node's subscribers get every node's publishes;\n"
+            "                        redis://[user]:password@host... sends AUTH (never logged)\n"
+            "  --redis-password-file F  the password (F's first line) instead of in the URL,\n"
+            "                        which would show it to every user of the machine\n"
             "  --log-level L         the library's log on stderr: error, warn (default), info, debug\n"
-            "  --access-log FILE     one line per response (peer method target status bytes ms); - for stdout\n"
+            "  --access-log FILE     one line per response (peer method target status bytes ms), and\n"
+            "                        per WebSocket session at its end (its length, bytes and\n"
+            "                        messages each way, close code and side); - for stdout\n"
+            "  --log-format F        text (default) or json: every log and access line with an\n"
+            "                        RFC 3339 timestamp and a level; json: one object a line\n"
             "  --threads N           loops, one per thread (default: one per core)\n"
             "  --io uring|epoll      how each loop waits for I/O: io_uring completions, or\n"
             "                        epoll readiness (default: epoll, or $TERN_IO); io_uring\n"
@@ -1219,7 +1304,8 @@ int tern_app_serve(int argc, char **argv) {
            O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY, O_MAX_CONNS,
            O_MAX_CONNS_IP, O_ALLOWED_ORIGIN, O_PS_MAX_MESSAGE, O_PS_RATE,
            O_TOKEN_HMAC, O_TOKEN_PUBKEY, O_TOKEN_AUD, O_TOKEN_ISS, O_BENCH_ROUTES,
-           O_ADMIN_LISTEN, O_API_KEY_FILE, O_TOPIC, O_PS_HISTORY_BYTES };
+           O_ADMIN_LISTEN, O_API_KEY_FILE, O_TOPIC, O_PS_HISTORY_BYTES, O_SHUT_SPREAD,
+           O_REDIS_PASS_FILE, O_LOG_FORMAT };
     static const struct option opts[] = {
         {"host", required_argument, NULL, O_HOST},
         {"port", required_argument, NULL, O_PORT},
@@ -1280,6 +1366,9 @@ int tern_app_serve(int argc, char **argv) {
         {"api-key-file", required_argument, NULL, O_API_KEY_FILE},
         {"topic", required_argument, NULL, O_TOPIC},
         {"pubsub-history-bytes", required_argument, NULL, O_PS_HISTORY_BYTES},
+        {"shutdown-spread", required_argument, NULL, O_SHUT_SPREAD},
+        {"redis-password-file", required_argument, NULL, O_REDIS_PASS_FILE},
+        {"log-format", required_argument, NULL, O_LOG_FORMAT},
         {NULL, 0, NULL, 0},
     };
     const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
@@ -1302,8 +1391,11 @@ int tern_app_serve(int argc, char **argv) {
     int slow_policy = TERN_WS_SLOW_PAUSE;
     serve_ctx ctx = {.feed = true, .feed_rate = 40, .bcast_lock = PTHREAD_MUTEX_INITIALIZER,
                      .ps_limits = {.max_message = 65536, .rate = 100}};
+    atomic_init(&ctx.draining, false);
     int log_level = TERN_LOG_WARN;
     const char *access_path = NULL, *api_key_path = NULL;
+    bool shutdown_spread_set = false;
+    const char *redis_url = NULL, *redis_password_file = NULL;
     ctx.admin_host = "127.0.0.1";
     ctx.admin_port = 9090;
     ctx.po.history_bytes = 64u << 20;
@@ -1328,6 +1420,11 @@ int tern_app_serve(int argc, char **argv) {
         case O_BODY_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.body_timeout_ms = (uint32_t)v; break;
         case O_IDLE_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.idle_timeout_ms = (uint32_t)v; break;
         case O_SHUT_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.shutdown_timeout_ms = (uint32_t)v; break;
+        case O_SHUT_SPREAD:
+            ok = parse_size(optarg, 86400000, &v);
+            so.shutdown_ws_spread_ms = (uint32_t)v;
+            shutdown_spread_set = true;
+            break;
         case O_SEND_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.send_timeout_ms = (uint32_t)v; break;
         case O_PS_MAX_MESSAGE:
             ok = parse_size(optarg, 1ull << 40, &v) && v > 0;
@@ -1408,7 +1505,13 @@ int tern_app_serve(int argc, char **argv) {
             if (ok) vhosts[nvhost++] = optarg;
             break;
         case O_PS_BACKLOG: ok = parse_size(optarg, 1ull << 32, &v) && v > 0; ctx.po.max_backlog = v; break;
-        case O_REDIS: ctx.redis = optarg; break;
+        case O_REDIS: redis_url = optarg; break;
+        case O_REDIS_PASS_FILE: redis_password_file = optarg; break;
+        case O_LOG_FORMAT:
+            ok = strcmp(optarg, "text") == 0 || strcmp(optarg, "json") == 0;
+            tern__serve_log_format(strcmp(optarg, "json") == 0 ? TERN_SERVE_LOG_JSON
+                                                               : TERN_SERVE_LOG_TEXT);
+            break;
         case O_FEED:
             ok = !strcmp(optarg, "on") || !strcmp(optarg, "off");
             ctx.feed = !strcmp(optarg, "on");
@@ -1480,6 +1583,12 @@ int tern_app_serve(int argc, char **argv) {
     }
 
     if (api_key_path && (ctx.api_key = read_api_key(api_key_path)) == NULL)
+        return 1;   /* said why */
+    if (redis_password_file && redis_url == NULL) {
+        fprintf(stderr, "tern serve: --redis-password-file needs --redis\n");
+        return 2;
+    }
+    if (redis_url && (ctx.redis = tern__serve_redis_url(redis_url, redis_password_file)) == NULL)
         return 1;   /* said why */
     if (access_path) {
         ctx.access_log = strcmp(access_path, "-") == 0 ? stdout : fopen(access_path, "a");
@@ -1556,6 +1665,12 @@ int tern_app_serve(int argc, char **argv) {
         ctx.threads[i].index = i;
         atomic_init(&ctx.threads[i].bcast_inflight, 0);
     }
+    if (!shutdown_spread_set) {
+        /* The WebSockets' closes over the first 4/5 of the shutdown, so
+         * that their close handshakes end before it does. */
+        uint32_t t = so.shutdown_timeout_ms ? so.shutdown_timeout_ms : 10000;
+        so.shutdown_ws_spread_ms = t / 5 * 4;
+    }
     ctx.server_options = so;
     tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown};
     err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);
@@ -1572,6 +1687,10 @@ int tern_app_serve(int argc, char **argv) {
     if (ctx.api_key) {
         OPENSSL_cleanse(ctx.api_key, strlen(ctx.api_key));
         free(ctx.api_key);
+    }
+    if (ctx.redis) {
+        OPENSSL_cleanse(ctx.redis, strlen(ctx.redis));
+        free(ctx.redis);
     }
     if (ctx.access_log && ctx.access_log != stdout)
         fclose(ctx.access_log);
