@@ -1,5 +1,7 @@
-/* TLS over a connection: the OpenSSL transport, and the certificate sets
- * (tern_tls) that listeners share.
+/* net/tls.h on OpenSSL: the TLS transport, the certificate sets
+ * (tern_tls) that listeners share, and the client's contexts. Nothing of
+ * OpenSSL leaves this file (and net/crypto_openssl.c): verification
+ * results are mapped to tern__tls_verify, contexts are opaque.
  *
  * OpenSSL runs directly on the non-blocking socket (SSL_set_fd). The
  * level-triggered loop needs two things from it that plain TCP does not:
@@ -133,20 +135,38 @@ static bool name_matches(const char *pattern, const char *name, size_t len) {
 
 static int sni_cb(SSL *ssl, int *alert, void *arg);
 
-/* ALPN: HTTP/1.1 is all tern speaks. A client that offers protocols but
- * not that one is refused with an alert rather than left to guess. */
+/* Is the protocol name p (n bytes) in the wire-format list in (inlen)? */
+static const unsigned char *alpn_find(const unsigned char *in, unsigned int inlen,
+                                      const unsigned char *p, unsigned int n) {
+    for (unsigned int i = 0; i < inlen;) {
+        unsigned int len = in[i];
+        if (i + 1 + len > inlen)
+            break;
+        if (len == n && memcmp(in + i + 1, p, n) == 0)
+            return in + i + 1;
+        i += 1 + len;
+    }
+    return NULL;
+}
+
+static const char *conn_alpn(SSL *ssl);
+
+/* ALPN: the first of the connection's protocols (given by the protocol
+ * above, its preference first) that the client offers. A client that
+ * offers protocols but none of them is refused with an alert rather than
+ * left to guess. */
 static int alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
                    const unsigned char *in, unsigned int inlen, void *arg) {
-    for (unsigned int i = 0; i < inlen;) {
-        unsigned int n = in[i];
-        if (i + 1 + n > inlen)
-            break;
-        if (n == 8 && memcmp(in + i + 1, "http/1.1", 8) == 0) {
-            *out = in + i + 1;
-            *outlen = (unsigned char)n;
+    (void)arg;
+    const unsigned char *ours = (const unsigned char *)conn_alpn(ssl);
+    size_t ourlen = strlen((const char *)ours);
+    for (size_t i = 0; i < ourlen; i += 1 + (size_t)ours[i]) {
+        const unsigned char *hit = alpn_find(in, inlen, ours + i + 1, ours[i]);
+        if (hit) {
+            *out = hit;
+            *outlen = ours[i];
             return SSL_TLSEXT_ERR_OK;
         }
-        i += 1 + n;
     }
     return SSL_TLSEXT_ERR_ALERT_FATAL;
 }
@@ -528,7 +548,8 @@ static int sni_cb(SSL *ssl, int *alert, void *arg) {
 typedef struct tls_conn {
     tern__transport base;
     SSL *ssl;
-    long *verify_out;
+    const char *alpn;   /* a server's protocols (net/tls.h's format) */
+    tern__tls_verify *verify_out;
     bool sniffed;
     bool failure_logged;
 } tls_conn;
@@ -631,14 +652,38 @@ static ssize_t sniff_plain_http(tern__conn *c, tls_conn *t, char *buf, size_t le
     return -EPROTO;
 }
 
+/* OpenSSL's verification result in tern's words. */
+static tern__tls_verify verify_of(long v) {
+    switch (v) {
+    case X509_V_OK:
+        return TERN__TLS_VERIFY_OK;
+    case X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT:
+    case X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN:
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT:
+    case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
+    case X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE:
+    case X509_V_ERR_CERT_UNTRUSTED:
+        return TERN__TLS_VERIFY_UNTRUSTED;
+    case X509_V_ERR_HOSTNAME_MISMATCH:
+    case X509_V_ERR_IP_ADDRESS_MISMATCH:
+        return TERN__TLS_VERIFY_NAME_MISMATCH;
+    case X509_V_ERR_CERT_HAS_EXPIRED:
+        return TERN__TLS_VERIFY_EXPIRED;
+    case X509_V_ERR_CERT_NOT_YET_VALID:
+        return TERN__TLS_VERIFY_NOT_YET_VALID;
+    default:
+        return TERN__TLS_VERIFY_OTHER;
+    }
+}
+
 /* A handshake of a client that verifies failed: was it the certificate?
  * Then the caller learns why (verify_out) and net sees -EKEYREJECTED. */
 static int verify_failed(const tern__conn *c) {
     const tls_conn *t = (const tls_conn *)c->tp;
     if (t->verify_out == NULL || SSL_is_init_finished(t->ssl))
         return 0;
-    long v = SSL_get_verify_result(t->ssl);
-    if (v == X509_V_OK)
+    tern__tls_verify v = verify_of(SSL_get_verify_result(t->ssl));
+    if (v == TERN__TLS_VERIFY_OK)
         return 0;
     *t->verify_out = v;
     return -EKEYREJECTED;
@@ -768,7 +813,7 @@ static const tern__transport_ops tls_ops = {
 
 bool tern__tls_is(const tern__conn *c) { return c->tp && c->tp->ops == &tls_ops; }
 
-int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, long *verify) {
+int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tls_verify *verify) {
     if (cap)
         subject[0] = '\0';
     if (!tern__tls_is(c))
@@ -777,7 +822,7 @@ int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, long *ve
     X509 *x = SSL_get0_peer_certificate(ssl);
     if (x == NULL)
         return 0;
-    *verify = SSL_get_verify_result(ssl);
+    *verify = verify_of(SSL_get_verify_result(ssl));
     if (cap) {
         BIO *b = BIO_new(BIO_s_mem());
         if (b && X509_NAME_print_ex(b, X509_get_subject_name(x), 0, XN_FLAG_RFC2253) >= 0) {
@@ -790,10 +835,13 @@ int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, long *ve
     return 1;
 }
 
-int tern__tls_attach(tern__conn *c, tern_tls *tls) {
+static const char *conn_alpn(SSL *ssl) { return ((const tls_conn *)SSL_get_app_data(ssl))->alpn; }
+
+int tern__tls_attach(tern__conn *c, tern_tls *tls, const char *alpn) {
     tls_conn *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return -ENOMEM;
+    t->alpn = alpn;
     pthread_mutex_lock(&tls->lock);
     t->ssl = SSL_new(tls->certs[0].ctx);
     pthread_mutex_unlock(&tls->lock);
@@ -803,6 +851,7 @@ int tern__tls_attach(tern__conn *c, tern_tls *tls) {
         ERR_clear_error();
         return -ENOMEM;
     }
+    SSL_set_app_data(t->ssl, t);   /* for alpn_cb */
     SSL_set_accept_state(t->ssl);
     t->base.ops = &tls_ops;
     tern__conn_set_transport(c, &t->base);
@@ -811,9 +860,18 @@ int tern__tls_attach(tern__conn *c, tern_tls *tls) {
 
 /* ---- the client's side ------------------------------------------------ */
 
-SSL_CTX *tern__tls_client_ctx(const char *ca_file, bool insecure) {
+/* The opaque client context is OpenSSL's SSL_CTX itself. */
+struct tern__tls_client {
+    SSL_CTX *ctx;
+};
+
+tern__tls_client *tern__tls_client_new(const char *ca_file, bool insecure, const char *alpn) {
+    tern__tls_client *cl = malloc(sizeof(*cl));
+    if (cl == NULL)
+        return NULL;
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
     if (ctx == NULL) {
+        free(cl);
         tls_err("client context", NULL);
         return NULL;
     }
@@ -823,27 +881,40 @@ SSL_CTX *tern__tls_client_ctx(const char *ca_file, bool insecure) {
     SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
                               SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_read_ahead(ctx, 1);
-    static const unsigned char alpn[] = "\x08http/1.1";
-    SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1);
+    /* 0 is success here, unlike everywhere else in OpenSSL */
+    if (SSL_CTX_set_alpn_protos(ctx, (const unsigned char *)alpn, (unsigned)strlen(alpn)) != 0) {
+        SSL_CTX_free(ctx);
+        free(cl);
+        tls_err("client ALPN", NULL);
+        return NULL;
+    }
     SSL_CTX_set_verify(ctx, insecure ? SSL_VERIFY_NONE : SSL_VERIFY_PEER, NULL);
     int ok = insecure ? 1
              : ca_file ? SSL_CTX_load_verify_locations(ctx, ca_file, NULL)
                        : SSL_CTX_set_default_verify_paths(ctx);
     if (ok != 1) {
         SSL_CTX_free(ctx);
+        free(cl);
         tls_err("CA file", ca_file);
         return NULL;
     }
-    return ctx;
+    cl->ctx = ctx;
+    return cl;
 }
 
-void tern__tls_client_ctx_free(SSL_CTX *ctx) { SSL_CTX_free(ctx); }
+void tern__tls_client_free(tern__tls_client *cl) {
+    if (cl == NULL)
+        return;
+    SSL_CTX_free(cl->ctx);   /* sessions made from it hold their own reference */
+    free(cl);
+}
 
-int tern__tls_client_attach(tern__conn *c, SSL_CTX *ctx, const char *name, long *verify_out) {
+int tern__tls_client_attach(tern__conn *c, tern__tls_client *cl, const char *name,
+                            tern__tls_verify *verify_out) {
     tls_conn *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return -ENOMEM;
-    t->ssl = SSL_new(ctx);
+    t->ssl = SSL_new(cl->ctx);
     if (t->ssl == NULL || SSL_set_fd(t->ssl, c->io.fd) != 1)
         goto fail;
     if (name && name[0]) {
@@ -873,6 +944,20 @@ fail:
     return -ENOMEM;
 }
 
-const char *tern__tls_verify_string(long result) {
-    return X509_verify_cert_error_string(result);
+const char *tern__tls_verify_string(tern__tls_verify v) {
+    switch (v) {
+    case TERN__TLS_VERIFY_OK:
+        return "the certificate is valid";
+    case TERN__TLS_VERIFY_UNTRUSTED:
+        return "the certificate is not signed by a trusted CA (self-signed or unknown issuer)";
+    case TERN__TLS_VERIFY_NAME_MISMATCH:
+        return "the certificate does not carry the server's name";
+    case TERN__TLS_VERIFY_EXPIRED:
+        return "the certificate has expired";
+    case TERN__TLS_VERIFY_NOT_YET_VALID:
+        return "the certificate is not valid yet";
+    case TERN__TLS_VERIFY_OTHER:
+        break;
+    }
+    return "the certificate was refused";
 }
