@@ -14,7 +14,10 @@
  *
  * A write that OpenSSL could not finish must be retried with the same
  * bytes: net's backlog always restarts at the first byte not taken, and
- * SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER allows that backlog to have moved. */
+ * SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER allows that backlog to have moved.
+ *
+ * Record buffers are kept while a connection is in use and freed once it
+ * has been idle a while (tls_loop below), not after every record. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -338,8 +341,7 @@ static int cert_load(tern_tls *tls, tls_cert *c) {
      * as on plain TCP (HTTP's own framing tells a cut body). */
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE |
                                  SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF);
-    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
-                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     /* Read-ahead: one read() takes every record the socket holds, not a
      * record header and then its body (three reads per small message
      * without it, counting the one that finds the socket empty). */
@@ -545,14 +547,99 @@ static int sni_cb(SSL *ssl, int *alert, void *arg) {
  * (the connection's own struct outlives the transport's release).
  * sniffed: a server's connection has had its first bytes looked at (plain
  * HTTP or TLS?); failure_logged: its failed handshake has been said. */
+typedef struct tls_loop tls_loop;
+
+/* warm_*: on its loop's list of sessions that may hold record buffers
+ * while tl is set; used is the tl->gen of its last read or write. */
 typedef struct tls_conn {
     tern__transport base;
     SSL *ssl;
+    tls_loop *tl;
+    struct tls_conn *warm_next, *warm_prev;
+    uint32_t used;
     const char *alpn;   /* a server's protocols (net/tls.h's format) */
     tern__tls_verify *verify_out;
     bool sniffed;
     bool failure_logged;
 } tls_conn;
+
+/* ---- record buffers: kept while used, freed when idle --------------------
+ *
+ * A session takes a read and a write buffer (about 17 KB each) the first
+ * time it reads or writes. SSL_MODE_RELEASE_BUFFERS would free them each
+ * time they are empty, that is after every record, and take them again for
+ * the next one: 10 % of a 64 B echo's cost in OpenSSL
+ * (bench/micro/tls_record). Instead each loop lists its sessions that may
+ * hold buffers, and a sweep every TLS_IDLE_MS frees the buffers of those
+ * not used since the sweep before (SSL_free_buffers; it refuses, and the
+ * session stays listed, while a buffer holds bytes): a connection idle
+ * for 100 to 200 ms holds no buffers, as before, and a busy one keeps
+ * its own. The sweep's timer runs only while the list is not empty, so an
+ * idle loop is not woken. Should the list or the timer not be had (no
+ * memory), the session falls back to SSL_MODE_RELEASE_BUFFERS. */
+#define TLS_IDLE_MS 100
+
+/* A loop's TERN__SLOT_TLS block. Invariants: warm lists the sessions of
+ * the loop that used a buffer since their last sweep (each with tl set);
+ * timer runs exactly while warm is not empty; gen counts the sweeps. */
+struct tls_loop {
+    tls_conn *warm;
+    tern_timer *timer;
+    uint32_t gen;
+};
+
+static void warm_unlink(tls_conn *t) {
+    tls_loop *tl = t->tl;
+    if (t->warm_prev)
+        t->warm_prev->warm_next = t->warm_next;
+    else
+        tl->warm = t->warm_next;
+    if (t->warm_next)
+        t->warm_next->warm_prev = t->warm_prev;
+    t->warm_next = t->warm_prev = NULL;
+    t->tl = NULL;
+    if (tl->warm == NULL && tl->timer) {
+        tern_timer_stop(tl->timer);
+        tl->timer = NULL;
+    }
+}
+
+static void sweep(tern_timer *timer, void *user) {
+    (void)timer;
+    tls_loop *tl = user;
+    tls_conn *next;
+    for (tls_conn *t = tl->warm; t; t = next) {
+        next = t->warm_next;
+        if (t->used != tl->gen)   /* not used since the sweep before */
+            if (SSL_free_buffers(t->ssl) == 1)
+                warm_unlink(t);   /* may stop this timer: the last one */
+    }
+    tl->gen++;
+}
+
+/* c's session is about to read or write: it is warm from now on. */
+static void warm(tern__conn *c, tls_conn *t) {
+    if (t->tl) {
+        t->used = t->tl->gen;
+        return;
+    }
+    void **slot = tern__loop_slot(c->loop, TERN__SLOT_TLS);
+    if (*slot == NULL)
+        *slot = calloc(1, sizeof(tls_loop));
+    tls_loop *tl = *slot;
+    if (tl == NULL || (tl->timer == NULL &&
+                       tern_timer_start(c->loop, &tl->timer, TLS_IDLE_MS, TLS_IDLE_MS, sweep, tl) < 0)) {
+        SSL_set_mode(t->ssl, SSL_MODE_RELEASE_BUFFERS);
+        return;
+    }
+    t->tl = tl;
+    t->used = tl->gen;
+    t->warm_prev = NULL;
+    t->warm_next = tl->warm;
+    if (tl->warm)
+        tl->warm->warm_prev = t;
+    tl->warm = t;
+}
 
 /* The peer of c as text, "-" when it cannot be had. */
 static void peer_text(const tern__conn *c, char *buf, size_t cap) {
@@ -700,6 +787,7 @@ static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
         if (r <= 0)
             return r;
     }
+    warm(c, t);
     size_t got = 0;
     while (got < len) {
         size_t n = 0;
@@ -740,6 +828,7 @@ static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
 
 static ssize_t tls_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
     SSL *ssl = ssl_of(c);
+    warm(c, (tls_conn *)c->tp);
     size_t total = 0;
     for (int i = 0; i < iovcnt; i++) {
         size_t done = 0;
@@ -797,6 +886,8 @@ static const char *tls_server_name(const tern__conn *c) {
 
 static void tls_release(tern__conn *c) {
     tls_conn *t = (tls_conn *)c->tp;
+    if (t->tl)
+        warm_unlink(t);
     SSL_free(t->ssl);
     free(t);
 }
@@ -878,8 +969,7 @@ tern__tls_client *tern__tls_client_new(const char *ca_file, bool insecure, const
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION |
                                  SSL_OP_IGNORE_UNEXPECTED_EOF);
-    SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
-                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
     SSL_CTX_set_read_ahead(ctx, 1);
     /* 0 is success here, unlike everywhere else in OpenSSL */
     if (SSL_CTX_set_alpn_protos(ctx, (const unsigned char *)alpn, (unsigned)strlen(alpn)) != 0) {
