@@ -302,6 +302,15 @@ static int proto_setup(const tern_tls *tls, SSL_CTX *ctx) {
         tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: no cipher in \"%s\"", tls->ciphers);
         return -EINVAL;
     }
+    /* TLS 1.3's suites, when not given, in the order a server on AES-NI
+     * wants (the server's order is chosen: SSL_OP_CIPHER_SERVER_PREFERENCE):
+     * AES-128-GCM first, as fast as AES-256-GCM for small records and 5 %
+     * faster for full ones, ChaCha20 last at 1.3-1.6x their cost
+     * (bench/micro/tls_record). OpenSSL's own order puts AES-256-GCM first. */
+    static const char suites[] =
+        "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
+    if (tls->ciphersuites == NULL && SSL_CTX_set_ciphersuites(ctx, suites) != 1)
+        return tls_err("ciphersuites", NULL);
     if (tls->ciphersuites && SSL_CTX_set_ciphersuites(ctx, tls->ciphersuites) != 1) {
         ERR_clear_error();
         tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: no TLS 1.3 ciphersuite in \"%s\"",
