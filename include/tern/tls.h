@@ -9,7 +9,7 @@
  * no_application_protocol alert); renegotiation refused; session
  * resumption with tickets (TLS 1.3) and session IDs; close_notify sent when
  * tern closes and honoured as the end of the stream. A connection idle
- * for 100 to 200 ms releases its TLS record buffers.
+ * for 25 to 50 ms releases its TLS record buffers.
  *
  * The handshake counts against the server's head_timeout_ms: a client
  * that does not finish it, and send a request head, in that time is
