@@ -3,7 +3,8 @@
  *
  * Both come in /pubsub's format, {"topic":T,"seq":N,"data":D}, D a JSON
  * string holding a JSON object:
- * - topic "market", one message per price update:
+ * - topic "market", one message per price update, keyed by its instrument
+ *   ({"topic":"market","seq":N,"key":"ACME","data":D}):
  *     {"sym":"ACME","px":101.25,"chg":0.42,"ts":1763950000123}
  *   (chg: percent since the feed started; ts: Unix milliseconds). One
  *   instrument is one key: a later conflation keeps the newest per sym.
@@ -78,9 +79,9 @@ static void on_tick(tern_timer *t, void *user) {
         instrument *in = &instruments[(unsigned)rand_r(&f->seed) % N_INSTRUMENTS];
         move(in, &f->seed);
         int n = snprintf(msg, sizeof(msg),
-                         "%s,\"data\":\"{\\\"sym\\\":\\\"%s\\\",\\\"px\\\":%.2f,"
+                         "%s,\"key\":\"%s\",\"data\":\"{\\\"sym\\\":\\\"%s\\\",\\\"px\\\":%.2f,"
                          "\\\"chg\\\":%.2f,\\\"ts\\\":%llu}\"}",
-                         head, in->sym, in->px, (in->px - in->open) / in->open * 100,
+                         head, in->sym, in->sym, in->px, (in->px - in->open) / in->open * 100,
                          (unsigned long long)now_ms());
         /* the instrument is the key: a conflating subscriber keeps its newest price */
         tern_publish_key(f->srv, "market", in->sym, msg, (size_t)n, TERN_WS_TEXT, sizeof(head) - 1);
