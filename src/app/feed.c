@@ -155,8 +155,18 @@ static void on_page(tern_http_req *req, void *user) {
                       tern__market_html_len);
 }
 
+/* The page's client: clients/js/tern-client.js, the file the npm package
+ * ships, so the page runs exactly what applications get. */
+static void on_client_js(tern_http_req *req, void *user) {
+    (void)user;
+    tern_http_add_header(req, "Cache-Control", "no-cache");
+    tern_http_respond(req, 200, "text/javascript; charset=utf-8", (const char *)tern__client_js,
+                      tern__client_js_len);
+}
+
 void tern__page_routes(tern_server *srv, bool at_root) {
     tern_http_route(srv, "GET", "/market", on_page, NULL);
+    tern_http_route(srv, "GET", "/tern-client.js", on_client_js, NULL);
     if (at_root)
         tern_http_route(srv, "GET", "/", on_page, NULL);
 }

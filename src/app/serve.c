@@ -3,6 +3,7 @@
  * Public listener (--host/--port, --tls-port, --unix):
  *   GET  /ping              "pong"
  *   GET  /, /market         the live page (src/app/market.html)
+ *   GET  /tern-client.js    the page's client (clients/js/tern-client.js)
  *   GET  /pubsub            WebSocket pub/sub with a small JSON protocol:
  *                           {"op":"subscribe"|"unsubscribe","topic":"T"},
  *                           {"op":"publish","topic":"T","data":"..."} in;
@@ -1075,7 +1076,8 @@ static void usage(FILE *f) {
             "                        for benchmarks and tests: /echo, /stream, /upload, /delay,\n"
             "                        /item/:id, /ws, /ws/broadcast, /ws/room/:room, /fanout,\n"
             "                        /fanout/sub, /fanout/pub, /fanout/pub-keyed (default: off,\n"
-            "                        404; /, /market, /pubsub and /ping are always served)\n"
+            "                        404; /, /market, /tern-client.js, /pubsub and /ping are\n"
+            "                        always served)\n"
             "  --admin-listen HOST:PORT  the admin listener: POST /publish/:topic and GET /stats,\n"
             "                        never on the public port (default 127.0.0.1:9090; [::1]:P\n"
             "                        for IPv6; off for none)\n"

@@ -85,7 +85,8 @@ STATE_JS = """JSON.stringify({
   uptime: document.getElementById('s-uptime').textContent,
   connections: document.getElementById('s-connections').textContent,
   status: document.getElementById('status').textContent,
-  resumes: resumes, gaps: gaps, firstSeq: firstSeq, lastSeq: lastSeq,
+  resumes: page.resumes, gaps: page.gaps, firstSeq: page.firstSeq, lastSeq: page.lastSeq,
+  snapshot: page.snapshot, state: page.client.state,
 })"""
 
 
@@ -93,8 +94,11 @@ STATE_JS = """JSON.stringify({
 def test_page_shows_live_prices(tern_factory, chromium, tmp_path, scheme):  # noqa: F811
     from test_tls import make_cert
     cert, key = make_cert(str(tmp_path), "c", "localhost", "DNS:localhost,IP:127.0.0.1")
-    srv = tern_factory("--feed-rate", "100", "--tls-port", "0", "--tls-cert", cert,
+    # 400 updates a second over 24 instruments: by the time the page loads,
+    # each has a price for the snapshot to show
+    srv = tern_factory("--feed-rate", "400", "--tls-port", "0", "--tls-cert", cert,
                        "--tls-key", key)
+    started = time.monotonic()
     base = srv.base if scheme == "http" else f"https://127.0.0.1:{srv.tls_port}"
     profile = tmp_path / "profile"
     profile.mkdir()
@@ -113,6 +117,7 @@ def test_page_shows_live_prices(tern_factory, chromium, tmp_path, scheme):  # no
             dt.call("Emulation.setDeviceMetricsOverride",
                     {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False},
                     session=s)
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
             nav = dt.call("Page.navigate", {"url": f"{base}/"}, session=s)
             assert "errorText" not in nav, nav
 
@@ -132,8 +137,10 @@ def test_page_shows_live_prices(tern_factory, chromium, tmp_path, scheme):  # no
                     time.sleep(0.1)
                 raise AssertionError(f"page never showed {what}: {state()}")
 
-            first = wait(lambda st: len(st["prices"]) >= 10 and st["uptime"] != "–",
-                         "prices and statistics")
+            # every instrument at once: the subscription's snapshot
+            shown = wait(lambda st: len(st["prices"]) == 24, "every instrument")
+            assert shown["snapshot"] == 24, shown
+            first = wait(lambda st: st["uptime"] != "–", "the statistics")
             assert ("wss://" if scheme == "https" else "ws://") in first["status"]
             assert first["status"].startswith("live")
             time.sleep(1.5)
@@ -145,7 +152,7 @@ def test_page_shows_live_prices(tern_factory, chromium, tmp_path, scheme):  # no
             assert int(later["connections"]) >= 1
             # The page's socket drops (closed under it); it reconnects and
             # resumes the market stream: every update shown once, none missed.
-            dt.call("Runtime.evaluate", {"expression": "ws.close()"}, session=s)
+            dt.call("Runtime.evaluate", {"expression": "page.client.reconnect()"}, session=s)
             resumed = wait(lambda st: st["resumes"] >= 1 and st["lastSeq"] > later["lastSeq"] + 20,
                            "the stream resumed after the drop")
             assert resumed["gaps"] == 0
