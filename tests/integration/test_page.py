@@ -172,3 +172,75 @@ def test_page_shows_live_prices(tern_factory, chromium, tmp_path, scheme):  # no
             pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
         finally:
             dt.close()
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_page_comes_back_by_itself_after_a_restart(tern_factory, chromium, tmp_path):  # noqa: F811
+    """tern serve stopped and started again on the same port under the page:
+    the client reconnects within its backoff cap (5 s), reports the gap (a
+    new epoch), shows every instrument from the new server's snapshot and
+    live prices again, and nothing on the page throws or logs an error."""
+    port = free_port()
+    srv = tern_factory("--port", str(port), "--feed-rate", "400")
+    started = time.monotonic()
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--remote-debugging-pipe",
+            "about:blank"]
+    log = tmp_path / "chromium.log"
+    with open(log, "wb") as err:
+        dt = DevTools(argv, err, time.monotonic() + TIMEOUT)
+        try:
+            target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            s = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            dt.call("Page.enable", session=s)
+            dt.call("Runtime.enable", session=s)   # exceptions and console calls become events
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+            nav = dt.call("Page.navigate", {"url": f"{srv.base}/"}, session=s)
+            assert "errorText" not in nav, nav
+
+            def state():
+                r = dt.call("Runtime.evaluate", {"expression": STATE_JS, "returnByValue": True},
+                            session=s)
+                return None if "exceptionDetails" in r else json.loads(r["result"]["value"])
+
+            def wait(cond, what, limit=10):
+                deadline = time.monotonic() + limit * SLOW
+                while time.monotonic() < deadline:
+                    st = state()
+                    if st is not None and cond(st):
+                        return st
+                    time.sleep(0.05)
+                raise AssertionError(f"page never showed {what}: {state()}")
+
+            before = wait(lambda st: len(st["prices"]) == 24 and st["state"] == "open",
+                          "every instrument")
+            srv.stop()
+            wait(lambda st: st["state"] == "reconnecting", "the drop")
+            time.sleep(1.0)
+            srv = tern_factory("--port", str(port), "--feed-rate", "400")
+            back_from = time.monotonic()
+            back = wait(lambda st: st["state"] == "open" and st["gaps"] == 1, "the page back",
+                        limit=8)
+            # within the cap, plus what a start and a connect take
+            assert time.monotonic() - back_from < 5 + 2 * SLOW
+            live = wait(lambda st: int(st["updates"]) > int(back["updates"]) + 20
+                        and st["prices"] != before["prices"], "live prices again")
+            assert len(live["prices"]) == 24 and live["status"].startswith("live")
+            errors = [e for e in dt.events if e.get("method") == "Runtime.exceptionThrown"
+                      or (e.get("method") == "Runtime.consoleAPICalled"
+                          and e["params"]["type"] in ("error", "assert"))]
+            assert errors == [], errors
+            dt.call("Target.closeTarget", {"targetId": target})
+        except (TimeoutError, EOFError, RuntimeError) as e:
+            pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
+        finally:
+            dt.close()
