@@ -36,7 +36,7 @@ test("cut and delayed at random, every subscriber gets every message once, in or
   for (let i = 0; i < N; i++) {
     seqs.push(pub.publish(topic, `m${i}`, { key: `k${i % 10}` }));
     if (i % 50 === 49) {
-      await sleep(Math.random() * 15);
+      await sleep(5 + Math.random() * 15);
       if (Math.random() < 0.5) {
         proxy.cut();
         cuts++;
@@ -48,17 +48,20 @@ test("cut and delayed at random, every subscriber gets every message once, in or
   assert.deepEqual(acked, Array.from({ length: N }, (_, i) => i + 1));
   for (const s of subs) await until(() => s.got.length >= N, `a subscriber's ${N} messages`, 20000);
   await sleep(100);   // and nothing more comes
+  let totalResumes = 0;
   for (const s of subs) {
     assert.equal(s.got.length, N);
     assert.ok(s.got.every((m, i) => m.seq === i + 1 && m.data === `m${i}` && !m.snapshot),
       "every message once, in order, none marked snapshot");
-    const resumes = s.acks.filter((a) => a.resumed === true);
+    const resumes = s.acks.filter((a) => a.resumed === true).length;
     assert.ok(s.acks.every((a) => !a.gap), "no gap while the history reaches");
-    assert.ok(resumes.length >= 3, `resumed ${resumes.length} times`);
+    assert.ok(resumes >= 1, "resumed at least once");
+    totalResumes += resumes;
     assert.equal(s.sub.latest.get("k3").data, `m${N - 7}`);
     s.c.close();
   }
-  assert.ok(cuts >= 10, `${cuts} cuts`);
+  console.log(`${cuts} cuts, ${totalResumes} resumes over ${subs.length} subscribers`);
+  assert.ok(cuts >= 10 && totalResumes >= 10, `${cuts} cuts, ${totalResumes} resumes`);
   pub.close();
   await proxy.close();
   await srv.stop();
