@@ -3,6 +3,7 @@
  * Public listener (--host/--port, --tls-port, --unix):
  *   GET  /ping              "pong"
  *   GET  /, /market         the live page (src/app/market.html)
+ *   GET  /tern-client.js    the page's client (clients/js/tern-client.js)
  *   GET  /pubsub            WebSocket pub/sub with a small JSON protocol:
  *                           {"op":"subscribe"|"unsubscribe","topic":"T"},
  *                           {"op":"publish","topic":"T","data":"..."} in;
@@ -1132,7 +1133,8 @@ static void usage(FILE *f) {
             "                        for benchmarks and tests: /echo, /stream, /upload, /delay,\n"
             "                        /item/:id, /ws, /ws/broadcast, /ws/room/:room, /fanout,\n"
             "                        /fanout/sub, /fanout/pub, /fanout/pub-keyed (default: off,\n"
-            "                        404; /, /market, /pubsub and /ping are always served)\n"
+            "                        404; /, /market, /tern-client.js, /pubsub and /ping are\n"
+            "                        always served)\n"
             "  --admin-listen HOST:PORT  the admin listener: POST /publish/:topic, GET /stats and\n"
             "                        GET /metrics (Prometheus), GET /healthz and GET /readyz\n"
             "                        (503 while draining or while --redis is down),\n"
