@@ -1674,6 +1674,9 @@ int tern_app_serve(int argc, char **argv) {
         uint32_t t = so.shutdown_timeout_ms ? so.shutdown_timeout_ms : 10000;
         so.shutdown_ws_spread_ms = t / 5 * 4;
     }
+    /* A drain closes with 1012 (service restart): the clients are invited
+     * to come back, to this server restarted or to another. */
+    so.shutdown_ws_code = TERN_WS_SERVICE_RESTART;
     ctx.server_options = so;
     tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown};
     err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);
