@@ -3,6 +3,7 @@
  * Public listener (--host/--port, --tls-port, --unix):
  *   GET  /ping              "pong"
  *   GET  /, /market         the live page (src/app/market.html)
+ *   GET  /tern-client.js    the page's client (clients/js/tern-client.js)
  *   GET  /pubsub            WebSocket pub/sub with a small JSON protocol:
  *                           {"op":"subscribe"|"unsubscribe","topic":"T"},
  *                           {"op":"publish","topic":"T","data":"..."} in;
@@ -1123,7 +1124,8 @@ static void usage(FILE *f) {
             "  --tls-min-version V   1.2 (default) or 1.3: the oldest TLS version served\n"
             "  --tls-ciphers LIST    TLS 1.2 ciphers, OpenSSL's syntax (default: OpenSSL's)\n"
             "  --tls-ciphersuites LIST\n"
-            "                        TLS 1.3 ciphersuites, OpenSSL's syntax (default: OpenSSL's)\n"
+            "                        TLS 1.3 ciphersuites, OpenSSL's syntax, the server's order\n"
+            "                        chosen (default: AES-128-GCM, AES-256-GCM, ChaCha20)\n"
             "  --tls-client-ca FILE  PEM CAs that client certificates are verified against\n"
             "  --tls-client-verify M optional or require: ask clients for a certificate\n"
             "                        (default: none asked; needs --tls-client-ca)\n"
@@ -1131,7 +1133,8 @@ static void usage(FILE *f) {
             "                        for benchmarks and tests: /echo, /stream, /upload, /delay,\n"
             "                        /item/:id, /ws, /ws/broadcast, /ws/room/:room, /fanout,\n"
             "                        /fanout/sub, /fanout/pub, /fanout/pub-keyed (default: off,\n"
-            "                        404; /, /market, /pubsub and /ping are always served)\n"
+            "                        404; /, /market, /tern-client.js, /pubsub and /ping are\n"
+            "                        always served)\n"
             "  --admin-listen HOST:PORT  the admin listener: POST /publish/:topic, GET /stats and\n"
             "                        GET /metrics (Prometheus), GET /healthz and GET /readyz\n"
             "                        (503 while draining or while --redis is down),\n"
@@ -1671,6 +1674,9 @@ int tern_app_serve(int argc, char **argv) {
         uint32_t t = so.shutdown_timeout_ms ? so.shutdown_timeout_ms : 10000;
         so.shutdown_ws_spread_ms = t / 5 * 4;
     }
+    /* A drain closes with 1012 (service restart): the clients are invited
+     * to come back, to this server restarted or to another. */
+    so.shutdown_ws_code = TERN_WS_SERVICE_RESTART;
     ctx.server_options = so;
     tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown};
     err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);
