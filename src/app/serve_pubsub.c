@@ -493,28 +493,27 @@ static void pubsub_open(tern_ws *ws, void *user) {
 /* The topic's rule decides (topic_rules.h); "token" asks the
  * connection's token (serve_tokens.c), and no rule means "token". Asked
  * once per subscribe or publish, never per delivered message. */
+static int may(tern_ws *ws, const char *topic, size_t len, bool publish) {
+    ps_bucket *b = tern_ws_user(ws);
+    const tern__token_conn *auth = b ? b->auth : NULL;
+    const tern__topic_rule *r = tern__rules_match(rules, topic, len);
+    tern__access a = !r ? TERN__ACCESS_TOKEN : publish ? r->publish : r->subscribe;
+    if (a == TERN__ACCESS_ANYONE ||
+        (a == TERN__ACCESS_TOKEN && (publish ? tern__token_conn_may_publish(auth, topic, len)
+                                             : tern__token_conn_may_subscribe(auth, topic, len)) == 0))
+        return 0;
+    atomic_fetch_add_explicit(publish ? &n_forbid_pub : &n_forbid_sub, 1, memory_order_relaxed);
+    return -EACCES;
+}
+
 static int pubsub_may_subscribe(tern_ws *ws, const char *topic, size_t len, void *user) {
     (void)user;
-    ps_bucket *b = tern_ws_user(ws);
-    const tern__topic_rule *r = tern__rules_match(rules, topic, len);
-    tern__access a = r ? r->subscribe : TERN__ACCESS_TOKEN;
-    if (a == TERN__ACCESS_ANYONE ||
-        (a == TERN__ACCESS_TOKEN && tern__token_conn_may_subscribe(b ? b->auth : NULL, topic, len) == 0))
-        return 0;
-    atomic_fetch_add_explicit(&n_forbid_sub, 1, memory_order_relaxed);
-    return -EACCES;
+    return may(ws, topic, len, false);
 }
 
 static int pubsub_may_publish(tern_ws *ws, const char *topic, size_t len, void *user) {
     (void)user;
-    ps_bucket *b = tern_ws_user(ws);
-    const tern__topic_rule *r = tern__rules_match(rules, topic, len);
-    tern__access a = r ? r->publish : TERN__ACCESS_TOKEN;
-    if (a == TERN__ACCESS_ANYONE ||
-        (a == TERN__ACCESS_TOKEN && tern__token_conn_may_publish(b ? b->auth : NULL, topic, len) == 0))
-        return 0;
-    atomic_fetch_add_explicit(&n_forbid_pub, 1, memory_order_relaxed);
-    return -EACCES;
+    return may(ws, topic, len, true);
 }
 
 static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, void *user) {
