@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     if (err == 0)
         err = tern_server_host(srv, "docs.localhost", &docs);  /* owned by the configuration */
     if (err == 0)
-        err = tern_http_static(docs, "/files", dir);   /* GET /files/* */
+        err = tern_http_static(docs, "/files", dir);   /* GET /files/... */
     if (err == 0)
         err = tern_http_not_found(docs, not_found, NULL);
     if (err == 0)
