@@ -57,7 +57,6 @@
  * signal exits at once. */
 #include <ctype.h>
 #include <errno.h>
-#include <getopt.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -73,6 +72,7 @@
 #include <openssl/evp.h>
 
 #include "app/app.h"
+#include "app/serve_options.h"
 #include "app/serve_tokens.h"
 #include "tern/tern.h"
 
@@ -542,26 +542,6 @@ static bool origin_matches(const char *pattern, const char *origin, size_t len) 
     size_t nlen = len - head - tail;
     return host_chars(name, nlen) && name[0] != '.' && name[nlen - 1] != '.' &&
            memmem(name, nlen, "..", 2) == NULL;
-}
-
-/* An --allowed-origin value: scheme://host[:port] (http or https), where
- * host may start with "*." (any subdomain); no path, no other '*'. */
-static bool origin_pattern_ok(const char *p) {
-    const char *rest = strncmp(p, "https://", 8) == 0 ? p + 8
-                       : strncmp(p, "http://", 7) == 0 ? p + 7 : NULL;
-    if (rest == NULL)
-        return false;
-    if (strncmp(rest, "*.", 2) == 0)
-        rest += 2;
-    size_t hlen = strcspn(rest, ":");
-    if (hlen == 0 || !host_chars(rest, hlen))
-        return false;
-    if (rest[hlen] == ':') {
-        const char *port = rest + hlen + 1;
-        if (*port == '\0' || strspn(port, "0123456789") != strlen(port) || strlen(port) > 5)
-            return false;
-    }
-    return true;
 }
 
 /* The upgrade hook of every WebSocket route: an Origin check when
@@ -1051,144 +1031,9 @@ static int serve_setup(tern_server *srv, void *user) {
     return 0;
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: tern serve [options]\n"
-            "  --host H              address to listen on (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
-            "  --port P              TCP port (default 8080; 0 picks a free one)\n"
-            "  --unix PATH           also listen on a Unix socket\n"
-            "  --tls-cert FILE       PEM certificate chain: serve HTTPS/WSS too (repeat with\n"
-            "                        --tls-key for more certificates, chosen by SNI)\n"
-            "  --tls-key FILE        PEM private key of the --tls-cert before it\n"
-            "  --tls-key-passphrase-file FILE\n"
-            "                        the passphrase of encrypted --tls-key files (its first\n"
-            "                        line; read again on SIGHUP). Never asked on a terminal\n"
-            "  --tls-port P          HTTPS port (default 8443; 0 picks a free one)\n"
-            "  --tls-min-version V   1.2 (default) or 1.3: the oldest TLS version served\n"
-            "  --tls-ciphers LIST    TLS 1.2 ciphers, OpenSSL's syntax (default: OpenSSL's)\n"
-            "  --tls-ciphersuites LIST\n"
-            "                        TLS 1.3 ciphersuites, OpenSSL's syntax (default: OpenSSL's)\n"
-            "  --tls-client-ca FILE  PEM CAs that client certificates are verified against\n"
-            "  --tls-client-verify M optional or require: ask clients for a certificate\n"
-            "                        (default: none asked; needs --tls-client-ca)\n"
-            "  --bench-routes        also serve the routes that make the server work on request,\n"
-            "                        for benchmarks and tests: /echo, /stream, /upload, /delay,\n"
-            "                        /item/:id, /ws, /ws/broadcast, /ws/room/:room, /fanout,\n"
-            "                        /fanout/sub, /fanout/pub, /fanout/pub-keyed (default: off,\n"
-            "                        404; /, /market, /pubsub and /ping are always served)\n"
-            "  --admin-listen HOST:PORT  the admin listener: POST /publish/:topic and GET /stats,\n"
-            "                        never on the public port (default 127.0.0.1:9090; [::1]:P\n"
-            "                        for IPv6; off for none)\n"
-            "  --api-key-file FILE   the key POST /publish needs (Authorization: Bearer KEY):\n"
-            "                        the file's first line (default: none, publish answers 403)\n"
-            "  --root DIR            serve static files from DIR\n"
-            "  --max-head BYTES      request line + headers (default 16384)\n"
-            "  --max-body BYTES      request body (default 16777216)\n"
-            "  --head-timeout MS     (default 10000)\n"
-            "  --body-timeout MS     (default 10000)\n"
-            "  --idle-timeout MS     keep-alive (default 60000)\n"
-            "  --send-timeout MS     close a client that takes no bytes for this long (default 60000)\n"
-            "  --max-unsent BYTES    bound on all connections' unsent output (default 268435456)\n"
-            "  --max-connections N   open connections, all threads together; more are answered\n"
-            "                        503 (Retry-After: 1) and closed (default 10000; 0: no limit)\n"
-            "  --max-connections-per-ip N  the same from one IPv4 address or IPv6 /64\n"
-            "                        (default 50; 0: no limit)\n"
-            "  --sndbuf BYTES        the kernel's send buffer of each connection (SO_SNDBUF;\n"
-            "                        default: autotuned, up to megabytes a client has not read)\n"
-            "  --shutdown-timeout MS graceful shutdown limit (default 10000)\n"
-            "  --ws-max-message BYTES  WebSocket message limit (default 16777216)\n"
-            "  --ws-idle-timeout MS  ping an idle WebSocket after this long (default 30000)\n"
-            "  --no-compression      don't offer permessage-deflate on /ws\n"
-            "  --allowed-origin O    a WebSocket upgrade with an Origin header must match one\n"
-            "                        (repeatable): https://app.example.com exactly, or\n"
-            "                        https://*.example.com for its subdomains; others get 403,\n"
-            "                        one without Origin (not a browser) is let in (default:\n"
-            "                        any origin)\n"
-            "  --ws-origin ORIGIN    the same as --allowed-origin (one, exact)\n"
-            "  --ws-slow-policy P    /ws client not reading: pause (default), close (1008) or drop\n"
-            "  --ws-async[=timer|post]  /ws echoes each message later, from the loop, not inside\n"
-            "                        on_message (a handler that waits on I/O): from a 0 ms timer\n"
-            "                        per batch (default), or from a tern_loop_post per batch\n"
-            "  --ws-deadline-ms N    /ws connections get a deadline of N ms, moved by every\n"
-            "                        message: N ms without one closes it with 1008 \"deadline\"\n"
-"  --pubsub-max-backlog BYTES  a /pubsub subscriber with more waiting gets the policy\n"
-            "                        (default 1048576)\n"
-            "  --pubsub-max-message BYTES  a bigger /pubsub message closes its connection with\n"
-            "                        1009 (default 65536)\n"
-            "  --pubsub-rate N       /pubsub messages a second per connection, a burst of N\n"
-            "                        (default 100; 0: no limit); one over it is answered\n"
-            "                        {\"error\":\"rate limit\"}, and more than N refused\n"
-            "                        without a pause close it with 1008\n"
-            "  --pubsub-policy P     drop (default: its messages are dropped and counted),\n"
-            "                        close (1008), close-1013 (try again later) or conflate\n"
-            "                        (keep the newest message per key while it is behind)\n"
-            "  --pubsub-topic-policy PREFIX=P  the policy P for topics starting with PREFIX\n"
-            "                        (repeatable; the longest prefix wins)\n"
-            "  --pubsub-history N    keep each topic's last N messages (at most 65536) for\n"
-            "                        subscribers that resume (default 0: none; topic\n"
-            "                        \"market\" of the feed keeps 4096 for a minute)\n"
-            "  --pubsub-history-age SECONDS  and none older than this (default: no limit)\n"
-            "  --pubsub-replay-rate BYTES  bytes a second each thread sends to subscribers\n"
-            "                        that resume until they catch up, together (default\n"
-            "                        0: no limit); spreads a reconnect storm's catch-up;\n"
-            "                        above the live rate, or they fall behind\n"
-            "  --token-hmac-secret-file F  /pubsub takes JWTs signed HS256 with F's bytes\n"
-            "                        (one trailing newline stripped), as ?token= or\n"
-            "                        Authorization: Bearer; closed with 4001 at exp\n"
-            "  --token-public-key-file F  and/or RS256 or ES256 ones (F: a PEM public key)\n"
-            "  --token-audience A    tokens must name A in aud\n"
-            "  --token-issuer I      tokens must have iss I\n"
-            "  --feed on|off         the simulated market data on topic \"market\" (default on)\n"
-            "  --feed-rate N         its price updates a second, over all instruments (default 40)\n"
-            "  --redis URL           bridge pub/sub through Redis (redis://host[:port][/db]):\n"
-            "                        every node's subscribers get every node's publishes\n"
-            "  --log-level L         the library's log on stderr: error, warn (default), info, debug\n"
-            "  --access-log FILE     one line per response (peer method target status bytes ms); - for stdout\n"
-            "  --threads N           loops, one per thread (default: one per core)\n"
-            "  --io uring|epoll      how each loop waits for I/O: io_uring completions, or\n"
-            "                        epoll readiness (default: epoll, or $TERN_IO); io_uring\n"
-            "                        falls back to epoll where the kernel refuses it\n"
-            "  --vhost NAME=ROOT     requests for host NAME get the files under ROOT, and only\n"
-            "                        them (repeatable); other names get the routes above\n"
-            "  --quiet               no log lines but the \"listening on\" one\n");
-}
-
-static bool parse_size(const char *s, unsigned long long max, unsigned long long *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || *s == '-' || v > max)
-        return false;
-    *out = v;
-    return true;
-}
-
-/* --admin-listen: "off", or HOST:PORT ([V6]:PORT for an IPv6 address). */
-static bool parse_admin_listen(const char *s, serve_ctx *ctx) {
-    if (strcmp(s, "off") == 0) {
-        ctx->admin_host = NULL;
-        return true;
-    }
-    const char *colon = strrchr(s, ':');
-    unsigned long long port;
-    if (colon == NULL || colon == s || !parse_size(colon + 1, 65535, &port) || colon[1] == '\0')
-        return false;
-    const char *h = s;
-    size_t hlen = (size_t)(colon - s);
-    if (h[0] == '[') {
-        if (hlen < 3 || h[hlen - 1] != ']')
-            return false;
-        h++, hlen -= 2;
-    } else if (memchr(h, ':', hlen)) {
-        return false;   /* an IPv6 address goes in brackets */
-    }
-    if (hlen >= sizeof(ctx->admin_host_buf))
-        return false;
-    memcpy(ctx->admin_host_buf, h, hlen);
-    ctx->admin_host_buf[hlen] = '\0';
-    ctx->admin_host = ctx->admin_host_buf;
-    ctx->admin_port = (int)port;
-    return true;
+static void usage(const tern__opt_set *s, FILE *f) {
+    fprintf(f, "usage: tern serve [options]\n\n");
+    tern__opt_help(s, f);
 }
 
 /* --api-key-file: the file's first line (without its line end), or NULL
@@ -1215,242 +1060,115 @@ static char *read_api_key(const char *path) {
     return line;
 }
 
-int tern_app_serve(int argc, char **argv) {
-    enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
-           O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
-           O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
-           O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE, O_PS_HISTORY,
-           O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO, O_WS_ASYNC, O_WS_DEADLINE, O_TLS_PASS_FILE,
-           O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY, O_MAX_CONNS,
-           O_MAX_CONNS_IP, O_ALLOWED_ORIGIN, O_PS_MAX_MESSAGE, O_PS_RATE,
-           O_TOKEN_HMAC, O_TOKEN_PUBKEY, O_TOKEN_AUD, O_TOKEN_ISS, O_BENCH_ROUTES,
-           O_ADMIN_LISTEN, O_API_KEY_FILE };
-    static const struct option opts[] = {
-        {"host", required_argument, NULL, O_HOST},
-        {"port", required_argument, NULL, O_PORT},
-        {"unix", required_argument, NULL, O_UNIX},
-        {"root", required_argument, NULL, O_ROOT},
-        {"max-head", required_argument, NULL, O_MAX_HEAD},
-        {"max-body", required_argument, NULL, O_MAX_BODY},
-        {"head-timeout", required_argument, NULL, O_HEAD_TO},
-        {"body-timeout", required_argument, NULL, O_BODY_TO},
-        {"idle-timeout", required_argument, NULL, O_IDLE_TO},
-        {"shutdown-timeout", required_argument, NULL, O_SHUT_TO},
-        {"quiet", no_argument, NULL, O_QUIET},
-        {"help", no_argument, NULL, O_HELP},
-        {"ws-max-message", required_argument, NULL, O_WS_MAX},
-        {"ws-idle-timeout", required_argument, NULL, O_WS_IDLE},
-        {"no-compression", no_argument, NULL, O_NO_PMD},
-        {"ws-origin", required_argument, NULL, O_WS_ORIGIN},
-        {"ws-slow-policy", required_argument, NULL, O_WS_SLOW},
-        {"send-timeout", required_argument, NULL, O_SEND_TO},
-        {"max-unsent", required_argument, NULL, O_MAX_UNSENT},
-        {"log-level", required_argument, NULL, O_LOG_LEVEL},
-        {"access-log", required_argument, NULL, O_ACCESS_LOG},
-        {"tls-cert", required_argument, NULL, O_TLS_CERT},
-        {"tls-key", required_argument, NULL, O_TLS_KEY},
-        {"tls-port", required_argument, NULL, O_TLS_PORT},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"vhost", required_argument, NULL, O_VHOST},
-        {"pubsub-max-backlog", required_argument, NULL, O_PS_BACKLOG},
-        {"pubsub-policy", required_argument, NULL, O_PS_POLICY},
-        {"pubsub-topic-policy", required_argument, NULL, O_PS_TOPIC},
-        {"redis", required_argument, NULL, O_REDIS},
-        {"feed", required_argument, NULL, O_FEED},
-        {"feed-rate", required_argument, NULL, O_FEED_RATE},
-        {"pubsub-history", required_argument, NULL, O_PS_HISTORY},
-        {"pubsub-history-age", required_argument, NULL, O_PS_HISTORY_AGE},
-        {"pubsub-replay-rate", required_argument, NULL, O_PS_REPLAY_RATE},
-        {"sndbuf", required_argument, NULL, O_SNDBUF},
-        {"io", required_argument, NULL, O_IO},
-        {"ws-async", optional_argument, NULL, O_WS_ASYNC},
-        {"ws-deadline-ms", required_argument, NULL, O_WS_DEADLINE},
-        {"tls-key-passphrase-file", required_argument, NULL, O_TLS_PASS_FILE},
-        {"tls-min-version", required_argument, NULL, O_TLS_MIN},
-        {"tls-ciphers", required_argument, NULL, O_TLS_CIPHERS},
-        {"tls-ciphersuites", required_argument, NULL, O_TLS_SUITES},
-        {"tls-client-ca", required_argument, NULL, O_TLS_CLIENT_CA},
-        {"tls-client-verify", required_argument, NULL, O_TLS_CLIENT_VERIFY},
-        {"max-connections", required_argument, NULL, O_MAX_CONNS},
-        {"max-connections-per-ip", required_argument, NULL, O_MAX_CONNS_IP},
-        {"allowed-origin", required_argument, NULL, O_ALLOWED_ORIGIN},
-        {"pubsub-max-message", required_argument, NULL, O_PS_MAX_MESSAGE},
-        {"pubsub-rate", required_argument, NULL, O_PS_RATE},
-        {"token-hmac-secret-file", required_argument, NULL, O_TOKEN_HMAC},
-        {"token-public-key-file", required_argument, NULL, O_TOKEN_PUBKEY},
-        {"token-audience", required_argument, NULL, O_TOKEN_AUD},
-        {"token-issuer", required_argument, NULL, O_TOKEN_ISS},
-        {"bench-routes", no_argument, NULL, O_BENCH_ROUTES},
-        {"admin-listen", required_argument, NULL, O_ADMIN_LISTEN},
-        {"api-key-file", required_argument, NULL, O_API_KEY_FILE},
-        {NULL, 0, NULL, 0},
-    };
-    const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
-    unsigned long long port = 8080, v = 0;
-    const char *certs[8], *keys[8];
-    int ncert = 0, nkey = 0;
+/* The --allowed-origin and --ws-origin values together, in ctx; false
+ * when they are more than ORIGINS_MAX. */
+static bool set_origins(serve_ctx *ctx, const tern__opt_set *s) {
+    const tern__opt_val *a = &s->vals[SV_ALLOWED_ORIGIN], *w = &s->vals[SV_WS_ORIGIN];
+    if (a->n + w->n > ORIGINS_MAX)
+        return false;
+    ctx->norigins = 0;
+    for (int i = 0; i < a->n; i++)
+        ctx->origins[ctx->norigins++] = a->v[i];
+    for (int i = 0; i < w->n; i++)
+        ctx->origins[ctx->norigins++] = w->v[i];
+    return true;
+}
+
+static int log_level_of(const char *name) {
+    for (int l = TERN_LOG_ERROR; l <= TERN_LOG_DEBUG; l++)
+        if (strcmp(name, tern_log_level_name(l)) == 0)
+            return l;
+    return TERN_LOG_WARN;
+}
+
+/* Runs the server the options s describe (the strings stay in s while it
+ * runs); the command's exit status. */
+static int serve_main(tern__opt_set *s) {
+    if (s->nargs > 0) {
+        fprintf(stderr, "tern serve: unexpected argument '%s'\n", s->args[0]);
+        return 2;
+    }
+    const char *host = tern__opt_str(s, SV_HOST), *unix_path = tern__opt_str(s, SV_UNIX);
+    const char *root = tern__opt_str(s, SV_ROOT);
+    const tern__opt_val *certs = &s->vals[SV_TLS_CERT], *keys = &s->vals[SV_TLS_KEY];
+    int ncert = certs->n, nkey = keys->n;
     /* A file, not the passphrase itself: a command line is visible to
      * every user of the machine (ps, /proc). */
     tern_tls_options tls_opt = {0};
-    unsigned long long tls_port = 8443;
-    const char *vhosts[64];
-    int nvhost = 0;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned long long nthreads = cores < 1 ? 1 : cores > 1024 ? 1024 : (unsigned long long)cores;
+    if (tern__opt_given(s, SV_THREADS))
+        nthreads = tern__opt_uint(s, SV_THREADS);
     tern_server_options so = {0};
     tern_loop_options lo = {0};
-    tern_ws_options wo = {.compression = true};
+    tern_ws_options wo = {.compression = !tern__opt_uint(s, SV_NO_PMD)};
     /* An echo answers what it reads: when the client does not read the
      * answers, stop reading its requests (TCP pushes back on it). */
-    int slow_policy = TERN_WS_SLOW_PAUSE;
-    serve_ctx ctx = {.feed = true, .feed_rate = 40, .bcast_lock = PTHREAD_MUTEX_INITIALIZER,
-                     .ps_limits = {.max_message = 65536, .rate = 100}};
-    int log_level = TERN_LOG_WARN;
-    const char *access_path = NULL, *api_key_path = NULL;
-    ctx.admin_host = "127.0.0.1";
-    ctx.admin_port = 9090;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        bool ok = true;
-        switch (c) {
-        case O_HOST: host = optarg; break;
-        case O_PORT: ok = parse_size(optarg, 65535, &port); break;
-        case O_UNIX: unix_path = optarg; break;
-        case O_ROOT: root = optarg; break;
-        case O_MAX_HEAD: ok = parse_size(optarg, 1u << 24, &v) && v > 0; so.max_head = v; break;
-        case O_MAX_BODY: ok = parse_size(optarg, 1ull << 40, &v) && v > 0; so.max_body = v; break;
-        case O_HEAD_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.head_timeout_ms = (uint32_t)v; break;
-        case O_BODY_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.body_timeout_ms = (uint32_t)v; break;
-        case O_IDLE_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.idle_timeout_ms = (uint32_t)v; break;
-        case O_SHUT_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.shutdown_timeout_ms = (uint32_t)v; break;
-        case O_SEND_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.send_timeout_ms = (uint32_t)v; break;
-        case O_PS_MAX_MESSAGE:
-            ok = parse_size(optarg, 1ull << 40, &v) && v > 0;
-            ctx.ps_limits.max_message = v;
-            break;
-        case O_PS_RATE:
-            ok = parse_size(optarg, 1000000, &v);
-            ctx.ps_limits.rate = (uint32_t)v;
-            break;
-        case O_BENCH_ROUTES: ctx.bench_routes = true; break;
-        case O_ADMIN_LISTEN: ok = parse_admin_listen(optarg, &ctx); break;
-        case O_API_KEY_FILE: api_key_path = optarg; break;
-        case O_MAX_CONNS:
-            ok = parse_size(optarg, TERN_UNLIMITED - 1, &v);
-            so.max_connections = v ? (uint32_t)v : TERN_UNLIMITED;
-            break;
-        case O_MAX_CONNS_IP:
-            ok = parse_size(optarg, TERN_UNLIMITED - 1, &v);
-            so.max_connections_per_ip = v ? (uint32_t)v : TERN_UNLIMITED;
-            break;
-        case O_MAX_UNSENT: ok = parse_size(optarg, 1ull << 40, &v) && v > 0; lo.max_unsent = v; break;
-        case O_QUIET: ctx.quiet = true; break;
-        case O_IO:
-            ok = strcmp(optarg, "uring") == 0 || strcmp(optarg, "epoll") == 0;
-            lo.io = optarg[0] == 'u' ? TERN_IO_URING : TERN_IO_EPOLL;
-            break;
-        case O_HELP: usage(stdout); return 0;
-        case O_WS_MAX: ok = parse_size(optarg, 1ull << 40, &v) && v > 0; wo.max_message = v; break;
-        case O_WS_IDLE: ok = parse_size(optarg, 86400000, &v) && v > 0; wo.idle_timeout_ms = (uint32_t)v; break;
-        case O_NO_PMD: wo.compression = false; break;
-        case O_WS_ORIGIN:
-        case O_ALLOWED_ORIGIN:
-            /* --ws-origin takes any value, as it always has */
-            ok = ctx.norigins < ORIGINS_MAX && (c == O_WS_ORIGIN || origin_pattern_ok(optarg));
-            if (ok) ctx.origins[ctx.norigins++] = optarg;
-            break;
-        case O_WS_ASYNC:
-            ok = optarg == NULL || strcmp(optarg, "timer") == 0 || strcmp(optarg, "post") == 0;
-            ctx.ws_async = optarg && strcmp(optarg, "post") == 0 ? WS_ASYNC_POST : WS_ASYNC_TIMER;
-            break;
-        case O_WS_DEADLINE:
-            ok = parse_size(optarg, 86400000, &v) && v > 0;
-            ctx.ws_deadline_ms = (uint32_t)v;
-            break;
-        case O_WS_SLOW:
-            slow_policy = !strcmp(optarg, "close") ? TERN_WS_SLOW_CLOSE
-                          : !strcmp(optarg, "drop") ? TERN_WS_SLOW_DROP
-                          : !strcmp(optarg, "pause") ? TERN_WS_SLOW_PAUSE : -1;
-            ok = slow_policy >= 0;
-            break;
-        case O_LOG_LEVEL:
-            log_level = -1;
-            for (int l = TERN_LOG_ERROR; l <= TERN_LOG_DEBUG; l++)
-                if (strcmp(optarg, tern_log_level_name(l)) == 0)
-                    log_level = l;
-            ok = log_level >= 0;
-            break;
-        case O_ACCESS_LOG: access_path = optarg; break;
-        case O_TLS_CERT: ok = ncert < 8; if (ok) certs[ncert++] = optarg; break;
-        case O_TLS_KEY: ok = nkey < 8; if (ok) keys[nkey++] = optarg; break;
-        case O_TLS_PASS_FILE: tls_opt.passphrase_file = optarg; break;
-        case O_TLS_MIN:
-            ok = strcmp(optarg, "1.2") == 0 || strcmp(optarg, "1.3") == 0;
-            tls_opt.min_version = strcmp(optarg, "1.3") == 0 ? 13 : 12;
-            break;
-        case O_TLS_CIPHERS: tls_opt.ciphers = optarg; break;
-        case O_TLS_SUITES: tls_opt.ciphersuites = optarg; break;
-        case O_TLS_CLIENT_CA: tls_opt.client_ca_file = optarg; break;
-        case O_TLS_CLIENT_VERIFY:
-            ok = strcmp(optarg, "optional") == 0 || strcmp(optarg, "require") == 0;
-            tls_opt.client_verify = strcmp(optarg, "require") == 0 ? TERN_TLS_VERIFY_REQUIRE
-                                                                   : TERN_TLS_VERIFY_OPTIONAL;
-            break;
-        case O_TLS_PORT: ok = parse_size(optarg, 65535, &tls_port); break;
-        case O_THREADS: ok = parse_size(optarg, 1024, &nthreads) && nthreads > 0; break;
-        case O_VHOST:
-            ok = nvhost < 64 && strchr(optarg, '=') != NULL;
-            if (ok) vhosts[nvhost++] = optarg;
-            break;
-        case O_PS_BACKLOG: ok = parse_size(optarg, 1ull << 32, &v) && v > 0; ctx.po.max_backlog = v; break;
-        case O_REDIS: ctx.redis = optarg; break;
-        case O_FEED:
-            ok = !strcmp(optarg, "on") || !strcmp(optarg, "off");
-            ctx.feed = !strcmp(optarg, "on");
-            break;
-        case O_FEED_RATE: ok = parse_size(optarg, 100000, &v); ctx.feed_rate = (unsigned)v; break;
-        case O_PS_HISTORY:
-            ok = parse_size(optarg, TERN_HISTORY_MAX, &v);
-            ctx.po.history = (uint32_t)v;
-            break;
-        case O_SNDBUF:
-            ok = parse_size(optarg, 1u << 30, &v) && v >= 4096;
-            ctx.listen.sndbuf = (int)v;
-            break;
-        case O_PS_HISTORY_AGE:
-            ok = parse_size(optarg, 86400, &v) && v > 0;
-            ctx.po.history_ms = (uint32_t)v * 1000;
-            break;
-        case O_PS_REPLAY_RATE:
-            ok = parse_size(optarg, 1ull << 40, &v);
-            ctx.po.replay_rate = v;
-            break;
-        case O_PS_POLICY: ok = parse_pubsub_policy(optarg, &ctx.po.policy, &ctx.po.close_code); break;
-        case O_PS_TOPIC: {
-            const char *eq = strrchr(optarg, '=');
-            int pol;
-            uint16_t code;
-            ok = ctx.ntopic_rules < TERN_TOPIC_RULES_MAX && eq && eq - optarg <= TERN_TOPIC_MAX &&
-                 parse_pubsub_policy(eq + 1, &pol, &code);
-            if (ok) ctx.topic_rules[ctx.ntopic_rules++] = optarg;
-            break;
-        }
-        case O_TOKEN_HMAC: ctx.token_flags.hmac_secret_file = optarg; break;
-        case O_TOKEN_PUBKEY: ctx.token_flags.public_key_file = optarg; break;
-        case O_TOKEN_AUD: ctx.token_flags.audience = optarg; break;
-        case O_TOKEN_ISS: ctx.token_flags.issuer = optarg; break;
-        default: usage(stderr); return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "tern serve: bad value for --%s: %s\n", opts[c - 1].name, optarg);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "tern serve: unexpected argument '%s'\n", argv[optind]);
+    const char *slow = tern__opt_str(s, SV_WS_SLOW);
+    int slow_policy = !strcmp(slow, "close") ? TERN_WS_SLOW_CLOSE
+                      : !strcmp(slow, "drop") ? TERN_WS_SLOW_DROP : TERN_WS_SLOW_PAUSE;
+    serve_ctx ctx = {.bcast_lock = PTHREAD_MUTEX_INITIALIZER};
+    ctx.quiet = tern__opt_uint(s, SV_QUIET);
+    ctx.feed = strcmp(tern__opt_str(s, SV_FEED), "on") == 0;
+    ctx.feed_rate = (unsigned)tern__opt_uint(s, SV_FEED_RATE);
+    ctx.ps_limits.max_message = tern__opt_uint(s, SV_PS_MAX_MESSAGE);
+    ctx.ps_limits.rate = (uint32_t)tern__opt_uint(s, SV_PS_RATE);
+    ctx.bench_routes = tern__opt_uint(s, SV_BENCH_ROUTES);
+    tern__serve_admin_listen_parse(tern__opt_str(s, SV_ADMIN_LISTEN), ctx.admin_host_buf,
+                                   sizeof(ctx.admin_host_buf), &ctx.admin_port);
+    ctx.admin_host = ctx.admin_host_buf[0] ? ctx.admin_host_buf : NULL;
+    const char *api_key_path = tern__opt_str(s, SV_API_KEY_FILE);
+    so.max_head = tern__opt_uint(s, SV_MAX_HEAD);
+    so.max_body = tern__opt_uint(s, SV_MAX_BODY);
+    so.head_timeout_ms = (uint32_t)tern__opt_uint(s, SV_HEAD_TO);
+    so.body_timeout_ms = (uint32_t)tern__opt_uint(s, SV_BODY_TO);
+    so.idle_timeout_ms = (uint32_t)tern__opt_uint(s, SV_IDLE_TO);
+    so.shutdown_timeout_ms = (uint32_t)tern__opt_uint(s, SV_SHUT_TO);
+    so.send_timeout_ms = (uint32_t)tern__opt_uint(s, SV_SEND_TO);
+    unsigned long long v = tern__opt_uint(s, SV_MAX_CONNS);
+    so.max_connections = v ? (uint32_t)v : TERN_UNLIMITED;
+    v = tern__opt_uint(s, SV_MAX_CONNS_IP);
+    so.max_connections_per_ip = v ? (uint32_t)v : TERN_UNLIMITED;
+    lo.max_unsent = tern__opt_uint(s, SV_MAX_UNSENT);
+    if (tern__opt_given(s, SV_IO))
+        lo.io = strcmp(tern__opt_str(s, SV_IO), "uring") == 0 ? TERN_IO_URING : TERN_IO_EPOLL;
+    wo.max_message = tern__opt_uint(s, SV_WS_MAX);
+    wo.idle_timeout_ms = (uint32_t)tern__opt_uint(s, SV_WS_IDLE);
+    if (!set_origins(&ctx, s)) {
+        fprintf(stderr, "tern serve: bad value for --allowed-origin: more than %d origins "
+                        "(with --ws-origin)\n", ORIGINS_MAX);
         return 2;
     }
+    if (tern__opt_given(s, SV_WS_ASYNC))
+        ctx.ws_async = strcmp(tern__opt_str(s, SV_WS_ASYNC), "post") == 0 ? WS_ASYNC_POST
+                                                                         : WS_ASYNC_TIMER;
+    ctx.ws_deadline_ms = (uint32_t)tern__opt_uint(s, SV_WS_DEADLINE);
+    int log_level = log_level_of(tern__opt_str(s, SV_LOG_LEVEL));
+    const char *access_path = tern__opt_str(s, SV_ACCESS_LOG);
+    tls_opt.passphrase_file = tern__opt_str(s, SV_TLS_PASS_FILE);
+    if (tern__opt_given(s, SV_TLS_MIN))
+        tls_opt.min_version = strcmp(tern__opt_str(s, SV_TLS_MIN), "1.3") == 0 ? 13 : 12;
+    tls_opt.ciphers = tern__opt_str(s, SV_TLS_CIPHERS);
+    tls_opt.ciphersuites = tern__opt_str(s, SV_TLS_SUITES);
+    tls_opt.client_ca_file = tern__opt_str(s, SV_TLS_CLIENT_CA);
+    if (tern__opt_given(s, SV_TLS_CLIENT_VERIFY))
+        tls_opt.client_verify = strcmp(tern__opt_str(s, SV_TLS_CLIENT_VERIFY), "require") == 0
+                                    ? TERN_TLS_VERIFY_REQUIRE
+                                    : TERN_TLS_VERIFY_OPTIONAL;
+    unsigned long long port = tern__opt_uint(s, SV_PORT), tls_port = tern__opt_uint(s, SV_TLS_PORT);
+    ctx.po.max_backlog = tern__opt_uint(s, SV_PS_BACKLOG);
+    ctx.redis = tern__opt_str(s, SV_REDIS);
+    ctx.po.history = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY);
+    ctx.listen.sndbuf = (int)tern__opt_uint(s, SV_SNDBUF);
+    ctx.po.history_ms = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY_AGE) * 1000;
+    ctx.po.replay_rate = tern__opt_uint(s, SV_PS_REPLAY_RATE);
+    parse_pubsub_policy(tern__opt_str(s, SV_PS_POLICY), &ctx.po.policy, &ctx.po.close_code);
+    for (int i = 0; i < s->vals[SV_PS_TOPIC].n; i++)
+        ctx.topic_rules[ctx.ntopic_rules++] = s->vals[SV_PS_TOPIC].v[i];
+    ctx.token_flags.hmac_secret_file = tern__opt_str(s, SV_TOKEN_HMAC);
+    ctx.token_flags.public_key_file = tern__opt_str(s, SV_TOKEN_PUBKEY);
+    ctx.token_flags.audience = tern__opt_str(s, SV_TOKEN_AUD);
+    ctx.token_flags.issuer = tern__opt_str(s, SV_TOKEN_ISS);
     if (tern__serve_tokens_setup(&ctx.token_flags) < 0)
         return 2;
 
@@ -1500,14 +1218,14 @@ int tern_app_serve(int argc, char **argv) {
     }
     int err = 0;
     for (int i = 0; i < ncert; i++) {
-        err = i == 0 ? tern_tls_new_opt(&ctx.tls, certs[0], keys[0], &tls_opt)
-                     : tern_tls_add_cert(ctx.tls, certs[i], keys[i]);
+        err = i == 0 ? tern_tls_new_opt(&ctx.tls, certs->v[0], keys->v[0], &tls_opt)
+                     : tern_tls_add_cert(ctx.tls, certs->v[i], keys->v[i]);
         if (err < 0) {
             /* Said here too: with --quiet the library's log line is off. */
             const char *why = err == -ENOKEY ? " (the key is encrypted: give --tls-key-passphrase-file)"
                               : err == -EKEYREJECTED ? " (wrong passphrase)"
                                                      : "";
-            fprintf(stderr, "tern serve: --tls-cert %s --tls-key %s: %s%s\n", certs[i], keys[i],
+            fprintf(stderr, "tern serve: --tls-cert %s --tls-key %s: %s%s\n", certs->v[i], keys->v[i],
                     tern_strerror(err), why);
             return 1;
         }
@@ -1520,8 +1238,8 @@ int tern_app_serve(int argc, char **argv) {
     ctx.wo = wo;
     ctx.wo.slow_policy = slow_policy;
     ctx.nthreads = (int)nthreads;
-    ctx.vhosts = vhosts;
-    ctx.nvhosts = nvhost;
+    ctx.vhosts = (const char **)s->vals[SV_VHOST].v;
+    ctx.nvhosts = s->vals[SV_VHOST].n;
     if ((ctx.threads = calloc(nthreads, sizeof(*ctx.threads))) == NULL) {
         fprintf(stderr, "tern serve: out of memory\n");
         return 1;
@@ -1557,4 +1275,26 @@ int tern_app_serve(int argc, char **argv) {
         return 1;
     }
     return 0;
+}
+
+int tern_app_serve(int argc, char **argv) {
+    tern__opt_set s;
+    if (tern__opt_init(&s, "tern serve", tern__serve_opts, SV_COUNT) < 0) {
+        fprintf(stderr, "tern serve: out of memory\n");
+        return 1;
+    }
+    s.env_prefix = "TERN_";
+    if (tern__opt_parse_argv(&s, argc, argv) < 0 || tern__opt_parse_env(&s) < 0) {
+        fprintf(stderr, "tern serve: %s (tern serve --help lists the options)\n", s.err);
+        tern__opt_free(&s);
+        return 2;
+    }
+    if (tern__opt_uint(&s, SV_HELP)) {
+        usage(&s, stdout);
+        tern__opt_free(&s);
+        return 0;
+    }
+    int status = serve_main(&s);
+    tern__opt_free(&s);
+    return status;
 }
