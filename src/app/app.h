@@ -36,6 +36,8 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                               void *user);
 void tern__serve_publish(tern_http_req *req, tern_server *srv);
 void tern__serve_pubsub_refusals_get(tern__serve_pubsub_refusals *out);
+/* --pubsub-rate changed while the loops run (SIGHUP), from any thread. */
+void tern__serve_pubsub_set_rate(uint32_t rate);
 
 /* feed.c: the simulated market data ("market", rate updates a second; 0:
  * none) and live statistics ("stats", every second), from timers on srv's

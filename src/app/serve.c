@@ -78,6 +78,7 @@
 
 #define MAX_ECHO_SIZE (64u * 1024 * 1024)
 #define ORIGINS_MAX 32             /* --allowed-origin values */
+#define ORIGINS_MAX_TEXT "32"
 #define FEED_HISTORY 4096          /* topic market's history, unless --pubsub-history */
 #define FEED_HISTORY_MS 60000
 
@@ -119,13 +120,30 @@ struct serve_thread {
     bool later_due;
 };
 
-/* Shared by every thread: set before they start, read-only after. */
+/* --allowed-origin (and --ws-origin): the Origins a WebSocket upgrade may
+ * come from, exact or a wildcard subdomain ("*." after the scheme); none:
+ * any. Invariants: never changed once published in serve_ctx.origins; a
+ * SIGHUP publishes a new one, and the old one is freed once every loop
+ * has run a post made after the swap (an upgrade hook reads it only
+ * within one callback, so none can be reading it then). */
+typedef struct serve_origins {
+    int n;
+    char *v[ORIGINS_MAX];
+} serve_origins;
+
+/* Shared by every thread: set before they start, read-only after, but for
+ * what SIGHUP changes (origins, through its pointer; the options' set,
+ * only on loop 0, which handles the signal). */
 typedef struct serve_ctx {
     bool quiet;
-    /* --allowed-origin (and --ws-origin): the Origins a WebSocket upgrade
-     * may come from, exact or a wildcard subdomain ("*." after the scheme); none: any */
-    const char *origins[ORIGINS_MAX];
-    int norigins;
+    _Atomic(serve_origins *) origins;
+    /* The options the server runs with, and how to read them again on
+     * SIGHUP: the same command line, --config's file (NULL: none) and the
+     * environment. */
+    tern__opt_set *opts;
+    int argc;
+    char **argv;
+    const char *config_path;
     FILE *access_log;          /* --access-log, or NULL (stdio locks each line) */
     tern_tls *tls;             /* --tls-cert/--tls-key, or NULL */
     int nthreads;
@@ -553,10 +571,11 @@ static int ws_upgrade(tern_http_req *req, void **conn_user, void *user) {
     serve_ctx *ctx = user;
     size_t olen;
     const char *origin = tern_http_header(req, "Origin", &olen);
-    if (ctx->norigins && origin) {
+    const serve_origins *os = atomic_load_explicit(&ctx->origins, memory_order_acquire);
+    if (os->n && origin) {
         bool allowed = false;
-        for (int i = 0; i < ctx->norigins && !allowed; i++)
-            allowed = origin_matches(ctx->origins[i], origin, olen);
+        for (int i = 0; i < os->n && !allowed; i++)
+            allowed = origin_matches(os->v[i], origin, olen);
         if (!allowed)
             return 403;
     }
@@ -825,8 +844,146 @@ static void on_admin_publish(tern_http_req *req, void *user) {
     tern__serve_publish(req, ctx->first);
 }
 
+static void origins_free(serve_origins *o) {
+    for (int i = 0; o && i < o->n; i++)
+        free(o->v[i]);
+    free(o);
+}
+
+/* The --allowed-origin and --ws-origin values of s together, copied; NULL
+ * when they are more than ORIGINS_MAX (*too_many) or out of memory. */
+static serve_origins *origins_new(const tern__opt_set *s, bool *too_many) {
+    const tern__opt_val *a = &s->vals[SV_ALLOWED_ORIGIN], *w = &s->vals[SV_WS_ORIGIN];
+    *too_many = a->n + w->n > ORIGINS_MAX;
+    serve_origins *o = *too_many ? NULL : calloc(1, sizeof(*o));
+    for (int i = 0; o && i < a->n + w->n; i++) {
+        if ((o->v[o->n] = strdup(i < a->n ? a->v[i] : w->v[i - a->n])) == NULL) {
+            origins_free(o);
+            return NULL;
+        }
+        o->n++;
+    }
+    return o;
+}
+
+/* A swapped-out serve_origins, freed when the last loop has run its post. */
+typedef struct origins_retired {
+    serve_origins *old;
+    atomic_int left;
+} origins_retired;
+
+static void origins_retire_one(tern_loop *loop, void *user) {
+    origins_retired *r = user;
+    if (atomic_fetch_sub(&r->left, 1) == 1) {
+        origins_free(r->old);
+        free(r);
+    }
+}
+
+/* Publishes o to every loop's upgrade hook (on loop 0, from SIGHUP). The
+ * old one is held by one reference per loop, dropped by a post each runs
+ * after the swap, and one of this function's, dropped at its end (so the
+ * posts cannot free it under the loop here). A loop that takes no post is
+ * stopping, and may still be in a callback: its reference is never
+ * dropped, and the old origins stay allocated rather than risk it. */
+static void origins_swap(serve_ctx *ctx, serve_origins *o) {
+    serve_origins *old = atomic_exchange_explicit(&ctx->origins, o, memory_order_acq_rel);
+    origins_retired *r = malloc(sizeof(*r));
+    if (r == NULL)
+        return;   /* the same: kept rather than freed under a reader */
+    r->old = old;
+    atomic_init(&r->left, ctx->nthreads + 1);
+    for (int i = 0; i < ctx->nthreads; i++)
+        tern_loop_post(tern_server_loop(tern_server_peer(ctx->first, i)), origins_retire_one, r);
+    origins_retire_one(NULL, r);
+}
+
+static int log_level_of(const char *name) {
+    for (int l = TERN_LOG_ERROR; l <= TERN_LOG_DEBUG; l++)
+        if (strcmp(name, tern_log_level_name(l)) == 0)
+            return l;
+    return TERN_LOG_WARN;
+}
+
+/* Whether option i has the same values in a and b. */
+static bool same_values(const tern__opt_set *a, const tern__opt_set *b, int i) {
+    const tern__opt_val *va = &a->vals[i], *vb = &b->vals[i];
+    if (va->n != vb->n)
+        return va->n + vb->n == 1 && strcmp(tern__opt_str(a, i) ? tern__opt_str(a, i) : "",
+                                            tern__opt_str(b, i) ? tern__opt_str(b, i) : "") == 0;
+    for (int k = 0; k < va->n; k++)
+        if (strcmp(va->v[k], vb->v[k]) != 0)
+            return false;
+    return true;
+}
+
+/* SIGHUP with --config: the file read again, with the same command line
+ * and the environment over it. What may change live (the table's RELOAD
+ * options) is applied; what may not is named and left as it is; a file
+ * that does not parse changes nothing. One line says which. false when
+ * the file did not parse. */
+static bool reload_config(serve_ctx *ctx) {
+    tern__opt_set n;
+    if (tern__opt_init(&n, "tern serve", tern__serve_opts, SV_COUNT) < 0) {
+        fprintf(stderr, "tern: SIGHUP: out of memory: the configuration is kept as it was\n");
+        return false;
+    }
+    n.env_prefix = "TERN_";
+    if (tern__opt_parse_argv(&n, ctx->argc, ctx->argv) < 0 ||
+        tern__opt_parse_file(&n, ctx->config_path) < 0 || tern__opt_parse_env(&n) < 0) {
+        fprintf(stderr, "tern: SIGHUP: %s: the configuration is kept as it was\n", n.err);
+        tern__opt_free(&n);
+        return false;
+    }
+    bool too_many = false;
+    serve_origins *origins = NULL;
+    if (!same_values(ctx->opts, &n, SV_ALLOWED_ORIGIN) || !same_values(ctx->opts, &n, SV_WS_ORIGIN)) {
+        if ((origins = origins_new(&n, &too_many)) == NULL) {
+            fprintf(stderr, "tern: SIGHUP: %s: the configuration is kept as it was\n",
+                    too_many ? "more than " ORIGINS_MAX_TEXT " origins" : "out of memory");
+            tern__opt_free(&n);
+            return false;
+        }
+    }
+    char applied[1024] = "", kept[1024] = "";
+    size_t alen = 0, klen = 0;
+    for (int i = 0; i < SV_COUNT; i++) {
+        const tern__opt *o = &tern__serve_opts[i];
+        if ((o->flags & TERN__OPT_CLI_ONLY) || same_values(ctx->opts, &n, i))
+            continue;
+        if (o->flags & TERN__OPT_RELOAD) {
+            alen += (size_t)snprintf(applied + alen, sizeof(applied) - alen, "%s%s",
+                                     alen ? ", " : "", o->name);
+            /* The running set takes the new values: the next SIGHUP
+             * compares with what is live. The others keep the values the
+             * server started with (and points into). */
+            tern__opt_val t = ctx->opts->vals[i];
+            ctx->opts->vals[i] = n.vals[i];
+            n.vals[i] = t;
+        } else {
+            klen += (size_t)snprintf(kept + klen, sizeof(kept) - klen, "%s%s",
+                                     klen ? ", " : "", o->name);
+        }
+        alen = alen < sizeof(applied) ? alen : sizeof(applied) - 1;
+        klen = klen < sizeof(kept) ? klen : sizeof(kept) - 1;
+    }
+    if (origins)
+        origins_swap(ctx, origins);
+    if (!ctx->quiet)
+        tern_set_log(log_level_of(tern__opt_str(ctx->opts, SV_LOG_LEVEL)), log_stderr, NULL);
+    tern__serve_pubsub_set_rate((uint32_t)tern__opt_uint(ctx->opts, SV_PS_RATE));
+    fprintf(stderr, "tern: SIGHUP: %s read: %s%s%s%s%s%s\n", ctx->config_path,
+            alen ? "applied " : "", applied, alen && klen ? "; " : "",
+            klen ? "not applied (they need a restart): " : "", kept,
+            alen || klen ? "" : "no option changed");
+    tern__opt_free(&n);
+    return true;
+}
+
 static void on_sighup(tern_loop *loop, int signo, void *user) {
     serve_ctx *ctx = user;
+    if (ctx->config_path && !reload_config(ctx))
+        return;   /* a file that does not parse changes nothing, certificates included */
     /* Renewed certificates: new handshakes use them. */
     int err = ctx->tls ? tern_tls_reload(ctx->tls) : 0;
     if (!ctx->quiet || err < 0)
@@ -1060,34 +1217,12 @@ static char *read_api_key(const char *path) {
     return line;
 }
 
-/* The --allowed-origin and --ws-origin values together, in ctx; false
- * when they are more than ORIGINS_MAX. */
-static bool set_origins(serve_ctx *ctx, const tern__opt_set *s) {
-    const tern__opt_val *a = &s->vals[SV_ALLOWED_ORIGIN], *w = &s->vals[SV_WS_ORIGIN];
-    if (a->n + w->n > ORIGINS_MAX)
-        return false;
-    ctx->norigins = 0;
-    for (int i = 0; i < a->n; i++)
-        ctx->origins[ctx->norigins++] = a->v[i];
-    for (int i = 0; i < w->n; i++)
-        ctx->origins[ctx->norigins++] = w->v[i];
-    return true;
-}
 
-static int log_level_of(const char *name) {
-    for (int l = TERN_LOG_ERROR; l <= TERN_LOG_DEBUG; l++)
-        if (strcmp(name, tern_log_level_name(l)) == 0)
-            return l;
-    return TERN_LOG_WARN;
-}
 
 /* Runs the server the options s describe (the strings stay in s while it
- * runs); the command's exit status. */
-static int serve_main(tern__opt_set *s) {
-    if (s->nargs > 0) {
-        fprintf(stderr, "tern serve: unexpected argument '%s'\n", s->args[0]);
-        return 2;
-    }
+ * runs; argc, argv: the command line they came from, for SIGHUP); the
+ * command's exit status. */
+static int serve_main(tern__opt_set *s, int argc, char **argv) {
     const char *host = tern__opt_str(s, SV_HOST), *unix_path = tern__opt_str(s, SV_UNIX);
     const char *root = tern__opt_str(s, SV_ROOT);
     const tern__opt_val *certs = &s->vals[SV_TLS_CERT], *keys = &s->vals[SV_TLS_KEY];
@@ -1134,11 +1269,15 @@ static int serve_main(tern__opt_set *s) {
         lo.io = strcmp(tern__opt_str(s, SV_IO), "uring") == 0 ? TERN_IO_URING : TERN_IO_EPOLL;
     wo.max_message = tern__opt_uint(s, SV_WS_MAX);
     wo.idle_timeout_ms = (uint32_t)tern__opt_uint(s, SV_WS_IDLE);
-    if (!set_origins(&ctx, s)) {
+    if (s->vals[SV_ALLOWED_ORIGIN].n + s->vals[SV_WS_ORIGIN].n > ORIGINS_MAX) {
         fprintf(stderr, "tern serve: bad value for --allowed-origin: more than %d origins "
                         "(with --ws-origin)\n", ORIGINS_MAX);
         return 2;
     }
+    ctx.opts = s;
+    ctx.argc = argc;
+    ctx.argv = argv;
+    ctx.config_path = tern__opt_str(s, SV_CONFIG);
     if (tern__opt_given(s, SV_WS_ASYNC))
         ctx.ws_async = strcmp(tern__opt_str(s, SV_WS_ASYNC), "post") == 0 ? WS_ASYNC_POST
                                                                          : WS_ASYNC_TIMER;
@@ -1240,10 +1379,14 @@ static int serve_main(tern__opt_set *s) {
     ctx.nthreads = (int)nthreads;
     ctx.vhosts = (const char **)s->vals[SV_VHOST].v;
     ctx.nvhosts = s->vals[SV_VHOST].n;
-    if ((ctx.threads = calloc(nthreads, sizeof(*ctx.threads))) == NULL) {
+    bool too_many;
+    serve_origins *origins = origins_new(s, &too_many);
+    if (origins == NULL || (ctx.threads = calloc(nthreads, sizeof(*ctx.threads))) == NULL) {
+        origins_free(origins);
         fprintf(stderr, "tern serve: out of memory\n");
         return 1;
     }
+    atomic_init(&ctx.origins, origins);
     for (int i = 0; i < ctx.nthreads; i++) {
         ctx.threads[i].ctx = &ctx;
         ctx.threads[i].index = i;
@@ -1261,6 +1404,7 @@ static int serve_main(tern__opt_set *s) {
         free(ctx.threads[i].later);
     }
     free(ctx.threads);
+    origins_free(atomic_load(&ctx.origins));
     tern__serve_tokens_cleanup();
     if (ctx.api_key) {
         OPENSSL_cleanse(ctx.api_key, strlen(ctx.api_key));
@@ -1283,18 +1427,32 @@ int tern_app_serve(int argc, char **argv) {
         fprintf(stderr, "tern serve: out of memory\n");
         return 1;
     }
+    int status = -1;
     s.env_prefix = "TERN_";
-    if (tern__opt_parse_argv(&s, argc, argv) < 0 || tern__opt_parse_env(&s) < 0) {
+    if (tern__opt_parse_argv(&s, argc, argv) < 0 ||
+        (tern__opt_given(&s, SV_CONFIG) && tern__opt_parse_file(&s, tern__opt_str(&s, SV_CONFIG)) < 0) ||
+        tern__opt_parse_env(&s) < 0) {
         fprintf(stderr, "tern serve: %s (tern serve --help lists the options)\n", s.err);
-        tern__opt_free(&s);
-        return 2;
-    }
-    if (tern__opt_uint(&s, SV_HELP)) {
+        status = 2;
+    } else if (s.nargs > 0) {
+        fprintf(stderr, "tern serve: unexpected argument '%s'\n", s.args[0]);
+        status = 2;
+    } else if (tern__opt_uint(&s, SV_HELP)) {
         usage(&s, stdout);
-        tern__opt_free(&s);
-        return 0;
+        status = 0;
+    } else if (tern__opt_uint(&s, SV_PRINT_CONFIG)) {
+        /* What the server would run with: the threads' default is the CPUs'. */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        char n[24];
+        snprintf(n, sizeof(n), "%ld", cores < 1 ? 1 : cores > 1024 ? 1024 : cores);
+        tern__opt_set_default(&s, SV_THREADS, n);
+        printf("# tern serve --print-config: flags over environment (TERN_NAME) over\n"
+               "# --config file over defaults; this output is a --config file.\n");
+        tern__opt_print(&s, stdout);
+        status = 0;
     }
-    int status = serve_main(&s);
+    if (status < 0)
+        status = serve_main(&s, argc, argv);
     tern__opt_free(&s);
     return status;
 }

@@ -229,5 +229,12 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                   .help = "requests for host NAME get the files under ROOT, and only\n"
                           "them; other names get the routes above"},
     [SV_QUIET] = {"quiet", 0, F, .help = "no log lines but the \"listening on\" one"},
+    [SV_CONFIG] = {"config", 0, S, "FILE", .flags = TERN__OPT_CLI_ONLY,
+                   .help = "read options from FILE: one \"name value\" a line, as the\n"
+                           "flags without their --; # comments; SIGHUP reads it again"},
+    [SV_PRINT_CONFIG] = {"print-config", 0, F, .flags = TERN__OPT_CLI_ONLY,
+                         .help = "print the configuration in effect (flags over TERN_NAME\n"
+                                 "environment variables over --config over defaults) in\n"
+                                 "the file's format, and exit"},
     [SV_HELP] = {"help", 0, F, .flags = TERN__OPT_CLI_ONLY, .help = "this text"},
 };
