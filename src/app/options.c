@@ -332,6 +332,8 @@ int tern__opt_parse_file(tern__opt_set *s, const char *path) {
         snprintf(at, sizeof(at), "%s:%d: ", path, lineno);
         err = set_value(s, i, val, TERN__OPT_FROM_FILE, lineno, at, key);
     }
+    if (err == 0 && ferror(f))   /* a directory, an I/O error: not an empty file */
+        err = fail(s, "--config %s: %s", path, strerror(errno));
     free(line);
     free(seen);
     fclose(f);

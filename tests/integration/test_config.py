@@ -159,6 +159,8 @@ def test_bad_files_are_refused_with_file_and_line(tmp_path, text, line, message)
 def test_a_missing_file_is_an_error(tmp_path):
     r = serve("--config", str(tmp_path / "none.conf"), "--port", "0")
     assert r.returncode == 2 and "none.conf: No such file" in r.stderr, r.stderr
+    r = serve("--config", str(tmp_path), "--port", "0")   # a directory
+    assert r.returncode == 2 and "Is a directory" in r.stderr, r.stderr
 
 
 def test_a_bad_environment_value_is_an_error():
