@@ -866,36 +866,71 @@ static serve_origins *origins_new(const tern__opt_set *s, bool *too_many) {
     return o;
 }
 
-/* A swapped-out serve_origins, freed when the last loop has run its post. */
-typedef struct origins_retired {
-    serve_origins *old;
+/* Something swapped out of use (origins, a token verifier), freed by
+ * free_fn when the last loop has run its post. */
+typedef struct retired {
+    void *old;
+    void (*free_fn)(void *);
     atomic_int left;
-} origins_retired;
+} retired;
 
-static void origins_retire_one(tern_loop *loop, void *user) {
-    origins_retired *r = user;
+static void retire_one(tern_loop *loop, void *user) {
+    retired *r = user;
     if (atomic_fetch_sub(&r->left, 1) == 1) {
-        origins_free(r->old);
+        r->free_fn(r->old);
         free(r);
     }
 }
 
-/* Publishes o to every loop's upgrade hook (on loop 0, from SIGHUP). The
- * old one is held by one reference per loop, dropped by a post each runs
- * after the swap, and one of this function's, dropped at its end (so the
- * posts cannot free it under the loop here). A loop that takes no post is
- * stopping, and may still be in a callback: its reference is never
- * dropped, and the old origins stay allocated rather than risk it. */
-static void origins_swap(serve_ctx *ctx, serve_origins *o) {
-    serve_origins *old = atomic_exchange_explicit(&ctx->origins, o, memory_order_acq_rel);
-    origins_retired *r = malloc(sizeof(*r));
+/* Frees old once no loop can be using it (on loop 0, from SIGHUP, after
+ * the swap): a loop uses such a thing only within one callback, so once
+ * each has run a post made after the swap, none is. The old thing is held
+ * by one reference per loop, dropped by its post, and one of this
+ * function's, dropped at its end (so the posts cannot free it under the
+ * loop here). A loop that takes no post is stopping, and may still be in
+ * a callback: its reference is never dropped, and the old thing stays
+ * allocated rather than risk it. */
+static void retire_after_loops(serve_ctx *ctx, void *old, void (*free_fn)(void *)) {
+    retired *r = old ? malloc(sizeof(*r)) : NULL;
     if (r == NULL)
-        return;   /* the same: kept rather than freed under a reader */
+        return;   /* nothing, or out of memory: kept rather than freed under a reader */
     r->old = old;
+    r->free_fn = free_fn;
     atomic_init(&r->left, ctx->nthreads + 1);
     for (int i = 0; i < ctx->nthreads; i++)
-        tern_loop_post(tern_server_loop(tern_server_peer(ctx->first, i)), origins_retire_one, r);
-    origins_retire_one(NULL, r);
+        tern_loop_post(tern_server_loop(tern_server_peer(ctx->first, i)), retire_one, r);
+    retire_one(NULL, r);
+}
+
+static void origins_free_any(void *o) { origins_free(o); }
+static void token_config_free_any(void *c) { tern__token_config_free(c); }
+
+/* Publishes o to every loop's upgrade hook (on loop 0, from SIGHUP). */
+static void origins_swap(serve_ctx *ctx, serve_origins *o) {
+    serve_origins *old = atomic_exchange_explicit(&ctx->origins, o, memory_order_acq_rel);
+    retire_after_loops(ctx, old, origins_free_any);
+}
+
+/* SIGHUP's token verifier: made again from s's files (a rotated key is
+ * read), in *out; NULL when tokens are off, or when s would turn them on
+ * or off (*toggle: that needs a restart, the hooks of /pubsub depend on
+ * it). false once said why when the files do not load. */
+static bool tokens_rebuild(const tern__opt_set *s, tern__token_config **out, bool *toggle) {
+    tern__serve_token_flags tf = {.hmac_secret_file = tern__opt_str(s, SV_TOKEN_HMAC),
+                                  .public_key_file = tern__opt_str(s, SV_TOKEN_PUBKEY),
+                                  .audience = tern__opt_str(s, SV_TOKEN_AUD),
+                                  .issuer = tern__opt_str(s, SV_TOKEN_ISS)};
+    bool want = tf.hmac_secret_file || tf.public_key_file;
+    *toggle = want != tern__serve_tokens_on();
+    *out = NULL;
+    if (!want || *toggle)
+        return true;
+    *out = tern__serve_tokens_build(&tf, "tern: SIGHUP");
+    return *out != NULL;
+}
+
+static bool is_token_option(int i) {
+    return i == SV_TOKEN_HMAC || i == SV_TOKEN_PUBKEY || i == SV_TOKEN_AUD || i == SV_TOKEN_ISS;
 }
 
 static int log_level_of(const char *name) {
@@ -935,12 +970,20 @@ static bool reload_config(serve_ctx *ctx) {
         tern__opt_free(&n);
         return false;
     }
+    tern__token_config *tok;
+    bool toggle;
+    if (!tokens_rebuild(&n, &tok, &toggle)) {
+        fprintf(stderr, "tern: SIGHUP: the configuration is kept as it was\n");
+        tern__opt_free(&n);
+        return false;
+    }
     bool too_many = false;
     serve_origins *origins = NULL;
     if (!same_values(ctx->opts, &n, SV_ALLOWED_ORIGIN) || !same_values(ctx->opts, &n, SV_WS_ORIGIN)) {
         if ((origins = origins_new(&n, &too_many)) == NULL) {
             fprintf(stderr, "tern: SIGHUP: %s: the configuration is kept as it was\n",
                     too_many ? "more than " ORIGINS_MAX_TEXT " origins" : "out of memory");
+            tern__token_config_free(tok);
             tern__opt_free(&n);
             return false;
         }
@@ -951,7 +994,7 @@ static bool reload_config(serve_ctx *ctx) {
         const tern__opt *o = &tern__serve_opts[i];
         if ((o->flags & TERN__OPT_CLI_ONLY) || same_values(ctx->opts, &n, i))
             continue;
-        if (o->flags & TERN__OPT_RELOAD) {
+        if ((o->flags & TERN__OPT_RELOAD) && !(toggle && is_token_option(i))) {
             alen += (size_t)snprintf(applied + alen, sizeof(applied) - alen, "%s%s",
                                      alen ? ", " : "", o->name);
             /* The running set takes the new values: the next SIGHUP
@@ -969,6 +1012,11 @@ static bool reload_config(serve_ctx *ctx) {
     }
     if (origins)
         origins_swap(ctx, origins);
+    if (tok) {
+        retire_after_loops(ctx, tern__serve_tokens_swap(tok), token_config_free_any);
+        if (!ctx->quiet)
+            fprintf(stderr, "tern: SIGHUP, token keys read again\n");
+    }
     if (!ctx->quiet)
         tern_set_log(log_level_of(tern__opt_str(ctx->opts, SV_LOG_LEVEL)), log_stderr, NULL);
     tern__serve_pubsub_set_rate((uint32_t)tern__opt_uint(ctx->opts, SV_PS_RATE));
@@ -984,6 +1032,15 @@ static void on_sighup(tern_loop *loop, int signo, void *user) {
     serve_ctx *ctx = user;
     if (ctx->config_path && !reload_config(ctx))
         return;   /* a file that does not parse changes nothing, certificates included */
+    if (!ctx->config_path) {
+        /* The token files read again (a rotated key), as the certificates. */
+        tern__token_config *tok;
+        bool toggle;
+        if (!tokens_rebuild(ctx->opts, &tok, &toggle))
+            fprintf(stderr, "tern: SIGHUP: the token keys are kept as they were\n");
+        else if (tok)
+            retire_after_loops(ctx, tern__serve_tokens_swap(tok), token_config_free_any);
+    }
     /* Renewed certificates: new handshakes use them. */
     int err = ctx->tls ? tern_tls_reload(ctx->tls) : 0;
     if (!ctx->quiet || err < 0)

@@ -199,14 +199,16 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                                    "resume until they catch up, together (0: no limit);\n"
                                    "spreads a reconnect storm's catch-up; above the live\n"
                                    "rate, or they fall behind"},
-    [SV_TOKEN_HMAC] = {"token-hmac-secret-file", 0, S, "F", .flags = SECRET,
+    [SV_TOKEN_HMAC] = {"token-hmac-secret-file", 0, S, "F", .flags = SECRET | RELOAD,
                        .help = "/pubsub takes JWTs signed HS256 with F's bytes (one\n"
                                "trailing newline stripped), as ?token= or Authorization:\n"
                                "Bearer; closed with 4001 at exp"},
-    [SV_TOKEN_PUBKEY] = {"token-public-key-file", 0, S, "F",
-                         .help = "and/or RS256 or ES256 ones (F: a PEM public key)"},
-    [SV_TOKEN_AUD] = {"token-audience", 0, S, "A", .help = "tokens must name A in aud"},
-    [SV_TOKEN_ISS] = {"token-issuer", 0, S, "I", .help = "tokens must have iss I"},
+    [SV_TOKEN_PUBKEY] = {"token-public-key-file", 0, S, "F", .flags = RELOAD,
+                         .help = "and/or RS256 or ES256 ones (F: a PEM public key); SIGHUP\n"
+                                 "reads both files again (tokens turned on or off need a\n"
+                                 "restart)"},
+    [SV_TOKEN_AUD] = {"token-audience", 0, S, "A", .flags = RELOAD, .help = "tokens must name A in aud"},
+    [SV_TOKEN_ISS] = {"token-issuer", 0, S, "I", .flags = RELOAD, .help = "tokens must have iss I"},
     [SV_FEED] = {"feed", 0, C, "on|off", "on", .choices = "on|off",
                  .help = "the simulated market data on topic \"market\""},
     [SV_FEED_RATE] = {"feed-rate", 0, U, "N", "40", 0, 100000,

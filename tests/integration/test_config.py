@@ -310,4 +310,52 @@ def test_readme_lists_the_options_of_help():
     assert m, "README has no option list between its markers"
     out = subprocess.run([TERN_BIN, "serve", "--help"], capture_output=True, text=True).stdout
     listed = out.split("\n", 2)[2]
-    assert m.group(1) == listed
+    assert m.group(1) == listed, "README's option list differs: run scripts/readme-options.py"
+
+
+def test_sighup_reads_rotated_token_keys(tern_factory, tmp_path):
+    """The token secret's file rewritten and SIGHUP: new tokens verify with
+    the new key, old ones no longer do, and a connection opened before stays
+    open; a secret file that does not load keeps the key in use."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+    from test_tokens import claims, token
+
+    def status(tok):
+        try:
+            with connect(f"ws://127.0.0.1:{t.port}/pubsub?token={tok}",
+                         open_timeout=5 * SLOW):
+                return 101
+        except InvalidStatus as e:
+            return e.response.status_code
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"first-secret\n")
+    conf = tmp_path / "tern.conf"
+    conf.write_text(f"token-hmac-secret-file {secret}\n")
+    t = tern_factory("--config", str(conf), "--feed", "off")
+    lines = Lines(t.proc.stderr)
+    old, new = token(claims(), secret=b"first-secret"), token(claims(), secret=b"second-secret")
+    assert status(old) == 101 and status(new) == 401
+    st, kept = upgrade_status(t.port)   # /ws, open across the reload
+    assert st == 101
+
+    secret.write_bytes(b"second-secret\n")
+    t.proc.send_signal(signal.SIGHUP)
+    lines.wait(r"SIGHUP: .*tern\.conf read: no option changed")
+    assert status(new) == 101 and status(old) == 401
+    assert ws_echo(kept, "kept") == "kept"
+
+    # An empty secret file does not load: the second key stays in use.
+    secret.write_bytes(b"")
+    t.proc.send_signal(signal.SIGHUP)
+    assert "kept as it was" in lines.wait(r"SIGHUP: the configuration is kept")
+    assert status(new) == 101
+
+    # Turning tokens off needs a restart: named, not applied.
+    secret.write_bytes(b"second-secret\n")
+    conf.write_text("")
+    t.proc.send_signal(signal.SIGHUP)
+    line = lines.wait(r"SIGHUP: .*tern\.conf read")
+    assert "not applied (they need a restart): token-hmac-secret-file" in line
+    assert status(new) == 101 and status(old) == 401
