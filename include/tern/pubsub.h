@@ -133,6 +133,13 @@ typedef struct tern_pubsub_options {
      * resume), or they fall further behind. 0 (the default): no limit, a
      * replay goes as fast as the kernel takes it. */
     uint64_t replay_rate;
+    /* Bytes all topics' histories may keep together (every message
+     * counted once for the ring and once more when it is its key's
+     * latest, so the figure errs high). Over it, the oldest messages go
+     * first from the topics that keep more than their share (this budget
+     * over the topics with a history), so one busy topic cannot wipe a
+     * quiet one's. 0 (the default): no byte limit, only the counts. */
+    size_t history_bytes;
 } tern_pubsub_options;
 
 #define TERN_HISTORY_MAX 65536       /* messages kept per topic */
@@ -148,6 +155,9 @@ typedef struct tern_topic_options {
     uint16_t close_code;           /* 1008 or 1013 */
     uint32_t history;              /* messages kept (see tern_pubsub_options) */
     uint32_t history_ms;
+    /* The rule is for the topic named `prefix` alone, not for the topics
+     * it starts; it wins over every prefix rule for that topic. */
+    bool exact;
 } tern_topic_options;
 
 #define TERN_TOPIC_RULES_MAX 64   /* rules per configuration */
@@ -158,9 +168,9 @@ typedef struct tern_topic_options {
 int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt);
 
 /* Gives the topics whose names start with prefix their own slow-consumer
- * settings: "market." may drop while "orders." closes. The longest
- * matching prefix wins; a second rule for the same prefix replaces the
- * first. Like tern_pubsub_configure, in setup before serving (call that
+ * settings: "market." may drop while "orders." closes. An exact rule
+ * (opt->exact) for the topic wins, else the longest matching prefix; a
+ * second rule for the same prefix (and exactness) replaces the first. Like tern_pubsub_configure, in setup before serving (call that
  * first if you call both: it keeps the rules). Returns 0, -EINVAL (NULL
  * argument, bad policy or close code), -ENAMETOOLONG (prefix over
  * TERN_TOPIC_MAX), -ENOSPC (TERN_TOPIC_RULES_MAX rules), -EBUSY (the

@@ -17,6 +17,8 @@ int tern_app_connect(int argc, char **argv);
 
 #include "tern/tern.h"
 
+struct tern__topic_rules;
+
 /* What one /pubsub client may make the server do. */
 typedef struct tern__serve_pubsub_limits {
     size_t max_message;   /* a bigger message closes with 1009 (--pubsub-max-message) */
@@ -28,12 +30,15 @@ typedef struct tern__serve_pubsub_refusals {
     uint64_t rate_refused;   /* operations answered "rate limit" */
     uint64_t rate_closed;    /* connections closed with 1008 for going on */
     uint64_t too_big;        /* connections closed with 1009 for a message over max_message */
+    uint64_t forbidden_subscribe, forbidden_publish;   /* answered "forbidden" */
 } tern__serve_pubsub_refusals;
 
+/* rules: who may subscribe and publish where (read while serving: it
+ * must outlive the servers). */
 int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                               const tern_pubsub_options *po, const tern__serve_pubsub_limits *lim,
-                              bool bench, int (*on_upgrade)(tern_http_req *, void **, void *),
-                              void *user);
+                              const struct tern__topic_rules *rules, bool bench,
+                              int (*on_upgrade)(tern_http_req *, void **, void *), void *user);
 void tern__serve_publish(tern_http_req *req, tern_server *srv);
 void tern__serve_pubsub_refusals_get(tern__serve_pubsub_refusals *out);
 /* --pubsub-rate changed while the loops run (SIGHUP), from any thread. */

@@ -1496,8 +1496,10 @@ static void print_results(const load_run *run) {
 #define M_PUB (1u << LOAD_PUBSUB)
 #define M_MKT (1u << LOAD_MARKET)
 
-static bool pub_path_ok(const char *v) {
-    return v[0] == '/' && strlen(v) < LOAD_PATH_MAX && strcspn(v, " \t\r\n") == strlen(v);
+static const char *pub_path_ok(const char *v) {
+    return v[0] == '/' && strlen(v) < LOAD_PATH_MAX && strcspn(v, " \t\r\n") == strlen(v)
+               ? NULL
+               : "expected a path starting with /, without blanks";
 }
 
 /* tern load's options. Defaults differ by mode: they are the modes'

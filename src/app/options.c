@@ -98,8 +98,9 @@ static bool choice_ok(const char *choices, const char *t) {
     return false;
 }
 
-/* Whether t is a value option o accepts (a FLAG's: "on" or "off"). */
-static bool value_ok(const tern__opt *o, const char *t) {
+/* Whether t is a value option o accepts (a FLAG's: "on" or "off"); *why:
+ * what its check said of a bad one, or NULL. */
+static bool value_ok(const tern__opt *o, const char *t, const char **why) {
     unsigned long long u;
     double d;
     switch (o->type) {
@@ -110,7 +111,7 @@ static bool value_ok(const tern__opt *o, const char *t) {
                ((o->flags & TERN__OPT_ZERO_MIN) || (unsigned long long)(d * 1000 + 0.5) > 0);
     case TERN__OPT_REAL: return parse_real(t, 0, 1, &d);
     case TERN__OPT_CHOICE: return choice_ok(o->choices, t);
-    case TERN__OPT_STRING: return o->check == NULL || o->check(t);
+    case TERN__OPT_STRING: return o->check == NULL || (*why = o->check(t)) == NULL;
     }
     return false;
 }
@@ -138,7 +139,10 @@ static int set_value(tern__opt_set *s, int i, const char *t, int source, int lin
                      const char *at, const char *where) {
     const tern__opt *o = &s->opts[i];
     tern__opt_val *v = &s->vals[i];
-    if (!value_ok(o, t)) {
+    const char *why = NULL;
+    if (!value_ok(o, t, &why)) {
+        if (why)   /* "--topic x publish: expected KEY=VALUE" */
+            return fail(s, "%sbad value for %s %s: %s", at, where, t, why);
         char exp[96];
         expected(o, exp, sizeof(exp));
         return fail(s, "%sbad value for %s: %s%s", at, where, t, exp);

@@ -39,7 +39,9 @@ typedef struct tern__opt {
     const char *def;                 /* the default as text; NULL: unset */
     unsigned long long min, max;     /* UINT */
     const char *choices;             /* CHOICE */
-    bool (*check)(const char *v);    /* STRING: NULL accepts anything */
+    /* STRING: NULL when v is good, else why not ("expected KEY=VALUE");
+     * no check: anything is */
+    const char *(*check)(const char *v);
     unsigned flags;
     int max_count;                   /* REPEAT: at most this many values (0: 64) */
     unsigned groups;                 /* a bit per group (tern load's modes) it belongs to; 0: all */

@@ -74,6 +74,7 @@
 #include "app/app.h"
 #include "app/serve_options.h"
 #include "app/serve_tokens.h"
+#include "app/topic_rules.h"
 #include "tern/tern.h"
 
 #define MAX_ECHO_SIZE (64u * 1024 * 1024)
@@ -157,14 +158,13 @@ typedef struct serve_ctx {
     tern_pubsub_options po;    /* --pubsub-max-backlog, --pubsub-policy, --pubsub-history* */
     tern__serve_pubsub_limits ps_limits;   /* --pubsub-max-message, --pubsub-rate */
     tern__serve_token_flags token_flags;   /* --token-* (serve_tokens.c) */
-    const char *topic_rules[TERN_TOPIC_RULES_MAX];   /* --pubsub-topic-policy PREFIX=P */
+    tern__topic_rules rules;   /* --topic, --pubsub-topic-policy, and the feed's topics */
     const char *redis;         /* --redis URL, or NULL */
     bool feed;                 /* --feed on|off (on) */
     tern_listen_options listen;   /* --sndbuf */
     int ws_async;              /* --ws-async[=timer|post]: /ws echoes each message later */
     uint32_t ws_deadline_ms;   /* --ws-deadline-ms: /ws's deadline, moved by every message */
     unsigned feed_rate;        /* --feed-rate N: market updates a second */
-    int ntopic_rules;
     tern_server *first;        /* thread 0's server (setup's) */
     bool bench_routes;         /* --bench-routes: /echo, /ws, /fanout... registered */
     /* --admin-listen HOST:PORT (admin_host NULL: off): /publish and /stats
@@ -182,22 +182,6 @@ typedef struct serve_ctx {
      * messages in one order. */
     pthread_mutex_t bcast_lock;
 } serve_ctx;
-
-/* --pubsub-policy's values. */
-static bool parse_pubsub_policy(const char *s, int *policy, uint16_t *close_code) {
-    *close_code = 0;
-    if (!strcmp(s, "drop"))
-        *policy = TERN_PUBSUB_DROP;
-    else if (!strcmp(s, "close"))
-        *policy = TERN_PUBSUB_CLOSE;
-    else if (!strcmp(s, "close-1013"))
-        *policy = TERN_PUBSUB_CLOSE, *close_code = TERN_WS_TRY_AGAIN;
-    else if (!strcmp(s, "conflate"))
-        *policy = TERN_PUBSUB_CONFLATE;
-    else
-        return false;
-    return true;
-}
 
 /* The thread whose loop runs this request. */
 static serve_thread *thread_of(tern_http_req *req, serve_ctx *ctx) {
@@ -793,9 +777,11 @@ static void on_stats(tern_http_req *req, void *user) {
     tern__serve_pubsub_refusals_get(&pr);
     len = (size_t)snprintf(out, cap, "{\"threads\":%d,\"thread\":%d,\"redis\":%s,"
                            "\"pubsub_limits\":{\"rate_refused\":%llu,\"rate_closed\":%llu,"
-                           "\"too_big\":%llu},\"total\":" STATS_FMT ",\"each\":[%s]}\n",
+                           "\"too_big\":%llu,\"forbidden_subscribe\":%llu,"
+                           "\"forbidden_publish\":%llu},\"total\":" STATS_FMT ",\"each\":[%s]}\n",
                            n, tern_server_index(srv), redis, U(pr.rate_refused),
-                           U(pr.rate_closed), U(pr.too_big), STATS_ARGS(sum, psum), each);
+                           U(pr.rate_closed), U(pr.too_big), U(pr.forbidden_subscribe),
+                           U(pr.forbidden_publish), STATS_ARGS(sum, psum), each);
 #undef U
 #undef STATS_FMT
 #undef STATS_ARGS
@@ -1159,32 +1145,29 @@ static int serve_setup(tern_server *srv, void *user) {
         tern_ws_route(srv, "/ws/broadcast", &bcast, &bo, ctx);
         tern_ws_route(srv, "/ws/room/:room", &room, &ro, ctx);
     }
-    if ((err = tern__serve_pubsub_routes(srv, &wo, &ctx->po, &ctx->ps_limits, ctx->bench_routes,
+    if ((err = tern__serve_pubsub_routes(srv, &wo, &ctx->po, &ctx->ps_limits, &ctx->rules,
+                                         ctx->bench_routes,
                                          ws_upgrade, ctx)) < 0) {
         fprintf(stderr, "tern serve: pub/sub routes: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
-    if (ctx->feed && ctx->po.history == 0) {
-        /* The page resumes the feed after a network drop: a minute of it. */
-        tern_topic_options mo = {.max_backlog = ctx->po.max_backlog, .policy = ctx->po.policy,
-                                 .close_code = ctx->po.close_code, .history = FEED_HISTORY,
-                                 .history_ms = FEED_HISTORY_MS};
-        if ((err = tern_pubsub_topic_rule(srv, "market", &mo)) < 0) {
-            fprintf(stderr, "tern serve: the feed's history: %s\n", tern_strerror(err));
-            return SETUP_FAILED;
-        }
-    }
-    for (int i = 0; i < ctx->ntopic_rules; i++) {
-        /* PREFIX=P, checked by the option parser */
-        const char *eq = strrchr(ctx->topic_rules[i], '=');
-        char prefix[TERN_TOPIC_MAX + 1];
-        size_t plen = (size_t)(eq - ctx->topic_rules[i]);
-        tern_topic_options to = {.max_backlog = ctx->po.max_backlog};
-        parse_pubsub_policy(eq + 1, &to.policy, &to.close_code);
-        memcpy(prefix, ctx->topic_rules[i], plen);
-        prefix[plen] = '\0';
-        if ((err = tern_pubsub_topic_rule(srv, prefix, &to)) < 0) {
-            fprintf(stderr, "tern serve: --pubsub-topic-policy %s: %s\n", ctx->topic_rules[i],
+    /* Each topic rule's settings, what it does not say the server's: the
+     * library's rule for the same pattern (its exact topic or prefix). */
+    for (int i = 0; i < ctx->rules.n; i++) {
+        const tern__topic_rule *r = &ctx->rules.r[i];
+        tern_topic_options to = {.policy = r->has_policy ? r->policy : ctx->po.policy,
+                                 .close_code = r->has_policy ? r->close_code : 0,
+                                 .max_backlog = r->has_backlog ? r->max_backlog : 0,
+                                 .history = r->has_history ? r->history : 0,
+                                 .history_ms = r->has_history_age ? r->history_ms : 0,
+                                 .exact = !r->prefix};
+        if (!r->has_policy && to.policy == TERN_PUBSUB_CLOSE)
+            to.close_code = ctx->po.close_code;
+        char pattern[TERN_TOPIC_MAX + 1];
+        memcpy(pattern, r->pattern, r->len);
+        pattern[r->len] = '\0';
+        if ((err = tern_pubsub_topic_rule(srv, pattern, &to)) < 0) {
+            fprintf(stderr, "tern serve: --topic %s%s: %s\n", pattern, r->prefix ? "*" : "",
                     tern_strerror(err));
             return SETUP_FAILED;
         }
@@ -1358,15 +1341,45 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     ctx.listen.sndbuf = (int)tern__opt_uint(s, SV_SNDBUF);
     ctx.po.history_ms = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY_AGE) * 1000;
     ctx.po.replay_rate = tern__opt_uint(s, SV_PS_REPLAY_RATE);
-    parse_pubsub_policy(tern__opt_str(s, SV_PS_POLICY), &ctx.po.policy, &ctx.po.close_code);
-    for (int i = 0; i < s->vals[SV_PS_TOPIC].n; i++)
-        ctx.topic_rules[ctx.ntopic_rules++] = s->vals[SV_PS_TOPIC].v[i];
+    ctx.po.history_bytes = tern__opt_uint(s, SV_PS_HISTORY_BYTES);
+    tern__policy_parse(tern__opt_str(s, SV_PS_POLICY), &ctx.po.policy, &ctx.po.close_code);
+    /* The feed's topics: anyone reads them, no client writes them (the
+     * feed and the admin listener's POST /publish do). Then the rules of
+     * --pubsub-topic-policy (PREFIX=P: the rule of PREFIX* gets policy P)
+     * and --topic: a pattern met again is the same rule, and its later
+     * keys win. Each value was checked alone; together they may be too
+     * many. */
+    const char *rule_why = NULL;
+    tern__rules_add(&ctx.rules, "market subscribe=anyone publish=none", &rule_why);
+    tern__rules_add(&ctx.rules, "stats subscribe=anyone publish=none", &rule_why);
+    const tern__opt_val *tp = &s->vals[SV_PS_TOPIC], *tr = &s->vals[SV_TOPIC];
+    for (int i = 0; i < tp->n + tr->n; i++) {
+        char spec[TERN_TOPIC_MAX + 32];
+        const char *rv = i < tp->n ? tp->v[i] : tr->v[i - tp->n];
+        const char *eq = strrchr(rv, '=');
+        if (i < tp->n)
+            snprintf(spec, sizeof(spec), "%.*s* policy=%s", (int)(eq - rv), rv, eq + 1);
+        if (tern__rules_add(&ctx.rules, i < tp->n ? spec : rv, &rule_why) < 0) {
+            fprintf(stderr, "tern serve: %s %s: %s\n",
+                    i < tp->n ? "--pubsub-topic-policy" : "--topic", rv, rule_why);
+            return 2;
+        }
+    }
     ctx.token_flags.hmac_secret_file = tern__opt_str(s, SV_TOKEN_HMAC);
     ctx.token_flags.public_key_file = tern__opt_str(s, SV_TOKEN_PUBKEY);
     ctx.token_flags.audience = tern__opt_str(s, SV_TOKEN_AUD);
     ctx.token_flags.issuer = tern__opt_str(s, SV_TOKEN_ISS);
     if (tern__serve_tokens_setup(&ctx.token_flags) < 0)
         return 2;
+    tern__rules_resolve(&ctx.rules);
+    /* The page resumes the feed after a network drop: a minute of it,
+     * unless the history was configured. */
+    tern__topic_rule *market = (tern__topic_rule *)tern__rules_match(&ctx.rules, "market", 6);
+    if (ctx.feed && ctx.po.history == 0 && market && !market->prefix && !market->has_history) {
+        market->has_history = market->has_history_age = true;
+        market->history = FEED_HISTORY;
+        market->history_ms = FEED_HISTORY_MS;
+    }
 
     if (api_key_path && (ctx.api_key = read_api_key(api_key_path)) == NULL)
         return 1;   /* said why */

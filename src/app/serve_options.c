@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "app/serve_options.h"
+#include "app/topic_rules.h"
 #include "tern/tern.h"
 
 #define MS_MAX 86400000ull   /* a day: the longest timeout */
@@ -21,36 +22,46 @@ static bool host_chars(const char *s, size_t len) {
 
 /* An --allowed-origin value: scheme://host[:port] (http or https), where
  * host may start with "*." (any subdomain); no path, no other '*'. */
-static bool origin_pattern_ok(const char *p) {
+static const char *origin_pattern_ok(const char *p) {
+    static const char why[] = "expected http[s]://HOST[:PORT], HOST may start with *.";
     const char *rest = strncmp(p, "https://", 8) == 0 ? p + 8
                        : strncmp(p, "http://", 7) == 0 ? p + 7 : NULL;
     if (rest == NULL)
-        return false;
+        return why;
     if (strncmp(rest, "*.", 2) == 0)
         rest += 2;
     size_t hlen = strcspn(rest, ":");
     if (hlen == 0 || !host_chars(rest, hlen))
-        return false;
+        return why;
     if (rest[hlen] == ':') {
         const char *port = rest + hlen + 1;
         if (*port == '\0' || strspn(port, "0123456789") != strlen(port) || strlen(port) > 5)
-            return false;
+            return why;
     }
-    return true;
+    return NULL;
 }
 
 /* --pubsub-topic-policy PREFIX=P: P one of --pubsub-policy's values. */
-static bool topic_policy_ok(const char *s) {
+static const char *topic_policy_ok(const char *s) {
     const char *eq = strrchr(s, '=');
-    if (eq == NULL || eq - s > TERN_TOPIC_MAX)
-        return false;
-    return !strcmp(eq + 1, "drop") || !strcmp(eq + 1, "close") ||
-           !strcmp(eq + 1, "close-1013") || !strcmp(eq + 1, "conflate");
+    int policy;
+    uint16_t code;
+    if (eq == NULL || eq - s > TERN_TOPIC_MAX || !tern__policy_parse(eq + 1, &policy, &code))
+        return "expected PREFIX=P, P one of drop, close, close-1013, conflate";
+    return NULL;
 }
 
-static bool vhost_ok(const char *s) {
+/* --topic 'PATTERN [KEY=VALUE]...': what tern__rules_add says of it alone. */
+static const char *topic_rule_ok(const char *s) {
+    static tern__topic_rules scratch;   /* the option parser runs on one thread */
+    const char *why = NULL;
+    memset(&scratch, 0, sizeof(scratch));
+    return tern__rules_add(&scratch, s, &why) == 0 ? NULL : why;
+}
+
+static const char *vhost_ok(const char *s) {
     const char *eq = strchr(s, '=');
-    return eq != NULL && eq != s && eq - s < 256;
+    return eq != NULL && eq != s && eq - s < 256 ? NULL : "expected NAME=ROOT";
 }
 
 bool tern__serve_admin_listen_parse(const char *s, char *host, size_t cap, int *port) {
@@ -80,10 +91,12 @@ bool tern__serve_admin_listen_parse(const char *s, char *host, size_t cap, int *
     return true;
 }
 
-static bool admin_listen_ok(const char *s) {
+static const char *admin_listen_ok(const char *s) {
     char host[256];
     int port;
-    return tern__serve_admin_listen_parse(s, host, sizeof(host), &port);
+    return tern__serve_admin_listen_parse(s, host, sizeof(host), &port)
+               ? NULL
+               : "expected HOST:PORT, [IPV6]:PORT or off";
 }
 
 #define U TERN__OPT_UINT
@@ -184,16 +197,31 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                       .help = "drop (its messages are dropped and counted), close (1008),\n"
                               "close-1013 (try again later) or conflate (keep the newest\n"
                               "message per key while it is behind)"},
+    [SV_TOPIC] = {"topic", 0, S, "'PATTERN [KEY=VALUE]...'", .check = topic_rule_ok,
+                  .flags = REPEAT, .max_count = TERN_TOPIC_RULES_MAX,
+                  .help = "a topic rule: PATTERN is a topic, or a prefix ending in *\n"
+                          "(\"orders.*\"; \"*\": all); a topic takes its exact rule, else\n"
+                          "its longest prefix's. KEYs: subscribe= and publish= (token:\n"
+                          "a token's rights must cover the topic, the default; anyone;\n"
+                          "none), policy=, history=N, history-age=SECONDS,\n"
+                          "max-backlog=BYTES (the --pubsub-* defaults otherwise).\n"
+                          "Closed by default: without a rule only tokens open a topic.\n"
+                          "\"market\" and \"stats\" (the feed's) are subscribe=anyone\n"
+                          "publish=none"},
     [SV_PS_TOPIC] = {"pubsub-topic-policy", 0, S, "PREFIX=P", .check = topic_policy_ok,
                      .flags = REPEAT, .max_count = TERN_TOPIC_RULES_MAX,
-                     .help = "the policy P for topics starting with PREFIX (the longest\n"
-                             "prefix wins)"},
+                     .help = "the same as --topic 'PREFIX* policy=P' (before the --topic\n"
+                             "rules: a --topic of the same pattern wins)"},
     [SV_PS_HISTORY] = {"pubsub-history", 0, U, "N", "0", 0, TERN_HISTORY_MAX,
                        .help = "keep each topic's last N messages for subscribers that\n"
                                "resume (0: none; topic \"market\" of the feed keeps 4096 for\n"
                                "a minute)"},
     [SV_PS_HISTORY_AGE] = {"pubsub-history-age", 0, U, "SECONDS", NULL, 1, 86400,
                            .help = "and none older than this (unset: no limit)"},
+    [SV_PS_HISTORY_BYTES] = {"pubsub-history-bytes", 0, U, "BYTES", "67108864", 0, 1ull << 40,
+                             .help = "all topics' histories together keep at most this (0: no\n"
+                                     "limit); over it the oldest messages of the topics over\n"
+                                     "their share go"},
     [SV_PS_REPLAY_RATE] = {"pubsub-replay-rate", 0, U, "BYTES", "0", 0, 1ull << 40,
                            .help = "bytes a second each thread sends to subscribers that\n"
                                    "resume until they catch up, together (0: no limit);\n"

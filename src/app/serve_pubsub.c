@@ -88,6 +88,7 @@
 
 #include "app/app.h"
 #include "app/serve_tokens.h"
+#include "app/topic_rules.h"
 #include "tern/tern.h"
 
 /* ---- a JSON scanner for {"key":"string",...} --------------------------- */
@@ -396,7 +397,8 @@ void tern__serve_pubsub_set_rate(uint32_t rate) {
 static uint32_t rate_now(void) {
     return atomic_load_explicit(&live_rate, memory_order_relaxed);
 }
-static _Atomic uint64_t n_rate_refused, n_rate_closed, n_too_big;
+static _Atomic uint64_t n_rate_refused, n_rate_closed, n_too_big, n_forbid_sub, n_forbid_pub;
+static const tern__topic_rules *rules;   /* tern serve's, read-only while serving */
 
 /* A /pubsub connection's token bucket: `rate` tokens a second, at most
  * `rate` held (the burst), one taken per message. Invariants: tokens <=
@@ -417,7 +419,7 @@ static int pubsub_upgrade(tern_http_req *req, void **conn_user, void *user) {
     int r = pubsub_upgrade_next(req, conn_user, user);
     uint32_t rate = rate_now();
     if (r != 0 || (rate == 0 && !tern__serve_tokens_on()))
-        return r;
+        return r;   /* an anonymous connection without a bucket: conn_user stays NULL */
     tern__token_conn *auth = NULL;
     if (tern__serve_tokens_on() && (r = tern__token_conn_upgrade(req, &auth)) != 0)
         return r;
@@ -446,16 +448,31 @@ static void pubsub_open(tern_ws *ws, void *user) {
     tern__token_conn_open(b ? b->auth : NULL, ws);
 }
 
+/* The topic's rule decides (topic_rules.h); "token" asks the
+ * connection's token (serve_tokens.c), and no rule means "token". Asked
+ * once per subscribe or publish, never per delivered message. */
 static int pubsub_may_subscribe(tern_ws *ws, const char *topic, size_t len, void *user) {
     (void)user;
     ps_bucket *b = tern_ws_user(ws);
-    return tern__token_conn_may_subscribe(b ? b->auth : NULL, topic, len);
+    const tern__topic_rule *r = tern__rules_match(rules, topic, len);
+    tern__access a = r ? r->subscribe : TERN__ACCESS_TOKEN;
+    if (a == TERN__ACCESS_ANYONE ||
+        (a == TERN__ACCESS_TOKEN && tern__token_conn_may_subscribe(b ? b->auth : NULL, topic, len) == 0))
+        return 0;
+    atomic_fetch_add_explicit(&n_forbid_sub, 1, memory_order_relaxed);
+    return -EACCES;
 }
 
 static int pubsub_may_publish(tern_ws *ws, const char *topic, size_t len, void *user) {
     (void)user;
     ps_bucket *b = tern_ws_user(ws);
-    return tern__token_conn_may_publish(b ? b->auth : NULL, topic, len);
+    const tern__topic_rule *r = tern__rules_match(rules, topic, len);
+    tern__access a = r ? r->publish : TERN__ACCESS_TOKEN;
+    if (a == TERN__ACCESS_ANYONE ||
+        (a == TERN__ACCESS_TOKEN && tern__token_conn_may_publish(b ? b->auth : NULL, topic, len) == 0))
+        return 0;
+    atomic_fetch_add_explicit(&n_forbid_pub, 1, memory_order_relaxed);
+    return -EACCES;
 }
 
 static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, void *user) {
@@ -489,6 +506,8 @@ void tern__serve_pubsub_refusals_get(tern__serve_pubsub_refusals *out) {
     out->rate_refused = atomic_load_explicit(&n_rate_refused, memory_order_relaxed);
     out->rate_closed = atomic_load_explicit(&n_rate_closed, memory_order_relaxed);
     out->too_big = atomic_load_explicit(&n_too_big, memory_order_relaxed);
+    out->forbidden_subscribe = atomic_load_explicit(&n_forbid_sub, memory_order_relaxed);
+    out->forbidden_publish = atomic_load_explicit(&n_forbid_pub, memory_order_relaxed);
 }
 
 /* {"op":"refresh","token":"..."} -> {"ok":"refresh","exp":N}, or
@@ -759,22 +778,22 @@ static void fanout_pub_keyed(tern_ws *ws, const char *data, size_t len, int opco
 
 int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                               const tern_pubsub_options *po, const tern__serve_pubsub_limits *lim,
-                              bool bench, int (*on_upgrade)(tern_http_req *, void **, void *),
-                              void *user) {
+                              const tern__topic_rules *topic_rules, bool bench,
+                              int (*on_upgrade)(tern_http_req *, void **, void *), void *user) {
     int err;
     if ((err = tern_pubsub_configure(srv, po)) < 0)
         return err;
     limits = *lim;
     tern__serve_pubsub_set_rate(lim->rate);
+    rules = topic_rules;
     pubsub_upgrade_next = on_upgrade;
     static tern_ws_handlers ps;
     ps = (tern_ws_handlers){.on_upgrade = pubsub_upgrade, .on_message = pubsub_message,
-                            .on_close = pubsub_close, .on_upgrade_failed = pubsub_upgrade_failed};
-    if (tern__serve_tokens_on()) {
+                            .on_close = pubsub_close, .on_upgrade_failed = pubsub_upgrade_failed,
+                            .on_subscribe = pubsub_may_subscribe,
+                            .on_publish = pubsub_may_publish};
+    if (tern__serve_tokens_on())
         ps.on_open = pubsub_open;
-        ps.on_subscribe = pubsub_may_subscribe;
-        ps.on_publish = pubsub_may_publish;
-    }
     tern_ws_options o = *wo;
     o.subprotocols = NULL;
     /* One compressed frame serves every subscriber only when no compressor

@@ -21,9 +21,6 @@ static tern__token_config *config_now(void) {
     return atomic_load_explicit(&config, memory_order_acquire);
 }
 
-/* Topics anyone may subscribe to, token or not: the feed's. */
-static const char *const open_topics[] = {"market", "stats"};
-
 struct tern__token_conn {
     tern__token_rights rights;   /* empty for an anonymous connection */
     bool has_token;
@@ -177,9 +174,6 @@ void tern__token_conn_free(tern__token_conn *c) {
 }
 
 int tern__token_conn_may_subscribe(const tern__token_conn *c, const char *topic, size_t len) {
-    for (size_t i = 0; i < sizeof(open_topics) / sizeof(open_topics[0]); i++)
-        if (strlen(open_topics[i]) == len && memcmp(open_topics[i], topic, len) == 0)
-            return 0;
     if (c && tern__token_allows(c->rights.subscribe, c->rights.nsubscribe, topic, len))
         return 0;
     return -EACCES;

@@ -44,7 +44,8 @@ int tern__token_conn_upgrade(tern_http_req *req, tern__token_conn **out);
 void tern__token_conn_open(tern__token_conn *c, tern_ws *ws);
 /* In on_close or on_upgrade_failed (NULL: nothing). */
 void tern__token_conn_free(tern__token_conn *c);
-/* The route's hooks' answers: 0 or -EACCES. c NULL: anonymous. */
+/* Whether the token's rights cover the topic: 0 or -EACCES. c NULL:
+ * anonymous, never. (The topic rules decide first: topic_rules.h.) */
 int tern__token_conn_may_subscribe(const tern__token_conn *c, const char *topic, size_t len);
 int tern__token_conn_may_publish(const tern__token_conn *c, const char *topic, size_t len);
 /* {"op":"refresh"}: NULL and the rights and expiry replaced, or why not

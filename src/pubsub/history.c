@@ -25,27 +25,46 @@ typedef struct latest {
  * messages, oldest first, seqs rising; count <= max_count, cap grows by
  * doubling up to max_count (so a quiet topic costs little). keys is an
  * open-addressing table of kcap slots (a power of 2, or 0) holding kcount
- * keys, at most TERN_CONFLATE_KEYS, never more than half full. */
+ * keys, at most TERN_CONFLATE_KEYS, never more than half full. bytes is
+ * the frame bytes of the ring's messages plus the keys' (a message in
+ * both counted twice), and is included in *total. */
 struct tern__hist {
     entry *ring;
     uint32_t cap, start, count, max_count;
     uint64_t max_ms;
     latest *keys;
     uint32_t kcap, kcount;
+    size_t bytes, *total;
 };
 
-tern__hist *tern__hist_new(uint32_t max_count, uint64_t max_ms) {
+tern__hist *tern__hist_new(uint32_t max_count, uint64_t max_ms, size_t *total) {
     if (max_count == 0)
         return NULL;
     tern__hist *h = calloc(1, sizeof(*h));
     if (h) {
         h->max_count = max_count;
         h->max_ms = max_ms;
+        h->total = total;
     }
     return h;
 }
 
+static void count(tern__hist *h, const tern_ws_prepared *m) {
+    size_t n = tern__ws_prepared_len(m);
+    h->bytes += n;
+    *h->total += n;
+}
+
+static void uncount(tern__hist *h, const tern_ws_prepared *m) {
+    size_t n = tern__ws_prepared_len(m);
+    h->bytes -= n;
+    *h->total -= n;
+}
+
+size_t tern__hist_bytes(const tern__hist *h) { return h->bytes; }
+
 static void release(tern__hist *h) {
+    *h->total -= h->bytes;
     for (uint32_t i = 0; i < h->count; i++)
         tern_ws_prepared_free(h->ring[(h->start + i) % h->cap].msg);
     for (uint32_t i = 0; i < h->kcap; i++)
@@ -66,10 +85,11 @@ void tern__hist_free(tern__hist *h) {
 
 void tern__hist_clear(tern__hist *h) {
     release(h);
-    *h = (tern__hist){.max_count = h->max_count, .max_ms = h->max_ms};
+    *h = (tern__hist){.max_count = h->max_count, .max_ms = h->max_ms, .total = h->total};
 }
 
 static void drop_oldest(tern__hist *h) {
+    uncount(h, h->ring[h->start].msg);
     tern_ws_prepared_free(h->ring[h->start].msg);
     h->start = (h->start + 1) % h->cap;
     h->count--;
@@ -123,7 +143,9 @@ static void key_set(tern__hist *h, uint64_t seq, tern_ws_prepared *msg, const ch
     if (h->kcap) {
         latest *l = key_slot(h->keys, h->kcap, hash, key, klen);
         if (l->key) {
+            uncount(h, l->msg);
             tern_ws_prepared_free(l->msg);
+            count(h, msg);
             l->msg = tern__ws_prepared_ref(msg);
             l->seq = seq;
             return;
@@ -151,6 +173,37 @@ static void key_set(tern__hist *h, uint64_t seq, tern_ws_prepared *msg, const ch
     *l = (latest){.hash = hash, .seq = seq, .msg = tern__ws_prepared_ref(msg), .klen = klen,
                   .key = copy};
     h->kcount++;
+    count(h, msg);
+}
+
+/* Removes keys[i] from the open-addressing table: the entries after it
+ * in its run are put back where a lookup will find them. */
+static void key_remove(tern__hist *h, uint32_t i) {
+    uint32_t mask = h->kcap - 1;
+    uncount(h, h->keys[i].msg);
+    tern_ws_prepared_free(h->keys[i].msg);
+    free(h->keys[i].key);
+    h->keys[i] = (latest){0};
+    h->kcount--;
+    for (uint32_t j = (i + 1) & mask; h->keys[j].key; j = (j + 1) & mask) {
+        latest l = h->keys[j];
+        h->keys[j] = (latest){0};
+        *key_slot(h->keys, h->kcap, l.hash, l.key, l.klen) = l;
+    }
+}
+
+size_t tern__hist_shed(tern__hist *h) {
+    size_t before = h->bytes;
+    if (h->count > 0) {
+        drop_oldest(h);
+    } else if (h->kcount > 0) {
+        uint32_t oldest = UINT32_MAX;
+        for (uint32_t i = 0; i < h->kcap; i++)
+            if (h->keys[i].key && (oldest == UINT32_MAX || h->keys[i].seq < h->keys[oldest].seq))
+                oldest = i;
+        key_remove(h, oldest);
+    }
+    return before - h->bytes;
 }
 
 int tern__hist_add(tern__hist *h, uint64_t seq, uint64_t now_ms, tern_ws_prepared *msg,
@@ -162,6 +215,7 @@ int tern__hist_add(tern__hist *h, uint64_t seq, uint64_t now_ms, tern_ws_prepare
     h->ring[(h->start + h->count) % h->cap] =
         (entry){.seq = seq, .ms = now_ms, .msg = tern__ws_prepared_ref(msg)};
     h->count++;
+    count(h, msg);
     return 0;
 }
 

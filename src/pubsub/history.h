@@ -19,8 +19,11 @@
 typedef struct tern__hist tern__hist;
 
 /* Keeps at most max_count messages (>= 1), none older than max_ms (0: no
- * age limit). NULL when out of memory. */
-tern__hist *tern__hist_new(uint32_t max_count, uint64_t max_ms);
+ * age limit). *total (shared by the histories of one group, guarded by
+ * the same mutex) counts the bytes of the frames every history keeps: a
+ * message once in the ring and once more as its key's latest. NULL when
+ * out of memory. */
+tern__hist *tern__hist_new(uint32_t max_count, uint64_t max_ms, size_t *total);
 void tern__hist_free(tern__hist *h);
 /* Forgets every message and key (a new epoch: none of them can be read
  * back under it). */
@@ -33,6 +36,13 @@ void tern__hist_clear(tern__hist *h);
  * history has lost messages: tern__hist_first says from where). */
 int tern__hist_add(tern__hist *h, uint64_t seq, uint64_t now_ms, tern_ws_prepared *msg,
                    const char *key, size_t klen);
+
+/* The bytes this history counts in *total. */
+size_t tern__hist_bytes(const tern__hist *h);
+/* Forgets the oldest message of the ring or, the ring empty, the key
+ * with the oldest latest message: for a byte budget. Returns the bytes
+ * that freed from the count (0: nothing left to forget). */
+size_t tern__hist_shed(tern__hist *h);
 
 /* Forgets the messages older than the age limit at now_ms. */
 void tern__hist_prune(tern__hist *h, uint64_t now_ms);

@@ -142,6 +142,9 @@ typedef struct gtopic {
      * message: once per entry, at its first subscription while bridged. */
     bool claimed;
     tern__hist *hist;    /* NULL: the topic's options give it no history */
+    /* The group's list of the entries with a history (hist != NULL), in
+     * which the byte budget looks for what to shed. */
+    struct gtopic *hnext, *hprev;
     size_t subs;         /* subscriptions on all loops */
     size_t compressed;   /* ... of them, with permessage-deflate */
     size_t len;
@@ -179,6 +182,11 @@ typedef struct group {
      * publishes keep their order). */
     _Atomic int bridge_jobs;
     size_t nhist;              /* entries with a history (TERN_HISTORY_TOPICS at most) */
+    /* Those entries as a list (gtopic.hnext), where the byte budget's
+     * search for a topic over its share goes on (hcursor, NULL: from the
+     * head), and the bytes all their histories count together. */
+    struct gtopic *hhead, *hcursor;
+    size_t hist_bytes;
     const tern__server_config *cfg;   /* its loops: cfg->peers */
 } group;
 
@@ -276,16 +284,22 @@ static void apply_defaults(tern_pubsub_options *o) {
         o->close_code = TERN_WS_POLICY;
 }
 
-/* The settings a topic named name gets: the longest rule whose prefix
- * starts it, or the server's. */
+/* The settings a topic named name gets: its exact rule, else the longest
+ * rule whose prefix starts it, else the server's. */
 static tern_topic_options topic_settings(const group *g, const char *name, size_t len) {
-    tern_topic_options o = {g->opt.max_backlog, g->opt.policy, g->opt.close_code,
-                            g->opt.history, g->opt.history_ms};
+    tern_topic_options o = {.max_backlog = g->opt.max_backlog, .policy = g->opt.policy,
+                            .close_code = g->opt.close_code, .history = g->opt.history,
+                            .history_ms = g->opt.history_ms};
     const rule *best = NULL;
     for (size_t i = 0; g->conf && i < g->conf->nrules; i++) {
         const rule *r = &g->conf->rules[i];
-        if (r->len <= len && memcmp(r->prefix, name, r->len) == 0 &&
-            (best == NULL || r->len > best->len))
+        if (r->o.exact ? r->len != len : r->len > len)
+            continue;
+        if (memcmp(r->prefix, name, r->len) != 0)
+            continue;
+        if (r->o.exact)
+            return r->o;
+        if (best == NULL || r->len > best->len)
             best = r;
     }
     return best ? best->o : o;
@@ -376,7 +390,8 @@ int tern_pubsub_topic_rule(tern_server *srv, const char *prefix, const tern_topi
     if (err < 0)
         return err;
     size_t i = 0;
-    while (i < c->nrules && !(c->rules[i].len == len && memcmp(c->rules[i].prefix, prefix, len) == 0))
+    while (i < c->nrules && !(c->rules[i].len == len && c->rules[i].o.exact == opt->exact &&
+                              memcmp(c->rules[i].prefix, prefix, len) == 0))
         i++;
     if (i == c->nrules) {
         if (c->nrules == TERN_TOPIC_RULES_MAX)
@@ -415,6 +430,56 @@ static uint64_t new_epoch(void) {
     return e ? e : 1;
 }
 
+/* Gives t a history (its settings ask for one) and puts it on the list. */
+static void hist_link(group *g, gtopic *t, const tern_topic_options *o) {
+    if ((t->hist = tern__hist_new(o->history, o->history_ms, &g->hist_bytes)) == NULL)
+        return;
+    g->nhist++;
+    t->hnext = g->hhead;
+    if (g->hhead)
+        g->hhead->hprev = t;
+    g->hhead = t;
+}
+
+static void hist_unlink(group *g, gtopic *t) {
+    tern__hist_free(t->hist);
+    t->hist = NULL;
+    g->nhist--;
+    if (g->hcursor == t)
+        g->hcursor = t->hnext;
+    if (t->hprev)
+        t->hprev->hnext = t->hnext;
+    else
+        g->hhead = t->hnext;
+    if (t->hnext)
+        t->hnext->hprev = t->hprev;
+    t->hnext = t->hprev = NULL;
+}
+
+/* After a message was kept in t's history: while the group's histories
+ * are over the byte budget, the oldest message goes from a topic that
+ * keeps more than its share (the budget over the topics with a history):
+ * t itself when it does, else the next such topic on the list, looked
+ * for round the list from where the last search stopped (some topic is
+ * over its share while the sum is over the budget, so one turn finds
+ * it). So a busy topic pays for its own messages, and a quiet one keeps
+ * its share. Under the mutex. */
+static void hist_budget(group *g, gtopic *t) {
+    size_t budget = g->opt.history_bytes;
+    while (budget && g->hist_bytes > budget && g->nhist > 0) {
+        size_t share = budget / g->nhist;
+        gtopic *v = tern__hist_bytes(t->hist) > share ? t : NULL;
+        for (size_t i = 0; v == NULL && i <= g->nhist; i++) {
+            gtopic *c = g->hcursor ? g->hcursor : g->hhead;
+            g->hcursor = c->hnext;
+            if (tern__hist_bytes(c->hist) > share)
+                v = c;
+        }
+        if (v == NULL || tern__hist_shed(v->hist) == 0)
+            return;
+    }
+}
+
 /* Frees t when nothing keeps it: no subscription, no history left. A
  * topic with a history that has numbered nothing yet is kept too (unless
  * sweeping: at TERN_HISTORY_TOPICS it makes room like an expired one), so
@@ -428,8 +493,7 @@ static bool gtopic_maybe_free(group *g, gtopic *t, bool sweeping) {
         tern__hist_prune(t->hist, mono_ms());
         if (!tern__hist_empty(t->hist) || (t->seq == 0 && !sweeping))
             return false;
-        tern__hist_free(t->hist);
-        g->nhist--;
+        hist_unlink(g, t);
     }
     table_del(&g->topics, &t->n);
     torder_unref(t->ord);
@@ -473,9 +537,8 @@ static gtopic *gtopic_new(group *g, const char *name, size_t len, uint64_t h) {
     tern_topic_options o = topic_settings(g, name, len);
     if (o.history && g->nhist >= TERN_HISTORY_TOPICS)
         sweep_histories(g);
-    if (o.history && g->nhist < TERN_HISTORY_TOPICS &&
-        (t->hist = tern__hist_new(o.history, o.history_ms)) != NULL)
-        g->nhist++;
+    if (o.history && g->nhist < TERN_HISTORY_TOPICS)
+        hist_link(g, t, &o);
     table_add(&g->topics, &t->n);
     return t;
 }
@@ -1620,6 +1683,7 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
         uint64_t now = mono_ms();
         tern__hist_prune(gt->hist, now);
         tern__hist_add(gt->hist, p->seq, now, p->msg, key, klen);
+        hist_budget(g, gt);
     }
     bool now = false;
     if (gt->subs > 0) {   /* else kept for later: no one to send it to now */

@@ -33,15 +33,21 @@ class Server:
     """bench_routes: start with --bench-routes (the routes most tests use:
     /echo, /ws, /fanout...). Unless the test gives its own, the admin
     listener is on a free port (admin_port, admin_base) and POST /publish
-    there takes api_key (written to a file of its own, --api-key-file)."""
+    there takes api_key (written to a file of its own, --api-key-file).
+    open_topics: every topic but the feed's open to anyone on /pubsub
+    (--topic '* subscribe=anyone publish=anyone'), as most pub/sub tests
+    need; test_topic_rules starts servers without it, closed as shipped."""
 
-    def __init__(self, args, cwd=None, preexec_fn=None, bench_routes=True, api_key=True):
+    def __init__(self, args, cwd=None, preexec_fn=None, bench_routes=True, api_key=True,
+                 open_topics=True):
         self.args = args
         self.api_key = None
         self._key_dir = None
         extra = []
         if bench_routes and "--bench-routes" not in args:
             extra.append("--bench-routes")
+        if open_topics:
+            extra += ["--topic", "* subscribe=anyone publish=anyone"]
         if not has_flag(args, "--admin-listen"):
             extra += ["--admin-listen", "127.0.0.1:0"]
         if api_key and not has_flag(args, "--api-key-file"):
@@ -142,8 +148,9 @@ class Server:
 def tern_factory():
     servers = []
 
-    def start(*args, cwd=None, bench_routes=True, api_key=True):
-        s = Server(list(args), cwd=cwd, bench_routes=bench_routes, api_key=api_key)
+    def start(*args, cwd=None, bench_routes=True, api_key=True, open_topics=True):
+        s = Server(list(args), cwd=cwd, bench_routes=bench_routes, api_key=api_key,
+                   open_topics=open_topics)
         servers.append(s)
         return s
 

@@ -32,6 +32,7 @@ SAMPLES = {
     "ws-slow-policy": "drop", "ws-async": "post", "ws-deadline-ms": "16",
     "pubsub-max-backlog": "17", "pubsub-max-message": "18", "pubsub-rate": "19",
     "pubsub-policy": "conflate", "pubsub-topic-policy": "t.=close", "pubsub-history": "20",
+    "topic": "orders.* subscribe=anyone history=10", "pubsub-history-bytes": "1000",
     "pubsub-history-age": "21", "pubsub-replay-rate": "22", "token-hmac-secret-file": "s.txt",
     "token-public-key-file": "pk.pem", "token-audience": "aud", "token-issuer": "iss",
     "feed": "off", "feed-rate": "23", "redis": "redis://127.0.0.1:6379", "log-level": "debug",

@@ -6,6 +6,7 @@ import socket
 import time
 
 from conftest import SLOW, read_response
+from test_tls import certs  # noqa: F401  (the session's certificates)
 
 
 def conn_from(tern, source="127.0.0.1"):
@@ -257,3 +258,50 @@ def test_pubsub_rate_refills(tern_factory):
             assert 20 <= sum("ok" in g for g in got) <= 21
             assert all(g == {"error": "rate limit", "op": "subscribe"} for g in got if "error" in g)
             time.sleep(1.1)   # a full bucket again: the strikes are forgiven
+
+
+def test_limits_over_wss(tern_factory, certs):  # noqa: F811
+    """The same limits on the TLS port: the 4th connection from an address
+    over 3 is refused (closed before the handshake: nothing can be said in
+    the clear), a message over the size closes with 1009 and a flood with
+    1008."""
+    import asyncio
+    import ssl
+    from websockets.asyncio.client import connect as aconnect
+    from websockets.exceptions import ConnectionClosed
+    cert, key = certs["default"]
+    tern = tern_factory("--tls-port", "0", "--tls-cert", cert, "--tls-key", key,
+                        "--max-connections-per-ip", "3", "--pubsub-max-message", "65536",
+                        "--pubsub-rate", "20")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    url = f"wss://127.0.0.1:{tern.tls_port}/pubsub"
+
+    async def closed_with(ws):
+        try:
+            while True:
+                await asyncio.wait_for(ws.recv(), 5 * SLOW)
+        except ConnectionClosed as e:
+            return e.rcvd.code if e.rcvd else None
+
+    async def go():
+        async with aconnect(url, ssl=ctx) as a, aconnect(url, ssl=ctx) as b, \
+                aconnect(url, ssl=ctx) as c:
+            try:
+                async with aconnect(url, ssl=ctx, open_timeout=5 * SLOW):
+                    raise AssertionError("the 4th connection was let in")
+            except (OSError, EOFError, ssl.SSLError, ConnectionClosed):
+                pass   # refused: the handshake never completed
+            assert stats(tern)["refused_per_ip"] == 1
+            await a.send(json.dumps({"op": "publish", "topic": "t", "data": "x" * 70000}))
+            assert await closed_with(a) == 1009
+            for i in range(60):   # a burst of 20, 20 refused, then the close
+                try:
+                    await b.send(json.dumps({"op": "publish", "topic": "t", "data": str(i)}))
+                except ConnectionClosed:
+                    break
+            assert await closed_with(b) == 1008
+            await c.send(json.dumps({"op": "subscribe", "topic": "t"}))
+            assert "ok" in json.loads(await asyncio.wait_for(c.recv(), 5 * SLOW))
+    asyncio.run(go())

@@ -1,17 +1,24 @@
 """tern serve --token-hmac-secret-file: JWTs on /pubsub (src/app/serve_tokens.c).
 
-Tokens are made here with hmac/hashlib (HS256)."""
+Tokens are made here with hmac/hashlib (HS256) and the openssl command
+(RS256). The claim rules run over ws and wss, with websockets' asyncio
+client (its threaded one is not safe over TLS: see test_tls)."""
+import asyncio
 import base64
 import hashlib
 import hmac
 import json
+import ssl
+import subprocess
 import time
 
 import pytest
+from websockets.asyncio.client import connect as aconnect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from conftest import SLOW
+from test_tls import certs  # noqa: F401  (the session's certificates)
 
 SECRET = b"integration-secret"
 
@@ -36,7 +43,7 @@ def claims(ttl=3600, **rights):
 def served(tern_factory, tmp_path):
     f = tmp_path / "secret"
     f.write_bytes(SECRET + b"\n")
-    return tern_factory("--token-hmac-secret-file", str(f), "--feed", "off")
+    return tern_factory("--token-hmac-secret-file", str(f), "--feed", "off", open_topics=False)
 
 
 def url(t, tok=None):
@@ -105,3 +112,93 @@ def test_refresh_before_exp_keeps_it_open(served):
         assert ask(ws, op="refresh", token=token(new, secret=b"no"))["error"] == "bad token"
         time.sleep(3.5)
         assert ask(ws, op="subscribe", topic="orders.1")["ok"] == "subscribe"
+
+
+# ---- every claim rule, over ws and wss, with both kinds of key ----------
+
+def rs256_token(claims_, key_pem):
+    """RS256, signed by the openssl command (no Python crypto package needed)."""
+    head = b64(json.dumps({"alg": "RS256", "typ": "JWT"}).encode())
+    body = b64(json.dumps(claims_).encode())
+    sig = subprocess.run(["openssl", "dgst", "-sha256", "-sign", key_pem],
+                         input=f"{head}.{body}".encode(), capture_output=True, check=True).stdout
+    return f"{head}.{body}.{b64(sig)}"
+
+
+@pytest.fixture(scope="module")
+def rsa_keys(tmp_path_factory):
+    d = tmp_path_factory.mktemp("rsa")
+    key, pub = str(d / "key.pem"), str(d / "pub.pem")
+    subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048",
+                    "-out", key], check=True, capture_output=True)
+    subprocess.run(["openssl", "pkey", "-in", key, "-pubout", "-out", pub], check=True,
+                   capture_output=True)
+    return key, pub
+
+
+@pytest.mark.parametrize("scheme", ["ws", "wss"])
+def test_claims_and_keys(tern_factory, certs, tmp_path, rsa_keys, scheme):  # noqa: F811
+    key, pub = rsa_keys
+    f = tmp_path / "secret"
+    f.write_bytes(SECRET)
+    tls = []
+    if scheme == "wss":
+        cert, tkey = certs["default"]
+        tls = ["--tls-port", "0", "--tls-cert", cert, "--tls-key", tkey]
+    t = tern_factory("--token-hmac-secret-file", str(f), "--token-public-key-file", pub,
+                     "--token-audience", "tern-test", "--token-issuer", "https://id.test",
+                     "--feed", "off", *tls, open_topics=False)
+    ctx = None
+    base = f"ws://127.0.0.1:{t.port}/pubsub"
+    if scheme == "wss":
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        base = f"wss://127.0.0.1:{t.tls_port}/pubsub"
+    now = int(time.time())
+
+    def c(**over):
+        out = {"sub": "u1", "exp": now + 3600, "aud": "tern-test", "iss": "https://id.test",
+               "tern": {"subscribe": ["orders.u1"], "publish": ["orders.u1"]}}
+        out.update(over)
+        return {k: v for k, v in out.items() if v is not None}
+
+    async def status(tok):
+        """101 and a working subscribe, or the refusal's HTTP status."""
+        try:
+            async with aconnect(f"{base}?token={tok}", ssl=ctx) as ws:
+                await ws.send(json.dumps({"op": "subscribe", "topic": "orders.u1"}))
+                m = json.loads(await asyncio.wait_for(ws.recv(), 5 * SLOW))
+                assert m["ok"] == "subscribe", m
+                return 101
+        except InvalidStatus as e:
+            return e.response.status_code
+
+    async def go():
+        assert await status(token(c())) == 101
+        assert await status(rs256_token(c(), key)) == 101
+        assert await status(token(c(exp=now - 5))) == 401              # expired
+        assert await status(token(c(nbf=now + 600))) == 401            # not yet valid
+        assert await status(token(c(), secret=b"wrong")) == 401         # wrongly signed
+        assert await status(token(c(aud="other"))) == 401              # wrong audience
+        assert await status(token(c(aud=None))) == 401                 # none, when one is set
+        assert await status(token(c(iss="https://evil.test"))) == 401  # wrong issuer
+        assert await status(token(c(sub=None))) == 401                 # no subject
+        assert await status(token(c(), alg="none")) == 401             # alg none
+        # HS256 "signed" with the public key's PEM: the key is not a secret
+        assert await status(token(c(), secret=open(pub, "rb").read())) == 401
+        # an RS256 token whose signature is another key's
+        other = tmp_path / "other.pem"
+        subprocess.run(["openssl", "genpkey", "-algorithm", "RSA", "-out", str(other)],
+                       check=True, capture_output=True)
+        assert await status(rs256_token(c(), str(other))) == 401
+    asyncio.run(go())
+
+
+def test_refresh_with_an_expired_token_is_refused_then_exp_closes(served):
+    with connect(url(served, token(claims(ttl=3, subscribe=["a"])))) as ws:
+        assert ask(ws, op="refresh", token=token(claims(ttl=-5)))["error"] == "bad token"
+        assert ask(ws, op="subscribe", topic="a")["ok"] == "subscribe"
+        with pytest.raises(ConnectionClosed) as e:
+            ws.recv(timeout=10 * SLOW)
+        assert e.value.rcvd.code == 4001

@@ -36,6 +36,9 @@ static uint64_t seq_of(tern_ws_prepared *m) {
     return strtoull(digits, NULL, 10);
 }
 
+/* Every history of a test counts its bytes here; each test ends at 0. */
+static size_t total;
+
 static void add(tern__hist *h, uint64_t seq, uint64_t ms, const char *key) {
     tern_ws_prepared *m = msg(seq);
     assert_int_equal(tern__hist_add(h, seq, ms, m, key, key ? strlen(key) : 0), 0);
@@ -53,7 +56,7 @@ static void expect_seqs(tern_ws_prepared **v, long n, const uint64_t *want, long
 
 static void keeps_the_last_count_in_order(void **state) {
     (void)state;
-    tern__hist *h = tern__hist_new(40, 0);
+    tern__hist *h = tern__hist_new(40, 0, &total);
     assert_non_null(h);
     assert_true(tern__hist_empty(h));
     assert_int_equal(tern__hist_first(h), 0);
@@ -79,7 +82,7 @@ static void keeps_the_last_count_in_order(void **state) {
 
 static void forgets_by_age(void **state) {
     (void)state;
-    tern__hist *h = tern__hist_new(1000, 500);
+    tern__hist *h = tern__hist_new(1000, 500, &total);
     for (uint64_t s = 1; s <= 10; s++)
         add(h, s, s * 100, NULL);   /* published at 100 .. 1000 ms */
     tern__hist_prune(h, 1000);      /* older than 500 ms: 1 .. 4 */
@@ -89,7 +92,7 @@ static void forgets_by_age(void **state) {
     assert_int_equal(tern__hist_last(h), 0);
     tern__hist_free(h);
     /* no age limit: nothing goes by age */
-    h = tern__hist_new(10, 0);
+    h = tern__hist_new(10, 0, &total);
     add(h, 1, 0, NULL);
     tern__hist_prune(h, UINT64_MAX);
     assert_int_equal(tern__hist_first(h), 1);
@@ -98,7 +101,7 @@ static void forgets_by_age(void **state) {
 
 static void latest_per_key_in_seq_order(void **state) {
     (void)state;
-    tern__hist *h = tern__hist_new(3, 0);   /* the ring keeps 3; the keys outlive it */
+    tern__hist *h = tern__hist_new(3, 0, &total);   /* the ring keeps 3; the keys outlive it */
     add(h, 1, 0, "a");
     add(h, 2, 0, "b");
     add(h, 3, 0, "a");
@@ -112,7 +115,7 @@ static void latest_per_key_in_seq_order(void **state) {
     expect_seqs(v, n, want, 4);
     tern__hist_free(h);
     /* keys beyond TERN_CONFLATE_KEYS are not followed */
-    h = tern__hist_new(1, 0);
+    h = tern__hist_new(1, 0, &total);
     char key[16];
     for (int i = 0; i < TERN_CONFLATE_KEYS + 10; i++) {
         snprintf(key, sizeof(key), "k%d", i);
@@ -126,11 +129,56 @@ static void latest_per_key_in_seq_order(void **state) {
     tern__hist_free(h);
 }
 
+/* The byte count: the ring's frames plus the keys' (a message in both
+ * counted twice), every change reflected in the shared total; shedding
+ * takes the oldest of the ring first, then the key with the oldest
+ * latest, and the total returns to 0 when the histories go. */
+static void counts_bytes_and_sheds_oldest_first(void **state) {
+    (void)state;
+    assert_int_equal(total, 0);
+    tern__hist *h = tern__hist_new(3, 0, &total);
+    tern__hist *other = tern__hist_new(8, 0, &total);
+    add(other, 100, 0, NULL);   /* 5 bytes: header 2 + "100" */
+    add(h, 1, 0, "a");          /* 3 bytes, in the ring and as a's latest */
+    add(h, 2, 0, "b");
+    assert_int_equal(tern__hist_bytes(h), 12);
+    assert_int_equal(total, 12 + 10);
+    add(h, 3, 0, "a");          /* a's latest replaced: 3 out, 3 in */
+    add(h, 4, 0, "c");          /* the ring keeps 3: seq 1 leaves it */
+    assert_int_equal(tern__hist_bytes(h), 3 * 3 + 3 * 3);
+    assert_int_equal(tern__hist_shed(h), 3);   /* seq 2 from the ring */
+    assert_int_equal(tern__hist_first(h), 3);
+    assert_int_equal(tern__hist_shed(h), 3);
+    assert_int_equal(tern__hist_shed(h), 3);   /* the ring is empty now */
+    assert_true(tern__hist_empty(h));
+    tern_ws_prepared **v;
+    uint64_t want_bc[] = {3, 4};   /* the key with the oldest latest (b: 2) goes first */
+    assert_int_equal(tern__hist_shed(h), 3);
+    long n = tern__hist_latest(h, &v);
+    expect_seqs(v, n, want_bc, 2);
+    assert_int_equal(tern__hist_shed(h), 3);
+    assert_int_equal(tern__hist_shed(h), 3);
+    assert_int_equal(tern__hist_shed(h), 0);   /* nothing left */
+    assert_int_equal(tern__hist_bytes(h), 0);
+    assert_int_equal(total, 10);
+    add(h, 5, 0, "a");   /* the key table still works after the removals */
+    add(h, 6, 0, "a");
+    uint64_t want6[] = {6};
+    n = tern__hist_latest(h, &v);
+    expect_seqs(v, n, want6, 1);
+    tern__hist_clear(other);
+    assert_int_equal(total, tern__hist_bytes(h));
+    tern__hist_free(h);
+    tern__hist_free(other);
+    assert_int_equal(total, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(keeps_the_last_count_in_order),
         cmocka_unit_test(forgets_by_age),
         cmocka_unit_test(latest_per_key_in_seq_order),
+        cmocka_unit_test(counts_bytes_and_sheds_oldest_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -249,6 +249,44 @@ static void es256_good(void **state) {
     tern__token_config_free(c);
 }
 
+/* A public-key signature verified once is not verified again for the
+ * same token and configuration (token.c's per-thread cache), but nothing
+ * else is skipped: the claims are checked at every use (a remembered
+ * token past its exp is refused), a token differing in one byte of its
+ * signature is checked and refused, and another configuration (another
+ * key) checks for itself. */
+static void remembered_signatures_still_check_claims(void **state) {
+    (void)state;
+    tern__token_config *c = key_config(rsa);
+    char good[4096];
+    snprintf(good, sizeof(good), "%s", make("{\"alg\":\"RS256\"}", GOOD, "RS256", NULL, 0, rsa));
+    assert_int_equal(check(c, good, NULL), 0);
+    assert_int_equal(check(c, good, NULL), 0);   /* remembered */
+    tern__token_rights r;
+    const char *why = "";
+    assert_int_equal(tern__token_verify(c, good, strlen(good), 1700003600, &r, &why), -EACCES);
+    assert_string_equal(why, "expired");
+    char bad[4096];
+    snprintf(bad, sizeof(bad), "%s", good);
+    size_t n = strlen(bad);
+    bad[n - 5] = bad[n - 5] == 'A' ? 'B' : 'A';
+    refused(c, bad, "bad signature");
+    /* the same key in a new configuration, and another key */
+    tern__token_config *again = key_config(rsa);
+    assert_int_equal(check(again, good, NULL), 0);
+    tern__token_config_free(again);
+    tern__token_config *other = key_config(ec);
+    refused(other, good, "algorithm not accepted");
+    tern__token_config_free(other);
+    EVP_PKEY *rsa2 = EVP_RSA_gen(2048);
+    assert_non_null(rsa2);
+    other = key_config(rsa2);
+    refused(other, good, "bad signature");
+    tern__token_config_free(other);
+    EVP_PKEY_free(rsa2);
+    tern__token_config_free(c);
+}
+
 static void audience_issuer(void **state) {
     (void)state;
     tern__token_config *c = hmac_config();
@@ -392,7 +430,8 @@ int main(void) {
         cmocka_unit_test(hs256_good),    cmocka_unit_test(times),
         cmocka_unit_test(bad_signature), cmocka_unit_test(alg_none),
         cmocka_unit_test(key_confusion), cmocka_unit_test(rs256_good),
-        cmocka_unit_test(es256_good),    cmocka_unit_test(audience_issuer),
+        cmocka_unit_test(es256_good),
+        cmocka_unit_test(remembered_signatures_still_check_claims),    cmocka_unit_test(audience_issuer),
         cmocka_unit_test(malformed),     cmocka_unit_test(too_long),
         cmocka_unit_test(rights_match),  cmocka_unit_test(config_errors),
     };
