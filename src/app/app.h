@@ -43,6 +43,12 @@ void tern__serve_publish(tern_http_req *req, tern_server *srv);
 void tern__serve_pubsub_refusals_get(tern__serve_pubsub_refusals *out);
 /* --pubsub-rate changed while the loops run (SIGHUP), from any thread. */
 void tern__serve_pubsub_set_rate(uint32_t rate);
+/* Other topic rules for the subscribes and publishes that follow, from
+ * any thread (SIGHUP): only who may do what may differ, the pub/sub
+ * settings are the library's since setup. Returns the ones replaced, which
+ * a loop may still be reading in the callback it runs. */
+struct tern__topic_rules;
+const struct tern__topic_rules *tern__serve_pubsub_swap_rules(const struct tern__topic_rules *r);
 
 /* feed.c: the simulated market data ("market", rate updates a second; 0:
  * none) and live statistics ("stats", every second), from timers on srv's

@@ -919,6 +919,67 @@ static bool is_token_option(int i) {
     return i == SV_TOKEN_HMAC || i == SV_TOKEN_PUBKEY || i == SV_TOKEN_AUD || i == SV_TOKEN_ISS;
 }
 
+/* The topic rules of s into t (zeroed, resolved): the feed's topics,
+ * which anyone reads and no client writes (the feed and the admin
+ * listener's POST /publish do), then --pubsub-topic-policy's (PREFIX=P: the
+ * rule of PREFIX* gets policy P) and --topic's: a pattern met again is the
+ * same rule, and its later keys win. Each value was checked alone;
+ * together they may be too many: -1 once said why. */
+static int rules_build(const tern__opt_set *s, tern__topic_rules *t) {
+    const char *why = NULL;
+    memset(t, 0, sizeof(*t));
+    tern__rules_add(t, "market subscribe=anyone publish=none", &why);
+    tern__rules_add(t, "stats subscribe=anyone publish=none", &why);
+    const tern__opt_val *tp = &s->vals[SV_PS_TOPIC], *tr = &s->vals[SV_TOPIC];
+    for (int i = 0; i < tp->n + tr->n; i++) {
+        char spec[TERN_TOPIC_MAX + 32];
+        const char *v = i < tp->n ? tp->v[i] : tr->v[i - tp->n];
+        const char *eq = strrchr(v, '=');
+        if (i < tp->n)
+            snprintf(spec, sizeof(spec), "%.*s* policy=%s", (int)(eq - v), v, eq + 1);
+        if (tern__rules_add(t, i < tp->n ? spec : v, &why) < 0) {
+            fprintf(stderr, "tern serve: %s %s: %s\n",
+                    i < tp->n ? "--pubsub-topic-policy" : "--topic", v, why);
+            return -1;
+        }
+    }
+    tern__rules_resolve(t);
+    /* The page resumes the feed after a network drop: a minute of it,
+     * unless the history was configured. */
+    tern__topic_rule *market = (tern__topic_rule *)tern__rules_match(t, "market", 6);
+    if (strcmp(tern__opt_str(s, SV_FEED), "on") == 0 && tern__opt_uint(s, SV_PS_HISTORY) == 0 &&
+        market && !market->prefix && !market->has_history) {
+        market->has_history = market->has_history_age = true;
+        market->history = FEED_HISTORY;
+        market->history_ms = FEED_HISTORY_MS;
+    }
+    return 0;
+}
+
+/* Whether a and b give every topic the same pub/sub settings (policy,
+ * history, backlog: the library's, fixed once pub/sub runs), whatever
+ * they say of who may subscribe and publish. */
+static bool rules_same_settings(const tern__topic_rules *a, const tern__topic_rules *b) {
+    if (a->n != b->n)
+        return false;
+    for (int i = 0; i < a->n; i++) {
+        const tern__topic_rule *x = &a->r[i], *y = NULL;
+        for (int k = 0; k < b->n && !y; k++)
+            if (b->r[k].prefix == x->prefix && b->r[k].len == x->len &&
+                memcmp(b->r[k].pattern, x->pattern, x->len) == 0)
+                y = &b->r[k];
+        if (y == NULL || x->has_policy != y->has_policy || x->policy != y->policy ||
+            x->close_code != y->close_code || x->has_history != y->has_history ||
+            x->history != y->history || x->has_history_age != y->has_history_age ||
+            x->history_ms != y->history_ms || x->has_backlog != y->has_backlog ||
+            x->max_backlog != y->max_backlog)
+            return false;
+    }
+    return true;
+}
+
+static void rules_free_any(void *t) { free(t); }
+
 static int log_level_of(const char *name) {
     for (int l = TERN_LOG_ERROR; l <= TERN_LOG_DEBUG; l++)
         if (strcmp(name, tern_log_level_name(l)) == 0)
@@ -963,6 +1024,26 @@ static bool reload_config(serve_ctx *ctx) {
         tern__opt_free(&n);
         return false;
     }
+    /* Topic rules: who may subscribe and publish changes live; the
+     * settings the library has (policy, history, backlog) need a restart,
+     * and then the rules stay as they are, whole. */
+    tern__topic_rules *rules = NULL;
+    bool rules_fixed = false;
+    if (!same_values(ctx->opts, &n, SV_TOPIC) || !same_values(ctx->opts, &n, SV_PS_TOPIC)) {
+        if ((rules = malloc(sizeof(*rules))) == NULL || rules_build(&n, rules) < 0) {
+            fprintf(stderr, "tern: SIGHUP: %s: the configuration is kept as it was\n",
+                    rules ? "the topic rules" : "out of memory");
+            free(rules);
+            tern__token_config_free(tok);
+            tern__opt_free(&n);
+            return false;
+        }
+        if (!rules_same_settings(rules, &ctx->rules)) {
+            rules_fixed = true;
+            free(rules);
+            rules = NULL;
+        }
+    }
     bool too_many = false;
     serve_origins *origins = NULL;
     if (!same_values(ctx->opts, &n, SV_ALLOWED_ORIGIN) || !same_values(ctx->opts, &n, SV_WS_ORIGIN)) {
@@ -970,6 +1051,7 @@ static bool reload_config(serve_ctx *ctx) {
             fprintf(stderr, "tern: SIGHUP: %s: the configuration is kept as it was\n",
                     too_many ? "more than " ORIGINS_MAX_TEXT " origins" : "out of memory");
             tern__token_config_free(tok);
+            free(rules);
             tern__opt_free(&n);
             return false;
         }
@@ -980,7 +1062,9 @@ static bool reload_config(serve_ctx *ctx) {
         const tern__opt *o = &tern__serve_opts[i];
         if ((o->flags & TERN__OPT_CLI_ONLY) || same_values(ctx->opts, &n, i))
             continue;
-        if ((o->flags & TERN__OPT_RELOAD) && !(toggle && is_token_option(i))) {
+        bool fixed = (toggle && is_token_option(i)) ||
+                     (rules_fixed && (i == SV_TOPIC || i == SV_PS_TOPIC));
+        if ((o->flags & TERN__OPT_RELOAD) && !fixed) {
             alen += (size_t)snprintf(applied + alen, sizeof(applied) - alen, "%s%s",
                                      alen ? ", " : "", o->name);
             /* The running set takes the new values: the next SIGHUP
@@ -998,6 +1082,11 @@ static bool reload_config(serve_ctx *ctx) {
     }
     if (origins)
         origins_swap(ctx, origins);
+    if (rules) {
+        const tern__topic_rules *old = tern__serve_pubsub_swap_rules(rules);
+        if (old != &ctx->rules)   /* the first ones live in ctx */
+            retire_after_loops(ctx, (void *)old, rules_free_any);
+    }
     if (tok) {
         retire_after_loops(ctx, tern__serve_tokens_swap(tok), token_config_free_any);
         if (!ctx->quiet)
@@ -1343,43 +1432,14 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     ctx.po.replay_rate = tern__opt_uint(s, SV_PS_REPLAY_RATE);
     ctx.po.history_bytes = tern__opt_uint(s, SV_PS_HISTORY_BYTES);
     tern__policy_parse(tern__opt_str(s, SV_PS_POLICY), &ctx.po.policy, &ctx.po.close_code);
-    /* The feed's topics: anyone reads them, no client writes them (the
-     * feed and the admin listener's POST /publish do). Then the rules of
-     * --pubsub-topic-policy (PREFIX=P: the rule of PREFIX* gets policy P)
-     * and --topic: a pattern met again is the same rule, and its later
-     * keys win. Each value was checked alone; together they may be too
-     * many. */
-    const char *rule_why = NULL;
-    tern__rules_add(&ctx.rules, "market subscribe=anyone publish=none", &rule_why);
-    tern__rules_add(&ctx.rules, "stats subscribe=anyone publish=none", &rule_why);
-    const tern__opt_val *tp = &s->vals[SV_PS_TOPIC], *tr = &s->vals[SV_TOPIC];
-    for (int i = 0; i < tp->n + tr->n; i++) {
-        char spec[TERN_TOPIC_MAX + 32];
-        const char *rv = i < tp->n ? tp->v[i] : tr->v[i - tp->n];
-        const char *eq = strrchr(rv, '=');
-        if (i < tp->n)
-            snprintf(spec, sizeof(spec), "%.*s* policy=%s", (int)(eq - rv), rv, eq + 1);
-        if (tern__rules_add(&ctx.rules, i < tp->n ? spec : rv, &rule_why) < 0) {
-            fprintf(stderr, "tern serve: %s %s: %s\n",
-                    i < tp->n ? "--pubsub-topic-policy" : "--topic", rv, rule_why);
-            return 2;
-        }
-    }
+    if (rules_build(s, &ctx.rules) < 0)
+        return 2;   /* said why */
     ctx.token_flags.hmac_secret_file = tern__opt_str(s, SV_TOKEN_HMAC);
     ctx.token_flags.public_key_file = tern__opt_str(s, SV_TOKEN_PUBKEY);
     ctx.token_flags.audience = tern__opt_str(s, SV_TOKEN_AUD);
     ctx.token_flags.issuer = tern__opt_str(s, SV_TOKEN_ISS);
     if (tern__serve_tokens_setup(&ctx.token_flags) < 0)
         return 2;
-    tern__rules_resolve(&ctx.rules);
-    /* The page resumes the feed after a network drop: a minute of it,
-     * unless the history was configured. */
-    tern__topic_rule *market = (tern__topic_rule *)tern__rules_match(&ctx.rules, "market", 6);
-    if (ctx.feed && ctx.po.history == 0 && market && !market->prefix && !market->has_history) {
-        market->has_history = market->has_history_age = true;
-        market->history = FEED_HISTORY;
-        market->history_ms = FEED_HISTORY_MS;
-    }
 
     if (api_key_path && (ctx.api_key = read_api_key(api_key_path)) == NULL)
         return 1;   /* said why */

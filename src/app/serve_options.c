@@ -198,7 +198,7 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                               "close-1013 (try again later) or conflate (keep the newest\n"
                               "message per key while it is behind)"},
     [SV_TOPIC] = {"topic", 0, S, "'PATTERN [KEY=VALUE]...'", .check = topic_rule_ok,
-                  .flags = REPEAT, .max_count = TERN_TOPIC_RULES_MAX,
+                  .flags = REPEAT | RELOAD, .max_count = TERN_TOPIC_RULES_MAX,
                   .help = "a topic rule: PATTERN is a topic, or a prefix ending in *\n"
                           "(\"orders.*\"; \"*\": all); a topic takes its exact rule, else\n"
                           "its longest prefix's. KEYs: subscribe= and publish= (token:\n"
@@ -207,7 +207,8 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                           "max-backlog=BYTES (the --pubsub-* defaults otherwise).\n"
                           "Closed by default: without a rule only tokens open a topic.\n"
                           "\"market\" and \"stats\" (the feed's) are subscribe=anyone\n"
-                          "publish=none"},
+                          "publish=none. SIGHUP applies changes of subscribe= and\n"
+                          "publish=; the other keys need a restart"},
     [SV_PS_TOPIC] = {"pubsub-topic-policy", 0, S, "PREFIX=P", .check = topic_policy_ok,
                      .flags = REPEAT, .max_count = TERN_TOPIC_RULES_MAX,
                      .help = "the same as --topic 'PREFIX* policy=P' (before the --topic\n"

@@ -398,7 +398,14 @@ static uint32_t rate_now(void) {
     return atomic_load_explicit(&live_rate, memory_order_relaxed);
 }
 static _Atomic uint64_t n_rate_refused, n_rate_closed, n_too_big, n_forbid_sub, n_forbid_pub;
-static const tern__topic_rules *rules;   /* tern serve's, read-only while serving */
+/* tern serve's topic rules: never changed once published here; a SIGHUP
+ * may publish others (tern__serve_pubsub_swap_rules). Read once per
+ * subscribe or publish, within one callback. */
+static _Atomic(const tern__topic_rules *) rules;
+
+const tern__topic_rules *tern__serve_pubsub_swap_rules(const tern__topic_rules *r) {
+    return atomic_exchange_explicit(&rules, r, memory_order_acq_rel);
+}
 
 /* A /pubsub connection's token bucket: `rate` tokens a second, at most
  * `rate` held (the burst), one taken per message. Invariants: tokens <=
@@ -454,7 +461,8 @@ static void pubsub_open(tern_ws *ws, void *user) {
 static int pubsub_may_subscribe(tern_ws *ws, const char *topic, size_t len, void *user) {
     (void)user;
     ps_bucket *b = tern_ws_user(ws);
-    const tern__topic_rule *r = tern__rules_match(rules, topic, len);
+    const tern__topic_rule *r =
+        tern__rules_match(atomic_load_explicit(&rules, memory_order_acquire), topic, len);
     tern__access a = r ? r->subscribe : TERN__ACCESS_TOKEN;
     if (a == TERN__ACCESS_ANYONE ||
         (a == TERN__ACCESS_TOKEN && tern__token_conn_may_subscribe(b ? b->auth : NULL, topic, len) == 0))
@@ -466,7 +474,8 @@ static int pubsub_may_subscribe(tern_ws *ws, const char *topic, size_t len, void
 static int pubsub_may_publish(tern_ws *ws, const char *topic, size_t len, void *user) {
     (void)user;
     ps_bucket *b = tern_ws_user(ws);
-    const tern__topic_rule *r = tern__rules_match(rules, topic, len);
+    const tern__topic_rule *r =
+        tern__rules_match(atomic_load_explicit(&rules, memory_order_acquire), topic, len);
     tern__access a = r ? r->publish : TERN__ACCESS_TOKEN;
     if (a == TERN__ACCESS_ANYONE ||
         (a == TERN__ACCESS_TOKEN && tern__token_conn_may_publish(b ? b->auth : NULL, topic, len) == 0))
@@ -785,7 +794,7 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
         return err;
     limits = *lim;
     tern__serve_pubsub_set_rate(lim->rate);
-    rules = topic_rules;
+    atomic_store(&rules, topic_rules);
     pubsub_upgrade_next = on_upgrade;
     static tern_ws_handlers ps;
     ps = (tern_ws_handlers){.on_upgrade = pubsub_upgrade, .on_message = pubsub_message,

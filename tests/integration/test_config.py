@@ -360,3 +360,41 @@ def test_sighup_reads_rotated_token_keys(tern_factory, tmp_path):
     line = lines.wait(r"SIGHUP: .*tern\.conf read")
     assert "not applied (they need a restart): token-hmac-secret-file" in line
     assert status(new) == 101 and status(old) == 401
+
+
+def test_sighup_applies_a_changed_topic_rule(tern_factory, tmp_path):
+    """Who may subscribe changes live, without dropping a connection; a
+    changed history (the library's setting) is named and nothing of the
+    rules changes."""
+    import asyncio
+    import json
+    import websockets
+    conf = tmp_path / "tern.conf"
+    conf.write_text("topic news.* subscribe=none\n")
+    # conftest's --topic would replace the file's (a flag's list is the list)
+    t = tern_factory("--config", str(conf), "--feed", "off", open_topics=False)
+    lines = Lines(t.proc.stderr)
+    url = f"ws://127.0.0.1:{t.port}/pubsub"
+
+    async def subscribe(ws, topic):
+        await ws.send(json.dumps({"op": "subscribe", "topic": topic}))
+        return json.loads(await asyncio.wait_for(ws.recv(), 5 * SLOW))
+
+    async def go():
+        async with websockets.connect(url) as kept:
+            assert (await subscribe(kept, "news.a")).get("error") == "forbidden"
+            conf.write_text("topic news.* subscribe=anyone\n")
+            t.proc.send_signal(signal.SIGHUP)
+            line = await asyncio.to_thread(lines.wait, r"SIGHUP: .*tern\.conf read")
+            assert "applied topic" in line, line
+            assert (await subscribe(kept, "news.b")).get("ok") == "subscribe"
+            t.publish("news.b", "hello")
+            got = json.loads(await asyncio.wait_for(kept.recv(), 5 * SLOW))
+            assert got["topic"] == "news.b" and got["data"] == "hello"
+
+            conf.write_text("topic news.* subscribe=none history=10\n")
+            t.proc.send_signal(signal.SIGHUP)
+            line = await asyncio.to_thread(lines.wait, r"SIGHUP: .*tern\.conf read")
+            assert "not applied (they need a restart): topic" in line, line
+            assert (await subscribe(kept, "news.c")).get("ok") == "subscribe"   # still anyone
+    asyncio.run(go())
