@@ -95,6 +95,17 @@ static void bad_values_are_named_with_their_range(void **state) {
     assert_string_equal(set.err, "unknown option '--bogus'");
 }
 
+/* A check that says why: the message carries its reason. */
+static void checks_say_why(void **state) {
+    assert_int_equal(parse("--topic", "x publish", NULL), -EINVAL);
+    assert_string_equal(set.err,
+                        "bad value for --topic x publish: expected KEY=VALUE after the pattern");
+    assert_int_equal(parse("--admin-listen", "9090", NULL), -EINVAL);
+    assert_string_equal(set.err,
+                        "bad value for --admin-listen 9090: expected HOST:PORT, [IPV6]:PORT or off");
+    assert_int_equal(parse("--topic", "orders.* subscribe=anyone history=10", NULL), 0);
+}
+
 static void a_repeatable_flag_has_a_bound(void **state) {
     char *argv[20] = {"serve"};
     for (int i = 0; i < 9; i++)
@@ -267,6 +278,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(a_single_valued_flag_keeps_its_last_value, setup, teardown),
         cmocka_unit_test_setup_teardown(repeatable_flags_gather_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_values_are_named_with_their_range, setup, teardown),
+        cmocka_unit_test_setup_teardown(checks_say_why, setup, teardown),
         cmocka_unit_test_setup_teardown(a_repeatable_flag_has_a_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(operands_and_the_double_dash, setup, teardown),
         cmocka_unit_test_setup_teardown(the_file_reads_names_values_and_comments, setup, teardown),
