@@ -308,6 +308,15 @@ int64_t tern_publish_ex(tern_server *srv, const char *topic, const void *data, s
  * Returns as tern_publish_ex, and -EINVAL for a key too long or empty. */
 int64_t tern_publish_key(tern_server *srv, const char *topic, const char *key, const void *data,
                          size_t len, int opcode, size_t seq_at);
+/* tern_publish_key, but the subscribers of the caller's loop too get the
+ * message at that loop's next iteration instead of inside the call: the
+ * call costs the numbering, the framing and a post, not a send to each
+ * subscriber, so that what the caller writes now (the answer to an HTTP
+ * publish request, say) leaves before the fan-out. Order per topic is
+ * kept with the other publish calls. Any thread; returns as
+ * tern_publish_key. */
+int64_t tern_publish_later(tern_server *srv, const char *topic, const char *key,
+                           const void *data, size_t len, int opcode, size_t seq_at);
 /* A publish made on behalf of ws (a client asked for it): its route's
  * on_publish is asked first (once, never per delivered message); allowed,
  * it is tern_publish_key on tern_ws_server(ws) (ws gets the message too

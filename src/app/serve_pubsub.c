@@ -324,8 +324,10 @@ static int64_t publish_json(tern_server *srv, tern_ws *ws, const char *topic, si
     memcpy(m + o, d, dlen);
     o += dlen;
     m[o++] = '}';
+    /* The admin API's publish (no ws) answers before the fan-out: its
+     * subscribers here get the message at the loop's next turn. */
     int64_t seq = ws ? tern_ws_publish(ws, topic, key, m, o, TERN_WS_TEXT, seq_at)
-                     : tern_publish_key(srv, topic, key, m, o, TERN_WS_TEXT, seq_at);
+                     : tern_publish_later(srv, topic, key, m, o, TERN_WS_TEXT, seq_at);
     free(m);
     return seq;
 }

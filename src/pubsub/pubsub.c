@@ -1605,7 +1605,7 @@ static bool redis_numbered(gtopic *t, const tern__redis_num *num, uint64_t *fill
  * false: not sent back; num: numbered there). */
 static int64_t publish(tern_server *srv, const char *name, const char *key, const void *data,
                        size_t len, int opcode, const tern_ws *except, size_t seq_at,
-                       bool forward, const tern__redis_num *num) {
+                       bool forward, const tern__redis_num *num, bool later) {
     size_t tlen, klen = 0;
     int err;
     if (srv == NULL || srv->loop == NULL || (data == NULL && len > 0) ||
@@ -1630,7 +1630,9 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
         bridge_publish(g, name, tlen, key, klen, data, len, opcode, seq_at, NULL);
     }
     uint64_t h = hash_name(name, tlen);
-    bool here = tern__loop_current() == srv->loop;
+    /* later: this loop's subscribers too by a post, behind what the
+     * caller writes now */
+    bool here = !later && tern__loop_current() == srv->loop;
     pub *p = malloc(sizeof(*p) + tlen + 1 + klen);
     if (p == NULL)
         return -ENOMEM;
@@ -1703,12 +1705,17 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
 
 int64_t tern_publish_ex(tern_server *srv, const char *topic, const void *data, size_t len,
                         int opcode, const tern_ws *except, size_t seq_at) {
-    return publish(srv, topic, NULL, data, len, opcode, except, seq_at, true, NULL);
+    return publish(srv, topic, NULL, data, len, opcode, except, seq_at, true, NULL, false);
 }
 
 int64_t tern_publish_key(tern_server *srv, const char *topic, const char *key, const void *data,
                          size_t len, int opcode, size_t seq_at) {
-    return publish(srv, topic, key, data, len, opcode, NULL, seq_at, true, NULL);
+    return publish(srv, topic, key, data, len, opcode, NULL, seq_at, true, NULL, false);
+}
+
+int64_t tern_publish_later(tern_server *srv, const char *topic, const char *key,
+                           const void *data, size_t len, int opcode, size_t seq_at) {
+    return publish(srv, topic, key, data, len, opcode, NULL, seq_at, true, NULL, true);
 }
 
 int64_t tern_ws_publish(tern_ws *ws, const char *topic, const char *key, const void *data,
@@ -1726,7 +1733,7 @@ int64_t tern_ws_publish(tern_ws *ws, const char *topic, const char *key, const v
         return err;
     if ((err = authorize(ws, true, topic, tlen)) < 0)
         return err;
-    return publish(srv, topic, key, data, len, opcode, NULL, seq_at, true, NULL);
+    return publish(srv, topic, key, data, len, opcode, NULL, seq_at, true, NULL, false);
 }
 
 int64_t tern_publish(tern_server *srv, const char *topic, const void *data, size_t len,
@@ -1883,7 +1890,8 @@ static void bridge_message(void *user, const char *topic, size_t tlen, const cha
     memcpy(k, key, klen);
     k[klen] = '\0';
     if (g->bridge_srv && strlen(name) == tlen && strlen(k) == klen)
-        publish(g->bridge_srv, name, klen ? k : NULL, data, len, opcode, NULL, seq_at, false, num);
+        publish(g->bridge_srv, name, klen ? k : NULL, data, len, opcode, NULL, seq_at, false, num,
+                false);
 }
 
 /* After each (re)connect: the patterns of the topics with a history

@@ -238,6 +238,65 @@ static void order_except_and_unsubscribe(void **state) {
     app_finish(&a);
 }
 
+/* ---- tern_publish_later: this loop's subscribers at its next turn ------- */
+
+static void later_tick(tern_timer *t, void *user) {
+    app *a = user;
+    (void)t;
+    if (a->opened < 2 || ++a->ticks > 2000) {
+        if (a->ticks > 2000)
+            tern_loop_stop(a->loop);
+        return;
+    }
+    switch (a->step++) {
+    case 0:
+        /* later and now, interleaved: each topic's order is the calls' */
+        for (int i = 0; i < 20; i++) {
+            char buf[16];
+            snprintf(buf, sizeof(buf), "%s%d", i % 2 ? "now" : "later", i);
+            a->in_publish = true;
+            a->seqs[a->nseqs++] =
+                i % 2 ? tern_publish_key(a->srv, "t", NULL, buf, strlen(buf), TERN_WS_TEXT, SIZE_MAX)
+                      : tern_publish_later(a->srv, "t", NULL, buf, strlen(buf), TERN_WS_TEXT,
+                                           SIZE_MAX);
+            a->in_publish = false;
+        }
+        assert_int_equal(tern_publish_later(a->srv, "nobody", NULL, "x", 1, TERN_WS_TEXT, SIZE_MAX),
+                         0);
+        assert_int_equal(tern_publish_later(NULL, "t", NULL, "x", 1, TERN_WS_TEXT, SIZE_MAX),
+                         -EINVAL);
+        break;
+    default:
+        tern_loop_stop(a->loop);
+    }
+}
+
+static void publish_later_keeps_order_with_publish_now(void **state) {
+    (void)state;
+    app a;
+    app_start(&a, NULL);
+    int port = tern_server_port(a.srv);
+    for (int i = 0; i < 2; i++)
+        a.fds[a.nfds++] = client_open(port, 0);
+    assert_int_equal(tern_timer_start(a.loop, &a.tick, 5, 5, later_tick, &a), 0);
+    assert_int_equal(tern_loop_run(a.loop), 0);
+    assert_int_equal(a.callbacks_in_publish, 0);
+    assert_int_equal(a.nseqs, 20);
+    char expect[512] = "";
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(a.seqs[i], i + 1);
+        char line[16];
+        snprintf(line, sizeof(line), "%s%d\n", i % 2 ? "now" : "later", i);
+        strcat(expect, line);
+    }
+    for (int i = 0; i < 2; i++) {
+        char *got = client_messages(a.fds[i]);
+        assert_string_equal(got, expect);
+        free(got);
+    }
+    app_finish(&a);
+}
+
 /* ---- slow subscribers ---------------------------------------------------- */
 
 /* fds[0] reads, fds[1] never does. */
@@ -626,6 +685,7 @@ static void publish_in_on_close_during_server_free_then_loop_freed(void **state)
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(order_except_and_unsubscribe),
+        cmocka_unit_test(publish_later_keeps_order_with_publish_now),
         cmocka_unit_test(drop_policy_counts_what_a_slow_subscriber_misses),
         cmocka_unit_test(close_policy_closes_with_1008_after_the_publish),
         cmocka_unit_test(bad_arguments_are_refused),

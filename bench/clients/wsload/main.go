@@ -10,6 +10,7 @@
 // fields as `tern load echo --json`; otherwise a short summary. It exits 1
 // when a dial fails or an echo differs from what was sent. ws:// or wss://
 // (crypto/tls, certificate not verified): the wss-echo suite's client.
+// -mode fanout: the fanout suite's independent client (fanout.go).
 package main
 
 import (
@@ -50,7 +51,15 @@ func main() {
 	warmup := flag.Duration("warmup", time.Second, "unmeasured time before measuring")
 	duration := flag.Duration("duration", 5*time.Second, "how long to measure")
 	asJSON := flag.Bool("json", false, "print one JSON line")
+	mode := flag.String("mode", "echo", "echo, or fanout (fanout.go)")
+	replies := flag.Int("replies", 10, "fanout: messages back per round")
+	replySize := flag.Int("reply-size", 10000, "fanout: bytes of each")
+	interval := flag.Duration("interval", time.Second, "fanout: a round per connection this often")
 	flag.Parse()
+	if *mode == "fanout" {
+		runFanout(*url, *conns, *size, *replies, *replySize, *interval, *warmup, *duration, *asJSON)
+		return
+	}
 
 	msg := bytes.Repeat([]byte("m"), *size)
 	// wss:// URLs: crypto/tls, the certificate not verified (bench/run's is
