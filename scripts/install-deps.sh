@@ -38,6 +38,7 @@ apt_pkgs=(
   libc-ares-dev                                  # the WebSocket client's name resolution, on the loop
   liburing-dev                                   # the loop's io_uring back end
   libjansson-dev                                 # tern serve's JWT claims (src/app/token.c)
+  libsystemd-dev                                 # tern serve's sd_notify (src/app/serve_systemd.c)
   openssl                                        # make run's self-signed certificate for HTTPS on 8443
 )
 py_mods=()   # module:package
@@ -50,7 +51,8 @@ if [ $want_test = 1 ]; then
     chromium                                     # browser WebSocket test (headless)
     redis-server                                 # pub/sub across nodes (tests/integration/test_redis.py)
   )
-  py_mods+=(pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11)
+  py_mods+=(pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11
+           prometheus_client:prometheus_client)   # /metrics' format, checked by its own parser
 fi
 if [ $want_bench = 1 ]; then
   apt_pkgs+=(

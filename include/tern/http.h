@@ -60,6 +60,12 @@ typedef struct tern_server_options {
     uint32_t idle_timeout_ms;      /* keep-alive, nothing asked and nothing to send: 60 s (close) */
     uint32_t send_timeout_ms;      /* a response the client takes nothing of for this long: 60 s (close) */
     uint32_t shutdown_timeout_ms;  /* graceful shutdown, then everything is closed: 10 s */
+    /* A graceful shutdown closes each open WebSocket (1001, "server
+     * shutting down") at a random moment within this many ms of its start,
+     * so that their clients do not all reconnect (somewhere else) at the
+     * same instant; keep it under shutdown_timeout_ms, which closes what
+     * is left. 0 (the default): all at once, when the shutdown starts. */
+    uint32_t shutdown_ws_spread_ms;
     const char *server_header;     /* "Server:" value: "tern"; "" sends none */
     tern_http_error_page_fn error_page;   /* the server's own answers' bodies: the reason phrase */
     void *error_page_user;
@@ -180,7 +186,9 @@ int tern_server_port(const tern_server *srv);
 
 /* The access log: fn gets one entry per response the server sends (also
  * its own 404/405/501 answers and refusals such as 400 or 431, with
- * method and target "-", and 101 for a WebSocket upgrade). Entries are
+ * method and target "-"). A WebSocket session has one entry, status 101,
+ * given when it ends (not at the upgrade): websocket set, its duration,
+ * the bytes of frames each way, its messages and how it closed. Entries are
  * delivered at the end of the loop's batch of events, never from inside a
  * tern call; the strings are valid during the call only. fn NULL stops
  * it. The same log serves every server sharing the configuration (fn gets
@@ -193,7 +201,15 @@ typedef struct tern_http_access {
     const char *target;    /* the request-target as sent (path and query), or "-" */
     int status;
     uint64_t bytes;        /* body bytes of the response */
-    uint64_t duration_ms;  /* from the handler's start to the response's end (loop clock) */
+    uint64_t duration_ms;  /* from the handler's start to the response's end (loop clock);
+                              a WebSocket: from its upgrade to its end */
+    /* A WebSocket session's (websocket true; zero otherwise): bytes above
+     * is what the server sent (frames), bytes_in what it read. */
+    bool websocket;
+    uint64_t bytes_in;
+    uint64_t messages_in, messages_out;
+    int close_code;        /* of the first close frame, sent or received; 1006: none */
+    bool closed_by_server; /* that first close frame was the server's */
 } tern_http_access;
 typedef void (*tern_http_access_fn)(tern_server *srv, const tern_http_access *entry, void *user);
 int tern_server_set_access_log(tern_server *srv, tern_http_access_fn fn, void *user);

@@ -225,10 +225,14 @@ typedef struct tern_redis_counters {
     uint64_t received;     /* messages from the other nodes */
     uint64_t dropped;      /* publishes not sent: Redis was away */
     uint64_t fills;        /* numbered messages missed (link down) and read back from Redis */
+    bool auth_refused;     /* Redis refused the URL's password (or its absence) at the last try */
 } tern_redis_counters;
 
 /* Bridges srv's configuration (every loop of its group) to Redis at url
- * (redis://host[:port][/db]; port 6379, db 0 by default). In setup, on
+ * (redis://[[user]:password@]host[:port][/db]; port 6379, db 0 by
+ * default; the password, and the ACL user when given, are sent with AUTH
+ * first on every connection, %XX escapes decoded; a refusal is logged
+ * once, without the password, and retried with the backoff, as a loss). In setup, on
  * srv's loop thread, after tern_pubsub_configure and the topic rules.
  * Returns 0, -EINVAL (NULL argument, a bad URL), -EALREADY (bridged
  * already), -ENOMEM. Connecting goes on in the loop: a Redis that is not

@@ -234,7 +234,9 @@ bool tern_ws_is_open(const tern_ws *ws);
  * the deadline watches the peer; when it fires or is cleared the idle
  * clock starts again. The backlog's grace period (backlog_grace_ms) is
  * then checked at each send and when the deadline fires rather than by a
- * timer of its own.
+ * timer of its own. Once a graceful shutdown has given the connection its
+ * moment to be closed (tern_server_options.shutdown_ws_spread_ms), that
+ * moment holds the clock: setting a deadline returns 0 and changes nothing.
  * Returns 0, -EINVAL for a NULL ws, -EPIPE once a close was sent or
  * received. */
 int tern_ws_set_deadline(tern_ws *ws, uint32_t ms);

@@ -50,6 +50,38 @@ void tern__serve_pubsub_set_rate(uint32_t rate);
 struct tern__topic_rules;
 const struct tern__topic_rules *tern__serve_pubsub_swap_rules(const struct tern__topic_rules *r);
 
+/* serve_metrics.c: GET /metrics (the admin listener's), the counters of
+ * srv's threads in Prometheus' text format; draining: SIGTERM came. */
+void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining);
+
+/* serve_redis.c: --redis's URL with its password as "****" (for any line
+ * that shows it); and the URL the bridge is given: url with the first line
+ * of password_file (NULL: none) as its password. NULL once said why
+ * (unreadable file, a URL with a password already); free() the result
+ * after wiping it. */
+void tern__serve_redis_redact(const char *url, char *out, size_t cap);
+char *tern__serve_redis_url(const char *url, const char *password_file);
+
+/* serve_log.c: --log-format. Every line gets an RFC 3339 timestamp and a
+ * level; json makes each line one JSON object. tern__serve_log writes one
+ * line (level: TERN_LOG_*) to f; tern__serve_log_access one access record.
+ * The format is set once, before any thread runs. */
+#include <stdio.h>
+enum { TERN_SERVE_LOG_TEXT, TERN_SERVE_LOG_JSON };
+void tern__serve_log_format(int format);
+bool tern__serve_log_json(void);
+void tern__serve_log(FILE *f, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void tern__serve_log_access(FILE *f, const tern_http_access *a);
+void tern__serve_json_escape(const char *s, char *out, size_t cap);
+
+/* serve_systemd.c: sd_notify. ready: READY=1 with a status line;
+ * stopping: STOPPING=1; watchdog: when the unit has WatchdogSec, a timer
+ * on loop that sends WATCHDOG=1 at half its period (*out: the timer, or
+ * NULL without a watchdog). 0, or a negative errno. */
+void tern__serve_sd_ready(const char *status);
+void tern__serve_sd_stopping(void);
+int tern__serve_sd_watchdog(tern_loop *loop, tern_timer **out);
+
 /* feed.c: the simulated market data ("market", rate updates a second; 0:
  * none) and live statistics ("stats", every second), from timers on srv's
  * loop; and the page that shows them at /market (and / when at_root). */

@@ -48,13 +48,20 @@
  *                           --api-key-file (401 otherwise; 403 without one)
  *   GET  /stats             the threads' counters as JSON: their sum, then
  *                           each thread's
+ *   GET  /metrics           the same in Prometheus' text format, with Redis's
+ *                           link and the refusals by reason (serve_metrics.c)
+ *   GET  /healthz, /health  200 "ok": the process answers
+ *   GET  /readyz, /ready    200 "ready", or 503 with the reason: draining
+ *                           (after SIGTERM), or --redis given and its link
+ *                           down
  *
  * --threads N (default: one per core) loops, one per thread, with tern_run:
  * the same routes on each, SO_REUSEPORT listeners.
  *
  * SIGINT or SIGTERM: graceful shutdown of every thread (stop accepting,
- * finish responses in flight, close idle connections), exit 0. A second
- * signal exits at once. */
+ * finish responses in flight, close idle connections, close WebSockets
+ * with 1001 at random moments over --shutdown-spread, /readyz 503), exit
+ * 0. A second signal exits at once. */
 #include <ctype.h>
 #include <errno.h>
 #include <malloc.h>
@@ -159,7 +166,9 @@ typedef struct serve_ctx {
     tern__serve_pubsub_limits ps_limits;   /* --pubsub-max-message, --pubsub-rate */
     tern__serve_token_flags token_flags;   /* --token-* (serve_tokens.c) */
     tern__topic_rules rules;   /* --topic, --pubsub-topic-policy, and the feed's topics */
-    const char *redis;         /* --redis URL, or NULL */
+    /* --redis URL (with --redis-password-file's password put in), or NULL;
+     * shown only through tern__serve_redis_redact */
+    char *redis;
     bool feed;                 /* --feed on|off (on) */
     tern_listen_options listen;   /* --sndbuf */
     int ws_async;              /* --ws-async[=timer|post]: /ws echoes each message later */
@@ -174,6 +183,7 @@ typedef struct serve_ctx {
     char admin_host_buf[256];
     tern_server *admin;
     tern_server_options server_options;   /* the admin server's too */
+    tern_timer *watchdog;      /* systemd's WatchdogSec: WATCHDOG=1 from loop 0, or NULL */
     /* --api-key-file: its first line, or NULL (then POST /publish is 403) */
     char *api_key;
     /* /ws/broadcast's sequencer: a message is given its place (posted to
@@ -181,6 +191,9 @@ typedef struct serve_ctx {
      * flight) under this lock, so every loop's FIFO post queue holds the
      * messages in one order. */
     pthread_mutex_t bcast_lock;
+    /* Set by the first SIGTERM or SIGINT (on loop 0), read by the admin
+     * routes: from then on the server only finishes what it has. */
+    atomic_bool draining;
 } serve_ctx;
 
 /* The thread whose loop runs this request. */
@@ -191,14 +204,13 @@ static serve_thread *thread_of(tern_http_req *req, serve_ctx *ctx) {
 
 /* --log-level: the library's lines on stderr. */
 static void log_stderr(int level, const char *msg, void *user) {
-    fprintf(stderr, "tern: [%s] %s\n", tern_log_level_name(level), msg);
+    tern__serve_log(stderr, level, "%s", msg);
 }
 
 /* --access-log: peer method target status bytes duration, one line each. */
 static void access_line(tern_server *srv, const tern_http_access *a, void *user) {
     serve_ctx *ctx = user;
-    fprintf(ctx->access_log, "%s %s %s %d %llu %llums\n", a->peer, a->method, a->target,
-            a->status, (unsigned long long)a->bytes, (unsigned long long)a->duration_ms);
+    tern__serve_log_access(ctx->access_log, a);
 }
 
 /* Reads a non-negative integer query parameter; -1 when absent or bad. */
@@ -770,9 +782,9 @@ static void on_stats(tern_http_req *req, void *user) {
     if (tern_pubsub_redis_stats(srv, &rc) == 0)
         snprintf(redis, sizeof(redis),
                  "{\"connected\":%s,\"reconnects\":%llu,\"published\":%llu,"
-                 "\"received\":%llu,\"dropped\":%llu,\"fills\":%llu}",
+                 "\"received\":%llu,\"dropped\":%llu,\"fills\":%llu,\"auth_refused\":%s}",
                  rc.connected ? "true" : "false", U(rc.reconnects), U(rc.published),
-                 U(rc.received), U(rc.dropped), U(rc.fills));
+                 U(rc.received), U(rc.dropped), U(rc.fills), rc.auth_refused ? "true" : "false");
     tern__serve_pubsub_refusals pr;
     tern__serve_pubsub_refusals_get(&pr);
     len = (size_t)snprintf(out, cap, "{\"threads\":%d,\"thread\":%d,\"redis\":%s,"
@@ -788,6 +800,47 @@ static void on_stats(tern_http_req *req, void *user) {
     free(each);
     tern_http_respond(req, 200, "application/json", out, len < cap ? len : cap - 1);
     free(out);
+}
+
+/* GET /metrics: the public servers' counters (serve_metrics.c). */
+static void on_metrics(tern_http_req *req, void *user) {
+    serve_ctx *ctx = user;
+    tern__serve_metrics(req, ctx->first, atomic_load(&ctx->draining));
+}
+
+/* GET /healthz (and /health): the process answers; nothing else is
+ * looked at, so that a supervisor restarts only a process that hangs. */
+static void on_health(tern_http_req *req, void *user) {
+    tern_http_respond(req, 200, "text/plain", "ok\n", 3);
+}
+
+/* GET /readyz (and /ready): whether a load balancer should send clients
+ * here. Not while draining (SIGTERM), nor while the Redis bridge is down
+ * when there is one: a node without it delivers its own publishes only. */
+static void on_ready(tern_http_req *req, void *user) {
+    serve_ctx *ctx = user;
+    tern_redis_counters rc;
+    const char *why = NULL;
+    if (atomic_load(&ctx->draining))
+        why = "not ready: draining\n";
+    else if (ctx->redis && tern_pubsub_redis_stats(ctx->first, &rc) < 0)
+        why = "not ready: redis down\n";   /* not bridged yet */
+    else if (ctx->redis && rc.auth_refused)
+        why = "not ready: redis auth failed\n";
+    else if (ctx->redis && !rc.connected)
+        why = "not ready: redis down\n";
+    if (why)
+        tern_http_respond(req, 503, "text/plain", why, strlen(why));
+    else
+        tern_http_respond(req, 200, "text/plain", "ready\n", 6);
+}
+
+/* SIGTERM and SIGINT, after tern_run's own handler (which starts the
+ * graceful shutdown): readiness says so from now on. */
+static void on_stop_signal(tern_loop *loop, int signo, void *user) {
+    serve_ctx *ctx = user;
+    if (!atomic_exchange(&ctx->draining, true))
+        tern__serve_sd_stopping();
 }
 
 /* Whether the request's "Authorization: Bearer KEY" names ctx->api_key:
@@ -1007,20 +1060,22 @@ static bool same_values(const tern__opt_set *a, const tern__opt_set *b, int i) {
 static bool reload_config(serve_ctx *ctx) {
     tern__opt_set n;
     if (tern__opt_init(&n, "tern serve", tern__serve_opts, SV_COUNT) < 0) {
-        fprintf(stderr, "tern: SIGHUP: out of memory: the configuration is kept as it was\n");
+        tern__serve_log(stderr, TERN_LOG_ERROR,
+                        "SIGHUP: out of memory: the configuration is kept as it was");
         return false;
     }
     n.env_prefix = "TERN_";
     if (tern__opt_parse_argv(&n, ctx->argc, ctx->argv) < 0 ||
         tern__opt_parse_file(&n, ctx->config_path) < 0 || tern__opt_parse_env(&n) < 0) {
-        fprintf(stderr, "tern: SIGHUP: %s: the configuration is kept as it was\n", n.err);
+        tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: %s: the configuration is kept as it was",
+                        n.err);
         tern__opt_free(&n);
         return false;
     }
     tern__token_config *tok;
     bool toggle;
     if (!tokens_rebuild(&n, &tok, &toggle)) {
-        fprintf(stderr, "tern: SIGHUP: the configuration is kept as it was\n");
+        tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: the configuration is kept as it was");
         tern__opt_free(&n);
         return false;
     }
@@ -1031,7 +1086,7 @@ static bool reload_config(serve_ctx *ctx) {
     bool rules_fixed = false;
     if (!same_values(ctx->opts, &n, SV_TOPIC) || !same_values(ctx->opts, &n, SV_PS_TOPIC)) {
         if ((rules = malloc(sizeof(*rules))) == NULL || rules_build(&n, rules) < 0) {
-            fprintf(stderr, "tern: SIGHUP: %s: the configuration is kept as it was\n",
+            tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: %s: the configuration is kept as it was",
                     rules ? "the topic rules" : "out of memory");
             free(rules);
             tern__token_config_free(tok);
@@ -1048,7 +1103,7 @@ static bool reload_config(serve_ctx *ctx) {
     serve_origins *origins = NULL;
     if (!same_values(ctx->opts, &n, SV_ALLOWED_ORIGIN) || !same_values(ctx->opts, &n, SV_WS_ORIGIN)) {
         if ((origins = origins_new(&n, &too_many)) == NULL) {
-            fprintf(stderr, "tern: SIGHUP: %s: the configuration is kept as it was\n",
+            tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: %s: the configuration is kept as it was",
                     too_many ? "more than " ORIGINS_MAX_TEXT " origins" : "out of memory");
             tern__token_config_free(tok);
             free(rules);
@@ -1090,12 +1145,12 @@ static bool reload_config(serve_ctx *ctx) {
     if (tok) {
         retire_after_loops(ctx, tern__serve_tokens_swap(tok), token_config_free_any);
         if (!ctx->quiet)
-            fprintf(stderr, "tern: SIGHUP, token keys read again\n");
+            tern__serve_log(stderr, TERN_LOG_INFO, "SIGHUP, token keys read again");
     }
     if (!ctx->quiet)
         tern_set_log(log_level_of(tern__opt_str(ctx->opts, SV_LOG_LEVEL)), log_stderr, NULL);
     tern__serve_pubsub_set_rate((uint32_t)tern__opt_uint(ctx->opts, SV_PS_RATE));
-    fprintf(stderr, "tern: SIGHUP: %s read: %s%s%s%s%s%s\n", ctx->config_path,
+    tern__serve_log(stderr, TERN_LOG_INFO, "SIGHUP: %s read: %s%s%s%s%s%s", ctx->config_path,
             alen ? "applied " : "", applied, alen && klen ? "; " : "",
             klen ? "not applied (they need a restart): " : "", kept,
             alen || klen ? "" : "no option changed");
@@ -1112,14 +1167,16 @@ static void on_sighup(tern_loop *loop, int signo, void *user) {
         tern__token_config *tok;
         bool toggle;
         if (!tokens_rebuild(ctx->opts, &tok, &toggle))
-            fprintf(stderr, "tern: SIGHUP: the token keys are kept as they were\n");
+            tern__serve_log(stderr, TERN_LOG_ERROR,
+                            "SIGHUP: the token keys are kept as they were");
         else if (tok)
             retire_after_loops(ctx, tern__serve_tokens_swap(tok), token_config_free_any);
     }
     /* Renewed certificates: new handshakes use them. */
     int err = ctx->tls ? tern_tls_reload(ctx->tls) : 0;
     if (!ctx->quiet || err < 0)
-        fprintf(stderr, "tern: SIGHUP, certificates %s%s\n", err < 0 ? "kept: " : "reloaded",
+        tern__serve_log(stderr, err < 0 ? TERN_LOG_ERROR : TERN_LOG_INFO,
+                        "SIGHUP, certificates %s%s", err < 0 ? "kept: " : "reloaded",
                 err < 0 ? tern_strerror(err) : "");
 }
 
@@ -1140,11 +1197,16 @@ static void print_listening(tern_loop *loop, void *user) {
                  ctx->admin_host, av6 ? "]" : "", tern_server_port(ctx->admin));
     }
     /* The back end stays last: scripts read it there. */
-    fprintf(stderr, "tern: listening on http://%s%s%s:%d/%s%s%s%s (%d thread%s, %s)\n",
-            v6 ? "[" : "", host, v6 ? "]" : "", tern_server_port(ctx->first), https,
-            ctx->unix_path ? " and unix:" : "", ctx->unix_path ? ctx->unix_path : "", admin,
-            ctx->nthreads, ctx->nthreads == 1 ? "" : "s",
-            tern_loop_backend(tern_server_loop(ctx->first)));
+    char line[1024];
+    snprintf(line, sizeof(line), "listening on http://%s%s%s:%d/%s%s%s%s (%d thread%s, %s)",
+             v6 ? "[" : "", host, v6 ? "]" : "", tern_server_port(ctx->first), https,
+             ctx->unix_path ? " and unix:" : "", ctx->unix_path ? ctx->unix_path : "", admin,
+             ctx->nthreads, ctx->nthreads == 1 ? "" : "s",
+             tern_loop_backend(tern_server_loop(ctx->first)));
+    tern__serve_log(stderr, TERN_LOG_INFO, "%s", line);
+    tern__serve_sd_ready(line);
+    if (tern__serve_sd_watchdog(loop, &ctx->watchdog) < 0)
+        tern__serve_log(stderr, TERN_LOG_ERROR, "systemd watchdog: no timer (out of memory)");
 }
 
 /* Setup fails with this once it has said why. */
@@ -1161,6 +1223,11 @@ static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
     }
     if ((err = tern_http_route(ctx->admin, "POST", "/publish/:topic", on_admin_publish, ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/stats", on_stats, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/metrics", on_metrics, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/healthz", on_health, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/health", on_health, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/readyz", on_ready, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/ready", on_ready, ctx)) < 0 ||
         (err = tern_http_not_found(ctx->admin, on_not_found, ctx)) < 0) {
         fprintf(stderr, "tern serve: the admin routes: %s\n", tern_strerror(err));
     } else if ((err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, NULL)) < 0) {
@@ -1178,6 +1245,10 @@ static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
 /* tern_run's teardown: loop 0 has ended, the admin server goes before it. */
 static void serve_teardown(tern_loop *loop, tern_server *srv, void *user) {
     serve_ctx *ctx = user;
+    if (tern_server_index(srv) == 0 && ctx->watchdog) {
+        tern_timer_stop(ctx->watchdog);
+        ctx->watchdog = NULL;
+    }
     if (tern_server_index(srv) == 0 && ctx->admin) {
         tern_server_free(ctx->admin);
         ctx->admin = NULL;
@@ -1268,8 +1339,11 @@ static int serve_setup(tern_server *srv, void *user) {
         return SETUP_FAILED;
     }
     if (ctx->redis && (err = tern_pubsub_redis(srv, ctx->redis)) < 0) {
-        fprintf(stderr, "tern serve: --redis %s: %s\n", ctx->redis,
-                err == -EINVAL ? "not a redis://host[:port][/db] URL" : tern_strerror(err));
+        char shown[512];
+        tern__serve_redis_redact(ctx->redis, shown, sizeof(shown));
+        fprintf(stderr, "tern serve: --redis %s: %s\n", shown,
+                err == -EINVAL ? "not a redis://[[user]:password@]host[:port][/db] URL"
+                               : tern_strerror(err));
         return SETUP_FAILED;
     }
     if (ctx->root && (err = tern_http_static(srv, "/", ctx->root)) < 0) {
@@ -1311,8 +1385,10 @@ static int serve_setup(tern_server *srv, void *user) {
     }
     if (ctx->admin_host && (err = admin_setup(ctx, tern_server_loop(srv))) < 0)
         return err;
-    /* SIGINT and SIGTERM are tern_run's. */
+    /* SIGINT and SIGTERM are tern_run's; ours only marks the drain. */
     tern_loop_on_signal(tern_server_loop(srv), SIGHUP, on_sighup, ctx);
+    tern_loop_on_signal(tern_server_loop(srv), SIGTERM, on_stop_signal, ctx);
+    tern_loop_on_signal(tern_server_loop(srv), SIGINT, on_stop_signal, ctx);
     tern_loop_post(tern_server_loop(srv), print_listening, ctx);
     return 0;
 }
@@ -1372,6 +1448,7 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     int slow_policy = !strcmp(slow, "close") ? TERN_WS_SLOW_CLOSE
                       : !strcmp(slow, "drop") ? TERN_WS_SLOW_DROP : TERN_WS_SLOW_PAUSE;
     serve_ctx ctx = {.bcast_lock = PTHREAD_MUTEX_INITIALIZER};
+    atomic_init(&ctx.draining, false);
     ctx.quiet = tern__opt_uint(s, SV_QUIET);
     ctx.feed = strcmp(tern__opt_str(s, SV_FEED), "on") == 0;
     ctx.feed_rate = (unsigned)tern__opt_uint(s, SV_FEED_RATE);
@@ -1425,7 +1502,11 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
                                     : TERN_TLS_VERIFY_OPTIONAL;
     unsigned long long port = tern__opt_uint(s, SV_PORT), tls_port = tern__opt_uint(s, SV_TLS_PORT);
     ctx.po.max_backlog = tern__opt_uint(s, SV_PS_BACKLOG);
-    ctx.redis = tern__opt_str(s, SV_REDIS);
+    const char *redis_url = tern__opt_str(s, SV_REDIS);
+    const char *redis_password_file = tern__opt_str(s, SV_REDIS_PASS_FILE);
+    tern__serve_log_format(strcmp(tern__opt_str(s, SV_LOG_FORMAT), "json") == 0
+                               ? TERN_SERVE_LOG_JSON
+                               : TERN_SERVE_LOG_TEXT);
     ctx.po.history = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY);
     ctx.listen.sndbuf = (int)tern__opt_uint(s, SV_SNDBUF);
     ctx.po.history_ms = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY_AGE) * 1000;
@@ -1442,6 +1523,12 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
         return 2;
 
     if (api_key_path && (ctx.api_key = read_api_key(api_key_path)) == NULL)
+        return 1;   /* said why */
+    if (redis_password_file && redis_url == NULL) {
+        fprintf(stderr, "tern serve: --redis-password-file needs --redis\n");
+        return 2;
+    }
+    if (redis_url && (ctx.redis = tern__serve_redis_url(redis_url, redis_password_file)) == NULL)
         return 1;   /* said why */
     if (access_path) {
         ctx.access_log = strcmp(access_path, "-") == 0 ? stdout : fopen(access_path, "a");
@@ -1522,6 +1609,14 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
         ctx.threads[i].index = i;
         atomic_init(&ctx.threads[i].bcast_inflight, 0);
     }
+    if (tern__opt_given(s, SV_SHUT_SPREAD)) {
+        so.shutdown_ws_spread_ms = (uint32_t)tern__opt_uint(s, SV_SHUT_SPREAD);
+    } else {
+        /* The WebSockets' closes over the first 4/5 of the shutdown, so
+         * that their close handshakes end before it does. */
+        uint32_t t = so.shutdown_timeout_ms ? so.shutdown_timeout_ms : 10000;
+        so.shutdown_ws_spread_ms = t / 5 * 4;
+    }
     ctx.server_options = so;
     tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown};
     err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);
@@ -1539,6 +1634,10 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     if (ctx.api_key) {
         OPENSSL_cleanse(ctx.api_key, strlen(ctx.api_key));
         free(ctx.api_key);
+    }
+    if (ctx.redis) {
+        OPENSSL_cleanse(ctx.redis, strlen(ctx.redis));
+        free(ctx.redis);
     }
     if (ctx.access_log && ctx.access_log != stdout)
         fclose(ctx.access_log);

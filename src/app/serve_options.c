@@ -139,8 +139,10 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                                  "/fanout/sub, /fanout/pub, /fanout/pub-keyed (off: 404;\n"
                                  "/, /market, /pubsub and /ping are always served)"},
     [SV_ADMIN_LISTEN] = {"admin-listen", 0, S, "HOST:PORT", "127.0.0.1:9090", .check = admin_listen_ok,
-                         .help = "the admin listener: POST /publish/:topic and GET /stats,\n"
-                                 "never on the public port ([::1]:P for IPv6; off for none)"},
+                         .help = "the admin listener: POST /publish/:topic, GET /stats and\n"
+                                 "GET /metrics (Prometheus), GET /healthz and GET /readyz\n"
+                                 "(503 while draining or while --redis is down), never on\n"
+                                 "the public port ([::1]:P for IPv6; off for none)"},
     [SV_API_KEY_FILE] = {"api-key-file", 0, S, "FILE", .flags = SECRET,
                          .help = "the key POST /publish needs (Authorization: Bearer KEY):\n"
                                  "the file's first line (unset: publish answers 403)"},
@@ -163,6 +165,10 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                    .help = "the kernel's send buffer of each connection (SO_SNDBUF;\n"
                            "unset: autotuned, up to megabytes a client has not read)"},
     [SV_SHUT_TO] = {"shutdown-timeout", 0, U, "MS", "10000", 1, MS_MAX, .help = "graceful shutdown limit"},
+    [SV_SHUT_SPREAD] = {"shutdown-spread", 0, U, "MS", NULL, 0, MS_MAX,
+                        .help = "the shutdown closes each WebSocket (1001) at a random moment\n"
+                                "within MS, so their clients do not all reconnect at once\n"
+                                "(unset: 4/5 of --shutdown-timeout; 0: all at once)"},
     [SV_WS_MAX] = {"ws-max-message", 0, U, "BYTES", "16777216", 1, 1ull << 40,
                    .help = "WebSocket message limit"},
     [SV_WS_IDLE] = {"ws-idle-timeout", 0, U, "MS", "30000", 1, MS_MAX,
@@ -244,12 +250,21 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                       .help = "its price updates a second, over all instruments"},
     [SV_REDIS] = {"redis", 0, S, "URL",
                   .help = "bridge pub/sub through Redis (redis://host[:port][/db]):\n"
-                          "every node's subscribers get every node's publishes"},
+                          "every node's subscribers get every node's publishes;\n"
+                          "redis://[user]:password@host... sends AUTH (never logged;\n"
+                          "better --redis-password-file)"},
+    [SV_REDIS_PASS_FILE] = {"redis-password-file", 0, S, "F", .flags = SECRET,
+                            .help = "the password (F's first line) instead of in the URL,\n"
+                                    "which would show it to every user of the machine"},
     [SV_LOG_LEVEL] = {"log-level", 0, C, "L", "warn", .choices = "error|warn|info|debug",
                       .flags = RELOAD, .help = "the library's log on stderr: error, warn, info, debug"},
     [SV_ACCESS_LOG] = {"access-log", 0, S, "FILE",
-                       .help = "one line per response (peer method target status bytes ms);\n"
-                               "- for stdout"},
+                       .help = "one line per response (peer method target status bytes ms),\n"
+                               "and per WebSocket session at its end (its length, bytes and\n"
+                               "messages each way, close code and side); - for stdout"},
+    [SV_LOG_FORMAT] = {"log-format", 0, C, "F", "text", .choices = "text|json",
+                       .help = "text or json: every log and access line with an RFC 3339\n"
+                               "timestamp and a level; json: one object a line"},
     [SV_THREADS] = {"threads", 0, U, "N", NULL, 1, 1024,
                     .help = "loops, one per thread (unset: one per core)"},
     [SV_IO] = {"io", 0, C, "uring|epoll", .choices = "uring|epoll",

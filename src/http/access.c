@@ -10,8 +10,7 @@
 /* Strings are offsets into the queue's text: it may move as it grows. */
 typedef struct access_entry {
     tern_server *srv;          /* NULL once its server is gone: skipped */
-    int status;
-    uint64_t bytes, duration_ms;
+    tern_http_access e;        /* its string pointers unset until the flush */
     size_t peer, method, target;
 } access_entry;
 
@@ -36,8 +35,10 @@ static void flush(tern_loop *loop) {
         access_entry a = q->e[i];
         if (a.srv == NULL || a.srv->cfg->access_fn == NULL)
             continue;
-        tern_http_access entry = {q->text + a.peer, q->text + a.method, q->text + a.target,
-                                  a.status, a.bytes, a.duration_ms};
+        tern_http_access entry = a.e;
+        entry.peer = q->text + a.peer;
+        entry.method = q->text + a.method;
+        entry.target = q->text + a.target;
         a.srv->cfg->access_fn(a.srv, &entry, a.srv->cfg->access_user);
     }
     free(q->e);
@@ -87,10 +88,11 @@ static void redact_query(char *target) {
     }
 }
 
-/* Queues an entry; an allocation failure loses the entry, nothing else. */
-static void record(tern_server *srv, const tern__conn *conn, const char *method, size_t mlen,
-                   const char *target, size_t tlen, int status, uint64_t bytes,
-                   uint64_t duration_ms) {
+/* Queues e (its strings copied: peer NUL-terminated, method and target
+ * of mlen and tlen bytes); an allocation failure loses the entry, nothing
+ * else. */
+static void queue(tern_server *srv, const tern_http_access *e, const char *peer,
+                  const char *method, size_t mlen, const char *target, size_t tlen) {
     void **slot = tern__loop_slot(srv->loop, TERN__SLOT_HTTP);
     if (*slot == NULL) {
         if ((*slot = calloc(1, sizeof(access_queue))) == NULL)
@@ -100,24 +102,16 @@ static void record(tern_server *srv, const tern__conn *conn, const char *method,
     access_queue *q = *slot;
     if (q->n == q->cap) {
         size_t cap = q->cap ? q->cap * 2 : 16;
-        access_entry *e = realloc(q->e, cap * sizeof(*e));
-        if (e == NULL)
+        access_entry *grown = realloc(q->e, cap * sizeof(*grown));
+        if (grown == NULL)
             return;
-        q->e = e;
+        q->e = grown;
         q->cap = cap;
     }
-    char peer[TERN_ADDRSTRLEN] = "-";
-    struct sockaddr_storage ss;
-    socklen_t sl;
-    if (conn && tern__peer(conn, &ss, &sl) == 0 &&
-        tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer)) < 0)
-        strcpy(peer, "-");
     bool ok = true;
     access_entry *a = &q->e[q->n];
     a->srv = srv;
-    a->status = status;
-    a->bytes = bytes;
-    a->duration_ms = duration_ms;
+    a->e = *e;
     a->peer = put_text(q, peer, strlen(peer), &ok);
     a->method = put_text(q, method, mlen, &ok);
     a->target = put_text(q, target, tlen, &ok);
@@ -125,6 +119,25 @@ static void record(tern_server *srv, const tern__conn *conn, const char *method,
         redact_query(q->text + a->target);
         q->n++;
     }
+}
+
+/* An entry of a response on conn (NULL: none left). */
+static void record(tern_server *srv, const tern__conn *conn, const char *method, size_t mlen,
+                   const char *target, size_t tlen, int status, uint64_t bytes,
+                   uint64_t duration_ms) {
+    char peer[TERN_ADDRSTRLEN] = "-";
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if (conn && tern__peer(conn, &ss, &sl) == 0 &&
+        tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer)) < 0)
+        strcpy(peer, "-");
+    tern_http_access e = {.status = status, .bytes = bytes, .duration_ms = duration_ms};
+    queue(srv, &e, peer, method, mlen, target, tlen);
+}
+
+void tern__http_access_record_entry(tern_server *srv, const tern_http_access *e) {
+    if (srv->cfg->access_fn)
+        queue(srv, e, e->peer, e->method, strlen(e->method), e->target, strlen(e->target));
 }
 
 void tern__http_access_begin(tern_http_req *req) {

@@ -377,6 +377,9 @@ void tern__http_access_keep(tern_http_req *req);
 void tern__http_access_record(tern_http_req *req, int status);
 void tern__http_access_record_error(tern__http_conn *hc, int status, uint64_t bytes);
 void tern__http_access_drop(tern_server *srv);
+/* An entry made by a layer above (a WebSocket session at its end): e's
+ * strings NUL-terminated, copied. */
+void tern__http_access_record_entry(tern_server *srv, const tern_http_access *e);
 
 /* static.c */
 void tern__http_static_free(tern__vhost *vh);

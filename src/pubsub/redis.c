@@ -54,7 +54,7 @@ typedef struct rlink {
     redisAsyncContext *ac;
     tern__io io;
     uint32_t events;
-    bool up;            /* connected (onConnect said so) */
+    bool up;            /* connected (onConnect said so) and, with a password, AUTH accepted */
 } rlink;
 
 /* Invariants: both links up (connected), or connecting, or a retry armed
@@ -65,6 +65,10 @@ struct tern__redis {
     tern_loop *loop;
     char host[256];
     int port, db;
+    /* The URL's user and password, percent-decoded (empty: none; a user
+     * needs a password). Never logged; wiped when the bridge is freed. */
+    char auth_user[256], auth_pass[512];
+    _Atomic bool auth_refused;   /* Redis refused them at the last try */
     uint8_t id[ID_LEN];
     rlink sub, pub;
     tern_timer *retry;
@@ -166,6 +170,39 @@ static void both_up(tern__redis *r) {
         set_connected(r);
 }
 
+static void link_up(rlink *l) {
+    tern__redis *r = l->r;
+    l->up = true;
+    if (r->sub.up && r->pub.up)
+        both_up(r);
+}
+
+/* The answer to a link's first command, AUTH with a password, PING
+ * without (a Redis with requirepass answers NOAUTH): the link is up only
+ * once it is accepted. A refusal is said once (Redis's own words, which
+ * never hold the password) until a try succeeds, and the link is dropped
+ * to be tried again after the backoff, as after a loss: the password may
+ * be fixed on the Redis side meanwhile. */
+static void on_auth(redisAsyncContext *ac, void *reply, void *priv) {
+    tern__redis *r = priv;
+    redisReply *m = reply;
+    if (m == NULL || r->freeing)
+        return;   /* the link went, or is being freed */
+    rlink *l = ac->ev.data;
+    if (m->type == REDIS_REPLY_ERROR) {
+        if (!atomic_load(&r->auth_refused))
+            tern__log(TERN_LOG_ERROR, TERN__LOG_RUN, "redis %s:%d refused %s%s%s: %.*s",
+                      r->host, r->port, r->auth_pass[0] ? "the password" : "a client without a password",
+                      r->auth_user[0] ? " of user " : "", r->auth_user,
+                      (int)(m->len > 200 ? 200 : m->len), m->str);
+        atomic_store(&r->auth_refused, true);
+        redisAsyncDisconnect(ac);   /* on_disconnect: link_lost, the backoff */
+        return;
+    }
+    atomic_store(&r->auth_refused, false);
+    link_up(l);
+}
+
 static void on_connect(const redisAsyncContext *ac, int status) {
     rlink *l = ac->ev.data;
     tern__redis *r = l->r;
@@ -176,9 +213,7 @@ static void on_connect(const redisAsyncContext *ac, int status) {
         link_lost(r);
         return;
     }
-    l->up = true;
-    if (r->sub.up && r->pub.up)
-        both_up(r);
+    /* up in on_auth, when Redis has answered the first command */
 }
 
 /* Either link lost: the next try starts both afresh (connect_links), so
@@ -252,6 +287,13 @@ static int link_connect(tern__redis *r, rlink *l) {
      * the first command is queued; ask now, so that the connect completes
      * even when there is nothing to send. */
     add_write(l);
+    /* First: every command after it is refused (NOAUTH) without it. */
+    if (r->auth_user[0])
+        redisAsyncCommand(ac, on_auth, r, "AUTH %s %s", r->auth_user, r->auth_pass);
+    else if (r->auth_pass[0])
+        redisAsyncCommand(ac, on_auth, r, "AUTH %s", r->auth_pass);
+    else
+        redisAsyncCommand(ac, on_auth, r, "PING");
     if (r->db != 0)
         redisAsyncCommand(ac, NULL, NULL, "SELECT %d", r->db);
     /* CLIENT LIST tells an operator which node and which link it is */
@@ -284,11 +326,55 @@ static void connect_links(tern__redis *r) {
 
 /* ---- the bridge --------------------------------------------------------- */
 
+/* Decodes len bytes of a URL's userinfo (%XX escapes) into out (cap
+ * bytes with the NUL). Returns false for a bad escape, a NUL, or too long. */
+static int hex_digit(char c) {
+    return c >= '0' && c <= '9' ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+static bool url_decode(const char *s, size_t len, char *out, size_t cap) {
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        int c = (unsigned char)s[i];
+        if (c == '%') {
+            int hi = i + 2 < len ? hex_digit(s[i + 1]) : -1;
+            int lo = i + 2 < len ? hex_digit(s[i + 2]) : -1;
+            if (hi < 0 || lo < 0 || (hi | lo) == 0)
+                return false;
+            c = hi * 16 + lo;
+            i += 2;
+        }
+        if (n + 1 >= cap)
+            return false;
+        out[n++] = (char)c;
+    }
+    out[n] = '\0';
+    return true;
+}
+
 static int parse_url(tern__redis *r, const char *url) {
     const char *p = url;
     if (strncmp(p, "redis://", 8) != 0)
         return -EINVAL;
     p += 8;
+    /* [user][:password]@ before the host: the last '@' before the path
+     * (one in the password must be written %40, as RFC 3986 asks). */
+    const char *at = NULL;
+    for (const char *q = p; *q && *q != '/'; q++)
+        if (*q == '@')
+            at = q;
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (colon == NULL)
+            return -EINVAL;   /* a user without a password */
+        if (!url_decode(p, (size_t)(colon - p), r->auth_user, sizeof(r->auth_user)) ||
+            !url_decode(colon + 1, (size_t)(at - colon - 1), r->auth_pass, sizeof(r->auth_pass)) ||
+            r->auth_pass[0] == '\0')
+            return -EINVAL;
+        p = at + 1;
+    }
     size_t hl = strcspn(p, ":/");
     if (hl == 0 || hl >= sizeof(r->host))
         return -EINVAL;
@@ -324,6 +410,7 @@ int tern__redis_new(tern__redis **out, tern_loop *loop, const char *url,
         return -ENOMEM;
     int err = parse_url(r, url);
     if (err < 0) {
+        explicit_bzero(r, sizeof(*r));
         free(r);
         return err;
     }
@@ -350,6 +437,7 @@ void tern__redis_free(tern__redis *r) {
     free_links(r);
     if (r->retry)
         tern_timer_stop(r->retry);
+    explicit_bzero(r->auth_pass, sizeof(r->auth_pass));
     free(r);
 }
 
@@ -700,4 +788,5 @@ void tern__redis_stats(const tern__redis *r, tern_redis_counters *out) {
     out->received = atomic_load(&r->received);
     out->dropped = atomic_load(&r->dropped);
     out->fills = atomic_load(&r->fills);
+    out->auth_refused = atomic_load(&r->auth_refused);
 }

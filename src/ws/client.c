@@ -467,7 +467,7 @@ static void on_answer(ws_dial *d, const tern__http_response_head *h, const char 
     connecting_free(d->p);   /* over: the connect is the WebSocket now */
     d->p = NULL;
     int err = tern__ws_open(&d->conn, &cl->ep, cl->ep.user, sub, pmd_on ? &pmd : NULL, rest,
-                            rest_len);
+                            rest_len, NULL);
     if (err < 0)
         DIAL_FAIL(d, err, 0, "out of memory opening the WebSocket");
 }

@@ -78,7 +78,18 @@ static tern_server *srv_of(const tern_ws *ws) {
         tern_server *srv_ = srv_of(ws);                                                       \
         if (srv_)                                                                             \
             TERN__STAT_ADD(srv_, field, n);                                                   \
+        if ((ws)->ext && (ws)->ext->acct)                                                     \
+            (ws)->ext->acct->field += (n);                                                    \
     } while (0)
+
+/* The session's first close frame, for the access log. */
+static void acct_close(tern_ws *ws, int code, bool ours) {
+    tern__ws_acct *a = ws->ext ? ws->ext->acct : NULL;
+    if (a && a->close_code == 0) {
+        a->close_code = code;
+        a->close_by_server = ours;
+    }
+}
 
 static bool gone(const tern_ws *ws) {
     return (ws->conn.flags & TERN__CONN_CLOSED) || ws->state == TERN__WS_DONE;
@@ -146,6 +157,7 @@ static void notify_close(tern_ws *ws, int code, const char *reason, size_t reaso
 static void send_close_frame(tern_ws *ws, int code, const char *reason, size_t reason_len) {
     uint8_t payload[125];
     size_t n = 0;
+    acct_close(ws, code, true);
     if (code != TERN_WS_NO_STATUS) {
         payload[0] = (uint8_t)(code >> 8);
         payload[1] = (uint8_t)code;
@@ -467,6 +479,8 @@ int tern_ws_set_deadline(tern_ws *ws, uint32_t ms) {
         return -EPIPE;
     if (!WS_ON_THREAD(ws))
         return -EPERM;
+    if (ws->going_away)
+        return 0;   /* the shutdown's close holds the clock */
     if (ms == 0) {
         if (ws->deadline_armed) {
             ws->deadline_armed = false;
@@ -487,6 +501,10 @@ int tern_ws_set_deadline(tern_ws *ws, uint32_t ms) {
 static void deadline_passed(tern_ws *ws) {
     const tern_ws_options *o = &ws->ep->opt;
     ws->deadline_armed = false;
+    if (ws->going_away) {   /* the shutdown's moment for this connection */
+        tern_ws_close(ws, TERN_WS_GOING_AWAY, "server shutting down");
+        return;
+    }
     /* No grace wake ran while the deadline held the clock: a backlog over
      * the soft limit past its grace gets the policy now. */
     if (ws->soft_since && tern__conn_buffered(&ws->conn) > o->backlog_soft &&
@@ -680,7 +698,7 @@ static void message_reset(tern_ws *ws) {
         tern__bytes_free(&x->rx.msg);
         memset(&x->rx, 0, sizeof(x->rx));
         x->rx_on = false;
-        if (!x->pmd_on) {
+        if (!x->pmd_on && x->acct == NULL) {
             free(x);
             ws->ext = NULL;
         }
@@ -844,6 +862,7 @@ static bool on_control(tern_ws *ws, uint8_t opcode, const char *p, size_t n) {
                 return false;
             }
         }
+        acct_close(ws, code, false);
         /* Echo the code (RFC 6455 §5.5.1), unless we already sent ours. */
         if (ws->state == TERN__WS_OPEN)
             send_close_frame(ws, code, "", 0);
@@ -1025,10 +1044,31 @@ static void on_timeout(tern__conn *c) {
     tern__conn_set_timeout(c, ws->ep->opt.pong_timeout_ms);
 }
 
+/* The server's graceful shutdown: close now, or at a random moment of the
+ * spread (shutdown_ws_spread_ms) on the connection's own wheel entry, so
+ * that a drain costs no timer or list of its own. Uniform over the
+ * spread: the clients' reconnects arrive at an even rate, as "full
+ * jitter" backoff spreads them. */
 static void on_shutdown(tern__conn *c) {
     tern_ws *ws = (tern_ws *)c;
-    if (ws->state == TERN__WS_OPEN)
+    tern_server *srv = srv_of(ws);
+    uint32_t spread = srv ? srv->cfg->opt.shutdown_ws_spread_ms : 0;
+    if (ws->state != TERN__WS_OPEN)
+        return;
+    if (spread == 0) {
         tern_ws_close(ws, TERN_WS_GOING_AWAY, "server shutting down");
+        return;
+    }
+    uint8_t r[4];
+    tern__ws_mask_key(r);
+    /* 1 to spread: a timeout of 0 would disarm the entry, and the
+     * connection would wait for the shutdown's end instead. */
+    uint32_t at = 1 + ((uint32_t)r[0] << 24 | (uint32_t)r[1] << 16 | (uint32_t)r[2] << 8 | r[3]) % spread;
+    ws->going_away = true;
+    ws->deadline_armed = true;
+    ws->awaiting_pong = false;
+    ws->grace_wake = false;
+    tern__conn_set_timeout(&ws->conn, at);
 }
 
 static void on_close(tern__conn *c, int err) {
@@ -1037,9 +1077,24 @@ static void on_close(tern__conn *c, int err) {
     notify_close(ws, TERN_WS_ABNORMAL, "", 0);
     pubsub_forget(ws);
     message_reset(ws);
+    /* The session's access entry: the strings are copied by the queue. */
+    if (srv && ws->ext && ws->ext->acct) {
+        tern__ws_acct *a = ws->ext->acct;
+        uint64_t now = tern_loop_now(srv->loop);
+        const char *method = a->text, *target = method + strlen(method) + 1;
+        tern_http_access e = {.peer = target + strlen(target) + 1, .method = method,
+                              .target = target, .status = 101, .bytes = a->bytes_out,
+                              .duration_ms = now > a->start_ms ? now - a->start_ms : 0,
+                              .websocket = true, .bytes_in = a->bytes_in,
+                              .messages_in = a->ws_in, .messages_out = a->ws_out,
+                              .close_code = a->close_code ? a->close_code : TERN_WS_ABNORMAL,
+                              .closed_by_server = a->close_by_server};
+        tern__http_access_record_entry(srv, &e);
+    }
     if (ws->ext) {   /* message_reset gave back the receive state */
         tern__pmd_inflater_free(ws->ext->pmd.inflater);
         tern__pmd_deflater_free(ws->ext->pmd.deflater);
+        free(ws->ext->acct);
         free(ws->ext);
         ws->ext = NULL;
     }
@@ -1053,20 +1108,26 @@ static void on_close(tern__conn *c, int err) {
 
 int tern__ws_open(tern__conn *from, const tern__ws_endpoint *ep, void *conn_user,
                   int subprotocol, const tern__pmd_params *pmd, const char *rest,
-                  size_t rest_len) {
+                  size_t rest_len, tern__ws_acct *acct) {
     tern_ws *ws = calloc(1, sizeof(*ws));
-    if (ws == NULL)
+    if (ws == NULL) {
+        free(acct);
         return -ENOMEM;
-    if (pmd && (ws->ext = calloc(1, sizeof(*ws->ext))) == NULL) {
+    }
+    if ((pmd || acct) && (ws->ext = calloc(1, sizeof(*ws->ext))) == NULL) {
+        free(acct);
         free(ws);
         return -ENOMEM;
     }
     int err = tern__conn_move(from, &ws->conn, &ws_proto);
     if (err < 0) {
+        free(acct);
         free(ws->ext);
         free(ws);
         return err;
     }
+    if (acct)
+        ws->ext->acct = acct;
     ws->ep = ep;
     ws->user = conn_user;
     ws->refs = TERN__WS_CONN_REF;   /* the connection's own, dropped by on_free */

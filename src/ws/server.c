@@ -104,6 +104,36 @@ static void upgrade_failed(const tern__ws_route *route, void *conn_user, int sta
 /* try_upgrade's work; try_upgrade adds the log line for a refusal.
  * Past on_upgrade, every way out that does not open the connection goes
  * through upgrade_failed. */
+/* The session's account for the access log (NULL without one, or out of
+ * memory: the session is then not logged): method, target and peer
+ * copied, and the clock started where the request's was. */
+static tern__ws_acct *acct_new(tern_http_req *req) {
+    tern_server *srv = req->srv;
+    const tern__http_head *h = req->head;
+    if (srv->cfg->access_fn == NULL || h == NULL)
+        return NULL;
+    char peer[TERN_ADDRSTRLEN] = "-";
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if (tern__peer(&req->hc->conn, &ss, &sl) == 0 &&
+        tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer)) < 0)
+        strcpy(peer, "-");
+    size_t plen = strlen(peer);
+    tern__ws_acct *a = calloc(1, sizeof(*a) + h->method_len + h->target_len + plen + 3);
+    if (a == NULL)
+        return NULL;
+    a->start_ms = req->start_ms ? req->start_ms : tern_loop_now(srv->loop);
+    char *p = a->text;
+    memcpy(p, h->method, h->method_len);
+    p += h->method_len;
+    *p++ = '\0';
+    memcpy(p, h->target, h->target_len);
+    p += h->target_len;
+    *p++ = '\0';
+    memcpy(p, peer, plen + 1);
+    return a;
+}
+
 static int upgrade(tern_http_req *req, const tern__http_head *head, const char *rest,
                    size_t rest_len) {
     tern__ws_server *w = req->host->ws;
@@ -165,7 +195,9 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
     char accept[TERN__WS_ACCEPT_LEN + 1];
     tern__ws_accept(key->value, key->value_len, accept);
     tern__http_conn *hc = req->hc;
-    tern__http_access_record(req, 101);   /* while the connection is still HTTP's */
+    /* The access log's entry comes when the session ends, with what it
+     * moved; what it needs of the request is copied now. */
+    tern__ws_acct *acct = acct_new(req);
     char buf[1024];
     char *p = tern__http_put_status(buf, NULL, 101);
     size_t room = sizeof(buf) - (size_t)(p - buf);
@@ -177,6 +209,7 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
                      pmd_on ? "Sec-WebSocket-Extensions: " : "", pmd_on ? ext : "",
                      pmd_on ? "\r\n" : "");
     if (n < 0 || (size_t)n >= room - 2) {
+        free(acct);
         upgrade_failed(route, conn_user, 500);
         return -500;
     }
@@ -186,7 +219,7 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
     tern__conn_writev(&hc->conn, iov, 3);
     req->extra.len = 0;
     if (tern__ws_open(&hc->conn, &route->ep, conn_user, sub, pmd_on ? &pmd : NULL, rest,
-                      rest_len) < 0) {
+                      rest_len, acct) < 0) {
         /* No tern_ws was made: the 101 went out, the connection drops. */
         tern__conn_close(&hc->conn, -ENOMEM);
         upgrade_failed(route, conn_user, 500);

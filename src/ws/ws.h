@@ -93,7 +93,22 @@ typedef struct tern__ws_ext {
     tern__ws_pmd pmd;
     bool rx_on;
     bool pmd_on;
+    struct tern__ws_acct *acct;   /* or NULL; while set, the block stays */
 } tern__ws_ext;
+
+/* A session's account for the server's access log, made at the upgrade
+ * only when the server has one (so a connection pays for it only then,
+ * and keeps ext for its life): what it moved (counted where the server's
+ * own counters are, under the same names) and how it ended, given to the
+ * log when the connection closes. text: the request's method, target and
+ * the peer, each NUL-terminated, one after the other. */
+typedef struct tern__ws_acct {
+    uint64_t start_ms;
+    uint64_t bytes_in, bytes_out, ws_in, ws_out;
+    int close_code;          /* the first close frame's, sent or received; 0: none yet */
+    bool close_by_server;
+    char text[];
+} tern__ws_acct;
 
 #define TERN__WS_NO_SUBPROTOCOL 0xFF
 
@@ -129,7 +144,11 @@ typedef struct tern__ws_ext {
  * - deadline_armed: the wheel entry is armed for the user's deadline
  *   (tern_ws_set_deadline), which then stands in for the idle/pong clock
  *   and the grace wake (neither moves the entry while it is set); only
- *   while state is OPEN. */
+ *   while state is OPEN.
+ * - going_away: the server's shutdown has given the connection a moment
+ *   to be closed at (shutdown_ws_spread_ms); deadline_armed is set with
+ *   it, so nothing else moves the entry, and the user's deadline is
+ *   ignored from then on. */
 struct tern_ws {
     tern__conn conn;
     const tern__ws_endpoint *ep;
@@ -152,6 +171,7 @@ struct tern_ws {
     bool paused_by_user : 1;      /* tern_ws_pause: nothing is read or delivered */
     bool close_abort : 1;         /* with close_due: tern_ws_abort's on_close(1006) */
     bool deadline_armed : 1;      /* the wheel entry is armed for the user's deadline */
+    bool going_away : 1;          /* ... or for the shutdown's close (spread over time) */
     /* In the room made by holding rx and pmd behind one pointer (ext):
      * the count has to live with the connection (net gives the struct
      * back, ws frees it when the count says so). */
@@ -178,10 +198,11 @@ const uint8_t *tern__ws_prepared_bytes(const tern_ws_prepared *m);
  * subprotocol: an index into ep->opt.subprotocols, or -1; pmd: the agreed
  * permessage-deflate parameters (in the RFC's terms), or NULL; rest: bytes
  * that came after the handshake, fed to the new connection at the end of
- * the batch. 0, or a negative errno with `from` untouched. */
+ * the batch; acct: the session's account (taken in every case), or NULL.
+ * 0, or a negative errno with `from` untouched. */
 int tern__ws_open(tern__conn *from, const tern__ws_endpoint *ep, void *conn_user,
                   int subprotocol, const tern__pmd_params *pmd, const char *rest,
-                  size_t rest_len);
+                  size_t rest_len, tern__ws_acct *acct);
 
 /* endpoint.c */
 /* Checks opt (NULL: all defaults) and fills ep with h, the options with

@@ -8,6 +8,9 @@ import time
 
 from conftest import TERN_BIN, SLOW, read_response
 
+# An RFC 3339 timestamp, UTC with milliseconds, as every log line starts.
+TS = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+
 
 def wait_for_lines(path, n, timeout=5.0):
     deadline = time.time() + timeout * SLOW
@@ -40,7 +43,7 @@ def test_access_log_has_one_line_per_response(tern_factory, tmp_path):
     request(tern, b"GET /stream?chunks=3&size=10 HTTP/1.1\r\nHost: x\r\n\r\n")
     request(tern, b"GET / HTTP/1.1\r\nHost: x\r\nBad Name: y\r\n\r\n")       # refused: 400
     lines = wait_for_lines(log, 7)
-    pat = re.compile(r"^127\.0\.0\.1:\d+ (\S+) (\S+) (\d{3}) (\d+) (\d+)ms$")
+    pat = re.compile(TS + r" 127\.0\.0\.1:\d+ (\S+) (\S+) (\d{3}) (\d+) (\d+)ms$")
     got = []
     for l in lines:
         m = pat.match(l)
@@ -56,18 +59,37 @@ def test_access_log_has_one_line_per_response(tern_factory, tmp_path):
     assert got[6][:3] == ("-", "-", 400)
 
 
-def test_access_log_has_the_upgrade(tern_factory, tmp_path):
+def test_access_log_has_the_websocket_session_at_its_end(tern_factory, tmp_path):
+    """Not at the 101 (0 bytes, 0 ms): one line when the session ends, with
+    its length, bytes and messages each way, and how it closed."""
     log = str(tmp_path / "access.log")
-    tern = tern_factory("--access-log", log)
+    tern = tern_factory("--access-log", log, "--no-compression")
     key = base64.b64encode(os.urandom(16))
     s = tern.connect()
     s.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
               b"Sec-WebSocket-Key: " + key + b"\r\nSec-WebSocket-Version: 13\r\n\r\n")
-    st, _, _, _ = read_response(s)
+    st, _, _, rest = read_response(s)
     assert st == 101
-    lines = wait_for_lines(log, 1)
-    assert re.match(r"^127\.0\.0\.1:\d+ GET /ws 101 0 \d+ms$", lines[0]), lines
+    time.sleep(0.3)
+    assert not os.path.exists(log) or open(log).read() == "", "logged before its end"
+    # "hello", masked with a zero key (11 bytes), echoed unmasked (7 bytes)
+    s.sendall(b"\x81\x85\x00\x00\x00\x00hello")
+    while len(rest) < 7:
+        rest += s.recv(100)
+    assert rest[:7] == b"\x81\x05hello"
+    # close 1000 from the client (8 bytes), echoed (4 bytes); then the end
+    s.sendall(b"\x88\x82\x00\x00\x00\x00\x03\xe8")
+    while s.recv(100):
+        pass
     s.close()
+    lines = wait_for_lines(log, 1)
+    m = re.match(TS + r" 127\.0\.0\.1:\d+ GET /ws 101 (\d+) (\d+)ms ws in=(\d+) msgs=(\d+)/(\d+) "
+                 r"close=(\d+)/(\w+)$", lines[0])
+    assert m, lines
+    out, ms, inb, min_, mout, code, side = m.groups()
+    assert (int(out), int(inb), int(min_), int(mout)) == (7 + 4, 11 + 8, 1, 1), lines
+    assert int(ms) >= 250, lines
+    assert (code, side) == ("1000", "client"), lines
 
 
 def test_access_log_never_shows_a_token(tern_factory, tmp_path):
@@ -81,7 +103,7 @@ def test_access_log_never_shows_a_token(tern_factory, tmp_path):
         assert st == 200
     lines = wait_for_lines(log, 4)
     assert "s3cr3t" not in "".join(lines), lines
-    targets = [l.split(" ")[2] for l in lines]
+    targets = [l.split(" ")[3] for l in lines]
     assert targets == ["/ping?token=-", "/ping?a=1&token=-&b=2", "/ping?access_token=-",
                        "/ping?mytoken=kept"], targets
 

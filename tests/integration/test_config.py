@@ -27,6 +27,7 @@ SAMPLES = {
     "max-head": "1024", "max-body": "2048", "head-timeout": "5", "body-timeout": "6",
     "idle-timeout": "7", "send-timeout": "8", "max-unsent": "9999", "max-connections": "11",
     "max-connections-per-ip": "12", "sndbuf": "8192", "shutdown-timeout": "13",
+    "shutdown-spread": "9", "redis-password-file": "redis-pass.txt", "log-format": "json",
     "ws-max-message": "14", "ws-idle-timeout": "15", "no-compression": "on",
     "allowed-origin": "https://a.example", "ws-origin": "https://b.example",
     "ws-slow-policy": "drop", "ws-async": "post", "ws-deadline-ms": "16",

@@ -15,6 +15,7 @@ import json
 import ssl
 import subprocess
 import time
+import urllib.request
 
 import pytest
 from websockets.asyncio.client import connect
@@ -95,6 +96,10 @@ def test_closed_by_default_anonymous_reads_the_feed_only(start):
     limits = t.stats()["pubsub_limits"]
     assert limits["forbidden_subscribe"] == 2
     assert limits["forbidden_publish"] == 3
+    with urllib.request.urlopen(f"{t.admin_base}/metrics", timeout=5 * SLOW) as r:
+        metrics = r.read().decode()
+    assert 'tern_refused_total{reason="pubsub_forbidden_subscribe"} 2\n' in metrics
+    assert 'tern_refused_total{reason="pubsub_forbidden_publish"} 3\n' in metrics
 
 
 def test_snapshot_poisoning_is_refused(start):

@@ -6,8 +6,9 @@
  * slow-consumer policy reaches on_close at the end of the batch), on_close
  * gets the code and reason tern sent, tern_ws_buffered() counts only what
  * the kernel has not taken after the batch, the pause policy bounds pushes
- * to a peer that never reads, and a graceful shutdown with nothing left
- * calls its done callback after the call, not inside it. */
+ * to a peer that never reads, a graceful shutdown with nothing left
+ * calls its done callback after the call, not inside it, and one with
+ * shutdown_ws_spread_ms closes its WebSockets at moments spread over it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -260,12 +261,97 @@ static void shutdown_done_runs_after_the_call(void **state) {
     tern_loop_free(loop);
 }
 
+/* ---- a shutdown that spreads its closes ------------------------------- */
+
+#define SPREAD_N 16
+#define SPREAD_MS 800
+
+typedef struct spread {
+    app a;
+    int fds[SPREAD_N];
+    uint64_t shut_at, seen_at[SPREAD_N];   /* when each client read its 1001 (0: not yet) */
+    int seen, ticks, deadline_results;
+    bool shut;
+} spread;
+
+static void spread_done(tern_server *srv, void *user) { tern_loop_stop(tern_server_loop(srv)); }
+
+static void spread_tick(tern_timer *t, void *user) {
+    spread *sp = user;
+    uint64_t now = tern_loop_now(sp->a.loop);
+    if (++sp->ticks > 1000) {   /* 5 s: give up, the asserts say what is missing */
+        tern_loop_stop(sp->a.loop);
+        return;
+    }
+    if (!sp->shut) {
+        if (sp->a.opened < SPREAD_N)
+            return;
+        sp->shut = true;
+        sp->shut_at = now;
+        tern_server_shutdown(sp->a.srv, spread_done, sp);
+        /* The shutdown's moment holds each connection's clock: a deadline
+         * set now changes nothing (it would close them with 1008 at once). */
+        for (member *m = sp->a.members; m; m = m->next)
+            sp->deadline_results |= tern_ws_set_deadline(m->ws, 1);
+    }
+    for (int i = 0; i < SPREAD_N; i++) {
+        char buf[4096];
+        ssize_t r = sp->fds[i] < 0 ? 0 : read(sp->fds[i], buf, sizeof(buf));
+        if (r <= 0 || !sp->shut)
+            continue;
+        /* The close frame: FIN + close opcode, its length, 1001 (0x03e9). */
+        for (ssize_t k = 0; k + 3 < r; k++)
+            if ((uint8_t)buf[k] == 0x88 && buf[k + 2] == 0x03 && (uint8_t)buf[k + 3] == 0xe9) {
+                sp->seen_at[i] = now;
+                sp->seen++;
+                close(sp->fds[i]);
+                sp->fds[i] = -1;
+                break;
+            }
+    }
+}
+
+static void shutdown_spreads_the_websockets_closes(void **state) {
+    spread *sp = calloc(1, sizeof(*sp));
+    assert_non_null(sp);
+    app *a = &sp->a;
+    memset(a, 0, sizeof(*a));
+    a->fast_fd = a->slow_fd = -1;
+    tern_server_options so = {.shutdown_ws_spread_ms = SPREAD_MS, .shutdown_timeout_ms = 5000};
+    assert_int_equal(tern_loop_new(&a->loop, NULL), 0);
+    assert_int_equal(tern_server_new(&a->srv, a->loop, &so), 0);
+    assert_int_equal(tern_ws_route(a->srv, "/ws", &handlers, NULL, a), 0);
+    assert_int_equal(tern_listen(a->srv, "127.0.0.1", 0, NULL), 0);
+    for (int i = 0; i < SPREAD_N; i++)
+        sp->fds[i] = client_open(tern_server_port(a->srv), 0);
+    assert_int_equal(tern_timer_start(a->loop, &a->tick, 5, 5, spread_tick, sp), 0);
+    assert_int_equal(tern_loop_run(a->loop), 0);
+
+    assert_int_equal(sp->seen, SPREAD_N);
+    assert_int_equal(sp->deadline_results, 0);
+    uint64_t first = UINT64_MAX, last = 0;
+    for (int i = 0; i < SPREAD_N; i++) {
+        first = sp->seen_at[i] < first ? sp->seen_at[i] : first;
+        last = sp->seen_at[i] > last ? sp->seen_at[i] : last;
+    }
+    /* 16 moments drawn over 800 ms all within 200 ms of each other: about
+     * one run in 10^8. The wheel's tick (64 ms) and ours (5) come on top. */
+    assert_true(last - first >= 200);
+    assert_true(last - sp->shut_at <= SPREAD_MS + 150);
+    app_finish(a);
+    for (int i = 0; i < SPREAD_N; i++)
+        if (sp->fds[i] >= 0)
+            close(sp->fds[i]);
+    free(sp);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(close_policy_runs_on_close_after_the_send),
         cmocka_unit_test(buffered_counts_only_what_the_kernel_has_not_taken),
         cmocka_unit_test(pause_policy_closes_a_peer_that_never_reads_what_is_pushed),
         cmocka_unit_test(shutdown_done_runs_after_the_call),
+        cmocka_unit_test(shutdown_spreads_the_websockets_closes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

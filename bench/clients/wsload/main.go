@@ -10,7 +10,8 @@
 // fields as `tern load echo --json`; otherwise a short summary. It exits 1
 // when a dial fails or an echo differs from what was sent. ws:// or wss://
 // (crypto/tls, certificate not verified): the wss-echo suite's client.
-// -mode fanout: the fanout suite's independent client (fanout.go).
+// -mode fanout: the fanout suite's independent client (fanout.go);
+// -mode pubsub-json: tern serve's and Centrifugo's own protocols (pubsub.go).
 package main
 
 import (
@@ -55,7 +56,17 @@ func main() {
 	replies := flag.Int("replies", 10, "fanout: messages back per round")
 	replySize := flag.Int("reply-size", 10000, "fanout: bytes of each")
 	interval := flag.Duration("interval", time.Second, "fanout: a round per connection this often")
+	server := flag.String("server", "tern", "pubsub-json: tern or centrifugo (pubsub.go)")
+	publishURL := flag.String("publish-url", "", "pubsub-json: the HTTP publish API's URL")
+	apiKey := flag.String("api-key", "", "pubsub-json: the publish API's key")
+	topic := flag.String("topic", "bench", "pubsub-json: the topic (channel)")
+	rate := flag.Int("rate", 100, "pubsub-json: messages published a second")
 	flag.Parse()
+	if *mode == "pubsub-json" {
+		runPubsub(*server, *url, *publishURL, *apiKey, *topic, *conns, *size, *rate, *warmup,
+			*duration, *asJSON)
+		return
+	}
 	if *mode == "fanout" {
 		runFanout(*url, *conns, *size, *replies, *replySize, *interval, *warmup, *duration, *asJSON)
 		return

@@ -1,0 +1,296 @@
+package main
+
+// The pubsub-json mode: one publisher through a server's HTTP publish API,
+// N subscribers through its own WebSocket protocol, both read and written
+// here, so that tern serve and Centrifugo are driven alike:
+//
+//   -server tern        subscribers: /pubsub, {"op":"subscribe","topic":T};
+//                       messages {"topic":T,"seq":N,"data":"..."}, one per
+//                       frame; publisher: POST /publish/T on the admin
+//                       listener, Authorization: Bearer KEY, the body the data
+//   -server centrifugo  subscribers: {"id":1,"connect":{}}, then
+//                       {"id":2,"subscribe":{"channel":T}}; pushes
+//                       {"push":{"channel":T,"pub":{"data":{...}}}}, several
+//                       per frame when the server packs them ("\n" between);
+//                       an empty command {} is a ping, answered {}; publisher:
+//                       POST /api/publish {"channel":T,"data":{...}}, X-API-Key
+//
+// Each message's data carries its send time (ns) and its number; a
+// subscriber counts what it gets, the latency, and the numbers it missed.
+// The publisher sends -rate messages a second (one request at a time, on one
+// kept-alive connection: a slow answer lowers the rate it reaches, which is
+// reported). The JSON line has `tern load pubsub --json`'s fields and the
+// publish answers' latency.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+type pubsubResult struct {
+	Mode          string             `json:"mode"`
+	Server        string             `json:"server"`
+	Connections   int                `json:"connections"`
+	Size          int                `json:"size"`
+	Rate          int                `json:"rate"`
+	WarmupS       float64            `json:"warmup_s"`
+	DurationS     float64            `json:"duration_s"`
+	ConnectS      float64            `json:"connect_s"`
+	Published     int64              `json:"published"`
+	PublishRate   float64            `json:"publish_rate"`
+	Expected      int64              `json:"expected"`
+	Messages      int64              `json:"messages"`
+	Gaps          int64              `json:"gaps"`
+	MsgPerS       float64            `json:"msg_per_s"`
+	LatencyUs     map[string]float64 `json:"latency_us"`
+	PublishUs     map[string]float64 `json:"publish_us"`
+	UncleanCloses int                `json:"unclean_closes"`
+	Client        string             `json:"client"`
+}
+
+// The numbers in a message's data: "<ns> <i> <padding>" (tern: the data
+// string) or {"t":ns,"i":i,"p":"..."} (Centrifugo: a JSON object).
+func stamp(data []byte) (int64, int64, bool) {
+	s := string(data)
+	if i := strings.Index(s, `"t":`); i >= 0 { // Centrifugo's object
+		var v struct{ T, I int64 }
+		if json.Unmarshal(data, &v) != nil {
+			return 0, 0, false
+		}
+		return v.T, v.I, true
+	}
+	f := strings.Fields(s)
+	if len(f) < 2 {
+		return 0, 0, false
+	}
+	t, e1 := strconv.ParseInt(f[0], 10, 64)
+	n, e2 := strconv.ParseInt(f[1], 10, 64)
+	return t, n, e1 == nil && e2 == nil
+}
+
+type subCounts struct {
+	got, gaps int64
+	lat       []time.Duration
+}
+
+func runPubsub(server, url, publishURL, key, topic string, conns, size, rate int, warmup,
+	duration time.Duration, asJSON bool) {
+	dialer := websocket.Dialer{}
+	t0 := time.Now()
+	cs := make([]*websocket.Conn, conns)
+	for i := range cs {
+		c, _, err := dialer.Dial(url, nil)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "wsload: dial %d: %v\n", i, err)
+			os.Exit(1)
+		}
+		var cmds []string
+		if server == "centrifugo" {
+			cmds = []string{`{"id":1,"connect":{}}`,
+				`{"id":2,"subscribe":{"channel":"` + topic + `"}}`}
+		} else {
+			cmds = []string{`{"op":"subscribe","topic":"` + topic + `"}`}
+		}
+		for _, m := range cmds {
+			if err := c.WriteMessage(websocket.TextMessage, []byte(m)); err != nil {
+				fmt.Fprintf(os.Stderr, "wsload: subscribe %d: %v\n", i, err)
+				os.Exit(1)
+			}
+		}
+		// the replies: tern's ack, Centrifugo's connect and subscribe
+		for want := len(cmds); want > 0; {
+			_, b, err := c.ReadMessage()
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "wsload: subscribe %d: %v\n", i, err)
+				os.Exit(1)
+			}
+			for _, line := range bytes.Split(b, []byte("\n")) {
+				if bytes.Contains(line, []byte(`"error"`)) {
+					fmt.Fprintf(os.Stderr, "wsload: subscribe %d: %s\n", i, line)
+					os.Exit(1)
+				}
+				if len(bytes.TrimSpace(line)) > 2 {
+					want--
+				}
+			}
+		}
+		cs[i] = c
+	}
+	connectS := time.Since(t0).Seconds()
+
+	var measuring atomic.Bool
+	var firstN, lastN atomic.Int64 // the numbers published in the window
+	firstN.Store(-1)
+	var unclean atomic.Int64
+	out := make([]subCounts, conns)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func(i int, c *websocket.Conn) {
+			defer wg.Done()
+			var k subCounts
+			last := int64(-1)
+			for {
+				_, b, err := c.ReadMessage()
+				if err != nil {
+					break
+				}
+				for _, line := range bytes.Split(b, []byte("\n")) {
+					var data []byte
+					if server == "centrifugo" {
+						if string(bytes.TrimSpace(line)) == "{}" { // ping
+							c.WriteMessage(websocket.TextMessage, []byte("{}"))
+							continue
+						}
+						var m struct {
+							Push struct {
+								Pub struct {
+									Data json.RawMessage `json:"data"`
+								} `json:"pub"`
+							} `json:"push"`
+						}
+						if json.Unmarshal(line, &m) != nil || m.Push.Pub.Data == nil {
+							continue
+						}
+						data = m.Push.Pub.Data
+					} else {
+						var m struct {
+							Data string `json:"data"`
+						}
+						if json.Unmarshal(line, &m) != nil || m.Data == "" {
+							continue
+						}
+						data = []byte(m.Data)
+					}
+					ts, n, ok := stamp(data)
+					if !ok {
+						continue
+					}
+					if last >= 0 && n > last+1 && measuring.Load() {
+						k.gaps += n - last - 1
+					}
+					last = n
+					if f := firstN.Load(); f >= 0 && n >= f && (lastN.Load() < 0 || n <= lastN.Load()) {
+						k.got++
+						k.lat = append(k.lat, time.Duration(time.Now().UnixNano()-ts))
+					}
+				}
+			}
+			out[i] = k
+		}(i, c)
+	}
+
+	// the publisher
+	lastN.Store(-1)
+	client := &http.Client{Timeout: 10 * time.Second}
+	pad := strings.Repeat("p", size)
+	var pubLat []time.Duration
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	mStart, mEnd := start.Add(warmup), start.Add(warmup+duration)
+	var published, n int64
+	for next := start; ; next = next.Add(interval) {
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d)
+		}
+		now := time.Now()
+		if !now.Before(mEnd) {
+			break
+		}
+		if !now.Before(mStart) && firstN.Load() < 0 {
+			firstN.Store(n)
+			measuring.Store(true)
+		}
+		var req *http.Request
+		if server == "centrifugo" {
+			body := fmt.Sprintf(`{"channel":%q,"data":{"t":%d,"i":%d,"p":%q}}`, topic,
+				now.UnixNano(), n, pad)
+			req, _ = http.NewRequest("POST", publishURL, strings.NewReader(body))
+			req.Header.Set("X-API-Key", key)
+			req.Header.Set("Content-Type", "application/json")
+		} else {
+			body := fmt.Sprintf("%d %d %s", now.UnixNano(), n, pad)
+			req, _ = http.NewRequest("POST", publishURL, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "wsload: publish: %v\n", err)
+			os.Exit(1)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			fmt.Fprintf(os.Stderr, "wsload: publish: HTTP %d\n", resp.StatusCode)
+			os.Exit(1)
+		}
+		if firstN.Load() >= 0 {
+			published++
+			pubLat = append(pubLat, time.Since(now))
+		}
+		n++
+	}
+	lastN.Store(n - 1)
+	time.Sleep(500 * time.Millisecond) // the last messages' way to the subscribers
+	for _, c := range cs {
+		c.WriteControl(websocket.CloseMessage,
+			websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+		c.Close()
+	}
+	wg.Wait()
+
+	r := pubsubResult{Mode: "pubsub-json", Server: server, Connections: conns, Size: size,
+		Rate: rate, WarmupS: warmup.Seconds(), DurationS: duration.Seconds(), ConnectS: connectS,
+		Published: published, PublishRate: float64(published) / duration.Seconds(),
+		Expected: published * int64(conns), UncleanCloses: int(unclean.Load()),
+		Client: "gorilla/websocket (pubsub-json)"}
+	var all []time.Duration
+	for _, k := range out {
+		r.Messages += k.got
+		r.Gaps += k.gaps
+		all = append(all, k.lat...)
+	}
+	r.MsgPerS = float64(r.Messages) / duration.Seconds()
+	r.LatencyUs = quantiles(all)
+	r.PublishUs = quantiles(pubLat)
+	if asJSON {
+		b, _ := json.Marshal(r)
+		fmt.Println(string(b))
+		return
+	}
+	fmt.Printf("wsload pubsub-json %s: %d subscribers, %.0f msg/s published: %d of %d delivered, "+
+		"p99 %.0f us; publish p50 %.0f us\n", server, conns, r.PublishRate, r.Messages, r.Expected,
+		r.LatencyUs["p99"], r.PublishUs["p50"])
+}
+
+func quantiles(all []time.Duration) map[string]float64 {
+	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	q := func(f float64) float64 {
+		if len(all) == 0 {
+			return 0
+		}
+		return us(all[int(f*float64(len(all)-1))])
+	}
+	var sum time.Duration
+	for _, d := range all {
+		sum += d
+	}
+	mean := 0.0
+	if len(all) > 0 {
+		mean = us(sum) / float64(len(all))
+	}
+	return map[string]float64{"mean": mean, "p50": q(0.5), "p99": q(0.99), "max": q(1)}
+}

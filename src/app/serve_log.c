@@ -1,0 +1,106 @@
+/* tern serve's log lines (--log-format text|json): the library's log and
+ * the server's own lines on stderr, and the access log, each line with an
+ * RFC 3339 timestamp (UTC, milliseconds) and a level, so that a collector
+ * (journald, Loki, Elasticsearch...) parses them without a pattern of its
+ * own.
+ *
+ *   text: 2026-11-26T17:33:00.123Z tern: [warn] MESSAGE
+ *   json: {"ts":"2026-11-26T17:33:00.123Z","level":"warn","msg":"MESSAGE"}
+ *
+ * Access records: text keeps its fields after the timestamp (peer method
+ * target status bytes ms), json names them. A WebSocket session is one
+ * record at its end: status 101, bytes sent, its length, then (text)
+ * "ws in=BYTES msgs=IN/OUT close=CODE/server|client" or (json) type
+ * "websocket" with bytes_in, messages_in, messages_out, close_code and
+ * closed_by. A line is written with one
+ * fprintf on a line-buffered stream, so lines from different threads
+ * never interleave (stdio locks the stream per call). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "app/app.h"
+
+static int log_format = TERN_SERVE_LOG_TEXT;   /* set once, before the threads start */
+
+void tern__serve_log_format(int format) { log_format = format; }
+
+bool tern__serve_log_json(void) { return log_format == TERN_SERVE_LOG_JSON; }
+
+/* Now, as 2026-11-26T17:33:00.123Z. */
+static void timestamp(char out[32]) {
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, 32 - n, ".%03ldZ", ts.tv_nsec / 1000000);
+}
+
+/* s as the inside of a JSON string: quotes, backslashes and control bytes
+ * escaped; other bytes as they are (the messages are ASCII or UTF-8).
+ * Cut, never overflowing, at cap. */
+void tern__serve_json_escape(const char *s, char *out, size_t cap) {
+    size_t n = 0;
+    for (; *s && n + 7 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char)c;
+        } else if (c < 0x20) {
+            n += (size_t)snprintf(out + n, cap - n, "\\u%04x", c);
+        } else {
+            out[n++] = (char)c;
+        }
+    }
+    out[n] = '\0';
+}
+
+void tern__serve_log(FILE *f, int level, const char *fmt, ...) {
+    char msg[2048], ts[32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    timestamp(ts);
+    if (log_format == TERN_SERVE_LOG_JSON) {
+        char esc[6 * sizeof(msg) + 8];
+        tern__serve_json_escape(msg, esc, sizeof(esc));
+        fprintf(f, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"}\n", ts,
+                tern_log_level_name(level), esc);
+    } else {
+        fprintf(f, "%s tern: [%s] %s\n", ts, tern_log_level_name(level), msg);
+    }
+}
+
+void tern__serve_log_access(FILE *f, const tern_http_access *a) {
+    char ts[32];
+    timestamp(ts);
+    const char *side = a->close_code == TERN_WS_ABNORMAL ? "none"
+                       : a->closed_by_server                ? "server"
+                                                            : "client";
+    if (log_format == TERN_SERVE_LOG_JSON) {
+        char method[64], target[3 * 8192], ws[256] = "";
+        tern__serve_json_escape(a->method, method, sizeof(method));
+        tern__serve_json_escape(a->target, target, sizeof(target));
+        if (a->websocket)
+            snprintf(ws, sizeof(ws), ",\"bytes_in\":%llu,\"messages_in\":%llu,"
+                                     "\"messages_out\":%llu,\"close_code\":%d,\"closed_by\":\"%s\"",
+                     (unsigned long long)a->bytes_in, (unsigned long long)a->messages_in,
+                     (unsigned long long)a->messages_out, a->close_code, side);
+        fprintf(f, "{\"ts\":\"%s\",\"level\":\"info\",\"type\":\"%s\",\"peer\":\"%s\","
+                   "\"method\":\"%s\",\"target\":\"%s\",\"status\":%d,\"bytes\":%llu,\"ms\":%llu%s}\n",
+                ts, a->websocket ? "websocket" : "access", a->peer, method, target, a->status,
+                (unsigned long long)a->bytes, (unsigned long long)a->duration_ms, ws);
+    } else if (a->websocket) {
+        fprintf(f, "%s %s %s %s %d %llu %llums ws in=%llu msgs=%llu/%llu close=%d/%s\n", ts,
+                a->peer, a->method, a->target, a->status, (unsigned long long)a->bytes,
+                (unsigned long long)a->duration_ms, (unsigned long long)a->bytes_in,
+                (unsigned long long)a->messages_in, (unsigned long long)a->messages_out,
+                a->close_code, side);
+    } else {
+        fprintf(f, "%s %s %s %s %d %llu %llums\n", ts, a->peer, a->method, a->target, a->status,
+                (unsigned long long)a->bytes, (unsigned long long)a->duration_ms);
+    }
+}

@@ -1,0 +1,187 @@
+/* GET /metrics on tern serve's admin listener: the counters of /stats in
+ * Prometheus' text format (version 0.0.4).
+ *
+ * Each counter comes twice: summed over the threads (tern_http_requests_total)
+ * and per thread, under a name of its own with a thread label
+ * (tern_thread_http_requests_total{thread="0"}). Two names rather than one
+ * name with and without the label, so that sum() over either never counts a
+ * request twice. Read from the admin listener's loop while the other loops
+ * run: each thread's counters are written by that thread alone and read
+ * with relaxed loads (tern_server_stats), so a scrape is a consistent set
+ * per counter, not a snapshot of the whole process. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/app.h"
+
+/* One thread's counters, read together. */
+typedef struct metrics_sample {
+    tern_stats st;
+    tern_pubsub_counters ps;
+} metrics_sample;
+
+/* A per-thread metric: its name without prefix, its type, help, and where
+ * its value lies in a metrics_sample. max: summed as the largest, not the
+ * total (a high-water mark). */
+typedef struct metric_def {
+    const char *name, *type, *help;
+    size_t off;
+    bool max;
+} metric_def;
+
+#define ST(f) offsetof(metrics_sample, st.f)
+#define PS(f) offsetof(metrics_sample, ps.f)
+
+static const metric_def per_thread[] = {
+    {"connections_open", "gauge", "Connections open now (HTTP and WebSocket).", ST(connections), false},
+    {"connections_accepted_total", "counter", "Connections accepted.", ST(accepted), false},
+    {"http_requests_total", "counter", "HTTP requests whose head was read (upgrades too).", ST(requests), false},
+    {"ws_messages_in_total", "counter", "Whole WebSocket messages received.", ST(ws_messages_in), false},
+    {"ws_messages_out_total", "counter", "WebSocket messages sent.", ST(ws_messages_out), false},
+    {"bytes_in_total", "counter", "Bytes of requests and frames consumed.", ST(bytes_in), false},
+    {"bytes_out_total", "counter", "Bytes of responses and frames sent.", ST(bytes_out), false},
+    {"pubsub_subscriptions", "gauge", "Live pub/sub subscriptions.", PS(subscriptions), false},
+    {"pubsub_messages_total", "counter", "Published messages that found subscribers.", PS(messages), false},
+    {"pubsub_delivered_total", "counter", "Copies of messages given to subscribers.", PS(delivered), false},
+    {"pubsub_dropped_total", "counter", "Copies not given: a subscriber too far behind.", PS(dropped), false},
+    {"pubsub_closed_total", "counter", "Subscribers closed by the close policy.", PS(closed), false},
+    {"pubsub_conflated_total", "counter", "Queued copies replaced by newer ones of their key.", PS(conflated), false},
+    {"pubsub_queue_max", "gauge", "The most messages one subscription had queued.", PS(queue_max), true},
+};
+
+/* The answer being written: grows as needed; failed once out of memory. */
+typedef struct metrics_buf {
+    char *p;
+    size_t len, cap;
+    bool failed;
+} metrics_buf;
+
+static void put(metrics_buf *b, const char *fmt, ...) {
+    if (b->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = true;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap * 2 + (size_t)n;
+        char *p = realloc(b->p, cap);
+        if (p == NULL) {
+            b->failed = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+}
+
+static void family(metrics_buf *b, const char *name, const char *type, const char *help) {
+    put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static uint64_t value(const metrics_sample *s, size_t off) {
+    uint64_t v;
+    memcpy(&v, (const char *)s + off, sizeof(v));
+    return v;
+}
+
+void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining) {
+    int n = tern_server_peer_count(srv);
+    metrics_sample *each = calloc((size_t)(n > 0 ? n : 1), sizeof(*each));
+    metrics_buf b = {.cap = 16384};
+    b.p = malloc(b.cap);
+    if (each == NULL || b.p == NULL) {
+        free(each);
+        free(b.p);
+        tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        tern_server_stats(tern_server_peer(srv, i), &each[i].st);
+        tern_pubsub_stats(tern_server_peer(srv, i), &each[i].ps);
+    }
+    const size_t ndefs = sizeof(per_thread) / sizeof(per_thread[0]);
+    for (size_t d = 0; d < ndefs; d++) {
+        const metric_def *m = &per_thread[d];
+        uint64_t sum = 0;
+        for (int i = 0; i < n; i++) {
+            uint64_t v = value(&each[i], m->off);
+            sum = m->max ? (v > sum ? v : sum) : sum + v;
+        }
+        char name[96];
+        snprintf(name, sizeof(name), "tern_%s", m->name);
+        family(&b, name, m->type, m->help);
+        put(&b, "%s %llu\n", name, (unsigned long long)sum);
+    }
+    for (size_t d = 0; d < ndefs; d++) {
+        const metric_def *m = &per_thread[d];
+        char name[96];
+        snprintf(name, sizeof(name), "tern_thread_%s", m->name);
+        family(&b, name, m->type, m->help);
+        for (int i = 0; i < n; i++)
+            put(&b, "%s{thread=\"%d\"} %llu\n", name, i,
+                (unsigned long long)value(&each[i], m->off));
+    }
+    /* Refusals by reason: the connection limits (per thread, summed here),
+     * and /pubsub's limits (counted process-wide). */
+    uint64_t max_conns = 0, per_ip = 0;
+    for (int i = 0; i < n; i++) {
+        max_conns += each[i].st.refused_max_connections;
+        per_ip += each[i].st.refused_per_ip;
+    }
+    tern__serve_pubsub_refusals pr;
+    tern__serve_pubsub_refusals_get(&pr);
+    family(&b, "tern_refused_total", "counter",
+           "Clients refused by a limit, by reason (connections answered 503; /pubsub "
+           "operations over the rate, connections closed for going on or for a message too big).");
+    put(&b, "tern_refused_total{reason=\"max_connections\"} %llu\n", (unsigned long long)max_conns);
+    put(&b, "tern_refused_total{reason=\"max_connections_per_ip\"} %llu\n", (unsigned long long)per_ip);
+    put(&b, "tern_refused_total{reason=\"pubsub_rate\"} %llu\n", (unsigned long long)pr.rate_refused);
+    put(&b, "tern_refused_total{reason=\"pubsub_rate_closed\"} %llu\n", (unsigned long long)pr.rate_closed);
+    put(&b, "tern_refused_total{reason=\"pubsub_too_big\"} %llu\n", (unsigned long long)pr.too_big);
+    put(&b, "tern_refused_total{reason=\"pubsub_forbidden_subscribe\"} %llu\n",
+        (unsigned long long)pr.forbidden_subscribe);
+    put(&b, "tern_refused_total{reason=\"pubsub_forbidden_publish\"} %llu\n",
+        (unsigned long long)pr.forbidden_publish);
+    family(&b, "tern_threads", "gauge", "Loops (threads) serving.");
+    put(&b, "tern_threads %d\n", n);
+    family(&b, "tern_draining", "gauge", "1 once SIGTERM began the drain.");
+    put(&b, "tern_draining %d\n", draining ? 1 : 0);
+    tern_redis_counters rc;
+    bool redis = tern_pubsub_redis_stats(srv, &rc) == 0;
+    family(&b, "tern_redis_configured", "gauge", "1 when pub/sub is bridged through Redis (--redis).");
+    put(&b, "tern_redis_configured %d\n", redis ? 1 : 0);
+    if (redis) {
+        family(&b, "tern_redis_up", "gauge", "1 while both links to Redis are up.");
+        put(&b, "tern_redis_up %d\n", rc.connected ? 1 : 0);
+        family(&b, "tern_redis_auth_refused", "gauge", "1 while Redis refuses the password (or its absence).");
+        put(&b, "tern_redis_auth_refused %d\n", rc.auth_refused ? 1 : 0);
+        family(&b, "tern_redis_reconnects_total", "counter", "Links to Redis made again after a loss.");
+        put(&b, "tern_redis_reconnects_total %llu\n", (unsigned long long)rc.reconnects);
+        family(&b, "tern_redis_published_total", "counter", "Publishes sent to Redis.");
+        put(&b, "tern_redis_published_total %llu\n", (unsigned long long)rc.published);
+        family(&b, "tern_redis_received_total", "counter", "Messages received from the other nodes.");
+        put(&b, "tern_redis_received_total %llu\n", (unsigned long long)rc.received);
+        family(&b, "tern_redis_dropped_total", "counter", "Publishes not sent: Redis was away.");
+        put(&b, "tern_redis_dropped_total %llu\n", (unsigned long long)rc.dropped);
+        family(&b, "tern_redis_fills_total", "counter", "Missed numbered messages read back from Redis.");
+        put(&b, "tern_redis_fills_total %llu\n", (unsigned long long)rc.fills);
+    }
+    free(each);
+    if (b.failed)
+        tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
+    else
+        tern_http_respond(req, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.len);
+    free(b.p);
+}

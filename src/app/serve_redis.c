@@ -1,0 +1,96 @@
+/* tern serve's --redis URL: its password kept out of every line tern
+ * writes, and --redis-password-file's password put into it.
+ *
+ * The library takes the password inside the URL
+ * (redis://[user]:password@host...), as Redis's own clients do; a password
+ * on the command line is visible to every user of the machine (ps,
+ * /proc), so --redis-password-file gives it from a file instead, and this
+ * file writes it into the URL, percent-encoded, in memory only. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/app.h"
+
+/* Where the userinfo's '@' is (the last one before the path), or NULL. */
+static const char *userinfo_end(const char *url) {
+    const char *p = strncmp(url, "redis://", 8) == 0 ? url + 8 : url;
+    const char *at = NULL;
+    for (; *p && *p != '/'; p++)
+        if (*p == '@')
+            at = p;
+    return at;
+}
+
+void tern__serve_redis_redact(const char *url, char *out, size_t cap) {
+    const char *at = userinfo_end(url);
+    const char *colon = at ? memchr(url + 8, ':', (size_t)(at - url - 8)) : NULL;
+    if (colon == NULL) {
+        snprintf(out, cap, "%s", url);
+        return;
+    }
+    snprintf(out, cap, "%.*s:****%s", (int)(colon - url), url, at);
+}
+
+/* The password's bytes, percent-encoded but for RFC 3986's unreserved. */
+static bool encode(const char *s, size_t len, char *out, size_t cap) {
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                     c == '-' || c == '.' || c == '_' || c == '~';
+        if (n + (plain ? 1 : 3) >= cap)
+            return false;
+        if (plain) {
+            out[n++] = (char)c;
+        } else {
+            out[n++] = '%';
+            out[n++] = hex[c >> 4];
+            out[n++] = hex[c & 15];
+        }
+    }
+    out[n] = '\0';
+    return true;
+}
+
+char *tern__serve_redis_url(const char *url, const char *password_file) {
+    if (password_file == NULL)
+        return strdup(url);
+    char shown[512];
+    tern__serve_redis_redact(url, shown, sizeof(shown));
+    const char *at = userinfo_end(url);
+    if (strncmp(url, "redis://", 8) != 0 || (at && memchr(url + 8, ':', (size_t)(at - url - 8)))) {
+        fprintf(stderr, "tern serve: --redis-password-file needs a --redis URL without a "
+                        "password (redis://[user@]host[:port][/db]): %s\n", shown);
+        return NULL;
+    }
+    FILE *f = fopen(password_file, "r");
+    if (f == NULL) {
+        fprintf(stderr, "tern serve: --redis-password-file %s: %s\n", password_file, strerror(errno));
+        return NULL;
+    }
+    char line[512], enc[3 * sizeof(line)];
+    bool got = fgets(line, sizeof(line), f) != NULL;
+    fclose(f);
+    size_t len = got ? strcspn(line, "\r\n") : 0;
+    char *out = NULL;
+    if (len == 0 || !encode(line, len, enc, sizeof(enc))) {
+        fprintf(stderr, "tern serve: --redis-password-file %s: no password on its first line "
+                        "(or one over %zu bytes)\n", password_file, sizeof(line) - 2);
+    } else {
+        /* redis:// [user] : password @ host... */
+        const char *user = url + 8, *host = at ? at + 1 : user;
+        size_t ulen = at ? (size_t)(at - user) : 0;
+        size_t cap = strlen(url) + strlen(enc) + 3;
+        if ((out = malloc(cap)) != NULL)
+            snprintf(out, cap, "redis://%.*s:%s@%s", (int)ulen, user, enc, host);
+        else
+            fprintf(stderr, "tern serve: out of memory\n");
+    }
+    explicit_bzero(line, sizeof(line));
+    explicit_bzero(enc, sizeof(enc));
+    return out;
+}

@@ -1,0 +1,33 @@
+/* tern serve under systemd (Type=notify): READY=1 once every thread
+ * listens, STOPPING=1 when the drain begins, and WATCHDOG=1 from loop 0's
+ * timer at half the unit's WatchdogSec, so that a loop that hangs is
+ * restarted. Through libsystemd's sd_notify, which does nothing (and
+ * costs a getenv) when NOTIFY_SOCKET is not set, that is, outside
+ * systemd. */
+#include <stdio.h>
+#include <systemd/sd-daemon.h>
+
+#include "app/app.h"
+
+void tern__serve_sd_ready(const char *status) {
+    char msg[512];
+    snprintf(msg, sizeof(msg), "READY=1\nSTATUS=%s", status);
+    sd_notify(0, msg);
+}
+
+void tern__serve_sd_stopping(void) { sd_notify(0, "STOPPING=1\nSTATUS=draining"); }
+
+static void watchdog_tick(tern_timer *t, void *user) { sd_notify(0, "WATCHDOG=1"); }
+
+int tern__serve_sd_watchdog(tern_loop *loop, tern_timer **out) {
+    uint64_t usec = 0;
+    *out = NULL;
+    /* > 0: WATCHDOG_USEC is set (and WATCHDOG_PID, when set, is ours) */
+    if (sd_watchdog_enabled(0, &usec) <= 0 || usec == 0)
+        return 0;
+    uint64_t ms = usec / 2000;   /* half the period, as sd_watchdog_enabled(3) advises */
+    if (ms == 0)
+        ms = 1;
+    sd_notify(0, "WATCHDOG=1");
+    return tern_timer_start(loop, out, ms, ms, watchdog_tick, NULL);
+}

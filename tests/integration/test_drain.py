@@ -1,0 +1,108 @@
+"""The drain (issue #27): SIGTERM stops accepting, closes the WebSockets
+with 1001 at random moments over --shutdown-spread (so their clients do not
+reconnect all at once), lets a request in flight finish, exits 0; a second
+signal ends it at once."""
+import asyncio
+import signal
+import socket
+import time
+
+import pytest
+import websockets
+
+from conftest import SLOW, read_response
+
+N = 300
+SPREAD_MS = 2000
+
+
+async def open_all(port, n):
+    conns = []
+    for _ in range(n):
+        conns.append(await websockets.connect(f"ws://127.0.0.1:{port}/ws", ping_interval=None,
+                                              open_timeout=10 * SLOW))
+    return conns
+
+
+async def closed_at(ws, t0):
+    await ws.wait_closed()
+    return time.monotonic() - t0, ws.close_code
+
+
+def test_websockets_close_spread_over_the_drain(tern_factory):
+    t = tern_factory("--shutdown-spread", str(SPREAD_MS), "--shutdown-timeout", "4000")
+
+    async def run():
+        conns = await open_all(t.port, N)
+        t0 = time.monotonic()
+        t.proc.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(
+            asyncio.gather(*(closed_at(ws, t0) for ws in conns)), 10 * SLOW)
+
+    results = asyncio.run(run())
+    assert {code for _, code in results} == {1001}
+    times = sorted(at for at, _ in results)
+    # Spread over the 2 s: four half-second buckets, none with more than
+    # 40% of the closes (uniform: 25% each), and the last close well after
+    # the first.
+    buckets = [0] * 4
+    for at in times:
+        buckets[min(int(at / (SPREAD_MS / 4000)), 3)] += 1
+    assert max(buckets) <= 0.4 * N, buckets
+    assert times[-1] - times[0] > 1.2, (times[0], times[-1])
+    assert times[-1] < (SPREAD_MS / 1000 + 1.5) * SLOW, times[-1]
+    assert t.proc.wait(timeout=10 * SLOW) == 0
+
+
+def test_without_a_spread_all_close_at_once(tern_factory):
+    t = tern_factory("--shutdown-spread", "0")
+
+    async def run():
+        conns = await open_all(t.port, 50)
+        t0 = time.monotonic()
+        t.proc.send_signal(signal.SIGTERM)
+        return await asyncio.gather(*(closed_at(ws, t0) for ws in conns))
+
+    results = asyncio.run(run())
+    assert {code for _, code in results} == {1001}
+    assert max(at for at, _ in results) < 1.0 * SLOW
+
+
+def test_drain_lets_a_request_finish_and_refuses_new_ones(tern_factory):
+    t = tern_factory("--shutdown-spread", "3000", "--shutdown-timeout", "5000")
+
+    async def run():
+        ws = await websockets.connect(f"ws://127.0.0.1:{t.port}/ws", ping_interval=None)
+        s = socket.create_connection(("127.0.0.1", t.port), timeout=5 * SLOW)
+        s.sendall(b"GET /delay?ms=500 HTTP/1.1\r\nHost: x\r\n\r\n")
+        await asyncio.sleep(0.1)
+        t.proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.2)
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", t.port), timeout=2).recv(1)
+        status, _, body, _ = await asyncio.to_thread(read_response, s, 5 * SLOW)
+        s.close()
+        await asyncio.wait_for(ws.wait_closed(), 5 * SLOW)
+        return status, body, ws.close_code
+
+    assert asyncio.run(run()) == (200, b"done\n", 1001)
+    assert t.proc.wait(timeout=10 * SLOW) == 0
+
+
+def test_a_second_signal_ends_the_drain_at_once(tern_factory):
+    t = tern_factory("--shutdown-spread", "20000", "--shutdown-timeout", "30000")
+
+    async def run():
+        conns = await open_all(t.port, 20)
+        t.proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.3)
+        t0 = time.monotonic()
+        t.proc.send_signal(signal.SIGINT)
+        await asyncio.to_thread(t.proc.wait, 5 * SLOW)
+        took = time.monotonic() - t0
+        for ws in conns:
+            await ws.close()
+        return took
+
+    assert asyncio.run(run()) < 1.0 * SLOW
+    assert t.proc.returncode == 0
