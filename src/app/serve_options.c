@@ -126,7 +126,8 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
     [SV_TLS_CIPHERS] = {"tls-ciphers", 0, S, "LIST",
                         .help = "TLS 1.2 ciphers, OpenSSL's syntax (unset: OpenSSL's)"},
     [SV_TLS_SUITES] = {"tls-ciphersuites", 0, S, "LIST",
-                       .help = "TLS 1.3 ciphersuites, OpenSSL's syntax (unset: OpenSSL's)"},
+                       .help = "TLS 1.3 ciphersuites, OpenSSL's syntax, the server's order\n"
+                               "chosen (unset: AES-128-GCM, AES-256-GCM, ChaCha20)"},
     [SV_TLS_CLIENT_CA] = {"tls-client-ca", 0, S, "FILE",
                           .help = "PEM CAs that client certificates are verified against"},
     [SV_TLS_CLIENT_VERIFY] = {"tls-client-verify", 0, C, "M", .choices = "optional|require",

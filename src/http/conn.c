@@ -88,10 +88,14 @@ void tern__http_accept(void *user, int fd) {
     accept_conn(user, fd, false);
 }
 
+/* ALPN on the TLS port: HTTP/1.1 is all tern speaks (no h2), and a
+ * WebSocket upgrade is an HTTP/1.1 request too. */
+#define HTTPS_ALPN "\x08http/1.1"
+
 void tern__https_accept(void *user, int fd) {
     tern__https_listener *l = user;
     tern__http_conn *hc = accept_conn(l->srv, fd, true);
-    if (hc && tern__tls_attach(&hc->conn, l->tls) < 0)
+    if (hc && tern__tls_attach(&hc->conn, l->tls, HTTPS_ALPN) < 0)
         tern__conn_close(&hc->conn, -ENOMEM);
 }
 

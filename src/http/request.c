@@ -166,10 +166,10 @@ int tern_http_peer_cert(const tern_http_req *req, char *subject, size_t cap) {
         subject[0] = '\0';
     if (req->hc == NULL || (req->hc->conn.flags & TERN__CONN_CLOSED))
         return -ENOTCONN;
-    long verify = 0;
+    tern__tls_verify verify = TERN__TLS_VERIFY_OK;
     if (tern__tls_peer_cert(&req->hc->conn, subject, cap, &verify) == 0)
         return 0;
-    return verify == 0 ? 1 : -EKEYREJECTED;   /* 0 is X509_V_OK */
+    return verify == TERN__TLS_VERIFY_OK ? 1 : -EKEYREJECTED;
 }
 
 tern_loop *tern_http_req_loop(const tern_http_req *req) { return req ? req->srv->loop : NULL; }

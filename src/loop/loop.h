@@ -130,10 +130,11 @@ char *tern__loop_rbuf(tern_loop *loop, size_t *cap);
 size_t tern__loop_max_unsent(const tern_loop *loop);
 
 /* Per-loop slots for the upper layers' singletons (the net layer's cork
- * and pending lists, the http layer's queue of access-log entries), so the
- * loop needs to know nothing of them. Each is one malloc'd block;
+ * and pending lists, TLS's sessions holding record buffers, the http
+ * layer's queue of access-log entries), so the loop needs to know nothing
+ * of them. Each is one malloc'd block;
  * tern_loop_free() frees it. */
-enum { TERN__SLOT_NET, TERN__SLOT_HTTP, TERN__SLOT_WS_CLIENT, TERN__SLOT_COUNT };
+enum { TERN__SLOT_NET, TERN__SLOT_TLS, TERN__SLOT_HTTP, TERN__SLOT_WS_CLIENT, TERN__SLOT_COUNT };
 void **tern__loop_slot(tern_loop *loop, int which);
 /* A function of a slot's owner run first thing in tern_loop_free, while
  * the loop is whole: where it ends what it still has going on the loop

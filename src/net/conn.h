@@ -21,7 +21,7 @@
 
 typedef struct tern__conn tern__conn;
 
-/* The byte I/O under a connection: plain TCP, or TLS (net/tls.c). The
+/* The byte I/O under a connection: plain TCP, or TLS (net/tls_openssl.c). The
  * protocols above never see which; net calls only these for the socket's
  * bytes. Every call is non-blocking. */
 typedef struct tern__transport_ops {

@@ -21,10 +21,9 @@
 #include <sys/un.h>
 
 #include <ares.h>
-#include <openssl/evp.h>
-#include <openssl/rand.h>
 
 #include "http/parser.h"
+#include "net/crypto.h"
 #include "net/tls.h"
 #include "tern/client.h"
 #include "ws/handshake.h"
@@ -32,6 +31,9 @@
 
 #define DIAL_MAX_HEAD 16384
 #define DIAL_MAX_HEADERS 64
+/* ALPN of a wss dial: the upgrade is an HTTP/1.1 request (RFC 6455 §4.1;
+ * WebSocket over HTTP/2, RFC 8441, is not spoken). */
+#define WS_CLIENT_ALPN "\x08http/1.1"
 #define DIAL_MAX_ADDRS 8    /* addresses of one name tried, in the resolver's order */
 
 /* A client's endpoint, and the copies of the strings it refers to. It
@@ -72,8 +74,8 @@ typedef struct ws_dial {
     char *where;            /* "host:port" or "unix:path", for messages */
     dial_addrs *addrs;
     char *server_name;      /* wss: SNI and the name verified */
-    SSL_CTX *tls;           /* wss: the context, freed with the dial */
-    long verify;            /* wss: X509_V_ERR_* of a failed verification */
+    tern__tls_client *tls;  /* wss: the context, freed with the dial */
+    tern__tls_verify verify; /* wss: why a verification failed */
     uint32_t timeout_ms;
     int rcvbuf;             /* SO_RCVBUF for each attempt's socket; 0: the system's */
     uint64_t deadline;
@@ -102,7 +104,7 @@ static void dial_release(ws_dial *d) {
     d->addrs = NULL;
     free(d->server_name);
     d->server_name = NULL;
-    tern__tls_client_ctx_free(d->tls);
+    tern__tls_client_free(d->tls);
     d->tls = NULL;
 }
 
@@ -703,10 +705,10 @@ static bool put(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
 /* The upgrade request (§4.1) and the accept value it calls for. */
 static int make_request(ws_dial *d, const ws_url *u, const tern_ws_client_options *opt) {
     unsigned char nonce[16];
-    char key[25];
-    if (RAND_bytes(nonce, sizeof(nonce)) != 1)
+    char key[TERN__BASE64_SIZE(16)];
+    if (tern__crypto_random(nonce, sizeof(nonce)) < 0)
         return -ENOMEM;
-    EVP_EncodeBlock((unsigned char *)key, nonce, sizeof(nonce));   /* 24 chars and a NUL */
+    tern__crypto_base64(nonce, sizeof(nonce), key);   /* 24 chars and a NUL */
     tern__ws_accept(key, 24, d->accept);
     const tern__ws_endpoint *ep = &d->cl->ep;
     char *b = NULL;
@@ -878,8 +880,8 @@ static int dial_make(ws_dial **out, tern_loop *loop, const ws_url *u, dial_addrs
         d->server_name = strdup(opt && opt->server_name ? opt->server_name : u->host);
         if (d->server_name == NULL)
             err = -ENOMEM;
-        else if ((d->tls = tern__tls_client_ctx(opt ? opt->ca_file : NULL,
-                                                opt && opt->insecure)) == NULL)
+        else if ((d->tls = tern__tls_client_new(opt ? opt->ca_file : NULL, opt && opt->insecure,
+                                                WS_CLIENT_ALPN)) == NULL)
             err = -EPROTO;
     }
     if (err < 0) {

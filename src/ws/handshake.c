@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include <openssl/evp.h>
+#include "net/crypto.h"
 
 #define WS_GUID "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -25,23 +25,14 @@ bool tern__ws_key_valid(const char *key, size_t len) {
     return true;
 }
 
-/* On the one failure OpenSSL may have here (no memory), out is the empty
- * string: the client then refuses the handshake, which is the honest
- * outcome, and the interface stays void. */
+/* On the one failure the library may have here (no memory), out is the
+ * empty string: the client then refuses the handshake, which is the
+ * honest outcome, and the interface stays void. */
 void tern__ws_accept(const char *key, size_t len, char out[TERN__WS_ACCEPT_LEN + 1]) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int md_len = 0;
+    uint8_t md[TERN__SHA1_LEN];
     out[0] = '\0';
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    if (ctx == NULL)
-        return;
-    bool ok = EVP_DigestInit_ex(ctx, EVP_sha1(), NULL) == 1 &&
-              EVP_DigestUpdate(ctx, key, len) == 1 &&
-              EVP_DigestUpdate(ctx, WS_GUID, sizeof(WS_GUID) - 1) == 1 &&
-              EVP_DigestFinal_ex(ctx, md, &md_len) == 1 && md_len == 20;
-    EVP_MD_CTX_free(ctx);
-    if (ok)
-        EVP_EncodeBlock((unsigned char *)out, md, 20);   /* 28 chars and a NUL */
+    if (tern__crypto_sha1(key, len, WS_GUID, sizeof(WS_GUID) - 1, md) == 0)
+        tern__crypto_base64(md, sizeof(md), out);   /* 28 chars and a NUL */
 }
 
 static bool is_ows(char c) { return c == ' ' || c == '\t'; }

@@ -12,8 +12,8 @@
 bool tern__ws_key_valid(const char *key, size_t len);
 
 /* Sec-WebSocket-Accept for a key: base64(SHA-1(key + GUID)), written to
- * out with a terminating NUL (TERN__WS_ACCEPT_LEN + 1 bytes). OpenSSL does
- * the SHA-1 and the base64. Should OpenSSL fail (out of memory), out is
+ * out with a terminating NUL (TERN__WS_ACCEPT_LEN + 1 bytes). net/crypto.h
+ * does the SHA-1 and the base64. Should it fail (out of memory), out is
  * the empty string, which any client refuses. */
 void tern__ws_accept(const char *key, size_t len, char out[TERN__WS_ACCEPT_LEN + 1]);
 

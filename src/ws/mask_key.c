@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include <openssl/rand.h>
+#include "net/crypto.h"
 
 #include "ws/ws.h"
 
@@ -85,7 +85,7 @@ static void chacha_lanes(const uint32_t key[8], uint32_t first, mask_vec out[16]
 
 /* getrandom() blocks only before the kernel's pool is first initialised
  * (early boot), and fails only where it does not exist (ENOSYS, a kernel
- * older than 3.17, or a seccomp filter): OpenSSL's generator, which has
+ * older than 3.17, or a seccomp filter): the TLS library's generator, which has
  * its own sources, seeds it then. */
 static void seed(mask_rng *r) {
     uint8_t *p = (uint8_t *)r->key;
@@ -95,7 +95,7 @@ static void seed(mask_rng *r) {
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            RAND_bytes(p, (int)sizeof(r->key));
+            tern__crypto_random(p + got, sizeof(r->key) - got);
             break;
         }
         got += (size_t)n;

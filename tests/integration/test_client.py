@@ -113,11 +113,13 @@ def test_wss_verified_with_a_ca_file_and_refused_without(tern_factory, tmp_path)
     code, out, err = connect(url, stdin="hi\n")
     assert code == EXIT_HANDSHAKE, err
     assert "TLS certificate verification failed" in err, err
+    assert "not signed by a trusted CA" in err, err
     # A name the certificate does not carry.
     code, out, err = connect(url, "--ca-file", cert, "--server-name", "other.test",
                              stdin="hi\n")
     assert code == EXIT_HANDSHAKE, err
     assert "verification failed" in err, err
+    assert "does not carry the server's name" in err, err
     # --insecure takes it anyway.
     check_echo(url, "--insecure")
 

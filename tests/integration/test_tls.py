@@ -198,6 +198,16 @@ def test_default_min_version_still_serves_tls_1_2(tls_tern):
     s.close()
 
 
+def test_tls13_prefers_aes128_gcm_over_the_clients_order(tls_tern):
+    # Python's (OpenSSL's) client offers AES-256-GCM first; the server's
+    # order wins, and it starts with AES-128-GCM (bench/micro/tls_record).
+    tern = tls_tern()
+    s = tls_connect(tern)
+    assert s.version() == "TLSv1.3"
+    assert s.cipher()[0] == "TLS_AES_128_GCM_SHA256"
+    s.close()
+
+
 def test_cipher_lists_are_taken(tls_tern):
     tern = tls_tern("--tls-ciphers", "ECDHE-RSA-CHACHA20-POLY1305",
                     "--tls-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256")
