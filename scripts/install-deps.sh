@@ -100,6 +100,7 @@ if [ ${#py_mods[@]} -gt 0 ]; then
 fi
 
 # Node and Go WebSocket clients of the integration tests (tests/clients/),
+# the JavaScript client's test dependency (clients/js),
 # and the Go and Rust bench peers' modules. All come from their registries,
 # pinned by lockfiles; Node 20, Go and cargo are on the machine image. The
 # tests fetch the test clients too when missing; doing it here keeps the
@@ -109,6 +110,10 @@ if [ $want_test = 1 ]; then
   if command -v npm >/dev/null && [ ! -d "$root/tests/clients/node/node_modules/ws" ]; then
     echo "install-deps: npm ci (tests/clients/node)"
     (cd "$root/tests/clients/node" && npm ci --no-audit --no-fund --silent)
+  fi
+  if command -v npm >/dev/null && [ ! -d "$root/clients/js/node_modules/ws" ]; then
+    echo "install-deps: npm ci (clients/js: ws, for its tests on Node 20)"
+    (cd "$root/clients/js" && npm ci --no-audit --no-fund --silent)
   fi
   if command -v go >/dev/null; then gomod tests/clients/go; fi
 fi

@@ -4,6 +4,7 @@
 #      application uses it (scripts/test-consumer.sh: installed and linked
 #      through pkg-config and find_package, and through add_subdirectory),
 #      then the integration tests (pytest);
+#   then the JavaScript client's tests (clients/js, node --test);
 #   2. unit and integration tests on the ASan+UBSan build, where any
 #      sanitizer report fails;
 #   Steps 1 and 2 run on both of the loop's back ends: ctest has every unit
@@ -73,6 +74,16 @@ integration() {
 }
 
 integration release "$root/build/tern" || status=1
+
+# The JavaScript client (clients/js) against the release build's tern
+# serve, with Node's own test runner; and its package, packed offline.
+section "JavaScript client (clients/js, node --test)"
+if [ ! -d clients/js/node_modules/ws ]; then
+    (cd clients/js && npm ci --no-audit --no-fund --silent) || status=1
+fi
+(cd clients/js && TERN_BIN="$root/build/tern" node --test test/*.test.js) || status=1
+(cd clients/js && npm pack --dry-run --offline >/dev/null 2>&1) ||
+    { echo "npm pack failed (clients/js)"; status=1; }
 
 section "unit tests (ASan + UBSan)"
 (cd build-asan && ctest --output-on-failure --no-tests=error) || status=1

@@ -60,12 +60,17 @@ typedef struct tern_server_options {
     uint32_t idle_timeout_ms;      /* keep-alive, nothing asked and nothing to send: 60 s (close) */
     uint32_t send_timeout_ms;      /* a response the client takes nothing of for this long: 60 s (close) */
     uint32_t shutdown_timeout_ms;  /* graceful shutdown, then everything is closed: 10 s */
-    /* A graceful shutdown closes each open WebSocket (1001, "server
+    /* A graceful shutdown closes each open WebSocket (shutdown_ws_code, "server
      * shutting down") at a random moment within this many ms of its start,
      * so that their clients do not all reconnect (somewhere else) at the
      * same instant; keep it under shutdown_timeout_ms, which closes what
      * is left. 0 (the default): all at once, when the shutdown starts. */
     uint32_t shutdown_ws_spread_ms;
+    /* The close code of those closes: TERN_WS_GOING_AWAY (1001, the
+     * default) or TERN_WS_SERVICE_RESTART (1012: the server will be back,
+     * or another takes its place; clients are invited to reconnect).
+     * Anything else is -EINVAL. */
+    uint16_t shutdown_ws_code;
     const char *server_header;     /* "Server:" value: "tern"; "" sends none */
     tern_http_error_page_fn error_page;   /* the server's own answers' bodies: the reason phrase */
     void *error_page_user;

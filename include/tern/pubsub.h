@@ -275,6 +275,12 @@ typedef struct tern_resume {
  * the subscription starts. Returns as tern_ws_subscribe. */
 int tern_ws_subscribe_from(tern_ws *ws, const char *topic, uint64_t epoch, uint64_t after,
                            tern_resume *out);
+/* tern_ws_subscribe, starting with a snapshot: the latest message of each
+ * key still in the topic's history (none when it has no history), oldest
+ * first, sent to ws now as after a resume's gap; then the live stream,
+ * with no gap and no duplicate. out (may be NULL): resumed false, replayed
+ * the messages sent. Returns as tern_ws_subscribe. */
+int tern_ws_subscribe_latest(tern_ws *ws, const char *topic, tern_resume *out);
 /* Returns 0, or -ENOENT when ws was not subscribed, -EINVAL. */
 int tern_ws_unsubscribe(tern_ws *ws, const char *topic);
 bool tern_ws_subscribed(const tern_ws *ws, const char *topic);

@@ -68,7 +68,12 @@ typedef struct tern_run_options {
     tern_thread_fn teardown;
 } tern_run_options;
 
-/* Runs n_threads loops (0: one per online core) until they have all
+/* The CPUs this process may use: those of its affinity mask (taskset,
+ * a container's cpuset), no more than its cgroup's CPU quota allows
+ * (cgroup v2 cpu.max, rounded up), at least 1. Any thread. */
+int tern_cpu_count(void);
+
+/* Runs n_threads loops (0: tern_cpu_count(), one per usable CPU) until they have all
  * ended. Returns 0; or -EINVAL (setup NULL, n_threads negative or over
  * 1024, bad server options), setup's error, an error of making a loop or
  * a clone's listeners (then nothing ran), or the first error a loop

@@ -40,6 +40,7 @@ enum tern_ws_close_code {
     TERN_WS_POLICY = 1008,            /* a slow consumer over its backlog limit */
     TERN_WS_TOO_BIG = 1009,           /* message over max_message */
     TERN_WS_INTERNAL = 1011,
+    TERN_WS_SERVICE_RESTART = 1012,   /* a drain that invites clients back (IANA's registry) */
     TERN_WS_TRY_AGAIN = 1013,         /* a slow pub/sub subscriber, when its policy asks for it */
 };
 

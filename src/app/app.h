@@ -90,5 +90,7 @@ void tern__page_routes(tern_server *srv, bool at_root);
 /* The page, src/app/market.html, made into an array at build time. */
 extern const unsigned char tern__market_html[];
 extern const size_t tern__market_html_len;
+extern const unsigned char tern__client_js[];   /* clients/js/tern-client.js */
+extern const size_t tern__client_js_len;
 
 #endif

@@ -3,7 +3,8 @@
  *
  * Both come in /pubsub's format, {"topic":T,"seq":N,"data":D}, D a JSON
  * string holding a JSON object:
- * - topic "market", one message per price update:
+ * - topic "market", one message per price update, keyed by its instrument
+ *   ({"topic":"market","seq":N,"key":"ACME","data":D}):
  *     {"sym":"ACME","px":101.25,"chg":0.42,"ts":1763950000123}
  *   (chg: percent since the feed started; ts: Unix milliseconds). One
  *   instrument is one key: a later conflation keeps the newest per sym.
@@ -78,9 +79,9 @@ static void on_tick(tern_timer *t, void *user) {
         instrument *in = &instruments[(unsigned)rand_r(&f->seed) % N_INSTRUMENTS];
         move(in, &f->seed);
         int n = snprintf(msg, sizeof(msg),
-                         "%s,\"data\":\"{\\\"sym\\\":\\\"%s\\\",\\\"px\\\":%.2f,"
+                         "%s,\"key\":\"%s\",\"data\":\"{\\\"sym\\\":\\\"%s\\\",\\\"px\\\":%.2f,"
                          "\\\"chg\\\":%.2f,\\\"ts\\\":%llu}\"}",
-                         head, in->sym, in->px, (in->px - in->open) / in->open * 100,
+                         head, in->sym, in->sym, in->px, (in->px - in->open) / in->open * 100,
                          (unsigned long long)now_ms());
         /* the instrument is the key: a conflating subscriber keeps its newest price */
         tern_publish_key(f->srv, "market", in->sym, msg, (size_t)n, TERN_WS_TEXT, sizeof(head) - 1);
@@ -154,8 +155,18 @@ static void on_page(tern_http_req *req, void *user) {
                       tern__market_html_len);
 }
 
+/* The page's client: clients/js/tern-client.js, the file the npm package
+ * ships, so the page runs exactly what applications get. */
+static void on_client_js(tern_http_req *req, void *user) {
+    (void)user;
+    tern_http_add_header(req, "Cache-Control", "no-cache");
+    tern_http_respond(req, 200, "text/javascript; charset=utf-8", (const char *)tern__client_js,
+                      tern__client_js_len);
+}
+
 void tern__page_routes(tern_server *srv, bool at_root) {
     tern_http_route(srv, "GET", "/market", on_page, NULL);
+    tern_http_route(srv, "GET", "/tern-client.js", on_client_js, NULL);
     if (at_root)
         tern_http_route(srv, "GET", "/", on_page, NULL);
 }

@@ -3,6 +3,7 @@
  * Public listener (--host/--port, --tls-port, --unix):
  *   GET  /ping              "pong"
  *   GET  /, /market         the live page (src/app/market.html)
+ *   GET  /tern-client.js    the page's client (clients/js/tern-client.js)
  *   GET  /pubsub            WebSocket pub/sub with a small JSON protocol:
  *                           {"op":"subscribe"|"unsubscribe","topic":"T"},
  *                           {"op":"publish","topic":"T","data":"..."} in;
@@ -1617,6 +1618,9 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
         uint32_t t = so.shutdown_timeout_ms ? so.shutdown_timeout_ms : 10000;
         so.shutdown_ws_spread_ms = t / 5 * 4;
     }
+    /* A drain closes with 1012 (service restart): the clients are invited
+     * to come back, to this server restarted or to another. */
+    so.shutdown_ws_code = TERN_WS_SERVICE_RESTART;
     ctx.server_options = so;
     tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown};
     err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);

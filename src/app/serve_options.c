@@ -138,7 +138,8 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                                  "for benchmarks and tests: /echo, /stream, /upload, /delay,\n"
                                  "/item/:id, /ws, /ws/broadcast, /ws/room/:room, /fanout,\n"
                                  "/fanout/sub, /fanout/pub, /fanout/pub-keyed (off: 404;\n"
-                                 "/, /market, /pubsub and /ping are always served)"},
+                                 "/, /market, /tern-client.js, /pubsub and /ping are always\n"
+                                 "served)"},
     [SV_ADMIN_LISTEN] = {"admin-listen", 0, S, "HOST:PORT", "127.0.0.1:9090", .check = admin_listen_ok,
                          .help = "the admin listener: POST /publish/:topic, GET /stats and\n"
                                  "GET /metrics (Prometheus), GET /healthz and GET /readyz\n"

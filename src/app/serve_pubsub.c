@@ -7,6 +7,19 @@
  *                                                      after message N of
  *                                                      epoch E (as the last
  *                                                      ack and message said)
+ *       {"op":"subscribe","topic":"T","snapshot":true}  starting with the
+ *                                                      latest message of
+ *                                                      each key (from T's
+ *                                                      history: none when
+ *                                                      T has none; those
+ *                                                      without a key count
+ *                                                      as one), oldest
+ *                                                      first, then live; a
+ *                                                      page shows every key
+ *                                                      at once. With a
+ *                                                      resume it changes
+ *                                                      nothing (a gap gets
+ *                                                      the same anyway)
  *       {"op":"unsubscribe","topic":"T"}
  *       {"op":"publish","topic":"T","data":"..."}     (to every subscriber,
  *                                                      the sender too)
@@ -14,6 +27,9 @@
  *                                                      key for conflation
  *     server -> client
  *       {"topic":"T","seq":N,"data":"..."}            a message of T
+ *       {"topic":"T","seq":N,"key":"K","data":"..."}  one published with
+ *                                                      key K (the feed's
+ *                                                      too: the instrument)
  *       {"ok":"subscribe","topic":"T","epoch":"E","seq":N}
  *                                                      E: the topic's epoch
  *                                                      (16 hex digits), N:
@@ -29,6 +45,11 @@
  *                                                      (true), or the latest
  *                                                      message of each key
  *                                                      (false: a gap)
+ *       ... ,"snapshot":K}                             after "snapshot":true
+ *                                                      without a resume: the
+ *                                                      K messages of the
+ *                                                      snapshot came just
+ *                                                      before this ack
  *       {"ok":"subscribe","topic":"T"}                 already subscribed
  *       {"ok":"unsubscribe","topic":"T"}
  *       {"ok":"publish","topic":"T","seq":N}           N is 0 when T had no
@@ -36,7 +57,8 @@
  *                                                      Redis numbers it
  *       {"error":"...","op":OP}                        bad input; OP is the
  *                                                      op sent, or null
- *     errors: "bad json" (not one flat object of string values, or binary),
+ *     errors: "bad json" (not one flat object of string values, "snapshot"'s
+ *     true or false, or binary),
  *     "unknown op", "missing topic", "bad topic" (empty, or \u0000 or a lone
  *     surrogate in it), "topic too long" (over 256 bytes), "missing data",
  *     "too many subscriptions" (1024 per connection), "not subscribed",
@@ -151,13 +173,29 @@ static bool scan_string(const char **s, const char *end, tok *t) {
 /* The fields of a client's message that mean something (absent: p NULL). */
 typedef struct fields {
     tok op, topic, data, key, epoch, after, token;
+    int snapshot;   /* "snapshot": -1 absent, 0 false, 1 true */
 } fields;
 
-/* One flat object whose values are all strings; the fields are picked out
- * (a repeated key: the last one). */
+/* A literal true or false at *s, for the one field that takes a boolean. */
+static bool scan_bool(const char **s, const char *end, int *out) {
+    if (end - *s >= 4 && !memcmp(*s, "true", 4)) {
+        *s += 4;
+        *out = 1;
+        return true;
+    }
+    if (end - *s >= 5 && !memcmp(*s, "false", 5)) {
+        *s += 5;
+        *out = 0;
+        return true;
+    }
+    return false;
+}
+
+/* One flat object whose values are all strings, but "snapshot"'s, a
+ * boolean; the fields are picked out (a repeated key: the last one). */
 static bool parse_msg(const char *d, size_t n, fields *f) {
     const char *s = skip_ws(d, d + n), *end = d + n;
-    *f = (fields){0};
+    *f = (fields){.snapshot = -1};
     if (s >= end || *s++ != '{')
         return false;
     s = skip_ws(s, end);
@@ -171,6 +209,11 @@ static bool parse_msg(const char *d, size_t n, fields *f) {
         if (s >= end || *s++ != ':')
             return false;
         s = skip_ws(s, end);
+        if (k.n == 10 && !memcmp(k.p, "\"snapshot\"", 10)) {
+            if (!scan_bool(&s, end, &f->snapshot))
+                return false;
+            goto next;
+        }
         if (!scan_string(&s, end, &v))
             return false;
 #define IS(name) (k.n == sizeof(name) + 1 && !memcmp(k.p + 1, name, sizeof(name) - 1))
@@ -189,6 +232,7 @@ static bool parse_msg(const char *d, size_t n, fields *f) {
         else if (IS("token"))
             f->token = v;
 #undef IS
+    next:
         s = skip_ws(s, end);
         if (s < end && *s == ',') {
             s = skip_ws(s + 1, end);
@@ -304,12 +348,15 @@ static bool utf8_valid(const unsigned char *s, size_t n) {
 /* ---- /pubsub ------------------------------------------------------------ */
 
 /* Publishes {"topic":T,"seq":N,"data":D}, D a JSON string token (quotes
- * included), N filled in by the pub/sub layer. On behalf of ws when it is
- * not NULL (a client's publish: its route's on_publish decides), else as
- * the server (srv). */
+ * included), N filled in by the pub/sub layer; with a key K,
+ * {"topic":T,"seq":N,"key":K,"data":D}, so that a subscriber can keep the
+ * latest of each key without knowing what the data holds. On behalf of ws
+ * when it is not NULL (a client's publish: its route's on_publish
+ * decides), else as the server (srv). */
 static int64_t publish_json(tern_server *srv, tern_ws *ws, const char *topic, size_t tlen,
                             const char *key, const char *d, size_t dlen) {
-    size_t cap = 16 + 6 * tlen + 2 + 16 + dlen + 2;
+    size_t klen = key ? strlen(key) : 0;
+    size_t cap = 16 + 6 * tlen + 2 + 16 + 8 + 6 * klen + 2 + dlen + 2;
     char *m = malloc(cap);
     if (m == NULL)
         return -ENOMEM;
@@ -319,6 +366,10 @@ static int64_t publish_json(tern_server *srv, tern_ws *ws, const char *topic, si
     memcpy(m + o, ",\"seq\":", 7);
     o += 7;
     size_t seq_at = o;
+    if (key) {
+        memcpy(m + o, ",\"key\":", 7);
+        o = put_json_string(m, o + 7, key, klen);
+    }
     memcpy(m + o, ",\"data\":", 8);
     o += 8;
     memcpy(m + o, d, dlen);
@@ -371,7 +422,7 @@ static bool tok_number(tok t, int base, uint64_t *out) {
 
 /* {"ok":"subscribe","topic":T,"epoch":"E","seq":N[,"resumed":B,"replayed":K]} */
 static void reply_subscribed(tern_ws *ws, const char *topic, size_t tlen, const tern_resume *r,
-                             bool asked) {
+                             bool asked, bool snapshot) {
     char out[160 + 6 * TERN_TOPIC_MAX];
     int n = snprintf(out, sizeof(out), "{\"ok\":\"subscribe\",\"topic\":");
     size_t o = put_json_string(out, (size_t)n, topic, tlen);
@@ -380,6 +431,8 @@ static void reply_subscribed(tern_ws *ws, const char *topic, size_t tlen, const 
     if (asked)
         o += (size_t)snprintf(out + o, sizeof(out) - o, ",\"resumed\":%s,\"replayed\":%" PRIu64,
                               r->resumed ? "true" : "false", r->replayed);
+    else if (snapshot)
+        o += (size_t)snprintf(out + o, sizeof(out) - o, ",\"snapshot\":%" PRIu64, r->replayed);
     out[o++] = '}';
     tern_ws_send(ws, out, o, TERN_WS_TEXT);
 }
@@ -460,30 +513,28 @@ static void pubsub_open(tern_ws *ws, void *user) {
 /* The topic's rule decides (topic_rules.h); "token" asks the
  * connection's token (serve_tokens.c), and no rule means "token". Asked
  * once per subscribe or publish, never per delivered message. */
-static int pubsub_may_subscribe(tern_ws *ws, const char *topic, size_t len, void *user) {
-    (void)user;
+static int may(tern_ws *ws, const char *topic, size_t len, bool publish) {
     ps_bucket *b = tern_ws_user(ws);
+    const tern__token_conn *auth = b ? b->auth : NULL;
     const tern__topic_rule *r =
         tern__rules_match(atomic_load_explicit(&rules, memory_order_acquire), topic, len);
-    tern__access a = r ? r->subscribe : TERN__ACCESS_TOKEN;
+    tern__access a = !r ? TERN__ACCESS_TOKEN : publish ? r->publish : r->subscribe;
     if (a == TERN__ACCESS_ANYONE ||
-        (a == TERN__ACCESS_TOKEN && tern__token_conn_may_subscribe(b ? b->auth : NULL, topic, len) == 0))
+        (a == TERN__ACCESS_TOKEN && (publish ? tern__token_conn_may_publish(auth, topic, len)
+                                             : tern__token_conn_may_subscribe(auth, topic, len)) == 0))
         return 0;
-    atomic_fetch_add_explicit(&n_forbid_sub, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(publish ? &n_forbid_pub : &n_forbid_sub, 1, memory_order_relaxed);
     return -EACCES;
+}
+
+static int pubsub_may_subscribe(tern_ws *ws, const char *topic, size_t len, void *user) {
+    (void)user;
+    return may(ws, topic, len, false);
 }
 
 static int pubsub_may_publish(tern_ws *ws, const char *topic, size_t len, void *user) {
     (void)user;
-    ps_bucket *b = tern_ws_user(ws);
-    const tern__topic_rule *r =
-        tern__rules_match(atomic_load_explicit(&rules, memory_order_acquire), topic, len);
-    tern__access a = r ? r->publish : TERN__ACCESS_TOKEN;
-    if (a == TERN__ACCESS_ANYONE ||
-        (a == TERN__ACCESS_TOKEN && tern__token_conn_may_publish(b ? b->auth : NULL, topic, len) == 0))
-        return 0;
-    atomic_fetch_add_explicit(&n_forbid_pub, 1, memory_order_relaxed);
-    return -EACCES;
+    return may(ws, topic, len, true);
 }
 
 static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, void *user) {
@@ -602,9 +653,13 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
             return;
         }
         tern_resume r;
-        err = tern_ws_subscribe_from(ws, topic, epoch, after, &r);
+        /* A resume that cannot be one gets the latest of each key anyway,
+         * so "snapshot" only changes a subscription that starts afresh. */
+        bool snapshot = !asked && f.snapshot == 1;
+        err = snapshot ? tern_ws_subscribe_latest(ws, topic, &r)
+                       : tern_ws_subscribe_from(ws, topic, epoch, after, &r);
         if (err == 0)
-            reply_subscribed(ws, topic, (size_t)tl, &r, asked);
+            reply_subscribed(ws, topic, (size_t)tl, &r, asked, snapshot);
         else if (err == -EALREADY)
             reply_ok(ws, "subscribe", topic, (size_t)tl, -1);
         else

@@ -133,8 +133,8 @@ int tern_run(int n_threads, const tern_run_options *opt, tern_setup_fn setup, vo
     if (setup == NULL || n_threads < 0 || n_threads > TERN__RUN_MAX_THREADS)
         return -EINVAL;
     if (n_threads == 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = cores < 1 ? 1 : cores > TERN__RUN_MAX_THREADS ? TERN__RUN_MAX_THREADS : (int)cores;
+        int cpus = tern_cpu_count();
+        n_threads = cpus > TERN__RUN_MAX_THREADS ? TERN__RUN_MAX_THREADS : cpus;
     }
     tern_run_options defaults = {0};
     if (opt == NULL)

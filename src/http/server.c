@@ -104,7 +104,9 @@ static int server_make(tern_server **out, tern_loop *loop, tern__server_config *
 int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_options *opt) {
     if (out == NULL || loop == NULL)
         return -EINVAL;
-    if (opt && (opt->max_headers > 256 || (opt->server_header && !server_header_ok(opt->server_header))))
+    if (opt && (opt->max_headers > 256 || (opt->server_header && !server_header_ok(opt->server_header)) ||
+                (opt->shutdown_ws_code != 0 && opt->shutdown_ws_code != 1001 &&
+                 opt->shutdown_ws_code != 1012)))
         return -EINVAL;
     tern__server_config *cfg = calloc(1, sizeof(*cfg));
     if (cfg == NULL)
@@ -122,6 +124,7 @@ int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_option
     if (!o->idle_timeout_ms) o->idle_timeout_ms = 60000;
     if (!o->send_timeout_ms) o->send_timeout_ms = 60000;
     if (!o->shutdown_timeout_ms) o->shutdown_timeout_ms = 10000;
+    if (!o->shutdown_ws_code) o->shutdown_ws_code = 1001;
     if (!o->max_connections) o->max_connections = 10000;
     if (!o->max_connections_per_ip) o->max_connections_per_ip = 50;
     pthread_mutex_init(&cfg->admit.lock, NULL);

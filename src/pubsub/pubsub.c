@@ -544,10 +544,12 @@ static gtopic *gtopic_new(group *g, const char *name, size_t len, uint64_t h) {
 }
 
 /* A resume asked of gcount (tern_ws_subscribe_from): in, the client's
- * epoch and last seq (epoch 0: none); out, tern_resume's fields and the
- * frames to send (references, msgs[0..n)). */
+ * epoch and last seq (epoch 0: none), or latest (tern_ws_subscribe_latest:
+ * the latest message of each key, as after a gap); out, tern_resume's
+ * fields and the frames to send (references, msgs[0..n)). */
 typedef struct resume_req {
     uint64_t epoch, after;
+    bool latest;
     tern_resume out;
     tern_ws_prepared **msgs;
     long n;
@@ -558,6 +560,18 @@ static void resume_read(gtopic *t, resume_req *rq) {
     rq->out = (tern_resume){.epoch = t->epoch, .seq = t->seq};
     rq->msgs = NULL;
     rq->n = 0;
+    if (rq->latest) {
+        /* the same frames a gap gets: a new subscriber starts from the
+         * state of every key, not only what is published after it */
+        if (t->hist) {
+            tern__hist_prune(t->hist, mono_ms());
+            rq->n = tern__hist_latest(t->hist, &rq->msgs);
+        }
+        if (rq->n < 0)
+            rq->n = 0;
+        rq->out.replayed = (uint64_t)rq->n;
+        return;
+    }
     if (rq->epoch == 0)
         return;
     if (rq->epoch == t->old_epoch && t->shared) {
@@ -1106,8 +1120,20 @@ static int authorize(tern_ws *ws, bool publishing, const char *name, size_t len)
     return rc == 0 ? 0 : rc < 0 ? rc : -EACCES;
 }
 
+/* tern_ws_subscribe_from and tern_ws_subscribe_latest: where the
+ * subscription starts is rq's (its in fields). */
+static int subscribe_req(tern_ws *ws, const char *name, resume_req rq, tern_resume *out);
+
 int tern_ws_subscribe_from(tern_ws *ws, const char *name, uint64_t epoch, uint64_t after,
                            tern_resume *out) {
+    return subscribe_req(ws, name, (resume_req){.epoch = epoch, .after = after}, out);
+}
+
+int tern_ws_subscribe_latest(tern_ws *ws, const char *name, tern_resume *out) {
+    return subscribe_req(ws, name, (resume_req){.latest = true}, out);
+}
+
+static int subscribe_req(tern_ws *ws, const char *name, resume_req rq, tern_resume *out) {
     size_t len;
     int err;
     if (ws == NULL)
@@ -1173,7 +1199,6 @@ int tern_ws_subscribe_from(tern_ws *ws, const char *name, uint64_t epoch, uint64
         t->cap = cap;
     }
     s->compressed = tern_ws_compressed(ws);
-    resume_req rq = {.epoch = epoch, .after = after};
     if (gcount(r->g, name, len, h, +1, s->compressed, &rq) < 0)
         goto fail_s;
     s->ws = ws;

@@ -502,7 +502,9 @@ static void deadline_passed(tern_ws *ws) {
     const tern_ws_options *o = &ws->ep->opt;
     ws->deadline_armed = false;
     if (ws->going_away) {   /* the shutdown's moment for this connection */
-        tern_ws_close(ws, TERN_WS_GOING_AWAY, "server shutting down");
+        tern_server *srv = srv_of(ws);
+        tern_ws_close(ws, srv ? srv->cfg->opt.shutdown_ws_code : TERN_WS_GOING_AWAY,
+                      "server shutting down");
         return;
     }
     /* No grace wake ran while the deadline held the clock: a backlog over
@@ -1056,7 +1058,8 @@ static void on_shutdown(tern__conn *c) {
     if (ws->state != TERN__WS_OPEN)
         return;
     if (spread == 0) {
-        tern_ws_close(ws, TERN_WS_GOING_AWAY, "server shutting down");
+        tern_ws_close(ws, srv ? srv->cfg->opt.shutdown_ws_code : TERN_WS_GOING_AWAY,
+                      "server shutting down");
         return;
     }
     uint8_t r[4];

@@ -1,5 +1,5 @@
 """The drain (issue #27): SIGTERM stops accepting, closes the WebSockets
-with 1001 at random moments over --shutdown-spread (so their clients do not
+with 1012 (service restart) at random moments over --shutdown-spread (so their clients do not
 reconnect all at once), lets a request in flight finish, exits 0; a second
 signal ends it at once."""
 import asyncio
@@ -40,7 +40,7 @@ def test_websockets_close_spread_over_the_drain(tern_factory):
             asyncio.gather(*(closed_at(ws, t0) for ws in conns)), 10 * SLOW)
 
     results = asyncio.run(run())
-    assert {code for _, code in results} == {1001}
+    assert {code for _, code in results} == {1012}
     times = sorted(at for at, _ in results)
     # Spread over the 2 s: four half-second buckets, none with more than
     # 40% of the closes (uniform: 25% each), and the last close well after
@@ -64,7 +64,7 @@ def test_without_a_spread_all_close_at_once(tern_factory):
         return await asyncio.gather(*(closed_at(ws, t0) for ws in conns))
 
     results = asyncio.run(run())
-    assert {code for _, code in results} == {1001}
+    assert {code for _, code in results} == {1012}
     assert max(at for at, _ in results) < 1.0 * SLOW
 
 
@@ -85,7 +85,7 @@ def test_drain_lets_a_request_finish_and_refuses_new_ones(tern_factory):
         await asyncio.wait_for(ws.wait_closed(), 5 * SLOW)
         return status, body, ws.close_code
 
-    assert asyncio.run(run()) == (200, b"done\n", 1001)
+    assert asyncio.run(run()) == (200, b"done\n", 1012)
     assert t.proc.wait(timeout=10 * SLOW) == 0
 
 

@@ -155,7 +155,7 @@ def test_server_going_away_during_the_run_is_an_error(tern_factory):
     finally:
         p.kill()
     assert p.returncode == 1
-    assert b"closed the connection during the run: 1001" in err, err
+    assert b"closed the connection during the run: 1012" in err, err
 
 
 def test_fanout_rounds_against_tern_serve(tern):

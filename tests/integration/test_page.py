@@ -85,7 +85,8 @@ STATE_JS = """JSON.stringify({
   uptime: document.getElementById('s-uptime').textContent,
   connections: document.getElementById('s-connections').textContent,
   status: document.getElementById('status').textContent,
-  resumes: resumes, gaps: gaps, firstSeq: firstSeq, lastSeq: lastSeq,
+  resumes: page.resumes, gaps: page.gaps, firstSeq: page.firstSeq, lastSeq: page.lastSeq,
+  snapshot: page.snapshot, state: page.client.state,
 })"""
 
 
@@ -93,8 +94,11 @@ STATE_JS = """JSON.stringify({
 def test_page_shows_live_prices(tern_factory, chromium, tmp_path, scheme):  # noqa: F811
     from test_tls import make_cert
     cert, key = make_cert(str(tmp_path), "c", "localhost", "DNS:localhost,IP:127.0.0.1")
-    srv = tern_factory("--feed-rate", "100", "--tls-port", "0", "--tls-cert", cert,
+    # 400 updates a second over 24 instruments: by the time the page loads,
+    # each has a price for the snapshot to show
+    srv = tern_factory("--feed-rate", "400", "--tls-port", "0", "--tls-cert", cert,
                        "--tls-key", key)
+    started = time.monotonic()
     base = srv.base if scheme == "http" else f"https://127.0.0.1:{srv.tls_port}"
     profile = tmp_path / "profile"
     profile.mkdir()
@@ -113,6 +117,7 @@ def test_page_shows_live_prices(tern_factory, chromium, tmp_path, scheme):  # no
             dt.call("Emulation.setDeviceMetricsOverride",
                     {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False},
                     session=s)
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
             nav = dt.call("Page.navigate", {"url": f"{base}/"}, session=s)
             assert "errorText" not in nav, nav
 
@@ -132,8 +137,10 @@ def test_page_shows_live_prices(tern_factory, chromium, tmp_path, scheme):  # no
                     time.sleep(0.1)
                 raise AssertionError(f"page never showed {what}: {state()}")
 
-            first = wait(lambda st: len(st["prices"]) >= 10 and st["uptime"] != "–",
-                         "prices and statistics")
+            # every instrument at once: the subscription's snapshot
+            shown = wait(lambda st: len(st["prices"]) == 24, "every instrument")
+            assert shown["snapshot"] == 24, shown
+            first = wait(lambda st: st["uptime"] != "–", "the statistics")
             assert ("wss://" if scheme == "https" else "ws://") in first["status"]
             assert first["status"].startswith("live")
             time.sleep(1.5)
@@ -145,7 +152,7 @@ def test_page_shows_live_prices(tern_factory, chromium, tmp_path, scheme):  # no
             assert int(later["connections"]) >= 1
             # The page's socket drops (closed under it); it reconnects and
             # resumes the market stream: every update shown once, none missed.
-            dt.call("Runtime.evaluate", {"expression": "ws.close()"}, session=s)
+            dt.call("Runtime.evaluate", {"expression": "page.client.reconnect()"}, session=s)
             resumed = wait(lambda st: st["resumes"] >= 1 and st["lastSeq"] > later["lastSeq"] + 20,
                            "the stream resumed after the drop")
             assert resumed["gaps"] == 0
@@ -160,6 +167,78 @@ def test_page_shows_live_prices(tern_factory, chromium, tmp_path, scheme):  # no
             with open(kept, "wb") as f:
                 f.write(png)
             print(f"screenshot: {kept}")
+            dt.call("Target.closeTarget", {"targetId": target})
+        except (TimeoutError, EOFError, RuntimeError) as e:
+            pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
+        finally:
+            dt.close()
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_page_comes_back_by_itself_after_a_restart(tern_factory, chromium, tmp_path):  # noqa: F811
+    """tern serve stopped and started again on the same port under the page:
+    the client reconnects within its backoff cap (5 s), reports the gap (a
+    new epoch), shows every instrument from the new server's snapshot and
+    live prices again, and nothing on the page throws or logs an error."""
+    port = free_port()
+    srv = tern_factory("--port", str(port), "--feed-rate", "400")
+    started = time.monotonic()
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--remote-debugging-pipe",
+            "about:blank"]
+    log = tmp_path / "chromium.log"
+    with open(log, "wb") as err:
+        dt = DevTools(argv, err, time.monotonic() + TIMEOUT)
+        try:
+            target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            s = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            dt.call("Page.enable", session=s)
+            dt.call("Runtime.enable", session=s)   # exceptions and console calls become events
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+            nav = dt.call("Page.navigate", {"url": f"{srv.base}/"}, session=s)
+            assert "errorText" not in nav, nav
+
+            def state():
+                r = dt.call("Runtime.evaluate", {"expression": STATE_JS, "returnByValue": True},
+                            session=s)
+                return None if "exceptionDetails" in r else json.loads(r["result"]["value"])
+
+            def wait(cond, what, limit=10):
+                deadline = time.monotonic() + limit * SLOW
+                while time.monotonic() < deadline:
+                    st = state()
+                    if st is not None and cond(st):
+                        return st
+                    time.sleep(0.05)
+                raise AssertionError(f"page never showed {what}: {state()}")
+
+            before = wait(lambda st: len(st["prices"]) == 24 and st["state"] == "open",
+                          "every instrument")
+            srv.stop()
+            wait(lambda st: st["state"] == "reconnecting", "the drop")
+            time.sleep(1.0)
+            srv = tern_factory("--port", str(port), "--feed-rate", "400")
+            back_from = time.monotonic()
+            back = wait(lambda st: st["state"] == "open" and st["gaps"] == 1, "the page back",
+                        limit=8)
+            # within the cap, plus what a start and a connect take
+            assert time.monotonic() - back_from < 5 + 2 * SLOW
+            live = wait(lambda st: int(st["updates"]) > int(back["updates"]) + 20
+                        and st["prices"] != before["prices"], "live prices again")
+            assert len(live["prices"]) == 24 and live["status"].startswith("live")
+            errors = [e for e in dt.events if e.get("method") == "Runtime.exceptionThrown"
+                      or (e.get("method") == "Runtime.consoleAPICalled"
+                          and e["params"]["type"] in ("error", "assert"))]
+            assert errors == [], errors
             dt.call("Target.closeTarget", {"targetId": target})
         except (TimeoutError, EOFError, RuntimeError) as e:
             pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")

@@ -271,3 +271,62 @@ def test_a_quiet_topic_keeps_its_epoch_without_subscribers(tern_factory):
     with connect(url(t)) as ws:
         missed, again = subscribe(ws, "quiet", epoch=ack["epoch"], after="0")
         assert again["resumed"] is True and [m["data"] for m in missed] == ["first"], again
+
+
+def test_snapshot_on_subscribe_gives_the_latest_of_each_key_then_live(tern_factory):
+    t = tern_factory("--feed", "off", "--pubsub-history", "100")
+    for i in range(10):   # keys k0..k2 in turn: the last of each is 8, 9, 10
+        publish(t, "px", "v%d" % i, key="k%d" % (i % 3))
+    publish(t, "px", "no key 1")
+    publish(t, "px", "no key 2")   # 12: the keyless ones count as one key
+    with connect(url(t)) as ws:
+        snap, ack = subscribe(ws, "px", snapshot=True)
+        assert ack["snapshot"] == 4 and ack["seq"] == 12 and "resumed" not in ack, ack
+        assert [(m["seq"], m.get("key"), m["data"]) for m in snap] == \
+            [(8, "k1", "v7"), (9, "k2", "v8"), (10, "k0", "v9"), (12, None, "no key 2")]
+        # then live, from the next one: nothing twice, nothing missed
+        assert publish(t, "px", "v10", key="k1") == 13
+        assert recv(ws) == {"topic": "px", "seq": 13, "key": "k1", "data": "v10"}
+    with connect(url(t)) as ws:
+        # without it, a new subscription starts with what comes next only
+        before, ack = subscribe(ws, "px", snapshot=False)
+        assert before == [] and ack.keys() == {"ok", "topic", "epoch", "seq"}, ack
+
+
+def test_snapshot_of_a_topic_without_history_is_empty_and_bad_values_refused(tern_factory):
+    t = tern_factory("--feed", "off")
+    publish(t, "plain", "x", key="a")
+    with connect(url(t)) as ws:
+        before, ack = subscribe(ws, "plain", snapshot=True)
+        assert before == [] and ack["snapshot"] == 0, ack
+        for bad in ('{"op":"subscribe","topic":"q","snapshot":"true"}',
+                    '{"op":"subscribe","topic":"q","snapshot":1}',
+                    '{"op":"subscribe","topic":"q","snapshot":tru}'):
+            ws.send(bad)
+            assert recv(ws) == {"error": "bad json", "op": None}, bad
+
+
+def test_snapshot_with_a_resume_is_the_resume(tern_factory):
+    t = tern_factory("--feed", "off", "--pubsub-history", "100")
+    publish(t, "px", "a", key="k")
+    with connect(url(t)) as ws:
+        _, ack = subscribe(ws, "px")
+    publish(t, "px", "b", key="k")
+    with connect(url(t)) as ws:
+        missed, ack2 = subscribe(ws, "px", epoch=ack["epoch"], after="1", snapshot=True)
+        assert ack2["resumed"] is True and ack2["replayed"] == 1 and "snapshot" not in ack2
+        assert [m["data"] for m in missed] == ["b"]
+
+
+def test_the_feed_snapshot_shows_every_instrument_at_once(tern_factory):
+    """The page's first view: every instrument's latest price, not only the
+    few that moved since it subscribed."""
+    t = tern_factory("--feed-rate", "400")
+    time.sleep(1.0 * SLOW)   # 400 updates over 24 instruments: each has moved
+    with connect(url(t)) as ws:
+        snap, ack = subscribe(ws, "market", snapshot=True)
+    assert ack["snapshot"] == len(snap) == 24, ack
+    syms = [json.loads(m["data"])["sym"] for m in snap]
+    assert syms == [m["key"] for m in snap] and len(set(syms)) == 24
+    seqs = [m["seq"] for m in snap]
+    assert seqs == sorted(seqs) and seqs[-1] == ack["seq"]

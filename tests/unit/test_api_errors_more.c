@@ -280,7 +280,7 @@ static struct {
     const char *fail;
     /* server side, on_open */
     int sub_null_ws, sub_null_topic, sub_empty, sub_long, sub_max, sub_ok, sub_again, sub_full;
-    int from_null, from_odd, from_long;
+    int from_null, from_odd, from_long, latest_null, latest_long, latest_again;
     tern_resume resume;
     int unsub_null_ws, unsub_null_topic, unsub_empty, unsub_long, unsub_absent, unsub_ok,
         unsub_again;
@@ -325,6 +325,9 @@ static void srv_open(tern_ws *ws, void *user) {
     S.sub_again = tern_ws_subscribe(ws, "t");
     S.from_null = tern_ws_subscribe_from(NULL, "u", 1, 1, &S.resume);
     S.from_long = tern_ws_subscribe_from(ws, filled(name, TERN_TOPIC_MAX + 1, 'u'), 1, 1, NULL);
+    S.latest_null = tern_ws_subscribe_latest(NULL, "u", NULL);
+    S.latest_long = tern_ws_subscribe_latest(ws, filled(name, TERN_TOPIC_MAX + 1, 'u'), NULL);
+    S.latest_again = tern_ws_subscribe_latest(ws, "t", NULL);
     /* An epoch nobody has and the last seq there is: told it is not a
      * resume. */
     memset(&S.resume, 0xff, sizeof(S.resume));
@@ -444,6 +447,9 @@ static void ws_calls(void **state) {
     assert_int_equal(S.sub_again, -EALREADY);
     assert_int_equal(S.from_null, -EINVAL);
     assert_int_equal(S.from_long, -ENAMETOOLONG);
+    assert_int_equal(S.latest_null, -EINVAL);
+    assert_int_equal(S.latest_long, -ENAMETOOLONG);
+    assert_int_equal(S.latest_again, -EALREADY);
     assert_int_equal(S.from_odd, 0);
     assert_false(S.resume.resumed);
     assert_int_equal(S.resume.replayed, 0);

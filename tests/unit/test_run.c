@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -311,9 +312,29 @@ static void hosts(void **state) {
     tern_loop_free(l2);
 }
 
+/* tern_cpu_count follows the affinity mask (taskset, a container's
+ * cpuset): a process held to one CPU counts 1, and gets its CPUs back. */
+static void cpu_count_follows_the_affinity_mask(void **state) {
+    (void)state;
+    cpu_set_t all, one;
+    assert_int_equal(sched_getaffinity(0, sizeof(all), &all), 0);
+    int n = tern_cpu_count();
+    assert_true(n >= 1 && n <= CPU_COUNT(&all));
+    int first = 0;
+    while (!CPU_ISSET(first, &all))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof(one), &one), 0);
+    assert_int_equal(tern_cpu_count(), 1);
+    assert_int_equal(sched_setaffinity(0, sizeof(all), &all), 0);
+    assert_int_equal(tern_cpu_count(), n);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bad_calls),
+        cmocka_unit_test(cpu_count_follows_the_affinity_mask),
         cmocka_unit_test(clone_shares_and_freezes),
         cmocka_unit_test(hosts),
         cmocka_unit_test(run_stop_ends_every_loop),

@@ -269,7 +269,8 @@ static void shutdown_done_runs_after_the_call(void **state) {
 typedef struct spread {
     app a;
     int fds[SPREAD_N];
-    uint64_t shut_at, seen_at[SPREAD_N];   /* when each client read its 1001 (0: not yet) */
+    uint64_t shut_at, seen_at[SPREAD_N];   /* when each client read its close (0: not yet) */
+    uint16_t code;                         /* the close code expected */
     int seen, ticks, deadline_results;
     bool shut;
 } spread;
@@ -299,9 +300,10 @@ static void spread_tick(tern_timer *t, void *user) {
         ssize_t r = sp->fds[i] < 0 ? 0 : read(sp->fds[i], buf, sizeof(buf));
         if (r <= 0 || !sp->shut)
             continue;
-        /* The close frame: FIN + close opcode, its length, 1001 (0x03e9). */
+        /* The close frame: FIN + close opcode, its length, the code. */
         for (ssize_t k = 0; k + 3 < r; k++)
-            if ((uint8_t)buf[k] == 0x88 && buf[k + 2] == 0x03 && (uint8_t)buf[k + 3] == 0xe9) {
+            if ((uint8_t)buf[k] == 0x88 && (uint8_t)buf[k + 2] == sp->code >> 8 &&
+                (uint8_t)buf[k + 3] == (sp->code & 0xff)) {
                 sp->seen_at[i] = now;
                 sp->seen++;
                 close(sp->fds[i]);
@@ -311,13 +313,16 @@ static void spread_tick(tern_timer *t, void *user) {
     }
 }
 
-static void shutdown_spreads_the_websockets_closes(void **state) {
+/* opt_code: the server's shutdown_ws_code; want: the code the clients get. */
+static void shutdown_spread(uint16_t opt_code, uint16_t want) {
     spread *sp = calloc(1, sizeof(*sp));
     assert_non_null(sp);
+    sp->code = want;
     app *a = &sp->a;
     memset(a, 0, sizeof(*a));
     a->fast_fd = a->slow_fd = -1;
-    tern_server_options so = {.shutdown_ws_spread_ms = SPREAD_MS, .shutdown_timeout_ms = 5000};
+    tern_server_options so = {.shutdown_ws_spread_ms = SPREAD_MS, .shutdown_timeout_ms = 5000,
+                              .shutdown_ws_code = opt_code};
     assert_int_equal(tern_loop_new(&a->loop, NULL), 0);
     assert_int_equal(tern_server_new(&a->srv, a->loop, &so), 0);
     assert_int_equal(tern_ws_route(a->srv, "/ws", &handlers, NULL, a), 0);
@@ -345,6 +350,25 @@ static void shutdown_spreads_the_websockets_closes(void **state) {
     free(sp);
 }
 
+static void shutdown_spreads_the_websockets_closes(void **state) {
+    (void)state;
+    shutdown_spread(0, 1001);   /* going away, the default */
+}
+
+/* A drain that invites its clients back says so: 1012; other codes are
+ * refused when the server is made. */
+static void shutdown_code_1012_when_asked(void **state) {
+    (void)state;
+    shutdown_spread(1012, 1012);
+    tern_loop *loop;
+    tern_server *srv = NULL;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    tern_server_options bad = {.shutdown_ws_code = 1000};
+    assert_int_equal(tern_server_new(&srv, loop, &bad), -EINVAL);
+    assert_null(srv);
+    assert_int_equal(tern_loop_free(loop), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(close_policy_runs_on_close_after_the_send),
@@ -352,6 +376,7 @@ int main(void) {
         cmocka_unit_test(pause_policy_closes_a_peer_that_never_reads_what_is_pushed),
         cmocka_unit_test(shutdown_done_runs_after_the_call),
         cmocka_unit_test(shutdown_spreads_the_websockets_closes),
+        cmocka_unit_test(shutdown_code_1012_when_asked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

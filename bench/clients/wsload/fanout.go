@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,23 +155,7 @@ func runFanout(url string, conns, size, replies, replySize int, interval, warmup
 	r.Missed = r.Late + r.Skipped
 	r.MsgPerS = float64(r.Messages) / duration.Seconds()
 	r.MBPerS = r.MsgPerS * float64(replySize) / 1e6
-	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
-	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-	q := func(f float64) float64 {
-		if len(all) == 0 {
-			return 0
-		}
-		return us(all[int(f*float64(len(all)-1))])
-	}
-	var sum time.Duration
-	for _, d := range all {
-		sum += d
-	}
-	mean := 0.0
-	if len(all) > 0 {
-		mean = us(sum) / float64(len(all))
-	}
-	r.LatencyUs = map[string]float64{"mean": mean, "p50": q(0.5), "p99": q(0.99), "max": q(1)}
+	r.LatencyUs = quantiles(all)
 	if asJSON {
 		b, _ := json.Marshal(r)
 		fmt.Println(string(b))

@@ -21,7 +21,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,26 +149,10 @@ func main() {
 		total += counts[i]
 		all = append(all, rtts[i]...)
 	}
-	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
-	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-	q := func(f float64) float64 {
-		if len(all) == 0 {
-			return 0
-		}
-		return us(all[int(f*float64(len(all)-1))])
-	}
-	var sum time.Duration
-	for _, d := range all {
-		sum += d
-	}
-	mean := 0.0
-	if len(all) > 0 {
-		mean = us(sum) / float64(len(all))
-	}
 	r := result{Mode: "echo", URL: *url, Connections: *conns, Size: *size,
 		WarmupS: warmup.Seconds(), DurationS: secs, ConnectS: connectS, Messages: total,
 		MsgPerS: float64(total) / secs, MBPerS: float64(total) / secs * float64(*size) / 1e6,
-		LatencyUs: map[string]float64{"mean": mean, "p50": q(0.50), "p99": q(0.99), "max": q(1)},
+		LatencyUs: quantiles(all),
 		Client:    "gorilla/websocket"}
 	if *asJSON {
 		b, _ := json.Marshal(r)

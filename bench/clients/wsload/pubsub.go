@@ -275,6 +275,8 @@ func runPubsub(server, url, publishURL, key, topic string, conns, size, rate int
 		r.LatencyUs["p99"], r.PublishUs["p50"])
 }
 
+// Mean, p50, p99 and max of all (sorted here), in microseconds: every
+// mode's latency figures.
 func quantiles(all []time.Duration) map[string]float64 {
 	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
 	us := func(d time.Duration) float64 { return float64(d) / 1e3 }

@@ -1,0 +1,103 @@
+// Types of tern-client (tern-client.js).
+
+export type State = "idle" | "connecting" | "open" | "reconnecting" | "closed";
+
+export type ErrorCode =
+  | "SERVER"          // the server refused the request: message is its error ("forbidden", ...)
+  | "SUBSCRIBE"       // a subscription refused (its ready rejects; it is removed)
+  | "DISCONNECTED"    // the connection ended (a publish in flight may or may not have been published)
+  | "QUEUE_FULL"      // disconnected and the queue is full (reject-new), or queueMax is 0
+  | "DROPPED"         // refused to make room in the queue (drop-oldest)
+  | "CLOSED"          // the client was closed
+  | "TOKEN"           // getToken failed, or the server refused the new token
+  | "TOKEN_EXPIRED"   // the server closed the connection at the token's exp (4001)
+  | "NO_WEBSOCKET"    // neither a global WebSocket nor the ws package
+  | "CONNECT"         // the connection could not be made
+  | "PROTOCOL";       // the server sent something that is not JSON
+
+export class TernError extends Error {
+  readonly code: ErrorCode;
+  readonly detail?: unknown;
+}
+
+export interface ClientOptions {
+  /** A JWT for ?token=; or getToken, asked before connecting, before exp and after a refusal. */
+  token?: string;
+  getToken?: () => Promise<string>;
+  /** The first retry waits up to this (ms, default 250); each one doubles it, up to backoffMax (10000). */
+  backoffInitial?: number;
+  backoffMax?: number;
+  /** A new token this long before exp (ms, default 30000), and at least half-way through its life. */
+  refreshMargin?: number;
+  /** Publishes held while disconnected (default 1000; 0: none). */
+  queueMax?: number;
+  /** When the queue is full: refuse the new publish (default) or the oldest held. */
+  queuePolicy?: "reject-new" | "drop-oldest";
+  /** A WebSocket class to use instead of the global one or the ws package. */
+  WebSocket?: unknown;
+  /** false: do not connect until connect() is called. */
+  connect?: boolean;
+  /** The jitter's random numbers in [0, 1) (default Math.random). */
+  random?: () => number;
+}
+
+export interface Message {
+  topic: string;
+  seq: number;
+  /** The key it was published with, when it had one. */
+  key?: string;
+  /** The data as published (a string; the feed's are JSON). */
+  data: string;
+  /** Part of a snapshot: the latest message of its key, sent at a (re)subscription. */
+  snapshot: boolean;
+}
+
+export interface SubscribedInfo {
+  topic: string;
+  epoch: string;
+  seq: number;
+  /** After a resume: true when nothing was missed; false when there was a gap. */
+  resumed?: boolean;
+  /** resumed === false: messages were missed, the snapshot that follows replaces them. */
+  gap: boolean;
+  /** Messages sent before the ack (missed ones, or the snapshot). */
+  replayed: number;
+  /** The first subscription of the topic (not a resume). */
+  first: boolean;
+}
+
+export interface SubscribeOptions {
+  /** Start with the latest message of each key (default true). */
+  snapshot?: boolean;
+  /** At every (re)subscription, before the messages it brings. */
+  onSubscribed?: (info: SubscribedInfo, sub: Subscription) => void;
+}
+
+export interface Subscription {
+  readonly topic: string;
+  /** The latest message of each key received. */
+  readonly latest: Map<string, Message>;
+  /** Resolves at the first ack; rejects when the subscription is refused. */
+  readonly ready: Promise<SubscribedInfo>;
+  unsubscribe(): void;
+}
+
+export class TernClient {
+  constructor(url: string, options?: ClientOptions);
+  readonly url: string;
+  readonly state: State;
+  /** Publishes waiting for a connection. */
+  readonly queued: number;
+  on(event: "state", fn: (state: State, previous: State) => void): () => void;
+  on(event: "error", fn: (error: TernError) => void): () => void;
+  connect(): void;
+  reconnect(): void;
+  subscribe(topic: string, handler: (msg: Message, sub: Subscription) => void,
+            options?: SubscribeOptions): Subscription;
+  publish(topic: string, data: string, options?: { key?: string }): Promise<number>;
+  close(): void;
+}
+
+export function backoffDelay(attempt: number, initial: number, max: number,
+                             random?: () => number): number;
+export function tokenExp(token: string): number | undefined;

@@ -1,0 +1,202 @@
+// What the client's tests share: a real `tern serve` (TERN_BIN, else the
+// repo's build/tern) started as tests/integration/conftest.py starts it
+// (127.0.0.1, port 0, --bench-routes, an admin listener, the per-client
+// limits off), tokens signed with its HMAC secret, and a TCP proxy between
+// the two that the tests cut, delay and point at another server.
+import { spawn } from "node:child_process";
+import { createHmac, randomBytes } from "node:crypto";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { TernClient } from "../tern-client.js";
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const TERN_BIN = process.env.TERN_BIN || resolve(here, "../../../build/tern");
+// Slower under the sanitizers, as the python tests' SLOW.
+export const SLOW = process.env.TERN_SANITIZED ? 4 : 1;
+
+export const SECRET = "client-test-secret";
+
+const running = new Set();   // how to stop each server and proxy started
+// Every topic the tests use starts with this; the tokens give rights to it.
+export const PREFIX = "t.";
+
+const b64url = (b) => Buffer.from(b).toString("base64url");
+
+/** A HS256 JWT with `ttl` seconds to live and rights over PREFIX*. */
+export function mintToken({ ttl = 3600, publish = [PREFIX + "*"], subscribe = [PREFIX + "*"],
+                            secret = SECRET } = {}) {
+  const head = b64url(JSON.stringify({ alg: "HS256", typ: "JWT" }));
+  const body = b64url(JSON.stringify({ sub: "client-test", exp: Math.floor(Date.now() / 1000) + ttl,
+                                       tern: { publish, subscribe } }));
+  const sig = createHmac("sha256", secret).update(`${head}.${body}`).digest("base64url");
+  return `${head}.${body}.${sig}`;
+}
+
+/** Starts `tern serve` with tokens on; resolves with {port, url, stop()}. */
+export function startServer(args = [], { port = 0 } = {}) {
+  const dir = mkdtempSync(join(tmpdir(), "tern-client-test-"));
+  writeFileSync(join(dir, "secret"), SECRET + "\n");
+  writeFileSync(join(dir, "api-key"), randomBytes(16).toString("hex") + "\n");
+  const argv = ["serve", "--host", "127.0.0.1", "--port", String(port), "--threads", "1",
+                "--bench-routes", "--admin-listen", "127.0.0.1:0",
+                "--api-key-file", join(dir, "api-key"),
+                "--max-connections", "0", "--max-connections-per-ip", "0", "--pubsub-rate", "0",
+                "--token-hmac-secret-file", join(dir, "secret"), ...args];
+  const proc = spawn(TERN_BIN, argv, { stdio: ["ignore", "ignore", "pipe"] });
+  return new Promise((resolve, reject) => {
+    const stop = () => new Promise((done) => {
+      if (proc.exitCode !== null || proc.signalCode !== null) return done();
+      proc.once("exit", () => done());
+      proc.kill("SIGTERM");
+    });
+    running.add(stop);
+    let err = "";
+    const onData = (chunk) => {
+      err += chunk;
+      const m = /listening on http:\/\/127\.0\.0\.1:(\d+)\//.exec(err);
+      if (!m) return;
+      proc.stderr.off("data", onData);
+      proc.stderr.resume();   // keep draining it
+      const p = Number(m[1]);
+      resolve({
+        port: p,
+        url: `ws://127.0.0.1:${p}/pubsub`,
+        proc,
+        stop,
+      });
+    };
+    proc.stderr.on("data", onData);
+    proc.once("exit", (code) => reject(new Error(`tern serve exited ${code}: ${err}`)));
+  });
+}
+
+/**
+ * A TCP proxy on 127.0.0.1 to target's port. cut() resets every
+ * connection through it; down = true refuses new ones (reset at once);
+ * delayMs(): the delay added to each chunk, each direction kept in order.
+ */
+export class Proxy {
+  constructor(targetPort) {
+    this.targetPort = targetPort;
+    this.down = false;
+    this.delayMs = () => 0;
+    this.pairs = new Set();
+    this.accepted = 0;
+    this.acceptedAt = [];   // Date.now() of each connection taken
+    this.server = net.createServer((client) => this._accept(client));
+  }
+
+  listen() {
+    running.add(() => this.close());
+    return new Promise((r) => this.server.listen(0, "127.0.0.1", () => {
+      this.port = this.server.address().port;
+      this.url = `ws://127.0.0.1:${this.port}/pubsub`;
+      r(this);
+    }));
+  }
+
+  _accept(client) {
+    this.accepted++;
+    this.acceptedAt.push(Date.now());
+    if (this.down) {
+      client.resetAndDestroy();
+      return;
+    }
+    const upstream = net.connect(this.targetPort, "127.0.0.1");
+    const pair = { client, upstream };
+    this.pairs.add(pair);
+    // Each direction is a queue of chunks, each due at its arrival plus
+    // its delay and never before the one ahead of it: one timer at a time
+    // writes them in order (timers of different lengths may fire in any
+    // order among themselves, which would reorder the stream).
+    const pipe = (from, to) => {
+      const queue = [];   // [due, chunk], due rising
+      let timer = null;
+      const pump = () => {
+        timer = null;
+        while (queue.length && queue[0][0] <= Date.now()) {
+          const [, chunk] = queue.shift();
+          if (!to.destroyed) to.write(chunk);
+        }
+        if (queue.length) timer = setTimeout(pump, queue[0][0] - Date.now());
+      };
+      from.on("data", (chunk) => {
+        const last = queue.length ? queue[queue.length - 1][0] : 0;
+        queue.push([Math.max(last, Date.now() + this.delayMs()), chunk]);
+        if (!timer) pump();
+      });
+    };
+    pipe(client, upstream);
+    pipe(upstream, client);
+    const end = () => {
+      this.pairs.delete(pair);
+      if (!client.destroyed) client.resetAndDestroy();
+      if (!upstream.destroyed) upstream.resetAndDestroy();
+    };
+    client.on("error", end).on("close", end);
+    upstream.on("error", end).on("close", end);
+  }
+
+  /** Resets every connection through the proxy now. */
+  cut() {
+    for (const { client, upstream } of [...this.pairs]) {
+      client.resetAndDestroy();
+      upstream.resetAndDestroy();
+    }
+    this.pairs.clear();
+  }
+
+  close() {
+    this.cut();
+    if (!this.server.listening) return Promise.resolve();
+    return new Promise((r) => this.server.close(() => r()));
+  }
+}
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Resolves once cond() is true (checked every 10 ms), or rejects naming what. */
+export async function until(cond, what, ms = 5000) {
+  const deadline = Date.now() + ms * SLOW;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(10);
+  }
+}
+
+/** Resolves with the next "state" event equal to s. */
+export function nextState(client, s) {
+  return new Promise((r) => {
+    const off = client.on("state", (now) => {
+      if (now === s) {
+        off();
+        r();
+      }
+    });
+  });
+}
+
+const made = new Set();
+
+/** A TernClient that closeAll() closes: a failed test leaves none retrying (and the run hanging). */
+export function newClient(url, options) {
+  const c = new TernClient(url, options);
+  made.add(c);
+  return c;
+}
+
+export function closeAll() {
+  for (const c of made) c.close();
+  made.clear();
+}
+
+/** Stops every server and proxy started (a test that failed half-way leaves none). */
+export async function stopAll() {
+  const all = [...running];
+  running.clear();
+  await Promise.all(all.map((stop) => stop()));
+}
