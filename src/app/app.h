@@ -41,6 +41,14 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                               int (*on_upgrade)(tern_http_req *, void **, void *), void *user);
 void tern__serve_publish(tern_http_req *req, tern_server *srv);
 void tern__serve_pubsub_refusals_get(tern__serve_pubsub_refusals *out);
+/* --pubsub-rate changed while the loops run (SIGHUP), from any thread. */
+void tern__serve_pubsub_set_rate(uint32_t rate);
+/* Other topic rules for the subscribes and publishes that follow, from
+ * any thread (SIGHUP): only who may do what may differ, the pub/sub
+ * settings are the library's since setup. Returns the ones replaced, which
+ * a loop may still be reading in the callback it runs. */
+struct tern__topic_rules;
+const struct tern__topic_rules *tern__serve_pubsub_swap_rules(const struct tern__topic_rules *r);
 
 /* serve_metrics.c: GET /metrics (the admin listener's), the counters of
  * srv's threads in Prometheus' text format; draining: SIGTERM came. */

@@ -10,7 +10,6 @@
  * file, which epoll cannot watch), and the loop stays the only place where
  * the connection is touched. */
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +17,7 @@
 #include <string.h>
 
 #include "app/app.h"
+#include "app/options.h"
 #include "tern/tern.h"
 
 enum {
@@ -50,6 +50,34 @@ typedef struct client {
     int exit_code;
 } client;
 
+/* tern connect's options. */
+enum { CO_BINARY, CO_HEADER, CO_SUBPROTOCOL, CO_INSECURE, CO_CA_FILE, CO_SERVER_NAME,
+       CO_COMPRESS, CO_TIMEOUT, CO_DNS_SERVER, CO_HELP, CO_COUNT };
+static const tern__opt connect_opts[CO_COUNT] = {
+    [CO_BINARY] = {"binary", 'b', TERN__OPT_FLAG,
+                   .help = "send lines as binary messages (default: text)"},
+    [CO_HEADER] = {"header", 'H', TERN__OPT_STRING, "'N: v'", .flags = TERN__OPT_REPEAT,
+                   .max_count = 1024,
+                   .help = "an extra request header, e.g. Origin, Cookie,\nAuthorization"},
+    [CO_SUBPROTOCOL] = {"subprotocol", 's', TERN__OPT_STRING, "NAME", .flags = TERN__OPT_REPEAT,
+                        .max_count = 1024, .help = "offer a subprotocol (in order)"},
+    [CO_INSECURE] = {"insecure", 'k', TERN__OPT_FLAG,
+                     .help = "wss: do not verify the server's certificate"},
+    [CO_CA_FILE] = {"ca-file", 0, TERN__OPT_STRING, "FILE",
+                    .help = "wss: trust the CAs in FILE (PEM), not the system's"},
+    [CO_SERVER_NAME] = {"server-name", 0, TERN__OPT_STRING, "NAME",
+                        .help = "wss: SNI and the name checked (unset: the host)"},
+    [CO_COMPRESS] = {"compress", 'z', TERN__OPT_FLAG, .help = "offer permessage-deflate"},
+    [CO_TIMEOUT] = {"timeout", 't', TERN__OPT_UINT, "MS", "10000", 1, 86400000,
+                    .help = "connect and handshake within MS"},
+    [CO_DNS_SERVER] = {"dns-server", 0, TERN__OPT_STRING, "ADDR[:PORT]",
+                       .help = "resolve the host with this DNS server (IPv6:\n"
+                               "[ADDR]:PORT; comma-separated for several), not\n"
+                               "the system's (/etc/resolv.conf); /etc/hosts is\n"
+                               "read first either way"},
+    [CO_HELP] = {"help", 'h', TERN__OPT_FLAG, .flags = TERN__OPT_CLI_ONLY, .help = "this text"},
+};
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tern connect [options] URL\n"
@@ -61,22 +89,13 @@ static void usage(FILE *f) {
             "\n"
             "URL: ws://host[:port]/path, wss://... (TLS), ws+unix:SOCKET[:/path]\n"
             "\n"
-            "options:\n"
-            "  -b, --binary             send lines as binary messages (default: text)\n"
-            "  -H, --header 'N: v'      an extra request header, e.g. Origin, Cookie,\n"
-            "                           Authorization (repeatable)\n"
-            "  -s, --subprotocol NAME   offer a subprotocol (repeatable, in order)\n"
-            "  -k, --insecure           wss: do not verify the server's certificate\n"
-            "      --ca-file FILE       wss: trust the CAs in FILE (PEM), not the system's\n"
-            "      --server-name NAME   wss: SNI and the name checked (default: the host)\n"
-            "  -z, --compress           offer permessage-deflate\n"
-            "  -t, --timeout MS         connect and handshake within MS (default 10000)\n"
-            "      --dns-server ADDR[:PORT]\n"
-            "                           resolve the host with this DNS server (IPv6:\n"
-            "                           [ADDR]:PORT; comma-separated for several), not\n"
-            "                           the system's (/etc/resolv.conf); /etc/hosts is\n"
-            "                           read first either way\n"
-            "  -h, --help               this text\n"
+            "options:\n");
+    tern__opt_set s;
+    if (tern__opt_init(&s, "tern connect", connect_opts, CO_COUNT) == 0) {
+        tern__opt_help(&s, f);
+        tern__opt_free(&s);
+    }
+    fprintf(f,
             "\n"
             "exit status:\n"
             "  0  the connection closed normally (code 1000, from either side)\n"
@@ -215,62 +234,47 @@ static void on_signal(tern_loop *loop, int signo, void *user) {
 /* ---- the command ------------------------------------------------------ */
 
 int tern_app_connect(int argc, char **argv) {
-    static const struct option longopts[] = {
-        {"binary", no_argument, NULL, 'b'},
-        {"header", required_argument, NULL, 'H'},
-        {"subprotocol", required_argument, NULL, 's'},
-        {"insecure", no_argument, NULL, 'k'},
-        {"ca-file", required_argument, NULL, 'C'},
-        {"server-name", required_argument, NULL, 'N'},
-        {"compress", no_argument, NULL, 'z'},
-        {"timeout", required_argument, NULL, 't'},
-        {"dns-server", required_argument, NULL, 'D'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char **headers = calloc((size_t)argc + 1, sizeof(char *));
-    const char **subs = calloc((size_t)argc + 1, sizeof(char *));
-    if (headers == NULL || subs == NULL) {
-        free(headers);
-        free(subs);
+    tern__opt_set s;
+    if (tern__opt_init(&s, "tern connect", connect_opts, CO_COUNT) < 0)
         return EXIT_OTHER;
-    }
-    size_t nh = 0, ns = 0;
     tern_ws_client_options opt = {0};
     client cl = {.opcode = TERN_WS_TEXT, .exit_code = EXIT_ABNORMAL};
     cl.pending_tail = &cl.pending;
-    int c, code = -1;
-    optind = 1;
-    while (code < 0 && (c = getopt_long(argc, argv, "bH:s:kzt:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'b': cl.opcode = TERN_WS_BINARY; break;
-        case 'H': headers[nh++] = optarg; break;
-        case 's': subs[ns++] = optarg; break;
-        case 'k': opt.insecure = true; break;
-        case 'C': opt.ca_file = optarg; break;
-        case 'N': opt.server_name = optarg; break;
-        case 'z': opt.ws.compression = true; break;
-        case 'D': opt.dns_servers = optarg; break;
-        case 't': {
-            char *end;
-            long ms = strtol(optarg, &end, 10);
-            if (*end || ms <= 0 || ms > 86400000) {
-                fprintf(stderr, "tern connect: bad --timeout %s\n", optarg);
-                code = EXIT_USAGE;
-            }
-            opt.connect_timeout_ms = (uint32_t)ms;
-            break;
-        }
-        case 'h': usage(stdout); code = EXIT_NORMAL; break;
-        default: usage(stderr); code = EXIT_USAGE; break;
-        }
-    }
-    if (code < 0 && optind != argc - 1) {
+    int code = -1;
+    const char *url = NULL;
+    const char **headers = NULL, **subs = NULL;
+    if (tern__opt_parse_argv(&s, argc, argv) < 0) {
+        fprintf(stderr, "tern connect: %s\n", s.err);
         usage(stderr);
         code = EXIT_USAGE;
+    } else if (tern__opt_uint(&s, CO_HELP)) {
+        usage(stdout);
+        code = EXIT_NORMAL;
+    } else if (s.nargs != 1) {
+        usage(stderr);
+        code = EXIT_USAGE;
+    } else {
+        url = s.args[0];
+        cl.opcode = tern__opt_uint(&s, CO_BINARY) ? TERN_WS_BINARY : TERN_WS_TEXT;
+        opt.insecure = tern__opt_uint(&s, CO_INSECURE);
+        opt.ca_file = tern__opt_str(&s, CO_CA_FILE);
+        opt.server_name = tern__opt_str(&s, CO_SERVER_NAME);
+        opt.ws.compression = tern__opt_uint(&s, CO_COMPRESS);
+        opt.dns_servers = tern__opt_str(&s, CO_DNS_SERVER);
+        opt.connect_timeout_ms = (uint32_t)tern__opt_uint(&s, CO_TIMEOUT);
+        /* NULL-terminated lists; the strings stay in s. */
+        const tern__opt_val *h = &s.vals[CO_HEADER], *p = &s.vals[CO_SUBPROTOCOL];
+        headers = calloc((size_t)h->n + 1, sizeof(char *));
+        subs = calloc((size_t)p->n + 1, sizeof(char *));
+        if (headers == NULL || subs == NULL)
+            code = EXIT_OTHER;
+        for (int i = 0; code < 0 && i < h->n; i++)
+            headers[i] = h->v[i];
+        for (int i = 0; code < 0 && i < p->n; i++)
+            subs[i] = p->v[i];
+        opt.headers = h->n ? headers : NULL;
+        opt.ws.subprotocols = p->n ? subs : NULL;
     }
-    opt.headers = nh ? headers : NULL;
-    opt.ws.subprotocols = ns ? subs : NULL;
     tern_loop *loop = NULL;
     if (code < 0 && tern_loop_new(&loop, NULL) < 0)
         code = EXIT_OTHER;
@@ -284,9 +288,9 @@ int tern_app_connect(int argc, char **argv) {
                               .on_message = on_message,
                               .on_close = on_close,
                               .on_connect_error = on_connect_error};
-        int err = tern_ws_connect(loop, argv[optind], &h, &opt, &cl);
+        int err = tern_ws_connect(loop, url, &h, &opt, &cl);
         if (err < 0) {
-            fprintf(stderr, "tern connect: %s: %s\n", argv[optind], tern_strerror(err));
+            fprintf(stderr, "tern connect: %s: %s\n", url, tern_strerror(err));
             code = err == -EINVAL ? EXIT_USAGE
                  : err == -ENOMEM ? EXIT_OTHER
                  : err == -EPROTO ? EXIT_USAGE   /* the CA file */
@@ -315,6 +319,7 @@ int tern_app_connect(int argc, char **argv) {
      * loop: the loop is not freed, the process ends here. */
     free(headers);
     free(subs);
+    tern__opt_free(&s);
     while (cl.pending) {
         line *l = cl.pending;
         cl.pending = l->next;

@@ -50,7 +50,6 @@
  * Any error ends the run at once (exit 1) with the first error's message;
  * the measurement is only printed after a clean run. */
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -63,6 +62,7 @@
 #include <time.h>
 
 #include "app/app.h"
+#include "app/options.h"
 #include "tern/tern.h"
 
 #define LOAD_MAX_HANDSHAKES 256   /* connections being opened at once: kind to the accept queue */
@@ -1489,56 +1489,108 @@ static void print_results(const load_run *run) {
 
 /* ---- the command -------------------------------------------------------- */
 
+/* The modes' bits in the table's groups. */
+#define M_ECHO (1u << LOAD_ECHO)
+#define M_PIPE (1u << LOAD_PIPELINE)
+#define M_FAN (1u << LOAD_FANOUT)
+#define M_PUB (1u << LOAD_PUBSUB)
+#define M_MKT (1u << LOAD_MARKET)
+
+static const char *pub_path_ok(const char *v) {
+    return v[0] == '/' && strlen(v) < LOAD_PATH_MAX && strcspn(v, " \t\r\n") == strlen(v)
+               ? NULL
+               : "expected a path starting with /, without blanks";
+}
+
+/* tern load's options. Defaults differ by mode: they are the modes'
+ * (tern_app_load), and the help says them. */
+enum { LO_URL, LO_CONNS, LO_SIZE, LO_DURATION, LO_WARMUP, LO_DEPTH, LO_ITER, LO_WARMUP_ITER,
+       LO_REPLIES, LO_REPLY_SIZE, LO_INTERVAL, LO_RATE, LO_PUB_PATH, LO_INSTRUMENTS,
+       LO_SLOW_FRACTION, LO_SLOW_RATE, LO_DRAIN, LO_CUT_AT, LO_CUT_FOR, LO_JSON, LO_HELP,
+       LO_COUNT };
+#define SEC TERN__OPT_SECONDS
+static const tern__opt load_opts_table[LO_COUNT] = {
+    [LO_URL] = {"url", 0, TERN__OPT_STRING, "URL",
+                .help = "ws://HOST[:PORT]/PATH: a name (its addresses tried in turn)\n"
+                        "or an IPv4 address (no wss:// yet); required"},
+    [LO_CONNS] = {"connections", 0, TERN__OPT_UINT, "N", NULL, 1, 1000000,
+                  .help = "connections; pubsub, market: subscribers (default: echo 100,\n"
+                          "pipeline 1, fanout and pubsub 1000, market 5000)"},
+    [LO_SIZE] = {"size", 0, TERN__OPT_UINT, "BYTES", NULL, 0, 256u << 20,
+                 .help = "message payload (default: echo 64, pipeline and fanout 16,\n"
+                         "pubsub 256 and at least 16, market 512 and at least 21)"},
+    [LO_DURATION] = {"duration", 0, SEC, "SECONDS", .groups = M_ECHO | M_FAN | M_PUB | M_MKT,
+                     .help = "measured time (default: echo 5, the others 10)"},
+    [LO_WARMUP] = {"warmup", 0, SEC, "SECONDS", .flags = TERN__OPT_ZERO_MIN,
+                   .groups = M_ECHO | M_FAN | M_PUB | M_MKT,
+                   .help = "before measuring (default: echo 1, the others 2; 0 for none)"},
+    [LO_DEPTH] = {"depth", 0, TERN__OPT_UINT, "P", NULL, 1, 1u << 20, .groups = M_PIPE,
+                  .help = "messages per batch (default 8)"},
+    [LO_ITER] = {"iterations", 0, TERN__OPT_UINT, "I", NULL, 1, 1ull << 40, .groups = M_PIPE,
+                 .help = "measured messages per connection (default 200000)"},
+    [LO_WARMUP_ITER] = {"warmup-iterations", 0, TERN__OPT_UINT, "W", NULL, 0, 1ull << 40,
+                        .groups = M_PIPE,
+                        .help = "messages per connection before measuring (default 20000)"},
+    [LO_REPLIES] = {"replies", 0, TERN__OPT_UINT, "R", NULL, 1, 1000, .groups = M_FAN,
+                    .help = "messages per round (default 10)"},
+    [LO_REPLY_SIZE] = {"reply-size", 0, TERN__OPT_UINT, "S", NULL, 0, 16u << 20, .groups = M_FAN,
+                       .help = "bytes of each (default 10000)"},
+    [LO_INTERVAL] = {"interval", 0, SEC, "SECONDS", .groups = M_FAN, .help = "(default 1)"},
+    [LO_RATE] = {"rate", 0, TERN__OPT_UINT, "R", NULL, 1, 10000000, .groups = M_PUB | M_MKT,
+                 .help = "messages published per second (default: pubsub 1000,\n"
+                         "market 200)"},
+    [LO_PUB_PATH] = {"publish-path", 0, TERN__OPT_STRING, "PATH", .check = pub_path_ok,
+                     .groups = M_PUB | M_MKT,
+                     .help = "the publisher's path on the same host (required)"},
+    [LO_INSTRUMENTS] = {"instruments", 0, TERN__OPT_UINT, "K", NULL, 1, 10000, .groups = M_MKT,
+                        .help = "keys (default 100)"},
+    [LO_SLOW_FRACTION] = {"slow-fraction", 0, TERN__OPT_REAL, "F", .groups = M_MKT,
+                          .help = "of the subscribers, read slowly (default 0.1)"},
+    [LO_SLOW_RATE] = {"slow-rate", 0, TERN__OPT_UINT, "BYTES", NULL, 1, 1ull << 32,
+                      .groups = M_MKT, .help = "a slow one's bytes a second (default 16384)"},
+    [LO_DRAIN] = {"drain", 0, SEC, "SECONDS", .flags = TERN__OPT_ZERO_MIN, .groups = M_MKT,
+                  .help = "after publishing, before checking (default 3)"},
+    [LO_CUT_AT] = {"cut-at", 0, SEC, "S", .groups = M_PUB,
+                   .help = "with --cut-for T: S seconds into the measured time, every\n"
+                           "subscriber's connection is cut; T seconds later they all\n"
+                           "connect again and resume after the last message they got\n"
+                           "(tern serve's /fanout/sub ?ack=1 and ?epoch=E&after=N, with\n"
+                           "a history: --pubsub-history); a gap or a duplicate shows in\n"
+                           "the sequences"},
+    [LO_CUT_FOR] = {"cut-for", 0, SEC, "T", .groups = M_PUB, .help = "see --cut-at"},
+    [LO_JSON] = {"json", 0, TERN__OPT_FLAG, .help = "print one JSON object instead of text"},
+    [LO_HELP] = {"help", 0, TERN__OPT_FLAG, .flags = TERN__OPT_CLI_ONLY, .help = "this text"},
+};
+#undef SEC
+
+/* The modes' names: tern load's groups of options. */
+static const char *const mode_names[] = {"tern load echo", "tern load pipeline",
+                                         "tern load fanout", "tern load pubsub",
+                                         "tern load market"};
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tern load echo     --url ws://HOST[:PORT]/PATH [options]\n"
             "       tern load pipeline --url ws://HOST[:PORT]/PATH [options]\n"
             "       tern load fanout   --url ws://HOST[:PORT]/PATH [options]\n"
             "       tern load pubsub   --url ws://HOST[:PORT]/PATH --publish-path PATH [options]\n"
+            "       tern load market   --url ws://HOST[:PORT]/PATH --publish-path PATH [options]\n"
             "\n"
             "echo: each connection sends a binary message, waits for the whole echo, checks\n"
             "it and sends the next; after the warm-up it counts echoes and round trips.\n"
-            "  --connections N       (default 100)\n"
-            "  --size BYTES          message payload (default 64)\n"
-            "  --duration SECONDS    measured time (default 5)\n"
-            "  --warmup SECONDS      before measuring (default 1; 0 for none)\n"
             "\n"
             "pipeline: each connection writes DEPTH messages at once, and the next batch\n"
             "when all their echoes are back; each echo must be a binary message of the size.\n"
-            "  --connections N       (default 1)\n"
-            "  --depth P             messages per batch (default 8)\n"
-            "  --size BYTES          message payload (default 16)\n"
-            "  --iterations I        measured messages per connection (default 200000)\n"
-            "  --warmup-iterations W messages per connection before measuring (default 20000)\n"
             "\n"
             "fanout: each connection sends a binary message every interval (the connections\n"
             "take turns, spread evenly over it) and expects R binary messages of S bytes back;\n"
             "a round not done within its interval is missed (tern serve's /fanout).\n"
-            "  --connections N       (default 1000)\n"
-            "  --size BYTES          the request's payload (default 16)\n"
-            "  --replies R           messages per round (default 10)\n"
-            "  --reply-size S        bytes of each (default 10000)\n"
-            "  --interval SECONDS    (default 1)\n"
-            "  --duration SECONDS    measured time (default 10)\n"
-            "  --warmup SECONDS      before measuring (default 2; 0 for none)\n"
             "\n"
             "pubsub: N connections to --url subscribe (the server is to send each one\n"
             "every message published); one more, to --publish-path, publishes RATE binary\n"
             "messages a second, each starting with its send time and a sequence number\n"
             "(tern serve's /fanout/sub and /fanout/pub). Counts deliveries, their latency\n"
             "and the gaps in each subscriber's sequence.\n"
-            "  --connections N       subscribers (default 1000)\n"
-            "  --publish-path PATH   the publisher's path on the same host (required)\n"
-            "  --rate R              messages published per second (default 1000)\n"
-            "  --size BYTES          payload, at least 16 (default 256)\n"
-            "  --duration SECONDS    measured time (default 10)\n"
-            "  --warmup SECONDS      before measuring (default 2; 0 for none)\n"
-            "  --cut-at S --cut-for T  S seconds into the measured time, every subscriber's\n"
-            "                        connection is cut; T seconds later they all connect\n"
-            "                        again and resume after the last message they got\n"
-            "                        (tern serve's /fanout/sub ?ack=1 and ?epoch=E&after=N,\n"
-            "                        with a history: --pubsub-history); a gap or a\n"
-            "                        duplicate shows in the sequences\n"
             "\n"
             "market: pubsub with keys: each message updates one of K instruments (its\n"
             "first bytes: 4 and four digits, the key of tern serve's /fanout/pub-keyed), and\n"
@@ -1546,20 +1598,15 @@ static void usage(FILE *f) {
             "publisher stops and, after the drain, every reader should hold each key's\n"
             "latest message (a conflating server gives that). A disconnect is counted,\n"
             "not an error.\n"
-            "  --connections N       subscribers (default 5000)\n"
-            "  --publish-path PATH   the publisher's path (required)\n"
-            "  --rate R              messages published per second (default 200)\n"
-            "  --size BYTES          payload, at least 21 (default 512)\n"
-            "  --instruments K       keys (default 100, at most 10000)\n"
-            "  --slow-fraction F     of the subscribers, read slowly (default 0.1)\n"
-            "  --slow-rate BYTES     a slow one's bytes a second (default 16384)\n"
-            "  --duration, --warmup  (default 10, 2)\n"
-            "  --drain SECONDS       after publishing, before checking (default 3)\n"
             "\n"
-            "all modes:\n"
-            "  --url URL             ws://HOST[:PORT]/PATH: a name (its addresses tried in\n"
-            "                        turn) or an IPv4 address (no wss:// yet)\n"
-            "  --json                print one JSON object instead of text\n"
+            "options (the modes each belongs to in parentheses; without: all modes):\n");
+    tern__opt_set s;
+    if (tern__opt_init(&s, "tern load", load_opts_table, LO_COUNT) == 0) {
+        s.group_names = mode_names;
+        tern__opt_help(&s, f);
+        tern__opt_free(&s);
+    }
+    fprintf(f,
             "\n"
             "Exit status: 0 after a clean run; 1 when the run failed (connection refused,\n"
             "handshake refused, a wrong echo, the server closing); 2 for bad options.\n");
@@ -1573,20 +1620,6 @@ static bool parse_uint(const char *s, unsigned long long min, unsigned long long
     if (errno || end == s || *end || *s == '-' || v < min || v > max)
         return false;
     *out = v;
-    return true;
-}
-
-/* Seconds, decimals allowed, as milliseconds. */
-static bool parse_seconds(const char *s, bool zero_ok, uint64_t *ms) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= 0 && v <= 86400))   /* also refuses NaN */
-        return false;
-    uint64_t m = (uint64_t)(v * 1000 + 0.5);
-    if (m == 0 && !zero_ok)
-        return false;
-    *ms = m;
     return true;
 }
 
@@ -1722,6 +1755,8 @@ static int load_run_main(load_opts *o) {
     return status;
 }
 
+static int load_configure(tern__opt_set *s, load_opts *o, int argc, char **argv);
+
 int tern_app_load(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -1757,146 +1792,89 @@ int tern_app_load(int argc, char **argv) {
         return 2;
     }
 
-    /* The order is the enum's: an option's name is opts[c - 1].name. */
-    enum { O_URL = 1, O_CONNS, O_SIZE, O_DURATION, O_WARMUP, O_DEPTH, O_ITER, O_WARMUP_ITER,
-           O_REPLIES, O_REPLY_SIZE, O_INTERVAL, O_RATE, O_PUB_PATH, O_INSTRUMENTS,
-           O_SLOW_FRACTION, O_SLOW_RATE, O_DRAIN, O_CUT_AT, O_CUT_FOR, O_JSON, O_HELP };
-    static const struct option opts[] = {
-        {"url", required_argument, NULL, O_URL},
-        {"connections", required_argument, NULL, O_CONNS},
-        {"size", required_argument, NULL, O_SIZE},
-        {"duration", required_argument, NULL, O_DURATION},
-        {"warmup", required_argument, NULL, O_WARMUP},
-        {"depth", required_argument, NULL, O_DEPTH},
-        {"iterations", required_argument, NULL, O_ITER},
-        {"warmup-iterations", required_argument, NULL, O_WARMUP_ITER},
-        {"replies", required_argument, NULL, O_REPLIES},
-        {"reply-size", required_argument, NULL, O_REPLY_SIZE},
-        {"interval", required_argument, NULL, O_INTERVAL},
-        {"rate", required_argument, NULL, O_RATE},
-        {"publish-path", required_argument, NULL, O_PUB_PATH},
-        {"instruments", required_argument, NULL, O_INSTRUMENTS},
-        {"slow-fraction", required_argument, NULL, O_SLOW_FRACTION},
-        {"slow-rate", required_argument, NULL, O_SLOW_RATE},
-        {"drain", required_argument, NULL, O_DRAIN},
-        {"cut-at", required_argument, NULL, O_CUT_AT},
-        {"cut-for", required_argument, NULL, O_CUT_FOR},
-        {"json", no_argument, NULL, O_JSON},
-        {"help", no_argument, NULL, O_HELP},
-        {NULL, 0, NULL, 0},
-    };
-    /* getopt names argv[0] in its complaints: make it the whole command. */
-    static const char *const names[] = {"tern load echo", "tern load pipeline",
-                                        "tern load fanout", "tern load pubsub",
-                                        "tern load market"};
-    argv[1] = (char *)names[o.mode];
-    /* Which mode each option belongs to (bit per mode; the rest are all modes'). */
-    static const unsigned only[] = {
-        [O_DURATION] = 1u << LOAD_ECHO | 1u << LOAD_FANOUT | 1u << LOAD_PUBSUB | 1u << LOAD_MARKET,
-        [O_WARMUP] = 1u << LOAD_ECHO | 1u << LOAD_FANOUT | 1u << LOAD_PUBSUB | 1u << LOAD_MARKET,
-        [O_DEPTH] = 1u << LOAD_PIPELINE, [O_ITER] = 1u << LOAD_PIPELINE,
-        [O_WARMUP_ITER] = 1u << LOAD_PIPELINE,
-        [O_REPLIES] = 1u << LOAD_FANOUT, [O_REPLY_SIZE] = 1u << LOAD_FANOUT,
-        [O_INTERVAL] = 1u << LOAD_FANOUT,
-        [O_RATE] = 1u << LOAD_PUBSUB | 1u << LOAD_MARKET,
-        [O_PUB_PATH] = 1u << LOAD_PUBSUB | 1u << LOAD_MARKET,
-        [O_INSTRUMENTS] = 1u << LOAD_MARKET, [O_SLOW_FRACTION] = 1u << LOAD_MARKET,
-        [O_SLOW_RATE] = 1u << LOAD_MARKET, [O_DRAIN] = 1u << LOAD_MARKET,
-        [O_CUT_AT] = 1u << LOAD_PUBSUB, [O_CUT_FOR] = 1u << LOAD_PUBSUB,
-    };
-    unsigned long long v = 0;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc - 1, argv + 1, "", opts, NULL)) != -1) {
-        bool ok = true;
-        if (c > 0 && (size_t)c < sizeof(only) / sizeof(only[0]) && only[c] &&
-            !(only[c] & 1u << o.mode)) {
-            char modes[64] = "";
-            for (unsigned m = 0, k = 0; m < 5; m++) {
-                if (!(only[c] & 1u << m))
-                    continue;
-                unsigned left = (unsigned)__builtin_popcount(only[c] >> (m + 1));
-                snprintf(modes + strlen(modes), sizeof(modes) - strlen(modes), "%s%s",
-                         names[m] + (k++ ? 10 : 0), left > 1 ? ", " : left ? " and " : "");
-            }
-            fprintf(stderr, "tern load %s: --%s is an option of %s\n", mode, opts[c - 1].name,
-                    modes);
-            return 2;
-        }
-        switch (c) {
-        case O_URL: o.url = optarg; break;
-        case O_CONNS: ok = parse_uint(optarg, 1, 1000000, &v); o.connections = (uint32_t)v; break;
-        case O_SIZE: ok = parse_uint(optarg, 0, 256u << 20, &v); o.size = v; break;
-        case O_DURATION: ok = parse_seconds(optarg, false, &o.duration_ms); break;
-        case O_WARMUP: ok = parse_seconds(optarg, true, &o.warmup_ms); break;
-        case O_DEPTH: ok = parse_uint(optarg, 1, 1u << 20, &v); o.depth = (uint32_t)v; break;
-        case O_ITER: ok = parse_uint(optarg, 1, 1ull << 40, &v); o.iterations = v; break;
-        case O_WARMUP_ITER: ok = parse_uint(optarg, 0, 1ull << 40, &v); o.warmup_iterations = v; break;
-        case O_REPLIES: ok = parse_uint(optarg, 1, 1000, &v); o.replies = (uint32_t)v; break;
-        case O_REPLY_SIZE: ok = parse_uint(optarg, 0, 16u << 20, &v); o.reply_size = v; break;
-        case O_INTERVAL: ok = parse_seconds(optarg, false, &o.interval_ms); break;
-        case O_RATE: ok = parse_uint(optarg, 1, 10000000, &v); o.rate = v; break;
-        case O_PUB_PATH:
-            ok = optarg[0] == '/' && strlen(optarg) < LOAD_PATH_MAX &&
-                 strcspn(optarg, " \t\r\n") == strlen(optarg);
-            if (ok)
-                strcpy(o.pub_path, optarg);
-            break;
-        case O_INSTRUMENTS: ok = parse_uint(optarg, 1, 10000, &v); o.instruments = (uint32_t)v; break;
-        case O_SLOW_FRACTION: {
-            char *end;
-            o.slow_fraction = strtod(optarg, &end);
-            ok = end != optarg && *end == '\0' && o.slow_fraction >= 0 && o.slow_fraction <= 1;
-            break;
-        }
-        case O_SLOW_RATE: ok = parse_uint(optarg, 1, 1ull << 32, &v); o.slow_rate = v; break;
-        case O_DRAIN: ok = parse_seconds(optarg, true, &o.drain_ms); break;
-        case O_CUT_AT: ok = parse_seconds(optarg, false, &o.cut_at_ms); break;
-        case O_CUT_FOR: ok = parse_seconds(optarg, false, &o.cut_for_ms); break;
-        case O_JSON: o.json = true; break;
-        case O_HELP: usage(stdout); return 0;
-        default: usage(stderr); return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "tern load %s: bad value for --%s: %s\n", mode, opts[c - 1].name,
-                    optarg);
-            return 2;
-        }
+    tern__opt_set s;
+    if (tern__opt_init(&s, "tern load", load_opts_table, LO_COUNT) < 0) {
+        fprintf(stderr, "tern load: out of memory\n");
+        return 1;
     }
-    if (optind < argc - 1) {
-        fprintf(stderr, "tern load %s: unexpected argument '%s'\n", mode, argv[optind + 1]);
+    s.group_names = mode_names;
+    s.group = (int)o.mode;
+    int status = load_configure(&s, &o, argc, argv);
+    if (status < 0)
+        status = load_run_main(&o);
+    tern__opt_free(&s);
+    return status;
+}
+
+/* The options of argv (argv[1] the mode) into o; -1 when they are good, or
+ * the exit status (help: 0; bad options: 2, said why). */
+static int load_configure(tern__opt_set *s, load_opts *o, int argc, char **argv) {
+    const char *mode = argv[1];
+    const char *name = mode_names[o->mode];
+    if (tern__opt_parse_argv(s, argc - 1, argv + 1) < 0) {
+        fprintf(stderr, "%s: %s\n", name, s->err);
         return 2;
     }
-    if (o.url == NULL) {
+    if (tern__opt_uint(s, LO_HELP)) {
+        usage(stdout);
+        return 0;
+    }
+    if (s->nargs > 0) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", name, s->args[0]);
+        return 2;
+    }
+#define GIVEN(i) tern__opt_given(s, i)
+    o->url = tern__opt_str(s, LO_URL);
+    if (GIVEN(LO_CONNS)) o->connections = (uint32_t)tern__opt_uint(s, LO_CONNS);
+    if (GIVEN(LO_SIZE)) o->size = tern__opt_uint(s, LO_SIZE);
+    if (GIVEN(LO_DURATION)) o->duration_ms = tern__opt_uint(s, LO_DURATION);
+    if (GIVEN(LO_WARMUP)) o->warmup_ms = tern__opt_uint(s, LO_WARMUP);
+    if (GIVEN(LO_DEPTH)) o->depth = (uint32_t)tern__opt_uint(s, LO_DEPTH);
+    if (GIVEN(LO_ITER)) o->iterations = tern__opt_uint(s, LO_ITER);
+    if (GIVEN(LO_WARMUP_ITER)) o->warmup_iterations = tern__opt_uint(s, LO_WARMUP_ITER);
+    if (GIVEN(LO_REPLIES)) o->replies = (uint32_t)tern__opt_uint(s, LO_REPLIES);
+    if (GIVEN(LO_REPLY_SIZE)) o->reply_size = tern__opt_uint(s, LO_REPLY_SIZE);
+    if (GIVEN(LO_INTERVAL)) o->interval_ms = tern__opt_uint(s, LO_INTERVAL);
+    if (GIVEN(LO_RATE)) o->rate = tern__opt_uint(s, LO_RATE);
+    if (GIVEN(LO_PUB_PATH)) strcpy(o->pub_path, tern__opt_str(s, LO_PUB_PATH));
+    if (GIVEN(LO_INSTRUMENTS)) o->instruments = (uint32_t)tern__opt_uint(s, LO_INSTRUMENTS);
+    if (GIVEN(LO_SLOW_FRACTION)) o->slow_fraction = tern__opt_real(s, LO_SLOW_FRACTION);
+    if (GIVEN(LO_SLOW_RATE)) o->slow_rate = tern__opt_uint(s, LO_SLOW_RATE);
+    if (GIVEN(LO_DRAIN)) o->drain_ms = tern__opt_uint(s, LO_DRAIN);
+    if (GIVEN(LO_CUT_AT)) o->cut_at_ms = tern__opt_uint(s, LO_CUT_AT);
+    if (GIVEN(LO_CUT_FOR)) o->cut_for_ms = tern__opt_uint(s, LO_CUT_FOR);
+    o->json = tern__opt_uint(s, LO_JSON);
+#undef GIVEN
+    if (o->url == NULL) {
         fprintf(stderr, "tern load %s: --url is required\n", mode);
         return 2;
     }
-    const char *why = parse_url(o.url, &o);
+    const char *why = parse_url(o->url, o);
     if (why != NULL) {
-        fprintf(stderr, "tern load %s: bad --url %s: %s\n", mode, o.url, why);
+        fprintf(stderr, "tern load %s: bad --url %s: %s\n", mode, o->url, why);
         return 2;
     }
-    if (has_publisher(o.mode) && o.pub_path[0] == '\0') {
-        fprintf(stderr, "%s: --publish-path is required\n", names[o.mode]);
+    if (has_publisher(o->mode) && o->pub_path[0] == '\0') {
+        fprintf(stderr, "%s: --publish-path is required\n", name);
         return 2;
     }
-    if ((o.cut_at_ms != 0) != (o.cut_for_ms != 0) ||
-        (o.cut_for_ms && o.cut_at_ms + o.cut_for_ms >= o.duration_ms)) {
+    if ((o->cut_at_ms != 0) != (o->cut_for_ms != 0) ||
+        (o->cut_for_ms && o->cut_at_ms + o->cut_for_ms >= o->duration_ms)) {
         fprintf(stderr, "%s: --cut-at and --cut-for go together, and the cut ends before "
-                        "--duration\n", names[o.mode]);
+                        "--duration\n", name);
         return 2;
     }
-    size_t min_size = o.mode == LOAD_MARKET ? LOAD_HEAD_BYTES : LOAD_STAMP_LEN;
-    if (has_publisher(o.mode) && o.size < min_size) {
-        fprintf(stderr, "%s: --size is at least %zu (the stamp%s)\n", names[o.mode], min_size,
-                o.mode == LOAD_MARKET ? " and the key" : "");
+    size_t min_size = o->mode == LOAD_MARKET ? LOAD_HEAD_BYTES : LOAD_STAMP_LEN;
+    if (has_publisher(o->mode) && o->size < min_size) {
+        fprintf(stderr, "%s: --size is at least %zu (the stamp%s)\n", name, min_size,
+                o->mode == LOAD_MARKET ? " and the key" : "");
         return 2;
     }
-    if (o.mode == LOAD_PIPELINE &&
-        (uint64_t)o.depth * (o.size + LOAD_FRAME_MAX_HEADER) > LOAD_MAX_BATCH) {
+    if (o->mode == LOAD_PIPELINE &&
+        (uint64_t)o->depth * (o->size + LOAD_FRAME_MAX_HEADER) > LOAD_MAX_BATCH) {
         fprintf(stderr, "tern load pipeline: --depth x --size is over %u bytes a batch\n",
                 LOAD_MAX_BATCH);
         return 2;
     }
-    return load_run_main(&o);
+    return -1;
 }

@@ -65,7 +65,6 @@
  * 0. A second signal exits at once. */
 #include <ctype.h>
 #include <errno.h>
-#include <getopt.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -81,12 +80,14 @@
 #include <openssl/evp.h>
 
 #include "app/app.h"
+#include "app/serve_options.h"
 #include "app/serve_tokens.h"
 #include "app/topic_rules.h"
 #include "tern/tern.h"
 
 #define MAX_ECHO_SIZE (64u * 1024 * 1024)
 #define ORIGINS_MAX 32             /* --allowed-origin values */
+#define ORIGINS_MAX_TEXT "32"
 #define FEED_HISTORY 4096          /* topic market's history, unless --pubsub-history */
 #define FEED_HISTORY_MS 60000
 
@@ -128,13 +129,30 @@ struct serve_thread {
     bool later_due;
 };
 
-/* Shared by every thread: set before they start, read-only after. */
+/* --allowed-origin (and --ws-origin): the Origins a WebSocket upgrade may
+ * come from, exact or a wildcard subdomain ("*." after the scheme); none:
+ * any. Invariants: never changed once published in serve_ctx.origins; a
+ * SIGHUP publishes a new one, and the old one is freed once every loop
+ * has run a post made after the swap (an upgrade hook reads it only
+ * within one callback, so none can be reading it then). */
+typedef struct serve_origins {
+    int n;
+    char *v[ORIGINS_MAX];
+} serve_origins;
+
+/* Shared by every thread: set before they start, read-only after, but for
+ * what SIGHUP changes (origins, through its pointer; the options' set,
+ * only on loop 0, which handles the signal). */
 typedef struct serve_ctx {
     bool quiet;
-    /* --allowed-origin (and --ws-origin): the Origins a WebSocket upgrade
-     * may come from, exact or a wildcard subdomain ("*." after the scheme); none: any */
-    const char *origins[ORIGINS_MAX];
-    int norigins;
+    _Atomic(serve_origins *) origins;
+    /* The options the server runs with, and how to read them again on
+     * SIGHUP: the same command line, --config's file (NULL: none) and the
+     * environment. */
+    tern__opt_set *opts;
+    int argc;
+    char **argv;
+    const char *config_path;
     FILE *access_log;          /* --access-log, or NULL (stdio locks each line) */
     tern_tls *tls;             /* --tls-cert/--tls-key, or NULL */
     int nthreads;
@@ -541,26 +559,6 @@ static bool origin_matches(const char *pattern, const char *origin, size_t len) 
            memmem(name, nlen, "..", 2) == NULL;
 }
 
-/* An --allowed-origin value: scheme://host[:port] (http or https), where
- * host may start with "*." (any subdomain); no path, no other '*'. */
-static bool origin_pattern_ok(const char *p) {
-    const char *rest = strncmp(p, "https://", 8) == 0 ? p + 8
-                       : strncmp(p, "http://", 7) == 0 ? p + 7 : NULL;
-    if (rest == NULL)
-        return false;
-    if (strncmp(rest, "*.", 2) == 0)
-        rest += 2;
-    size_t hlen = strcspn(rest, ":");
-    if (hlen == 0 || !host_chars(rest, hlen))
-        return false;
-    if (rest[hlen] == ':') {
-        const char *port = rest + hlen + 1;
-        if (*port == '\0' || strspn(port, "0123456789") != strlen(port) || strlen(port) > 5)
-            return false;
-    }
-    return true;
-}
-
 /* The upgrade hook of every WebSocket route: an Origin check when
  * --allowed-origin is given (browsers send Origin, and a page elsewhere
  * must not reach a user's session here; other clients may send none, and
@@ -570,10 +568,11 @@ static int ws_upgrade(tern_http_req *req, void **conn_user, void *user) {
     serve_ctx *ctx = user;
     size_t olen;
     const char *origin = tern_http_header(req, "Origin", &olen);
-    if (ctx->norigins && origin) {
+    const serve_origins *os = atomic_load_explicit(&ctx->origins, memory_order_acquire);
+    if (os->n && origin) {
         bool allowed = false;
-        for (int i = 0; i < ctx->norigins && !allowed; i++)
-            allowed = origin_matches(ctx->origins[i], origin, olen);
+        for (int i = 0; i < os->n && !allowed; i++)
+            allowed = origin_matches(os->v[i], origin, olen);
         if (!allowed)
             return 403;
     }
@@ -885,8 +884,295 @@ static void on_admin_publish(tern_http_req *req, void *user) {
     tern__serve_publish(req, ctx->first);
 }
 
+static void origins_free(serve_origins *o) {
+    for (int i = 0; o && i < o->n; i++)
+        free(o->v[i]);
+    free(o);
+}
+
+/* The --allowed-origin and --ws-origin values of s together, copied; NULL
+ * when they are more than ORIGINS_MAX (*too_many) or out of memory. */
+static serve_origins *origins_new(const tern__opt_set *s, bool *too_many) {
+    const tern__opt_val *a = &s->vals[SV_ALLOWED_ORIGIN], *w = &s->vals[SV_WS_ORIGIN];
+    *too_many = a->n + w->n > ORIGINS_MAX;
+    serve_origins *o = *too_many ? NULL : calloc(1, sizeof(*o));
+    for (int i = 0; o && i < a->n + w->n; i++) {
+        if ((o->v[o->n] = strdup(i < a->n ? a->v[i] : w->v[i - a->n])) == NULL) {
+            origins_free(o);
+            return NULL;
+        }
+        o->n++;
+    }
+    return o;
+}
+
+/* Something swapped out of use (origins, a token verifier), freed by
+ * free_fn when the last loop has run its post. */
+typedef struct retired {
+    void *old;
+    void (*free_fn)(void *);
+    atomic_int left;
+} retired;
+
+static void retire_one(tern_loop *loop, void *user) {
+    retired *r = user;
+    if (atomic_fetch_sub(&r->left, 1) == 1) {
+        r->free_fn(r->old);
+        free(r);
+    }
+}
+
+/* Frees old once no loop can be using it (on loop 0, from SIGHUP, after
+ * the swap): a loop uses such a thing only within one callback, so once
+ * each has run a post made after the swap, none is. The old thing is held
+ * by one reference per loop, dropped by its post, and one of this
+ * function's, dropped at its end (so the posts cannot free it under the
+ * loop here). A loop that takes no post is stopping, and may still be in
+ * a callback: its reference is never dropped, and the old thing stays
+ * allocated rather than risk it. */
+static void retire_after_loops(serve_ctx *ctx, void *old, void (*free_fn)(void *)) {
+    retired *r = old ? malloc(sizeof(*r)) : NULL;
+    if (r == NULL)
+        return;   /* nothing, or out of memory: kept rather than freed under a reader */
+    r->old = old;
+    r->free_fn = free_fn;
+    atomic_init(&r->left, ctx->nthreads + 1);
+    for (int i = 0; i < ctx->nthreads; i++)
+        tern_loop_post(tern_server_loop(tern_server_peer(ctx->first, i)), retire_one, r);
+    retire_one(NULL, r);
+}
+
+static void origins_free_any(void *o) { origins_free(o); }
+static void token_config_free_any(void *c) { tern__token_config_free(c); }
+
+/* Publishes o to every loop's upgrade hook (on loop 0, from SIGHUP). */
+static void origins_swap(serve_ctx *ctx, serve_origins *o) {
+    serve_origins *old = atomic_exchange_explicit(&ctx->origins, o, memory_order_acq_rel);
+    retire_after_loops(ctx, old, origins_free_any);
+}
+
+/* SIGHUP's token verifier: made again from s's files (a rotated key is
+ * read), in *out; NULL when tokens are off, or when s would turn them on
+ * or off (*toggle: that needs a restart, the hooks of /pubsub depend on
+ * it). false once said why when the files do not load. */
+static bool tokens_rebuild(const tern__opt_set *s, tern__token_config **out, bool *toggle) {
+    tern__serve_token_flags tf = {.hmac_secret_file = tern__opt_str(s, SV_TOKEN_HMAC),
+                                  .public_key_file = tern__opt_str(s, SV_TOKEN_PUBKEY),
+                                  .audience = tern__opt_str(s, SV_TOKEN_AUD),
+                                  .issuer = tern__opt_str(s, SV_TOKEN_ISS)};
+    bool want = tf.hmac_secret_file || tf.public_key_file;
+    *toggle = want != tern__serve_tokens_on();
+    *out = NULL;
+    if (!want || *toggle)
+        return true;
+    *out = tern__serve_tokens_build(&tf, "tern: SIGHUP");
+    return *out != NULL;
+}
+
+static bool is_token_option(int i) {
+    return i == SV_TOKEN_HMAC || i == SV_TOKEN_PUBKEY || i == SV_TOKEN_AUD || i == SV_TOKEN_ISS;
+}
+
+/* The topic rules of s into t (zeroed, resolved): the feed's topics,
+ * which anyone reads and no client writes (the feed and the admin
+ * listener's POST /publish do), then --pubsub-topic-policy's (PREFIX=P: the
+ * rule of PREFIX* gets policy P) and --topic's: a pattern met again is the
+ * same rule, and its later keys win. Each value was checked alone;
+ * together they may be too many: -1 once said why. */
+static int rules_build(const tern__opt_set *s, tern__topic_rules *t) {
+    const char *why = NULL;
+    memset(t, 0, sizeof(*t));
+    tern__rules_add(t, "market subscribe=anyone publish=none", &why);
+    tern__rules_add(t, "stats subscribe=anyone publish=none", &why);
+    const tern__opt_val *tp = &s->vals[SV_PS_TOPIC], *tr = &s->vals[SV_TOPIC];
+    for (int i = 0; i < tp->n + tr->n; i++) {
+        char spec[TERN_TOPIC_MAX + 32];
+        const char *v = i < tp->n ? tp->v[i] : tr->v[i - tp->n];
+        const char *eq = strrchr(v, '=');
+        if (i < tp->n)
+            snprintf(spec, sizeof(spec), "%.*s* policy=%s", (int)(eq - v), v, eq + 1);
+        if (tern__rules_add(t, i < tp->n ? spec : v, &why) < 0) {
+            fprintf(stderr, "tern serve: %s %s: %s\n",
+                    i < tp->n ? "--pubsub-topic-policy" : "--topic", v, why);
+            return -1;
+        }
+    }
+    tern__rules_resolve(t);
+    /* The page resumes the feed after a network drop: a minute of it,
+     * unless the history was configured. */
+    tern__topic_rule *market = (tern__topic_rule *)tern__rules_match(t, "market", 6);
+    if (strcmp(tern__opt_str(s, SV_FEED), "on") == 0 && tern__opt_uint(s, SV_PS_HISTORY) == 0 &&
+        market && !market->prefix && !market->has_history) {
+        market->has_history = market->has_history_age = true;
+        market->history = FEED_HISTORY;
+        market->history_ms = FEED_HISTORY_MS;
+    }
+    return 0;
+}
+
+/* Whether a and b give every topic the same pub/sub settings (policy,
+ * history, backlog: the library's, fixed once pub/sub runs), whatever
+ * they say of who may subscribe and publish. */
+static bool rules_same_settings(const tern__topic_rules *a, const tern__topic_rules *b) {
+    if (a->n != b->n)
+        return false;
+    for (int i = 0; i < a->n; i++) {
+        const tern__topic_rule *x = &a->r[i], *y = NULL;
+        for (int k = 0; k < b->n && !y; k++)
+            if (b->r[k].prefix == x->prefix && b->r[k].len == x->len &&
+                memcmp(b->r[k].pattern, x->pattern, x->len) == 0)
+                y = &b->r[k];
+        if (y == NULL || x->has_policy != y->has_policy || x->policy != y->policy ||
+            x->close_code != y->close_code || x->has_history != y->has_history ||
+            x->history != y->history || x->has_history_age != y->has_history_age ||
+            x->history_ms != y->history_ms || x->has_backlog != y->has_backlog ||
+            x->max_backlog != y->max_backlog)
+            return false;
+    }
+    return true;
+}
+
+static void rules_free_any(void *t) { free(t); }
+
+static int log_level_of(const char *name) {
+    for (int l = TERN_LOG_ERROR; l <= TERN_LOG_DEBUG; l++)
+        if (strcmp(name, tern_log_level_name(l)) == 0)
+            return l;
+    return TERN_LOG_WARN;
+}
+
+/* Whether option i has the same values in a and b. */
+static bool same_values(const tern__opt_set *a, const tern__opt_set *b, int i) {
+    const tern__opt_val *va = &a->vals[i], *vb = &b->vals[i];
+    if (va->n != vb->n)
+        return va->n + vb->n == 1 && strcmp(tern__opt_str(a, i) ? tern__opt_str(a, i) : "",
+                                            tern__opt_str(b, i) ? tern__opt_str(b, i) : "") == 0;
+    for (int k = 0; k < va->n; k++)
+        if (strcmp(va->v[k], vb->v[k]) != 0)
+            return false;
+    return true;
+}
+
+/* SIGHUP with --config: the file read again, with the same command line
+ * and the environment over it. What may change live (the table's RELOAD
+ * options) is applied; what may not is named and left as it is; a file
+ * that does not parse changes nothing. One line says which. false when
+ * the file did not parse. */
+static bool reload_config(serve_ctx *ctx) {
+    tern__opt_set n;
+    if (tern__opt_init(&n, "tern serve", tern__serve_opts, SV_COUNT) < 0) {
+        tern__serve_log(stderr, TERN_LOG_ERROR,
+                        "SIGHUP: out of memory: the configuration is kept as it was");
+        return false;
+    }
+    n.env_prefix = "TERN_";
+    if (tern__opt_parse_argv(&n, ctx->argc, ctx->argv) < 0 ||
+        tern__opt_parse_file(&n, ctx->config_path) < 0 || tern__opt_parse_env(&n) < 0) {
+        tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: %s: the configuration is kept as it was",
+                        n.err);
+        tern__opt_free(&n);
+        return false;
+    }
+    tern__token_config *tok;
+    bool toggle;
+    if (!tokens_rebuild(&n, &tok, &toggle)) {
+        tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: the configuration is kept as it was");
+        tern__opt_free(&n);
+        return false;
+    }
+    /* Topic rules: who may subscribe and publish changes live; the
+     * settings the library has (policy, history, backlog) need a restart,
+     * and then the rules stay as they are, whole. */
+    tern__topic_rules *rules = NULL;
+    bool rules_fixed = false;
+    if (!same_values(ctx->opts, &n, SV_TOPIC) || !same_values(ctx->opts, &n, SV_PS_TOPIC)) {
+        if ((rules = malloc(sizeof(*rules))) == NULL || rules_build(&n, rules) < 0) {
+            tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: %s: the configuration is kept as it was",
+                    rules ? "the topic rules" : "out of memory");
+            free(rules);
+            tern__token_config_free(tok);
+            tern__opt_free(&n);
+            return false;
+        }
+        if (!rules_same_settings(rules, &ctx->rules)) {
+            rules_fixed = true;
+            free(rules);
+            rules = NULL;
+        }
+    }
+    bool too_many = false;
+    serve_origins *origins = NULL;
+    if (!same_values(ctx->opts, &n, SV_ALLOWED_ORIGIN) || !same_values(ctx->opts, &n, SV_WS_ORIGIN)) {
+        if ((origins = origins_new(&n, &too_many)) == NULL) {
+            tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: %s: the configuration is kept as it was",
+                    too_many ? "more than " ORIGINS_MAX_TEXT " origins" : "out of memory");
+            tern__token_config_free(tok);
+            free(rules);
+            tern__opt_free(&n);
+            return false;
+        }
+    }
+    char applied[1024] = "", kept[1024] = "";
+    size_t alen = 0, klen = 0;
+    for (int i = 0; i < SV_COUNT; i++) {
+        const tern__opt *o = &tern__serve_opts[i];
+        if ((o->flags & TERN__OPT_CLI_ONLY) || same_values(ctx->opts, &n, i))
+            continue;
+        bool fixed = (toggle && is_token_option(i)) ||
+                     (rules_fixed && (i == SV_TOPIC || i == SV_PS_TOPIC));
+        if ((o->flags & TERN__OPT_RELOAD) && !fixed) {
+            alen += (size_t)snprintf(applied + alen, sizeof(applied) - alen, "%s%s",
+                                     alen ? ", " : "", o->name);
+            /* The running set takes the new values: the next SIGHUP
+             * compares with what is live. The others keep the values the
+             * server started with (and points into). */
+            tern__opt_val t = ctx->opts->vals[i];
+            ctx->opts->vals[i] = n.vals[i];
+            n.vals[i] = t;
+        } else {
+            klen += (size_t)snprintf(kept + klen, sizeof(kept) - klen, "%s%s",
+                                     klen ? ", " : "", o->name);
+        }
+        alen = alen < sizeof(applied) ? alen : sizeof(applied) - 1;
+        klen = klen < sizeof(kept) ? klen : sizeof(kept) - 1;
+    }
+    if (origins)
+        origins_swap(ctx, origins);
+    if (rules) {
+        const tern__topic_rules *old = tern__serve_pubsub_swap_rules(rules);
+        if (old != &ctx->rules)   /* the first ones live in ctx */
+            retire_after_loops(ctx, (void *)old, rules_free_any);
+    }
+    if (tok) {
+        retire_after_loops(ctx, tern__serve_tokens_swap(tok), token_config_free_any);
+        if (!ctx->quiet)
+            tern__serve_log(stderr, TERN_LOG_INFO, "SIGHUP, token keys read again");
+    }
+    if (!ctx->quiet)
+        tern_set_log(log_level_of(tern__opt_str(ctx->opts, SV_LOG_LEVEL)), log_stderr, NULL);
+    tern__serve_pubsub_set_rate((uint32_t)tern__opt_uint(ctx->opts, SV_PS_RATE));
+    tern__serve_log(stderr, TERN_LOG_INFO, "SIGHUP: %s read: %s%s%s%s%s%s", ctx->config_path,
+            alen ? "applied " : "", applied, alen && klen ? "; " : "",
+            klen ? "not applied (they need a restart): " : "", kept,
+            alen || klen ? "" : "no option changed");
+    tern__opt_free(&n);
+    return true;
+}
+
 static void on_sighup(tern_loop *loop, int signo, void *user) {
     serve_ctx *ctx = user;
+    if (ctx->config_path && !reload_config(ctx))
+        return;   /* a file that does not parse changes nothing, certificates included */
+    if (!ctx->config_path) {
+        /* The token files read again (a rotated key), as the certificates. */
+        tern__token_config *tok;
+        bool toggle;
+        if (!tokens_rebuild(ctx->opts, &tok, &toggle))
+            tern__serve_log(stderr, TERN_LOG_ERROR,
+                            "SIGHUP: the token keys are kept as they were");
+        else if (tok)
+            retire_after_loops(ctx, tern__serve_tokens_swap(tok), token_config_free_any);
+    }
     /* Renewed certificates: new handshakes use them. */
     int err = ctx->tls ? tern_tls_reload(ctx->tls) : 0;
     if (!ctx->quiet || err < 0)
@@ -1108,170 +1394,9 @@ static int serve_setup(tern_server *srv, void *user) {
     return 0;
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: tern serve [options]\n"
-            "  --host H              address to listen on (default 127.0.0.1; 0.0.0.0 or :: for all)\n"
-            "  --port P              TCP port (default 8080; 0 picks a free one)\n"
-            "  --unix PATH           also listen on a Unix socket\n"
-            "  --tls-cert FILE       PEM certificate chain: serve HTTPS/WSS too (repeat with\n"
-            "                        --tls-key for more certificates, chosen by SNI)\n"
-            "  --tls-key FILE        PEM private key of the --tls-cert before it\n"
-            "  --tls-key-passphrase-file FILE\n"
-            "                        the passphrase of encrypted --tls-key files (its first\n"
-            "                        line; read again on SIGHUP). Never asked on a terminal\n"
-            "  --tls-port P          HTTPS port (default 8443; 0 picks a free one)\n"
-            "  --tls-min-version V   1.2 (default) or 1.3: the oldest TLS version served\n"
-            "  --tls-ciphers LIST    TLS 1.2 ciphers, OpenSSL's syntax (default: OpenSSL's)\n"
-            "  --tls-ciphersuites LIST\n"
-            "                        TLS 1.3 ciphersuites, OpenSSL's syntax, the server's order\n"
-            "                        chosen (default: AES-128-GCM, AES-256-GCM, ChaCha20)\n"
-            "  --tls-client-ca FILE  PEM CAs that client certificates are verified against\n"
-            "  --tls-client-verify M optional or require: ask clients for a certificate\n"
-            "                        (default: none asked; needs --tls-client-ca)\n"
-            "  --bench-routes        also serve the routes that make the server work on request,\n"
-            "                        for benchmarks and tests: /echo, /stream, /upload, /delay,\n"
-            "                        /item/:id, /ws, /ws/broadcast, /ws/room/:room, /fanout,\n"
-            "                        /fanout/sub, /fanout/pub, /fanout/pub-keyed (default: off,\n"
-            "                        404; /, /market, /tern-client.js, /pubsub and /ping are\n"
-            "                        always served)\n"
-            "  --admin-listen HOST:PORT  the admin listener: POST /publish/:topic, GET /stats and\n"
-            "                        GET /metrics (Prometheus), GET /healthz and GET /readyz\n"
-            "                        (503 while draining or while --redis is down),\n"
-            "                        never on the public port (default 127.0.0.1:9090; [::1]:P\n"
-            "                        for IPv6; off for none)\n"
-            "  --api-key-file FILE   the key POST /publish needs (Authorization: Bearer KEY):\n"
-            "                        the file's first line (default: none, publish answers 403)\n"
-            "  --root DIR            serve static files from DIR\n"
-            "  --max-head BYTES      request line + headers (default 16384)\n"
-            "  --max-body BYTES      request body (default 16777216)\n"
-            "  --head-timeout MS     (default 10000)\n"
-            "  --body-timeout MS     (default 10000)\n"
-            "  --idle-timeout MS     keep-alive (default 60000)\n"
-            "  --send-timeout MS     close a client that takes no bytes for this long (default 60000)\n"
-            "  --max-unsent BYTES    bound on all connections' unsent output (default 268435456)\n"
-            "  --max-connections N   open connections, all threads together; more are answered\n"
-            "                        503 (Retry-After: 1) and closed (default 10000; 0: no limit)\n"
-            "  --max-connections-per-ip N  the same from one IPv4 address or IPv6 /64\n"
-            "                        (default 50; 0: no limit)\n"
-            "  --sndbuf BYTES        the kernel's send buffer of each connection (SO_SNDBUF;\n"
-            "                        default: autotuned, up to megabytes a client has not read)\n"
-            "  --shutdown-timeout MS graceful shutdown limit (default 10000)\n"
-            "  --shutdown-spread MS  the shutdown closes each WebSocket (1001) at a random moment\n"
-            "                        within MS, so their clients do not all reconnect at once\n"
-            "                        (default: 4/5 of --shutdown-timeout; 0: all at once)\n"
-            "  --ws-max-message BYTES  WebSocket message limit (default 16777216)\n"
-            "  --ws-idle-timeout MS  ping an idle WebSocket after this long (default 30000)\n"
-            "  --no-compression      don't offer permessage-deflate on /ws\n"
-            "  --allowed-origin O    a WebSocket upgrade with an Origin header must match one\n"
-            "                        (repeatable): https://app.example.com exactly, or\n"
-            "                        https://*.example.com for its subdomains; others get 403,\n"
-            "                        one without Origin (not a browser) is let in (default:\n"
-            "                        any origin)\n"
-            "  --ws-origin ORIGIN    the same as --allowed-origin (one, exact)\n"
-            "  --ws-slow-policy P    /ws client not reading: pause (default), close (1008) or drop\n"
-            "  --ws-async[=timer|post]  /ws echoes each message later, from the loop, not inside\n"
-            "                        on_message (a handler that waits on I/O): from a 0 ms timer\n"
-            "                        per batch (default), or from a tern_loop_post per batch\n"
-            "  --ws-deadline-ms N    /ws connections get a deadline of N ms, moved by every\n"
-            "                        message: N ms without one closes it with 1008 \"deadline\"\n"
-"  --pubsub-max-backlog BYTES  a /pubsub subscriber with more waiting gets the policy\n"
-            "                        (default 1048576)\n"
-            "  --pubsub-max-message BYTES  a bigger /pubsub message closes its connection with\n"
-            "                        1009 (default 65536)\n"
-            "  --pubsub-rate N       /pubsub messages a second per connection, a burst of N\n"
-            "                        (default 100; 0: no limit); one over it is answered\n"
-            "                        {\"error\":\"rate limit\"}, and more than N refused\n"
-            "                        without a pause close it with 1008\n"
-            "  --pubsub-policy P     drop (default: its messages are dropped and counted),\n"
-            "                        close (1008), close-1013 (try again later) or conflate\n"
-            "                        (keep the newest message per key while it is behind)\n"
-            "  --topic 'PATTERN [KEY=VALUE]...'  a topic rule (repeatable): PATTERN is a\n"
-            "                        topic, or a prefix ending in * (\"orders.*\"; \"*\": all);\n"
-            "                        a topic takes its exact rule, else its longest prefix's.\n"
-            "                        KEYs: subscribe= and publish= (token: a token's rights\n"
-            "                        must cover the topic, the default; anyone; none),\n"
-            "                        policy=, history=N, history-age=SECONDS,\n"
-            "                        max-backlog=BYTES (the --pubsub-* defaults otherwise).\n"
-            "                        Closed by default: without a rule only tokens open a\n"
-            "                        topic. \"market\" and \"stats\" (the feed's) are\n"
-            "                        subscribe=anyone publish=none\n"
-            "  --pubsub-topic-policy PREFIX=P  the same as --topic 'PREFIX* policy=P'\n"
-            "  --pubsub-history N    keep each topic's last N messages (at most 65536) for\n"
-            "                        subscribers that resume (default 0: none; topic\n"
-            "                        \"market\" of the feed keeps 4096 for a minute)\n"
-            "  --pubsub-history-age SECONDS  and none older than this (default: no limit)\n"
-            "  --pubsub-history-bytes BYTES  all topics' histories together keep at most\n"
-            "                        this (default 67108864; 0: no limit); over it the\n"
-            "                        oldest messages of the topics over their share go\n"
-            "  --pubsub-replay-rate BYTES  bytes a second each thread sends to subscribers\n"
-            "                        that resume until they catch up, together (default\n"
-            "                        0: no limit); spreads a reconnect storm's catch-up;\n"
-            "                        above the live rate, or they fall behind\n"
-            "  --token-hmac-secret-file F  /pubsub takes JWTs signed HS256 with F's bytes\n"
-            "                        (one trailing newline stripped), as ?token= or\n"
-            "                        Authorization: Bearer; closed with 4001 at exp\n"
-            "  --token-public-key-file F  and/or RS256 or ES256 ones (F: a PEM public key)\n"
-            "  --token-audience A    tokens must name A in aud\n"
-            "  --token-issuer I      tokens must have iss I\n"
-            "  --feed on|off         the simulated market data on topic \"market\" (default on)\n"
-            "  --feed-rate N         its price updates a second, over all instruments (default 40)\n"
-            "  --redis URL           bridge pub/sub through Redis (redis://host[:port][/db]):\n"
-            "                        every node's subscribers get every node's publishes;\n"
-            "                        redis://[user]:password@host... sends AUTH (never logged)\n"
-            "  --redis-password-file F  the password (F's first line) instead of in the URL,\n"
-            "                        which would show it to every user of the machine\n"
-            "  --log-level L         the library's log on stderr: error, warn (default), info, debug\n"
-            "  --access-log FILE     one line per response (peer method target status bytes ms), and\n"
-            "                        per WebSocket session at its end (its length, bytes and\n"
-            "                        messages each way, close code and side); - for stdout\n"
-            "  --log-format F        text (default) or json: every log and access line with an\n"
-            "                        RFC 3339 timestamp and a level; json: one object a line\n"
-            "  --threads N           loops, one per thread (default: one per core)\n"
-            "  --io uring|epoll      how each loop waits for I/O: io_uring completions, or\n"
-            "                        epoll readiness (default: epoll, or $TERN_IO); io_uring\n"
-            "                        falls back to epoll where the kernel refuses it\n"
-            "  --vhost NAME=ROOT     requests for host NAME get the files under ROOT, and only\n"
-            "                        them (repeatable); other names get the routes above\n"
-            "  --quiet               no log lines but the \"listening on\" one\n");
-}
-
-static bool parse_size(const char *s, unsigned long long max, unsigned long long *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || *s == '-' || v > max)
-        return false;
-    *out = v;
-    return true;
-}
-
-/* --admin-listen: "off", or HOST:PORT ([V6]:PORT for an IPv6 address). */
-static bool parse_admin_listen(const char *s, serve_ctx *ctx) {
-    if (strcmp(s, "off") == 0) {
-        ctx->admin_host = NULL;
-        return true;
-    }
-    const char *colon = strrchr(s, ':');
-    unsigned long long port;
-    if (colon == NULL || colon == s || !parse_size(colon + 1, 65535, &port) || colon[1] == '\0')
-        return false;
-    const char *h = s;
-    size_t hlen = (size_t)(colon - s);
-    if (h[0] == '[') {
-        if (hlen < 3 || h[hlen - 1] != ']')
-            return false;
-        h++, hlen -= 2;
-    } else if (memchr(h, ':', hlen)) {
-        return false;   /* an IPv6 address goes in brackets */
-    }
-    if (hlen >= sizeof(ctx->admin_host_buf))
-        return false;
-    memcpy(ctx->admin_host_buf, h, hlen);
-    ctx->admin_host_buf[hlen] = '\0';
-    ctx->admin_host = ctx->admin_host_buf;
-    ctx->admin_port = (int)port;
-    return true;
+static void usage(const tern__opt_set *s, FILE *f) {
+    fprintf(f, "usage: tern serve [options]\n\n");
+    tern__opt_help(s, f);
 }
 
 /* --api-key-file: the file's first line (without its line end), or NULL
@@ -1298,292 +1423,105 @@ static char *read_api_key(const char *path) {
     return line;
 }
 
-int tern_app_serve(int argc, char **argv) {
-    enum { O_HOST = 1, O_PORT, O_UNIX, O_ROOT, O_MAX_HEAD, O_MAX_BODY, O_HEAD_TO, O_BODY_TO,
-           O_IDLE_TO, O_SHUT_TO, O_QUIET, O_HELP, O_WS_MAX, O_WS_IDLE, O_NO_PMD, O_WS_ORIGIN, O_WS_SLOW,
-           O_SEND_TO, O_MAX_UNSENT, O_LOG_LEVEL, O_ACCESS_LOG, O_TLS_CERT, O_TLS_KEY, O_TLS_PORT, O_THREADS, O_VHOST,
-           O_PS_BACKLOG, O_PS_POLICY, O_PS_TOPIC, O_REDIS, O_FEED, O_FEED_RATE, O_PS_HISTORY,
-           O_PS_HISTORY_AGE, O_PS_REPLAY_RATE, O_SNDBUF, O_IO, O_WS_ASYNC, O_WS_DEADLINE, O_TLS_PASS_FILE,
-           O_TLS_MIN, O_TLS_CIPHERS, O_TLS_SUITES, O_TLS_CLIENT_CA, O_TLS_CLIENT_VERIFY, O_MAX_CONNS,
-           O_MAX_CONNS_IP, O_ALLOWED_ORIGIN, O_PS_MAX_MESSAGE, O_PS_RATE,
-           O_TOKEN_HMAC, O_TOKEN_PUBKEY, O_TOKEN_AUD, O_TOKEN_ISS, O_BENCH_ROUTES,
-           O_ADMIN_LISTEN, O_API_KEY_FILE, O_TOPIC, O_PS_HISTORY_BYTES, O_SHUT_SPREAD,
-           O_REDIS_PASS_FILE, O_LOG_FORMAT };
-    static const struct option opts[] = {
-        {"host", required_argument, NULL, O_HOST},
-        {"port", required_argument, NULL, O_PORT},
-        {"unix", required_argument, NULL, O_UNIX},
-        {"root", required_argument, NULL, O_ROOT},
-        {"max-head", required_argument, NULL, O_MAX_HEAD},
-        {"max-body", required_argument, NULL, O_MAX_BODY},
-        {"head-timeout", required_argument, NULL, O_HEAD_TO},
-        {"body-timeout", required_argument, NULL, O_BODY_TO},
-        {"idle-timeout", required_argument, NULL, O_IDLE_TO},
-        {"shutdown-timeout", required_argument, NULL, O_SHUT_TO},
-        {"quiet", no_argument, NULL, O_QUIET},
-        {"help", no_argument, NULL, O_HELP},
-        {"ws-max-message", required_argument, NULL, O_WS_MAX},
-        {"ws-idle-timeout", required_argument, NULL, O_WS_IDLE},
-        {"no-compression", no_argument, NULL, O_NO_PMD},
-        {"ws-origin", required_argument, NULL, O_WS_ORIGIN},
-        {"ws-slow-policy", required_argument, NULL, O_WS_SLOW},
-        {"send-timeout", required_argument, NULL, O_SEND_TO},
-        {"max-unsent", required_argument, NULL, O_MAX_UNSENT},
-        {"log-level", required_argument, NULL, O_LOG_LEVEL},
-        {"access-log", required_argument, NULL, O_ACCESS_LOG},
-        {"tls-cert", required_argument, NULL, O_TLS_CERT},
-        {"tls-key", required_argument, NULL, O_TLS_KEY},
-        {"tls-port", required_argument, NULL, O_TLS_PORT},
-        {"threads", required_argument, NULL, O_THREADS},
-        {"vhost", required_argument, NULL, O_VHOST},
-        {"pubsub-max-backlog", required_argument, NULL, O_PS_BACKLOG},
-        {"pubsub-policy", required_argument, NULL, O_PS_POLICY},
-        {"pubsub-topic-policy", required_argument, NULL, O_PS_TOPIC},
-        {"redis", required_argument, NULL, O_REDIS},
-        {"feed", required_argument, NULL, O_FEED},
-        {"feed-rate", required_argument, NULL, O_FEED_RATE},
-        {"pubsub-history", required_argument, NULL, O_PS_HISTORY},
-        {"pubsub-history-age", required_argument, NULL, O_PS_HISTORY_AGE},
-        {"pubsub-replay-rate", required_argument, NULL, O_PS_REPLAY_RATE},
-        {"sndbuf", required_argument, NULL, O_SNDBUF},
-        {"io", required_argument, NULL, O_IO},
-        {"ws-async", optional_argument, NULL, O_WS_ASYNC},
-        {"ws-deadline-ms", required_argument, NULL, O_WS_DEADLINE},
-        {"tls-key-passphrase-file", required_argument, NULL, O_TLS_PASS_FILE},
-        {"tls-min-version", required_argument, NULL, O_TLS_MIN},
-        {"tls-ciphers", required_argument, NULL, O_TLS_CIPHERS},
-        {"tls-ciphersuites", required_argument, NULL, O_TLS_SUITES},
-        {"tls-client-ca", required_argument, NULL, O_TLS_CLIENT_CA},
-        {"tls-client-verify", required_argument, NULL, O_TLS_CLIENT_VERIFY},
-        {"max-connections", required_argument, NULL, O_MAX_CONNS},
-        {"max-connections-per-ip", required_argument, NULL, O_MAX_CONNS_IP},
-        {"allowed-origin", required_argument, NULL, O_ALLOWED_ORIGIN},
-        {"pubsub-max-message", required_argument, NULL, O_PS_MAX_MESSAGE},
-        {"pubsub-rate", required_argument, NULL, O_PS_RATE},
-        {"token-hmac-secret-file", required_argument, NULL, O_TOKEN_HMAC},
-        {"token-public-key-file", required_argument, NULL, O_TOKEN_PUBKEY},
-        {"token-audience", required_argument, NULL, O_TOKEN_AUD},
-        {"token-issuer", required_argument, NULL, O_TOKEN_ISS},
-        {"bench-routes", no_argument, NULL, O_BENCH_ROUTES},
-        {"admin-listen", required_argument, NULL, O_ADMIN_LISTEN},
-        {"api-key-file", required_argument, NULL, O_API_KEY_FILE},
-        {"topic", required_argument, NULL, O_TOPIC},
-        {"pubsub-history-bytes", required_argument, NULL, O_PS_HISTORY_BYTES},
-        {"shutdown-spread", required_argument, NULL, O_SHUT_SPREAD},
-        {"redis-password-file", required_argument, NULL, O_REDIS_PASS_FILE},
-        {"log-format", required_argument, NULL, O_LOG_FORMAT},
-        {NULL, 0, NULL, 0},
-    };
-    const char *host = "127.0.0.1", *unix_path = NULL, *root = NULL;
-    unsigned long long port = 8080, v = 0;
-    const char *certs[8], *keys[8];
-    int ncert = 0, nkey = 0;
+
+
+/* Runs the server the options s describe (the strings stay in s while it
+ * runs; argc, argv: the command line they came from, for SIGHUP); the
+ * command's exit status. */
+static int serve_main(tern__opt_set *s, int argc, char **argv) {
+    const char *host = tern__opt_str(s, SV_HOST), *unix_path = tern__opt_str(s, SV_UNIX);
+    const char *root = tern__opt_str(s, SV_ROOT);
+    const tern__opt_val *certs = &s->vals[SV_TLS_CERT], *keys = &s->vals[SV_TLS_KEY];
+    int ncert = certs->n, nkey = keys->n;
     /* A file, not the passphrase itself: a command line is visible to
      * every user of the machine (ps, /proc). */
     tern_tls_options tls_opt = {0};
-    unsigned long long tls_port = 8443;
-    const char *vhosts[64];
-    int nvhost = 0;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned long long nthreads = cores < 1 ? 1 : cores > 1024 ? 1024 : (unsigned long long)cores;
+    if (tern__opt_given(s, SV_THREADS))
+        nthreads = tern__opt_uint(s, SV_THREADS);
     tern_server_options so = {0};
     tern_loop_options lo = {0};
-    tern_ws_options wo = {.compression = true};
+    tern_ws_options wo = {.compression = !tern__opt_uint(s, SV_NO_PMD)};
     /* An echo answers what it reads: when the client does not read the
      * answers, stop reading its requests (TCP pushes back on it). */
-    int slow_policy = TERN_WS_SLOW_PAUSE;
-    serve_ctx ctx = {.feed = true, .feed_rate = 40, .bcast_lock = PTHREAD_MUTEX_INITIALIZER,
-                     .ps_limits = {.max_message = 65536, .rate = 100}};
+    const char *slow = tern__opt_str(s, SV_WS_SLOW);
+    int slow_policy = !strcmp(slow, "close") ? TERN_WS_SLOW_CLOSE
+                      : !strcmp(slow, "drop") ? TERN_WS_SLOW_DROP : TERN_WS_SLOW_PAUSE;
+    serve_ctx ctx = {.bcast_lock = PTHREAD_MUTEX_INITIALIZER};
     atomic_init(&ctx.draining, false);
-    int log_level = TERN_LOG_WARN;
-    const char *access_path = NULL, *api_key_path = NULL;
-    bool shutdown_spread_set = false;
-    const char *redis_url = NULL, *redis_password_file = NULL;
-    ctx.admin_host = "127.0.0.1";
-    ctx.admin_port = 9090;
-    ctx.po.history_bytes = 64u << 20;
-    /* The feed's topics: anyone reads them, no client writes them (the
-     * feed and the admin listener's POST /publish do). --topic may change
-     * them as any rule. */
-    const char *rule_why = NULL;
-    tern__rules_add(&ctx.rules, "market subscribe=anyone publish=none", &rule_why);
-    tern__rules_add(&ctx.rules, "stats subscribe=anyone publish=none", &rule_why);
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        bool ok = true;
-        switch (c) {
-        case O_HOST: host = optarg; break;
-        case O_PORT: ok = parse_size(optarg, 65535, &port); break;
-        case O_UNIX: unix_path = optarg; break;
-        case O_ROOT: root = optarg; break;
-        case O_MAX_HEAD: ok = parse_size(optarg, 1u << 24, &v) && v > 0; so.max_head = v; break;
-        case O_MAX_BODY: ok = parse_size(optarg, 1ull << 40, &v) && v > 0; so.max_body = v; break;
-        case O_HEAD_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.head_timeout_ms = (uint32_t)v; break;
-        case O_BODY_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.body_timeout_ms = (uint32_t)v; break;
-        case O_IDLE_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.idle_timeout_ms = (uint32_t)v; break;
-        case O_SHUT_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.shutdown_timeout_ms = (uint32_t)v; break;
-        case O_SHUT_SPREAD:
-            ok = parse_size(optarg, 86400000, &v);
-            so.shutdown_ws_spread_ms = (uint32_t)v;
-            shutdown_spread_set = true;
-            break;
-        case O_SEND_TO: ok = parse_size(optarg, 86400000, &v) && v > 0; so.send_timeout_ms = (uint32_t)v; break;
-        case O_PS_MAX_MESSAGE:
-            ok = parse_size(optarg, 1ull << 40, &v) && v > 0;
-            ctx.ps_limits.max_message = v;
-            break;
-        case O_PS_RATE:
-            ok = parse_size(optarg, 1000000, &v);
-            ctx.ps_limits.rate = (uint32_t)v;
-            break;
-        case O_BENCH_ROUTES: ctx.bench_routes = true; break;
-        case O_ADMIN_LISTEN: ok = parse_admin_listen(optarg, &ctx); break;
-        case O_API_KEY_FILE: api_key_path = optarg; break;
-        case O_MAX_CONNS:
-            ok = parse_size(optarg, TERN_UNLIMITED - 1, &v);
-            so.max_connections = v ? (uint32_t)v : TERN_UNLIMITED;
-            break;
-        case O_MAX_CONNS_IP:
-            ok = parse_size(optarg, TERN_UNLIMITED - 1, &v);
-            so.max_connections_per_ip = v ? (uint32_t)v : TERN_UNLIMITED;
-            break;
-        case O_MAX_UNSENT: ok = parse_size(optarg, 1ull << 40, &v) && v > 0; lo.max_unsent = v; break;
-        case O_QUIET: ctx.quiet = true; break;
-        case O_IO:
-            ok = strcmp(optarg, "uring") == 0 || strcmp(optarg, "epoll") == 0;
-            lo.io = optarg[0] == 'u' ? TERN_IO_URING : TERN_IO_EPOLL;
-            break;
-        case O_HELP: usage(stdout); return 0;
-        case O_WS_MAX: ok = parse_size(optarg, 1ull << 40, &v) && v > 0; wo.max_message = v; break;
-        case O_WS_IDLE: ok = parse_size(optarg, 86400000, &v) && v > 0; wo.idle_timeout_ms = (uint32_t)v; break;
-        case O_NO_PMD: wo.compression = false; break;
-        case O_WS_ORIGIN:
-        case O_ALLOWED_ORIGIN:
-            /* --ws-origin takes any value, as it always has */
-            ok = ctx.norigins < ORIGINS_MAX && (c == O_WS_ORIGIN || origin_pattern_ok(optarg));
-            if (ok) ctx.origins[ctx.norigins++] = optarg;
-            break;
-        case O_WS_ASYNC:
-            ok = optarg == NULL || strcmp(optarg, "timer") == 0 || strcmp(optarg, "post") == 0;
-            ctx.ws_async = optarg && strcmp(optarg, "post") == 0 ? WS_ASYNC_POST : WS_ASYNC_TIMER;
-            break;
-        case O_WS_DEADLINE:
-            ok = parse_size(optarg, 86400000, &v) && v > 0;
-            ctx.ws_deadline_ms = (uint32_t)v;
-            break;
-        case O_WS_SLOW:
-            slow_policy = !strcmp(optarg, "close") ? TERN_WS_SLOW_CLOSE
-                          : !strcmp(optarg, "drop") ? TERN_WS_SLOW_DROP
-                          : !strcmp(optarg, "pause") ? TERN_WS_SLOW_PAUSE : -1;
-            ok = slow_policy >= 0;
-            break;
-        case O_LOG_LEVEL:
-            log_level = -1;
-            for (int l = TERN_LOG_ERROR; l <= TERN_LOG_DEBUG; l++)
-                if (strcmp(optarg, tern_log_level_name(l)) == 0)
-                    log_level = l;
-            ok = log_level >= 0;
-            break;
-        case O_ACCESS_LOG: access_path = optarg; break;
-        case O_TLS_CERT: ok = ncert < 8; if (ok) certs[ncert++] = optarg; break;
-        case O_TLS_KEY: ok = nkey < 8; if (ok) keys[nkey++] = optarg; break;
-        case O_TLS_PASS_FILE: tls_opt.passphrase_file = optarg; break;
-        case O_TLS_MIN:
-            ok = strcmp(optarg, "1.2") == 0 || strcmp(optarg, "1.3") == 0;
-            tls_opt.min_version = strcmp(optarg, "1.3") == 0 ? 13 : 12;
-            break;
-        case O_TLS_CIPHERS: tls_opt.ciphers = optarg; break;
-        case O_TLS_SUITES: tls_opt.ciphersuites = optarg; break;
-        case O_TLS_CLIENT_CA: tls_opt.client_ca_file = optarg; break;
-        case O_TLS_CLIENT_VERIFY:
-            ok = strcmp(optarg, "optional") == 0 || strcmp(optarg, "require") == 0;
-            tls_opt.client_verify = strcmp(optarg, "require") == 0 ? TERN_TLS_VERIFY_REQUIRE
-                                                                   : TERN_TLS_VERIFY_OPTIONAL;
-            break;
-        case O_TLS_PORT: ok = parse_size(optarg, 65535, &tls_port); break;
-        case O_THREADS: ok = parse_size(optarg, 1024, &nthreads) && nthreads > 0; break;
-        case O_VHOST:
-            ok = nvhost < 64 && strchr(optarg, '=') != NULL;
-            if (ok) vhosts[nvhost++] = optarg;
-            break;
-        case O_PS_BACKLOG: ok = parse_size(optarg, 1ull << 32, &v) && v > 0; ctx.po.max_backlog = v; break;
-        case O_REDIS: redis_url = optarg; break;
-        case O_REDIS_PASS_FILE: redis_password_file = optarg; break;
-        case O_LOG_FORMAT:
-            ok = strcmp(optarg, "text") == 0 || strcmp(optarg, "json") == 0;
-            tern__serve_log_format(strcmp(optarg, "json") == 0 ? TERN_SERVE_LOG_JSON
-                                                               : TERN_SERVE_LOG_TEXT);
-            break;
-        case O_FEED:
-            ok = !strcmp(optarg, "on") || !strcmp(optarg, "off");
-            ctx.feed = !strcmp(optarg, "on");
-            break;
-        case O_FEED_RATE: ok = parse_size(optarg, 100000, &v); ctx.feed_rate = (unsigned)v; break;
-        case O_PS_HISTORY:
-            ok = parse_size(optarg, TERN_HISTORY_MAX, &v);
-            ctx.po.history = (uint32_t)v;
-            break;
-        case O_SNDBUF:
-            ok = parse_size(optarg, 1u << 30, &v) && v >= 4096;
-            ctx.listen.sndbuf = (int)v;
-            break;
-        case O_PS_HISTORY_AGE:
-            ok = parse_size(optarg, 86400, &v) && v > 0;
-            ctx.po.history_ms = (uint32_t)v * 1000;
-            break;
-        case O_PS_REPLAY_RATE:
-            ok = parse_size(optarg, 1ull << 40, &v);
-            ctx.po.replay_rate = v;
-            break;
-        case O_PS_POLICY: ok = tern__policy_parse(optarg, &ctx.po.policy, &ctx.po.close_code); break;
-        case O_PS_TOPIC: {
-            /* PREFIX=P: the rule of pattern PREFIX* gets policy P */
-            const char *eq = strrchr(optarg, '=');
-            char spec[TERN_TOPIC_MAX + 32];
-            ok = eq && eq - optarg <= TERN_TOPIC_MAX && strlen(eq + 1) < 16;
-            if (ok) {
-                snprintf(spec, sizeof(spec), "%.*s* policy=%s", (int)(eq - optarg), optarg, eq + 1);
-                ok = tern__rules_add(&ctx.rules, spec, &rule_why) == 0;
-            }
-            break;
-        }
-        case O_TOPIC:
-            if (tern__rules_add(&ctx.rules, optarg, &rule_why) < 0) {
-                fprintf(stderr, "tern serve: --topic %s: %s\n", optarg, rule_why);
-                return 2;
-            }
-            break;
-        case O_PS_HISTORY_BYTES:
-            ok = parse_size(optarg, 1ull << 40, &v);
-            ctx.po.history_bytes = v;
-            break;
-        case O_TOKEN_HMAC: ctx.token_flags.hmac_secret_file = optarg; break;
-        case O_TOKEN_PUBKEY: ctx.token_flags.public_key_file = optarg; break;
-        case O_TOKEN_AUD: ctx.token_flags.audience = optarg; break;
-        case O_TOKEN_ISS: ctx.token_flags.issuer = optarg; break;
-        default: usage(stderr); return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "tern serve: bad value for --%s: %s\n", opts[c - 1].name, optarg);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "tern serve: unexpected argument '%s'\n", argv[optind]);
+    ctx.quiet = tern__opt_uint(s, SV_QUIET);
+    ctx.feed = strcmp(tern__opt_str(s, SV_FEED), "on") == 0;
+    ctx.feed_rate = (unsigned)tern__opt_uint(s, SV_FEED_RATE);
+    ctx.ps_limits.max_message = tern__opt_uint(s, SV_PS_MAX_MESSAGE);
+    ctx.ps_limits.rate = (uint32_t)tern__opt_uint(s, SV_PS_RATE);
+    ctx.bench_routes = tern__opt_uint(s, SV_BENCH_ROUTES);
+    tern__serve_admin_listen_parse(tern__opt_str(s, SV_ADMIN_LISTEN), ctx.admin_host_buf,
+                                   sizeof(ctx.admin_host_buf), &ctx.admin_port);
+    ctx.admin_host = ctx.admin_host_buf[0] ? ctx.admin_host_buf : NULL;
+    const char *api_key_path = tern__opt_str(s, SV_API_KEY_FILE);
+    so.max_head = tern__opt_uint(s, SV_MAX_HEAD);
+    so.max_body = tern__opt_uint(s, SV_MAX_BODY);
+    so.head_timeout_ms = (uint32_t)tern__opt_uint(s, SV_HEAD_TO);
+    so.body_timeout_ms = (uint32_t)tern__opt_uint(s, SV_BODY_TO);
+    so.idle_timeout_ms = (uint32_t)tern__opt_uint(s, SV_IDLE_TO);
+    so.shutdown_timeout_ms = (uint32_t)tern__opt_uint(s, SV_SHUT_TO);
+    so.send_timeout_ms = (uint32_t)tern__opt_uint(s, SV_SEND_TO);
+    unsigned long long v = tern__opt_uint(s, SV_MAX_CONNS);
+    so.max_connections = v ? (uint32_t)v : TERN_UNLIMITED;
+    v = tern__opt_uint(s, SV_MAX_CONNS_IP);
+    so.max_connections_per_ip = v ? (uint32_t)v : TERN_UNLIMITED;
+    lo.max_unsent = tern__opt_uint(s, SV_MAX_UNSENT);
+    if (tern__opt_given(s, SV_IO))
+        lo.io = strcmp(tern__opt_str(s, SV_IO), "uring") == 0 ? TERN_IO_URING : TERN_IO_EPOLL;
+    wo.max_message = tern__opt_uint(s, SV_WS_MAX);
+    wo.idle_timeout_ms = (uint32_t)tern__opt_uint(s, SV_WS_IDLE);
+    if (s->vals[SV_ALLOWED_ORIGIN].n + s->vals[SV_WS_ORIGIN].n > ORIGINS_MAX) {
+        fprintf(stderr, "tern serve: bad value for --allowed-origin: more than %d origins "
+                        "(with --ws-origin)\n", ORIGINS_MAX);
         return 2;
     }
+    ctx.opts = s;
+    ctx.argc = argc;
+    ctx.argv = argv;
+    ctx.config_path = tern__opt_str(s, SV_CONFIG);
+    if (tern__opt_given(s, SV_WS_ASYNC))
+        ctx.ws_async = strcmp(tern__opt_str(s, SV_WS_ASYNC), "post") == 0 ? WS_ASYNC_POST
+                                                                         : WS_ASYNC_TIMER;
+    ctx.ws_deadline_ms = (uint32_t)tern__opt_uint(s, SV_WS_DEADLINE);
+    int log_level = log_level_of(tern__opt_str(s, SV_LOG_LEVEL));
+    const char *access_path = tern__opt_str(s, SV_ACCESS_LOG);
+    tls_opt.passphrase_file = tern__opt_str(s, SV_TLS_PASS_FILE);
+    if (tern__opt_given(s, SV_TLS_MIN))
+        tls_opt.min_version = strcmp(tern__opt_str(s, SV_TLS_MIN), "1.3") == 0 ? 13 : 12;
+    tls_opt.ciphers = tern__opt_str(s, SV_TLS_CIPHERS);
+    tls_opt.ciphersuites = tern__opt_str(s, SV_TLS_SUITES);
+    tls_opt.client_ca_file = tern__opt_str(s, SV_TLS_CLIENT_CA);
+    if (tern__opt_given(s, SV_TLS_CLIENT_VERIFY))
+        tls_opt.client_verify = strcmp(tern__opt_str(s, SV_TLS_CLIENT_VERIFY), "require") == 0
+                                    ? TERN_TLS_VERIFY_REQUIRE
+                                    : TERN_TLS_VERIFY_OPTIONAL;
+    unsigned long long port = tern__opt_uint(s, SV_PORT), tls_port = tern__opt_uint(s, SV_TLS_PORT);
+    ctx.po.max_backlog = tern__opt_uint(s, SV_PS_BACKLOG);
+    const char *redis_url = tern__opt_str(s, SV_REDIS);
+    const char *redis_password_file = tern__opt_str(s, SV_REDIS_PASS_FILE);
+    tern__serve_log_format(strcmp(tern__opt_str(s, SV_LOG_FORMAT), "json") == 0
+                               ? TERN_SERVE_LOG_JSON
+                               : TERN_SERVE_LOG_TEXT);
+    ctx.po.history = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY);
+    ctx.listen.sndbuf = (int)tern__opt_uint(s, SV_SNDBUF);
+    ctx.po.history_ms = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY_AGE) * 1000;
+    ctx.po.replay_rate = tern__opt_uint(s, SV_PS_REPLAY_RATE);
+    ctx.po.history_bytes = tern__opt_uint(s, SV_PS_HISTORY_BYTES);
+    tern__policy_parse(tern__opt_str(s, SV_PS_POLICY), &ctx.po.policy, &ctx.po.close_code);
+    if (rules_build(s, &ctx.rules) < 0)
+        return 2;   /* said why */
+    ctx.token_flags.hmac_secret_file = tern__opt_str(s, SV_TOKEN_HMAC);
+    ctx.token_flags.public_key_file = tern__opt_str(s, SV_TOKEN_PUBKEY);
+    ctx.token_flags.audience = tern__opt_str(s, SV_TOKEN_AUD);
+    ctx.token_flags.issuer = tern__opt_str(s, SV_TOKEN_ISS);
     if (tern__serve_tokens_setup(&ctx.token_flags) < 0)
         return 2;
-    tern__rules_resolve(&ctx.rules);
-    /* The page resumes the feed after a network drop: a minute of it,
-     * unless the history was configured. */
-    tern__topic_rule *market = (tern__topic_rule *)tern__rules_match(&ctx.rules, "market", 6);
-    if (ctx.feed && ctx.po.history == 0 && market && !market->prefix && !market->has_history) {
-        market->has_history = market->has_history_age = true;
-        market->history = FEED_HISTORY;
-        market->history_ms = FEED_HISTORY_MS;
-    }
 
     if (api_key_path && (ctx.api_key = read_api_key(api_key_path)) == NULL)
         return 1;   /* said why */
@@ -1637,14 +1575,14 @@ int tern_app_serve(int argc, char **argv) {
     }
     int err = 0;
     for (int i = 0; i < ncert; i++) {
-        err = i == 0 ? tern_tls_new_opt(&ctx.tls, certs[0], keys[0], &tls_opt)
-                     : tern_tls_add_cert(ctx.tls, certs[i], keys[i]);
+        err = i == 0 ? tern_tls_new_opt(&ctx.tls, certs->v[0], keys->v[0], &tls_opt)
+                     : tern_tls_add_cert(ctx.tls, certs->v[i], keys->v[i]);
         if (err < 0) {
             /* Said here too: with --quiet the library's log line is off. */
             const char *why = err == -ENOKEY ? " (the key is encrypted: give --tls-key-passphrase-file)"
                               : err == -EKEYREJECTED ? " (wrong passphrase)"
                                                      : "";
-            fprintf(stderr, "tern serve: --tls-cert %s --tls-key %s: %s%s\n", certs[i], keys[i],
+            fprintf(stderr, "tern serve: --tls-cert %s --tls-key %s: %s%s\n", certs->v[i], keys->v[i],
                     tern_strerror(err), why);
             return 1;
         }
@@ -1657,18 +1595,24 @@ int tern_app_serve(int argc, char **argv) {
     ctx.wo = wo;
     ctx.wo.slow_policy = slow_policy;
     ctx.nthreads = (int)nthreads;
-    ctx.vhosts = vhosts;
-    ctx.nvhosts = nvhost;
-    if ((ctx.threads = calloc(nthreads, sizeof(*ctx.threads))) == NULL) {
+    ctx.vhosts = (const char **)s->vals[SV_VHOST].v;
+    ctx.nvhosts = s->vals[SV_VHOST].n;
+    bool too_many;
+    serve_origins *origins = origins_new(s, &too_many);
+    if (origins == NULL || (ctx.threads = calloc(nthreads, sizeof(*ctx.threads))) == NULL) {
+        origins_free(origins);
         fprintf(stderr, "tern serve: out of memory\n");
         return 1;
     }
+    atomic_init(&ctx.origins, origins);
     for (int i = 0; i < ctx.nthreads; i++) {
         ctx.threads[i].ctx = &ctx;
         ctx.threads[i].index = i;
         atomic_init(&ctx.threads[i].bcast_inflight, 0);
     }
-    if (!shutdown_spread_set) {
+    if (tern__opt_given(s, SV_SHUT_SPREAD)) {
+        so.shutdown_ws_spread_ms = (uint32_t)tern__opt_uint(s, SV_SHUT_SPREAD);
+    } else {
         /* The WebSockets' closes over the first 4/5 of the shutdown, so
          * that their close handshakes end before it does. */
         uint32_t t = so.shutdown_timeout_ms ? so.shutdown_timeout_ms : 10000;
@@ -1689,6 +1633,7 @@ int tern_app_serve(int argc, char **argv) {
         free(ctx.threads[i].later);
     }
     free(ctx.threads);
+    origins_free(atomic_load(&ctx.origins));
     tern__serve_tokens_cleanup();
     if (ctx.api_key) {
         OPENSSL_cleanse(ctx.api_key, strlen(ctx.api_key));
@@ -1707,4 +1652,40 @@ int tern_app_serve(int argc, char **argv) {
         return 1;
     }
     return 0;
+}
+
+int tern_app_serve(int argc, char **argv) {
+    tern__opt_set s;
+    if (tern__opt_init(&s, "tern serve", tern__serve_opts, SV_COUNT) < 0) {
+        fprintf(stderr, "tern serve: out of memory\n");
+        return 1;
+    }
+    int status = -1;
+    s.env_prefix = "TERN_";
+    if (tern__opt_parse_argv(&s, argc, argv) < 0 ||
+        (tern__opt_given(&s, SV_CONFIG) && tern__opt_parse_file(&s, tern__opt_str(&s, SV_CONFIG)) < 0) ||
+        tern__opt_parse_env(&s) < 0) {
+        fprintf(stderr, "tern serve: %s (tern serve --help lists the options)\n", s.err);
+        status = 2;
+    } else if (s.nargs > 0) {
+        fprintf(stderr, "tern serve: unexpected argument '%s'\n", s.args[0]);
+        status = 2;
+    } else if (tern__opt_uint(&s, SV_HELP)) {
+        usage(&s, stdout);
+        status = 0;
+    } else if (tern__opt_uint(&s, SV_PRINT_CONFIG)) {
+        /* What the server would run with: the threads' default is the CPUs'. */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        char n[24];
+        snprintf(n, sizeof(n), "%ld", cores < 1 ? 1 : cores > 1024 ? 1024 : cores);
+        tern__opt_set_default(&s, SV_THREADS, n);
+        printf("# tern serve --print-config: flags over environment (TERN_NAME) over\n"
+               "# --config file over defaults; this output is a --config file.\n");
+        tern__opt_print(&s, stdout);
+        status = 0;
+    }
+    if (status < 0)
+        status = serve_main(&s, argc, argv);
+    tern__opt_free(&s);
+    return status;
 }

@@ -440,8 +440,27 @@ static void reply_subscribed(tern_ws *ws, const char *topic, size_t tlen, const 
 /* ---- limits: message size and operation rate ---------------------------- */
 
 static tern__serve_pubsub_limits limits;   /* set once, in setup, before any loop runs */
+/* limits.rate, which SIGHUP may change while the loops run: read once per
+ * use. A connection opened while it was 0 has no bucket, and stays
+ * unlimited; the others follow the new rate from their next message. */
+static _Atomic uint32_t live_rate;
+
+void tern__serve_pubsub_set_rate(uint32_t rate) {
+    atomic_store_explicit(&live_rate, rate, memory_order_relaxed);
+}
+
+static uint32_t rate_now(void) {
+    return atomic_load_explicit(&live_rate, memory_order_relaxed);
+}
 static _Atomic uint64_t n_rate_refused, n_rate_closed, n_too_big, n_forbid_sub, n_forbid_pub;
-static const tern__topic_rules *rules;   /* tern serve's, read-only while serving */
+/* tern serve's topic rules: never changed once published here; a SIGHUP
+ * may publish others (tern__serve_pubsub_swap_rules). Read once per
+ * subscribe or publish, within one callback. */
+static _Atomic(const tern__topic_rules *) rules;
+
+const tern__topic_rules *tern__serve_pubsub_swap_rules(const tern__topic_rules *r) {
+    return atomic_exchange_explicit(&rules, r, memory_order_acq_rel);
+}
 
 /* A /pubsub connection's token bucket: `rate` tokens a second, at most
  * `rate` held (the burst), one taken per message. Invariants: tokens <=
@@ -460,7 +479,8 @@ static int (*pubsub_upgrade_next)(tern_http_req *, void **, void *);
 
 static int pubsub_upgrade(tern_http_req *req, void **conn_user, void *user) {
     int r = pubsub_upgrade_next(req, conn_user, user);
-    if (r != 0 || (limits.rate == 0 && !tern__serve_tokens_on()))
+    uint32_t rate = rate_now();
+    if (r != 0 || (rate == 0 && !tern__serve_tokens_on()))
         return r;   /* an anonymous connection without a bucket: conn_user stays NULL */
     tern__token_conn *auth = NULL;
     if (tern__serve_tokens_on() && (r = tern__token_conn_upgrade(req, &auth)) != 0)
@@ -470,7 +490,7 @@ static int pubsub_upgrade(tern_http_req *req, void **conn_user, void *user) {
         tern__token_conn_free(auth);
         return 503;
     }
-    *b = (ps_bucket){.tokens = (uint64_t)limits.rate * 1000,
+    *b = (ps_bucket){.tokens = (uint64_t)rate * 1000,
                      .stamp = tern_loop_now(tern_http_req_loop(req)), .auth = auth};
     *conn_user = b;
     return 0;
@@ -496,7 +516,8 @@ static void pubsub_open(tern_ws *ws, void *user) {
 static int may(tern_ws *ws, const char *topic, size_t len, bool publish) {
     ps_bucket *b = tern_ws_user(ws);
     const tern__token_conn *auth = b ? b->auth : NULL;
-    const tern__topic_rule *r = tern__rules_match(rules, topic, len);
+    const tern__topic_rule *r =
+        tern__rules_match(atomic_load_explicit(&rules, memory_order_acquire), topic, len);
     tern__access a = !r ? TERN__ACCESS_TOKEN : publish ? r->publish : r->subscribe;
     if (a == TERN__ACCESS_ANYONE ||
         (a == TERN__ACCESS_TOKEN && (publish ? tern__token_conn_may_publish(auth, topic, len)
@@ -528,10 +549,10 @@ static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, 
 }
 
 /* Takes a token for one message: true when there was one. */
-static bool bucket_take(tern_ws *ws, ps_bucket *b) {
+static bool bucket_take(tern_ws *ws, ps_bucket *b, uint32_t rate) {
     uint64_t now = tern_loop_now(tern_ws_loop(ws));
-    uint64_t full = (uint64_t)limits.rate * 1000;
-    uint64_t add = (now - b->stamp) * limits.rate;   /* thousandths: rate/s is rate per 1000 ms */
+    uint64_t full = (uint64_t)rate * 1000;
+    uint64_t add = (now - b->stamp) * rate;   /* thousandths: rate/s is rate per 1000 ms */
     b->stamp = now;
     b->tokens = b->tokens + add >= full ? full : b->tokens + add;
     if (b->tokens == full)
@@ -568,20 +589,21 @@ static void pubsub_refresh(tern_ws *ws, tern__token_conn *auth, tok t, tok op) {
 
 static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
     (void)user;
-    fields f;
+    fields f = {0};
     bool json = opcode == TERN_WS_TEXT && parse_msg(data, len, &f);
     ps_bucket *b = tern_ws_user(ws);
     /* Closed for its rate: what it sent behind (still read until its
      * close frame comes) is ignored. */
-    if (b && b->strikes > limits.rate)
+    uint32_t rate = rate_now();
+    if (b && b->strikes > rate)
         return;
     /* Every message costs a token, a bad one too: parsing it is work. */
-    if (b && limits.rate && !bucket_take(ws, b)) {
+    if (b && rate && !bucket_take(ws, b, rate)) {
         atomic_fetch_add_explicit(&n_rate_refused, 1, memory_order_relaxed);
         reply_error(ws, "rate limit", json ? f.op : (tok){0});
         /* A client that goes on regardless (more refused than its burst
          * since it last let the bucket fill) is not slowed by answers. */
-        if (++b->strikes > limits.rate) {
+        if (++b->strikes > rate) {
             atomic_fetch_add_explicit(&n_rate_closed, 1, memory_order_relaxed);
             tern_ws_close(ws, TERN_WS_POLICY, "rate limit");
         }
@@ -828,7 +850,8 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
     if ((err = tern_pubsub_configure(srv, po)) < 0)
         return err;
     limits = *lim;
-    rules = topic_rules;
+    tern__serve_pubsub_set_rate(lim->rate);
+    atomic_store(&rules, topic_rules);
     pubsub_upgrade_next = on_upgrade;
     static tern_ws_handlers ps;
     ps = (tern_ws_handlers){.on_upgrade = pubsub_upgrade, .on_message = pubsub_message,

@@ -2,6 +2,7 @@
 #include "app/serve_tokens.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,15 @@
 
 #include "app/token.h"
 
-static tern__token_config *config;   /* set once in setup, read-only while serving */
+/* The verifier: set in setup; a SIGHUP may swap it for one made from the
+ * files read again (tern__serve_tokens_swap). Read once per verify, within
+ * one callback, so an old one can be freed once every loop has run a
+ * callback after the swap. */
+static _Atomic(tern__token_config *) config;
+
+static tern__token_config *config_now(void) {
+    return atomic_load_explicit(&config, memory_order_acquire);
+}
 
 struct tern__token_conn {
     tern__token_rights rights;   /* empty for an anonymous connection */
@@ -18,6 +27,32 @@ struct tern__token_conn {
     tern_ws *ws;                 /* from on_open */
     tern_timer *timer;           /* the expiry, while the connection is open */
 };
+
+tern__token_config *tern__serve_tokens_build(const tern__serve_token_flags *f,
+                                             const char *who) {
+    tern__token_config *c = tern__token_config_new();
+    const char *why = "out of memory";
+    if (c == NULL)
+        goto fail;
+    if (f->hmac_secret_file && tern__token_config_hmac_file(c, f->hmac_secret_file, &why) < 0) {
+        fprintf(stderr, "%s: --token-hmac-secret-file %s: %s\n", who, f->hmac_secret_file, why);
+        goto fail_quiet;
+    }
+    if (f->public_key_file &&
+        tern__token_config_public_key_file(c, f->public_key_file, &why) < 0) {
+        fprintf(stderr, "%s: --token-public-key-file %s: %s\n", who, f->public_key_file, why);
+        goto fail_quiet;
+    }
+    if (tern__token_config_audience(c, f->audience) < 0 ||
+        tern__token_config_issuer(c, f->issuer) < 0)
+        goto fail;
+    return c;
+fail:
+    fprintf(stderr, "%s: tokens: %s\n", who, why);
+fail_quiet:
+    tern__token_config_free(c);
+    return NULL;
+}
 
 int tern__serve_tokens_setup(const tern__serve_token_flags *f) {
     if (f->hmac_secret_file == NULL && f->public_key_file == NULL) {
@@ -28,39 +63,23 @@ int tern__serve_tokens_setup(const tern__serve_token_flags *f) {
         }
         return 0;
     }
-    config = tern__token_config_new();
-    const char *why = "out of memory";
-    if (config == NULL)
-        goto fail;
-    if (f->hmac_secret_file &&
-        tern__token_config_hmac_file(config, f->hmac_secret_file, &why) < 0) {
-        fprintf(stderr, "tern serve: --token-hmac-secret-file %s: %s\n", f->hmac_secret_file, why);
-        goto fail_quiet;
-    }
-    if (f->public_key_file &&
-        tern__token_config_public_key_file(config, f->public_key_file, &why) < 0) {
-        fprintf(stderr, "tern serve: --token-public-key-file %s: %s\n", f->public_key_file, why);
-        goto fail_quiet;
-    }
-    if (tern__token_config_audience(config, f->audience) < 0 ||
-        tern__token_config_issuer(config, f->issuer) < 0)
-        goto fail;
+    tern__token_config *c = tern__serve_tokens_build(f, "tern serve");
+    if (c == NULL)
+        return -1;
+    atomic_store(&config, c);
     return 0;
-fail:
-    fprintf(stderr, "tern serve: tokens: %s\n", why);
-fail_quiet:
-    tern__token_config_free(config);
-    config = NULL;
-    return -1;
+}
+
+tern__token_config *tern__serve_tokens_swap(tern__token_config *c) {
+    return atomic_exchange_explicit(&config, c, memory_order_acq_rel);
 }
 
 bool tern__serve_tokens_on(void) {
-    return config != NULL;
+    return config_now() != NULL;
 }
 
 void tern__serve_tokens_cleanup(void) {
-    tern__token_config_free(config);
-    config = NULL;
+    tern__token_config_free(tern__serve_tokens_swap(NULL));
 }
 
 static int64_t wall_now(void) {
@@ -102,7 +121,7 @@ int tern__token_conn_upgrade(tern_http_req *req, tern__token_conn **out) {
         return 503;
     if (given) {
         const char *why;
-        int err = tern__token_verify(config, tok, len, wall_now(), &c->rights, &why);
+        int err = tern__token_verify(config_now(), tok, len, wall_now(), &c->rights, &why);
         if (err < 0) {
             free(c);
             return err == -ENOMEM ? 503 : 401;
@@ -172,7 +191,7 @@ const char *tern__token_conn_refresh(tern__token_conn *c, tern_ws *ws, const cha
         return "no token";
     tern__token_rights r;
     const char *why;
-    if (tern__token_verify(config, tok, len, wall_now(), &r, &why) < 0)
+    if (tern__token_verify(config_now(), tok, len, wall_now(), &r, &why) < 0)
         return why;
     tern__token_rights_free(&c->rights);
     c->rights = r;

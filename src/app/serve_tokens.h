@@ -24,6 +24,15 @@ typedef struct tern__serve_token_flags {
  * was given) or -1 after a message on stderr. */
 int tern__serve_tokens_setup(const tern__serve_token_flags *f);
 bool tern__serve_tokens_on(void);
+/* A verifier made from f's files (read now: SIGHUP's rotated keys), or
+ * NULL once said why (who: the messages' prefix). */
+tern__token_config *tern__serve_tokens_build(const tern__serve_token_flags *f, const char *who);
+/* Puts c in use for the verifies that follow (from any loop) and returns
+ * the one it replaces, which a loop may still be using in the callback it
+ * runs: freed by the caller once every loop has run another. Only while
+ * tokens are on (they turn on or off only at start: the routes' hooks
+ * depend on it). */
+tern__token_config *tern__serve_tokens_swap(tern__token_config *c);
 void tern__serve_tokens_cleanup(void);
 
 typedef struct tern__token_conn tern__token_conn;

@@ -1,0 +1,110 @@
+/* The tern command's options: one table per command (tern__opt), from
+ * which come its command-line parser, its --help, and for tern serve the
+ * configuration file, the environment (TERN_MAX_CONNECTIONS for
+ * --max-connections) and --print-config. A command reads the parsed
+ * values by the option's index in its table. */
+#ifndef TERN_APP_OPTIONS_H
+#define TERN_APP_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+typedef enum tern__opt_type {
+    TERN__OPT_FLAG,     /* no value on the command line; "on"/"off" in a file */
+    TERN__OPT_UINT,     /* a decimal integer from min to max */
+    TERN__OPT_SECONDS,  /* seconds, decimals allowed, up to a day; read as milliseconds */
+    TERN__OPT_REAL,     /* a decimal number from 0 to 1 */
+    TERN__OPT_CHOICE,   /* one of choices, "a|b|c" */
+    TERN__OPT_STRING,   /* any text, or what check accepts */
+} tern__opt_type;
+
+enum {
+    TERN__OPT_REPEAT = 1u << 0,     /* each use adds a value, up to max_count */
+    TERN__OPT_RELOAD = 1u << 1,     /* SIGHUP applies a changed value live */
+    TERN__OPT_SECRET = 1u << 2,     /* names a file holding a secret, never the secret */
+    TERN__OPT_CLI_ONLY = 1u << 3,   /* not in a file nor the environment (--help, --config) */
+    TERN__OPT_OPTARG = 1u << 4,     /* the value is optional: --name or --name=V */
+    TERN__OPT_ZERO_MIN = 1u << 5,   /* SECONDS: 0 is allowed */
+};
+
+/* One option. Invariants: name is unique in its table and is the long
+ * flag (--name) and the file's key; a FLAG has no arg; def, when set, is a
+ * value the option's own check accepts; only REPEAT options have a
+ * max_count above 1. */
+typedef struct tern__opt {
+    const char *name;
+    char short_name;                 /* -x, or 0 */
+    tern__opt_type type;
+    const char *arg;                 /* the value's name in --help ("BYTES") */
+    const char *def;                 /* the default as text; NULL: unset */
+    unsigned long long min, max;     /* UINT */
+    const char *choices;             /* CHOICE */
+    /* STRING: NULL when v is good, else why not ("expected KEY=VALUE");
+     * no check: anything is */
+    const char *(*check)(const char *v);
+    unsigned flags;
+    int max_count;                   /* REPEAT: at most this many values (0: 64) */
+    unsigned groups;                 /* a bit per group (tern load's modes) it belongs to; 0: all */
+    const char *help;                /* lines of --help, '\n' between them */
+} tern__opt;
+
+/* Where a value came from, in increasing precedence. */
+enum { TERN__OPT_FROM_DEFAULT, TERN__OPT_FROM_FILE, TERN__OPT_FROM_ENV, TERN__OPT_FROM_FLAG };
+
+/* The values of one option. Invariants: n values in v (text, owned);
+ * n is 0 or 1 unless the option repeats; all values come from source. */
+typedef struct tern__opt_val {
+    char **v;
+    int n;
+    int source;
+    int line;            /* FROM_FILE: the line of the last value */
+} tern__opt_val;
+
+/* A command's table and its parsed values (vals[i] for opts[i]). */
+typedef struct tern__opt_set {
+    const char *command;             /* "tern serve": in messages */
+    const tern__opt *opts;
+    int nopts;
+    const char *const *group_names;  /* "tern load echo"...; NULL: no groups */
+    int group;                       /* the group being parsed */
+    const char *env_prefix;          /* "TERN_", or NULL: no environment */
+    tern__opt_val *vals;
+    char **args;                     /* the operands (not options), in order */
+    int nargs;
+    char err[512];                   /* why the last call failed */
+} tern__opt_set;
+
+/* Makes the set for a table (every option at its default). 0 or -ENOMEM. */
+int tern__opt_init(tern__opt_set *s, const char *command, const tern__opt *opts, int nopts);
+void tern__opt_free(tern__opt_set *s);
+
+/* argv[0] is the command's name (skipped). Returns 0 or -EINVAL with s->err
+ * set ("bad value for --port: x"). Operands go to s->args. "--" ends the
+ * options. A value from here replaces the file's and the environment's. */
+int tern__opt_parse_argv(tern__opt_set *s, int argc, char **argv);
+/* The file's options (one "name value" a line, # comments): replaces only
+ * defaults. -EINVAL with s->err naming file:line, or -errno (unreadable). */
+int tern__opt_parse_file(tern__opt_set *s, const char *path);
+/* The environment's (TERN_NAME_WITH_UNDERSCORES), over the file's. */
+int tern__opt_parse_env(tern__opt_set *s);
+
+/* The option named name's index, or -1. */
+int tern__opt_find(const tern__opt_set *s, const char *name);
+/* The last value of option i as text (its default when unset; NULL when
+ * it has none). */
+const char *tern__opt_str(const tern__opt_set *s, int i);
+/* Option i given (by anything but the default). */
+bool tern__opt_given(const tern__opt_set *s, int i);
+/* UINT: the value; SECONDS: milliseconds; FLAG: 1 when on. 0 when unset. */
+unsigned long long tern__opt_uint(const tern__opt_set *s, int i);
+double tern__opt_real(const tern__opt_set *s, int i);
+/* Sets option i's default (a value computed at run time: the CPUs). */
+int tern__opt_set_default(tern__opt_set *s, int i, const char *v);
+
+/* --help's option list: each option, its value's name and help. */
+void tern__opt_help(const tern__opt_set *s, FILE *f);
+/* The effective configuration in the file's format; an unset option as a
+ * comment. Options without CLI_ONLY only. */
+void tern__opt_print(const tern__opt_set *s, FILE *f);
+
+#endif
