@@ -1436,8 +1436,10 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     /* A file, not the passphrase itself: a command line is visible to
      * every user of the machine (ps, /proc). */
     tern_tls_options tls_opt = {0};
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned long long nthreads = cores < 1 ? 1 : cores > 1024 ? 1024 : (unsigned long long)cores;
+    /* One loop per CPU this process may use (taskset, a container's
+     * cpuset or quota), not per CPU of the machine. */
+    int cpus = tern_cpu_count();
+    unsigned long long nthreads = cpus > 1024 ? 1024 : (unsigned long long)cpus;
     if (tern__opt_given(s, SV_THREADS))
         nthreads = tern__opt_uint(s, SV_THREADS);
     tern_server_options so = {0};
@@ -1674,10 +1676,11 @@ int tern_app_serve(int argc, char **argv) {
         usage(&s, stdout);
         status = 0;
     } else if (tern__opt_uint(&s, SV_PRINT_CONFIG)) {
-        /* What the server would run with: the threads' default is the CPUs'. */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        /* What the server would run with: the threads' default is the CPUs'
+         * it may use. */
+        int cpus = tern_cpu_count();
         char n[24];
-        snprintf(n, sizeof(n), "%ld", cores < 1 ? 1 : cores > 1024 ? 1024 : cores);
+        snprintf(n, sizeof(n), "%d", cpus > 1024 ? 1024 : cpus);
         tern__opt_set_default(&s, SV_THREADS, n);
         printf("# tern serve --print-config: flags over environment (TERN_NAME) over\n"
                "# --config file over defaults; this output is a --config file.\n");

@@ -268,7 +268,8 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                        .help = "text or json: every log and access line with an RFC 3339\n"
                                "timestamp and a level; json: one object a line"},
     [SV_THREADS] = {"threads", 0, U, "N", NULL, 1, 1024,
-                    .help = "loops, one per thread (unset: one per core)"},
+                    .help = "loops, one per thread (unset: one per CPU this process may\n"
+                            "use: its affinity mask, within its cgroup's CPU quota)"},
     [SV_IO] = {"io", 0, C, "uring|epoll", .choices = "uring|epoll",
                .help = "how each loop waits for I/O: io_uring completions, or epoll\n"
                        "readiness (unset: epoll); io_uring falls back to epoll where\n"

@@ -183,3 +183,76 @@ def test_broadcast_order_is_one_for_every_member(tern_factory):
                     assert mine == [f"{r}.{p}.{k}" for k in range(burst)]
                 assert seq == seqs[0], (r, i, next(j for j in range(len(seq))
                                                    if seq[j] != seqs[0][j]))
+
+
+def first_line(cmd, preexec_fn=None):
+    """The listening line of a tern serve started by cmd (then stopped)."""
+    import subprocess
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                         preexec_fn=preexec_fn)
+    try:
+        return p.stderr.readline().decode()
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(10 * SLOW)
+
+
+SERVE = ["serve", "--host", "127.0.0.1", "--port", "0", "--admin-listen", "off",
+         "--feed", "off"]
+
+
+def test_default_threads_follow_the_affinity_mask():
+    """Under taskset -c 0 the default is one loop, not one per CPU of the
+    machine (two loops would share the one core)."""
+    import os
+    from conftest import TERN_BIN
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    line = first_line(["taskset", "-c", str(cpu), TERN_BIN, *SERVE])
+    assert "(1 thread," in line, line
+    n = len(os.sched_getaffinity(0))
+    line = first_line([TERN_BIN, *SERVE])
+    assert f"({n} thread" in line, line
+
+
+def test_default_threads_follow_a_cgroup_cpu_quota():
+    """In a cgroup allowed half a CPU (v2 cpu.max or v1's CFS quota), the
+    default is one loop. Needs a cgroup tree this user may write (root on
+    a machine or container that delegates it); skipped otherwise."""
+    import os
+    from conftest import TERN_BIN
+    made = None
+    for base, files, mark in (("/sys/fs/cgroup", {"cpu.max": "50000 100000"},
+                               "cgroup.controllers"),   # v2's root
+                              ("/sys/fs/cgroup/cpu", {"cpu.cfs_quota_us": "50000",
+                                                      "cpu.cfs_period_us": "100000"},
+                               "cpu.cfs_quota_us")):    # v1's cpu controller
+        if not os.path.exists(os.path.join(base, mark)):
+            continue
+        d = os.path.join(base, "tern-test-%d" % os.getpid())
+        try:
+            os.mkdir(d)
+        except OSError:
+            continue
+        try:
+            for name, value in files.items():
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(value)
+            made = d
+            break
+        except OSError:
+            os.rmdir(d)
+    if made is None:
+        pytest.skip("no writable cgroup with a CPU controller here")
+    try:
+        def enter():
+            with open(os.path.join(made, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        line = first_line([TERN_BIN, *SERVE], preexec_fn=enter)
+        assert "(1 thread," in line, line
+    finally:
+        for _ in range(50):   # the server's exit leaves the group empty
+            try:
+                os.rmdir(made)
+                break
+            except OSError:
+                time.sleep(0.1)
