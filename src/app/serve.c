@@ -61,7 +61,7 @@
  *
  * SIGINT or SIGTERM: graceful shutdown of every thread (stop accepting,
  * finish responses in flight, close idle connections, close WebSockets
- * with 1001 at random moments over --shutdown-spread, /readyz 503), exit
+ * with 1012 at random moments over --shutdown-spread, /readyz 503), exit
  * 0. A second signal exits at once. */
 #include <ctype.h>
 #include <errno.h>

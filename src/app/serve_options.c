@@ -168,7 +168,7 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                            "unset: autotuned, up to megabytes a client has not read)"},
     [SV_SHUT_TO] = {"shutdown-timeout", 0, U, "MS", "10000", 1, MS_MAX, .help = "graceful shutdown limit"},
     [SV_SHUT_SPREAD] = {"shutdown-spread", 0, U, "MS", NULL, 0, MS_MAX,
-                        .help = "the shutdown closes each WebSocket (1001) at a random moment\n"
+                        .help = "the shutdown closes each WebSocket (1012) at a random moment\n"
                                 "within MS, so their clients do not all reconnect at once\n"
                                 "(unset: 4/5 of --shutdown-timeout; 0: all at once)"},
     [SV_WS_MAX] = {"ws-max-message", 0, U, "BYTES", "16777216", 1, 1ull << 40,
