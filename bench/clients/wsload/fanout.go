@@ -56,12 +56,7 @@ func runFanout(url string, conns, size, replies, replySize int, interval, warmup
 	t0 := time.Now()
 	cs := make([]*websocket.Conn, conns)
 	for i := range cs {
-		c, _, err := dialer.Dial(url, nil)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "wsload: dial %d: %v\n", i, err)
-			os.Exit(1)
-		}
-		cs[i] = c
+		cs[i] = dial(&dialer, url, i)
 	}
 	connectS := time.Since(t0).Seconds()
 	msg := make([]byte, size)

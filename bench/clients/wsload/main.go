@@ -80,12 +80,7 @@ func main() {
 	t0 := time.Now()
 	cs := make([]*websocket.Conn, *conns)
 	for i := range cs {
-		c, _, err := dialer.Dial(*url, nil)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "wsload: dial %d: %v\n", i, err)
-			os.Exit(1)
-		}
-		cs[i] = c
+		cs[i] = dial(&dialer, *url, i)
 	}
 	connectS := time.Since(t0).Seconds()
 
@@ -161,4 +156,15 @@ func main() {
 	}
 	fmt.Printf("wsload %s: %d connections, %d-byte messages: %.0f msg/s, p50 %.0f us, p99 %.0f us\n",
 		*url, *conns, *size, r.MsgPerS, r.LatencyUs["p50"], r.LatencyUs["p99"])
+}
+
+// dial opens connection i of a run, or ends the run: a load that cannot
+// connect measures nothing.
+func dial(d *websocket.Dialer, url string, i int) *websocket.Conn {
+	c, _, err := d.Dial(url, nil)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "wsload: dial %d: %v\n", i, err)
+		os.Exit(1)
+	}
+	return c
 }

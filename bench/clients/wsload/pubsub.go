@@ -110,11 +110,7 @@ func runPubsub(server, url, publishURL, key, topic string, conns, size, rate int
 	t0 := time.Now()
 	cs := make([]*websocket.Conn, conns)
 	for i := range cs {
-		c, _, err := dialer.Dial(url, nil)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "wsload: dial %d: %v\n", i, err)
-			os.Exit(1)
-		}
+		c := dial(&dialer, url, i)
 		var cmds []string
 		if server == "centrifugo" {
 			cmds = []string{`{"id":1,"connect":{}}`,
