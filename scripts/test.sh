@@ -4,8 +4,10 @@
 #      application uses it (scripts/test-consumer.sh: installed and linked
 #      through pkg-config and find_package, and through add_subdirectory),
 #      the reference (scripts/check-api-docs.sh: every exported function on
-#      one page of docs/api/, every page's example builds), then the
-#      integration tests (pytest);
+#      one page of docs/api/, every page's example builds), the map
+#      (scripts/check-docs-map.sh: docs/ARCHITECTURE.md indexes every file
+#      of src/, README names every example, no link leaves the
+#      repository), then the integration tests (pytest);
 #   then the JavaScript client's tests (clients/js, node --test);
 #   2. unit and integration tests on the ASan+UBSan build, where any
 #      sanitizer report fails;
@@ -44,6 +46,9 @@ scripts/test-consumer.sh build || status=1
 
 section "the API reference (docs/api/) against the library and examples/"
 scripts/check-api-docs.sh build || status=1
+
+section "the map (docs/ARCHITECTURE.md's file index), README's examples, links inside the repository"
+scripts/check-docs-map.sh || status=1
 
 # Whether this build has the io_uring back end, and this kernel lets us use
 # it: the "listening on" line names the back end a server got. (The server
