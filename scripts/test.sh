@@ -19,7 +19,8 @@
 #      against `tern serve`'s /ws echo: every case over wss:// on the release
 #      build, and the quick cases (all but 9.*, 12.*, 13.*, which are long
 #      performance and compression runs) over ws:// on it and over both on
-#      the sanitizer build, the ws:// ones on each back end; then its fuzzingserver (wstest as the server)
+#      the sanitizer build, the ws:// ones on each back end, and over wss://
+#      on io_uring too; then its fuzzingserver (wstest as the server)
 #      against tern's client (tests/autobahn/client.c): every case on the
 #      release build, the quick ones on the sanitizer build;
 #   4. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus;
@@ -153,6 +154,12 @@ if [ "${AUTOBAHN:-1}" != 0 ]; then
     # input pending in OpenSSL, writes retried), the quick ones over ws://.
     section "Autobahn|Testsuite over wss://, all cases (release)"
     autobahn build build/autobahn-wss tls || status=1
+    if [[ " ${backends[*]} " == *" uring "* ]]; then
+        # TLS over io_uring's stream transport (#28): its own reads and writes
+        section "Autobahn|Testsuite over wss://, quick cases (release, uring)"
+        TERN_IO=uring AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build build/autobahn-wss-uring tls ||
+            status=1
+    fi
 
     for io in "${backends[@]}"; do
         section "Autobahn|Testsuite over ws://, quick cases (release, $io)"
