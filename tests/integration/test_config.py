@@ -301,6 +301,40 @@ def test_sighup_changes_the_pubsub_rate(tmp_path):
         assert p.wait(timeout=10 * SLOW) == 0
 
 
+def test_sighup_limits_a_connection_opened_while_unlimited(tmp_path):
+    """The other way: a /pubsub connection opened while the rate was 0
+    (unlimited) follows a rate that SIGHUP sets, from its next message."""
+    import json
+    from websockets.sync.client import connect
+    conf = tmp_path / "tern.conf"
+    conf.write_text("pubsub-rate 0\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_") or k == "TERN_BIN"}
+    p = subprocess.Popen([TERN_BIN, "serve", "--port", "0", "--threads", "1", "--admin-listen",
+                          "off", "--config", str(conf)], stderr=subprocess.PIPE, env=env)
+    try:
+        lines = Lines(p.stderr)
+        port = int(re.search(r"listening on http://127\.0\.0\.1:(\d+)/",
+                             lines.wait("listening on")).group(1))
+        with connect(f"ws://127.0.0.1:{port}/pubsub") as ws:
+            def refused(n):
+                answers = []
+                for i in range(n):
+                    ws.send(json.dumps({"op": "publish", "topic": "t", "data": str(i)}))
+                    answers.append(json.loads(ws.recv(timeout=5 * SLOW)))
+                return sum(1 for a in answers if a.get("error") == "rate limit")
+
+            assert refused(20) == 0
+            conf.write_text("pubsub-rate 2\n")
+            p.send_signal(signal.SIGHUP)
+            assert "applied pubsub-rate" in lines.wait(r"SIGHUP: .*tern\.conf read")
+            # A burst of at most 2 (the bucket fills from the connection's
+            # start): of 4 at once, at least one is refused.
+            assert refused(4) >= 1
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10 * SLOW) == 0
+
+
 def test_readme_lists_the_options_of_help():
     """README's option list is `tern serve --help`'s, the table's: an option
     added, renamed or documented differently fails here until README says
