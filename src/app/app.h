@@ -52,7 +52,11 @@ const struct tern__topic_rules *tern__serve_pubsub_swap_rules(const struct tern_
 
 /* serve_metrics.c: GET /metrics (the admin listener's), the counters of
  * srv's threads in Prometheus' text format; draining: SIGTERM came. */
-void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining);
+struct tern__topic_rules;
+/* rules: the topic rules given to the library in setup (one series each
+ * in the per-rule pub/sub families). */
+void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
+                         const struct tern__topic_rules *rules);
 
 /* serve_redis.c: --redis's URL with its password as "****" (for any line
  * that shows it); and the URL the bridge is given: url with the first line

@@ -806,7 +806,7 @@ static void on_stats(tern_http_req *req, void *user) {
 /* GET /metrics: the public servers' counters (serve_metrics.c). */
 static void on_metrics(tern_http_req *req, void *user) {
     serve_ctx *ctx = user;
-    tern__serve_metrics(req, ctx->first, atomic_load(&ctx->draining));
+    tern__serve_metrics(req, ctx->first, atomic_load(&ctx->draining), &ctx->rules);
 }
 
 /* GET /healthz (and /health): the process answers; nothing else is
