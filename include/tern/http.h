@@ -149,6 +149,9 @@ typedef struct tern_stats {
                                    (chunk framing not counted) */
     uint64_t refused_max_connections;   /* accepted, then refused (503): max_connections */
     uint64_t refused_per_ip;            /* the same for max_connections_per_ip */
+    uint64_t listeners;          /* listening sockets open (0 once shutting down) */
+    uint64_t listeners_paused;   /* of them, not accepting now: out of descriptors, they
+                                    back off for 100 ms at a time */
 } tern_stats;
 /* Returns 0, or -EINVAL for a NULL argument or a host handle. */
 int tern_server_stats(const tern_server *srv, tern_stats *out);

@@ -815,15 +815,34 @@ static void on_health(tern_http_req *req, void *user) {
     tern_http_respond(req, 200, "text/plain", "ok\n", 3);
 }
 
+/* Why a public listener of some loop is not accepting, or NULL: each
+ * loop listens on --port, --unix and --tls-port as configured, and none of
+ * them backs off (out of descriptors, tern_stats.listeners_paused). */
+static const char *listeners_down(const serve_ctx *ctx) {
+    uint64_t expected = 1 + (ctx->unix_path ? 1 : 0) + (ctx->tls ? 1 : 0);
+    for (int i = 0; i < tern_server_peer_count(ctx->first); i++) {
+        tern_stats st;
+        const tern_server *peer = tern_server_peer(ctx->first, i);
+        if (peer == NULL || tern_server_stats(peer, &st) < 0 || st.listeners < expected)
+            return "not ready: a listener is closed\n";
+        if (st.listeners_paused > 0)
+            return "not ready: a listener is not accepting (out of descriptors)\n";
+    }
+    return NULL;
+}
+
 /* GET /readyz (and /ready): whether a load balancer should send clients
- * here. Not while draining (SIGTERM), nor while the Redis bridge is down
- * when there is one: a node without it delivers its own publishes only. */
+ * here. Not while draining (SIGTERM), nor while a listener is not
+ * accepting, nor while the Redis bridge is down when there is one: a node
+ * without it delivers its own publishes only. */
 static void on_ready(tern_http_req *req, void *user) {
     serve_ctx *ctx = user;
     tern_redis_counters rc;
     const char *why = NULL;
     if (atomic_load(&ctx->draining))
         why = "not ready: draining\n";
+    else if ((why = listeners_down(ctx)) != NULL)
+        ;
     else if (ctx->redis && tern_pubsub_redis_stats(ctx->first, &rc) < 0)
         why = "not ready: redis down\n";   /* not bridged yet */
     else if (ctx->redis && rc.auth_refused)

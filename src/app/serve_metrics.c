@@ -39,6 +39,8 @@ typedef struct metric_def {
 static const metric_def per_thread[] = {
     {"connections_open", "gauge", "Connections open now (HTTP and WebSocket).", ST(connections), false},
     {"connections_accepted_total", "counter", "Connections accepted.", ST(accepted), false},
+    {"listeners", "gauge", "Listening sockets open.", ST(listeners), false},
+    {"listeners_paused", "gauge", "Listening sockets not accepting now (out of descriptors).", ST(listeners_paused), false},
     {"http_requests_total", "counter", "HTTP requests whose head was read (upgrades too).", ST(requests), false},
     {"ws_messages_in_total", "counter", "Whole WebSocket messages received.", ST(ws_messages_in), false},
     {"ws_messages_out_total", "counter", "WebSocket messages sent.", ST(ws_messages_out), false},

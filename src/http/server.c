@@ -182,14 +182,25 @@ int tern_server_stats(const tern_server *srv, tern_stats *out) {
     out->bytes_out = LOAD(bytes_out);
     out->refused_max_connections = LOAD(refused_max);
     out->refused_per_ip = LOAD(refused_ip);
+    out->listeners = LOAD(listeners);
+    out->listeners_paused = LOAD(listeners_paused);
 #undef LOAD
     return 0;
+}
+
+/* The listener just made at srv->listeners[srv->nlisteners] joins the
+ * others, and the counters tern_server_stats reads. */
+static void listener_added(tern_server *srv) {
+    tern__listener_count_pauses(srv->listeners[srv->nlisteners], &srv->stats.listeners_paused);
+    srv->nlisteners++;
+    TERN__STAT_ADD(srv, listeners, 1);
 }
 
 static void close_listeners(tern_server *srv) {
     for (int i = 0; i < srv->nlisteners; i++)
         tern__listener_close(srv->listeners[i]);
     srv->nlisteners = 0;
+    atomic_store_explicit(&srv->stats.listeners, 0, memory_order_relaxed);
 }
 
 static void close_all(tern_server *srv) {
@@ -292,7 +303,7 @@ int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_
     err = tern__listener_tcp(srv->loop, host, port, &o, tern__http_accept, srv, &srv->listeners[i]);
     if (err == 0) {
         keep_spec(srv, i, host, tern__listener_port(srv->listeners[i]), NULL, &o);
-        srv->nlisteners++;
+        listener_added(srv);
     }
     return err;
 }
@@ -315,7 +326,7 @@ int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
         tern__tls_ref(tls);
         keep_spec(srv, i, host, tern__listener_port(srv->listeners[i]), tls, &o);
         srv->nhttps++;
-        srv->nlisteners++;
+        listener_added(srv);
     }
     return err;
 }
@@ -331,7 +342,7 @@ int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_optio
     if (err == 0) {
         tern_listen_options o = opt ? *opt : (tern_listen_options){0};
         keep_spec(srv, i, path, -1, NULL, &o);
-        srv->nlisteners++;
+        listener_added(srv);
     }
     return err;
 }
@@ -349,7 +360,7 @@ int tern__server_listen_like(tern_server *clone, const tern_server *srv) {
                                      clone, &clone->listeners[j]);
             if (err == 0) {
                 keep_spec(clone, j, sp->host, -1, NULL, &sp->opt);
-                clone->nlisteners++;
+                listener_added(clone);
             }
         } else if (sp->tls) {
             err = tern_listen_tls(clone, sp->host, sp->port, sp->tls, &sp->opt);

@@ -160,6 +160,8 @@ typedef struct tern__listen_spec {
 typedef struct tern__server_counters {
     _Atomic uint64_t refused_max, refused_ip;   /* accepted, then refused with 503 (admit.c) */
     _Atomic uint64_t accepted, closed, requests, ws_in, ws_out, bytes_in, bytes_out;
+    /* listening sockets open, and of them those not accepting now */
+    _Atomic uint64_t listeners, listeners_paused;
 } tern__server_counters;
 
 #define TERN__STAT_ADD(srv, field, n)                                                         \
