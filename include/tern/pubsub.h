@@ -197,18 +197,6 @@ typedef struct tern_pubsub_counters {
 /* Returns 0, or -EINVAL for a NULL argument or a host handle. */
 int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out);
 
-#define TERN_HISTOGRAM_BUCKETS 15
-
-/* A histogram of durations as Prometheus takes it: below[i] observations
- * took at most le_us[i] microseconds (cumulative, as its _bucket{le=}),
- * count all of them (the +Inf bucket), sum_us their total. */
-typedef struct tern_histogram {
-    uint64_t le_us[TERN_HISTOGRAM_BUCKETS];
-    uint64_t below[TERN_HISTOGRAM_BUCKETS];
-    uint64_t count;
-    uint64_t sum_us;
-} tern_histogram;
-
 /* srv's loop's publish-to-delivery latency: from the publish call (on
  * whichever thread) to this loop handing the message to its subscribers
  * of the topic, once per message per loop (copies queued behind a slow

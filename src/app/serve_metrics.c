@@ -253,6 +253,15 @@ void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
     put_histogram(&b, "tern_pubsub_delivery_latency_seconds",
                   "From a publish to its loop handing it to the topic's subscribers, once per "
                   "message and loop.", &latency);
+    tern_histogram sessions = {0};
+    for (int i = 0; i < n; i++) {
+        tern_histogram h;
+        if (tern_server_ws_sessions(tern_server_peer(srv, i), &h) == 0)
+            histogram_add(&sessions, &h);
+    }
+    put_histogram(&b, "tern_ws_session_seconds",
+                  "Lengths of the WebSocket sessions that ended, from the 101 to the close.",
+                  &sessions);
     family(&b, "tern_threads", "gauge", "Loops (threads) serving.");
     put(&b, "tern_threads %d\n", n);
     family(&b, "tern_draining", "gauge", "1 once SIGTERM began the drain.");

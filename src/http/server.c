@@ -196,6 +196,42 @@ static void listener_added(tern_server *srv) {
     TERN__STAT_ADD(srv, listeners, 1);
 }
 
+/* The session-length histogram's upper bounds, in microseconds: 0.1 s,
+ * 0.5 s, 1 s, 5 s, 10 s, 30 s, 1 min, 5 min, 10 min, 30 min, 1 h, 3 h,
+ * 6 h, 12 h, 1 day. */
+static const uint64_t ws_len_le_us[TERN_HISTOGRAM_BUCKETS] = {
+    100000ull, 500000ull, 1000000ull, 5000000ull, 10000000ull, 30000000ull, 60000000ull,
+    300000000ull, 600000000ull, 1800000000ull, 3600000000ull, 10800000000ull,
+    21600000000ull, 43200000000ull, 86400000000ull};
+
+void tern__server_ws_session_ended(tern_server *srv, uint64_t ms) {
+    size_t i = 0;
+    while (i < TERN_HISTOGRAM_BUCKETS && ms * 1000 > ws_len_le_us[i])
+        i++;
+    if (i < TERN_HISTOGRAM_BUCKETS)
+        TERN__STAT_ADD(srv, ws_len[i], 1);
+    TERN__STAT_ADD(srv, ws_len_sum_ms, ms);
+    TERN__STAT_ADD(srv, ws_len_count, 1);
+}
+
+int tern_server_ws_sessions(const tern_server *srv, tern_histogram *out) {
+    if (srv == NULL || out == NULL || srv->loop == NULL)
+        return -EINVAL;
+    *out = (tern_histogram){0};
+    uint64_t below = 0;
+    for (size_t i = 0; i < TERN_HISTOGRAM_BUCKETS; i++) {
+        below += atomic_load_explicit(&srv->stats.ws_len[i], memory_order_relaxed);
+        out->le_us[i] = ws_len_le_us[i];
+        out->below[i] = below;
+    }
+    out->sum_us = atomic_load_explicit(&srv->stats.ws_len_sum_ms, memory_order_relaxed) * 1000;
+    out->count = atomic_load_explicit(&srv->stats.ws_len_count, memory_order_relaxed);
+    /* Read while the loop counts: a bucket may be ahead of the count. */
+    if (out->count < below)
+        out->count = below;
+    return 0;
+}
+
 static void close_listeners(tern_server *srv) {
     for (int i = 0; i < srv->nlisteners; i++)
         tern__listener_close(srv->listeners[i]);

@@ -204,3 +204,30 @@ def test_publish_to_delivery_latency_histogram(tern_factory):
     assert 0 < get(after, name + "_sum") < 7 * 5 * SLOW
     # every bucket counts, and 7 local hand-offs take under a second each
     assert get(after, name + "_bucket", le="1.000000") == get(after, name + "_count")
+
+
+def test_websocket_session_length_histogram(tern_factory):
+    """Each WebSocket session that ends is one observation of its length:
+    a short one in the first bucket, one held open 0.7 s above 0.5 s."""
+    import time
+    t = tern_factory("--threads", "2")
+    name = "tern_ws_session_seconds"
+    before = scrape(t)
+    with connect(f"ws://127.0.0.1:{t.port}/ws") as ws:
+        ws.send("a")
+        assert ws.recv(timeout=5 * SLOW) == "a"
+    with connect(f"ws://127.0.0.1:{t.port}/ws") as ws:
+        time.sleep(0.7)
+        ws.send("b")
+        assert ws.recv(timeout=5 * SLOW) == "b"
+    deadline = time.monotonic() + 5 * SLOW
+    while get(scrape(t), name + "_count") < get(before, name + "_count") + 2:
+        assert time.monotonic() < deadline, "the sessions' ends were not counted"
+        time.sleep(0.05)
+    after = scrape(t)
+    assert get(after, name + "_count") == get(before, name + "_count") + 2
+    assert get(after, name + "_bucket", le="+Inf") == get(after, name + "_count")
+    under = get(after, name + "_bucket", le="0.500000") - get(before, name + "_bucket", le="0.500000")
+    assert under == 1   # the short one
+    assert get(after, name + "_bucket", le="5.000000") - get(before, name + "_bucket", le="5.000000") == 2
+    assert 0.6 <= get(after, name + "_sum") - get(before, name + "_sum") < 5 * SLOW

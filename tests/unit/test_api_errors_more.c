@@ -101,6 +101,12 @@ static void server_accessors(void **state) {
     tern_histogram hh;
     tern_pubsub_rule_counters hrc;
     assert_int_equal(tern_pubsub_latency(host, &hh), -EINVAL);
+    assert_int_equal(tern_server_ws_sessions(host, &hh), -EINVAL);
+    assert_int_equal(tern_server_ws_sessions(NULL, &hh), -EINVAL);
+    assert_int_equal(tern_server_ws_sessions(srv, NULL), -EINVAL);
+    assert_int_equal(tern_server_ws_sessions(srv, &hh), 0);
+    assert_int_equal(hh.count, 0);
+    assert_int_equal(hh.le_us[0], 100000);
     assert_int_equal(tern_pubsub_rule_stats(host, "a.", false, &hrc), -EINVAL);
     assert_int_equal(tern_pubsub_redis(host, "redis://127.0.0.1:1"), -EINVAL);
     assert_int_equal(tern_publish(host, "t", "x", 1, TERN_WS_TEXT), -EINVAL);
