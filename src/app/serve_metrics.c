@@ -9,11 +9,13 @@
  * run: each thread's counters are written by that thread alone and read
  * with relaxed loads (tern_server_stats), so a scrape is a consistent set
  * per counter, not a snapshot of the whole process. */
+#include <dirent.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "app/app.h"
 #include "app/topic_rules.h"
@@ -175,6 +177,30 @@ static void put_histogram(metrics_buf *b, const char *name, const char *help,
     put(b, "%s_count %llu\n", name, (unsigned long long)h->count);
 }
 
+/* Prometheus' standard process gauges, from /proc/self: resident memory
+ * (statm's second field, in pages) and open descriptors (the directory
+ * read itself holds one, not counted). -1 when /proc cannot tell. */
+static long long resident_bytes(void) {
+    long long pages = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%*s %lld", &pages) != 1)
+        pages = -1;
+    if (f)
+        fclose(f);
+    return pages < 0 ? -1 : pages * sysconf(_SC_PAGESIZE);
+}
+
+static long long open_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    long long n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1;
+}
+
 static void histogram_add(tern_histogram *to, const tern_histogram *h) {
     for (size_t i = 0; i < TERN_HISTOGRAM_BUCKETS; i++) {
         to->le_us[i] = h->le_us[i];
@@ -262,6 +288,15 @@ void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
     put_histogram(&b, "tern_ws_session_seconds",
                   "Lengths of the WebSocket sessions that ended, from the 101 to the close.",
                   &sessions);
+    long long rss = resident_bytes(), fds = open_fds();
+    if (rss >= 0) {
+        family(&b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+        put(&b, "process_resident_memory_bytes %lld\n", rss);
+    }
+    if (fds >= 0) {
+        family(&b, "process_open_fds", "gauge", "Number of open file descriptors.");
+        put(&b, "process_open_fds %lld\n", fds);
+    }
     family(&b, "tern_threads", "gauge", "Loops (threads) serving.");
     put(&b, "tern_threads %d\n", n);
     family(&b, "tern_draining", "gauge", "1 once SIGTERM began the drain.");
