@@ -383,19 +383,52 @@ int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_optio
     return err;
 }
 
+int tern_listen_fd(tern_server *srv, int fd, tern_tls *tls, const tern_listen_options *opt) {
+    if (srv == NULL || fd < 0 || !listen_options_ok(opt))
+        return -EINVAL;
+    int err = listen_check(srv);
+    if (err < 0)
+        return err;
+    tern_listen_options o = listen_opt(srv, opt);
+    int i = srv->nlisteners;
+    tern__https_listener *l = tls ? &srv->https[srv->nhttps] : NULL;
+    if (l)
+        *l = (tern__https_listener){.srv = srv, .tls = tls, .index = i};
+    err = tern__listener_fd(srv->loop, fd, &o, l ? tern__https_accept : tern__http_accept,
+                            l ? (void *)l : (void *)srv, &srv->listeners[i]);
+    if (err == 0) {
+        if (tls) {
+            tern__tls_ref(tls);
+            srv->nhttps++;
+        }
+        keep_spec(srv, i, NULL, -1, tls, &o);   /* -1: clones share the socket */
+        listener_added(srv);
+    }
+    return err;
+}
+
 /* Opens on clone the listeners srv has: TCP ones on the same address and
  * the port srv got (SO_REUSEPORT: each loop has its own accept queue);
- * Unix ones share srv's socket (a Unix socket has no SO_REUSEPORT
- * balancing, and binding the path again would take it from srv). */
+ * Unix ones and inherited ones (tern_listen_fd) share srv's socket (a
+ * Unix socket has no SO_REUSEPORT balancing, and binding the path again
+ * would take it from srv; an inherited one is not ours to bind again). */
 int tern__server_listen_like(tern_server *clone, const tern_server *srv) {
     for (int i = 0; i < srv->nlisteners; i++) {
         const tern__listen_spec *sp = &srv->specs[i];
         int err, j = clone->nlisteners;
         if (sp->port < 0) {
-            err = tern__listener_dup(clone->loop, srv->listeners[i], &sp->opt, tern__http_accept,
-                                     clone, &clone->listeners[j]);
+            tern__https_listener *l = sp->tls ? &clone->https[clone->nhttps] : NULL;
+            if (l)
+                *l = (tern__https_listener){.srv = clone, .tls = sp->tls, .index = j};
+            err = tern__listener_dup(clone->loop, srv->listeners[i], &sp->opt,
+                                     l ? tern__https_accept : tern__http_accept,
+                                     l ? (void *)l : (void *)clone, &clone->listeners[j]);
             if (err == 0) {
-                keep_spec(clone, j, sp->host, -1, NULL, &sp->opt);
+                if (l) {
+                    tern__tls_ref(sp->tls);
+                    clone->nhttps++;
+                }
+                keep_spec(clone, j, sp->host, -1, sp->tls, &sp->opt);
                 listener_added(clone);
             }
         } else if (sp->tls) {

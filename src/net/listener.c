@@ -220,6 +220,34 @@ int tern__listener_dup(tern_loop *loop, const tern__listener *l, const tern_list
     return err;
 }
 
+int tern__listener_fd(tern_loop *loop, int fd, const tern_listen_options *opt,
+                      tern__accept_fn fn, void *user, tern__listener **out) {
+    int type = 0, on = 0, domain = 0;
+    socklen_t len = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+        return -errno;   /* EBADF, ENOTSOCK */
+    len = sizeof(on);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) < 0)
+        return -errno;
+    len = sizeof(domain);
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0)
+        return -errno;
+    if (type != SOCK_STREAM || !on ||
+        (domain != AF_INET && domain != AF_INET6 && domain != AF_UNIX))
+        return -EINVAL;
+    /* Ours is a duplicate: the caller's descriptor stays the caller's. */
+    int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0)
+        return -errno;
+    int flags = fcntl(dup, F_GETFL);
+    if (flags < 0 || fcntl(dup, F_SETFL, flags | O_NONBLOCK) < 0) {
+        int err = -errno;
+        close(dup);
+        return err;
+    }
+    return start(loop, dup, domain != AF_UNIX, opt, fn, user, out);
+}
+
 int tern__listener_port(const tern__listener *l) { return l->port; }
 
 void tern__listener_close(tern__listener *l) {
