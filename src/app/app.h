@@ -84,6 +84,17 @@ void tern__serve_json_escape(const char *s, char *out, size_t cap);
  * NULL without a watchdog). 0, or a negative errno. */
 void tern__serve_sd_ready(const char *status);
 void tern__serve_sd_stopping(void);
+/* The listening sockets systemd passed (socket activation: LISTEN_FDS,
+ * LISTEN_FDNAMES), by what they serve: FileDescriptorName=https the TLS
+ * listener, admin the admin listener, any other name (or none) the plain
+ * one. -1: none of that kind. */
+typedef struct tern__sd_sockets {
+    int http, https, admin;
+} tern__sd_sockets;
+/* Fills out and clears the environment (a child started later inherits
+ * none of it). Returns 0, or -1 once said why on stderr (two sockets of
+ * one kind, a socket that is not a listening stream one). */
+int tern__serve_sd_sockets(tern__sd_sockets *out);
 int tern__serve_sd_watchdog(tern_loop *loop, tern_timer **out);
 
 /* feed.c: the simulated market data ("market", rate updates a second; 0:

@@ -176,6 +176,9 @@ typedef struct serve_ctx {
     uint32_t ws_deadline_ms;   /* --ws-deadline-ms: /ws's deadline, moved by every message */
     unsigned feed_rate;        /* --feed-rate N: market updates a second */
     tern_server *first;        /* thread 0's server (setup's) */
+    /* Sockets systemd passed, served instead of binding (closed once
+     * served: the servers hold duplicates); -1 each when none. */
+    tern__sd_sockets sd;
     bool bench_routes;         /* --bench-routes: /echo, /ws, /fanout... registered */
     /* --admin-listen HOST:PORT (admin_host NULL: off): /publish and /stats
      * on a server of their own, on loop 0 (admin, freed by serve_teardown) */
@@ -1250,7 +1253,10 @@ static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
         (err = tern_http_route(ctx->admin, "GET", "/ready", on_ready, ctx)) < 0 ||
         (err = tern_http_not_found(ctx->admin, on_not_found, ctx)) < 0) {
         fprintf(stderr, "tern serve: the admin routes: %s\n", tern_strerror(err));
-    } else if ((err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, NULL)) < 0) {
+    } else if (ctx->sd.admin >= 0 && (err = tern_listen_fd(ctx->admin, ctx->sd.admin, NULL, NULL)) < 0) {
+        fprintf(stderr, "tern serve: the admin socket from systemd: %s\n", tern_strerror(err));
+    } else if (ctx->sd.admin < 0 &&
+               (err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, NULL)) < 0) {
         fprintf(stderr, "tern serve: --admin-listen %s:%d: %s\n", ctx->admin_host,
                 ctx->admin_port, tern_strerror(err));
     }
@@ -1388,7 +1394,11 @@ static int serve_setup(tern_server *srv, void *user) {
             return SETUP_FAILED;
         }
     }
-    if ((err = tern_listen(srv, ctx->host, ctx->port, &ctx->listen)) < 0) {
+    if (ctx->sd.http >= 0 && (err = tern_listen_fd(srv, ctx->sd.http, NULL, &ctx->listen)) < 0) {
+        fprintf(stderr, "tern serve: the http socket from systemd: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
+    if (ctx->sd.http < 0 && (err = tern_listen(srv, ctx->host, ctx->port, &ctx->listen)) < 0) {
         fprintf(stderr, "tern serve: listen on %s:%d: %s\n", ctx->host, ctx->port,
                 tern_strerror(err));
         return SETUP_FAILED;
@@ -1397,7 +1407,12 @@ static int serve_setup(tern_server *srv, void *user) {
         fprintf(stderr, "tern serve: listen on %s: %s\n", ctx->unix_path, tern_strerror(err));
         return SETUP_FAILED;
     }
-    if (ctx->tls &&
+    if (ctx->sd.https >= 0 && ctx->tls &&
+        (err = tern_listen_fd(srv, ctx->sd.https, ctx->tls, &ctx->listen)) < 0) {
+        fprintf(stderr, "tern serve: the https socket from systemd: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
+    if (ctx->sd.https < 0 && ctx->tls &&
         (err = tern_listen_tls(srv, ctx->host, ctx->tls_port, ctx->tls, &ctx->listen)) < 0) {
         fprintf(stderr, "tern serve: listen on %s:%d: %s\n", ctx->host, ctx->tls_port,
                 tern_strerror(err));
@@ -1644,7 +1659,23 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     so.shutdown_ws_code = TERN_WS_SERVICE_RESTART;
     ctx.server_options = so;
     tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown};
-    err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);
+    if (tern__serve_sd_sockets(&ctx.sd) < 0) {
+        err = SETUP_FAILED;
+    } else if (ctx.sd.https >= 0 && ctx.tls == NULL) {
+        fprintf(stderr, "tern serve: systemd passed an https socket: it needs --tls-cert and "
+                        "--tls-key\n");
+        err = SETUP_FAILED;
+    } else if (ctx.sd.admin >= 0 && ctx.admin_host == NULL) {
+        fprintf(stderr, "tern serve: systemd passed an admin socket, and --admin-listen is off\n");
+        err = SETUP_FAILED;
+    } else {
+        err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);
+    }
+    /* The servers listened on duplicates: these are no longer needed. */
+    const int inherited[] = {ctx.sd.http, ctx.sd.https, ctx.sd.admin};
+    for (size_t i = 0; i < sizeof(inherited) / sizeof(inherited[0]); i++)
+        if (inherited[i] >= 0)
+            close(inherited[i]);
     tern_tls_free(ctx.tls);
     for (unsigned long long i = 0; i < nthreads; i++) {
         /* Empty: tern_run ran the last posts, and a timer fires in the
