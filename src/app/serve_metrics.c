@@ -162,10 +162,25 @@ static void put_rules(metrics_buf *b, tern_server *srv, const tern__topic_rules 
     free(rc);
 }
 
-/* A histogram family from the loops' (summed here: each loop counts in
- * its own fixed buckets, so the hot path takes no lock). */
-static void put_histogram(metrics_buf *b, const char *name, const char *help,
-                          const tern_histogram *h) {
+static void histogram_add(tern_histogram *to, const tern_histogram *h) {
+    for (size_t i = 0; i < TERN_HISTOGRAM_BUCKETS; i++) {
+        to->le_us[i] = h->le_us[i];
+        to->below[i] += h->below[i];
+    }
+    to->count += h->count;
+    to->sum_us += h->sum_us;
+}
+
+/* A histogram family: each loop's, read by get, summed here (each loop
+ * counts in its own fixed buckets, so the hot path takes no lock). */
+static void put_histogram(metrics_buf *b, const char *name, const char *help, tern_server *srv,
+                          int (*get)(const tern_server *, tern_histogram *)) {
+    tern_histogram sum = {0}, *h = &sum;
+    for (int i = 0; i < tern_server_peer_count(srv); i++) {
+        tern_histogram one;
+        if (get(tern_server_peer(srv, i), &one) == 0)
+            histogram_add(&sum, &one);
+    }
     family(b, name, "histogram", help);
     for (size_t i = 0; i < TERN_HISTOGRAM_BUCKETS; i++)
         put(b, "%s_bucket{le=\"%llu.%06llu\"} %llu\n", name,
@@ -201,14 +216,6 @@ static long long open_fds(void) {
     return n - 1;
 }
 
-static void histogram_add(tern_histogram *to, const tern_histogram *h) {
-    for (size_t i = 0; i < TERN_HISTOGRAM_BUCKETS; i++) {
-        to->le_us[i] = h->le_us[i];
-        to->below[i] += h->below[i];
-    }
-    to->count += h->count;
-    to->sum_us += h->sum_us;
-}
 
 void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
                          const tern__topic_rules *rules) {
@@ -270,24 +277,12 @@ void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
     put(&b, "tern_refused_total{reason=\"pubsub_forbidden_publish\"} %llu\n",
         (unsigned long long)pr.forbidden_publish);
     put_rules(&b, srv, rules);
-    tern_histogram latency = {0};
-    for (int i = 0; i < n; i++) {
-        tern_histogram h;
-        if (tern_pubsub_latency(tern_server_peer(srv, i), &h) == 0)
-            histogram_add(&latency, &h);
-    }
     put_histogram(&b, "tern_pubsub_delivery_latency_seconds",
                   "From a publish to its loop handing it to the topic's subscribers, once per "
-                  "message and loop.", &latency);
-    tern_histogram sessions = {0};
-    for (int i = 0; i < n; i++) {
-        tern_histogram h;
-        if (tern_server_ws_sessions(tern_server_peer(srv, i), &h) == 0)
-            histogram_add(&sessions, &h);
-    }
+                  "message and loop.", srv, tern_pubsub_latency);
     put_histogram(&b, "tern_ws_session_seconds",
-                  "Lengths of the WebSocket sessions that ended, from the 101 to the close.",
-                  &sessions);
+                  "Lengths of the WebSocket sessions that ended, from the 101 to the close.", srv,
+                  tern_server_ws_sessions);
     long long rss = resident_bytes(), fds = open_fds();
     if (rss >= 0) {
         family(&b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");

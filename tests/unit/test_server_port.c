@@ -90,6 +90,21 @@ static void read_status(int fd, char *buf, size_t cap) {
     buf[n] = '\0';
 }
 
+/* GET /p on port, served by loop: the handler answered, and 200 came. */
+static void assert_plain_answer(tern_loop *loop, int port) {
+    int fd = client_send_rcvbuf(port, 0, "GET /p HTTP/1.1\r\nHost: x\r\n\r\n");
+    tern_timer *t;
+    assert_int_equal(tern_timer_start(loop, &t, 5000, 0, give_up, loop), 0);
+    answered = 0;
+    assert_int_equal(tern_loop_run(loop), 0);
+    tern_timer_stop(t);
+    assert_int_equal(answered, 1);
+    char buf[256];
+    read_status(fd, buf, sizeof(buf));
+    assert_memory_equal(buf, "HTTP/1.1 200", 12);
+    close(fd);
+}
+
 static void tls_first_then_plain(void **state) {
     tern_loop *loop;
     tern_server *srv;
@@ -112,17 +127,7 @@ static void tls_first_then_plain(void **state) {
     assert_int_equal(tern_server_tls_port(srv), tls_port);
 
     /* and it is the plain listener: plain HTTP gets an answer there */
-    int fd = client_send_rcvbuf(port, 0, "GET /p HTTP/1.1\r\nHost: x\r\n\r\n");
-    tern_timer *t;
-    assert_int_equal(tern_timer_start(loop, &t, 5000, 0, give_up, loop), 0);
-    answered = 0;
-    assert_int_equal(tern_loop_run(loop), 0);
-    tern_timer_stop(t);
-    assert_int_equal(answered, 1);
-    char buf[256];
-    read_status(fd, buf, sizeof(buf));
-    assert_memory_equal(buf, "HTTP/1.1 200", 12);
-    close(fd);
+    assert_plain_answer(loop, port);
 
     tern_server_free(srv);
     tern_tls_free(tls);
@@ -178,18 +183,7 @@ static void inherited_sockets(void **state) {
     /* the caller's descriptors are its own: closing them leaves ours */
     close(fd);
     close(tls_fd);
-
-    int c = client_send_rcvbuf(port, 0, "GET /p HTTP/1.1\r\nHost: x\r\n\r\n");
-    tern_timer *t;
-    assert_int_equal(tern_timer_start(loop, &t, 5000, 0, give_up, loop), 0);
-    answered = 0;
-    assert_int_equal(tern_loop_run(loop), 0);
-    tern_timer_stop(t);
-    assert_int_equal(answered, 1);
-    char buf[256];
-    read_status(c, buf, sizeof(buf));
-    assert_memory_equal(buf, "HTTP/1.1 200", 12);
-    close(c);
+    assert_plain_answer(loop, port);
 
     tern_server_free(srv);
     tern_tls_free(tls);
