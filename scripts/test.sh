@@ -4,8 +4,10 @@
 #      application uses it (scripts/test-consumer.sh: installed and linked
 #      through pkg-config and find_package, and through add_subdirectory),
 #      the reference (scripts/check-api-docs.sh: every exported function on
-#      one page of docs/api/, every page's example builds), then the
-#      integration tests (pytest);
+#      one page of docs/api/, every page's example builds), the map
+#      (scripts/check-docs-map.sh: docs/ARCHITECTURE.md indexes every file
+#      of src/, README names every example, no link leaves the
+#      repository), then the integration tests (pytest);
 #   then the JavaScript client's tests (clients/js, node --test);
 #   2. unit and integration tests on the ASan+UBSan build, where any
 #      sanitizer report fails;
@@ -17,7 +19,8 @@
 #      against `tern serve`'s /ws echo: every case over wss:// on the release
 #      build, and the quick cases (all but 9.*, 12.*, 13.*, which are long
 #      performance and compression runs) over ws:// on it and over both on
-#      the sanitizer build, the ws:// ones on each back end; then its fuzzingserver (wstest as the server)
+#      the sanitizer build, the ws:// ones on each back end, and over wss://
+#      on io_uring too; then its fuzzingserver (wstest as the server)
 #      against tern's client (tests/autobahn/client.c): every case on the
 #      release build, the quick ones on the sanitizer build;
 #   4. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus;
@@ -44,6 +47,9 @@ scripts/test-consumer.sh build || status=1
 
 section "the API reference (docs/api/) against the library and examples/"
 scripts/check-api-docs.sh build || status=1
+
+section "the map (docs/ARCHITECTURE.md's file index), README's examples, links inside the repository"
+scripts/check-docs-map.sh || status=1
 
 # Whether this build has the io_uring back end, and this kernel lets us use
 # it: the "listening on" line names the back end a server got. (The server
@@ -148,6 +154,12 @@ if [ "${AUTOBAHN:-1}" != 0 ]; then
     # input pending in OpenSSL, writes retried), the quick ones over ws://.
     section "Autobahn|Testsuite over wss://, all cases (release)"
     autobahn build build/autobahn-wss tls || status=1
+    if [[ " ${backends[*]} " == *" uring "* ]]; then
+        # TLS over io_uring's stream transport (#28): its own reads and writes
+        section "Autobahn|Testsuite over wss://, quick cases (release, uring)"
+        TERN_IO=uring AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build build/autobahn-wss-uring tls ||
+            status=1
+    fi
 
     for io in "${backends[@]}"; do
         section "Autobahn|Testsuite over ws://, quick cases (release, $io)"

@@ -198,8 +198,9 @@ typedef struct tern_pubsub_counters {
 int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out);
 
 /* srv's loop's publish-to-delivery latency: from the publish call (on
- * whichever thread) to this loop handing the message to its subscribers
- * of the topic, once per message per loop (copies queued behind a slow
+ * whichever thread) to this loop having handed the message to every
+ * subscriber of the topic (a posted message: at the end of the batch pass
+ * that carried it), once per message per loop (copies queued behind a slow
  * subscriber leave later than this says). Bounds from 50 us to 2.5 s.
  * Counted by the loop in a fixed array, readable from any thread.
  * Returns 0, or -EINVAL for a NULL argument or a host handle. */
@@ -354,7 +355,14 @@ int64_t tern_publish_key(tern_server *srv, const char *topic, const char *key, c
  * subscriber, so that what the caller writes now (the answer to an HTTP
  * publish request, say) leaves before the fan-out. Order per topic is
  * kept with the other publish calls. Any thread; returns as
- * tern_publish_key. */
+ * tern_publish_key.
+ * A message posted to a loop (this one, or from another thread) joins its
+ * topic's batch there: a pass over the topic's subscribers sends each of
+ * them every message of the batch in one write, 64 subscribers per loop
+ * iteration, the loop polling between them; what arrives during a pass
+ * goes to everyone in the next. Under load a subscriber so gets several
+ * messages per write (one WebSocket frame each), with no added delay when
+ * the fan-out keeps up. */
 int64_t tern_publish_later(tern_server *srv, const char *topic, const char *key,
                            const void *data, size_t len, int opcode, size_t seq_at);
 /* A publish made on behalf of ws (a client asked for it): its route's

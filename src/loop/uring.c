@@ -5,12 +5,12 @@
  *   while it wants TERN__IO_IN: each completion is a connection (or an
  *   error, which ends it), handed over by TERN__IO_IN and tern__io_accept
  *   at once; no accept system call per connection.
- * - A poll watcher (the wake-up eventfd, signals, TLS connections, Redis)
+ * - A poll watcher (the wake-up eventfd, signals, Redis)
  *   gets readiness as with epoll: a single-shot poll,
  *   re-armed after each report while it is still wanted, which is
  *   level-triggered (a poll that starts on a ready descriptor completes at
  *   once).
- * - A stream (a plain TCP connection, tern__io_stream) is served by
+ * - A stream (a TCP connection, plain or under TLS: tern__io_stream) is served by
  *   completions: one multishot receive into the loop's provided-buffer
  *   ring while TERN__IO_IN is wanted, and one send in flight at a time,
  *   from a copy of the bytes (the caller's buffer is reused at once). Its
@@ -90,7 +90,8 @@ enum {
     ST_EOF = 1u << 6,       /* the receive saw the peer's end (or an error, in the rest list) */
     ST_TOLD = 1u << 7,      /* tern__io_recv has returned the end */
     ST_SHUT = 1u << 8,      /* shutdown(SHUT_WR) once the send in flight completes */
-    ST_ACCEPTOR = 1u << 8,  /* a listener (tern__io_acceptor; never a stream: it shares ST_SHUT's bit) */
+    ST_ACCEPTOR = 1u << 8,  /* a listener (tern__io_acceptor; never a stream: it shares ST_SHUT's
+                             * bit, so read it through is_acceptor) */
     ST_FULL = 1u << 9,      /* a sendfile found the socket full: TERN__IO_OUT waits for a poll */
     ST_CANCEL = 1u << 10,   /* the receive's cancellation was asked */
     ST_UNPOLL = 1u << 11,   /* the poll's removal was asked */
@@ -548,7 +549,8 @@ static void arm_poll(tern__uring *u, int fd, uint32_t want) {
 
 /* The tag of a descriptor's multishot (ST_RECV): a listener's accept or
  * a stream's receive. */
-static int multishot_tag(uint32_t st) { return st & ST_ACCEPTOR ? TAG_ACCEPT : TAG_RECV; }
+static bool is_acceptor(uint32_t st) { return (st & (ST_ACCEPTOR | ST_STREAM)) == ST_ACCEPTOR; }
+static int multishot_tag(uint32_t st) { return is_acceptor(st) ? TAG_ACCEPT : TAG_RECV; }
 
 /* Arms or cancels the multishot of a stream (its receive) or a listener
  * (its accept). */
@@ -558,7 +560,7 @@ static void arm_multishot(tern__uring *u, int fd, bool want) {
     if (want && !(st & (ST_RECV | ST_EOF))) {
         if ((sqe = get_sqe(u)) == NULL)
             return;
-        if (st & ST_ACCEPTOR) {
+        if (is_acceptor(st)) {
             io_uring_prep_multishot_accept(sqe, fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         } else {
             io_uring_prep_recv_multishot(sqe, fd, NULL, 0, 0);
@@ -610,7 +612,7 @@ static void flush_dirty(tern__uring *u) {
         }
         tern__io *io = u->fds[fd].io;
         uint32_t want = io ? io->events : 0;
-        if (st & ST_ACCEPTOR) {
+        if (is_acceptor(st)) {
             arm_multishot(u, fd, (want & TERN__IO_IN) != 0);
             continue;
         }
@@ -756,7 +758,10 @@ static void ur_io_close(tern_loop *loop, tern__io *io) {
         io_uring_sqe_set_data64(sqe, UD(u, fd, TAG_IGNORE));
         st |= ST_CANCEL;
     }
-    u->fds[fd].st = (st & (ST_POLL | ST_RECV | ST_SEND | ST_DIRTY | ST_UNPOLL | ST_CANCEL | ST_ACCEPTOR)) |
+    /* ST_STREAM stays: with it, ST_SHUT (a stream's) is not read as
+     * ST_ACCEPTOR (a listener's) by the completions still to come. */
+    u->fds[fd].st = (st & (ST_POLL | ST_RECV | ST_SEND | ST_DIRTY | ST_UNPOLL | ST_CANCEL |
+                           ST_ACCEPTOR | ST_STREAM)) |
                     ST_CLOSING;
     settle_closing(u, fd);
 }
@@ -780,7 +785,7 @@ static int ur_io_accept(tern_loop *loop, tern__io *io) {
         u->acc_res = -EAGAIN;
         return r;
     }
-    if (io->fd < u->cap && (u->fds[io->fd].st & ST_ACCEPTOR))
+    if (io->fd < u->cap && is_acceptor(u->fds[io->fd].st))
         return -EAGAIN;
     int fd = accept4(io->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     return fd < 0 ? -errno : fd;
@@ -793,7 +798,7 @@ static bool ur_io_stream(tern_loop *loop, tern__io *io, bool on) {
     if (table_fit(u, io->fd) < 0)
         return !on;
     /* Nothing is armed before the next submission, so a watcher can still
-     * change its mind in the callback that started it (a TLS connection). */
+     * change its mind in the callback that started it. */
     if (u->fds[io->fd].st & (ST_RECV | ST_SEND | ST_TXQ))
         return (u->fds[io->fd].st & ST_STREAM) != 0;
     if (on)
@@ -1099,8 +1104,13 @@ static void on_send(tern__uring *u, tern__usend *s, int res) {
     tx_set(u, fd, NULL);
     u->fds[fd].st &= ~ST_SEND;
     if (io == NULL) {
-        if (u->fds[fd].st & ST_CLOSING)
+        if (u->fds[fd].st & ST_CLOSING) {
+            /* A shutdown asked before the close (TLS's, after its
+             * close_notify): the FIN goes now, ahead of the close. */
+            if ((u->fds[fd].st & (ST_STREAM | ST_SHUT)) == (ST_STREAM | ST_SHUT) && res >= 0)
+                shutdown(fd, SHUT_WR);
             mark_dirty(u, fd);
+        }
         return;
     }
     if (res < 0) {

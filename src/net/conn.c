@@ -317,14 +317,10 @@ static void arm_out(tern__conn *c) {
         fail(c, -errno);
 }
 
-/* A transport of its own (TLS) works the socket itself, on readiness: the
- * back end stops streaming it (this runs in the callback that started the
- * connection, before anything was submitted for it). */
-void tern__conn_set_transport(tern__conn *c, tern__transport *tp) {
-    if (c->tp == &tern__stream_transport && tern__io_stream(c->loop, &c->io, false))
-        fail(c, -EPROTO);
-    c->tp = tp;
-}
+/* The new transport (TLS) does its socket I/O through the one it
+ * replaces (plain, or the back end's stream), which it took from c->tp
+ * before this call: on io_uring a TLS connection keeps the completions. */
+void tern__conn_set_transport(tern__conn *c, tern__transport *tp) { c->tp = tp; }
 
 void tern__conn_recv_wants_out(tern__conn *c) {
     c->flags |= TERN__CONN_RECV_WANTS_OUT;

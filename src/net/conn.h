@@ -215,8 +215,11 @@ int tern__conn_connect(tern_loop *loop, tern__conn *c, const struct sockaddr *ad
                        socklen_t len, int rcvbuf, const tern__conn_proto *proto,
                        tern__conn_list *list);
 
-/* Gives a started connection another transport (TLS over the accepted
- * socket); net releases it when the connection closes. */
+/* Gives a started connection another transport, layered over the one it
+ * has (TLS over plain TCP or the back end's stream: it reads c->tp first,
+ * keeps it as its lower transport, does every byte of socket I/O through
+ * it, and releases it with itself); net releases tp when the connection
+ * closes. */
 void tern__conn_set_transport(tern__conn *c, tern__transport *tp);
 
 /* For a transport: its read needs the socket to be writable first

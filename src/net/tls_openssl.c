@@ -3,11 +3,15 @@
  * OpenSSL leaves this file (and net/crypto_openssl.c): verification
  * results are mapped to tern__tls_verify, contexts are opaque.
  *
- * OpenSSL runs directly on the non-blocking socket (SSL_set_fd). The
- * level-triggered loop needs two things from it that plain TCP does not:
- * - a read may leave decrypted bytes inside OpenSSL while the socket is
- *   empty; `pending` reports them and net re-feeds the connection at the
- *   batch end without waiting for an event;
+ * OpenSSL's records go through a BIO of ours (lower_bio below) to the
+ * transport the connection had before TLS came on it: plain TCP on epoll,
+ * the back end's stream on io_uring (its multishot receive and one send
+ * in flight, no recv or send system call per record). The loop needs two
+ * things from TLS that plain TCP does not:
+ * - a read may leave decrypted bytes inside OpenSSL (or the lower
+ *   transport may still hold received ones) when no event will come for
+ *   them; `pending` reports them and net re-feeds the connection at the
+ *   batch end;
  * - a read may have to write (handshake messages) and a write may have to
  *   read (a handshake not yet finished): the transport tells net, which
  *   waits for TERN__IO_OUT, or retries the write after the next read.
@@ -559,18 +563,130 @@ static int sni_cb(SSL *ssl, int *alert, void *arg) {
 typedef struct tls_loop tls_loop;
 
 /* warm_*: on its loop's list of sessions that may hold record buffers
- * while tl is set; used is the tl->gen of its last read or write. */
+ * while tl is set; used is the tl->gen of its last read or write.
+ * lower is the transport TLS came over; conn, the connection as of the
+ * transport call under way (the struct moves on an upgrade, so lower_bio
+ * learns it anew at each call); io_err, the lower transport's error (a
+ * negative errno) that made the last call fail; eof, that its read
+ * returned the end. head[head_off..head_len) are bytes read to tell plain
+ * HTTP from TLS, not yet handed to OpenSSL. */
 typedef struct tls_conn {
     tern__transport base;
     SSL *ssl;
+    tern__transport *lower;
+    tern__conn *conn;
     tls_loop *tl;
     struct tls_conn *warm_next, *warm_prev;
     uint32_t used;
+    int io_err;
     const char *alpn;   /* a server's protocols (net/tls.h's format) */
     tern__tls_verify *verify_out;
+    char head[4];
+    uint8_t head_off, head_len;
+    bool eof;
     bool sniffed;
     bool failure_logged;
 } tls_conn;
+
+/* ---- the BIO over the lower transport -------------------------------------
+ *
+ * OpenSSL reads and writes records through a BIO; this one calls the
+ * connection's lower transport, so TLS works over whatever net moves the
+ * bytes with. Its contract is the non-blocking socket's: a read of
+ * nothing yet or a write the transport cannot take now says "retry"; a
+ * read of 0 is the end (BIO_CTRL_EOF then says so, which is how OpenSSL
+ * tells an end from an error); an error keeps the transport's errno in
+ * io_err. A write the lower transport takes only in part is no harm:
+ * OpenSSL keeps the rest of its record and writes it first next time. */
+
+static int lower_bio_read(BIO *b, char *buf, int len) {
+    tls_conn *t = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (len <= 0)
+        return 0;
+    int n = 0;
+    if (t->head_off < t->head_len) {
+        n = t->head_len - t->head_off < len ? t->head_len - t->head_off : len;
+        memcpy(buf, t->head + t->head_off, (size_t)n);
+        t->head_off = (uint8_t)(t->head_off + n);
+        if (n == len)
+            return n;
+    }
+    ssize_t r = t->lower->ops->recv(t->conn, buf + n, (size_t)(len - n));
+    if (r > 0)
+        return n + (int)r;
+    if (n > 0)
+        return n;   /* the end or the error shows at the next read */
+    if (r == -EAGAIN) {
+        BIO_set_retry_read(b);
+        return -1;
+    }
+    if (r == 0) {
+        t->eof = true;
+        return 0;
+    }
+    t->io_err = (int)r;
+    return -1;
+}
+
+static int lower_bio_write(BIO *b, const char *buf, int len) {
+    tls_conn *t = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (len <= 0)
+        return 0;
+    struct iovec iov = {(void *)buf, (size_t)len};
+    ssize_t w = t->lower->ops->send(t->conn, &iov, 1);
+    if (w > 0)
+        return (int)w;
+    if (w == 0 || w == -EAGAIN) {
+        BIO_set_retry_write(b);
+        return -1;
+    }
+    t->io_err = (int)w;
+    return -1;
+}
+
+static long lower_bio_ctrl(BIO *b, int cmd, long num, void *ptr) {
+    (void)num;
+    (void)ptr;
+    switch (cmd) {
+    case BIO_CTRL_FLUSH:
+        return 1;   /* every write went to the transport already */
+    case BIO_CTRL_EOF:
+        return ((tls_conn *)BIO_get_data(b))->eof;
+    default:
+        return 0;
+    }
+}
+
+static BIO_METHOD *lower_bio_method;
+static pthread_once_t lower_bio_once = PTHREAD_ONCE_INIT;
+
+static void lower_bio_init(void) {
+    int index = BIO_get_new_index();
+    BIO_METHOD *m = index < 0 ? NULL : BIO_meth_new(index | BIO_TYPE_SOURCE_SINK, "tern transport");
+    if (m && BIO_meth_set_read(m, lower_bio_read) == 1 &&
+        BIO_meth_set_write(m, lower_bio_write) == 1 && BIO_meth_set_ctrl(m, lower_bio_ctrl) == 1) {
+        lower_bio_method = m;
+        return;
+    }
+    BIO_meth_free(m);
+}
+
+/* Puts t's session on a BIO over c's present transport, which becomes
+ * t's lower one. false without memory. */
+static bool lower_attach(tern__conn *c, tls_conn *t) {
+    pthread_once(&lower_bio_once, lower_bio_init);
+    BIO *b = lower_bio_method ? BIO_new(lower_bio_method) : NULL;
+    if (b == NULL)
+        return false;
+    BIO_set_data(b, t);
+    BIO_set_init(b, 1);
+    SSL_set_bio(t->ssl, b, b);   /* the session takes the one reference */
+    t->lower = c->tp;
+    t->conn = c;
+    return true;
+}
 
 /* ---- record buffers: kept while used, freed when idle --------------------
  *
@@ -721,29 +837,31 @@ _Static_assert(sizeof(PLAIN_HTTP_BODY) - 1 == 81, "Content-Length is the body's"
  * TLS port? Then its request is read and dropped (so that the close is a
  * FIN, not a reset that could destroy the answer), a 400 saying why is
  * written in the clear, and the connection fails. buf is scratch room.
- * Returns 1 to go on with TLS, -EAGAIN while nothing has come, or the
- * error that closes the connection. */
+ * Returns 1 to go on with TLS, -EAGAIN while nothing has come, 0 for an
+ * end before any byte, or the error that closes the connection. */
 static ssize_t sniff_plain_http(tern__conn *c, tls_conn *t, char *buf, size_t len) {
-    char head[4];
-    ssize_t n = recv(c->io.fd, head, sizeof(head), MSG_PEEK);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    const tern__transport_ops *low = t->lower->ops;
+    /* The first bytes, kept in t->head for OpenSSL (lower_bio_read). */
+    ssize_t n = low->recv(c, t->head, sizeof(t->head));
+    if (n == -EAGAIN)
         return -EAGAIN;
     t->sniffed = true;
-    if (n <= 0)
+    if (n <= 0) {
         t->failure_logged = true;   /* closed or reset having sent nothing: a probe, no handshake */
-    /* An end, an error (OpenSSL meets them too) or a TLS record: TLS. A
-     * request cut before its 4th byte is judged on what came: waiting for
-     * more would spin on a level-triggered readable socket. */
-    if (n <= 0 || head[0] == 0x16 || !looks_like_http(head, (size_t)n))
+        return n;
+    }
+    t->head_len = (uint8_t)n;
+    /* A TLS record: TLS. A request cut before its 4th byte is judged on
+     * what came: waiting for more would spin on a level-triggered readable
+     * socket. */
+    if (t->head[0] == 0x16 || !looks_like_http(t->head, (size_t)n))
         return 1;
     t->failure_logged = true;
     /* What has come, bounded: a sender that never stops is not waited for. */
-    for (int i = 0; i < 4 && recv(c->io.fd, buf, len, 0) == (ssize_t)len; i++)
+    for (int i = 0; i < 4 && low->recv(c, buf, len) == (ssize_t)len; i++)
         ;
-    ssize_t w;
-    do
-        w = send(c->io.fd, plain_http_answer, sizeof(plain_http_answer) - 1, MSG_NOSIGNAL);
-    while (w < 0 && errno == EINTR);
+    struct iovec answer = {(void *)plain_http_answer, sizeof(plain_http_answer) - 1};
+    (void)low->send(c, &answer, 1);
     if (tern__log_on(TERN_LOG_DEBUG)) {
         char peer[TERN_ADDRSTRLEN];
         peer_text(c, peer, sizeof(peer));
@@ -807,10 +925,26 @@ static inline void err_empty(void) {
 
 static SSL *ssl_of(const tern__conn *c) { return ((const tls_conn *)c->tp)->ssl; }
 
-/* Reads records until len bytes are in or the socket is empty. */
+/* c's session, told where c is now (lower_bio calls the lower transport
+ * with it) and with no lower error from an earlier call. */
+static tls_conn *tls_enter(tern__conn *c) {
+    tls_conn *t = (tls_conn *)c->tp;
+    t->conn = c;
+    t->io_err = 0;
+    return t;
+}
+
+/* Does the lower transport hold bytes already received (a stream's
+ * buffer), which the next read takes without waiting? */
+static bool lower_holds(tern__conn *c, const tls_conn *t) {
+    return t->lower->ops->held && t->lower->ops->held(c) > 0;
+}
+
+/* Reads records until len bytes are in or the lower transport has no
+ * more now. */
 static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
     SSL *ssl = ssl_of(c);
-    tls_conn *t = (tls_conn *)c->tp;
+    tls_conn *t = tls_enter(c);
     if (!t->sniffed) {
         ssize_t r = sniff_plain_http(c, t, buf, len);
         if (r <= 0)
@@ -824,10 +958,10 @@ static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
         int r = SSL_read_ex(ssl, buf + got, len - got, &n);
         if (r == 1) {
             got += n;
-            /* Nothing more inside OpenSSL: stop rather than ask the socket
-             * again only to find it empty. If it is not, level-triggered
-             * epoll says so at once. */
-            if (SSL_has_pending(ssl) != 1)
+            /* Nothing more inside OpenSSL or the lower transport: stop
+             * rather than ask the socket again only to find it empty. If
+             * it is not, level-triggered epoll says so at once. */
+            if (SSL_has_pending(ssl) != 1 && !lower_holds(c, t))
                 break;
             continue;
         }
@@ -840,16 +974,16 @@ static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
         }
         if (got)
             break;   /* hand over what came; the end or error shows again next time */
-        int sys = errno;
+        int sys = -t->io_err;
         handshake_failed(c, e, sys);
         if (e == SSL_ERROR_ZERO_RETURN)
-            return 0;   /* close_notify */
+            return 0;   /* close_notify, or the end without it (SSL_OP_IGNORE_UNEXPECTED_EOF) */
         ERR_clear_error();
         int vf = verify_failed(c);
         if (vf)
             return vf;
         if (e == SSL_ERROR_SYSCALL)
-            return sys && sys != EAGAIN ? -sys : -ECONNRESET;   /* TCP end without close_notify */
+            return sys ? -sys : -ECONNRESET;
         return -EPROTO;   /* not TLS (bytes of another protocol), a failed handshake, a bad record */
     }
     return got ? (ssize_t)got : -EAGAIN;
@@ -857,7 +991,8 @@ static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
 
 static ssize_t tls_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
     SSL *ssl = ssl_of(c);
-    warm(c, (tls_conn *)c->tp);
+    tls_conn *t = tls_enter(c);
+    warm(c, t);
     size_t total = 0;
     for (int i = 0; i < iovcnt; i++) {
         size_t done = 0;
@@ -875,10 +1010,10 @@ static ssize_t tls_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
                 tern__conn_send_wants_in(c);
             if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
                 return total ? (ssize_t)total : -EAGAIN;
-            handshake_failed(c, e, errno);
+            handshake_failed(c, e, -t->io_err);
             ERR_clear_error();
             int vf = verify_failed(c);
-            return total ? (ssize_t)total : vf ? vf : -EPIPE;
+            return total ? (ssize_t)total : vf ? vf : t->io_err ? t->io_err : -EPIPE;
         }
     }
     return (ssize_t)total;
@@ -900,14 +1035,26 @@ static ssize_t tls_send_file(tern__conn *c, int fd, off_t *off, size_t len) {
     return w;
 }
 
+/* close_notify, then the lower transport's shutdown (on a stream, after
+ * its send in flight). close_notify goes when the lower transport takes it
+ * now, as a socket with room does; one that cannot (a full socket, a
+ * stream's send still in flight) ends with the TCP end alone. The peer's
+ * close_notify is read while lingering. */
 static int tls_shutdown(tern__conn *c) {
+    tls_conn *t = tls_enter(c);
     err_empty();
-    SSL_shutdown(ssl_of(c));   /* close_notify; the peer's is read while lingering */
+    SSL_shutdown(t->ssl);
     ERR_clear_error();
-    return shutdown(c->io.fd, SHUT_WR) < 0 ? -errno : 0;
+    return t->lower->ops->shutdown(c);
 }
 
-static bool tls_pending(const tern__conn *c) { return SSL_has_pending(ssl_of(c)) == 1; }
+/* Decrypted bytes in OpenSSL, bytes kept from the sniff, or what the
+ * lower transport holds (a stream's received bytes or end). */
+static bool tls_pending(const tern__conn *c) {
+    const tls_conn *t = (const tls_conn *)c->tp;
+    return SSL_has_pending(t->ssl) == 1 || t->head_off < t->head_len ||
+           t->lower->ops->pending(c);
+}
 
 static const char *tls_server_name(const tern__conn *c) {
     return SSL_get_servername(ssl_of(c), TLSEXT_NAMETYPE_host_name);
@@ -918,6 +1065,7 @@ static void tls_release(tern__conn *c) {
     if (t->tl)
         warm_unlink(t);
     SSL_free(t->ssl);
+    t->lower->ops->release(c);
     free(t);
 }
 
@@ -965,7 +1113,7 @@ int tern__tls_attach(tern__conn *c, tern_tls *tls, const char *alpn) {
     pthread_mutex_lock(&tls->lock);
     t->ssl = SSL_new(tls->certs[0].ctx);
     pthread_mutex_unlock(&tls->lock);
-    if (t->ssl == NULL || SSL_set_fd(t->ssl, c->io.fd) != 1) {
+    if (t->ssl == NULL || !lower_attach(c, t)) {
         SSL_free(t->ssl);
         free(t);
         ERR_clear_error();
@@ -1034,7 +1182,7 @@ int tern__tls_client_attach(tern__conn *c, tern__tls_client *cl, const char *nam
     if (t == NULL)
         return -ENOMEM;
     t->ssl = SSL_new(cl->ctx);
-    if (t->ssl == NULL || SSL_set_fd(t->ssl, c->io.fd) != 1)
+    if (t->ssl == NULL || !lower_attach(c, t))
         goto fail;
     if (name && name[0]) {
         /* SNI carries host names only (RFC 6066 §3); an address is

@@ -720,15 +720,29 @@ typedef struct sub {
     size_t rbytes;
 } sub;
 
+/* A topic's subscriptions on one loop.
+ * Invariants: subs[0..nsubs) holds NULL slots (nholes of them) only while
+ * busy, which counts the publishes running over subs plus one while the
+ * topic has a batch. The batch (ds[0..nds)) is the posted messages not yet
+ * written to every subscriber, oldest first: the pass under way sends
+ * ds[0..npass) to subs[cursor..nsubs), a chunk per loop turn (npass 0: no
+ * pass started yet); ds[npass..nds) came during the pass and go to every
+ * subscriber in the next one. So a subscriber gets all of a pass's
+ * messages in one write, and under load, when messages arrive while a
+ * pass runs, several per write. The topic is on its registry's batch list
+ * (bprev, bnext) exactly while nds > 0. */
 struct topic {
     node n;
-    sub **subs;          /* NULL slots only while publishing (busy) */
-    size_t nsubs, cap;
+    sub **subs;
+    size_t nsubs, cap, nholes;
     uint64_t dropped, conflated;
     tern_topic_options o;   /* its slow-consumer settings (topic_settings) */
     uint8_t rule;        /* its slot in the per-rule counters (rule_slot) */
-    int busy;            /* publishes running over subs */
+    int busy;
     bool holes;
+    struct delivery **ds;
+    size_t nds, capds, npass, cursor;
+    struct topic *bprev, *bnext;
     size_t len;
     char name[];
 };
@@ -767,6 +781,12 @@ typedef struct registry {
     sub *paced_head, *paced_tail;
     uint64_t tokens, tokens_ms;
     tern_timer *pace_timer;
+    /* The topics with a batch (topic.ds), and the zero-delay timer that
+     * runs their passes a chunk per loop turn: armed while the list is
+     * not empty (batch_armed), so that the loop polls between chunks. */
+    topic_t *batch_head;
+    tern_timer *batch_timer;
+    bool batch_armed;
 } registry;
 
 /* One of r's counters += n: a plain load and store, the loop being the
@@ -927,6 +947,7 @@ static void topic_compact(topic_t *t) {
             j++;
         }
     t->nsubs = j;
+    t->nholes = 0;
     t->holes = false;
 }
 
@@ -938,6 +959,7 @@ static void topic_maybe_free(registry *r, topic_t *t) {
     if (t->nsubs == 0) {
         table_del(&r->topics, &t->n);
         free(t->subs);
+        free(t->ds);
         free(t);
     }
 }
@@ -1059,6 +1081,7 @@ static void sub_remove(registry *r, sub *s) {
     if (t->busy) {
         t->subs[s->index] = NULL;
         t->holes = true;
+        t->nholes++;
     } else {
         sub *last = t->subs[--t->nsubs];
         t->subs[s->index] = last;
@@ -1087,8 +1110,11 @@ static void ws_closed(tern_server *srv, tern_ws *ws) {
     conn_subs_free(r, c);
 }
 
+static void batches_drop(registry *r);
+
 static void registry_free(tern_server *srv) {
     registry *r = reg(srv);
+    batches_drop(r);
     for (size_t i = 0; i < r->conns.nb; i++)
         for (node *n = r->conns.b[i], *next; n; n = next) {
             next = n->next;
@@ -1428,7 +1454,7 @@ static topic_t *local_topic(tern_server *srv, const char *name) {
 
 size_t tern_topic_subscribers(tern_server *srv, const char *name) {
     topic_t *t = local_topic(srv, name);
-    return t ? t->nsubs : 0;   /* no holes outside a publish */
+    return t ? t->nsubs - t->nholes : 0;
 }
 
 uint64_t tern_topic_dropped(tern_server *srv, const char *name) {
@@ -1556,7 +1582,6 @@ static void ws_drained(tern_server *srv, tern_ws *ws) {
     PS_ADD(r, dropped, dropped);
 }
 
-/* Sends msg to the subscribers of the topic on srv's loop. */
 static uint64_t mono_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1577,6 +1602,227 @@ static void latency_observe(registry *r, uint64_t born_ns) {
     PS_ADD(r, lat_count, 1);
 }
 
+/* What one pass of deliveries did, added to the counters once. */
+typedef struct tally {
+    uint64_t delivered, dropped, closed, conflated, qmax;
+} tally;
+
+/* Offers msg (numbered seq, with its key) to s: sent (through the loop's
+ * cork, so that what one subscriber is offered in a row leaves in one
+ * write), queued behind what s waits for, or dropped or closed by the
+ * topic's policy. */
+static void offer(sub *s, tern_ws_prepared *msg, uint64_t seq, const tern_ws *except,
+                  const char *key, size_t klen, tally *n) {
+    const tern_topic_options *o = &s->t->o;
+    if (s->ws == except || seq <= s->skip_upto)
+        return;
+    tern_ws *ws = s->ws;
+    size_t mlen = tern__ws_prepared_len(msg);
+    size_t backlog = tern_ws_buffered(ws);
+    int q;
+    if (s->head || backlog > 0) {
+        /* Behind: the message waits in s's queue, behind older ones, as a
+         * reference; unless what waits would pass the limit. */
+        if (o->policy == TERN_PUBSUB_CONFLATE && key != NULL) {
+            if ((q = conflate(s, msg, key, klen)) >= 0) {
+                n->conflated += (uint64_t)q;
+                n->qmax = s->nq > n->qmax ? s->nq : n->qmax;
+                return;
+            }
+        } else if (backlog + s->qbytes - s->rbytes + mlen <= o->max_backlog) {
+            if (queue_add(s, msg, key, klen) == 0) {
+                n->qmax = s->nq > n->qmax ? s->nq : n->qmax;
+                return;
+            }
+        } else if (o->policy == TERN_PUBSUB_CLOSE) {
+            if (ws_open(ws)) {
+                tern__ws_policy_close_code(ws, o->close_code);
+                n->closed++;
+            }
+            return;
+        }
+        s->dropped++;
+        n->dropped++;
+        return;
+    }
+    /* It could never wait: the policy now. But not for a keyed message
+     * under conflation, which the byte limit never drops while the
+     * subscriber is behind (its keys bound that): dropped here, for a
+     * subscriber with nothing waiting, that key's latest value would never
+     * arrive. */
+    if (mlen > o->max_backlog && !(o->policy == TERN_PUBSUB_CONFLATE && key != NULL)) {
+        if (o->policy == TERN_PUBSUB_CLOSE) {
+            if (ws_open(ws)) {
+                tern__ws_policy_close_code(ws, o->close_code);
+                n->closed++;
+            }
+        } else {
+            s->dropped++;
+            n->dropped++;
+        }
+        return;
+    }
+    if (tern_ws_send_prepared(ws, msg) == TERN_SEND_DROPPED) {
+        s->dropped++;
+        n->dropped++;
+    } else {
+        n->delivered++;
+    }
+}
+
+static void tally_add(registry *r, topic_t *t, const tally *n, uint64_t messages) {
+    t->dropped += n->dropped;
+    t->conflated += n->conflated;
+    PS_ADD(r, conflated, n->conflated);
+    PS_ADD(r, messages, messages);
+    PS_ADD(r, delivered, n->delivered);
+    PS_ADD(r, dropped, n->dropped);
+    PS_ADD(r, closed, n->closed);
+    RS_ADD(r, t->rule, conflated, n->conflated);
+    RS_ADD(r, t->rule, delivered, n->delivered);
+    RS_ADD(r, t->rule, dropped, n->dropped);
+    if (n->qmax > atomic_load_explicit(&r->stats.queue_max, memory_order_relaxed))
+        atomic_store_explicit(&r->stats.queue_max, n->qmax, memory_order_relaxed);
+}
+
+/* ---- batches: posted messages, a subscriber's several in one write ---- */
+
+static void delivery_free(void *user);
+
+/* Subscriptions a pass serves per loop turn: between two chunks the loop
+ * polls, so a publish that arrives meanwhile joins the next pass instead
+ * of waiting for a pass of its own (and its subscribers get it in the
+ * same write as the others of that pass). */
+#define BATCH_CHUNK 64
+/* Messages a topic's batch holds at most: past it, the pass under way and
+ * the next are finished at once, so a publisher that outruns the passes
+ * waits for them rather than growing the batch. */
+#define BATCH_MAX 256
+
+static void batch_unlink(registry *r, topic_t *t) {
+    *(t->bprev ? &t->bprev->bnext : &r->batch_head) = t->bnext;
+    if (t->bnext)
+        t->bnext->bprev = t->bprev;
+    t->bprev = t->bnext = NULL;
+    t->busy--;
+}
+
+/* Sends the pass under way to up to limit more subscriptions. When it
+ * reaches the end, its messages are released and the next pass (what came
+ * meanwhile) starts over; when nothing is left, t leaves the batch list
+ * (t->busy drops, and the caller frees an empty topic). */
+static void batch_step(registry *r, topic_t *t, size_t limit) {
+    if (t->npass == 0) {
+        t->npass = t->nds;
+        t->cursor = 0;
+    }
+    size_t end = t->nsubs - t->cursor > limit ? t->cursor + limit : t->nsubs;
+    tally n = {0};
+    for (size_t i = t->cursor; i < end; i++) {
+        sub *s = t->subs[i];
+        for (size_t k = 0; s && k < t->npass; k++) {
+            pub *p = t->ds[k]->p;
+            offer(s, p->msg, p->seq, (const tern_ws *)t->ds[k]->except, p->key, p->klen, &n);
+        }
+    }
+    t->cursor = end;
+    size_t done = 0;
+    if (end == t->nsubs) {
+        done = t->npass;
+        for (size_t k = 0; k < done; k++) {
+            latency_observe(r, t->ds[k]->p->born_ns);
+            delivery_free(t->ds[k]);
+        }
+        memmove(t->ds, t->ds + done, (t->nds - done) * sizeof(*t->ds));
+        t->nds -= done;
+        t->npass = 0;
+        if (t->holes && t->busy == 1)   /* only the batch runs over subs */
+            topic_compact(t);
+        if (t->nds == 0)
+            batch_unlink(r, t);
+    }
+    tally_add(r, t, &n, done);
+}
+
+/* Runs t's batch to its end now (a publish delivered at once must not
+ * pass it; a full batch). */
+static void batch_finish(registry *r, topic_t *t) {
+    while (t->nds > 0)
+        batch_step(r, t, SIZE_MAX);
+}
+
+static void batch_tick(tern_timer *tm, void *user) {
+    (void)tm;
+    registry *r = user;
+    r->batch_armed = false;
+    for (topic_t *t = r->batch_head, *next; t; t = next) {
+        next = t->bnext;
+        batch_step(r, t, BATCH_CHUNK);
+        if (t->nds == 0)
+            topic_maybe_free(r, t);
+    }
+    if (r->batch_head && tern_timer_again(r->batch_timer, 0) == 0)
+        r->batch_armed = true;
+    else   /* out of memory to arm it: the passes end now */
+        while (r->batch_head) {
+            topic_t *t = r->batch_head;
+            batch_finish(r, t);
+            topic_maybe_free(r, t);
+        }
+}
+
+/* d joins t's batch. Returns -1 when it cannot (out of memory): then the
+ * caller delivers it at once, behind the batch. */
+static int batch_add(registry *r, topic_t *t, struct delivery *d) {
+    if (t->nds == BATCH_MAX)
+        batch_finish(r, t);
+    if (t->nds == t->capds) {
+        size_t cap = t->capds ? t->capds * 2 : 8;
+        struct delivery **ds = realloc(t->ds, cap * sizeof(*ds));
+        if (ds == NULL)
+            return -1;
+        t->ds = ds;
+        t->capds = cap;
+    }
+    if (!r->batch_armed) {
+        int err = r->batch_timer ? tern_timer_again(r->batch_timer, 0)
+                                 : tern_timer_start(r->srv->loop, &r->batch_timer, 0, 0,
+                                                    batch_tick, r);
+        if (err < 0)
+            return -1;
+        r->batch_armed = true;
+    }
+    if (t->nds == 0) {
+        t->busy++;
+        t->npass = 0;
+        t->bprev = NULL;
+        t->bnext = r->batch_head;
+        if (r->batch_head)
+            r->batch_head->bprev = t;
+        r->batch_head = t;
+    }
+    t->ds[t->nds++] = d;
+    return 0;
+}
+
+/* The server is going: its batches are dropped (their subscribers are
+ * closed next). */
+static void batches_drop(registry *r) {
+    while (r->batch_head) {
+        topic_t *t = r->batch_head;
+        for (size_t k = 0; k < t->nds; k++)
+            delivery_free(t->ds[k]);
+        t->nds = t->npass = 0;
+        batch_unlink(r, t);
+    }
+    if (r->batch_timer)
+        tern_timer_stop(r->batch_timer);
+    r->batch_timer = NULL;
+    r->batch_armed = false;
+}
+
+/* Sends msg to the subscribers of the topic on srv's loop now, after the
+ * topic's batch (so in seq order). */
 static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq,
                     tern_ws_prepared *msg, const tern_ws *except, const char *key, size_t klen,
                     uint64_t born_ns) {
@@ -1585,78 +1831,14 @@ static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq
     if (t == NULL)
         return;
     latency_observe(r, born_ns);
-    const tern_topic_options *o = &t->o;
-    size_t mlen = tern__ws_prepared_len(msg);
-    uint64_t delivered = 0, dropped = 0, closed = 0, conflated = 0, qmax = 0;
-    int q;
+    tally n = {0};
     t->busy++;
-    for (size_t i = 0; i < t->nsubs; i++) {
-        sub *s = t->subs[i];
-        if (s == NULL || s->ws == except || seq <= s->skip_upto)
-            continue;
-        tern_ws *ws = s->ws;
-        size_t backlog = tern_ws_buffered(ws);
-        if (s->head || backlog > 0) {
-            /* Behind: the message waits in s's queue, behind older ones,
-             * as a reference; unless what waits would pass the limit. */
-            if (o->policy == TERN_PUBSUB_CONFLATE && key != NULL) {
-                if ((q = conflate(s, msg, key, klen)) >= 0) {
-                    conflated += (uint64_t)q;
-                    qmax = s->nq > qmax ? s->nq : qmax;
-                    continue;
-                }
-            } else if (backlog + s->qbytes - s->rbytes + mlen <= o->max_backlog) {
-                if (queue_add(s, msg, key, klen) == 0) {
-                    qmax = s->nq > qmax ? s->nq : qmax;
-                    continue;
-                }
-            } else if (o->policy == TERN_PUBSUB_CLOSE) {
-                if (ws_open(ws)) {
-                    tern__ws_policy_close_code(ws, o->close_code);
-                    closed++;
-                }
-                continue;
-            }
-            s->dropped++;
-            dropped++;
-            continue;
-        }
-        /* It could never wait: the policy now. But not for a keyed message
-         * under conflation, which the byte limit never drops while the
-         * subscriber is behind (its keys bound that): dropped here, for a
-         * subscriber with nothing waiting, that key's latest value would
-         * never arrive. */
-        if (mlen > o->max_backlog && !(o->policy == TERN_PUBSUB_CONFLATE && key != NULL)) {
-            if (o->policy == TERN_PUBSUB_CLOSE) {
-                if (ws_open(ws)) {
-                    tern__ws_policy_close_code(ws, o->close_code);
-                    closed++;
-                }
-            } else {
-                s->dropped++;
-                dropped++;
-            }
-            continue;
-        }
-        if (tern_ws_send_prepared(ws, msg) == TERN_SEND_DROPPED) {
-            s->dropped++;
-            dropped++;
-        } else {
-            delivered++;
-        }
-    }
-    t->dropped += dropped;
-    t->conflated += conflated;
-    PS_ADD(r, conflated, conflated);
-    PS_ADD(r, messages, 1);
-    PS_ADD(r, delivered, delivered);
-    PS_ADD(r, dropped, dropped);
-    PS_ADD(r, closed, closed);
-    RS_ADD(r, t->rule, conflated, conflated);
-    RS_ADD(r, t->rule, delivered, delivered);
-    RS_ADD(r, t->rule, dropped, dropped);
-    if (qmax > atomic_load_explicit(&r->stats.queue_max, memory_order_relaxed))
-        atomic_store_explicit(&r->stats.queue_max, qmax, memory_order_relaxed);
+    if (t->nds > 0)
+        batch_finish(r, t);
+    for (size_t i = 0; i < t->nsubs; i++)
+        if (t->subs[i])
+            offer(t->subs[i], msg, seq, except, key, klen, &n);
+    tally_add(r, t, &n, 1);
     t->busy--;
     topic_maybe_free(r, t);
 }
@@ -1672,13 +1854,21 @@ static void delivery_free(void *user) {
     free(d);
 }
 
+/* A message posted to this loop joins its topic's batch; the delivery
+ * (and so the topic's count of posts in flight to this loop, which makes
+ * a publish here post behind it) lives until the batch has sent it. */
 static void deliver_post(tern_loop *loop, void *user) {
     (void)loop;
     delivery *d = user;
     tern_server *srv = d->idx < d->cfg->npeers ? d->cfg->peers[d->idx] : NULL;
-    if (srv && reg(srv))
-        deliver(srv, d->p->name, d->p->len, d->p->seq, d->p->msg, (const tern_ws *)d->except,
-                d->p->key, d->p->klen, d->p->born_ns);
+    registry *r = srv ? reg(srv) : NULL;
+    pub *p = d->p;
+    topic_t *t = r ? tfind(r, p->name, p->len, hash_name(p->name, p->len)) : NULL;
+    if (t && batch_add(r, t, d) == 0)
+        return;
+    if (t)
+        deliver(srv, p->name, p->len, p->seq, p->msg, (const tern_ws *)d->except, p->key,
+                p->klen, p->born_ns);
     delivery_free(d);
 }
 

@@ -6,14 +6,20 @@ than one send). Every other test file runs on the back end $TERN_IO names
 import asyncio
 import base64
 import os
+import re
+import shutil
 import signal
 import socket
+import ssl
 import subprocess
+import tempfile
+import time
 
 import pytest
 import websockets
 
 from conftest import SLOW, TERN_BIN
+from test_tls import certs  # noqa: F401  (the session's certificates)
 
 
 def listening_line(*args):
@@ -115,3 +121,59 @@ def test_messages_larger_than_one_send_arrive_whole_and_in_order(tern_factory):
                 assert await asyncio.wait_for(c.recv(), 20 * SLOW) == m
 
     asyncio.run(main())
+
+
+def traced_wss_echo_calls(io, cert, key, n):
+    """Runs tern serve --io io under strace, echoes n WebSocket messages over
+    wss://, and returns how many socket reads and writes (recv, send, read,
+    write and their kin) the server made meanwhile."""
+    trace = tempfile.NamedTemporaryFile(prefix="tern-strace-", delete=False).name
+    calls = "read,write,readv,writev,recvfrom,sendto,recvmsg,sendmsg"
+    p = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=" + calls, "-o", trace,
+                          TERN_BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--threads", "1",
+                          "--admin-listen", "off", "--bench-routes", "--io", io,
+                          "--tls-port", "0", "--tls-cert", cert, "--tls-key", key],
+                         stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        line = p.stderr.readline().decode()
+        port = int(re.search(r"https://127\.0\.0\.1:(\d+)/", line).group(1))
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10 * SLOW),
+                            server_hostname="localhost")
+        s.sendall(b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                  b"Sec-WebSocket-Version: 13\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(4096)
+        assert head.startswith(b"HTTP/1.1 101")
+        time.sleep(0.2)   # the handshake's calls are written to the trace
+        before = sum(1 for _ in open(trace))
+        for i in range(n):
+            payload = b"%05d" % i
+            s.sendall(bytes([0x82, 0x80 | len(payload)]) + b"\0\0\0\0" + payload)
+            assert read_exactly(s, 2 + len(payload)) == bytes([0x82, len(payload)]) + payload
+        time.sleep(0.2)
+        during = sum(1 for _ in open(trace)) - before
+        s.close()
+        return during
+    finally:
+        os.killpg(p.pid, signal.SIGTERM)   # tern and strace: tern's end ends the trace
+        p.communicate(timeout=10 * SLOW)
+        os.unlink(trace)
+
+
+@needs_uring
+@pytest.mark.skipif(shutil.which("strace") is None, reason="no strace (scripts/install-deps.sh test)")
+def test_tls_on_io_uring_moves_its_bytes_by_completions(certs):
+    # On epoll, each message echoed over wss:// costs the server a read and
+    # a write system call (at least); on io_uring a TLS connection's bytes
+    # come from the multishot receive and leave by the ring's sends, as a
+    # plain connection's do: no socket read or write per message.
+    cert, key = certs["default"]
+    n = 50
+    epoll = traced_wss_echo_calls("epoll", cert, key, n)
+    uring = traced_wss_echo_calls("uring", cert, key, n)
+    assert epoll >= 2 * n and uring < n // 5, (epoll, uring)
