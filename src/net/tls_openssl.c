@@ -1211,6 +1211,19 @@ fail:
     return -ENOMEM;
 }
 
+/* "OpenSSL " and the version number OpenSSL gives, made once. */
+static char library_name[64];
+static pthread_once_t library_once = PTHREAD_ONCE_INIT;
+
+static void library_make(void) {
+    snprintf(library_name, sizeof(library_name), "OpenSSL %s", OpenSSL_version(OPENSSL_VERSION_STRING));
+}
+
+const char *tern_tls_library(void) {
+    pthread_once(&library_once, library_make);
+    return library_name;
+}
+
 const char *tern__tls_verify_string(tern__tls_verify v) {
     switch (v) {
     case TERN__TLS_VERIFY_OK:
