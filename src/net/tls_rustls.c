@@ -12,9 +12,9 @@
  *
  * What rustls cannot do as OpenSSL does is refused when the tern_tls is
  * made, with a message saying so: encrypted keys (no passphrase support)
- * and OpenSSL's cipher strings. TERN_TLS_VERIFY_OPTIONAL accepts a client
- * without a certificate, but refuses one whose certificate does not
- * verify (rustls has no "verify, report, go on").
+ * OpenSSL's cipher strings, and TERN_TLS_VERIFY_OPTIONAL (rustls refuses
+ * a client certificate that does not verify: it has no "verify, report,
+ * go on").
  *
  * Writes: rustls takes plaintext at once and keeps the records it made
  * until the lower transport takes them. net must learn that some are
@@ -274,6 +274,14 @@ int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file
                 opt->client_verify > TERN_TLS_VERIFY_REQUIRE ||
                 (opt->client_verify != TERN_TLS_VERIFY_NONE) != (opt->client_ca_file != NULL)))
         return -EINVAL;   /* a CA with nothing asked, or asking with no CA: which was meant? */
+    if (opt && opt->client_verify == TERN_TLS_VERIFY_OPTIONAL) {
+        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN,
+                  "tls: optional client certificates (verified, but a failure let in) are "
+                  "not possible with this build's TLS library (rustls), which refuses a "
+                  "certificate that does not verify: require them, or use a build with "
+                  "TERN_TLS=openssl");
+        return -ENOTSUP;
+    }
     if (opt && opt->client_ca_file && access(opt->client_ca_file, R_OK) < 0) {
         tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: cannot read the client CA file %s: %s",
                   opt->client_ca_file, strerror(errno));
@@ -876,9 +884,7 @@ static const struct rustls_server_config *server_config(tern_tls *tls, const cha
         struct rustls_web_pki_client_cert_verifier_builder *vb =
             r == RUSTLS_RESULT_OK ? rustls_web_pki_client_cert_verifier_builder_new(store) : NULL;
         struct rustls_client_cert_verifier *verifier = NULL;
-        if (vb && tls->client_verify == TERN_TLS_VERIFY_OPTIONAL)
-            r = rustls_web_pki_client_cert_verifier_builder_allow_unauthenticated(vb);
-        if (vb && r == RUSTLS_RESULT_OK)
+        if (vb)
             r = rustls_web_pki_client_cert_verifier_builder_build(vb, &verifier);
         rustls_web_pki_client_cert_verifier_builder_free(vb);
         rustls_root_cert_store_free(store);
