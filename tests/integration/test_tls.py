@@ -19,10 +19,13 @@ from test_faults import wait_fds
 
 
 def make_cert(d, name, cn, sans):
+    # A server's certificate, not a CA's (openssl req -x509 makes a CA by
+    # default): rustls refuses a CA certificate as a server's.
     key, cert = os.path.join(d, name + ".key"), os.path.join(d, name + ".pem")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
                     "-out", cert, "-days", "30", "-subj", "/CN=" + cn,
-                    "-addext", "subjectAltName=" + sans],
+                    "-addext", "subjectAltName=" + sans,
+                    "-addext", "basicConstraints=critical,CA:FALSE"],
                    check=True, capture_output=True)
     return cert, key
 
