@@ -44,11 +44,10 @@
 
 #include "loop/check.h"
 #include "loop/log.h"
-#include "net/tls.h"
+#include "net/tls_common.h"
 
 /* ---- certificate sets ------------------------------------------------- */
 
-#define TERN__TLS_MAX_NAMES 32
 #define TLS_MAX_ALPNS 4
 
 /* One certificate chain and key, as files and as rustls's certified key.
@@ -56,8 +55,7 @@
 typedef struct tls_cert {
     char *cert_file, *key_file;
     const struct rustls_certified_key *key;
-    char *names[TERN__TLS_MAX_NAMES];
-    int nnames;
+    tern__tls_names names;
 } tls_cert;
 
 /* Invariants: certs[0] is the default. lock guards certs, which
@@ -99,65 +97,15 @@ static int rustls_err(const char *what, const char *file, rustls_result r) {
     return -EPROTO;
 }
 
-static void cert_names_free(tls_cert *c) {
-    for (int i = 0; i < c->nnames; i++)
-        free(c->names[i]);
-    c->nnames = 0;
-}
-
-static void add_name(tls_cert *c, const char *name, size_t len) {
-    if (c->nnames == TERN__TLS_MAX_NAMES || len == 0)
-        return;
-    char *n = strndup(name, len);
-    if (n == NULL)
-        return;
-    for (char *p = n; *p; p++)
-        if (*p >= 'A' && *p <= 'Z')
-            *p = (char)(*p - 'A' + 'a');
-    c->names[c->nnames++] = n;
-}
-
-/* The DNS names of the chain's first certificate (pem, len bytes):
- * subjectAltName entries, or its CN. */
+/* The names of the chain's first certificate (pem, len bytes). */
 static void read_names(tls_cert *c, const char *pem, size_t len) {
     BIO *b = BIO_new_mem_buf(pem, (int)(len > INT_MAX ? INT_MAX : len));
     X509 *x = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
     BIO_free(b);
-    if (x == NULL) {
-        ERR_clear_error();
-        return;
-    }
-    GENERAL_NAMES *sans = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
-    if (sans) {
-        for (int i = 0; i < sk_GENERAL_NAME_num(sans); i++) {
-            GENERAL_NAME *g = sk_GENERAL_NAME_value(sans, i);
-            if (g->type == GEN_DNS)
-                add_name(c, (const char *)ASN1_STRING_get0_data(g->d.dNSName),
-                         (size_t)ASN1_STRING_length(g->d.dNSName));
-        }
-        GENERAL_NAMES_free(sans);
-    }
-    if (c->nnames == 0) {
-        char cn[256];
-        int n = X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, sizeof(cn));
-        if (n > 0)
-            add_name(c, cn, (size_t)n);
-    }
+    if (x)
+        tern__tls_names_read(&c->names, x);
     X509_free(x);
     ERR_clear_error();
-}
-
-/* Does pattern (a certificate name, maybe "*.example.com") cover name? */
-static bool name_matches(const char *pattern, const char *name, size_t len) {
-    size_t pl = strlen(pattern);
-    if (pl == len && strncasecmp(pattern, name, len) == 0)
-        return true;
-    if (pl > 2 && pattern[0] == '*' && pattern[1] == '.') {
-        const char *dot = memchr(name, '.', len);
-        size_t rest = dot ? len - (size_t)(dot - name) : 0;
-        return dot && dot != name && rest == pl - 1 && strncasecmp(dot, pattern + 1, rest) == 0;
-    }
-    return false;
 }
 
 /* The whole of a (small) file, NUL-terminated; NULL and errno on error. */
@@ -219,7 +167,6 @@ static int cert_load(tls_cert *c) {
     if (err == 0 && r != RUSTLS_RESULT_OK)
         err = rustls_err("certificate and key", c->cert_file, r);
     if (err == 0) {
-        cert_names_free(c);
         read_names(c, chain, clen);
         c->key = ck;
     }
@@ -229,7 +176,7 @@ static int cert_load(tls_cert *c) {
 
 static void cert_free(tls_cert *c) {
     rustls_certified_key_free(c->key);
-    cert_names_free(c);
+    tern__tls_names_free(&c->names);
     free(c->cert_file);
     free(c->key_file);
 }
@@ -254,8 +201,6 @@ int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file
     if (out == NULL)
         return -EINVAL;
     *out = NULL;
-    if (opt && opt->passphrase && opt->passphrase_file)
-        return -EINVAL;   /* two sources: which one is meant? */
     if (opt && (opt->passphrase || opt->passphrase_file)) {
         tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN,
                   "tls: this build's TLS library (rustls) cannot read encrypted keys: "
@@ -269,11 +214,6 @@ int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file
                   "ChaCha20-Poly1305 only), or use a build with TERN_TLS=openssl");
         return -ENOTSUP;
     }
-    if (opt && ((opt->min_version != 0 && opt->min_version != 12 && opt->min_version != 13) ||
-                opt->client_verify < TERN_TLS_VERIFY_NONE ||
-                opt->client_verify > TERN_TLS_VERIFY_REQUIRE ||
-                (opt->client_verify != TERN_TLS_VERIFY_NONE) != (opt->client_ca_file != NULL)))
-        return -EINVAL;   /* a CA with nothing asked, or asking with no CA: which was meant? */
     if (opt && opt->client_verify == TERN_TLS_VERIFY_OPTIONAL) {
         tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN,
                   "tls: optional client certificates (verified, but a failure let in) are "
@@ -282,11 +222,9 @@ int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file
                   "TERN_TLS=openssl");
         return -ENOTSUP;
     }
-    if (opt && opt->client_ca_file && access(opt->client_ca_file, R_OK) < 0) {
-        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: cannot read the client CA file %s: %s",
-                  opt->client_ca_file, strerror(errno));
-        return -ENOENT;
-    }
+    int oerr = tern__tls_options_check(opt);
+    if (oerr < 0)
+        return oerr;
     tern_tls *tls = calloc(1, sizeof(*tls));
     if (tls == NULL)
         return -ENOMEM;
@@ -388,8 +326,8 @@ void tern__tls_ref(tern_tls *tls) { atomic_fetch_add(&tls->refs, 1); }
 /* lower is the transport TLS came over; conn, the connection as of the
  * transport call under way (the struct moves on an upgrade); io_err, the
  * lower transport's error (a negative errno) that made the last call
- * fail; eof, that its read returned the end. head[head_off..head_len) are
- * bytes read to tell plain HTTP from TLS, not yet handed to rustls. owed:
+ * fail; eof, that its read returned the end; h, the first bytes, read to
+ * tell plain HTTP from TLS. owed:
  * bytes rustls has taken that the last send reported as not taken (see
  * the top). more: the last read stopped with its buffer full, so rustls
  * may hold decrypted bytes. tls (a server's) chooses the certificate in
@@ -404,24 +342,17 @@ typedef struct tls_conn {
     tern__tls_verify *verify_out;
     int io_err;
     size_t owed;
-    char head[4];
-    uint8_t head_off, head_len;
+    tern__tls_head h;
     bool eof;
     bool more;
-    bool sniffed;
-    bool failure_logged;
     char sni[256];
 } tls_conn;
 
 static rustls_io_result lower_read(void *user, uint8_t *buf, size_t len, size_t *out_n) {
     tls_conn *t = user;
     *out_n = 0;
-    size_t n = 0;
-    if (t->head_off < t->head_len) {
-        n = (size_t)(t->head_len - t->head_off) < len ? (size_t)(t->head_len - t->head_off) : len;
-        memcpy(buf, t->head + t->head_off, n);
-        t->head_off = (uint8_t)(t->head_off + n);
-        *out_n = n;
+    if (t->h.off < t->h.len) {
+        *out_n = tern__tls_head_take(&t->h, (char *)buf, len);
         return 0;
     }
     ssize_t r = t->lower->ops->recv(t->conn, (char *)buf, len);
@@ -469,21 +400,12 @@ static int flush(tls_conn *t) {
     return 0;
 }
 
-/* The peer of c as text, "-" when it cannot be had. */
-static void peer_text(const tern__conn *c, char *buf, size_t cap) {
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    if (getpeername(c->io.fd, (struct sockaddr *)&ss, &sl) < 0 ||
-        tern_addr_format((struct sockaddr *)&ss, sl, buf, cap) < 0)
-        snprintf(buf, cap, "-");
-}
-
 /* A server's handshake failed: said once, at debug, with the peer and
  * rustls's reason. */
 static void handshake_failed(tern__conn *c, tls_conn *t, rustls_result r) {
-    if (t->failure_logged || t->tls == NULL || !rustls_connection_is_handshaking(t->rc))
+    if (t->h.failure_logged || t->tls == NULL || !rustls_connection_is_handshaking(t->rc))
         return;
-    t->failure_logged = true;
+    t->h.failure_logged = true;
     if (!tern__log_on(TERN_LOG_DEBUG))
         return;
     char why[256];
@@ -495,65 +417,9 @@ static void handshake_failed(tern__conn *c, tls_conn *t, rustls_result r) {
         why[n] = '\0';
     }
     char peer[TERN_ADDRSTRLEN];
-    peer_text(c, peer, sizeof(peer));
+    tern__tls_peer_text(c, peer, sizeof(peer));
     tern__log(TERN_LOG_DEBUG, TERN__LOG_TLS_HANDSHAKE, "tls: handshake with %s failed: %s", peer,
               why);
-}
-
-/* Does a connection's first bytes (n of them, 1 to 4) start a plain HTTP
- * request rather than a TLS record (content type 22, handshake)? The
- * methods a browser, curl or a script would send. */
-static bool looks_like_http(const char *p, size_t n) {
-    static const char methods[][5] = {"GET ", "POST", "HEAD", "PUT ",
-                                      "OPTI", "DELE", "PATC", "CONN"};
-    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
-        if (memcmp(p, methods[i], n) == 0)
-            return true;
-    return false;
-}
-
-/* The answer nginx gives, so the person at the browser learns what to do
- * instead of seeing a connection reset. */
-#define PLAIN_HTTP_BODY \
-    "The plain HTTP request was sent to HTTPS port: this port expects TLS (https://).\n"
-static const char plain_http_answer[] = "HTTP/1.1 400 Bad Request\r\n"
-                                        "Content-Type: text/plain\r\n"
-                                        "Content-Length: 81\r\n"
-                                        "Connection: close\r\n"
-                                        "\r\n" PLAIN_HTTP_BODY;
-_Static_assert(sizeof(PLAIN_HTTP_BODY) - 1 == 81, "Content-Length is the body's");
-
-/* Before a server's first read: is the client speaking plain HTTP to the
- * TLS port? Then its request is read and dropped (so that the close is a
- * FIN, not a reset that could destroy the answer), a 400 saying why is
- * written in the clear, and the connection fails. buf is scratch room.
- * Returns 1 to go on with TLS, -EAGAIN while nothing has come, 0 for an
- * end before any byte, or the error that closes the connection. */
-static ssize_t sniff_plain_http(tern__conn *c, tls_conn *t, char *buf, size_t len) {
-    const tern__transport_ops *low = t->lower->ops;
-    ssize_t n = low->recv(c, t->head, sizeof(t->head));
-    if (n == -EAGAIN)
-        return -EAGAIN;
-    t->sniffed = true;
-    if (n <= 0) {
-        t->failure_logged = true;   /* closed or reset having sent nothing: a probe, no handshake */
-        return n;
-    }
-    t->head_len = (uint8_t)n;
-    if (t->head[0] == 0x16 || !looks_like_http(t->head, (size_t)n))
-        return 1;
-    t->failure_logged = true;
-    for (int i = 0; i < 4 && low->recv(c, buf, len) == (ssize_t)len; i++)
-        ;
-    struct iovec answer = {(void *)plain_http_answer, sizeof(plain_http_answer) - 1};
-    (void)low->send(c, &answer, 1);
-    if (tern__log_on(TERN_LOG_DEBUG)) {
-        char peer[TERN_ADDRSTRLEN];
-        peer_text(c, peer, sizeof(peer));
-        tern__log(TERN_LOG_DEBUG, TERN__LOG_TLS_HANDSHAKE,
-                  "tls: plain HTTP from %s on the TLS port: 400, closing", peer);
-    }
-    return -EPROTO;
 }
 
 /* rustls's certificate errors in tern's words. */
@@ -597,8 +463,8 @@ static ssize_t failed(tern__conn *c, tls_conn *t, rustls_result r) {
  * more now. */
 static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
     tls_conn *t = tls_enter(c);
-    if (!t->sniffed) {
-        ssize_t r = sniff_plain_http(c, t, buf, len);
+    if (!t->h.sniffed) {
+        ssize_t r = tern__tls_sniff(c, t->lower, &t->h, buf, len);
         if (r <= 0)
             return r;
     }
@@ -717,7 +583,7 @@ static int tls_shutdown(tern__conn *c) {
  * lower transport holds. */
 static bool tls_pending(const tern__conn *c) {
     const tls_conn *t = (const tls_conn *)c->tp;
-    return t->more || t->head_off < t->head_len || t->lower->ops->pending(c);
+    return t->more || t->h.off < t->h.len || t->lower->ops->pending(c);
 }
 
 static const char *tls_server_name(const tern__conn *c) {
@@ -760,13 +626,9 @@ int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tl
     /* rustls verified the chain before the handshake could finish. */
     *verify = TERN__TLS_VERIFY_OK;
     if (cap) {
-        X509 *x = d2i_X509(NULL, &der, (long)dlen);
-        BIO *b = x ? BIO_new(BIO_s_mem()) : NULL;
-        if (b && X509_NAME_print_ex(b, X509_get_subject_name(x), 0, XN_FLAG_RFC2253) >= 0) {
-            int n = BIO_read(b, subject, (int)(cap - 1 > INT_MAX ? INT_MAX : cap - 1));
-            subject[n > 0 ? n : 0] = '\0';
-        }
-        BIO_free(b);
+        X509 *x = d2i_X509(NULL, &der, (long)(dlen > LONG_MAX ? LONG_MAX : dlen));
+        if (x)
+            tern__tls_subject(x, subject, cap);
         X509_free(x);
         ERR_clear_error();
     }
@@ -787,12 +649,11 @@ static const struct rustls_certified_key *hello_cb(void *user, const rustls_clie
     }
     pthread_mutex_lock(&tls->lock);
     const struct rustls_certified_key *key = tls->certs[0].key;
-    for (int i = 1; len && i < tls->ncerts && key == tls->certs[0].key; i++)
-        for (int j = 0; j < tls->certs[i].nnames; j++)
-            if (name_matches(tls->certs[i].names[j], name, len)) {
-                key = tls->certs[i].key;
-                break;
-            }
+    for (int i = 1; len && i < tls->ncerts; i++)
+        if (tern__tls_names_match(&tls->certs[i].names, name, len)) {
+            key = tls->certs[i].key;
+            break;
+        }
     pthread_mutex_unlock(&tls->lock);
     return key;   /* copied by rustls as soon as this returns: see retired */
 }
@@ -1019,27 +880,9 @@ int tern__tls_client_attach(tern__conn *c, tern__tls_client *cl, const char *nam
         return -ENOMEM;
     }
     t->verify_out = verify_out;
-    t->sniffed = true;   /* a server's first bytes are its own business */
+    t->h.sniffed = true;   /* a server's first bytes are its own business */
     lower_attach(c, t);
     return 0;
-}
-
-const char *tern__tls_verify_string(tern__tls_verify v) {
-    switch (v) {
-    case TERN__TLS_VERIFY_OK:
-        return "the certificate is valid";
-    case TERN__TLS_VERIFY_UNTRUSTED:
-        return "the certificate is not signed by a trusted CA (self-signed or unknown issuer)";
-    case TERN__TLS_VERIFY_NAME_MISMATCH:
-        return "the certificate does not carry the server's name";
-    case TERN__TLS_VERIFY_EXPIRED:
-        return "the certificate has expired";
-    case TERN__TLS_VERIFY_NOT_YET_VALID:
-        return "the certificate is not valid yet";
-    case TERN__TLS_VERIFY_OTHER:
-        break;
-    }
-    return "the certificate was refused";
 }
 
 /* rustls's version string is not NUL-terminated: copied once. */
