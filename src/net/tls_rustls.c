@@ -468,6 +468,13 @@ static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
         if (r <= 0)
             return r;
     }
+    /* Records a recv that wanted the socket writable left (handshake
+     * messages, or plaintext taken during the handshake), first. */
+    int f = flush(t);
+    if (f == -EAGAIN)
+        tern__conn_recv_wants_out(c);
+    else if (f < 0)
+        return f;
     size_t got = 0;
     t->more = false;
     while (got < len) {
@@ -502,7 +509,7 @@ static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
             return got ? (ssize_t)got : failed(c, t, p);
         /* Handshake messages, or records made of plaintext taken while
          * the handshake ran: out now, or when the socket is writable. */
-        int f = flush(t);
+        f = flush(t);
         if (f == -EAGAIN)
             tern__conn_recv_wants_out(c);
         else if (f < 0)
@@ -514,10 +521,7 @@ static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
 
 static ssize_t tls_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
     tls_conn *t = tls_enter(c);
-    int f = flush(t);
-    if (f == -EAGAIN && rustls_connection_is_handshaking(t->rc) &&
-        !rustls_connection_wants_write(t->rc))
-        f = 0;
+    int f = flush(t);   /* the records left by the last call first */
     if (f < 0)
         return f;
     size_t total = 0;
@@ -539,11 +543,9 @@ static ssize_t tls_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
         if (n < left)
             break;   /* rustls's buffer limit */
     }
+    /* Plaintext taken while the handshake runs waits inside rustls, made
+     * into records when it ends (tls_recv writes them). */
     f = flush(t);
-    if (f == -EAGAIN && rustls_connection_is_handshaking(t->rc)) {
-        tern__conn_send_wants_in(c);
-        f = 0;
-    }
     if (f == -EAGAIN && total > 0) {
         t->owed = 1;   /* records are left: net keeps one byte and comes back */
         return total - 1 ? (ssize_t)(total - 1) : -EAGAIN;
