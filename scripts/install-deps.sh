@@ -50,6 +50,7 @@ if [ $want_test = 1 ]; then
     python3 python3-pip python3-venv             # pytest; the Autobahn runner's venv (tests/autobahn)
     chromium                                     # browser WebSocket test (headless)
     redis-server                                 # pub/sub across nodes (tests/integration/test_redis.py)
+    systemd                                      # systemd-socket-activate, systemd-analyze (tests/integration/test_systemd.py)
     strace                                       # which system calls TLS on io_uring makes (test_backends.py)
   )
   # cargo 1.85+ (rustls-ffi's minimum) for make test's TERN_TLS=rustls

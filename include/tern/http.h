@@ -149,9 +149,30 @@ typedef struct tern_stats {
                                    (chunk framing not counted) */
     uint64_t refused_max_connections;   /* accepted, then refused (503): max_connections */
     uint64_t refused_per_ip;            /* the same for max_connections_per_ip */
+    uint64_t listeners;          /* listening sockets open (0 once shutting down) */
+    uint64_t listeners_paused;   /* of them, not accepting now: out of descriptors, they
+                                    back off for 100 ms at a time */
 } tern_stats;
 /* Returns 0, or -EINVAL for a NULL argument or a host handle. */
 int tern_server_stats(const tern_server *srv, tern_stats *out);
+
+#define TERN_HISTOGRAM_BUCKETS 15
+
+/* A histogram of durations as Prometheus takes it: below[i] observations
+ * took at most le_us[i] microseconds (cumulative, as its _bucket{le=}),
+ * count all of them (the +Inf bucket), sum_us their total. */
+typedef struct tern_histogram {
+    uint64_t le_us[TERN_HISTOGRAM_BUCKETS];
+    uint64_t below[TERN_HISTOGRAM_BUCKETS];
+    uint64_t count;
+    uint64_t sum_us;
+} tern_histogram;
+
+/* The lengths of srv's WebSocket sessions that ended, from the 101 to
+ * the close (to a tenth of a second), bounds from 0.1 s to a day. Counted
+ * by the loop in a fixed array; any thread may read it. Returns 0, or
+ * -EINVAL for a NULL argument or a host handle. */
+int tern_server_ws_sessions(const tern_server *srv, tern_histogram *out);
 
 /* ---- virtual hosts -----------------------------------------------------
  *

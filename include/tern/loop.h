@@ -117,6 +117,9 @@ typedef void (*tern_timer_fn)(tern_timer *timer, void *user);
 int tern_timer_start(tern_loop *loop, tern_timer **out, uint64_t timeout_ms, uint64_t repeat_ms,
                      tern_timer_fn fn, void *user);
 /* Re-arms a timer, armed or idle (also from its callback). 0 or -ENOMEM.
+ * A timer armed from a timer callback fires at the loop's next iteration
+ * at the earliest, after it has polled (even at 0 ms), so one that re-arms
+ * itself at 0 ms yields to I/O between firings.
  * Timer calls are loop-thread calls (tern_loop_run): start and again
  * return -EPERM on another thread while the loop runs. */
 int tern_timer_again(tern_timer *timer, uint64_t timeout_ms);

@@ -131,6 +131,14 @@ const char *tern_tls_library(void);
  * The server takes a reference to tls. */
 int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
                     const tern_listen_options *opt);
+/* Serves a socket that is already listening (TCP or Unix, inherited from
+ * systemd's socket activation, say): with tls, HTTPS on it. The server
+ * listens on a duplicate of fd, and so does every loop of tern_run: the
+ * caller keeps fd (close it when you like). Returns 0, -EINVAL (NULL srv,
+ * a host handle, fd < 0 or not a listening stream socket of those
+ * families, bad options), -EBADF, -ENOTSOCK, -ENOSPC (the listener
+ * limit, or shutting down), -EMFILE, -ENOMEM. */
+int tern_listen_fd(tern_server *srv, int fd, tern_tls *tls, const tern_listen_options *opt);
 /* The port the first TLS listener got (tern_server_port is the first
  * plain one's). -ENOENT when there is no TLS listener, -EINVAL for a NULL
  * srv. */

@@ -52,7 +52,11 @@ const struct tern__topic_rules *tern__serve_pubsub_swap_rules(const struct tern_
 
 /* serve_metrics.c: GET /metrics (the admin listener's), the counters of
  * srv's threads in Prometheus' text format; draining: SIGTERM came. */
-void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining);
+struct tern__topic_rules;
+/* rules: the topic rules given to the library in setup (one series each
+ * in the per-rule pub/sub families). */
+void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
+                         const struct tern__topic_rules *rules);
 
 /* serve_redis.c: --redis's URL with its password as "****" (for any line
  * that shows it); and the URL the bridge is given: url with the first line
@@ -80,6 +84,17 @@ void tern__serve_json_escape(const char *s, char *out, size_t cap);
  * NULL without a watchdog). 0, or a negative errno. */
 void tern__serve_sd_ready(const char *status);
 void tern__serve_sd_stopping(void);
+/* The listening sockets systemd passed (socket activation: LISTEN_FDS,
+ * LISTEN_FDNAMES), by what they serve: FileDescriptorName=https the TLS
+ * listener, admin the admin listener, any other name (or none) the plain
+ * one. -1: none of that kind. */
+typedef struct tern__sd_sockets {
+    int http, https, admin;
+} tern__sd_sockets;
+/* Fills out and clears the environment (a child started later inherits
+ * none of it). Returns 0, or -1 once said why on stderr (two sockets of
+ * one kind, a socket that is not a listening stream one). */
+int tern__serve_sd_sockets(tern__sd_sockets *out);
 int tern__serve_sd_watchdog(tern_loop *loop, tern_timer **out);
 
 /* feed.c: the simulated market data ("market", rate updates a second; 0:

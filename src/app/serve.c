@@ -176,6 +176,9 @@ typedef struct serve_ctx {
     uint32_t ws_deadline_ms;   /* --ws-deadline-ms: /ws's deadline, moved by every message */
     unsigned feed_rate;        /* --feed-rate N: market updates a second */
     tern_server *first;        /* thread 0's server (setup's) */
+    /* Sockets systemd passed, served instead of binding (closed once
+     * served: the servers hold duplicates); -1 each when none. */
+    tern__sd_sockets sd;
     bool bench_routes;         /* --bench-routes: /echo, /ws, /fanout... registered */
     /* --admin-listen HOST:PORT (admin_host NULL: off): /publish and /stats
      * on a server of their own, on loop 0 (admin, freed by serve_teardown) */
@@ -806,7 +809,7 @@ static void on_stats(tern_http_req *req, void *user) {
 /* GET /metrics: the public servers' counters (serve_metrics.c). */
 static void on_metrics(tern_http_req *req, void *user) {
     serve_ctx *ctx = user;
-    tern__serve_metrics(req, ctx->first, atomic_load(&ctx->draining));
+    tern__serve_metrics(req, ctx->first, atomic_load(&ctx->draining), &ctx->rules);
 }
 
 /* GET /healthz (and /health): the process answers; nothing else is
@@ -815,15 +818,34 @@ static void on_health(tern_http_req *req, void *user) {
     tern_http_respond(req, 200, "text/plain", "ok\n", 3);
 }
 
+/* Why a public listener of some loop is not accepting, or NULL: each
+ * loop listens on --port, --unix and --tls-port as configured, and none of
+ * them backs off (out of descriptors, tern_stats.listeners_paused). */
+static const char *listeners_down(const serve_ctx *ctx) {
+    uint64_t expected = 1 + (ctx->unix_path ? 1 : 0) + (ctx->tls ? 1 : 0);
+    for (int i = 0; i < tern_server_peer_count(ctx->first); i++) {
+        tern_stats st;
+        const tern_server *peer = tern_server_peer(ctx->first, i);
+        if (peer == NULL || tern_server_stats(peer, &st) < 0 || st.listeners < expected)
+            return "not ready: a listener is closed\n";
+        if (st.listeners_paused > 0)
+            return "not ready: a listener is not accepting (out of descriptors)\n";
+    }
+    return NULL;
+}
+
 /* GET /readyz (and /ready): whether a load balancer should send clients
- * here. Not while draining (SIGTERM), nor while the Redis bridge is down
- * when there is one: a node without it delivers its own publishes only. */
+ * here. Not while draining (SIGTERM), nor while a listener is not
+ * accepting, nor while the Redis bridge is down when there is one: a node
+ * without it delivers its own publishes only. */
 static void on_ready(tern_http_req *req, void *user) {
     serve_ctx *ctx = user;
     tern_redis_counters rc;
     const char *why = NULL;
     if (atomic_load(&ctx->draining))
         why = "not ready: draining\n";
+    else if ((why = listeners_down(ctx)) != NULL)
+        ;
     else if (ctx->redis && tern_pubsub_redis_stats(ctx->first, &rc) < 0)
         why = "not ready: redis down\n";   /* not bridged yet */
     else if (ctx->redis && rc.auth_refused)
@@ -1231,7 +1253,10 @@ static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
         (err = tern_http_route(ctx->admin, "GET", "/ready", on_ready, ctx)) < 0 ||
         (err = tern_http_not_found(ctx->admin, on_not_found, ctx)) < 0) {
         fprintf(stderr, "tern serve: the admin routes: %s\n", tern_strerror(err));
-    } else if ((err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, NULL)) < 0) {
+    } else if (ctx->sd.admin >= 0 && (err = tern_listen_fd(ctx->admin, ctx->sd.admin, NULL, NULL)) < 0) {
+        fprintf(stderr, "tern serve: the admin socket from systemd: %s\n", tern_strerror(err));
+    } else if (ctx->sd.admin < 0 &&
+               (err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, NULL)) < 0) {
         fprintf(stderr, "tern serve: --admin-listen %s:%d: %s\n", ctx->admin_host,
                 ctx->admin_port, tern_strerror(err));
     }
@@ -1369,7 +1394,11 @@ static int serve_setup(tern_server *srv, void *user) {
             return SETUP_FAILED;
         }
     }
-    if ((err = tern_listen(srv, ctx->host, ctx->port, &ctx->listen)) < 0) {
+    if (ctx->sd.http >= 0 && (err = tern_listen_fd(srv, ctx->sd.http, NULL, &ctx->listen)) < 0) {
+        fprintf(stderr, "tern serve: the http socket from systemd: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
+    if (ctx->sd.http < 0 && (err = tern_listen(srv, ctx->host, ctx->port, &ctx->listen)) < 0) {
         fprintf(stderr, "tern serve: listen on %s:%d: %s\n", ctx->host, ctx->port,
                 tern_strerror(err));
         return SETUP_FAILED;
@@ -1378,7 +1407,12 @@ static int serve_setup(tern_server *srv, void *user) {
         fprintf(stderr, "tern serve: listen on %s: %s\n", ctx->unix_path, tern_strerror(err));
         return SETUP_FAILED;
     }
-    if (ctx->tls &&
+    if (ctx->sd.https >= 0 && ctx->tls &&
+        (err = tern_listen_fd(srv, ctx->sd.https, ctx->tls, &ctx->listen)) < 0) {
+        fprintf(stderr, "tern serve: the https socket from systemd: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
+    if (ctx->sd.https < 0 && ctx->tls &&
         (err = tern_listen_tls(srv, ctx->host, ctx->tls_port, ctx->tls, &ctx->listen)) < 0) {
         fprintf(stderr, "tern serve: listen on %s:%d: %s\n", ctx->host, ctx->tls_port,
                 tern_strerror(err));
@@ -1625,7 +1659,23 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     so.shutdown_ws_code = TERN_WS_SERVICE_RESTART;
     ctx.server_options = so;
     tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown};
-    err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);
+    if (tern__serve_sd_sockets(&ctx.sd) < 0) {
+        err = SETUP_FAILED;
+    } else if (ctx.sd.https >= 0 && ctx.tls == NULL) {
+        fprintf(stderr, "tern serve: systemd passed an https socket: it needs --tls-cert and "
+                        "--tls-key\n");
+        err = SETUP_FAILED;
+    } else if (ctx.sd.admin >= 0 && ctx.admin_host == NULL) {
+        fprintf(stderr, "tern serve: systemd passed an admin socket, and --admin-listen is off\n");
+        err = SETUP_FAILED;
+    } else {
+        err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);
+    }
+    /* The servers listened on duplicates: these are no longer needed. */
+    const int inherited[] = {ctx.sd.http, ctx.sd.https, ctx.sd.admin};
+    for (size_t i = 0; i < sizeof(inherited) / sizeof(inherited[0]); i++)
+        if (inherited[i] >= 0)
+            close(inherited[i]);
     tern_tls_free(ctx.tls);
     for (unsigned long long i = 0; i < nthreads; i++) {
         /* Empty: tern_run ran the last posts, and a timer fires in the

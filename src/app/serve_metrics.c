@@ -9,13 +9,16 @@
  * run: each thread's counters are written by that thread alone and read
  * with relaxed loads (tern_server_stats), so a scrape is a consistent set
  * per counter, not a snapshot of the whole process. */
+#include <dirent.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "app/app.h"
+#include "app/topic_rules.h"
 
 /* One thread's counters, read together. */
 typedef struct metrics_sample {
@@ -38,6 +41,8 @@ typedef struct metric_def {
 static const metric_def per_thread[] = {
     {"connections_open", "gauge", "Connections open now (HTTP and WebSocket).", ST(connections), false},
     {"connections_accepted_total", "counter", "Connections accepted.", ST(accepted), false},
+    {"listeners", "gauge", "Listening sockets open.", ST(listeners), false},
+    {"listeners_paused", "gauge", "Listening sockets not accepting now (out of descriptors).", ST(listeners_paused), false},
     {"http_requests_total", "counter", "HTTP requests whose head was read (upgrades too).", ST(requests), false},
     {"ws_messages_in_total", "counter", "Whole WebSocket messages received.", ST(ws_messages_in), false},
     {"ws_messages_out_total", "counter", "WebSocket messages sent.", ST(ws_messages_out), false},
@@ -96,7 +101,124 @@ static uint64_t value(const metrics_sample *s, size_t off) {
     return v;
 }
 
-void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining) {
+/* A per-rule pub/sub family: name, type, help, and where its value lies
+ * in a tern_pubsub_rule_counters. */
+typedef struct rule_metric_def {
+    const char *name, *type, *help;
+    size_t off;
+} rule_metric_def;
+
+#define RC(f) offsetof(tern_pubsub_rule_counters, f)
+
+static const rule_metric_def per_rule[] = {
+    {"tern_pubsub_rule_subscriptions", "gauge", "Live subscriptions to the rule's topics.", RC(subscriptions)},
+    {"tern_pubsub_rule_published_total", "counter", "Publishes to the rule's topics made on this node.", RC(published)},
+    {"tern_pubsub_rule_delivered_total", "counter", "Copies of the rule's messages given to subscribers.", RC(delivered)},
+    {"tern_pubsub_rule_dropped_total", "counter", "Copies not given: a subscriber too far behind.", RC(dropped)},
+    {"tern_pubsub_rule_conflated_total", "counter", "Queued copies replaced by newer ones of their key.", RC(conflated)},
+    {"tern_pubsub_rule_replayed_total", "counter", "Messages from the history given to new subscriptions.", RC(replayed)},
+};
+
+/* The per-rule families: one series per rule, labelled with its pattern
+ * as --topic gives it ("orders.*", "market"). Patterns are topic names,
+ * which cannot hold '"', '\\' or a newline (check_topic), so they need no
+ * escaping. */
+static void put_rules(metrics_buf *b, tern_server *srv, const tern__topic_rules *rules) {
+    int n = rules ? rules->n : 0;
+    tern_pubsub_rule_counters *rc = calloc((size_t)(n > 0 ? n : 1), sizeof(*rc));
+    if (rc == NULL) {
+        b->failed = true;
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        char prefix[TERN_TOPIC_MAX + 1];
+        memcpy(prefix, rules->r[i].pattern, rules->r[i].len);
+        prefix[rules->r[i].len] = '\0';
+        tern_pubsub_rule_stats(srv, prefix, !rules->r[i].prefix, &rc[i]);
+    }
+    const size_t ndefs = sizeof(per_rule) / sizeof(per_rule[0]);
+    for (size_t d = 0; d < ndefs; d++) {
+        const rule_metric_def *m = &per_rule[d];
+        family(b, m->name, m->type, m->help);
+        for (int i = 0; i < n; i++) {
+            const tern__topic_rule *r = &rules->r[i];
+            const char *star = r->prefix ? "*" : "";
+            uint64_t v;
+            memcpy(&v, (const char *)&rc[i] + m->off, sizeof(v));
+            put(b, "%s{rule=\"%.*s%s\"} %llu\n", m->name, (int)r->len, r->pattern, star,
+                (unsigned long long)v);
+        }
+    }
+    family(b, "tern_pubsub_rule_resumes_total", "counter",
+           "Resumes of a subscription, gap=\"true\" when not every missed message could be given.");
+    for (int i = 0; i < n; i++) {
+        const tern__topic_rule *r = &rules->r[i];
+        const char *star = r->prefix ? "*" : "";
+        put(b, "tern_pubsub_rule_resumes_total{rule=\"%.*s%s\",gap=\"false\"} %llu\n",
+            (int)r->len, r->pattern, star, (unsigned long long)rc[i].resumed);
+        put(b, "tern_pubsub_rule_resumes_total{rule=\"%.*s%s\",gap=\"true\"} %llu\n",
+            (int)r->len, r->pattern, star, (unsigned long long)rc[i].resumed_gap);
+    }
+    free(rc);
+}
+
+static void histogram_add(tern_histogram *to, const tern_histogram *h) {
+    for (size_t i = 0; i < TERN_HISTOGRAM_BUCKETS; i++) {
+        to->le_us[i] = h->le_us[i];
+        to->below[i] += h->below[i];
+    }
+    to->count += h->count;
+    to->sum_us += h->sum_us;
+}
+
+/* A histogram family: each loop's, read by get, summed here (each loop
+ * counts in its own fixed buckets, so the hot path takes no lock). */
+static void put_histogram(metrics_buf *b, const char *name, const char *help, tern_server *srv,
+                          int (*get)(const tern_server *, tern_histogram *)) {
+    tern_histogram sum = {0}, *h = &sum;
+    for (int i = 0; i < tern_server_peer_count(srv); i++) {
+        tern_histogram one;
+        if (get(tern_server_peer(srv, i), &one) == 0)
+            histogram_add(&sum, &one);
+    }
+    family(b, name, "histogram", help);
+    for (size_t i = 0; i < TERN_HISTOGRAM_BUCKETS; i++)
+        put(b, "%s_bucket{le=\"%llu.%06llu\"} %llu\n", name,
+            (unsigned long long)(h->le_us[i] / 1000000), (unsigned long long)(h->le_us[i] % 1000000),
+            (unsigned long long)h->below[i]);
+    put(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->count);
+    put(b, "%s_sum %llu.%06llu\n", name, (unsigned long long)(h->sum_us / 1000000),
+        (unsigned long long)(h->sum_us % 1000000));
+    put(b, "%s_count %llu\n", name, (unsigned long long)h->count);
+}
+
+/* Prometheus' standard process gauges, from /proc/self: resident memory
+ * (statm's second field, in pages) and open descriptors (the directory
+ * read itself holds one, not counted). -1 when /proc cannot tell. */
+static long long resident_bytes(void) {
+    long long pages = -1;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%*s %lld", &pages) != 1)
+        pages = -1;
+    if (f)
+        fclose(f);
+    return pages < 0 ? -1 : pages * sysconf(_SC_PAGESIZE);
+}
+
+static long long open_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    long long n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1;
+}
+
+
+void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
+                         const tern__topic_rules *rules) {
     int n = tern_server_peer_count(srv);
     metrics_sample *each = calloc((size_t)(n > 0 ? n : 1), sizeof(*each));
     metrics_buf b = {.cap = 16384};
@@ -154,6 +276,22 @@ void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining) {
         (unsigned long long)pr.forbidden_subscribe);
     put(&b, "tern_refused_total{reason=\"pubsub_forbidden_publish\"} %llu\n",
         (unsigned long long)pr.forbidden_publish);
+    put_rules(&b, srv, rules);
+    put_histogram(&b, "tern_pubsub_delivery_latency_seconds",
+                  "From a publish to its loop handing it to the topic's subscribers, once per "
+                  "message and loop.", srv, tern_pubsub_latency);
+    put_histogram(&b, "tern_ws_session_seconds",
+                  "Lengths of the WebSocket sessions that ended, from the 101 to the close.", srv,
+                  tern_server_ws_sessions);
+    long long rss = resident_bytes(), fds = open_fds();
+    if (rss >= 0) {
+        family(&b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+        put(&b, "process_resident_memory_bytes %lld\n", rss);
+    }
+    if (fds >= 0) {
+        family(&b, "process_open_fds", "gauge", "Number of open file descriptors.");
+        put(&b, "process_open_fds %lld\n", fds);
+    }
     family(&b, "tern_threads", "gauge", "Loops (threads) serving.");
     put(&b, "tern_threads %d\n", n);
     family(&b, "tern_draining", "gauge", "1 once SIGTERM began the drain.");

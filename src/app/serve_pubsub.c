@@ -441,8 +441,9 @@ static void reply_subscribed(tern_ws *ws, const char *topic, size_t tlen, const 
 
 static tern__serve_pubsub_limits limits;   /* set once, in setup, before any loop runs */
 /* limits.rate, which SIGHUP may change while the loops run: read once per
- * use. A connection opened while it was 0 has no bucket, and stays
- * unlimited; the others follow the new rate from their next message. */
+ * use. Every /pubsub connection has a bucket, even one opened while the
+ * rate was 0 (unlimited), so that all follow a new rate from their next
+ * message. */
 static _Atomic uint32_t live_rate;
 
 void tern__serve_pubsub_set_rate(uint32_t rate) {
@@ -472,6 +473,8 @@ typedef struct ps_bucket {
     uint64_t tokens;
     uint64_t stamp;        /* the loop's clock (ms) of the last refill */
     uint32_t strikes;
+    uint32_t rate;         /* the rate tokens count at; another one refills it */
+    bool closing;          /* closed with 1008 for its rate */
     tern__token_conn *auth;   /* with tokens on (serve_tokens.h) */
 } ps_bucket;
 
@@ -479,9 +482,8 @@ static int (*pubsub_upgrade_next)(tern_http_req *, void **, void *);
 
 static int pubsub_upgrade(tern_http_req *req, void **conn_user, void *user) {
     int r = pubsub_upgrade_next(req, conn_user, user);
-    uint32_t rate = rate_now();
-    if (r != 0 || (rate == 0 && !tern__serve_tokens_on()))
-        return r;   /* an anonymous connection without a bucket: conn_user stays NULL */
+    if (r != 0)
+        return r;
     tern__token_conn *auth = NULL;
     if (tern__serve_tokens_on() && (r = tern__token_conn_upgrade(req, &auth)) != 0)
         return r;
@@ -490,7 +492,9 @@ static int pubsub_upgrade(tern_http_req *req, void **conn_user, void *user) {
         tern__token_conn_free(auth);
         return 503;
     }
-    *b = (ps_bucket){.tokens = (uint64_t)rate * 1000,
+    /* Full: a connection starts with its burst. */
+    uint32_t rate = rate_now();
+    *b = (ps_bucket){.tokens = (uint64_t)rate * 1000, .rate = rate,
                      .stamp = tern_loop_now(tern_http_req_loop(req)), .auth = auth};
     *conn_user = b;
     return 0;
@@ -548,9 +552,14 @@ static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, 
     free(b);
 }
 
-/* Takes a token for one message: true when there was one. */
+/* Takes a token for one message: true when there was one. A rate that
+ * SIGHUP changed starts the bucket again, full, as for a new connection
+ * (one opened while the rate was 0 gets its burst, not an empty bucket). */
 static bool bucket_take(tern_ws *ws, ps_bucket *b, uint32_t rate) {
     uint64_t now = tern_loop_now(tern_ws_loop(ws));
+    if (b->rate != rate)
+        *b = (ps_bucket){.tokens = (uint64_t)rate * 1000, .stamp = now, .rate = rate,
+                         .closing = b->closing, .auth = b->auth};
     uint64_t full = (uint64_t)rate * 1000;
     uint64_t add = (now - b->stamp) * rate;   /* thousandths: rate/s is rate per 1000 ms */
     b->stamp = now;
@@ -595,7 +604,7 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
     /* Closed for its rate: what it sent behind (still read until its
      * close frame comes) is ignored. */
     uint32_t rate = rate_now();
-    if (b && b->strikes > rate)
+    if (b && b->closing)
         return;
     /* Every message costs a token, a bad one too: parsing it is work. */
     if (b && rate && !bucket_take(ws, b, rate)) {
@@ -604,6 +613,7 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
         /* A client that goes on regardless (more refused than its burst
          * since it last let the bucket fill) is not slowed by answers. */
         if (++b->strikes > rate) {
+            b->closing = true;
             atomic_fetch_add_explicit(&n_rate_closed, 1, memory_order_relaxed);
             tern_ws_close(ws, TERN_WS_POLICY, "rate limit");
         }

@@ -5,6 +5,9 @@
  * costs a getenv) when NOTIFY_SOCKET is not set, that is, outside
  * systemd. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <systemd/sd-daemon.h>
 
 #include "app/app.h"
@@ -13,6 +16,39 @@ void tern__serve_sd_ready(const char *status) {
     char msg[512];
     snprintf(msg, sizeof(msg), "READY=1\nSTATUS=%s", status);
     sd_notify(0, msg);
+}
+
+int tern__serve_sd_sockets(tern__sd_sockets *out) {
+    *out = (tern__sd_sockets){-1, -1, -1};
+    char **names = NULL;
+    int n = sd_listen_fds_with_names(1, &names);
+    if (n < 0) {
+        fprintf(stderr, "tern serve: the sockets from systemd (LISTEN_FDS): %s\n", strerror(-n));
+        return -1;
+    }
+    int ok = 0;
+    for (int i = 0; i < n; i++) {
+        int fd = SD_LISTEN_FDS_START + i;
+        const char *name = names && names[i] ? names[i] : "";
+        int *slot = !strcmp(name, "https") ? &out->https
+                    : !strcmp(name, "admin") ? &out->admin : &out->http;
+        if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1) <= 0) {
+            fprintf(stderr, "tern serve: the socket from systemd named %s is not a listening "
+                            "stream socket\n", name);
+            ok = -1;
+        } else if (*slot >= 0) {
+            fprintf(stderr, "tern serve: two sockets from systemd for the %s listener (named "
+                            "http, https or admin by FileDescriptorName=)\n",
+                    slot == &out->https ? "https" : slot == &out->admin ? "admin" : "http");
+            ok = -1;
+        } else {
+            *slot = fd;
+        }
+    }
+    for (int i = 0; names && names[i]; i++)
+        free(names[i]);
+    free(names);
+    return ok;
 }
 
 void tern__serve_sd_stopping(void) { sd_notify(0, "STOPPING=1\nSTATUS=draining"); }

@@ -182,7 +182,53 @@ int tern_server_stats(const tern_server *srv, tern_stats *out) {
     out->bytes_out = LOAD(bytes_out);
     out->refused_max_connections = LOAD(refused_max);
     out->refused_per_ip = LOAD(refused_ip);
+    out->listeners = LOAD(listeners);
+    out->listeners_paused = LOAD(listeners_paused);
 #undef LOAD
+    return 0;
+}
+
+/* The listener just made at srv->listeners[srv->nlisteners] joins the
+ * others, and the counters tern_server_stats reads. */
+static void listener_added(tern_server *srv) {
+    tern__listener_count_pauses(srv->listeners[srv->nlisteners], &srv->stats.listeners_paused);
+    srv->nlisteners++;
+    TERN__STAT_ADD(srv, listeners, 1);
+}
+
+/* The session-length histogram's upper bounds, in microseconds: 0.1 s,
+ * 0.5 s, 1 s, 5 s, 10 s, 30 s, 1 min, 5 min, 10 min, 30 min, 1 h, 3 h,
+ * 6 h, 12 h, 1 day. */
+static const uint64_t ws_len_le_us[TERN_HISTOGRAM_BUCKETS] = {
+    100000ull, 500000ull, 1000000ull, 5000000ull, 10000000ull, 30000000ull, 60000000ull,
+    300000000ull, 600000000ull, 1800000000ull, 3600000000ull, 10800000000ull,
+    21600000000ull, 43200000000ull, 86400000000ull};
+
+void tern__server_ws_session_ended(tern_server *srv, uint64_t ms) {
+    size_t i = 0;
+    while (i < TERN_HISTOGRAM_BUCKETS && ms * 1000 > ws_len_le_us[i])
+        i++;
+    if (i < TERN_HISTOGRAM_BUCKETS)
+        TERN__STAT_ADD(srv, ws_len[i], 1);
+    TERN__STAT_ADD(srv, ws_len_sum_ms, ms);
+    TERN__STAT_ADD(srv, ws_len_count, 1);
+}
+
+int tern_server_ws_sessions(const tern_server *srv, tern_histogram *out) {
+    if (srv == NULL || out == NULL || srv->loop == NULL)
+        return -EINVAL;
+    *out = (tern_histogram){0};
+    uint64_t below = 0;
+    for (size_t i = 0; i < TERN_HISTOGRAM_BUCKETS; i++) {
+        below += atomic_load_explicit(&srv->stats.ws_len[i], memory_order_relaxed);
+        out->le_us[i] = ws_len_le_us[i];
+        out->below[i] = below;
+    }
+    out->sum_us = atomic_load_explicit(&srv->stats.ws_len_sum_ms, memory_order_relaxed) * 1000;
+    out->count = atomic_load_explicit(&srv->stats.ws_len_count, memory_order_relaxed);
+    /* Read while the loop counts: a bucket may be ahead of the count. */
+    if (out->count < below)
+        out->count = below;
     return 0;
 }
 
@@ -190,6 +236,7 @@ static void close_listeners(tern_server *srv) {
     for (int i = 0; i < srv->nlisteners; i++)
         tern__listener_close(srv->listeners[i]);
     srv->nlisteners = 0;
+    atomic_store_explicit(&srv->stats.listeners, 0, memory_order_relaxed);
 }
 
 static void close_all(tern_server *srv) {
@@ -292,7 +339,7 @@ int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_
     err = tern__listener_tcp(srv->loop, host, port, &o, tern__http_accept, srv, &srv->listeners[i]);
     if (err == 0) {
         keep_spec(srv, i, host, tern__listener_port(srv->listeners[i]), NULL, &o);
-        srv->nlisteners++;
+        listener_added(srv);
     }
     return err;
 }
@@ -315,7 +362,7 @@ int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
         tern__tls_ref(tls);
         keep_spec(srv, i, host, tern__listener_port(srv->listeners[i]), tls, &o);
         srv->nhttps++;
-        srv->nlisteners++;
+        listener_added(srv);
     }
     return err;
 }
@@ -331,25 +378,58 @@ int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_optio
     if (err == 0) {
         tern_listen_options o = opt ? *opt : (tern_listen_options){0};
         keep_spec(srv, i, path, -1, NULL, &o);
-        srv->nlisteners++;
+        listener_added(srv);
+    }
+    return err;
+}
+
+int tern_listen_fd(tern_server *srv, int fd, tern_tls *tls, const tern_listen_options *opt) {
+    if (srv == NULL || fd < 0 || !listen_options_ok(opt))
+        return -EINVAL;
+    int err = listen_check(srv);
+    if (err < 0)
+        return err;
+    tern_listen_options o = listen_opt(srv, opt);
+    int i = srv->nlisteners;
+    tern__https_listener *l = tls ? &srv->https[srv->nhttps] : NULL;
+    if (l)
+        *l = (tern__https_listener){.srv = srv, .tls = tls, .index = i};
+    err = tern__listener_fd(srv->loop, fd, &o, l ? tern__https_accept : tern__http_accept,
+                            l ? (void *)l : (void *)srv, &srv->listeners[i]);
+    if (err == 0) {
+        if (tls) {
+            tern__tls_ref(tls);
+            srv->nhttps++;
+        }
+        keep_spec(srv, i, NULL, -1, tls, &o);   /* -1: clones share the socket */
+        listener_added(srv);
     }
     return err;
 }
 
 /* Opens on clone the listeners srv has: TCP ones on the same address and
  * the port srv got (SO_REUSEPORT: each loop has its own accept queue);
- * Unix ones share srv's socket (a Unix socket has no SO_REUSEPORT
- * balancing, and binding the path again would take it from srv). */
+ * Unix ones and inherited ones (tern_listen_fd) share srv's socket (a
+ * Unix socket has no SO_REUSEPORT balancing, and binding the path again
+ * would take it from srv; an inherited one is not ours to bind again). */
 int tern__server_listen_like(tern_server *clone, const tern_server *srv) {
     for (int i = 0; i < srv->nlisteners; i++) {
         const tern__listen_spec *sp = &srv->specs[i];
         int err, j = clone->nlisteners;
         if (sp->port < 0) {
-            err = tern__listener_dup(clone->loop, srv->listeners[i], &sp->opt, tern__http_accept,
-                                     clone, &clone->listeners[j]);
+            tern__https_listener *l = sp->tls ? &clone->https[clone->nhttps] : NULL;
+            if (l)
+                *l = (tern__https_listener){.srv = clone, .tls = sp->tls, .index = j};
+            err = tern__listener_dup(clone->loop, srv->listeners[i], &sp->opt,
+                                     l ? tern__https_accept : tern__http_accept,
+                                     l ? (void *)l : (void *)clone, &clone->listeners[j]);
             if (err == 0) {
-                keep_spec(clone, j, sp->host, -1, NULL, &sp->opt);
-                clone->nlisteners++;
+                if (l) {
+                    tern__tls_ref(sp->tls);
+                    clone->nhttps++;
+                }
+                keep_spec(clone, j, sp->host, -1, sp->tls, &sp->opt);
+                listener_added(clone);
             }
         } else if (sp->tls) {
             err = tern_listen_tls(clone, sp->host, sp->port, sp->tls, &sp->opt);

@@ -160,6 +160,11 @@ typedef struct tern__listen_spec {
 typedef struct tern__server_counters {
     _Atomic uint64_t refused_max, refused_ip;   /* accepted, then refused with 503 (admit.c) */
     _Atomic uint64_t accepted, closed, requests, ws_in, ws_out, bytes_in, bytes_out;
+    /* listening sockets open, and of them those not accepting now */
+    _Atomic uint64_t listeners, listeners_paused;
+    /* tern_server_ws_sessions: ended sessions by bucket (not cumulative),
+     * the sum of their lengths in ms, and their count */
+    _Atomic uint64_t ws_len[TERN_HISTOGRAM_BUCKETS], ws_len_sum_ms, ws_len_count;
 } tern__server_counters;
 
 #define TERN__STAT_ADD(srv, field, n)                                                         \
@@ -380,6 +385,9 @@ void tern__http_access_drop(tern_server *srv);
 /* An entry made by a layer above (a WebSocket session at its end): e's
  * strings NUL-terminated, copied. */
 void tern__http_access_record_entry(tern_server *srv, const tern_http_access *e);
+/* A WebSocket session of srv ended after ms (server.c: the histogram of
+ * tern_server_ws_sessions). Loop thread. */
+void tern__server_ws_session_ended(tern_server *srv, uint64_t ms);
 
 /* static.c */
 void tern__http_static_free(tern__vhost *vh);

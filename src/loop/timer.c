@@ -137,7 +137,13 @@ void tern_timer_stop(tern_timer *t) {
 }
 
 void tern__timers_run(tern_loop *loop) {
-    while (loop->heap_len > 0 && loop->heap[0]->deadline <= loop->now_ms) {
+    /* Only the timers armed before this run: one a callback arms (or
+     * re-arms) now, even at 0 ms, fires at the next turn, after the loop
+     * has polled, so a timer that re-arms itself at 0 ms yields to I/O
+     * instead of spinning here. */
+    uint64_t first_new = loop->timer_seq;
+    while (loop->heap_len > 0 && loop->heap[0]->deadline <= loop->now_ms &&
+           loop->heap[0]->seq < first_new) {
         tern_timer *t = loop->heap[0];
         heap_remove(loop, t);
         if (t->repeat) {

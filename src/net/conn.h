@@ -9,6 +9,7 @@
 #ifndef TERN_NET_CONN_H
 #define TERN_NET_CONN_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -296,7 +297,16 @@ int tern__listener_unix(tern_loop *loop, const char *path, const tern_listen_opt
  * SO_REUSEPORT balancing). */
 int tern__listener_dup(tern_loop *loop, const tern__listener *l, const tern_listen_options *opt,
                        tern__accept_fn fn, void *user, tern__listener **out);
+/* A listener on a socket already listening (inherited: systemd's socket
+ * activation), TCP or Unix, through a duplicate of fd (the caller keeps
+ * fd). -EINVAL when fd is not a listening stream socket of those
+ * families; -EBADF, -ENOTSOCK. */
+int tern__listener_fd(tern_loop *loop, int fd, const tern_listen_options *opt,
+                      tern__accept_fn fn, void *user, tern__listener **out);
 int tern__listener_port(const tern__listener *l);
+/* *paused counts l while it backs off (out of descriptors: not accepting
+ * for a moment); written by l's loop only. */
+void tern__listener_count_pauses(tern__listener *l, _Atomic uint64_t *paused);
 void tern__listener_close(tern__listener *l);
 
 #endif

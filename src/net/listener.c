@@ -20,7 +20,8 @@
 #define TERN__EMFILE_BACKOFF_MS 100
 
 /* Invariant: io is registered for TERN__IO_IN except while backing off after
- * EMFILE, when `backoff` is armed instead. */
+ * EMFILE, when `backoff` is armed instead, and then *paused (when set)
+ * counts this listener once. */
 struct tern__listener {
     tern__io io;
     tern_loop *loop;
@@ -29,7 +30,21 @@ struct tern__listener {
     tern__accept_fn fn;
     void *user;
     tern_timer *backoff;
+    _Atomic uint64_t *paused;
 };
+
+/* *l->paused += n: a plain load and store (the loop is its only writer,
+ * others only read it), as the server's counters. */
+static void paused_add(tern__listener *l, int n) {
+    if (l->paused)
+        atomic_store_explicit(l->paused,
+                              atomic_load_explicit(l->paused, memory_order_relaxed) + (uint64_t)n,
+                              memory_order_relaxed);
+}
+
+void tern__listener_count_pauses(tern__listener *l, _Atomic uint64_t *paused) {
+    l->paused = paused;
+}
 
 /* Sets the listener's interest: accepting (the back end may accept for it,
  * tern__io_acceptor), or not (backing off). */
@@ -44,6 +59,7 @@ static void resume_accepting(tern_timer *t, void *user) {
     tern__listener *l = user;
     tern_timer_stop(t);
     l->backoff = NULL;
+    paused_add(l, -1);
     accepting(l, true);
 }
 
@@ -64,8 +80,10 @@ static void on_accept(tern__io *io, uint32_t revents) {
                           TERN__EMFILE_BACKOFF_MS);
                 if (l->backoff == NULL &&
                     tern_timer_start(l->loop, &l->backoff, TERN__EMFILE_BACKOFF_MS, 0,
-                                     resume_accepting, l) == 0)
+                                     resume_accepting, l) == 0) {
+                    paused_add(l, 1);
                     accepting(l, false);
+                }
             } else if (e != EAGAIN) {
                 tern__log(TERN_LOG_ERROR, TERN__LOG_LISTEN, "accept: %s", strerror(e));
             }
@@ -202,13 +220,43 @@ int tern__listener_dup(tern_loop *loop, const tern__listener *l, const tern_list
     return err;
 }
 
+int tern__listener_fd(tern_loop *loop, int fd, const tern_listen_options *opt,
+                      tern__accept_fn fn, void *user, tern__listener **out) {
+    int type = 0, on = 0, domain = 0;
+    socklen_t len = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0)
+        return -errno;   /* EBADF, ENOTSOCK */
+    len = sizeof(on);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) < 0)
+        return -errno;
+    len = sizeof(domain);
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0)
+        return -errno;
+    if (type != SOCK_STREAM || !on ||
+        (domain != AF_INET && domain != AF_INET6 && domain != AF_UNIX))
+        return -EINVAL;
+    /* Ours is a duplicate: the caller's descriptor stays the caller's. */
+    int dup = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (dup < 0)
+        return -errno;
+    int flags = fcntl(dup, F_GETFL);
+    if (flags < 0 || fcntl(dup, F_SETFL, flags | O_NONBLOCK) < 0) {
+        int err = -errno;
+        close(dup);
+        return err;
+    }
+    return start(loop, dup, domain != AF_UNIX, opt, fn, user, out);
+}
+
 int tern__listener_port(const tern__listener *l) { return l->port; }
 
 void tern__listener_close(tern__listener *l) {
     if (l == NULL)
         return;
-    if (l->backoff)
+    if (l->backoff) {
         tern_timer_stop(l->backoff);
+        paused_add(l, -1);
+    }
     tern__io_close(l->loop, &l->io);   /* after what the back end holds of it */
     free(l);
 }

@@ -188,6 +188,10 @@ typedef struct group {
     struct gtopic *hhead, *hcursor;
     size_t hist_bytes;
     const tern__server_config *cfg;   /* its loops: cfg->peers */
+    /* Publishes made on this node, by the slot of their topic's rule
+     * (rule_slot): counted on the publish path, which takes mu anyway,
+     * never on the delivery path. */
+    _Atomic uint64_t published[TERN_TOPIC_RULES_MAX + 1];
 } group;
 
 /* Pub/sub's slot of a configuration (TERN__SRV_SLOT_PUBSUB), made at first
@@ -284,12 +288,9 @@ static void apply_defaults(tern_pubsub_options *o) {
         o->close_code = TERN_WS_POLICY;
 }
 
-/* The settings a topic named name gets: its exact rule, else the longest
- * rule whose prefix starts it, else the server's. */
-static tern_topic_options topic_settings(const group *g, const char *name, size_t len) {
-    tern_topic_options o = {.max_backlog = g->opt.max_backlog, .policy = g->opt.policy,
-                            .close_code = g->opt.close_code, .history = g->opt.history,
-                            .history_ms = g->opt.history_ms};
+/* The rule a topic named name follows: its exact rule, else the longest
+ * rule whose prefix starts it; NULL: none (the server's settings). */
+static const rule *topic_rule(const group *g, const char *name, size_t len) {
     const rule *best = NULL;
     for (size_t i = 0; g->conf && i < g->conf->nrules; i++) {
         const rule *r = &g->conf->rules[i];
@@ -298,11 +299,28 @@ static tern_topic_options topic_settings(const group *g, const char *name, size_
         if (memcmp(r->prefix, name, r->len) != 0)
             continue;
         if (r->o.exact)
-            return r->o;
+            return r;
         if (best == NULL || r->len > best->len)
             best = r;
     }
-    return best ? best->o : o;
+    return best;
+}
+
+/* The slot of a topic's rule in the per-rule counters: 0 for none, else
+ * 1 + the rule's index in g->conf. */
+static uint8_t rule_slot(const group *g, const char *name, size_t len) {
+    const rule *r = topic_rule(g, name, len);
+    return r ? (uint8_t)(r - g->conf->rules + 1) : 0;
+}
+
+/* The settings a topic named name gets: its rule's, else the server's. */
+static tern_topic_options topic_settings(const group *g, const char *name, size_t len) {
+    const rule *r = topic_rule(g, name, len);
+    if (r)
+        return r->o;
+    return (tern_topic_options){.max_backlog = g->opt.max_backlog, .policy = g->opt.policy,
+                                .close_code = g->opt.close_code, .history = g->opt.history,
+                                .history_ms = g->opt.history_ms};
 }
 
 /* The configuration's group, made at first use by whichever thread. */
@@ -702,14 +720,29 @@ typedef struct sub {
     size_t rbytes;
 } sub;
 
+/* A topic's subscriptions on one loop.
+ * Invariants: subs[0..nsubs) holds NULL slots (nholes of them) only while
+ * busy, which counts the publishes running over subs plus one while the
+ * topic has a batch. The batch (ds[0..nds)) is the posted messages not yet
+ * written to every subscriber, oldest first: the pass under way sends
+ * ds[0..npass) to subs[cursor..nsubs), a chunk per loop turn (npass 0: no
+ * pass started yet); ds[npass..nds) came during the pass and go to every
+ * subscriber in the next one. So a subscriber gets all of a pass's
+ * messages in one write, and under load, when messages arrive while a
+ * pass runs, several per write. The topic is on its registry's batch list
+ * (bprev, bnext) exactly while nds > 0. */
 struct topic {
     node n;
-    sub **subs;          /* NULL slots only while publishing (busy) */
-    size_t nsubs, cap;
+    sub **subs;
+    size_t nsubs, cap, nholes;
     uint64_t dropped, conflated;
     tern_topic_options o;   /* its slow-consumer settings (topic_settings) */
-    int busy;            /* publishes running over subs */
+    uint8_t rule;        /* its slot in the per-rule counters (rule_slot) */
+    int busy;
     bool holes;
+    struct delivery **ds;
+    size_t nds, capds, npass, cursor;
+    struct topic *bprev, *bnext;
     size_t len;
     char name[];
 };
@@ -734,11 +767,26 @@ typedef struct registry {
     struct {
         _Atomic uint64_t messages, delivered, dropped, closed, subscribed, unsubscribed,
             conflated, queue_max;
+        /* tern_pubsub_latency: observations by bucket (latency_le_us),
+         * their sum in microseconds and their count */
+        _Atomic uint64_t lat[TERN_HISTOGRAM_BUCKETS], lat_sum_us, lat_count;
     } stats;
+    /* tern_pubsub_rule_stats: the same, by the slot of the topic's rule
+     * (topic_t.rule), a fixed array so that counting allocates nothing. */
+    struct {
+        _Atomic uint64_t subscribed, unsubscribed, delivered, dropped, conflated, replayed,
+            resumed, resumed_gap;
+    } rstats[TERN_TOPIC_RULES_MAX + 1];
     tern_server *srv;    /* the loop's server (its counters) */
     sub *paced_head, *paced_tail;
     uint64_t tokens, tokens_ms;
     tern_timer *pace_timer;
+    /* The topics with a batch (topic.ds), and the zero-delay timer that
+     * runs their passes a chunk per loop turn: armed while the list is
+     * not empty (batch_armed), so that the loop polls between chunks. */
+    topic_t *batch_head;
+    tern_timer *batch_timer;
+    bool batch_armed;
 } registry;
 
 /* One of r's counters += n: a plain load and store, the loop being the
@@ -748,6 +796,22 @@ typedef struct registry {
                           atomic_load_explicit(&(r)->stats.field, memory_order_relaxed) +    \
                               (uint64_t)(n),                                                 \
                           memory_order_relaxed)
+
+/* The latency histogram's upper bounds, in microseconds. */
+static const uint64_t latency_le_us[TERN_HISTOGRAM_BUCKETS] = {
+    50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
+    1000000, 2500000};
+
+/* One of r's counters of rule slot i += n, as PS_ADD. */
+#define RS_ADD(r, i, field, n)                                                                \
+    do {                                                                                      \
+        if ((n) > 0)                                                                          \
+            atomic_store_explicit(                                                            \
+                &(r)->rstats[i].field,                                                        \
+                atomic_load_explicit(&(r)->rstats[i].field, memory_order_relaxed) +           \
+                    (uint64_t)(n),                                                            \
+                memory_order_relaxed);                                                        \
+    } while (0)
 
 int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out) {
     if (srv == NULL || out == NULL || srv->loop == NULL)
@@ -768,6 +832,72 @@ int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out) {
     uint64_t in = LOAD(subscribed), gone = LOAD(unsubscribed);
     out->subscriptions = in > gone ? in - gone : 0;
 #undef LOAD
+    return 0;
+}
+
+int tern_pubsub_latency(const tern_server *srv, tern_histogram *out) {
+    if (srv == NULL || out == NULL || srv->loop == NULL)
+        return -EINVAL;
+    *out = (tern_histogram){0};
+    const registry *r = reg(srv);
+    uint64_t below = 0;
+    for (size_t i = 0; i < TERN_HISTOGRAM_BUCKETS; i++) {
+        if (r)
+            below += atomic_load_explicit(&r->stats.lat[i], memory_order_relaxed);
+        out->le_us[i] = latency_le_us[i];
+        out->below[i] = below;
+    }
+    if (r) {
+        out->sum_us = atomic_load_explicit(&r->stats.lat_sum_us, memory_order_relaxed);
+        out->count = atomic_load_explicit(&r->stats.lat_count, memory_order_relaxed);
+    }
+    /* Read while the loop counts: a bucket may be ahead of the count. */
+    if (out->count < below)
+        out->count = below;
+    return 0;
+}
+
+int tern_pubsub_rule_stats(const tern_server *srv, const char *prefix, bool exact,
+                           tern_pubsub_rule_counters *out) {
+    if (srv == NULL || prefix == NULL || out == NULL || srv->loop == NULL)
+        return -EINVAL;
+    *out = (tern_pubsub_rule_counters){0};
+    size_t len = strnlen(prefix, TERN_TOPIC_MAX + 1);
+    const tern__server_config *cfg = srv->cfg;
+    psconf *pc = atomic_load(&((tern__server_config *)cfg)->slots[TERN__SRV_SLOT_PUBSUB]);
+    group *g = pc ? atomic_load(&pc->g) : NULL;
+    /* Before pub/sub's first use the rules are setup's, and nothing is
+     * counted yet; after it the group's copy, in the same order. */
+    const conf *c = g ? g->conf : pc ? pc->setup : NULL;
+    size_t i = 0;
+    while (c && i < c->nrules && !(c->rules[i].len == len && c->rules[i].o.exact == exact &&
+                                   memcmp(c->rules[i].prefix, prefix, len) == 0))
+        i++;
+    if (c == NULL || i == c->nrules)
+        return -ENOENT;
+    if (g == NULL)
+        return 0;
+    size_t slot = i + 1;
+    out->published = atomic_load_explicit(&g->published[slot], memory_order_relaxed);
+    uint64_t in = 0, gone = 0;
+    int n = cfg->npeers ? cfg->npeers : 1;
+    for (int k = 0; k < n; k++) {
+        const tern_server *peer = cfg->npeers ? cfg->peers[k] : srv;
+        const registry *r = peer ? reg(peer) : NULL;
+        if (r == NULL)
+            continue;
+#define LOAD(f) atomic_load_explicit(&r->rstats[slot].f, memory_order_relaxed)
+        in += LOAD(subscribed);
+        gone += LOAD(unsubscribed);
+        out->delivered += LOAD(delivered);
+        out->dropped += LOAD(dropped);
+        out->conflated += LOAD(conflated);
+        out->replayed += LOAD(replayed);
+        out->resumed += LOAD(resumed);
+        out->resumed_gap += LOAD(resumed_gap);
+#undef LOAD
+    }
+    out->subscriptions = in > gone ? in - gone : 0;
     return 0;
 }
 
@@ -817,6 +947,7 @@ static void topic_compact(topic_t *t) {
             j++;
         }
     t->nsubs = j;
+    t->nholes = 0;
     t->holes = false;
 }
 
@@ -828,6 +959,7 @@ static void topic_maybe_free(registry *r, topic_t *t) {
     if (t->nsubs == 0) {
         table_del(&r->topics, &t->n);
         free(t->subs);
+        free(t->ds);
         free(t);
     }
 }
@@ -949,6 +1081,7 @@ static void sub_remove(registry *r, sub *s) {
     if (t->busy) {
         t->subs[s->index] = NULL;
         t->holes = true;
+        t->nholes++;
     } else {
         sub *last = t->subs[--t->nsubs];
         t->subs[s->index] = last;
@@ -956,6 +1089,7 @@ static void sub_remove(registry *r, sub *s) {
     }
     gcount(r->g, t->name, t->len, t->n.hash, -1, s->compressed, NULL);
     PS_ADD(r, unsubscribed, 1);
+    RS_ADD(r, t->rule, unsubscribed, 1);
     free(s);
     topic_maybe_free(r, t);
 }
@@ -976,8 +1110,11 @@ static void ws_closed(tern_server *srv, tern_ws *ws) {
     conn_subs_free(r, c);
 }
 
+static void batches_drop(registry *r);
+
 static void registry_free(tern_server *srv) {
     registry *r = reg(srv);
+    batches_drop(r);
     for (size_t i = 0; i < r->conns.nb; i++)
         for (node *n = r->conns.b[i], *next; n; n = next) {
             next = n->next;
@@ -1065,6 +1202,7 @@ static void pace_tick(tern_timer *tm, void *user) {
         progress = false;
         for (sub *s = r->paced_head, *next; s && r->tokens > 0; s = next) {
             next = s->pnext;
+            uint64_t sent = delivered;
             for (size_t turn = 0; s->head && r->tokens > 0 && turn < PACE_TURN &&
                                   tern_ws_buffered(s->ws) == 0;) {
                 queued *q = s->head;
@@ -1081,6 +1219,7 @@ static void pace_tick(tern_timer *tm, void *user) {
                 free(q);
                 progress = true;
             }
+            RS_ADD(r, s->t->rule, delivered, delivered - sent);
             if (s->head == NULL)
                 paced_remove(r, s);   /* may stop this timer: fine from its callback */
         }
@@ -1178,6 +1317,7 @@ static int subscribe_req(tern_ws *ws, const char *name, resume_req rq, tern_resu
         t->len = len;
         memcpy(t->name, name, len);
         t->o = topic_settings(r->g, name, len);
+        t->rule = rule_slot(r->g, name, len);
     }
     sub *s = calloc(1, sizeof(*s));
     if (s == NULL)
@@ -1208,6 +1348,7 @@ static int subscribe_req(tern_ws *ws, const char *name, resume_req rq, tern_resu
     t->subs[t->nsubs++] = s;
     c->subs[c->nsubs++] = s;
     PS_ADD(r, subscribed, 1);
+    RS_ADD(r, t->rule, subscribed, 1);
     if (new_c)
         table_add(&r->conns, &c->n);
     if (new_t)
@@ -1231,6 +1372,12 @@ static int subscribe_req(tern_ws *ws, const char *name, resume_req rq, tern_resu
     }
     free(rq.msgs);
     PS_ADD(r, delivered, delivered);
+    RS_ADD(r, t->rule, delivered, delivered);
+    RS_ADD(r, t->rule, replayed, rq.n);
+    if (rq.epoch != 0 && rq.out.resumed)
+        RS_ADD(r, t->rule, resumed, 1);
+    else if (rq.epoch != 0)
+        RS_ADD(r, t->rule, resumed_gap, 1);
     if (out)
         *out = rq.out;
     return 0;
@@ -1307,7 +1454,7 @@ static topic_t *local_topic(tern_server *srv, const char *name) {
 
 size_t tern_topic_subscribers(tern_server *srv, const char *name) {
     topic_t *t = local_topic(srv, name);
-    return t ? t->nsubs : 0;   /* no holes outside a publish */
+    return t ? t->nsubs - t->nholes : 0;
 }
 
 uint64_t tern_topic_dropped(tern_server *srv, const char *name) {
@@ -1340,6 +1487,7 @@ typedef struct pub {
     tern_ws_prepared *msg;
     const char *key;     /* in name's block, after the name; NULL for none */
     size_t len, klen;
+    uint64_t born_ns;    /* the monotonic clock at the publish (the latency histogram) */
     char name[];
 } pub;
 
@@ -1421,89 +1569,276 @@ static void ws_drained(tern_server *srv, tern_ws *ws) {
     registry *r = reg(srv);
     conn_subs *c = cfind(r, ws);
     uint64_t delivered = 0, dropped = 0;
-    for (uint32_t i = 0; c && i < c->nsubs; i++)
-        if (c->subs[i]->head && !c->subs[i]->paced)   /* a paced one waits for its timer */
-            queue_flush(c->subs[i], &delivered, &dropped);
+    for (uint32_t i = 0; c && i < c->nsubs; i++) {
+        sub *s = c->subs[i];
+        if (s->head && !s->paced) {   /* a paced one waits for its timer */
+            uint64_t d = delivered, x = dropped;
+            queue_flush(s, &delivered, &dropped);
+            RS_ADD(r, s->t->rule, delivered, delivered - d);
+            RS_ADD(r, s->t->rule, dropped, dropped - x);
+        }
+    }
     PS_ADD(r, delivered, delivered);
     PS_ADD(r, dropped, dropped);
 }
 
-/* Sends msg to the subscribers of the topic on srv's loop. */
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One observation of the publish-to-delivery latency on r's loop: a
+ * bucket (not cumulative; tern_pubsub_latency sums them up), the sum and
+ * the count, each a plain store by the loop. */
+static void latency_observe(registry *r, uint64_t born_ns) {
+    uint64_t now = mono_ns(), us = now > born_ns ? (now - born_ns) / 1000 : 0;
+    size_t i = 0;
+    while (i < TERN_HISTOGRAM_BUCKETS && us > latency_le_us[i])
+        i++;
+    if (i < TERN_HISTOGRAM_BUCKETS)
+        PS_ADD(r, lat[i], 1);
+    PS_ADD(r, lat_sum_us, us);
+    PS_ADD(r, lat_count, 1);
+}
+
+/* What one pass of deliveries did, added to the counters once. */
+typedef struct tally {
+    uint64_t delivered, dropped, closed, conflated, qmax;
+} tally;
+
+/* Offers msg (numbered seq, with its key) to s: sent (through the loop's
+ * cork, so that what one subscriber is offered in a row leaves in one
+ * write), queued behind what s waits for, or dropped or closed by the
+ * topic's policy. */
+static void offer(sub *s, tern_ws_prepared *msg, uint64_t seq, const tern_ws *except,
+                  const char *key, size_t klen, tally *n) {
+    const tern_topic_options *o = &s->t->o;
+    if (s->ws == except || seq <= s->skip_upto)
+        return;
+    tern_ws *ws = s->ws;
+    size_t mlen = tern__ws_prepared_len(msg);
+    size_t backlog = tern_ws_buffered(ws);
+    int q;
+    if (s->head || backlog > 0) {
+        /* Behind: the message waits in s's queue, behind older ones, as a
+         * reference; unless what waits would pass the limit. */
+        if (o->policy == TERN_PUBSUB_CONFLATE && key != NULL) {
+            if ((q = conflate(s, msg, key, klen)) >= 0) {
+                n->conflated += (uint64_t)q;
+                n->qmax = s->nq > n->qmax ? s->nq : n->qmax;
+                return;
+            }
+        } else if (backlog + s->qbytes - s->rbytes + mlen <= o->max_backlog) {
+            if (queue_add(s, msg, key, klen) == 0) {
+                n->qmax = s->nq > n->qmax ? s->nq : n->qmax;
+                return;
+            }
+        } else if (o->policy == TERN_PUBSUB_CLOSE) {
+            if (ws_open(ws)) {
+                tern__ws_policy_close_code(ws, o->close_code);
+                n->closed++;
+            }
+            return;
+        }
+        s->dropped++;
+        n->dropped++;
+        return;
+    }
+    /* It could never wait: the policy now. But not for a keyed message
+     * under conflation, which the byte limit never drops while the
+     * subscriber is behind (its keys bound that): dropped here, for a
+     * subscriber with nothing waiting, that key's latest value would never
+     * arrive. */
+    if (mlen > o->max_backlog && !(o->policy == TERN_PUBSUB_CONFLATE && key != NULL)) {
+        if (o->policy == TERN_PUBSUB_CLOSE) {
+            if (ws_open(ws)) {
+                tern__ws_policy_close_code(ws, o->close_code);
+                n->closed++;
+            }
+        } else {
+            s->dropped++;
+            n->dropped++;
+        }
+        return;
+    }
+    if (tern_ws_send_prepared(ws, msg) == TERN_SEND_DROPPED) {
+        s->dropped++;
+        n->dropped++;
+    } else {
+        n->delivered++;
+    }
+}
+
+static void tally_add(registry *r, topic_t *t, const tally *n, uint64_t messages) {
+    t->dropped += n->dropped;
+    t->conflated += n->conflated;
+    PS_ADD(r, conflated, n->conflated);
+    PS_ADD(r, messages, messages);
+    PS_ADD(r, delivered, n->delivered);
+    PS_ADD(r, dropped, n->dropped);
+    PS_ADD(r, closed, n->closed);
+    RS_ADD(r, t->rule, conflated, n->conflated);
+    RS_ADD(r, t->rule, delivered, n->delivered);
+    RS_ADD(r, t->rule, dropped, n->dropped);
+    if (n->qmax > atomic_load_explicit(&r->stats.queue_max, memory_order_relaxed))
+        atomic_store_explicit(&r->stats.queue_max, n->qmax, memory_order_relaxed);
+}
+
+/* ---- batches: posted messages, a subscriber's several in one write ---- */
+
+static void delivery_free(void *user);
+
+/* Subscriptions a pass serves per loop turn: between two chunks the loop
+ * polls, so a publish that arrives meanwhile joins the next pass instead
+ * of waiting for a pass of its own (and its subscribers get it in the
+ * same write as the others of that pass). */
+#define BATCH_CHUNK 64
+/* Messages a topic's batch holds at most: past it, the pass under way and
+ * the next are finished at once, so a publisher that outruns the passes
+ * waits for them rather than growing the batch. */
+#define BATCH_MAX 256
+
+static void batch_unlink(registry *r, topic_t *t) {
+    *(t->bprev ? &t->bprev->bnext : &r->batch_head) = t->bnext;
+    if (t->bnext)
+        t->bnext->bprev = t->bprev;
+    t->bprev = t->bnext = NULL;
+    t->busy--;
+}
+
+/* Sends the pass under way to up to limit more subscriptions. When it
+ * reaches the end, its messages are released and the next pass (what came
+ * meanwhile) starts over; when nothing is left, t leaves the batch list
+ * (t->busy drops, and the caller frees an empty topic). */
+static void batch_step(registry *r, topic_t *t, size_t limit) {
+    if (t->npass == 0) {
+        t->npass = t->nds;
+        t->cursor = 0;
+    }
+    size_t end = t->nsubs - t->cursor > limit ? t->cursor + limit : t->nsubs;
+    tally n = {0};
+    for (size_t i = t->cursor; i < end; i++) {
+        sub *s = t->subs[i];
+        for (size_t k = 0; s && k < t->npass; k++) {
+            pub *p = t->ds[k]->p;
+            offer(s, p->msg, p->seq, (const tern_ws *)t->ds[k]->except, p->key, p->klen, &n);
+        }
+    }
+    t->cursor = end;
+    size_t done = 0;
+    if (end == t->nsubs) {
+        done = t->npass;
+        for (size_t k = 0; k < done; k++) {
+            latency_observe(r, t->ds[k]->p->born_ns);
+            delivery_free(t->ds[k]);
+        }
+        memmove(t->ds, t->ds + done, (t->nds - done) * sizeof(*t->ds));
+        t->nds -= done;
+        t->npass = 0;
+        if (t->holes && t->busy == 1)   /* only the batch runs over subs */
+            topic_compact(t);
+        if (t->nds == 0)
+            batch_unlink(r, t);
+    }
+    tally_add(r, t, &n, done);
+}
+
+/* Runs t's batch to its end now (a publish delivered at once must not
+ * pass it; a full batch). */
+static void batch_finish(registry *r, topic_t *t) {
+    while (t->nds > 0)
+        batch_step(r, t, SIZE_MAX);
+}
+
+static void batch_tick(tern_timer *tm, void *user) {
+    (void)tm;
+    registry *r = user;
+    r->batch_armed = false;
+    for (topic_t *t = r->batch_head, *next; t; t = next) {
+        next = t->bnext;
+        batch_step(r, t, BATCH_CHUNK);
+        if (t->nds == 0)
+            topic_maybe_free(r, t);
+    }
+    if (r->batch_head && tern_timer_again(r->batch_timer, 0) == 0)
+        r->batch_armed = true;
+    else   /* out of memory to arm it: the passes end now */
+        while (r->batch_head) {
+            topic_t *t = r->batch_head;
+            batch_finish(r, t);
+            topic_maybe_free(r, t);
+        }
+}
+
+/* d joins t's batch. Returns -1 when it cannot (out of memory): then the
+ * caller delivers it at once, behind the batch. */
+static int batch_add(registry *r, topic_t *t, struct delivery *d) {
+    if (t->nds == BATCH_MAX)
+        batch_finish(r, t);
+    if (t->nds == t->capds) {
+        size_t cap = t->capds ? t->capds * 2 : 8;
+        struct delivery **ds = realloc(t->ds, cap * sizeof(*ds));
+        if (ds == NULL)
+            return -1;
+        t->ds = ds;
+        t->capds = cap;
+    }
+    if (!r->batch_armed) {
+        int err = r->batch_timer ? tern_timer_again(r->batch_timer, 0)
+                                 : tern_timer_start(r->srv->loop, &r->batch_timer, 0, 0,
+                                                    batch_tick, r);
+        if (err < 0)
+            return -1;
+        r->batch_armed = true;
+    }
+    if (t->nds == 0) {
+        t->busy++;
+        t->npass = 0;
+        t->bprev = NULL;
+        t->bnext = r->batch_head;
+        if (r->batch_head)
+            r->batch_head->bprev = t;
+        r->batch_head = t;
+    }
+    t->ds[t->nds++] = d;
+    return 0;
+}
+
+/* The server is going: its batches are dropped (their subscribers are
+ * closed next). */
+static void batches_drop(registry *r) {
+    while (r->batch_head) {
+        topic_t *t = r->batch_head;
+        for (size_t k = 0; k < t->nds; k++)
+            delivery_free(t->ds[k]);
+        t->nds = t->npass = 0;
+        batch_unlink(r, t);
+    }
+    if (r->batch_timer)
+        tern_timer_stop(r->batch_timer);
+    r->batch_timer = NULL;
+    r->batch_armed = false;
+}
+
+/* Sends msg to the subscribers of the topic on srv's loop now, after the
+ * topic's batch (so in seq order). */
 static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq,
-                    tern_ws_prepared *msg, const tern_ws *except, const char *key, size_t klen) {
+                    tern_ws_prepared *msg, const tern_ws *except, const char *key, size_t klen,
+                    uint64_t born_ns) {
     registry *r = reg(srv);
     topic_t *t = tfind(r, name, len, hash_name(name, len));
     if (t == NULL)
         return;
-    const tern_topic_options *o = &t->o;
-    size_t mlen = tern__ws_prepared_len(msg);
-    uint64_t delivered = 0, dropped = 0, closed = 0, conflated = 0, qmax = 0;
-    int q;
+    latency_observe(r, born_ns);
+    tally n = {0};
     t->busy++;
-    for (size_t i = 0; i < t->nsubs; i++) {
-        sub *s = t->subs[i];
-        if (s == NULL || s->ws == except || seq <= s->skip_upto)
-            continue;
-        tern_ws *ws = s->ws;
-        size_t backlog = tern_ws_buffered(ws);
-        if (s->head || backlog > 0) {
-            /* Behind: the message waits in s's queue, behind older ones,
-             * as a reference; unless what waits would pass the limit. */
-            if (o->policy == TERN_PUBSUB_CONFLATE && key != NULL) {
-                if ((q = conflate(s, msg, key, klen)) >= 0) {
-                    conflated += (uint64_t)q;
-                    qmax = s->nq > qmax ? s->nq : qmax;
-                    continue;
-                }
-            } else if (backlog + s->qbytes - s->rbytes + mlen <= o->max_backlog) {
-                if (queue_add(s, msg, key, klen) == 0) {
-                    qmax = s->nq > qmax ? s->nq : qmax;
-                    continue;
-                }
-            } else if (o->policy == TERN_PUBSUB_CLOSE) {
-                if (ws_open(ws)) {
-                    tern__ws_policy_close_code(ws, o->close_code);
-                    closed++;
-                }
-                continue;
-            }
-            s->dropped++;
-            dropped++;
-            continue;
-        }
-        /* It could never wait: the policy now. But not for a keyed message
-         * under conflation, which the byte limit never drops while the
-         * subscriber is behind (its keys bound that): dropped here, for a
-         * subscriber with nothing waiting, that key's latest value would
-         * never arrive. */
-        if (mlen > o->max_backlog && !(o->policy == TERN_PUBSUB_CONFLATE && key != NULL)) {
-            if (o->policy == TERN_PUBSUB_CLOSE) {
-                if (ws_open(ws)) {
-                    tern__ws_policy_close_code(ws, o->close_code);
-                    closed++;
-                }
-            } else {
-                s->dropped++;
-                dropped++;
-            }
-            continue;
-        }
-        if (tern_ws_send_prepared(ws, msg) == TERN_SEND_DROPPED) {
-            s->dropped++;
-            dropped++;
-        } else {
-            delivered++;
-        }
-    }
-    t->dropped += dropped;
-    t->conflated += conflated;
-    PS_ADD(r, conflated, conflated);
-    PS_ADD(r, messages, 1);
-    PS_ADD(r, delivered, delivered);
-    PS_ADD(r, dropped, dropped);
-    PS_ADD(r, closed, closed);
-    if (qmax > atomic_load_explicit(&r->stats.queue_max, memory_order_relaxed))
-        atomic_store_explicit(&r->stats.queue_max, qmax, memory_order_relaxed);
+    if (t->nds > 0)
+        batch_finish(r, t);
+    for (size_t i = 0; i < t->nsubs; i++)
+        if (t->subs[i])
+            offer(t->subs[i], msg, seq, except, key, klen, &n);
+    tally_add(r, t, &n, 1);
     t->busy--;
     topic_maybe_free(r, t);
 }
@@ -1519,13 +1854,21 @@ static void delivery_free(void *user) {
     free(d);
 }
 
+/* A message posted to this loop joins its topic's batch; the delivery
+ * (and so the topic's count of posts in flight to this loop, which makes
+ * a publish here post behind it) lives until the batch has sent it. */
 static void deliver_post(tern_loop *loop, void *user) {
     (void)loop;
     delivery *d = user;
     tern_server *srv = d->idx < d->cfg->npeers ? d->cfg->peers[d->idx] : NULL;
-    if (srv && reg(srv))
-        deliver(srv, d->p->name, d->p->len, d->p->seq, d->p->msg, (const tern_ws *)d->except,
-                d->p->key, d->p->klen);
+    registry *r = srv ? reg(srv) : NULL;
+    pub *p = d->p;
+    topic_t *t = r ? tfind(r, p->name, p->len, hash_name(p->name, p->len)) : NULL;
+    if (t && batch_add(r, t, d) == 0)
+        return;
+    if (t)
+        deliver(srv, p->name, p->len, p->seq, p->msg, (const tern_ws *)d->except, p->key,
+                p->klen, p->born_ns);
     delivery_free(d);
 }
 
@@ -1644,6 +1987,9 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
     group *g = group_of(srv);
     if (g == NULL)
         return -ENOMEM;
+    if (forward)   /* made here, not heard from another node */
+        atomic_fetch_add_explicit(&g->published[rule_slot(g, name, tlen)], 1,
+                                  memory_order_relaxed);
     tern__redis *b = forward ? atomic_load(&g->redis) : NULL;
     if (b) {
         tern_topic_options o = topic_settings(g, name, tlen);
@@ -1669,6 +2015,7 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
     p->name[tlen] = '\0';
     p->key = key ? memcpy(p->name + tlen + 1, key, klen) : NULL;
     p->klen = klen;
+    p->born_ns = mono_ns();
     /* Numbered, framed, recorded and posted under the mutex: every loop
      * gets a topic's messages in seq order, the history stays in that
      * order, and a resume that reads it sees every seq it numbers. (The
@@ -1723,7 +2070,7 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
     pthread_mutex_unlock(&g->mu);
     int64_t seq = (int64_t)p->seq;
     if (now && reg(srv))
-        deliver(srv, name, tlen, p->seq, p->msg, except, p->key, klen);
+        deliver(srv, name, tlen, p->seq, p->msg, except, p->key, klen, p->born_ns);
     pub_unref(p);
     return seq;
 }

@@ -1080,6 +1080,9 @@ static void on_close(tern__conn *c, int err) {
     notify_close(ws, TERN_WS_ABNORMAL, "", 0);
     pubsub_forget(ws);
     message_reset(ws);
+    if (srv)
+        tern__server_ws_session_ended(
+            srv, (uint64_t)((uint32_t)(tern_loop_now(srv->loop) / 100) - ws->opened_ds) * 100);
     /* The session's access entry: the strings are copied by the queue. */
     if (srv && ws->ext && ws->ext->acct) {
         tern__ws_acct *a = ws->ext->acct;
@@ -1133,6 +1136,7 @@ int tern__ws_open(tern__conn *from, const tern__ws_endpoint *ep, void *conn_user
         ws->ext->acct = acct;
     ws->ep = ep;
     ws->user = conn_user;
+    ws->opened_ds = (uint32_t)(tern_loop_now(ws->conn.loop) / 100);
     ws->refs = TERN__WS_CONN_REF;   /* the connection's own, dropped by on_free */
     ws->state = TERN__WS_OPEN;
     ws->subprotocol = subprotocol < 0 ? TERN__WS_NO_SUBPROTOCOL : (uint8_t)subprotocol;

@@ -176,6 +176,10 @@ struct tern_ws {
      * the count has to live with the connection (net gives the struct
      * back, ws frees it when the count says so). */
     uint32_t refs;
+    /* The loop's clock at the switch, in tenths of a second (mod 2^32:
+     * sessions under 13 years measure right), for the session-length
+     * histogram: in the struct's last padding. */
+    uint32_t opened_ds;
 };
 
 #define TERN__WS_CONN_REF 0x80000000u

@@ -265,37 +265,67 @@ def test_sighup_applies_what_may_change_and_names_the_rest(tern_factory, tmp_pat
     assert upgrade_status(t.port, "https://third.example")[0] == 403
 
 
-def test_sighup_changes_the_pubsub_rate(tmp_path):
-    """A limit changed live: /pubsub's rate, from 2 a second to none. (Not
-    through conftest's server, which turns the rate off with a flag, and a
-    flag wins over the file.)"""
-    import json
-    from websockets.sync.client import connect
-    conf = tmp_path / "tern.conf"
-    conf.write_text("pubsub-rate 2\n")
+def serve_with_config_only(conf):
+    """tern serve with the file conf alone: no TERN_* environment and not
+    conftest's server, which turns the rate off with a flag (and a flag
+    wins over the file). The process, its stderr's lines, its port."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TERN_") or k == "TERN_BIN"}
     p = subprocess.Popen([TERN_BIN, "serve", "--port", "0", "--threads", "1", "--admin-listen",
                           "off", "--config", str(conf)], stderr=subprocess.PIPE, env=env)
+    lines = Lines(p.stderr)
+    port = int(re.search(r"listening on http://127\.0\.0\.1:(\d+)/",
+                         lines.wait("listening on")).group(1))
+    return p, lines, port
+
+
+def rate_refused(ws, n):
+    """Of n publishes on the /pubsub connection ws, one answer awaited
+    after each, how many were refused with "rate limit"."""
+    import json
+    answers = []
+    for i in range(n):
+        ws.send(json.dumps({"op": "publish", "topic": "t", "data": str(i)}))
+        answers.append(json.loads(ws.recv(timeout=5 * SLOW)))
+    return sum(1 for a in answers if a.get("error") == "rate limit")
+
+
+def test_sighup_changes_the_pubsub_rate(tmp_path):
+    """A limit changed live: /pubsub's rate, from 2 a second to none."""
+    from websockets.sync.client import connect
+    conf = tmp_path / "tern.conf"
+    conf.write_text("pubsub-rate 2\n")
+    p, lines, port = serve_with_config_only(conf)
     try:
-        lines = Lines(p.stderr)
-        port = int(re.search(r"listening on http://127\.0\.0\.1:(\d+)/",
-                             lines.wait("listening on")).group(1))
-
-        def refused(n):
-            with connect(f"ws://127.0.0.1:{port}/pubsub") as ws:
-                answers = []
-                for i in range(n):
-                    ws.send(json.dumps({"op": "publish", "topic": "t", "data": str(i)}))
-                    answers.append(json.loads(ws.recv(timeout=5 * SLOW)))
-                return sum(1 for a in answers if a.get("error") == "rate limit")
-
         # A burst of 2: of 4 at once, the last are refused (unless the
         # machine stalls for a second between them).
-        assert refused(4) >= 1
+        with connect(f"ws://127.0.0.1:{port}/pubsub") as ws:
+            assert rate_refused(ws, 4) >= 1
         conf.write_text("pubsub-rate 0\n")
         p.send_signal(signal.SIGHUP)
         assert "applied pubsub-rate" in lines.wait(r"SIGHUP: .*tern\.conf read")
-        assert refused(50) == 0
+        with connect(f"ws://127.0.0.1:{port}/pubsub") as ws:
+            assert rate_refused(ws, 50) == 0
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10 * SLOW) == 0
+
+
+def test_sighup_limits_a_connection_opened_while_unlimited(tmp_path):
+    """The other way: a /pubsub connection opened while the rate was 0
+    (unlimited) follows a rate that SIGHUP sets, from its next message."""
+    from websockets.sync.client import connect
+    conf = tmp_path / "tern.conf"
+    conf.write_text("pubsub-rate 0\n")
+    p, lines, port = serve_with_config_only(conf)
+    try:
+        with connect(f"ws://127.0.0.1:{port}/pubsub") as ws:
+            assert rate_refused(ws, 20) == 0
+            conf.write_text("pubsub-rate 2\n")
+            p.send_signal(signal.SIGHUP)
+            assert "applied pubsub-rate" in lines.wait(r"SIGHUP: .*tern\.conf read")
+            # A burst of 2, the bucket full again at the new rate: of 4 at
+            # once, at least one is refused.
+            assert rate_refused(ws, 4) >= 1
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=10 * SLOW) == 0

@@ -106,3 +106,61 @@ def test_a_second_signal_ends_the_drain_at_once(tern_factory):
 
     assert asyncio.run(run()) < 1.0 * SLOW
     assert t.proc.returncode == 0
+
+
+def test_two_thousand_websockets_spread_over_five_seconds(tern_factory):
+    """The issue's measure: 2 000 WebSockets, --shutdown-spread 5 s: none
+    of the five one-second buckets holds more than a third of the closes.
+    Raw sockets (the handshakes sent in one batch, the closes watched with
+    one selector), so that the clients cost little."""
+    import os
+    import resource
+    import selectors
+    n, spread_ms = 2000, 5000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < n + 200:
+        pytest.skip(f"{n} sockets need a descriptor limit over {n + 200}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, n + 200), hard))
+    t = tern_factory("--threads", "2", "--shutdown-spread", str(spread_ms),
+                     "--shutdown-timeout", "8000")
+    head = (b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", t.port), timeout=10 * SLOW)
+            s.sendall(head)
+            socks.append(s)
+        for s in socks:   # every 101 read: all are open before the signal
+            got = b""
+            while b"\r\n\r\n" not in got:
+                chunk = s.recv(4096)
+                assert chunk, "closed before its 101"
+                got += chunk
+            assert got.startswith(b"HTTP/1.1 101"), got[:40]
+            s.setblocking(False)
+        sel = selectors.DefaultSelector()
+        for s in socks:
+            sel.register(s, selectors.EVENT_READ)
+        t0 = time.monotonic()
+        t.proc.send_signal(signal.SIGTERM)
+        closed, codes = [], set()
+        deadline = t0 + (spread_ms / 1000 + 5) * SLOW
+        while len(closed) < n and time.monotonic() < deadline:
+            for key, _ in sel.select(timeout=0.5):
+                data = key.fileobj.recv(64)
+                closed.append(time.monotonic() - t0)
+                # an unmasked close frame: 0x88, length, then the code
+                if len(data) >= 4 and data[0] == 0x88:
+                    codes.add(int.from_bytes(data[2:4], "big"))
+                sel.unregister(key.fileobj)
+        assert len(closed) == n, f"{len(closed)} of {n} closed"
+        assert codes == {1012}, codes
+        buckets = [0] * 5
+        for at in closed:
+            buckets[min(int(at), 4)] += 1
+        assert max(buckets) <= n / 3, buckets
+        assert t.proc.wait(timeout=10 * SLOW) == 0
+    finally:
+        for s in socks:
+            s.close()

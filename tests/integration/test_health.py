@@ -1,6 +1,9 @@
 """Liveness and readiness on the admin listener (issue #27): /healthz
 answers while the process does; /readyz is 503 with its reason while
-draining (after SIGTERM) and while a configured Redis is down."""
+draining (after SIGTERM), while a listener is not accepting and while a
+configured Redis is down."""
+import http.client
+import resource
 import shutil
 import signal
 import socket
@@ -10,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import SLOW, read_response
+from conftest import SLOW, Server, read_response
 from test_redis import Redis, free_port
 
 
@@ -49,6 +52,50 @@ def test_health_and_ready_on_a_plain_server(tern):
     assert get(tern.base, "/ping") == (200, "pong")
     assert get(tern.base, "/readyz")[0] == 404   # the admin listener's only
     assert redis_up(tern) is None
+
+
+def test_not_ready_while_a_listener_is_not_accepting():
+    """Out of descriptors, the public listener backs off (100 ms at a time,
+    while clients wait in the kernel's queue): /readyz says so, and
+    /metrics counts it, on an admin connection opened before; with room
+    again it is ready again. (The limit is set before the start: io_uring's
+    accept does not see a limit lowered later.)"""
+    limit = 48
+    t = Server(["--threads", "2"],
+               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+    admin = http.client.HTTPConnection("127.0.0.1", t.admin_port, timeout=5 * SLOW)
+    clients = []
+    try:
+        def ask(path):
+            admin.request("GET", path)
+            r = admin.getresponse()
+            return r.status, r.read().decode()
+
+        def paused():
+            text = ask("/metrics")[1]
+            return int(next(line.split()[1] for line in text.splitlines()
+                            if line.startswith("tern_listeners_paused ")))
+
+        assert ask("/readyz") == (200, "ready\n")
+        assert paused() == 0
+        # More clients than descriptors left, and some for each loop's
+        # accept queue (SO_REUSEPORT spreads them).
+        for _ in range(limit - t.open_fds() + 8):
+            clients.append(socket.create_connection(("127.0.0.1", t.port), timeout=5 * SLOW))
+        wait_for(lambda: ask("/readyz") == (
+            503, "not ready: a listener is not accepting (out of descriptors)\n"),
+            "/readyz to say a listener is not accepting")
+        assert paused() >= 1
+        for c in clients:
+            c.close()
+        clients = []
+        wait_for(lambda: ask("/readyz") == (200, "ready\n"), "/readyz ready again")
+        assert paused() == 0
+    finally:
+        for c in clients:
+            c.close()
+        admin.close()
+        assert t.stop() == 0, t.stderr
 
 
 def test_not_ready_while_draining(tern):

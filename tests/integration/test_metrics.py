@@ -29,12 +29,14 @@ def scrape(t):
             continue
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split(" ")
-            assert kind in ("counter", "gauge"), line
+            assert kind in ("counter", "gauge", "histogram"), line
             assert name not in typed, f"{name} typed twice"
             typed.add(name)
             continue
         assert SAMPLE.match(line), f"not a sample line: {line!r}"
-        assert line.split("{")[0].split(" ")[0] in typed, f"sample before its TYPE: {line!r}"
+        name = line.split("{")[0].split(" ")[0]
+        base = re.sub(r"_(bucket|sum|count)$", "", name)
+        assert name in typed or base in typed, f"sample before its TYPE: {line!r}"
     values = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
@@ -118,3 +120,114 @@ def test_pubsub_counters_move_with_a_publish(tern_factory):
     assert get(after, "tern_thread_pubsub_delivered_total", thread="0") == \
         get(after, "tern_pubsub_delivered_total")
     assert get(after, "tern_pubsub_dropped_total") == 0
+
+
+def test_pubsub_counters_by_topic_rule(tern_factory):
+    """One series per --topic rule, labelled with its pattern: subscribers,
+    publishes, copies delivered, history replayed, and resumes with and
+    without a gap, each moving for its own rule's topics only."""
+    t = tern_factory("--feed", "off", "--topic", "news.* subscribe=anyone publish=anyone history=3",
+                     "--topic", "chat subscribe=anyone publish=anyone")
+
+    def rule(v, name, pattern, **labels):
+        return get(v, name, rule=pattern, **labels)
+
+    def sub(ws, topic, **resume):
+        ws.send(json.dumps({"op": "subscribe", "topic": topic, **resume}))
+        replayed = 0
+        while True:
+            m = json.loads(ws.recv(timeout=5 * SLOW))
+            if m.get("ok") == "subscribe":
+                m["replayed_here"] = replayed
+                return m
+            replayed += 1
+
+    before = scrape(t)
+    assert rule(before, "tern_pubsub_rule_subscriptions", "news.*") == 0
+    with connect(f"ws://127.0.0.1:{t.port}/pubsub") as a, \
+            connect(f"ws://127.0.0.1:{t.port}/pubsub") as b:
+        epoch = sub(a, "news.eu")["epoch"]
+        sub(b, "news.eu")
+        sub(b, "chat")
+        for i in range(5):
+            t.publish("news.eu", f"n{i}")
+        for _ in range(5):
+            json.loads(a.recv(timeout=5 * SLOW))
+            json.loads(b.recv(timeout=5 * SLOW))
+        v = scrape(t)
+        assert rule(v, "tern_pubsub_rule_subscriptions", "news.*") == 2
+        assert rule(v, "tern_pubsub_rule_subscriptions", "chat") == 1
+        assert rule(v, "tern_pubsub_rule_published_total", "news.*") == 5
+        assert rule(v, "tern_pubsub_rule_delivered_total", "news.*") == 10
+        assert rule(v, "tern_pubsub_rule_published_total", "chat") == 0
+        assert rule(v, "tern_pubsub_rule_delivered_total", "chat") == 0
+    # Resumes: after seq 3 (2 missed, within the history of 3), and after
+    # seq 1 (3 missed, one of them gone: a gap).
+    with connect(f"ws://127.0.0.1:{t.port}/pubsub") as c:
+        ack = sub(c, "news.eu", epoch=epoch, after="3")
+        assert ack["resumed"] is True and ack["replayed_here"] == 2
+    with connect(f"ws://127.0.0.1:{t.port}/pubsub") as c:
+        ack = sub(c, "news.eu", epoch=epoch, after="1")
+        # a gap: the latest message of each key (here one, keyless) instead
+        assert ack["resumed"] is False and ack["replayed_here"] == 1
+    after = scrape(t)
+    assert rule(after, "tern_pubsub_rule_subscriptions", "news.*") == 0
+    assert rule(after, "tern_pubsub_rule_resumes_total", "news.*", gap="false") == 1
+    assert rule(after, "tern_pubsub_rule_resumes_total", "news.*", gap="true") == 1
+    assert rule(after, "tern_pubsub_rule_replayed_total", "news.*") == 2 + 1
+    assert rule(after, "tern_pubsub_rule_delivered_total", "news.*") == 10 + 2 + 1
+    assert rule(after, "tern_pubsub_rule_resumes_total", "chat", gap="false") == 0
+    assert rule(after, "tern_pubsub_rule_dropped_total", "news.*") == 0
+    assert rule(after, "tern_pubsub_rule_conflated_total", "news.*") == 0
+
+
+def test_publish_to_delivery_latency_histogram(tern_factory):
+    """A histogram Prometheus takes: cumulative buckets ending in +Inf, a
+    _count that is the +Inf bucket, one observation per message and loop
+    that had subscribers."""
+    t = tern_factory("--feed", "off", "--threads", "2")
+    name = "tern_pubsub_delivery_latency_seconds"
+    before = scrape(t)
+    with connect(f"ws://127.0.0.1:{t.port}/pubsub") as a:
+        a.send(json.dumps({"op": "subscribe", "topic": "lat"}))
+        assert json.loads(a.recv(timeout=5 * SLOW))["ok"] == "subscribe"
+        for i in range(7):
+            t.publish("lat", f"m{i}")
+        for _ in range(7):
+            json.loads(a.recv(timeout=5 * SLOW))
+        after = scrape(t)
+    assert get(after, name + "_count") == get(before, name + "_count") + 7
+    buckets = sorted(((float(dict(k[1])["le"]), v) for k, v in after.items()
+                      if k[0] == name + "_bucket"), key=lambda x: x[0])
+    assert buckets[-1] == (float("inf"), get(after, name + "_count"))
+    assert [v for _, v in buckets] == sorted(v for _, v in buckets)   # cumulative
+    assert 0 < get(after, name + "_sum") < 7 * 5 * SLOW
+    # every bucket counts, and 7 local hand-offs take under a second each
+    assert get(after, name + "_bucket", le="1.000000") == get(after, name + "_count")
+
+
+def test_websocket_session_length_histogram(tern_factory):
+    """Each WebSocket session that ends is one observation of its length:
+    a short one in the first bucket, one held open 0.7 s above 0.5 s."""
+    import time
+    t = tern_factory("--threads", "2")
+    name = "tern_ws_session_seconds"
+    before = scrape(t)
+    with connect(f"ws://127.0.0.1:{t.port}/ws") as ws:
+        ws.send("a")
+        assert ws.recv(timeout=5 * SLOW) == "a"
+    with connect(f"ws://127.0.0.1:{t.port}/ws") as ws:
+        time.sleep(0.7)
+        ws.send("b")
+        assert ws.recv(timeout=5 * SLOW) == "b"
+    deadline = time.monotonic() + 5 * SLOW
+    while get(scrape(t), name + "_count") < get(before, name + "_count") + 2:
+        assert time.monotonic() < deadline, "the sessions' ends were not counted"
+        time.sleep(0.05)
+    after = scrape(t)
+    assert get(after, name + "_count") == get(before, name + "_count") + 2
+    assert get(after, name + "_bucket", le="+Inf") == get(after, name + "_count")
+    under = get(after, name + "_bucket", le="0.500000") - get(before, name + "_bucket", le="0.500000")
+    assert under == 1   # the short one
+    assert get(after, name + "_bucket", le="5.000000") - get(before, name + "_bucket", le="5.000000") == 2
+    assert 0.6 <= get(after, name + "_sum") - get(before, name + "_sum") < 5 * SLOW

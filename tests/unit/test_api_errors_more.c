@@ -98,6 +98,16 @@ static void server_accessors(void **state) {
     assert_int_equal(tern_server_clone(&clone, loop, host), -EINVAL);
     assert_int_equal(tern_listen(host, "127.0.0.1", 0, NULL), -EINVAL);
     assert_int_equal(tern_pubsub_stats(host, &pc), -EINVAL);
+    tern_histogram hh;
+    tern_pubsub_rule_counters hrc;
+    assert_int_equal(tern_pubsub_latency(host, &hh), -EINVAL);
+    assert_int_equal(tern_server_ws_sessions(host, &hh), -EINVAL);
+    assert_int_equal(tern_server_ws_sessions(NULL, &hh), -EINVAL);
+    assert_int_equal(tern_server_ws_sessions(srv, NULL), -EINVAL);
+    assert_int_equal(tern_server_ws_sessions(srv, &hh), 0);
+    assert_int_equal(hh.count, 0);
+    assert_int_equal(hh.le_us[0], 100000);
+    assert_int_equal(tern_pubsub_rule_stats(host, "a.", false, &hrc), -EINVAL);
     assert_int_equal(tern_pubsub_redis(host, "redis://127.0.0.1:1"), -EINVAL);
     assert_int_equal(tern_publish(host, "t", "x", 1, TERN_WS_TEXT), -EINVAL);
     assert_null(tern_server_loop(host));
@@ -185,6 +195,26 @@ static void pubsub_setup_calls(void **state) {
     }
     assert_int_equal(tern_pubsub_topic_rule(srv, "one.more.", &to), -ENOSPC);
     assert_int_equal(tern_pubsub_topic_rule(srv, "r1.", &to), 0);   /* replaces: no room needed */
+
+    /* a rule's counters, and the latency histogram, before any use */
+    tern_pubsub_rule_counters prc;
+    memset(&prc, 0xff, sizeof(prc));
+    assert_int_equal(tern_pubsub_rule_stats(NULL, "r1.", false, &prc), -EINVAL);
+    assert_int_equal(tern_pubsub_rule_stats(srv, NULL, false, &prc), -EINVAL);
+    assert_int_equal(tern_pubsub_rule_stats(srv, "r1.", false, NULL), -EINVAL);
+    assert_int_equal(tern_pubsub_rule_stats(srv, "nope.", false, &prc), -ENOENT);
+    assert_int_equal(tern_pubsub_rule_stats(srv, "r1.", true, &prc), -ENOENT);   /* not exact */
+    assert_int_equal(tern_pubsub_rule_stats(srv, "r1.", false, &prc), 0);
+    assert_int_equal(prc.subscriptions, 0);
+    assert_int_equal(prc.published, 0);
+    assert_int_equal(prc.resumed_gap, 0);
+    tern_histogram lh;
+    assert_int_equal(tern_pubsub_latency(NULL, &lh), -EINVAL);
+    assert_int_equal(tern_pubsub_latency(srv, NULL), -EINVAL);
+    assert_int_equal(tern_pubsub_latency(srv, &lh), 0);
+    assert_int_equal(lh.count, 0);
+    assert_int_equal(lh.le_us[0], 50);
+    assert_int_equal(lh.le_us[TERN_HISTOGRAM_BUCKETS - 1], 2500000);
 
     /* Redis */
     tern_redis_counters rc;

@@ -123,6 +123,41 @@ static void stopped_timer_never_fires_and_again_rearms(void **state) {
     tern_loop_free(loop);
 }
 
+/* A timer re-armed at 0 ms from its own callback fires again only after
+ * the loop has polled: a post made at its first firing runs before its
+ * second (before, it spun through all its firings inside one run). */
+typedef struct yielder {
+    tern_loop *loop;
+    int firings, fired_before_post;
+} yielder;
+
+static void yield_post(tern_loop *loop, void *user) {
+    yielder *y = user;
+    y->fired_before_post = y->firings;
+}
+
+static void yield_fire(tern_timer *t, void *user) {
+    yielder *y = user;
+    if (y->firings++ == 0)
+        assert_int_equal(tern_loop_post(y->loop, yield_post, y), 0);
+    if (y->firings < 100)
+        assert_int_equal(tern_timer_again(t, 0), 0);
+    else
+        tern_loop_stop(y->loop);
+}
+
+static void timer_rearmed_at_zero_yields_to_io(void **state) {
+    yielder y = {0};
+    assert_int_equal(tern_loop_new(&y.loop, NULL), 0);
+    tern_timer *t;
+    assert_int_equal(tern_timer_start(y.loop, &t, 0, 0, yield_fire, &y), 0);
+    tern_loop_run(y.loop);
+    assert_int_equal(y.firings, 100);
+    assert_int_equal(y.fired_before_post, 1);
+    tern_timer_stop(t);
+    tern_loop_free(y.loop);
+}
+
 /* ---- the wheel -------------------------------------------------------- */
 
 typedef struct wheel_probe {
@@ -676,6 +711,7 @@ int main(void) {
         cmocka_unit_test(a_listener_takes_its_connections_through_the_back_end),
         cmocka_unit_test(repeating_timer_repeats_and_stops_itself),
         cmocka_unit_test(stopped_timer_never_fires_and_again_rearms),
+        cmocka_unit_test(timer_rearmed_at_zero_yields_to_io),
         cmocka_unit_test(wheel_fires_never_early_at_most_a_tick_late),
         cmocka_unit_test(wheel_cancel_and_move),
         cmocka_unit_test(wheel_long_deadline_waits_for_its_turn),

@@ -33,20 +33,28 @@
 
 #include "client.h"
 
+static char *frames_text(const char *raw, size_t n);
+
 /* Everything the server sent (after the 101's head), until it has been
- * quiet for 100 ms, as a list of text messages joined with '\n'. Only
+ * quiet for quiet_ms, as a list of text messages joined with '\n'. Only
  * small unmasked text frames are expected. */
-static char *client_messages(int fd) {
+static char *client_messages_within(int fd, int quiet_ms) {
     static char raw[1 << 20];
     size_t n = 0;
     struct pollfd p = {.fd = fd, .events = POLLIN};
-    while (poll(&p, 1, 100) > 0) {
+    while (poll(&p, 1, quiet_ms) > 0) {
         ssize_t r = read(fd, raw + n, sizeof(raw) - n);
         if (r <= 0)
             break;
         n += (size_t)r;
     }
-    char *body = memmem(raw, n, "\r\n\r\n", 4);
+    return frames_text(raw, n);
+}
+
+static char *client_messages(int fd) { return client_messages_within(fd, 100); }
+
+static char *frames_text(const char *raw, size_t n) {
+    const char *body = memmem(raw, n, "\r\n\r\n", 4);
     assert_non_null(body);
     size_t pos = (size_t)(body + 4 - raw);
     char *out = calloc(1, n + 1);
@@ -135,16 +143,18 @@ static void on_close(tern_ws *ws, int code, const char *reason, size_t reason_le
 
 static const tern_ws_handlers handlers = {.on_open = on_open, .on_close = on_close};
 
-static void app_start(app *a, const tern_pubsub_options *po) {
+static void app_start_with(app *a, const tern_pubsub_options *po, const tern_server_options *so) {
     memset(a, 0, sizeof(*a));
     assert_int_equal(tern_loop_new(&a->loop, NULL), 0);
-    assert_int_equal(tern_server_new(&a->srv, a->loop, NULL), 0);
+    assert_int_equal(tern_server_new(&a->srv, a->loop, so), 0);
     if (po)
         assert_int_equal(tern_pubsub_configure(a->srv, po), 0);
     tern_ws_options wo = {.backlog_hard = 16u << 20, .backlog_soft = 16u << 20};
     assert_int_equal(tern_ws_route(a->srv, "/ws", &handlers, &wo, a), 0);
     assert_int_equal(tern_listen(a->srv, "127.0.0.1", 0, NULL), 0);
 }
+
+static void app_start(app *a, const tern_pubsub_options *po) { app_start_with(a, po, NULL); }
 
 static void app_finish(app *a) {
     tern_timer_stop(a->tick);
@@ -295,6 +305,104 @@ static void publish_later_keeps_order_with_publish_now(void **state) {
         free(got);
     }
     app_finish(&a);
+}
+
+/* ---- posted messages in batches, a pass over the subscribers per turns ---- */
+
+#define BURST_SUBS 150      /* more than a pass serves in one loop turn */
+#define BURST_MSGS 40
+
+typedef struct burst {
+    app a;
+    int fds[BURST_SUBS + 1];
+    int firings;
+    tern_timer *pub;
+} burst;
+
+/* A 0 ms timer that re-arms itself: one tern_publish_later per loop turn,
+ * so that messages keep arriving while a pass is under way. */
+static void burst_fire(tern_timer *t, void *user) {
+    burst *b = user;
+    app *a = &b->a;
+    if (a->opened < BURST_SUBS) {
+        if (++a->ticks > 20000)
+            tern_loop_stop(a->loop);
+        else
+            tern_timer_again(t, 1);
+        return;
+    }
+    if (b->firings < BURST_MSGS) {
+        char buf[16];
+        snprintf(buf, sizeof(buf), "m%d", b->firings);
+        a->seqs[a->nseqs++] =
+            tern_publish_later(a->srv, "t", NULL, buf, strlen(buf), TERN_WS_TEXT, SIZE_MAX);
+        if (b->firings == 10) {
+            /* one leaves while passes run over the topic: counted out at once */
+            assert_int_equal(tern_ws_unsubscribe(a->order[1]->ws, "t"), 0);
+            assert_int_equal(tern_topic_subscribers(a->srv, "t"), BURST_SUBS - 1);
+        }
+        if (b->firings == 20)   /* one joins meanwhile */
+            b->fds[BURST_SUBS] = client_open(tern_server_port(a->srv), 0);
+        b->firings++;
+        tern_timer_again(t, 0);
+        return;
+    }
+    if (b->firings++ < BURST_MSGS + 50)   /* 50 more turns for the passes to end */
+        tern_timer_again(t, 0);
+    else
+        tern_loop_stop(a->loop);
+}
+
+static void posted_messages_reach_everyone_in_order_across_passes(void **state) {
+    (void)state;
+    burst *b = calloc(1, sizeof(*b));
+    assert_non_null(b);
+    app *a = &b->a;
+    tern_server_options so = {.max_connections_per_ip = TERN_UNLIMITED};
+    app_start_with(a, NULL, &so);
+    int port = tern_server_port(a->srv);
+    for (int i = 0; i < BURST_SUBS; i++)
+        b->fds[i] = client_open(port, 0);
+    b->fds[BURST_SUBS] = -1;
+    assert_int_equal(tern_timer_start(a->loop, &b->pub, 1, 0, burst_fire, b), 0);
+    assert_int_equal(tern_loop_run(a->loop), 0);
+    assert_int_equal(a->nseqs, BURST_MSGS);
+    for (int i = 0; i < BURST_MSGS; i++)
+        assert_int_equal(a->seqs[i], i + 1);
+    assert_int_equal(tern_topic_subscribers(a->srv, "t"), BURST_SUBS);   /* the joiner in */
+    char all[BURST_MSGS * 8] = "";
+    for (int i = 0; i < BURST_MSGS; i++) {
+        char line[16];
+        snprintf(line, sizeof(line), "m%d\n", i);
+        strcat(all, line);
+    }
+    /* every one of them all, in order, except the one that left: a prefix */
+    int whole = 0, prefix = 0;
+    for (int i = 0; i < BURST_SUBS; i++) {
+        char *got = client_messages_within(b->fds[i], 0);
+        if (strcmp(got, all) == 0)
+            whole++;
+        else if (strncmp(all, got, strlen(got)) == 0 && strlen(got) < strlen(all))
+            prefix++;
+        else
+            fail_msg("subscriber %d got \"%s\"", i, got);
+        free(got);
+    }
+    assert_int_equal(whole, BURST_SUBS - 1);
+    assert_int_equal(prefix, 1);
+    /* the joiner: from some message on, every one to the last, in order */
+    assert_true(b->fds[BURST_SUBS] >= 0);
+    char *got = client_messages_within(b->fds[BURST_SUBS], 0);
+    size_t gl = strlen(got);
+    assert_true(gl > 0 && gl < strlen(all));
+    assert_string_equal(all + strlen(all) - gl, got);
+    assert_true(got[0] == 'm' && (all + strlen(all) - gl == all || all[strlen(all) - gl - 1] == '\n'));
+    free(got);
+    tern_timer_stop(b->pub);
+    app_finish(a);
+    for (int i = 0; i <= BURST_SUBS; i++)
+        close(b->fds[i]);
+    free(b);
 }
 
 /* ---- slow subscribers ---------------------------------------------------- */
@@ -686,6 +794,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(order_except_and_unsubscribe),
         cmocka_unit_test(publish_later_keeps_order_with_publish_now),
+        cmocka_unit_test(posted_messages_reach_everyone_in_order_across_passes),
         cmocka_unit_test(drop_policy_counts_what_a_slow_subscriber_misses),
         cmocka_unit_test(close_policy_closes_with_1008_after_the_publish),
         cmocka_unit_test(bad_arguments_are_refused),
