@@ -12,7 +12,7 @@ JOBS       ?= $(shell nproc)
 WERROR     ?= $(if $(CI),ON,OFF)
 PREFIX     ?= /usr/local
 
-.PHONY: all deps deps-test deps-bench build build-asan build-fuzz run install test consumer \
+.PHONY: all deps deps-test deps-bench build build-asan build-fuzz build-rustls run install test consumer \
         unit integration fuzz bench clean
 
 all: build
@@ -65,8 +65,15 @@ install:
 # Every test: unit and integration, on the release build and again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, the library as an
 # application uses it, Autobahn, the fuzzers briefly, the bench suites quickly.
-test: deps-test deps-bench build build-asan build-fuzz
+test: deps-test deps-bench build build-asan build-fuzz build-rustls
 	@scripts/test.sh
+
+# tern on rustls (TERN_TLS=rustls; OpenSSL when there is no cargo 1.85+),
+# for the TLS tests' run against it in make test: the tern command only.
+RUSTLS_BUILD ?= build-rustls
+build-rustls: deps-test
+	@cmake -S . -B $(RUSTLS_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_TLS=rustls >/dev/null
+	@cmake --build $(RUSTLS_BUILD) -j $(JOBS) --target tern
 
 unit: deps-test build
 	cd $(BUILD) && ctest --output-on-failure

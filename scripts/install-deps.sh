@@ -53,6 +53,18 @@ if [ $want_test = 1 ]; then
     systemd                                      # systemd-socket-activate, systemd-analyze (tests/integration/test_systemd.py)
     strace                                       # which system calls TLS on io_uring makes (test_backends.py)
   )
+  # cargo 1.85+ (rustls-ffi's minimum) for make test's TERN_TLS=rustls
+  # build: Debian 13's package is; Debian 12's (0.66, Rust 1.63) is not, and
+  # rustup is no Debian package: then that build falls back to OpenSSL.
+  if ! { command -v cargo >/dev/null &&
+         dpkg --compare-versions "$(cargo --version | cut -d' ' -f2)" ge 1.85; }; then
+    cand=$(apt-cache policy cargo 2>/dev/null | awk '/Candidate:/ {print $2}')
+    if [ -n "$cand" ] && [ "$cand" != "(none)" ] && dpkg --compare-versions "$cand" ge 1.85; then
+      apt_pkgs+=(cargo)
+    else
+      echo "install-deps: no cargo 1.85+ here nor in apt (rustup has it): build-rustls will use OpenSSL"
+    fi
+  fi
   py_mods+=(pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11
            prometheus_client:prometheus_client)   # /metrics' format, checked by its own parser
 fi

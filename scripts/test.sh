@@ -8,6 +8,7 @@
 #      (scripts/check-docs-map.sh: docs/ARCHITECTURE.md indexes every file
 #      of src/, README names every example, no link leaves the
 #      repository), then the integration tests (pytest);
+#   then the TLS tests against the rustls build (build-rustls);
 #   then the JavaScript client's tests (clients/js, node --test);
 #   2. unit and integration tests on the ASan+UBSan build, where any
 #      sanitizer report fails;
@@ -85,6 +86,34 @@ integration() {
 }
 
 integration release "$root/build/tern" || status=1
+
+# The TLS tests again against the rustls build (build-rustls, TERN_TLS=rustls,
+# made by make test), on each back end side by side: test_tls.py whole, and
+# the tests of the other files that use TLS by name. A build that fell back
+# to OpenSSL (no cargo 1.85+) says so in one line and skips them.
+rustls_tls() {
+    local bin=$root/build-rustls/tern io i rc=0 pids=()
+    local others=(test_admin test_backends test_client test_config test_limits test_load
+                  test_page test_tokens test_topic_rules test_vhosts test_ws test_ws_clients)
+    for io in "${backends[@]}"; do
+        (cd tests/integration &&
+         TERN_IO="$io" TERN_BIN="$bin" python3 -m pytest -q -p no:cacheprovider test_tls.py &&
+         TERN_IO="$io" TERN_BIN="$bin" python3 -m pytest -q -p no:cacheprovider \
+             -k "tls or wss or https" "${others[@]/%/.py}") >"$root/build/rustls-$io.log" 2>&1 &
+        pids+=($!)
+    done
+    for i in "${!backends[@]}"; do
+        wait "${pids[$i]}" || rc=1
+        section "TLS tests against rustls (build-rustls, ${backends[$i]})"
+        cat "$root/build/rustls-${backends[$i]}.log"
+    done
+    return $rc
+}
+if [[ $("$root/build-rustls/tern" serve --help 2>/dev/null | head -1) == *rustls* ]]; then
+    rustls_tls || status=1
+else
+    echo "test.sh: build-rustls is on OpenSSL (no cargo 1.85+ for rustls-ffi): its TLS runs skipped"
+fi
 
 # The JavaScript client (clients/js) against the release build's tern
 # serve, with Node's own test runner; and its package, packed offline.

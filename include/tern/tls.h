@@ -122,6 +122,10 @@ int tern_tls_add_cert(tern_tls *tls, const char *cert_file, const char *key_file
 int tern_tls_reload(tern_tls *tls);
 /* Drops the caller's reference; listeners hold their own. */
 void tern_tls_free(tern_tls *tls);
+/* The TLS library this build uses, with its version, for logs and
+ * --help: "OpenSSL 3.0.17" or "rustls-ffi/0.15.7/rustls/0.23.46/ring".
+ * A string of the library's, valid for the program's life. */
+const char *tern_tls_library(void);
 
 /* Listens for TLS connections: like tern_listen, with tls's certificates.
  * The server takes a reference to tls. */

@@ -1209,10 +1209,10 @@ static void print_listening(tern_loop *loop, void *user) {
     serve_ctx *ctx = user;
     const char *host = ctx->host;
     bool v6 = strchr(host, ':') != NULL;
-    char https[128] = "";
+    char https[256] = "";
     if (ctx->tls)
-        snprintf(https, sizeof(https), " and https://%s%s%s:%d/", v6 ? "[" : "", host,
-                 v6 ? "]" : "", tern_server_tls_port(ctx->first));
+        snprintf(https, sizeof(https), " and https://%s%s%s:%d/ (%s)", v6 ? "[" : "", host,
+                 v6 ? "]" : "", tern_server_tls_port(ctx->first), tern_tls_library());
     char admin[320] = "";
     if (ctx->admin) {
         bool av6 = strchr(ctx->admin_host, ':') != NULL;
@@ -1429,7 +1429,7 @@ static int serve_setup(tern_server *srv, void *user) {
 }
 
 static void usage(const tern__opt_set *s, FILE *f) {
-    fprintf(f, "usage: tern serve [options]\n\n");
+    fprintf(f, "usage: tern serve [options]   (TLS: %s)\n\n", tern_tls_library());
     tern__opt_help(s, f);
 }
 

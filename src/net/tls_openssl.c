@@ -41,19 +41,16 @@
 
 #include "loop/check.h"
 #include "loop/log.h"
-#include "net/tls.h"
+#include "net/tls_common.h"
 
 /* ---- certificate sets ------------------------------------------------- */
-
-#define TERN__TLS_MAX_NAMES 32
 
 /* One certificate chain and key, as files and as the SSL_CTX made of them.
  * names are its DNS names (lower-case), for SNI. */
 typedef struct tls_cert {
     char *cert_file, *key_file;
     SSL_CTX *ctx;
-    char *names[TERN__TLS_MAX_NAMES];
-    int nnames;
+    tern__tls_names names;
 } tls_cert;
 
 /* Invariants: certs[0] is the default; every certs[i].ctx is set up alike
@@ -87,57 +84,6 @@ static int tls_err(const char *what, const char *file) {
     tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: %s %s: %s", what, file ? file : "", buf);
     ERR_clear_error();
     return -EPROTO;
-}
-
-static void cert_names_free(tls_cert *c) {
-    for (int i = 0; i < c->nnames; i++)
-        free(c->names[i]);
-    c->nnames = 0;
-}
-
-static void add_name(tls_cert *c, const char *name, size_t len) {
-    if (c->nnames == TERN__TLS_MAX_NAMES || len == 0)
-        return;
-    char *n = strndup(name, len);
-    if (n == NULL)
-        return;
-    for (char *p = n; *p; p++)
-        if (*p >= 'A' && *p <= 'Z')
-            *p = (char)(*p - 'A' + 'a');
-    c->names[c->nnames++] = n;
-}
-
-/* The certificate's DNS names: subjectAltName entries, or its CN. */
-static void read_names(tls_cert *c, X509 *x) {
-    GENERAL_NAMES *sans = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
-    if (sans) {
-        for (int i = 0; i < sk_GENERAL_NAME_num(sans); i++) {
-            GENERAL_NAME *g = sk_GENERAL_NAME_value(sans, i);
-            if (g->type == GEN_DNS)
-                add_name(c, (const char *)ASN1_STRING_get0_data(g->d.dNSName),
-                         (size_t)ASN1_STRING_length(g->d.dNSName));
-        }
-        GENERAL_NAMES_free(sans);
-    }
-    if (c->nnames == 0) {
-        char cn[256];
-        int n = X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, sizeof(cn));
-        if (n > 0)
-            add_name(c, cn, (size_t)n);
-    }
-}
-
-/* Does pattern (a certificate name, maybe "*.example.com") cover name? */
-static bool name_matches(const char *pattern, const char *name, size_t len) {
-    size_t pl = strlen(pattern);
-    if (pl == len && strncasecmp(pattern, name, len) == 0)
-        return true;
-    if (pl > 2 && pattern[0] == '*' && pattern[1] == '.') {
-        const char *dot = memchr(name, '.', len);
-        size_t rest = dot ? len - (size_t)(dot - name) : 0;
-        return dot && dot != name && rest == pl - 1 && strncasecmp(dot, pattern + 1, rest) == 0;
-    }
-    return false;
 }
 
 static int sni_cb(SSL *ssl, int *alert, void *arg);
@@ -384,15 +330,14 @@ static int cert_load(tern_tls *tls, tls_cert *c) {
         SSL_CTX_free(ctx);
         return err;
     }
-    cert_names_free(c);
-    read_names(c, SSL_CTX_get0_certificate(ctx));
+    tern__tls_names_read(&c->names, SSL_CTX_get0_certificate(ctx));
     c->ctx = ctx;
     return 0;
 }
 
 static void cert_free(tls_cert *c) {
     SSL_CTX_free(c->ctx);
-    cert_names_free(c);
+    tern__tls_names_free(&c->names);
     free(c->cert_file);
     free(c->key_file);
 }
@@ -417,24 +362,9 @@ int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file
     if (out == NULL)
         return -EINVAL;
     *out = NULL;
-    if (opt && opt->passphrase && opt->passphrase_file)
-        return -EINVAL;   /* two sources: which one is meant? */
-    if (opt && opt->passphrase_file && access(opt->passphrase_file, R_OK) < 0) {
-        /* Said now, not only when an encrypted key happens to need it. */
-        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: cannot read the passphrase file %s: %s",
-                  opt->passphrase_file, strerror(errno));
-        return -ENOENT;   /* as for a certificate or key that cannot be read */
-    }
-    if (opt && ((opt->min_version != 0 && opt->min_version != 12 && opt->min_version != 13) ||
-                opt->client_verify < TERN_TLS_VERIFY_NONE ||
-                opt->client_verify > TERN_TLS_VERIFY_REQUIRE ||
-                (opt->client_verify != TERN_TLS_VERIFY_NONE) != (opt->client_ca_file != NULL)))
-        return -EINVAL;   /* a CA with nothing asked, or asking with no CA: which was meant? */
-    if (opt && opt->client_ca_file && access(opt->client_ca_file, R_OK) < 0) {
-        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: cannot read the client CA file %s: %s",
-                  opt->client_ca_file, strerror(errno));
-        return -ENOENT;
-    }
+    int oerr = tern__tls_options_check(opt);
+    if (oerr < 0)
+        return oerr;
     tern_tls *tls = calloc(1, sizeof(*tls));
     if (tls == NULL)
         return -ENOMEM;
@@ -543,12 +473,10 @@ static int sni_cb(SSL *ssl, int *alert, void *arg) {
     size_t len = strlen(name);
     pthread_mutex_lock(&tls->lock);
     for (int i = 1; i < tls->ncerts; i++)
-        for (int j = 0; j < tls->certs[i].nnames; j++)
-            if (name_matches(tls->certs[i].names[j], name, len)) {
-                SSL_set_SSL_CTX(ssl, tls->certs[i].ctx);
-                pthread_mutex_unlock(&tls->lock);
-                return SSL_TLSEXT_ERR_OK;
-            }
+        if (tern__tls_names_match(&tls->certs[i].names, name, len)) {
+            SSL_set_SSL_CTX(ssl, tls->certs[i].ctx);
+            break;
+        }
     pthread_mutex_unlock(&tls->lock);
     return SSL_TLSEXT_ERR_OK;
 }
@@ -558,8 +486,7 @@ static int sni_cb(SSL *ssl, int *alert, void *arg) {
 /* verify_out, for a client's connection while its handshake runs, is
  * where a failed handshake leaves the certificate verification's result
  * (the connection's own struct outlives the transport's release).
- * sniffed: a server's connection has had its first bytes looked at (plain
- * HTTP or TLS?); failure_logged: its failed handshake has been said. */
+ */
 typedef struct tls_loop tls_loop;
 
 /* warm_*: on its loop's list of sessions that may hold record buffers
@@ -568,8 +495,7 @@ typedef struct tls_loop tls_loop;
  * transport call under way (the struct moves on an upgrade, so lower_bio
  * learns it anew at each call); io_err, the lower transport's error (a
  * negative errno) that made the last call fail; eof, that its read
- * returned the end. head[head_off..head_len) are bytes read to tell plain
- * HTTP from TLS, not yet handed to OpenSSL. */
+ * returned the end. h: the first bytes, read to tell plain HTTP from TLS. */
 typedef struct tls_conn {
     tern__transport base;
     SSL *ssl;
@@ -581,11 +507,8 @@ typedef struct tls_conn {
     int io_err;
     const char *alpn;   /* a server's protocols (net/tls.h's format) */
     tern__tls_verify *verify_out;
-    char head[4];
-    uint8_t head_off, head_len;
+    tern__tls_head h;
     bool eof;
-    bool sniffed;
-    bool failure_logged;
 } tls_conn;
 
 /* ---- the BIO over the lower transport -------------------------------------
@@ -605,10 +528,8 @@ static int lower_bio_read(BIO *b, char *buf, int len) {
     if (len <= 0)
         return 0;
     int n = 0;
-    if (t->head_off < t->head_len) {
-        n = t->head_len - t->head_off < len ? t->head_len - t->head_off : len;
-        memcpy(buf, t->head + t->head_off, (size_t)n);
-        t->head_off = (uint8_t)(t->head_off + n);
+    if (t->h.off < t->h.len) {
+        n = (int)tern__tls_head_take(&t->h, buf, (size_t)len);
         if (n == len)
             return n;
     }
@@ -771,25 +692,16 @@ static void warm(tern__conn *c, tls_conn *t) {
     tl->warm = t;
 }
 
-/* The peer of c as text, "-" when it cannot be had. */
-static void peer_text(const tern__conn *c, char *buf, size_t cap) {
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    if (getpeername(c->io.fd, (struct sockaddr *)&ss, &sl) < 0 ||
-        tern_addr_format((struct sockaddr *)&ss, sl, buf, cap) < 0)
-        snprintf(buf, cap, "-");
-}
-
 /* A server's handshake failed: said once, at debug, with the peer and
  * OpenSSL's reason, before the error queue is cleared (a connection closed
  * or reset before it sent anything, a port probe, is no failed handshake:
- * sniff_plain_http marks it said). e is SSL_get_error's answer, sys the
+ * tern__tls_sniff marks it said). e is SSL_get_error's answer, sys the
  * errno of the failed call. */
 static void handshake_failed(tern__conn *c, int e, int sys) {
     tls_conn *t = (tls_conn *)c->tp;
-    if (t->failure_logged || !SSL_is_server(t->ssl) || SSL_is_init_finished(t->ssl))
+    if (t->h.failure_logged || !SSL_is_server(t->ssl) || SSL_is_init_finished(t->ssl))
         return;
-    t->failure_logged = true;
+    t->h.failure_logged = true;
     if (!tern__log_on(TERN_LOG_DEBUG))
         return;
     char why[256];
@@ -805,70 +717,9 @@ static void handshake_failed(tern__conn *c, int e, int sys) {
         snprintf(why, sizeof(why), "error %d", e);
     }
     char peer[TERN_ADDRSTRLEN];
-    peer_text(c, peer, sizeof(peer));
+    tern__tls_peer_text(c, peer, sizeof(peer));
     tern__log(TERN_LOG_DEBUG, TERN__LOG_TLS_HANDSHAKE, "tls: handshake with %s failed: %s", peer,
               why);
-}
-
-/* Does a connection's first bytes (n of them, 1 to 4) start a plain HTTP
- * request rather than a TLS record (content type 22, handshake)? The
- * methods a browser, curl or a script would send. */
-static bool looks_like_http(const char *p, size_t n) {
-    static const char methods[][5] = {"GET ", "POST", "HEAD", "PUT ",
-                                      "OPTI", "DELE", "PATC", "CONN"};
-    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
-        if (memcmp(p, methods[i], n) == 0)
-            return true;
-    return false;
-}
-
-/* The answer nginx gives, so the person at the browser learns what to do
- * instead of seeing a connection reset. */
-#define PLAIN_HTTP_BODY \
-    "The plain HTTP request was sent to HTTPS port: this port expects TLS (https://).\n"
-static const char plain_http_answer[] = "HTTP/1.1 400 Bad Request\r\n"
-                                        "Content-Type: text/plain\r\n"
-                                        "Content-Length: 81\r\n"
-                                        "Connection: close\r\n"
-                                        "\r\n" PLAIN_HTTP_BODY;
-_Static_assert(sizeof(PLAIN_HTTP_BODY) - 1 == 81, "Content-Length is the body's");
-
-/* Before a server's first read: is the client speaking plain HTTP to the
- * TLS port? Then its request is read and dropped (so that the close is a
- * FIN, not a reset that could destroy the answer), a 400 saying why is
- * written in the clear, and the connection fails. buf is scratch room.
- * Returns 1 to go on with TLS, -EAGAIN while nothing has come, 0 for an
- * end before any byte, or the error that closes the connection. */
-static ssize_t sniff_plain_http(tern__conn *c, tls_conn *t, char *buf, size_t len) {
-    const tern__transport_ops *low = t->lower->ops;
-    /* The first bytes, kept in t->head for OpenSSL (lower_bio_read). */
-    ssize_t n = low->recv(c, t->head, sizeof(t->head));
-    if (n == -EAGAIN)
-        return -EAGAIN;
-    t->sniffed = true;
-    if (n <= 0) {
-        t->failure_logged = true;   /* closed or reset having sent nothing: a probe, no handshake */
-        return n;
-    }
-    t->head_len = (uint8_t)n;
-    /* A TLS record: TLS. A request cut before its 4th byte is judged on
-     * what came: waiting for more would spin on a level-triggered readable
-     * socket. */
-    if (t->head[0] == 0x16 || !looks_like_http(t->head, (size_t)n))
-        return 1;
-    t->failure_logged = true;
-    /* What has come, bounded: a sender that never stops is not waited for. */
-    for (int i = 0; i < 4 && low->recv(c, buf, len) == (ssize_t)len; i++)
-        ;
-    struct iovec answer = {(void *)plain_http_answer, sizeof(plain_http_answer) - 1};
-    (void)low->send(c, &answer, 1);
-    if (tern__log_on(TERN_LOG_DEBUG)) {
-        char peer[TERN_ADDRSTRLEN];
-        peer_text(c, peer, sizeof(peer));
-        tern__log(TERN_LOG_DEBUG, TERN__LOG_TLS_HANDSHAKE,
-                  "tls: plain HTTP from %s on the TLS port: 400, closing", peer);
-    }
-    return -EPROTO;
 }
 
 /* OpenSSL's verification result in tern's words. */
@@ -945,8 +796,8 @@ static bool lower_holds(tern__conn *c, const tls_conn *t) {
 static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
     SSL *ssl = ssl_of(c);
     tls_conn *t = tls_enter(c);
-    if (!t->sniffed) {
-        ssize_t r = sniff_plain_http(c, t, buf, len);
+    if (!t->h.sniffed) {
+        ssize_t r = tern__tls_sniff(c, t->lower, &t->h, buf, len);
         if (r <= 0)
             return r;
     }
@@ -1052,7 +903,7 @@ static int tls_shutdown(tern__conn *c) {
  * lower transport holds (a stream's received bytes or end). */
 static bool tls_pending(const tern__conn *c) {
     const tls_conn *t = (const tls_conn *)c->tp;
-    return SSL_has_pending(t->ssl) == 1 || t->head_off < t->head_len ||
+    return SSL_has_pending(t->ssl) == 1 || t->h.off < t->h.len ||
            t->lower->ops->pending(c);
 }
 
@@ -1091,15 +942,8 @@ int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tl
     if (x == NULL)
         return 0;
     *verify = verify_of(SSL_get_verify_result(ssl));
-    if (cap) {
-        BIO *b = BIO_new(BIO_s_mem());
-        if (b && X509_NAME_print_ex(b, X509_get_subject_name(x), 0, XN_FLAG_RFC2253) >= 0) {
-            int n = BIO_read(b, subject, (int)(cap - 1 > INT_MAX ? INT_MAX : cap - 1));
-            subject[n > 0 ? n : 0] = '\0';
-        }
-        BIO_free(b);
-        ERR_clear_error();
-    }
+    if (cap)
+        tern__tls_subject(x, subject, cap);
     return 1;
 }
 
@@ -1200,7 +1044,7 @@ int tern__tls_client_attach(tern__conn *c, tern__tls_client *cl, const char *nam
         }
     }
     SSL_set_connect_state(t->ssl);
-    t->sniffed = true;   /* a server's first bytes are its own business */
+    t->h.sniffed = true;   /* a server's first bytes are its own business */
     t->base.ops = &tls_ops;
     tern__conn_set_transport(c, &t->base);
     return 0;
@@ -1211,20 +1055,15 @@ fail:
     return -ENOMEM;
 }
 
-const char *tern__tls_verify_string(tern__tls_verify v) {
-    switch (v) {
-    case TERN__TLS_VERIFY_OK:
-        return "the certificate is valid";
-    case TERN__TLS_VERIFY_UNTRUSTED:
-        return "the certificate is not signed by a trusted CA (self-signed or unknown issuer)";
-    case TERN__TLS_VERIFY_NAME_MISMATCH:
-        return "the certificate does not carry the server's name";
-    case TERN__TLS_VERIFY_EXPIRED:
-        return "the certificate has expired";
-    case TERN__TLS_VERIFY_NOT_YET_VALID:
-        return "the certificate is not valid yet";
-    case TERN__TLS_VERIFY_OTHER:
-        break;
-    }
-    return "the certificate was refused";
+/* "OpenSSL " and the version number OpenSSL gives, made once. */
+static char library_name[64];
+static pthread_once_t library_once = PTHREAD_ONCE_INIT;
+
+static void library_make(void) {
+    snprintf(library_name, sizeof(library_name), "OpenSSL %s", OpenSSL_version(OPENSSL_VERSION_STRING));
+}
+
+const char *tern_tls_library(void) {
+    pthread_once(&library_once, library_make);
+    return library_name;
 }

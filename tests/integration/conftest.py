@@ -25,6 +25,21 @@ SANITIZED = os.environ.get("TERN_SANITIZED") == "1"
 SLOW = 3.0 if SANITIZED else 1.0
 
 
+def tls_library():
+    """The build's TLS library ("OpenSSL 3.0.x", "rustls-ffi/..."), as the
+    first line of `tern serve --help` names it: some options are OpenSSL's
+    only, and a rustls build refuses them at start."""
+    global _tls_library
+    if _tls_library is None:
+        first = subprocess.run([TERN_BIN, "serve", "--help"], capture_output=True, text=True,
+                               timeout=10).stdout.split("\n", 1)[0]
+        _tls_library = re.search(r"\(TLS: (.*)\)", first).group(1)
+    return _tls_library
+
+
+_tls_library = None
+
+
 def has_flag(args, flag):
     return any(a == flag or a.startswith(flag + "=") for a in args)
 

@@ -14,15 +14,18 @@ import time
 
 import pytest
 
-from conftest import SANITIZED, SLOW, TERN_BIN, read_response, recv_until_closed
+from conftest import SANITIZED, SLOW, TERN_BIN, read_response, recv_until_closed, tls_library
 from test_faults import wait_fds
 
 
 def make_cert(d, name, cn, sans):
+    # A server's certificate, not a CA's (openssl req -x509 makes a CA by
+    # default): rustls refuses a CA certificate as a server's.
     key, cert = os.path.join(d, name + ".key"), os.path.join(d, name + ".pem")
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
                     "-out", cert, "-days", "30", "-subj", "/CN=" + cn,
-                    "-addext", "subjectAltName=" + sans],
+                    "-addext", "subjectAltName=" + sans,
+                    "-addext", "basicConstraints=critical,CA:FALSE"],
                    check=True, capture_output=True)
     return cert, key
 
@@ -208,6 +211,14 @@ def test_tls13_prefers_aes128_gcm_over_the_clients_order(tls_tern):
     s.close()
 
 
+# What only OpenSSL can do: a rustls build refuses it at start, tested below.
+openssl_only = pytest.mark.skipif(tls_library().startswith("rustls"),
+                                  reason="an OpenSSL option: refused by a rustls build")
+rustls_only = pytest.mark.skipif(not tls_library().startswith("rustls"),
+                                 reason="what a rustls build refuses")
+
+
+@openssl_only
 def test_cipher_lists_are_taken(tls_tern):
     tern = tls_tern("--tls-ciphers", "ECDHE-RSA-CHACHA20-POLY1305",
                     "--tls-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256")
@@ -232,8 +243,11 @@ def client_certs(certs):
         "-out", "ca.pem", "-days", "30", "-subj", "/CN=test client CA")
     run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "alice.key",
         "-out", "alice.csr", "-subj", "/O=Example/CN=alice")
+    # X.509 v3 (an extension makes it so): rustls refuses v1 certificates.
+    with open(os.path.join(d, "alice.ext"), "w") as f:
+        f.write("basicConstraints=CA:FALSE\n")
     run("openssl", "x509", "-req", "-in", "alice.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "alice.pem", "-days", "30")
+        "-CAcreateserial", "-out", "alice.pem", "-days", "30", "-extfile", "alice.ext")
     # One the CA never signed.
     run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "mallory.key",
         "-out", "mallory.pem", "-days", "30", "-subj", "/CN=mallory")
@@ -265,6 +279,7 @@ def test_required_client_certificate(tls_tern, client_certs, version):
             raise ssl.SSLError("refused after the handshake")
 
 
+@openssl_only
 def test_optional_client_certificate_lets_everyone_in(tls_tern, client_certs):
     tern = tls_tern("--tls-client-ca", client_certs["ca"], "--tls-client-verify", "optional")
     for pair in (None, client_certs["alice"], client_certs["mallory"]):
@@ -398,7 +413,9 @@ def test_failed_handshakes_are_logged_at_debug(tls_tern):
     lines = tern.stderr.splitlines()
     mine = [l for l in lines if f"127.0.0.1:{junk_port}" in l]
     assert len(mine) == 1, tern.stderr                      # once
-    assert "[debug]" in mine[0] and "handshake" in mine[0] and "wrong version number" in mine[0], mine
+    # The library's own words: OpenSSL's, or rustls's.
+    why = "corrupt message" if tls_library().startswith("rustls") else "wrong version number"
+    assert "[debug]" in mine[0] and "handshake" in mine[0] and why in mine[0], mine
     mine = [l for l in lines if f"127.0.0.1:{old_port}" in l]
     assert len(mine) == 1 and "handshake" in mine[0], tern.stderr
     mine = [l for l in lines if f"127.0.0.1:{plain_port}" in l]
@@ -522,6 +539,7 @@ def serve_on_a_terminal(*args, timeout=5.0):
     return code, err.decode(errors="replace"), tty.decode(errors="replace")
 
 
+@openssl_only
 def test_encrypted_key_without_passphrase_fails_fast_and_never_prompts(encrypted_key):
     cert, key = encrypted_key
     t0 = time.monotonic()
@@ -534,6 +552,7 @@ def test_encrypted_key_without_passphrase_fails_fast_and_never_prompts(encrypted
     assert "UI routines" not in err, err
 
 
+@openssl_only
 def test_encrypted_key_with_a_wrong_passphrase_fails_clearly(encrypted_key, tmp_path):
     cert, key = encrypted_key
     pw = tmp_path / "pass"
@@ -549,6 +568,7 @@ def test_encrypted_key_with_a_wrong_passphrase_fails_clearly(encrypted_key, tmp_
     assert code == 1 and missing in err, (code, err)
 
 
+@openssl_only
 def test_encrypted_key_with_its_passphrase_file_serves_and_reloads(tern_factory, encrypted_key,
                                                                    tmp_path):
     cert, key = encrypted_key
@@ -743,3 +763,30 @@ def test_tls_sigterm_under_load_loses_no_accepted_request(tls_tern):
     for r in refused:
         assert "Refused" in r[1] or "reset" in r[1].lower() or "EOF" in r[1], r
     assert tern.proc.wait(timeout=10 * SLOW) == 0
+
+
+@rustls_only
+@pytest.mark.parametrize("args,why", [
+    (["--tls-ciphers", "ECDHE-RSA-CHACHA20-POLY1305"], "cipher lists are OpenSSL's syntax"),
+    (["--tls-ciphersuites", "TLS_CHACHA20_POLY1305_SHA256"], "cipher lists are OpenSSL's syntax"),
+    (["--tls-client-ca", "CA", "--tls-client-verify", "optional"], "optional client certificates"),
+    (["--tls-key-passphrase-file", "PASS"], "cannot read encrypted keys"),
+])
+def test_rustls_build_refuses_what_only_openssl_does(certs, client_certs, tmp_path, args, why):
+    cert, key = certs["default"]
+    (tmp_path / "pass").write_text("secret\n")
+    args = [client_certs["ca"] if a == "CA" else str(tmp_path / "pass") if a == "PASS" else a
+            for a in args]
+    r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--tls-port", "0", "--tls-cert", cert,
+                        "--tls-key", key, *args], capture_output=True, text=True, timeout=10 * SLOW)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert why in r.stderr and "TERN_TLS=openssl" in r.stderr, r.stderr
+
+
+@rustls_only
+def test_rustls_build_refuses_an_encrypted_key_clearly(encrypted_key):
+    cert, key = encrypted_key
+    code, err, tty = serve_on_a_terminal("--tls-port", "0", "--tls-cert", cert, "--tls-key", key)
+    assert code == 1, (code, err, tty)
+    assert f"the key in {key} is encrypted, which this build's TLS library (rustls)" in err, err
+    assert "pass phrase" not in tty.lower(), tty
