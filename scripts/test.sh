@@ -95,12 +95,12 @@ integration release "$root/build/tern" || status=1
 rustls_tls() {
     local bin=$root/build-rustls/tern io i rc=0 pids=()
     local others=(test_admin test_backends test_client test_config test_limits test_load
-                  test_page test_tokens test_topic_rules test_vhosts test_ws test_ws_clients)
+                  test_page test_systemd test_tokens test_topic_rules test_vhosts test_ws test_ws_clients)
     for io in "${backends[@]}"; do
         (cd tests/integration &&
          TERN_IO="$io" TERN_BIN="$bin" python3 -m pytest -q -p no:cacheprovider test_tls.py &&
          TERN_IO="$io" TERN_BIN="$bin" python3 -m pytest -q -p no:cacheprovider \
-             -k "tls or wss or https" "${others[@]/%/.py}") >"$root/build/rustls-$io.log" 2>&1 &
+             -k "tls or wss or https or socket_activation" "${others[@]/%/.py}") >"$root/build/rustls-$io.log" 2>&1 &
         pids+=($!)
     done
     for i in "${!backends[@]}"; do
