@@ -69,11 +69,14 @@ test: deps-test deps-bench build build-asan build-fuzz build-rustls
 	@scripts/test.sh
 
 # tern on rustls (TERN_TLS=rustls; OpenSSL when there is no cargo 1.85+),
-# for the TLS tests' run against it in make test: the tern command only.
+# for the TLS tests' run against it in make test: the tern command, and
+# the unit test of its certificate sets (test_tls_retire).
 RUSTLS_BUILD ?= build-rustls
 build-rustls: deps-test
 	@cmake -S . -B $(RUSTLS_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_TLS=rustls >/dev/null
 	@cmake --build $(RUSTLS_BUILD) -j $(JOBS) --target tern
+	@if [ -f $(RUSTLS_BUILD)/build.ninja ] && grep -q test_tls_retire $(RUSTLS_BUILD)/build.ninja; then \
+	    cmake --build $(RUSTLS_BUILD) -j $(JOBS) --target test_tls_retire; fi
 
 unit: deps-test build
 	cd $(BUILD) && ctest --output-on-failure

@@ -1,10 +1,14 @@
 -- The wrk script of bench/run: the request comes from the environment
 -- (WRK_METHOD, default GET; WRK_BODY_SIZE bytes of "a" as the body when
--- set), and done() prints one line "JSON {...}" with the counts and the
+-- set; WRK_CLOSE set: "Connection: close", so that every request has a
+-- connection of its own), and done() prints one line "JSON {...}" with the counts and the
 -- latency percentiles (microseconds) for bench/run to read.
 local method = os.getenv("WRK_METHOD") or "GET"
 local size = tonumber(os.getenv("WRK_BODY_SIZE") or "")
 wrk.method = method
+if os.getenv("WRK_CLOSE") then
+  wrk.headers["Connection"] = "close"
+end
 if size then
   wrk.body = string.rep("a", size)
   wrk.headers["Content-Type"] = "application/octet-stream"

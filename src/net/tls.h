@@ -43,6 +43,22 @@ bool tern__tls_is(const tern__conn *c);
  * 2253, truncated, NUL-terminated) in subject ("" when none). */
 int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tls_verify *verify);
 
+/* rustls builds only (net/tls_rustls.c), for tests/unit/test_tls_retire.c:
+ * the choice of a handshake's key, as its ClientHello callback makes it,
+ * and the rule that keeps that key alive until rustls has copied it,
+ * however many reloads come meanwhile (see struct tern__tls_certset).
+ * tern__tls_pick returns the key of tls's present set for SNI name (len
+ * bytes; 0: the default) with its set pinned in *pin, valid until
+ * tern__tls_unpin(tls, *pin), which frees the set if a reload replaced it
+ * and nothing else holds it (NULL: nothing). tern__tls_sets_alive: the
+ * sets not freed, 1 plus the replaced ones still pinned. */
+struct rustls_certified_key;
+typedef struct tern__tls_certset tern__tls_certset;
+const struct rustls_certified_key *tern__tls_pick(tern_tls *tls, const char *name, size_t len,
+                                                  tern__tls_certset **pin);
+void tern__tls_unpin(tern_tls *tls, tern__tls_certset *pin);
+int tern__tls_sets_alive(tern_tls *tls);
+
 /* The client's side (wss). A context for outbound connections: TLS 1.2+,
  * the ALPN list alpn, and unless insecure, verification against ca_file
  * (PEM) or the system's CAs. NULL on error (logged at warn). Sessions

@@ -58,12 +58,29 @@ typedef struct tls_cert {
     tern__tls_names names;
 } tls_cert;
 
-/* Invariants: certs[0] is the default. lock guards certs, which
- * tern_tls_reload replaces while other threads handshake: the ClientHello
- * callback (hello_cb) picks a key under it, and rustls copies the key
- * just after the callback returns, outside the lock; so the certificates
- * a reload replaces are kept (retired, nretired) until the next reload or
- * the end, not freed while a handshake may be copying one. cfgs are
+/* One generation of certificates: those tern_tls_new and
+ * tern_tls_add_cert gathered, or a reload's fresh load of the same files.
+ * Invariants: certs[0] is the default. refs counts who may still read a
+ * key of it: the tern_tls while it is the present set (tern_tls.set), and
+ * each handshake whose ClientHello callback (hello_cb) handed one of its
+ * keys to rustls, until rustls_connection_process_new_packets, the call
+ * that ran the callback, returns. rustls.h promises nothing about how long
+ * it reads the key it is given; rustls-ffi 0.15.7 copies it (a clone of
+ * the CertifiedKey: the chain and a reference to the signing key) right
+ * after the callback returns, inside that call, and never reads ours
+ * again. So a set a reload replaced is freed by the last of those to let
+ * go, at once: never while a handshake may still copy from it, and never
+ * later than the end of the handshakes that chose it. */
+struct tern__tls_certset {
+    atomic_int refs;
+    int n;
+    tls_cert *certs;
+};
+
+/* Invariants: lock guards set, the present certificates, which
+ * tern_tls_reload replaces while other threads handshake (hello_cb takes
+ * its reference under lock). nsets counts the sets not yet freed: 1, plus
+ * those replaced that a handshake still holds. cfgs are
  * the server configurations, one per ALPN list the protocols above have
  * attached with (a literal, compared by address), made on first use under
  * lock and kept until the tern_tls is freed: each has its session cache
@@ -73,10 +90,8 @@ struct tern_tls {
     uint32_t magic;   /* TERN__MAGIC_TLS until freed (loop/check.h) */
     pthread_mutex_t lock;
     atomic_int refs;
-    tls_cert *certs;
-    int ncerts;
-    tls_cert *retired;
-    int nretired;
+    tern__tls_certset *set;
+    atomic_int nsets;
     struct {
         const char *alpn;
         const struct rustls_server_config *cfg;
@@ -181,18 +196,50 @@ static void cert_free(tls_cert *c) {
     free(c->key_file);
 }
 
+/* A set of n certificates, zeroed, with one reference (its maker's),
+ * counted in tls->nsets; NULL when out of memory. */
+static tern__tls_certset *certset_new(tern_tls *tls, int n) {
+    tern__tls_certset *set = calloc(1, sizeof(*set));
+    tls_cert *certs = n ? calloc((size_t)n, sizeof(*certs)) : NULL;
+    if (set == NULL || (n && certs == NULL)) {
+        free(set);
+        free(certs);
+        return NULL;
+    }
+    atomic_init(&set->refs, 1);
+    set->n = n;
+    set->certs = certs;
+    atomic_fetch_add(&tls->nsets, 1);
+    return set;
+}
+
+/* Lets go of one reference to set (NULL: nothing); the last frees it. */
+static void certset_put(tern_tls *tls, tern__tls_certset *set) {
+    if (set == NULL || atomic_fetch_sub(&set->refs, 1) != 1)
+        return;
+    for (int i = 0; i < set->n; i++)
+        cert_free(&set->certs[i]);
+    free(set->certs);
+    free(set);
+    atomic_fetch_sub(&tls->nsets, 1);
+}
+
+/* Adds a certificate to the present set. Called with tls->lock held (or
+ * before anyone else knows tls): a handshake's key is a rustls object of
+ * its own, so moving the array does not move it. */
 static int cert_add(tern_tls *tls, const char *cert_file, const char *key_file) {
     if (tls == NULL || cert_file == NULL || key_file == NULL)
         return -EINVAL;
     tls_cert c = {.cert_file = strdup(cert_file), .key_file = strdup(key_file)};
     int err = c.cert_file && c.key_file ? cert_load(&c) : -ENOMEM;
-    tls_cert *certs = err ? NULL : realloc(tls->certs, (size_t)(tls->ncerts + 1) * sizeof(*certs));
+    tern__tls_certset *set = tls->set;
+    tls_cert *certs = err ? NULL : realloc(set->certs, (size_t)(set->n + 1) * sizeof(*certs));
     if (certs == NULL) {
         cert_free(&c);
         return err ? err : -ENOMEM;
     }
-    certs[tls->ncerts++] = c;
-    tls->certs = certs;
+    certs[set->n++] = c;
+    set->certs = certs;
     return 0;
 }
 
@@ -231,7 +278,12 @@ int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file
     tls->magic = TERN__MAGIC_TLS;
     pthread_mutex_init(&tls->lock, NULL);
     atomic_init(&tls->refs, 1);
+    atomic_init(&tls->nsets, 0);
     tls->min_version = 12;
+    if ((tls->set = certset_new(tls, 0)) == NULL) {
+        tern_tls_free(tls);
+        return -ENOMEM;
+    }
     if (opt) {
         tls->min_version = opt->min_version == 13 ? 13 : 12;
         tls->client_verify = opt->client_verify;
@@ -269,33 +321,26 @@ int tern_tls_reload(tern_tls *tls) {
     TERN__ASSERT_MAGIC(tls, TERN__MAGIC_TLS, "tern_tls");
     /* Load all first, outside the lock; swap only if every one loaded. */
     pthread_mutex_lock(&tls->lock);
-    int n = tls->ncerts;
-    tls_cert *fresh = calloc((size_t)n, sizeof(*fresh));
+    int n = tls->set->n;
+    tern__tls_certset *fresh = certset_new(tls, n);
     int err = fresh ? 0 : -ENOMEM;
     for (int i = 0; i < n && err == 0; i++) {
-        fresh[i].cert_file = strdup(tls->certs[i].cert_file);
-        fresh[i].key_file = strdup(tls->certs[i].key_file);
-        err = fresh[i].cert_file && fresh[i].key_file ? 0 : -ENOMEM;
+        fresh->certs[i].cert_file = strdup(tls->set->certs[i].cert_file);
+        fresh->certs[i].key_file = strdup(tls->set->certs[i].key_file);
+        err = fresh->certs[i].cert_file && fresh->certs[i].key_file ? 0 : -ENOMEM;
     }
     pthread_mutex_unlock(&tls->lock);
     for (int i = 0; i < n && err == 0; i++)
-        err = cert_load(&fresh[i]);
+        err = cert_load(&fresh->certs[i]);
     if (err < 0) {
-        for (int i = 0; fresh && i < n; i++)
-            cert_free(&fresh[i]);
-        free(fresh);
+        certset_put(tls, fresh);
         return err;
     }
     pthread_mutex_lock(&tls->lock);
-    tls_cert *old = tls->retired;
-    int nold = tls->nretired;
-    tls->retired = tls->certs;
-    tls->nretired = n;
-    tls->certs = fresh;
+    tern__tls_certset *old = tls->set;
+    tls->set = fresh;
     pthread_mutex_unlock(&tls->lock);
-    for (int i = 0; i < nold; i++)
-        cert_free(&old[i]);
-    free(old);
+    certset_put(tls, old);   /* freed now, unless a handshake still holds it */
     return 0;
 }
 
@@ -305,12 +350,7 @@ void tern_tls_free(tern_tls *tls) {
     TERN__ASSERT_MAGIC(tls, TERN__MAGIC_TLS, "tern_tls");
     if (atomic_fetch_sub(&tls->refs, 1) != 1)
         return;
-    for (int i = 0; i < tls->ncerts; i++)
-        cert_free(&tls->certs[i]);
-    free(tls->certs);
-    for (int i = 0; i < tls->nretired; i++)
-        cert_free(&tls->retired[i]);
-    free(tls->retired);
+    certset_put(tls, tls->set);   /* the last: every connection has let go of tls */
     for (int i = 0; i < tls->ncfgs; i++)
         rustls_server_config_free(tls->cfgs[i].cfg);   /* connections hold their own reference */
     free(tls->client_ca_file);
@@ -320,6 +360,26 @@ void tern_tls_free(tern_tls *tls) {
 }
 
 void tern__tls_ref(tern_tls *tls) { atomic_fetch_add(&tls->refs, 1); }
+
+const struct rustls_certified_key *tern__tls_pick(tern_tls *tls, const char *name, size_t len,
+                                                  tern__tls_certset **pin) {
+    pthread_mutex_lock(&tls->lock);
+    tern__tls_certset *set = tls->set;
+    const struct rustls_certified_key *key = set->certs[0].key;
+    for (int i = 1; len && i < set->n; i++)
+        if (tern__tls_names_match(&set->certs[i].names, name, len)) {
+            key = set->certs[i].key;
+            break;
+        }
+    atomic_fetch_add(&set->refs, 1);   /* under lock: a reload cannot free it first */
+    pthread_mutex_unlock(&tls->lock);
+    *pin = set;
+    return key;
+}
+
+void tern__tls_unpin(tern_tls *tls, tern__tls_certset *pin) { certset_put(tls, pin); }
+
+int tern__tls_sets_alive(tern_tls *tls) { return atomic_load(&tls->nsets); }
 
 /* ---- the transport ---------------------------------------------------- */
 
@@ -331,14 +391,17 @@ void tern__tls_ref(tern_tls *tls) { atomic_fetch_add(&tls->refs, 1); }
  * bytes rustls has taken that the last send reported as not taken (see
  * the top). more: the last read stopped with its buffer full, so rustls
  * may hold decrypted bytes. tls (a server's) chooses the certificate in
- * hello_cb; sni is the name the client asked for. verify_out, for a
- * client that verifies, is where a failed handshake leaves why. */
+ * hello_cb; sni is the name the client asked for. pinned: the set of the
+ * key hello_cb handed to rustls, held until the call that ran it returns
+ * (see tern__tls_certset). verify_out, for a client that verifies, is
+ * where a failed handshake leaves why. */
 typedef struct tls_conn {
     tern__transport base;
     struct rustls_connection *rc;
     tern__transport *lower;
     tern__conn *conn;
     tern_tls *tls;
+    tern__tls_certset *pinned;
     tern__tls_verify *verify_out;
     int io_err;
     size_t owed;
@@ -505,6 +568,10 @@ static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
         if (in == 0 && !t->eof)
             break;
         rustls_result p = rustls_connection_process_new_packets(t->rc);
+        if (t->pinned) {   /* hello_cb ran in that call: rustls has its copy of the key */
+            tern__tls_unpin(t->tls, t->pinned);
+            t->pinned = NULL;
+        }
         if (p != RUSTLS_RESULT_OK)
             return got ? (ssize_t)got : failed(c, t, p);
         /* Handshake messages, or records made of plaintext taken while
@@ -596,6 +663,8 @@ static const char *tls_server_name(const tern__conn *c) {
 static void tls_release(tern__conn *c) {
     tls_conn *t = (tls_conn *)c->tp;
     rustls_connection_free(t->rc);
+    if (t->pinned)   /* only if the call that ran hello_cb never returned here */
+        tern__tls_unpin(t->tls, t->pinned);
     if (t->tls)
         tern_tls_free(t->tls);
     t->lower->ops->release(c);
@@ -639,25 +708,20 @@ int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tl
 
 /* SNI: the certificate that names the host asked for; the default one
  * serves unknown names and clients that send none. rustls copies the key
- * before this returns, while the lock still holds it. */
+ * after this returns: its set stays pinned until tls_recv sees
+ * rustls_connection_process_new_packets return. */
 static const struct rustls_certified_key *hello_cb(void *user, const rustls_client_hello *hello) {
     tls_conn *t = user;
-    tern_tls *tls = t->tls;
     const char *name = hello->server_name.data;
     size_t len = hello->server_name.len;
     if (len && len < sizeof(t->sni)) {
         memcpy(t->sni, name, len);
         t->sni[len] = '\0';
     }
-    pthread_mutex_lock(&tls->lock);
-    const struct rustls_certified_key *key = tls->certs[0].key;
-    for (int i = 1; len && i < tls->ncerts; i++)
-        if (tern__tls_names_match(&tls->certs[i].names, name, len)) {
-            key = tls->certs[i].key;
-            break;
-        }
-    pthread_mutex_unlock(&tls->lock);
-    return key;   /* copied by rustls as soon as this returns: see retired */
+    /* Called again before the pin was dropped (a second ClientHello in
+     * one call): the first key was copied as that callback returned. */
+    tern__tls_unpin(t->tls, t->pinned);
+    return tern__tls_pick(t->tls, name, len, &t->pinned);
 }
 
 /* ALPN lists (net/tls.h's wire format) as rustls's slices; n of them. */

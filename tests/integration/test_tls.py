@@ -483,6 +483,46 @@ def test_sighup_reloads_certificates_without_dropping_connections(tern_factory, 
     assert peer_cn(s) == "renewed.test"
 
 
+def test_reloads_in_a_row_while_handshakes_run(tern_factory, certs):
+    """SIGHUP after SIGHUP while clients handshake on every loop: each
+    handshake gets a whole certificate, none fails, and the server lives
+    (rustls: the set a handshake chose outlives the reloads that replace
+    it, tests/unit/test_tls_retire.c; OpenSSL: SSL_CTX references)."""
+    cert, key = certs["default"]
+    tern = tern_factory("--tls-port", "0", "--tls-cert", cert, "--tls-key", key,
+                        "--threads", "2")
+    done, errors = [], []
+
+    def handshakes():
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            try:
+                s = tls_connect(tern)
+                s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                assert read_response(s)[2] == b"pong"
+                s.close()
+                done.append(1)
+            except Exception as e:   # noqa: BLE001 (reported below, all of them)
+                errors.append(repr(e))
+
+    import threading
+    clients = [threading.Thread(target=handshakes) for _ in range(3)]
+    for t in clients:
+        t.start()
+    reloads = 0
+    while any(t.is_alive() for t in clients):
+        tern.proc.send_signal(signal.SIGHUP)
+        reloads += 1
+        time.sleep(0.002)
+    for t in clients:
+        t.join()
+    assert errors == []
+    assert len(done) > 20 and reloads > 100, (len(done), reloads)
+    assert tern.proc.poll() is None
+    s = tls_connect(tern)
+    assert peer_cn(s) == "localhost"
+
+
 # ---- encrypted private keys (issue #25) -----------------------------------
 
 @pytest.fixture(scope="session")
