@@ -387,7 +387,8 @@ static int setup_conf(tern_server *srv, conf **out) {
 }
 
 int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt) {
-    if (srv == NULL || opt == NULL || !policy_ok(opt->policy, opt->close_code, opt->history))
+    if (srv == NULL || opt == NULL || !policy_ok(opt->policy, opt->close_code, opt->history) ||
+        opt->write_delay_ms > TERN_WRITE_DELAY_MAX)
         return -EINVAL;
     conf *c;
     int err = setup_conf(srv, &c);
@@ -1781,17 +1782,35 @@ static void batch_finish(registry *r, topic_t *t) {
         batch_step(r, t, SIZE_MAX);
 }
 
+/* Milliseconds until t's next pass may start (opt.write_delay_ms after
+ * the first message of it was published; 0 once a pass is under way). */
+static uint64_t batch_wait_ms(registry *r, const topic_t *t, uint64_t now_ns) {
+    uint64_t delay_ns = (uint64_t)r->g->opt.write_delay_ms * 1000000;
+    if (t->npass > 0 || delay_ns == 0)
+        return 0;
+    uint64_t due = t->ds[0]->p->born_ns + delay_ns;
+    return due > now_ns ? (due - now_ns + 999999) / 1000000 : 0;
+}
+
 static void batch_tick(tern_timer *tm, void *user) {
     (void)tm;
     registry *r = user;
     r->batch_armed = false;
+    uint64_t now = mono_ns(), wait = UINT64_MAX;
     for (topic_t *t = r->batch_head, *next; t; t = next) {
         next = t->bnext;
-        batch_step(r, t, BATCH_CHUNK);
-        if (t->nds == 0)
+        uint64_t w = batch_wait_ms(r, t, now);
+        if (w == 0)
+            batch_step(r, t, BATCH_CHUNK);
+        if (t->nds == 0) {
             topic_maybe_free(r, t);
+            continue;
+        }
+        w = batch_wait_ms(r, t, now);   /* the next pass, after one ended */
+        if (w < wait)
+            wait = w;
     }
-    if (r->batch_head && tern_timer_again(r->batch_timer, 0) == 0)
+    if (r->batch_head && tern_timer_again(r->batch_timer, wait) == 0)
         r->batch_armed = true;
     else   /* out of memory to arm it: the passes end now */
         while (r->batch_head) {
@@ -1815,8 +1834,10 @@ static int batch_add(registry *r, topic_t *t, struct delivery *d) {
         t->capds = cap;
     }
     if (!r->batch_armed) {
-        int err = r->batch_timer ? tern_timer_again(r->batch_timer, 0)
-                                 : tern_timer_start(r->srv->loop, &r->batch_timer, 0, 0,
+        /* the first batch of an idle loop: its pass starts after the delay */
+        uint64_t ms = r->g->opt.write_delay_ms;
+        int err = r->batch_timer ? tern_timer_again(r->batch_timer, ms)
+                                 : tern_timer_start(r->srv->loop, &r->batch_timer, ms, 0,
                                                     batch_tick, r);
         if (err < 0)
             return -1;
@@ -2055,7 +2076,10 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
     uint64_t h = hash_name(name, tlen);
     /* later: this loop's subscribers too by a post, behind what the
      * caller writes now */
-    bool here = !later && tern__loop_current() == srv->loop;
+    /* With a write delay, a publish on this loop's thread joins its
+     * topic's batch by a post too: delivering it now would end the batch
+     * early (it must not pass it), defeating the delay. */
+    bool here = !later && g->opt.write_delay_ms == 0 && tern__loop_current() == srv->loop;
     pub *p = malloc(sizeof(*p) + tlen + 1 + klen);
     if (p == NULL)
         return -ENOMEM;
