@@ -140,7 +140,21 @@ typedef struct tern_pubsub_options {
      * over the topics with a history), so one busy topic cannot wipe a
      * quiet one's. 0 (the default): no byte limit, only the counts. */
     size_t history_bytes;
+    /* Milliseconds a topic's messages may wait on a loop before their
+     * pass over its subscribers starts, counted from the first of them
+     * (at most TERN_WRITE_DELAY_MAX). The messages that come meanwhile go
+     * in the same pass, each subscriber getting them in a row in one
+     * write: fewer sends per message at a low publish rate, for up to
+     * this much more latency. With a delay, a publish on the loop's own
+     * thread waits in the batch too (behind the others: per-topic order
+     * holds). While a server stops gracefully its loop still runs the
+     * passes; what waits when it is freed is dropped for every
+     * subscriber alike, as they are closed. 0 (the default): a pass
+     * starts on the loop's next turn. */
+    uint32_t write_delay_ms;
 } tern_pubsub_options;
+
+#define TERN_WRITE_DELAY_MAX 1000   /* write_delay_ms at most */
 
 #define TERN_HISTORY_MAX 65536       /* messages kept per topic */
 #define TERN_HISTORY_TOPICS 4096     /* topics with a history, per group */
@@ -165,7 +179,8 @@ typedef struct tern_topic_options {
 /* Sets the pub/sub options of srv's configuration (every loop of its
  * tern_run group): call it in setup, before serving. Returns 0, -EINVAL
  * (srv or opt NULL, a bad policy, a close_code not 0, 1008 or 1013, a
- * history over TERN_HISTORY_MAX), -EBUSY once the configuration is shared
+ * history over TERN_HISTORY_MAX, a write_delay_ms over
+ * TERN_WRITE_DELAY_MAX), -EBUSY once the configuration is shared
  * or pub/sub used, -ENOMEM. */
 int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt);
 

@@ -1548,6 +1548,7 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     ctx.listen.sndbuf = (int)tern__opt_uint(s, SV_SNDBUF);
     ctx.po.history_ms = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY_AGE) * 1000;
     ctx.po.replay_rate = tern__opt_uint(s, SV_PS_REPLAY_RATE);
+    ctx.po.write_delay_ms = (uint32_t)tern__opt_uint(s, SV_PS_WRITE_DELAY);
     ctx.po.history_bytes = tern__opt_uint(s, SV_PS_HISTORY_BYTES);
     tern__policy_parse(tern__opt_str(s, SV_PS_POLICY), &ctx.po.policy, &ctx.po.close_code);
     if (rules_build(s, &ctx.rules) < 0)

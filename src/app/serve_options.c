@@ -236,6 +236,10 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                                    "resume until they catch up, together (0: no limit);\n"
                                    "spreads a reconnect storm's catch-up; above the live\n"
                                    "rate, or they fall behind"},
+    [SV_PS_WRITE_DELAY] = {"pubsub-write-delay", 0, U, "MS", "0", 0, 1000,
+                           .help = "a topic's messages wait up to MS before going out, so\n"
+                                   "each subscriber gets those of MS in one write (fewer\n"
+                                   "sends at low rates, MS more latency; 0: at once)"},
     [SV_TOKEN_HMAC] = {"token-hmac-secret-file", 0, S, "F", .flags = SECRET | RELOAD,
                        .help = "/pubsub takes JWTs signed HS256 with F's bytes (one\n"
                                "trailing newline stripped), as ?token= or Authorization:\n"

@@ -387,7 +387,8 @@ static int setup_conf(tern_server *srv, conf **out) {
 }
 
 int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt) {
-    if (srv == NULL || opt == NULL || !policy_ok(opt->policy, opt->close_code, opt->history))
+    if (srv == NULL || opt == NULL || !policy_ok(opt->policy, opt->close_code, opt->history) ||
+        opt->write_delay_ms > TERN_WRITE_DELAY_MAX)
         return -EINVAL;
     conf *c;
     int err = setup_conf(srv, &c);
@@ -785,6 +786,9 @@ typedef struct registry {
      * runs their passes a chunk per loop turn: armed while the list is
      * not empty (batch_armed), so that the loop polls between chunks. */
     topic_t *batch_head;
+    /* The deliveries posted to this loop with an except connection, not
+     * yet run or sent (delivery's except list). */
+    struct delivery *except_head;
     tern_timer *batch_timer;
     bool batch_armed;
 } registry;
@@ -1100,8 +1104,13 @@ static void conn_subs_free(registry *r, conn_subs *c) {
     free(c);
 }
 
+static void except_unlink(struct delivery *d);
+static void excepts_clear(registry *r, const tern_ws *ws);
+
 static void ws_closed(tern_server *srv, tern_ws *ws) {
     registry *r = reg(srv);
+    if (r)
+        excepts_clear(r, ws);
     conn_subs *c = cfind(r, ws);
     if (c == NULL)
         return;
@@ -1114,6 +1123,7 @@ static void batches_drop(registry *r);
 
 static void registry_free(tern_server *srv) {
     registry *r = reg(srv);
+    excepts_clear(r, NULL);
     batches_drop(r);
     for (size_t i = 0; i < r->conns.nb; i++)
         for (node *n = r->conns.b[i], *next; n; n = next) {
@@ -1508,8 +1518,29 @@ typedef struct delivery {
     pub *p;
     tern__server_config *cfg;   /* a reference */
     int idx;
+    /* The except connection is compared by address, which a connection
+     * opened after it closes may reuse while the delivery waits (posted,
+     * or in a batch). So a delivery with one is on its registry's except
+     * list (xr, xprev, xnext; all on that loop's thread), and ws_closed
+     * clears the except of the closing connection's deliveries (the
+     * message then goes to every subscriber, as it would had the
+     * publisher closed before publishing); registry_free clears them all. */
     uintptr_t except;
+    struct registry *xr;
+    struct delivery *xprev, *xnext;
 } delivery;
+
+/* Takes d off its registry's except list, if on it: its except is gone. */
+static void except_unlink(delivery *d) {
+    if (d->except == 0)
+        return;
+    *(d->xprev ? &d->xprev->xnext : &d->xr->except_head) = d->xnext;
+    if (d->xnext)
+        d->xnext->xprev = d->xprev;
+    d->except = 0;
+    d->xr = NULL;
+    d->xprev = d->xnext = NULL;
+}
 
 static void pub_unref(pub *p) {
     if (atomic_fetch_sub(&p->refs, 1) == 1) {
@@ -1751,17 +1782,35 @@ static void batch_finish(registry *r, topic_t *t) {
         batch_step(r, t, SIZE_MAX);
 }
 
+/* Milliseconds until t's next pass may start (opt.write_delay_ms after
+ * the first message of it was published; 0 once a pass is under way). */
+static uint64_t batch_wait_ms(registry *r, const topic_t *t, uint64_t now_ns) {
+    uint64_t delay_ns = (uint64_t)r->g->opt.write_delay_ms * 1000000;
+    if (t->npass > 0 || delay_ns == 0)
+        return 0;
+    uint64_t due = t->ds[0]->p->born_ns + delay_ns;
+    return due > now_ns ? (due - now_ns + 999999) / 1000000 : 0;
+}
+
 static void batch_tick(tern_timer *tm, void *user) {
     (void)tm;
     registry *r = user;
     r->batch_armed = false;
+    uint64_t now = mono_ns(), wait = UINT64_MAX;
     for (topic_t *t = r->batch_head, *next; t; t = next) {
         next = t->bnext;
-        batch_step(r, t, BATCH_CHUNK);
-        if (t->nds == 0)
+        uint64_t w = batch_wait_ms(r, t, now);
+        if (w == 0)
+            batch_step(r, t, BATCH_CHUNK);
+        if (t->nds == 0) {
             topic_maybe_free(r, t);
+            continue;
+        }
+        w = batch_wait_ms(r, t, now);   /* the next pass, after one ended */
+        if (w < wait)
+            wait = w;
     }
-    if (r->batch_head && tern_timer_again(r->batch_timer, 0) == 0)
+    if (r->batch_head && tern_timer_again(r->batch_timer, wait) == 0)
         r->batch_armed = true;
     else   /* out of memory to arm it: the passes end now */
         while (r->batch_head) {
@@ -1785,8 +1834,10 @@ static int batch_add(registry *r, topic_t *t, struct delivery *d) {
         t->capds = cap;
     }
     if (!r->batch_armed) {
-        int err = r->batch_timer ? tern_timer_again(r->batch_timer, 0)
-                                 : tern_timer_start(r->srv->loop, &r->batch_timer, 0, 0,
+        /* the first batch of an idle loop: its pass starts after the delay */
+        uint64_t ms = r->g->opt.write_delay_ms;
+        int err = r->batch_timer ? tern_timer_again(r->batch_timer, ms)
+                                 : tern_timer_start(r->srv->loop, &r->batch_timer, ms, 0,
                                                     batch_tick, r);
         if (err < 0)
             return -1;
@@ -1843,10 +1894,21 @@ static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq
     topic_maybe_free(r, t);
 }
 
+/* Clears the except of r's waiting deliveries that name ws (all of them
+ * for NULL: the registry goes). */
+static void excepts_clear(registry *r, const tern_ws *ws) {
+    for (delivery *d = r->except_head, *next; d; d = next) {
+        next = d->xnext;
+        if (ws == NULL || d->except == (uintptr_t)ws)
+            except_unlink(d);
+    }
+}
+
 /* Releases what d holds, whether it was delivered or not (the loop was
  * freed first: then as its drop hook). */
 static void delivery_free(void *user) {
     delivery *d = user;
+    except_unlink(d);
     if (d->p->ord)
         atomic_fetch_sub(&d->p->ord->inflight[d->idx], 1);
     pub_unref(d->p);
@@ -1894,6 +1956,16 @@ static bool post_all(tern_server *srv, pub *p, bool here, const tern_ws *except)
             continue;   /* that loop misses it: out of memory */
         *d = (delivery){.p = p, .cfg = cfg, .idx = i,
                         .except = peer == srv ? (uintptr_t)except : 0};
+        registry *r = d->except ? reg(srv) : NULL;
+        if (r == NULL) {   /* no registry yet: no subscriber here to skip */
+            d->except = 0;
+        } else {   /* on its except list (srv's loop: the caller's) */
+            d->xr = r;
+            d->xnext = r->except_head;
+            if (r->except_head)
+                r->except_head->xprev = d;
+            r->except_head = d;
+        }
         atomic_fetch_add(&p->refs, 1);
         tern__config_ref(cfg);
         if (ordered)
@@ -1903,6 +1975,7 @@ static bool post_all(tern_server *srv, pub *p, bool here, const tern_ws *except)
                 atomic_fetch_sub(&p->ord->inflight[i], 1);
             atomic_fetch_sub(&p->refs, 1);
             tern__config_unref(cfg);
+            except_unlink(d);
             free(d);
         }
     }
@@ -2003,7 +2076,10 @@ static int64_t publish(tern_server *srv, const char *name, const char *key, cons
     uint64_t h = hash_name(name, tlen);
     /* later: this loop's subscribers too by a post, behind what the
      * caller writes now */
-    bool here = !later && tern__loop_current() == srv->loop;
+    /* With a write delay, a publish on this loop's thread joins its
+     * topic's batch by a post too: delivering it now would end the batch
+     * early (it must not pass it), defeating the delay. */
+    bool here = !later && g->opt.write_delay_ms == 0 && tern__loop_current() == srv->loop;
     pub *p = malloc(sizeof(*p) + tlen + 1 + klen);
     if (p == NULL)
         return -ENOMEM;

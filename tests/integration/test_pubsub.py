@@ -293,11 +293,31 @@ def test_bad_topic_policy_is_refused():
 
 def test_bad_history_and_sndbuf_values_are_refused():
     for opt, bad in (("--pubsub-history", "65537"), ("--pubsub-history", "x"),
-                     ("--pubsub-history-age", "0"), ("--sndbuf", "100"), ("--sndbuf", "-1")):
+                     ("--pubsub-history-age", "0"), ("--sndbuf", "100"), ("--sndbuf", "-1"),
+                     ("--pubsub-write-delay", "1001")):
         r = subprocess.run([TERN_BIN, "serve", "--port", "0", opt, bad],
                            capture_output=True, text=True, timeout=10)
         assert r.returncode == 2, (opt, bad, r.stderr)
         assert "bad value for " + opt in r.stderr
+
+
+def test_write_delay_holds_messages_for_the_delay_in_order(tern_factory):
+    # --pubsub-write-delay 200: what a WebSocket and an HTTP publisher send
+    # within it reaches the subscriber in order, not before the delay after
+    # the first, and not much later
+    t = tern_factory("--pubsub-write-delay", "200")
+    with connect(url(t)) as a, connect(url(t)) as p:
+        subscribe(a, "d")
+        t0 = time.monotonic()
+        for i in range(5):
+            send(p, op="publish", topic="d", data=f"m{i}")
+        assert [recv(p)["seq"] for _ in range(5)] == [1, 2, 3, 4, 5]
+        assert http_publish(t, "d", "m5") == {"seq": 6, "subscribers": 1}
+        got = [recv(a) for _ in range(6)]
+        waited = time.monotonic() - t0
+        assert [g["data"] for g in got] == [f"m{i}" for i in range(6)]
+        assert [g["seq"] for g in got] == list(range(1, 7))
+        assert 0.2 <= waited < 0.2 + 1.0 * SLOW, waited
 
 
 def test_publish_across_threads(tern_factory):

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tern/tern.h"
@@ -403,6 +404,87 @@ static void posted_messages_reach_everyone_in_order_across_passes(void **state) 
     for (int i = 0; i <= BURST_SUBS; i++)
         close(b->fds[i]);
     free(b);
+}
+
+/* ---- a write delay: a topic's messages of the delay in one write ------- */
+
+#define DELAY_MS 50
+
+typedef struct delayed {
+    app a;
+    char raw[4096];
+    size_t n;
+    int reads;              /* reads that brought message bytes */
+    uint64_t t0, first;     /* the first publish; the first message's arrival */
+} delayed;
+
+static uint64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Every 5 ms: reads what the subscriber got so far, and publishes m0, m1,
+ * m2 10 ms apart (now and later alternately, on the loop's own thread),
+ * all within the delay. */
+static void delayed_tick(tern_timer *t, void *user) {
+    delayed *d = user;
+    app *a = &d->a;
+    (void)t;
+    ssize_t r = recv(a->fds[0], d->raw + d->n, sizeof(d->raw) - 1 - d->n, MSG_DONTWAIT);
+    if (r > 0) {
+        d->n += (size_t)r;
+        d->raw[d->n] = '\0';
+        const char *body = strstr(d->raw, "\r\n\r\n");
+        if (body && (size_t)(body + 4 - d->raw) < d->n) {   /* message bytes in it */
+            if (d->reads++ == 0)
+                d->first = now_ms();
+        }
+    }
+    if (a->opened < 1 || ++a->ticks > 400) {
+        if (a->ticks > 400)
+            tern_loop_stop(a->loop);
+        return;
+    }
+    int step = a->step++;
+    if (step == 0)
+        d->t0 = now_ms();
+    if (step % 2 == 0 && step <= 4) {
+        char buf[16];
+        snprintf(buf, sizeof(buf), "m%d", step / 2);
+        a->seqs[a->nseqs++] =
+            step == 2 ? tern_publish_later(a->srv, "t", NULL, buf, 2, TERN_WS_TEXT, SIZE_MAX)
+                      : publish(a, "t", buf, NULL);
+    }
+    if (d->reads > 0 && now_ms() - d->first > 100)   /* nothing more came since */
+        tern_loop_stop(a->loop);
+}
+
+static void write_delay_sends_a_topics_messages_together_in_order(void **state) {
+    (void)state;
+    delayed *d = calloc(1, sizeof(*d));
+    assert_non_null(d);
+    app *a = &d->a;
+    tern_pubsub_options po = {.write_delay_ms = TERN_WRITE_DELAY_MAX + 1};
+    app_start(a, NULL);
+    assert_int_equal(tern_pubsub_configure(a->srv, &po), -EINVAL);
+    po.write_delay_ms = DELAY_MS;
+    assert_int_equal(tern_pubsub_configure(a->srv, &po), 0);
+    a->fds[a->nfds++] = client_open(tern_server_port(a->srv), 0);
+    assert_int_equal(tern_timer_start(a->loop, &a->tick, 5, 5, delayed_tick, d), 0);
+    assert_int_equal(tern_loop_run(a->loop), 0);
+    assert_int_equal(a->nseqs, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(a->seqs[i], i + 1);
+    char *got = frames_text(d->raw, d->n);
+    assert_string_equal(got, "m0\nm1\nm2\n");   /* in order */
+    free(got);
+    assert_int_equal(d->reads, 1);              /* together */
+    /* held for the delay after the first, and not much longer */
+    assert_true(d->first - d->t0 >= DELAY_MS);
+    assert_true(d->first - d->t0 < DELAY_MS + 500);
+    app_finish(a);
+    free(d);
 }
 
 /* ---- slow subscribers ---------------------------------------------------- */
@@ -795,6 +877,7 @@ int main(void) {
         cmocka_unit_test(order_except_and_unsubscribe),
         cmocka_unit_test(publish_later_keeps_order_with_publish_now),
         cmocka_unit_test(posted_messages_reach_everyone_in_order_across_passes),
+        cmocka_unit_test(write_delay_sends_a_topics_messages_together_in_order),
         cmocka_unit_test(drop_policy_counts_what_a_slow_subscriber_misses),
         cmocka_unit_test(close_policy_closes_with_1008_after_the_publish),
         cmocka_unit_test(bad_arguments_are_refused),
