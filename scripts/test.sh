@@ -24,8 +24,10 @@
 #      on io_uring too, and cases 1-11 over wss:// against the rustls build
 #      on each back end; then its fuzzingserver (wstest as the server)
 #      against tern's client (tests/autobahn/client.c): every case on the
-#      release build, the quick ones on the sanitizer build;
-#   4. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus;
+#      release build, the quick ones on the sanitizer build. Two lanes
+#      side by side: the long wss:// run, and everything else in turn;
+#   4. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus,
+#      one per core at a time (scripts/fuzz.sh);
 #   5. every benchmark suite with --quick (bench/run), and ws-echo once more
 #      driven by the Go gorilla client: fails when a peer did not build, did
 #      not start or answered nothing (no speed thresholds).
@@ -39,7 +41,8 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=23
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=23"
 
 status=0
-section() { printf '\n==== %s ====\n' "$*"; }
+# Each section's header says when it started (minutes into the run).
+section() { printf '\n==== %s ==== [%d:%02d]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
 section "unit tests (release)"
 (cd build && ctest --output-on-failure --no-tests=error) || status=1
@@ -172,41 +175,30 @@ autobahn() {
     return $rc
 }
 
-if [ "${AUTOBAHN:-1}" != 0 ]; then
-    # tern's client against wstest's fuzzingserver, every case, runs in the
-    # background meanwhile: each side is one Python wstest on one core,
-    # and the two long runs together take the time of the longer one.
-    # Any sanitizer report makes the client exit non-zero, which run-client
-    # counts as a failure.
-    tests/autobahn/setup || status=1   # the venv, once, before both start
-    mkdir -p build/autobahn-client
-    AUTOBAHN_AGENT=tern tests/autobahn/run-client build/tests/autobahn_client \
-        build/autobahn-client >build/autobahn-client/run.out 2>&1 &
-    client_run=$!
+# The second of Autobahn's two lanes (below): tern's client against
+# wstest's fuzzingserver, every case, then the quick runs one after another.
+# Any sanitizer report makes the client exit non-zero, which run-client
+# counts as a failure.
+autobahn_lane() {
+    local rc=0 io
+    section "Autobahn|Testsuite fuzzingserver against tern's client, all cases (release)"
+    AUTOBAHN_AGENT=tern tests/autobahn/run-client build/tests/autobahn_client build/autobahn-client || rc=1
 
-    # Every case over wss:// (the frame code is the same over either
-    # transport, and TLS adds its own paths: records split across reads,
-    # input pending in OpenSSL, writes retried), the quick ones over ws://.
-    section "Autobahn|Testsuite over wss://, all cases (release)"
-    autobahn build build/autobahn-wss tls || status=1
     if [[ " ${backends[*]} " == *" uring "* ]]; then
         # TLS over io_uring's stream transport (#28): its own reads and writes
         section "Autobahn|Testsuite over wss://, quick cases (release, uring)"
-        TERN_IO=uring AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build build/autobahn-wss-uring tls ||
-            status=1
+        TERN_IO=uring AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build build/autobahn-wss-uring tls || rc=1
     fi
-
     for io in "${backends[@]}"; do
         section "Autobahn|Testsuite over ws://, quick cases (release, $io)"
-        TERN_IO=$io AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build build/autobahn-$io || status=1
+        TERN_IO=$io AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build build/autobahn-$io || rc=1
 
         section "Autobahn|Testsuite, quick cases (ASan + UBSan, $io)"
-        TERN_IO=$io AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build-asan build-asan/autobahn-$io ||
-            status=1
+        TERN_IO=$io AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build-asan build-asan/autobahn-$io || rc=1
     done
 
     section "Autobahn|Testsuite over wss://, quick cases (ASan + UBSan)"
-    AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build-asan build-asan/autobahn-wss tls || status=1
+    AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build-asan build-asan/autobahn-wss tls || rc=1
 
     # The other TLS library (#28): cases 1-11 over wss:// on each back end,
     # the big messages of 9.* included (records split and joined across
@@ -216,17 +208,34 @@ if [ "${AUTOBAHN:-1}" != 0 ]; then
         for io in "${backends[@]}"; do
             section "Autobahn|Testsuite over wss://, cases 1-11 (rustls, $io)"
             TERN_IO=$io AUTOBAHN_EXCLUDE="12.*,13.*" \
-                autobahn build-rustls build-rustls/autobahn-wss-$io tls || status=1
+                autobahn build-rustls build-rustls/autobahn-wss-$io tls || rc=1
         done
     fi
 
-    section "Autobahn|Testsuite fuzzingserver against tern's client, all cases (release)"
-    wait "$client_run" || status=1
-    cat build/autobahn-client/run.out
-
     section "Autobahn|Testsuite fuzzingserver against tern's client, quick cases (ASan + UBSan)"
     AUTOBAHN_AGENT=tern AUTOBAHN_EXCLUDE="9.*,12.*,13.*" tests/autobahn/run-client \
-        build-asan/tests/autobahn_client build-asan/autobahn-client || status=1
+        build-asan/tests/autobahn_client build-asan/autobahn-client || rc=1
+    return $rc
+}
+
+if [ "${AUTOBAHN:-1}" != 0 ]; then
+    # Two lanes side by side, each one wstest (Python) on one core: every
+    # case over wss:// on the release build, the longest run (12.* and 13.*,
+    # permessage-deflate, take most of its 11 minutes), and the other lane
+    # (autobahn_lane), whose output prints after it. Every case over wss://
+    # because the frame code is the same over either transport, and TLS
+    # adds its own paths: records split across reads, input pending in the
+    # TLS library, writes retried.
+    tests/autobahn/setup || status=1   # the venv, once, before both start
+    mkdir -p build/autobahn-client
+    autobahn_lane >build/autobahn-lane.log 2>&1 &
+    lane=$!
+
+    section "Autobahn|Testsuite over wss://, all cases (release)"
+    autobahn build build/autobahn-wss tls || status=1
+
+    wait "$lane" || status=1
+    cat build/autobahn-lane.log
 fi
 
 section "fuzzers"
