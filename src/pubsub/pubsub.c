@@ -786,9 +786,6 @@ typedef struct registry {
      * runs their passes a chunk per loop turn: armed while the list is
      * not empty (batch_armed), so that the loop polls between chunks. */
     topic_t *batch_head;
-    /* The deliveries posted to this loop with an except connection, not
-     * yet run or sent (delivery's except list). */
-    struct delivery *except_head;
     tern_timer *batch_timer;
     bool batch_armed;
 } registry;
@@ -1104,13 +1101,8 @@ static void conn_subs_free(registry *r, conn_subs *c) {
     free(c);
 }
 
-static void except_unlink(struct delivery *d);
-static void excepts_clear(registry *r, const tern_ws *ws);
-
 static void ws_closed(tern_server *srv, tern_ws *ws) {
     registry *r = reg(srv);
-    if (r)
-        excepts_clear(r, ws);
     conn_subs *c = cfind(r, ws);
     if (c == NULL)
         return;
@@ -1123,7 +1115,6 @@ static void batches_drop(registry *r);
 
 static void registry_free(tern_server *srv) {
     registry *r = reg(srv);
-    excepts_clear(r, NULL);
     batches_drop(r);
     for (size_t i = 0; i < r->conns.nb; i++)
         for (node *n = r->conns.b[i], *next; n; n = next) {
@@ -1518,29 +1509,16 @@ typedef struct delivery {
     pub *p;
     tern__server_config *cfg;   /* a reference */
     int idx;
-    /* The except connection is compared by address, which a connection
-     * opened after it closes may reuse while the delivery waits (posted,
-     * or in a batch). So a delivery with one is on its registry's except
-     * list (xr, xprev, xnext; all on that loop's thread), and ws_closed
-     * clears the except of the closing connection's deliveries (the
-     * message then goes to every subscriber, as it would had the
-     * publisher closed before publishing); registry_free clears them all. */
+    /* Compared by address only, which is safe although a connection
+     * opened after the publisher closed may reuse the address while the
+     * delivery waits (posted, or in a batch): that connection subscribed
+     * after the publish, so its subscription skips up to a seq at or past
+     * this message's (skip_upto; the group's mutex orders the two), and
+     * offer() would skip the message for it anyway. (Its topic's entry may
+     * be new, numbering from 0 again; the message predates the
+     * subscription all the same, so it is not owed to it.) */
     uintptr_t except;
-    struct registry *xr;
-    struct delivery *xprev, *xnext;
 } delivery;
-
-/* Takes d off its registry's except list, if on it: its except is gone. */
-static void except_unlink(delivery *d) {
-    if (d->except == 0)
-        return;
-    *(d->xprev ? &d->xprev->xnext : &d->xr->except_head) = d->xnext;
-    if (d->xnext)
-        d->xnext->xprev = d->xprev;
-    d->except = 0;
-    d->xr = NULL;
-    d->xprev = d->xnext = NULL;
-}
 
 static void pub_unref(pub *p) {
     if (atomic_fetch_sub(&p->refs, 1) == 1) {
@@ -1894,21 +1872,10 @@ static void deliver(tern_server *srv, const char *name, size_t len, uint64_t seq
     topic_maybe_free(r, t);
 }
 
-/* Clears the except of r's waiting deliveries that name ws (all of them
- * for NULL: the registry goes). */
-static void excepts_clear(registry *r, const tern_ws *ws) {
-    for (delivery *d = r->except_head, *next; d; d = next) {
-        next = d->xnext;
-        if (ws == NULL || d->except == (uintptr_t)ws)
-            except_unlink(d);
-    }
-}
-
 /* Releases what d holds, whether it was delivered or not (the loop was
  * freed first: then as its drop hook). */
 static void delivery_free(void *user) {
     delivery *d = user;
-    except_unlink(d);
     if (d->p->ord)
         atomic_fetch_sub(&d->p->ord->inflight[d->idx], 1);
     pub_unref(d->p);
@@ -1956,16 +1923,6 @@ static bool post_all(tern_server *srv, pub *p, bool here, const tern_ws *except)
             continue;   /* that loop misses it: out of memory */
         *d = (delivery){.p = p, .cfg = cfg, .idx = i,
                         .except = peer == srv ? (uintptr_t)except : 0};
-        registry *r = d->except ? reg(srv) : NULL;
-        if (r == NULL) {   /* no registry yet: no subscriber here to skip */
-            d->except = 0;
-        } else {   /* on its except list (srv's loop: the caller's) */
-            d->xr = r;
-            d->xnext = r->except_head;
-            if (r->except_head)
-                r->except_head->xprev = d;
-            r->except_head = d;
-        }
         atomic_fetch_add(&p->refs, 1);
         tern__config_ref(cfg);
         if (ordered)
@@ -1975,7 +1932,6 @@ static bool post_all(tern_server *srv, pub *p, bool here, const tern_ws *except)
                 atomic_fetch_sub(&p->ord->inflight[i], 1);
             atomic_fetch_sub(&p->refs, 1);
             tern__config_unref(cfg);
-            except_unlink(d);
             free(d);
         }
     }
