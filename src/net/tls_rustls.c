@@ -1,6 +1,5 @@
-/* net/tls.h on rustls (rustls-ffi, *ring* as its cryptography): the TLS
- * transport, the certificate sets (tern_tls) that listeners share, and
- * the client's contexts. Nothing of rustls leaves this file: results are
+/* net/tls.h on rustls (rustls-ffi): the TLS transport, the certificate
+ * sets (tern_tls) that listeners share, and the client's contexts. Nothing of rustls leaves this file: results are
  * mapped to errnos and tern__tls_verify. OpenSSL's libcrypto stays linked
  * for what rustls does not offer: reading a certificate's names (SNI) and
  * a peer certificate's subject (X.509 parsing), and net/crypto.h.
@@ -9,6 +8,13 @@
  * lower_write below) that call the connection's lower transport, plain
  * TCP on epoll or the back end's stream on io_uring, as OpenSSL's BIO
  * does in net/tls_openssl.c.
+ *
+ * Two of rustls's cryptography providers, each for what it does fastest
+ * here (measured in docs/ARCHITECTURE.md, "TLS libraries"): *ring* for
+ * the records (AES-GCM) and the key exchange, and AWS-LC (aws-lc-rs) for
+ * the certificates' private keys, whose RSA signature is most of a full
+ * handshake's cost and takes AWS-LC about half of *ring*'s time (it has
+ * AVX-512 code for RSA, *ring* has not).
  *
  * What rustls cannot do as OpenSSL does is refused when the tern_tls is
  * made, with a message saying so: encrypted keys (no passphrase support)
@@ -37,9 +43,10 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
-/* rustls.h declares the *ring* provider only when told it is built in
- * (third_party/rustls-ffi: features ring, capi). */
+/* rustls.h declares the providers only when told they are built in
+ * (third_party/rustls-ffi: features ring, aws-lc-rs, capi). */
 #define DEFINE_RING 1
+#define DEFINE_AWS_LC_RS 1
 #include <rustls.h>
 
 #include "loop/check.h"
@@ -151,6 +158,18 @@ static char *slurp(const char *path, size_t *len) {
     return buf;
 }
 
+/* AWS-LC's provider, for loading private keys (their signatures are
+ * AWS-LC's then): made once, kept for the program's life. */
+static const struct rustls_crypto_provider *keys;
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+
+static void keys_make(void) { keys = rustls_aws_lc_rs_crypto_provider(); }
+
+static const struct rustls_crypto_provider *key_provider(void) {
+    pthread_once(&keys_once, keys_make);
+    return keys;
+}
+
 /* Makes the certified key of one certificate. Returns 0, or the error
  * (logged): -ENOENT (unreadable), -ENOKEY (an encrypted key, which rustls
  * cannot read), -EPROTO (anything else rustls refuses). */
@@ -174,11 +193,14 @@ static int cert_load(tls_cert *c) {
         err = -ENOKEY;
     }
     const struct rustls_certified_key *ck = NULL;
+    struct rustls_signing_key *sk = NULL;
     rustls_result r = err ? RUSTLS_RESULT_OK
-                          : rustls_certified_key_build((const uint8_t *)chain, clen,
-                                                       (const uint8_t *)key, klen, &ck);
+                          : rustls_crypto_provider_load_key(key_provider(), (const uint8_t *)key,
+                                                            klen, &sk);
     OPENSSL_cleanse(key, klen);
     free(key);
+    if (err == 0 && r == RUSTLS_RESULT_OK)   /* takes sk, whatever it returns */
+        r = rustls_certified_key_build_with_signing_key((const uint8_t *)chain, clen, sk, &ck);
     if (err == 0 && r != RUSTLS_RESULT_OK)
         err = rustls_err("certificate and key", c->cert_file, r);
     if (err == 0) {
@@ -733,7 +755,7 @@ static size_t alpn_slices(const char *alpn, struct rustls_slice_bytes *out, size
     return n;
 }
 
-/* *ring* with TLS 1.3's suites in the order a server on AES-NI wants, as
+/* *ring* (the records and the key exchange) with TLS 1.3's suites in the order a server on AES-NI wants, as
  * net/tls_openssl.c has them (the server's order is chosen:
  * ignore_client_order): AES-128-GCM first, as fast as AES-256-GCM for
  * small records and 5 % faster for full ones, ChaCha20 last; TLS 1.2's in
@@ -809,7 +831,9 @@ static const struct rustls_server_config *server_config(tern_tls *tls, const cha
             r = rustls_root_cert_store_builder_build(sb, &store);
         rustls_root_cert_store_builder_free(sb);
         struct rustls_web_pki_client_cert_verifier_builder *vb =
-            r == RUSTLS_RESULT_OK ? rustls_web_pki_client_cert_verifier_builder_new(store) : NULL;
+            r == RUSTLS_RESULT_OK
+                ? rustls_web_pki_client_cert_verifier_builder_new_with_provider(provider(), store)
+                : NULL;
         struct rustls_client_cert_verifier *verifier = NULL;
         if (vb)
             r = rustls_web_pki_client_cert_verifier_builder_build(vb, &verifier);
@@ -901,7 +925,9 @@ tern__tls_client *tern__tls_client_new(const char *ca_file, bool insecure, const
             r = rustls_root_cert_store_builder_build(sb, &store);
         rustls_root_cert_store_builder_free(sb);
         struct rustls_web_pki_server_cert_verifier_builder *vb =
-            r == RUSTLS_RESULT_OK ? rustls_web_pki_server_cert_verifier_builder_new(store) : NULL;
+            r == RUSTLS_RESULT_OK
+                ? rustls_web_pki_server_cert_verifier_builder_new_with_provider(provider(), store)
+                : NULL;
         struct rustls_server_cert_verifier *verifier = NULL;
         if (vb)
             r = rustls_web_pki_server_cert_verifier_builder_build(vb, &verifier);
@@ -955,11 +981,18 @@ int tern__tls_client_attach(tern__conn *c, tern__tls_client *cl, const char *nam
 static char library_name[128];
 static pthread_once_t library_once = PTHREAD_ONCE_INIT;
 
+/* rustls-ffi's version ("rustls-ffi/0.15.7/rustls/0.23.46/aws-lc-rs"),
+ * whose last part names one provider, said as tern uses the two. */
 static void library_copy(void) {
     struct rustls_str v = rustls_version();
-    size_t n = v.len < sizeof(library_name) - 1 ? v.len : sizeof(library_name) - 1;
-    memcpy(library_name, v.data, n);
-    library_name[n] = '\0';
+    int n = (int)v.len;
+    const char *slash = memrchr(v.data, '/', v.len);
+    size_t tail = slash ? v.len - (size_t)(slash - v.data) : 0;
+    if ((tail == 10 && memcmp(slash, "/aws-lc-rs", 10) == 0) ||
+        (tail == 5 && memcmp(slash, "/ring", 5) == 0))
+        n = (int)(slash - v.data);
+    snprintf(library_name, sizeof(library_name), "%.*s; ring for records, aws-lc-rs for keys", n,
+             v.data);
 }
 
 const char *tern_tls_library(void) {
