@@ -412,7 +412,9 @@ int tern__tls_sets_alive(tern_tls *tls) { return atomic_load(&tls->nsets); }
  * tell plain HTTP from TLS. owed:
  * bytes rustls has taken that the last send reported as not taken (see
  * the top). more: the last read stopped with its buffer full, so rustls
- * may hold decrypted bytes. tls (a server's) chooses the certificate in
+ * may hold decrypted bytes. drained: the lower transport's last read
+ * returned less than rustls asked for, so the socket had nothing more
+ * then. tls (a server's) chooses the certificate in
  * hello_cb; sni is the name the client asked for. pinned: the set of the
  * key hello_cb handed to rustls, held until the call that ran it returns
  * (see tern__tls_certset). verify_out, for a client that verifies, is
@@ -430,6 +432,7 @@ typedef struct tls_conn {
     tern__tls_head h;
     bool eof;
     bool more;
+    bool drained;
     char sni[256];
 } tls_conn;
 
@@ -443,6 +446,7 @@ static rustls_io_result lower_read(void *user, uint8_t *buf, size_t len, size_t 
     ssize_t r = t->lower->ops->recv(t->conn, (char *)buf, len);
     if (r > 0) {
         *out_n = (size_t)r;
+        t->drained = (size_t)r < len;
         return 0;
     }
     if (r == 0) {
@@ -561,6 +565,7 @@ static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
     else if (f < 0)
         return f;
     size_t got = 0;
+    bool read_once = false;
     t->more = false;
     while (got < len) {
         size_t n = 0;
@@ -581,6 +586,13 @@ static ssize_t tls_recv(tern__conn *c, char *buf, size_t len) {
             return got ? (ssize_t)got : failed(c, t, r);
         if (t->eof)
             return got ? (ssize_t)got : (handshake_failed(c, t, RUSTLS_RESULT_OK), 0);
+        /* A read that found less than it asked for drained the socket: one
+         * more would only return EAGAIN (a system call per message). The
+         * loop's readiness is level-triggered, so bytes that come later
+         * bring another call. */
+        if (read_once && t->drained)
+            break;
+        read_once = true;
         size_t in = 0;
         rustls_io_result e = rustls_connection_read_tls(t->rc, lower_read, t, &in);
         if (e == EAGAIN)

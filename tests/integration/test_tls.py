@@ -19,11 +19,11 @@ from conftest import SANITIZED, SLOW, TERN_BIN, read_response, recv_until_closed
 from test_faults import wait_fds
 
 
-def make_cert(d, name, cn, sans):
+def make_cert(d, name, cn, sans, newkey=("rsa:2048",)):
     # A server's certificate, not a CA's (openssl req -x509 makes a CA by
     # default): rustls refuses a CA certificate as a server's.
     key, cert = os.path.join(d, name + ".key"), os.path.join(d, name + ".pem")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+    subprocess.run(["openssl", "req", "-x509", "-newkey", *newkey, "-nodes", "-keyout", key,
                     "-out", cert, "-days", "30", "-subj", "/CN=" + cn,
                     "-addext", "subjectAltName=" + sans,
                     "-addext", "basicConstraints=critical,CA:FALSE"],
@@ -320,6 +320,39 @@ def test_sni_picks_the_certificate(tern_factory, certs):
         s = tls_connect(tern, name=name)
         assert peer_cn(s) == cn, name
         s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_response(s)[2] == b"pong"
+        s.close()
+
+
+# Each kind of key a certificate comes with, in each PEM form key tools
+# write: PKCS#8 ("PRIVATE KEY", openssl req's), PKCS#1 ("RSA PRIVATE
+# KEY") and SEC1 ("EC PRIVATE KEY"), the traditional forms older tools and
+# some ACME clients write. (The rustls build loads keys with AWS-LC's
+# provider and signs with it: every kind must load and sign.)
+KEY_KINDS = {
+    "rsa-pkcs8": (("rsa:2048",), None, "PRIVATE KEY"),
+    "rsa-pkcs1": (("rsa:2048",), ["rsa", "-traditional"], "RSA PRIVATE KEY"),
+    "p256-sec1": (("ec", "-pkeyopt", "ec_paramgen_curve:P-256"), ["ec"], "EC PRIVATE KEY"),
+    "p384-pkcs8": (("ec", "-pkeyopt", "ec_paramgen_curve:P-384"), None, "PRIVATE KEY"),
+    "ed25519": (("ed25519",), None, "PRIVATE KEY"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KEY_KINDS))
+def test_every_kind_of_key_serves_tls_1_2_and_1_3(tern_factory, tmp_path, kind):
+    newkey, convert, header = KEY_KINDS[kind]
+    cert, key = make_cert(str(tmp_path), kind, "k.test", "DNS:localhost", newkey)
+    if convert:
+        subprocess.run(["openssl", *convert, "-in", key, "-out", key], check=True,
+                       capture_output=True)
+    with open(key) as f:
+        assert f.read().startswith(f"-----BEGIN {header}-----")
+    tern = tern_factory("--tls-port", "0", "--tls-cert", cert, "--tls-key", key)
+    for version in (ssl.TLSVersion.TLSv1_3, ssl.TLSVersion.TLSv1_2):
+        s = tls_connect(tern, ctx=client_ctx(max_version=version))
+        assert s.version() == version.name.replace("v1_", "v1.")
+        assert peer_cn(s) == "k.test"
+        s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         assert read_response(s)[2] == b"pong"
         s.close()
 
