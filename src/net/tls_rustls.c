@@ -1,8 +1,9 @@
 /* net/tls.h on rustls (rustls-ffi): the TLS transport, the certificate
- * sets (tern_tls) that listeners share, and the client's contexts. Nothing of rustls leaves this file: results are
- * mapped to errnos and tern__tls_verify. OpenSSL's libcrypto stays linked
- * for what rustls does not offer: reading a certificate's names (SNI) and
- * a peer certificate's subject (X.509 parsing), and net/crypto.h.
+ * sets (tern_tls) that listeners share, and the client's contexts.
+ * Nothing of rustls leaves this file: results are mapped to errnos and
+ * tern__tls_verify. OpenSSL's libcrypto stays linked for what rustls does
+ * not offer: reading a certificate's names (SNI) and a peer certificate's
+ * subject (X.509 parsing), and net/crypto.h.
  *
  * rustls moves records through two callbacks of ours (lower_read and
  * lower_write below) that call the connection's lower transport, plain
@@ -10,9 +11,9 @@
  * does in net/tls_openssl.c.
  *
  * Two of rustls's cryptography providers, each for what it does fastest
- * here (measured in docs/ARCHITECTURE.md, "TLS libraries"): *ring* for
- * the records (AES-GCM) and the key exchange, and AWS-LC (aws-lc-rs) for
- * the certificates' private keys, whose RSA signature is most of a full
+ * here (bench/HISTORY.md, "Handshakes per second"): *ring* for the
+ * records (AES-GCM) and the key exchange, and AWS-LC (aws-lc-rs) for the
+ * certificates' private keys, whose RSA signature is most of a full
  * handshake's cost and takes AWS-LC about half of *ring*'s time (it has
  * AVX-512 code for RSA, *ring* has not).
  *
@@ -767,11 +768,11 @@ static size_t alpn_slices(const char *alpn, struct rustls_slice_bytes *out, size
     return n;
 }
 
-/* *ring* (the records and the key exchange) with TLS 1.3's suites in the order a server on AES-NI wants, as
- * net/tls_openssl.c has them (the server's order is chosen:
- * ignore_client_order): AES-128-GCM first, as fast as AES-256-GCM for
- * small records and 5 % faster for full ones, ChaCha20 last; TLS 1.2's in
- * *ring*'s order after them. *ring*'s own order puts AES-256-GCM first.
+/* *ring*, for the records and the key exchange, with TLS 1.3's suites in
+ * the order a server on AES-NI wants, as net/tls_openssl.c has them (the
+ * server's order is chosen: ignore_client_order): AES-128-GCM first, as
+ * fast as AES-256-GCM for small records and 5 % faster for full ones,
+ * ChaCha20 last; TLS 1.2's in *ring*'s order after them. *ring*'s own order puts AES-256-GCM first.
  * Made once, kept for the program's life; without memory, *ring*'s own. */
 static const struct rustls_crypto_provider *ordered;
 static pthread_once_t ordered_once = PTHREAD_ONCE_INIT;
