@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -109,6 +110,18 @@ class Server:
         self.host = "127.0.0.1"
         self.base = f"http://127.0.0.1:{self.port}"
         self.stderr = ""
+        # Both pipes are read to their end from now on, whatever the test
+        # does: a server that logs a lot (a SIGHUP storm logs a line per
+        # reload) would otherwise fill a 64 KiB pipe nobody reads and block
+        # in write(2), stopping its loop, so handshakes time out and timers
+        # fire late, on a slow machine sooner than on a fast one.
+        self._err = Output(self.proc.stderr, first=line.encode())
+        self._out = Output(self.proc.stdout)
+
+    def lines(self):
+        """The server's stderr from after its "listening on" line: wait()
+        returns the next line matching a pattern."""
+        return Lines(self._err, start=1)
 
     def connect(self, timeout=5.0):
         s = socket.create_connection((self.host, self.port), timeout=timeout)
@@ -150,16 +163,72 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
-            _, err = self.proc.communicate(timeout=timeout * SLOW)
+            self.proc.wait(timeout=timeout * SLOW)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
-            raise AssertionError("tern did not exit after SIGTERM")
-        self.stderr = err.decode(errors="replace")
+            self.proc.wait()
+            self._out.finish()
+            self._err.finish()
+            raise AssertionError("tern did not exit after SIGTERM: " + self._err.text())
+        self._out.finish()
+        self._err.finish()
+        self.stderr = self._err.text()
         assert "ERROR: AddressSanitizer" not in self.stderr, self.stderr
         assert "runtime error:" not in self.stderr, self.stderr
         assert "LeakSanitizer" not in self.stderr, self.stderr
         return self.proc.returncode
+
+
+class Output:
+    """One of a server's pipes, read line by line to its end by a thread of
+    its own, kept whole (tests look at what was logged after the fact)."""
+
+    def __init__(self, f, first=b""):
+        self.f = f
+        self.got = [first] if first else []
+        self.cv = threading.Condition()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in iter(self.f.readline, b""):
+            with self.cv:
+                self.got.append(line)
+                self.cv.notify_all()
+
+    def finish(self, timeout=10.0):
+        """After the process exited: the rest of the pipe (a child that
+        inherited it could hold it open: then what came so far)."""
+        self.thread.join(timeout)
+        if not self.thread.is_alive():
+            self.f.close()
+
+    def text(self):
+        with self.cv:
+            return b"".join(self.got).decode(errors="replace")
+
+
+class Lines:
+    """A reader of an Output's lines from a given one on."""
+
+    def __init__(self, out, start=0):
+        self.out, self.next = out, start
+
+    def wait(self, pattern, timeout=5.0):
+        deadline = time.monotonic() + timeout * SLOW
+        seen = []
+        with self.out.cv:
+            while True:
+                while self.next < len(self.out.got):
+                    line = self.out.got[self.next].decode(errors="replace")
+                    self.next += 1
+                    seen.append(line)
+                    if re.search(pattern, line):
+                        return line
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no line matching {pattern!r}: {seen!r}")
+                self.out.cv.wait(left)
 
 
 @pytest.fixture

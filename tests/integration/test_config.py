@@ -242,7 +242,7 @@ def test_sighup_applies_what_may_change_and_names_the_rest(tern_factory, tmp_pat
     conf = tmp_path / "tern.conf"
     conf.write_text("allowed-origin https://old.example\nfeed-rate 40\n")
     t = tern_factory("--config", str(conf))
-    lines = Lines(t.proc.stderr)
+    lines = t.lines()
     status, kept = upgrade_status(t.port, "https://old.example")
     assert status == 101
     assert upgrade_status(t.port, "https://new.example")[0] == 403
@@ -367,7 +367,7 @@ def test_sighup_reads_rotated_token_keys(tern_factory, tmp_path):
     conf = tmp_path / "tern.conf"
     conf.write_text(f"token-hmac-secret-file {secret}\n")
     t = tern_factory("--config", str(conf), "--feed", "off")
-    lines = Lines(t.proc.stderr)
+    lines = t.lines()
     old, new = token(claims(), secret=b"first-secret"), token(claims(), secret=b"second-secret")
     assert status(old) == 101 and status(new) == 401
     st, kept = upgrade_status(t.port)   # /ws, open across the reload
@@ -405,7 +405,7 @@ def test_sighup_applies_a_changed_topic_rule(tern_factory, tmp_path):
     conf.write_text("topic news.* subscribe=none\n")
     # conftest's --topic would replace the file's (a flag's list is the list)
     t = tern_factory("--config", str(conf), "--feed", "off", open_topics=False)
-    lines = Lines(t.proc.stderr)
+    lines = t.lines()
     url = f"ws://127.0.0.1:{t.port}/pubsub"
 
     async def subscribe(ws, topic):
