@@ -78,6 +78,7 @@ bool tern__io_pending(tern_loop *loop, const tern__io *io) {
     return loop->bk->io_pending(loop, io);
 }
 size_t tern__io_held(tern_loop *loop, const tern__io *io) { return loop->bk->io_held(loop, io); }
+size_t tern__io_unsent(tern_loop *loop, const tern__io *io) { return loop->bk->io_unsent(loop, io); }
 ssize_t tern__io_send(tern_loop *loop, tern__io *io, const struct iovec *iov, int iovcnt) {
     return loop->bk->io_send(loop, io, iov, iovcnt);
 }

@@ -84,6 +84,8 @@ ssize_t tern__io_recv(tern_loop *loop, tern__io *io, char *buf, size_t len);
 char *tern__io_take(tern_loop *loop, tern__io *io, size_t *len);
 /* How many bytes tern__io_recv would return now. */
 size_t tern__io_held(tern_loop *loop, const tern__io *io);
+/* Bytes a send took that the kernel has not taken yet (in flight). */
+size_t tern__io_unsent(tern_loop *loop, const tern__io *io);
 /* Input the watcher has not read (bytes left over, or the end): no
  * report will come for it; read it from the batch end. */
 bool tern__io_pending(tern_loop *loop, const tern__io *io);

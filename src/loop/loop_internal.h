@@ -59,6 +59,7 @@ typedef struct tern__backend_ops {
     char *(*io_take)(tern_loop *loop, tern__io *io, size_t *len);
     bool (*io_pending)(tern_loop *loop, const tern__io *io);
     size_t (*io_held)(tern_loop *loop, const tern__io *io);
+    size_t (*io_unsent)(tern_loop *loop, const tern__io *io);
     ssize_t (*io_send)(tern_loop *loop, tern__io *io, const struct iovec *iov, int iovcnt);
     ssize_t (*io_send_file)(tern_loop *loop, tern__io *io, int fd, off_t *off, size_t len);
     int (*io_shutdown)(tern_loop *loop, tern__io *io);

@@ -853,6 +853,12 @@ static char *ur_io_take(tern_loop *loop, tern__io *io, size_t *len) {
     return p;
 }
 
+/* What ur_io_send took for io that the kernel has not: its send. */
+static size_t ur_io_unsent(tern_loop *loop, const tern__io *io) {
+    tern__usend *s = io->fd < ur_of(loop)->cap ? tx_of(ur_of(loop), io->fd) : NULL;
+    return s ? s->len - s->off : 0;
+}
+
 static size_t ur_io_held(tern_loop *loop, const tern__io *io) {
     tern__uring *u = ur_of(loop);
     int fd = io->fd;
@@ -1251,6 +1257,7 @@ const tern__backend_ops tern__uring_backend = {
     .io_take = ur_io_take,
     .io_pending = ur_io_pending,
     .io_held = ur_io_held,
+    .io_unsent = ur_io_unsent,
     .io_send = ur_io_send,
     .io_send_file = ur_io_send_file,
     .io_shutdown = ur_io_shutdown,

@@ -5,6 +5,10 @@
 #include <string.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
+#ifdef __linux__
+#include <linux/sockios.h>   /* SIOCOUTQ */
+#endif
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -135,7 +139,7 @@ static int out_append(tern__conn *c, const void *data, size_t len) {
     if (err < 0)
         return err;
     if (fresh)
-        c->out->stamp = tern_loop_now(c->loop);
+        c->out->clock = (tern__send_clock){tern_loop_now(c->loop), -1, 0};
     n->unsent += len;
     return 0;
 }
@@ -143,7 +147,8 @@ static int out_append(tern__conn *c, const void *data, size_t len) {
 /* The kernel took w bytes of the backlog: that is progress. */
 static void out_taken(tern__conn *c, size_t w) {
     c->out->off += w;
-    c->out->stamp = tern_loop_now(c->loop);
+    c->out->clock.stamp = tern_loop_now(c->loop);
+    c->out->clock.taken += w;
     net_of(c->loop)->unsent -= w;
 }
 
@@ -494,7 +499,8 @@ static int send_file(tern__conn *c) {
         if (w == 0)
             return -EIO;   /* the file shrank under us */
         f->left -= (size_t)w;
-        f->stamp = tern_loop_now(c->loop);
+        f->clock.stamp = tern_loop_now(c->loop);
+        f->clock.taken += (size_t)w;
     }
     close(f->fd);
     free(f);
@@ -512,7 +518,7 @@ int tern__conn_sendfile(tern__conn *c, int fd, off_t off, size_t len) {
         close(fd);
         return -ENOMEM;
     }
-    *f = (tern__sendfile){fd, off, len, tern_loop_now(c->loop)};
+    *f = (tern__sendfile){fd, off, len, {tern_loop_now(c->loop), -1, 0}};
     tern__net *n = net_of(c->loop);
     if (n->cork_owner == c)
         cork_flush(n);
@@ -550,7 +556,7 @@ static int flush_backlog(tern__conn *c) {
     }
     out_drop(c);
     if (c->file) {
-        c->file->stamp = tern_loop_now(c->loop);   /* the backlog before it went */
+        c->file->clock.stamp = tern_loop_now(c->loop);   /* the backlog before it went */
         int r = send_file(c);
         if (r < 0) {
             tern__conn_close(c, r);
@@ -600,18 +606,34 @@ void tern__conn_end(tern__conn *c) {
     start_linger(c);
 }
 
+/* What c's peer has not acknowledged of what the transport took (bytes):
+ * in the socket, sent or not, and still in the transport; -1 where the
+ * system cannot say. */
+static long peer_unacked(const tern__conn *c) {
+#ifdef SIOCOUTQ
+    int q;
+    if (ioctl(c->io.fd, SIOCOUTQ, &q) == 0)
+        return q + (long)(c->tp->ops->unsent ? c->tp->ops->unsent(c) : 0);
+#endif
+    (void)c;
+    return -1;
+}
+
+/* The clock of what c is sending: the backlog's, else the file's. */
+static tern__send_clock *send_clock_of(tern__conn *c) {
+    return c->out ? &c->out->clock : c->file ? &c->file->clock : NULL;
+}
+
 bool tern__conn_send_clock(tern__conn *c) {
     if (c->flags & (TERN__CONN_CLOSED | TERN__CONN_LINGER))
         return false;
-    uint64_t stamp;
-    if (c->out)
-        stamp = c->out->stamp;
-    else if (c->file)
-        stamp = c->file->stamp;
-    else
+    tern__send_clock *k = send_clock_of(c);
+    if (k == NULL)
         return false;
+    k->unacked = peer_unacked(c);
+    k->taken = 0;
     uint32_t limit = c->proto->send_timeout ? c->proto->send_timeout(c) : 0;
-    uint64_t spent = tern_loop_now(c->loop) - stamp;
+    uint64_t spent = tern_loop_now(c->loop) - k->stamp;
     c->flags |= TERN__CONN_SEND_CLOCK;
     tern__wheel_set(c->loop, &c->timeout, limit == 0 ? 0 : spent >= limit ? 1 : limit - spent);
     return true;
@@ -888,12 +910,21 @@ static void conn_timeout(tern__wheel_entry *e) {
         return;
     }
     if (c->flags & (TERN__CONN_SEND_CLOCK | TERN__CONN_FLUSH_CLOSE)) {
-        /* The send clock: close only if the kernel has taken nothing for
-         * the whole send timeout; progress since the arming re-arms it. */
+        /* The send clock: close only if neither the kernel took bytes
+         * nor the peer acknowledged any for the whole send timeout;
+         * progress since the arming re-arms it. (Acknowledgements are
+         * seen from the arming on, which is at most one send timeout
+         * back.) */
         c->flags &= ~TERN__CONN_SEND_CLOCK;
-        uint64_t stamp = c->out ? c->out->stamp : c->file ? c->file->stamp : 0;
+        tern__send_clock *k = send_clock_of(c);
         uint32_t limit = c->proto->send_timeout ? c->proto->send_timeout(c) : 0;
-        if (stamp == 0 || (limit && tern_loop_now(c->loop) - stamp >= limit)) {
+        uint64_t now = tern_loop_now(c->loop);
+        if (k && limit && now - k->stamp >= limit && k->unacked >= 0) {
+            long q = peer_unacked(c);
+            if (q >= 0 && q < k->unacked + (long)k->taken)
+                k->stamp = now;   /* the peer is reading what the kernel holds */
+        }
+        if (k == NULL || (limit && now - k->stamp >= limit)) {
             tern__log(TERN_LOG_INFO, TERN__LOG_SEND_TIMEOUT,
                       "net: send timeout, %zu bytes the peer did not take", tern__conn_backlog(c));
             tern__conn_close(c, -ETIMEDOUT);

@@ -59,6 +59,10 @@ typedef struct tern__transport_ops {
     /* Optional: how many bytes a read would return now without waiting,
      * when the transport holds them itself (the stream transport). */
     size_t (*held)(const tern__conn *c);
+    /* Optional: how many of the bytes send took the transport still holds
+     * itself, not yet in the socket (the stream transport: the back end's
+     * send in flight), for the send clock's view of the peer. */
+    size_t (*unsent)(const tern__conn *c);
 } tern__transport_ops;
 
 /* A connection's transport: plain connections share one stateless
@@ -112,22 +116,38 @@ typedef struct tern__conn_proto {
     void (*on_free)(tern__conn *c);
 } tern__conn_proto;
 
+/* The send clock's record of a backlog or of a file being sent. stamp is
+ * the loop time (ms) of the last progress: the kernel took bytes of it
+ * (or it was made), or the peer acknowledged bytes the kernel held; the
+ * send clock counts from there. unacked is what the peer had not
+ * acknowledged (in the socket, or still in the transport) when the clock
+ * was last armed, -1 when unknown or the system cannot say; taken counts
+ * what went to the transport since, so that unacked + taken - (what is
+ * unacknowledged now) is what the peer acknowledged in between. Why: a
+ * send buffer of megabytes drains at the reader's pace but frees room
+ * for more only in large steps, so a steady slow reader may leave the
+ * kernel taking nothing for longer than the send timeout. */
+typedef struct tern__send_clock {
+    uint64_t stamp;
+    long unacked;
+    size_t taken;   /* bytes the transport took since unacked was read */
+} tern__send_clock;
+
 /* A growable byte buffer with a read offset: data[off..len) is live.
- * For a backlog, stamp is the loop time (ms) of the kernel's last taking
- * bytes of it (or of its creation): the send clock counts from there. */
+ * For a backlog, clock is its send clock (unused for other buffers). */
 typedef struct tern__buf {
     size_t off, len, cap;
-    uint64_t stamp;
+    tern__send_clock clock;
     char data[];
 } tern__buf;
 
 /* The file part of a response sent with sendfile(), after the backlog;
- * stamp as in tern__buf. */
+ * clock as in tern__buf. */
 typedef struct tern__sendfile {
     int fd;
     off_t off;
     size_t left;
-    uint64_t stamp;
+    tern__send_clock clock;
 } tern__sendfile;
 
 enum {

@@ -28,6 +28,8 @@ static bool stream_pending(const tern__conn *c) { return tern__io_pending(c->loo
 
 static size_t stream_held(const tern__conn *c) { return tern__io_held(c->loop, &c->io); }
 
+static size_t stream_unsent(const tern__conn *c) { return tern__io_unsent(c->loop, &c->io); }
+
 static void stream_release(tern__conn *c) {}
 static const char *stream_server_name(const tern__conn *c) { return NULL; }
 
@@ -40,6 +42,7 @@ static const tern__transport_ops stream_ops = {
     .release = stream_release,
     .server_name = stream_server_name,
     .held = stream_held,
+    .unsent = stream_unsent,
     .take = stream_take,
     .coalesces = true,
 };

@@ -179,6 +179,30 @@ def test_slow_steady_reader_gets_a_whole_static_file(tern_factory, tmp_path):
     s.close()
 
 
+def test_steady_reader_slower_than_the_kernel_frees_room_is_not_cut(tern_factory, tmp_path):
+    # A socket's send buffer grows to megabytes and takes more only once a
+    # third of it is free: a reader at 1.6 MB/s leaves the kernel taking
+    # nothing for most of a second at a time, far past a 300 ms send
+    # timeout. It is still reading (the peer acknowledges what the kernel
+    # holds), so the send clock must not cut it: a static file (sendfile)
+    # and a handler's stream (the backlog) alike.
+    blob = os.urandom(1 << 20) * 6
+    (tmp_path / "six.bin").write_bytes(blob)
+    tern = tern_factory("--root", str(tmp_path), "--send-timeout", "300", "--log-level", "info")
+    for path, size in ((b"/six.bin", len(blob)), (b"/echo?size=6000000", 6_000_000)):
+        s = tern.connect()
+        s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        head = read_head(s)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        body = slow_read(s, size, 0.02, chunk=32768)
+        assert len(body) == size, (path, len(body))
+        if path == b"/six.bin":
+            assert body == blob
+        s.close()
+    assert tern.stop() == 0
+    assert "send timeout" not in tern.stderr
+
+
 def test_client_that_never_reads_is_cut_at_the_send_timeout(tern_factory):
     # State: sending, with no progress. Both with Connection: close (the
     # response has ended and the connection is to close once flushed) and
