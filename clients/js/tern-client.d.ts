@@ -12,7 +12,8 @@ export type ErrorCode =
   | "TOKEN"           // getToken failed, or the server refused the new token
   | "TOKEN_EXPIRED"   // the server closed the connection at the token's exp (4001)
   | "NO_WEBSOCKET"    // neither a global WebSocket nor the ws package
-  | "CONNECT"         // the connection could not be made
+  | "CONNECT"         // an attempt failed before it opened (refused, unreachable, an HTTP status such
+                      // as 401 instead of 101): once per attempt; detail {code, reason, status?}
   | "PROTOCOL";       // the server sent something that is not JSON
 
 export class TernError extends Error {
@@ -31,6 +32,12 @@ export interface ClientOptions {
   refreshMargin?: number;
   /** Publishes held while disconnected (default 1000; 0: none). */
   queueMax?: number;
+  /**
+   * Messages a second to keep to when the server does not say its own
+   * (default 100, tern serve's --pubsub-rate default; 0: no pacing). A
+   * server that answers {"op":"limits"} is kept to its rate instead.
+   */
+  rate?: number;
   /** When the queue is full: refuse the new publish (default) or the oldest held. */
   queuePolicy?: "reject-new" | "drop-oldest";
   /** A WebSocket class to use instead of the global one or the ws package. */
@@ -54,7 +61,9 @@ export interface Message {
 
 export interface SubscribedInfo {
   topic: string;
+  /** The topic's epoch on this server (16 hex digits): one run of its numbering. */
   epoch: string;
+  /** Where the stream stands: the seq of the last message before the live ones. */
   seq: number;
   /** After a resume: true when nothing was missed; false when there was a gap. */
   resumed?: boolean;
@@ -75,7 +84,11 @@ export interface SubscribeOptions {
 
 export interface Subscription {
   readonly topic: string;
-  /** The latest message of each key received. */
+  /**
+   * The latest message of each key. A snapshot (a new subscription's, or
+   * the one after a gap) replaces it whole before onSubscribed and the
+   * first handler call: keys the server no longer has are removed.
+   */
   readonly latest: Map<string, Message>;
   /** Resolves at the first ack; rejects when the subscription is refused. */
   readonly ready: Promise<SubscribedInfo>;
@@ -86,7 +99,7 @@ export class TernClient {
   constructor(url: string, options?: ClientOptions);
   readonly url: string;
   readonly state: State;
-  /** Publishes waiting for a connection. */
+  /** Publishes not sent yet: held while disconnected, or waiting for the server's rate. */
   readonly queued: number;
   on(event: "state", fn: (state: State, previous: State) => void): () => void;
   on(event: "error", fn: (error: TernError) => void): () => void;

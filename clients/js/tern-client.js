@@ -9,8 +9,10 @@
 // so when it does not (the messages then are the latest of each key,
 // marked `snapshot`); keeps the latest message of each key per
 // subscription; numbers publishes by the server's acks; keeps a bounded
-// queue of publishes while disconnected; gets tokens again before they
-// expire.
+// queue of publishes while disconnected; keeps to the server's rate limit
+// (asked with {"op":"limits"}), so that a reconnect's burst of
+// resubscriptions and queued publishes is paced, never refused; gets
+// tokens again before they expire.
 
 const DEFAULTS = {
   backoffInitial: 250,     // ms: the first retry waits up to this
@@ -18,9 +20,18 @@ const DEFAULTS = {
   refreshMargin: 30000,    // ms before a token's exp to get a new one (at most half its life)
   queueMax: 1000,          // publishes held while disconnected
   queuePolicy: "reject-new",
+  rate: 100,               // messages a second when the server does not say (tern serve's default)
 };
 
 const OPEN = 1;   // WebSocket.OPEN, the same in every implementation
+// The client refills its allowance a little slower than the server's rate:
+// the server's clock and ours differ by a few milliseconds, and a refusal
+// costs more (a retry, and the server closes a client refused too often).
+const PACE = 0.9;
+// After a "rate limit" refusal (a server whose rate fell, or that did not
+// say it), nothing more is sent for this long: the server's allowance
+// fills up again, and the refused request is sent again first.
+const RETRY_MS = 200;
 
 /** An error of the client or the server; `code` says which (README). */
 export class TernError extends Error {
@@ -133,8 +144,22 @@ export class TernClient {
     this._tokenStale = false;
     this._listeners = new Map();
     this._topics = new Map();       // topic -> TopicState
-    this._requests = [];            // replies awaited, in the order sent (the server answers in order)
-    this._queue = [];               // publishes waiting for a connection
+    // Every request goes through the outbox: sent in order as the rate
+    // allows, then in _requests until its answer. Invariants: _requests
+    // holds what was sent on this connection, oldest first (the server
+    // answers in order); _retry holds what the server refused for its rate,
+    // sent again before anything of _outbox; while disconnected both
+    // _outbox and _retry hold publishes only (the queue, at most queueMax
+    // of them unless the connection dropped with more waiting).
+    this._requests = [];
+    this._retry = [];
+    this._outbox = [];
+    this._rate = null;              // the server's rate (its limits answer), null until it says
+    this._tokens = 0;               // messages that may be sent now (fractions refill)
+    this._stamp = 0;                // when _tokens was last refilled (ms)
+    this._holdUntil = 0;            // nothing sent before this (ms): after a refusal
+    this._limitsPending = false;    // the limits question is unanswered: nothing else is sent
+    this._pumpTimer = null;
     this._socket = null;
     this._attempt = 0;
     this._retryTimer = null;
@@ -224,19 +249,24 @@ export class TernClient {
     }
     this._socket = ws;
     let opened = false;
+    let failure = null;   // what the WebSocket said went wrong before it opened
     ws.onopen = () => {
       if (this._socket !== ws) return;
       opened = true;
       this._attempt = 0;
       this._setState("open");
+      this._askLimits();
       this._resubscribe();
-      this._flushQueue();
+      this._pump();
       this._scheduleRefresh();
     };
     ws.onmessage = (ev) => {
       if (this._socket === ws) this._onMessage(ev.data);
     };
-    ws.onerror = () => {};   // onclose follows and says what to do
+    ws.onerror = (ev) => {
+      // onclose follows and says what to do; ws (Node) says why here
+      failure = (ev && (ev.message || (ev.error && ev.error.message))) || null;
+    };
     ws.onclose = (ev) => {
       if (this._socket !== ws) return;
       this._drop(ws);
@@ -249,7 +279,17 @@ export class TernClient {
         // server that is down, so the next attempt gets a new token.
         this._tokenStale = true;
       }
-      if (opened) this._error("DISCONNECTED", `connection closed (${ev.code})`, { code: ev.code, reason: ev.reason });
+      if (opened) {
+        this._error("DISCONNECTED", `connection closed (${ev.code})`, { code: ev.code, reason: ev.reason });
+      } else {
+        // Never opened: refused, unreachable, or an HTTP answer instead of
+        // 101 (a 401 for a bad token). A browser says nothing more; the
+        // ws package names the cause and the status.
+        const detail = { code: ev.code, reason: ev.reason };
+        const status = failure && /server response: (\d{3})/.exec(failure);
+        if (status) detail.status = Number(status[1]);
+        this._error("CONNECT", "could not connect" + (failure ? ": " + failure : ""), detail);
+      }
       this._scheduleRetry();
     };
   }
@@ -261,16 +301,38 @@ export class TernClient {
 
   // What ends with a connection: its requests fail (a publish sent may or
   // may not have been published), its subscriptions wait for the next one.
+  //
+  // Publishes not sent yet (waiting for the rate, or refused for it: the
+  // server did not do them) stay, in order, for the next connection, within
+  // queueMax as a publish made while disconnected is; the other requests
+  // not sent are made again by the next connection (subscribes) or fail.
   _drop(ws) {
     if (this._socket === ws) this._socket = null;
     clearTimeout(this._refreshTimer);
     this._refreshTimer = null;
+    clearTimeout(this._pumpTimer);
+    this._pumpTimer = null;
+    this._limitsPending = false;
     ws.onopen = ws.onmessage = ws.onclose = null;
     ws.onerror = () => {};
+    const gone = new TernError("DISCONNECTED", "the connection closed before the answer");
     const reqs = this._requests;
     this._requests = [];
-    for (const r of reqs)
-      if (r.reject) r.reject(new TernError("DISCONNECTED", "the connection closed before the answer"));
+    for (const item of reqs) item.r.reject(gone);
+    const unsent = this._retry.concat(this._outbox);
+    this._retry = [];
+    this._outbox = [];
+    for (const item of unsent) {
+      if (item.msg.op === "publish") this._outbox.push(item);
+      else item.r.reject(gone);
+    }
+    // Over the bound: the queue's policy decides, as for a new publish.
+    while (this._outbox.length > this.options.queueMax) {
+      const item = this.options.queuePolicy === "drop-oldest" ? this._outbox.shift() : this._outbox.pop();
+      item.r.reject(this.options.queuePolicy === "drop-oldest"
+        ? new TernError("DROPPED", "dropped from the full queue (drop-oldest)")
+        : new TernError("QUEUE_FULL", "disconnected and the queue is full"));
+    }
     for (const t of this._topics.values()) {
       t.pending = false;
       t.buffer = [];
@@ -344,10 +406,90 @@ export class TernClient {
     this._socket.send(JSON.stringify(msg));
   }
 
-  // A message the server answers (once, in order): r gets the answer.
-  _request(msg, r) {
-    this._send(msg);
-    this._requests.push(r);
+  // A message the server answers (once, in order): r gets the answer. It
+  // waits in the outbox until the rate allows it; at `at` in the outbox
+  // (the resubscriptions go before the queued publishes), else last.
+  _request(msg, r, at) {
+    const item = { msg, r };
+    if (at === undefined) this._outbox.push(item);
+    else this._outbox.splice(at, 0, item);
+    if (at === undefined) this._pump();
+  }
+
+  // Asked first on every connection: the rate the server holds this
+  // connection to. Until the answer nothing else is sent, so that even
+  // the first burst keeps to a rate lower than our default. A server that
+  // does not know the op ("unknown op") leaves options.rate.
+  _askLimits() {
+    this._rate = null;
+    this._tokens = 0;
+    this._holdUntil = 0;
+    this._limitsPending = true;
+    this._send({ op: "limits" });
+    const done = (rate) => {
+      this._limitsPending = false;
+      this._rate = rate;
+      // A new connection starts with its whole burst, as the server's
+      // does, less the limits question it has already paid for.
+      this._tokens = Math.max(0, (this._effectiveRate() || 0) - 1);
+      this._stamp = Date.now();
+      this._pump();
+    };
+    this._requests.push({ msg: { op: "limits" }, r: {
+      resolve: (m) => done(typeof m.rate === "number" ? m.rate : null),
+      reject: (e) => {
+        if (e.code === "DISCONNECTED") return;
+        done(null);
+      },
+    } });
+  }
+
+  // Messages a second this client keeps to: the server's, when it said;
+  // 0 is no limit.
+  _effectiveRate() {
+    return this._rate !== null ? this._rate : this.options.rate;
+  }
+
+  // Sends what the outbox holds, as far as the rate allows now; a timer
+  // comes back for the rest. What the server refused for its rate goes
+  // first, so the order of requests is kept.
+  _pump() {
+    clearTimeout(this._pumpTimer);
+    this._pumpTimer = null;
+    const ws = this._socket;
+    if (!ws || ws.readyState !== OPEN || this._limitsPending) return;
+    const rate = this._effectiveRate();
+    const now = Date.now();
+    if (now < this._holdUntil) {
+      this._pumpTimer = setTimeout(() => this._pump(), this._holdUntil - now);
+      return;
+    }
+    if (rate > 0) {
+      this._tokens = Math.min(rate, this._tokens + ((now - this._stamp) / 1000) * rate * PACE);
+      this._stamp = now;
+    }
+    while (this._retry.length || this._outbox.length) {
+      if (rate > 0) {
+        if (this._tokens < 1) {
+          const wait = Math.ceil(((1 - this._tokens) * 1000) / (rate * PACE));
+          this._pumpTimer = setTimeout(() => this._pump(), wait);
+          return;
+        }
+        this._tokens -= 1;
+      }
+      const item = this._retry.length ? this._retry.shift() : this._outbox.shift();
+      this._send(item.msg);
+      this._requests.push(item);
+    }
+  }
+
+  // The server refused item for its rate, and did not do it: it is sent
+  // again, before anything not sent yet and after any refused before it.
+  _refused(item) {
+    this._retry.push(item);
+    this._holdUntil = Date.now() + RETRY_MS;
+    this._tokens = 0;
+    this._pump();
   }
 
   _onMessage(text) {
@@ -359,10 +501,11 @@ export class TernClient {
       return;
     }
     if (m.ok !== undefined || m.error !== undefined) {
-      const r = this._requests.shift();
-      if (!r) return;
-      if (m.error !== undefined) r.reject(new TernError("SERVER", m.error, m));
-      else r.resolve(m);
+      const item = this._requests.shift();
+      if (!item) return;
+      if (m.error === "rate limit" && item.msg.op !== "limits") this._refused(item);
+      else if (m.error !== undefined) item.r.reject(new TernError("SERVER", m.error, m));
+      else item.r.resolve(m);
       return;
     }
     if (typeof m.topic !== "string" || typeof m.seq !== "number") return;
@@ -372,16 +515,23 @@ export class TernClient {
       t.buffer.push(m);   // a replay or a snapshot: the ack says which
       return;
     }
-    this._deliver(t, m, false);
+    this._deliver(t, TernClient._message(m, false));
   }
 
-  _deliver(t, m, snapshot) {
-    t.seq = m.seq;
+  // The application's form of a server message m.
+  static _message(m, snapshot) {
     const msg = { topic: m.topic, seq: m.seq, data: m.data, snapshot };
     if (m.key !== undefined) msg.key = m.key;
+    return msg;
+  }
+
+  // Calls every handler of t with msg; latest takes it first unless it
+  // already holds it (a snapshot is put in whole before its first call).
+  _deliver(t, msg, stored = false) {
+    t.seq = msg.seq;
     for (const s of t.subs) {
       if (s._closed) continue;
-      if (msg.key !== undefined) s.latest.set(msg.key, msg);
+      if (msg.key !== undefined && !stored) s.latest.set(msg.key, msg);
       try {
         s._handler(msg, s);
       } catch (e) {
@@ -390,11 +540,14 @@ export class TernClient {
     }
   }
 
+  // Every subscription again, ahead of the publishes queued meanwhile (a
+  // publisher subscribed to its own topic gets them).
   _resubscribe() {
-    for (const t of this._topics.values()) this._sendSubscribe(t);
+    let at = 0;
+    for (const t of this._topics.values()) this._sendSubscribe(t, at++);
   }
 
-  _sendSubscribe(t) {
+  _sendSubscribe(t, at) {
     const msg = { op: "subscribe", topic: t.topic };
     if (t.epoch) {
       msg.epoch = t.epoch;
@@ -418,7 +571,7 @@ export class TernClient {
           s._ready.reject(err);
         }
       },
-    });
+    }, at);
   }
 
   _subscribed(t, ack) {
@@ -435,6 +588,18 @@ export class TernClient {
     const info = { topic: t.topic, epoch: ack.epoch, seq: ack.seq, resumed, gap,
                    replayed: ack.replayed ?? ack.snapshot ?? 0, first: !t.acked };
     t.acked = true;
+    const msgs = buffered.map((m) => TernClient._message(m, snapshot));
+    if (snapshot) {
+      // A snapshot is the topic's state as this server has it: it replaces
+      // latest whole (after a gap, keys the server no longer has are gone)
+      // before onSubscribed and the first handler call, so that both see
+      // every key at once rather than one more per message.
+      for (const s of t.subs) {
+        if (s._closed) continue;
+        s.latest.clear();
+        for (const msg of msgs) if (msg.key !== undefined) s.latest.set(msg.key, msg);
+      }
+    }
     for (const s of t.subs) {
       s._ready.resolve(info);
       if (s._onSubscribed && !s._closed) {
@@ -445,7 +610,9 @@ export class TernClient {
         }
       }
     }
-    for (const m of buffered) this._deliver(t, m, snapshot);
+    // a replay (resumed: true) is the stream's next messages: latest
+    // follows it one message at a time, as it does live
+    for (const msg of msgs) this._deliver(t, msg, snapshot);
     t.epoch = ack.epoch;
     t.seq = ack.seq;
   }
@@ -526,33 +693,34 @@ export class TernClient {
     const msg = { op: "publish", topic, data };
     if (options.key !== undefined) msg.key = options.key;
     return new Promise((resolve, reject) => {
-      const item = { msg, resolve: (ack) => resolve(ack.seq), reject };
+      const r = { resolve: (ack) => resolve(ack.seq), reject };
       if (this._socket && this._socket.readyState === OPEN) {
-        this._request(msg, item);
+        this._request(msg, r);   // sent now, or as soon as the rate allows
         return;
       }
-      // Disconnected: held for the next connection, within the bound.
-      if (this._queue.length >= this.options.queueMax) {
-        if (this.options.queuePolicy === "drop-oldest" && this._queue.length > 0) {
-          this._queue.shift().reject(new TernError("DROPPED", "dropped from the full queue (drop-oldest)"));
+      // Disconnected: held for the next connection, within the bound
+      // (while disconnected the outbox holds publishes only).
+      if (this._outbox.length >= this.options.queueMax) {
+        if (this.options.queuePolicy === "drop-oldest" && this._outbox.length > 0) {
+          this._outbox.shift().r.reject(new TernError("DROPPED", "dropped from the full queue (drop-oldest)"));
         } else {
           reject(new TernError("QUEUE_FULL", "disconnected and the queue is full"));
           return;
         }
       }
-      this._queue.push(item);
+      this._outbox.push({ msg, r });
     });
   }
 
-  /** Publishes waiting in the queue. */
+  /**
+   * Publishes not sent yet: held while disconnected, or waiting for the
+   * server's rate limit on an open connection.
+   */
   get queued() {
-    return this._queue.length;
-  }
-
-  _flushQueue() {
-    const q = this._queue;
-    this._queue = [];
-    for (const item of q) this._request(item.msg, item);
+    let n = 0;
+    for (const item of this._retry) if (item.msg.op === "publish") n++;
+    for (const item of this._outbox) if (item.msg.op === "publish") n++;
+    return n;
   }
 
   /** Closes for good: the connection (1000), timers, the queue (rejected). */
@@ -561,8 +729,12 @@ export class TernClient {
     clearTimeout(this._retryTimer);
     this._retryTimer = null;
     this._closeSocket(1000, "bye");
-    for (const item of this._queue) item.reject(new TernError("CLOSED", "the client closed"));
-    this._queue = [];
+    // the connection's requests were failed by _closeSocket; what is left
+    // is the queue of publishes
+    const closed = new TernError("CLOSED", "the client closed");
+    for (const item of this._retry.concat(this._outbox)) item.r.reject(closed);
+    this._retry = [];
+    this._outbox = [];
     for (const t of this._topics.values())
       for (const s of t.subs) {
         s._closed = true;

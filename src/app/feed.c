@@ -8,6 +8,8 @@
  *     {"sym":"ACME","px":101.25,"chg":0.42,"ts":1763950000123}
  *   (chg: percent since the feed started; ts: Unix milliseconds). One
  *   instrument is one key: a later conflation keeps the newest per sym.
+ *   As it starts the feed publishes every instrument once, at its open,
+ *   so the topic's snapshot holds all 24 from the first moment.
  * - topic "stats", once a second:
  *     {"uptime":S,"threads":T,"connections":C,"msgs_in":R,"msgs_out":R,
  *      "bytes_in":R,"bytes_out":R,"publishes":R,"delivered":R,"dropped":D}
@@ -69,22 +71,27 @@ static void move(instrument *in, unsigned *seed) {
         in->px = 0.01;
 }
 
+/* Publishes in's present price, keyed by its symbol: a conflating
+ * subscriber keeps its newest price, a snapshot holds one per instrument. */
+static void publish_price(feed *f, const instrument *in) {
+    char msg[200];
+    const char head[] = "{\"topic\":\"market\",\"seq\":";
+    int n = snprintf(msg, sizeof(msg),
+                     "%s,\"key\":\"%s\",\"data\":\"{\\\"sym\\\":\\\"%s\\\",\\\"px\\\":%.2f,"
+                     "\\\"chg\\\":%.2f,\\\"ts\\\":%llu}\"}",
+                     head, in->sym, in->sym, in->px, (in->px - in->open) / in->open * 100,
+                     (unsigned long long)now_ms());
+    tern_publish_key(f->srv, "market", in->sym, msg, (size_t)n, TERN_WS_TEXT, sizeof(head) - 1);
+}
+
 static void on_tick(tern_timer *t, void *user) {
     (void)t;
     feed *f = user;
     f->owed += f->rate * (TICK_MS / 1000.0);
-    char msg[200];
-    const char head[] = "{\"topic\":\"market\",\"seq\":";
     for (; f->owed >= 1; f->owed -= 1) {
         instrument *in = &instruments[(unsigned)rand_r(&f->seed) % N_INSTRUMENTS];
         move(in, &f->seed);
-        int n = snprintf(msg, sizeof(msg),
-                         "%s,\"key\":\"%s\",\"data\":\"{\\\"sym\\\":\\\"%s\\\",\\\"px\\\":%.2f,"
-                         "\\\"chg\\\":%.2f,\\\"ts\\\":%llu}\"}",
-                         head, in->sym, in->sym, in->px, (in->px - in->open) / in->open * 100,
-                         (unsigned long long)now_ms());
-        /* the instrument is the key: a conflating subscriber keeps its newest price */
-        tern_publish_key(f->srv, "market", in->sym, msg, (size_t)n, TERN_WS_TEXT, sizeof(head) - 1);
+        publish_price(f, in);
     }
 }
 
@@ -143,6 +150,12 @@ int tern__feed_start(tern_server *srv, unsigned rate) {
     int err = tern_timer_start(loop, &t, 1000, 1000, on_stats_tick, f);
     if (err == 0 && rate > 0)
         err = tern_timer_start(loop, &t, TICK_MS, TICK_MS, on_tick, f);
+    /* Every instrument once, at its open, before any client can come: the
+     * updates pick instruments at random, so without this a snapshot taken
+     * in the first seconds holds only the few picked so far. */
+    if (err == 0 && rate > 0)
+        for (size_t i = 0; i < N_INSTRUMENTS; i++)
+            publish_price(f, &instruments[i]);
     return err;
 }
 

@@ -21,6 +21,10 @@
  *                                                      nothing (a gap gets
  *                                                      the same anyway)
  *       {"op":"unsubscribe","topic":"T"}
+ *       {"op":"limits"}                               what this connection
+ *                                                      may send (tern-client
+ *                                                      asks first, and paces
+ *                                                      itself to the rate)
  *       {"op":"publish","topic":"T","data":"..."}     (to every subscriber,
  *                                                      the sender too)
  *       {"op":"publish","topic":"T","key":"K","data":"..."}  the same, K its
@@ -52,6 +56,12 @@
  *                                                      before this ack
  *       {"ok":"subscribe","topic":"T"}                 already subscribed
  *       {"ok":"unsubscribe","topic":"T"}
+ *       {"ok":"limits","rate":R,"max_message":M}       R: --pubsub-rate now
+ *                                                      (messages a second,
+ *                                                      each op one, a burst
+ *                                                      of R; 0: no limit),
+ *                                                      M: the largest
+ *                                                      message (bytes)
  *       {"ok":"publish","topic":"T","seq":N}           N is 0 when T had no
  *                                                      subscriber, or when
  *                                                      Redis numbers it
@@ -581,6 +591,16 @@ void tern__serve_pubsub_refusals_get(tern__serve_pubsub_refusals *out) {
     out->forbidden_publish = atomic_load_explicit(&n_forbid_pub, memory_order_relaxed);
 }
 
+/* {"op":"limits"} -> {"ok":"limits","rate":N,"max_message":M}: the rate
+ * in force now (SIGHUP may change it), so that a client paces itself to
+ * it instead of guessing and losing operations to "rate limit". */
+static void reply_limits(tern_ws *ws, uint32_t rate) {
+    char out[96];
+    int n = snprintf(out, sizeof(out), "{\"ok\":\"limits\",\"rate\":%" PRIu32 ",\"max_message\":%zu}",
+                     rate, limits.max_message);
+    tern_ws_send(ws, out, (size_t)n, TERN_WS_TEXT);
+}
+
 /* {"op":"refresh","token":"..."} -> {"ok":"refresh","exp":N}, or
  * {"error":"bad token",...} and the connection keeps its rights. */
 static void pubsub_refresh(tern_ws *ws, tern__token_conn *auth, tok t, tok op) {
@@ -631,7 +651,10 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
         what = UNSUB;
     else if (op.p && op.n == 9 && !memcmp(op.p, "\"publish\"", 9))
         what = PUB;
-    else if (tern__serve_tokens_on() && op.p && op.n == 9 && !memcmp(op.p, "\"refresh\"", 9)) {
+    else if (op.p && op.n == 8 && !memcmp(op.p, "\"limits\"", 8)) {
+        reply_limits(ws, rate);
+        return;
+    } else if (tern__serve_tokens_on() && op.p && op.n == 9 && !memcmp(op.p, "\"refresh\"", 9)) {
         pubsub_refresh(ws, b ? b->auth : NULL, f.token, op);
         return;
     } else {

@@ -49,6 +49,23 @@ def test_market_feed_messages(tern_factory):
         assert len(syms) > 10
 
 
+def test_snapshot_is_whole_right_after_start(tern_factory):
+    # The feed publishes every instrument once as it starts, so a page
+    # opened at once shows the whole board, not the few picked so far.
+    t = tern_factory("--feed-rate", "40")
+    with connect(f"ws://127.0.0.1:{t.port}/pubsub") as ws:
+        ws.send(json.dumps({"op": "subscribe", "topic": "market", "snapshot": True}))
+        keys = set()
+        while True:
+            m = json.loads(ws.recv(timeout=5 * SLOW))
+            if m.get("ok") == "subscribe":
+                break
+            assert m["topic"] == "market" and m["key"] == json.loads(m["data"])["sym"], m
+            keys.add(m["key"])
+        assert m["snapshot"] == len(keys), m
+        assert len(keys) == 24, sorted(keys)
+
+
 def test_feed_off_and_stats(tern_factory):
     t = tern_factory("--feed", "off")
     with connect(f"ws://127.0.0.1:{t.port}/pubsub") as ws:

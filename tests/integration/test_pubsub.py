@@ -92,6 +92,18 @@ def test_http_publish(tern):
             assert e.code == 400
 
 
+def test_limits_op_says_the_rate_in_force(tern_factory):
+    # tern-client asks this as it connects and paces itself to the rate
+    t = tern_factory("--pubsub-rate", "100", "--pubsub-max-message", "65536")
+    with connect(url(t)) as ws:
+        send(ws, op="limits")
+        assert recv(ws) == {"ok": "limits", "rate": 100, "max_message": 65536}
+    t = tern_factory()   # the fixture's: no rate limit
+    with connect(url(t)) as ws:
+        send(ws, op="limits")
+        assert recv(ws) == {"ok": "limits", "rate": 0, "max_message": 16 << 20}
+
+
 def test_bad_input_gets_errors(tern):
     t = tern
     with connect(url(t)) as ws:

@@ -1,6 +1,7 @@
 // Tokens (refreshed before exp, again after a refusal), the backoff's
 // jitter, the queue of publishes while disconnected, and a clean close.
 import assert from "node:assert/strict";
+import net from "node:net";
 import { after, afterEach, before, test } from "node:test";
 
 import { TernClient, backoffDelay, tokenExp } from "../tern-client.js";
@@ -179,4 +180,29 @@ test("close is clean: state closed, a 1000 close frame, no reconnect", async () 
   assert.deepEqual(states, ["open", "closed"]);
   assert.throws(() => c.subscribe(PREFIX + "x", () => {}), (e) => e.code === "CLOSED");
   await proxy.close();
+});
+
+test("a connection that fails before it opens is an error event (CONNECT): a refused port, a 401", async () => {
+  // a port nobody listens on: taken, then given back
+  const free = net.createServer();
+  await new Promise((r) => free.listen(0, "127.0.0.1", r));
+  const port = free.address().port;
+  await new Promise((r) => free.close(r));
+  const refused = newClient(`ws://127.0.0.1:${port}/pubsub`, { backoffInitial: 5000 });
+  const errors = [];
+  refused.on("error", (e) => errors.push(e));
+  await until(() => errors.length === 1, "the refused connection's error");
+  assert.equal(errors[0].code, "CONNECT");
+  assert.match(errors[0].message, /ECONNREFUSED/);
+  assert.equal(refused.state, "reconnecting");
+  refused.close();
+  // a token the server refuses: 401 on the upgrade
+  const denied = newClient(srv.url, { token: "not.a.token", backoffInitial: 5000 });
+  const derr = [];
+  denied.on("error", (e) => derr.push(e));
+  await until(() => derr.length === 1, "the 401's error");
+  assert.equal(derr[0].code, "CONNECT");
+  assert.equal(derr[0].detail.status, 401);
+  assert.match(derr[0].message, /401/);
+  denied.close();
 });

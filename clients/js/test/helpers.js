@@ -36,15 +36,19 @@ export function mintToken({ ttl = 3600, publish = [PREFIX + "*"], subscribe = [P
   return `${head}.${body}.${sig}`;
 }
 
-/** Starts `tern serve` with tokens on; resolves with {port, url, stop()}. */
-export function startServer(args = [], { port = 0 } = {}) {
+/**
+ * Starts `tern serve` with tokens on; resolves with {port, url, stop()}.
+ * The rate limit is off unless defaultRate (then --pubsub-rate's default).
+ */
+export function startServer(args = [], { port = 0, defaultRate = false } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "tern-client-test-"));
   writeFileSync(join(dir, "secret"), SECRET + "\n");
   writeFileSync(join(dir, "api-key"), randomBytes(16).toString("hex") + "\n");
   const argv = ["serve", "--host", "127.0.0.1", "--port", String(port), "--threads", "1",
                 "--bench-routes", "--admin-listen", "127.0.0.1:0",
                 "--api-key-file", join(dir, "api-key"),
-                "--max-connections", "0", "--max-connections-per-ip", "0", "--pubsub-rate", "0",
+                "--max-connections", "0", "--max-connections-per-ip", "0",
+                ...(defaultRate ? [] : ["--pubsub-rate", "0"]),
                 "--token-hmac-secret-file", join(dir, "secret"), ...args];
   const proc = spawn(TERN_BIN, argv, { stdio: ["ignore", "ignore", "pipe"] });
   return new Promise((resolve, reject) => {

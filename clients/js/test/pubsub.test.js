@@ -95,14 +95,37 @@ test("a subscription starts with the latest message of each key, and keeps them"
   for (const x of [pub, c, d]) x.close();
 });
 
+test("sub.latest holds the whole snapshot at the first handler call", async () => {
+  const topic = PREFIX + "whole";
+  const pub = client();
+  for (let i = 0; i < 40; i++) await pub.publish(topic, `v${i}`, { key: `k${i}` });
+  const c = client();
+  const sizes = [];
+  let atSubscribed;
+  const s = c.subscribe(topic, (m, sub) => sizes.push(sub.latest.size), {
+    onSubscribed: (info, sub) => { atSubscribed = sub.latest.size; },
+  });
+  await s.ready;
+  await until(() => sizes.length === 40, "the snapshot's 40");
+  assert.equal(atSubscribed, 40, "whole already when onSubscribed runs");
+  assert.deepEqual(sizes, new Array(40).fill(40), "whole at every handler call, the first too");
+  // each message is the one latest holds for its key
+  assert.equal(s.latest.get("k7").data, "v7");
+  assert.equal(s.latest.get("k7").snapshot, true);
+  for (const x of [pub, c]) x.close();
+});
+
 test("the feed's snapshot has every instrument at once", async () => {
   await sleep(1000);   // 400 updates a second over 24 instruments: each has moved
   const c = newClient(srv.url);   // anonymous: market is open
-  const s = c.subscribe("market", () => {});
+  const sizes = [];
+  const s = c.subscribe("market", (m, sub) => sizes.push(sub.latest.size));
   const info = await s.ready;
   assert.equal(info.replayed, 24);
   assert.equal(s.latest.size, 24);
   const syms = [...s.latest.values()].map((m) => JSON.parse(m.data).sym);
   assert.deepEqual(syms.slice().sort(), [...s.latest.keys()].sort());
+  await until(() => sizes.length >= 24, "the snapshot's handler calls");
+  assert.equal(sizes[0], 24, "every instrument at the first handler call");
   c.close();
 });

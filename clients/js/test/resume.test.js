@@ -103,6 +103,46 @@ test("when the history no longer reaches, the handler is told and gets the lates
   await srv.stop();
 });
 
+test("after a gap, latest is the new server's snapshot: keys it does not have are gone", async () => {
+  let srv = await startServer(["--feed", "off", "--pubsub-history", "100"]);
+  const proxy = await new Proxy(srv.port).listen();
+  const topic = PREFIX + "regap";
+  const c = newClient(proxy.url, { token: mintToken(), ...fast });
+  const got = [], acks = [];
+  const seen = [];   // the keys latest held at each handler call, and at the gap's onSubscribed
+  const keys = (sub) => [...sub.latest.keys()].sort().join(",");
+  const sub = c.subscribe(topic, (m, sb) => {
+    got.push(m);
+    seen.push(keys(sb));
+  }, { onSubscribed: (info, sb) => { acks.push(info); seen.push("ack:" + keys(sb)); } });
+  const other = c.subscribe(topic, () => {});   // a second one of the topic follows the same rule
+  await sub.ready;
+  let pub = newClient(srv.url, { token: mintToken() });
+  for (const k of ["a", "b", "gone"]) await pub.publish(topic, `old-${k}`, { key: k });
+  await until(() => got.length === 3, "the first three");
+  assert.equal(keys(sub), "a,b,gone");
+  pub.close();
+  proxy.down = true;   // the subscriber comes back only once the new server has its keys
+  proxy.cut();
+  await srv.stop();
+  srv = await startServer(["--feed", "off", "--pubsub-history", "100"]);
+  proxy.targetPort = srv.port;
+  pub = newClient(srv.url, { token: mintToken() });
+  for (const k of ["a", "b", "new"]) await pub.publish(topic, `new-${k}`, { key: k });
+  seen.length = 0;
+  proxy.down = false;
+  await until(() => acks.length === 2 && got.length === 6, "the gap and the new snapshot", 10000);
+  assert.equal(acks[1].gap, true);
+  // replaced before onSubscribed, whole at the first handler call
+  assert.deepEqual(seen, ["ack:a,b,new", "a,b,new", "a,b,new", "a,b,new"]);
+  for (const x of [sub, other]) {
+    assert.deepEqual([...x.latest.entries()].map(([k, m]) => [k, m.data, m.snapshot]).sort(),
+      [["a", "new-a", true], ["b", "new-b", true], ["new", "new-new", true]]);
+  }
+  await proxy.close();
+  await srv.stop();
+});
+
 test("a server restarted behind the proxy: a new epoch, reported as a gap, then live", async () => {
   let srv = await startServer(["--feed", "off", "--pubsub-history", "100"]);
   const proxy = await new Proxy(srv.port).listen();
