@@ -8,7 +8,10 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 ARGS       ?=
-JOBS       ?= $(shell nproc)
+# Parallel build jobs of every build here (install's too): JOBS=N, else
+# CMAKE_BUILD_PARALLEL_LEVEL from the environment (which `cmake --build -j`
+# would otherwise override), else one per core.
+JOBS       ?= $(or $(CMAKE_BUILD_PARALLEL_LEVEL),$(shell nproc))
 WERROR     ?= $(if $(CI),ON,OFF)
 PREFIX     ?= /usr/local
 
