@@ -55,7 +55,8 @@ $(TLS_DIR)/cert.pem:
 	@echo "make run: made a self-signed certificate for localhost in $(TLS_DIR)"
 
 # Headers, libtern.so and libtern.a (and libtern-checked's), tern.pc and
-# tern-checked.pc, the CMake package and the tern command under PREFIX (DESTDIR=... for staging). A build of its own
+# tern-checked.pc, the CMake package, the tern command, and LICENSE and
+# THIRD-PARTY-NOTICES.md in share/doc/tern under PREFIX (DESTDIR=... for staging). A build of its own
 # without the tests and examples, and no package installs: `sudo make
 # install` changes nothing but PREFIX (the README lists what building needs).
 INSTALL_BUILD ?= build-install
