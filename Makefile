@@ -8,7 +8,10 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 ARGS       ?=
-JOBS       ?= $(shell nproc)
+# Parallel build jobs of every build here (install's too): JOBS=N, else
+# CMAKE_BUILD_PARALLEL_LEVEL from the environment (which `cmake --build -j`
+# would otherwise override), else one per core.
+JOBS       ?= $(or $(CMAKE_BUILD_PARALLEL_LEVEL),$(shell nproc))
 WERROR     ?= $(if $(CI),ON,OFF)
 PREFIX     ?= /usr/local
 
@@ -52,7 +55,8 @@ $(TLS_DIR)/cert.pem:
 	@echo "make run: made a self-signed certificate for localhost in $(TLS_DIR)"
 
 # Headers, libtern.so and libtern.a (and libtern-checked's), tern.pc and
-# tern-checked.pc, the CMake package and the tern command under PREFIX (DESTDIR=... for staging). A build of its own
+# tern-checked.pc, the CMake package, the tern command, and LICENSE and
+# THIRD-PARTY-NOTICES.md in share/doc/tern under PREFIX (DESTDIR=... for staging). A build of its own
 # without the tests and examples, and no package installs: `sudo make
 # install` changes nothing but PREFIX (the README lists what building needs).
 INSTALL_BUILD ?= build-install

@@ -48,8 +48,14 @@ lib=$(dirname "$(find "$prefix" -name 'libtern.so.*.*.*' | head -n1)")
 pcdir=$(dirname "$(find "$prefix" -name tern.pc | head -n1)")
 for f in "$prefix/include/tern/tern.h" "$lib/libtern.a" "$lib/libtern.so" "$pcdir/tern.pc" \
          "$lib/libtern-checked.a" "$lib/libtern-checked.so" "$pcdir/tern-checked.pc" \
-         "$lib/cmake/tern/ternConfig.cmake" "$lib/cmake/tern/ternConfigVersion.cmake"; do
+         "$lib/cmake/tern/ternConfig.cmake" "$lib/cmake/tern/ternConfigVersion.cmake" \
+         "$prefix/share/doc/tern/LICENSE" "$prefix/share/doc/tern/THIRD-PARTY-NOTICES.md"; do
     [ -e "$f" ] || { echo "   FAILED: $f was not installed"; status=1; }
+done
+# The licence, where a packager and pkg-config look for it.
+cmp -s LICENSE "$prefix/share/doc/tern/LICENSE" || { echo "   FAILED: the installed LICENSE differs"; status=1; }
+for name in tern tern-checked; do
+    grep -qx 'License: MIT' "$pcdir/$name.pc" || { echo "   FAILED: $name.pc has no License: MIT"; status=1; }
 done
 for name in tern tern-checked; do
     soname=$(readelf -d "$lib/lib$name.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')

@@ -212,8 +212,8 @@ int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_optio
 int tern_server_port(const tern_server *srv);
 
 /* The access log: fn gets one entry per response the server sends (also
- * its own 404/405/501 answers and refusals such as 400 or 431, with
- * method and target "-"). A WebSocket session has one entry, status 101,
+ * its own 404/405/501 answers and refusals such as 400, 413 or 431; method
+ * and target "-" for a refusal before the head was read). A WebSocket session has one entry, status 101,
  * given when it ends (not at the upgrade): websocket set, its duration,
  * the bytes of frames each way, its messages and how it closed. Entries are
  * delivered at the end of the loop's batch of events, never from inside a
@@ -273,8 +273,10 @@ int tern_http_route_stream(tern_server *srv, const char *method, const char *pat
 
 /* The handler for requests whose path no route has (instead of the plain
  * 404). A path some route has for other methods still gets 405 with
- * Allow, and a method no route has gets 501 (RFC 9110 §9.1): unlike a
- * catch-all route ("*" for any method) this does not swallow those.
+ * Allow, and a method the server does not recognise (none of RFC 9110's,
+ * nor PATCH, nor any route's) gets 501 (RFC 9110 §15.6.2): unlike a
+ * catch-all route ("*" for any method) this does not swallow those. A
+ * standard method no route has (PUT, DELETE, ...) gets 404 or 405.
  * fn NULL removes it. Returns 0, -EINVAL for a NULL srv, -EBUSY once the
  * configuration is shared. */
 int tern_http_not_found(tern_server *srv, tern_http_handler fn, void *user);

@@ -181,9 +181,10 @@ void tern__http_access_record(tern_http_req *req, int status) {
            req->start_ms && now > req->start_ms ? now - req->start_ms : 0);
 }
 
-void tern__http_access_record_error(tern__http_conn *hc, int status, uint64_t bytes) {
+void tern__http_access_record_error(tern__http_conn *hc, int status, uint64_t bytes,
+                                    const char *m, size_t ml, const char *t, size_t tl) {
     if (hc->srv->cfg->access_fn)
-        record(hc->srv, &hc->conn, "-", 1, "-", 1, status, bytes, 0);
+        record(hc->srv, &hc->conn, m, ml, t, tl, status, bytes, 0);
 }
 
 void tern__http_access_drop(tern_server *srv) {

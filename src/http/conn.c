@@ -107,6 +107,16 @@ static void fail_request(tern__http_conn *hc, int status) {
     hc->state = TERN__HTTP_CLOSING;
 }
 
+/* The same for a request whose head was read: the access log and the
+ * debug line name its method and target rather than "-". */
+static void fail_request_for(tern__http_conn *hc, int status, const char *m, size_t ml,
+                             const char *t, size_t tl) {
+    if (conn_gone(hc))
+        return;
+    tern__http_error_for(hc, status, m, ml, t, tl);
+    hc->state = TERN__HTTP_CLOSING;
+}
+
 static void free_req(tern_http_req *req) {
     free(req->head_copy);
     tern__bytes_free(&req->body_buf);
@@ -175,7 +185,8 @@ static void dispatch_buffered(tern__http_conn *hc) {
 }
 
 /* Looks up the route; HEAD falls back to GET. When none, status says why:
- * 404, 405, or 501 for a method no route has. */
+ * 404, 405, or 501 for a method the server does not implement at all
+ * (tern__http_method_known). */
 static const tern__http_route *find_route(tern__http_conn *hc, const tern__http_head *head,
                                           tern__route_params *params, int *status) {
     tern_server *srv = hc->srv;
@@ -282,13 +293,14 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     req->body_left = head->body_kind == TERN__BODY_LENGTH ? head->content_length : 0;
 
     if (head->body_kind == TERN__BODY_LENGTH && head->content_length > srv->cfg->opt.max_body) {
-        fail_request(hc, 413);
+        fail_request_for(hc, 413, head->method, head->method_len, head->target, head->target_len);
         return -1;
     }
 
     int status = 404;
     const tern__http_route *route = NULL;
     const tern__upgrade_hook *upgrade = srv->cfg->upgrade;
+    bool upgrade_refused = false;   /* the WebSocket layer logged its refusal */
     if (head->upgrade && upgrade) {
         req->live = true;
         req->head = head;
@@ -304,6 +316,7 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
         if (r < 0) {
             status = -r;
             route = &route_status;
+            upgrade_refused = true;
         }
     }
     if (route == NULL) {
@@ -333,6 +346,13 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
         params->count = 0;
         params->rest = NULL;   /* no "*" either: what matched is not this answer's */
         req->status = status;
+        /* 404, 405, 501, 426, a 400 for a path that does not decode: the
+         * server's own answers are logged like its other refusals. An
+         * upgrade's refusal (status from try_upgrade) was logged by the
+         * WebSocket layer already. */
+        if (!upgrade_refused)
+            tern__http_log_refusal(hc, status, head->method, head->method_len, head->target,
+                                   head->target_len, false);
     }
     req->route = route;
     bool has_body = head->body_kind == TERN__BODY_CHUNKED ||
@@ -382,6 +402,36 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
 /* ---- bodies ----------------------------------------------------------- */
 
 
+/* A 413 for a body that grew past max_body while it was read: the head is
+ * gone from the read buffer by now, but a buffered body kept it
+ * (head_copy, validated: "METHOD SP target SP ...") and a streamed one's
+ * handler left its request line for the access log (access_copy). */
+static void fail_body_too_large(tern__http_conn *hc) {
+    tern_http_req *req = hc->req;
+    const char *m = NULL, *t = NULL;
+    size_t ml = 0, tl = 0;
+    if (req->head_copy) {
+        const char *h = req->head_copy, *end = h + req->head_copy_len;
+        const char *sp = memchr(h, ' ', req->head_copy_len);
+        const char *sp2 = sp ? memchr(sp + 1, ' ', (size_t)(end - sp - 1)) : NULL;
+        if (sp2) {
+            m = h;
+            ml = (size_t)(sp - h);
+            t = sp + 1;
+            tl = (size_t)(sp2 - t);
+        }
+    } else if (req->access_copy) {
+        m = req->access_copy;
+        ml = strlen(m);
+        t = m + ml + 1;
+        tl = strlen(t);
+    }
+    if (m)
+        fail_request_for(hc, 413, m, ml, t, tl);
+    else
+        fail_request(hc, 413);
+}
+
 /* Hands one piece of body to where it goes. Returns false when the
  * connection is no longer ours. */
 static bool deliver(tern__http_conn *hc, const char *p, size_t n) {
@@ -391,7 +441,7 @@ static bool deliver(tern__http_conn *hc, const char *p, size_t n) {
         if (req->started)
             tern__conn_close(&hc->conn, -EMSGSIZE);   /* too late for a 413 */
         else
-            fail_request(hc, 413);
+            fail_body_too_large(hc);
         return false;
     }
     switch (req->body_mode) {

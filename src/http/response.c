@@ -207,11 +207,43 @@ void tern__http_error_page(const tern_server *srv, int status, char *buf, const 
     }
 }
 
-/* Sends a complete error response and ends the connection after it. Used
- * for requests refused before any handler saw them. */
-void tern__http_error(tern__http_conn *hc, int status) {
-    tern_server *srv = hc->srv;
+/* The debug line of an answer the server made itself, before or instead of
+ * a handler (logging.md: "every refusal"). The request is named by method
+ * and path when its head was read (m non-NULL): the query is left out, as
+ * it may carry a credential (?token=). */
+void tern__http_log_refusal(tern__http_conn *hc, int status, const char *m, size_t ml,
+                            const char *t, size_t tl, bool closing) {
+    if (!tern__log_on(TERN_LOG_DEBUG))
+        return;
+    char peer[TERN_ADDRSTRLEN] = "-";
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if (tern__peer(&hc->conn, &ss, &sl) == 0 &&
+        tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer)) < 0)
+        strcpy(peer, "-");
     const char *reason = tern_http_reason(status);
+    const char *end = ", closing";
+    if (!closing)
+        end = "";
+    if (m == NULL) {
+        tern__log(TERN_LOG_DEBUG, TERN__LOG_HTTP_REFUSED, "http: %d %s to %s%s", status, reason,
+                  peer, end);
+        return;
+    }
+    const char *q = memchr(t, '?', tl);
+    size_t pl = q ? (size_t)(q - t) : tl;
+    if (pl > 256)
+        pl = 256;   /* a line, not a dump: the log's lines are 512 bytes */
+    tern__log(TERN_LOG_DEBUG, TERN__LOG_HTTP_REFUSED, "http: %d %s for %.*s %.*s to %s%s", status,
+              reason, (int)ml, m, (int)pl, t, peer, end);
+}
+
+/* Sends a complete error response and ends the connection after it. Used
+ * for requests refused before any handler saw them. m and t name the
+ * request when its head was read (a 413), else m is NULL. */
+void tern__http_error_for(tern__http_conn *hc, int status, const char *m, size_t ml,
+                          const char *t, size_t tl) {
+    tern_server *srv = hc->srv;
     char page[TERN__ERROR_PAGE_BUF];
     const char *ctype, *body;
     size_t body_len;
@@ -231,17 +263,16 @@ void tern__http_error(tern__http_conn *hc, int status) {
         if (body_len)
             tern__conn_write(&hc->conn, body, body_len);
     }
-    tern__http_access_record_error(hc, status, body_len);
-    if (tern__log_on(TERN_LOG_DEBUG)) {
-        char peer[TERN_ADDRSTRLEN] = "-";
-        struct sockaddr_storage ss;
-        socklen_t sl;
-        if (tern__peer(&hc->conn, &ss, &sl) == 0)
-            tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer));
-        tern__log(TERN_LOG_DEBUG, TERN__LOG_HTTP_REFUSED, "http: %d %s to %s, closing", status,
-                  reason, peer);
-    }
+    if (m)
+        tern__http_access_record_error(hc, status, body_len, m, ml, t, tl);
+    else
+        tern__http_access_record_error(hc, status, body_len, "-", 1, "-", 1);
+    tern__http_log_refusal(hc, status, m, ml, t, tl, true);
     tern__conn_end(&hc->conn);
+}
+
+void tern__http_error(tern__http_conn *hc, int status) {
+    tern__http_error_for(hc, status, NULL, 0, NULL, 0);
 }
 
 void tern__http_send_continue(tern_http_req *req) {

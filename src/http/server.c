@@ -632,7 +632,8 @@ bool tern__http_method_known(const tern_server *srv, const char *m, size_t len) 
     const tern__server_config *cfg = srv->cfg;
     for (const tern__vhost *vh = &cfg->host; vh; vh = vh == &cfg->host ? cfg->hosts : vh->next)
         for (const tern__http_route *r = vh->routes; r; r = r->next)
-            if (strlen(r->method) == len && memcmp(r->method, m, len) == 0)
+            if (r->method[0] == '\0' ||   /* an any-method route implements every one */
+                (strlen(r->method) == len && memcmp(r->method, m, len) == 0))
                 return true;
     return false;
 }

@@ -362,7 +362,9 @@ void tern__config_unref(tern__server_config *cfg);
  * server. Read-only: any loop may call it while serving. */
 const tern__vhost *tern__vhost_find(const tern__server_config *cfg, const char *name, size_t len);
 /* Does the server implement this method at all: a standard one (RFC 9110
- * §9 and PATCH) or one some route was registered with? The others get 501. */
+ * §9 and PATCH) or one some route was registered with (an any-method
+ * route: every one)? The others get 501 (RFC 9110 §15.6.2); a standard
+ * method no route has is recognised, so it gets 404 or 405. */
 bool tern__http_method_known(const tern_server *srv, const char *m, size_t len);
 
 /* request.c: percent-decodes the parameters the router matched in path
@@ -376,11 +378,13 @@ int tern__peer(const tern__conn *c, struct sockaddr_storage *addr, socklen_t *le
 /* access.c: the access log. begin at the handler's start; keep after it
  * returns (copies what a later answer's entry needs); record when a
  * response goes out (status 101 for an upgrade); record_error for the
- * refusals sent without a request; drop when the server goes. */
+ * refusals sent without a handler (method and target "-" when the head
+ * was not read); drop when the server goes. */
 void tern__http_access_begin(tern_http_req *req);
 void tern__http_access_keep(tern_http_req *req);
 void tern__http_access_record(tern_http_req *req, int status);
-void tern__http_access_record_error(tern__http_conn *hc, int status, uint64_t bytes);
+void tern__http_access_record_error(tern__http_conn *hc, int status, uint64_t bytes,
+                                    const char *m, size_t ml, const char *t, size_t tl);
 void tern__http_access_drop(tern_server *srv);
 /* An entry made by a layer above (a WebSocket session at its end): e's
  * strings NUL-terminated, copied. */
@@ -400,7 +404,15 @@ void tern__http_static_free(tern__vhost *vh);
 #define TERN__ERROR_PAGE_BUF 64
 void tern__http_error_page(const tern_server *srv, int status, char *buf, const char **ctype,
                            const char **body, size_t *len);
+/* An error response that closes the connection, for a request no handler
+ * saw; _for names the request (its head was read: method m, target t). */
 void tern__http_error(tern__http_conn *hc, int status);
+void tern__http_error_for(tern__http_conn *hc, int status, const char *m, size_t ml,
+                          const char *t, size_t tl);
+/* The debug log line of such an answer (m NULL: the head was not read);
+ * closing: the connection ends after it. */
+void tern__http_log_refusal(tern__http_conn *hc, int status, const char *m, size_t ml,
+                            const char *t, size_t tl, bool closing);
 void tern__http_send_continue(tern_http_req *req);
 void tern__http_update_date(tern_server *srv);
 /* The one writer of a status line: "HTTP/1.1 NNN Reason\r\n" at p, then,

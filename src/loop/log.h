@@ -12,7 +12,8 @@ enum tern__log_kind {
     TERN__LOG_LISTEN,        /* other listener errors */
     TERN__LOG_HTTP_REFUSED,  /* a request refused before any handler (4xx/5xx, close) */
     TERN__LOG_WS_REFUSED,    /* a refused WebSocket upgrade */
-    TERN__LOG_WS_SLOW,       /* the slow-consumer policy applied */
+    TERN__LOG_WS_SLOW,       /* a route's slow-consumer policy applied */
+    TERN__LOG_PUBSUB_SLOW,   /* a topic's policy dropped a message or closed a subscriber */
     TERN__LOG_SEND_TIMEOUT,  /* a peer that took nothing for the send timeout */
     TERN__LOG_UNSENT,        /* a send past the loop's bound on unsent output */
     TERN__LOG_RUN,           /* tern_run: signals, shutdown */

@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "http/server.h"
+#include "loop/log.h"
 #include "loop/loop.h"
 #include "pubsub/history.h"
 #include "pubsub/redis.h"
@@ -1616,6 +1617,40 @@ typedef struct tally {
     uint64_t delivered, dropped, closed, conflated, qmax;
 } tally;
 
+static const char *policy_name(int policy) {
+    switch (policy) {
+    case TERN_PUBSUB_CLOSE: return "close";
+    case TERN_PUBSUB_CONFLATE: return "conflate";
+    default: return "drop";
+    }
+}
+
+/* The info line of a slow subscriber the topic's policy acted on: a
+ * message dropped for it, or its connection closed (logging.md: "slow
+ * consumers dropped or closed"). Rate-limited as every kind is: a
+ * subscriber that misses every message does not flood the log. */
+static void log_slow(const sub *s, size_t behind, bool closed) {
+    if (!tern__log_on(TERN_LOG_INFO))
+        return;
+    const tern_topic_options *o = &s->t->o;
+    char peer[TERN_ADDRSTRLEN] = "-";
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if (tern_ws_peer(s->ws, &ss, &sl) == 0 &&
+        tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer)) < 0)
+        strcpy(peer, "-");
+    int tl = s->t->len > 128 ? 128 : (int)s->t->len;
+    if (closed)
+        tern__log(TERN_LOG_INFO, TERN__LOG_PUBSUB_SLOW,
+                  "pubsub: slow consumer %s on topic %.*s, %zu bytes behind: policy %s, closed "
+                  "with %d", peer, tl, s->t->name, behind, policy_name(o->policy),
+                  o->close_code ? o->close_code : TERN_WS_POLICY);
+    else
+        tern__log(TERN_LOG_INFO, TERN__LOG_PUBSUB_SLOW,
+                  "pubsub: slow consumer %s on topic %.*s, %zu bytes behind: policy %s, message "
+                  "dropped", peer, tl, s->t->name, behind, policy_name(o->policy));
+}
+
 /* Offers msg (numbered seq, with its key) to s: sent (through the loop's
  * cork, so that what one subscriber is offered in a row leaves in one
  * write), queued behind what s waits for, or dropped or closed by the
@@ -1645,11 +1680,13 @@ static void offer(sub *s, tern_ws_prepared *msg, uint64_t seq, const tern_ws *ex
             }
         } else if (o->policy == TERN_PUBSUB_CLOSE) {
             if (ws_open(ws)) {
+                log_slow(s, backlog + s->qbytes, true);
                 tern__ws_policy_close_code(ws, o->close_code);
                 n->closed++;
             }
             return;
         }
+        log_slow(s, backlog + s->qbytes, false);
         s->dropped++;
         n->dropped++;
         return;
@@ -1662,10 +1699,12 @@ static void offer(sub *s, tern_ws_prepared *msg, uint64_t seq, const tern_ws *ex
     if (mlen > o->max_backlog && !(o->policy == TERN_PUBSUB_CONFLATE && key != NULL)) {
         if (o->policy == TERN_PUBSUB_CLOSE) {
             if (ws_open(ws)) {
+                log_slow(s, backlog, true);
                 tern__ws_policy_close_code(ws, o->close_code);
                 n->closed++;
             }
         } else {
+            log_slow(s, backlog, false);
             s->dropped++;
             n->dropped++;
         }

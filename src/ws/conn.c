@@ -254,10 +254,25 @@ static uint32_t clock32(const tern_ws *ws) { return (uint32_t)tern_loop_now(ws->
 /* How long the backlog has been over the soft limit (ws->soft_since != 0). */
 static uint32_t soft_spent(const tern_ws *ws) { return clock32(ws) - ws->soft_since; }
 
+static const char *slow_policy_name(int policy) {
+    switch (policy) {
+    case TERN_WS_SLOW_DROP: return "drop";
+    case TERN_WS_SLOW_PAUSE: return "pause";
+    default: return "close";
+    }
+}
+
+/* The info line of the policy acting on a slow consumer (logging.md),
+ * with the policy's name: past the grace period, or at the hard limit
+ * (a send dropped, or the connection closed for it). */
+static void log_slow(const tern_ws *ws) {
+    tern__log(TERN_LOG_INFO, TERN__LOG_WS_SLOW, "ws: slow consumer, %zu bytes behind: policy %s",
+              tern__conn_buffered(&ws->conn), slow_policy_name(ws->ep->opt.slow_policy));
+}
+
 /* Over the soft limit past the grace period. */
 static void apply_policy(tern_ws *ws) {
-    tern__log(TERN_LOG_INFO, TERN__LOG_WS_SLOW, "ws: slow consumer, %zu bytes behind: policy %d",
-              tern__conn_buffered(&ws->conn), ws->ep->opt.slow_policy);
+    log_slow(ws);
     switch (ws->ep->opt.slow_policy) {
     case TERN_WS_SLOW_CLOSE:
         tern__ws_policy_close(ws);
@@ -296,6 +311,8 @@ static void arm_timeout(tern_ws *ws) {
 static int check_backlog(tern_ws *ws, int r) {
     const tern_ws_options *o = &ws->ep->opt;
     if (r == TERN_SEND_DROPPED) {
+        /* The hard limit: dropped, and under the close policy closed. */
+        log_slow(ws);
         if (o->slow_policy == TERN_WS_SLOW_CLOSE)
             tern__ws_policy_close(ws);
         return r;
@@ -332,6 +349,7 @@ static bool push_refused(tern_ws *ws, size_t len) {
     if (o->slow_policy != TERN_WS_SLOW_PAUSE || ws->in_delivery ||
         tern__conn_backlog(&ws->conn) + len <= o->backlog_hard)
         return false;
+    log_slow(ws);
     tern__ws_policy_close(ws);
     return true;
 }

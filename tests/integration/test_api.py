@@ -123,6 +123,47 @@ def test_debug_log_names_refused_upgrades_and_requests(tern_factory):
     assert re.search(r"tern: \[debug\] http: 431 Request Header Fields Too Large to 127\.0\.0\.1:\d+, closing", err), err
 
 
+def test_debug_log_names_the_servers_own_405_501(tern_factory):
+    """logging.md: debug is every refusal, 4xx/5xx before a handler: the
+    server's own 405 and 501 too, not only the 400s that close (tern
+    serve's 404 is its tern_http_not_found handler's: the unit test
+    test_http_conn has the library's own 404). The line names the method
+    and the path, never the query (a ?token=)."""
+    tern = tern_factory("--log-level", "debug")
+    assert request(tern, b"DELETE /ping?token=s3cr3t HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 405
+    assert request(tern, b"BREW /ping HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 501
+    assert tern.stop() == 0
+    err = tern.stderr
+    peer = r"127\.0\.0\.1:\d+"
+    assert re.search(r"tern: \[debug\] http: 405 Method Not Allowed for DELETE /ping to " + peer + "$",
+                     err, re.M), err
+    assert re.search(r"tern: \[debug\] http: 501 Not Implemented for BREW /ping to " + peer + "$",
+                     err, re.M), err
+    assert "s3cr3t" not in err
+
+
+def test_a_413_after_the_head_names_its_request(tern_factory, tmp_path):
+    """A body over --max-body, by its Content-Length or as it is read
+    (chunked), is refused after the head was read: the access log and the
+    debug line name the method and target, not "-"."""
+    log = str(tmp_path / "access.log")
+    tern = tern_factory("--max-body", "100", "--access-log", log, "--log-level", "debug")
+    st, _, _ = request(tern, b"POST /echo?a=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n")
+    assert st == 413
+    lines = wait_for_lines(log, 1)
+    chunk = b"%x\r\n" % 80 + b"y" * 80 + b"\r\n"
+    st, _, _ = request(tern, b"POST /echo?b=2 HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       + chunk + chunk + b"0\r\n\r\n")
+    assert st == 413
+    lines = wait_for_lines(log, 2)
+    pat = re.compile(TS + r" 127\.0\.0\.1:\d+ (\S+) (\S+) (\d{3}) ")
+    got = [pat.match(l).groups() for l in lines]
+    assert got == [("POST", "/echo?a=1", "413"), ("POST", "/echo?b=2", "413")], lines
+    assert tern.stop() == 0
+    assert len(re.findall(r"tern: \[debug\] http: 413 Content Too Large for POST /echo to "
+                          r"127\.0\.0\.1:\d+, closing$", tern.stderr, re.M)) == 2, tern.stderr
+
+
 def test_default_log_level_leaves_refusals_out(tern):
     st, _, _ = request(tern, b"GET / HTTP/1.1\r\nHost: x\r\nBad Name: y\r\n\r\n")
     assert st == 400

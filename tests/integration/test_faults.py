@@ -4,6 +4,7 @@ must still serve, and hold no more descriptors (or memory) than before."""
 import base64
 import json
 import os
+import re
 import resource
 import socket
 import struct
@@ -275,8 +276,37 @@ def test_websocket_echo_pauses_a_client_that_never_reads(tern):
     s.close()
 
 
+def _offer_without_reading(s, limit=32 * 1024 * 1024, seconds=3):
+    """Sends echo requests of 64 KiB without reading the echoes, until the
+    server stops taking them, the connection breaks, or the time is up."""
+    msg = masked(2, b"z" * 65536)
+    s.setblocking(False)
+    offered = 0
+    t0 = time.monotonic()
+    while offered < limit and time.monotonic() - t0 < seconds * SLOW:
+        try:
+            offered += s.send(msg[offered % len(msg):])
+        except BlockingIOError:
+            time.sleep(0.01)
+        except (BrokenPipeError, ConnectionResetError):
+            break
+    s.setblocking(True)
+
+
+def test_websocket_drop_policy_is_logged_by_name(tern_factory):
+    """logging.md: slow consumers dropped or closed are an info line; the
+    policy is named ("drop"), not numbered."""
+    tern = tern_factory("--ws-slow-policy", "drop", "--log-level", "info")
+    s = ws_open(tern)
+    _offer_without_reading(s, limit=16 * 1024 * 1024)
+    s.close()
+    assert tern.stop() == 0
+    assert re.search(r"tern: \[info\] ws: slow consumer, \d+ bytes behind: policy drop$",
+                     tern.stderr, re.M), tern.stderr
+
+
 def test_websocket_close_policy_sends_1008_after_the_backlog(tern_factory):
-    tern = tern_factory("--ws-slow-policy", "close")
+    tern = tern_factory("--ws-slow-policy", "close", "--log-level", "info")
     fds0 = tern.open_fds()
     s = ws_open(tern)
     msg = masked(2, b"z" * 65536)
@@ -301,6 +331,9 @@ def test_websocket_close_policy_sends_1008_after_the_backlog(tern_factory):
     s.close()
     assert wait_fds(tern, fds0) == fds0
     assert ping(tern)
+    assert tern.stop() == 0
+    assert re.search(r"tern: \[info\] ws: slow consumer, \d+ bytes behind: policy close$",
+                     tern.stderr, re.M), tern.stderr
 
 
 # ---- descriptors -----------------------------------------------------------------

@@ -8,6 +8,7 @@ RSS stays bounded, every message exactly once on both threads of
 --threads 2, and /fanout's 10 x 10 000 B per message for 50 clients."""
 import asyncio
 import json
+import re
 import socket
 import time
 import subprocess
@@ -179,7 +180,8 @@ def _slow_subscriber(t, policy, topic="firehose"):
 
 
 def test_slow_subscriber_dropped(tern_factory):
-    t = tern_factory("--pubsub-max-backlog", "262144", "--pubsub-policy", "drop")
+    t = tern_factory("--pubsub-max-backlog", "262144", "--pubsub-policy", "drop",
+                     "--log-level", "info")
     got, slow, rss, published = _slow_subscriber(t, "drop")
     assert got == published == 300
     # 300 x 64 KiB = 19 MiB went to the slow one's topic: RSS stays far
@@ -201,16 +203,25 @@ def test_slow_subscriber_dropped(tern_factory):
         pass
     assert 0 < n < published * 65536
     slow.close()
+    # logging.md: a slow consumer dropped by the policy is an info line,
+    # which names the policy
+    assert t.stop() == 0
+    assert re.search(r"tern: \[info\] pubsub: slow consumer 127\.0\.0\.1:\d+ on topic firehose, "
+                     r"\d+ bytes behind: policy drop, message dropped$", t.stderr, re.M), t.stderr
 
 
 def test_slow_subscriber_closed_1008(tern_factory):
-    t = tern_factory("--pubsub-max-backlog", "262144", "--pubsub-policy", "close")
+    t = tern_factory("--pubsub-max-backlog", "262144", "--pubsub-policy", "close",
+                     "--log-level", "info")
     got, slow, rss, published = _slow_subscriber(t, "close")
     assert got == published < 300
     # Now read: what is there ends with a close frame 1008.
     data = _read_until_closed(slow)
     assert b"\x88\x0f\x03\xf0slow consumer" in data
     slow.close()
+    assert t.stop() == 0
+    assert re.search(r"tern: \[info\] pubsub: slow consumer 127\.0\.0\.1:\d+ on topic firehose, "
+                     r"\d+ bytes behind: policy close, closed with 1008$", t.stderr, re.M), t.stderr
 
 
 def test_slow_subscribers_share_the_frames(tern_factory):

@@ -347,6 +347,109 @@ static void route_parameters_are_decoded(void **state) {
     app_finish(&a);
 }
 
+/* ---- the server's own answers: methods, and their debug lines ---------- */
+
+static char log_text[4096];
+
+static void collect_log(int level, const char *msg, void *user) {
+    size_t n = strlen(log_text);
+    snprintf(log_text + n, sizeof(log_text) - n, "%d %s\n", level, msg);
+}
+
+static void answer_name(tern_http_req *req, void *user) {
+    tern_http_respond(req, 200, "text/plain", user, strlen(user));
+}
+
+#define CLOSE_REQ(m, p) m " " p " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+/* RFC 9110: 501 for a method the server does not recognise (§15.6.2): not
+ * one of §9's (nor PATCH) and no route's; 405 with Allow for a path that
+ * has routes for other methods (§15.5.6); 404 otherwise, also for a
+ * standard method no route has. Each is a debug line (logging.md: every
+ * refusal before a handler), naming method and path, not the query. */
+static void own_answers_by_method_and_their_log_lines(void **state) {
+    app a;
+    app_start_opt(&a, NULL);
+    assert_int_equal(tern_http_route(a.srv, "GET", "/r", answer_name, "r"), 0);
+    log_text[0] = '\0';
+    assert_int_equal(tern_set_log(TERN_LOG_DEBUG, collect_log, NULL), 0);
+
+    /* Four lines: under the log's 10 a second for one kind. */
+    exchange(&a, CLOSE_REQ("GET", "/none?token=secret"));
+    assert_non_null(strstr(a.response, "HTTP/1.1 404 "));
+    exchange(&a, CLOSE_REQ("PUT", "/r"));
+    assert_non_null(strstr(a.response, "HTTP/1.1 405 "));
+    exchange(&a, CLOSE_REQ("BREW", "/r"));
+    assert_non_null(strstr(a.response, "HTTP/1.1 501 "));
+    exchange(&a, CLOSE_REQ("BREW", "/none"));
+    assert_non_null(strstr(a.response, "HTTP/1.1 501 "));
+    assert_non_null(strstr(log_text, "3 http: 404 Not Found for GET /none to 127.0.0.1:"));
+    assert_null(strstr(log_text, "secret"));
+    assert_non_null(strstr(log_text, "3 http: 405 Method Not Allowed for PUT /r to 127.0.0.1:"));
+    assert_non_null(strstr(log_text, "3 http: 501 Not Implemented for BREW /r to 127.0.0.1:"));
+    assert_non_null(strstr(log_text, "3 http: 501 Not Implemented for BREW /none to 127.0.0.1:"));
+    assert_int_equal(tern_set_log(TERN_LOG_DEBUG, NULL, NULL), 0);
+
+    const char *std[] = {"PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "POST"};
+    for (size_t i = 0; i < sizeof(std) / sizeof(std[0]); i++) {
+        char req[128];
+        snprintf(req, sizeof(req), CLOSE_REQ("%s", "/none"), std[i]);
+        exchange(&a, req);
+        assert_non_null(strstr(a.response, "HTTP/1.1 404 "));
+        snprintf(req, sizeof(req), CLOSE_REQ("%s", "/r"), std[i]);
+        exchange(&a, req);
+        assert_non_null(strstr(a.response, "HTTP/1.1 405 "));
+        assert_non_null(strstr(a.response, "\r\nAllow: GET, HEAD\r\n"));
+    }
+
+    /* A method some route has is implemented: elsewhere it is 404 or 405. */
+    assert_int_equal(tern_http_route(a.srv, "BREW", "/pot", answer_name, "pot"), 0);
+    exchange(&a, CLOSE_REQ("BREW", "/none"));
+    assert_non_null(strstr(a.response, "HTTP/1.1 404 "));
+    exchange(&a, CLOSE_REQ("BREW", "/r"));
+    assert_non_null(strstr(a.response, "HTTP/1.1 405 "));
+    assert_non_null(strstr(a.response, "\r\nAllow: GET, HEAD\r\n"));
+    /* So does every method, once an any-method route exists. */
+    exchange(&a, CLOSE_REQ("QUUX", "/none"));
+    assert_non_null(strstr(a.response, "HTTP/1.1 501 "));
+    assert_int_equal(tern_http_route(a.srv, NULL, "/any", answer_name, "any"), 0);
+    exchange(&a, CLOSE_REQ("QUUX", "/none"));
+    assert_non_null(strstr(a.response, "HTTP/1.1 404 "));
+    exchange(&a, CLOSE_REQ("QUUX", "/any"));
+    assert_non_null(strstr(a.response, "\r\n\r\nany"));
+    app_finish(&a);
+}
+
+/* ---- one loop, several servers ------------------------------------------ */
+
+static void one_loop_carries_several_servers(void **state) {
+    app a;
+    app_start_opt(&a, NULL);
+    tern_server *one = a.srv, *two;
+    assert_int_equal(tern_server_new(&two, a.loop, NULL), 0);
+    assert_int_equal(tern_listen(two, "127.0.0.1", 0, NULL), 0);
+    assert_int_equal(tern_http_route(one, "GET", "/a", answer_name, "one"), 0);
+    assert_int_equal(tern_http_route(two, "GET", "/b", answer_name, "two"), 0);
+    assert_int_not_equal(tern_server_port(one), tern_server_port(two));
+
+    exchange(&a, CLOSE_REQ("GET", "/a"));
+    assert_non_null(strstr(a.response, "HTTP/1.1 200 "));
+    assert_non_null(strstr(a.response, "\r\n\r\none"));
+    exchange(&a, CLOSE_REQ("GET", "/b"));   /* each has its own routes */
+    assert_non_null(strstr(a.response, "HTTP/1.1 404 "));
+    a.srv = two;
+    exchange(&a, CLOSE_REQ("GET", "/b"));
+    assert_non_null(strstr(a.response, "\r\n\r\ntwo"));
+    exchange(&a, CLOSE_REQ("GET", "/a"));
+    assert_non_null(strstr(a.response, "HTTP/1.1 404 "));
+    a.srv = one;
+    tern_server_free(two);
+    /* The other goes on serving. */
+    exchange(&a, CLOSE_REQ("GET", "/a"));
+    assert_non_null(strstr(a.response, "\r\n\r\none"));
+    app_finish(&a);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(abort_fires_when_the_client_leaves),
@@ -355,6 +458,8 @@ int main(void) {
         cmocka_unit_test(empty_streamed_body_ends_after_the_call),
         cmocka_unit_test(error_pages_replace_the_server_s_own_bodies),
         cmocka_unit_test(route_parameters_are_decoded),
+        cmocka_unit_test(own_answers_by_method_and_their_log_lines),
+        cmocka_unit_test(one_loop_carries_several_servers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
