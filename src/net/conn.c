@@ -139,7 +139,7 @@ static int out_append(tern__conn *c, const void *data, size_t len) {
     if (err < 0)
         return err;
     if (fresh)
-        c->out->clock = (tern__send_clock){tern_loop_now(c->loop), -1, 0};
+        c->out->clock = (tern__send_clock){tern_loop_now(c->loop), -1, 0, 0};
     n->unsent += len;
     return 0;
 }
@@ -518,7 +518,7 @@ int tern__conn_sendfile(tern__conn *c, int fd, off_t off, size_t len) {
         close(fd);
         return -ENOMEM;
     }
-    *f = (tern__sendfile){fd, off, len, {tern_loop_now(c->loop), -1, 0}};
+    *f = (tern__sendfile){fd, off, len, {tern_loop_now(c->loop), -1, 0, 0}};
     tern__net *n = net_of(c->loop);
     if (n->cork_owner == c)
         cork_flush(n);
@@ -630,12 +630,18 @@ bool tern__conn_send_clock(tern__conn *c) {
     tern__send_clock *k = send_clock_of(c);
     if (k == NULL)
         return false;
+    uint64_t now = tern_loop_now(c->loop);
     k->unacked = peer_unacked(c);
     k->taken = 0;
+    k->looked = now;
     uint32_t limit = c->proto->send_timeout ? c->proto->send_timeout(c) : 0;
-    uint64_t spent = tern_loop_now(c->loop) - k->stamp;
+    uint64_t spent = now - k->stamp;
+    uint64_t left = limit == 0 ? 0 : spent >= limit ? 1 : limit - spent;
+    /* Where the peer's acknowledgements can be seen, look every quarter
+     * of the timeout, so that the last one is known to within a quarter. */
+    uint64_t look = limit / 4 ? limit / 4 : 1;
     c->flags |= TERN__CONN_SEND_CLOCK;
-    tern__wheel_set(c->loop, &c->timeout, limit == 0 ? 0 : spent >= limit ? 1 : limit - spent);
+    tern__wheel_set(c->loop, &c->timeout, k->unacked >= 0 && left > look ? look : left);
     return true;
 }
 
@@ -912,17 +918,18 @@ static void conn_timeout(tern__wheel_entry *e) {
     if (c->flags & (TERN__CONN_SEND_CLOCK | TERN__CONN_FLUSH_CLOSE)) {
         /* The send clock: close only if neither the kernel took bytes
          * nor the peer acknowledged any for the whole send timeout;
-         * progress since the arming re-arms it. (Acknowledgements are
-         * seen from the arming on, which is at most one send timeout
-         * back.) */
+         * progress since the arming re-arms it. An acknowledgement seen
+         * now came after the last look: progress from then on (not from
+         * now, or a peer that took a last few KiB into its receive buffer
+         * right after the look would be cut a whole timeout late). */
         c->flags &= ~TERN__CONN_SEND_CLOCK;
         tern__send_clock *k = send_clock_of(c);
         uint32_t limit = c->proto->send_timeout ? c->proto->send_timeout(c) : 0;
         uint64_t now = tern_loop_now(c->loop);
-        if (k && limit && now - k->stamp >= limit && k->unacked >= 0) {
+        if (k && k->unacked >= 0 && k->looked > k->stamp) {
             long q = peer_unacked(c);
             if (q >= 0 && q < k->unacked + (long)k->taken)
-                k->stamp = now;   /* the peer is reading what the kernel holds */
+                k->stamp = k->looked;   /* the peer is reading what the kernel holds */
         }
         if (k == NULL || (limit && now - k->stamp >= limit)) {
             tern__log(TERN_LOG_INFO, TERN__LOG_SEND_TIMEOUT,

@@ -121,7 +121,8 @@ typedef struct tern__conn_proto {
  * (or it was made), or the peer acknowledged bytes the kernel held; the
  * send clock counts from there. unacked is what the peer had not
  * acknowledged (in the socket, or still in the transport) when the clock
- * was last armed, -1 when unknown or the system cannot say; taken counts
+ * last looked (at looked, every quarter of the timeout while it runs), -1
+ * when unknown or the system cannot say; taken counts
  * what went to the transport since, so that unacked + taken - (what is
  * unacknowledged now) is what the peer acknowledged in between. Why: a
  * send buffer of megabytes drains at the reader's pace but frees room
@@ -130,7 +131,8 @@ typedef struct tern__conn_proto {
 typedef struct tern__send_clock {
     uint64_t stamp;
     long unacked;
-    size_t taken;   /* bytes the transport took since unacked was read */
+    size_t taken;     /* bytes the transport took since unacked was read */
+    uint64_t looked;  /* loop time (ms) unacked was read */
 } tern__send_clock;
 
 /* A growable byte buffer with a read offset: data[off..len) is live.
