@@ -8,6 +8,7 @@ delivery going and /stats saying so; Redis restarted on the same port
 brings cross-node delivery back without touching tern; a bad URL stops
 tern serve with a clear message."""
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -243,6 +244,60 @@ def test_redis_not_there_yet(tern_factory):
             wait_for(lambda: channels(r) == ["tern:early"], "subscribed after connecting")
         finally:
             r.stop()
+
+
+def answers_quickly(node):
+    """GET /healthz on the admin listener and GET / on the public one, each
+    within half a second (both on the bridge's loop: --threads 1)."""
+    for url in (f"{node.admin_base}/healthz", f"{node.base}/"):
+        t0 = time.time()
+        with urllib.request.urlopen(url, timeout=5 * SLOW) as r:
+            assert r.status == 200
+        assert time.time() - t0 < 0.5 * SLOW, url
+
+
+def test_unreachable_redis_is_said_once_with_its_reason(tern_factory):
+    """Nothing listens on the port: the refusal is logged once, with
+    connect(2)'s reason, while the bridge tries again and again (each try
+    at debug level, its wait growing); Redis started there later is
+    joined, and that recovery is logged once too."""
+    port = free_port()
+    a = tern_factory("--redis", f"redis://127.0.0.1:{port}", "--log-level", "debug")
+    time.sleep(3)
+    assert stats(a)["redis"]["connected"] is False
+    r = Redis(port)
+    r.start()
+    try:
+        wait_for(lambda: stats(a)["redis"]["connected"], "connected", timeout=15)
+    finally:
+        r.stop()
+    a.stop()
+    refused = f"redis 127.0.0.1:{port} unreachable: connect to 127.0.0.1: Connection refused"
+    assert a.stderr.count(refused) == 1, a.stderr
+    waits = [int(w) for w in re.findall(rf"redis 127\.0\.0\.1:{port} next try in (\d+) ms",
+                                        a.stderr)]
+    assert len(waits) >= 4, a.stderr     # 0.1 + 0.2 + 0.4 + 0.8 s (+-25 %) within 3 s
+    assert waits[3] > waits[0] * 4, waits   # exponential
+    assert a.stderr.count(f"redis 127.0.0.1:{port} connected again") == 1, a.stderr
+
+
+def test_unresolvable_redis_host_is_said_once_and_the_loop_serves(tern_factory):
+    """A host name that does not resolve: c-ares' reason, logged once,
+    however many tries; resolving never holds the loop, which answers
+    HTTP throughout."""
+    a = tern_factory("--redis", "redis://no-such-host.invalid:6379", "--log-level", "debug")
+    deadline = time.time() + 3
+    while time.time() < deadline:
+        answers_quickly(a)
+        time.sleep(0.1)
+    assert stats(a)["redis"]["connected"] is False
+    a.stop()
+    said = re.findall(r"redis no-such-host\.invalid:6379 unreachable: "
+                      r"cannot resolve no-such-host\.invalid: ([^;\n]+);", a.stderr)
+    assert len(said) == 1, a.stderr
+    assert said[0] in ("Domain name not found", "DNS server returned answer with no data",
+                       "Could not contact DNS servers", "no answer in time"), said
+    assert a.stderr.count("redis no-such-host.invalid:6379 next try in") >= 3, a.stderr
 
 
 def pubsub_subscribe(ws, topic, **resume):
