@@ -6,8 +6,14 @@ exactly once, each node's publishes in the order it made them; a node subscribes
 while it has subscribers to it; Redis killed mid-stream leaves local
 delivery going and /stats saying so; Redis restarted on the same port
 brings cross-node delivery back without touching tern; a bad URL stops
-tern serve with a clear message."""
+tern serve with a clear message; a Redis that cannot be reached (nothing
+on its port, a name that does not resolve, a DNS server that never
+answers) is logged once with its reason however many tries, the tries
+back off, and resolving never holds the loop."""
+import ctypes
 import json
+import os
+import random
 import re
 import shutil
 import socket
@@ -18,7 +24,7 @@ import urllib.request
 import pytest
 from websockets.sync.client import connect
 
-from conftest import SLOW, TERN_BIN
+from conftest import SLOW, TERN_BIN, Server
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
                                 reason="redis-server missing (scripts/install-deps.sh test)")
@@ -296,8 +302,60 @@ def test_unresolvable_redis_host_is_said_once_and_the_loop_serves(tern_factory):
                       r"cannot resolve no-such-host\.invalid: ([^;\n]+);", a.stderr)
     assert len(said) == 1, a.stderr
     assert said[0] in ("Domain name not found", "DNS server returned answer with no data",
-                       "Could not contact DNS servers", "no answer in time"), said
+                       "Could not contact DNS servers", "Timeout while contacting DNS servers",
+                       "no answer in time"), said
     assert a.stderr.count("redis no-such-host.invalid:6379 next try in") >= 3, a.stderr
+
+
+def own_resolv_conf(path):
+    """A preexec_fn that gives the child a mount namespace of its own, in
+    which /etc/resolv.conf is path (the host's stays untouched)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    ms_bind, ms_rec, ms_private, clone_newns = 0x1000, 0x4000, 0x40000, 0x20000
+
+    def pre():
+        if (libc.unshare(clone_newns) != 0 or
+                libc.mount(None, b"/", None, ms_rec | ms_private, None) != 0 or
+                libc.mount(str(path).encode(), b"/etc/resolv.conf", None, ms_bind, None) != 0):
+            os._exit(99)
+    return pre
+
+
+def test_a_dns_server_that_never_answers_never_holds_the_loop(tmp_path):
+    """The system's DNS server (here one that reads queries and never
+    answers, in tern's own /etc/resolv.conf) is waited for by c-ares on the
+    loop, not by a blocking getaddrinfo: HTTP is answered at once all the
+    while, and the timeout (the bridge's 5 s, or c-ares' own) is logged
+    once."""
+    if os.geteuid() != 0 or subprocess.run(["unshare", "-m", "true"]).returncode != 0:
+        pytest.skip("needs a mount namespace (root) for a resolv.conf of its own")
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    addr = f"127.{random.randrange(1, 255)}.{random.randrange(1, 255)}.{random.randrange(1, 255)}"
+    silent.bind((addr, 53))
+    conf = tmp_path / "resolv.conf"
+    conf.write_text(f"nameserver {addr}\noptions timeout:1 attempts:1\n")
+    a = Server(["--redis", "redis://redis.example.test:6379", "--log-level", "debug"],
+               preexec_fn=own_resolv_conf(conf))
+    try:
+        deadline = time.time() + 7   # past the bridge's 5 s for a name
+        while time.time() < deadline:
+            answers_quickly(a)
+            time.sleep(0.1)
+        assert stats(a)["redis"]["connected"] is False
+    finally:
+        assert a.stop() == 0, a.stderr
+    silent.setblocking(False)
+    queries = 0
+    try:
+        while silent.recv(512):
+            queries += 1
+    except BlockingIOError:
+        pass
+    silent.close()
+    assert queries >= 2, queries   # asked, more than once
+    said = re.findall(r"redis redis\.example\.test:6379 unreachable: "
+                      r"cannot resolve redis\.example\.test: ([^;\n]+);", a.stderr)
+    assert said in (["Timeout while contacting DNS servers"], ["no answer in time"]), a.stderr
 
 
 def pubsub_subscribe(ws, topic, **resume):

@@ -1,7 +1,9 @@
 """--redis with a password (issue #27): AUTH after connecting, with
 requirepass and with an ACL user, the password from the URL or from
 --redis-password-file; a wrong one is a clear error, never shows the
-password, and keeps /readyz at 503. Against a real redis-server."""
+password, and keeps /readyz at 503; README's ACL rights are enough, and
+a user short of one (a history rule's PSUBSCRIBE pattern) is logged once
+with NOPERM and backed off from. Against a real redis-server."""
 import json
 import os
 import re
