@@ -287,6 +287,32 @@ def test_unreachable_redis_is_said_once_with_its_reason(tern_factory):
     assert a.stderr.count(f"redis 127.0.0.1:{port} connected again") == 1, a.stderr
 
 
+def test_the_backoff_starts_afresh_only_after_a_stable_link(tern_factory):
+    """The tries of an outage back off (100 ms, doubling); once the link
+    has stayed up for 3 s, the next outage's first try comes after 100 ms
+    again, not where the last outage left off."""
+    port = free_port()
+    a = tern_factory("--redis", f"redis://127.0.0.1:{port}", "--log-level", "debug")
+    time.sleep(1.6)
+    r = Redis(port)
+    r.start()
+    try:
+        wait_for(lambda: stats(a)["redis"]["connected"], "connected", timeout=15)
+        time.sleep(3.5)
+    finally:
+        r.stop()
+    wait_for(lambda: not stats(a)["redis"]["connected"], "Redis gone")
+    time.sleep(0.5)
+    a.stop()
+    before, _, after = a.stderr.partition(f"redis 127.0.0.1:{port} connected again")
+    tries = rf"redis 127\.0\.0\.1:{port} next try in (\d+) ms"
+    first = [int(w) for w in re.findall(tries, before)]
+    second = [int(w) for w in re.findall(tries, after)]
+    assert len(first) >= 4 and first[-1] >= 600, first
+    assert second and second[0] <= 125, second
+    assert f"redis 127.0.0.1:{port} lost: " in after, after
+
+
 def test_unresolvable_redis_host_is_said_once_and_the_loop_serves(tern_factory):
     """A host name that does not resolve: c-ares' reason, logged once,
     however many tries; resolving never holds the loop, which answers
