@@ -16,6 +16,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -24,7 +25,7 @@ import urllib.request
 import pytest
 from websockets.sync.client import connect
 
-from conftest import SLOW, TERN_BIN, Server
+from conftest import SLOW, TERN_BIN
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
                                 reason="redis-server missing (scripts/install-deps.sh test)")
@@ -252,6 +253,56 @@ def test_redis_not_there_yet(tern_factory):
             r.stop()
 
 
+class LoggedNode:
+    """A tern serve (one loop, an admin listener) whose whole stderr the
+    test reads: on an unbuffered pipe, since a buffered readline of the
+    first line (conftest's) may take the lines right behind it, which
+    communicate() then never sees, and the bridge logs its first try at
+    once."""
+
+    def __init__(self, *args, preexec_fn=None):
+        self.proc = subprocess.Popen(
+            [TERN_BIN, "serve", "--host", "127.0.0.1", "--port", "0", "--threads", "1",
+             "--admin-listen", "127.0.0.1:0", *args],
+            stderr=subprocess.PIPE, bufsize=0, preexec_fn=preexec_fn)
+        self.first = self.proc.stderr.readline().decode()
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)/ \(admin http://127\.0\.0\.1:(\d+)/\)",
+                      self.first)
+        if not m:
+            self.proc.kill()
+            raise AssertionError(f"tern did not start: {self.first!r}")
+        self.base = f"http://127.0.0.1:{m.group(1)}"
+        self.admin_base = f"http://127.0.0.1:{m.group(2)}"
+        self.stderr = ""
+
+    def stats(self):
+        with urllib.request.urlopen(f"{self.admin_base}/stats", timeout=5 * SLOW) as r:
+            return json.loads(r.read())
+
+    def stop(self):
+        """SIGTERM; the exit code, with all of stderr in self.stderr."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        _, err = self.proc.communicate(timeout=10 * SLOW)
+        self.stderr = self.first + err.decode(errors="replace")
+        assert "Sanitizer" not in self.stderr and "runtime error:" not in self.stderr, self.stderr
+        return self.proc.returncode
+
+
+@pytest.fixture
+def logged_node():
+    nodes = []
+
+    def start(*args, **kw):
+        nodes.append(LoggedNode(*args, **kw))
+        return nodes[-1]
+    yield start
+    for n in nodes:
+        if n.proc.poll() is None:
+            n.proc.kill()
+            n.proc.wait()
+
+
 def answers_quickly(node):
     """GET /healthz on the admin listener and GET / on the public one, each
     within half a second (both on the bridge's loop: --threads 1)."""
@@ -262,13 +313,13 @@ def answers_quickly(node):
         assert time.time() - t0 < 0.5 * SLOW, url
 
 
-def test_unreachable_redis_is_said_once_with_its_reason(tern_factory):
+def test_unreachable_redis_is_said_once_with_its_reason(logged_node):
     """Nothing listens on the port: the refusal is logged once, with
     connect(2)'s reason, while the bridge tries again and again (each try
     at debug level, its wait growing); Redis started there later is
     joined, and that recovery is logged once too."""
     port = free_port()
-    a = tern_factory("--redis", f"redis://127.0.0.1:{port}", "--log-level", "debug")
+    a = logged_node("--redis", f"redis://127.0.0.1:{port}", "--log-level", "debug")
     time.sleep(3)
     assert stats(a)["redis"]["connected"] is False
     r = Redis(port)
@@ -277,7 +328,7 @@ def test_unreachable_redis_is_said_once_with_its_reason(tern_factory):
         wait_for(lambda: stats(a)["redis"]["connected"], "connected", timeout=15)
     finally:
         r.stop()
-    a.stop()
+    assert a.stop() == 0
     refused = f"redis 127.0.0.1:{port} unreachable: connect to 127.0.0.1: Connection refused"
     assert a.stderr.count(refused) == 1, a.stderr
     waits = [int(w) for w in re.findall(rf"redis 127\.0\.0\.1:{port} next try in (\d+) ms",
@@ -287,12 +338,12 @@ def test_unreachable_redis_is_said_once_with_its_reason(tern_factory):
     assert a.stderr.count(f"redis 127.0.0.1:{port} connected again") == 1, a.stderr
 
 
-def test_the_backoff_starts_afresh_only_after_a_stable_link(tern_factory):
+def test_the_backoff_starts_afresh_only_after_a_stable_link(logged_node):
     """The tries of an outage back off (100 ms, doubling); once the link
     has stayed up for 3 s, the next outage's first try comes after 100 ms
     again, not where the last outage left off."""
     port = free_port()
-    a = tern_factory("--redis", f"redis://127.0.0.1:{port}", "--log-level", "debug")
+    a = logged_node("--redis", f"redis://127.0.0.1:{port}", "--log-level", "debug")
     time.sleep(1.6)
     r = Redis(port)
     r.start()
@@ -303,7 +354,7 @@ def test_the_backoff_starts_afresh_only_after_a_stable_link(tern_factory):
         r.stop()
     wait_for(lambda: not stats(a)["redis"]["connected"], "Redis gone")
     time.sleep(0.5)
-    a.stop()
+    assert a.stop() == 0
     before, _, after = a.stderr.partition(f"redis 127.0.0.1:{port} connected again")
     tries = rf"redis 127\.0\.0\.1:{port} next try in (\d+) ms"
     first = [int(w) for w in re.findall(tries, before)]
@@ -313,17 +364,17 @@ def test_the_backoff_starts_afresh_only_after_a_stable_link(tern_factory):
     assert f"redis 127.0.0.1:{port} lost: " in after, after
 
 
-def test_unresolvable_redis_host_is_said_once_and_the_loop_serves(tern_factory):
+def test_unresolvable_redis_host_is_said_once_and_the_loop_serves(logged_node):
     """A host name that does not resolve: c-ares' reason, logged once,
     however many tries; resolving never holds the loop, which answers
     HTTP throughout."""
-    a = tern_factory("--redis", "redis://no-such-host.invalid:6379", "--log-level", "debug")
+    a = logged_node("--redis", "redis://no-such-host.invalid:6379", "--log-level", "debug")
     deadline = time.time() + 3
     while time.time() < deadline:
         answers_quickly(a)
         time.sleep(0.1)
     assert stats(a)["redis"]["connected"] is False
-    a.stop()
+    assert a.stop() == 0
     said = re.findall(r"redis no-such-host\.invalid:6379 unreachable: "
                       r"cannot resolve no-such-host\.invalid: ([^;\n]+);", a.stderr)
     assert len(said) == 1, a.stderr
@@ -347,7 +398,7 @@ def own_resolv_conf(path):
     return pre
 
 
-def test_a_dns_server_that_never_answers_never_holds_the_loop(tmp_path):
+def test_a_dns_server_that_never_answers_never_holds_the_loop(logged_node, tmp_path):
     """The system's DNS server (here one that reads queries and never
     answers, in tern's own /etc/resolv.conf) is waited for by c-ares on the
     loop, not by a blocking getaddrinfo: HTTP is answered at once all the
@@ -360,8 +411,8 @@ def test_a_dns_server_that_never_answers_never_holds_the_loop(tmp_path):
     silent.bind((addr, 53))
     conf = tmp_path / "resolv.conf"
     conf.write_text(f"nameserver {addr}\noptions timeout:1 attempts:1\n")
-    a = Server(["--redis", "redis://redis.example.test:6379", "--log-level", "debug"],
-               preexec_fn=own_resolv_conf(conf))
+    a = logged_node("--redis", "redis://redis.example.test:6379", "--log-level", "debug",
+                    preexec_fn=own_resolv_conf(conf))
     try:
         deadline = time.time() + 7   # past the bridge's 5 s for a name
         while time.time() < deadline:

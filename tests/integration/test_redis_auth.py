@@ -234,7 +234,8 @@ def test_the_documented_acl_rights_are_enough(redis, tern_factory):
     without a history (SUBSCRIBE, PUBLISH) and one with (PSUBSCRIBE of its
     rule's pattern, the epoch's claim, numbering by EVALSHA, the last
     number); a fill's XRANGE is checked by ACL DRYRUN. Redis denied
-    nothing (ACL LOG is empty) and neither node logged a refusal."""
+    nothing (ACL LOG is empty: the check that sees every command) and
+    neither node logged a refusal."""
     assert admin(redis, "ACL", "SETUSER", "tern", "on", ">pw-tern", *TERN_ACL) == "+OK"
     url = f"redis://tern:pw-tern@127.0.0.1:{redis.port}/1"
     rule = ["--feed", "off", "--topic", "chat.* subscribe=anyone publish=anyone history=100"]
