@@ -251,8 +251,8 @@ int tern_pubsub_rule_stats(const tern_server *srv, const char *prefix, bool exac
  * topic (on any loop), and delivers what comes from the other nodes on all
  * its loops. So every subscriber of every node gets each message once.
  * The bridge (two hiredis connections: one subscribed, one to publish on)
- * runs on srv's loop and never blocks it; the host should be an address
- * or a name the resolver answers at once (it is resolved when connecting).
+ * runs on srv's loop and never blocks it: a host name is resolved by
+ * c-ares on the loop, again before each try.
  *
  * Order: a subscriber gets each node's publishes to a topic in that
  * node's order (as one thread's, above); publishes made on different nodes
@@ -261,8 +261,12 @@ int tern_pubsub_rule_stats(const tern_server *srv, const char *prefix, bool exac
  *
  * Redis going away is survived: local delivery goes on; publishes meanwhile
  * reach this node only (counted as dropped, never queued); the bridge
- * reconnects with a backoff (100 ms, doubling to 5 s, with jitter) and
- * subscribes again. Losing and regaining Redis are logged (warn, info). */
+ * reconnects with a backoff (100 ms, doubling to 5 s, with jitter; from
+ * 100 ms again only after the links have stayed up for 3 s) and
+ * subscribes again. Every failure is logged with its reason (warn: the
+ * resolver's, a refused connect, an error reply such as NOPERM, a lost
+ * link), once per change of reason; regaining Redis after one is logged
+ * once (warn; a first connect, info). */
 typedef struct tern_redis_counters {
     bool connected;        /* both connections up, and the pattern subscription
                             * of topics with a history running in Redis */

@@ -5,8 +5,18 @@
  * loop watcher (struct rlink). hiredis frees a context by itself after an
  * error or a lost connection, telling us through the cleanup hook (the
  * watcher goes) and the connect/disconnect callbacks (a reconnect is
- * scheduled). Nothing here blocks: connect(2) is non-blocking, and a
- * publish while Redis is away is counted and forgotten.
+ * scheduled). Nothing here blocks: a host name is resolved by c-ares on
+ * the loop (net/resolve.h) and hiredis is given an address, connect(2) is
+ * non-blocking, and a publish while Redis is away is counted and
+ * forgotten.
+ *
+ * Every failure is logged with its reason (the resolver's, connect(2)'s,
+ * Redis's error reply, hiredis's words for a lost link), once per change
+ * of reason: a Redis that stays away is said once, not at every retry;
+ * and once the bridge is linked again, that too is said once. The backoff
+ * starts again from its minimum only after the links have stayed up for
+ * STABLE_MS: a link refused at its first commands (a password, an ACL
+ * without the rights) keeps backing off.
  *
  * The envelope on the wire, binary-safe: "tern1", the node's 16-byte id,
  * the opcode (one byte), seq_at (8 bytes, little-endian; all ones for
@@ -23,9 +33,11 @@
  * back from the stream (XRANGE) before going on. */
 #include "pubsub/redis.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +47,7 @@
 
 #include "loop/log.h"
 #include "loop/loop.h"
+#include "net/resolve.h"
 
 #define CHANNEL_PREFIX "tern:"
 #define MAGIC "tern1"
@@ -45,6 +58,8 @@
 #define ENV_LEN (ID_LEN + 1 + 8 + 1)         /* the envelope up to the key's length */
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
+#define STABLE_MS 3000        /* linked this long: the next loss starts the backoff afresh */
+#define RESOLVE_TIMEOUT_MS 5000
 
 /* One hiredis connection and its watcher. Invariant: ac is NULL or a live
  * context whose ev.data is this link; io is registered for `events`
@@ -57,14 +72,21 @@ typedef struct rlink {
     bool up;            /* connected (onConnect said so) and, with a password, AUTH accepted */
 } rlink;
 
-/* Invariants: both links up (connected), or connecting, or a retry armed
+/* Invariants: both links up (connected), or connecting (the host name
+ * resolving: q set; or the links' connects under way), or a retry armed
  * (retry_armed): a bridge never sits down with nothing to wake it, but
- * when the timer cannot be had (out of memory); counters are written by
+ * when the timer cannot be had (out of memory); why is the failure last
+ * logged, empty once the bridge is linked again; counters are written by
  * the loop's thread and read by any. */
 struct tern__redis {
     tern_loop *loop;
     char host[256];
     int port, db;
+    bool host_is_name;   /* host is not an IP address: resolved before each try */
+    tern__resolve *q;    /* the name's resolution under way */
+    unsigned addr_next;  /* of the name's addresses, the one to try (the next after a refusal) */
+    char ip[INET6_ADDRSTRLEN];   /* the address the links are made to */
+    char why[256];
     /* The URL's user and password, percent-decoded (empty: none; a user
      * needs a password). Never logged; wiped when the bridge is freed. */
     char auth_user[256], auth_pass[512];
@@ -73,8 +95,8 @@ struct tern__redis {
     rlink sub, pub;
     tern_timer *retry;
     uint32_t backoff_ms;
+    uint64_t up_since;  /* the loop's clock when the bridge last became connected */
     unsigned seed;      /* the jitter's (rand_r: this loop's own sequence) */
-    bool was_up;        /* both links are or were up since the last loss: a loss is logged */
     bool ever_up;       /* connected once: the next connection counts as a reconnect */
     bool freeing;       /* in tern__redis_free or resetting the links: callbacks do nothing */
     bool retry_armed;
@@ -134,35 +156,61 @@ static void on_retry(tern_timer *t, void *user) {
     connect_links(r);
 }
 
-/* A link went down or could not come up: try again after the backoff. */
+/* Says why the bridge is not linked (or a command failed), unless that
+ * was the last thing said: a Redis that stays away is said once, not at
+ * every retry. set_connected forgets it, so the next failure is said. */
+static void say(tern__redis *r, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(tern__redis *r, int level, const char *fmt, ...) {
+    char why[sizeof(r->why)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    if (strcmp(why, r->why) == 0)
+        return;
+    memcpy(r->why, why, sizeof(why));
+    tern__log(level, TERN__LOG_RUN, "redis %s:%d %s", r->host, r->port, why);
+}
+
+/* A link went down or could not come up (its reason said by the caller):
+ * try again after the backoff. The backoff starts afresh only when the
+ * bridge had stayed connected for STABLE_MS: a link that Redis drops at
+ * its first commands comes up every time, and must not be retried at
+ * the minimum forever. */
 static void link_lost(tern__redis *r) {
     if (r->freeing || r->retry_armed)
         return;
-    if (r->was_up)
-        tern__log(TERN_LOG_WARN, TERN__LOG_RUN, "redis %s:%d lost; local delivery goes on, "
-                  "reconnecting", r->host, r->port);
-    r->was_up = false;
+    if (atomic_load(&r->connected) && tern_loop_now(r->loop) - r->up_since >= STABLE_MS)
+        r->backoff_ms = BACKOFF_MIN_MS;
     atomic_store(&r->connected, false);
     /* jitter: +-25 %, so many nodes do not come back in step */
     uint32_t wait = r->backoff_ms - r->backoff_ms / 4 + (uint32_t)rand_r(&r->seed) % (r->backoff_ms / 2 + 1);
     r->backoff_ms = r->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff_ms * 2;
+    /* every try, at debug level only: the reason was said once */
+    tern__log(TERN_LOG_DEBUG, TERN__LOG_RUN, "redis %s:%d next try in %u ms", r->host, r->port,
+              wait);
     if (r->retry ? tern_timer_again(r->retry, wait) : tern_timer_start(r->loop, &r->retry, wait,
                                                                         0, on_retry, r))
         return;   /* out of memory: retried at the next loss of the other link, if any */
     r->retry_armed = true;
 }
 
+/* Linked (both links up, the patterns confirmed). A recovery from a
+ * failure that was said is said at the failure's level, so that whoever
+ * saw the one sees the other. */
 static void set_connected(tern__redis *r) {
     atomic_store(&r->connected, true);
-    tern__log(TERN_LOG_INFO, TERN__LOG_RUN, "redis %s:%d connected", r->host, r->port);
+    r->up_since = tern_loop_now(r->loop);
+    tern__log(r->why[0] ? TERN_LOG_WARN : TERN_LOG_INFO, TERN__LOG_RUN, "redis %s:%d connected%s",
+              r->host, r->port, r->why[0] ? " again" : "");
+    r->why[0] = '\0';
 }
 
 static void both_up(tern__redis *r) {
     if (r->ever_up)
         bump(&r->reconnects);
     r->ever_up = true;
-    r->backoff_ms = BACKOFF_MIN_MS;
-    r->was_up = true;
     r->psub_waiting = 0;
     r->hooks.resubscribe(r->user);
     /* connected now, or when the last pattern subscription is confirmed */
@@ -190,11 +238,10 @@ static void on_auth(redisAsyncContext *ac, void *reply, void *priv) {
         return;   /* the link went, or is being freed */
     rlink *l = ac->ev.data;
     if (m->type == REDIS_REPLY_ERROR) {
-        if (!atomic_load(&r->auth_refused))
-            tern__log(TERN_LOG_ERROR, TERN__LOG_RUN, "redis %s:%d refused %s%s%s: %.*s",
-                      r->host, r->port, r->auth_pass[0] ? "the password" : "a client without a password",
-                      r->auth_user[0] ? " of user " : "", r->auth_user,
-                      (int)(m->len > 200 ? 200 : m->len), m->str);
+        say(r, TERN_LOG_ERROR, "refused %s%s%s: %.*s",
+            r->auth_pass[0] ? "the password" : "a client without a password",
+            r->auth_user[0] ? " of user " : "", r->auth_user,
+            (int)(m->len > 160 ? 160 : m->len), m->str);
         atomic_store(&r->auth_refused, true);
         redisAsyncDisconnect(ac);   /* on_disconnect: link_lost, the backoff */
         return;
@@ -210,6 +257,10 @@ static void on_connect(const redisAsyncContext *ac, int status) {
         return;
     if (status != REDIS_OK) {
         /* hiredis frees the context after this (cleanup clears l->ac) */
+        say(r, TERN_LOG_WARN, "unreachable: connect to %s: %s; local delivery goes on, retrying",
+            r->ip, ac->errstr);
+        if (l == &r->sub)
+            r->addr_next++;   /* a name's next address at the next try, if it has more */
         link_lost(r);
         return;
     }
@@ -219,11 +270,47 @@ static void on_connect(const redisAsyncContext *ac, int status) {
 /* Either link lost: the next try starts both afresh (connect_links), so
  * that they come back together, and the subscriptions with them. */
 static void on_disconnect(const redisAsyncContext *ac, int status) {
-    (void)status;
     rlink *l = ac->ev.data;
+    tern__redis *r = l->r;
     l->up = false;
-    if (!l->r->freeing)
-        link_lost(l->r);
+    if (r->freeing)
+        return;
+    /* REDIS_OK: our own redisAsyncDisconnect, its reason said already.
+     * REDIS_ERR_OTHER: an error reply hiredis had no command for (a
+     * refused SUBSCRIBE or PSUBSCRIBE: NOPERM), on which it drops the
+     * link; else the link itself failed (EOF, a reset). */
+    if (status != REDIS_OK && ac->err == REDIS_ERR_OTHER)
+        say(r, TERN_LOG_WARN, "dropped the %s link after an error reply: %s",
+            l == &r->sub ? "subscribing" : "publishing", ac->errstr);
+    else if (status != REDIS_OK)
+        say(r, TERN_LOG_WARN, "lost: %s; local delivery goes on, reconnecting", ac->errstr);
+    link_lost(r);
+}
+
+/* An error reply to what, on ac's link: said (Redis's words: NOPERM
+ * names the right that is missing), but on a link whose first command was
+ * refused: what follows it is refused for that reason (NOAUTH), said
+ * already. True when m is one. */
+static bool reply_error(tern__redis *r, const redisAsyncContext *ac, const char *what,
+                        const redisReply *m) {
+    if (m == NULL || r->freeing || m->type != REDIS_REPLY_ERROR)
+        return false;
+    const rlink *l = ac->ev.data;
+    if (l->up)
+        say(r, TERN_LOG_WARN, "refused %s: %.*s", what, (int)(m->len > 160 ? 160 : m->len), m->str);
+    return true;
+}
+
+/* SELECT refused: the link is dropped, as after a refused AUTH (it would
+ * number topics in database 0), and tried again after the backoff. */
+static void on_select(redisAsyncContext *ac, void *reply, void *priv) {
+    if (reply_error(priv, ac, "SELECT", reply))
+        redisAsyncDisconnect(ac);
+}
+
+/* CLIENT SETNAME refused: only said (the name is for CLIENT LIST). */
+static void on_setname(redisAsyncContext *ac, void *reply, void *priv) {
+    reply_error(priv, ac, "CLIENT SETNAME", reply);
 }
 
 /* KEYS: the topic's hash, its stream, its channel. ARGV: an epoch for a
@@ -253,20 +340,26 @@ static const char NUMBER_SCRIPT[] =
 
 /* SCRIPT LOAD's reply: the numbering script's SHA1, for EVALSHA. */
 static void on_script(redisAsyncContext *ac, void *reply, void *priv) {
-    (void)ac;
     tern__redis *r = priv;
     redisReply *m = reply;
     if (m && !r->freeing && m->type == REDIS_REPLY_STRING && m->len == 40) {
         memcpy(r->sha, m->str, 40);
         r->sha[40] = '\0';
     }
+    reply_error(r, ac, "SCRIPT LOAD", m);
 }
 
+/* Starts l's connect to r->ip: 0, the outcome from the loop; or a
+ * negative error, said. */
 static int link_connect(tern__redis *r, rlink *l) {
-    redisAsyncContext *ac = redisAsyncConnect(r->host, r->port);
+    redisAsyncContext *ac = redisAsyncConnect(r->ip, r->port);
     if (ac == NULL)
         return -ENOMEM;
     if (ac->err) {
+        say(r, TERN_LOG_WARN, "unreachable: connect to %s: %s; local delivery goes on, retrying",
+            r->ip, ac->errstr);
+        if (l == &r->sub)
+            r->addr_next++;   /* as in on_connect */
         redisAsyncFree(ac);
         return -ECONNREFUSED;
     }
@@ -295,9 +388,9 @@ static int link_connect(tern__redis *r, rlink *l) {
     else
         redisAsyncCommand(ac, on_auth, r, "PING");
     if (r->db != 0)
-        redisAsyncCommand(ac, NULL, NULL, "SELECT %d", r->db);
+        redisAsyncCommand(ac, on_select, r, "SELECT %d", r->db);
     /* CLIENT LIST tells an operator which node and which link it is */
-    redisAsyncCommand(ac, NULL, NULL, "CLIENT SETNAME tern-%ld-%s", (long)getpid(),
+    redisAsyncCommand(ac, on_setname, r, "CLIENT SETNAME tern-%ld-%s", (long)getpid(),
                       l == &r->sub ? "sub" : "pub");
     if (l == &r->pub) {   /* before any EVALSHA on this connection: they find it loaded */
         r->sha[0] = '\0';
@@ -316,10 +409,51 @@ static void free_links(tern__redis *r) {
     r->freeing = was;
 }
 
-static void connect_links(tern__redis *r) {
-    free_links(r);   /* what is left of the last pair */
+/* Both links to r->ip. */
+static void open_links(tern__redis *r) {
     if (link_connect(r, &r->sub) < 0 || link_connect(r, &r->pub) < 0) {
         free_links(r);
+        link_lost(r);
+    }
+}
+
+/* The host name's answer, from the loop: the links are made to one of its
+ * addresses (the next one after a refused connect), or the failure is
+ * said and tried again after the backoff. */
+static void on_resolved(void *user, int err, const char *why, const struct sockaddr_storage *ss,
+                        const socklen_t *len, int n) {
+    (void)len;
+    tern__redis *r = user;
+    r->q = NULL;
+    if (err < 0) {
+        say(r, TERN_LOG_WARN, "unreachable: cannot resolve %s: %s; local delivery goes on, "
+            "retrying", r->host, why);
+        link_lost(r);
+        return;
+    }
+    const struct sockaddr_storage *a = &ss[r->addr_next % (unsigned)n];
+    if (a->ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)a)->sin6_addr, r->ip, sizeof(r->ip));
+    else
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)a)->sin_addr, r->ip, sizeof(r->ip));
+    open_links(r);
+}
+
+/* A try: both links afresh, after the host name's resolution when it is
+ * one (again at every try: its addresses may have changed). */
+static void connect_links(tern__redis *r) {
+    free_links(r);   /* what is left of the last pair */
+    if (!r->host_is_name) {
+        open_links(r);
+        return;
+    }
+    if (r->q)
+        return;   /* a resolution is under way already */
+    int err = tern__resolve_start(&r->q, r->loop, r->host, r->port, NULL, RESOLVE_TIMEOUT_MS,
+                                  on_resolved, r);
+    if (err < 0) {
+        say(r, TERN_LOG_WARN, "unreachable: cannot resolve %s: %s; local delivery goes on, "
+            "retrying", r->host, tern_strerror(err));
         link_lost(r);
     }
 }
@@ -380,6 +514,12 @@ static int parse_url(tern__redis *r, const char *url) {
         return -EINVAL;
     memcpy(r->host, p, hl);
     r->host[hl] = '\0';
+    struct in6_addr bin;
+    int family = inet_pton(AF_INET, r->host, &bin) == 1    ? AF_INET
+                 : inet_pton(AF_INET6, r->host, &bin) == 1 ? AF_INET6 : 0;
+    r->host_is_name = family == 0;
+    if (family)
+        inet_ntop(family, &bin, r->ip, sizeof(r->ip));
     p += hl;
     r->port = 6379;
     r->db = 0;
@@ -423,7 +563,15 @@ int tern__redis_new(tern__redis **out, tern_loop *loop, const char *url,
     r->user = user;
     r->backoff_ms = BACKOFF_MIN_MS;
     memcpy(&r->seed, r->id, sizeof(r->seed));
-    connect_links(r);
+    /* The first try from the loop, as every later one: what it says is
+     * logged from there, not from inside the caller's call. */
+    err = tern_timer_start(loop, &r->retry, 0, 0, on_retry, r);
+    if (err < 0) {
+        explicit_bzero(r, sizeof(*r));
+        free(r);
+        return err;
+    }
+    r->retry_armed = true;
     *out = r;
     return 0;
 }
@@ -435,6 +583,7 @@ void tern__redis_free(tern__redis *r) {
     /* redisAsyncFree calls cleanup (the watcher goes) and the reply
      * callbacks with NULL, which do nothing. */
     free_links(r);
+    tern__resolve_cancel(r->q);
     if (r->retry)
         tern_timer_stop(r->retry);
     explicit_bzero(r->auth_pass, sizeof(r->auth_pass));
@@ -625,7 +774,9 @@ static void on_numbered(redisAsyncContext *ac, void *reply, void *priv) {
     if (strncmp(m->str, "NOSCRIPT", 8) == 0 && r->sha[0]) {
         r->sha[0] = '\0';
         redisAsyncCommand(ac, on_script, r, "SCRIPT LOAD %s", NUMBER_SCRIPT);
+        return;   /* not a failure: the next publish finds it loaded */
     }
+    reply_error(r, ac, "a numbered publish (EVAL)", m);
 }
 
 void tern__redis_publish_numbered(tern__redis *r, const char *topic, size_t tlen,
@@ -668,9 +819,9 @@ typedef struct fill_req {
 } fill_req;
 
 static void on_fill(redisAsyncContext *ac, void *reply, void *priv) {
-    (void)ac;
     fill_req *f = priv;
     redisReply *m = reply;
+    reply_error(f->r, ac, "a fill (XRANGE)", m);
     if (m && !f->r->freeing && m->type == REDIS_REPLY_ARRAY)
         for (size_t i = 0; i < m->elements; i++) {
             const redisReply *e = m->element[i];
@@ -725,11 +876,11 @@ static const char CLAIM_SCRIPT[] =
 
 /* CLAIM_SCRIPT's reply: [epoch, seq or nil]. */
 static void on_claim(redisAsyncContext *ac, void *reply, void *priv) {
-    (void)ac;
     fill_req *f = priv;
     redisReply *m = reply;
     uint64_t e, seq = 0;
     size_t plen = sizeof(CHANNEL_PREFIX) - 1;
+    reply_error(f->r, ac, "an epoch's claim (EVAL)", m);
     if (m && !f->r->freeing && m->type == REDIS_REPLY_ARRAY && m->elements == 2 &&
         m->element[0]->type == REDIS_REPLY_STRING && m->element[0]->len == 16 &&
         parse_u64(m->element[0]->str, 16, 16, &e) &&
@@ -756,11 +907,11 @@ void tern__redis_claim(tern__redis *r, const char *topic, size_t tlen, uint64_t 
 
 /* HMGET's reply: [epoch, seq], both nil when Redis has no count. */
 static void on_last(redisAsyncContext *ac, void *reply, void *priv) {
-    (void)ac;
     fill_req *f = priv;
     redisReply *m = reply;
     uint64_t e, seq;
     size_t plen = sizeof(CHANNEL_PREFIX) - 1;
+    reply_error(f->r, ac, "a topic's last number (HMGET)", m);
     if (m && !f->r->freeing && m->type == REDIS_REPLY_ARRAY && m->elements == 2 &&
         m->element[0]->type == REDIS_REPLY_STRING && m->element[0]->len == 16 &&
         m->element[1]->type == REDIS_REPLY_STRING &&

@@ -44,8 +44,9 @@ typedef struct tern__redis_hooks {
     void (*claimed)(void *user, const char *topic, size_t tlen, uint64_t epoch, uint64_t seq);
 } tern__redis_hooks;
 
-/* Parses url (redis://host[:port][/db]) and starts connecting. Returns 0,
- * -EINVAL (a bad URL), -ENOMEM. */
+/* Parses url (redis://host[:port][/db]; host a name or an IPv4/IPv6
+ * address) and connects from the loop (a name is resolved first, without
+ * blocking). Returns 0, -EINVAL (a bad URL), -ENOMEM. */
 int tern__redis_new(tern__redis **out, tern_loop *loop, const char *url,
                     const tern__redis_hooks *hooks, void *user);
 void tern__redis_free(tern__redis *r);

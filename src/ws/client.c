@@ -12,7 +12,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,10 +19,9 @@
 #include <strings.h>
 #include <sys/un.h>
 
-#include <ares.h>
-
 #include "http/parser.h"
 #include "net/crypto.h"
+#include "net/resolve.h"
 #include "net/tls.h"
 #include "tern/client.h"
 #include "ws/handshake.h"
@@ -124,44 +122,27 @@ static void report(ws_dial *d, int err, int status, const char *fmt, ...)
 
 /* ---- the connect: the name's resolution ------------------------------- */
 
-/* One socket c-ares has open, as a loop watcher. */
-typedef struct dns_sock {
-    tern__io io;
-    tern_ws_connecting *p;
-    struct dns_sock *next;
-} dns_sock;
-
 /* A connect from tern_ws_connect to its on_open or on_connect_error (the
  * handle tern_ws_connect2 gives): the dial (its attempt under way, or,
  * while the host name resolves, waiting for addresses) and the name's
- * resolution.
- * The resolution is c-ares driven by the loop: the connect has a channel
- * of its own (so that ending a resolution is ares_destroy, and its servers
- * are the connect's option); c-ares says through its socket state
- * callback which sockets to watch (dns_sock), and its timeouts and the
- * connect's deadline share one precise timer.
+ * resolution (net/resolve.h: c-ares on the loop, a channel per connect,
+ * so that its servers are the connect's option).
  * A cancel (tern_ws_connect_cancel) only sets cancelled and the timer, at
  * once: the connect ends from the timer (connecting_cancel), so that its
  * on_connect_error comes from the loop, never from inside the cancel.
- * Invariants: chan is non-NULL exactly while the name resolves; socks has
- * a watcher for each socket c-ares has open on chan, none once chan is
- * gone; dial->p == this; started says the dial's connection is net's (an
- * attempt is under way); timer (NULL for a connect that resolved nothing,
- * until a cancel) is armed while resolving, at c-ares' next timeout or the
- * deadline, whichever is first, or at once when the answer is in or the
- * connect is cancelled; resolved says the answer is in (dns_status, and
- * the dial's addrs); once cancelled, the connect's one on_connect_error
- * says -ECANCELED, whatever ends it; the connect is on its loop's list
- * (connecting_list) until it is freed. */
+ * Invariants: q is non-NULL exactly while the name resolves; dial->p ==
+ * this; started says the dial's connection is net's (an attempt is under
+ * way); timer is NULL until a cancel, then armed at once (a cancel that
+ * cannot have it ends with the resolution or the attempt); once
+ * cancelled, the connect's one on_connect_error says -ECANCELED, whatever
+ * ends it; the connect is on its loop's list (connecting_list) until it
+ * is freed. */
 struct tern_ws_connecting {
     tern_loop *loop;
     ws_dial *dial;
     tern_timer *timer;
-    ares_channel chan;
-    dns_sock *socks;
+    tern__resolve *q;
     tern_ws_connecting *next, *prev;
-    int dns_status;
-    bool resolved;
     bool started;
     bool cancelled;
 };
@@ -172,56 +153,10 @@ typedef struct connecting_list {
     tern_ws_connecting *head;
 } connecting_list;
 
-static pthread_once_t ares_once = PTHREAD_ONCE_INIT;
-static int ares_init_status;
-
-static void ares_init_once(void) { ares_init_status = ares_library_init(ARES_LIB_INIT_ALL); }
-
-static void dns_io(tern__io *io, uint32_t revents);
-
-/* c-ares opened a socket, changed what it waits for, or is closing it
- * (neither readable nor writable: it closes the descriptor itself). */
-static void dns_sock_state(void *data, ares_socket_t fd, int readable, int writable) {
-    tern_ws_connecting *p = data;
-    dns_sock **link = &p->socks;
-    while (*link && (*link)->io.fd != fd)
-        link = &(*link)->next;
-    dns_sock *s = *link;
-    uint32_t ev = (readable ? TERN__IO_IN : 0) | (writable ? TERN__IO_OUT : 0);
-    if (ev == 0) {
-        if (s) {
-            tern__io_set(p->loop, &s->io, 0);
-            *link = s->next;
-            free(s);
-        }
-        return;
-    }
-    if (s == NULL) {
-        /* Out of memory: the socket goes unwatched, and the deadline (or
-         * c-ares' own timeouts) ends the resolution. */
-        if ((s = calloc(1, sizeof(*s))) == NULL)
-            return;
-        tern__io_init(&s->io, fd, dns_io);
-        s->p = p;
-        s->next = p->socks;
-        p->socks = s;
-    }
-    tern__io_set(p->loop, &s->io, ev);
-}
-
-/* Ends the resolution, if one is under way: the channel and its watchers go. */
+/* Ends the resolution, if one is under way. */
 static void resolve_end(tern_ws_connecting *p) {
-    if (p->chan) {
-        ares_channel chan = p->chan;
-        p->chan = NULL;
-        ares_destroy(chan);   /* closes its sockets (dns_sock_state); dns_done sees EDESTRUCTION */
-    }
-    while (p->socks) {
-        dns_sock *s = p->socks;
-        p->socks = s->next;
-        tern__io_set(p->loop, &s->io, 0);
-        free(s);
-    }
+    tern__resolve_cancel(p->q);
+    p->q = NULL;
 }
 
 /* The connect is over (reported, or open): what is left of it. */
@@ -240,82 +175,6 @@ static void connecting_free(tern_ws_connecting *p) {
     free(p);
 }
 
-/* The answer, from inside ares_getaddrinfo (a name in /etc/hosts), from
- * ares_process_fd, or from ares_destroy. It only takes the addresses:
- * what follows is the loop's (resolve_step), outside c-ares' calls. */
-static void dns_done(void *arg, int status, int timeouts, struct ares_addrinfo *res) {
-    tern_ws_connecting *p = arg;
-    if (status != ARES_EDESTRUCTION) {
-        p->resolved = true;
-        p->dns_status = status;
-        dial_addrs *a = p->dial->addrs;
-        for (struct ares_addrinfo_node *n = res && status == ARES_SUCCESS ? res->nodes : NULL;
-             n && a->n < DIAL_MAX_ADDRS; n = n->ai_next)
-            if ((n->ai_family == AF_INET || n->ai_family == AF_INET6) &&
-                n->ai_addrlen <= sizeof(a->ss[0])) {
-                memcpy(&a->ss[a->n], n->ai_addr, n->ai_addrlen);
-                a->len[a->n++] = n->ai_addrlen;
-            }
-    }
-    if (res)
-        ares_freeaddrinfo(res);
-}
-
-/* Sets the timer for what comes next: now when the answer is in, else
- * c-ares' next timeout or the deadline, whichever is first. */
-static void resolve_arm(tern_ws_connecting *p) {
-    uint64_t now = tern_loop_now(p->loop);
-    uint64_t ms = p->dial->deadline > now ? p->dial->deadline - now : 0;
-    struct timeval tv, *next = p->resolved ? NULL : ares_timeout(p->chan, NULL, &tv);
-    if (p->resolved)
-        ms = 0;
-    else if (next && (uint64_t)next->tv_sec * 1000 + (uint64_t)(next->tv_usec + 999) / 1000 < ms)
-        ms = (uint64_t)next->tv_sec * 1000 + (uint64_t)(next->tv_usec + 999) / 1000;
-    tern_timer_again(p->timer, ms);
-}
-
-/* From the loop (a watcher or the timer): the answer is in, and the dial
- * starts or fails; or the deadline passed; or nothing yet. */
-static void resolve_step(tern_ws_connecting *p) {
-    ws_dial *d = p->dial;
-    if (p->cancelled)
-        return;   /* the timer, armed at once, ends it */
-    if (!p->resolved && tern_loop_now(p->loop) < d->deadline) {
-        resolve_arm(p);
-        return;
-    }
-    resolve_end(p);
-    int err;
-    char msg[300];
-    if (!p->resolved) {
-        err = -ETIMEDOUT;
-        snprintf(msg, sizeof(msg), "%s: the name did not resolve within %u ms", d->where,
-                 d->timeout_ms);
-    } else if (d->addrs->n == 0) {
-        err = TERN_ENOHOST;
-        snprintf(msg, sizeof(msg), "cannot resolve %s: %s", d->where,
-                 ares_strerror(p->dns_status == ARES_SUCCESS ? ARES_ENODATA : p->dns_status));
-    } else if ((err = dial_start(p->loop, d)) == 0) {
-        p->started = true;
-        return;   /* the connect goes on; its outcome comes from the dial */
-    } else {
-        snprintf(msg, sizeof(msg), "cannot connect to %s: %s", d->where, strerror(-err));
-    }
-    report(d, err, 0, "%s", msg);
-    dial_free_unstarted(d);
-}
-
-static void dns_io(tern__io *io, uint32_t revents) {
-    dns_sock *s = tern__container_of(io, dns_sock, io);
-    tern_ws_connecting *p = s->p;
-    ares_socket_t fd = io->fd;
-    bool rd = revents & (TERN__IO_IN | TERN__IO_ERR | TERN__IO_HUP);
-    bool wr = revents & (TERN__IO_OUT | TERN__IO_ERR);
-    /* May close the socket, and free s. */
-    ares_process_fd(p->chan, rd ? fd : ARES_SOCKET_BAD, wr ? fd : ARES_SOCKET_BAD);
-    resolve_step(p);
-}
-
 /* A cancelled connect ends here, from the loop: a resolution or a dial
  * not started is freed, an attempt under way closed (dial_close reports). */
 static void connecting_cancel(tern_ws_connecting *p) {
@@ -330,40 +189,47 @@ static void connecting_cancel(tern_ws_connecting *p) {
 }
 
 static void connecting_timer(tern_timer *t, void *user) {
+    (void)t;
+    connecting_cancel(user);
+}
+
+/* The name's answer, from the loop: the dial starts with its addresses,
+ * or the connect fails. */
+static void dns_answer(void *user, int err, const char *why, const struct sockaddr_storage *ss,
+                       const socklen_t *len, int n) {
     tern_ws_connecting *p = user;
+    ws_dial *d = p->dial;
+    p->q = NULL;   /* over, and freed */
     if (p->cancelled) {
         connecting_cancel(p);
         return;
     }
-    if (!p->resolved)
-        ares_process_fd(p->chan, ARES_SOCKET_BAD, ARES_SOCKET_BAD);   /* c-ares' timeouts */
-    resolve_step(p);
+    dial_addrs *a = d->addrs;
+    for (int i = 0; i < n && a->n < DIAL_MAX_ADDRS; i++) {
+        memcpy(&a->ss[a->n], &ss[i], len[i]);
+        a->len[a->n++] = len[i];
+    }
+    char msg[300];
+    if (err == -ETIMEDOUT) {
+        snprintf(msg, sizeof(msg), "%s: the name did not resolve within %u ms", d->where,
+                 d->timeout_ms);
+    } else if (err < 0) {
+        snprintf(msg, sizeof(msg), "cannot resolve %s: %s", d->where, why);
+    } else if ((err = dial_start(p->loop, d)) == 0) {
+        p->started = true;
+        return;   /* the connect goes on; its outcome comes from the dial */
+    } else {
+        snprintf(msg, sizeof(msg), "cannot connect to %s: %s", d->where, strerror(-err));
+    }
+    report(d, err, 0, "%s", msg);
+    dial_free_unstarted(d);
 }
 
 /* Starts resolving host (for port): 0, after which the loop carries it
- * on (resolve_step); or a negative error with nothing started. */
+ * on (dns_answer); or a negative error with nothing started. */
 static int resolve_begin(tern_ws_connecting *p, const char *host, int port, const char *servers) {
-    pthread_once(&ares_once, ares_init_once);
-    if (ares_init_status != ARES_SUCCESS)
-        return -ENOMEM;
-    struct ares_options o = {.sock_state_cb = dns_sock_state, .sock_state_cb_data = p};
-    int st = ares_init_options(&p->chan, &o, ARES_OPT_SOCK_STATE_CB);
-    if (st != ARES_SUCCESS) {
-        p->chan = NULL;
-        return st == ARES_ENOMEM ? -ENOMEM : TERN_ENOHOST;
-    }
-    if (servers && ares_set_servers_ports_csv(p->chan, servers) != ARES_SUCCESS)
-        return -EINVAL;
-    int err = tern_timer_start(p->loop, &p->timer, p->dial->timeout_ms, 0, connecting_timer, p);
-    if (err < 0)
-        return err;
-    char service[8];
-    snprintf(service, sizeof(service), "%d", port);
-    struct ares_addrinfo_hints hints = {.ai_flags = ARES_AI_NUMERICSERV, .ai_family = AF_UNSPEC,
-                                        .ai_socktype = SOCK_STREAM};
-    ares_getaddrinfo(p->chan, host, service, &hints, dns_done, p);
-    resolve_arm(p);
-    return 0;
+    return tern__resolve_start(&p->q, p->loop, host, port, servers, p->dial->timeout_ms,
+                               dns_answer, p);
 }
 
 /* ---- failure ---------------------------------------------------------- */

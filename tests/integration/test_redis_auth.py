@@ -1,7 +1,9 @@
 """--redis with a password (issue #27): AUTH after connecting, with
 requirepass and with an ACL user, the password from the URL or from
 --redis-password-file; a wrong one is a clear error, never shows the
-password, and keeps /readyz at 503. Against a real redis-server."""
+password, and keeps /readyz at 503; README's ACL rights are enough, and
+a user short of one (a history rule's PSUBSCRIBE pattern) is logged once
+with NOPERM and backed off from. Against a real redis-server."""
 import json
 import os
 import re
@@ -52,6 +54,37 @@ def redis():
     r.start()
     yield r
     r.stop()
+
+
+def admin(redis, *args):
+    """One command as the default user (after AUTH): the reply's first
+    line, or the text of a bulk string reply."""
+    with socket.create_connection(("127.0.0.1", redis.port), timeout=2) as s:
+        req = "".join(f"*{len(c)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in c)
+                      for c in (("AUTH", PASSWORD), args))
+        s.sendall(req.encode())
+        f = s.makefile("rb")
+        assert f.readline() == b"+OK\r\n"
+        line = f.readline().decode().rstrip("\r\n")
+        if line.startswith("$") and line != "$-1":
+            return f.read(int(line[1:]) + 2)[:-2].decode()
+        return line
+
+
+def connections(redis):
+    """Redis's total_connections_received (this one included)."""
+    info = admin(redis, "INFO", "stats")
+    return int(re.search(r"total_connections_received:(\d+)", info).group(1))
+
+
+# The rights README gives a tern user (its "ACL SETUSER" line), with the
+# history rule 'chat.*' of the tests below: its PSUBSCRIBE pattern
+# tern:chat.* needs a channel right of its own (Redis compares a
+# PSUBSCRIBE's pattern with the user's literally).
+TERN_ACL = ["resetchannels", "&tern:*", "&tern:chat.*", "resetkeys", "~tern:*", "-@all",
+            "+ping", "+select", "+client|setname", "+subscribe", "+unsubscribe", "+psubscribe",
+            "+publish", "+eval", "+evalsha", "+script|load", "+xrange", "+hmget", "+hincrby",
+            "+hget", "+hset", "+hsetnx", "+hexists", "+del", "+xadd", "+pexpire"]
 
 
 def client_list(redis):
@@ -194,3 +227,56 @@ def test_password_file_with_a_password_in_the_url_too(tmp_path):
     assert r.returncode != 0
     assert "without a password" in r.stderr and "****" in r.stderr, r.stderr
     assert "s3cret" not in r.stderr
+
+
+def test_the_documented_acl_rights_are_enough(redis, tern_factory):
+    """A user with exactly README's rights: SELECT, both links, a topic
+    without a history (SUBSCRIBE, PUBLISH) and one with (PSUBSCRIBE of its
+    rule's pattern, the epoch's claim, numbering by EVALSHA, the last
+    number); a fill's XRANGE is checked by ACL DRYRUN. Redis denied
+    nothing (ACL LOG is empty: the check that sees every command) and
+    neither node logged a refusal."""
+    assert admin(redis, "ACL", "SETUSER", "tern", "on", ">pw-tern", *TERN_ACL) == "+OK"
+    url = f"redis://tern:pw-tern@127.0.0.1:{redis.port}/1"
+    rule = ["--feed", "off", "--topic", "chat.* subscribe=anyone publish=anyone history=100"]
+    a = tern_factory("--redis", url, *rule)
+    b = tern_factory("--redis", url, *rule, "--threads", "2")
+    wait_for(lambda: ready(a)[0] == 200 and ready(b)[0] == 200, "both ready")
+    assert delivers_across(a, b)
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        ws.send(json.dumps({"op": "subscribe", "topic": "chat.room"}))
+        ack = json.loads(ws.recv(timeout=5 * SLOW))   # before the first message: a claim
+        assert ack["ok"] == "subscribe", ack
+        a.publish("chat.room", "numbered")
+        while True:
+            m = json.loads(ws.recv(timeout=5 * SLOW))
+            if "data" in m:
+                break
+        assert m["data"] == "numbered" and m["seq"] == 1, m
+    assert admin(redis, "ACL", "DRYRUN", "tern", "XRANGE", "tern:s:chat.room", "0-1", "0-2") == "+OK"
+    assert admin(redis, "ACL", "LOG") == "*0"
+    for node in (a, b):
+        node.stop()
+        assert "refused" not in node.stderr and "NOPERM" not in node.stderr, node.stderr
+
+
+def test_an_acl_user_without_a_pattern_right_is_said_once_and_backs_off(redis):
+    """The channel right &tern:* does not cover the PSUBSCRIBE of the rule
+    chat.* (tern:chat.*): Redis answers NOPERM and the link is dropped.
+    That is logged once, with Redis's words, and the links, which come up
+    at every try before the refusal, are tried again with a growing
+    backoff: a handful of tries in 5 s, not one every 100 ms."""
+    narrow = [r for r in TERN_ACL if r != "&tern:chat.*"]
+    assert admin(redis, "ACL", "SETUSER", "narrow", "on", ">pw-narrow", *narrow) == "+OK"
+    before = connections(redis)
+    p, a, first = serve("--redis", f"redis://narrow:pw-narrow@127.0.0.1:{redis.port}",
+                        "--feed", "off", "--topic", "chat.* subscribe=anyone history=100")
+    try:
+        time.sleep(5)
+        links = connections(redis) - before - 1   # less the one asking
+        assert stats(a)["redis"]["connected"] is False
+    finally:
+        err = stop(p, first)
+    assert err.count("NOPERM") == 1, err
+    assert "dropped the subscribing link after an error reply: NOPERM" in err, err
+    assert links <= 2 * 10, links   # two links a try: under 10 tries (without backoff, ~50)
