@@ -202,7 +202,9 @@ int tern_server_host(tern_server *srv, const char *name, tern_server **out);
  * listeners already, or shutting down), or the errno of socket/bind/listen:
  * -EADDRINUSE, -EADDRNOTAVAIL (an address that is not this machine's),
  * -EACCES (a port under 1024). Under tern_run with more than one thread
- * every TCP listener gets SO_REUSEPORT (tern_listen_options.reuseport). */
+ * every TCP listener gets SO_REUSEPORT, and the first loop's still
+ * refuses (-EADDRINUSE) a port another socket listens on, unless
+ * tern_listen_options.reuseport asks to share it. */
 int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt);
 int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_options *opt);
 /* The port the first plain (non-TLS) TCP listener got, useful after

@@ -23,7 +23,15 @@ typedef enum tern_send_result {
 /* Options for tern_listen*(); zero means the default. */
 typedef struct tern_listen_options {
     int backlog;       /* listen(2) backlog; 0: 4096 (the kernel caps it at somaxconn) */
-    int reuseport;     /* SO_REUSEPORT, so several loops (threads) share a port */
+    /* SO_REUSEPORT, so that several loops (threads), or processes (a
+     * zero-downtime restart: the new one listens, then the old one
+     * stops), share a port. Asked for here, the port is shared on
+     * purpose: the listener binds even when another socket listens there.
+     * Without it tern_run still sets SO_REUSEPORT for its loops, but the
+     * first loop's listener refuses a fixed port another socket listens
+     * on (-EADDRINUSE), so a second process started by mistake cannot
+     * take a share of the connections. */
+    int reuseport;
     int ipv6_only;     /* for "::": IPv6 only instead of dual-stack */
     /* SO_SNDBUF of every connection accepted (the kernel doubles it); 0:
      * the kernel's autotuning, which on loopback lets a connection hold

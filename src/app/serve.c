@@ -1232,6 +1232,14 @@ static void print_listening(tern_loop *loop, void *user) {
         tern__serve_log(stderr, TERN_LOG_ERROR, "systemd watchdog: no timer (out of memory)");
 }
 
+/* What a refused port means, after tern_strerror's "Address already in
+ * use". */
+static const char *in_use_hint(int err) {
+    return err == -EADDRINUSE ? " (another process listens there; --reuse-port shares a port "
+                                "on purpose)"
+                              : "";
+}
+
 /* Setup fails with this once it has said why. */
 #define SETUP_FAILED (-ESRCH)
 
@@ -1239,6 +1247,8 @@ static void print_listening(tern_loop *loop, void *user) {
  * counters) on loop 0, beside the public one; made last in setup, so a
  * failure before it has nothing of it to free. */
 static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
+    /* With --reuse-port the new process of a hand-over shares it too. */
+    tern_listen_options admin_opt = {.reuseport = ctx->listen.reuseport};
     int err = tern_server_new(&ctx->admin, loop, &ctx->server_options);
     if (err < 0) {
         fprintf(stderr, "tern serve: the admin server: %s\n", tern_strerror(err));
@@ -1256,9 +1266,9 @@ static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
     } else if (ctx->sd.admin >= 0 && (err = tern_listen_fd(ctx->admin, ctx->sd.admin, NULL, NULL)) < 0) {
         fprintf(stderr, "tern serve: the admin socket from systemd: %s\n", tern_strerror(err));
     } else if (ctx->sd.admin < 0 &&
-               (err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, NULL)) < 0) {
-        fprintf(stderr, "tern serve: --admin-listen %s:%d: %s\n", ctx->admin_host,
-                ctx->admin_port, tern_strerror(err));
+               (err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, &admin_opt)) < 0) {
+        fprintf(stderr, "tern serve: --admin-listen %s:%d: %s%s\n", ctx->admin_host,
+                ctx->admin_port, tern_strerror(err), in_use_hint(err));
     }
     if (err < 0) {
         tern_server_free(ctx->admin);
@@ -1399,8 +1409,8 @@ static int serve_setup(tern_server *srv, void *user) {
         return SETUP_FAILED;
     }
     if (ctx->sd.http < 0 && (err = tern_listen(srv, ctx->host, ctx->port, &ctx->listen)) < 0) {
-        fprintf(stderr, "tern serve: listen on %s:%d: %s\n", ctx->host, ctx->port,
-                tern_strerror(err));
+        fprintf(stderr, "tern serve: listen on %s:%d: %s%s\n", ctx->host, ctx->port,
+                tern_strerror(err), in_use_hint(err));
         return SETUP_FAILED;
     }
     if (ctx->unix_path && (err = tern_listen_unix(srv, ctx->unix_path, &ctx->listen)) < 0) {
@@ -1414,8 +1424,8 @@ static int serve_setup(tern_server *srv, void *user) {
     }
     if (ctx->sd.https < 0 && ctx->tls &&
         (err = tern_listen_tls(srv, ctx->host, ctx->tls_port, ctx->tls, &ctx->listen)) < 0) {
-        fprintf(stderr, "tern serve: listen on %s:%d: %s\n", ctx->host, ctx->tls_port,
-                tern_strerror(err));
+        fprintf(stderr, "tern serve: listen on %s:%d: %s%s\n", ctx->host, ctx->tls_port,
+                tern_strerror(err), in_use_hint(err));
         return SETUP_FAILED;
     }
     if (ctx->admin_host && (err = admin_setup(ctx, tern_server_loop(srv))) < 0)
@@ -1546,6 +1556,9 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
                                : TERN_SERVE_LOG_TEXT);
     ctx.po.history = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY);
     ctx.listen.sndbuf = (int)tern__opt_uint(s, SV_SNDBUF);
+    /* Asked for, the ports are shared on purpose (a hand-over), so the
+     * library does not check that they are free. */
+    ctx.listen.reuseport = (int)tern__opt_uint(s, SV_REUSE_PORT);
     ctx.po.history_ms = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY_AGE) * 1000;
     ctx.po.replay_rate = tern__opt_uint(s, SV_PS_REPLAY_RATE);
     ctx.po.write_delay_ms = (uint32_t)tern__opt_uint(s, SV_PS_WRITE_DELAY);

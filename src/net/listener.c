@@ -139,8 +139,45 @@ static int start(tern_loop *loop, int fd, bool tcp, const tern_listen_options *o
     return 0;
 }
 
+/* A socket of ai's family bound to its address, with SO_REUSEADDR (so a
+ * port whose last connections are in TIME_WAIT can be bound again) and,
+ * when reuseport, SO_REUSEPORT; or a negative errno. */
+static int bound_socket(const struct addrinfo *ai, const tern_listen_options *opt, bool reuseport) {
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (reuseport)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    if (ai->ai_family == AF_INET6) {
+        int v6only = opt && opt->ipv6_only;
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
+    }
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
+/* Is ai's address free for a socket of our own? With SO_REUSEPORT any
+ * process of the same user may bind a port that is already listening and
+ * silently take a share of its connections (a second `tern serve` started
+ * by mistake). A probe bound without SO_REUSEPORT fails with EADDRINUSE
+ * exactly when a socket listens there (TIME_WAIT does not count: it has
+ * SO_REUSEADDR); it is closed at once. Returns 0 or the bind's error. */
+static int probe_free(const struct addrinfo *ai, const tern_listen_options *opt) {
+    int fd = bound_socket(ai, opt, false);
+    if (fd < 0)
+        return fd;
+    close(fd);
+    return 0;
+}
+
 int tern__listener_tcp(tern_loop *loop, const char *host, int port, const tern_listen_options *opt,
-                       tern__accept_fn fn, void *user, tern__listener **out) {
+                       bool exclusive, tern__accept_fn fn, void *user, tern__listener **out) {
     if (port < 0 || port > 65535)
         return -EINVAL;
     char service[8];
@@ -157,24 +194,15 @@ int tern__listener_tcp(tern_loop *loop, const char *host, int port, const tern_l
             return errno ? -errno : TERN_ENOHOST;
         return TERN_ENOHOST;
     }
+    bool reuseport = opt && opt->reuseport;
     int err = -EADDRNOTAVAIL;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        /* Port 0 needs no probe: the kernel picks a port nobody holds. */
+        if (reuseport && exclusive && port != 0 && (err = probe_free(ai, opt)) < 0)
+            continue;   /* as a failed bind */
+        int fd = bound_socket(ai, opt, reuseport);
         if (fd < 0) {
-            err = -errno;
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (opt && opt->reuseport)
-            setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-        if (ai->ai_family == AF_INET6) {
-            int v6only = opt && opt->ipv6_only;
-            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
-        }
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-            err = -errno;
-            close(fd);
+            err = fd;
             continue;
         }
         err = start(loop, fd, true, opt, fn, user, out);

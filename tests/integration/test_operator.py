@@ -1,0 +1,101 @@
+"""What an operator needs of a long-running `tern serve` (issue #37): a
+port another process listens on is refused; SIGUSR1 reopens the log files
+(logrotate) and SIGUSR2 is ignored; descriptors running out leave the admin
+listener answering and are logged once a second, not in a flood."""
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import SANITIZED, SLOW, TERN_BIN, Server, read_response
+from test_tls import certs  # noqa: F401  (the fixture)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def refused(*args):
+    """Runs a second `tern serve` that must fail at start: its exit code
+    and stderr."""
+    p = subprocess.run([TERN_BIN, "serve", "--host", "127.0.0.1", "--threads", "2",
+                        "--admin-listen", "127.0.0.1:0", *args],
+                       capture_output=True, text=True, timeout=20 * SLOW)
+    return p.returncode, p.stderr
+
+
+def get(port, path="/ping"):
+    with socket.create_connection(("127.0.0.1", port), timeout=5 * SLOW) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        status, _, body, _ = read_response(s, timeout=5 * SLOW)
+        return status, body
+
+
+# ---- a port in use ----------------------------------------------------------------
+
+def test_a_second_server_on_the_same_port_is_refused():
+    # Both with two threads, so both listen with SO_REUSEPORT: without the
+    # check the second would start and take half of the first's clients.
+    port = free_port()
+    first = Server(["--threads", "2", "--port", str(port)])
+    try:
+        assert first.port == port
+        code, err = refused("--port", str(port))
+        assert code != 0
+        assert f"listen on 127.0.0.1:{port}: Address already in use" in err, err
+        # The first still has every connection: 20 in a row all answered.
+        for _ in range(20):
+            assert get(port) == (200, b"pong")
+    finally:
+        assert first.stop() == 0, first.stderr
+
+
+def test_a_second_server_on_the_same_admin_port_is_refused():
+    admin = free_port()
+    first = Server(["--threads", "2", "--admin-listen", f"127.0.0.1:{admin}"])
+    try:
+        code, err = refused("--port", "0", "--admin-listen", f"127.0.0.1:{admin}")
+        assert code != 0
+        assert f"--admin-listen 127.0.0.1:{admin}: Address already in use" in err, err
+    finally:
+        assert first.stop() == 0, first.stderr
+
+
+def test_a_second_server_on_the_same_tls_port_is_refused(certs):  # noqa: F811
+    cert, key = certs["default"]
+    tls_port = free_port()
+    first = Server(["--threads", "2", "--tls-port", str(tls_port), "--tls-cert", cert,
+                    "--tls-key", key])
+    try:
+        assert first.tls_port == tls_port
+        code, err = refused("--port", "0", "--tls-port", str(tls_port), "--tls-cert", cert,
+                            "--tls-key", key)
+        assert code != 0
+        assert f"listen on 127.0.0.1:{tls_port}: Address already in use" in err, err
+    finally:
+        assert first.stop() == 0, first.stderr
+
+
+def test_reuse_port_hands_the_port_over():
+    # A zero-downtime restart: the new process shares the ports, the old
+    # one drains and exits, the new one has every connection.
+    port, admin = free_port(), free_port()
+    args = ["--threads", "2", "--port", str(port), "--admin-listen", f"127.0.0.1:{admin}",
+            "--reuse-port"]
+    old = Server(args)
+    new = None
+    try:
+        new = Server(args)
+        assert new.port == port and new.admin_port == admin
+        assert old.stop() == 0, old.stderr
+        for _ in range(20):
+            assert get(port) == (200, b"pong")
+        assert get(admin, "/healthz") == (200, b"ok\n")
+    finally:
+        old.stop()
+        if new:
+            assert new.stop() == 0, new.stderr
