@@ -62,7 +62,9 @@
  * SIGINT or SIGTERM: graceful shutdown of every thread (stop accepting,
  * finish responses in flight, close idle connections, close WebSockets
  * with 1012 at random moments over --shutdown-spread, /readyz 503), exit
- * 0. A second signal exits at once. */
+ * 0. A second signal exits at once. SIGHUP: certificates, token keys and
+ * --config read again. SIGUSR1: the access log reopened (logrotate).
+ * SIGUSR2: ignored. */
 #include <ctype.h>
 #include <errno.h>
 #include <malloc.h>
@@ -154,6 +156,7 @@ typedef struct serve_ctx {
     char **argv;
     const char *config_path;
     FILE *access_log;          /* --access-log, or NULL (stdio locks each line) */
+    const char *access_path;   /* its file, reopened on SIGUSR1; NULL for stdout */
     tern_tls *tls;             /* --tls-cert/--tls-key, or NULL */
     int nthreads;
     serve_thread *threads;
@@ -866,6 +869,21 @@ static void on_stop_signal(tern_loop *loop, int signo, void *user) {
         tern__serve_sd_stopping();
 }
 
+/* SIGUSR1, nginx's convention for logrotate: the access log is opened
+ * again under its name (the library's log is on stderr, which belongs to
+ * whoever started tern: journald, or a shell's redirection). */
+static void on_sigusr1(tern_loop *loop, int signo, void *user) {
+    serve_ctx *ctx = user;
+    if (ctx->access_path == NULL)
+        return;
+    int err = tern__serve_log_reopen(ctx->access_log, ctx->access_path);
+    if (!ctx->quiet || err < 0)
+        tern__serve_log(stderr, err < 0 ? TERN_LOG_ERROR : TERN_LOG_INFO,
+                        "SIGUSR1: --access-log %s %s%s", ctx->access_path,
+                        err < 0 ? "not reopened, still written to the old file: " : "reopened",
+                        err < 0 ? tern_strerror(err) : "");
+}
+
 /* Whether the request's "Authorization: Bearer KEY" names ctx->api_key:
  * both are hashed and the digests compared with CRYPTO_memcmp, so the time
  * taken tells nothing of the key (not even its length). */
@@ -1432,6 +1450,7 @@ static int serve_setup(tern_server *srv, void *user) {
         return err;
     /* SIGINT and SIGTERM are tern_run's; ours only marks the drain. */
     tern_loop_on_signal(tern_server_loop(srv), SIGHUP, on_sighup, ctx);
+    tern_loop_on_signal(tern_server_loop(srv), SIGUSR1, on_sigusr1, ctx);
     tern_loop_on_signal(tern_server_loop(srv), SIGTERM, on_stop_signal, ctx);
     tern_loop_on_signal(tern_server_loop(srv), SIGINT, on_stop_signal, ctx);
     tern_loop_post(tern_server_loop(srv), print_listening, ctx);
@@ -1588,11 +1607,16 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
             return 1;
         }
         setvbuf(ctx.access_log, NULL, _IOLBF, 0);   /* whole lines, as they happen */
+        if (ctx.access_log != stdout)
+            ctx.access_path = access_path;
     }
     if (!ctx.quiet)
         tern_set_log(log_level, log_stderr, NULL);
 
     signal(SIGPIPE, SIG_IGN);
+    /* SIGUSR2 is nginx's binary upgrade; tern has none, and a stray one
+     * must not end the process (its default) without a drain. */
+    signal(SIGUSR2, SIG_IGN);
     /* Buffers of large messages and bodies (over 256 KiB) come from mmap,
      * so they go back to the system when freed instead of staying in
      * glibc's heap at their peak (measured: 31.6 MB resident after four

@@ -3,6 +3,7 @@ port another process listens on is refused; SIGUSR1 reopens the log files
 (logrotate) and SIGUSR2 is ignored; descriptors running out leave the admin
 listener answering and are logged once a second, not in a flood."""
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -99,3 +100,60 @@ def test_reuse_port_hands_the_port_over():
         old.stop()
         if new:
             assert new.stop() == 0, new.stderr
+
+
+# ---- log rotation -----------------------------------------------------------------
+
+def wait_for(cond, what, timeout=5.0):
+    deadline = time.monotonic() + timeout * SLOW
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def lines(path):
+    try:
+        with open(path) as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def test_sigusr1_reopens_the_access_log(tmp_path):
+    # logrotate's way: the file is renamed, tern is told with SIGUSR1, and
+    # the next lines go to a new file under the old name (both threads'),
+    # none to the renamed one.
+    log, rotated = tmp_path / "access.log", tmp_path / "access.log.1"
+    t = Server(["--threads", "2", "--access-log", str(log)])
+    try:
+        assert get(t.port, "/ping?before") == (200, b"pong")
+        wait_for(lambda: any("/ping?before" in l for l in lines(log)), "the first line")
+        os.rename(log, rotated)
+        t.proc.send_signal(signal.SIGUSR1)
+        wait_for(lambda: log.exists(), "the new file")
+        # Several connections, so that both threads (SO_REUSEPORT) answer.
+        n = 0
+        while not any("/ping?after" in l for l in lines(log)):
+            assert get(t.port, f"/ping?after{n}") == (200, b"pong")
+            n += 1
+            assert n < 200, lines(rotated)
+        for i in range(20):
+            assert get(t.port, f"/ping?more{i}") == (200, b"pong")
+        wait_for(lambda: sum("/ping?more" in l for l in lines(log)) == 20, "20 lines")
+        old = lines(rotated)
+        assert any("/ping?before" in l for l in old)
+        assert not any("/ping?more" in l for l in old), old
+        assert t.proc.poll() is None
+    finally:
+        assert t.stop() == 0, t.stderr
+    assert "SIGUSR1: --access-log" in t.stderr and "reopened" in t.stderr, t.stderr
+
+
+def test_sigusr2_is_ignored(tern):
+    tern.proc.send_signal(signal.SIGUSR2)
+    tern.proc.send_signal(signal.SIGUSR1)   # without --access-log: nothing to reopen
+    time.sleep(0.3 * SLOW)
+    assert tern.proc.poll() is None
+    assert get(tern.port) == (200, b"pong")
