@@ -39,6 +39,16 @@ typedef struct tern_listen_options {
      * reader show in tern_ws_buffered, and so in the slow-consumer
      * policies, within a moment. */
     int sndbuf;
+    /* Out of descriptors. A listener stops accepting (backs off 100 ms
+     * at a time, counted in tern_stats.listeners_paused; the clients wait
+     * in the kernel's queue) before the process is out: it takes no
+     * descriptor numbered within the last 16 under RLIMIT_NOFILE (a
+     * quarter of the limit when that is under 64), plus one per such
+     * listener. Those are kept for the listeners that set use_fd_reserve
+     * (an operator's: health checks, metrics, which must answer when the
+     * public ones cannot) and for the files the process opens. Off (0):
+     * kept out of the reserve. */
+    int use_fd_reserve;
 } tern_listen_options;
 
 /* Room for any address tern_addr_format() writes, with its NUL. */

@@ -191,6 +191,10 @@ typedef struct serve_ctx {
     tern_server *admin;
     tern_server_options server_options;   /* the admin server's too */
     tern_timer *watchdog;      /* systemd's WatchdogSec: WATCHDOG=1 from loop 0, or NULL */
+    /* RLIMIT_NOFILE once raised to the hard limit, and --max-connections
+     * (TERN_UNLIMITED for 0), for the warning at start */
+    unsigned long long fd_limit;
+    uint32_t max_connections;
     /* --api-key-file: its first line, or NULL (then POST /publish is 403) */
     char *api_key;
     /* /ws/broadcast's sequencer: a message is given its place (posted to
@@ -1221,6 +1225,30 @@ static void on_sighup(tern_loop *loop, int signo, void *user) {
                 err < 0 ? tern_strerror(err) : "");
 }
 
+/* Descriptors beyond one per connection: each loop's own (epoll or the
+ * ring, its wake-up and timer descriptors, its listeners), the admin
+ * listener's reserve (16, src/net/listener.c), files being sent, Redis. */
+#define FD_HEADROOM 64
+#define FD_PER_THREAD 8
+
+/* Warns once, after the "listening on" line (scripts read that one
+ * first), when the descriptor limit cannot hold --max-connections: the
+ * server would back off at the limit instead of answering 503 at
+ * --max-connections. */
+static void fd_limit_check(const serve_ctx *ctx) {
+    if (ctx->quiet || ctx->max_connections == TERN_UNLIMITED)
+        return;
+    unsigned long long need = (unsigned long long)ctx->max_connections + FD_HEADROOM +
+                              FD_PER_THREAD * (unsigned long long)ctx->nthreads;
+    if (ctx->fd_limit >= need)
+        return;
+    tern__serve_log(stderr, TERN_LOG_WARN,
+                    "descriptors: the limit (RLIMIT_NOFILE, raised to the hard limit) is %llu, "
+                    "too few for --max-connections %u (about %llu needed): raise the hard limit "
+                    "(LimitNOFILE= in the systemd unit, ulimit -Hn) or lower --max-connections",
+                    ctx->fd_limit, ctx->max_connections, need);
+}
+
 /* Printed once every thread listens (the first post loop 0 runs). Even
  * with --quiet: with --port 0 this is how to learn the port. */
 static void print_listening(tern_loop *loop, void *user) {
@@ -1246,6 +1274,7 @@ static void print_listening(tern_loop *loop, void *user) {
              tern_loop_backend(tern_server_loop(ctx->first)));
     tern__serve_log(stderr, TERN_LOG_INFO, "%s", line);
     tern__serve_sd_ready(line);
+    fd_limit_check(ctx);
     if (tern__serve_sd_watchdog(loop, &ctx->watchdog) < 0)
         tern__serve_log(stderr, TERN_LOG_ERROR, "systemd watchdog: no timer (out of memory)");
 }
@@ -1265,8 +1294,10 @@ static const char *in_use_hint(int err) {
  * counters) on loop 0, beside the public one; made last in setup, so a
  * failure before it has nothing of it to free. */
 static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
-    /* With --reuse-port the new process of a hand-over shares it too. */
-    tern_listen_options admin_opt = {.reuseport = ctx->listen.reuseport};
+    /* With --reuse-port the new process of a hand-over shares it too. It
+     * may take the descriptors the public listeners leave in reserve, so
+     * /readyz and /metrics answer when those are out of descriptors. */
+    tern_listen_options admin_opt = {.reuseport = ctx->listen.reuseport, .use_fd_reserve = 1};
     int err = tern_server_new(&ctx->admin, loop, &ctx->server_options);
     if (err < 0) {
         fprintf(stderr, "tern serve: the admin server: %s\n", tern_strerror(err));
@@ -1281,7 +1312,7 @@ static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
         (err = tern_http_route(ctx->admin, "GET", "/ready", on_ready, ctx)) < 0 ||
         (err = tern_http_not_found(ctx->admin, on_not_found, ctx)) < 0) {
         fprintf(stderr, "tern serve: the admin routes: %s\n", tern_strerror(err));
-    } else if (ctx->sd.admin >= 0 && (err = tern_listen_fd(ctx->admin, ctx->sd.admin, NULL, NULL)) < 0) {
+    } else if (ctx->sd.admin >= 0 && (err = tern_listen_fd(ctx->admin, ctx->sd.admin, NULL, &admin_opt)) < 0) {
         fprintf(stderr, "tern serve: the admin socket from systemd: %s\n", tern_strerror(err));
     } else if (ctx->sd.admin < 0 &&
                (err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, &admin_opt)) < 0) {
@@ -1629,6 +1660,9 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        ctx.fd_limit = rl.rlim_cur;
+    ctx.max_connections = so.max_connections;
     if (tls_opt.passphrase_file && ncert == 0) {
         fprintf(stderr, "tern serve: --tls-key-passphrase-file needs --tls-cert and --tls-key\n");
         return 2;

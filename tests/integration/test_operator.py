@@ -2,7 +2,10 @@
 port another process listens on is refused; SIGUSR1 reopens the log files
 (logrotate) and SIGUSR2 is ignored; descriptors running out leave the admin
 listener answering and are logged once a second, not in a flood."""
+import datetime
 import os
+import re
+import resource
 import signal
 import socket
 import subprocess
@@ -157,3 +160,92 @@ def test_sigusr2_is_ignored(tern):
     time.sleep(0.3 * SLOW)
     assert tern.proc.poll() is None
     assert get(tern.port) == (200, b"pong")
+
+
+# ---- descriptors --------------------------------------------------------------------
+
+def admin_get(t, path):
+    """A new connection to the admin listener each time: what a probe or a
+    scraper does."""
+    with socket.create_connection(("127.0.0.1", t.admin_port), timeout=3 * SLOW) as s:
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        status, _, body, _ = read_response(s, timeout=3 * SLOW)
+        return status, body.decode()
+
+
+def test_out_of_descriptors_the_admin_listener_still_answers():
+    """The public listeners stop short of the limit and leave a reserve of
+    descriptors: new admin connections are still accepted and answered
+    (/readyz says why it is not ready, /metrics counts the paused
+    listeners) while clients wait; the back-offs, ten a second per
+    listener, are logged once a second with their count."""
+    limit = 128
+    t = Server(["--threads", "2", "--head-timeout", "60000"],
+               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+    clients = []
+    try:
+        assert admin_get(t, "/readyz") == (200, "ready\n")
+        for _ in range(limit + 20):
+            clients.append(socket.create_connection(("127.0.0.1", t.port), timeout=5 * SLOW))
+        wait_for(lambda: admin_get(t, "/readyz")[0] == 503, "/readyz 503")
+        start = time.monotonic()
+        while time.monotonic() - start < 3.0:
+            assert admin_get(t, "/readyz") == (
+                503, "not ready: a listener is not accepting (out of descriptors)\n")
+            status, metrics = admin_get(t, "/metrics")
+            assert status == 200
+            paused = int(next(line.split()[1] for line in metrics.splitlines()
+                              if line.startswith("tern_listeners_paused ")))
+            assert paused >= 1
+            time.sleep(0.1)
+        assert t.open_fds() <= limit
+        # Room again: the waiting clients (the parked one first) are served.
+        for c in clients[:60]:
+            c.close()
+        for c in clients[-10:]:
+            c.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, _, body, _ = read_response(c, timeout=5 * SLOW)
+            assert (status, body) == (200, b"pong")
+        for c in clients[60:]:
+            c.close()
+        clients = []
+        wait_for(lambda: admin_get(t, "/readyz") == (200, "ready\n"), "ready again")
+    finally:
+        for c in clients:
+            c.close()
+        assert t.stop() == 0, t.stderr
+    logged = [l for l in t.stderr.splitlines() if "accept: Too many open files" in l]
+    # Three seconds and more out of descriptors: about one line a second
+    # (two listeners backing off ten times a second each: sixty lines
+    # before), each with the count since the one before.
+    assert 2 <= len(logged) <= 8, logged
+    assert all(re.search(r"\d+ times? since the last line", l) for l in logged), logged
+    stamps = [datetime.datetime.fromisoformat(l.split()[0].replace("Z", "+00:00"))
+              for l in logged]
+    assert all((b - a).total_seconds() >= 0.9 for a, b in zip(stamps, stamps[1:])), logged
+
+
+def test_descriptor_limit_raised_and_checked():
+    """The soft limit is raised to the hard one at start; a hard limit too
+    low for --max-connections is said once, after the "listening on"
+    line."""
+    t = Server(["--max-connections", "1000"],
+               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, 512)))
+    try:
+        with open(f"/proc/{t.proc.pid}/limits") as f:
+            row = next(l for l in f if l.startswith("Max open files"))
+        assert row.split()[3:5] == ["512", "512"], row
+        assert get(t.port) == (200, b"pong")
+    finally:
+        assert t.stop() == 0, t.stderr
+    warned = [l for l in t.stderr.splitlines() if "too few for --max-connections 1000" in l]
+    assert len(warned) == 1, t.stderr
+    assert "[warn] descriptors: the limit (RLIMIT_NOFILE, raised to the hard limit) is 512" \
+        in warned[0]
+    # Enough for the default (10 000) with the machine's limit: no warning.
+    quiet = Server(["--max-connections", "100"])
+    try:
+        assert get(quiet.port) == (200, b"pong")
+    finally:
+        assert quiet.stop() == 0
+    assert "too few for --max-connections" not in quiet.stderr
