@@ -198,7 +198,9 @@ int tern_server_host(tern_server *srv, const char *name, tern_server **out);
 
 /* Returns 0, or: -EINVAL (srv NULL, port outside 0..65535, a negative
  * backlog; for Unix, path NULL or ""), TERN_ENOHOST (host does not
- * resolve), -ENAMETOOLONG (Unix path over 107 bytes), -ENOSPC (8
+ * resolve), -ENAMETOOLONG (Unix path over 107 bytes), -EADDRINUSE for a
+ * Unix path a server listens on (a stale socket file is removed; a live
+ * one only when opt->reuseport asks to take it over), -ENOSPC (8
  * listeners already, or shutting down), or the errno of socket/bind/listen:
  * -EADDRINUSE, -EADDRNOTAVAIL (an address that is not this machine's),
  * -EACCES (a port under 1024). Under tern_run with more than one thread

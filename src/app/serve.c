@@ -1463,7 +1463,8 @@ static int serve_setup(tern_server *srv, void *user) {
         return SETUP_FAILED;
     }
     if (ctx->unix_path && (err = tern_listen_unix(srv, ctx->unix_path, &ctx->listen)) < 0) {
-        fprintf(stderr, "tern serve: listen on %s: %s\n", ctx->unix_path, tern_strerror(err));
+        fprintf(stderr, "tern serve: listen on %s: %s%s\n", ctx->unix_path, tern_strerror(err),
+                in_use_hint(err));
         return SETUP_FAILED;
     }
     if (ctx->sd.https >= 0 && ctx->tls &&

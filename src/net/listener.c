@@ -332,6 +332,17 @@ int tern__listener_tcp(tern_loop *loop, const char *host, int port, const tern_l
     return err;
 }
 
+/* Whether a server listens on sun: a connection is accepted, or waits
+ * (EAGAIN: its queue is full). A stale file refuses it (ECONNREFUSED). */
+static bool unix_listening(const struct sockaddr_un *sun) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    bool live = connect(fd, (const struct sockaddr *)sun, sizeof(*sun)) == 0 || errno == EAGAIN;
+    close(fd);
+    return live;
+}
+
 int tern__listener_unix(tern_loop *loop, const char *path, const tern_listen_options *opt,
                         tern__accept_fn fn, void *user, tern__listener **out) {
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
@@ -341,10 +352,15 @@ int tern__listener_unix(tern_loop *loop, const char *path, const tern_listen_opt
         return -ENAMETOOLONG;
     strcpy(sun.sun_path, path);
     /* A socket file left by a previous run would make bind fail; remove
-     * it, but never anything that is not a socket. */
+     * it, but never anything that is not a socket, nor one a server still
+     * listens on (a second process would take every new connection from
+     * it), unless reuseport asks for that (a hand-over). */
     struct stat st;
-    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+        if (!(opt && opt->reuseport) && unix_listening(&sun))
+            return -EADDRINUSE;
         unlink(path);
+    }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;

@@ -84,6 +84,33 @@ def test_a_second_server_on_the_same_tls_port_is_refused(certs):  # noqa: F811
         assert first.stop() == 0, first.stderr
 
 
+def test_a_second_server_on_the_same_unix_path_is_refused(tmp_path):
+    # The path is not taken from a live server (its file is not removed);
+    # a stale file, left by a server killed without its cleanup, is.
+    path = str(tmp_path / "tern.sock")
+    first = Server(["--unix", path])
+    try:
+        code, err = refused("--port", "0", "--unix", path)
+        assert code != 0
+        assert f"listen on {path}: Address already in use" in err, err
+        out = subprocess.run(["curl", "-sS", "--unix-socket", path, "http://x/ping"],
+                             capture_output=True, text=True, timeout=10 * SLOW)
+        assert out.stdout == "pong", out
+    finally:
+        assert first.stop() == 0, first.stderr
+    if not os.path.exists(path):
+        stale = socket.socket(socket.AF_UNIX)
+        stale.bind(path)   # a socket file nobody listens on
+        stale.close()
+    second = Server(["--unix", path])
+    try:
+        out = subprocess.run(["curl", "-sS", "--unix-socket", path, "http://x/ping"],
+                             capture_output=True, text=True, timeout=10 * SLOW)
+        assert out.stdout == "pong", out
+    finally:
+        assert second.stop() == 0, second.stderr
+
+
 def test_reuse_port_hands_the_port_over():
     # A zero-downtime restart: the new process shares the ports, the old
     # one drains and exits, the new one has every connection.
