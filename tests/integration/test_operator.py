@@ -29,6 +29,8 @@ def refused(*args):
     p = subprocess.run([TERN_BIN, "serve", "--host", "127.0.0.1", "--threads", "2",
                         "--admin-listen", "127.0.0.1:0", *args],
                        capture_output=True, text=True, timeout=20 * SLOW)
+    for report in ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer"):
+        assert report not in p.stderr, p.stderr
     return p.returncode, p.stderr
 
 
@@ -252,27 +254,53 @@ def test_out_of_descriptors_the_admin_listener_still_answers():
     assert all((b - a).total_seconds() >= 0.9 for a, b in zip(stamps, stamps[1:])), logged
 
 
-def test_descriptor_limit_raised_and_checked():
+def serve_logged(tmp_path, name, args, preexec_fn=None):
+    """A `tern serve` whose stderr goes to a file (a pipe read by lines
+    would keep in its buffer the line right after "listening on"): the
+    process, its port and the file."""
+    log = tmp_path / name
+    with open(log, "w") as f:
+        p = subprocess.Popen([TERN_BIN, "serve", "--host", "127.0.0.1", "--port", "0",
+                              "--threads", "1", "--admin-listen", "127.0.0.1:0", *args],
+                             stdout=subprocess.DEVNULL, stderr=f, preexec_fn=preexec_fn)
+    wait_for(lambda: "listening on" in log.read_text(), "the listening line")
+    port = int(re.search(r"listening on http://127\.0\.0\.1:(\d+)/", log.read_text()).group(1))
+    return p, port, log
+
+
+def stop_logged(p, log):
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=10 * SLOW) == 0
+    text = log.read_text()
+    for report in ("ERROR: AddressSanitizer", "runtime error:", "LeakSanitizer"):
+        assert report not in text, text
+    return text
+
+
+def test_descriptor_limit_raised_and_checked(tmp_path):
     """The soft limit is raised to the hard one at start; a hard limit too
     low for --max-connections is said once, after the "listening on"
     line."""
-    t = Server(["--max-connections", "1000"],
-               preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, 512)))
+    p, port, log = serve_logged(
+        tmp_path, "low.log", ["--max-connections", "1000"],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, 512)))
     try:
-        with open(f"/proc/{t.proc.pid}/limits") as f:
+        with open(f"/proc/{p.pid}/limits") as f:
             row = next(l for l in f if l.startswith("Max open files"))
         assert row.split()[3:5] == ["512", "512"], row
-        assert get(t.port) == (200, b"pong")
+        assert get(port) == (200, b"pong")
     finally:
-        assert t.stop() == 0, t.stderr
-    warned = [l for l in t.stderr.splitlines() if "too few for --max-connections 1000" in l]
-    assert len(warned) == 1, t.stderr
+        text = stop_logged(p, log)
+    lines_ = text.splitlines()
+    warned = [i for i, l in enumerate(lines_) if "too few for --max-connections 1000" in l]
+    assert len(warned) == 1, text
+    assert "listening on" in lines_[warned[0] - 1], text
     assert "[warn] descriptors: the limit (RLIMIT_NOFILE, raised to the hard limit) is 512" \
-        in warned[0]
-    # Enough for the default (10 000) with the machine's limit: no warning.
-    quiet = Server(["--max-connections", "100"])
+        in lines_[warned[0]]
+    # Enough for 100 with the machine's limit: no warning.
+    p, port, log = serve_logged(tmp_path, "enough.log", ["--max-connections", "100"])
     try:
-        assert get(quiet.port) == (200, b"pong")
+        assert get(port) == (200, b"pong")
     finally:
-        assert quiet.stop() == 0
-    assert "too few for --max-connections" not in quiet.stderr
+        text = stop_logged(p, log)
+    assert "too few for --max-connections" not in text, text
