@@ -47,7 +47,8 @@ typedef struct tern_listen_options {
      * listener. Those are kept for the listeners that set use_fd_reserve
      * (an operator's: health checks, metrics, which must answer when the
      * public ones cannot) and for the files the process opens. Off (0):
-     * kept out of the reserve. */
+     * kept out of the reserve. (With io_uring's accept, which the kernel
+     * runs ahead of the loop, listeners back off at the limit only.) */
     int use_fd_reserve;
 } tern_listen_options;
 

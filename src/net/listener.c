@@ -41,7 +41,14 @@
  * free number (F_DUPFD): below the line, it is served; else it waits
  * again. A parked client waits as it would in the accept queue, and is
  * the first served. The limit is read again at each back-off, so a
- * program that raises it is seen. */
+ * program that raises it is seen.
+ *
+ * Not under io_uring's multishot accept: the kernel accepts every queued
+ * connection up to the limit before the loop sees the first past the
+ * line, and a listener that stops accepting has the rest closed (reset)
+ * by the back end. So there a guarded listener serves what the kernel
+ * took and backs off at EMFILE, as without a reserve; stopping the
+ * multishot short of the line would need the back end's help. */
 #define TERN__FD_RESERVE 16
 
 static atomic_int guarded_listeners;   /* open in the process, every loop's */
@@ -63,6 +70,7 @@ struct tern__listener {
     tern_loop *loop;
     bool tcp;
     bool guarded;     /* kept out of the reserve (not use_fd_reserve) */
+    bool multishot;   /* the back end accepts for it (tern__io_acceptor) */
     int port;
     int limit;        /* fd_limit() when the listener started or last backed off */
     int parked;
@@ -100,7 +108,7 @@ static int line_of(const tern__listener *l) {
 static int accepting(tern__listener *l, bool on) {
     if (!on)
         return tern__io_set(l->loop, &l->io, 0);
-    tern__io_acceptor(l->loop, &l->io);
+    l->multishot = tern__io_acceptor(l->loop, &l->io);
     return tern__io_set(l->loop, &l->io, TERN__IO_IN);
 }
 
@@ -199,11 +207,7 @@ static void on_accept(tern__io *io, uint32_t revents) {
                 tern__log(TERN_LOG_ERROR, TERN__LOG_LISTEN, "accept: %s", strerror(e));
             return;
         }
-        if (l->guarded && fd >= line_of(l)) {
-            if (l->parked >= 0) {
-                close(fd);   /* io_uring's accept ran ahead of the back-off: a reset */
-                continue;
-            }
+        if (l->guarded && !l->multishot && fd >= line_of(l)) {
             l->parked = fd;
             back_off(l, EMFILE);
             return;
