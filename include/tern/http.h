@@ -198,11 +198,15 @@ int tern_server_host(tern_server *srv, const char *name, tern_server **out);
 
 /* Returns 0, or: -EINVAL (srv NULL, port outside 0..65535, a negative
  * backlog; for Unix, path NULL or ""), TERN_ENOHOST (host does not
- * resolve), -ENAMETOOLONG (Unix path over 107 bytes), -ENOSPC (8
+ * resolve), -ENAMETOOLONG (Unix path over 107 bytes), -EADDRINUSE for a
+ * Unix path a server listens on (a stale socket file is removed; a live
+ * one only when opt->reuseport asks to take it over), -ENOSPC (8
  * listeners already, or shutting down), or the errno of socket/bind/listen:
  * -EADDRINUSE, -EADDRNOTAVAIL (an address that is not this machine's),
  * -EACCES (a port under 1024). Under tern_run with more than one thread
- * every TCP listener gets SO_REUSEPORT (tern_listen_options.reuseport). */
+ * every TCP listener gets SO_REUSEPORT, and the first loop's still
+ * refuses (-EADDRINUSE) a port another socket listens on, unless
+ * tern_listen_options.reuseport asks to share it. */
 int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt);
 int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_options *opt);
 /* The port the first plain (non-TLS) TCP listener got, useful after

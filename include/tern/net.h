@@ -23,7 +23,15 @@ typedef enum tern_send_result {
 /* Options for tern_listen*(); zero means the default. */
 typedef struct tern_listen_options {
     int backlog;       /* listen(2) backlog; 0: 4096 (the kernel caps it at somaxconn) */
-    int reuseport;     /* SO_REUSEPORT, so several loops (threads) share a port */
+    /* SO_REUSEPORT, so that several loops (threads), or processes (a
+     * zero-downtime restart: the new one listens, then the old one
+     * stops), share a port. Asked for here, the port is shared on
+     * purpose: the listener binds even when another socket listens there.
+     * Without it tern_run still sets SO_REUSEPORT for its loops, but the
+     * first loop's listener refuses a fixed port another socket listens
+     * on (-EADDRINUSE), so a second process started by mistake cannot
+     * take a share of the connections. */
+    int reuseport;
     int ipv6_only;     /* for "::": IPv6 only instead of dual-stack */
     /* SO_SNDBUF of every connection accepted (the kernel doubles it); 0:
      * the kernel's autotuning, which on loopback lets a connection hold
@@ -31,6 +39,17 @@ typedef struct tern_listen_options {
      * reader show in tern_ws_buffered, and so in the slow-consumer
      * policies, within a moment. */
     int sndbuf;
+    /* Out of descriptors. A listener stops accepting (backs off 100 ms
+     * at a time, counted in tern_stats.listeners_paused; the clients wait
+     * in the kernel's queue) before the process is out: it takes no
+     * descriptor numbered within the last 16 under RLIMIT_NOFILE (a
+     * quarter of the limit when that is under 64), plus one per such
+     * listener. Those are kept for the listeners that set use_fd_reserve
+     * (an operator's: health checks, metrics, which must answer when the
+     * public ones cannot) and for the files the process opens. Off (0):
+     * kept out of the reserve. (With io_uring's accept, which the kernel
+     * runs ahead of the loop, listeners back off at the limit only.) */
+    int use_fd_reserve;
 } tern_listen_options;
 
 /* Room for any address tern_addr_format() writes, with its NUL. */

@@ -12,7 +12,10 @@
  * the listeners setup opened: TCP ones on the same address and port (the
  * port the first got, also after port 0) with SO_REUSEPORT, so the kernel
  * spreads the connections over the threads; a Unix socket is shared (each
- * thread accepts from it). The calling thread runs loop 0 and joins the
+ * thread accepts from it). A fixed port another socket (another process)
+ * already listens on is still refused (-EADDRINUSE), as a single loop's
+ * bind would refuse it, unless the listener's options ask for reuseport
+ * (a hand-over between processes, on purpose). The calling thread runs loop 0 and joins the
  * others: no thread to write besides setup (and, if per-thread state is
  * needed, the options' thread_init and teardown hooks).
  *

@@ -76,6 +76,10 @@ void tern__serve_log_format(int format);
 bool tern__serve_log_json(void);
 void tern__serve_log(FILE *f, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void tern__serve_log_access(FILE *f, const tern_http_access *a);
+/* SIGUSR1 (logrotate): f, opened on path in append mode, is pointed at
+ * path afresh (the file logrotate moved away keeps what was written).
+ * Returns 0, or a negative errno (then f writes where it did). */
+int tern__serve_log_reopen(FILE *f, const char *path);
 void tern__serve_json_escape(const char *s, char *out, size_t cap);
 
 /* serve_systemd.c: sd_notify. ready: READY=1 with a status line;

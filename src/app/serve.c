@@ -62,7 +62,9 @@
  * SIGINT or SIGTERM: graceful shutdown of every thread (stop accepting,
  * finish responses in flight, close idle connections, close WebSockets
  * with 1012 at random moments over --shutdown-spread, /readyz 503), exit
- * 0. A second signal exits at once. */
+ * 0. A second signal exits at once. SIGHUP: certificates, token keys and
+ * --config read again. SIGUSR1: the access log reopened (logrotate).
+ * SIGUSR2: ignored. */
 #include <ctype.h>
 #include <errno.h>
 #include <malloc.h>
@@ -154,6 +156,7 @@ typedef struct serve_ctx {
     char **argv;
     const char *config_path;
     FILE *access_log;          /* --access-log, or NULL (stdio locks each line) */
+    const char *access_path;   /* its file, reopened on SIGUSR1; NULL for stdout */
     tern_tls *tls;             /* --tls-cert/--tls-key, or NULL */
     int nthreads;
     serve_thread *threads;
@@ -188,6 +191,10 @@ typedef struct serve_ctx {
     tern_server *admin;
     tern_server_options server_options;   /* the admin server's too */
     tern_timer *watchdog;      /* systemd's WatchdogSec: WATCHDOG=1 from loop 0, or NULL */
+    /* RLIMIT_NOFILE once raised to the hard limit, and --max-connections
+     * (TERN_UNLIMITED for 0), for the warning at start */
+    unsigned long long fd_limit;
+    uint32_t max_connections;
     /* --api-key-file: its first line, or NULL (then POST /publish is 403) */
     char *api_key;
     /* /ws/broadcast's sequencer: a message is given its place (posted to
@@ -866,6 +873,21 @@ static void on_stop_signal(tern_loop *loop, int signo, void *user) {
         tern__serve_sd_stopping();
 }
 
+/* SIGUSR1, nginx's convention for logrotate: the access log is opened
+ * again under its name (the library's log is on stderr, which belongs to
+ * whoever started tern: journald, or a shell's redirection). */
+static void on_sigusr1(tern_loop *loop, int signo, void *user) {
+    serve_ctx *ctx = user;
+    if (ctx->access_path == NULL)
+        return;
+    int err = tern__serve_log_reopen(ctx->access_log, ctx->access_path);
+    if (!ctx->quiet || err < 0)
+        tern__serve_log(stderr, err < 0 ? TERN_LOG_ERROR : TERN_LOG_INFO,
+                        "SIGUSR1: --access-log %s %s%s", ctx->access_path,
+                        err < 0 ? "not reopened, still written to the old file: " : "reopened",
+                        err < 0 ? tern_strerror(err) : "");
+}
+
 /* Whether the request's "Authorization: Bearer KEY" names ctx->api_key:
  * both are hashed and the digests compared with CRYPTO_memcmp, so the time
  * taken tells nothing of the key (not even its length). */
@@ -1203,6 +1225,30 @@ static void on_sighup(tern_loop *loop, int signo, void *user) {
                 err < 0 ? tern_strerror(err) : "");
 }
 
+/* Descriptors beyond one per connection: each loop's own (epoll or the
+ * ring, its wake-up and timer descriptors, its listeners), the admin
+ * listener's reserve (16, src/net/listener.c), files being sent, Redis. */
+#define FD_HEADROOM 64
+#define FD_PER_THREAD 8
+
+/* Warns once, after the "listening on" line (scripts read that one
+ * first), when the descriptor limit cannot hold --max-connections: the
+ * server would back off at the limit instead of answering 503 at
+ * --max-connections. */
+static void fd_limit_check(const serve_ctx *ctx) {
+    if (ctx->quiet || ctx->max_connections == TERN_UNLIMITED)
+        return;
+    unsigned long long need = (unsigned long long)ctx->max_connections + FD_HEADROOM +
+                              FD_PER_THREAD * (unsigned long long)ctx->nthreads;
+    if (ctx->fd_limit >= need)
+        return;
+    tern__serve_log(stderr, TERN_LOG_WARN,
+                    "descriptors: the limit (RLIMIT_NOFILE, raised to the hard limit) is %llu, "
+                    "too few for --max-connections %u (about %llu needed): raise the hard limit "
+                    "(LimitNOFILE= in the systemd unit, ulimit -Hn) or lower --max-connections",
+                    ctx->fd_limit, ctx->max_connections, need);
+}
+
 /* Printed once every thread listens (the first post loop 0 runs). Even
  * with --quiet: with --port 0 this is how to learn the port. */
 static void print_listening(tern_loop *loop, void *user) {
@@ -1228,8 +1274,17 @@ static void print_listening(tern_loop *loop, void *user) {
              tern_loop_backend(tern_server_loop(ctx->first)));
     tern__serve_log(stderr, TERN_LOG_INFO, "%s", line);
     tern__serve_sd_ready(line);
+    fd_limit_check(ctx);
     if (tern__serve_sd_watchdog(loop, &ctx->watchdog) < 0)
         tern__serve_log(stderr, TERN_LOG_ERROR, "systemd watchdog: no timer (out of memory)");
+}
+
+/* What a refused port means, after tern_strerror's "Address already in
+ * use". */
+static const char *in_use_hint(int err) {
+    return err == -EADDRINUSE ? " (another process listens there; --reuse-port shares a port "
+                                "on purpose)"
+                              : "";
 }
 
 /* Setup fails with this once it has said why. */
@@ -1239,6 +1294,10 @@ static void print_listening(tern_loop *loop, void *user) {
  * counters) on loop 0, beside the public one; made last in setup, so a
  * failure before it has nothing of it to free. */
 static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
+    /* With --reuse-port the new process of a hand-over shares it too. It
+     * may take the descriptors the public listeners leave in reserve, so
+     * /readyz and /metrics answer when those are out of descriptors. */
+    tern_listen_options admin_opt = {.reuseport = ctx->listen.reuseport, .use_fd_reserve = 1};
     int err = tern_server_new(&ctx->admin, loop, &ctx->server_options);
     if (err < 0) {
         fprintf(stderr, "tern serve: the admin server: %s\n", tern_strerror(err));
@@ -1253,12 +1312,12 @@ static int admin_setup(serve_ctx *ctx, tern_loop *loop) {
         (err = tern_http_route(ctx->admin, "GET", "/ready", on_ready, ctx)) < 0 ||
         (err = tern_http_not_found(ctx->admin, on_not_found, ctx)) < 0) {
         fprintf(stderr, "tern serve: the admin routes: %s\n", tern_strerror(err));
-    } else if (ctx->sd.admin >= 0 && (err = tern_listen_fd(ctx->admin, ctx->sd.admin, NULL, NULL)) < 0) {
+    } else if (ctx->sd.admin >= 0 && (err = tern_listen_fd(ctx->admin, ctx->sd.admin, NULL, &admin_opt)) < 0) {
         fprintf(stderr, "tern serve: the admin socket from systemd: %s\n", tern_strerror(err));
     } else if (ctx->sd.admin < 0 &&
-               (err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, NULL)) < 0) {
-        fprintf(stderr, "tern serve: --admin-listen %s:%d: %s\n", ctx->admin_host,
-                ctx->admin_port, tern_strerror(err));
+               (err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, &admin_opt)) < 0) {
+        fprintf(stderr, "tern serve: --admin-listen %s:%d: %s%s\n", ctx->admin_host,
+                ctx->admin_port, tern_strerror(err), in_use_hint(err));
     }
     if (err < 0) {
         tern_server_free(ctx->admin);
@@ -1399,12 +1458,13 @@ static int serve_setup(tern_server *srv, void *user) {
         return SETUP_FAILED;
     }
     if (ctx->sd.http < 0 && (err = tern_listen(srv, ctx->host, ctx->port, &ctx->listen)) < 0) {
-        fprintf(stderr, "tern serve: listen on %s:%d: %s\n", ctx->host, ctx->port,
-                tern_strerror(err));
+        fprintf(stderr, "tern serve: listen on %s:%d: %s%s\n", ctx->host, ctx->port,
+                tern_strerror(err), in_use_hint(err));
         return SETUP_FAILED;
     }
     if (ctx->unix_path && (err = tern_listen_unix(srv, ctx->unix_path, &ctx->listen)) < 0) {
-        fprintf(stderr, "tern serve: listen on %s: %s\n", ctx->unix_path, tern_strerror(err));
+        fprintf(stderr, "tern serve: listen on %s: %s%s\n", ctx->unix_path, tern_strerror(err),
+                in_use_hint(err));
         return SETUP_FAILED;
     }
     if (ctx->sd.https >= 0 && ctx->tls &&
@@ -1414,14 +1474,15 @@ static int serve_setup(tern_server *srv, void *user) {
     }
     if (ctx->sd.https < 0 && ctx->tls &&
         (err = tern_listen_tls(srv, ctx->host, ctx->tls_port, ctx->tls, &ctx->listen)) < 0) {
-        fprintf(stderr, "tern serve: listen on %s:%d: %s\n", ctx->host, ctx->tls_port,
-                tern_strerror(err));
+        fprintf(stderr, "tern serve: listen on %s:%d: %s%s\n", ctx->host, ctx->tls_port,
+                tern_strerror(err), in_use_hint(err));
         return SETUP_FAILED;
     }
     if (ctx->admin_host && (err = admin_setup(ctx, tern_server_loop(srv))) < 0)
         return err;
     /* SIGINT and SIGTERM are tern_run's; ours only marks the drain. */
     tern_loop_on_signal(tern_server_loop(srv), SIGHUP, on_sighup, ctx);
+    tern_loop_on_signal(tern_server_loop(srv), SIGUSR1, on_sigusr1, ctx);
     tern_loop_on_signal(tern_server_loop(srv), SIGTERM, on_stop_signal, ctx);
     tern_loop_on_signal(tern_server_loop(srv), SIGINT, on_stop_signal, ctx);
     tern_loop_post(tern_server_loop(srv), print_listening, ctx);
@@ -1546,6 +1607,9 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
                                : TERN_SERVE_LOG_TEXT);
     ctx.po.history = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY);
     ctx.listen.sndbuf = (int)tern__opt_uint(s, SV_SNDBUF);
+    /* Asked for, the ports are shared on purpose (a hand-over), so the
+     * library does not check that they are free. */
+    ctx.listen.reuseport = (int)tern__opt_uint(s, SV_REUSE_PORT);
     ctx.po.history_ms = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY_AGE) * 1000;
     ctx.po.replay_rate = tern__opt_uint(s, SV_PS_REPLAY_RATE);
     ctx.po.write_delay_ms = (uint32_t)tern__opt_uint(s, SV_PS_WRITE_DELAY);
@@ -1575,11 +1639,16 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
             return 1;
         }
         setvbuf(ctx.access_log, NULL, _IOLBF, 0);   /* whole lines, as they happen */
+        if (ctx.access_log != stdout)
+            ctx.access_path = access_path;
     }
     if (!ctx.quiet)
         tern_set_log(log_level, log_stderr, NULL);
 
     signal(SIGPIPE, SIG_IGN);
+    /* SIGUSR2 is nginx's binary upgrade; tern has none, and a stray one
+     * must not end the process (its default) without a drain. */
+    signal(SIGUSR2, SIG_IGN);
     /* Buffers of large messages and bodies (over 256 KiB) come from mmap,
      * so they go back to the system when freed instead of staying in
      * glibc's heap at their peak (measured: 31.6 MB resident after four
@@ -1592,6 +1661,9 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        ctx.fd_limit = rl.rlim_cur;
+    ctx.max_connections = so.max_connections;
     if (tls_opt.passphrase_file && ncert == 0) {
         fprintf(stderr, "tern serve: --tls-key-passphrase-file needs --tls-cert and --tls-key\n");
         return 2;

@@ -15,10 +15,13 @@
  * closed_by. A line is written with one
  * fprintf on a line-buffered stream, so lines from different threads
  * never interleave (stdio locks the stream per call). */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "app/app.h"
 
@@ -103,4 +106,21 @@ void tern__serve_log_access(FILE *f, const tern_http_access *a) {
         fprintf(f, "%s %s %s %s %d %llu %llums\n", ts, a->peer, a->method, a->target, a->status,
                 (unsigned long long)a->bytes, (unsigned long long)a->duration_ms);
     }
+}
+
+/* The new file is opened first, so a failure (permissions, no room for a
+ * descriptor) leaves the old one in use; then, under the stream's lock
+ * (the loops' threads write through it, one locked fprintf a line), what
+ * is buffered goes to the old file and dup2 puts the new one under the
+ * same descriptor number, so the FILE and its users never change. */
+int tern__serve_log_reopen(FILE *f, const char *path) {
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    flockfile(f);
+    fflush(f);
+    int err = dup2(fd, fileno(f)) < 0 ? -errno : 0;
+    funlockfile(f);
+    close(fd);
+    return err;
 }

@@ -111,6 +111,13 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
     [SV_HOST] = {"host", 0, S, "H", "127.0.0.1", .help = "address to listen on (0.0.0.0 or :: for all)"},
     [SV_PORT] = {"port", 0, U, "P", "8080", 0, 65535, .help = "TCP port (0 picks a free one)"},
     [SV_UNIX] = {"unix", 0, S, "PATH", .help = "also listen on a Unix socket"},
+    [SV_REUSE_PORT] = {"reuse-port", 0, F,
+                       .help = "share the ports (--port, --tls-port, --admin-listen) with\n"
+                               "another process started with it (SO_REUSEPORT; --unix's\n"
+                               "path is taken over): a zero-downtime restart starts the\n"
+                               "new one, then SIGTERMs the old. Off: a port or path\n"
+                               "another process listens on is refused (\"Address already\n"
+                               "in use\")"},
     [SV_TLS_CERT] = {"tls-cert", 0, S, "FILE", .flags = REPEAT, .max_count = 8,
                      .help = "PEM certificate chain: serve HTTPS/WSS too (one --tls-key\n"
                              "each; more than one are chosen by SNI; SIGHUP reloads\n"

@@ -328,43 +328,47 @@ static void keep_spec(tern_server *srv, int i, const char *host, int port, tern_
     sp->opt = *o;
 }
 
-int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt) {
+/* tern_listen and tern_listen_tls (tls set), and their repeats on
+ * tern_run's other loops (exclusive false). A listener whose SO_REUSEPORT
+ * only tern_run asked for is exclusive: the first loop's refuses a port
+ * another socket listens on; one the caller asked to share
+ * (opt->reuseport) is not. */
+static int listen_tcp(tern_server *srv, const char *host, int port, tern_tls *tls,
+                      const tern_listen_options *opt, bool exclusive) {
     if (srv == NULL || port < 0 || port > 65535 || !listen_options_ok(opt))
         return -EINVAL;
     int err = listen_check(srv);
     if (err < 0)
         return err;
     tern_listen_options o = listen_opt(srv, opt);
+    exclusive = exclusive && !(opt && opt->reuseport);
     int i = srv->nlisteners;
-    err = tern__listener_tcp(srv->loop, host, port, &o, tern__http_accept, srv, &srv->listeners[i]);
+    tern__https_listener *l = tls ? &srv->https[srv->nhttps] : NULL;
+    if (l)
+        *l = (tern__https_listener){.srv = srv, .tls = tls, .index = i};
+    err = tern__listener_tcp(srv->loop, host, port, &o, exclusive,
+                             l ? tern__https_accept : tern__http_accept,
+                             l ? (void *)l : (void *)srv, &srv->listeners[i]);
     if (err == 0) {
-        keep_spec(srv, i, host, tern__listener_port(srv->listeners[i]), NULL, &o);
+        if (tls) {
+            tern__tls_ref(tls);
+            srv->nhttps++;
+        }
+        keep_spec(srv, i, host, tern__listener_port(srv->listeners[i]), tls, &o);
         listener_added(srv);
     }
     return err;
 }
 
+int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt) {
+    return listen_tcp(srv, host, port, NULL, opt, true);
+}
+
 int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
                     const tern_listen_options *opt) {
-    if (srv == NULL || tls == NULL || port < 0 || port > 65535 || !listen_options_ok(opt))
+    if (tls == NULL)
         return -EINVAL;
-    int err = listen_check(srv);
-    if (err < 0)
-        return err;
-    tern_listen_options o = listen_opt(srv, opt);
-    tern__https_listener *l = &srv->https[srv->nhttps];
-    l->srv = srv;
-    l->tls = tls;
-    l->index = srv->nlisteners;
-    int i = srv->nlisteners;
-    err = tern__listener_tcp(srv->loop, host, port, &o, tern__https_accept, l, &srv->listeners[i]);
-    if (err == 0) {
-        tern__tls_ref(tls);
-        keep_spec(srv, i, host, tern__listener_port(srv->listeners[i]), tls, &o);
-        srv->nhttps++;
-        listener_added(srv);
-    }
-    return err;
+    return listen_tcp(srv, host, port, tls, opt, true);
 }
 
 int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_options *opt) {
@@ -431,10 +435,8 @@ int tern__server_listen_like(tern_server *clone, const tern_server *srv) {
                 keep_spec(clone, j, sp->host, -1, sp->tls, &sp->opt);
                 listener_added(clone);
             }
-        } else if (sp->tls) {
-            err = tern_listen_tls(clone, sp->host, sp->port, sp->tls, &sp->opt);
         } else {
-            err = tern_listen(clone, sp->host, sp->port, &sp->opt);
+            err = listen_tcp(clone, sp->host, sp->port, sp->tls, &sp->opt, false);
         }
         if (err < 0)
             return err;

@@ -310,8 +310,12 @@ void tern__net_flush(tern_loop *loop);
 typedef struct tern__listener tern__listener;
 /* A connection accepted (its descriptor non-blocking and close-on-exec). */
 typedef void (*tern__accept_fn)(void *user, int fd);
+/* exclusive: refuse (-EADDRINUSE) an address a listening socket already
+ * holds, even when opt->reuseport lets this one share it: the first
+ * listener of a port that tern_run's other loops will share (a second
+ * process would otherwise take a share of its connections). */
 int tern__listener_tcp(tern_loop *loop, const char *host, int port, const tern_listen_options *opt,
-                       tern__accept_fn fn, void *user, tern__listener **out);
+                       bool exclusive, tern__accept_fn fn, void *user, tern__listener **out);
 int tern__listener_unix(tern_loop *loop, const char *path, const tern_listen_options *opt,
                         tern__accept_fn fn, void *user, tern__listener **out);
 /* A listener on loop for the socket l listens on (a dup of it): another

@@ -19,7 +19,8 @@ from conftest import SLOW, TERN_BIN
 # A value for every option a file may hold, unlike its default. An option
 # added to the table without one here fails test_every_option_*.
 SAMPLES = {
-    "host": "127.0.0.2", "port": "8081", "unix": "/tmp/tern-x.sock", "tls-cert": "a.pem",
+    "host": "127.0.0.2", "port": "8081", "unix": "/tmp/tern-x.sock", "reuse-port": "on",
+    "tls-cert": "a.pem",
     "tls-key": "a.key", "tls-key-passphrase-file": "pass.txt", "tls-port": "8444",
     "tls-min-version": "1.3", "tls-ciphers": "HIGH", "tls-ciphersuites": "TLS_AES_128_GCM_SHA256",
     "tls-client-ca": "ca.pem", "tls-client-verify": "require", "bench-routes": "on",

@@ -339,11 +339,12 @@ def test_websocket_close_policy_sends_1008_after_the_backlog(tern_factory):
 # ---- descriptors -----------------------------------------------------------------
 
 def test_out_of_descriptors_backs_off_and_recovers():
-    # With 64 descriptors the server can hold about 55 connections. Opening
+    # With 96 descriptors the server can hold about 65 connections (the
+    # last 17 numbers are kept in reserve for the admin listener). Opening
     # 90 must neither crash it nor stop it serving the ones it holds; when
     # some close, the waiting ones are accepted and served.
     def limit():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96))
     tern = Server([], preexec_fn=limit)
     try:
         socks = [tern.connect() for _ in range(90)]
@@ -353,7 +354,7 @@ def test_out_of_descriptors_backs_off_and_recovers():
             s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
             st, h, body, rest = read_response(s)
             assert body == b"pong"
-        assert tern.open_fds() <= 64
+        assert tern.open_fds() <= 96
         # The last ones are still in the kernel's accept queue.
         for s in socks[:40]:
             s.close()
@@ -365,9 +366,9 @@ def test_out_of_descriptors_backs_off_and_recovers():
             s.close()
     finally:
         assert tern.stop() == 0
-    # The back-off is logged (warn, the default level), rate-limited.
+    # The back-off is logged (warn, the default level), once a second.
     lines = [l for l in tern.stderr.splitlines() if "[warn] accept: Too many open files" in l]
-    assert 1 <= len(lines) <= 40, tern.stderr
+    assert 1 <= len(lines) <= 10, tern.stderr
 
 
 def test_50000_connections_opened_and_closed(tern):
