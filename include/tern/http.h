@@ -95,7 +95,9 @@ typedef struct tern_server_options {
  * server_header over 60 bytes or with control characters, a
  * shutdown_ws_code other than 0, 1001 or 1012), -ENOMEM. */
 int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_options *opt);
-/* Closes every listener and connection at once and frees the server. */
+/* Closes every listener and connection at once and frees the server.
+ * Inside one of its own handlers: the struct goes at the end of the
+ * iteration, and that handler's request ends when the handler returns. */
 void tern_server_free(tern_server *srv);
 tern_loop *tern_server_loop(const tern_server *srv);
 

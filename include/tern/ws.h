@@ -83,7 +83,8 @@ typedef struct tern_ws_handlers {
      * failed after it accepted), and on_upgrade_failed gets conn_user
      * back. So a handler that allocates here and sets on_upgrade_failed
      * never leaks; without on_upgrade_failed, tern forgets conn_user when
-     * the connection does not open. */
+     * the connection does not open (the checked build says so on stderr,
+     * once per route, when it was not NULL). */
     int (*on_upgrade)(tern_http_req *req, void **conn_user, void *user);
     void (*on_open)(tern_ws *ws, void *user);
     /* A whole message. opcode is TERN_WS_TEXT (valid UTF-8) or TERN_WS_BINARY. */

@@ -137,6 +137,17 @@ static void settle_orphan(tern_http_req *req) {
     }
 }
 
+/* The handler that just returned freed its own server (tern_server_free,
+ * which closed the connection): the request it was handling cannot wait
+ * for an answer given later, as an orphan without an abort callback
+ * otherwise does, since its server goes at the end of this iteration and
+ * nothing would ever free it. It ends here, its abort callback told. */
+static void settle_with_server(tern_http_req *req) {
+    if (req->dispatched && !req->ended && req->abort_fn)
+        req->abort_fn(req, req->abort_user);
+    free_req(req);
+}
+
 /* ---- dispatch --------------------------------------------------------- */
 
 static void call_handler(tern__http_conn *hc, const tern__http_head *head,
@@ -158,8 +169,12 @@ static void call_handler(tern__http_conn *hc, const tern__http_head *head,
     req->body_len = 0;
     /* The connection may have gone during the handler: on_close left req
      * to us, since it was live. */
-    if (req->hc == NULL)
-        settle_orphan(req);
+    if (req->hc == NULL) {
+        if (req->srv->freeing)
+            settle_with_server(req);
+        else
+            settle_orphan(req);
+    }
 }
 
 /* Re-parses the head kept in head_copy (for a body that spanned reads) and

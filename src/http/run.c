@@ -25,7 +25,8 @@ typedef struct tern__run_loop {
 /* Invariants: loops[i] and per[i].srv are set for i < n once the threads
  * start, and stay until they have all been joined; stops counts the stop
  * requests (signals and tern_run_stop), the first graceful, later ones
- * immediate. */
+ * immediate. live counts what loop 0 must outlive: its own shutdown and the
+ * loops of the other threads; loop 0 reads the signals, so it ends last. */
 typedef struct tern__run {
     int n;
     tern_thread_fn thread_init, teardown;
@@ -34,13 +35,37 @@ typedef struct tern__run {
     tern__run_loop *per;
     pthread_t *threads;
     atomic_int stops;
+    atomic_int live;
 } tern__run;
+
+/* One of the things loop 0 waits for is over: the last one ends loop 0.
+ * Until then loop 0 runs on, with its server shut down, only so that its
+ * signalfd is read: a second SIGTERM must reach the loops still draining
+ * (a signal blocked in every thread and read by no loop would wait for
+ * the whole shutdown timeout). */
+static void live_done(tern__run *run) {
+    if (atomic_fetch_sub(&run->live, 1) != 1)
+        return;
+    if (tern__loop_current() == run->loops[0])
+        tern_loop_stop(run->loops[0]);
+    else
+        tern_loop_stop_async(run->loops[0]);
+}
+
+/* Loop i's shutdown is over: loop 0 waits for the others' threads, the
+ * others end now. */
+static void loop_finished(tern__run_loop *pl, tern_loop *loop) {
+    if (loop == pl->run->loops[0])
+        live_done(pl->run);
+    else
+        tern_loop_stop(loop);
+}
 
 static void loop_done(tern_server *srv, void *user) {
     tern__run_loop *pl = user;
     if (pl->app_done)
         pl->app_done(srv, pl->app_user);
-    tern_loop_stop(tern_server_loop(srv));
+    loop_finished(pl, tern_server_loop(srv));
 }
 
 /* On loop i: the graceful shutdown of its server, then the loop ends. */
@@ -56,7 +81,7 @@ static void shutdown_post(tern_loop *loop, void *user) {
         srv->done = loop_done;
         srv->done_user = pl;
     } else {
-        tern_loop_stop(loop);   /* its shutdown is over */
+        loop_finished(pl, loop);   /* its shutdown is over */
     }
 }
 
@@ -106,6 +131,7 @@ static int run_loop(tern__run_loop *pl) {
 static void *thread_main(void *arg) {
     tern__run_loop *pl = arg;
     pl->rc = run_loop(pl);
+    live_done(pl->run);
     return NULL;
 }
 
@@ -143,6 +169,7 @@ int tern_run(int n_threads, const tern_run_options *opt, tern_setup_fn setup, vo
     if (run == NULL)
         return -ENOMEM;
     atomic_init(&run->stops, 0);
+    atomic_init(&run->live, 0);
     run->thread_init = opt->thread_init;
     run->teardown = opt->teardown;
     run->user = user;
@@ -188,6 +215,8 @@ int tern_run(int n_threads, const tern_run_options *opt, tern_setup_fn setup, vo
         run_free(run);
         return err;
     }
+    /* Loop 0's shutdown and every other loop, counted before any starts. */
+    atomic_store(&run->live, run->n);
     int started = 1;
     for (int i = 1; i < run->n; i++) {
         if ((err = -pthread_create(&run->threads[i], NULL, thread_main, &run->per[i])) < 0)

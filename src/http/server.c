@@ -277,6 +277,7 @@ void tern_server_free(tern_server *srv) {
     TERN__ASSERT_LOOP_THREAD(srv->loop);
     if (srv->free_timer)
         return;   /* freed already, inside a callback: the rest is due */
+    srv->freeing = true;
     close_listeners(srv);
     srv->done = NULL;
     close_all(srv);

@@ -208,6 +208,9 @@ struct tern_server {
     /* tern_server_free called inside one of the loop's callbacks (its own
      * handler, say): the rest of the free, at the end of the iteration. */
     tern_timer *free_timer;
+    /* Set by tern_server_free before it closes the connections: the
+     * request whose handler called it ends when that handler returns. */
+    bool freeing;
 
     int64_t date_sec;
     char date[40];                   /* "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n" */

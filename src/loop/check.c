@@ -1,4 +1,5 @@
 /* The checked build's helpers (check.h). */
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,16 @@ void tern__check_fail(const char *call, const char *what, const char *file, int 
     fprintf(stderr, "tern: %s: %s (%s:%d)\n", call, what, file, line);
     fflush(stderr);
     abort();
+}
+
+void tern__check_warn(const char *call, const char *fmt, ...) {
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "tern: %s: %s\n", call, what);
+    fflush(stderr);
 }
 
 /* The last freed objects, freed for real when pushed out. A global array:

@@ -41,6 +41,18 @@ __attribute__((noreturn)) void tern__check_fail(const char *call, const char *wh
 #define TERN__ASSERT(cond, what) ((void)sizeof((cond) ? 1 : 0))
 #endif
 
+/* A mistake that loses nothing tern needs but is the caller's loss (data
+ * tern was handed and cannot give back): in the checked build, one line
+ * "tern: CALL: what" on stderr, and the program goes on; nothing in the
+ * release build (the arguments are not evaluated). */
+#ifdef TERN_CHECKED
+void tern__check_warn(const char *call, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+#define TERN__WARN(call, ...) tern__check_warn((call), __VA_ARGS__)
+#else
+#define TERN__WARN(call, ...) ((void)0)
+#endif
+
 /* The assertion every call on a user-freed object makes on entry. */
 #define TERN__ASSERT_MAGIC(obj, m, kind)                                          \
     TERN__ASSERT((obj)->magic == (m), (obj)->magic == TERN__MAGIC_DEAD            \

@@ -41,6 +41,7 @@ static void free_ws_server(tern__vhost *vh) {
     while (w->routes) {
         tern__ws_route *r = w->routes;
         w->routes = r->next;
+        free(r->pattern);
         free(r);
     }
     free(w);
@@ -56,14 +57,21 @@ int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers 
     tern__ws_route *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return -ENOMEM;
+    if ((r->pattern = strdup(pattern)) == NULL) {
+        free(r);
+        return -ENOMEM;
+    }
+    atomic_init(&r->dropped_said, false);
     int err = tern__ws_endpoint_init(&r->ep, h, opt, user, TERN__WS_SERVER);
     tern__ws_server *w = err ? NULL : ws_server(srv);
     if (w == NULL) {
+        free(r->pattern);
         free(r);
         return err ? err : -ENOMEM;
     }
     err = tern__router_add(w->router, NULL, pattern, r);
     if (err < 0) {
+        free(r->pattern);
         free(r);
         return err;
     }
@@ -95,10 +103,21 @@ static bool header_has_token(const tern__http_head *head, const char *name, cons
 
 /* on_upgrade ran and the connection will not open: what it set in
  * *conn_user goes back to the application, which owns it (ws.h: on_open
- * and on_close never see it). */
-static void upgrade_failed(const tern__ws_route *route, void *conn_user, int status) {
-    if (route->ep.h.on_upgrade && route->ep.h.on_upgrade_failed)
+ * and on_close never see it). Without on_upgrade_failed, tern drops it:
+ * the checked build says so, once per route (the program's code is
+ * wrong, not its traffic; a refusal is the client's to repeat). */
+static void upgrade_failed(tern__ws_route *route, void *conn_user, int status) {
+    if (route->ep.h.on_upgrade && route->ep.h.on_upgrade_failed) {
         route->ep.h.on_upgrade_failed(conn_user, status, route->ep.user);
+        return;
+    }
+#ifdef TERN_CHECKED
+    if (conn_user != NULL && !atomic_exchange(&route->dropped_said, true))
+        TERN__WARN("on_upgrade",
+                   "route %s: the upgrade did not open (%d) and no on_upgrade_failed takes "
+                   "back *conn_user: dropped (set on_upgrade_failed to free it)",
+                   route->pattern, status);
+#endif
 }
 
 /* try_upgrade's work; try_upgrade adds the log line for a refusal.

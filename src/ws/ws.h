@@ -30,9 +30,13 @@ typedef struct tern__ws_endpoint {
     uint8_t role;   /* enum tern__ws_role */
 } tern__ws_endpoint;
 
-/* A WebSocket route: a server endpoint on a path. */
+/* A WebSocket route: a server endpoint on a path. pattern is the route's
+ * own copy, for messages; dropped_said is set (any loop) once the checked
+ * build has said that a refusal dropped a conn_user. */
 typedef struct tern__ws_route {
     tern__ws_endpoint ep;
+    char *pattern;
+    atomic_bool dropped_said;
     struct tern__ws_route *next;
 } tern__ws_route;
 

@@ -11,7 +11,7 @@ import time
 import pytest
 from websockets.sync.client import connect
 
-from conftest import SLOW, read_response
+from conftest import SLOW, read_response, recv_until_closed
 
 
 def get(srv, path, host="t"):
@@ -256,3 +256,55 @@ def test_default_threads_follow_a_cgroup_cpu_quota():
                 break
             except OSError:
                 time.sleep(0.1)
+
+
+def hold_delays_on(srv, loops):
+    """Opens /delay?ms=30000 requests, one connection at a time, keeping
+    those that land on a thread in loops until each of them holds one and
+    closing the others; returns the kept sockets once the other threads
+    have no connection left."""
+    kept, held = [], set()
+    for _ in range(64):
+        if held == set(loops):
+            break
+        before = [t["requests"] for t in stats(srv)["each"]]
+        s = srv.connect(timeout=10 * SLOW)
+        s.sendall(b"GET /delay?ms=30000 HTTP/1.1\r\nHost: t\r\n\r\n")
+        deadline = time.time() + 5 * SLOW
+        while time.time() < deadline:
+            now = [t["requests"] for t in stats(srv)["each"]]
+            if now != before:
+                break
+            time.sleep(0.01)
+        on = next(i for i in range(len(now)) if now[i] != before[i])
+        if on in loops:
+            kept.append(s)
+            held.add(on)
+        else:
+            s.close()
+    assert held == set(loops)
+    others = [i for i in range(2) if i not in loops]
+    deadline = time.time() + 5 * SLOW
+    while any(stats(srv)["each"][i]["connections"] for i in others) and time.time() < deadline:
+        time.sleep(0.01)
+    assert not any(stats(srv)["each"][i]["connections"] for i in others)
+    return kept
+
+
+@pytest.mark.parametrize("loops", [(0,), (1,), (0, 1)] * 2)
+def test_a_second_signal_ends_the_drain_whichever_thread_holds_the_request(tern_factory,
+                                                                            loops):
+    # Loop 0 reads the signals: once its own shutdown is over (nothing of
+    # its own held) it must still be there for the second one, which ends
+    # the drain of loop 1 at once instead of after the 10 s timeout.
+    srv = tern_factory("--threads", "2", "--shutdown-timeout", "10000")
+    kept = hold_delays_on(srv, set(loops))
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(timeout=8 * SLOW) == 0
+    assert time.monotonic() - t0 < 1.0 * SLOW
+    for s in kept:   # closed, without an answer
+        assert recv_until_closed(s, timeout=2 * SLOW) == b""
+        s.close()

@@ -209,6 +209,52 @@ static void server_free_in_handler(void **state) {
     assert_int_equal(tern_loop_free(loop), 0);
 }
 
+/* The handler frees its server and returns without an answer: the request
+ * ends with the handler (its abort callback told then, not inside
+ * tern_server_free), the client sees a clean close (a FIN, no reset), and
+ * nothing of the request is left (the sanitizer build's leak checker). */
+static int abort_calls, abort_calls_in_free;
+
+static void count_abort(tern_http_req *req, void *user) { abort_calls++; }
+
+static void free_self_unanswered(tern_http_req *req, void *user) {
+    if (user)
+        tern_http_on_abort(req, count_abort, NULL);
+    tern_server_free(self_srv);
+    abort_calls_in_free = abort_calls;
+    self_freed++;
+}
+
+static void quiet_stop(tern_timer *t, void *user) { tern_loop_stop(user); }
+
+static void free_unanswered(bool with_abort) {
+    tern_loop *loop;
+    tern_timer *t;
+    self_freed = abort_calls = 0;
+    abort_calls_in_free = -1;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    assert_int_equal(tern_server_new(&self_srv, loop, NULL), 0);
+    assert_int_equal(tern_http_route(self_srv, "GET", "/", free_self_unanswered,
+                                     with_abort ? loop : NULL), 0);
+    assert_int_equal(tern_listen(self_srv, "127.0.0.1", 0, NULL), 0);
+    int fd = client_send_rcvbuf(tern_server_port(self_srv), 0, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    /* Runs on after the free, so that what the iteration's end does is done. */
+    assert_int_equal(tern_timer_start(loop, &t, 200, 0, quiet_stop, loop), 0);
+    assert_int_equal(tern_loop_run(loop), 0);
+    tern_timer_stop(t);
+    assert_int_equal(self_freed, 1);
+    assert_int_equal(abort_calls_in_free, 0);
+    assert_int_equal(abort_calls, with_abort ? 1 : 0);
+    fcntl(fd, F_SETFL, 0);
+    char buf[64];
+    assert_int_equal(read(fd, buf, sizeof(buf)), 0);   /* closed: no bytes, no reset */
+    close(fd);
+    assert_int_equal(tern_loop_free(loop), 0);
+}
+
+static void server_free_in_handler_unanswered(void **state) { free_unanswered(false); }
+static void server_free_in_handler_unanswered_abort(void **state) { free_unanswered(true); }
+
 /* ---- the checked build's assertions -------------------------------------- */
 
 #ifdef TERN_CHECKED
@@ -321,6 +367,8 @@ int main(void) {
         cmocka_unit_test(respond_from_other_thread_is_eperm),
 #endif
         cmocka_unit_test(server_free_in_handler),
+        cmocka_unit_test(server_free_in_handler_unanswered),
+        cmocka_unit_test(server_free_in_handler_unanswered_abort),
 #ifdef TERN_CHECKED
         cmocka_unit_test(checked_aborts_name_the_call),
 #endif

@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -129,6 +131,111 @@ static void run_two_threads(bool by_signal) {
 
 static void sigterm_ends_every_loop(void **state) { run_two_threads(true); }
 static void run_stop_ends_every_loop(void **state) { run_two_threads(false); }
+
+/* ---- a second signal while another loop drains ----------------------- */
+
+/* Loop 1 keeps one request unanswered; loop 0 has nothing left, so its
+ * graceful shutdown is over at once. The second SIGTERM must still be read
+ * (by loop 0's signalfd) and end the drain of loop 1 at once, not after the
+ * shutdown timeout (10 s, the default). */
+typedef struct held_run {
+    atomic_int port;
+    atomic_int held;          /* requests kept unanswered on loop `on` */
+    int on;                   /* the loop index that holds */
+    pthread_t client;
+    int fd;                   /* the client's held connection, or -1 */
+    struct timespec second;   /* when the second signal was sent */
+} held_run;
+
+static void held_abort(tern_http_req *req, void *user) {}
+
+static void hold_or_answer(tern_http_req *req, void *user) {
+    held_run *h = user;
+    int i = tern_server_index(tern_http_req_server(req));
+    if (i == h->on) {
+        /* Never answered: the shutdown closes it, and the abort callback
+         * is what lets tern free a request kept without an answer. */
+        tern_http_on_abort(req, held_abort, NULL);
+        atomic_fetch_add(&h->held, 1);
+        return;
+    }
+    tern_http_respond(req, 200, "text/plain", "next", 4);
+}
+
+/* Connections until one is held on loop `on`; then SIGTERM, and a second
+ * once loop 0 has had the time to end its own (empty) shutdown. */
+static void *held_client(void *arg) {
+    held_run *h = arg;
+    int port = atomic_load(&h->port);
+    h->fd = -1;
+    for (int i = 0; i < CONNS && h->fd < 0; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        const char req[] = "GET /hold HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+            write(fd, req, sizeof(req) - 1) != (ssize_t)sizeof(req) - 1) {
+            close(fd);
+            continue;
+        }
+        /* An answer (the other loop) or a hold, whichever comes. */
+        for (int waited = 0; waited < 2000; waited += 10) {
+            if (atomic_load(&h->held) > 0) {
+                h->fd = fd;
+                break;
+            }
+            struct pollfd p = {.fd = fd, .events = POLLIN};
+            if (poll(&p, 1, 10) > 0)
+                break;
+        }
+        if (h->fd < 0)
+            close(fd);
+    }
+    kill(getpid(), SIGTERM);
+    usleep(300 * 1000);
+    clock_gettime(CLOCK_MONOTONIC, &h->second);
+    kill(getpid(), SIGTERM);
+    return NULL;
+}
+
+static int held_setup(tern_server *srv, void *user) {
+    held_run *h = user;
+    int err;
+    if ((err = tern_http_route(srv, "GET", "/hold", hold_or_answer, h)) < 0 ||
+        (err = tern_listen(srv, "127.0.0.1", 0, NULL)) < 0)
+        return err;
+    atomic_store(&h->port, tern_server_port(srv));
+    return -pthread_create(&h->client, NULL, held_client, h);
+}
+
+static void second_signal_with_a_request_held_on(int on) {
+    held_run h = {.on = on, .fd = -1};
+    atomic_init(&h.port, 0);
+    atomic_init(&h.held, 0);
+    assert_int_equal(tern_run(2, NULL, held_setup, &h), 0);
+    struct timespec end;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    pthread_join(h.client, NULL);
+    assert_int_equal(atomic_load(&h.held), 1);
+    assert_true(h.fd >= 0);
+    double took = (double)(end.tv_sec - h.second.tv_sec) +
+                  (double)(end.tv_nsec - h.second.tv_nsec) / 1e9;
+    /* Promptly: far under the 10 s of the shutdown timeout. */
+    if (took > 2.0)
+        fail_msg("tern_run returned %.2f s after the second SIGTERM", took);
+    /* The held request's connection was closed, without an answer. */
+    char buf[64];
+    fcntl(h.fd, F_SETFL, 0);
+    assert_int_equal(read(h.fd, buf, sizeof(buf)), 0);
+    close(h.fd);
+}
+
+static void second_signal_ends_a_drain_on_loop_1(void **state) {
+    second_signal_with_a_request_held_on(1);
+}
+static void second_signal_ends_a_drain_on_loop_0(void **state) {
+    second_signal_with_a_request_held_on(0);
+}
 
 /* ---- per-thread hooks ------------------------------------------------ */
 
@@ -339,6 +446,8 @@ int main(void) {
         cmocka_unit_test(hosts),
         cmocka_unit_test(run_stop_ends_every_loop),
         cmocka_unit_test(sigterm_ends_every_loop),
+        cmocka_unit_test(second_signal_ends_a_drain_on_loop_1),
+        cmocka_unit_test(second_signal_ends_a_drain_on_loop_0),
         cmocka_unit_test(thread_hooks_run_on_each_thread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,7 +8,8 @@
  * cannot be built: a 1000-byte subprotocol) hands it back with 500; one
  * that succeeds goes to on_open and on_close and never to
  * on_upgrade_failed. In no case do on_open or on_close see a connection
- * that did not open. */
+ * that did not open. A route without on_upgrade_failed drops conn_user on
+ * a refusal: the checked build says so once, naming the route. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -179,12 +180,85 @@ static void an_accepted_upgrade_goes_to_on_close_not_on_upgrade_failed(void **st
     assert_int_equal(a.failed, 0);
 }
 
+/* ---- a refusal with no on_upgrade_failed --------------------------------- */
+
+/* The route forgot on_upgrade_failed: tern drops conn_user (the test
+ * frees it itself, through last_alloc). The checked build says so, one
+ * line naming the route, once however many refusals; the release build
+ * says nothing. */
+static const tern_ws_handlers handlers_no_failed = {.on_upgrade = on_upgrade,
+                                                    .on_open = on_open,
+                                                    .on_close = on_close};
+
+/* Refuses one upgrade of /room/7 with stderr going to a file; returns
+ * what was written to stderr (in buf). */
+static void refuse_capturing_stderr(app *a, char *buf, size_t cap) {
+    FILE *tmp = tmpfile();
+    assert_non_null(tmp);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    dup2(fileno(tmp), 2);
+    exchange(a, "GET /room/7 HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(a->fd);
+    rewind(tmp);
+    size_t n = fread(buf, 1, cap - 1, tmp);
+    buf[n] = '\0';
+    fclose(tmp);
+    free(a->last_alloc);   /* dropped by tern: ours to free */
+}
+
+#ifdef TERN_CHECKED
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+#endif
+
+static void a_refusal_without_on_upgrade_failed_is_reported_by_the_checked_build(void **state) {
+    (void)state;
+    app a;
+    memset(&a, 0, sizeof(a));
+    a.refuse = 403;
+    assert_int_equal(tern_loop_new(&a.loop, NULL), 0);
+    assert_int_equal(tern_server_new(&a.srv, a.loop, NULL), 0);
+    assert_int_equal(tern_ws_route(a.srv, "/room/:id", &handlers_no_failed, NULL, &a), 0);
+    assert_int_equal(tern_listen(a.srv, "127.0.0.1", 0, NULL), 0);
+    char first[1024], second[1024];
+    refuse_capturing_stderr(&a, first, sizeof(first));
+    assert_non_null(strstr(a.head, "HTTP/1.1 403"));
+    a.nhead = 0;
+    a.ticks = 0;
+    refuse_capturing_stderr(&a, second, sizeof(second));
+    assert_non_null(strstr(a.head, "HTTP/1.1 403"));
+    assert_int_equal(a.upgrades, 2);
+    assert_int_equal(a.opened + a.closed + a.failed, 0);
+#ifdef TERN_CHECKED
+    if (count_lines(first) != 1 || strstr(first, "tern: on_upgrade: route /room/:id:") == NULL ||
+        strstr(first, "(403)") == NULL || strstr(first, "dropped") == NULL)
+        fail_msg("the checked build's warning: \"%s\"", first);
+#else
+    assert_string_equal(first, "");
+#endif
+    assert_string_equal(second, "");   /* once per route */
+    a.fd = -1;
+    tern_server_free(a.srv);
+    tern_loop_free(a.loop);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_refused_upgrade_hands_conn_user_to_on_upgrade_failed),
         cmocka_unit_test(a_refusal_out_of_range_is_403_and_still_hands_it_back),
         cmocka_unit_test(an_upgrade_failing_after_acceptance_hands_it_back_with_500),
         cmocka_unit_test(an_accepted_upgrade_goes_to_on_close_not_on_upgrade_failed),
+        cmocka_unit_test(a_refusal_without_on_upgrade_failed_is_reported_by_the_checked_build),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
