@@ -981,7 +981,8 @@ static bool tokens_rebuild(const tern__opt_set *s, tern__token_config **out, boo
     tern__serve_token_flags tf = {.hmac_secret_file = tern__opt_str(s, SV_TOKEN_HMAC),
                                   .public_key_file = tern__opt_str(s, SV_TOKEN_PUBKEY),
                                   .audience = tern__opt_str(s, SV_TOKEN_AUD),
-                                  .issuer = tern__opt_str(s, SV_TOKEN_ISS)};
+                                  .issuer = tern__opt_str(s, SV_TOKEN_ISS),
+                                  .leeway = (uint32_t)tern__opt_uint(s, SV_TOKEN_LEEWAY)};
     bool want = tf.hmac_secret_file || tf.public_key_file;
     *toggle = want != tern__serve_tokens_on();
     *out = NULL;
@@ -992,7 +993,8 @@ static bool tokens_rebuild(const tern__opt_set *s, tern__token_config **out, boo
 }
 
 static bool is_token_option(int i) {
-    return i == SV_TOKEN_HMAC || i == SV_TOKEN_PUBKEY || i == SV_TOKEN_AUD || i == SV_TOKEN_ISS;
+    return i == SV_TOKEN_HMAC || i == SV_TOKEN_PUBKEY || i == SV_TOKEN_AUD || i == SV_TOKEN_ISS ||
+           i == SV_TOKEN_LEEWAY;
 }
 
 /* The topic rules of s into t (zeroed, resolved): the feed's topics,
@@ -1557,6 +1559,7 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     ctx.token_flags.public_key_file = tern__opt_str(s, SV_TOKEN_PUBKEY);
     ctx.token_flags.audience = tern__opt_str(s, SV_TOKEN_AUD);
     ctx.token_flags.issuer = tern__opt_str(s, SV_TOKEN_ISS);
+    ctx.token_flags.leeway = (uint32_t)tern__opt_uint(s, SV_TOKEN_LEEWAY);
     if (tern__serve_tokens_setup(&ctx.token_flags) < 0)
         return 2;
 

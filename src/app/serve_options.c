@@ -250,6 +250,10 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                                  "restart)"},
     [SV_TOKEN_AUD] = {"token-audience", 0, S, "A", .flags = RELOAD, .help = "tokens must name A in aud"},
     [SV_TOKEN_ISS] = {"token-issuer", 0, S, "I", .flags = RELOAD, .help = "tokens must have iss I"},
+    [SV_TOKEN_LEEWAY] = {"token-leeway", 0, U, "SECONDS", "30", 0, 3600, .flags = RELOAD,
+                         .help = "clock difference allowed with the tokens' issuer: a token\n"
+                                 "is taken until SECONDS after its exp (and closed with 4001\n"
+                                 "then), and from SECONDS before its nbf"},
     [SV_FEED] = {"feed", 0, C, "on|off", "on", .choices = "on|off",
                  .help = "the simulated market data on topic \"market\""},
     [SV_FEED_RATE] = {"feed-rate", 0, U, "N", "40", 0, 100000,
