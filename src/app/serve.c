@@ -62,7 +62,9 @@
  * SIGINT or SIGTERM: graceful shutdown of every thread (stop accepting,
  * finish responses in flight, close idle connections, close WebSockets
  * with 1012 at random moments over --shutdown-spread, /readyz 503), exit
- * 0. A second signal exits at once. */
+ * 0. A second signal exits at once. With --drain-delay MS, /readyz turns
+ * 503 at the first signal and the drain waits MS (a second signal ends
+ * the wait, a third exits at once). */
 #include <ctype.h>
 #include <errno.h>
 #include <malloc.h>
@@ -1662,7 +1664,8 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
      * to come back, to this server restarted or to another. */
     so.shutdown_ws_code = TERN_WS_SERVICE_RESTART;
     ctx.server_options = so;
-    tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown};
+    tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown,
+                           .drain_delay_ms = (uint32_t)tern__opt_uint(s, SV_DRAIN_DELAY)};
     if (tern__serve_sd_sockets(&ctx.sd) < 0) {
         err = SETUP_FAILED;
     } else if (ctx.sd.https >= 0 && ctx.tls == NULL) {

@@ -171,6 +171,11 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                         .help = "the shutdown closes each WebSocket (1012) at a random moment\n"
                                 "within MS, so their clients do not all reconnect at once\n"
                                 "(unset: 4/5 of --shutdown-timeout; 0: all at once)"},
+    [SV_DRAIN_DELAY] = {"drain-delay", 0, U, "MS", "0", 0, MS_MAX,
+                        .help = "on SIGTERM, /readyz answers 503 at once but the listeners\n"
+                                "keep accepting and serving for MS before the drain begins,\n"
+                                "so that a load balancer takes the node out first (0: no\n"
+                                "wait; a second SIGTERM ends the wait)"},
     [SV_WS_MAX] = {"ws-max-message", 0, U, "BYTES", "16777216", 1, 1ull << 40,
                    .help = "WebSocket message limit"},
     [SV_WS_IDLE] = {"ws-idle-timeout", 0, U, "MS", "30000", 1, MS_MAX,
