@@ -1185,8 +1185,9 @@ static bool reload_config(serve_ctx *ctx) {
     return true;
 }
 
-static void on_sighup(tern_loop *loop, int signo, void *user) {
-    serve_ctx *ctx = user;
+/* The reload itself: the file (with --config), the token keys, the
+ * certificates. */
+static void reload(serve_ctx *ctx) {
     if (ctx->config_path && !reload_config(ctx))
         return;   /* a file that does not parse changes nothing, certificates included */
     if (!ctx->config_path) {
@@ -1199,12 +1200,23 @@ static void on_sighup(tern_loop *loop, int signo, void *user) {
         else if (tok)
             retire_after_loops(ctx, tern__serve_tokens_swap(tok), token_config_free_any);
     }
+    if (ctx->tls == NULL)
+        return;   /* no certificates: none to speak of */
     /* Renewed certificates: new handshakes use them. */
-    int err = ctx->tls ? tern_tls_reload(ctx->tls) : 0;
+    int err = tern_tls_reload(ctx->tls);
     if (!ctx->quiet || err < 0)
         tern__serve_log(stderr, err < 0 ? TERN_LOG_ERROR : TERN_LOG_INFO,
                         "SIGHUP, certificates %s%s", err < 0 ? "kept: " : "reloaded",
                 err < 0 ? tern_strerror(err) : "");
+}
+
+/* SIGHUP: systemd (Type=notify-reload) is told a reload runs, and when it
+ * is over, whether it applied or kept the old configuration. */
+static void on_sighup(tern_loop *loop, int signo, void *user) {
+    serve_ctx *ctx = user;
+    tern__serve_sd_reloading();
+    reload(ctx);
+    tern__serve_sd_reloaded();
 }
 
 /* Printed once every thread listens (the first post loop 0 runs). Even
@@ -1462,6 +1474,23 @@ static char *read_api_key(const char *path) {
 }
 
 
+/* --admin-listen on an address other than loopback: its GET routes have no
+ * key, so it is refused unless --admin-listen-public says it is meant, and
+ * then said loudly, even with --quiet. 0 or -1 (refused, said why). */
+static int admin_exposed(const tern__opt_set *s) {
+    const char *at = tern__opt_str(s, SV_ADMIN_LISTEN);
+    if (!tern__opt_uint(s, SV_ADMIN_PUBLIC)) {
+        fprintf(stderr, "tern serve: --admin-listen %s is not a loopback address: /stats, "
+                        "/metrics, /healthz and /readyz would answer anyone who reaches it, "
+                        "with no key; give --admin-listen-public to allow it\n", at);
+        return -1;
+    }
+    fprintf(stderr, "tern serve: WARNING: the admin listener %s is not on loopback: /stats "
+                    "(every thread's counters), /metrics, /healthz and /readyz answer anyone "
+                    "who reaches it, with no key%s\n", at,
+            tern__opt_given(s, SV_API_KEY_FILE) ? "" : " (POST /publish answers 403: no --api-key-file)");
+    return 0;
+}
 
 /* Runs the server the options s describe (the strings stay in s while it
  * runs; argc, argv: the command line they came from, for SIGHUP); the
@@ -1499,6 +1528,8 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     tern__serve_admin_listen_parse(tern__opt_str(s, SV_ADMIN_LISTEN), ctx.admin_host_buf,
                                    sizeof(ctx.admin_host_buf), &ctx.admin_port);
     ctx.admin_host = ctx.admin_host_buf[0] ? ctx.admin_host_buf : NULL;
+    if (ctx.admin_host && !tern__serve_admin_loopback(ctx.admin_host) && admin_exposed(s) < 0)
+        return 2;
     const char *api_key_path = tern__opt_str(s, SV_API_KEY_FILE);
     so.max_head = tern__opt_uint(s, SV_MAX_HEAD);
     so.max_body = tern__opt_uint(s, SV_MAX_BODY);
@@ -1524,7 +1555,7 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     ctx.opts = s;
     ctx.argc = argc;
     ctx.argv = argv;
-    ctx.config_path = tern__opt_str(s, SV_CONFIG);
+    ctx.config_path = tern__serve_config_path(s);
     if (tern__opt_given(s, SV_WS_ASYNC))
         ctx.ws_async = strcmp(tern__opt_str(s, SV_WS_ASYNC), "post") == 0 ? WS_ASYNC_POST
                                                                          : WS_ASYNC_TIMER;
@@ -1713,6 +1744,15 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     return 0;
 }
 
+/* TERN_ variables that are not options and are read (TERN_CONFIG here,
+ * TERN_IO by the loop, also --io's), or set for tern's own tests, benches
+ * and build, in whose environment a server runs: not misspellings. */
+static const char *const env_not_options[] = {
+    "TERN_CONFIG", "TERN_IO", "TERN_BIN", "TERN_B", "TERN_B_BIN", "TERN_LOAD", "TERN_LOAD_BIN",
+    "TERN_SANITIZED", "TERN_CHROMIUM", "TERN_TLS", "TERN_USE_STATIC", "TERN_SOAK_*",
+    "TERN_TEST_*", NULL,
+};
+
 int tern_app_serve(int argc, char **argv) {
     tern__opt_set s;
     if (tern__opt_init(&s, "tern serve", tern__serve_opts, SV_COUNT) < 0) {
@@ -1721,8 +1761,9 @@ int tern_app_serve(int argc, char **argv) {
     }
     int status = -1;
     s.env_prefix = "TERN_";
+    const char *config = NULL;
     if (tern__opt_parse_argv(&s, argc, argv) < 0 ||
-        (tern__opt_given(&s, SV_CONFIG) && tern__opt_parse_file(&s, tern__opt_str(&s, SV_CONFIG)) < 0) ||
+        ((config = tern__serve_config_path(&s)) && tern__opt_parse_file(&s, config) < 0) ||
         tern__opt_parse_env(&s) < 0) {
         fprintf(stderr, "tern serve: %s (tern serve --help lists the options)\n", s.err);
         status = 2;
@@ -1731,6 +1772,9 @@ int tern_app_serve(int argc, char **argv) {
         status = 2;
     } else if (tern__opt_uint(&s, SV_HELP)) {
         usage(&s, stdout);
+        status = 0;
+    } else if (tern__opt_uint(&s, SV_VERSION)) {
+        tern__print_version(stdout);
         status = 0;
     } else if (tern__opt_uint(&s, SV_PRINT_CONFIG)) {
         /* What the server would run with: the threads' default is the CPUs'
@@ -1744,8 +1788,10 @@ int tern_app_serve(int argc, char **argv) {
         tern__opt_print(&s, stdout);
         status = 0;
     }
-    if (status < 0)
+    if (status < 0) {
+        tern__opt_env_warn(&s, env_not_options, stderr);
         status = serve_main(&s, argc, argv);
+    }
     tern__opt_free(&s);
     return status;
 }
