@@ -52,6 +52,7 @@ if [ $want_test = 1 ]; then
     redis-server                                 # pub/sub across nodes (tests/integration/test_redis.py)
     systemd                                      # systemd-socket-activate, systemd-analyze (tests/integration/test_systemd.py)
     strace                                       # which system calls TLS on io_uring makes (test_backends.py)
+    man-db groff-base                            # tern.1 renders and names every option (test_config.py)
   )
   # cargo 1.85+ (rustls-ffi's minimum) for make test's TERN_TLS=rustls
   # build: Debian 13's package is; Debian 12's (0.66, Rust 1.63) is not, and

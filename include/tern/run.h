@@ -23,6 +23,10 @@
  * loop 0 (a signalfd); the first shuts every loop down gracefully
  * (tern_server_shutdown on each: stop accepting, finish the responses in
  * flight, close idle connections), a second stops every loop at once.
+ * With drain_delay_ms, the first only starts that wait (every loop keeps
+ * accepting and serving; the application's own handler can turn its
+ * readiness check to 503), the shutdown begins when it ends or at a second
+ * signal, and a third stops every loop at once.
  * setup may add handlers for other signals (tern_loop_on_signal on its
  * server's loop): they are blocked in every thread too. The signals stay
  * blocked in the calling thread after tern_run returns.
@@ -69,6 +73,11 @@ typedef struct tern_run_options {
      * Posts that reach a loop after it ended run later, on the calling
      * thread (see above): what they touch must outlive teardown. */
     tern_thread_fn teardown;
+    /* Milliseconds between the first SIGINT or SIGTERM and the graceful
+     * shutdown, during which the listeners stay open, so that a load
+     * balancer has time to see the node unready and take it out (0: no
+     * wait). tern_run_stop does not wait. */
+    uint32_t drain_delay_ms;
 } tern_run_options;
 
 /* The CPUs this process may use: those of its affinity mask (taskset,

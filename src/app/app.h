@@ -82,12 +82,22 @@ void tern__serve_log_access(FILE *f, const tern_http_access *a);
 int tern__serve_log_reopen(FILE *f, const char *path);
 void tern__serve_json_escape(const char *s, char *out, size_t cap);
 
+/* main.c: tern --version's lines (the version, the TLS library, the I/O
+ * back ends built in). */
+void tern__print_version(FILE *f);
+/* serve_man.c: tern(1) in roff, its options from tern serve's table. */
+void tern__serve_man(FILE *f);
+
 /* serve_systemd.c: sd_notify. ready: READY=1 with a status line;
  * stopping: STOPPING=1; watchdog: when the unit has WatchdogSec, a timer
  * on loop that sends WATCHDOG=1 at half its period (*out: the timer, or
  * NULL without a watchdog). 0, or a negative errno. */
 void tern__serve_sd_ready(const char *status);
 void tern__serve_sd_stopping(void);
+/* SIGHUP: RELOADING=1 with MONOTONIC_USEC (as Type=notify-reload asks)
+ * before the reload, READY=1 (the last status again) once it is done. */
+void tern__serve_sd_reloading(void);
+void tern__serve_sd_reloaded(void);
 /* The listening sockets systemd passed (socket activation: LISTEN_FDS,
  * LISTEN_FDNAMES), by what they serve: FileDescriptorName=https the TLS
  * listener, admin the admin listener, any other name (or none) the plain

@@ -14,7 +14,20 @@ static void usage(FILE *f) {
             "  serve     the demo server: HTTP routes, static files (tern serve --help)\n"
             "  load      WebSocket load generator: echo, pipeline (tern load --help)\n"
             "  connect   interactive WebSocket client (tern connect --help)\n"
-            "  version   print the version\n");
+            "  man       print the manual page, tern(1), as roff (man -l -)\n"
+            "  version   print the version, the TLS library and the I/O back ends\n"
+            "            (also tern --version, tern serve --version)\n");
+}
+
+void tern__print_version(FILE *f) {
+    fprintf(f, "tern %s\nTLS: %s\nI/O back ends: epoll%s (TERN_IO or --io chooses)\n",
+            TERN_VERSION, tern_tls_library(),
+#ifdef TERN_HAVE_URING
+            ", io_uring"
+#else
+            ""
+#endif
+    );
 }
 
 int main(int argc, char **argv) {
@@ -29,9 +42,13 @@ int main(int argc, char **argv) {
         return tern_app_load(argc - 1, argv + 1);
     if (strcmp(cmd, "connect") == 0)
         return tern_app_connect(argc - 1, argv + 1);
-    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-        printf("tern %s\n", TERN_VERSION);
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
+        tern__print_version(stdout);
         return 0;
+    }
+    if (strcmp(cmd, "man") == 0) {
+        tern__serve_man(stdout);
+        return ferror(stdout) ? 1 : 0;
     }
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         usage(stdout);

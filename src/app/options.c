@@ -54,6 +54,60 @@ int tern__opt_find(const tern__opt_set *s, const char *name) {
     return -1;
 }
 
+/* Levenshtein distance of a and b, '_' equal to '-', case ignored; stops
+ * counting at 32 letters (names are shorter). */
+static int distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 32 || lb > 32)
+        return 99;
+    int d[33][33];
+    for (int i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (int j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            char x = (char)tolower((unsigned char)a[i - 1]), y = (char)tolower((unsigned char)b[j - 1]);
+            x = x == '_' ? '-' : x;
+            y = y == '_' ? '-' : y;
+            int best = d[i - 1][j - 1] + (x != y);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb];
+}
+
+int tern__opt_closest(const tern__opt_set *s, const char *name, bool cli) {
+    int best = -1, best_d = 0;
+    for (int i = 0; i < s->nopts; i++) {
+        if (!cli && (s->opts[i].flags & TERN__OPT_CLI_ONLY))
+            continue;
+        int d = distance(name, s->opts[i].name);
+        if (best < 0 || d < best_d)
+            best = i, best_d = d;
+    }
+    /* A third of the letters wrong is a misspelling; more is another word. */
+    return best >= 0 && best_d > 0 && best_d * 3 <= (int)strlen(s->opts[best].name) ? best : -1;
+}
+
+/* " (did you mean --NAME?)" for a misspelt option, or "". */
+static const char *suggest(const tern__opt_set *s, const char *name, size_t len, bool cli) {
+    static char buf[128];
+    char n[64];
+    buf[0] = '\0';
+    if (len >= sizeof(n))
+        return buf;
+    memcpy(n, name, len);
+    n[len] = '\0';
+    int i = tern__opt_closest(s, n, cli);
+    if (i >= 0)
+        snprintf(buf, sizeof(buf), " (did you mean --%s?)", s->opts[i].name);
+    return buf;
+}
+
 static bool parse_ull(const char *t, unsigned long long *out) {
     char *end;
     errno = 0;
@@ -232,7 +286,8 @@ int tern__opt_parse_argv(tern__opt_set *s, int argc, char **argv) {
                 if (strlen(s->opts[k].name) == nlen && strncmp(s->opts[k].name, name, nlen) == 0)
                     i = k;
             if (i < 0)
-                return fail(s, "unknown option '--%.*s'", (int)nlen, name);
+                return fail(s, "unknown option '--%.*s'%s", (int)nlen, name,
+                            suggest(s, name, nlen, true));
             if (name[nlen] == '=') {
                 if (s->opts[i].type == TERN__OPT_FLAG)
                     return fail(s, "--%s takes no value", s->opts[i].name);
@@ -309,7 +364,8 @@ int tern__opt_parse_file(tern__opt_set *s, const char *path) {
         trim_value(p);
         int i = tern__opt_find(s, key);
         if (i < 0 || (s->opts[i].flags & TERN__OPT_CLI_ONLY)) {
-            err = fail(s, "%s:%d: unknown option '%s'", path, lineno, key);
+            err = fail(s, "%s:%d: unknown option '%s'%s", path, lineno, key,
+                       suggest(s, key, strlen(key), false));
             break;
         }
         const tern__opt *o = &s->opts[i];
@@ -366,6 +422,55 @@ int tern__opt_parse_env(tern__opt_set *s) {
             return -EINVAL;
     }
     return 0;
+}
+
+extern char **environ;
+
+/* Whether the variable name (the part before '=' of an environ entry,
+ * len bytes) is one of known's, or starts with a known entry ending in '*'. */
+static bool env_known(const char *name, size_t len, const char *const *known) {
+    for (; known && *known; known++) {
+        size_t k = strlen(*known);
+        if ((*known)[k - 1] == '*' ? len >= k - 1 && strncmp(name, *known, k - 1) == 0
+                                   : len == k && strncmp(name, *known, k) == 0)
+            return true;
+    }
+    return false;
+}
+
+int tern__opt_env_warn(const tern__opt_set *s, const char *const *known, FILE *f) {
+    if (s->env_prefix == NULL)
+        return 0;
+    size_t plen = strlen(s->env_prefix);
+    int n = 0;
+    for (char **e = environ; e && *e; e++) {
+        const char *var = *e;
+        size_t len = strcspn(var, "=");
+        if (len <= plen || strncmp(var, s->env_prefix, plen) != 0 || len - plen >= 64 ||
+            env_known(var, len, known))
+            continue;
+        /* TERN_MAX_CONNECTIONS: the option max-connections */
+        char opt[64];
+        for (size_t k = 0; k < len - plen; k++)
+            opt[k] = var[plen + k] == '_' ? '-' : (char)tolower((unsigned char)var[plen + k]);
+        opt[len - plen] = '\0';
+        int i = tern__opt_find(s, opt);
+        if (i >= 0 && !(s->opts[i].flags & TERN__OPT_CLI_ONLY))
+            continue;
+        n++;
+        if ((i = tern__opt_closest(s, opt, false)) < 0) {
+            fprintf(f, "%s: warning: %.*s is not an option's variable: ignored\n", s->command,
+                    (int)len, var);
+            continue;
+        }
+        char env[96];
+        int m = snprintf(env, sizeof(env), "%s%s", s->env_prefix, s->opts[i].name);
+        for (int k = 0; k < m && k < (int)sizeof(env); k++)
+            env[k] = env[k] == '-' ? '_' : (char)toupper((unsigned char)env[k]);
+        fprintf(f, "%s: warning: %.*s is not an option's variable: ignored (did you mean %s, "
+                   "--%s?)\n", s->command, (int)len, var, env, s->opts[i].name);
+    }
+    return n;
 }
 
 const char *tern__opt_str(const tern__opt_set *s, int i) {
@@ -463,6 +568,55 @@ void tern__opt_help(const tern__opt_set *s, FILE *f) {
                 fprintf(f, "\n%24s(%s)", "", more);
         }
         fputs("\n", f);
+    }
+}
+
+void tern__roff(const char *t, FILE *f) {
+    for (const char *p = t; *p; p++) {
+        if ((p == t || p[-1] == '\n') && (*p == '.' || *p == '\''))
+            fputs("\\&", f);   /* not a request */
+        if (*p == '\\')
+            fputs("\\e", f);
+        else if (*p == '-')
+            fputs("\\-", f);   /* a minus, which man pages keep as typed */
+        else
+            fputc(*p, f);
+    }
+}
+
+void tern__opt_man(const tern__opt_set *s, FILE *f) {
+    for (int i = 0; i < s->nopts; i++) {
+        const tern__opt *o = &s->opts[i];
+        fputs(".TP\n\\fB", f);
+        if (o->short_name)
+            fprintf(f, "\\-%c\\fR, \\fB", o->short_name);
+        fputs("\\-\\-", f);
+        tern__roff(o->name, f);
+        fputs("\\fR", f);
+        if (o->arg) {
+            fputs((o->flags & TERN__OPT_OPTARG) ? "[=\\fI" : " \\fI", f);
+            tern__roff(o->arg, f);
+            fputs((o->flags & TERN__OPT_OPTARG) ? "\\fR]" : "\\fR", f);
+        }
+        fputs("\n", f);
+        tern__roff(o->help, f);
+        fputs("\n", f);
+        bool more = false;
+        if (o->def && o->type != TERN__OPT_FLAG) {
+            fputs("(default ", f);
+            tern__roff(o->def, f);
+            more = true;
+        }
+        if (o->flags & TERN__OPT_REPEAT) {
+            fputs(more ? "; repeatable" : "(repeatable", f);
+            more = true;
+        }
+        if (o->flags & TERN__OPT_RELOAD) {
+            fputs(more ? "; SIGHUP applies it" : "(SIGHUP applies it", f);
+            more = true;
+        }
+        if (more)
+            fputs(")\n", f);
     }
 }
 

@@ -101,8 +101,27 @@ double tern__opt_real(const tern__opt_set *s, int i);
 /* Sets option i's default (a value computed at run time: the CPUs). */
 int tern__opt_set_default(tern__opt_set *s, int i, const char *v);
 
+/* The option whose name is nearest name (a misspelling: at most a third of
+ * its letters wrong, '_' taken for '-', case ignored), or -1. CLI_ONLY
+ * options are skipped when not cli. */
+int tern__opt_closest(const tern__opt_set *s, const char *name, bool cli);
+/* One warning line on f for each variable of the environment that starts
+ * with s->env_prefix and is neither an option's (TERN_NAME) nor in known
+ * (NULL-terminated; an entry ending in '*' is a prefix): a misspelt
+ * variable would otherwise be ignored without a word. The number of
+ * them. */
+int tern__opt_env_warn(const tern__opt_set *s, const char *const *known, FILE *f);
+
 /* --help's option list: each option, its value's name and help. */
 void tern__opt_help(const tern__opt_set *s, FILE *f);
+/* The option list as man(7) roff: a .TP paragraph per option (its flag,
+ * its value's name, its help and what --help adds: default, repeatable,
+ * SIGHUP), for a manual page's OPTIONS section. */
+void tern__opt_man(const tern__opt_set *s, FILE *f);
+/* Text as roff: backslashes escaped, '-' as \-, a line starting with '.'
+ * or '\'' guarded. */
+void tern__roff(const char *text, FILE *f);
+
 /* The effective configuration in the file's format; an unset option as a
  * comment. Options without CLI_ONLY only. */
 void tern__opt_print(const tern__opt_set *s, FILE *f);

@@ -62,7 +62,9 @@
  * SIGINT or SIGTERM: graceful shutdown of every thread (stop accepting,
  * finish responses in flight, close idle connections, close WebSockets
  * with 1012 at random moments over --shutdown-spread, /readyz 503), exit
- * 0. A second signal exits at once. SIGHUP: certificates, token keys and
+ * 0. A second signal exits at once. With --drain-delay MS, /readyz turns
+ * 503 at the first signal and the drain waits MS (a second signal ends
+ * the wait, a third exits at once). SIGHUP: certificates, token keys and
  * --config read again. SIGUSR1: the access log reopened (logrotate).
  * SIGUSR2: ignored. */
 #include <ctype.h>
@@ -1003,7 +1005,8 @@ static bool tokens_rebuild(const tern__opt_set *s, tern__token_config **out, boo
     tern__serve_token_flags tf = {.hmac_secret_file = tern__opt_str(s, SV_TOKEN_HMAC),
                                   .public_key_file = tern__opt_str(s, SV_TOKEN_PUBKEY),
                                   .audience = tern__opt_str(s, SV_TOKEN_AUD),
-                                  .issuer = tern__opt_str(s, SV_TOKEN_ISS)};
+                                  .issuer = tern__opt_str(s, SV_TOKEN_ISS),
+                                  .leeway = (uint32_t)tern__opt_uint(s, SV_TOKEN_LEEWAY)};
     bool want = tf.hmac_secret_file || tf.public_key_file;
     *toggle = want != tern__serve_tokens_on();
     *out = NULL;
@@ -1014,7 +1017,8 @@ static bool tokens_rebuild(const tern__opt_set *s, tern__token_config **out, boo
 }
 
 static bool is_token_option(int i) {
-    return i == SV_TOKEN_HMAC || i == SV_TOKEN_PUBKEY || i == SV_TOKEN_AUD || i == SV_TOKEN_ISS;
+    return i == SV_TOKEN_HMAC || i == SV_TOKEN_PUBKEY || i == SV_TOKEN_AUD || i == SV_TOKEN_ISS ||
+           i == SV_TOKEN_LEEWAY;
 }
 
 /* The topic rules of s into t (zeroed, resolved): the feed's topics,
@@ -1203,8 +1207,9 @@ static bool reload_config(serve_ctx *ctx) {
     return true;
 }
 
-static void on_sighup(tern_loop *loop, int signo, void *user) {
-    serve_ctx *ctx = user;
+/* The reload itself: the file (with --config), the token keys, the
+ * certificates. */
+static void reload(serve_ctx *ctx) {
     if (ctx->config_path && !reload_config(ctx))
         return;   /* a file that does not parse changes nothing, certificates included */
     if (!ctx->config_path) {
@@ -1217,8 +1222,10 @@ static void on_sighup(tern_loop *loop, int signo, void *user) {
         else if (tok)
             retire_after_loops(ctx, tern__serve_tokens_swap(tok), token_config_free_any);
     }
+    if (ctx->tls == NULL)
+        return;   /* no certificates: none to speak of */
     /* Renewed certificates: new handshakes use them. */
-    int err = ctx->tls ? tern_tls_reload(ctx->tls) : 0;
+    int err = tern_tls_reload(ctx->tls);
     if (!ctx->quiet || err < 0)
         tern__serve_log(stderr, err < 0 ? TERN_LOG_ERROR : TERN_LOG_INFO,
                         "SIGHUP, certificates %s%s", err < 0 ? "kept: " : "reloaded",
@@ -1247,6 +1254,15 @@ static void fd_limit_check(const serve_ctx *ctx) {
                     "too few for --max-connections %u (about %llu needed): raise the hard limit "
                     "(LimitNOFILE= in the systemd unit, ulimit -Hn) or lower --max-connections",
                     ctx->fd_limit, ctx->max_connections, need);
+}
+
+/* SIGHUP: systemd (Type=notify-reload) is told a reload runs, and when it
+ * is over, whether it applied or kept the old configuration. */
+static void on_sighup(tern_loop *loop, int signo, void *user) {
+    serve_ctx *ctx = user;
+    tern__serve_sd_reloading();
+    reload(ctx);
+    tern__serve_sd_reloaded();
 }
 
 /* Printed once every thread listens (the first post loop 0 runs). Even
@@ -1519,6 +1535,23 @@ static char *read_api_key(const char *path) {
 }
 
 
+/* --admin-listen on an address other than loopback: its GET routes have no
+ * key, so it is refused unless --admin-listen-public says it is meant, and
+ * then said loudly, even with --quiet. 0 or -1 (refused, said why). */
+static int admin_exposed(const tern__opt_set *s) {
+    const char *at = tern__opt_str(s, SV_ADMIN_LISTEN);
+    if (!tern__opt_uint(s, SV_ADMIN_PUBLIC)) {
+        fprintf(stderr, "tern serve: --admin-listen %s is not a loopback address: /stats, "
+                        "/metrics, /healthz and /readyz would answer anyone who reaches it, "
+                        "with no key; give --admin-listen-public to allow it\n", at);
+        return -1;
+    }
+    fprintf(stderr, "tern serve: WARNING: the admin listener %s is not on loopback: /stats "
+                    "(every thread's counters), /metrics, /healthz and /readyz answer anyone "
+                    "who reaches it, with no key%s\n", at,
+            tern__opt_given(s, SV_API_KEY_FILE) ? "" : " (POST /publish answers 403: no --api-key-file)");
+    return 0;
+}
 
 /* Runs the server the options s describe (the strings stay in s while it
  * runs; argc, argv: the command line they came from, for SIGHUP); the
@@ -1556,6 +1589,8 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     tern__serve_admin_listen_parse(tern__opt_str(s, SV_ADMIN_LISTEN), ctx.admin_host_buf,
                                    sizeof(ctx.admin_host_buf), &ctx.admin_port);
     ctx.admin_host = ctx.admin_host_buf[0] ? ctx.admin_host_buf : NULL;
+    if (ctx.admin_host && !tern__serve_admin_loopback(ctx.admin_host) && admin_exposed(s) < 0)
+        return 2;
     const char *api_key_path = tern__opt_str(s, SV_API_KEY_FILE);
     so.max_head = tern__opt_uint(s, SV_MAX_HEAD);
     so.max_body = tern__opt_uint(s, SV_MAX_BODY);
@@ -1581,7 +1616,7 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     ctx.opts = s;
     ctx.argc = argc;
     ctx.argv = argv;
-    ctx.config_path = tern__opt_str(s, SV_CONFIG);
+    ctx.config_path = tern__serve_config_path(s);
     if (tern__opt_given(s, SV_WS_ASYNC))
         ctx.ws_async = strcmp(tern__opt_str(s, SV_WS_ASYNC), "post") == 0 ? WS_ASYNC_POST
                                                                          : WS_ASYNC_TIMER;
@@ -1621,6 +1656,7 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     ctx.token_flags.public_key_file = tern__opt_str(s, SV_TOKEN_PUBKEY);
     ctx.token_flags.audience = tern__opt_str(s, SV_TOKEN_AUD);
     ctx.token_flags.issuer = tern__opt_str(s, SV_TOKEN_ISS);
+    ctx.token_flags.leeway = (uint32_t)tern__opt_uint(s, SV_TOKEN_LEEWAY);
     if (tern__serve_tokens_setup(&ctx.token_flags) < 0)
         return 2;
 
@@ -1731,7 +1767,8 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
      * to come back, to this server restarted or to another. */
     so.shutdown_ws_code = TERN_WS_SERVICE_RESTART;
     ctx.server_options = so;
-    tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown};
+    tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown,
+                           .drain_delay_ms = (uint32_t)tern__opt_uint(s, SV_DRAIN_DELAY)};
     if (tern__serve_sd_sockets(&ctx.sd) < 0) {
         err = SETUP_FAILED;
     } else if (ctx.sd.https >= 0 && ctx.tls == NULL) {
@@ -1779,6 +1816,15 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     return 0;
 }
 
+/* TERN_ variables that are not options and are read (TERN_CONFIG here,
+ * TERN_IO by the loop, also --io's), or set for tern's own tests, benches
+ * and build, in whose environment a server runs: not misspellings. */
+static const char *const env_not_options[] = {
+    "TERN_CONFIG", "TERN_IO", "TERN_BIN", "TERN_B", "TERN_B_BIN", "TERN_LOAD", "TERN_LOAD_BIN",
+    "TERN_SANITIZED", "TERN_CHROMIUM", "TERN_TLS", "TERN_USE_STATIC", "TERN_SOAK_*",
+    "TERN_TEST_*", NULL,
+};
+
 int tern_app_serve(int argc, char **argv) {
     tern__opt_set s;
     if (tern__opt_init(&s, "tern serve", tern__serve_opts, SV_COUNT) < 0) {
@@ -1787,8 +1833,9 @@ int tern_app_serve(int argc, char **argv) {
     }
     int status = -1;
     s.env_prefix = "TERN_";
+    const char *config = NULL;
     if (tern__opt_parse_argv(&s, argc, argv) < 0 ||
-        (tern__opt_given(&s, SV_CONFIG) && tern__opt_parse_file(&s, tern__opt_str(&s, SV_CONFIG)) < 0) ||
+        ((config = tern__serve_config_path(&s)) && tern__opt_parse_file(&s, config) < 0) ||
         tern__opt_parse_env(&s) < 0) {
         fprintf(stderr, "tern serve: %s (tern serve --help lists the options)\n", s.err);
         status = 2;
@@ -1797,6 +1844,9 @@ int tern_app_serve(int argc, char **argv) {
         status = 2;
     } else if (tern__opt_uint(&s, SV_HELP)) {
         usage(&s, stdout);
+        status = 0;
+    } else if (tern__opt_uint(&s, SV_VERSION)) {
+        tern__print_version(stdout);
         status = 0;
     } else if (tern__opt_uint(&s, SV_PRINT_CONFIG)) {
         /* What the server would run with: the threads' default is the CPUs'
@@ -1810,8 +1860,10 @@ int tern_app_serve(int argc, char **argv) {
         tern__opt_print(&s, stdout);
         status = 0;
     }
-    if (status < 0)
+    if (status < 0) {
+        tern__opt_env_warn(&s, env_not_options, stderr);
         status = serve_main(&s, argc, argv);
+    }
     tern__opt_free(&s);
     return status;
 }

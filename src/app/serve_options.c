@@ -1,7 +1,9 @@
 /* tern serve's options: the one table its command line, --help, its
  * configuration file (--config), the environment (TERN_NAME) and
  * --print-config all come from (options.h). */
+#include <arpa/inet.h>
 #include <ctype.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +93,25 @@ bool tern__serve_admin_listen_parse(const char *s, char *host, size_t cap, int *
     return true;
 }
 
+bool tern__serve_admin_loopback(const char *host) {
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    return strcmp(host, "localhost") == 0;
+}
+
+const char *tern__serve_config_path(const tern__opt_set *s) {
+    /* --config is CLI_ONLY (a file cannot name another), so the table's
+     * environment pass skips it: TERN_CONFIG is read here. */
+    if (tern__opt_given(s, SV_CONFIG))
+        return tern__opt_str(s, SV_CONFIG);
+    const char *env = getenv("TERN_CONFIG");
+    return env && *env ? env : NULL;
+}
+
 static const char *admin_listen_ok(const char *s) {
     char host[256];
     int port;
@@ -151,7 +172,12 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                          .help = "the admin listener: POST /publish/:topic, GET /stats and\n"
                                  "GET /metrics (Prometheus), GET /healthz and GET /readyz\n"
                                  "(503 while draining or while --redis is down), never on\n"
-                                 "the public port ([::1]:P for IPv6; off for none)"},
+                                 "the public port ([::1]:P for IPv6; off for none); an\n"
+                                 "address other than loopback needs --admin-listen-public"},
+    [SV_ADMIN_PUBLIC] = {"admin-listen-public", 0, F,
+                         .help = "let --admin-listen take an address other than loopback:\n"
+                                 "/stats, /metrics, /healthz and /readyz then answer anyone\n"
+                                 "who reaches it, with no key (off: refused at start)"},
     [SV_API_KEY_FILE] = {"api-key-file", 0, S, "FILE", .flags = SECRET,
                          .help = "the key POST /publish needs (Authorization: Bearer KEY):\n"
                                  "the file's first line (unset: publish answers 403)"},
@@ -178,6 +204,11 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                         .help = "the shutdown closes each WebSocket (1012) at a random moment\n"
                                 "within MS, so their clients do not all reconnect at once\n"
                                 "(unset: 4/5 of --shutdown-timeout; 0: all at once)"},
+    [SV_DRAIN_DELAY] = {"drain-delay", 0, U, "MS", "0", 0, MS_MAX,
+                        .help = "on SIGTERM, /readyz answers 503 at once but the listeners\n"
+                                "keep accepting and serving for MS before the drain begins,\n"
+                                "so that a load balancer takes the node out first (0: no\n"
+                                "wait; a second SIGTERM ends the wait)"},
     [SV_WS_MAX] = {"ws-max-message", 0, U, "BYTES", "16777216", 1, 1ull << 40,
                    .help = "WebSocket message limit"},
     [SV_WS_IDLE] = {"ws-idle-timeout", 0, U, "MS", "30000", 1, MS_MAX,
@@ -257,6 +288,10 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                                  "restart)"},
     [SV_TOKEN_AUD] = {"token-audience", 0, S, "A", .flags = RELOAD, .help = "tokens must name A in aud"},
     [SV_TOKEN_ISS] = {"token-issuer", 0, S, "I", .flags = RELOAD, .help = "tokens must have iss I"},
+    [SV_TOKEN_LEEWAY] = {"token-leeway", 0, U, "SECONDS", "30", 0, 3600, .flags = RELOAD,
+                         .help = "clock difference allowed with the tokens' issuer: a token\n"
+                                 "is taken until SECONDS after its exp (and closed with 4001\n"
+                                 "then), and from SECONDS before its nbf"},
     [SV_FEED] = {"feed", 0, C, "on|off", "on", .choices = "on|off",
                  .help = "the simulated market data on topic \"market\""},
     [SV_FEED_RATE] = {"feed-rate", 0, U, "N", "40", 0, 100000,
@@ -291,10 +326,13 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
     [SV_QUIET] = {"quiet", 0, F, .help = "no log lines but the \"listening on\" one"},
     [SV_CONFIG] = {"config", 0, S, "FILE", .flags = TERN__OPT_CLI_ONLY,
                    .help = "read options from FILE: one \"name value\" a line, as the\n"
-                           "flags without their --; # comments; SIGHUP reads it again"},
+                           "flags without their --; # comments; SIGHUP reads it again\n"
+                           "(unset: $TERN_CONFIG's file, if set)"},
     [SV_PRINT_CONFIG] = {"print-config", 0, F, .flags = TERN__OPT_CLI_ONLY,
                          .help = "print the configuration in effect (flags over TERN_NAME\n"
                                  "environment variables over --config over defaults) in\n"
                                  "the file's format, and exit"},
+    [SV_VERSION] = {"version", 0, F, .flags = TERN__OPT_CLI_ONLY,
+                    .help = "print the version, the TLS library and the I/O back ends"},
     [SV_HELP] = {"help", 0, F, .flags = TERN__OPT_CLI_ONLY, .help = "this text"},
 };

@@ -12,15 +12,15 @@
 enum {
     SV_HOST, SV_PORT, SV_UNIX, SV_REUSE_PORT, SV_TLS_CERT, SV_TLS_KEY, SV_TLS_PASS_FILE, SV_TLS_PORT,
     SV_TLS_MIN, SV_TLS_CIPHERS, SV_TLS_SUITES, SV_TLS_CLIENT_CA, SV_TLS_CLIENT_VERIFY,
-    SV_BENCH_ROUTES, SV_ADMIN_LISTEN, SV_API_KEY_FILE, SV_ROOT, SV_MAX_HEAD, SV_MAX_BODY,
+    SV_BENCH_ROUTES, SV_ADMIN_LISTEN, SV_ADMIN_PUBLIC, SV_API_KEY_FILE, SV_ROOT, SV_MAX_HEAD, SV_MAX_BODY,
     SV_HEAD_TO, SV_BODY_TO, SV_IDLE_TO, SV_SEND_TO, SV_MAX_UNSENT, SV_MAX_CONNS, SV_MAX_CONNS_IP,
-    SV_SNDBUF, SV_SHUT_TO, SV_SHUT_SPREAD, SV_WS_MAX, SV_WS_IDLE, SV_NO_PMD, SV_ALLOWED_ORIGIN, SV_WS_ORIGIN,
+    SV_SNDBUF, SV_SHUT_TO, SV_SHUT_SPREAD, SV_DRAIN_DELAY, SV_WS_MAX, SV_WS_IDLE, SV_NO_PMD, SV_ALLOWED_ORIGIN, SV_WS_ORIGIN,
     SV_WS_SLOW, SV_WS_ASYNC, SV_WS_DEADLINE, SV_PS_BACKLOG, SV_PS_MAX_MESSAGE, SV_PS_RATE,
     SV_PS_POLICY, SV_TOPIC, SV_PS_TOPIC, SV_PS_HISTORY, SV_PS_HISTORY_AGE, SV_PS_HISTORY_BYTES,
     SV_PS_REPLAY_RATE, SV_PS_WRITE_DELAY,
-    SV_TOKEN_HMAC, SV_TOKEN_PUBKEY, SV_TOKEN_AUD, SV_TOKEN_ISS, SV_FEED, SV_FEED_RATE,
+    SV_TOKEN_HMAC, SV_TOKEN_PUBKEY, SV_TOKEN_AUD, SV_TOKEN_ISS, SV_TOKEN_LEEWAY, SV_FEED, SV_FEED_RATE,
     SV_REDIS, SV_REDIS_PASS_FILE, SV_LOG_LEVEL, SV_ACCESS_LOG, SV_LOG_FORMAT, SV_THREADS, SV_IO, SV_VHOST, SV_QUIET,
-    SV_CONFIG, SV_PRINT_CONFIG, SV_HELP,
+    SV_CONFIG, SV_PRINT_CONFIG, SV_VERSION, SV_HELP,
     SV_COUNT
 };
 
@@ -29,5 +29,11 @@ extern const tern__opt tern__serve_opts[SV_COUNT];
 /* --admin-listen's value: "off" (host[0] = '\0'), or HOST:PORT ([V6]:PORT
  * for an IPv6 address) into host (cap bytes) and port. */
 bool tern__serve_admin_listen_parse(const char *s, char *host, size_t cap, int *port);
+/* Whether an --admin-listen host is a loopback address (127.0.0.0/8, ::1,
+ * localhost): reachable from this machine only. */
+bool tern__serve_admin_loopback(const char *host);
+/* The configuration file: --config's, else $TERN_CONFIG's (the flag wins),
+ * else NULL. */
+const char *tern__serve_config_path(const tern__opt_set *s);
 
 #endif

@@ -1,5 +1,6 @@
-/* tern serve under systemd (Type=notify): READY=1 once every thread
- * listens, STOPPING=1 when the drain begins, and WATCHDOG=1 from loop 0's
+/* tern serve under systemd (Type=notify or notify-reload): READY=1 once
+ * every thread listens, RELOADING=1 then READY=1 around a SIGHUP's
+ * reload, STOPPING=1 when the drain begins, and WATCHDOG=1 from loop 0's
  * timer at half the unit's WatchdogSec, so that a loop that hangs is
  * restarted. Through libsystemd's sd_notify, which does nothing (and
  * costs a getenv) when NOTIFY_SOCKET is not set, that is, outside
@@ -9,12 +10,34 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <systemd/sd-daemon.h>
+#include <time.h>
 
 #include "app/app.h"
 
+/* The status READY=1 gave, said again once a reload is done (loop 0 only). */
+static char ready_status[480];
+
 void tern__serve_sd_ready(const char *status) {
     char msg[512];
+    snprintf(ready_status, sizeof(ready_status), "%s", status);
     snprintf(msg, sizeof(msg), "READY=1\nSTATUS=%s", status);
+    sd_notify(0, msg);
+}
+
+void tern__serve_sd_reloading(void) {
+    /* systemd takes a RELOADING=1 only with the time it was sent (the
+     * monotonic clock, in microseconds), to tell it from a stale one. */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    char msg[128];
+    snprintf(msg, sizeof(msg), "RELOADING=1\nSTATUS=reloading\nMONOTONIC_USEC=%llu",
+             (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+    sd_notify(0, msg);
+}
+
+void tern__serve_sd_reloaded(void) {
+    char msg[512];
+    snprintf(msg, sizeof(msg), "READY=1\nSTATUS=%s", ready_status);
     sd_notify(0, msg);
 }
 

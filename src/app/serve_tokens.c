@@ -46,6 +46,7 @@ tern__token_config *tern__serve_tokens_build(const tern__serve_token_flags *f,
     if (tern__token_config_audience(c, f->audience) < 0 ||
         tern__token_config_issuer(c, f->issuer) < 0)
         goto fail;
+    tern__token_config_leeway(c, f->leeway);
     return c;
 fail:
     fprintf(stderr, "%s: tokens: %s\n", who, why);
@@ -135,7 +136,7 @@ int tern__token_conn_upgrade(tern_http_req *req, tern__token_conn **out) {
 static void expired(tern_timer *t, void *user) {
     (void)t;
     tern__token_conn *c = user;
-    int64_t left = c->rights.exp - wall_now();
+    int64_t left = c->rights.until - wall_now();
     if (left > 0) {   /* the wall clock went back: wait the rest */
         tern_timer_again(c->timer, (uint64_t)left * 1000);
         return;
@@ -143,9 +144,10 @@ static void expired(tern_timer *t, void *user) {
     tern_ws_close(c->ws, TERN_WS_TOKEN_EXPIRED, "token expired");
 }
 
-/* (Re)arms the expiry timer for c->rights.exp. */
+/* (Re)arms the expiry timer for the token's end: its exp plus the leeway,
+ * the moment verify would refuse it. */
 static void arm(tern__token_conn *c) {
-    int64_t left = c->rights.exp - wall_now();
+    int64_t left = c->rights.until - wall_now();
     uint64_t ms = left > 0 ? (uint64_t)left * 1000 : 0;
     int err = c->timer ? tern_timer_again(c->timer, ms)
                        : tern_timer_start(tern_ws_loop(c->ws), &c->timer, ms, 0, expired, c);

@@ -1,7 +1,7 @@
 /* tern serve's /pubsub tokens (serve_tokens.c): a connection's rights
  * come from the token on its upgrade (?token= or Authorization: Bearer),
  * are replaced by {"op":"refresh","token":"..."}, and end at the token's
- * exp (close 4001 "token expired"). Off, and nothing changes, unless
+ * exp plus --token-leeway (close 4001 "token expired"). Off, and nothing changes, unless
  * --token-hmac-secret-file or --token-public-key-file is given. */
 #ifndef TERN_APP_SERVE_TOKENS_H
 #define TERN_APP_SERVE_TOKENS_H
@@ -18,6 +18,7 @@
 /* The command line's token flags; NULL when not given. */
 typedef struct tern__serve_token_flags {
     const char *hmac_secret_file, *public_key_file, *audience, *issuer;
+    uint32_t leeway;   /* --token-leeway, seconds */
 } tern__serve_token_flags;
 
 /* Once, before the server runs. 0 (tokens on when a secret or key file

@@ -28,14 +28,21 @@ struct tern__token_config {
     EVP_PKEY *key;           /* RS256 or ES256, when not NULL */
     enum alg key_alg;
     char *aud, *iss;
+    int64_t leeway;          /* seconds, on exp and nbf */
 };
 
 tern__token_config *tern__token_config_new(void) {
     static _Atomic uint64_t ids;
     tern__token_config *c = calloc(1, sizeof(tern__token_config));
-    if (c)
+    if (c) {
         c->id = atomic_fetch_add(&ids, 1) + 1;
+        c->leeway = TERN_TOKEN_LEEWAY;
+    }
     return c;
+}
+
+void tern__token_config_leeway(tern__token_config *c, uint32_t seconds) {
+    c->leeway = seconds;
 }
 
 void tern__token_config_free(tern__token_config *c) {
@@ -462,11 +469,11 @@ int tern__token_verify(const tern__token_config *c, const char *tok, size_t len,
         *why = "bad nbf or iat";
         goto out;
     }
-    if (now >= exp) {
+    if (now >= exp + c->leeway) {
         *why = "expired";
         goto out;
     }
-    if (json_object_get(cl, "nbf") && nbf > now + TERN_TOKEN_LEEWAY) {
+    if (json_object_get(cl, "nbf") && nbf > now + c->leeway) {
         *why = "not yet valid";
         goto out;
     }
@@ -501,6 +508,7 @@ int tern__token_verify(const tern__token_config *c, const char *tok, size_t len,
         goto out;
     }
     out->exp = exp;
+    out->until = exp + c->leeway;
     err = 0;
 out:
     json_decref(hdr);

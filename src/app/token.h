@@ -7,8 +7,8 @@
  * token naming any other algorithm ("none", or HS256 when only a public
  * key is configured) is refused. Header and claims are parsed with
  * jansson. Claims: sub (string, required), exp (number, required; a token
- * is refused from exp on), nbf and iat (numbers when present; nbf more
- * than TERN_TOKEN_LEEWAY seconds ahead is refused), aud and iss (checked
+ * is refused from exp plus the leeway on), nbf and iat (numbers when
+ * present; nbf more than the leeway ahead is refused), aud and iss (checked
  * when the configuration names them), and the rights,
  *     "tern": {"subscribe": ["T", "P*", ...], "publish": [...]}
  * each entry a topic, or a prefix ending in '*'.
@@ -23,14 +23,19 @@
 
 #define TERN_TOKEN_MAX 8192          /* bytes of a token */
 #define TERN_TOKEN_RIGHTS_MAX 64     /* subscribe + publish entries */
-#define TERN_TOKEN_LEEWAY 30         /* seconds of clock difference allowed for nbf */
+/* Seconds of clock difference between the issuer and us allowed on both
+ * exp and nbf (the default of --token-leeway), as most JWT libraries do:
+ * one leeway, so a token is not refused for a skew in one direction and
+ * let in for the same skew in the other. */
+#define TERN_TOKEN_LEEWAY 30
 
 typedef struct tern__token_config tern__token_config;
 
 /* What a valid token grants. Strings are the rights' own copies. */
 typedef struct tern__token_rights {
     char *sub;
-    int64_t exp;                     /* seconds since the epoch */
+    int64_t exp;                     /* the exp claim, seconds since the epoch */
+    int64_t until;                   /* exp plus the leeway: refused from then on */
     size_t nsubscribe, npublish;
     char *subscribe[TERN_TOKEN_RIGHTS_MAX];
     char *publish[TERN_TOKEN_RIGHTS_MAX];
@@ -46,6 +51,8 @@ int tern__token_config_public_pem(tern__token_config *c, const char *pem, size_t
 /* Copied; NULL: not checked. 0 or -ENOMEM. */
 int tern__token_config_audience(tern__token_config *c, const char *aud);
 int tern__token_config_issuer(tern__token_config *c, const char *iss);
+/* Seconds allowed past exp and before nbf (TERN_TOKEN_LEEWAY unless set). */
+void tern__token_config_leeway(tern__token_config *c, uint32_t seconds);
 /* Reads a file of at most 64 KiB: the secret (one trailing newline
  * stripped) or the public key. 0 or a negative errno; *why says what. */
 int tern__token_config_hmac_file(tern__token_config *c, const char *path, const char **why);

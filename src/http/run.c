@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -36,6 +37,10 @@ typedef struct tern__run {
     pthread_t *threads;
     atomic_int stops;
     atomic_int live;
+    /* The drain delay (loop 0's thread only): its length, and its timer
+     * while a first signal waits on it. */
+    uint32_t drain_delay_ms;
+    tern_timer *delay;
 } tern__run;
 
 /* One of the things loop 0 waits for is over: the last one ends loop 0.
@@ -109,10 +114,34 @@ int tern_run_stop(tern_server *srv) {
     return run_stop(srv->cfg->run);
 }
 
+/* The drain delay is over: the graceful shutdown begins, unless a
+ * tern_run_stop began it meanwhile (then it must not become a stop). */
+static void delay_over(tern_timer *t, void *user) {
+    tern__run *run = user;
+    tern_timer_stop(t);
+    run->delay = NULL;
+    if (atomic_load(&run->stops) == 0)
+        run_stop(run);
+}
+
 static void on_signal(tern_loop *loop, int signo, void *user) {
     tern__run *run = user;
+    bool first = atomic_load(&run->stops) == 0;
+    /* A first signal with a drain delay only starts the wait: the loops
+     * keep accepting and serving while a load balancer that polls
+     * readiness takes this node out. A second signal ends the wait. */
+    if (first && run->drain_delay_ms && run->delay == NULL &&
+        tern_timer_start(loop, &run->delay, run->drain_delay_ms, 0, delay_over, run) == 0) {
+        tern__log(TERN_LOG_INFO, TERN__LOG_RUN, "run: signal %d, shutting down in %u ms", signo,
+                  run->drain_delay_ms);
+        return;
+    }
+    if (run->delay) {
+        tern_timer_stop(run->delay);
+        run->delay = NULL;
+    }
     tern__log(TERN_LOG_INFO, TERN__LOG_RUN, "run: signal %d, %s", signo,
-              atomic_load(&run->stops) ? "stopping now" : "shutting down");
+              first ? "shutting down" : "stopping now");
     run_stop(run);
 }
 
@@ -145,6 +174,8 @@ static void run_free(tern__run *run) {
             if (run->loops[i])
                 ran += tern__loop_run_posts(run->loops[i]);
     } while (ran);
+    if (run->delay)
+        tern_timer_stop(run->delay);
     for (int i = run->n - 1; i >= 0; i--)
         tern_server_free(run->per[i].srv);
     for (int i = 0; i < run->n; i++)
@@ -172,6 +203,7 @@ int tern_run(int n_threads, const tern_run_options *opt, tern_setup_fn setup, vo
     atomic_init(&run->live, 0);
     run->thread_init = opt->thread_init;
     run->teardown = opt->teardown;
+    run->drain_delay_ms = opt->drain_delay_ms;
     run->user = user;
     run->loops = calloc((size_t)n_threads, sizeof(*run->loops));
     run->per = calloc((size_t)n_threads, sizeof(*run->per));

@@ -40,6 +40,7 @@ SAMPLES = {
     "token-public-key-file": "pk.pem", "token-audience": "aud", "token-issuer": "iss",
     "feed": "off", "feed-rate": "23", "redis": "redis://127.0.0.1:6379", "log-level": "debug",
     "access-log": "-", "threads": "3", "io": "uring", "vhost": "a=/srv", "quiet": "on",
+    "admin-listen-public": "on", "drain-delay": "24", "token-leeway": "25",
 }
 
 
@@ -431,3 +432,132 @@ def test_sighup_applies_a_changed_topic_rule(tern_factory, tmp_path):
             assert "not applied (they need a restart): topic" in line, line
             assert (await subscribe(kept, "news.c")).get("ok") == "subscribe"   # still anyone
     asyncio.run(go())
+
+
+# ---- TERN_CONFIG, misspelt variables, --version, the manual page (#37) -------
+
+def test_tern_config_names_the_file_and_the_flag_wins(tmp_path):
+    env_conf = tmp_path / "env.conf"
+    env_conf.write_text("max-connections 123\nfeed-rate 7\n")
+    flag_conf = tmp_path / "flag.conf"
+    flag_conf.write_text("max-connections 456\n")
+    got = config_lines(serve("--print-config", env={"TERN_CONFIG": str(env_conf)}).stdout)
+    assert got["max-connections"] == ["123"] and got["feed-rate"] == ["7"]
+    got = config_lines(serve("--config", str(flag_conf), "--print-config",
+                             env={"TERN_CONFIG": str(env_conf)}).stdout)
+    assert got["max-connections"] == ["456"] and got["feed-rate"] == ["40"]   # env's file unread
+    r = serve("--print-config", env={"TERN_CONFIG": str(tmp_path / "none.conf")})
+    assert r.returncode == 2 and "none.conf: No such file" in r.stderr, r.stderr
+
+
+def start_and_stop(*args, env=None):
+    """tern serve started with args until its "listening on" line, then
+    SIGTERM (exit 0): its stderr's lines before that one."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("TERN_") or k == "TERN_BIN"}
+    e.update(env or {})
+    p = subprocess.Popen([TERN_BIN, "serve", "--port", "0", "--threads", "1", *args],
+                         stderr=subprocess.PIPE, env=e, text=True)
+    before = []
+    try:
+        for line in p.stderr:
+            if "listening on" in line:
+                break
+            before.append(line)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10 * SLOW) == 0
+    return before
+
+
+def test_a_misspelt_environment_variable_is_named_at_start():
+    warned = start_and_stop("--admin-listen", "off", env={
+        "TERN_MAX_CONECTIONS": "5", "TERN_NONSENSE_WORD": "1",
+        # read by tern or its tests, or an option's: no warning
+        "TERN_IO": "epoll", "TERN_SANITIZED": "1", "TERN_SOAK_SEED": "1", "TERN_FEED_RATE": "5"})
+    assert len(warned) == 2, warned
+    assert any("TERN_MAX_CONECTIONS" in w and "did you mean TERN_MAX_CONNECTIONS, "
+               "--max-connections?" in w for w in warned), warned
+    assert any("TERN_NONSENSE_WORD" in w and "did you mean" not in w for w in warned), warned
+
+
+def test_a_misspelt_flag_names_the_nearest():
+    r = serve("--max-conections", "3")
+    assert r.returncode == 2
+    assert "unknown option '--max-conections' (did you mean --max-connections?)" in r.stderr
+
+
+@pytest.mark.parametrize("cmd", [["--version"], ["version"], ["serve", "--version"]])
+def test_version(cmd):
+    r = subprocess.run([TERN_BIN, *cmd], capture_output=True, text=True, timeout=10 * SLOW)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert re.fullmatch(r"tern \d+\.\d+\.\d+", lines[0]), lines
+    assert lines[1].startswith("TLS: ") and ("OpenSSL" in lines[1] or "rustls" in lines[1])
+    assert lines[2].startswith("I/O back ends: epoll"), lines
+
+
+def help_options():
+    out = serve("--help").stdout
+    return re.findall(r"^\s+(?:-\w, )?--([a-z0-9-]+)", out, flags=re.M)
+
+
+def test_the_manual_page_renders_and_names_every_option():
+    page = os.path.join(os.path.dirname(TERN_BIN), "tern.1")
+    assert os.path.exists(page), "the build writes tern.1 beside tern"
+    with open(page) as f:
+        assert f.read() == subprocess.run([TERN_BIN, "man"], capture_output=True, text=True,
+                                          check=True).stdout
+    r = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-P", "-c", page],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    text = re.sub(r".\x08", "", r.stdout)   # bold and underline by overstriking
+    text = text.replace("\u2010", "-").replace("\u2212", "-")
+    text = re.sub(r"-\n\s*", "-", text)   # words broken at a hyphen
+    opts = help_options()
+    assert len(opts) > 60
+    for name in opts:
+        assert f"--{name}" in text, name
+    for section in ("NAME", "SYNOPSIS", "OPTIONS", "ENVIRONMENT", "SIGNALS"):
+        assert re.search(rf"^{section}", text, flags=re.M), section
+    if subprocess.run(["sh", "-c", "command -v man"], capture_output=True).returncode == 0:
+        r = subprocess.run(["man", "-l", page], capture_output=True, text=True, timeout=30,
+                           env=dict(os.environ, MANPAGER="cat", PAGER="cat", MANWIDTH="100"))
+        text = re.sub(r".\x08", "", r.stdout).replace("\u2010", "-").replace("\u2212", "-")
+        assert r.returncode == 0 and "--max-connections" in text, r.stderr
+
+
+# ---- the admin listener away from loopback (#37) -----------------------------
+
+def test_admin_listen_off_loopback_is_refused_unless_allowed():
+    r = serve("--port", "0", "--threads", "1", "--admin-listen", "0.0.0.0:0")
+    assert r.returncode == 2
+    assert "--admin-listen 0.0.0.0:0 is not a loopback address" in r.stderr, r.stderr
+    assert "--admin-listen-public" in r.stderr
+    out = start_and_stop("--admin-listen", "0.0.0.0:0", "--admin-listen-public", "--quiet")
+    warning = [l for l in out if "WARNING" in l]
+    assert len(warning) == 1, out
+    for exposed in ("/stats", "/metrics", "not on loopback", "no key"):
+        assert exposed in warning[0], warning
+    # loopback, in any spelling, is quiet
+    for at in ("127.0.0.1:0", "[::1]:0", "localhost:0", "127.1.2.3:0"):
+        out = start_and_stop("--admin-listen", at)
+        assert not [l for l in out if "WARNING" in l], (at, out)
+
+
+# ---- SIGHUP says what it reloaded (#37) ---------------------------------------
+
+def test_sighup_without_certificates_does_not_say_they_were_reloaded(tmp_path):
+    conf = tmp_path / "tern.conf"
+    conf.write_text("log-level info\n")
+    p, lines, port = serve_with_config_only(conf)
+    try:
+        p.send_signal(signal.SIGHUP)
+        lines.wait(r"SIGHUP: .*tern\.conf read")   # the certificates' line came after it
+        time.sleep(0.3)
+        rest = []
+        while not lines.q.empty():
+            rest.append(lines.q.get())
+        assert not [l for l in rest if "certificates" in l], rest
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10 * SLOW) == 0

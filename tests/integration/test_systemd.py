@@ -77,6 +77,33 @@ def test_ready_after_listening_then_stopping_at_the_drain():
         shutil.rmtree(d, ignore_errors=True)
 
 
+
+def test_sighup_sends_reloading_then_ready():
+    """Type=notify-reload: SIGHUP sends RELOADING=1 with MONOTONIC_USEC (the
+    monotonic clock, as systemd checks it), then READY=1 once the reload is
+    done, with the listening status again."""
+    sock, path, d = notify_socket()
+    try:
+        p, port = start(path)
+        messages(sock, "READY=1", 5)
+        before = time.clock_gettime(time.CLOCK_MONOTONIC)
+        p.send_signal(signal.SIGHUP)
+        got = messages(sock, "RELOADING=1", 5)
+        fields = got[-1].split("\n")
+        usec = [int(f.split("=", 1)[1]) for f in fields if f.startswith("MONOTONIC_USEC=")]
+        assert len(usec) == 1, fields
+        assert before * 1e6 <= usec[0] <= (before + 5 * SLOW) * 1e6, (before, usec)
+        ready = messages(sock, "READY=1", 5)[-1].split("\n")
+        assert any(l.startswith("STATUS=listening on http://127.0.0.1:") for l in ready), ready
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()   # still serving
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10 * SLOW) == 0
+        err = p.stderr.read()
+        assert "Sanitizer" not in err and "runtime error:" not in err, err
+    finally:
+        sock.close()
+        shutil.rmtree(d, ignore_errors=True)
+
 def test_watchdog_at_half_the_period():
     sock, path, d = notify_socket()
     try:

@@ -43,7 +43,10 @@ def claims(ttl=3600, **rights):
 def served(tern_factory, tmp_path):
     f = tmp_path / "secret"
     f.write_bytes(SECRET + b"\n")
-    return tern_factory("--token-hmac-secret-file", str(f), "--feed", "off", open_topics=False)
+    # No leeway: the tests of exp below see the claim itself (the leeway
+    # has its own test).
+    return tern_factory("--token-hmac-secret-file", str(f), "--token-leeway", "0", "--feed", "off",
+                        open_topics=False)
 
 
 def url(t, tok=None):
@@ -177,7 +180,7 @@ def test_claims_and_keys(tern_factory, certs, tmp_path, rsa_keys, scheme):  # no
     async def go():
         assert await status(token(c())) == 101
         assert await status(rs256_token(c(), key)) == 101
-        assert await status(token(c(exp=now - 5))) == 401              # expired
+        assert await status(token(c(exp=now - 40))) == 401             # expired, past the leeway
         assert await status(token(c(nbf=now + 600))) == 401            # not yet valid
         assert await status(token(c(), secret=b"wrong")) == 401         # wrongly signed
         assert await status(token(c(aud="other"))) == 401              # wrong audience
@@ -202,3 +205,52 @@ def test_refresh_with_an_expired_token_is_refused_then_exp_closes(served):
         with pytest.raises(ConnectionClosed) as e:
             ws.recv(timeout=10 * SLOW)
         assert e.value.rcvd.code == 4001
+
+
+# ---- one leeway on exp and nbf (--token-leeway, default 30 s) --------------
+
+@pytest.mark.parametrize("leeway", [None, "0"])
+def test_leeway_applies_to_exp(tern_factory, tmp_path, leeway):
+    f = tmp_path / "secret"
+    f.write_bytes(SECRET)
+    args = ["--token-leeway", leeway] if leeway else []
+    t = tern_factory("--token-hmac-secret-file", str(f), *args, "--feed", "off", open_topics=False)
+
+    def status(ttl):
+        try:
+            with connect(url(t, token(claims(ttl=ttl, subscribe=["a"]))),
+                         open_timeout=5 * SLOW) as ws:
+                assert ask(ws, op="subscribe", topic="a")["ok"] == "subscribe"
+                return 101
+        except InvalidStatus as e:
+            return e.response.status_code
+
+    # expired 10 s ago: within the default leeway of 30 s, not within 0
+    assert status(-10) == (101 if leeway is None else 401)
+    # expired 40 s ago: past either
+    assert status(-40) == 401
+    # nbf 10 s ahead: the same leeway
+    nbf = token(dict(claims(subscribe=["a"]), nbf=int(time.time()) + 10))
+    try:
+        with connect(url(t, nbf), open_timeout=5 * SLOW):
+            got = 101
+    except InvalidStatus as e:
+        got = e.response.status_code
+    assert got == (101 if leeway is None else 401)
+
+
+def test_leeway_keeps_a_connection_open_past_exp(tern_factory, tmp_path):
+    """The expiry closes at exp plus the leeway, when verify would refuse the
+    token, not at exp: with a leeway of 2 s a token expiring in 1 s keeps its
+    connection open for about 3 s."""
+    f = tmp_path / "secret"
+    f.write_bytes(SECRET)
+    t = tern_factory("--token-hmac-secret-file", str(f), "--token-leeway", "2", "--feed", "off",
+                     open_topics=False)
+    start = time.monotonic()
+    with connect(url(t, token(claims(ttl=1, subscribe=["a"])))) as ws:
+        assert ask(ws, op="subscribe", topic="a")["ok"] == "subscribe"
+        with pytest.raises(ConnectionClosed) as e:
+            ws.recv(timeout=10 * SLOW)
+        assert e.value.rcvd.code == 4001
+    assert time.monotonic() - start > 1.5

@@ -163,8 +163,15 @@ static void hs256_good(void **state) {
 static void times(void **state) {
     (void)state;
     tern__token_config *c = hmac_config();
+    /* One leeway (30 s by default) on exp and nbf alike. */
+    refused(c, hs("{\"sub\":\"a\",\"exp\":1699999970}"), "expired");
+    assert_int_equal(check(c, hs("{\"sub\":\"a\",\"exp\":1699999971}"), NULL), 0);
+    refused(c, hs("{\"sub\":\"a\",\"exp\":1699999960}"), "expired");
+    tern__token_config_leeway(c, 0);
     refused(c, hs("{\"sub\":\"a\",\"exp\":1699999999}"), "expired");
     refused(c, hs("{\"sub\":\"a\",\"exp\":1700000000}"), "expired");
+    refused(c, hs("{\"sub\":\"a\",\"exp\":1700003600,\"nbf\":1700000001}"), "not yet valid");
+    tern__token_config_leeway(c, TERN_TOKEN_LEEWAY);
     refused(c, hs("{\"sub\":\"a\",\"exp\":1700003600,\"nbf\":1700000031}"), "not yet valid");
     assert_int_equal(check(c, hs("{\"sub\":\"a\",\"exp\":1700003600,\"nbf\":1700000030}"), NULL), 0);
     refused(c, hs("{\"sub\":\"a\",\"exp\":1700003600,\"nbf\":\"soon\"}"), "bad nbf or iat");
@@ -264,7 +271,8 @@ static void remembered_signatures_still_check_claims(void **state) {
     assert_int_equal(check(c, good, NULL), 0);   /* remembered */
     tern__token_rights r;
     const char *why = "";
-    assert_int_equal(tern__token_verify(c, good, strlen(good), 1700003600, &r, &why), -EACCES);
+    assert_int_equal(tern__token_verify(c, good, strlen(good), 1700003600 + TERN_TOKEN_LEEWAY,
+                                        &r, &why), -EACCES);
     assert_string_equal(why, "expired");
     char bad[4096];
     snprintf(bad, sizeof(bad), "%s", good);
