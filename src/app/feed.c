@@ -124,8 +124,9 @@ static void on_stats_tick(tern_timer *t, void *user) {
     const char head[] = "{\"topic\":\"stats\",\"seq\":";
 #define Q "\\\""   /* a quote inside the data string */
     int len = snprintf(msg, sizeof(msg),
-                       "%s,\"data\":\"{" Q "node" Q ":" Q "%s" Q "," Q "uptime" Q ":%llu," Q "threads" Q ":%d," Q "connections" Q
-                       ":%llu," Q "msgs_in" Q ":%llu," Q "msgs_out" Q ":%llu," Q "bytes_in" Q ":%llu,"
+                       "%s,\"data\":\"{" Q "node" Q ":" Q "%s" Q "," Q "uptime" Q ":%llu,"
+                       Q "threads" Q ":%d," Q "connections" Q ":%llu," Q "msgs_in" Q ":%llu,"
+                       Q "msgs_out" Q ":%llu," Q "bytes_in" Q ":%llu,"
                        Q "bytes_out" Q ":%llu," Q "publishes" Q ":%llu," Q "delivered" Q ":%llu,"
                        Q "dropped" Q ":%llu}\"}",
                        head, f->node, (unsigned long long)((now_ms() - f->started_ms) / 1000), n,

@@ -259,11 +259,13 @@ static void put_process(metrics_buf *b) {
     double cpu = cpu_seconds(), start = start_time_seconds();
     struct rlimit rl;
     if (cpu >= 0) {
-        family(b, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.");
+        family(b, "process_cpu_seconds_total", "counter",
+               "Total user and system CPU time spent in seconds.");
         put(b, "process_cpu_seconds_total %.6f\n", cpu);
     }
     if (start >= 0) {
-        family(b, "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.");
+        family(b, "process_start_time_seconds", "gauge",
+               "Start time of the process since unix epoch in seconds.");
         put(b, "process_start_time_seconds %.2f\n", start);
     }
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
@@ -277,7 +279,8 @@ static void put_process(metrics_buf *b) {
  * name needs no escaping (--node-name's check); the TLS library's name
  * has no quote, backslash or newline. */
 static void put_build_info(metrics_buf *b, tern_server *srv, const char *node) {
-    family(b, "tern_build_info", "gauge", "1, labelled with the version, TLS library, loop back end and node name.");
+    family(b, "tern_build_info", "gauge",
+           "1, labelled with the version, TLS library, loop back end and node name.");
     put(b, "tern_build_info{version=\"%s\",tls=\"%s\",backend=\"%s\",node=\"%s\"} 1\n",
         TERN_VERSION, tern_tls_library(), tern_loop_backend(tern_server_loop(srv)), node);
 }

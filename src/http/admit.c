@@ -9,12 +9,12 @@
  * 16 bits of its tern__conn (owner_tag) and its close needs no lookup of
  * the address, which a reset socket could no longer give. */
 #include <errno.h>
-#include <stdatomic.h>
-#include <time.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "http/server.h"
