@@ -158,6 +158,17 @@ typedef struct tern_stats {
 /* Returns 0, or -EINVAL for a NULL argument or a host handle. */
 int tern_server_stats(const tern_server *srv, tern_stats *out);
 
+/* Responses by status code: out[i] counts the responses srv wrote with
+ * status TERN_HTTP_STATUS_MIN + i (100 to 599), from its handlers, its
+ * refusals before any handler (4xx, 5xx) and its 503s to connections over
+ * a limit (plain HTTP; TLS ones are closed). Interim responses (100
+ * Continue, 101 of an upgrade) are not counted. Counted by the loop in a
+ * fixed array, no lock; any thread may read it. Returns 0, or -EINVAL for
+ * a NULL argument or a host handle. */
+#define TERN_HTTP_STATUS_MIN 100
+#define TERN_HTTP_STATUS_COUNT 500
+int tern_server_responses(const tern_server *srv, uint64_t out[TERN_HTTP_STATUS_COUNT]);
+
 #define TERN_HISTOGRAM_BUCKETS 15
 
 /* A histogram of durations as Prometheus takes it: below[i] observations

@@ -55,8 +55,9 @@ const struct tern__topic_rules *tern__serve_pubsub_swap_rules(const struct tern_
 struct tern__topic_rules;
 /* rules: the topic rules given to the library in setup (one series each
  * in the per-rule pub/sub families). */
+/* node: --node-name, in tern_build_info's labels. */
 void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
-                         const struct tern__topic_rules *rules);
+                         const struct tern__topic_rules *rules, const char *node);
 
 /* serve_redis.c: --redis's URL with its password as "****" (for any line
  * that shows it); and the URL the bridge is given: url with the first line
@@ -114,8 +115,14 @@ int tern__serve_sd_watchdog(tern_loop *loop, tern_timer **out);
 /* feed.c: the simulated market data ("market", rate updates a second; 0:
  * none) and live statistics ("stats", every second), from timers on srv's
  * loop; and the page that shows them at /market (and / when at_root). */
-int tern__feed_start(tern_server *srv, unsigned rate);
-void tern__page_routes(tern_server *srv, bool at_root);
+/* node: --node-name, put in every "stats" message and in the page's
+ * <meta name="tern-node"> (so the page shows its own node's figures);
+ * kept by pointer, valid while the servers run. */
+int tern__feed_start(tern_server *srv, unsigned rate, const char *node);
+int tern__page_routes(tern_server *srv, bool at_root, const char *node);
+/* The default --node-name, HOSTNAME:PID (characters --node-name refuses
+ * as '-'), into out (cap bytes). */
+void tern__node_name_default(char *out, size_t cap);
 /* The page, src/app/market.html, made into an array at build time. */
 extern const unsigned char tern__market_html[];
 extern const size_t tern__market_html_len;

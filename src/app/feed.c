@@ -11,17 +11,22 @@
  *   As it starts the feed publishes every instrument once, at its open,
  *   so the topic's snapshot holds all 24 from the first moment.
  * - topic "stats", once a second:
- *     {"uptime":S,"threads":T,"connections":C,"msgs_in":R,"msgs_out":R,
+ *     {"node":"NAME","uptime":S,"threads":T,"connections":C,"msgs_in":R,"msgs_out":R,
  *      "bytes_in":R,"bytes_out":R,"publishes":R,"delivered":R,"dropped":D}
- *   where R are per-second rates over every thread and D a total.
+ *   where R are per-second rates over every thread and D a total, NAME
+ *   --node-name: over Redis every node's figures reach every subscriber,
+ *   and the page keeps those of the node that served it.
  *
  * Both run from timers on the first thread's loop; a publish reaches the
  * subscribers of every thread. A publish to a topic with no subscriber
  * costs a lookup: the feed runs whether anyone watches or not. */
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "app/app.h"
 #include "tern/tern.h"
@@ -47,6 +52,7 @@ static instrument instruments[] = {
  * thread (its timers); last holds the totals of the previous stats tick. */
 typedef struct feed {
     tern_server *srv;
+    const char *node;       /* --node-name */
     unsigned rate;          /* updates per second over all instruments */
     double owed;            /* updates due but not yet published (fractions) */
     uint64_t started_ms;
@@ -118,11 +124,12 @@ static void on_stats_tick(tern_timer *t, void *user) {
     const char head[] = "{\"topic\":\"stats\",\"seq\":";
 #define Q "\\\""   /* a quote inside the data string */
     int len = snprintf(msg, sizeof(msg),
-                       "%s,\"data\":\"{" Q "uptime" Q ":%llu," Q "threads" Q ":%d," Q "connections" Q
-                       ":%llu," Q "msgs_in" Q ":%llu," Q "msgs_out" Q ":%llu," Q "bytes_in" Q ":%llu,"
+                       "%s,\"data\":\"{" Q "node" Q ":" Q "%s" Q "," Q "uptime" Q ":%llu,"
+                       Q "threads" Q ":%d," Q "connections" Q ":%llu," Q "msgs_in" Q ":%llu,"
+                       Q "msgs_out" Q ":%llu," Q "bytes_in" Q ":%llu,"
                        Q "bytes_out" Q ":%llu," Q "publishes" Q ":%llu," Q "delivered" Q ":%llu,"
                        Q "dropped" Q ":%llu}\"}",
-                       head, (unsigned long long)((now_ms() - f->started_ms) / 1000), n,
+                       head, f->node, (unsigned long long)((now_ms() - f->started_ms) / 1000), n,
                        (unsigned long long)conns, (unsigned long long)(in - f->last_in),
                        (unsigned long long)(out - f->last_out),
                        (unsigned long long)(bin - f->last_bin),
@@ -135,10 +142,11 @@ static void on_stats_tick(tern_timer *t, void *user) {
     tern_publish_ex(f->srv, "stats", msg, (size_t)len, TERN_WS_TEXT, NULL, sizeof(head) - 1);
 }
 
-int tern__feed_start(tern_server *srv, unsigned rate) {
+int tern__feed_start(tern_server *srv, unsigned rate, const char *node) {
     feed *f = &the_feed;
     memset(f, 0, sizeof(*f));
     f->srv = srv;
+    f->node = node;
     f->rate = rate;
     f->started_ms = now_ms();
     f->seed = (unsigned)f->started_ms;
@@ -161,11 +169,37 @@ int tern__feed_start(tern_server *srv, unsigned rate) {
 
 /* ---- the page ------------------------------------------------------------ */
 
+/* The page with its <meta name="tern-node"> filled in: made once, by
+ * tern__page_routes, and read by every loop (never written again). */
+static char *page;
+static size_t page_len;
+
 static void on_page(tern_http_req *req, void *user) {
     (void)user;
     tern_http_add_header(req, "Cache-Control", "no-cache");
-    tern_http_respond(req, 200, "text/html; charset=utf-8", (const char *)tern__market_html,
-                      tern__market_html_len);
+    tern_http_respond(req, 200, "text/html; charset=utf-8", page, page_len);
+}
+
+/* market.html with node in its tern-node meta. node needs no escaping:
+ * --node-name takes only letters, digits and . _ : -. */
+static int page_make(const char *node) {
+    static const char meta[] = "<meta name=\"tern-node\" content=\"";
+    const char *html = (const char *)tern__market_html;
+    size_t len = tern__market_html_len, mlen = sizeof(meta) - 1, nlen = strlen(node);
+    const char *at = memmem(html, len, meta, mlen);
+    if (at == NULL)
+        return -EINVAL;
+    size_t head = (size_t)(at - html) + mlen;
+    char *p = malloc(len + nlen);
+    if (p == NULL)
+        return -ENOMEM;
+    memcpy(p, html, head);
+    memcpy(p + head, node, nlen);
+    memcpy(p + head + nlen, html + head, len - head);
+    free(page);
+    page = p;
+    page_len = len + nlen;
+    return 0;
 }
 
 /* The page's client: clients/js/tern-client.js, the file the npm package
@@ -177,9 +211,26 @@ static void on_client_js(tern_http_req *req, void *user) {
                       tern__client_js_len);
 }
 
-void tern__page_routes(tern_server *srv, bool at_root) {
-    tern_http_route(srv, "GET", "/market", on_page, NULL);
-    tern_http_route(srv, "GET", "/tern-client.js", on_client_js, NULL);
-    if (at_root)
-        tern_http_route(srv, "GET", "/", on_page, NULL);
+int tern__page_routes(tern_server *srv, bool at_root, const char *node) {
+    int err = page_make(node);
+    if (err == 0)
+        err = tern_http_route(srv, "GET", "/market", on_page, NULL);
+    if (err == 0)
+        err = tern_http_route(srv, "GET", "/tern-client.js", on_client_js, NULL);
+    if (err == 0 && at_root)
+        err = tern_http_route(srv, "GET", "/", on_page, NULL);
+    return err < 0 ? err : 0;
+}
+
+/* Hostnames hold only letters, digits, '-' and '.'; anything else (a
+ * misconfigured one) becomes '-', so the default passes --node-name's
+ * check. */
+void tern__node_name_default(char *out, size_t cap) {
+    char host[256] = "";
+    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0')
+        strcpy(host, "tern");
+    snprintf(out, cap, "%.40s:%ld", host, (long)getpid());
+    for (char *p = out; *p; p++)
+        if (!isalnum((unsigned char)*p) && !strchr("._:-", *p))
+            *p = '-';
 }

@@ -2,7 +2,7 @@
  *
  * Public listener (--host/--port, --tls-port, --unix):
  *   GET  /ping              "pong"
- *   GET  /, /market         the live page (src/app/market.html)
+ *   GET  /, /market         the live page (src/app/market.html; not with --page off)
  *   GET  /tern-client.js    the page's client (clients/js/tern-client.js)
  *   GET  /pubsub            WebSocket pub/sub with a small JSON protocol:
  *                           {"op":"subscribe"|"unsubscribe","topic":"T"},
@@ -180,6 +180,8 @@ typedef struct serve_ctx {
     int ws_async;              /* --ws-async[=timer|post]: /ws echoes each message later */
     uint32_t ws_deadline_ms;   /* --ws-deadline-ms: /ws's deadline, moved by every message */
     unsigned feed_rate;        /* --feed-rate N: market updates a second */
+    bool page;                 /* --page on|off (on) */
+    char node[TERN__NODE_NAME_MAX + 1];   /* --node-name, or HOSTNAME:PID */
     tern_server *first;        /* thread 0's server (setup's) */
     /* Sockets systemd passed, served instead of binding (closed once
      * served: the servers hold duplicates); -1 each when none. */
@@ -739,7 +741,7 @@ static void on_stats(tern_http_req *req, void *user) {
     serve_ctx *ctx = user;
     tern_server *srv = ctx->first;   /* the public servers' counters, not the admin's */
     int n = tern_server_peer_count(srv);
-    size_t cap = 1024 + (size_t)n * 768, len = 0;   /* each entry under 700 bytes */
+    size_t cap = 1152 + (size_t)n * 768, len = 0;   /* each entry under 700 bytes; a node name */
     char *out = malloc(cap);
     if (out == NULL) {
         tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);
@@ -800,11 +802,11 @@ static void on_stats(tern_http_req *req, void *user) {
                  U(rc.received), U(rc.dropped), U(rc.fills), rc.auth_refused ? "true" : "false");
     tern__serve_pubsub_refusals pr;
     tern__serve_pubsub_refusals_get(&pr);
-    len = (size_t)snprintf(out, cap, "{\"threads\":%d,\"thread\":%d,\"redis\":%s,"
+    len = (size_t)snprintf(out, cap, "{\"node\":\"%s\",\"threads\":%d,\"thread\":%d,\"redis\":%s,"
                            "\"pubsub_limits\":{\"rate_refused\":%llu,\"rate_closed\":%llu,"
                            "\"too_big\":%llu,\"forbidden_subscribe\":%llu,"
                            "\"forbidden_publish\":%llu},\"total\":" STATS_FMT ",\"each\":[%s]}\n",
-                           n, tern_server_index(srv), redis, U(pr.rate_refused),
+                           ctx->node, n, tern_server_index(srv), redis, U(pr.rate_refused),
                            U(pr.rate_closed), U(pr.too_big), U(pr.forbidden_subscribe),
                            U(pr.forbidden_publish), STATS_ARGS(sum, psum), each);
 #undef U
@@ -818,7 +820,7 @@ static void on_stats(tern_http_req *req, void *user) {
 /* GET /metrics: the public servers' counters (serve_metrics.c). */
 static void on_metrics(tern_http_req *req, void *user) {
     serve_ctx *ctx = user;
-    tern__serve_metrics(req, ctx->first, atomic_load(&ctx->draining), &ctx->rules);
+    tern__serve_metrics(req, ctx->first, atomic_load(&ctx->draining), &ctx->rules, ctx->node);
 }
 
 /* GET /healthz (and /health): the process answers; nothing else is
@@ -1434,8 +1436,11 @@ static int serve_setup(tern_server *srv, void *user) {
         }
     }
     /* The page at / unless --root serves files there (then at /market). */
-    tern__page_routes(srv, ctx->root == NULL);
-    if ((err = tern__feed_start(srv, ctx->feed ? ctx->feed_rate : 0)) < 0) {
+    if (ctx->page && (err = tern__page_routes(srv, ctx->root == NULL, ctx->node)) < 0) {
+        fprintf(stderr, "tern serve: page: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
+    if ((err = tern__feed_start(srv, ctx->feed ? ctx->feed_rate : 0, ctx->node)) < 0) {
         fprintf(stderr, "tern serve: feed: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
@@ -1583,6 +1588,11 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     ctx.quiet = tern__opt_uint(s, SV_QUIET);
     ctx.feed = strcmp(tern__opt_str(s, SV_FEED), "on") == 0;
     ctx.feed_rate = (unsigned)tern__opt_uint(s, SV_FEED_RATE);
+    ctx.page = strcmp(tern__opt_str(s, SV_PAGE), "on") == 0;
+    if (tern__opt_given(s, SV_NODE_NAME))
+        snprintf(ctx.node, sizeof(ctx.node), "%s", tern__opt_str(s, SV_NODE_NAME));
+    else
+        tern__node_name_default(ctx.node, sizeof(ctx.node));
     ctx.ps_limits.max_message = tern__opt_uint(s, SV_PS_MAX_MESSAGE);
     ctx.ps_limits.rate = (uint32_t)tern__opt_uint(s, SV_PS_RATE);
     ctx.bench_routes = tern__opt_uint(s, SV_BENCH_ROUTES);

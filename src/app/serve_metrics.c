@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "app/app.h"
@@ -216,9 +217,92 @@ static long long open_fds(void) {
     return n - 1;
 }
 
+/* CPU time used (user + system), in seconds; -1 when unknown. */
+static double cpu_seconds(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return -1;
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* When the process started, in Unix seconds, as Prometheus' own clients
+ * tell it: /proc/self/stat's starttime (clock ticks after boot) plus
+ * /proc/stat's btime. -1 when /proc cannot tell. */
+static double start_time_seconds(void) {
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    /* The command name (field 2) may hold spaces: count from its ')'. */
+    char *p = strrchr(buf, ')');
+    unsigned long long ticks = 0;
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d "
+                                   "%*d %*d %*d %*d %*d %llu", &ticks) != 1)
+        return -1;
+    unsigned long long btime = 0;
+    bool found = false;
+    if ((f = fopen("/proc/stat", "r")) != NULL) {
+        char line[256];
+        while (!found && fgets(line, sizeof(line), f))
+            found = sscanf(line, "btime %llu", &btime) == 1;
+        fclose(f);
+    }
+    long hz = sysconf(_SC_CLK_TCK);
+    return found && hz > 0 ? (double)btime + (double)ticks / (double)hz : -1;
+}
+
+/* The standard process families beside resident memory and descriptors. */
+static void put_process(metrics_buf *b) {
+    double cpu = cpu_seconds(), start = start_time_seconds();
+    struct rlimit rl;
+    if (cpu >= 0) {
+        family(b, "process_cpu_seconds_total", "counter",
+               "Total user and system CPU time spent in seconds.");
+        put(b, "process_cpu_seconds_total %.6f\n", cpu);
+    }
+    if (start >= 0) {
+        family(b, "process_start_time_seconds", "gauge",
+               "Start time of the process since unix epoch in seconds.");
+        put(b, "process_start_time_seconds %.2f\n", start);
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        family(b, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
+        put(b, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+    }
+}
+
+/* tern_build_info: what this process is, as labels of a constant 1 (the
+ * usual *_build_info shape, joined onto other series by node). The node
+ * name needs no escaping (--node-name's check); the TLS library's name
+ * has no quote, backslash or newline. */
+static void put_build_info(metrics_buf *b, tern_server *srv, const char *node) {
+    family(b, "tern_build_info", "gauge",
+           "1, labelled with the version, TLS library, loop back end and node name.");
+    put(b, "tern_build_info{version=\"%s\",tls=\"%s\",backend=\"%s\",node=\"%s\"} 1\n",
+        TERN_VERSION, tern_tls_library(), tern_loop_backend(tern_server_loop(srv)), node);
+}
+
+/* tern_http_responses_total by status code: each loop counts in its own
+ * array (tern_server_responses), summed here; codes never sent are left
+ * out. */
+static void put_responses(metrics_buf *b, tern_server *srv) {
+    uint64_t sum[TERN_HTTP_STATUS_COUNT] = {0}, one[TERN_HTTP_STATUS_COUNT];
+    for (int i = 0; i < tern_server_peer_count(srv); i++)
+        if (tern_server_responses(tern_server_peer(srv, i), one) == 0)
+            for (size_t c = 0; c < TERN_HTTP_STATUS_COUNT; c++)
+                sum[c] += one[c];
+    family(b, "tern_http_responses_total", "counter", "HTTP responses sent, by status code.");
+    for (size_t c = 0; c < TERN_HTTP_STATUS_COUNT; c++)
+        if (sum[c])
+            put(b, "tern_http_responses_total{code=\"%zu\"} %llu\n", c + TERN_HTTP_STATUS_MIN,
+                (unsigned long long)sum[c]);
+}
 
 void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
-                         const tern__topic_rules *rules) {
+                         const tern__topic_rules *rules, const char *node) {
     int n = tern_server_peer_count(srv);
     metrics_sample *each = calloc((size_t)(n > 0 ? n : 1), sizeof(*each));
     metrics_buf b = {.cap = 16384};
@@ -292,6 +376,9 @@ void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
         family(&b, "process_open_fds", "gauge", "Number of open file descriptors.");
         put(&b, "process_open_fds %lld\n", fds);
     }
+    put_process(&b);
+    put_build_info(&b, srv, node);
+    put_responses(&b, srv);
     family(&b, "tern_threads", "gauge", "Loops (threads) serving.");
     put(&b, "tern_threads %d\n", n);
     family(&b, "tern_draining", "gauge", "1 once SIGTERM began the drain.");

@@ -112,6 +112,18 @@ const char *tern__serve_config_path(const tern__opt_set *s) {
     return env && *env ? env : NULL;
 }
 
+/* --node-name: it goes into JSON, HTML and Prometheus labels unescaped,
+ * so only characters none of them quotes. */
+static const char *node_name_ok(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > TERN__NODE_NAME_MAX)
+        return "expected 1 to 64 characters.";
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && !strchr("._:-", s[i]))
+            return "expected letters, digits and . _ : - only.";
+    return NULL;
+}
+
 static const char *admin_listen_ok(const char *s) {
     char host[256];
     int port;
@@ -166,8 +178,8 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                                  "for benchmarks and tests: /echo, /stream, /upload, /delay,\n"
                                  "/item/:id, /ws, /ws/broadcast, /ws/room/:room, /fanout,\n"
                                  "/fanout/sub, /fanout/pub, /fanout/pub-keyed (off: 404;\n"
-                                 "/, /market, /tern-client.js, /pubsub and /ping are always\n"
-                                 "served)"},
+                                 "/pubsub and /ping are always served, the page's routes\n"
+                                 "unless --page off)"},
     [SV_ADMIN_LISTEN] = {"admin-listen", 0, S, "HOST:PORT", "127.0.0.1:9090", .check = admin_listen_ok,
                          .help = "the admin listener: POST /publish/:topic, GET /stats and\n"
                                  "GET /metrics (Prometheus), GET /healthz and GET /readyz\n"
@@ -296,6 +308,11 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                  .help = "the simulated market data on topic \"market\""},
     [SV_FEED_RATE] = {"feed-rate", 0, U, "N", "40", 0, 100000,
                       .help = "its price updates a second, over all instruments"},
+    [SV_PAGE] = {"page", 0, C, "on|off", "on", .choices = "on|off",
+                 .help = "the live market page at / (or /market) and /tern-client.js"},
+    [SV_NODE_NAME] = {"node-name", 0, S, "NAME", .check = node_name_ok,
+                      .help = "this node's name in topic \"stats\", /stats and /metrics\n"
+                              "(default HOSTNAME:PID; letters, digits and . _ : -)"},
     [SV_REDIS] = {"redis", 0, S, "URL",
                   .help = "bridge pub/sub through Redis (redis://host[:port][/db]):\n"
                           "every node's subscribers get every node's publishes;\n"

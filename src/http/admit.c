@@ -10,12 +10,15 @@
  * the address, which a reset socket could no longer give. */
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "http/server.h"
+#include "loop/log.h"
 
 #define TERN__ADDR_MAX 65536   /* indices 1..65535 fit owner_tag; 0 is "none" */
 
@@ -178,6 +181,29 @@ void tern__http_refuse(int fd, bool tls) {
         shutdown(fd, SHUT_WR);
     }
     close(fd);
+}
+
+/* Refusals not yet in a log line (by limit), and the second of the last
+ * line. Process-wide atomics: a refusal is rare next to a request, and
+ * every loop's count belongs in the one line. */
+static _Atomic uint64_t unlogged_max, unlogged_ip;
+static _Atomic int64_t logged_sec = -1;
+
+void tern__http_log_limit_refusal(bool max) {
+    atomic_fetch_add_explicit(max ? &unlogged_max : &unlogged_ip, 1, memory_order_relaxed);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    int64_t now = (int64_t)ts.tv_sec, last = atomic_load_explicit(&logged_sec, memory_order_relaxed);
+    /* One thread a second wins the exchange and writes the line; the
+     * refusals of the seconds after it wait for the next refusal (a
+     * limit that stops refusing has nothing more to say). */
+    if (now == last || !atomic_compare_exchange_strong(&logged_sec, &last, now))
+        return;
+    uint64_t m = atomic_exchange(&unlogged_max, 0), ip = atomic_exchange(&unlogged_ip, 0);
+    tern__log(TERN_LOG_WARN, TERN__LOG_CONN_LIMIT,
+              "http: %llu connection(s) refused with 503 since the last such line: %llu over "
+              "max_connections, %llu over max_connections_per_ip",
+              (unsigned long long)(m + ip), (unsigned long long)m, (unsigned long long)ip);
 }
 
 void tern__http_admit_free(tern__http_admission *a) {

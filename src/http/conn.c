@@ -58,6 +58,9 @@ static tern__http_conn *accept_conn(tern_server *srv, int fd, bool tls) {
             TERN__STAT_ADD(srv, refused_max, 1);
         else
             TERN__STAT_ADD(srv, refused_ip, 1);
+        if (!tls)
+            TERN__STAT_STATUS(srv, 503);
+        tern__http_log_limit_refusal(refused == 1);
         tern__http_refuse(fd, tls);
         return NULL;
     }

@@ -165,6 +165,7 @@ static int write_head(tern_http_req *req, int status, const char *ctype, int64_t
     req->started = true;
     req->extra.len = 0;
     req->resp_status = status;
+    TERN__STAT_STATUS(srv, status);
 
     TERN__STAT_ADD(srv, bytes_out, (size_t)(p - start) + (inline_body ? 0 : body_len));
     int r;
@@ -259,6 +260,7 @@ void tern__http_error_for(tern__http_conn *hc, int status, const char *m, size_t
     if (n > 0 && (size_t)n < room) {
         size_t len = (size_t)(p - buf) + (size_t)n;
         TERN__STAT_ADD(srv, bytes_out, len + body_len);
+        TERN__STAT_STATUS(srv, status);
         tern__conn_write(&hc->conn, buf, len);
         if (body_len)
             tern__conn_write(&hc->conn, body, body_len);

@@ -232,6 +232,14 @@ int tern_server_ws_sessions(const tern_server *srv, tern_histogram *out) {
     return 0;
 }
 
+int tern_server_responses(const tern_server *srv, uint64_t out[TERN_HTTP_STATUS_COUNT]) {
+    if (srv == NULL || out == NULL || srv->loop == NULL)
+        return -EINVAL;
+    for (size_t i = 0; i < TERN_HTTP_STATUS_COUNT; i++)
+        out[i] = atomic_load_explicit(&srv->stats.status[i], memory_order_relaxed);
+    return 0;
+}
+
 static void close_listeners(tern_server *srv) {
     for (int i = 0; i < srv->nlisteners; i++)
         tern__listener_close(srv->listeners[i]);

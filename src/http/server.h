@@ -165,13 +165,26 @@ typedef struct tern__server_counters {
     /* tern_server_ws_sessions: ended sessions by bucket (not cumulative),
      * the sum of their lengths in ms, and their count */
     _Atomic uint64_t ws_len[TERN_HISTOGRAM_BUCKETS], ws_len_sum_ms, ws_len_count;
+    /* tern_server_responses: by status, [status - TERN_HTTP_STATUS_MIN] */
+    _Atomic uint64_t status[TERN_HTTP_STATUS_COUNT];
 } tern__server_counters;
+
 
 #define TERN__STAT_ADD(srv, field, n)                                                         \
     atomic_store_explicit(&(srv)->stats.field,                                               \
                           atomic_load_explicit(&(srv)->stats.field, memory_order_relaxed) +  \
                               (uint64_t)(n),                                                 \
                           memory_order_relaxed)
+
+/* Counts a response with this status (tern_server_responses); one
+ * relaxed add in the loop's own array, so writing a response takes no
+ * lock. A status outside 100-599 is not counted. */
+#define TERN__STAT_STATUS(srv, code)                                                      \
+    do {                                                                                   \
+        unsigned tern__i = (unsigned)((code) - TERN_HTTP_STATUS_MIN);                      \
+        if (tern__i < TERN_HTTP_STATUS_COUNT)                                              \
+            TERN__STAT_ADD(srv, status[tern__i], 1);                                       \
+    } while (0)
 
 /* The server of one loop: its listeners, connections, scratch space and
  * shutdown state, and a reference to the shared configuration (cfg).
@@ -347,6 +360,11 @@ void tern__http_conn_closed_by_server(tern_server *srv, const tern__conn *c);
 int tern__http_admit(tern_server *srv, int fd, uint16_t *tag);
 void tern__http_release(tern_server *srv, uint16_t tag);
 void tern__http_refuse(int fd, bool tls);
+/* Logs a refusal by a connection limit (max: max_connections, else per
+ * address) at warning level: at most one line a second for the whole
+ * process, counting the refusals since the previous line, so a flood
+ * neither fills the log nor goes unseen. Any loop's thread. */
+void tern__http_log_limit_refusal(bool max);
 void tern__http_admit_free(tern__http_admission *a);
 
 /* server.c */

@@ -38,7 +38,7 @@ SAMPLES = {
     "pubsub-history-age": "21", "pubsub-replay-rate": "22", "pubsub-write-delay": "23",
     "token-hmac-secret-file": "s.txt",
     "token-public-key-file": "pk.pem", "token-audience": "aud", "token-issuer": "iss",
-    "feed": "off", "feed-rate": "23", "redis": "redis://127.0.0.1:6379", "log-level": "debug",
+    "feed": "off", "feed-rate": "23", "page": "off", "node-name": "eu-1.a", "redis": "redis://127.0.0.1:6379", "log-level": "debug",
     "access-log": "-", "threads": "3", "io": "uring", "vhost": "a=/srv", "quiet": "on",
     "admin-listen-public": "on", "drain-delay": "24", "token-leeway": "25",
 }
@@ -561,3 +561,48 @@ def test_sighup_without_certificates_does_not_say_they_were_reloaded(tmp_path):
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=10 * SLOW) == 0
+
+
+PACKAGED_CONF = os.path.join(os.path.dirname(__file__), "..", "..", "packaging", "tern.conf")
+
+
+def test_the_packaged_configuration_is_production_shaped():
+    # Issue #37: tern.service runs with packaging/tern.conf, which parses
+    # and turns the demo off (no feed, no page), closes the feed's topics
+    # to anonymous clients, keeps the admin listener on loopback and sets
+    # the limits.
+    r = serve("--config", PACKAGED_CONF, "--print-config")
+    assert r.returncode == 0, r.stderr
+    got = config_lines(r.stdout)
+    assert got["feed"] == ["off"] and got["page"] == ["off"], got
+    assert got["admin-listen"][0].startswith("127.0.0.1:"), got
+    assert "topic market subscribe=token publish=none" in r.stdout
+    assert "topic stats subscribe=token publish=none" in r.stdout
+    for limit in ("max-connections", "max-connections-per-ip", "pubsub-rate"):
+        assert int(got[limit][0]) > 0, (limit, got)
+    service = open(os.path.join(os.path.dirname(PACKAGED_CONF), "tern.service")).read()
+    assert re.search(r"^ExecStart=\S+ serve --config /etc/tern/tern.conf\b", service, re.M)
+
+
+def test_the_packaged_configuration_serves_no_demo(tern_factory, tmp_path):
+    # Started with it (ports and the token key from flags, which win over
+    # the file): / is 404, and the feed's topics want a token.
+    import json
+    import urllib.error
+    import urllib.request
+    from websockets.sync.client import connect
+    key = tmp_path / "token.pem"
+    subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out",
+                    str(tmp_path / "k.pem")], check=True, capture_output=True)
+    subprocess.run(["openssl", "ec", "-in", str(tmp_path / "k.pem"), "-pubout", "-out", str(key)],
+                   check=True, capture_output=True)
+    t = tern_factory("--config", PACKAGED_CONF, "--token-public-key-file", str(key),
+                     bench_routes=False, open_topics=False)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"{t.base}/", timeout=5 * SLOW)
+    assert e.value.code == 404
+    with connect(f"ws://127.0.0.1:{t.port}/pubsub") as ws:
+        for topic in ("market", "stats"):
+            ws.send(json.dumps({"op": "subscribe", "topic": topic}))
+            answer = json.loads(ws.recv(timeout=5 * SLOW))
+            assert "error" in answer and answer.get("ok") != "subscribe", answer

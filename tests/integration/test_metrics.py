@@ -4,13 +4,18 @@ link; parsed by prometheus_client's own parser and by a strict reading of
 the format's lines."""
 import json
 import re
+import socket
+import subprocess
+import time
 import urllib.error
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from conftest import SLOW
+import pytest
+
+from conftest import SLOW, TERN_BIN
 
 # A sample line of the text format 0.0.4: name, optional labels, a value.
 SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"\\\n]*"'
@@ -92,6 +97,95 @@ def test_refusals_are_counted_by_reason(tern_factory):
     v = scrape(t)
     assert get(v, "tern_refused_total", reason="max_connections_per_ip") == 1
     assert get(v, "tern_refused_total", reason="max_connections") == 0
+    # the limit's 503, written at the accept, is a response by its code too
+    assert get(v, "tern_http_responses_total", code="503") == 1
+
+
+def test_connection_limit_refusals_are_logged_once_a_second_with_a_count(tern_factory):
+    # Issue #37: a refusal by a connection limit is said in the log, but a
+    # flood is one line a second counting them, not a line each.
+    t = tern_factory("--max-connections-per-ip", "1")
+    lines = t.lines()
+    started = time.monotonic()
+    with connect(f"ws://127.0.0.1:{t.port}/ws"):
+        for _ in range(20):
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(f"{t.base}/ping", timeout=5 * SLOW)
+            assert e.value.code == 503
+        first = lines.wait(r"connection\(s\) refused")   # the first at once
+        assert re.search(r"\b1 connection\(s\) refused.* 0 over max_connections, 1 over "
+                         r"max_connections_per_ip", first), first
+        time.sleep(1.1)   # a later second: the next refusal writes the others' count
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"{t.base}/ping", timeout=5 * SLOW)
+        lines.wait(r"connection\(s\) refused")
+        elapsed = time.monotonic() - started
+    time.sleep(0.3)
+    said = [re.search(r"\b(\d+) connection\(s\) refused.* (\d+) over max_connections_per_ip",
+                      line) for line in t._err.text().splitlines() if "connection(s) refused" in line]
+    assert all(said), said
+    # every refusal counted once, in at most a line a second
+    assert sum(int(m.group(1)) for m in said) == 21, [m.group(0) for m in said]
+    assert sum(int(m.group(2)) for m in said) == 21
+    assert 2 <= len(said) <= int(elapsed) + 2, [m.group(0) for m in said]
+
+
+def test_responses_by_status_code(tern):
+    # Issue #37: tern_http_responses_total{code}, counted where responses
+    # are written (each loop its own array, summed at the scrape).
+    before = scrape(tern)
+    for _ in range(3):
+        urllib.request.urlopen(f"{tern.base}/ping", timeout=5 * SLOW).read()
+    for _ in range(2):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"{tern.base}/no-such-page", timeout=5 * SLOW)
+        assert e.value.code == 404
+    after = scrape(tern)
+    was = lambda code: before.get(("tern_http_responses_total", (("code", code),)), 0)  # noqa: E731
+    assert get(after, "tern_http_responses_total", code="200") == was("200") + 3
+    assert get(after, "tern_http_responses_total", code="404") == was("404") + 2
+
+
+def test_responses_by_code_summed_over_threads(tern_factory):
+    # A parser's refusal (400) counts too, and every thread's responses.
+    t = tern_factory("--threads", "2")
+    with socket.create_connection(("127.0.0.1", t.port), timeout=5) as s:
+        s.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 400")
+    for _ in range(10):
+        urllib.request.urlopen(f"{t.base}/ping", timeout=5 * SLOW).read()
+    v = scrape(t)
+    assert get(v, "tern_http_responses_total", code="200") == 10
+    assert get(v, "tern_http_responses_total", code="400") == 1
+
+
+def test_process_metrics_and_build_info(tern_factory):
+    # Issue #37: the standard process families a Prometheus user expects,
+    # and tern_build_info naming the version, TLS library, back end, node.
+    started = time.time()
+    t = tern_factory("--node-name", "metrics-node")
+    for _ in range(200):   # some CPU to count
+        urllib.request.urlopen(f"{t.base}/ping", timeout=5 * SLOW).read()
+    v = scrape(t)
+    assert get(v, "process_cpu_seconds_total") > 0
+    assert abs(get(v, "process_start_time_seconds") - started) < 3 * SLOW
+    with open(f"/proc/{t.proc.pid}/limits") as f:
+        soft = next(int(line.split()[3]) for line in f if line.startswith("Max open files"))
+    assert get(v, "process_max_fds") == soft
+    info = [k for k in v if k[0] == "tern_build_info"]
+    assert len(info) == 1, info
+    labels = dict(info[0][1])
+    assert v[info[0]] == 1
+    assert labels["node"] == "metrics-node"
+    assert labels["version"] == subprocess.run([TERN_BIN, "--version"], capture_output=True,
+                                               text=True).stdout.split()[-1]
+    assert labels["backend"] in ("epoll", "io_uring")
+    helped = subprocess.run([TERN_BIN, "serve", "--help"], capture_output=True, text=True).stdout
+    assert f"(TLS: {labels['tls']})" in helped.splitlines()[0], labels
+    cpu = get(v, "process_cpu_seconds_total")
+    for _ in range(200):
+        urllib.request.urlopen(f"{t.base}/ping", timeout=5 * SLOW).read()
+    assert get(scrape(t), "process_cpu_seconds_total") >= cpu
 
 
 def test_metrics_are_not_on_the_public_port(tern):

@@ -8,7 +8,11 @@ screenshot (its path is printed, and kept under build/test-output/)."""
 import base64
 import json
 import os
+import re
+import socket
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 from websockets.sync.client import connect
@@ -86,10 +90,43 @@ def test_feed_off_and_stats(tern_factory):
         assert any(tk[1]["delivered"] >= 1 for tk in ticks)
 
 
+def test_stats_and_page_name_their_node(tern_factory):
+    # Issue #37: each "stats" message names its node (by default
+    # HOSTNAME:PID), and the page carries the name of the node that served
+    # it, so it shows that node's figures only.
+    t = tern_factory("--feed", "off")
+    with urllib.request.urlopen(f"{t.base}/", timeout=5 * SLOW) as r:
+        page = r.read().decode()
+    m = re.search(r'<meta name="tern-node" content="([^"]*)">', page)
+    assert m, "no tern-node meta"
+    node = m.group(1)
+    assert node == f"{socket.gethostname()}:{t.proc.pid}", node
+    assert 'if (node && s.node !== node) return;' in page   # the page filters by it
+    with connect(f"ws://127.0.0.1:{t.port}/pubsub") as ws:
+        subscribe(ws, "stats")
+        assert next_of(ws, "stats")[1]["node"] == node
+    assert t.stats()["node"] == node
+    named = tern_factory("--feed", "off", "--node-name", "eu-1.a")
+    with urllib.request.urlopen(f"{named.base}/market", timeout=5 * SLOW) as r:
+        assert '<meta name="tern-node" content="eu-1.a">' in r.read().decode()
+
+
+def test_page_off(tern_factory):
+    # Issue #37: an operator turns the demo page off; the rest serves on.
+    t = tern_factory("--page", "off")
+    for path in ("/", "/market", "/tern-client.js"):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"{t.base}{path}", timeout=5 * SLOW)
+        assert e.value.code == 404, path
+    with urllib.request.urlopen(f"{t.base}/ping", timeout=5 * SLOW) as r:
+        assert r.status == 200
+
+
 def test_bad_feed_options():
     import subprocess
     from conftest import TERN_BIN
-    for args in (["--feed", "maybe"], ["--feed-rate", "lots"]):
+    for args in (["--feed", "maybe"], ["--feed-rate", "lots"], ["--page", "maybe"],
+                 ["--node-name", "a b"], ["--node-name", 'a"b'], ["--node-name", "x" * 65]):
         r = subprocess.run([TERN_BIN, "serve", "--port", "0", *args], capture_output=True,
                            text=True, timeout=10)
         assert r.returncode == 2 and "bad value" in r.stderr, (args, r.stderr)
@@ -276,3 +313,57 @@ def test_page_comes_back_by_itself_after_a_restart(tern_factory, chromium, tmp_p
             pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
         finally:
             dt.close()
+
+
+def test_page_shows_only_its_own_nodes_statistics(tern_factory, chromium, tmp_path):  # noqa: F811
+    # Issue #37: behind Redis "stats" carries every node's figures; the
+    # page served by node b shows b's alone (uptime, named node), never a's
+    # (started seconds earlier, so its uptime is ahead).
+    import shutil
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server missing")
+    from test_redis import Redis, free_port
+    redis = Redis(free_port())
+    redis.start()
+    try:
+        url = f"redis://127.0.0.1:{redis.port}"
+        tern_factory("--redis", url, "--node-name", "node-a", "--feed", "off")
+        time.sleep(4)
+        b = tern_factory("--redis", url, "--node-name", "node-b", "--feed", "off")
+        b_started = time.monotonic()
+        profile = tmp_path / "profile"
+        profile.mkdir()
+        argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
+                "--remote-debugging-pipe", "about:blank"]
+        with open(tmp_path / "chromium.log", "wb") as err:
+            dt = DevTools(argv, err, time.monotonic() + TIMEOUT)
+            try:
+                target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+                s = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})[
+                    "sessionId"]
+                dt.call("Page.enable", session=s)
+                nav = dt.call("Page.navigate", {"url": f"{b.base}/"}, session=s)
+                assert "errorText" not in nav, nav
+                js = ("JSON.stringify({node: document.getElementById('s-node').textContent,"
+                      " uptime: document.getElementById('s-uptime').textContent})")
+                shown = []
+                deadline = time.monotonic() + 4 * SLOW
+                while time.monotonic() < deadline:
+                    r = dt.call("Runtime.evaluate", {"expression": js, "returnByValue": True},
+                                session=s)
+                    if "exceptionDetails" not in r:
+                        st = json.loads(r["result"]["value"])
+                        if st["uptime"] != "–":
+                            shown.append((time.monotonic() - b_started, st))
+                    time.sleep(0.1)
+            finally:
+                dt.close()
+        assert len(shown) > 10, shown
+        for age, st in shown:
+            assert st["node"] == "node-b", st
+            # b's uptime, never a's (4 s and more ahead)
+            assert int(st["uptime"].rstrip("s")) <= age + 1, (age, st)
+    finally:
+        redis.stop()

@@ -751,3 +751,24 @@ def test_a_second_node_adopts_a_claimed_epoch(redis, tern_factory):
             wait_for(lambda: b_epoch() == ack_a["epoch"], "b adopted a's epoch")
             http_publish(b, "both", "x")
             assert recv_msg(wa)["seq"] == 1 and recv_msg(wb)["seq"] == 1
+
+
+def test_stats_names_the_node_that_sent_it(redis, tern_factory):
+    # Issue #37: over Redis every node's "stats" reach every subscriber;
+    # each message names its node (--node-name), so a reader (the page)
+    # keeps its own node's figures instead of mixing them.
+    url = f"redis://127.0.0.1:{redis.port}"
+    a = tern_factory("--redis", url, "--node-name", "node-a")
+    b = tern_factory("--redis", url, "--node-name", "node-b")
+    wait_for(lambda: stats(a)["redis"]["connected"] and stats(b)["redis"]["connected"],
+             "both nodes connected")
+    assert stats(a)["node"] == "node-a" and stats(b)["node"] == "node-b"
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        subscribe(ws, "stats")
+        seen = {}
+        deadline = time.time() + 10 * SLOW
+        while set(seen) != {"node-a", "node-b"} and time.time() < deadline:
+            d = json.loads(recv_data(ws))
+            assert d["node"] in ("node-a", "node-b"), d   # one name, a known one
+            seen.setdefault(d["node"], []).append(d["uptime"])
+        assert set(seen) == {"node-a", "node-b"}, seen
