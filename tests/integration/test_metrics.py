@@ -178,7 +178,7 @@ def test_process_metrics_and_build_info(tern_factory):
     assert v[info[0]] == 1
     assert labels["node"] == "metrics-node"
     assert labels["version"] == subprocess.run([TERN_BIN, "--version"], capture_output=True,
-                                               text=True).stdout.split()[-1]
+                                               text=True).stdout.splitlines()[0].split()[-1]
     assert labels["backend"] in ("epoll", "io_uring")
     helped = subprocess.run([TERN_BIN, "serve", "--help"], capture_output=True, text=True).stdout
     assert f"(TLS: {labels['tls']})" in helped.splitlines()[0], labels
