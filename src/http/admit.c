@@ -19,6 +19,7 @@
 
 #include "http/server.h"
 #include "loop/log.h"
+#include "platform/platform.h"
 
 #define TERN__ADDR_MAX 65536   /* indices 1..65535 fit owner_tag; 0 is "none" */
 
@@ -176,7 +177,7 @@ void tern__http_refuse(int fd, bool tls) {
         char scratch[4096];
         for (int i = 0; i < 4 && recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT) > 0; i++)
             ;
-        ssize_t w = send(fd, answer, sizeof(answer) - 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t w = tern__plat_send(fd, answer, sizeof(answer) - 1);
         (void)w;   /* a client that cannot take 150 bytes gets the close alone */
         shutdown(fd, SHUT_WR);
     }
@@ -191,9 +192,7 @@ static _Atomic int64_t logged_sec = -1;
 
 void tern__http_log_limit_refusal(bool max) {
     atomic_fetch_add_explicit(max ? &unlogged_max : &unlogged_ip, 1, memory_order_relaxed);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    int64_t now = (int64_t)ts.tv_sec, last = atomic_load_explicit(&logged_sec, memory_order_relaxed);
+    int64_t now = tern__plat_mono_sec(), last = atomic_load_explicit(&logged_sec, memory_order_relaxed);
     /* One thread a second wins the exchange and writes the line; the
      * refusals of the seconds after it wait for the next refusal (a
      * limit that stops refusing has nothing more to say). */

@@ -17,6 +17,7 @@
 
 #include "http/server.h"
 #include "net/tls.h"
+#include "platform/platform.h"
 
 enum { TERN__HTTP_CLOSING = 100 };   /* an error went out, or end() was called */
 
@@ -772,9 +773,7 @@ static void probe_look(tern__http_conn *hc) {
         tern__conn_close(c, -ECONNRESET);   /* on_close fires the abort */
         return;
     }
-    struct tcp_info ti;
-    socklen_t tl = sizeof(ti);
-    bool acked = getsockopt(c->io.fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) < 0 || ti.tcpi_unacked == 0;
+    bool acked = tern__plat_tcp_unacked_segments(c->io.fd) <= 0;
     if (acked || hc->probe_wait_ms >= 2048) {
         hc->probe_wait_ms = 0;   /* it is there, reading: the answer will find it */
         return;

@@ -3,21 +3,13 @@
  * machine's (sysconf) would start more loops than there are CPUs to run
  * them, each then sharing a core with another. Go's runtime reads the
  * affinity mask and, since 1.25, the cgroup's quota, the same way. */
-#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "tern/run.h"
-
-/* The CPUs of the affinity mask, or 0 when it cannot be read. */
-static int affinity_cpus(void) {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) != 0)
-        return 0;
-    return CPU_COUNT(&set);
-}
+#include "platform/platform.h"
 
 /* Whole CPUs of a quota per period, rounded up; 0 for no quota. */
 static int per_period(long long quota, long long period) {
@@ -114,7 +106,7 @@ static int cgroup_cpus(void) {
 }
 
 int tern_cpu_count(void) {
-    int n = affinity_cpus();
+    int n = tern__plat_affinity_cpus();
     if (n <= 0) {
         long online = sysconf(_SC_NPROCESSORS_ONLN);
         n = online < 1 ? 1 : online > 1 << 20 ? 1 << 20 : (int)online;

@@ -1,27 +1,27 @@
 /* Static files: a GET/HEAD route that serves a directory with sendfile().
  *
- * Paths are resolved by the kernel with openat2(RESOLVE_BENEATH), so
- * neither ".." nor a symlink can lead out of the root, whatever the path
- * looks like, and there is no window between a check and the open.
- * RESOLVE_BENEATH also refuses absolute symlinks that point back inside
- * the root; for those (EXDEV) the file is opened normally and kept only if
- * the kernel's name for the opened descriptor lies under the root. */
+ * Paths are opened beneath the root's descriptor (tern__plat_open_beneath:
+ * openat2(RESOLVE_BENEATH) on Linux), so neither ".." nor a symlink can
+ * lead out of the root, whatever the path looks like. What cannot be
+ * resolved beneath it (EXDEV: an absolute symlink pointing back inside)
+ * is opened normally and kept only if the opened descriptor lies under
+ * the root (tern__plat_open_checked). */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "http/server.h"
+#include "platform/platform.h"
 
 #define TERN__PATH_MAX 4096
 
-/* Invariant: root_fd is an O_PATH descriptor of the root directory, open
+/* Invariant: root_fd is a descriptor of the root directory
+ * (tern__plat_open_root: O_PATH on Linux), open
  * for the server's lifetime (closed by the route's cleanup). */
 typedef struct tern__static {
     int root_fd;
@@ -58,37 +58,6 @@ static const char *content_type_of(const char *path) {
                 return content_types[i].type;
     }
     return "application/octet-stream";
-}
-
-static int open_beneath(int dirfd, const char *path) {
-    struct open_how how = {
-        /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is
-         * refused as not a regular file right after); for regular files
-         * it changes nothing, sendfile included. */
-        .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
-        .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
-    };
-    int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
-    return fd < 0 ? -errno : fd;
-}
-
-/* The EXDEV fallback: open without RESOLVE_BENEATH (O_NONBLOCK so a FIFO
- * cannot stall the loop), then ask the kernel where the descriptor lives. */
-static int open_checked(int dirfd, const char *path, const char *root_path) {
-    int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    if (fd < 0)
-        return -errno;
-    char link[64], real[TERN__PATH_MAX];
-    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, real, sizeof(real) - 1);
-    size_t rlen = strlen(root_path);
-    bool inside = n > 0 && (size_t)n > rlen && memcmp(real, root_path, rlen) == 0 &&
-                  (real[rlen] == '/' || (rlen == 1 && root_path[0] == '/'));
-    if (!inside) {
-        close(fd);
-        return -EXDEV;
-    }
-    return fd;
 }
 
 static void simple(tern_http_req *req, int status) {
@@ -138,9 +107,9 @@ static void serve_static(tern_http_req *req, void *user) {
     while (*rel == '/')
         rel++;
     bool dir_request = n == 0 || path[n - 1] == '/';
-    int fd = open_beneath(st->root_fd, *rel ? rel : ".");
+    int fd = tern__plat_open_beneath(st->root_fd, *rel ? rel : ".");
     if (fd == -EXDEV)
-        fd = open_checked(st->root_fd, rel, st->root_path);
+        fd = tern__plat_open_checked(st->root_fd, rel, st->root_path);
     if (fd < 0) {
         simple(req, status_of(fd));
         return;
@@ -170,7 +139,7 @@ static void serve_static(tern_http_req *req, void *user) {
             simple(req, 301);
             return;
         }
-        int ifd = open_beneath(fd, "index.html");
+        int ifd = tern__plat_open_beneath(fd, "index.html");
         close(fd);
         if (ifd < 0) {
             simple(req, ifd == -ENOENT ? 404 : status_of(ifd));
@@ -216,9 +185,9 @@ int tern_http_static(tern_server *srv, const char *prefix, const char *dir) {
     size_t plen = strlen(prefix);
     if (plen == 0 || prefix[0] != '/' || plen > 1024)
         return -EINVAL;
-    int root = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int root = tern__plat_open_root(dir);
     if (root < 0)
-        return -errno;
+        return root;
     tern__static *st = calloc(1, sizeof(*st));
     if (st == NULL) {
         close(root);

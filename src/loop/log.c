@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "loop/log.h"
+#include "platform/platform.h"
 
 #define TERN__LOG_BURST 10   /* lines per second per kind */
 
@@ -51,9 +52,7 @@ void tern__log(int level, int kind, const char *fmt, ...) {
     if (!tern__log_on(level) || kind < 0 || kind >= TERN__LOG_KINDS)
         return;
     log_window *w = &windows[kind];
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    int64_t sec = ts.tv_sec;
+    int64_t sec = tern__plat_mono_sec();
     int64_t old = atomic_load(&w->sec);
     if (old != sec && atomic_compare_exchange_strong(&w->sec, &old, sec))
         atomic_store(&w->count, 0);

@@ -1,18 +1,16 @@
-/* The loop proper, over whichever back end waits for I/O (epoll.c):
+/* The loop proper, over whichever back end waits for I/O (epoll.c, ...):
  * dispatch, cross-thread posts, signals, the batch-end hooks. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "loop/check.h"
 #include "loop/log.h"
 #include "loop/loop_internal.h"
+#include "platform/platform.h"
 
 #define TERN__DEFAULT_RBUF (256 * 1024)
 #define TERN__MIN_RBUF (64 * 1024)
@@ -22,8 +20,7 @@ void tern__loop_update_time(tern_loop *loop) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     loop->now_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
-    loop->wall_sec = ts.tv_sec;
+    loop->wall_sec = tern__plat_wall_sec();
 }
 
 uint64_t tern_loop_now(const tern_loop *loop) { return loop ? loop->now_ms : 0; }
@@ -61,8 +58,7 @@ bool tern__io_acceptor(tern_loop *loop, tern__io *io) {
 int tern__io_accept(tern_loop *loop, tern__io *io) {
     if (loop->bk->io_accept)
         return loop->bk->io_accept(loop, io);
-    int fd = accept4(io->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    return fd < 0 ? -errno : fd;
+    return tern__plat_accept(io->fd);
 }
 
 bool tern__io_stream(tern_loop *loop, tern__io *io, bool on) {
@@ -138,24 +134,16 @@ int tern__loop_post_owned(tern_loop *loop, tern_post_fn fn, void (*drop)(void *u
     p->drop = drop;
     p->user = user;
     post_push(loop, p);
-    if (atomic_exchange(&loop->wake_pending, 1) == 0) {
-        uint64_t one = 1;
-        ssize_t r;
-        do
-            r = write(loop->wake_io.fd, &one, sizeof(one));
-        while (r < 0 && errno == EINTR);
-        /* EAGAIN means the counter is already non-zero: the loop will wake. */
-    }
+    if (atomic_exchange(&loop->wake_pending, 1) == 0)
+        tern__plat_wake_signal(&loop->wake);
     return 0;
 }
 
 static void on_wake(tern__io *io, uint32_t revents) {
     tern_loop *loop = tern__container_of(io, tern_loop, wake_io);
-    uint64_t v;
-    while (read(io->fd, &v, sizeof(v)) < 0 && errno == EINTR)
-        ;
+    tern__plat_wake_drain(&loop->wake);
     /* Cleared before draining: a post that lands during the drain either
-     * is seen by it or writes the eventfd again. */
+     * is seen by it or wakes the loop again. */
     atomic_store(&loop->wake_pending, 0);
     tern__post *p;
     while ((p = post_pop(loop)) != NULL) {
@@ -189,30 +177,26 @@ int tern_loop_stop_async(tern_loop *loop) { return tern_loop_post(loop, stop_fn,
 
 static void on_signal(tern__io *io, uint32_t revents) {
     tern_loop *loop = tern__container_of(io, tern_loop, signal_io);
-    struct signalfd_siginfo si;
-    while (read(io->fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+    int signo;
+    while ((signo = tern__plat_signals_next(&loop->sig)) > 0) {
         for (int i = 0; i < loop->nsignals; i++)
-            if (loop->signals[i].signo == (int)si.ssi_signo)
-                loop->signals[i].fn(loop, (int)si.ssi_signo, loop->signals[i].user);
+            if (loop->signals[i].signo == signo)
+                loop->signals[i].fn(loop, signo, loop->signals[i].user);
     }
 }
 
 int tern_loop_on_signal(tern_loop *loop, int signo, tern_signal_fn fn, void *user) {
-    /* SIGKILL and SIGSTOP cannot be caught; signalfd would never see them. */
+    /* SIGKILL and SIGSTOP cannot be caught: they would never be seen. */
     if (loop == NULL || fn == NULL || signo <= 0 || signo >= NSIG || signo == SIGKILL ||
         signo == SIGSTOP)
         return -EINVAL;
     if (loop->nsignals == TERN__MAX_SIGNALS)
         return -ENOSPC;
-    sigaddset(&loop->signal_set, signo);
-    int err = pthread_sigmask(SIG_BLOCK, &loop->signal_set, NULL);
-    if (err != 0)
-        return -err;
-    int fd = signalfd(loop->signal_io.fd, &loop->signal_set, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (fd < 0)
-        return -errno;
+    int err = tern__plat_signals_add(&loop->sig, signo);
+    if (err < 0)
+        return err;
     if (loop->signal_io.fd < 0) {
-        tern__io_init(&loop->signal_io, fd, on_signal);
+        tern__io_init(&loop->signal_io, loop->sig.fd, on_signal);
         if ((err = tern__io_set(loop, &loop->signal_io, TERN__IO_IN)) < 0)
             return err;
     }
@@ -257,14 +241,13 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
     loop->rbuf_cap = cap < TERN__MIN_RBUF ? TERN__MIN_RBUF : cap;
     loop->max_unsent = opt && opt->max_unsent ? opt->max_unsent : TERN__DEFAULT_MAX_UNSENT;
     loop->rbuf = malloc(loop->rbuf_cap);
-    int wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     int err = 0;
-    bool bk_made = false;
+    bool bk_made = false, wake_made = false;
     if (loop->rbuf == NULL)
         err = -ENOMEM;
-    else if (wfd < 0)
-        err = -errno;
-    else if ((err = backend_init(loop, opt ? opt->io : TERN_IO_DEFAULT)) == 0)
+    else if ((err = tern__plat_wake_open(&loop->wake)) == 0)
+        wake_made = true;
+    if (err == 0 && (err = backend_init(loop, opt ? opt->io : TERN_IO_DEFAULT)) == 0)
         bk_made = true;
     if (err == 0) {
         tern__loop_update_time(loop);
@@ -273,14 +256,16 @@ int tern_loop_new(tern_loop **out, const tern_loop_options *opt) {
         atomic_init(&loop->post_sentinel.next, NULL);
         loop->post_tail = &loop->post_sentinel;
         atomic_init(&loop->wake_pending, 0);
-        sigemptyset(&loop->signal_set);
+        tern__plat_signals_init(&loop->sig);
         tern__io_init(&loop->signal_io, -1, on_signal);
-        tern__io_init(&loop->wake_io, wfd, on_wake);
+        tern__io_init(&loop->wake_io, loop->wake.rfd, on_wake);
         err = tern__io_set(loop, &loop->wake_io, TERN__IO_IN);
     }
     if (err < 0) {
-        if (wfd >= 0)
-            close(wfd);
+        if (wake_made) {
+            close(loop->wake.rfd);
+            tern__plat_wake_close(&loop->wake);
+        }
         if (bk_made)
             loop->bk->free(loop);
         free(loop->rbuf);
@@ -338,9 +323,12 @@ int tern_loop_free(tern_loop *loop) {
     tern__timers_free(loop);
     for (int i = 0; i < TERN__SLOT_COUNT; i++)
         free(loop->slots[i]);
-    if (loop->signal_io.fd >= 0)
+    if (loop->signal_io.fd >= 0) {
         tern__io_close(loop, &loop->signal_io);
+        tern__plat_signals_close(&loop->sig);
+    }
     tern__io_close(loop, &loop->wake_io);
+    tern__plat_wake_close(&loop->wake);
     loop->bk->free(loop);
     free(loop->rbuf);
     free(loop);

@@ -30,7 +30,9 @@ struct tern__io {
  * is told), in the loop's own names, so that nothing above the loop
  * depends on epoll and another back end can translate them. The epoll back
  * end uses epoll's values (checked in epoll.c), so they pass through as
- * they are. ERR and HUP are only ever reported, never asked for. */
+ * they are. ERR and HUP are only ever reported, never asked for; what each
+ * means to every back end (level-triggered; RDHUP without IN: the peer's
+ * end, never bytes) is the back-end contract in loop_internal.h. */
 enum {
     TERN__IO_IN = 0x001,      /* readable (or a listener: a connection waits) */
     TERN__IO_OUT = 0x004,     /* writable */
@@ -61,7 +63,7 @@ void tern__io_close(tern_loop *loop, tern__io *io);
  * with tern__io_accept until -EAGAIN, and asks again each time it sets
  * its interest after having set none. */
 bool tern__io_acceptor(tern_loop *loop, tern__io *io);
-/* As accept4(SOCK_NONBLOCK | SOCK_CLOEXEC) without the peer's address:
+/* As tern__plat_accept (non-blocking, close-on-exec, no peer address):
  * the new descriptor, -EAGAIN, or a negative errno (EMFILE, ...). */
 int tern__io_accept(tern_loop *loop, tern__io *io);
 
@@ -73,7 +75,7 @@ int tern__io_accept(tern_loop *loop, tern__io *io);
  * calls, which keep the socket's order.
  * tern__io_stream asks for it (on) or takes it back (off, only in the
  * callback that started the watcher: before anything was submitted);
- * returns whether the watcher is a stream (false on epoll). */
+ * returns whether the watcher is a stream (false on readiness back ends). */
 bool tern__io_stream(tern_loop *loop, tern__io *io, bool on);
 /* As recv(): bytes, 0 at the end, -EAGAIN, or a negative errno. */
 ssize_t tern__io_recv(tern_loop *loop, tern__io *io, char *buf, size_t len);

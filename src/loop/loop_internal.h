@@ -7,6 +7,7 @@
 #include <sys/uio.h>
 
 #include "loop/loop.h"
+#include "platform/platform.h"
 
 /* A node of the cross-thread post queue (Vyukov's intrusive MPSC queue:
  * producers exchange the head, the loop thread alone pops at the tail).
@@ -28,7 +29,9 @@ typedef struct tern__signal {
 
 /* A back end: how the loop waits for I/O and tells watchers. The loop
  * proper (posts, signals, timers, hooks) is the same over each; a back end
- * keeps its own state in loop->backend.
+ * keeps its own state in loop->backend. What else differs between systems
+ * (wake-up, signals, accept, sendfile...) is the platform's
+ * (src/platform/platform.h), not the back end's.
  * - init makes that state (the loop's other fields are set, not yet the
  *   wake-up watcher); free undoes it, after every watcher is gone.
  * - io_set / io_moved / io_close are tern__io_set, tern__io_moved and
@@ -37,9 +40,35 @@ typedef struct tern__signal {
  *   ready, reads the clock (tern__loop_update_time) and calls the ready
  *   watchers' fn; a negative errno only when the loop cannot go on.
  * - io_acceptor and io_accept serve listeners (loop.h); a back end that
- *   does not accept by itself leaves them NULL (accept4 is used).
+ *   does not accept by itself leaves them NULL (tern__plat_accept is used).
  * - io_stream and the io_* after it serve streams (loop.h); a back end
- *   without streams leaves them NULL (io_stream then always says no). */
+ *   without streams leaves them NULL (io_stream then always says no).
+ *
+ * Interest, what every back end must honour (the flags are loop.h's):
+ * - TERN__IO_IN and TERN__IO_OUT are level-triggered: reported in every
+ *   wait while they hold (bytes or the peer's end to read, a connection
+ *   to accept; room to write, a connect finished). Nobody has to drain a
+ *   socket to hear of it again.
+ * - TERN__IO_ERR and TERN__IO_HUP are never asked for: they are reported
+ *   whenever they hold, whatever the interest, while the watcher is
+ *   registered (events != 0). So a reset is heard even while not reading.
+ * - TERN__IO_RDHUP asked for with TERN__IO_IN may come with it; nobody
+ *   needs it there (the read returns 0).
+ * - TERN__IO_RDHUP asked for without TERN__IO_IN (a paused connection:
+ *   net stops reading but keeps listening for the peer) means "tell me
+ *   when the peer's end comes, never of bytes". epoll has it
+ *   (EPOLLRDHUP); io_uring polls for POLLRDHUP; a kqueue back end keeps
+ *   EVFILT_READ registered with EV_CLEAR (edge: once per change) and
+ *   reports only an event carrying EV_EOF, swallowing those of bytes.
+ *   It may be reported again until the owner drops it (net does at the
+ *   first report). A back end that cannot tell the peer's end without
+ *   reading (poll(2) without POLLRDHUP) reports nothing for it but ERR and
+ *   HUP: the paused owner then learns of the end when it reads again.
+ *   Why not the other two ways: read interest kept level-triggered would
+ *   report the unread bytes in every wait (a busy loop), and dropping
+ *   read interest on every back end would lose, on epoll and io_uring,
+ *   the early hang-up that HTTP answers with its probe (net's
+ *   on_hangup). */
 typedef struct tern__backend_ops {
     const char *name;
     int (*init)(tern_loop *loop);
@@ -77,7 +106,7 @@ extern const tern__backend_ops tern__uring_backend;
  *   heap_index its position.
  * - post_tail/post_head/post_sentinel form the MPSC queue; wake_pending is 1
  *   from the first post after a drain until the loop drains again, so a
- *   burst of posts writes the eventfd once.
+ *   burst of posts wakes the loop once.
  * - running is true exactly while tern_loop_run runs it (on one thread:
  *   the tern__loop_current of that thread is this loop); atomic because
  *   other threads read it to be told they may not use the loop.
@@ -108,15 +137,16 @@ struct tern_loop {
     uint64_t timer_seq;               /* arming order, to break deadline ties */
 
     /* cross-thread posts */
-    tern__io wake_io;                 /* eventfd */
+    tern__plat_wake wake;             /* written by posters */
+    tern__io wake_io;                 /* watches wake.rfd */
     _Atomic(tern__post *) post_head;  /* producers push here */
     tern__post *post_tail;            /* the loop pops here */
     tern__post post_sentinel;
     atomic_int wake_pending;
 
     /* signals */
-    tern__io signal_io;               /* signalfd, or fd -1 */
-    sigset_t signal_set;
+    tern__plat_signals sig;           /* the signals asked for */
+    tern__io signal_io;               /* watches sig.fd, or fd -1 */
     tern__signal signals[TERN__MAX_SIGNALS];
     int nsignals;
 

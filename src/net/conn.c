@@ -5,16 +5,13 @@
 #include <string.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sys/ioctl.h>
-#ifdef __linux__
-#include <linux/sockios.h>   /* SIOCOUTQ */
-#endif
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "loop/bytes.h"
 #include "loop/log.h"
 #include "net/conn.h"
+#include "platform/platform.h"
 
 #define TERN__CORK_CAP (128 * 1024)
 #define TERN__LINGER_MS 2000
@@ -610,13 +607,10 @@ void tern__conn_end(tern__conn *c) {
  * in the socket, sent or not, and still in the transport; -1 where the
  * system cannot say. */
 static long peer_unacked(const tern__conn *c) {
-#ifdef SIOCOUTQ
-    int q;
-    if (ioctl(c->io.fd, SIOCOUTQ, &q) == 0)
-        return q + (long)(c->tp->ops->unsent ? c->tp->ops->unsent(c) : 0);
-#endif
-    (void)c;
-    return -1;
+    long q = tern__plat_tcp_unacked_bytes(c->io.fd);
+    if (q < 0)
+        return -1;
+    return q + (long)(c->tp->ops->unsent ? c->tp->ops->unsent(c) : 0);
 }
 
 /* The clock of what c is sending: the backlog's, else the file's. */
@@ -774,9 +768,9 @@ static void connect_done(tern__conn *c) {
 int tern__conn_connect(tern_loop *loop, tern__conn *c, const struct sockaddr *addr,
                        socklen_t len, int rcvbuf, const tern__conn_proto *proto,
                        tern__conn_list *list) {
-    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = tern__plat_socket(addr->sa_family, SOCK_STREAM);
     if (fd < 0)
-        return -errno;
+        return fd;
     if (rcvbuf > 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
     if (addr->sa_family != AF_UNIX) {
@@ -873,9 +867,11 @@ static void conn_io(tern__io *io, uint32_t revents) {
         conn_read(c);
 }
 
-/* A paused connection stays in epoll asking for TERN__IO_RDHUP only (until
- * the FIN is seen): a reset (TERN__IO_ERR, TERN__IO_HUP, always reported) or the
- * peer's close is noticed while we read nothing. */
+/* A paused connection stays registered asking for TERN__IO_RDHUP only
+ * (until the FIN is seen): a reset (TERN__IO_ERR, TERN__IO_HUP, always
+ * reported) or the peer's close is noticed while we read nothing. A back
+ * end that cannot tell the FIN without reading (poll) reports the reset
+ * alone; the FIN is then read on resume (loop_internal.h's contract). */
 void tern__conn_pause(tern__conn *c) {
     if (c->flags & (TERN__CONN_PAUSED | TERN__CONN_CLOSED | TERN__CONN_LINGER))
         return;

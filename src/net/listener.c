@@ -19,6 +19,7 @@
 
 #include "loop/log.h"
 #include "net/conn.h"
+#include "platform/platform.h"
 
 #define TERN__ACCEPTS_PER_EVENT 64
 #define TERN__EMFILE_BACKOFF_MS 100
@@ -267,9 +268,9 @@ static int start(tern_loop *loop, int fd, bool tcp, const tern_listen_options *o
  * port whose last connections are in TIME_WAIT can be bound again) and,
  * when reuseport, SO_REUSEPORT; or a negative errno. */
 static int bound_socket(const struct addrinfo *ai, const tern_listen_options *opt, bool reuseport) {
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = tern__plat_socket(ai->ai_family, SOCK_STREAM);
     if (fd < 0)
-        return -errno;
+        return fd;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (reuseport)
@@ -339,7 +340,7 @@ int tern__listener_tcp(tern_loop *loop, const char *host, int port, const tern_l
 /* Whether a server listens on sun: a connection is accepted, or waits
  * (EAGAIN: its queue is full). A stale file refuses it (ECONNREFUSED). */
 static bool unix_listening(const struct sockaddr_un *sun) {
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = tern__plat_socket(AF_UNIX, SOCK_STREAM);
     if (fd < 0)
         return false;
     bool live = connect(fd, (const struct sockaddr *)sun, sizeof(*sun)) == 0 || errno == EAGAIN;
@@ -365,9 +366,9 @@ int tern__listener_unix(tern_loop *loop, const char *path, const tern_listen_opt
             return -EADDRINUSE;
         unlink(path);
     }
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = tern__plat_socket(AF_UNIX, SOCK_STREAM);
     if (fd < 0)
-        return -errno;
+        return fd;
     if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
         int err = -errno;
         close(fd);

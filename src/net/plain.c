@@ -2,10 +2,10 @@
  * called when the loop reports readiness. Stateless: every plain
  * connection shares the one instance. */
 #include <errno.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 
 #include "net/conn.h"
+#include "platform/platform.h"
 
 static ssize_t plain_recv(tern__conn *c, char *buf, size_t len) {
     ssize_t r;
@@ -18,28 +18,16 @@ static ssize_t plain_recv(tern__conn *c, char *buf, size_t len) {
 }
 
 static ssize_t plain_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
-    ssize_t w;
-    struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt};
     /* One buffer (a cork flush, the common case) goes by send(): the kernel
      * then has no msghdr and iovec to copy in and check. */
-    do
-        w = iovcnt == 1 ? send(c->io.fd, iov[0].iov_base, iov[0].iov_len,
-                               MSG_NOSIGNAL | MSG_DONTWAIT)
-                        : sendmsg(c->io.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    while (w < 0 && errno == EINTR);
-    if (w < 0)
-        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-    return w;
+    if (iovcnt == 1)
+        return tern__plat_send(c->io.fd, iov[0].iov_base, iov[0].iov_len);
+    struct msghdr msg = {.msg_iov = (struct iovec *)iov, .msg_iovlen = iovcnt};
+    return tern__plat_sendmsg(c->io.fd, &msg);
 }
 
 static ssize_t plain_send_file(tern__conn *c, int fd, off_t *off, size_t len) {
-    ssize_t w;
-    do
-        w = sendfile(c->io.fd, fd, off, len);
-    while (w < 0 && errno == EINTR);
-    if (w < 0)
-        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-    return w;
+    return tern__plat_sendfile(c->io.fd, fd, off, len);
 }
 
 static int plain_shutdown(tern__conn *c) { return shutdown(c->io.fd, SHUT_WR) < 0 ? -errno : 0; }

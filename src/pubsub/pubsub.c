@@ -30,12 +30,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include "http/server.h"
 #include "loop/log.h"
 #include "loop/loop.h"
+#include "platform/platform.h"
 #include "pubsub/history.h"
 #include "pubsub/redis.h"
 #include "tern/pubsub.h"
@@ -444,7 +444,7 @@ static uint64_t mono_ms(void) {
 static uint64_t new_epoch(void) {
     static _Atomic uint64_t counter;
     uint64_t e = 0;
-    if (getrandom(&e, sizeof(e), GRND_NONBLOCK) != (ssize_t)sizeof(e))
+    if (tern__plat_random(&e, sizeof(e), false) < 0)
         e = (mono_ms() << 20) ^ (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull;
     e ^= atomic_fetch_add(&counter, 1);
     return e ? e : 1;

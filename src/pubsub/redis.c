@@ -42,12 +42,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "loop/log.h"
 #include "loop/loop.h"
 #include "net/resolve.h"
+#include "platform/platform.h"
 
 #define CHANNEL_PREFIX "tern:"
 #define MAGIC "tern1"
@@ -554,7 +554,7 @@ int tern__redis_new(tern__redis **out, tern_loop *loop, const char *url,
         free(r);
         return err;
     }
-    if (getrandom(r->id, sizeof(r->id), 0) != (ssize_t)sizeof(r->id)) {
+    if (tern__plat_random(r->id, sizeof(r->id), true) < 0) {
         free(r);
         return -EAGAIN;
     }
@@ -789,7 +789,7 @@ void tern__redis_publish_numbered(tern__redis *r, const char *topic, size_t tlen
         return;
     }
     uint64_t e = 0;
-    while (e == 0 && getrandom(&e, sizeof(e), 0) == (ssize_t)sizeof(e)) {
+    while (e == 0 && tern__plat_random(&e, sizeof(e), true) == 0) {
     }
     if (e == 0)
         e = ((uint64_t)rand_r(&r->seed) << 32 | (uint64_t)rand_r(&r->seed)) | 1;

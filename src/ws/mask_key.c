@@ -10,14 +10,14 @@
  * become the next key at once and the other 992 serve as 248 masking
  * keys. A key costs about 65 instructions (one scalar block per 8 keys
  * cost 170, a fifth of what a 16-byte frame costs a client such as tern
- * load). The first key comes from getrandom(). A key handed out is never
+ * load). The first key comes from the system's generator (tern__plat_random). A key handed out is never
  * in the state any more, and the state never produces a key it produced
  * before. */
 #include <errno.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "net/crypto.h"
+#include "platform/platform.h"
 
 #include "ws/ws.h"
 
@@ -83,23 +83,13 @@ static void chacha_lanes(const uint32_t key[8], uint32_t first, mask_vec out[16]
         out[w] = x[w] + in[w];
 }
 
-/* getrandom() blocks only before the kernel's pool is first initialised
- * (early boot), and fails only where it does not exist (ENOSYS, a kernel
- * older than 3.17, or a seccomp filter): the TLS library's generator, which has
- * its own sources, seeds it then. */
+/* The system's generator blocks only before it is first seeded (early
+ * boot), and fails only where it cannot be reached (getrandom refused by
+ * a seccomp filter, no /dev/urandom): the TLS library's generator, which
+ * has its own sources, seeds it then. */
 static void seed(mask_rng *r) {
-    uint8_t *p = (uint8_t *)r->key;
-    size_t got = 0;
-    while (got < sizeof(r->key)) {
-        ssize_t n = getrandom(p + got, sizeof(r->key) - got, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            tern__crypto_random(p + got, sizeof(r->key) - got);
-            break;
-        }
-        got += (size_t)n;
-    }
+    if (tern__plat_random(r->key, sizeof(r->key), true) < 0)
+        tern__crypto_random(r->key, sizeof(r->key));
     r->seeded = true;
 }
 

@@ -223,7 +223,7 @@ bool tern__ws_token(const char *s);
 
 /* mask_key.c */
 /* A fresh masking key (RFC 6455 §5.3: unpredictable, one per frame),
- * from a ChaCha20 generator per thread seeded by getrandom(). */
+ * from a ChaCha20 generator per thread seeded by the system's generator. */
 void tern__ws_mask_key(uint8_t key[4]);
 
 /* client.c */
