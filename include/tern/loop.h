@@ -22,7 +22,8 @@ typedef struct tern_timer tern_timer;
 
 /* How a loop waits for I/O (tern_loop_options.io). */
 typedef enum tern_io_backend {
-    /* The environment's TERN_IO ("epoll" or "uring") if set, else epoll. */
+    /* The environment's TERN_IO ("epoll", "uring" or "poll") if set, else
+     * epoll. */
     TERN_IO_DEFAULT = 0,
     TERN_IO_EPOLL,      /* readiness: epoll, then recv/send */
     /* Completions: io_uring (multishot receive into provided buffers,
@@ -30,6 +31,9 @@ typedef enum tern_io_backend {
      * kernel refuses it (ENOSYS, EPERM under seccomp, too old), the loop
      * uses epoll and logs one line saying so. */
     TERN_IO_URING,
+    /* Readiness: poll(2), then recv/send. POSIX alone: each wait costs
+     * O(watchers); the portable build's back end. */
+    TERN_IO_POLL,
 } tern_io_backend;
 
 typedef struct tern_loop_options {

@@ -20,7 +20,7 @@ static void usage(FILE *f) {
 }
 
 void tern__print_version(FILE *f) {
-    fprintf(f, "tern %s\nTLS: %s\nI/O back ends: epoll%s (TERN_IO or --io chooses)\n",
+    fprintf(f, "tern %s\nTLS: %s\nI/O back ends: epoll, poll%s (TERN_IO or --io chooses)\n",
             TERN_VERSION, tern_tls_library(),
 #ifdef TERN_HAVE_URING
             ", io_uring"

@@ -1615,7 +1615,9 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     so.max_connections_per_ip = v ? (uint32_t)v : TERN_UNLIMITED;
     lo.max_unsent = tern__opt_uint(s, SV_MAX_UNSENT);
     if (tern__opt_given(s, SV_IO))
-        lo.io = strcmp(tern__opt_str(s, SV_IO), "uring") == 0 ? TERN_IO_URING : TERN_IO_EPOLL;
+        lo.io = strcmp(tern__opt_str(s, SV_IO), "uring") == 0  ? TERN_IO_URING
+                : strcmp(tern__opt_str(s, SV_IO), "poll") == 0 ? TERN_IO_POLL
+                                                               : TERN_IO_EPOLL;
     wo.max_message = tern__opt_uint(s, SV_WS_MAX);
     wo.idle_timeout_ms = (uint32_t)tern__opt_uint(s, SV_WS_IDLE);
     if (s->vals[SV_ALLOWED_ORIGIN].n + s->vals[SV_WS_ORIGIN].n > ORIGINS_MAX) {

@@ -44,7 +44,7 @@ void tern__serve_man(FILE *f) {
           ".TP\n.B TERN_CONFIG\n"
           "the configuration file, when \\-\\-config is not given.\n"
           ".TP\n.B TERN_IO\n"
-          "uring or epoll: the I/O back end (as \\-\\-io).\n"
+          "uring, epoll or poll: the I/O back end (as \\-\\-io).\n"
           ".TP\n.B NOTIFY_SOCKET\\fR, \\fBLISTEN_FDS\n"
           "systemd: READY=1, RELOADING=1, STOPPING=1 and WATCHDOG=1 notifications;\n"
           "sockets passed by socket activation (named http, https or admin).\n"

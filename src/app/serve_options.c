@@ -333,10 +333,10 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
     [SV_THREADS] = {"threads", 0, U, "N", NULL, 1, 1024,
                     .help = "loops, one per thread (unset: one per CPU this process may\n"
                             "use: its affinity mask, within its cgroup's CPU quota)"},
-    [SV_IO] = {"io", 0, C, "uring|epoll", .choices = "uring|epoll",
+    [SV_IO] = {"io", 0, C, "uring|epoll|poll", .choices = "uring|epoll|poll",
                .help = "how each loop waits for I/O: io_uring completions, or epoll\n"
-                       "readiness (unset: epoll); io_uring falls back to epoll where\n"
-                       "the kernel refuses it"},
+                       "readiness (unset: epoll), or poll(2)'s; io_uring falls back\n"
+                       "to epoll where the kernel refuses it"},
     [SV_VHOST] = {"vhost", 0, S, "NAME=ROOT", .check = vhost_ok, .flags = REPEAT, .max_count = 64,
                   .help = "requests for host NAME get the files under ROOT, and only\n"
                           "them; other names get the routes above"},

@@ -206,28 +206,53 @@ int tern_loop_on_signal(tern_loop *loop, int signo, tern_signal_fn fn, void *use
 
 /* ---- the loop --------------------------------------------------------- */
 
-/* The back end asked for (the environment's TERN_IO for the default);
- * io_uring falls back to epoll, with one log line, where it cannot run. */
-static int backend_init(tern_loop *loop, tern_io_backend want) {
-    if (want == TERN_IO_DEFAULT) {
-        const char *env = getenv("TERN_IO");
-        want = env && strcmp(env, "uring") == 0 ? TERN_IO_URING : TERN_IO_EPOLL;
-    }
-    loop->bk = &tern__epoll_backend;
-    if (want == TERN_IO_URING) {
+/* The back ends, each with its name in TERN_IO and, where this build
+ * lacks it, why (ops NULL); the first is the default. A new back end is
+ * its file and its line here. */
+static const struct {
+    tern_io_backend id;
+    const char *env, *name;
+    const tern__backend_ops *ops;
+    const char *missing;
+} backends[] = {
+#ifdef TERN_HAVE_EPOLL
+    {TERN_IO_EPOLL, "epoll", "epoll", &tern__epoll_backend, NULL},
+#endif
+    {TERN_IO_POLL, "poll", "poll", &tern__poll_backend, NULL},
+#ifndef TERN_HAVE_EPOLL
+    {TERN_IO_EPOLL, "epoll", "epoll", NULL, "a portable build"},
+#endif
 #ifdef TERN_HAVE_URING
-        int err = tern__uring_backend.init(loop);
-        if (err == 0) {
-            loop->bk = &tern__uring_backend;
+    {TERN_IO_URING, "uring", "io_uring", &tern__uring_backend, NULL},
+#else
+    {TERN_IO_URING, "uring", "io_uring", NULL, "built without liburing"},
+#endif
+};
+#define TERN__BACKENDS (sizeof(backends) / sizeof(backends[0]))
+
+/* The back end asked for (the environment's TERN_IO for the default); one
+ * that cannot run (io_uring where the kernel refuses it, one this build
+ * lacks) gives way to the default, with one log line. */
+static int backend_init(tern_loop *loop, tern_io_backend want) {
+    const char *env = want == TERN_IO_DEFAULT ? getenv("TERN_IO") : NULL;
+    size_t i = 0;
+    for (size_t j = 0; j < TERN__BACKENDS; j++)
+        if (env ? strcmp(env, backends[j].env) == 0 : want == backends[j].id)
+            i = j;
+    loop->bk = backends[0].ops;
+    if (i == 0)
+        return loop->bk->init(loop);
+    const char *why = backends[i].missing;
+    int err = 0;
+    if (backends[i].ops != NULL) {
+        if ((err = backends[i].ops->init(loop)) == 0) {
+            loop->bk = backends[i].ops;
             return 0;
         }
-        tern__log(TERN_LOG_WARN, TERN__LOG_BACKEND, "loop: io_uring unavailable (%s): using epoll",
-                  strerror(-err));
-#else
-        tern__log(TERN_LOG_WARN, TERN__LOG_BACKEND,
-                  "loop: io_uring unavailable (built without liburing): using epoll");
-#endif
+        why = strerror(-err);
     }
+    tern__log(TERN_LOG_WARN, TERN__LOG_BACKEND, "loop: %s unavailable (%s): using %s",
+              backends[i].name, why, loop->bk->name);
     return loop->bk->init(loop);
 }
 

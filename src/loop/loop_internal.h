@@ -95,6 +95,7 @@ typedef struct tern__backend_ops {
 } tern__backend_ops;
 
 extern const tern__backend_ops tern__epoll_backend;
+extern const tern__backend_ops tern__poll_backend;
 #ifdef TERN_HAVE_URING
 extern const tern__backend_ops tern__uring_backend;
 #endif

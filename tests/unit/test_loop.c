@@ -420,6 +420,10 @@ static void the_back_end_asked_for_is_used(void **state) {
     assert_string_equal(tern_loop_backend(loop), "epoll");
 #endif
     tern_loop_free(loop);
+    opt.io = TERN_IO_POLL;
+    assert_int_equal(tern_loop_new(&loop, &opt), 0);
+    assert_string_equal(tern_loop_backend(loop), "poll");
+    tern_loop_free(loop);
 }
 
 static void post_stops(tern_loop *loop, void *user) {
