@@ -15,7 +15,7 @@ JOBS       ?= $(or $(CMAKE_BUILD_PARALLEL_LEVEL),$(shell nproc))
 WERROR     ?= $(if $(CI),ON,OFF)
 PREFIX     ?= /usr/local
 
-.PHONY: all deps deps-test deps-bench build build-asan build-fuzz build-rustls run install test consumer \
+.PHONY: all deps deps-test deps-bench build build-asan build-fuzz build-rustls build-portable run install test consumer \
         unit integration fuzz bench clean
 
 all: build
@@ -69,8 +69,18 @@ install:
 # Every test: unit and integration, on the release build and again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, the library as an
 # application uses it, Autobahn, the fuzzers briefly, the bench suites quickly.
-test: deps-test deps-bench build build-asan build-fuzz build-rustls
+test: deps-test deps-bench build build-asan build-fuzz build-rustls build-portable
 	@scripts/test.sh
+
+# The portable build (TERN_PORTABLE): the library and tern on POSIX.1-2008
+# alone (the poll back end, src/platform/posix.c, no io_uring or systemd),
+# with its unit tests; make test runs them and a part of the integration
+# suite against it.
+PORTABLE_BUILD ?= build-portable
+build-portable: deps-test
+	@cmake -S . -B $(PORTABLE_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DTERN_PORTABLE=ON \
+	    -DTERN_WERROR=$(WERROR) -DTERN_BUILD_EXAMPLES=OFF -DTERN_INSTALL_CHECKED=OFF >/dev/null
+	@cmake --build $(PORTABLE_BUILD) -j $(JOBS)
 
 # tern on rustls (TERN_TLS=rustls; OpenSSL when there is no cargo 1.85+),
 # for the TLS tests' run against it in make test: the tern command, and

@@ -10,10 +10,13 @@
 #      repository), then the integration tests (pytest);
 #   then the TLS tests against the rustls build (build-rustls);
 #   then the JavaScript client's tests (clients/js, node --test);
+#   then the portable build (build-portable: POSIX alone, the poll back
+#   end): its unit tests and a part of the integration suite;
 #   2. unit and integration tests on the ASan+UBSan build, where any
 #      sanitizer report fails;
-#   Steps 1 and 2 run on both of the loop's back ends: ctest has every unit
-#   test twice (TERN_IO=epoll, TERN_IO=uring), and the integration tests
+#   Steps 1 and 2 run on both of the loop's Linux back ends: ctest has every
+#   unit test three times (TERN_IO=epoll, TERN_IO=uring, and TERN_IO=poll,
+#   the portable build's back end), and the integration tests
 #   run once per back end (TERN_IO, which every `tern` they start reads),
 #   the two runs side by side;
 #   3. Autobahn|Testsuite (fuzzingclient, cases 1-13, run by tests/autobahn)
@@ -133,6 +136,18 @@ fi
 (cd clients/js && TERN_BIN="$root/build/tern" node --test test/*.test.js) || status=1
 (cd clients/js && npm pack --dry-run --offline >/dev/null 2>&1) ||
     { echo "npm pack failed (clients/js)"; status=1; }
+
+# The portable build (make build-portable: _POSIX_C_SOURCE, no Linux
+# header, the poll back end, src/platform/posix.c): its unit tests, then
+# the integration tests of HTTP and static files, WebSocket, the drain on
+# SIGTERM, pub/sub, the clocks and the faults. Not the send clock's test
+# of a reader slower than the kernel frees room: it needs to know what the
+# peer acknowledged (SIOCOUTQ), which POSIX cannot say.
+section "portable build: unit tests, integration tests (build-portable, poll)"
+(cd build-portable && ctest --output-on-failure --no-tests=error) || status=1
+(cd tests/integration && TERN_BIN="$root/build-portable/tern" python3 -m pytest -q -p no:cacheprovider \
+     -k "not steady_reader_slower_than_the_kernel_frees_room" \
+     test_http.py test_ws.py test_drain.py test_pubsub.py test_clocks.py test_faults.py) || status=1
 
 section "unit tests (ASan + UBSan)"
 (cd build-asan && ctest --output-on-failure --no-tests=error) || status=1

@@ -186,7 +186,10 @@ static int page_make(const char *node) {
     static const char meta[] = "<meta name=\"tern-node\" content=\"";
     const char *html = (const char *)tern__market_html;
     size_t len = tern__market_html_len, mlen = sizeof(meta) - 1, nlen = strlen(node);
-    const char *at = memmem(html, len, meta, mlen);
+    const char *at = NULL;
+    for (size_t i = 0; at == NULL && i + mlen <= len; i++)
+        if (memcmp(html + i, meta, mlen) == 0)
+            at = html + i;
     if (at == NULL)
         return -EINVAL;
     size_t head = (size_t)(at - html) + mlen;

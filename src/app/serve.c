@@ -569,8 +569,12 @@ static bool origin_matches(const char *pattern, const char *origin, size_t len) 
         return false;
     const char *name = origin + head;
     size_t nlen = len - head - tail;
-    return host_chars(name, nlen) && name[0] != '.' && name[nlen - 1] != '.' &&
-           memmem(name, nlen, "..", 2) == NULL;
+    if (!host_chars(name, nlen) || name[0] == '.' || name[nlen - 1] == '.')
+        return false;
+    for (size_t i = 0; i + 1 < nlen; i++)   /* no empty label: ".." */
+        if (name[i] == '.' && name[i + 1] == '.')
+            return false;
+    return true;
 }
 
 /* The upgrade hook of every WebSocket route: an Origin check when

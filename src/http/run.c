@@ -45,7 +45,7 @@ typedef struct tern__run {
 
 /* One of the things loop 0 waits for is over: the last one ends loop 0.
  * Until then loop 0 runs on, with its server shut down, only so that its
- * signalfd is read: a second SIGTERM must reach the loops still draining
+ * signal descriptor is read: a second SIGTERM must reach the loops still draining
  * (a signal blocked in every thread and read by no loop would wait for
  * the whole shutdown timeout). */
 static void live_done(tern__run *run) {

@@ -10,10 +10,7 @@
 /* Only for the values of tern_send_result, which are public constants:
  * naming them uses nothing of the net layer. */
 #include "tern/net.h"
-
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
-#define TERN__HAVE_ERRNO_TABLE 1
-#endif
+#include "platform/platform.h"
 
 /* tern's own codes: 0 and the positive tern_send_result values (1 and 2
  * are also EPERM and ENOENT, but no call returns those positive), and the
@@ -53,17 +50,8 @@ const char *tern_strerror(int err) {
     if (c)
         return c->text;
     int e = errno_of(err);
-    const char *s = NULL;
-#ifdef TERN__HAVE_ERRNO_TABLE
-    /* glibc's own table: constant strings, NULL for an unknown code. */
-    if (e > 0)
-        s = strerrordesc_np(e);
-#else
-    /* musl's strerror returns its constant table's strings (an unknown
-     * code gets a constant "No error information"). */
-    if (e > 0)
-        s = strerror(e);
-#endif
+    /* The platform's constant strings, NULL for an unknown code. */
+    const char *s = e > 0 ? tern__plat_errno_text(e) : NULL;
     return s ? s : "Unknown error";
 }
 
@@ -71,11 +59,7 @@ const char *tern_err_name(int err) {
     const tern__code *c = own_code(err);
     if (c)
         return c->name;
-    const char *s = NULL;
-#ifdef TERN__HAVE_ERRNO_TABLE
     int e = errno_of(err);
-    if (e > 0)
-        s = strerrorname_np(e);
-#endif
+    const char *s = e > 0 ? tern__plat_errno_name(e) : NULL;
     return s ? s : "UNKNOWN";
 }

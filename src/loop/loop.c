@@ -187,8 +187,8 @@ static void on_signal(tern__io *io, uint32_t revents) {
 
 int tern_loop_on_signal(tern_loop *loop, int signo, tern_signal_fn fn, void *user) {
     /* SIGKILL and SIGSTOP cannot be caught: they would never be seen. */
-    if (loop == NULL || fn == NULL || signo <= 0 || signo >= NSIG || signo == SIGKILL ||
-        signo == SIGSTOP)
+    if (loop == NULL || fn == NULL || signo <= 0 || signo >= TERN__PLAT_NSIG ||
+        signo == SIGKILL || signo == SIGSTOP)
         return -EINVAL;
     if (loop->nsignals == TERN__MAX_SIGNALS)
         return -ENOSPC;

@@ -61,14 +61,16 @@ typedef struct tern__signal {
  *   EVFILT_READ registered with EV_CLEAR (edge: once per change) and
  *   reports only an event carrying EV_EOF, swallowing those of bytes.
  *   It may be reported again until the owner drops it (net does at the
- *   first report). A back end that cannot tell the peer's end without
- *   reading (poll(2) without POLLRDHUP) reports nothing for it but ERR and
- *   HUP: the paused owner then learns of the end when it reads again.
+ *   first report). A back end with no such report (poll(2): POLLRDHUP is
+ *   Linux's) asks for readability and peeks when told: nothing to read
+ *   is the end (RDHUP); bytes sent while paused mute the watch until the
+ *   interest changes, so an end behind them is read on resume. So every
+ *   back end reports an end that comes with no bytes before it, which is
+ *   the case that matters: a client gone while its answer is prepared.
  *   Why not the other two ways: read interest kept level-triggered would
  *   report the unread bytes in every wait (a busy loop), and dropping
- *   read interest on every back end would lose, on epoll and io_uring,
- *   the early hang-up that HTTP answers with its probe (net's
- *   on_hangup). */
+ *   read interest while paused would lose the early hang-up that HTTP
+ *   answers with its probe (net's on_hangup) and its abort callback. */
 typedef struct tern__backend_ops {
     const char *name;
     int (*init)(tern_loop *loop);

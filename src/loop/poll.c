@@ -6,14 +6,17 @@
  * costs O(watchers): right for the hundreds of connections of a system
  * without epoll, not for the tens of thousands epoll is for.
  *
- * TERN__IO_RDHUP without TERN__IO_IN (a paused connection) asks poll for
- * POLLRDHUP where the system has it (Linux); elsewhere the descriptor
- * stays in the set with no event asked, so a reset is still reported
- * (POLLERR, POLLHUP) and the peer's FIN is read on resume, as the
- * back-end contract in loop_internal.h allows. */
+ * TERN__IO_RDHUP without TERN__IO_IN (a paused connection: "the peer's
+ * end, never bytes") has no poll event of its own in POSIX (POLLRDHUP is
+ * Linux's), so it is asked as readability and the socket peeked at when
+ * that is reported: nothing to read is the end, reported as RDHUP; bytes
+ * (sent while paused) mute the watch until the interest changes, so the
+ * end behind them is read on resume. One path on every system, so the
+ * Linux build's tests on poll test the portable build's. */
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "loop/loop_internal.h"
@@ -45,16 +48,17 @@ typedef struct tern__poll {
 
 static tern__poll *poll_of(tern_loop *loop) { return loop->backend; }
 
+/* Watching for the peer's end alone (see the top of the file). */
+static bool end_only(uint32_t events) {
+    return (events & TERN__IO_RDHUP) && !(events & TERN__IO_IN);
+}
+
 static short to_poll(uint32_t events) {
     short ev = 0;
-    if (events & TERN__IO_IN)
+    if (events & (TERN__IO_IN | TERN__IO_RDHUP))
         ev |= POLLIN;
     if (events & TERN__IO_OUT)
         ev |= POLLOUT;
-#ifdef POLLRDHUP
-    if (events & TERN__IO_RDHUP)
-        ev |= POLLRDHUP;
-#endif
     return ev;
 }
 
@@ -73,10 +77,25 @@ static uint32_t from_poll(short rev) {
         ev |= TERN__IO_HUP;
     if (rev & POLLNVAL)
         ev |= TERN__IO_ERR | TERN__IO_HUP;
-#ifdef POLLRDHUP
-    if (rev & POLLRDHUP)
-        ev |= TERN__IO_RDHUP;
-#endif
+    return ev;
+}
+
+/* fds[i] watches for the peer's end alone and poll said readable: a peek
+ * tells the end (RDHUP) from bytes (the watch is muted: no POLLIN until
+ * the interest changes) and from an error (ERR). What the watcher is
+ * told instead of IN. */
+static uint32_t peek_end(struct pollfd *pfd, uint32_t ev) {
+    char b;
+    ssize_t n;
+    do
+        n = recv(pfd->fd, &b, 1, MSG_PEEK);
+    while (n < 0 && errno == EINTR);
+    ev &= ~(uint32_t)TERN__IO_IN;
+    if (n == 0)
+        return ev | TERN__IO_RDHUP;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+        return ev | TERN__IO_ERR;
+    pfd->events &= (short)~POLLIN;
     return ev;
 }
 
@@ -207,9 +226,12 @@ static int pl_wait(tern_loop *loop, int timeout_ms) {
     for (size_t i = 0; n > 0 && i < p->len; i++) {
         if (p->fds[i].revents == 0)
             continue;
-        p->ready[p->nready++] =
-            (tern__poll_ready){p->ios[i], p->fds[i].fd, from_poll(p->fds[i].revents)};
         n--;
+        uint32_t ev = from_poll(p->fds[i].revents);
+        if ((ev & TERN__IO_IN) && end_only(p->ios[i]->events))
+            ev = peek_end(&p->fds[i], ev);
+        if (ev != 0)
+            p->ready[p->nready++] = (tern__poll_ready){p->ios[i], p->fds[i].fd, ev};
     }
     for (p->next = 0; p->next < p->nready;) {
         tern__poll_ready r = p->ready[p->next++];

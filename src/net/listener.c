@@ -398,9 +398,8 @@ int tern__listener_fd(tern_loop *loop, int fd, const tern_listen_options *opt,
     len = sizeof(on);
     if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) < 0)
         return -errno;
-    len = sizeof(domain);
-    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0)
-        return -errno;
+    if ((domain = tern__plat_socket_domain(fd)) < 0)
+        return domain;
     if (type != SOCK_STREAM || !on ||
         (domain != AF_INET && domain != AF_INET6 && domain != AF_UNIX))
         return -EINVAL;

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/select.h>   /* ares.h names fd_set */
+#include <sys/time.h>
 #include <ares.h>
 
 #include "loop/loop.h"

@@ -94,6 +94,12 @@ int tern__plat_accept(int lfd) {
     return fd < 0 ? -errno : fd;
 }
 
+int tern__plat_socket_domain(int fd) {
+    int domain;
+    socklen_t len = sizeof(domain);
+    return getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) < 0 ? -errno : domain;
+}
+
 ssize_t tern__plat_send(int fd, const void *buf, size_t len) {
     ssize_t w;
     do
@@ -177,6 +183,21 @@ int tern__plat_open_checked(int dirfd, const char *path, const char *root_path) 
     }
     return fd;
 }
+
+/* ---- errno's words: glibc's own table ----------------------------------- */
+
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+const char *tern__plat_errno_text(int e) { return strerrordesc_np(e); }
+const char *tern__plat_errno_name(int e) { return strerrorname_np(e); }
+#else
+/* musl's strerror returns its constant table's strings (an unknown code
+ * gets a constant "No error information"); it has no names. */
+const char *tern__plat_errno_text(int e) { return strerror(e); }
+const char *tern__plat_errno_name(int e) {
+    (void)e;
+    return NULL;
+}
+#endif
 
 /* ---- random, CPUs, clocks ----------------------------------------------- */
 

@@ -2,8 +2,8 @@
  * systems, behind one interface, so that the layers above use POSIX calls
  * and these alone (libuv's split of src/unix/ and linux.c is the model).
  * One file implements it per platform: linux.c (the default build) or
- * posix.c (the portable build, CMake TERN_PORTABLE); CMake compiles
- * exactly one. The multiplexer is not here: it is the loop's back end
+ * posix.c (the portable build, CMake TERN_PORTABLE: POSIX.1-2008 alone);
+ * CMake compiles exactly one. The multiplexer is not here: it is the loop's back end
  * (src/loop/loop_internal.h).
  *
  * Every call returns a negative errno on failure, never -1 with errno,
@@ -47,6 +47,14 @@ typedef struct tern__plat_signals {
     sigset_t set;
 } tern__plat_signals;
 
+/* Signal numbers are below this: NSIG where the system says (POSIX does
+ * not), else 65, above every system's real-time signals. */
+#ifdef NSIG
+#define TERN__PLAT_NSIG NSIG
+#else
+#define TERN__PLAT_NSIG 65
+#endif
+
 void tern__plat_signals_init(tern__plat_signals *s);
 /* Starts delivering signo through fd (made on the first call). */
 int tern__plat_signals_add(tern__plat_signals *s, int signo);
@@ -62,6 +70,8 @@ int tern__plat_socket(int domain, int type);
 /* accept() of a waiting connection, non-blocking and close-on-exec,
  * without the peer's address: the descriptor, -EAGAIN, or -errno. */
 int tern__plat_accept(int lfd);
+/* The address family of a socket (AF_INET, AF_INET6, AF_UNIX), or -errno. */
+int tern__plat_socket_domain(int fd);
 /* send() and sendmsg() that never block and never raise SIGPIPE: bytes
  * taken, -EAGAIN, or -errno (EINTR retried). */
 ssize_t tern__plat_send(int fd, const void *buf, size_t len);
@@ -87,11 +97,16 @@ int tern__plat_open_root(const char *path);
  * tern__plat_open_checked may still open it). Non-blocking, so a FIFO
  * cannot stall the loop. */
 int tern__plat_open_beneath(int dirfd, const char *path);
-/* Opens path beneath dirfd following every link, and keeps the file only
- * if where it lives is under root_path (the root's real path): -EXDEV
- * otherwise, and wherever the system cannot tell where a descriptor
- * lives. */
+/* Opens path beneath dirfd (the descriptor of root_path, the root's real
+ * path) following every link, and keeps the file only if where it lives
+ * is under root_path: -EXDEV otherwise. */
 int tern__plat_open_checked(int dirfd, const char *path, const char *root_path);
+
+/* ---- errno's words -------------------------------------------------------
+ * The sentence and the name (EPIPE) of an errno value: static strings that
+ * never change, NULL where the system gives none. */
+const char *tern__plat_errno_text(int e);
+const char *tern__plat_errno_name(int e);
 
 /* ---- random, CPUs, clocks ------------------------------------------------ */
 /* len bytes from the system's generator. block false: fail with -EAGAIN
