@@ -20,8 +20,13 @@ static void usage(FILE *f) {
 }
 
 void tern__print_version(FILE *f) {
-    fprintf(f, "tern %s\nTLS: %s\nI/O back ends: epoll, poll%s (TERN_IO or --io chooses)\n",
+    fprintf(f, "tern %s\nTLS: %s\nI/O back ends: %spoll%s (TERN_IO or --io chooses)\n",
             TERN_VERSION, tern_tls_library(),
+#ifdef TERN_HAVE_EPOLL
+            "epoll, ",
+#else
+            "",   /* the portable build: poll alone */
+#endif
 #ifdef TERN_HAVE_URING
             ", io_uring"
 #else
