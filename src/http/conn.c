@@ -764,8 +764,9 @@ static void on_drain(tern__conn *c) {
  * Net no longer watches a paused connection once its FIN is in, so it is
  * looked at on a clock instead, with poll(): a reset socket reports an
  * error and HUP, a half-closed one neither. The looks stop once the probe
- * is acknowledged (TCP_INFO's unacked: a client that acks is there) or
- * after a few seconds, and whenever the answer starts. */
+ * is acknowledged (tern__plat_tcp_unacked_segments, TCP_INFO's unacked:
+ * a client that acks is there; where the system cannot say, at the first
+ * look) or after a few seconds, and whenever the answer starts. */
 static void probe_look(tern__http_conn *hc) {
     tern__conn *c = &hc->conn;
     struct pollfd pfd = {.fd = c->io.fd, .events = 0};

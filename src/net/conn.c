@@ -869,9 +869,9 @@ static void conn_io(tern__io *io, uint32_t revents) {
 
 /* A paused connection stays registered asking for TERN__IO_RDHUP only
  * (until the FIN is seen): a reset (TERN__IO_ERR, TERN__IO_HUP, always
- * reported) or the peer's close is noticed while we read nothing. A back
- * end that cannot tell the FIN without reading (poll) reports the reset
- * alone; the FIN is then read on resume (loop_internal.h's contract). */
+ * reported) or the peer's close is noticed while we read nothing. On a
+ * back end with no report of the FIN alone (poll), a FIN behind bytes
+ * sent while paused is read on resume (loop_internal.h's contract). */
 void tern__conn_pause(tern__conn *c) {
     if (c->flags & (TERN__CONN_PAUSED | TERN__CONN_CLOSED | TERN__CONN_LINGER))
         return;
