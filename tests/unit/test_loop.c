@@ -524,6 +524,63 @@ static void a_reused_descriptor_number_serves_its_new_watcher(void **state) {
     tern_loop_free(loop);
 }
 
+/* ---- the peer's end alone (TERN__IO_RDHUP without TERN__IO_IN) --------- */
+
+typedef struct end_watch {
+    tern__io io;
+    tern_loop *loop;
+    uint32_t seen;
+    int calls;
+} end_watch;
+
+static void end_fired(tern__io *io, uint32_t revents) {
+    end_watch *w = tern__container_of(io, end_watch, io);
+    w->seen |= revents;
+    w->calls++;
+    tern__io_set(w->loop, &w->io, 0);   /* told once: stop asking, as net does */
+    tern_loop_stop(w->loop);
+}
+
+static void stop_timer(tern_timer *t, void *user) { tern_loop_stop(user); }
+
+/* Watches one end of a fresh socket pair for the peer's end alone, lets
+ * `peer` act on the other end, and runs the loop until the watcher is told
+ * something or 200 ms pass. */
+static end_watch watch_end(tern_loop *loop, void (*peer)(int fd)) {
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    end_watch w = {.loop = loop};
+    tern__io_init(&w.io, sv[0], end_fired);
+    assert_int_equal(tern__io_set(loop, &w.io, TERN__IO_RDHUP), 0);
+    peer(sv[1]);
+    tern_timer *t;
+    assert_int_equal(tern_timer_start(loop, &t, 200, 0, stop_timer, loop), 0);
+    assert_int_equal(tern_loop_run(loop), 0);
+    tern_timer_stop(t);
+    tern__io_close(loop, &w.io);
+    close(sv[1]);
+    return w;
+}
+
+static void peer_writes(int fd) { assert_int_equal(write(fd, "x", 1), 1); }
+static void peer_shuts(int fd) { assert_int_equal(shutdown(fd, SHUT_WR), 0); }
+
+/* The back-end contract (loop_internal.h): a watcher asking for the peer's
+ * end alone (a paused connection) is told of the end, and never of bytes,
+ * on every back end (poll by a peek). */
+static void the_peers_end_alone_is_told_and_bytes_are_not(void **state) {
+    (void)state;
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    end_watch bytes = watch_end(loop, peer_writes);
+    assert_int_equal(bytes.calls, 0);
+    end_watch end = watch_end(loop, peer_shuts);
+    assert_int_equal(end.calls, 1);
+    assert_true(end.seen & TERN__IO_RDHUP);
+    assert_false(end.seen & TERN__IO_IN);
+    tern_loop_free(loop);
+}
+
 /* ---- listeners (tern__io_acceptor, tern__io_accept) -------------------- */
 
 typedef struct accept_watch {
@@ -733,6 +790,7 @@ int main(void) {
         cmocka_unit_test(removed_watcher_gets_no_queued_event),
         cmocka_unit_test(the_back_end_asked_for_is_used),
         cmocka_unit_test(refused_io_uring_falls_back_to_epoll),
+        cmocka_unit_test(the_peers_end_alone_is_told_and_bytes_are_not),
         cmocka_unit_test(a_reused_descriptor_number_serves_its_new_watcher),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
