@@ -7,7 +7,9 @@
 #      one page of docs/api/, every page's example builds), the map
 #      (scripts/check-docs-map.sh: docs/ARCHITECTURE.md indexes every file
 #      of src/, README names every example, no link leaves the
-#      repository), then the integration tests (pytest);
+#      repository), the platform (scripts/check-platform.sh: no Linux-only
+#      call outside src/platform/ and the Linux back ends), then the
+#      integration tests (pytest);
 #   then the TLS tests against the rustls build (build-rustls);
 #   then the JavaScript client's tests (clients/js, node --test);
 #   then the portable build (build-portable: POSIX alone, the poll back
@@ -58,6 +60,9 @@ scripts/check-api-docs.sh build || status=1
 
 section "the map (docs/ARCHITECTURE.md's file index), README's examples, links inside the repository"
 scripts/check-docs-map.sh || status=1
+
+section "the platform: nothing Linux-only outside src/platform/ and the Linux back ends"
+scripts/check-platform.sh || status=1
 
 # Whether this build has the io_uring back end, and this kernel lets us use
 # it: the "listening on" line names the back end a server got. (The server
