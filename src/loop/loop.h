@@ -59,8 +59,16 @@ void tern__io_close(tern_loop *loop, tern__io *io);
  * accept: no accept system call per connection); then TERN__IO_IN says
  * one (or an error) is in hand. Either way the watcher takes connections
  * with tern__io_accept until -EAGAIN, and asks again each time it sets
- * its interest after having set none. */
-bool tern__io_acceptor(tern_loop *loop, tern__io *io);
+ * its interest after having set none.
+ *
+ * one_at_a_time: the back end takes no connection before the watcher has
+ * taken the one before (io_uring: a single-shot accept, armed again after
+ * each), so that a listener keeping a descriptor reserve sees every
+ * descriptor number before the kernel hands out the next; without it the
+ * back end may accept ahead, up to the process's limit. The watcher may
+ * ask again with the other answer while accepting: the change takes
+ * effect with the next connection the kernel takes. */
+bool tern__io_acceptor(tern_loop *loop, tern__io *io, bool one_at_a_time);
 /* As accept4(SOCK_NONBLOCK | SOCK_CLOEXEC) without the peer's address:
  * the new descriptor, -EAGAIN, or a negative errno (EMFILE, ...). */
 int tern__io_accept(tern_loop *loop, tern__io *io);

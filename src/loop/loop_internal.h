@@ -52,7 +52,7 @@ typedef struct tern__backend_ops {
      * waiting (when tern_loop_run returns: what was written is then on its
      * way, as a send() would have it). */
     void (*flush)(tern_loop *loop);
-    bool (*io_acceptor)(tern_loop *loop, tern__io *io);
+    bool (*io_acceptor)(tern_loop *loop, tern__io *io, bool one_at_a_time);
     int (*io_accept)(tern_loop *loop, tern__io *io);
     bool (*io_stream)(tern_loop *loop, tern__io *io, bool on);
     ssize_t (*io_recv)(tern_loop *loop, tern__io *io, char *buf, size_t len);

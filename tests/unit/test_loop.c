@@ -589,7 +589,7 @@ static void a_listener_takes_its_connections_through_the_back_end(void **state) 
         low.rlim_cur = (rlim_t)top + 1 + 8;
         accept_watch w = {.loop = loop, .want = 20};
         tern__io_init(&w.io, lfd, accept_fired);
-        if (tern__io_acceptor(loop, &w.io) != uring || tern__io_set(loop, &w.io, TERN__IO_IN) != 0)
+        if (tern__io_acceptor(loop, &w.io, false) != uring || tern__io_set(loop, &w.io, TERN__IO_IN) != 0)
             _exit(6);
         if (setrlimit(RLIMIT_NOFILE, &low) != 0 || tern_loop_run(loop) != 0 || !w.out_of_fds ||
             w.taken != 8)
@@ -602,7 +602,7 @@ static void a_listener_takes_its_connections_through_the_back_end(void **state) 
         if (tern_loop_post(loop, post_stops, &ran) != 0 || tern_loop_run(loop) != 0 ||
             w.taken != before)
             _exit(11);
-        tern__io_acceptor(loop, &w.io);
+        tern__io_acceptor(loop, &w.io, false);
         if (tern__io_set(loop, &w.io, TERN__IO_IN) != 0 || tern_loop_run(loop) != 0 || w.taken != 20)
             _exit(12);
         clients[20] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -623,6 +623,73 @@ static void a_listener_takes_its_connections_through_the_back_end(void **state) 
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* Takes one connection, then wants none: a listener parking a connection
+ * at its descriptor line. */
+static void accept_one_fired(tern__io *io, uint32_t revents) {
+    (void)revents;
+    accept_watch *w = tern__container_of(io, accept_watch, io);
+    int fd = tern__io_accept(w->loop, io);
+    if (fd < 0)
+        return;
+    w->held[w->taken++] = fd;
+    tern__io_set(w->loop, io, 0);
+    tern_loop_stop(w->loop);
+}
+
+/* one_at_a_time (a listener near its descriptor reserve): the back end
+ * takes no connection before the watcher took the one before. Nine wait
+ * in the accept queue; the watcher takes one and stops wanting any: the
+ * others are still in the kernel's queue (accept4 takes three of them),
+ * none taken ahead by the back end and closed. Then, allowed to take
+ * ahead again (one_at_a_time off), the back end hands over the last five. */
+static void one_at_a_time_takes_none_ahead(void **state) {
+    (void)state;
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    assert_true(lfd >= 0);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(lfd, 64), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &alen), 0);
+    int clients[9];
+    for (int i = 0; i < 9; i++) {
+        clients[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(clients[i] >= 0);
+        assert_int_equal(connect(clients[i], (struct sockaddr *)&a, sizeof(a)), 0);
+    }
+    accept_watch w = {.loop = loop, .want = 9};
+    tern__io_init(&w.io, lfd, accept_one_fired);
+    tern__io_acceptor(loop, &w.io, true);
+    assert_int_equal(tern__io_set(loop, &w.io, TERN__IO_IN), 0);
+    assert_int_equal(tern_loop_run(loop), 0);
+    assert_int_equal(w.taken, 1);
+    /* A turn more: whatever the back end still had in flight completes. */
+    int ran = 0;
+    assert_int_equal(tern_loop_post(loop, post_stops, &ran), 0);
+    assert_int_equal(tern_loop_run(loop), 0);
+    int queued = 0, fd;
+    while (queued < 3 && (fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+        close(fd);
+        queued++;
+    }
+    assert_int_equal(queued, 3);   /* still in the queue, not closed */
+    /* And the rest come through the back end, taking them ahead or not. */
+    w.io.fn = accept_fired;
+    w.want = w.taken + 5;
+    tern__io_acceptor(loop, &w.io, false);
+    assert_int_equal(tern__io_set(loop, &w.io, TERN__IO_IN), 0);
+    assert_int_equal(tern_loop_run(loop), 0);
+    assert_int_equal(w.taken, 6);
+    tern__io_close(loop, &w.io);
+    tern_loop_free(loop);
+    for (int i = 0; i < 9; i++)
+        close(clients[i]);
+    for (int i = 0; i < w.taken; i++)
+        close(w.held[i]);
 }
 
 /* ---- streams: the provided buffers run out ------------------------------ */
@@ -709,6 +776,7 @@ int main(void) {
         cmocka_unit_test(timers_fire_in_deadline_order),
         cmocka_unit_test(streams_outrunning_the_provided_buffers_get_every_byte),
         cmocka_unit_test(a_listener_takes_its_connections_through_the_back_end),
+        cmocka_unit_test(one_at_a_time_takes_none_ahead),
         cmocka_unit_test(repeating_timer_repeats_and_stops_itself),
         cmocka_unit_test(stopped_timer_never_fires_and_again_rearms),
         cmocka_unit_test(timer_rearmed_at_zero_yields_to_io),
