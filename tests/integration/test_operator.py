@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import SANITIZED, SLOW, TERN_BIN, Server, read_response
+from conftest import SANITIZED, SLOW, TERN_BIN, Server, read_response, wait_for
 from test_tls import certs  # noqa: F401  (the fixture)
 
 
@@ -172,14 +172,6 @@ def test_reuse_port_hands_the_port_over():
 
 
 # ---- log rotation -----------------------------------------------------------------
-
-def wait_for(cond, what, timeout=5.0):
-    deadline = time.monotonic() + timeout * SLOW
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def lines(path):
