@@ -2,7 +2,7 @@
  * configuration (seq numbers and subscriber counts), and publishes that
  * reach the other loops as posted references to one prepared frame.
  *
- * Per loop (the server's TERN__SRV_SLOT_PUBSUB slot, touched by that
+ * Per loop (the server's pub/sub slot, ps_slot, touched by that
  * loop's thread only; its counters are read by any):
  * - topics: name -> the topic's subscriptions (an array, in no order);
  * - conns: ws -> its subscriptions, so that a close (or unsubscribe) finds
@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "http/server.h"
+#include "loop/counter.h"
 #include "loop/log.h"
 #include "loop/loop.h"
 #include "pubsub/history.h"
@@ -195,7 +196,7 @@ typedef struct group {
     _Atomic uint64_t published[TERN_TOPIC_RULES_MAX + 1];
 } group;
 
-/* Pub/sub's slot of a configuration (TERN__SRV_SLOT_PUBSUB), made at first
+/* Pub/sub's slot of a configuration (ps_slot), made at first
  * use by whichever thread: setup's options (tern_pubsub_configure, before
  * serving) and the group, made when pub/sub is first used, which freezes
  * the options. */
@@ -203,6 +204,13 @@ typedef struct psconf {
     conf *setup;
     _Atomic(group *) g;
 } psconf;
+
+/* Pub/sub's module slot of a server and of a configuration, keyed at
+ * first use. */
+static int ps_slot(void) {
+    static _Atomic int key;
+    return tern__srv_slot_key(&key);
+}
 
 static gtopic *gfind(group *g, const char *name, size_t len, uint64_t h) {
     if (g->topics.nb == 0)
@@ -254,14 +262,14 @@ static const tern__srv_module module = {
 /* The configuration's slot, made at first use by whichever thread (the
  * module is registered before the slot is visible). NULL: no memory. */
 static psconf *psconf_of(tern__server_config *cfg) {
-    psconf *pc = atomic_load(&cfg->slots[TERN__SRV_SLOT_PUBSUB]);
+    psconf *pc = atomic_load(&cfg->slots[ps_slot()]);
     if (pc)
         return pc;
     if ((pc = calloc(1, sizeof(*pc))) == NULL)
         return NULL;
-    atomic_store(&cfg->modules[TERN__SRV_SLOT_PUBSUB], &module);
+    atomic_store(&cfg->modules[ps_slot()], &module);
     void *expected = NULL;
-    if (!atomic_compare_exchange_strong(&cfg->slots[TERN__SRV_SLOT_PUBSUB], &expected, pc)) {
+    if (!atomic_compare_exchange_strong(&cfg->slots[ps_slot()], &expected, pc)) {
         free(pc);
         return expected;
     }
@@ -270,13 +278,13 @@ static psconf *psconf_of(tern__server_config *cfg) {
 
 /* The configuration's group, or NULL when pub/sub has not been used. */
 static group *group_peek(const tern__server_config *cfg) {
-    psconf *pc = atomic_load(&((tern__server_config *)cfg)->slots[TERN__SRV_SLOT_PUBSUB]);
+    psconf *pc = atomic_load(&((tern__server_config *)cfg)->slots[ps_slot()]);
     return pc ? atomic_load(&pc->g) : NULL;
 }
 
 /* The loop's registry (its slot of srv), or NULL. */
 static struct registry *reg(const tern_server *srv) {
-    return atomic_load_explicit(&((tern_server *)srv)->slots[TERN__SRV_SLOT_PUBSUB],
+    return atomic_load_explicit(&((tern_server *)srv)->slots[ps_slot()],
                                 memory_order_acquire);
 }
 
@@ -419,7 +427,7 @@ int tern_pubsub_topic_rule(tern_server *srv, const char *prefix, const tern_topi
         conf *n = realloc(c, sizeof(*c) + (c->nrules + 1) * sizeof(rule));
         if (n == NULL)
             return -ENOMEM;
-        ((psconf *)atomic_load(&srv->cfg->slots[TERN__SRV_SLOT_PUBSUB]))->setup = c = n;
+        ((psconf *)atomic_load(&srv->cfg->slots[ps_slot()]))->setup = c = n;
         c->nrules++;
     }
     rule *r = &c->rules[i];
@@ -792,12 +800,8 @@ typedef struct registry {
 } registry;
 
 /* One of r's counters += n: a plain load and store, the loop being the
- * only writer (as TERN__STAT_ADD for the server's). */
-#define PS_ADD(r, field, n)                                                                   \
-    atomic_store_explicit(&(r)->stats.field,                                                 \
-                          atomic_load_explicit(&(r)->stats.field, memory_order_relaxed) +    \
-                              (uint64_t)(n),                                                 \
-                          memory_order_relaxed)
+ * only writer (loop/counter.h). */
+#define PS_ADD(r, field, n) TERN__COUNTER_ADD((r)->stats.field, n)
 
 /* The latency histogram's upper bounds, in microseconds. */
 static const uint64_t latency_le_us[TERN_HISTOGRAM_BUCKETS] = {
@@ -808,11 +812,7 @@ static const uint64_t latency_le_us[TERN_HISTOGRAM_BUCKETS] = {
 #define RS_ADD(r, i, field, n)                                                                \
     do {                                                                                      \
         if ((n) > 0)                                                                          \
-            atomic_store_explicit(                                                            \
-                &(r)->rstats[i].field,                                                        \
-                atomic_load_explicit(&(r)->rstats[i].field, memory_order_relaxed) +           \
-                    (uint64_t)(n),                                                            \
-                memory_order_relaxed);                                                        \
+            TERN__COUNTER_ADD((r)->rstats[i].field, n);                                       \
     } while (0)
 
 int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out) {
@@ -866,7 +866,7 @@ int tern_pubsub_rule_stats(const tern_server *srv, const char *prefix, bool exac
     *out = (tern_pubsub_rule_counters){0};
     size_t len = strnlen(prefix, TERN_TOPIC_MAX + 1);
     const tern__server_config *cfg = srv->cfg;
-    psconf *pc = atomic_load(&((tern__server_config *)cfg)->slots[TERN__SRV_SLOT_PUBSUB]);
+    psconf *pc = atomic_load(&((tern__server_config *)cfg)->slots[ps_slot()]);
     group *g = pc ? atomic_load(&pc->g) : NULL;
     /* Before pub/sub's first use the rules are setup's, and nothing is
      * counted yet; after it the group's copy, in the same order. */
@@ -915,7 +915,7 @@ static registry *registry_of(tern_server *srv, bool make) {
         return NULL;
     r->g = g;
     r->srv = srv;
-    atomic_store_explicit(&srv->slots[TERN__SRV_SLOT_PUBSUB], r, memory_order_release);
+    atomic_store_explicit(&srv->slots[ps_slot()], r, memory_order_release);
     return r;
 }
 
@@ -1132,7 +1132,7 @@ static void registry_free(tern_server *srv) {
     free(r->topics.b);
     free(r->conns.b);
     free(r);
-    atomic_store(&srv->slots[TERN__SRV_SLOT_PUBSUB], NULL);
+    atomic_store(&srv->slots[ps_slot()], NULL);
 }
 
 static int check_topic(const char *topic, size_t *len) {

@@ -45,6 +45,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "loop/counter.h"
 #include "loop/log.h"
 #include "loop/loop.h"
 #include "net/resolve.h"
@@ -114,10 +115,7 @@ struct tern__redis {
     _Atomic uint64_t reconnects, published, received, dropped, fills;
 };
 
-static void bump(_Atomic uint64_t *c) {
-    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-}
+static void bump(_Atomic uint64_t *c) { TERN__COUNTER_ADD(*c, 1); }
 
 /* ---- the adapter: hiredis's hooks on a tern watcher -------------------- */
 
