@@ -177,7 +177,7 @@ tern_server *tern_server_peer(const tern_server *srv, int index) {
 int tern_server_stats(const tern_server *srv, tern_stats *out) {
     if (srv == NULL || out == NULL || srv->loop == NULL)
         return -EINVAL;
-#define LOAD(f) atomic_load_explicit(&srv->stats.f, memory_order_relaxed)
+#define LOAD(f) TERN__COUNTER_GET(srv->stats.f)
     uint64_t closed = LOAD(closed);
     out->accepted = LOAD(accepted);
     out->connections = out->accepted > closed ? out->accepted - closed : 0;

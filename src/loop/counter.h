@@ -16,4 +16,8 @@
                               (uint64_t)(n),                                                 \
                           memory_order_relaxed)
 
+/* counter's value, read by any thread: each value whole, the counters of
+ * one struct not a snapshot together. */
+#define TERN__COUNTER_GET(counter) atomic_load_explicit(&(counter), memory_order_relaxed)
+
 #endif
