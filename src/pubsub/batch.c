@@ -18,7 +18,7 @@
  * waits for them rather than growing the batch. */
 #define BATCH_MAX 256
 
-static void batch_unlink(registry *r, topic_t *t) {
+static void batch_unlink(tern__ps_registry *r, tern__ps_topic *t) {
     *(t->bprev ? &t->bprev->bnext : &r->batch_head) = t->bnext;
     if (t->bnext)
         t->bnext->bprev = t->bprev;
@@ -30,18 +30,19 @@ static void batch_unlink(registry *r, topic_t *t) {
  * reaches the end, its messages are released and the next pass (what came
  * meanwhile) starts over; when nothing is left, t leaves the batch list
  * (t->busy drops, and the caller frees an empty topic). */
-static void batch_step(registry *r, topic_t *t, size_t limit) {
+static void batch_step(tern__ps_registry *r, tern__ps_topic *t, size_t limit) {
     if (t->npass == 0) {
         t->npass = t->nds;
         t->cursor = 0;
     }
     size_t end = t->nsubs - t->cursor > limit ? t->cursor + limit : t->nsubs;
-    tally n = {0};
+    tern__ps_tally n = {0};
     for (size_t i = t->cursor; i < end; i++) {
-        sub *s = t->subs[i];
+        tern__ps_sub *s = t->subs[i];
         for (size_t k = 0; s && k < t->npass; k++) {
-            pub *p = t->ds[k]->p;
-            tern__ps_offer(s, p->msg, p->seq, (const tern_ws *)t->ds[k]->except, p->key, p->klen, &n);
+            tern__ps_pub *p = t->ds[k]->p;
+            tern__ps_offer(s, p->msg, p->seq, (const tern_ws *)t->ds[k]->except, p->key,
+                           p->klen, &n);
         }
     }
     t->cursor = end;
@@ -65,14 +66,14 @@ static void batch_step(registry *r, topic_t *t, size_t limit) {
 
 /* Runs t's batch to its end now (a publish delivered at once must not
  * pass it; a full batch). */
-void tern__ps_batch_finish(registry *r, topic_t *t) {
+void tern__ps_batch_finish(tern__ps_registry *r, tern__ps_topic *t) {
     while (t->nds > 0)
         batch_step(r, t, SIZE_MAX);
 }
 
 /* Milliseconds until t's next pass may start (opt.write_delay_ms after
  * the first message of it was published; 0 once a pass is under way). */
-static uint64_t batch_wait_ms(registry *r, const topic_t *t, uint64_t now_ns) {
+static uint64_t batch_wait_ms(tern__ps_registry *r, const tern__ps_topic *t, uint64_t now_ns) {
     uint64_t delay_ns = (uint64_t)r->g->opt.write_delay_ms * 1000000;
     if (t->npass > 0 || delay_ns == 0)
         return 0;
@@ -82,10 +83,10 @@ static uint64_t batch_wait_ms(registry *r, const topic_t *t, uint64_t now_ns) {
 
 static void batch_tick(tern_timer *tm, void *user) {
     (void)tm;
-    registry *r = user;
+    tern__ps_registry *r = user;
     r->batch_armed = false;
     uint64_t now = tern__ps_mono_ns(), wait = UINT64_MAX;
-    for (topic_t *t = r->batch_head, *next; t; t = next) {
+    for (tern__ps_topic *t = r->batch_head, *next; t; t = next) {
         next = t->bnext;
         uint64_t w = batch_wait_ms(r, t, now);
         if (w == 0)
@@ -102,7 +103,7 @@ static void batch_tick(tern_timer *tm, void *user) {
         r->batch_armed = true;
     else   /* out of memory to arm it: the passes end now */
         while (r->batch_head) {
-            topic_t *t = r->batch_head;
+            tern__ps_topic *t = r->batch_head;
             tern__ps_batch_finish(r, t);
             tern__ps_topic_maybe_free(r, t);
         }
@@ -110,12 +111,12 @@ static void batch_tick(tern_timer *tm, void *user) {
 
 /* d joins t's batch. Returns -1 when it cannot (out of memory): then the
  * caller delivers it at once, behind the batch. */
-int tern__ps_batch_add(registry *r, topic_t *t, delivery *d) {
+int tern__ps_batch_add(tern__ps_registry *r, tern__ps_topic *t, tern__ps_delivery *d) {
     if (t->nds == BATCH_MAX)
         tern__ps_batch_finish(r, t);
     if (t->nds == t->capds) {
         size_t cap = t->capds ? t->capds * 2 : 8;
-        struct delivery **ds = realloc(t->ds, cap * sizeof(*ds));
+        struct tern__ps_delivery **ds = realloc(t->ds, cap * sizeof(*ds));
         if (ds == NULL)
             return -1;
         t->ds = ds;
@@ -146,9 +147,9 @@ int tern__ps_batch_add(registry *r, topic_t *t, delivery *d) {
 
 /* The server is going: its batches are dropped (their subscribers are
  * closed next). */
-void tern__ps_batches_drop(registry *r) {
+void tern__ps_batches_drop(tern__ps_registry *r) {
     while (r->batch_head) {
-        topic_t *t = r->batch_head;
+        tern__ps_topic *t = r->batch_head;
         for (size_t k = 0; k < t->nds; k++)
             tern__ps_delivery_free(t->ds[k]);
         t->nds = t->npass = 0;

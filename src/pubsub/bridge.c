@@ -13,7 +13,7 @@
  *
  * Topics with a history are numbered by the engine, so that every node
  * agrees on (epoch, seq): the bridge adopts the engine's numbering in the
- * topic's entry (gtopic.br), reads back what a node missed while its link
+ * topic's entry (tern__ps_gtopic.br), reads back what a node missed while its link
  * was down (fills), and offers a topic's epoch before its first message
  * (a claim), so that a subscriber may resume on any node. */
 #include <errno.h>
@@ -33,12 +33,12 @@
 typedef struct tern__ps_bridge {
     tern__engine e;
     tern_server *srv;
-    group *g;
+    tern__ps_group *g;
 } tern__ps_bridge;
 
 static tern_loop *bridge_loop(const tern__ps_bridge *b) { return b->e.ops->loop(b->e.state); }
 
-void tern__ps_bridge_resume(const gtopic *t, resume_req *rq) {
+void tern__ps_bridge_resume(const tern__ps_gtopic *t, tern__ps_resume *rq) {
     if (rq->epoch == t->br.old_epoch && t->br.on) {
         /* subscribed here before the first message, which came numbered
          * by the engine: it got every one from adopted_from on, by the
@@ -50,8 +50,9 @@ void tern__ps_bridge_resume(const gtopic *t, resume_req *rq) {
     }
 }
 
-bool tern__ps_bridge_numbered(gtopic *t, const tern__engine_num *num, uint64_t *fill_from) {
-    bridged *br = &t->br;
+bool tern__ps_bridge_numbered(tern__ps_gtopic *t, const tern__engine_num *num,
+                              uint64_t *fill_from) {
+    tern__ps_bridged *br = &t->br;
     *fill_from = 0;
     if (!br->on || t->epoch != num->epoch) {
         /* The engine's numbering, new here (or restarted there): adopted.
@@ -83,7 +84,7 @@ bool tern__ps_bridge_numbered(gtopic *t, const tern__engine_num *num, uint64_t *
     return true;
 }
 
-void tern__ps_bridge_local(gtopic *t) {
+void tern__ps_bridge_local(tern__ps_gtopic *t) {
     if (!t->br.on)
         return;
     /* the engine away: numbered here meanwhile, under an epoch of this node */
@@ -93,7 +94,7 @@ void tern__ps_bridge_local(gtopic *t) {
         tern__hist_clear(t->hist);
 }
 
-uint64_t tern__ps_bridge_claim_due(group *g, gtopic *t) {
+uint64_t tern__ps_bridge_claim_due(tern__ps_group *g, tern__ps_gtopic *t) {
     tern__ps_bridge *b = atomic_load(&g->bridge);
     if (b == NULL || t->hist == NULL || t->br.on || t->seq != 0 || t->br.claimed ||
         !b->e.ops->connected(b->e.state))
@@ -104,7 +105,8 @@ uint64_t tern__ps_bridge_claim_due(group *g, gtopic *t) {
     return t->epoch;
 }
 
-void tern__ps_bridge_fill(group *g, const char *name, size_t len, uint64_t from, uint64_t to) {
+void tern__ps_bridge_fill(tern__ps_group *g, const char *name, size_t len, uint64_t from,
+                          uint64_t to) {
     tern__ps_bridge *b = atomic_load(&g->bridge);
     if (b)
         b->e.ops->fill(b->e.state, name, len, from, to);
@@ -114,7 +116,7 @@ void tern__ps_bridge_fill(group *g, const char *name, size_t len, uint64_t from,
  * last subscriber came or went (neither publish nor claim), a publish to
  * forward, or an epoch to claim (claim not 0). */
 typedef struct bridge_job {
-    group *g;
+    tern__ps_group *g;
     uint64_t claim;
     bool publish;
     bool numbered;            /* by the engine, keeping keep messages for keep_ms */
@@ -127,12 +129,12 @@ typedef struct bridge_job {
 /* On the bridge's loop: the engine's subscription follows the group's
  * count now (not the change that asked: changes from several threads may
  * arrive in any order, the count is the truth). */
-static void bridge_reconcile(group *g, const char *name, size_t len) {
+static void bridge_reconcile(tern__ps_group *g, const char *name, size_t len) {
     tern__ps_bridge *b = atomic_load(&g->bridge);
     if (b == NULL)
         return;
     pthread_mutex_lock(&g->mu);
-    gtopic *t = tern__ps_gfind(g, name, len, tern__ps_hash_name(name, len));
+    tern__ps_gtopic *t = tern__ps_gfind(g, name, len, tern__ps_hash_name(name, len));
     bool on = t && t->subs > 0;
     pthread_mutex_unlock(&g->mu);
     b->e.ops->subscribe(b->e.state, name, len,
@@ -145,7 +147,7 @@ static void bridge_reconcile(group *g, const char *name, size_t len) {
 #define CLAIM_MS (24ull * 3600 * 1000)
 
 /* On the bridge's loop. */
-static void claim_now(group *g, tern__ps_bridge *b, const char *name, size_t len,
+static void claim_now(tern__ps_group *g, tern__ps_bridge *b, const char *name, size_t len,
                       uint64_t epoch) {
     uint64_t ms = tern__ps_topic_settings(g, name, len).history_ms;
     b->e.ops->claim(b->e.state, name, len, epoch, ms ? ms : CLAIM_MS);
@@ -172,7 +174,7 @@ static void bridge_job_run(tern_loop *loop, void *user) {
 
 /* A new job for topic name[0..tlen) of g, with m's key (klen bytes) and
  * data when m is not NULL; the rest zero. NULL when out of memory. */
-static bridge_job *job_new(group *g, const char *name, size_t tlen, const tern__ps_msg *m,
+static bridge_job *job_new(tern__ps_group *g, const char *name, size_t tlen, const tern__ps_msg *m,
                            size_t klen) {
     size_t len = m ? m->len : 0;
     bridge_job *j = calloc(1, sizeof(*j) + tlen + klen + len);
@@ -191,7 +193,7 @@ static bridge_job *job_new(group *g, const char *name, size_t tlen, const tern__
 }
 
 /* j to the bridge's loop, counted in g->bridge_jobs until it has run. */
-static void job_post(group *g, tern__ps_bridge *b, bridge_job *j) {
+static void job_post(tern__ps_group *g, tern__ps_bridge *b, bridge_job *j) {
     atomic_fetch_add(&g->bridge_jobs, 1);
     if (tern_loop_post(bridge_loop(b), bridge_job_run, j) < 0) {
         atomic_fetch_sub(&g->bridge_jobs, 1);
@@ -199,7 +201,7 @@ static void job_post(group *g, tern__ps_bridge *b, bridge_job *j) {
     }
 }
 
-void tern__ps_bridge_topic_changed(group *g, const char *name, size_t len) {
+void tern__ps_bridge_topic_changed(tern__ps_group *g, const char *name, size_t len) {
     tern__ps_bridge *b = atomic_load(&g->bridge);
     if (b == NULL)
         return;
@@ -212,7 +214,7 @@ void tern__ps_bridge_topic_changed(group *g, const char *name, size_t len) {
         job_post(g, b, j);
 }
 
-void tern__ps_bridge_claim(group *g, const char *name, size_t len, uint64_t epoch) {
+void tern__ps_bridge_claim(tern__ps_group *g, const char *name, size_t len, uint64_t epoch) {
     tern__ps_bridge *b = atomic_load(&g->bridge);
     if (b == NULL)
         return;
@@ -229,8 +231,8 @@ void tern__ps_bridge_claim(group *g, const char *name, size_t len, uint64_t epoc
 
 /* m to the engine: numbered there when numbered (the topic's settings) is
  * not NULL. */
-static void bridge_publish(group *g, tern__ps_bridge *b, const tern__ps_msg *m, size_t tlen,
-                           size_t klen, const tern_topic_options *numbered) {
+static void bridge_publish(tern__ps_group *g, tern__ps_bridge *b, const tern__ps_msg *m,
+                           size_t tlen, size_t klen, const tern_topic_options *numbered) {
     if (tern__loop_current() != bridge_loop(b) || atomic_load(&g->bridge_jobs) > 0) {
         bridge_job *j = job_new(g, m->topic, tlen, m, klen);
         if (j == NULL)
@@ -252,7 +254,7 @@ static void bridge_publish(group *g, tern__ps_bridge *b, const tern__ps_msg *m, 
     }
 }
 
-bool tern__ps_bridge_forward(group *g, const tern__ps_msg *m, size_t tlen, size_t klen) {
+bool tern__ps_bridge_forward(tern__ps_group *g, const tern__ps_msg *m, size_t tlen, size_t klen) {
     tern__ps_bridge *b = atomic_load(&g->bridge);
     if (b == NULL)
         return false;
@@ -293,7 +295,7 @@ static void bridge_message(void *user, const char *topic, size_t tlen, const cha
  * message of each topic asks again for what it lacks. */
 static void bridge_resubscribe(void *user) {
     tern__ps_bridge *b = user;
-    group *g = b->g;
+    tern__ps_group *g = b->g;
     if (g->opt.history > 0)
         b->e.ops->psubscribe(b->e.state, "", 0);
     for (size_t i = 0; g->opt.history == 0 && g->conf && i < g->conf->nrules; i++)
@@ -301,8 +303,8 @@ static void bridge_resubscribe(void *user) {
             b->e.ops->psubscribe(b->e.state, g->conf->rules[i].prefix, g->conf->rules[i].len);
     pthread_mutex_lock(&g->mu);
     for (size_t i = 0; i < g->topics.nb; i++)
-        for (node *n = g->topics.b[i]; n; n = n->next) {
-            gtopic *t = (gtopic *)n;
+        for (tern__ps_node *n = g->topics.b[i]; n; n = n->next) {
+            tern__ps_gtopic *t = (tern__ps_gtopic *)n;
             t->br.fill_to = 0;
             if (t->subs > 0 && tern__ps_topic_settings(g, t->name, t->len).history == 0)
                 b->e.ops->subscribe(b->e.state, t->name, t->len, true);
@@ -316,11 +318,11 @@ static void bridge_resubscribe(void *user) {
  * epoch (its subscribers came while the engine was away). */
 static void bridge_listening(void *user) {
     tern__ps_bridge *b = user;
-    group *g = b->g;
+    tern__ps_group *g = b->g;
     pthread_mutex_lock(&g->mu);
     for (size_t i = 0; i < g->topics.nb; i++)
-        for (node *n = g->topics.b[i]; n; n = n->next) {
-            gtopic *t = (gtopic *)n;
+        for (tern__ps_node *n = g->topics.b[i]; n; n = n->next) {
+            tern__ps_gtopic *t = (tern__ps_gtopic *)n;
             if (t->br.on) {
                 b->e.ops->last(b->e.state, t->name, t->len);
             } else if (t->hist && t->seq == 0 && t->subs > 0) {
@@ -335,10 +337,10 @@ static void bridge_listening(void *user) {
  * message (and the fills in flight) is read back. */
 static void bridge_last(void *user, const char *topic, size_t tlen, uint64_t epoch, uint64_t seq) {
     tern__ps_bridge *b = user;
-    group *g = b->g;
+    tern__ps_group *g = b->g;
     uint64_t from = 0;
     pthread_mutex_lock(&g->mu);
-    gtopic *t = tern__ps_gfind(g, topic, tlen, tern__ps_hash_name(topic, tlen));
+    tern__ps_gtopic *t = tern__ps_gfind(g, topic, tlen, tern__ps_hash_name(topic, tlen));
     if (t && t->br.on && t->epoch == epoch) {
         uint64_t have = t->br.fill_to > t->seq ? t->br.fill_to : t->seq;
         if (seq > have) {
@@ -359,9 +361,9 @@ static void bridge_last(void *user, const char *topic, size_t tlen, uint64_t epo
 static void bridge_claimed(void *user, const char *topic, size_t tlen, uint64_t epoch,
                            uint64_t seq) {
     tern__ps_bridge *b = user;
-    group *g = b->g;
+    tern__ps_group *g = b->g;
     pthread_mutex_lock(&g->mu);
-    gtopic *t = tern__ps_gfind(g, topic, tlen, tern__ps_hash_name(topic, tlen));
+    tern__ps_gtopic *t = tern__ps_gfind(g, topic, tlen, tern__ps_hash_name(topic, tlen));
     if (t && !t->br.on && t->seq == 0) {   /* else heard (or numbered here) meanwhile */
         if (epoch != t->epoch) {
             t->br.old_epoch = t->epoch;
@@ -381,10 +383,11 @@ static void bridge_claimed(void *user, const char *topic, size_t tlen, uint64_t 
 int tern_pubsub_redis(tern_server *srv, const char *url) {
     if (srv == NULL || url == NULL || srv->loop == NULL)
         return -EINVAL;
-    registry *r = tern__ps_registry_of(srv, true);   /* so that freeing srv frees the bridge */
+    /* the registry first, so that freeing srv frees the bridge */
+    tern__ps_registry *r = tern__ps_registry_of(srv, true);
     if (r == NULL)
         return -ENOMEM;
-    group *g = r->g;
+    tern__ps_group *g = r->g;
     if (atomic_load(&g->bridge))
         return -EALREADY;
     static const tern__engine_hooks hooks = {.message = bridge_message,
@@ -406,7 +409,7 @@ int tern_pubsub_redis(tern_server *srv, const char *url) {
     return 0;
 }
 
-void tern__ps_bridge_server_free(group *g, tern_server *srv) {
+void tern__ps_bridge_server_free(tern__ps_group *g, tern_server *srv) {
     tern__ps_bridge *b = atomic_load(&g->bridge);
     if (b == NULL || b->srv != srv)
         return;
@@ -418,7 +421,7 @@ void tern__ps_bridge_server_free(group *g, tern_server *srv) {
 int tern_pubsub_redis_stats(const tern_server *srv, tern_redis_counters *out) {
     if (srv == NULL || out == NULL)
         return -EINVAL;
-    group *g = tern__ps_group_peek(srv->cfg);
+    tern__ps_group *g = tern__ps_group_peek(srv->cfg);
     tern__ps_bridge *b = g ? atomic_load(&g->bridge) : NULL;
     if (b == NULL)
         return -ENOENT;

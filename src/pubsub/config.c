@@ -22,12 +22,12 @@ int tern__ps_slot(void) {
 }
 
 static void group_free(void *p) {
-    group *g = p;
+    tern__ps_group *g = p;
     for (size_t i = 0; i < g->topics.nb; i++)
-        for (node *n = g->topics.b[i], *next; n; n = next) {
+        for (tern__ps_node *n = g->topics.b[i], *next; n; n = next) {
             next = n->next;
-            tern__hist_free(((gtopic *)n)->hist);
-            tern__ps_order_unref(((gtopic *)n)->ord);
+            tern__hist_free(((tern__ps_gtopic *)n)->hist);
+            tern__ps_order_unref(((tern__ps_gtopic *)n)->ord);
             free(n);
         }
     free(g->topics.b);
@@ -37,8 +37,8 @@ static void group_free(void *p) {
 }
 
 static void psconf_free(void *p) {
-    psconf *pc = p;
-    group *g = atomic_load(&pc->g);
+    tern__ps_config *pc = p;
+    tern__ps_group *g = atomic_load(&pc->g);
     if (g)
         group_free(g);
     free(pc->setup);
@@ -52,8 +52,8 @@ static const tern__srv_module module = {
     .config_free = psconf_free,
 };
 
-psconf *tern__ps_conf_slot(tern__server_config *cfg) {
-    psconf *pc = atomic_load(&cfg->slots[tern__ps_slot()]);
+tern__ps_config *tern__ps_conf_slot(tern__server_config *cfg) {
+    tern__ps_config *pc = atomic_load(&cfg->slots[tern__ps_slot()]);
     if (pc)
         return pc;
     if ((pc = calloc(1, sizeof(*pc))) == NULL)
@@ -67,16 +67,16 @@ psconf *tern__ps_conf_slot(tern__server_config *cfg) {
     return pc;
 }
 
-psconf *tern__ps_conf_peek(const tern__server_config *cfg) {
+tern__ps_config *tern__ps_conf_peek(const tern__server_config *cfg) {
     return atomic_load(&((tern__server_config *)cfg)->slots[tern__ps_slot()]);
 }
 
-group *tern__ps_group_peek(const tern__server_config *cfg) {
-    psconf *pc = tern__ps_conf_peek(cfg);
+tern__ps_group *tern__ps_group_peek(const tern__server_config *cfg) {
+    tern__ps_config *pc = tern__ps_conf_peek(cfg);
     return pc ? atomic_load(&pc->g) : NULL;
 }
 
-struct registry *tern__ps_reg(const tern_server *srv) {
+struct tern__ps_registry *tern__ps_reg(const tern_server *srv) {
     return atomic_load_explicit(&((tern_server *)srv)->slots[tern__ps_slot()],
                                 memory_order_acquire);
 }
@@ -92,10 +92,10 @@ static void apply_defaults(tern_pubsub_options *o) {
 
 /* The rule a topic named name follows: its exact rule, else the longest
  * rule whose prefix starts it; NULL: none (the server's settings). */
-static const rule *topic_rule(const group *g, const char *name, size_t len) {
-    const rule *best = NULL;
+static const tern__ps_rule *topic_rule(const tern__ps_group *g, const char *name, size_t len) {
+    const tern__ps_rule *best = NULL;
     for (size_t i = 0; g->conf && i < g->conf->nrules; i++) {
-        const rule *r = &g->conf->rules[i];
+        const tern__ps_rule *r = &g->conf->rules[i];
         if (r->o.exact ? r->len != len : r->len > len)
             continue;
         if (memcmp(r->prefix, name, r->len) != 0)
@@ -110,14 +110,14 @@ static const rule *topic_rule(const group *g, const char *name, size_t len) {
 
 /* The slot of a topic's rule in the per-rule counters: 0 for none, else
  * 1 + the rule's index in g->conf. */
-uint8_t tern__ps_rule_slot(const group *g, const char *name, size_t len) {
-    const rule *r = topic_rule(g, name, len);
+uint8_t tern__ps_rule_slot(const tern__ps_group *g, const char *name, size_t len) {
+    const tern__ps_rule *r = topic_rule(g, name, len);
     return r ? (uint8_t)(r - g->conf->rules + 1) : 0;
 }
 
 /* The settings a topic named name gets: its rule's, else the server's. */
-tern_topic_options tern__ps_topic_settings(const group *g, const char *name, size_t len) {
-    const rule *r = topic_rule(g, name, len);
+tern_topic_options tern__ps_topic_settings(const tern__ps_group *g, const char *name, size_t len) {
+    const tern__ps_rule *r = topic_rule(g, name, len);
     if (r)
         return r->o;
     return (tern_topic_options){.max_backlog = g->opt.max_backlog, .policy = g->opt.policy,
@@ -126,12 +126,12 @@ tern_topic_options tern__ps_topic_settings(const group *g, const char *name, siz
 }
 
 /* The configuration's group, made at first use by whichever thread. */
-group *tern__ps_group_of(tern_server *srv) {
+tern__ps_group *tern__ps_group_of(tern_server *srv) {
     tern__server_config *cfg = srv->cfg;
-    psconf *pc = tern__ps_conf_slot(cfg);
+    tern__ps_config *pc = tern__ps_conf_slot(cfg);
     if (pc == NULL)
         return NULL;
-    group *g = atomic_load(&pc->g);
+    tern__ps_group *g = atomic_load(&pc->g);
     if (g)
         return g;
     g = calloc(1, sizeof(*g));
@@ -139,12 +139,12 @@ group *tern__ps_group_of(tern_server *srv) {
         return NULL;
     pthread_mutex_init(&g->mu, NULL);
     g->cfg = cfg;
-    const conf *c = pc->setup;
+    const tern__ps_conf *c = pc->setup;
     if (c)
         g->opt = c->opt;
     apply_defaults(&g->opt);
     if (c && c->nrules) {
-        size_t size = sizeof(*c) + c->nrules * sizeof(rule);
+        size_t size = sizeof(*c) + c->nrules * sizeof(tern__ps_rule);
         if ((g->conf = malloc(size)) == NULL) {
             group_free(g);
             return NULL;
@@ -162,7 +162,7 @@ group *tern__ps_group_of(tern_server *srv) {
                 o->history_ms = g->opt.history_ms;
         }
     }
-    group *expected = NULL;
+    tern__ps_group *expected = NULL;
     if (!atomic_compare_exchange_strong(&pc->g, &expected, g)) {
         group_free(g);
         return expected;
@@ -178,11 +178,11 @@ static bool policy_ok(int policy, uint16_t close_code, uint32_t history) {
 }
 
 /* Setup's conf block, made at the first call. */
-static int setup_conf(tern_server *srv, conf **out) {
+static int setup_conf(tern_server *srv, tern__ps_conf **out) {
     if (srv->cfg->shared || tern__ps_group_peek(srv->cfg))
         return -EBUSY;
-    psconf *pc = tern__ps_conf_slot(srv->cfg);
-    if (pc == NULL || (pc->setup == NULL && (pc->setup = calloc(1, sizeof(conf))) == NULL))
+    tern__ps_config *pc = tern__ps_conf_slot(srv->cfg);
+    if (pc == NULL || (pc->setup == NULL && (pc->setup = calloc(1, sizeof(tern__ps_conf))) == NULL))
         return -ENOMEM;
     *out = pc->setup;
     return 0;
@@ -192,7 +192,7 @@ int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt) {
     if (srv == NULL || opt == NULL || !policy_ok(opt->policy, opt->close_code, opt->history) ||
         opt->write_delay_ms > TERN_WRITE_DELAY_MAX)
         return -EINVAL;
-    conf *c;
+    tern__ps_conf *c;
     int err = setup_conf(srv, &c);
     if (err == 0)
         c->opt = *opt;
@@ -206,7 +206,7 @@ int tern_pubsub_topic_rule(tern_server *srv, const char *prefix, const tern_topi
     size_t len = strnlen(prefix, TERN_TOPIC_MAX + 1);
     if (len > TERN_TOPIC_MAX)
         return -ENAMETOOLONG;
-    conf *c;
+    tern__ps_conf *c;
     int err = setup_conf(srv, &c);
     if (err < 0)
         return err;
@@ -217,13 +217,13 @@ int tern_pubsub_topic_rule(tern_server *srv, const char *prefix, const tern_topi
     if (i == c->nrules) {
         if (c->nrules == TERN_TOPIC_RULES_MAX)
             return -ENOSPC;
-        conf *n = realloc(c, sizeof(*c) + (c->nrules + 1) * sizeof(rule));
+        tern__ps_conf *n = realloc(c, sizeof(*c) + (c->nrules + 1) * sizeof(tern__ps_rule));
         if (n == NULL)
             return -ENOMEM;
-        ((psconf *)atomic_load(&srv->cfg->slots[tern__ps_slot()]))->setup = c = n;
+        ((tern__ps_config *)atomic_load(&srv->cfg->slots[tern__ps_slot()]))->setup = c = n;
         c->nrules++;
     }
-    rule *r = &c->rules[i];
+    tern__ps_rule *r = &c->rules[i];
     memset(r, 0, sizeof(*r));
     r->len = len;
     memcpy(r->prefix, prefix, len);

@@ -9,7 +9,7 @@
 #include "loop/log.h"
 #include "pubsub/pubsub.h"
 
-void tern__ps_pub_unref(pub *p) {
+void tern__ps_pub_unref(tern__ps_pub *p) {
     if (atomic_fetch_sub(&p->refs, 1) == 1) {
         tern_ws_prepared_free(p->msg);
         tern__ps_order_unref(p->ord);
@@ -29,7 +29,7 @@ static const char *policy_name(int policy) {
  * message dropped for it, or its connection closed (logging.md: "slow
  * consumers dropped or closed"). Rate-limited as every kind is: a
  * subscriber that misses every message does not flood the log. */
-static void log_slow(const sub *s, size_t behind, bool closed) {
+static void log_slow(const tern__ps_sub *s, size_t behind, bool closed) {
     if (!tern__log_on(TERN_LOG_INFO))
         return;
     const tern_topic_options *o = &s->t->o;
@@ -55,8 +55,8 @@ static void log_slow(const sub *s, size_t behind, bool closed) {
  * cork, so that what one subscriber is offered in a row leaves in one
  * write), queued behind what s waits for, or dropped or closed by the
  * topic's policy. */
-void tern__ps_offer(sub *s, tern_ws_prepared *msg, uint64_t seq, const tern_ws *except,
-                  const char *key, size_t klen, tally *n) {
+void tern__ps_offer(tern__ps_sub *s, tern_ws_prepared *msg, uint64_t seq,
+                    const tern_ws *except, const char *key, size_t klen, tern__ps_tally *n) {
     const tern_topic_options *o = &s->t->o;
     if (s->ws == except || seq <= s->skip_upto)
         return;
@@ -118,7 +118,8 @@ void tern__ps_offer(sub *s, tern_ws_prepared *msg, uint64_t seq, const tern_ws *
     }
 }
 
-void tern__ps_tally_add(registry *r, topic_t *t, const tally *n, uint64_t messages) {
+void tern__ps_tally_add(tern__ps_registry *r, tern__ps_topic *t, const tern__ps_tally *n,
+                        uint64_t messages) {
     t->dropped += n->dropped;
     t->conflated += n->conflated;
     PS_ADD(r, conflated, n->conflated);
@@ -136,14 +137,14 @@ void tern__ps_tally_add(registry *r, topic_t *t, const tally *n, uint64_t messag
 /* Sends msg to the subscribers of the topic on srv's loop now, after the
  * topic's batch (so in seq order). */
 void tern__ps_deliver(tern_server *srv, const char *name, size_t len, uint64_t seq,
-                    tern_ws_prepared *msg, const tern_ws *except, const char *key, size_t klen,
-                    uint64_t born_ns) {
-    registry *r = tern__ps_reg(srv);
-    topic_t *t = tern__ps_tfind(r, name, len, tern__ps_hash_name(name, len));
+                      tern_ws_prepared *msg, const tern_ws *except, const char *key,
+                      size_t klen, uint64_t born_ns) {
+    tern__ps_registry *r = tern__ps_reg(srv);
+    tern__ps_topic *t = tern__ps_tfind(r, name, len, tern__ps_hash_name(name, len));
     if (t == NULL)
         return;
     tern__ps_latency_observe(r, born_ns);
-    tally n = {0};
+    tern__ps_tally n = {0};
     t->busy++;
     if (t->nds > 0)
         tern__ps_batch_finish(r, t);
@@ -158,7 +159,7 @@ void tern__ps_deliver(tern_server *srv, const char *name, size_t len, uint64_t s
 /* Releases what d holds, whether it was delivered or not (the loop was
  * freed first: then as its drop hook). */
 void tern__ps_delivery_free(void *user) {
-    delivery *d = user;
+    tern__ps_delivery *d = user;
     if (d->p->ord)
         atomic_fetch_sub(&d->p->ord->inflight[d->idx], 1);
     tern__ps_pub_unref(d->p);
@@ -171,16 +172,17 @@ void tern__ps_delivery_free(void *user) {
  * a publish here post behind it) lives until the batch has sent it. */
 void tern__ps_deliver_post(tern_loop *loop, void *user) {
     (void)loop;
-    delivery *d = user;
+    tern__ps_delivery *d = user;
     tern_server *srv = d->idx < d->cfg->npeers ? d->cfg->peers[d->idx] : NULL;
-    registry *r = srv ? tern__ps_reg(srv) : NULL;
-    pub *p = d->p;
-    topic_t *t = r ? tern__ps_tfind(r, p->name, p->len, tern__ps_hash_name(p->name, p->len)) : NULL;
+    tern__ps_registry *r = srv ? tern__ps_reg(srv) : NULL;
+    tern__ps_pub *p = d->p;
+    uint64_t h = tern__ps_hash_name(p->name, p->len);
+    tern__ps_topic *t = r ? tern__ps_tfind(r, p->name, p->len, h) : NULL;
     if (t && tern__ps_batch_add(r, t, d) == 0)
         return;
     if (t)
-        tern__ps_deliver(srv, p->name, p->len, p->seq, p->msg, (const tern_ws *)d->except, p->key,
-                p->klen, p->born_ns);
+        tern__ps_deliver(srv, p->name, p->len, p->seq, p->msg, (const tern_ws *)d->except,
+                         p->key, p->klen, p->born_ns);
     tern__ps_delivery_free(d);
 }
 

@@ -13,16 +13,16 @@
 #include "pubsub/history.h"
 #include "pubsub/pubsub.h"
 
-void tern__ps_order_unref(torder *o) {
+void tern__ps_order_unref(tern__ps_order *o) {
     if (o && atomic_fetch_sub(&o->refs, 1) == 1)
         free(o);
 }
 
-gtopic *tern__ps_gfind(group *g, const char *name, size_t len, uint64_t h) {
+tern__ps_gtopic *tern__ps_gfind(tern__ps_group *g, const char *name, size_t len, uint64_t h) {
     if (g->topics.nb == 0)
         return NULL;
-    for (node *n = *tern__ps_bucket(&g->topics, h); n; n = n->next) {
-        gtopic *t = (gtopic *)n;
+    for (tern__ps_node *n = *tern__ps_bucket(&g->topics, h); n; n = n->next) {
+        tern__ps_gtopic *t = (tern__ps_gtopic *)n;
         if (n->hash == h && t->len == len && memcmp(t->name, name, len) == 0)
             return t;
     }
@@ -47,7 +47,7 @@ uint64_t tern__ps_new_epoch(void) {
 }
 
 /* Gives t a history (its settings ask for one) and puts it on the list. */
-static void hist_link(group *g, gtopic *t, const tern_topic_options *o) {
+static void hist_link(tern__ps_group *g, tern__ps_gtopic *t, const tern_topic_options *o) {
     if ((t->hist = tern__hist_new(o->history, o->history_ms, &g->hist_bytes)) == NULL)
         return;
     g->nhist++;
@@ -57,7 +57,7 @@ static void hist_link(group *g, gtopic *t, const tern_topic_options *o) {
     g->hhead = t;
 }
 
-static void hist_unlink(group *g, gtopic *t) {
+static void hist_unlink(tern__ps_group *g, tern__ps_gtopic *t) {
     tern__hist_free(t->hist);
     t->hist = NULL;
     g->nhist--;
@@ -80,13 +80,13 @@ static void hist_unlink(group *g, gtopic *t) {
  * over its share while the sum is over the budget, so one turn finds
  * it). So a busy topic pays for its own messages, and a quiet one keeps
  * its share. Under the mutex. */
-void tern__ps_hist_budget(group *g, gtopic *t) {
+void tern__ps_hist_budget(tern__ps_group *g, tern__ps_gtopic *t) {
     size_t budget = g->opt.history_bytes;
     while (budget && g->hist_bytes > budget && g->nhist > 0) {
         size_t share = budget / g->nhist;
-        gtopic *v = tern__hist_bytes(t->hist) > share ? t : NULL;
+        tern__ps_gtopic *v = tern__hist_bytes(t->hist) > share ? t : NULL;
         for (size_t i = 0; v == NULL && i <= g->nhist; i++) {
-            gtopic *c = g->hcursor ? g->hcursor : g->hhead;
+            tern__ps_gtopic *c = g->hcursor ? g->hcursor : g->hhead;
             g->hcursor = c->hnext;
             if (tern__hist_bytes(c->hist) > share)
                 v = c;
@@ -102,7 +102,7 @@ void tern__ps_hist_budget(group *g, gtopic *t) {
  * that its epoch lives on: a subscriber that leaves it and comes back
  * with that epoch has missed nothing, and is told so (a forgotten entry
  * would come back under a new epoch and refuse the resume). */
-bool tern__ps_gtopic_maybe_free(group *g, gtopic *t, bool sweeping) {
+bool tern__ps_gtopic_maybe_free(tern__ps_group *g, tern__ps_gtopic *t, bool sweeping) {
     if (t->subs > 0)
         return false;
     if (t->hist) {
@@ -121,12 +121,12 @@ bool tern__ps_gtopic_maybe_free(group *g, gtopic *t, bool sweeping) {
  * has since run out, or that never numbered anything (nothing else frees
  * an entry no one touches), so that
  * new topics can have one again. Under the mutex. */
-static void sweep_histories(group *g) {
+static void sweep_histories(tern__ps_group *g) {
     uint64_t now = tern__ps_mono_ms();
     for (size_t i = 0; i < g->topics.nb; i++)
-        for (node *n = g->topics.b[i], *next; n; n = next) {
+        for (tern__ps_node *n = g->topics.b[i], *next; n; n = next) {
             next = n->next;
-            gtopic *t = (gtopic *)n;
+            tern__ps_gtopic *t = (tern__ps_gtopic *)n;
             if (t->hist && t->subs == 0) {
                 tern__hist_prune(t->hist, now);
                 tern__ps_gtopic_maybe_free(g, t, true);
@@ -137,8 +137,8 @@ static void sweep_histories(group *g) {
 /* A new entry for name (under the mutex), with a history when its
  * settings ask for one and the group has room for another. NULL when out
  * of memory. */
-gtopic *tern__ps_gtopic_new(group *g, const char *name, size_t len, uint64_t h) {
-    gtopic *t;
+tern__ps_gtopic *tern__ps_gtopic_new(tern__ps_group *g, const char *name, size_t len, uint64_t h) {
+    tern__ps_gtopic *t;
     if (tern__ps_table_grow(&g->topics) < 0 || (t = calloc(1, sizeof(*t) + len + 1)) == NULL)
         return NULL;
     t->n.hash = h;
@@ -160,7 +160,7 @@ gtopic *tern__ps_gtopic_new(group *g, const char *name, size_t len, uint64_t h) 
 }
 
 /* Under the mutex: what a new subscription to t starts with. */
-static void resume_read(gtopic *t, resume_req *rq) {
+static void resume_read(tern__ps_gtopic *t, tern__ps_resume *rq) {
     rq->out = (tern_resume){.epoch = t->epoch, .seq = t->seq};
     rq->msgs = NULL;
     rq->n = 0;
@@ -205,13 +205,13 @@ static void resume_read(gtopic *t, resume_req *rq) {
 }
 
 /* The first subscription anywhere and the last one tell the bridge. */
-int tern__ps_gcount(group *g, const char *name, size_t len, uint64_t h, int delta,
-                    bool compressed, resume_req *rq) {
+int tern__ps_gcount(tern__ps_group *g, const char *name, size_t len, uint64_t h, int delta,
+                    bool compressed, tern__ps_resume *rq) {
     int err = 0;
     bool changed = false;
     uint64_t claim = 0;   /* an epoch to offer the engine, or 0 */
     pthread_mutex_lock(&g->mu);
-    gtopic *t = tern__ps_gfind(g, name, len, h);
+    tern__ps_gtopic *t = tern__ps_gfind(g, name, len, h);
     if (delta > 0) {
         if (t == NULL && (t = tern__ps_gtopic_new(g, name, len, h)) == NULL) {
             err = -ENOMEM;
@@ -242,11 +242,11 @@ size_t tern_topic_subscribers_all(tern_server *srv, const char *name) {
     size_t len;
     if (srv == NULL || tern__ps_check_topic(name, &len) < 0)
         return 0;
-    group *g = tern__ps_group_peek(srv->cfg);
+    tern__ps_group *g = tern__ps_group_peek(srv->cfg);
     if (g == NULL)
         return 0;
     pthread_mutex_lock(&g->mu);
-    gtopic *t = tern__ps_gfind(g, name, len, tern__ps_hash_name(name, len));
+    tern__ps_gtopic *t = tern__ps_gfind(g, name, len, tern__ps_hash_name(name, len));
     size_t n = t ? t->subs : 0;
     pthread_mutex_unlock(&g->mu);
     return n;

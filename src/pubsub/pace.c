@@ -9,7 +9,7 @@
 
 /* The bucket holds at most one timer tick's worth (and at least one turn),
  * so that a replay starting after a quiet spell cannot go out unpaced. */
-void tern__ps_refill(registry *r) {
+void tern__ps_refill(tern__ps_registry *r) {
     uint64_t rate = r->g->opt.replay_rate, now = tern__ps_mono_ms();
     uint64_t burst = rate / 100 > PACE_TURN ? rate / 100 : PACE_TURN;
     r->tokens += (now - r->tokens_ms) * rate / 1000;
@@ -18,7 +18,7 @@ void tern__ps_refill(registry *r) {
     r->tokens_ms = now;
 }
 
-void tern__ps_paced_remove(registry *r, sub *s) {
+void tern__ps_paced_remove(tern__ps_registry *r, tern__ps_sub *s) {
     if (!s->paced)
         return;
     *(s->pprev ? &s->pprev->pnext : &r->paced_head) = s->pnext;
@@ -34,7 +34,7 @@ void tern__ps_paced_remove(registry *r, sub *s) {
 static void pace_tick(tern_timer *tm, void *user);
 
 /* s's queue holds a replay the tokens did not cover: the timer sends it. */
-void tern__ps_paced_add(registry *r, sub *s) {
+void tern__ps_paced_add(tern__ps_registry *r, tern__ps_sub *s) {
     if (s->paced)
         return;
     if (r->pace_timer == NULL &&
@@ -53,18 +53,18 @@ void tern__ps_paced_add(registry *r, sub *s) {
  * replays. */
 static void pace_tick(tern_timer *tm, void *user) {
     (void)tm;
-    registry *r = user;
+    tern__ps_registry *r = user;
     tern__ps_refill(r);
     uint64_t delivered = 0;
     bool progress = true;
     while (r->paced_head && r->tokens > 0 && progress) {
         progress = false;
-        for (sub *s = r->paced_head, *next; s && r->tokens > 0; s = next) {
+        for (tern__ps_sub *s = r->paced_head, *next; s && r->tokens > 0; s = next) {
             next = s->pnext;
             uint64_t sent = delivered;
             for (size_t turn = 0; s->head && r->tokens > 0 && turn < PACE_TURN &&
                                   tern_ws_buffered(s->ws) == 0;) {
-                queued *q = s->head;
+                tern__ps_queued *q = s->head;
                 size_t len = tern__ws_prepared_len(q->msg);
                 r->tokens = len >= r->tokens ? 0 : r->tokens - len;
                 turn += len;
@@ -89,7 +89,7 @@ static void pace_tick(tern_timer *tm, void *user) {
 /* A message from the history for s: sent as a live one would be, but
  * never dropped by the limit (the history bounds it): a reference joins
  * the queue when s is behind. */
-void tern__ps_send_replayed(sub *s, tern_ws_prepared *msg, uint64_t *delivered) {
+void tern__ps_send_replayed(tern__ps_sub *s, tern_ws_prepared *msg, uint64_t *delivered) {
     if (s->head || tern_ws_buffered(s->ws) > 0) {
         if (tern__ps_queue_add(s, msg, NULL, 0) == 0)
             return;

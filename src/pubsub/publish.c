@@ -16,7 +16,7 @@
  * mutex gives (so in seq order). Returns true when srv's own loop (the
  * caller's) is to deliver it now, after the mutex: nothing of the topic is
  * on its way to it. */
-static bool post_all(tern_server *srv, pub *p, bool here, const tern_ws *except) {
+static bool post_all(tern_server *srv, tern__ps_pub *p, bool here, const tern_ws *except) {
     tern__server_config *cfg = srv->cfg;
     int n = cfg->npeers ? cfg->npeers : 1;
     bool now = false;
@@ -29,16 +29,17 @@ static bool post_all(tern_server *srv, pub *p, bool here, const tern_ws *except)
             now = true;
             continue;
         }
-        delivery *d = malloc(sizeof(*d));
+        tern__ps_delivery *d = malloc(sizeof(*d));
         if (d == NULL)
             continue;   /* that loop misses it: out of memory */
-        *d = (delivery){.p = p, .cfg = cfg, .idx = i,
+        *d = (tern__ps_delivery){.p = p, .cfg = cfg, .idx = i,
                         .except = peer == srv ? (uintptr_t)except : 0};
         atomic_fetch_add(&p->refs, 1);
         tern__config_ref(cfg);
         if (ordered)
             atomic_fetch_add(&p->ord->inflight[i], 1);
-        if (tern__loop_post_owned(peer->loop, tern__ps_deliver_post, tern__ps_delivery_free, d) < 0) {
+        if (tern__loop_post_owned(peer->loop, tern__ps_deliver_post, tern__ps_delivery_free,
+                                  d) < 0) {
             if (ordered)
                 atomic_fetch_sub(&p->ord->inflight[i], 1);
             atomic_fetch_sub(&p->refs, 1);
@@ -84,7 +85,7 @@ int64_t tern__ps_publish(tern_server *srv, const tern__ps_msg *m, const tern_ws 
         return err;
     if (key && ((klen = strnlen(key, TERN_KEY_MAX + 1)) == 0 || klen > TERN_KEY_MAX))
         return -EINVAL;
-    group *g = tern__ps_group_of(srv);
+    tern__ps_group *g = tern__ps_group_of(srv);
     if (g == NULL)
         return -ENOMEM;
     if (flags & TERN__PS_FORWARD) {   /* made here, not heard from another node */
@@ -99,8 +100,9 @@ int64_t tern__ps_publish(tern_server *srv, const tern__ps_msg *m, const tern_ws 
     /* With a write delay, a publish on this loop's thread joins its
      * topic's batch by a post too: delivering it now would end the batch
      * early (it must not pass it), defeating the delay. */
-    bool here = !(flags & TERN__PS_LATER) && g->opt.write_delay_ms == 0 && tern__loop_current() == srv->loop;
-    pub *p = malloc(sizeof(*p) + tlen + 1 + klen);
+    bool here = !(flags & TERN__PS_LATER) && g->opt.write_delay_ms == 0 &&
+                tern__loop_current() == srv->loop;
+    tern__ps_pub *p = malloc(sizeof(*p) + tlen + 1 + klen);
     if (p == NULL)
         return -ENOMEM;
     atomic_init(&p->refs, 1);
@@ -118,7 +120,7 @@ int64_t tern__ps_publish(tern_server *srv, const tern__ps_msg *m, const tern_ws 
      * price: publishers of one group on several threads take turns for
      * the framing, and the compression, of each other's messages.) */
     pthread_mutex_lock(&g->mu);
-    gtopic *gt = tern__ps_gfind(g, name, tlen, h);
+    tern__ps_gtopic *gt = tern__ps_gfind(g, name, tlen, h);
     if (gt == NULL && tern__ps_topic_settings(g, name, tlen).history > 0) {
         gt = tern__ps_gtopic_new(g, name, tlen, h);   /* numbered and kept with no one listening */
         if (gt && gt->hist == NULL && tern__ps_gtopic_maybe_free(g, gt, false))

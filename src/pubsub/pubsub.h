@@ -17,7 +17,7 @@
  * 0 or its history is not empty. A message is numbered, framed, recorded
  * in the history and posted to the loops under the mutex, so that every
  * loop gets a topic's messages in seq order, its history is in that order,
- * and a resume reads it whole (torder says how a publishing loop keeps its
+ * and a resume reads it whole (tern__ps_order says how a publishing loop keeps its
  * own subscribers in that order).
  *
  * No user callback runs here: sends go through tern_ws_send_prepared,
@@ -27,9 +27,8 @@
  * This header is pub/sub's private one, for src/pubsub/ alone: the
  * structs every file of the module shares, each with its invariants, and
  * the calls between the files (each named after its file: the shared
- * table in group.c, the registry in registry.c, and so on). The names of
- * the structs are the module's own; what crosses to another file is
- * prefixed tern__ps_. What an engine linking the nodes (Redis) does is
+ * table in group.c, the registry in registry.c, and so on), all prefixed
+ * tern__ps_. What an engine linking the nodes (Redis) does is
  * behind the bridge (bridge.c, engine.h): nothing here names one. */
 #ifndef TERN_PUBSUB_PUBSUB_H
 #define TERN_PUBSUB_PUBSUB_H
@@ -64,23 +63,25 @@ static inline uint64_t tern__ps_hash_ptr(const void *p) {
 /* A chained table of nodes that start with this; buckets is a power of 2.
  * Invariants: nb is 0 (no bucket yet) or a power of 2; count nodes are
  * chained from b[], each in the bucket of its hash. */
-typedef struct node {
-    struct node *next;
+typedef struct tern__ps_node {
+    struct tern__ps_node *next;
     uint64_t hash;
-} node;
+} tern__ps_node;
 
-typedef struct table {
-    node **b;
+typedef struct tern__ps_table {
+    tern__ps_node **b;
     size_t nb, count;
-} table;
+} tern__ps_table;
 
-static inline node **tern__ps_bucket(table *t, uint64_t h) { return &t->b[h & (t->nb - 1)]; }
+static inline tern__ps_node **tern__ps_bucket(tern__ps_table *t, uint64_t h) {
+    return &t->b[h & (t->nb - 1)];
+}
 
 /* Makes room for one more node (doubles the buckets at a load of 1).
  * Returns -ENOMEM only when the table has no bucket at all. */
-int tern__ps_table_grow(table *t);
-void tern__ps_table_add(table *t, node *n);
-void tern__ps_table_del(table *t, node *n);
+int tern__ps_table_grow(tern__ps_table *t);
+void tern__ps_table_add(tern__ps_table *t, tern__ps_node *n);
+void tern__ps_table_del(tern__ps_table *t, tern__ps_node *n);
 
 /* ---- the shared table of a group (group.c, config.c) ------------------- */
 
@@ -90,13 +91,13 @@ void tern__ps_table_del(table *t, node *n);
  * that loop's subscribers at once only when nothing of the topic is on
  * its way to it from another thread; else it posts to itself behind that,
  * so every loop sees a topic's messages in seq order. */
-typedef struct torder {
+typedef struct tern__ps_order {
     _Atomic int refs;
     int n;
     _Atomic uint32_t inflight[];
-} torder;
+} tern__ps_order;
 
-void tern__ps_order_unref(torder *o);
+void tern__ps_order_unref(tern__ps_order *o);
 
 /* How the bridge's engine numbers a topic (engine.h's optional numbering;
  * bridge.c's alone, under the group's mutex; all zero while no engine
@@ -110,60 +111,60 @@ void tern__ps_order_unref(torder *o);
  * old_epoch and the engine's seqs (tern__ps_bridge_resume maps it).
  * claimed: its epoch was offered to the engine before any message, once
  * per entry, at its first subscription while bridged. */
-typedef struct bridged {
+typedef struct tern__ps_bridged {
     bool on;
     bool claimed;
     uint64_t fill_to;
     uint64_t old_epoch, adopted_from;
-} bridged;
+} tern__ps_bridged;
 
 /* A topic's entry in the shared table.
  * Invariants: epoch is never 0; seq is the last message's; the entry
  * lives while subs is not 0 or its history keeps something (or, with a
  * history, while nothing was numbered yet: tern__ps_gtopic_maybe_free);
  * hist is on the group's list (hnext, hprev) exactly while not NULL. */
-typedef struct gtopic {
-    node n;
-    torder *ord;         /* NULL when out of memory: then no order across threads */
+typedef struct tern__ps_gtopic {
+    tern__ps_node n;
+    tern__ps_order *ord;         /* NULL when out of memory: then no order across threads */
     uint64_t epoch;      /* drawn when the entry is made; never 0 */
     uint64_t seq;        /* the last message's */
-    bridged br;          /* the engine's numbering (bridge.c) */
+    tern__ps_bridged br;          /* the engine's numbering (bridge.c) */
     tern__hist *hist;    /* NULL: the topic's options give it no history */
     /* The group's list of the entries with a history (hist != NULL), in
      * which the byte budget looks for what to shed. */
-    struct gtopic *hnext, *hprev;
+    struct tern__ps_gtopic *hnext, *hprev;
     size_t subs;         /* subscriptions on all loops */
     size_t compressed;   /* ... of them, with permessage-deflate */
     size_t len;
     char name[];
-} gtopic;
+} tern__ps_gtopic;
 
 /* A rule of tern_pubsub_topic_rule: the topics starting with prefix get o
  * (its zeros already replaced by the server's values when the group is
  * made). */
-typedef struct rule {
+typedef struct tern__ps_rule {
     size_t len;
     char prefix[TERN_TOPIC_MAX + 1];
     tern_topic_options o;
-} rule;
+} tern__ps_rule;
 
-/* What setup configured (psconf.setup; one block, freed with free()). */
-typedef struct conf {
+/* What setup configured (tern__ps_config.setup; one block, freed with free()). */
+typedef struct tern__ps_conf {
     tern_pubsub_options opt;
     size_t nrules;
-    rule rules[];
-} conf;
+    tern__ps_rule rules[];
+} tern__ps_conf;
 
-/* A configuration's shared pub/sub state (its psconf's g), one for the
+/* A configuration's shared pub/sub state (its tern__ps_config's g), one for the
  * loops of a tern_run. Invariants: mu guards topics, every entry, nhist,
  * hhead, hcursor and hist_bytes; opt and conf never change once the group
  * is made; bridge is set once, by the server that runs it, and cleared
  * when that server is freed. */
-typedef struct group {
+typedef struct tern__ps_group {
     pthread_mutex_t mu;
-    table topics;
+    tern__ps_table topics;
     tern_pubsub_options opt;   /* defaults applied */
-    conf *conf;                /* a copy of setup's, rules completed; NULL when none */
+    tern__ps_conf *conf;                /* a copy of setup's, rules completed; NULL when none */
     /* The bridge to an engine linking the nodes (tern_pubsub_redis;
      * bridge.c), run by its server's loop and freed with that server;
      * set once in setup, read by any thread. NULL: none. */
@@ -174,47 +175,47 @@ typedef struct group {
      * publishes keep their order). */
     _Atomic int bridge_jobs;
     size_t nhist;              /* entries with a history (TERN_HISTORY_TOPICS at most) */
-    /* Those entries as a list (gtopic.hnext), where the byte budget's
+    /* Those entries as a list (tern__ps_gtopic.hnext), where the byte budget's
      * search for a topic over its share goes on (hcursor, NULL: from the
      * head), and the bytes all their histories count together. */
-    struct gtopic *hhead, *hcursor;
+    struct tern__ps_gtopic *hhead, *hcursor;
     size_t hist_bytes;
     const tern__server_config *cfg;   /* its loops: cfg->peers */
     /* Publishes made on this node, by the slot of their topic's rule
-     * (rule_slot): counted on the publish path, which takes mu anyway,
+     * (tern__ps_rule_slot): counted on the publish path, which takes mu anyway,
      * never on the delivery path. */
     _Atomic uint64_t published[TERN_TOPIC_RULES_MAX + 1];
-} group;
+} tern__ps_group;
 
 /* Pub/sub's slot of a configuration (tern__ps_conf_slot), made at first
  * use by whichever thread: setup's options (tern_pubsub_configure, before
  * serving) and the group, made when pub/sub is first used, which freezes
  * the options. */
-typedef struct psconf {
-    conf *setup;
-    _Atomic(group *) g;
-} psconf;
+typedef struct tern__ps_config {
+    tern__ps_conf *setup;
+    _Atomic(tern__ps_group *) g;
+} tern__ps_config;
 
 /* Pub/sub's key of the module slots (srv->slots[], cfg->slots[]), taken
  * at first use (tern__srv_slot_key). */
 int tern__ps_slot(void);
 /* The configuration's slot, made at first use by whichever thread (the
  * module is registered before the slot is visible). NULL: no memory. */
-psconf *tern__ps_conf_slot(tern__server_config *cfg);
+tern__ps_config *tern__ps_conf_slot(tern__server_config *cfg);
 /* The slot if it is made, else NULL. */
-psconf *tern__ps_conf_peek(const tern__server_config *cfg);
+tern__ps_config *tern__ps_conf_peek(const tern__server_config *cfg);
 /* The configuration's group, made at first use by whichever thread; NULL:
  * no memory. */
-group *tern__ps_group_of(tern_server *srv);
+tern__ps_group *tern__ps_group_of(tern_server *srv);
 /* The configuration's group, or NULL when pub/sub has not been used. */
-group *tern__ps_group_peek(const tern__server_config *cfg);
+tern__ps_group *tern__ps_group_peek(const tern__server_config *cfg);
 /* The slot of a topic's rule in the per-rule counters: 0 for none, else
  * 1 + the rule's index in g->conf. */
-uint8_t tern__ps_rule_slot(const group *g, const char *name, size_t len);
+uint8_t tern__ps_rule_slot(const tern__ps_group *g, const char *name, size_t len);
 /* The settings a topic named name gets: its rule's, else the server's. */
-tern_topic_options tern__ps_topic_settings(const group *g, const char *name, size_t len);
+tern_topic_options tern__ps_topic_settings(const tern__ps_group *g, const char *name, size_t len);
 /* The server's pub/sub slot (its registry), or NULL. */
-struct registry *tern__ps_reg(const tern_server *srv);
+struct tern__ps_registry *tern__ps_reg(const tern_server *srv);
 
 /* The monotonic clock in ms and ns. */
 uint64_t tern__ps_mono_ms(void);
@@ -222,51 +223,51 @@ uint64_t tern__ps_mono_ns(void);
 /* A new epoch: random, never 0. */
 uint64_t tern__ps_new_epoch(void);
 /* Under the mutex: the entry of name (hash h), or NULL. */
-gtopic *tern__ps_gfind(group *g, const char *name, size_t len, uint64_t h);
+tern__ps_gtopic *tern__ps_gfind(tern__ps_group *g, const char *name, size_t len, uint64_t h);
 /* Under the mutex: a new entry for name, with a history when its settings
  * ask for one and the group has room. NULL when out of memory. */
-gtopic *tern__ps_gtopic_new(group *g, const char *name, size_t len, uint64_t h);
+tern__ps_gtopic *tern__ps_gtopic_new(tern__ps_group *g, const char *name, size_t len, uint64_t h);
 /* Under the mutex: frees t when nothing keeps it; true when it did. */
-bool tern__ps_gtopic_maybe_free(group *g, gtopic *t, bool sweeping);
+bool tern__ps_gtopic_maybe_free(tern__ps_group *g, tern__ps_gtopic *t, bool sweeping);
 /* Under the mutex, after a message was kept in t's history: the byte
  * budget of the group's histories. */
-void tern__ps_hist_budget(group *g, gtopic *t);
+void tern__ps_hist_budget(tern__ps_group *g, tern__ps_gtopic *t);
 
-/* A resume asked of gcount (tern_ws_subscribe_from): in, the client's
+/* A resume asked of tern__ps_gcount (tern_ws_subscribe_from): in, the client's
  * epoch and last seq (epoch 0: none), or latest (tern_ws_subscribe_latest:
  * the latest message of each key, as after a gap); out, tern_resume's
  * fields and the frames to send (references, msgs[0..n)). */
-typedef struct resume_req {
+typedef struct tern__ps_resume {
     uint64_t epoch, after;
     bool latest;
     tern_resume out;
     tern_ws_prepared **msgs;
     long n;
-} resume_req;
+} tern__ps_resume;
 
 
 /* Counts a subscription in (+1) or out (-1) of the shared table; a
  * subscription in reads where it starts into rq (may be NULL). 0 or
  * -ENOMEM. */
-int tern__ps_gcount(group *g, const char *name, size_t len, uint64_t h, int delta,
-                    bool compressed, resume_req *rq);
+int tern__ps_gcount(tern__ps_group *g, const char *name, size_t len, uint64_t h, int delta,
+                    bool compressed, tern__ps_resume *rq);
 
 /* ---- the registry of one loop (registry.c, queue.c, pace.c) ----------- */
 
-typedef struct topic topic_t;
+typedef struct tern__ps_topic tern__ps_topic;
 
 /* A message waiting for a subscriber that is behind: a reference to the
  * prepared frame every subscriber shares (not a copy of it), and its key
  * (klen 0: none). */
-typedef struct queued {
-    struct queued *next, *prev;
-    struct queued *hnext;   /* in its subscription's key index (conflation) */
+typedef struct tern__ps_queued {
+    struct tern__ps_queued *next, *prev;
+    struct tern__ps_queued *hnext;   /* in its subscription's key index (conflation) */
     uint64_t khash;
     tern_ws_prepared *msg;
     bool replay;            /* from the history, held back by pacing */
     size_t klen;
     char key[];
-} queued;
+} tern__ps_queued;
 
 /* One subscription.
  * Invariants: head..tail is what waits for ws beyond its connection's
@@ -276,19 +277,19 @@ typedef struct queued {
  * replay_rate: on the registry's paced list, which its timer sends). In
  * a TERN_PUBSUB_CONFLATE topic it holds at most one entry per key
  * (keyless entries aside), oldest latest-update first. */
-typedef struct sub {
+typedef struct tern__ps_sub {
     tern_ws *ws;
-    topic_t *t;
+    tern__ps_topic *t;
     size_t index;        /* in t->subs */
     uint64_t dropped, conflated;
-    queued *head, *tail;
+    tern__ps_queued *head, *tail;
     uint32_t nq, nkeys;
     size_t qbytes;
     /* Conflating topics: the keyed entries of the queue by key, chained
      * through hnext, knb buckets (a power of 2, at least twice nkeys once
      * made), so that a replacement costs a lookup, not a walk of up to
      * TERN_CONFLATE_KEYS entries per message. NULL until the first one. */
-    queued **kb;
+    tern__ps_queued **kb;
     uint32_t knb;
     /* Messages up to this seq were published before the subscription
      * began (or were sent from the history): those still on their way to
@@ -296,12 +297,12 @@ typedef struct sub {
     uint64_t skip_upto;
     bool compressed;     /* counted as such in the group */
     bool paced;
-    struct sub *pnext, *pprev;   /* on the paced list while paced */
+    struct tern__ps_sub *pnext, *pprev;   /* on the paced list while paced */
     /* rbytes of the queue's frames are a replay held back by pacing
      * (entries marked replay): the backlog limit does not count them
      * against live messages. */
     size_t rbytes;
-} sub;
+} tern__ps_sub;
 
 /* A topic's subscriptions on one loop.
  * Invariants: subs[0..nsubs) holds NULL slots (nholes of them) only while
@@ -314,63 +315,63 @@ typedef struct sub {
  * messages in one write, and under load, when messages arrive while a
  * pass runs, several per write. The topic is on its registry's batch list
  * (bprev, bnext) exactly while nds > 0. */
-struct topic {
-    node n;
-    sub **subs;
+struct tern__ps_topic {
+    tern__ps_node n;
+    tern__ps_sub **subs;
     size_t nsubs, cap, nholes;
     uint64_t dropped, conflated;
-    tern_topic_options o;   /* its slow-consumer settings (topic_settings) */
-    uint8_t rule;        /* its slot in the per-rule counters (rule_slot) */
+    tern_topic_options o;   /* its slow-consumer settings (tern__ps_topic_settings) */
+    uint8_t rule;        /* its slot in the per-rule counters (tern__ps_rule_slot) */
     int busy;
     bool holes;
-    struct delivery **ds;
+    struct tern__ps_delivery **ds;
     size_t nds, capds, npass, cursor;
-    struct topic *bprev, *bnext;
+    struct tern__ps_topic *bprev, *bnext;
     size_t len;
     char name[];
 };
 
-typedef struct conn_subs {
-    node n;
+typedef struct tern__ps_conn_subs {
+    tern__ps_node n;
     tern_ws *ws;
-    sub **subs;
+    tern__ps_sub **subs;
     uint32_t nsubs, cap;
-} conn_subs;
+} tern__ps_conn_subs;
 
 /* A loop's pub/sub state. Replays (opt.replay_rate): tokens is the bytes
  * of history this loop may still send now, refilled at replay_rate up to
  * one 10 ms tick's worth (tokens_ms: when last); paced_head.. lists
  * the subscriptions whose queue waits for them, and pace_timer runs
  * exactly while the list is not empty. */
-typedef struct registry {
-    table topics, conns;
-    group *g;
+typedef struct tern__ps_registry {
+    tern__ps_table topics, conns;
+    tern__ps_group *g;
     /* tern_pubsub_stats: written by the loop alone, with relaxed loads and
      * stores (PS_ADD), read by any thread. */
     struct {
         _Atomic uint64_t messages, delivered, dropped, closed, subscribed, unsubscribed,
             conflated, queue_max;
-        /* tern_pubsub_latency: observations by bucket (latency_le_us),
+        /* tern_pubsub_latency: observations by bucket (tern__ps_latency_le_us),
          * their sum in microseconds and their count */
         _Atomic uint64_t lat[TERN_HISTOGRAM_BUCKETS], lat_sum_us, lat_count;
     } stats;
     /* tern_pubsub_rule_stats: the same, by the slot of the topic's rule
-     * (topic_t.rule), a fixed array so that counting allocates nothing. */
+     * (tern__ps_topic.rule), a fixed array so that counting allocates nothing. */
     struct {
         _Atomic uint64_t subscribed, unsubscribed, delivered, dropped, conflated, replayed,
             resumed, resumed_gap;
     } rstats[TERN_TOPIC_RULES_MAX + 1];
     tern_server *srv;    /* the loop's server (its counters) */
-    sub *paced_head, *paced_tail;
+    tern__ps_sub *paced_head, *paced_tail;
     uint64_t tokens, tokens_ms;
     tern_timer *pace_timer;
     /* The topics with a batch (topic.ds), and the zero-delay timer that
      * runs their passes a chunk per loop turn: armed while the list is
      * not empty (batch_armed), so that the loop polls between chunks. */
-    topic_t *batch_head;
+    tern__ps_topic *batch_head;
     tern_timer *batch_timer;
     bool batch_armed;
-} registry;
+} tern__ps_registry;
 
 /* One of r's counters += n: a plain load and store, the loop being the
  * only writer (loop/counter.h). */
@@ -386,16 +387,16 @@ typedef struct registry {
 
 /* The loop's registry, made when make is set; NULL for a client's
  * connection (srv NULL), when not made, or out of memory. */
-registry *tern__ps_registry_of(tern_server *srv, bool make);
-topic_t *tern__ps_tfind(registry *r, const char *name, size_t len, uint64_t h);
-conn_subs *tern__ps_cfind(registry *r, const tern_ws *ws);
+tern__ps_registry *tern__ps_registry_of(tern_server *srv, bool make);
+tern__ps_topic *tern__ps_tfind(tern__ps_registry *r, const char *name, size_t len, uint64_t h);
+tern__ps_conn_subs *tern__ps_cfind(tern__ps_registry *r, const tern_ws *ws);
 /* Closes t's holes (not while busy). */
-void tern__ps_topic_compact(topic_t *t);
+void tern__ps_topic_compact(tern__ps_topic *t);
 /* Frees t when not busy and without subscriptions (compacting it first). */
-void tern__ps_topic_maybe_free(registry *r, topic_t *t);
+void tern__ps_topic_maybe_free(tern__ps_registry *r, tern__ps_topic *t);
 /* Takes s out of its topic (and the group), and frees it. */
-void tern__ps_sub_remove(registry *r, sub *s);
-void tern__ps_conn_subs_free(registry *r, conn_subs *c);
+void tern__ps_sub_remove(tern__ps_registry *r, tern__ps_sub *s);
+void tern__ps_conn_subs_free(tern__ps_registry *r, tern__ps_conn_subs *c);
 /* 0, or -EINVAL (NULL or empty), -ENAMETOOLONG; *len the topic's length. */
 int tern__ps_check_topic(const char *topic, size_t *len);
 bool tern__ps_ws_open(const tern_ws *ws);
@@ -408,37 +409,37 @@ void tern__ps_registry_free(tern_server *srv);
 
 /* s's queue (queue.c): msg joins it (0, or -1 when out of memory); an
  * entry leaves it; all of it is freed. */
-int tern__ps_queue_add(sub *s, tern_ws_prepared *msg, const char *key, size_t klen);
-void tern__ps_queue_unlink(sub *s, queued *q);
-void tern__ps_queue_free(sub *s);
+int tern__ps_queue_add(tern__ps_sub *s, tern_ws_prepared *msg, const char *key, size_t klen);
+void tern__ps_queue_unlink(tern__ps_sub *s, tern__ps_queued *q);
+void tern__ps_queue_free(tern__ps_sub *s);
 /* A keyed message for a subscriber of a conflating topic that is behind:
  * 1 when it replaced a queued one, 0 when it joined, -1 when it cannot. */
-int tern__ps_conflate(sub *s, tern_ws_prepared *msg, const char *key, size_t klen);
+int tern__ps_conflate(tern__ps_sub *s, tern_ws_prepared *msg, const char *key, size_t klen);
 
 /* Replay pacing (pace.c). */
-void tern__ps_refill(registry *r);
-void tern__ps_paced_add(registry *r, sub *s);
-void tern__ps_paced_remove(registry *r, sub *s);
-void tern__ps_send_replayed(sub *s, tern_ws_prepared *msg, uint64_t *delivered);
+void tern__ps_refill(tern__ps_registry *r);
+void tern__ps_paced_add(tern__ps_registry *r, tern__ps_sub *s);
+void tern__ps_paced_remove(tern__ps_registry *r, tern__ps_sub *s);
+void tern__ps_send_replayed(tern__ps_sub *s, tern_ws_prepared *msg, uint64_t *delivered);
 
 /* The latency histogram's bounds and one observation (stats.c). */
 extern const uint64_t tern__ps_latency_le_us[TERN_HISTOGRAM_BUCKETS];
-void tern__ps_latency_observe(registry *r, uint64_t born_ns);
+void tern__ps_latency_observe(tern__ps_registry *r, uint64_t born_ns);
 
 /* ---- publishing and delivery (publish.c, deliver.c, batch.c) ---------- */
 
 /* One published message on its way to the loops: a reference per loop
  * still to deliver it. */
-typedef struct pub {
+typedef struct tern__ps_pub {
     _Atomic int refs;
     uint64_t seq;
-    torder *ord;         /* a reference, or NULL */
+    tern__ps_order *ord;         /* a reference, or NULL */
     tern_ws_prepared *msg;
     const char *key;     /* in name's block, after the name; NULL for none */
     size_t len, klen;
     uint64_t born_ns;    /* the monotonic clock at the publish (the latency histogram) */
     char name[];
-} pub;
+} tern__ps_pub;
 
 /* One loop's share of a pub: which server (its index in cfg->peers, and
  * in the order), and the connection not to send it to (a publish_except
@@ -453,8 +454,8 @@ typedef struct pub {
  * only thread that frees it): NULL there means the server is freed, and
  * its subscribers with it, so the message is dropped. The loop frees a
  * delivery it never ran through its drop hook (tern__loop_post_owned). */
-typedef struct delivery {
-    pub *p;
+typedef struct tern__ps_delivery {
+    tern__ps_pub *p;
     tern__server_config *cfg;   /* a reference */
     int idx;
     /* Compared by address only, which is safe although a connection
@@ -466,13 +467,13 @@ typedef struct delivery {
      * be new, numbering from 0 again; the message predates the
      * subscription all the same, so it is not owed to it.) */
     uintptr_t except;
-} delivery;
+} tern__ps_delivery;
 
 
 /* What one pass of deliveries did, added to the counters once. */
-typedef struct tally {
+typedef struct tern__ps_tally {
     uint64_t delivered, dropped, closed, conflated, qmax;
-} tally;
+} tern__ps_tally;
 
 /* A message to publish, as the public calls give it: topic and key
  * NUL-terminated (key NULL: none), data[0..len), seq spliced in at seq_at
@@ -495,10 +496,11 @@ enum { TERN__PS_FORWARD = 1, TERN__PS_LATER = 2 };
 int64_t tern__ps_publish(tern_server *srv, const tern__ps_msg *m, const tern_ws *except,
                          int flags, const tern__engine_num *num);
 
-void tern__ps_pub_unref(pub *p);
-void tern__ps_offer(sub *s, tern_ws_prepared *msg, uint64_t seq, const tern_ws *except,
-                    const char *key, size_t klen, tally *n);
-void tern__ps_tally_add(registry *r, topic_t *t, const tally *n, uint64_t messages);
+void tern__ps_pub_unref(tern__ps_pub *p);
+void tern__ps_offer(tern__ps_sub *s, tern_ws_prepared *msg, uint64_t seq, const tern_ws *except,
+                    const char *key, size_t klen, tern__ps_tally *n);
+void tern__ps_tally_add(tern__ps_registry *r, tern__ps_topic *t, const tern__ps_tally *n,
+                        uint64_t messages);
 /* Sends msg to the subscribers of the topic on srv's loop now, after the
  * topic's batch (so in seq order). */
 void tern__ps_deliver(tern_server *srv, const char *name, size_t len, uint64_t seq,
@@ -510,37 +512,38 @@ void tern__ps_delivery_free(void *user);
 
 /* Batches (batch.c): d joins t's batch (-1: it cannot, deliver it at
  * once); t's batch runs to its end now; the server's batches dropped. */
-int tern__ps_batch_add(registry *r, topic_t *t, delivery *d);
-void tern__ps_batch_finish(registry *r, topic_t *t);
-void tern__ps_batches_drop(registry *r);
+int tern__ps_batch_add(tern__ps_registry *r, tern__ps_topic *t, tern__ps_delivery *d);
+void tern__ps_batch_finish(tern__ps_registry *r, tern__ps_topic *t);
+void tern__ps_batches_drop(tern__ps_registry *r);
 
 /* ---- the bridge (bridge.c) --------------------------------------------- */
 
 /* The first subscription anywhere to a topic came, or the last went: the
  * engine's interest follows (on the bridge's loop). */
-void tern__ps_bridge_topic_changed(group *g, const char *name, size_t len);
+void tern__ps_bridge_topic_changed(tern__ps_group *g, const char *name, size_t len);
 /* Under the mutex, at a subscription to t: the epoch to offer the engine
  * (t's, before its first message, when the engine numbers its topics),
  * or 0. The caller offers it after the mutex (tern__ps_bridge_claim). */
-uint64_t tern__ps_bridge_claim_due(group *g, gtopic *t);
-void tern__ps_bridge_claim(group *g, const char *name, size_t len, uint64_t epoch);
+uint64_t tern__ps_bridge_claim_due(tern__ps_group *g, tern__ps_gtopic *t);
+void tern__ps_bridge_claim(tern__ps_group *g, const char *name, size_t len, uint64_t epoch);
 /* Under the mutex: a resume asked with the epoch t had before it adopted
  * the engine's, mapped to the engine's numbering. */
-void tern__ps_bridge_resume(const gtopic *t, resume_req *rq);
+void tern__ps_bridge_resume(const tern__ps_gtopic *t, tern__ps_resume *rq);
 /* A publish made here, handed to the engine for the other nodes. True:
  * the engine numbers it (the node delivers it when it hears it back), so
  * the caller stops there. */
-bool tern__ps_bridge_forward(group *g, const tern__ps_msg *m, size_t tlen, size_t klen);
+bool tern__ps_bridge_forward(tern__ps_group *g, const tern__ps_msg *m, size_t tlen, size_t klen);
 /* Under the mutex: where a message the engine numbered goes in t's
  * sequence. True: deliver it as num->seq (t->seq is that now). False: a
  * duplicate, one a fill in flight brings, or one that starts a fill
  * (*fill_from up to num->seq, for tern__ps_bridge_fill after the mutex). */
-bool tern__ps_bridge_numbered(gtopic *t, const tern__engine_num *num, uint64_t *fill_from);
-void tern__ps_bridge_fill(group *g, const char *name, size_t len, uint64_t from, uint64_t to);
+bool tern__ps_bridge_numbered(tern__ps_gtopic *t, const tern__engine_num *num, uint64_t *fill_from);
+void tern__ps_bridge_fill(tern__ps_group *g, const char *name, size_t len, uint64_t from,
+                          uint64_t to);
 /* Under the mutex, a message numbered here: a topic the engine numbered
  * while it was reachable is numbered here meanwhile, under a new epoch. */
-void tern__ps_bridge_local(gtopic *t);
+void tern__ps_bridge_local(tern__ps_gtopic *t);
 /* srv is being freed: its bridge (if it runs one) goes with it. */
-void tern__ps_bridge_server_free(group *g, tern_server *srv);
+void tern__ps_bridge_server_free(tern__ps_group *g, tern_server *srv);
 
 #endif

@@ -10,13 +10,13 @@
 #include "pubsub/pubsub.h"
 
 /* srv is NULL for a client's connection (tern_ws_server): it has none. */
-registry *tern__ps_registry_of(tern_server *srv, bool make) {
+tern__ps_registry *tern__ps_registry_of(tern_server *srv, bool make) {
     if (srv == NULL)
         return NULL;
-    registry *r = tern__ps_reg(srv);
+    tern__ps_registry *r = tern__ps_reg(srv);
     if (r || !make)
         return r;
-    group *g = tern__ps_group_of(srv);
+    tern__ps_group *g = tern__ps_group_of(srv);
     if (g == NULL || (r = calloc(1, sizeof(*r))) == NULL)
         return NULL;
     r->g = g;
@@ -25,28 +25,28 @@ registry *tern__ps_registry_of(tern_server *srv, bool make) {
     return r;
 }
 
-topic_t *tern__ps_tfind(registry *r, const char *name, size_t len, uint64_t h) {
+tern__ps_topic *tern__ps_tfind(tern__ps_registry *r, const char *name, size_t len, uint64_t h) {
     if (r == NULL || r->topics.nb == 0)
         return NULL;
-    for (node *n = *tern__ps_bucket(&r->topics, h); n; n = n->next) {
-        topic_t *t = (topic_t *)n;
+    for (tern__ps_node *n = *tern__ps_bucket(&r->topics, h); n; n = n->next) {
+        tern__ps_topic *t = (tern__ps_topic *)n;
         if (n->hash == h && t->len == len && memcmp(t->name, name, len) == 0)
             return t;
     }
     return NULL;
 }
 
-conn_subs *tern__ps_cfind(registry *r, const tern_ws *ws) {
+tern__ps_conn_subs *tern__ps_cfind(tern__ps_registry *r, const tern_ws *ws) {
     if (r == NULL || r->conns.nb == 0)
         return NULL;
     uint64_t h = tern__ps_hash_ptr(ws);
-    for (node *n = *tern__ps_bucket(&r->conns, h); n; n = n->next)
-        if (((conn_subs *)n)->ws == ws)
-            return (conn_subs *)n;
+    for (tern__ps_node *n = *tern__ps_bucket(&r->conns, h); n; n = n->next)
+        if (((tern__ps_conn_subs *)n)->ws == ws)
+            return (tern__ps_conn_subs *)n;
     return NULL;
 }
 
-void tern__ps_topic_compact(topic_t *t) {
+void tern__ps_topic_compact(tern__ps_topic *t) {
     size_t j = 0;
     for (size_t i = 0; i < t->nsubs; i++)
         if (t->subs[i]) {
@@ -59,7 +59,7 @@ void tern__ps_topic_compact(topic_t *t) {
     t->holes = false;
 }
 
-void tern__ps_topic_maybe_free(registry *r, topic_t *t) {
+void tern__ps_topic_maybe_free(tern__ps_registry *r, tern__ps_topic *t) {
     if (t->busy)
         return;
     if (t->holes)
@@ -73,16 +73,16 @@ void tern__ps_topic_maybe_free(registry *r, topic_t *t) {
 }
 
 /* Takes s out of its topic (and the group), and frees it. */
-void tern__ps_sub_remove(registry *r, sub *s) {
+void tern__ps_sub_remove(tern__ps_registry *r, tern__ps_sub *s) {
     tern__ps_paced_remove(r, s);
     tern__ps_queue_free(s);
-    topic_t *t = s->t;
+    tern__ps_topic *t = s->t;
     if (t->busy) {
         t->subs[s->index] = NULL;
         t->holes = true;
         t->nholes++;
     } else {
-        sub *last = t->subs[--t->nsubs];
+        tern__ps_sub *last = t->subs[--t->nsubs];
         t->subs[s->index] = last;
         last->index = s->index;
     }
@@ -93,15 +93,15 @@ void tern__ps_sub_remove(registry *r, sub *s) {
     tern__ps_topic_maybe_free(r, t);
 }
 
-void tern__ps_conn_subs_free(registry *r, conn_subs *c) {
+void tern__ps_conn_subs_free(tern__ps_registry *r, tern__ps_conn_subs *c) {
     tern__ps_table_del(&r->conns, &c->n);
     free(c->subs);
     free(c);
 }
 
 void tern__ps_ws_closed(tern_server *srv, tern_ws *ws) {
-    registry *r = tern__ps_reg(srv);
-    conn_subs *c = tern__ps_cfind(r, ws);
+    tern__ps_registry *r = tern__ps_reg(srv);
+    tern__ps_conn_subs *c = tern__ps_cfind(r, ws);
     if (c == NULL)
         return;
     for (uint32_t i = 0; i < c->nsubs; i++)
@@ -110,12 +110,12 @@ void tern__ps_ws_closed(tern_server *srv, tern_ws *ws) {
 }
 
 void tern__ps_registry_free(tern_server *srv) {
-    registry *r = tern__ps_reg(srv);
+    tern__ps_registry *r = tern__ps_reg(srv);
     tern__ps_batches_drop(r);
     for (size_t i = 0; i < r->conns.nb; i++)
-        for (node *n = r->conns.b[i], *next; n; n = next) {
+        for (tern__ps_node *n = r->conns.b[i], *next; n; n = next) {
             next = n->next;
-            tern__ps_ws_closed(srv, ((conn_subs *)n)->ws);
+            tern__ps_ws_closed(srv, ((tern__ps_conn_subs *)n)->ws);
         }
     tern__ps_bridge_server_free(r->g, srv);
     if (r->pace_timer)
@@ -137,12 +137,12 @@ bool tern__ps_ws_open(const tern_ws *ws) {
     return ws->state == TERN__WS_OPEN && !(ws->conn.flags & TERN__CONN_CLOSED);
 }
 
-static sub *find_sub(const tern_ws *ws, const char *name) {
+static tern__ps_sub *find_sub(const tern_ws *ws, const char *name) {
     size_t len;
     if (ws == NULL || tern__ps_check_topic(name, &len) < 0)
         return NULL;
-    registry *r = tern__ps_registry_of(tern_ws_server(ws), false);
-    conn_subs *c = tern__ps_cfind(r, ws);
+    tern__ps_registry *r = tern__ps_registry_of(tern_ws_server(ws), false);
+    tern__ps_conn_subs *c = tern__ps_cfind(r, ws);
     if (c == NULL)
         return NULL;
     for (uint32_t i = 0; i < c->nsubs; i++)
@@ -154,16 +154,16 @@ static sub *find_sub(const tern_ws *ws, const char *name) {
 bool tern_ws_subscribed(const tern_ws *ws, const char *name) { return find_sub(ws, name) != NULL; }
 
 uint64_t tern_ws_topic_dropped(const tern_ws *ws, const char *name) {
-    sub *s = find_sub(ws, name);
+    tern__ps_sub *s = find_sub(ws, name);
     return s ? s->dropped : 0;
 }
 
 uint64_t tern_ws_topic_conflated(const tern_ws *ws, const char *name) {
-    sub *s = find_sub(ws, name);
+    tern__ps_sub *s = find_sub(ws, name);
     return s ? s->conflated : 0;
 }
 
-static topic_t *local_topic(tern_server *srv, const char *name) {
+static tern__ps_topic *local_topic(tern_server *srv, const char *name) {
     size_t len;
     if (srv == NULL || srv->loop == NULL || tern__ps_check_topic(name, &len) < 0)
         return NULL;
@@ -171,12 +171,12 @@ static topic_t *local_topic(tern_server *srv, const char *name) {
 }
 
 size_t tern_topic_subscribers(tern_server *srv, const char *name) {
-    topic_t *t = local_topic(srv, name);
+    tern__ps_topic *t = local_topic(srv, name);
     return t ? t->nsubs - t->nholes : 0;
 }
 
 uint64_t tern_topic_dropped(tern_server *srv, const char *name) {
-    topic_t *t = local_topic(srv, name);
+    tern__ps_topic *t = local_topic(srv, name);
     return t ? t->dropped : 0;
 }
 

@@ -19,7 +19,7 @@ int tern_pubsub_stats(const tern_server *srv, tern_pubsub_counters *out) {
         return -EINVAL;
     /* No registry yet: nothing counted on this loop. The registry lives
      * as long as the server, so the counters outlive nothing they count. */
-    const registry *r = tern__ps_reg(srv);
+    const tern__ps_registry *r = tern__ps_reg(srv);
     *out = (tern_pubsub_counters){0};
     if (r == NULL)
         return 0;
@@ -40,7 +40,7 @@ int tern_pubsub_latency(const tern_server *srv, tern_histogram *out) {
     if (srv == NULL || out == NULL || srv->loop == NULL)
         return -EINVAL;
     *out = (tern_histogram){0};
-    const registry *r = tern__ps_reg(srv);
+    const tern__ps_registry *r = tern__ps_reg(srv);
     uint64_t below = 0;
     for (size_t i = 0; i < TERN_HISTOGRAM_BUCKETS; i++) {
         if (r)
@@ -65,11 +65,11 @@ int tern_pubsub_rule_stats(const tern_server *srv, const char *prefix, bool exac
     *out = (tern_pubsub_rule_counters){0};
     size_t len = strnlen(prefix, TERN_TOPIC_MAX + 1);
     const tern__server_config *cfg = srv->cfg;
-    psconf *pc = tern__ps_conf_peek(cfg);
-    group *g = pc ? atomic_load(&pc->g) : NULL;
+    tern__ps_config *pc = tern__ps_conf_peek(cfg);
+    tern__ps_group *g = pc ? atomic_load(&pc->g) : NULL;
     /* Before pub/sub's first use the rules are setup's, and nothing is
      * counted yet; after it the group's copy, in the same order. */
-    const conf *c = g ? g->conf : pc ? pc->setup : NULL;
+    const tern__ps_conf *c = g ? g->conf : pc ? pc->setup : NULL;
     size_t i = 0;
     while (c && i < c->nrules && !(c->rules[i].len == len && c->rules[i].o.exact == exact &&
                                    memcmp(c->rules[i].prefix, prefix, len) == 0))
@@ -84,7 +84,7 @@ int tern_pubsub_rule_stats(const tern_server *srv, const char *prefix, bool exac
     int n = cfg->npeers ? cfg->npeers : 1;
     for (int k = 0; k < n; k++) {
         const tern_server *peer = cfg->npeers ? cfg->peers[k] : srv;
-        const registry *r = peer ? tern__ps_reg(peer) : NULL;
+        const tern__ps_registry *r = peer ? tern__ps_reg(peer) : NULL;
         if (r == NULL)
             continue;
 #define LOAD(f) TERN__COUNTER_GET(r->rstats[slot].f)
@@ -111,7 +111,7 @@ uint64_t tern__ps_mono_ns(void) {
 /* One observation of the publish-to-delivery latency on r's loop: a
  * bucket (not cumulative; tern_pubsub_latency sums them up), the sum and
  * the count, each a plain store by the loop. */
-void tern__ps_latency_observe(registry *r, uint64_t born_ns) {
+void tern__ps_latency_observe(tern__ps_registry *r, uint64_t born_ns) {
     uint64_t now = tern__ps_mono_ns(), us = now > born_ns ? (now - born_ns) / 1000 : 0;
     size_t i = 0;
     while (i < TERN_HISTOGRAM_BUCKETS && us > tern__ps_latency_le_us[i])

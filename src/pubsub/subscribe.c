@@ -26,18 +26,18 @@ int tern__ps_authorize(tern_ws *ws, bool publishing, const char *name, size_t le
 
 /* tern_ws_subscribe_from and tern_ws_subscribe_latest: where the
  * subscription starts is rq's (its in fields). */
-static int subscribe_req(tern_ws *ws, const char *name, resume_req rq, tern_resume *out);
+static int subscribe_req(tern_ws *ws, const char *name, tern__ps_resume rq, tern_resume *out);
 
 int tern_ws_subscribe_from(tern_ws *ws, const char *name, uint64_t epoch, uint64_t after,
                            tern_resume *out) {
-    return subscribe_req(ws, name, (resume_req){.epoch = epoch, .after = after}, out);
+    return subscribe_req(ws, name, (tern__ps_resume){.epoch = epoch, .after = after}, out);
 }
 
 int tern_ws_subscribe_latest(tern_ws *ws, const char *name, tern_resume *out) {
-    return subscribe_req(ws, name, (resume_req){.latest = true}, out);
+    return subscribe_req(ws, name, (tern__ps_resume){.latest = true}, out);
 }
 
-static int subscribe_req(tern_ws *ws, const char *name, resume_req rq, tern_resume *out) {
+static int subscribe_req(tern_ws *ws, const char *name, tern__ps_resume rq, tern_resume *out) {
     size_t len;
     int err;
     if (ws == NULL)
@@ -53,12 +53,12 @@ static int subscribe_req(tern_ws *ws, const char *name, resume_req rq, tern_resu
         return err;
     if (!tern__ps_ws_open(ws))
         return -EPIPE;   /* the hook closed it */
-    registry *r = tern__ps_registry_of(srv, true);
+    tern__ps_registry *r = tern__ps_registry_of(srv, true);
     if (r == NULL)
         return -ENOMEM;
     uint64_t h = tern__ps_hash_name(name, len);
-    conn_subs *c = tern__ps_cfind(r, ws);
-    topic_t *t = tern__ps_tfind(r, name, len, h);
+    tern__ps_conn_subs *c = tern__ps_cfind(r, ws);
+    tern__ps_topic *t = tern__ps_tfind(r, name, len, h);
     if (c && t)
         for (uint32_t i = 0; i < c->nsubs; i++)
             if (c->subs[i]->t == t)
@@ -84,12 +84,12 @@ static int subscribe_req(tern_ws *ws, const char *name, resume_req rq, tern_resu
         t->o = tern__ps_topic_settings(r->g, name, len);
         t->rule = tern__ps_rule_slot(r->g, name, len);
     }
-    sub *s = calloc(1, sizeof(*s));
+    tern__ps_sub *s = calloc(1, sizeof(*s));
     if (s == NULL)
         goto fail;
     if (c->nsubs == c->cap) {
         uint32_t cap = c->cap ? c->cap * 2 : 2;
-        sub **p = realloc(c->subs, sizeof(*p) * cap);
+        tern__ps_sub **p = realloc(c->subs, sizeof(*p) * cap);
         if (p == NULL)
             goto fail_s;
         c->subs = p;
@@ -97,7 +97,7 @@ static int subscribe_req(tern_ws *ws, const char *name, resume_req rq, tern_resu
     }
     if (t->nsubs == t->cap) {
         size_t cap = t->cap ? t->cap * 2 : 4;
-        sub **p = realloc(t->subs, sizeof(*p) * cap);
+        tern__ps_sub **p = realloc(t->subs, sizeof(*p) * cap);
         if (p == NULL)
             goto fail_s;
         t->subs = p;
@@ -126,7 +126,8 @@ static int subscribe_req(tern_ws *ws, const char *name, resume_req rq, tern_resu
         size_t mlen = tern__ws_prepared_len(m);
         if (rate && (s->paced || r->tokens < mlen))
             tern__ps_paced_add(r, s);
-        if (s->paced && tern__ps_queue_add(s, m, NULL, 0) == 0) {   /* held back: the timer sends it */
+        if (s->paced && tern__ps_queue_add(s, m, NULL, 0) == 0) {
+            /* held back: the timer sends it */
             s->tail->replay = true;
             s->rbytes += mlen;
         } else {
@@ -167,14 +168,14 @@ int tern_ws_unsubscribe(tern_ws *ws, const char *name) {
         return -EINVAL;
     if ((err = tern__ps_check_topic(name, &len)) < 0)
         return err == -ENAMETOOLONG ? -ENOENT : err;
-    registry *r = tern__ps_registry_of(tern_ws_server(ws), false);
-    conn_subs *c = tern__ps_cfind(r, ws);
-    topic_t *t = tern__ps_tfind(r, name, len, tern__ps_hash_name(name, len));
+    tern__ps_registry *r = tern__ps_registry_of(tern_ws_server(ws), false);
+    tern__ps_conn_subs *c = tern__ps_cfind(r, ws);
+    tern__ps_topic *t = tern__ps_tfind(r, name, len, tern__ps_hash_name(name, len));
     if (c == NULL || t == NULL)
         return -ENOENT;
     for (uint32_t i = 0; i < c->nsubs; i++)
         if (c->subs[i]->t == t) {
-            sub *s = c->subs[i];
+            tern__ps_sub *s = c->subs[i];
             c->subs[i] = c->subs[--c->nsubs];
             tern__ps_sub_remove(r, s);
             if (c->nsubs == 0)
