@@ -331,6 +331,10 @@ struct tern__ps_topic {
     char name[];
 };
 
+/* A connection's subscriptions on one loop (the registry's conns, keyed
+ * by ws's address). Invariants: subs[0..nsubs) are ws's subscriptions, in
+ * no order, each also in its topic's subs; the entry exists exactly while
+ * nsubs > 0 (tern__ps_conn_subs_free when the last goes). */
 typedef struct tern__ps_conn_subs {
     tern__ps_node n;
     tern_ws *ws;
