@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 #include "loop/check.h"
+#include "loop/counter.h"
 #include "http/chunked.h"
 #include "http/parser.h"
 #include "http/router.h"
@@ -97,10 +98,14 @@ typedef struct tern__http_admission {
 /* Module slots: a layer above http (pub/sub) keeps its per-server and
  * per-configuration state in a slot it owns (srv->slots[which],
  * cfg->slots[which]), so http's structs name none of its fields, counters
- * or hooks. The owner registers its functions in cfg->modules[which]
- * before it fills either slot; the layers below call them through these,
- * never by name. */
-enum { TERN__SRV_SLOT_PUBSUB, TERN__SRV_SLOT_COUNT };
+ * or hooks. The owner takes its key at its first use
+ * (tern__srv_slot_key), so http names none of the modules; it registers
+ * its functions in cfg->modules[which] before it fills either slot; the
+ * layers below call them through these, never by name. */
+enum { TERN__SRV_SLOTS_MAX = 4 };
+/* The key of the module slot of a module whose key variable is *key
+ * (tern__key_once: 0 before the first call, from any thread). */
+int tern__srv_slot_key(_Atomic int *key);
 
 struct tern_ws;
 
@@ -141,8 +146,8 @@ typedef struct tern__server_config {
     struct tern__run *run;           /* the tern_run that made the servers, or NULL */
     /* The modules' shared state (made at first use by whichever thread;
      * each module keeps its own lock) and their functions. */
-    _Atomic(void *) slots[TERN__SRV_SLOT_COUNT];
-    const tern__srv_module *_Atomic modules[TERN__SRV_SLOT_COUNT];
+    _Atomic(void *) slots[TERN__SRV_SLOTS_MAX];
+    const tern__srv_module *_Atomic modules[TERN__SRV_SLOTS_MAX];
 } tern__server_config;
 
 /* One listener as it was asked for, so that tern_run can open the same
@@ -170,11 +175,9 @@ typedef struct tern__server_counters {
 } tern__server_counters;
 
 
-#define TERN__STAT_ADD(srv, field, n)                                                         \
-    atomic_store_explicit(&(srv)->stats.field,                                               \
-                          atomic_load_explicit(&(srv)->stats.field, memory_order_relaxed) +  \
-                              (uint64_t)(n),                                                 \
-                          memory_order_relaxed)
+/* One of the loop's counters += n (loop/counter.h: the loop is its only
+ * writer). */
+#define TERN__STAT_ADD(srv, field, n) TERN__COUNTER_ADD((srv)->stats.field, n)
 
 /* Counts a response with this status (tern_server_responses); one
  * relaxed add in the loop's own array, so writing a response takes no
@@ -212,7 +215,7 @@ struct tern_server {
     /* The modules' state on this loop (cfg->modules), or NULL. Written by
      * the loop's thread alone (release), read by any (acquire): a module's
      * counters live there. */
-    _Atomic(void *) slots[TERN__SRV_SLOT_COUNT];
+    _Atomic(void *) slots[TERN__SRV_SLOTS_MAX];
 
     bool shutting_down;
     tern_server_done_fn done;
@@ -332,12 +335,12 @@ struct tern__http_conn {
  * its backlog went out (drained). A loop where no module has state pays
  * a NULL check per slot. */
 static inline void tern__srv_ws_closed(tern_server *srv, struct tern_ws *ws) {
-    for (int i = 0; i < TERN__SRV_SLOT_COUNT; i++)
+    for (int i = 0; i < TERN__SRV_SLOTS_MAX; i++)
         if (atomic_load_explicit(&srv->slots[i], memory_order_relaxed))
             atomic_load(&srv->cfg->modules[i])->ws_closed(srv, ws);
 }
 static inline void tern__srv_ws_drained(tern_server *srv, struct tern_ws *ws) {
-    for (int i = 0; i < TERN__SRV_SLOT_COUNT; i++)
+    for (int i = 0; i < TERN__SRV_SLOTS_MAX; i++)
         if (atomic_load_explicit(&srv->slots[i], memory_order_relaxed))
             atomic_load(&srv->cfg->modules[i])->ws_drained(srv, ws);
 }

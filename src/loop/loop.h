@@ -143,9 +143,22 @@ size_t tern__loop_max_unsent(const tern_loop *loop);
  * and pending lists, TLS's sessions holding record buffers, the http
  * layer's queue of access-log entries), so the loop needs to know nothing
  * of them. Each is one malloc'd block;
- * tern_loop_free() frees it. */
-enum { TERN__SLOT_NET, TERN__SLOT_TLS, TERN__SLOT_HTTP, TERN__SLOT_WS_CLIENT, TERN__SLOT_COUNT };
+ * tern_loop_free() frees it. A layer takes its slot's key at its first
+ * use (tern__loop_slot_key; h2o's configurator slots are the model), so
+ * the loop names none of the layers above it. */
+enum { TERN__LOOP_SLOTS_MAX = 8 };
 void **tern__loop_slot(tern_loop *loop, int which);
+
+/* Keys handed out from a fixed range, once per user: *key is the user's
+ * own variable (0 before its first call; the key + 1 after), *next the
+ * range's counter (guarded by one lock in loop.c). The first call from
+ * any thread takes the next key, every later one returns it: one acquire
+ * load. Past max keys it aborts: the tables are sized by max, and the
+ * users are known when the library is built, so the first test that runs
+ * meets the mistake. what names the range in the message. */
+int tern__key_once(_Atomic int *key, int *next, int max, const char *what);
+/* The key of the loop slot of a layer whose key variable is *key. */
+int tern__loop_slot_key(_Atomic int *key);
 /* A function of a slot's owner run first thing in tern_loop_free, while
  * the loop is whole: where it ends what it still has going on the loop
  * (the ws client cancels its pending connects, whose on_connect_error

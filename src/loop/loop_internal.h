@@ -121,9 +121,9 @@ struct tern_loop {
     int nsignals;
 
     tern__loop_hook batch_end;
-    void *slots[TERN__SLOT_COUNT];
-    tern__loop_hook slot_hooks[TERN__SLOT_COUNT];
-    tern__loop_hook slot_close[TERN__SLOT_COUNT];   /* tern__loop_set_slot_close */
+    void *slots[TERN__LOOP_SLOTS_MAX];
+    tern__loop_hook slot_hooks[TERN__LOOP_SLOTS_MAX];
+    tern__loop_hook slot_close[TERN__LOOP_SLOTS_MAX];   /* tern__loop_set_slot_close */
 };
 
 /* wheel.c */

@@ -44,8 +44,14 @@ _Static_assert(TERN__CONN_CONNECTING <= 0x8000, "the flags fit in tern__conn.fla
 
 static void conn_timeout(tern__wheel_entry *e);
 
+/* net's loop slot (its tern__net), keyed at first use. */
+static int net_slot(void) {
+    static _Atomic int key;
+    return tern__loop_slot_key(&key);
+}
+
 static tern__net *net_of(tern_loop *loop) {
-    void **slot = tern__loop_slot(loop, TERN__SLOT_NET);
+    void **slot = tern__loop_slot(loop, net_slot());
     if (*slot == NULL) {
         tern__net *n = malloc(sizeof(*n));
         if (n == NULL)
@@ -481,7 +487,7 @@ size_t tern__conn_backlog(const tern__conn *c) {
 
 size_t tern__conn_buffered(const tern__conn *c) {
     size_t b = buf_live(c->out) + (c->file ? c->file->left : 0);
-    tern__net *n = *tern__loop_slot(c->loop, TERN__SLOT_NET);
+    tern__net *n = *tern__loop_slot(c->loop, net_slot());
     if (n && n->cork_owner == c)
         b += n->cork_len;
     return b;
@@ -946,7 +952,7 @@ static void conn_timeout(tern__wheel_entry *e) {
 /* ---- the batch end ---------------------------------------------------- */
 
 void tern__net_flush(tern_loop *loop) {
-    tern__net *n = *tern__loop_slot(loop, TERN__SLOT_NET);
+    tern__net *n = *tern__loop_slot(loop, net_slot());
     if (n == NULL)
         return;
     cork_flush(n);

@@ -147,7 +147,13 @@ struct tern_ws_connecting {
     bool cancelled;
 };
 
-/* The loop's pending connects (its TERN__SLOT_WS_CLIENT block), for
+/* The ws client's loop slot (its connecting_list), keyed at first use. */
+static int client_slot(void) {
+    static _Atomic int key;
+    return tern__loop_slot_key(&key);
+}
+
+/* The loop's pending connects (its slot's block, client_slot), for
  * tern_loop_free to cancel. */
 typedef struct connecting_list {
     tern_ws_connecting *head;
@@ -165,7 +171,7 @@ static void connecting_free(tern_ws_connecting *p) {
         return;
     resolve_end(p);
     tern_timer_stop(p->timer);
-    connecting_list *l = *tern__loop_slot(p->loop, TERN__SLOT_WS_CLIENT);
+    connecting_list *l = *tern__loop_slot(p->loop, client_slot());
     if (p->prev)
         p->prev->next = p->next;
     else
@@ -818,13 +824,13 @@ static int connect_start(tern_loop *loop, const char *url, const struct sockaddr
     ws_dial *d;
     if ((err = dial_make(&d, loop, &u, a, h, opt, user)) < 0)
         return err;
-    void **slot = tern__loop_slot(loop, TERN__SLOT_WS_CLIENT);
+    void **slot = tern__loop_slot(loop, client_slot());
     if (*slot == NULL) {
         if ((*slot = calloc(1, sizeof(connecting_list))) == NULL) {
             dial_free_unstarted(d);
             return -ENOMEM;
         }
-        tern__loop_set_slot_close(loop, TERN__SLOT_WS_CLIENT, connecting_cancel_all);
+        tern__loop_set_slot_close(loop, client_slot(), connecting_cancel_all);
     }
     tern_ws_connecting *p = calloc(1, sizeof(*p));
     if (p == NULL) {
@@ -884,7 +890,7 @@ void tern_ws_connect_cancel(tern_ws_connecting *p) {
  * on_connect_error runs from inside tern_loop_free; there is no later
  * batch). One that on_connect_error starts is cancelled in turn. */
 static void connecting_cancel_all(tern_loop *loop) {
-    connecting_list *l = *tern__loop_slot(loop, TERN__SLOT_WS_CLIENT);
+    connecting_list *l = *tern__loop_slot(loop, client_slot());
     while (l->head) {
         l->head->cancelled = true;
         connecting_cancel(l->head);   /* frees it, off the list */
