@@ -207,12 +207,13 @@ static int serve_setup(tern_server *srv, void *user) {
     serve_ctx *ctx = user;
     int err;
     ctx->first = srv;
-    if (ctx->access_log)
-        tern_server_set_access_log(srv, access_line, ctx);
-    tern_http_route(srv, "GET", "/ping", on_ping, ctx);
-    if (ctx->bench_routes)
-        tern__serve_bench_routes(srv, ctx, &ctx->wo);
-    tern_http_not_found(srv, tern__serve_not_found, ctx);
+    if ((ctx->access_log && (err = tern_server_set_access_log(srv, access_line, ctx)) < 0) ||
+        (err = tern_http_route(srv, "GET", "/ping", on_ping, ctx)) < 0 ||
+        (ctx->bench_routes && (err = tern__serve_bench_routes(srv, ctx, &ctx->wo)) < 0) ||
+        (err = tern_http_not_found(srv, tern__serve_not_found, ctx)) < 0) {
+        fprintf(stderr, "tern serve: the routes: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
     if ((err = tern__serve_pubsub_routes(srv, &ctx->wo, &ctx->po, &ctx->ps_limits, &ctx->rules,
                                          ctx->bench_routes,
                                          tern__serve_ws_upgrade, ctx)) < 0) {

@@ -475,13 +475,7 @@ static void bcast_message(tern_ws *ws, const char *data, size_t len, int opcode,
         bcast_local(me->th, data, len, opcode);
 }
 
-void tern__serve_bench_routes(tern_server *srv, serve_ctx *ctx, const tern_ws_options *ws_opt) {
-    tern_http_route(srv, "GET", "/echo", on_echo_get, ctx);
-    tern_http_route(srv, "POST", "/echo", on_echo_post, ctx);
-    tern_http_route(srv, "GET", "/stream", on_stream, ctx);
-    tern_http_route_stream(srv, "POST", "/upload", on_upload, ctx);
-    tern_http_route(srv, "GET", "/delay", on_delay, ctx);
-    tern_http_route(srv, "GET", "/item/:id", on_item, ctx);
+int tern__serve_bench_routes(tern_server *srv, serve_ctx *ctx, const tern_ws_options *ws_opt) {
     static const char *const echo_protocols[] = {"tern.echo", NULL};
     /* The route keeps its own copy of the handlers. */
     tern_ws_handlers echo = {.on_upgrade = tern__serve_ws_upgrade, .on_message = ws_echo};
@@ -494,7 +488,6 @@ void tern__serve_bench_routes(tern_server *srv, serve_ctx *ctx, const tern_ws_op
         echo.on_open = ws_echo_open;
     tern_ws_options wo = *ws_opt;
     wo.subprotocols = echo_protocols;
-    tern_ws_route(srv, "/ws", &echo, &wo, ctx);
     /* One compressed frame serves every subscriber only when no compressor
      * keeps context between messages. */
     static const tern_ws_handlers bcast = {.on_upgrade = tern__serve_ws_upgrade,
@@ -509,8 +502,18 @@ void tern__serve_bench_routes(tern_server *srv, serve_ctx *ctx, const tern_ws_op
     static const tern_ws_handlers room = {.on_upgrade = room_upgrade, .on_message = ws_echo};
     tern_ws_options ro = wo;
     ro.subprotocols = NULL;
-    tern_ws_route(srv, "/ws/broadcast", &bcast, &bo, ctx);
-    tern_ws_route(srv, "/ws/room/:room", &room, &ro, ctx);
+    int err;
+    if ((err = tern_http_route(srv, "GET", "/echo", on_echo_get, ctx)) < 0 ||
+        (err = tern_http_route(srv, "POST", "/echo", on_echo_post, ctx)) < 0 ||
+        (err = tern_http_route(srv, "GET", "/stream", on_stream, ctx)) < 0 ||
+        (err = tern_http_route_stream(srv, "POST", "/upload", on_upload, ctx)) < 0 ||
+        (err = tern_http_route(srv, "GET", "/delay", on_delay, ctx)) < 0 ||
+        (err = tern_http_route(srv, "GET", "/item/:id", on_item, ctx)) < 0 ||
+        (err = tern_ws_route(srv, "/ws", &echo, &wo, ctx)) < 0 ||
+        (err = tern_ws_route(srv, "/ws/broadcast", &bcast, &bo, ctx)) < 0 ||
+        (err = tern_ws_route(srv, "/ws/room/:room", &room, &ro, ctx)) < 0)
+        return err;
+    return 0;
 }
 
 void tern__serve_later_free(serve_thread *th) {

@@ -155,9 +155,9 @@ void tern__serve_origins_free(serve_origins *o);
 int tern__serve_ws_upgrade(tern_http_req *req, void **conn_user, void *user);
 
 /* serve_bench.c: the --bench-routes routes on srv (wo: the WebSocket
- * options of the other routes); and the end of a thread's --ws-async
- * queue, after its loop has ended. */
-void tern__serve_bench_routes(tern_server *srv, serve_ctx *ctx, const tern_ws_options *wo);
+ * options of the other routes): 0, or the first registration's error; and
+ * the end of a thread's --ws-async queue, after its loop has ended. */
+int tern__serve_bench_routes(tern_server *srv, serve_ctx *ctx, const tern_ws_options *wo);
 void tern__serve_later_free(serve_thread *th);
 
 /* serve_admin.c: the admin listener, made on loop (SETUP_FAILED once said
