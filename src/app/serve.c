@@ -82,25 +82,25 @@ static void on_sigusr1(tern_loop *loop, int signo, void *user) {
     if (ctx->access_path == NULL)
         return;
     int err = tern__serve_log_reopen(ctx->access_log, ctx->access_path);
-    if (!ctx->quiet || err < 0)
+    if (!ctx->set.quiet || err < 0)
         tern__serve_log(stderr, err < 0 ? TERN_LOG_ERROR : TERN_LOG_INFO,
                         "SIGUSR1: --access-log %s %s%s", ctx->access_path,
                         err < 0 ? "not reopened, still written to the old file: " : "reopened",
                         err < 0 ? tern_strerror(err) : "");
 }
 
-/* The topic rules of s into t (zeroed, resolved): the feed's topics,
+/* The topic rules of set into t (zeroed, resolved): the feed's topics,
  * which anyone reads and no client writes (the feed and the admin
  * listener's POST /publish do), then --pubsub-topic-policy's (PREFIX=P: the
  * rule of PREFIX* gets policy P) and --topic's: a pattern met again is the
  * same rule, and its later keys win. Each value was checked alone;
  * together they may be too many: -1 once said why. */
-int tern__serve_rules_build(const tern__opt_set *s, tern__topic_rules *t) {
+int tern__serve_rules_build(const tern__serve_settings *set, tern__topic_rules *t) {
     const char *why = NULL;
     memset(t, 0, sizeof(*t));
     tern__rules_add(t, "market subscribe=anyone publish=none", &why);
     tern__rules_add(t, "stats subscribe=anyone publish=none", &why);
-    const tern__opt_val *tp = &s->vals[SV_PS_TOPIC], *tr = &s->vals[SV_TOPIC];
+    const tern__opt_val *tp = set->topic_policies, *tr = set->topics;
     for (int i = 0; i < tp->n + tr->n; i++) {
         char spec[TERN_TOPIC_MAX + 32];
         const char *v = i < tp->n ? tp->v[i] : tr->v[i - tp->n];
@@ -117,7 +117,7 @@ int tern__serve_rules_build(const tern__opt_set *s, tern__topic_rules *t) {
     /* The page resumes the feed after a network drop: a minute of it,
      * unless the history was configured. */
     tern__topic_rule *market = (tern__topic_rule *)tern__rules_match(t, "market", 6);
-    if (strcmp(tern__opt_str(s, SV_FEED), "on") == 0 && tern__opt_uint(s, SV_PS_HISTORY) == 0 &&
+    if (set->feed && set->pubsub.history == 0 &&
         market && !market->prefix && !market->has_history) {
         market->has_history = market->has_history_age = true;
         market->history = FEED_HISTORY;
@@ -137,24 +137,26 @@ int tern__serve_rules_build(const tern__opt_set *s, tern__topic_rules *t) {
  * server would back off at the limit instead of answering 503 at
  * --max-connections. */
 static void fd_limit_check(const serve_ctx *ctx) {
-    if (ctx->quiet || ctx->max_connections == TERN_UNLIMITED)
+    const tern__serve_settings *set = &ctx->set;
+    if (set->quiet || set->run.server.max_connections == TERN_UNLIMITED)
         return;
-    unsigned long long need = (unsigned long long)ctx->max_connections + FD_HEADROOM +
-                              FD_PER_THREAD * (unsigned long long)ctx->nthreads;
+    unsigned long long need = (unsigned long long)set->run.server.max_connections + FD_HEADROOM +
+                              FD_PER_THREAD * (unsigned long long)set->threads;
     if (ctx->fd_limit >= need)
         return;
     tern__serve_log(stderr, TERN_LOG_WARN,
                     "descriptors: the limit (RLIMIT_NOFILE, raised to the hard limit) is %llu, "
                     "too few for --max-connections %u (about %llu needed): raise the hard limit "
                     "(LimitNOFILE= in the systemd unit, ulimit -Hn) or lower --max-connections",
-                    ctx->fd_limit, ctx->max_connections, need);
+                    ctx->fd_limit, set->run.server.max_connections, need);
 }
 
 /* Printed once every thread listens (the first post loop 0 runs). Even
  * with --quiet: with --port 0 this is how to learn the port. */
 static void print_listening(tern_loop *loop, void *user) {
     serve_ctx *ctx = user;
-    const char *host = ctx->host;
+    const tern__serve_settings *set = &ctx->set;
+    const char *host = set->host;
     bool v6 = strchr(host, ':') != NULL;
     char https[256] = "";
     if (ctx->tls)
@@ -162,16 +164,16 @@ static void print_listening(tern_loop *loop, void *user) {
                  v6 ? "]" : "", tern_server_tls_port(ctx->first), tern_tls_library());
     char admin[320] = "";
     if (ctx->admin) {
-        bool av6 = strchr(ctx->admin_host, ':') != NULL;
+        bool av6 = strchr(set->admin.host, ':') != NULL;
         snprintf(admin, sizeof(admin), " (admin http://%s%s%s:%d/)", av6 ? "[" : "",
-                 ctx->admin_host, av6 ? "]" : "", tern_server_port(ctx->admin));
+                 set->admin.host, av6 ? "]" : "", tern_server_port(ctx->admin));
     }
     /* The back end stays last: scripts read it there. */
     char line[1024];
     snprintf(line, sizeof(line), "listening on http://%s%s%s:%d/%s%s%s%s (%d thread%s, %s)",
              v6 ? "[" : "", host, v6 ? "]" : "", tern_server_port(ctx->first), https,
-             ctx->unix_path ? " and unix:" : "", ctx->unix_path ? ctx->unix_path : "", admin,
-             ctx->nthreads, ctx->nthreads == 1 ? "" : "s",
+             set->unix_path ? " and unix:" : "", set->unix_path ? set->unix_path : "", admin,
+             set->threads, set->threads == 1 ? "" : "s",
              tern_loop_backend(tern_server_loop(ctx->first)));
     tern__serve_log(stderr, TERN_LOG_INFO, "%s", line);
     tern__serve_sd_ready(line);
@@ -205,18 +207,18 @@ static void serve_teardown(tern_loop *loop, tern_server *srv, void *user) {
  * other threads' share them). */
 static int serve_setup(tern_server *srv, void *user) {
     serve_ctx *ctx = user;
+    const tern__serve_settings *set = &ctx->set;
     int err;
     ctx->first = srv;
     if ((ctx->access_log && (err = tern_server_set_access_log(srv, access_line, ctx)) < 0) ||
         (err = tern_http_route(srv, "GET", "/ping", on_ping, ctx)) < 0 ||
-        (ctx->bench_routes && (err = tern__serve_bench_routes(srv, ctx, &ctx->wo)) < 0) ||
+        (set->bench_routes && (err = tern__serve_bench_routes(srv, ctx, &set->ws)) < 0) ||
         (err = tern_http_not_found(srv, tern__serve_not_found, ctx)) < 0) {
         fprintf(stderr, "tern serve: the routes: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
-    if ((err = tern__serve_pubsub_routes(srv, &ctx->wo, &ctx->po, &ctx->ps_limits, &ctx->rules,
-                                         ctx->bench_routes,
-                                         tern__serve_ws_upgrade, ctx)) < 0) {
+    if ((err = tern__serve_pubsub_routes(srv, &set->ws, &set->pubsub, &set->ps_limits, &ctx->rules,
+                                         set->bench_routes, tern__serve_ws_upgrade, ctx)) < 0) {
         fprintf(stderr, "tern serve: pub/sub routes: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
@@ -224,14 +226,14 @@ static int serve_setup(tern_server *srv, void *user) {
      * library's rule for the same pattern (its exact topic or prefix). */
     for (int i = 0; i < ctx->rules.n; i++) {
         const tern__topic_rule *r = &ctx->rules.r[i];
-        tern_topic_options to = {.policy = r->has_policy ? r->policy : ctx->po.policy,
+        tern_topic_options to = {.policy = r->has_policy ? r->policy : set->pubsub.policy,
                                  .close_code = r->has_policy ? r->close_code : 0,
                                  .max_backlog = r->has_backlog ? r->max_backlog : 0,
                                  .history = r->has_history ? r->history : 0,
                                  .history_ms = r->has_history_age ? r->history_ms : 0,
                                  .exact = !r->prefix};
         if (!r->has_policy && to.policy == TERN_PUBSUB_CLOSE)
-            to.close_code = ctx->po.close_code;
+            to.close_code = set->pubsub.close_code;
         char pattern[TERN_TOPIC_MAX + 1];
         memcpy(pattern, r->pattern, r->len);
         pattern[r->len] = '\0';
@@ -242,11 +244,11 @@ static int serve_setup(tern_server *srv, void *user) {
         }
     }
     /* The page at / unless --root serves files there (then at /market). */
-    if (ctx->page && (err = tern__page_routes(srv, ctx->root == NULL, ctx->node)) < 0) {
+    if (set->page && (err = tern__page_routes(srv, set->root == NULL, set->node)) < 0) {
         fprintf(stderr, "tern serve: page: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
-    if ((err = tern__feed_start(srv, ctx->feed ? ctx->feed_rate : 0, ctx->node)) < 0) {
+    if ((err = tern__feed_start(srv, set->feed ? set->feed_rate : 0, set->node)) < 0) {
         fprintf(stderr, "tern serve: feed: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
@@ -258,54 +260,55 @@ static int serve_setup(tern_server *srv, void *user) {
                                : tern_strerror(err));
         return SETUP_FAILED;
     }
-    if (ctx->root && (err = tern_http_static(srv, "/", ctx->root)) < 0) {
-        fprintf(stderr, "tern serve: --root %s: %s\n", ctx->root, tern_strerror(err));
+    if (set->root && (err = tern_http_static(srv, "/", set->root)) < 0) {
+        fprintf(stderr, "tern serve: --root %s: %s\n", set->root, tern_strerror(err));
         return SETUP_FAILED;
     }
-    for (int i = 0; i < ctx->nvhosts; i++) {
+    for (int i = 0; i < set->vhosts->n; i++) {
         /* NAME=ROOT: that host serves ROOT's files, and nothing else. */
+        const char *vhost = set->vhosts->v[i];
         char name[256];
-        const char *eq = strchr(ctx->vhosts[i], '=');
-        size_t nlen = eq ? (size_t)(eq - ctx->vhosts[i]) : 0;
+        const char *eq = strchr(vhost, '=');
+        size_t nlen = eq ? (size_t)(eq - vhost) : 0;
         tern_server *h;
         err = -EINVAL;
         if (eq && nlen < sizeof(name)) {
-            memcpy(name, ctx->vhosts[i], nlen);
+            memcpy(name, vhost, nlen);
             name[nlen] = '\0';
             if ((err = tern_server_host(srv, name, &h)) == 0)
                 err = tern_http_static(h, "/", eq + 1);
         }
         if (err < 0) {
-            fprintf(stderr, "tern serve: --vhost %s: %s\n", ctx->vhosts[i], tern_strerror(err));
+            fprintf(stderr, "tern serve: --vhost %s: %s\n", vhost, tern_strerror(err));
             return SETUP_FAILED;
         }
     }
-    if (ctx->sd.http >= 0 && (err = tern_listen_fd(srv, ctx->sd.http, NULL, &ctx->listen)) < 0) {
+    if (ctx->sd.http >= 0 && (err = tern_listen_fd(srv, ctx->sd.http, NULL, &set->listen)) < 0) {
         fprintf(stderr, "tern serve: the http socket from systemd: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
-    if (ctx->sd.http < 0 && (err = tern_listen(srv, ctx->host, ctx->port, &ctx->listen)) < 0) {
-        fprintf(stderr, "tern serve: listen on %s:%d: %s%s\n", ctx->host, ctx->port,
+    if (ctx->sd.http < 0 && (err = tern_listen(srv, set->host, set->port, &set->listen)) < 0) {
+        fprintf(stderr, "tern serve: listen on %s:%d: %s%s\n", set->host, set->port,
                 tern_strerror(err), tern__serve_in_use_hint(err));
         return SETUP_FAILED;
     }
-    if (ctx->unix_path && (err = tern_listen_unix(srv, ctx->unix_path, &ctx->listen)) < 0) {
-        fprintf(stderr, "tern serve: listen on %s: %s%s\n", ctx->unix_path, tern_strerror(err),
+    if (set->unix_path && (err = tern_listen_unix(srv, set->unix_path, &set->listen)) < 0) {
+        fprintf(stderr, "tern serve: listen on %s: %s%s\n", set->unix_path, tern_strerror(err),
                 tern__serve_in_use_hint(err));
         return SETUP_FAILED;
     }
     if (ctx->sd.https >= 0 && ctx->tls &&
-        (err = tern_listen_fd(srv, ctx->sd.https, ctx->tls, &ctx->listen)) < 0) {
+        (err = tern_listen_fd(srv, ctx->sd.https, ctx->tls, &set->listen)) < 0) {
         fprintf(stderr, "tern serve: the https socket from systemd: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
     if (ctx->sd.https < 0 && ctx->tls &&
-        (err = tern_listen_tls(srv, ctx->host, ctx->tls_port, ctx->tls, &ctx->listen)) < 0) {
-        fprintf(stderr, "tern serve: listen on %s:%d: %s%s\n", ctx->host, ctx->tls_port,
+        (err = tern_listen_tls(srv, set->host, set->tls_port, ctx->tls, &set->listen)) < 0) {
+        fprintf(stderr, "tern serve: listen on %s:%d: %s%s\n", set->host, set->tls_port,
                 tern_strerror(err), tern__serve_in_use_hint(err));
         return SETUP_FAILED;
     }
-    if (ctx->admin_host && (err = tern__serve_admin_setup(ctx, tern_server_loop(srv))) < 0)
+    if (set->admin.host[0] && (err = tern__serve_admin_setup(ctx, tern_server_loop(srv))) < 0)
         return err;
     /* SIGINT and SIGTERM are tern_run's; ours only marks the drain. */
     tern_loop_on_signal(tern_server_loop(srv), SIGHUP, tern__serve_on_sighup, ctx);
@@ -321,138 +324,36 @@ static void usage(const tern__opt_set *s, FILE *f) {
     tern__opt_help(s, f);
 }
 
-/* Runs the server the options s describe (the strings stay in s while it
- * runs; argc, argv: the command line they came from, for SIGHUP); the
- * command's exit status. */
-static int serve_main(tern__opt_set *s, int argc, char **argv) {
-    const char *host = tern__opt_str(s, SV_HOST), *unix_path = tern__opt_str(s, SV_UNIX);
-    const char *root = tern__opt_str(s, SV_ROOT);
-    const tern__opt_val *certs = &s->vals[SV_TLS_CERT], *keys = &s->vals[SV_TLS_KEY];
-    int ncert = certs->n, nkey = keys->n;
-    /* A file, not the passphrase itself: a command line is visible to
-     * every user of the machine (ps, /proc). */
-    tern_tls_options tls_opt = {0};
-    /* One loop per CPU this process may use (taskset, a container's
-     * cpuset or quota), not per CPU of the machine. */
-    int cpus = tern_cpu_count();
-    unsigned long long nthreads = cpus > 1024 ? 1024 : (unsigned long long)cpus;
-    if (tern__opt_given(s, SV_THREADS))
-        nthreads = tern__opt_uint(s, SV_THREADS);
-    tern_server_options so = {0};
-    tern_loop_options lo = {0};
-    tern_ws_options wo = {.compression = !tern__opt_uint(s, SV_NO_PMD)};
-    /* An echo answers what it reads: when the client does not read the
-     * answers, stop reading its requests (TCP pushes back on it). */
-    const char *slow = tern__opt_str(s, SV_WS_SLOW);
-    int slow_policy = !strcmp(slow, "close") ? TERN_WS_SLOW_CLOSE
-                      : !strcmp(slow, "drop") ? TERN_WS_SLOW_DROP : TERN_WS_SLOW_PAUSE;
-    serve_ctx ctx = {.bcast_lock = PTHREAD_MUTEX_INITIALIZER};
-    atomic_init(&ctx.draining, false);
-    ctx.quiet = tern__opt_uint(s, SV_QUIET);
-    ctx.feed = strcmp(tern__opt_str(s, SV_FEED), "on") == 0;
-    ctx.feed_rate = (unsigned)tern__opt_uint(s, SV_FEED_RATE);
-    ctx.page = strcmp(tern__opt_str(s, SV_PAGE), "on") == 0;
-    if (tern__opt_given(s, SV_NODE_NAME))
-        snprintf(ctx.node, sizeof(ctx.node), "%s", tern__opt_str(s, SV_NODE_NAME));
-    else
-        tern__node_name_default(ctx.node, sizeof(ctx.node));
-    ctx.ps_limits.max_message = tern__opt_uint(s, SV_PS_MAX_MESSAGE);
-    ctx.ps_limits.rate = (uint32_t)tern__opt_uint(s, SV_PS_RATE);
-    ctx.bench_routes = tern__opt_uint(s, SV_BENCH_ROUTES);
-    tern__serve_admin_listen_parse(tern__opt_str(s, SV_ADMIN_LISTEN), ctx.admin_host_buf,
-                                   sizeof(ctx.admin_host_buf), &ctx.admin_port);
-    ctx.admin_host = ctx.admin_host_buf[0] ? ctx.admin_host_buf : NULL;
-    if (ctx.admin_host && !tern__serve_admin_loopback(ctx.admin_host) && tern__serve_admin_exposed(s) < 0)
-        return 2;
-    const char *api_key_path = tern__opt_str(s, SV_API_KEY_FILE);
-    so.max_head = tern__opt_uint(s, SV_MAX_HEAD);
-    so.max_body = tern__opt_uint(s, SV_MAX_BODY);
-    so.head_timeout_ms = (uint32_t)tern__opt_uint(s, SV_HEAD_TO);
-    so.body_timeout_ms = (uint32_t)tern__opt_uint(s, SV_BODY_TO);
-    so.idle_timeout_ms = (uint32_t)tern__opt_uint(s, SV_IDLE_TO);
-    so.shutdown_timeout_ms = (uint32_t)tern__opt_uint(s, SV_SHUT_TO);
-    so.send_timeout_ms = (uint32_t)tern__opt_uint(s, SV_SEND_TO);
-    unsigned long long v = tern__opt_uint(s, SV_MAX_CONNS);
-    so.max_connections = v ? (uint32_t)v : TERN_UNLIMITED;
-    v = tern__opt_uint(s, SV_MAX_CONNS_IP);
-    so.max_connections_per_ip = v ? (uint32_t)v : TERN_UNLIMITED;
-    lo.max_unsent = tern__opt_uint(s, SV_MAX_UNSENT);
-    if (tern__opt_given(s, SV_IO))
-        lo.io = strcmp(tern__opt_str(s, SV_IO), "uring") == 0 ? TERN_IO_URING : TERN_IO_EPOLL;
-    wo.max_message = tern__opt_uint(s, SV_WS_MAX);
-    wo.idle_timeout_ms = (uint32_t)tern__opt_uint(s, SV_WS_IDLE);
-    if (s->vals[SV_ALLOWED_ORIGIN].n + s->vals[SV_WS_ORIGIN].n > ORIGINS_MAX) {
-        fprintf(stderr, "tern serve: bad value for --allowed-origin: more than %d origins "
-                        "(with --ws-origin)\n", ORIGINS_MAX);
-        return 2;
-    }
-    ctx.opts = s;
-    ctx.argc = argc;
-    ctx.argv = argv;
-    ctx.config_path = tern__serve_config_path(s);
-    if (tern__opt_given(s, SV_WS_ASYNC))
-        ctx.ws_async = strcmp(tern__opt_str(s, SV_WS_ASYNC), "post") == 0 ? WS_ASYNC_POST
-                                                                         : WS_ASYNC_TIMER;
-    ctx.ws_deadline_ms = (uint32_t)tern__opt_uint(s, SV_WS_DEADLINE);
-    const char *access_path = tern__opt_str(s, SV_ACCESS_LOG);
-    tls_opt.passphrase_file = tern__opt_str(s, SV_TLS_PASS_FILE);
-    if (tern__opt_given(s, SV_TLS_MIN))
-        tls_opt.min_version = strcmp(tern__opt_str(s, SV_TLS_MIN), "1.3") == 0 ? 13 : 12;
-    tls_opt.ciphers = tern__opt_str(s, SV_TLS_CIPHERS);
-    tls_opt.ciphersuites = tern__opt_str(s, SV_TLS_SUITES);
-    tls_opt.client_ca_file = tern__opt_str(s, SV_TLS_CLIENT_CA);
-    if (tern__opt_given(s, SV_TLS_CLIENT_VERIFY))
-        tls_opt.client_verify = strcmp(tern__opt_str(s, SV_TLS_CLIENT_VERIFY), "require") == 0
-                                    ? TERN_TLS_VERIFY_REQUIRE
-                                    : TERN_TLS_VERIFY_OPTIONAL;
-    unsigned long long port = tern__opt_uint(s, SV_PORT), tls_port = tern__opt_uint(s, SV_TLS_PORT);
-    ctx.po.max_backlog = tern__opt_uint(s, SV_PS_BACKLOG);
-    const char *redis_url = tern__opt_str(s, SV_REDIS);
-    const char *redis_password_file = tern__opt_str(s, SV_REDIS_PASS_FILE);
-    tern__serve_log_format(strcmp(tern__opt_str(s, SV_LOG_FORMAT), "json") == 0
-                               ? TERN_SERVE_LOG_JSON
-                               : TERN_SERVE_LOG_TEXT);
-    ctx.po.history = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY);
-    ctx.listen.sndbuf = (int)tern__opt_uint(s, SV_SNDBUF);
-    /* Asked for, the ports are shared on purpose (a hand-over), so the
-     * library does not check that they are free. */
-    ctx.listen.reuseport = (int)tern__opt_uint(s, SV_REUSE_PORT);
-    ctx.po.history_ms = (uint32_t)tern__opt_uint(s, SV_PS_HISTORY_AGE) * 1000;
-    ctx.po.replay_rate = tern__opt_uint(s, SV_PS_REPLAY_RATE);
-    ctx.po.write_delay_ms = (uint32_t)tern__opt_uint(s, SV_PS_WRITE_DELAY);
-    ctx.po.history_bytes = tern__opt_uint(s, SV_PS_HISTORY_BYTES);
-    tern__policy_parse(tern__opt_str(s, SV_PS_POLICY), &ctx.po.policy, &ctx.po.close_code);
-    if (tern__serve_rules_build(s, &ctx.rules) < 0)
-        return 2;   /* said why */
-    ctx.token_flags.hmac_secret_file = tern__opt_str(s, SV_TOKEN_HMAC);
-    ctx.token_flags.public_key_file = tern__opt_str(s, SV_TOKEN_PUBKEY);
-    ctx.token_flags.audience = tern__opt_str(s, SV_TOKEN_AUD);
-    ctx.token_flags.issuer = tern__opt_str(s, SV_TOKEN_ISS);
-    ctx.token_flags.leeway = (uint32_t)tern__opt_uint(s, SV_TOKEN_LEEWAY);
-    if (tern__serve_tokens_setup(&ctx.token_flags) < 0)
-        return 2;
-
-    if (api_key_path && (ctx.api_key = tern__serve_read_api_key(api_key_path)) == NULL)
+/* --api-key-file, --redis (with --redis-password-file) and --access-log:
+ * read or opened before the loops start. 0, or the exit status once said
+ * why. */
+static int open_files(serve_ctx *ctx) {
+    const tern__serve_settings *set = &ctx->set;
+    if (set->api_key_file && (ctx->api_key = tern__serve_read_api_key(set->api_key_file)) == NULL)
         return 1;   /* said why */
-    if (redis_password_file && redis_url == NULL) {
+    if (set->redis_password_file && set->redis == NULL) {
         fprintf(stderr, "tern serve: --redis-password-file needs --redis\n");
         return 2;
     }
-    if (redis_url && (ctx.redis = tern__serve_redis_url(redis_url, redis_password_file)) == NULL)
+    if (set->redis &&
+        (ctx->redis = tern__serve_redis_url(set->redis, set->redis_password_file)) == NULL)
         return 1;   /* said why */
+    const char *access_path = set->access_log;
     if (access_path) {
-        ctx.access_log = strcmp(access_path, "-") == 0 ? stdout : fopen(access_path, "a");
-        if (ctx.access_log == NULL) {
+        ctx->access_log = strcmp(access_path, "-") == 0 ? stdout : fopen(access_path, "a");
+        if (ctx->access_log == NULL) {
             fprintf(stderr, "tern serve: --access-log %s: %s\n", access_path, strerror(errno));
             return 1;
         }
-        setvbuf(ctx.access_log, NULL, _IOLBF, 0);   /* whole lines, as they happen */
-        if (ctx.access_log != stdout)
-            ctx.access_path = access_path;
+        setvbuf(ctx->access_log, NULL, _IOLBF, 0);   /* whole lines, as they happen */
+        if (ctx->access_log != stdout)
+            ctx->access_path = access_path;
     }
-    if (!ctx.quiet)
-        tern__serve_log_library(tern__opt_str(s, SV_LOG_LEVEL));
+    return 0;
+}
 
+/* What the process needs of its system: signals, memory, descriptors. */
+static void process_setup(serve_ctx *ctx) {
     signal(SIGPIPE, SIG_IGN);
     /* SIGUSR2 is nginx's binary upgrade; tern has none, and a stray one
      * must not end the process (its default) without a drain. */
@@ -470,30 +371,37 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
         setrlimit(RLIMIT_NOFILE, &rl);
     }
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
-        ctx.fd_limit = rl.rlim_cur;
-    ctx.max_connections = so.max_connections;
-    if (tls_opt.passphrase_file && ncert == 0) {
+        ctx->fd_limit = rl.rlim_cur;
+}
+
+/* --tls-cert and --tls-key (each pair one certificate of ctx->tls) with
+ * the --tls-* options. 0, or the exit status once said why. */
+static int tls_load(serve_ctx *ctx) {
+    /* A file, not the passphrase itself: a command line is visible to
+     * every user of the machine (ps, /proc). */
+    const tern_tls_options *tls_opt = &ctx->set.tls;
+    const tern__opt_val *certs = ctx->set.tls_certs, *keys = ctx->set.tls_keys;
+    if (tls_opt->passphrase_file && certs->n == 0) {
         fprintf(stderr, "tern serve: --tls-key-passphrase-file needs --tls-cert and --tls-key\n");
         return 2;
     }
-    bool tls_protocol_opts = tls_opt.min_version || tls_opt.ciphers || tls_opt.ciphersuites ||
-                             tls_opt.client_ca_file || tls_opt.client_verify;
-    if (tls_protocol_opts && ncert == 0) {
+    bool tls_protocol_opts = tls_opt->min_version || tls_opt->ciphers || tls_opt->ciphersuites ||
+                             tls_opt->client_ca_file || tls_opt->client_verify;
+    if (tls_protocol_opts && certs->n == 0) {
         fprintf(stderr, "tern serve: the --tls-* options need --tls-cert and --tls-key\n");
         return 2;
     }
-    if ((tls_opt.client_ca_file != NULL) != (tls_opt.client_verify != 0)) {
+    if ((tls_opt->client_ca_file != NULL) != (tls_opt->client_verify != 0)) {
         fprintf(stderr, "tern serve: --tls-client-ca and --tls-client-verify go together\n");
         return 2;
     }
-    if (ncert != nkey) {
+    if (certs->n != keys->n) {
         fprintf(stderr, "tern serve: each --tls-cert needs its --tls-key\n");
         return 2;
     }
-    int err = 0;
-    for (int i = 0; i < ncert; i++) {
-        err = i == 0 ? tern_tls_new_opt(&ctx.tls, certs->v[0], keys->v[0], &tls_opt)
-                     : tern_tls_add_cert(ctx.tls, certs->v[i], keys->v[i]);
+    for (int i = 0; i < certs->n; i++) {
+        int err = i == 0 ? tern_tls_new_opt(&ctx->tls, certs->v[0], keys->v[0], tls_opt)
+                         : tern_tls_add_cert(ctx->tls, certs->v[i], keys->v[i]);
         if (err < 0) {
             /* Said here too: with --quiet the library's log line is off. */
             const char *why = err == -ENOKEY ? " (the key is encrypted: give --tls-key-passphrase-file)"
@@ -504,77 +412,107 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
             return 1;
         }
     }
-    ctx.host = host;
-    ctx.unix_path = unix_path;
-    ctx.root = root;
-    ctx.port = (int)port;
-    ctx.tls_port = (int)tls_port;
-    ctx.wo = wo;
-    ctx.wo.slow_policy = slow_policy;
-    ctx.nthreads = (int)nthreads;
-    ctx.vhosts = (const char **)s->vals[SV_VHOST].v;
-    ctx.nvhosts = s->vals[SV_VHOST].n;
+    return 0;
+}
+
+/* Runs the loops once set up: the sockets systemd passed checked, then
+ * tern_run. Returns tern_run's result (SETUP_FAILED once said why). */
+static int serve_run(serve_ctx *ctx) {
+    if (tern__serve_sd_sockets(&ctx->sd) < 0)
+        return SETUP_FAILED;
+    if (ctx->sd.https >= 0 && ctx->tls == NULL) {
+        fprintf(stderr, "tern serve: systemd passed an https socket: it needs --tls-cert and "
+                        "--tls-key\n");
+        return SETUP_FAILED;
+    }
+    if (ctx->sd.admin >= 0 && ctx->set.admin.host[0] == '\0') {
+        fprintf(stderr, "tern serve: systemd passed an admin socket, and --admin-listen is off\n");
+        return SETUP_FAILED;
+    }
+    return tern_run(ctx->set.threads, &ctx->set.run, serve_setup, ctx);
+}
+
+/* What serve_main made, freed (and the secrets wiped) once the loops have
+ * ended. */
+static void serve_free(serve_ctx *ctx) {
+    /* The servers listened on duplicates: these are no longer needed. */
+    const int inherited[] = {ctx->sd.http, ctx->sd.https, ctx->sd.admin};
+    for (size_t i = 0; i < sizeof(inherited) / sizeof(inherited[0]); i++)
+        if (inherited[i] >= 0)
+            close(inherited[i]);
+    tern_tls_free(ctx->tls);
+    for (int i = 0; i < ctx->set.threads; i++)
+        tern__serve_later_free(&ctx->threads[i]);
+    free(ctx->threads);
+    tern__serve_origins_free(atomic_load(&ctx->origins));
+    tern__serve_tokens_cleanup();
+    if (ctx->api_key) {
+        OPENSSL_cleanse(ctx->api_key, strlen(ctx->api_key));
+        free(ctx->api_key);
+    }
+    if (ctx->redis) {
+        OPENSSL_cleanse(ctx->redis, strlen(ctx->redis));
+        free(ctx->redis);
+    }
+    if (ctx->access_log && ctx->access_log != stdout)
+        fclose(ctx->access_log);
+}
+
+/* Runs the server the options s describe (the strings stay in s while it
+ * runs; argc, argv: the command line they came from, for SIGHUP); the
+ * command's exit status. */
+static int serve_main(tern__opt_set *s, int argc, char **argv) {
+    serve_ctx ctx = {.opts = s, .argc = argc, .argv = argv,
+                     .bcast_lock = PTHREAD_MUTEX_INITIALIZER,
+                     .sd = {.http = -1, .https = -1, .admin = -1}};
+    tern__serve_settings *set = &ctx.set;
+    atomic_init(&ctx.draining, false);
+    /* Every option into its destination: the table's (serve_options.c). */
+    tern__opt_apply(s, set);
+    if (set->admin.host[0] && !tern__serve_admin_loopback(set->admin.host) &&
+        tern__serve_admin_exposed(s) < 0)
+        return 2;
+    if (set->allowed_origins->n + set->ws_origins->n > ORIGINS_MAX) {
+        fprintf(stderr, "tern serve: bad value for --allowed-origin: more than %d origins "
+                        "(with --ws-origin)\n", ORIGINS_MAX);
+        return 2;
+    }
+    ctx.config_path = tern__serve_config_path(s);
+    tern__serve_log_format(set->log_format);
+    if (tern__serve_rules_build(set, &ctx.rules) < 0)
+        return 2;   /* said why */
+    if (tern__serve_tokens_setup(&set->tokens) < 0)
+        return 2;
+    int status = open_files(&ctx);
+    if (status != 0)
+        return status;
+    if (!set->quiet)
+        tern__serve_log_library(set->log_level);
+    process_setup(&ctx);
+    if ((status = tls_load(&ctx)) != 0)
+        return status;
     bool too_many;
-    serve_origins *origins = tern__serve_origins_new(s, &too_many);
-    if (origins == NULL || (ctx.threads = calloc(nthreads, sizeof(*ctx.threads))) == NULL) {
+    serve_origins *origins = tern__serve_origins_new(set, &too_many);
+    ctx.threads = calloc((size_t)set->threads, sizeof(*ctx.threads));
+    if (origins == NULL || ctx.threads == NULL) {
         tern__serve_origins_free(origins);
+        free(ctx.threads);
         fprintf(stderr, "tern serve: out of memory\n");
         return 1;
     }
     atomic_init(&ctx.origins, origins);
-    for (int i = 0; i < ctx.nthreads; i++) {
+    for (int i = 0; i < set->threads; i++) {
         ctx.threads[i].ctx = &ctx;
         ctx.threads[i].index = i;
         atomic_init(&ctx.threads[i].bcast_inflight, 0);
     }
-    if (tern__opt_given(s, SV_SHUT_SPREAD)) {
-        so.shutdown_ws_spread_ms = (uint32_t)tern__opt_uint(s, SV_SHUT_SPREAD);
-    } else {
-        /* The WebSockets' closes over the first 4/5 of the shutdown, so
-         * that their close handshakes end before it does. */
-        uint32_t t = so.shutdown_timeout_ms ? so.shutdown_timeout_ms : 10000;
-        so.shutdown_ws_spread_ms = t / 5 * 4;
-    }
     /* A drain closes with 1012 (service restart): the clients are invited
      * to come back, to this server restarted or to another. */
-    so.shutdown_ws_code = TERN_WS_SERVICE_RESTART;
-    ctx.server_options = so;
-    tern_run_options ro = {.loop = lo, .server = so, .teardown = serve_teardown,
-                           .drain_delay_ms = (uint32_t)tern__opt_uint(s, SV_DRAIN_DELAY)};
-    if (tern__serve_sd_sockets(&ctx.sd) < 0) {
-        err = SETUP_FAILED;
-    } else if (ctx.sd.https >= 0 && ctx.tls == NULL) {
-        fprintf(stderr, "tern serve: systemd passed an https socket: it needs --tls-cert and "
-                        "--tls-key\n");
-        err = SETUP_FAILED;
-    } else if (ctx.sd.admin >= 0 && ctx.admin_host == NULL) {
-        fprintf(stderr, "tern serve: systemd passed an admin socket, and --admin-listen is off\n");
-        err = SETUP_FAILED;
-    } else {
-        err = tern_run(ctx.nthreads, &ro, serve_setup, &ctx);
-    }
-    /* The servers listened on duplicates: these are no longer needed. */
-    const int inherited[] = {ctx.sd.http, ctx.sd.https, ctx.sd.admin};
-    for (size_t i = 0; i < sizeof(inherited) / sizeof(inherited[0]); i++)
-        if (inherited[i] >= 0)
-            close(inherited[i]);
-    tern_tls_free(ctx.tls);
-    for (unsigned long long i = 0; i < nthreads; i++)
-        tern__serve_later_free(&ctx.threads[i]);
-    free(ctx.threads);
-    tern__serve_origins_free(atomic_load(&ctx.origins));
-    tern__serve_tokens_cleanup();
-    if (ctx.api_key) {
-        OPENSSL_cleanse(ctx.api_key, strlen(ctx.api_key));
-        free(ctx.api_key);
-    }
-    if (ctx.redis) {
-        OPENSSL_cleanse(ctx.redis, strlen(ctx.redis));
-        free(ctx.redis);
-    }
-    if (ctx.access_log && ctx.access_log != stdout)
-        fclose(ctx.access_log);
-    if (err == -ESRCH)
+    set->run.server.shutdown_ws_code = TERN_WS_SERVICE_RESTART;
+    set->run.teardown = serve_teardown;
+    int err = serve_run(&ctx);
+    serve_free(&ctx);
+    if (err == SETUP_FAILED)
         return 1;   /* setup said why */
     if (err < 0) {
         fprintf(stderr, "tern serve: %s\n", tern_strerror(err));

@@ -97,7 +97,7 @@ static void on_stats(tern_http_req *req, void *user) {
                            "\"pubsub_limits\":{\"rate_refused\":%llu,\"rate_closed\":%llu,"
                            "\"too_big\":%llu,\"forbidden_subscribe\":%llu,"
                            "\"forbidden_publish\":%llu},\"total\":" STATS_FMT ",\"each\":[%s]}\n",
-                           ctx->node, n, tern_server_index(srv), redis, U(pr.rate_refused),
+                           ctx->set.node, n, tern_server_index(srv), redis, U(pr.rate_refused),
                            U(pr.rate_closed), U(pr.too_big), U(pr.forbidden_subscribe),
                            U(pr.forbidden_publish), STATS_ARGS(sum, psum), each);
 #undef U
@@ -111,7 +111,7 @@ static void on_stats(tern_http_req *req, void *user) {
 /* GET /metrics: the public servers' counters (serve_metrics.c). */
 static void on_metrics(tern_http_req *req, void *user) {
     serve_ctx *ctx = user;
-    tern__serve_metrics(req, ctx->first, atomic_load(&ctx->draining), &ctx->rules, ctx->node);
+    tern__serve_metrics(req, ctx->first, atomic_load(&ctx->draining), &ctx->rules, ctx->set.node);
 }
 
 /* GET /healthz (and /health): the process answers; nothing else is
@@ -124,7 +124,7 @@ static void on_health(tern_http_req *req, void *user) {
  * loop listens on --port, --unix and --tls-port as configured, and none of
  * them backs off (out of descriptors, tern_stats.listeners_paused). */
 static const char *listeners_down(const serve_ctx *ctx) {
-    uint64_t expected = 1 + (ctx->unix_path ? 1 : 0) + (ctx->tls ? 1 : 0);
+    uint64_t expected = 1 + (ctx->set.unix_path ? 1 : 0) + (ctx->tls ? 1 : 0);
     for (int i = 0; i < tern_server_peer_count(ctx->first); i++) {
         tern_stats st;
         const tern_server *peer = tern_server_peer(ctx->first, i);
@@ -207,8 +207,8 @@ int tern__serve_admin_setup(serve_ctx *ctx, tern_loop *loop) {
     /* With --reuse-port the new process of a hand-over shares it too. It
      * may take the descriptors the public listeners leave in reserve, so
      * /readyz and /metrics answer when those are out of descriptors. */
-    tern_listen_options admin_opt = {.reuseport = ctx->listen.reuseport, .use_fd_reserve = 1};
-    int err = tern_server_new(&ctx->admin, loop, &ctx->server_options);
+    tern_listen_options admin_opt = {.reuseport = ctx->set.listen.reuseport, .use_fd_reserve = 1};
+    int err = tern_server_new(&ctx->admin, loop, &ctx->set.run.server);
     if (err < 0) {
         fprintf(stderr, "tern serve: the admin server: %s\n", tern_strerror(err));
         return SETUP_FAILED;
@@ -225,9 +225,9 @@ int tern__serve_admin_setup(serve_ctx *ctx, tern_loop *loop) {
     } else if (ctx->sd.admin >= 0 && (err = tern_listen_fd(ctx->admin, ctx->sd.admin, NULL, &admin_opt)) < 0) {
         fprintf(stderr, "tern serve: the admin socket from systemd: %s\n", tern_strerror(err));
     } else if (ctx->sd.admin < 0 &&
-               (err = tern_listen(ctx->admin, ctx->admin_host, ctx->admin_port, &admin_opt)) < 0) {
-        fprintf(stderr, "tern serve: --admin-listen %s:%d: %s%s\n", ctx->admin_host,
-                ctx->admin_port, tern_strerror(err), tern__serve_in_use_hint(err));
+               (err = tern_listen(ctx->admin, ctx->set.admin.host, ctx->set.admin.port, &admin_opt)) < 0) {
+        fprintf(stderr, "tern serve: --admin-listen %s:%d: %s%s\n", ctx->set.admin.host,
+                ctx->set.admin.port, tern_strerror(err), tern__serve_in_use_hint(err));
     }
     if (err < 0) {
         tern_server_free(ctx->admin);

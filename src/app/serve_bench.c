@@ -287,8 +287,8 @@ static void later_timer(tern_timer *t, void *user) {
 static void ws_echo_later(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
     serve_ctx *ctx = user;
     serve_thread *th = ws_thread(ws, ctx);
-    if (ctx->ws_deadline_ms)
-        tern_ws_set_deadline(ws, ctx->ws_deadline_ms);
+    if (ctx->set.ws_deadline_ms)
+        tern_ws_set_deadline(ws, ctx->set.ws_deadline_ms);
     size_t need = later_size(len);
     if (len > UINT32_MAX)
         return;   /* above any --ws-max-message the parser allows */
@@ -306,7 +306,7 @@ static void ws_echo_later(tern_ws *ws, const char *data, size_t len, int opcode,
     }
     if (!th->later_due) {
         tern_timer *t;
-        int err = ctx->ws_async == WS_ASYNC_POST
+        int err = ctx->set.ws_async == TERN__SERVE_ASYNC_POST
                       ? tern_loop_post(tern_ws_loop(ws), later_flush, th)
                       : tern_timer_start(tern_ws_loop(ws), &t, 0, 0, later_timer, th);
         if (err < 0) {
@@ -329,13 +329,13 @@ static void ws_echo_later(tern_ws *ws, const char *data, size_t len, int opcode,
 static void ws_echo_deadline(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
     serve_ctx *ctx = user;
     tern_ws_send(ws, data, len, opcode);
-    tern_ws_set_deadline(ws, ctx->ws_deadline_ms);
+    tern_ws_set_deadline(ws, ctx->set.ws_deadline_ms);
 }
 
 static void ws_echo_open(tern_ws *ws, void *user) {
     serve_ctx *ctx = user;
-    if (ctx->ws_deadline_ms)
-        tern_ws_set_deadline(ws, ctx->ws_deadline_ms);
+    if (ctx->set.ws_deadline_ms)
+        tern_ws_set_deadline(ws, ctx->set.ws_deadline_ms);
 }
 
 /* /ws/room/:room: the route parameter is there during the upgrade hook. */
@@ -358,7 +358,7 @@ static int room_upgrade(tern_http_req *req, void **conn_user, void *user) {
 /* The thread whose loop runs ws. */
 static serve_thread *ws_thread(tern_ws *ws, serve_ctx *ctx) {
     int i = tern_server_index(tern_ws_server(ws));
-    return &ctx->threads[i < 0 || i >= ctx->nthreads ? 0 : i];
+    return &ctx->threads[i < 0 || i >= ctx->set.threads ? 0 : i];
 }
 
 static void bcast_open(tern_ws *ws, void *user) {
@@ -461,7 +461,7 @@ static void bcast_message(tern_ws *ws, const char *data, size_t len, int opcode,
     tern_server *srv = tern_ws_server(ws);
     bool now = true;
     pthread_mutex_lock(&ctx->bcast_lock);
-    for (int i = 0; i < ctx->nthreads; i++) {
+    for (int i = 0; i < ctx->set.threads; i++) {
         serve_thread *th = &ctx->threads[i];
         if (th != me->th)
             bcast_post_to(srv, th, data, len, opcode);
@@ -479,12 +479,12 @@ int tern__serve_bench_routes(tern_server *srv, serve_ctx *ctx, const tern_ws_opt
     static const char *const echo_protocols[] = {"tern.echo", NULL};
     /* The route keeps its own copy of the handlers. */
     tern_ws_handlers echo = {.on_upgrade = tern__serve_ws_upgrade, .on_message = ws_echo};
-    if (ctx->ws_async) {
+    if (ctx->set.ws_async) {
         echo.on_message = ws_echo_later;
         echo.on_drain = later_drain;
-    } else if (ctx->ws_deadline_ms)
+    } else if (ctx->set.ws_deadline_ms)
         echo.on_message = ws_echo_deadline;
-    if (ctx->ws_deadline_ms)
+    if (ctx->set.ws_deadline_ms)
         echo.on_open = ws_echo_open;
     tern_ws_options wo = *ws_opt;
     wo.subprotocols = echo_protocols;

@@ -19,9 +19,6 @@
 #define ORIGINS_MAX 32             /* --allowed-origin values */
 #define ORIGINS_MAX_TEXT "32"
 
-/* --ws-async's modes (serve_ctx.ws_async). */
-enum { WS_ASYNC_NONE, WS_ASYNC_TIMER, WS_ASYNC_POST };
-
 /* Setup fails with this once it has said why. */
 #define SETUP_FAILED (-ESRCH)
 
@@ -75,60 +72,36 @@ typedef struct serve_origins {
 } serve_origins;
 
 /* Shared by every thread: set before they start, read-only after, but for
- * what SIGHUP changes (origins, through its pointer; the options' set,
- * only on loop 0, which handles the signal). */
+ * what SIGHUP changes (origins, through its pointer; the options' set and
+ * the settings SIGHUP applies, only on loop 0, which handles the signal). */
 typedef struct serve_ctx {
-    bool quiet;
-    _Atomic(serve_origins *) origins;
     /* The options the server runs with, and how to read them again on
      * SIGHUP: the same command line, --config's file (NULL: none) and the
-     * environment. */
+     * environment; set: their values where they go (its strings are opts'). */
     tern__opt_set *opts;
     int argc;
     char **argv;
     const char *config_path;
+    tern__serve_settings set;
+    _Atomic(serve_origins *) origins;
+    tern__topic_rules rules;   /* --topic, --pubsub-topic-policy, and the feed's topics */
     FILE *access_log;          /* --access-log, or NULL (stdio locks each line) */
     const char *access_path;   /* its file, reopened on SIGUSR1; NULL for stdout */
     tern_tls *tls;             /* --tls-cert/--tls-key, or NULL */
-    int nthreads;
-    serve_thread *threads;
-    /* what setup needs */
-    const char *host, *unix_path, *root;
-    int port, tls_port;
-    const char **vhosts;       /* --vhost NAME=ROOT */
-    int nvhosts;
-    tern_ws_options wo;
-    tern_pubsub_options po;    /* --pubsub-max-backlog, --pubsub-policy, --pubsub-history* */
-    tern__serve_pubsub_limits ps_limits;   /* --pubsub-max-message, --pubsub-rate */
-    tern__serve_token_flags token_flags;   /* --token-* (serve_tokens.c) */
-    tern__topic_rules rules;   /* --topic, --pubsub-topic-policy, and the feed's topics */
+    serve_thread *threads;     /* set.threads of them */
     /* --redis URL (with --redis-password-file's password put in), or NULL;
      * shown only through tern__serve_redis_redact */
     char *redis;
-    bool feed;                 /* --feed on|off (on) */
-    tern_listen_options listen;   /* --sndbuf */
-    int ws_async;              /* --ws-async[=timer|post]: /ws echoes each message later */
-    uint32_t ws_deadline_ms;   /* --ws-deadline-ms: /ws's deadline, moved by every message */
-    unsigned feed_rate;        /* --feed-rate N: market updates a second */
-    bool page;                 /* --page on|off (on) */
-    char node[TERN__NODE_NAME_MAX + 1];   /* --node-name, or HOSTNAME:PID */
     tern_server *first;        /* thread 0's server (setup's) */
     /* Sockets systemd passed, served instead of binding (closed once
      * served: the servers hold duplicates); -1 each when none. */
     tern__sd_sockets sd;
-    bool bench_routes;         /* --bench-routes: /echo, /ws, /fanout... registered */
-    /* --admin-listen HOST:PORT (admin_host NULL: off): /publish and /stats
-     * on a server of their own, on loop 0 (admin, freed by serve_teardown) */
-    const char *admin_host;
-    int admin_port;
-    char admin_host_buf[256];
+    /* The admin listener's server (set.admin.host "": none): /publish and
+     * /stats on a server of their own, on loop 0 (freed by serve_teardown) */
     tern_server *admin;
-    tern_server_options server_options;   /* the admin server's too */
     tern_timer *watchdog;      /* systemd's WatchdogSec: WATCHDOG=1 from loop 0, or NULL */
-    /* RLIMIT_NOFILE once raised to the hard limit, and --max-connections
-     * (TERN_UNLIMITED for 0), for the warning at start */
+    /* RLIMIT_NOFILE once raised to the hard limit, for the warning at start */
     unsigned long long fd_limit;
-    uint32_t max_connections;
     /* --api-key-file: its first line, or NULL (then POST /publish is 403) */
     char *api_key;
     /* /ws/broadcast's sequencer: a message is given its place (posted to
@@ -145,12 +118,12 @@ typedef struct serve_ctx {
  * refused port means, after tern_strerror's "Address already in use". */
 void tern__serve_not_found(tern_http_req *req, void *user);
 const char *tern__serve_in_use_hint(int err);
-/* The topic rules of s into t (zeroed, resolved): -1 once said why. */
-int tern__serve_rules_build(const tern__opt_set *s, tern__topic_rules *t);
+/* The topic rules of set into t (zeroed, resolved): -1 once said why. */
+int tern__serve_rules_build(const tern__serve_settings *set, tern__topic_rules *t);
 
 /* serve_origins.c: --allowed-origin and --ws-origin, and the upgrade hook
  * of every WebSocket route (user: the serve_ctx). */
-serve_origins *tern__serve_origins_new(const tern__opt_set *s, bool *too_many);
+serve_origins *tern__serve_origins_new(const tern__serve_settings *set, bool *too_many);
 void tern__serve_origins_free(serve_origins *o);
 int tern__serve_ws_upgrade(tern_http_req *req, void **conn_user, void *user);
 

@@ -13,7 +13,7 @@
 /* The thread whose loop runs this request. */
 static serve_thread *thread_of(tern_http_req *req, serve_ctx *ctx) {
     int i = tern_server_index(tern_http_req_server(req));
-    return &ctx->threads[i < 0 || i >= ctx->nthreads ? 0 : i];
+    return &ctx->threads[i < 0 || i >= ctx->set.threads ? 0 : i];
 }
 
 /* A host name's bytes, for the part a wildcard stands for. */
@@ -74,10 +74,10 @@ void tern__serve_origins_free(serve_origins *o) {
     free(o);
 }
 
-/* The --allowed-origin and --ws-origin values of s together, copied; NULL
- * when they are more than ORIGINS_MAX (*too_many) or out of memory. */
-serve_origins *tern__serve_origins_new(const tern__opt_set *s, bool *too_many) {
-    const tern__opt_val *a = &s->vals[SV_ALLOWED_ORIGIN], *w = &s->vals[SV_WS_ORIGIN];
+/* The --allowed-origin and --ws-origin values of set together, copied;
+ * NULL when they are more than ORIGINS_MAX (*too_many) or out of memory. */
+serve_origins *tern__serve_origins_new(const tern__serve_settings *set, bool *too_many) {
+    const tern__opt_val *a = set->allowed_origins, *w = set->ws_origins;
     *too_many = a->n + w->n > ORIGINS_MAX;
     serve_origins *o = *too_many ? NULL : calloc(1, sizeof(*o));
     for (int i = 0; o && i < a->n + w->n; i++) {

@@ -38,8 +38,8 @@ static void retire_after_loops(serve_ctx *ctx, void *old, void (*free_fn)(void *
         return;   /* nothing, or out of memory: kept rather than freed under a reader */
     r->old = old;
     r->free_fn = free_fn;
-    atomic_init(&r->left, ctx->nthreads + 1);
-    for (int i = 0; i < ctx->nthreads; i++)
+    atomic_init(&r->left, ctx->set.threads + 1);
+    for (int i = 0; i < ctx->set.threads; i++)
         tern_loop_post(tern_server_loop(tern_server_peer(ctx->first, i)), retire_one, r);
     retire_one(NULL, r);
 }
@@ -53,22 +53,18 @@ static void origins_swap(serve_ctx *ctx, serve_origins *o) {
     retire_after_loops(ctx, old, origins_free_any);
 }
 
-/* SIGHUP's token verifier: made again from s's files (a rotated key is
- * read), in *out; NULL when tokens are off, or when s would turn them on
+/* SIGHUP's token verifier: made again from tf's files (a rotated key is
+ * read), in *out; NULL when tokens are off, or when tf would turn them on
  * or off (*toggle: that needs a restart, the hooks of /pubsub depend on
  * it). false once said why when the files do not load. */
-static bool tokens_rebuild(const tern__opt_set *s, tern__token_config **out, bool *toggle) {
-    tern__serve_token_flags tf = {.hmac_secret_file = tern__opt_str(s, SV_TOKEN_HMAC),
-                                  .public_key_file = tern__opt_str(s, SV_TOKEN_PUBKEY),
-                                  .audience = tern__opt_str(s, SV_TOKEN_AUD),
-                                  .issuer = tern__opt_str(s, SV_TOKEN_ISS),
-                                  .leeway = (uint32_t)tern__opt_uint(s, SV_TOKEN_LEEWAY)};
-    bool want = tf.hmac_secret_file || tf.public_key_file;
+static bool tokens_rebuild(const tern__serve_token_flags *tf, tern__token_config **out,
+                           bool *toggle) {
+    bool want = tf->hmac_secret_file || tf->public_key_file;
     *toggle = want != tern__serve_tokens_on();
     *out = NULL;
     if (!want || *toggle)
         return true;
-    *out = tern__serve_tokens_build(&tf, "tern: SIGHUP");
+    *out = tern__serve_tokens_build(tf, "tern: SIGHUP");
     return *out != NULL;
 }
 
@@ -113,110 +109,133 @@ static bool same_values(const tern__opt_set *a, const tern__opt_set *b, int i) {
     return true;
 }
 
+/* What a SIGHUP makes before it changes anything, from the new options.
+ * Invariants: rules and origins are NULL when their options did not
+ * change, or when the change needs a restart (then rules_fixed); tokens is
+ * NULL when tokens are off or turned on or off (tokens_toggled); what is
+ * not NULL is owned here until swapped in. */
+typedef struct reload_plan {
+    tern__token_config *tokens;   /* a verifier made again: its key files read */
+    bool tokens_toggled;          /* tokens turned on or off */
+    tern__topic_rules *rules;     /* other rights, the same pub/sub settings */
+    bool rules_fixed;             /* other pub/sub settings */
+    serve_origins *origins;
+} reload_plan;
+
+static void plan_free(reload_plan *p) {
+    tern__token_config_free(p->tokens);
+    free(p->rules);
+    tern__serve_origins_free(p->origins);
+}
+
+/* Makes p from the new options n (next: their settings). NULL, or why the
+ * configuration is kept ("": said already). */
+static const char *plan_make(serve_ctx *ctx, const tern__opt_set *n,
+                             const tern__serve_settings *next, reload_plan *p) {
+    if (!tokens_rebuild(&next->tokens, &p->tokens, &p->tokens_toggled))
+        return "";
+    /* Topic rules: who may subscribe and publish changes live; the
+     * settings the library has (policy, history, backlog) need a restart,
+     * and then the rules stay as they are, whole. */
+    if (!same_values(ctx->opts, n, SV_TOPIC) || !same_values(ctx->opts, n, SV_PS_TOPIC)) {
+        if ((p->rules = malloc(sizeof(*p->rules))) == NULL)
+            return "out of memory";
+        if (tern__serve_rules_build(next, p->rules) < 0)
+            return "the topic rules";
+        if (!rules_same_settings(p->rules, &ctx->rules)) {
+            p->rules_fixed = true;
+            free(p->rules);
+            p->rules = NULL;
+        }
+    }
+    if (!same_values(ctx->opts, n, SV_ALLOWED_ORIGIN) || !same_values(ctx->opts, n, SV_WS_ORIGIN)) {
+        bool too_many = false;
+        if ((p->origins = tern__serve_origins_new(next, &too_many)) == NULL)
+            return too_many ? "more than " ORIGINS_MAX_TEXT " origins" : "out of memory";
+    }
+    return NULL;
+}
+
+/* A name added to a list of them ("a, b"), cut at the buffer's end. */
+static void name_add(char *list, size_t cap, size_t *len, const char *name) {
+    *len += (size_t)snprintf(list + *len, cap - *len, "%s%s", *len ? ", " : "", name);
+    *len = *len < cap ? *len : cap - 1;
+}
+
 /* SIGHUP with --config: the file read again, with the same command line
- * and the environment over it. What may change live (the table's RELOAD
- * options) is applied; what may not is named and left as it is; a file
- * that does not parse changes nothing. One line says which. false when
- * the file did not parse. */
+ * and the environment over it. What may change live (the options that
+ * apply on SIGHUP) is applied; what may not is named and left as it is; a
+ * file that does not parse changes nothing. One line says which. false
+ * when the configuration was kept. */
 static bool reload_config(serve_ctx *ctx) {
     tern__opt_set n;
+    reload_plan plan = {0};
+    const char *kept_why = NULL;
     if (tern__opt_init(&n, "tern serve", tern__serve_opts, SV_COUNT) < 0) {
-        tern__serve_log(stderr, TERN_LOG_ERROR,
-                        "SIGHUP: out of memory: the configuration is kept as it was");
-        return false;
+        kept_why = "out of memory";
+        goto out;
     }
     n.env_prefix = "TERN_";
     if (tern__opt_parse_argv(&n, ctx->argc, ctx->argv) < 0 ||
         tern__opt_parse_file(&n, ctx->config_path) < 0 || tern__opt_parse_env(&n) < 0) {
-        tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: %s: the configuration is kept as it was",
-                        n.err);
-        tern__opt_free(&n);
-        return false;
+        kept_why = n.err;
+        goto out;
     }
-    tern__token_config *tok;
-    bool toggle;
-    if (!tokens_rebuild(&n, &tok, &toggle)) {
-        tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: the configuration is kept as it was");
-        tern__opt_free(&n);
-        return false;
-    }
-    /* Topic rules: who may subscribe and publish changes live; the
-     * settings the library has (policy, history, backlog) need a restart,
-     * and then the rules stay as they are, whole. */
-    tern__topic_rules *rules = NULL;
-    bool rules_fixed = false;
-    if (!same_values(ctx->opts, &n, SV_TOPIC) || !same_values(ctx->opts, &n, SV_PS_TOPIC)) {
-        if ((rules = malloc(sizeof(*rules))) == NULL || tern__serve_rules_build(&n, rules) < 0) {
-            tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: %s: the configuration is kept as it was",
-                    rules ? "the topic rules" : "out of memory");
-            free(rules);
-            tern__token_config_free(tok);
-            tern__opt_free(&n);
-            return false;
-        }
-        if (!rules_same_settings(rules, &ctx->rules)) {
-            rules_fixed = true;
-            free(rules);
-            rules = NULL;
-        }
-    }
-    bool too_many = false;
-    serve_origins *origins = NULL;
-    if (!same_values(ctx->opts, &n, SV_ALLOWED_ORIGIN) || !same_values(ctx->opts, &n, SV_WS_ORIGIN)) {
-        if ((origins = tern__serve_origins_new(&n, &too_many)) == NULL) {
-            tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: %s: the configuration is kept as it was",
-                    too_many ? "more than " ORIGINS_MAX_TEXT " origins" : "out of memory");
-            tern__token_config_free(tok);
-            free(rules);
-            tern__opt_free(&n);
-            return false;
-        }
-    }
+    /* The new values where they go, as at start: the same table. */
+    tern__serve_settings next = {0};
+    tern__opt_apply(&n, &next);
+    if ((kept_why = plan_make(ctx, &n, &next, &plan)) != NULL)
+        goto out;
     char applied[1024] = "", kept[1024] = "";
     size_t alen = 0, klen = 0;
     for (int i = 0; i < SV_COUNT; i++) {
         const tern__opt *o = &tern__serve_opts[i];
-        if ((o->flags & TERN__OPT_CLI_ONLY) || same_values(ctx->opts, &n, i))
+        tern__opt_when when = tern__opt_applies(o);
+        if (when == TERN__OPT_AT_START || same_values(ctx->opts, &n, i))
             continue;
-        bool fixed = (toggle && is_token_option(i)) ||
-                     (rules_fixed && (i == SV_TOPIC || i == SV_PS_TOPIC));
-        if ((o->flags & TERN__OPT_RELOAD) && !fixed) {
-            alen += (size_t)snprintf(applied + alen, sizeof(applied) - alen, "%s%s",
-                                     alen ? ", " : "", o->name);
-            /* The running set takes the new values: the next SIGHUP
-             * compares with what is live. The others keep the values the
-             * server started with (and points into). */
+        bool fixed = (plan.tokens_toggled && is_token_option(i)) ||
+                     (plan.rules_fixed && (i == SV_TOPIC || i == SV_PS_TOPIC));
+        if (when == TERN__OPT_ON_SIGHUP && !fixed) {
+            name_add(applied, sizeof(applied), &alen, o->name);
+            /* The running set takes the new values, and its settings
+             * with them: the next SIGHUP compares with what is live. The
+             * others keep the values the server started with (and points
+             * into). */
             tern__opt_val t = ctx->opts->vals[i];
             ctx->opts->vals[i] = n.vals[i];
             n.vals[i] = t;
+            tern__opt_apply_one(ctx->opts, i, &ctx->set);
         } else {
-            klen += (size_t)snprintf(kept + klen, sizeof(kept) - klen, "%s%s",
-                                     klen ? ", " : "", o->name);
+            name_add(kept, sizeof(kept), &klen, o->name);
         }
-        alen = alen < sizeof(applied) ? alen : sizeof(applied) - 1;
-        klen = klen < sizeof(kept) ? klen : sizeof(kept) - 1;
     }
-    if (origins)
-        origins_swap(ctx, origins);
-    if (rules) {
-        const tern__topic_rules *old = tern__serve_pubsub_swap_rules(rules);
+    if (plan.origins)
+        origins_swap(ctx, plan.origins);
+    if (plan.rules) {
+        const tern__topic_rules *old = tern__serve_pubsub_swap_rules(plan.rules);
         if (old != &ctx->rules)   /* the first ones live in ctx */
             retire_after_loops(ctx, (void *)old, rules_free_any);
     }
-    if (tok) {
-        retire_after_loops(ctx, tern__serve_tokens_swap(tok), token_config_free_any);
-        if (!ctx->quiet)
+    if (plan.tokens) {
+        retire_after_loops(ctx, tern__serve_tokens_swap(plan.tokens), token_config_free_any);
+        if (!ctx->set.quiet)
             tern__serve_log(stderr, TERN_LOG_INFO, "SIGHUP, token keys read again");
     }
-    if (!ctx->quiet)
-        tern__serve_log_library(tern__opt_str(ctx->opts, SV_LOG_LEVEL));
-    tern__serve_pubsub_set_rate((uint32_t)tern__opt_uint(ctx->opts, SV_PS_RATE));
+    plan = (reload_plan){0};   /* all of it in use now */
+    if (!ctx->set.quiet)
+        tern__serve_log_library(ctx->set.log_level);
+    tern__serve_pubsub_set_rate(ctx->set.ps_limits.rate);
     tern__serve_log(stderr, TERN_LOG_INFO, "SIGHUP: %s read: %s%s%s%s%s%s", ctx->config_path,
             alen ? "applied " : "", applied, alen && klen ? "; " : "",
             klen ? "not applied (they need a restart): " : "", kept,
             alen || klen ? "" : "no option changed");
+out:
+    if (kept_why)
+        tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: %s%sthe configuration is kept as it was",
+                        kept_why, kept_why[0] ? ": " : "");
+    plan_free(&plan);
     tern__opt_free(&n);
-    return true;
+    return kept_why == NULL;
 }
 
 /* The reload itself: the file (with --config), the token keys, the
@@ -228,7 +247,7 @@ static void reload(serve_ctx *ctx) {
         /* The token files read again (a rotated key), as the certificates. */
         tern__token_config *tok;
         bool toggle;
-        if (!tokens_rebuild(ctx->opts, &tok, &toggle))
+        if (!tokens_rebuild(&ctx->set.tokens, &tok, &toggle))
             tern__serve_log(stderr, TERN_LOG_ERROR,
                             "SIGHUP: the token keys are kept as they were");
         else if (tok)
@@ -238,7 +257,7 @@ static void reload(serve_ctx *ctx) {
         return;   /* no certificates: none to speak of */
     /* Renewed certificates: new handshakes use them. */
     int err = tern_tls_reload(ctx->tls);
-    if (!ctx->quiet || err < 0)
+    if (!ctx->set.quiet || err < 0)
         tern__serve_log(stderr, err < 0 ? TERN_LOG_ERROR : TERN_LOG_INFO,
                         "SIGHUP, certificates %s%s", err < 0 ? "kept: " : "reloaded",
                 err < 0 ? tern_strerror(err) : "");
