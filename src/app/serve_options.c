@@ -15,8 +15,7 @@
 
 #define MS_MAX 86400000ull   /* a day: the longest timeout */
 
-/* A host name's bytes, for the part a wildcard stands for. */
-static bool host_chars(const char *s, size_t len) {
+bool tern__serve_host_chars(const char *s, size_t len) {
     for (size_t i = 0; i < len; i++)
         if (!isalnum((unsigned char)s[i]) && s[i] != '-' && s[i] != '.')
             return false;
@@ -34,7 +33,7 @@ static const char *origin_pattern_ok(const char *p) {
     if (strncmp(rest, "*.", 2) == 0)
         rest += 2;
     size_t hlen = strcspn(rest, ":");
-    if (hlen == 0 || !host_chars(rest, hlen))
+    if (hlen == 0 || !tern__serve_host_chars(rest, hlen))
         return why;
     if (rest[hlen] == ':') {
         const char *port = rest + hlen + 1;

@@ -93,6 +93,10 @@ extern const tern__opt tern__serve_opts[SV_COUNT];
 /* --admin-listen's value: "off" (host[0] = '\0'), or HOST:PORT ([V6]:PORT
  * for an IPv6 address) into host (cap bytes) and port. */
 bool tern__serve_admin_listen_parse(const char *s, char *host, size_t cap, int *port);
+/* Whether s[0..len) holds only a host name's bytes (letters, digits, '-'
+ * and '.'): an --allowed-origin's host, and the part its wildcard stands
+ * for in an Origin. */
+bool tern__serve_host_chars(const char *s, size_t len);
 /* Whether an --admin-listen host is a loopback address (127.0.0.0/8, ::1,
  * localhost): reachable from this machine only. */
 bool tern__serve_admin_loopback(const char *host);

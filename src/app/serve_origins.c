@@ -1,7 +1,6 @@
 /* tern serve's WebSocket upgrades: the Origins an upgrade may come from
  * (--allowed-origin, --ws-origin; swapped by SIGHUP, serve_reload.c), and
  * the upgrade hook every WebSocket route shares. */
-#include <ctype.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,14 +13,6 @@
 static serve_thread *thread_of(tern_http_req *req, serve_ctx *ctx) {
     int i = tern_server_index(tern_http_req_server(req));
     return &ctx->threads[i < 0 || i >= ctx->set.threads ? 0 : i];
-}
-
-/* A host name's bytes, for the part a wildcard stands for. */
-static bool host_chars(const char *s, size_t len) {
-    for (size_t i = 0; i < len; i++)
-        if (!isalnum((unsigned char)s[i]) && s[i] != '-' && s[i] != '.')
-            return false;
-    return true;
 }
 
 /* Whether origin[0..len) is pattern: the same (case-insensitive, as
@@ -40,7 +31,7 @@ static bool origin_matches(const char *pattern, const char *origin, size_t len) 
         return false;
     const char *name = origin + head;
     size_t nlen = len - head - tail;
-    return host_chars(name, nlen) && name[0] != '.' && name[nlen - 1] != '.' &&
+    return tern__serve_host_chars(name, nlen) && name[0] != '.' && name[nlen - 1] != '.' &&
            memmem(name, nlen, "..", 2) == NULL;
 }
 
