@@ -10,7 +10,7 @@
  *                           {"topic":"T","seq":N,"data":"..."}, acks
  *                           {"ok":OP,...} and {"error":"...","op":OP} out
  *                           (src/app/serve_pubsub.c has the details)
- *   (with --bench-routes)   the routes of serve_bench.c, and /fanout...
+ *   (with --bench-routes)   the routes of serve_bench.c, and serve_pubsub.c's /fanout
  *   GET  /(anything else)   static files under --root, when given
  *   (Host NAME of a --vhost NAME=ROOT)  the files under ROOT, nothing else
  *   (any other path)        404 naming the path (tern_http_not_found); a
@@ -28,8 +28,11 @@
  * 0. A second signal exits at once. With --drain-delay MS, /readyz turns
  * 503 at the first signal and the drain waits MS (a second signal ends
  * the wait, a third exits at once). SIGHUP: certificates, token keys and
- * --config read again (serve_reload.c). SIGUSR1: the access log reopened (logrotate).
- * SIGUSR2: ignored. */
+ * --config read again (serve_reload.c). SIGUSR1: the access log reopened
+ * (logrotate). SIGUSR2: ignored.
+ *
+ * Where each option's value goes: serve_options.c's table, put into
+ * serve_ctx.set at start (serve_main). */
 #include <errno.h>
 #include <malloc.h>
 #include <signal.h>

@@ -36,6 +36,23 @@
 
 #define MAX_ECHO_SIZE (64u * 1024 * 1024)
 
+/* A connection of /ws/broadcast, on its thread's list while open. */
+struct bcast_member {
+    tern_ws *ws;
+    serve_thread *th;
+    struct bcast_member *next, *prev;
+};
+
+/* A /ws message kept by --ws-async to be echoed later: the connection
+ * (referenced), then len bytes of payload, padded to keep the next entry
+ * aligned. */
+typedef struct later_msg {
+    tern_ws *ws;
+    uint32_t len;
+    int opcode;
+    char data[];
+} later_msg;
+
 /* Reads a non-negative integer query parameter; -1 when absent or bad. */
 static long long query_num(tern_http_req *req, const char *name, long long max) {
     char buf[32];

@@ -24,22 +24,8 @@
 
 typedef struct serve_thread serve_thread;
 
-/* A connection of /ws/broadcast, on its thread's list while open. */
-typedef struct bcast_member {
-    tern_ws *ws;
-    serve_thread *th;
-    struct bcast_member *next, *prev;
-} bcast_member;
-
-/* A /ws message kept by --ws-async to be echoed later: the connection
- * (referenced), then len bytes of payload, padded to keep the next entry
- * aligned. */
-typedef struct later_msg {
-    tern_ws *ws;
-    uint32_t len;
-    int opcode;
-    char data[];
-} later_msg;
+/* A connection of /ws/broadcast (serve_bench.c). */
+typedef struct bcast_member bcast_member;
 
 /* What belongs to one thread (loop): only that loop touches it. */
 struct serve_thread {
