@@ -82,6 +82,9 @@ void tern__serve_log_access(FILE *f, const tern_http_access *a);
  * Returns 0, or a negative errno (then f writes where it did). */
 int tern__serve_log_reopen(FILE *f, const char *path);
 void tern__serve_json_escape(const char *s, char *out, size_t cap);
+/* --log-level: the library's log lines (level: "error", "warn", "info" or
+ * "debug") written by tern__serve_log on stderr. */
+void tern__serve_log_library(const char *level);
 
 /* main.c: tern --version's lines (the version, the TLS library, the I/O
  * back ends built in). */
@@ -120,9 +123,6 @@ int tern__serve_sd_watchdog(tern_loop *loop, tern_timer **out);
  * kept by pointer, valid while the servers run. */
 int tern__feed_start(tern_server *srv, unsigned rate, const char *node);
 int tern__page_routes(tern_server *srv, bool at_root, const char *node);
-/* The default --node-name, HOSTNAME:PID (characters --node-name refuses
- * as '-'), into out (cap bytes). */
-void tern__node_name_default(char *out, size_t cap);
 /* The page, src/app/market.html, made into an array at build time. */
 extern const unsigned char tern__market_html[];
 extern const size_t tern__market_html_len;
