@@ -377,6 +377,15 @@ void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user);
  * one of your own calls. */
 typedef void (*tern_http_abort_fn)(tern_http_req *req, void *user);
 void tern_http_on_abort(tern_http_req *req, tern_http_abort_fn fn, void *user);
+/* Why the request's connection went, for the abort callback (and a
+ * response ended later, which returns -EPIPE): the first error the
+ * connection met, though the close came later: -ECONNRESET (the client
+ * reset it, or the probe above found it gone), -EPIPE or -ECONNRESET (a
+ * send to a client that had gone, as the kernel said it), -ETIMEDOUT (a
+ * send made no progress), -EPROTO (a TLS failure). 0 while the connection
+ * is there, when it ended without an error (the server's shutdown, its
+ * free), and for NULL. */
+int tern_http_close_error(const tern_http_req *req);
 
 /* Whether the request came over TLS (a tern_listen_tls listener); false
  * for a NULL req. Valid for the request's whole life. */

@@ -99,7 +99,8 @@ typedef struct tern_ws_handlers {
     /* The connection is over: code and reason from the peer's close frame,
      * or the code and reason tern sent when it closed (1008 "slow consumer",
      * 1009 "message too big", 1011 "no pong", ...), or 1006 when it just
-     * dropped. Called once; ws is invalid after it returns, unless a
+     * dropped (tern_ws_close_error says why: -ECONNRESET, -EPIPE,
+     * -EPROTO...). Called once; ws is invalid after it returns, unless a
      * reference is held (tern_ws_ref: then ws stays valid, closed, until
      * the last tern_ws_unref). Never called
      * from inside one of your own calls: a close the slow-consumer policy
@@ -290,6 +291,15 @@ tern_server *tern_ws_server(const tern_ws *ws);
 /* The peer's address, as tern_http_peer(). -ENOTCONN once the connection
  * is closed (also inside on_close). */
 int tern_ws_peer(const tern_ws *ws, struct sockaddr_storage *addr, socklen_t *len);
+/* Why the connection dropped, for on_close(1006) and after (while
+ * referenced): the first error it met, though on_close came later:
+ * -ECONNRESET (the peer reset it), -EPIPE or -ECONNRESET (a send to a peer
+ * that had gone, as the kernel said it), -ETIMEDOUT (a send made no
+ * progress for close_timeout_ms), -EPROTO (a TLS failure: not TLS, a bad
+ * record), -ENOBUFS (the loop's max_unsent). 0 while open, after a
+ * closing handshake, and for an end tern or the program decided (the
+ * slow-consumer policy, tern_ws_abort); 0 for NULL. */
+int tern_ws_close_error(const tern_ws *ws);
 
 /* A message framed once and sent to many connections (fan-out): the
  * header is built once and, with compress, the payload is compressed once

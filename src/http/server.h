@@ -300,6 +300,7 @@ struct tern_http_req {
     bool close_after;          /* Connection: close */
     tern__bytes extra;         /* added headers, "Name: value\r\n"... */
 
+    int close_err;             /* the error its connection went with: tern_http_close_error */
     tern_http_abort_fn abort_fn;
     void *abort_user;
     tern_http_drain_fn drain_fn;

@@ -249,6 +249,11 @@ static void release(tern__conn *c) {
 void tern__conn_close(tern__conn *c, int err) {
     if (c->flags & TERN__CONN_CLOSED)
         return;
+    /* A failure kept for the batch end came first: it is what went wrong
+     * (a reset read after a failed send is its consequence). */
+    if ((c->flags & TERN__CONN_FAILED) && c->err != 0)
+        err = c->err;
+    c->err = err;
     tern__io_close(c->loop, &c->io);
     release(c);
     c->proto->on_close(c, err);
@@ -278,6 +283,7 @@ int tern__conn_move(tern__conn *from, tern__conn *to, const tern__conn_proto *pr
     from->file = NULL;
     from->tp = &tern__plain_transport;
     from->flags |= TERN__CONN_CLOSED;
+    from->err = 0;   /* moved, not failed */
     from->next_free = n->closed;
     n->closed = from;
     return 0;
@@ -297,13 +303,24 @@ int tern__conn_inject(tern__conn *c, const char *data, size_t len) {
 
 /* A send failed, or a close was decided inside a caller: close at the
  * batch end, not inside the caller (which may be a user's call, or another
- * connection's protocol code, mid-parse). */
+ * connection's protocol code, mid-parse). err (0 for a close decided, not
+ * an error) is kept for on_close; a later failure does not replace it. */
 static void fail(tern__conn *c, int err) {
     if (c->flags & (TERN__CONN_CLOSED | TERN__CONN_FAILED))
         return;
     c->flags |= TERN__CONN_FAILED;
-    (void)err;
+    c->err = err;
     add_pending(c);
+}
+
+void tern__conn_set_out_limit(tern__conn *c, size_t bytes) {
+    if (c->flags & (TERN__CONN_CLOSED | TERN__CONN_FAILED))
+        return;
+    c->out_limit = bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)bytes;
+}
+
+int tern__conn_error(const tern__conn *c) {
+    return (c->flags & (TERN__CONN_CLOSED | TERN__CONN_FAILED)) ? c->err : 0;
 }
 
 /* ---- writing ---------------------------------------------------------- */
@@ -318,8 +335,9 @@ static bool closing(const tern__conn *c) {
 static void arm_out(tern__conn *c) {
     if (c->flags & TERN__CONN_SEND_WANTS_IN)
         return;
-    if (tern__io_set(c->loop, &c->io, c->io.events | TERN__IO_OUT) < 0)
-        fail(c, -errno);
+    int err = tern__io_set(c->loop, &c->io, c->io.events | TERN__IO_OUT);
+    if (err < 0)
+        fail(c, err);
 }
 
 /* The new transport (TLS) does its socket I/O through the one it
@@ -329,8 +347,9 @@ void tern__conn_set_transport(tern__conn *c, tern__transport *tp) { c->tp = tp; 
 
 void tern__conn_recv_wants_out(tern__conn *c) {
     c->flags |= TERN__CONN_RECV_WANTS_OUT;
-    if (tern__io_set(c->loop, &c->io, c->io.events | TERN__IO_OUT) < 0)
-        fail(c, -errno);
+    int err = tern__io_set(c->loop, &c->io, c->io.events | TERN__IO_OUT);
+    if (err < 0)
+        fail(c, err);
 }
 
 void tern__conn_send_wants_in(tern__conn *c) { c->flags |= TERN__CONN_SEND_WANTS_IN; }
@@ -583,8 +602,9 @@ static void start_linger(tern__conn *c) {
     c->flags &= ~TERN__CONN_PAUSED;
     free(c->in);
     c->in = NULL;
-    if (tern__io_set(c->loop, &c->io, TERN__IO_IN | TERN__IO_RDHUP) < 0) {
-        fail(c, -errno);
+    int err = tern__io_set(c->loop, &c->io, TERN__IO_IN | TERN__IO_RDHUP);
+    if (err < 0) {
+        fail(c, err);
         return;
     }
     tern__wheel_set(c->loop, &c->timeout, TERN__LINGER_MS);
@@ -820,9 +840,11 @@ static void conn_io(tern__io *io, uint32_t revents) {
         /* The transport's read could not write; now it can (below). */
         c->flags &= ~TERN__CONN_RECV_WANTS_OUT;
         recv_waited = true;
-        if (!c->out && !c->file &&
-            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_OUT) < 0) {
-            tern__conn_close(c, -errno);
+        int err = c->out || c->file
+                      ? 0
+                      : tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_OUT);
+        if (err < 0) {
+            tern__conn_close(c, err);
             return;
         }
     }
@@ -860,8 +882,9 @@ static void conn_io(tern__io *io, uint32_t revents) {
         /* The FIN of a peer we are not reading from: stop asking (it would
          * be reported again and again) and let the protocol decide. */
         c->flags |= TERN__CONN_RDHUP;
-        if (tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_RDHUP) < 0) {
-            tern__conn_close(c, -errno);
+        int err = tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_RDHUP);
+        if (err < 0) {
+            tern__conn_close(c, err);
             return;
         }
         if (c->proto->on_hangup)
@@ -883,8 +906,9 @@ void tern__conn_pause(tern__conn *c) {
     uint32_t ev = c->io.events & TERN__IO_OUT;
     if (!(c->flags & (TERN__CONN_EOF | TERN__CONN_RDHUP)))
         ev |= TERN__IO_RDHUP;
-    if (tern__io_set(c->loop, &c->io, ev) < 0)
-        fail(c, -errno);
+    int err = tern__io_set(c->loop, &c->io, ev);
+    if (err < 0)
+        fail(c, err);
 }
 
 void tern__conn_resume(tern__conn *c) {
@@ -894,8 +918,9 @@ void tern__conn_resume(tern__conn *c) {
     uint32_t ev = c->io.events & TERN__IO_OUT;
     if (!(c->flags & TERN__CONN_EOF))
         ev |= TERN__IO_IN | TERN__IO_RDHUP;
-    if (tern__io_set(c->loop, &c->io, ev) < 0)
-        fail(c, -errno);
+    int err = tern__io_set(c->loop, &c->io, ev);
+    if (err < 0)
+        fail(c, err);
     if (c->in || (c->flags & TERN__CONN_EOF) || c->tp->ops->pending(c))
         add_pending(c);
 }
@@ -961,8 +986,9 @@ void tern__net_flush(tern_loop *loop) {
         if (c->flags & TERN__CONN_CLOSED)
             continue;
         if (c->flags & TERN__CONN_FAILED) {
-            /* A lingering connection whose peer had gone ends normally. */
-            tern__conn_close(c, (c->flags & TERN__CONN_LINGER) ? 0 : -EPIPE);
+            /* With the error it failed with (0 for a lingering connection
+             * whose peer had gone: it ends normally). */
+            tern__conn_close(c, c->err);
         } else if ((c->flags & TERN__CONN_FLUSH_CLOSE) && !c->out && !c->file) {
             start_linger(c);
         } else if (!(c->flags & TERN__CONN_PAUSED)) {

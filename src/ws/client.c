@@ -388,8 +388,9 @@ static void dial_close(tern__conn *c, int err) {
         dial_retry(d))
         return;   /* the next address is being tried: it has everything */
     if (!d->reported) {
-        /* A verification that failed inside a write reaches net as any
-         * failed write (-EPIPE); verify says what it was. */
+        /* A verification that failed inside a write reaches net as
+         * -EKEYREJECTED; verify says what it was, whichever error came
+         * first. */
         if (err == -EKEYREJECTED || d->verify != 0)
             report(d, -EKEYREJECTED, 0, "%s: TLS certificate verification failed: %s", d->where,
                    tern__tls_verify_string(d->verify));
