@@ -1364,18 +1364,24 @@ static int serve_setup(tern_server *srv, void *user) {
     serve_ctx *ctx = user;
     int err;
     ctx->first = srv;
-    if (ctx->access_log)
-        tern_server_set_access_log(srv, access_line, ctx);
-    tern_http_route(srv, "GET", "/ping", on_ping, ctx);
-    if (ctx->bench_routes) {
-        tern_http_route(srv, "GET", "/echo", on_echo_get, ctx);
-        tern_http_route(srv, "POST", "/echo", on_echo_post, ctx);
-        tern_http_route(srv, "GET", "/stream", on_stream, ctx);
-        tern_http_route_stream(srv, "POST", "/upload", on_upload, ctx);
-        tern_http_route(srv, "GET", "/delay", on_delay, ctx);
-        tern_http_route(srv, "GET", "/item/:id", on_item, ctx);
+    if (ctx->access_log && (err = tern_server_set_access_log(srv, access_line, ctx)) < 0) {
+        fprintf(stderr, "tern serve: --access-log: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
     }
-    tern_http_not_found(srv, on_not_found, ctx);
+    /* Every registration checked, as admin_setup does: a route that did
+     * not register (out of memory) would otherwise be a 404 at run time. */
+    if ((err = tern_http_route(srv, "GET", "/ping", on_ping, ctx)) < 0 ||
+        (ctx->bench_routes &&
+         ((err = tern_http_route(srv, "GET", "/echo", on_echo_get, ctx)) < 0 ||
+          (err = tern_http_route(srv, "POST", "/echo", on_echo_post, ctx)) < 0 ||
+          (err = tern_http_route(srv, "GET", "/stream", on_stream, ctx)) < 0 ||
+          (err = tern_http_route_stream(srv, "POST", "/upload", on_upload, ctx)) < 0 ||
+          (err = tern_http_route(srv, "GET", "/delay", on_delay, ctx)) < 0 ||
+          (err = tern_http_route(srv, "GET", "/item/:id", on_item, ctx)) < 0)) ||
+        (err = tern_http_not_found(srv, on_not_found, ctx)) < 0) {
+        fprintf(stderr, "tern serve: the routes: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
     static const char *const echo_protocols[] = {"tern.echo", NULL};
     /* The route keeps its own copy of the handlers. */
     tern_ws_handlers echo = {.on_upgrade = ws_upgrade, .on_message = ws_echo};
@@ -1388,8 +1394,10 @@ static int serve_setup(tern_server *srv, void *user) {
         echo.on_open = ws_echo_open;
     tern_ws_options wo = ctx->wo;
     wo.subprotocols = echo_protocols;
-    if (ctx->bench_routes)
-        tern_ws_route(srv, "/ws", &echo, &wo, ctx);
+    if (ctx->bench_routes && (err = tern_ws_route(srv, "/ws", &echo, &wo, ctx)) < 0) {
+        fprintf(stderr, "tern serve: the route /ws: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
     /* One compressed frame serves every subscriber only when no compressor
      * keeps context between messages. */
     static const tern_ws_handlers bcast = {.on_upgrade = ws_upgrade,
@@ -1404,9 +1412,10 @@ static int serve_setup(tern_server *srv, void *user) {
     static const tern_ws_handlers room = {.on_upgrade = room_upgrade, .on_message = ws_echo};
     tern_ws_options ro = wo;
     ro.subprotocols = NULL;
-    if (ctx->bench_routes) {
-        tern_ws_route(srv, "/ws/broadcast", &bcast, &bo, ctx);
-        tern_ws_route(srv, "/ws/room/:room", &room, &ro, ctx);
+    if (ctx->bench_routes && ((err = tern_ws_route(srv, "/ws/broadcast", &bcast, &bo, ctx)) < 0 ||
+                              (err = tern_ws_route(srv, "/ws/room/:room", &room, &ro, ctx)) < 0)) {
+        fprintf(stderr, "tern serve: the WebSocket routes: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
     }
     if ((err = tern__serve_pubsub_routes(srv, &wo, &ctx->po, &ctx->ps_limits, &ctx->rules,
                                          ctx->bench_routes,
