@@ -39,6 +39,10 @@ typedef struct tern__net {
  * decided inside a caller that must not see on_close. */
 enum { TERN__CONN_FAILED = 1u << 9 };
 
+/* The error kept for on_close shares out_limit's word so that an idle
+ * connection stays this size (docs/ARCHITECTURE.md's budget). */
+_Static_assert(sizeof(tern__conn) <= 128, "tern__conn grew past 128 bytes");
+
 /* tern__conn.flags is 16 bits: the owner has the other 16 (owner_tag). */
 _Static_assert(TERN__CONN_CONNECTING <= 0x8000, "the flags fit in tern__conn.flags");
 
