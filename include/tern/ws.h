@@ -174,6 +174,7 @@ typedef struct tern_ws_options {
  * 9..15, compression_mem_level not 0..9, backlog_soft over backlog_hard,
  * a subprotocol that is empty or not a token, 255 or more of them): a
  * typo is refused, not quietly replaced by a default. */
+TERN_MUST_CHECK
 int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers *h,
                   const tern_ws_options *opt, void *user);
 
@@ -290,6 +291,7 @@ tern_loop *tern_ws_loop(const tern_ws *ws);
 tern_server *tern_ws_server(const tern_ws *ws);
 /* The peer's address, as tern_http_peer(). -ENOTCONN once the connection
  * is closed (also inside on_close). */
+TERN_MUST_CHECK
 int tern_ws_peer(const tern_ws *ws, struct sockaddr_storage *addr, socklen_t *len);
 /* Why the connection dropped, for on_close(1006) and after (while
  * referenced): the first error it met, though on_close came later:
@@ -319,6 +321,7 @@ void tern_ws_prepared_free(tern_ws_prepared *msg);
 /* The one-line server: a loop, a server on host:port with a WebSocket
  * route at every path, run until SIGINT or SIGTERM (graceful), then freed.
  * Returns 0, or a negative errno when it could not start. */
+TERN_MUST_CHECK
 int tern_ws_serve(const char *host, int port, const tern_ws_handlers *h, void *user);
 
 #pragma GCC visibility pop

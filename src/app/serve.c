@@ -269,8 +269,9 @@ static void on_item(tern_http_req *req, void *user) {
     struct sockaddr_storage ss;
     socklen_t sl;
     char peer[TERN_ADDRSTRLEN] = "-";
-    if (tern_http_peer(req, &ss, &sl) == 0)
-        tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer));
+    if (tern_http_peer(req, &ss, &sl) < 0 ||
+        tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer)) < 0)
+        snprintf(peer, sizeof(peer), "-");
     char out[200];
     int n = snprintf(out, sizeof(out), "id %lld from %s\n", (long long)id, peer);
     tern_http_respond(req, 200, "text/plain", out, (size_t)n);
@@ -986,8 +987,9 @@ static void retire_after_loops(serve_ctx *ctx, void *old, void (*free_fn)(void *
     r->free_fn = free_fn;
     atomic_init(&r->left, ctx->nthreads + 1);
     for (int i = 0; i < ctx->nthreads; i++)
-        tern_loop_post(tern_server_loop(tern_server_peer(ctx->first, i)), retire_one, r);
-    retire_one(NULL, r);
+        if (tern_loop_post(tern_server_loop(tern_server_peer(ctx->first, i)), retire_one, r) < 0)
+            fprintf(stderr, "tern serve: out of memory: the replaced configuration is kept\n");
+    retire_one(NULL, r);   /* a loop that was not told never counts down: r is kept */
 }
 
 static void origins_free_any(void *o) { origins_free(o); }
@@ -1032,8 +1034,11 @@ static bool is_token_option(int i) {
 static int rules_build(const tern__opt_set *s, tern__topic_rules *t) {
     const char *why = NULL;
     memset(t, 0, sizeof(*t));
-    tern__rules_add(t, "market subscribe=anyone publish=none", &why);
-    tern__rules_add(t, "stats subscribe=anyone publish=none", &why);
+    if (tern__rules_add(t, "market subscribe=anyone publish=none", &why) < 0 ||
+        tern__rules_add(t, "stats subscribe=anyone publish=none", &why) < 0) {
+        fprintf(stderr, "tern serve: the built-in topic rules: %s\n", why);
+        return -1;
+    }
     const tern__opt_val *tp = &s->vals[SV_PS_TOPIC], *tr = &s->vals[SV_TOPIC];
     for (int i = 0; i < tp->n + tr->n; i++) {
         char spec[TERN_TOPIC_MAX + 32];
@@ -1508,14 +1513,19 @@ static int serve_setup(tern_server *srv, void *user) {
                 tern_strerror(err), in_use_hint(err));
         return SETUP_FAILED;
     }
-    if (ctx->admin_host && (err = admin_setup(ctx, tern_server_loop(srv))) < 0)
+    /* SIGINT and SIGTERM are tern_run's; ours only marks the drain. Before
+     * the admin server, which a failure here would have to free. */
+    tern_loop *loop = tern_server_loop(srv);
+    if ((err = tern_loop_on_signal(loop, SIGHUP, on_sighup, ctx)) < 0 ||
+        (err = tern_loop_on_signal(loop, SIGUSR1, on_sigusr1, ctx)) < 0 ||
+        (err = tern_loop_on_signal(loop, SIGTERM, on_stop_signal, ctx)) < 0 ||
+        (err = tern_loop_on_signal(loop, SIGINT, on_stop_signal, ctx)) < 0 ||
+        (err = tern_loop_post(loop, print_listening, ctx)) < 0) {
+        fprintf(stderr, "tern serve: signals: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
+    if (ctx->admin_host && (err = admin_setup(ctx, loop)) < 0)
         return err;
-    /* SIGINT and SIGTERM are tern_run's; ours only marks the drain. */
-    tern_loop_on_signal(tern_server_loop(srv), SIGHUP, on_sighup, ctx);
-    tern_loop_on_signal(tern_server_loop(srv), SIGUSR1, on_sigusr1, ctx);
-    tern_loop_on_signal(tern_server_loop(srv), SIGTERM, on_stop_signal, ctx);
-    tern_loop_on_signal(tern_server_loop(srv), SIGINT, on_stop_signal, ctx);
-    tern_loop_post(tern_server_loop(srv), print_listening, ctx);
     return 0;
 }
 
@@ -1873,7 +1883,8 @@ int tern_app_serve(int argc, char **argv) {
         int cpus = tern_cpu_count();
         char n[24];
         snprintf(n, sizeof(n), "%d", cpus > 1024 ? 1024 : cpus);
-        tern__opt_set_default(&s, SV_THREADS, n);
+        if (tern__opt_set_default(&s, SV_THREADS, n) < 0)
+            fprintf(stderr, "tern serve: --threads: out of memory for its default\n");
         printf("# tern serve --print-config: flags over environment (TERN_NAME) over\n"
                "# --config file over defaults; this output is a --config file.\n");
         tern__opt_print(&s, stdout);

@@ -763,7 +763,11 @@ static void conn_read(tern__conn *c) {
     if (r == 0) {
         c->flags |= TERN__CONN_EOF;
         /* No more TERN__IO_IN/RDHUP reports wanted: they would repeat forever. */
-        tern__io_set(c->loop, &c->io, c->io.events & TERN__IO_OUT);
+        int err = tern__io_set(c->loop, &c->io, c->io.events & TERN__IO_OUT);
+        if (err < 0) {
+            tern__conn_close(c, err);
+            return;
+        }
         if (c->in)
             add_pending(c);   /* what came before the end goes to the protocol first */
         else
@@ -856,10 +860,16 @@ static void conn_io(tern__io *io, uint32_t revents) {
         int r = flush_backlog(c);
         if (r < 0)
             return;
-        if (r == 1 && (c->flags & TERN__CONN_SEND_WANTS_IN))   /* the next read retries */
-            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_OUT);
+        /* Done, or the next read retries: TERN__IO_OUT would be reported
+         * again and again. */
+        int err = r == 0 || (c->flags & TERN__CONN_SEND_WANTS_IN)
+                      ? tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_OUT)
+                      : 0;
+        if (err < 0) {
+            tern__conn_close(c, err);
+            return;
+        }
         if (r == 0) {
-            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_OUT);
             if (c->flags & TERN__CONN_SEND_CLOCK) {
                 c->flags &= ~TERN__CONN_SEND_CLOCK;
                 tern__wheel_set(c->loop, &c->timeout, 0);

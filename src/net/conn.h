@@ -234,6 +234,7 @@ typedef struct tern__conn_list {
 /* Takes a connected, non-blocking socket. c is the protocol's own struct
  * (which begins with, or embeds, a tern__conn) and is freed with free() at
  * the batch end after on_close (or handed to proto->on_free). */
+TERN_MUST_CHECK
 int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_proto *proto,
                      tern__conn_list *list);
 
@@ -247,6 +248,7 @@ int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_pr
  * too. Nothing may be written before on_connect. rcvbuf > 0: the
  * socket's SO_RCVBUF, set before connect() so that even the first window
  * offered to the peer is that small. */
+TERN_MUST_CHECK
 int tern__conn_connect(tern_loop *loop, tern__conn *c, const struct sockaddr *addr,
                        socklen_t len, int rcvbuf, const tern__conn_proto *proto,
                        tern__conn_list *list);
@@ -267,10 +269,12 @@ void tern__conn_send_wants_in(tern__conn *c);
 /* Moves a live connection into another struct (a protocol switch: http to
  * ws). `to` gets the fd, buffers, transport and timeout; `from` is freed
  * at the batch end without on_close. */
+TERN_MUST_CHECK
 int tern__conn_move(tern__conn *from, tern__conn *to, const tern__conn_proto *proto);
 
 /* Queues bytes the protocol has not seen yet (those that came after an
  * upgrade request) to be fed to c at the end of this batch. */
+TERN_MUST_CHECK
 int tern__conn_inject(tern__conn *c, const char *data, size_t len);
 
 /* Sending. Returns a tern_send_result, or -EPIPE when c is closing. */
@@ -339,19 +343,23 @@ typedef void (*tern__accept_fn)(void *user, int fd);
  * holds, even when opt->reuseport lets this one share it: the first
  * listener of a port that tern_run's other loops will share (a second
  * process would otherwise take a share of its connections). */
+TERN_MUST_CHECK
 int tern__listener_tcp(tern_loop *loop, const char *host, int port, const tern_listen_options *opt,
                        bool exclusive, tern__accept_fn fn, void *user, tern__listener **out);
+TERN_MUST_CHECK
 int tern__listener_unix(tern_loop *loop, const char *path, const tern_listen_options *opt,
                         tern__accept_fn fn, void *user, tern__listener **out);
 /* A listener on loop for the socket l listens on (a dup of it): another
  * loop accepting from the same queue (for Unix sockets, which have no
  * SO_REUSEPORT balancing). */
+TERN_MUST_CHECK
 int tern__listener_dup(tern_loop *loop, const tern__listener *l, const tern_listen_options *opt,
                        tern__accept_fn fn, void *user, tern__listener **out);
 /* A listener on a socket already listening (inherited: systemd's socket
  * activation), TCP or Unix, through a duplicate of fd (the caller keeps
  * fd). -EINVAL when fd is not a listening stream socket of those
  * families; -EBADF, -ENOTSOCK. */
+TERN_MUST_CHECK
 int tern__listener_fd(tern_loop *loop, int fd, const tern_listen_options *opt,
                       tern__accept_fn fn, void *user, tern__listener **out);
 int tern__listener_port(const tern__listener *l);

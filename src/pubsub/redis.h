@@ -47,6 +47,7 @@ typedef struct tern__redis_hooks {
 /* Parses url (redis://host[:port][/db]; host a name or an IPv4/IPv6
  * address) and connects from the loop (a name is resolved first, without
  * blocking). Returns 0, -EINVAL (a bad URL), -ENOMEM. */
+TERN_MUST_CHECK
 int tern__redis_new(tern__redis **out, tern_loop *loop, const char *url,
                     const tern__redis_hooks *hooks, void *user);
 void tern__redis_free(tern__redis *r);

@@ -622,8 +622,8 @@ static int dial_start(tern_loop *loop, ws_dial *d) {
         char where[TERN_ADDRSTRLEN + 8];
         if (sa->sa_family == AF_UNIX)
             snprintf(where, sizeof(where), "unix:%s", ((struct sockaddr_un *)sa)->sun_path);
-        else
-            tern_addr_format(sa, d->addrs->len[i], where, sizeof(where));
+        else if (tern_addr_format(sa, d->addrs->len[i], where, sizeof(where)) < 0)
+            snprintf(where, sizeof(where), "an address of family %d", sa->sa_family);
         char *w = strdup(where);
         if (w == NULL)
             return -ENOMEM;
@@ -875,10 +875,9 @@ void tern_ws_connect_cancel(tern_ws_connecting *p) {
     p->cancelled = true;
     /* Out of memory for the timer: the cancel stays recorded, and the
      * connect's end (at the latest its deadline) says -ECANCELED. */
-    if (p->timer)
-        tern_timer_again(p->timer, 0);
-    else
-        tern_timer_start(p->loop, &p->timer, 0, 0, connecting_timer, p);
+    int err = p->timer ? tern_timer_again(p->timer, 0)
+                       : tern_timer_start(p->loop, &p->timer, 0, 0, connecting_timer, p);
+    (void)err;   /* either way: see above */
 }
 
 /* tern_loop_free with connects still pending: each is cancelled now (its

@@ -91,10 +91,10 @@ static void send_tick(tern_timer *t, void *user) {
         tern_ws_send(f->ws, payload, sizeof(payload), TERN_WS_BINARY);
 }
 
+/* NULL when the loop ran and stopped as asked; the test's thread checks. */
 static void *loop_main(void *arg) {
     fx *f = arg;
-    tern_loop_run(f->loop);
-    return NULL;
+    return tern_loop_run(f->loop) == 0 ? NULL : arg;
 }
 
 static void fx_start(fx *f, tern_tls *tls, bool pause_on_open) {
@@ -114,7 +114,9 @@ static void fx_start(fx *f, tern_tls *tls, bool pause_on_open) {
 
 static void fx_stop(fx *f) {
     assert_int_equal(tern_loop_stop_async(f->loop), 0);
-    pthread_join(f->thread, NULL);
+    void *failed;
+    assert_int_equal(pthread_join(f->thread, &failed), 0);
+    assert_null(failed);
     tern_timer_stop(f->tick);
     tern_server_free(f->srv);
     assert_int_equal(tern_loop_free(f->loop), 0);
