@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "tern/loop.h"   /* TERN_MUST_CHECK */
+
 typedef enum tern__opt_type {
     TERN__OPT_FLAG,     /* no value on the command line; "on"/"off" in a file */
     TERN__OPT_UINT,     /* a decimal integer from min to max */
@@ -100,17 +102,21 @@ typedef struct tern__opt_set {
 } tern__opt_set;
 
 /* Makes the set for a table (every option at its default). 0 or -ENOMEM. */
+TERN_MUST_CHECK
 int tern__opt_init(tern__opt_set *s, const char *command, const tern__opt *opts, int nopts);
 void tern__opt_free(tern__opt_set *s);
 
 /* argv[0] is the command's name (skipped). Returns 0 or -EINVAL with s->err
  * set ("bad value for --port: x"). Operands go to s->args. "--" ends the
  * options. A value from here replaces the file's and the environment's. */
+TERN_MUST_CHECK
 int tern__opt_parse_argv(tern__opt_set *s, int argc, char **argv);
 /* The file's options (one "name value" a line, # comments): replaces only
  * defaults. -EINVAL with s->err naming file:line, or -errno (unreadable). */
+TERN_MUST_CHECK
 int tern__opt_parse_file(tern__opt_set *s, const char *path);
 /* The environment's (TERN_NAME_WITH_UNDERSCORES), over the file's. */
+TERN_MUST_CHECK
 int tern__opt_parse_env(tern__opt_set *s);
 
 /* The option named name's index, or -1. */
@@ -124,6 +130,7 @@ bool tern__opt_given(const tern__opt_set *s, int i);
 unsigned long long tern__opt_uint(const tern__opt_set *s, int i);
 double tern__opt_real(const tern__opt_set *s, int i);
 /* Sets option i's default (a value computed at run time: the CPUs). */
+TERN_MUST_CHECK
 int tern__opt_set_default(tern__opt_set *s, int i, const char *v);
 
 /* Every option's value into its destination in settings (the struct the

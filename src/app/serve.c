@@ -101,8 +101,11 @@ static void on_sigusr1(tern_loop *loop, int signo, void *user) {
 int tern__serve_rules_build(const tern__serve_settings *set, tern__topic_rules *t) {
     const char *why = NULL;
     memset(t, 0, sizeof(*t));
-    tern__rules_add(t, "market subscribe=anyone publish=none", &why);
-    tern__rules_add(t, "stats subscribe=anyone publish=none", &why);
+    if (tern__rules_add(t, "market subscribe=anyone publish=none", &why) < 0 ||
+        tern__rules_add(t, "stats subscribe=anyone publish=none", &why) < 0) {
+        fprintf(stderr, "tern serve: the built-in topic rules: %s\n", why);
+        return -1;
+    }
     const tern__opt_val *tp = set->topic_policies, *tr = set->topics;
     for (int i = 0; i < tp->n + tr->n; i++) {
         char spec[TERN_TOPIC_MAX + 32];
@@ -311,14 +314,19 @@ static int serve_setup(tern_server *srv, void *user) {
                 tern_strerror(err), tern__serve_in_use_hint(err));
         return SETUP_FAILED;
     }
-    if (set->admin.host[0] && (err = tern__serve_admin_setup(ctx, tern_server_loop(srv))) < 0)
+    /* SIGINT and SIGTERM are tern_run's; ours only marks the drain. Before
+     * the admin server, which a failure here would have to free. */
+    tern_loop *loop = tern_server_loop(srv);
+    if ((err = tern_loop_on_signal(loop, SIGHUP, tern__serve_on_sighup, ctx)) < 0 ||
+        (err = tern_loop_on_signal(loop, SIGUSR1, on_sigusr1, ctx)) < 0 ||
+        (err = tern_loop_on_signal(loop, SIGTERM, on_stop_signal, ctx)) < 0 ||
+        (err = tern_loop_on_signal(loop, SIGINT, on_stop_signal, ctx)) < 0 ||
+        (err = tern_loop_post(loop, print_listening, ctx)) < 0) {
+        fprintf(stderr, "tern serve: signals: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
+    if (set->admin.host[0] && (err = tern__serve_admin_setup(ctx, loop)) < 0)
         return err;
-    /* SIGINT and SIGTERM are tern_run's; ours only marks the drain. */
-    tern_loop_on_signal(tern_server_loop(srv), SIGHUP, tern__serve_on_sighup, ctx);
-    tern_loop_on_signal(tern_server_loop(srv), SIGUSR1, on_sigusr1, ctx);
-    tern_loop_on_signal(tern_server_loop(srv), SIGTERM, on_stop_signal, ctx);
-    tern_loop_on_signal(tern_server_loop(srv), SIGINT, on_stop_signal, ctx);
-    tern_loop_post(tern_server_loop(srv), print_listening, ctx);
     return 0;
 }
 
@@ -562,7 +570,8 @@ int tern_app_serve(int argc, char **argv) {
         int cpus = tern_cpu_count();
         char n[24];
         snprintf(n, sizeof(n), "%d", cpus > 1024 ? 1024 : cpus);
-        tern__opt_set_default(&s, SV_THREADS, n);
+        if (tern__opt_set_default(&s, SV_THREADS, n) < 0)
+            fprintf(stderr, "tern serve: --threads: out of memory for its default\n");
         printf("# tern serve --print-config: flags over environment (TERN_NAME) over\n"
                "# --config file over defaults; this output is a --config file.\n");
         tern__opt_print(&s, stdout);

@@ -81,8 +81,9 @@ static void on_item(tern_http_req *req, void *user) {
     struct sockaddr_storage ss;
     socklen_t sl;
     char peer[TERN_ADDRSTRLEN] = "-";
-    if (tern_http_peer(req, &ss, &sl) == 0)
-        tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer));
+    if (tern_http_peer(req, &ss, &sl) < 0 ||
+        tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer)) < 0)
+        snprintf(peer, sizeof(peer), "-");
     char out[200];
     int n = snprintf(out, sizeof(out), "id %lld from %s\n", (long long)id, peer);
     tern_http_respond(req, 200, "text/plain", out, (size_t)n);

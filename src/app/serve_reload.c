@@ -40,8 +40,9 @@ static void retire_after_loops(serve_ctx *ctx, void *old, void (*free_fn)(void *
     r->free_fn = free_fn;
     atomic_init(&r->left, ctx->set.threads + 1);
     for (int i = 0; i < ctx->set.threads; i++)
-        tern_loop_post(tern_server_loop(tern_server_peer(ctx->first, i)), retire_one, r);
-    retire_one(NULL, r);
+        if (tern_loop_post(tern_server_loop(tern_server_peer(ctx->first, i)), retire_one, r) < 0)
+            fprintf(stderr, "tern serve: out of memory: the replaced configuration is kept\n");
+    retire_one(NULL, r);   /* a loop that was not told never counts down: r is kept */
 }
 
 static void origins_free_any(void *o) { tern__serve_origins_free(o); }

@@ -303,6 +303,7 @@ struct tern_http_req {
     bool close_after;          /* Connection: close */
     tern__bytes extra;         /* added headers, "Name: value\r\n"... */
 
+    int close_err;             /* the error its connection went with: tern_http_close_error */
     tern_http_abort_fn abort_fn;
     void *abort_user;
     tern_http_drain_fn drain_fn;
@@ -360,6 +361,7 @@ void tern__http_conn_closed_by_server(tern_server *srv, const tern__conn *c);
  * it when it closes), or 1 over max_connections, 2 over max_connections_per_ip (nothing is
  * counted; the caller refuses it with tern__http_refuse, which answers
  * 503 when plain, and closes fd). Any loop's thread. */
+TERN_MUST_CHECK
 int tern__http_admit(tern_server *srv, int fd, uint16_t *tag);
 void tern__http_release(tern_server *srv, uint16_t tag);
 void tern__http_refuse(int fd, bool tls);
@@ -373,6 +375,7 @@ void tern__http_admit_free(tern__http_admission *a);
 /* server.c */
 /* Opens on clone (a server sharing srv's configuration, on another loop)
  * the listeners srv has; tern_run's. 0 or the first error. */
+TERN_MUST_CHECK
 int tern__server_listen_like(tern_server *clone, const tern_server *srv);
 
 /* A reference to a configuration held by something other than a server
@@ -395,8 +398,10 @@ bool tern__http_method_known(const tern_server *srv, const char *m, size_t len);
  * (of path_len bytes) into srv's scratch (valid until the next call on
  * this loop). Returns 0; -EINVAL for a malformed escape ("%zz", "%4") or
  * one that decodes to a NUL byte (the route then answers 400); -ENOMEM. */
+TERN_MUST_CHECK
 int tern__http_params_decode(tern_server *srv, tern__route_params *p, size_t path_len);
 /* request.c: getpeername of c; -ENOTCONN when c is NULL or closed. */
+TERN_MUST_CHECK
 int tern__peer(const tern__conn *c, struct sockaddr_storage *addr, socklen_t *len);
 
 /* access.c: the access log. begin at the handler's start; keep after it

@@ -47,6 +47,7 @@ void tern__io_init(tern__io *io, int fd, tern__io_fn fn);
 int tern__io_set(tern_loop *loop, tern__io *io, uint32_t events);
 
 /* Tells the back end that a registered watcher now lives at a new address. */
+TERN_MUST_CHECK
 int tern__io_moved(tern_loop *loop, tern__io *io);
 
 /* Closes the watcher's descriptor and forgets the watcher (as setting no
@@ -71,6 +72,7 @@ void tern__io_close(tern_loop *loop, tern__io *io);
 bool tern__io_acceptor(tern_loop *loop, tern__io *io, bool one_at_a_time);
 /* As accept4(SOCK_NONBLOCK | SOCK_CLOEXEC) without the peer's address:
  * the new descriptor, -EAGAIN, or a negative errno (EMFILE, ...). */
+TERN_MUST_CHECK
 int tern__io_accept(tern_loop *loop, tern__io *io);
 
 /* Streams: a connected socket whose bytes the back end moves itself, by
@@ -182,6 +184,7 @@ int tern__loop_run_posts(tern_loop *loop);
  * the post still queued, drop(user) runs instead of fn (on the freeing
  * thread), so what user holds is released rather than leaked. drop must
  * not call back into the application. */
+TERN_MUST_CHECK
 int tern__loop_post_owned(tern_loop *loop, tern_post_fn fn, void (*drop)(void *user), void *user);
 
 /* The loop whose tern_loop_run is running on the calling thread, or NULL. */

@@ -869,8 +869,11 @@ static ssize_t tls_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
                 return total ? (ssize_t)total : -EAGAIN;
             handshake_failed(c, e, -t->io_err);
             ERR_clear_error();
+            /* As tls_recv says it: the verification's verdict, the lower
+             * transport's error, or OpenSSL's refusal (a TLS failure). */
             int vf = verify_failed(c);
-            return total ? (ssize_t)total : vf ? vf : t->io_err ? t->io_err : -EPIPE;
+            int err = vf ? vf : t->io_err ? t->io_err : e == SSL_ERROR_SSL ? -EPROTO : -EPIPE;
+            return total ? (ssize_t)total : err;
         }
     }
     return (ssize_t)total;

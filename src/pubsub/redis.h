@@ -21,6 +21,7 @@
  * IPv4/IPv6 address) and connects from the loop (a name is resolved
  * first, without blocking); the hooks are called with user. Returns 0
  * (*out filled), -EINVAL (a bad URL), -ENOMEM, -EAGAIN (no random id). */
+TERN_MUST_CHECK
 int tern__redis_engine(tern__engine *out, tern_loop *loop, const char *url,
                        const tern__engine_hooks *hooks, void *user);
 

@@ -394,8 +394,9 @@ static void dial_close(tern__conn *c, int err) {
         dial_retry(d))
         return;   /* the next address is being tried: it has everything */
     if (!d->reported) {
-        /* A verification that failed inside a write reaches net as any
-         * failed write (-EPIPE); verify says what it was. */
+        /* A verification that failed inside a write reaches net as
+         * -EKEYREJECTED; verify says what it was, whichever error came
+         * first. */
         if (err == -EKEYREJECTED || d->verify != 0)
             report(d, -EKEYREJECTED, 0, "%s: TLS certificate verification failed: %s", d->where,
                    tern__tls_verify_string(d->verify));
@@ -627,8 +628,8 @@ static int dial_start(tern_loop *loop, ws_dial *d) {
         char where[TERN_ADDRSTRLEN + 8];
         if (sa->sa_family == AF_UNIX)
             snprintf(where, sizeof(where), "unix:%s", ((struct sockaddr_un *)sa)->sun_path);
-        else
-            tern_addr_format(sa, d->addrs->len[i], where, sizeof(where));
+        else if (tern_addr_format(sa, d->addrs->len[i], where, sizeof(where)) < 0)
+            snprintf(where, sizeof(where), "an address of family %d", sa->sa_family);
         char *w = strdup(where);
         if (w == NULL)
             return -ENOMEM;
@@ -880,10 +881,9 @@ void tern_ws_connect_cancel(tern_ws_connecting *p) {
     p->cancelled = true;
     /* Out of memory for the timer: the cancel stays recorded, and the
      * connect's end (at the latest its deadline) says -ECANCELED. */
-    if (p->timer)
-        tern_timer_again(p->timer, 0);
-    else
-        tern_timer_start(p->loop, &p->timer, 0, 0, connecting_timer, p);
+    int err = p->timer ? tern_timer_again(p->timer, 0)
+                       : tern_timer_start(p->loop, &p->timer, 0, 0, connecting_timer, p);
+    (void)err;   /* either way: see above */
 }
 
 /* tern_loop_free with connects still pending: each is cancelled now (its

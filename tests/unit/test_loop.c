@@ -97,7 +97,7 @@ static void repeating_timer_repeats_and_stops_itself(void **state) {
     tern_timer *t;
     uint64_t start = mono_ms();
     assert_int_equal(tern_timer_start(loop, &t, 5, 5, repeat_fire, &r), 0);
-    tern_loop_run(loop);
+    assert_int_equal(tern_loop_run(loop), 0);
     assert_int_equal(r.count, 5);
     assert_true(mono_ms() - start >= 25);
     tern_loop_free(loop);
@@ -116,7 +116,7 @@ static void stopped_timer_never_fires_and_again_rearms(void **state) {
     /* Moved from 1 s to 20 ms. */
     assert_int_equal(tern_timer_again(b, 20), 0);
     uint64_t start = mono_ms();
-    tern_loop_run(loop);
+    assert_int_equal(tern_loop_run(loop), 0);
     uint64_t took = mono_ms() - start;
     assert_true(took >= 20 && took < 900);
     tern_timer_stop(b);
@@ -151,7 +151,7 @@ static void timer_rearmed_at_zero_yields_to_io(void **state) {
     assert_int_equal(tern_loop_new(&y.loop, NULL), 0);
     tern_timer *t;
     assert_int_equal(tern_timer_start(y.loop, &t, 0, 0, yield_fire, &y), 0);
-    tern_loop_run(y.loop);
+    assert_int_equal(tern_loop_run(y.loop), 0);
     assert_int_equal(y.firings, 100);
     assert_int_equal(y.fired_before_post, 1);
     tern_timer_stop(t);
@@ -189,7 +189,7 @@ static void wheel_fires_never_early_at_most_a_tick_late(void **state) {
         tern__wheel_set(loop, &p[i].e, delays[i]);
         assert_true(tern__wheel_armed(&p[i].e));
     }
-    tern_loop_run(loop);
+    assert_int_equal(tern_loop_run(loop), 0);
     for (int i = 0; i < N; i++) {
         uint64_t waited = p[i].fired_at - p[i].armed_at;
         assert_true(waited >= delays[i]);
@@ -216,7 +216,7 @@ static void wheel_cancel_and_move(void **state) {
     b.armed_at = tern_loop_now(loop);
     tern_timer *guard;
     assert_int_equal(tern_timer_start(loop, &guard, 3000, 0, stop_loop_fire, loop), 0);
-    tern_loop_run(loop);
+    assert_int_equal(tern_loop_run(loop), 0);
     assert_int_equal(a.fired_at, 0);
     assert_true(b.fired_at - b.armed_at >= 80 && b.fired_at - b.armed_at < 2000);
     tern_timer_stop(guard);
@@ -306,7 +306,7 @@ static void posts_from_many_threads_all_arrive_in_order_per_thread(void **state)
         args[i] = (producer_arg){&st, i};
         pthread_create(&th[i], NULL, producer, &args[i]);
     }
-    tern_loop_run(loop);
+    assert_int_equal(tern_loop_run(loop), 0);
     for (int i = 0; i < THREADS; i++)
         pthread_join(th[i], NULL);
     assert_int_equal(st.received, THREADS * POSTS_PER_THREAD);
@@ -343,7 +343,7 @@ static void signal_is_delivered_on_the_loop(void **state) {
     int got = 0;
     assert_int_equal(tern_loop_on_signal(loop, SIGUSR1, on_usr1, &got), 0);
     kill(getpid(), SIGUSR1);
-    tern_loop_run(loop);
+    assert_int_equal(tern_loop_run(loop), 0);
     assert_int_equal(got, SIGUSR1);
     tern_loop_free(loop);
 }
