@@ -7,7 +7,8 @@
  * (src/loop/loop_internal.h).
  *
  * Every call returns a negative errno on failure, never -1 with errno,
- * unless it says otherwise. */
+ * unless it says otherwise; those marked TERN_MUST_CHECK must be looked
+ * at. */
 #ifndef TERN_PLATFORM_H
 #define TERN_PLATFORM_H
 
@@ -18,6 +19,8 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "tern/loop.h"   /* TERN_MUST_CHECK */
+
 /* ---- wake-up ------------------------------------------------------------
  * A descriptor another thread makes readable: the loop's post queue.
  * Invariant: rfd is watched by the loop; wfd is written by the poster.
@@ -27,6 +30,7 @@ typedef struct tern__plat_wake {
     int rfd, wfd;
 } tern__plat_wake;
 
+TERN_MUST_CHECK
 int tern__plat_wake_open(tern__plat_wake *w);
 /* Makes rfd readable (any thread); a wake-up already pending is enough. */
 void tern__plat_wake_signal(const tern__plat_wake *w);
@@ -57,6 +61,7 @@ typedef struct tern__plat_signals {
 
 void tern__plat_signals_init(tern__plat_signals *s);
 /* Starts delivering signo through fd (made on the first call). */
+TERN_MUST_CHECK
 int tern__plat_signals_add(tern__plat_signals *s, int signo);
 /* The next signal that came, 0 when none is waiting (fd's callback reads
  * until 0). */
@@ -66,18 +71,24 @@ void tern__plat_signals_close(tern__plat_signals *s);
 
 /* ---- sockets ------------------------------------------------------------ */
 /* socket(), non-blocking and close-on-exec. */
+TERN_MUST_CHECK
 int tern__plat_socket(int domain, int type);
 /* accept() of a waiting connection, non-blocking and close-on-exec,
  * without the peer's address: the descriptor, -EAGAIN, or -errno. */
+TERN_MUST_CHECK
 int tern__plat_accept(int lfd);
 /* The address family of a socket (AF_INET, AF_INET6, AF_UNIX), or -errno. */
+TERN_MUST_CHECK
 int tern__plat_socket_domain(int fd);
 /* send() and sendmsg() that never block and never raise SIGPIPE: bytes
  * taken, -EAGAIN, or -errno (EINTR retried). */
+TERN_MUST_CHECK
 ssize_t tern__plat_send(int fd, const void *buf, size_t len);
+TERN_MUST_CHECK
 ssize_t tern__plat_sendmsg(int fd, const struct msghdr *msg);
 /* Up to len bytes of file `in` from *off onto socket `out` (advancing
  * *off): the kernel's sendfile where there is one, else read and send. */
+TERN_MUST_CHECK
 ssize_t tern__plat_sendfile(int out, int in, off_t *off, size_t len);
 
 /* ---- TCP facts ----------------------------------------------------------
@@ -90,16 +101,19 @@ long tern__plat_tcp_unacked_segments(int fd);
 /* ---- files ---------------------------------------------------------------
  * A directory to open files beneath (static files' root): a descriptor for
  * openat only (O_PATH where there is one). */
+TERN_MUST_CHECK
 int tern__plat_open_root(const char *path);
 /* Opens path (relative) for reading beneath dirfd, with no way out of it:
  * neither ".." nor a symbolic link leads above dirfd. -EXDEV when the
  * system cannot resolve it beneath (an absolute symbolic link: then
  * tern__plat_open_checked may still open it). Non-blocking, so a FIFO
  * cannot stall the loop. */
+TERN_MUST_CHECK
 int tern__plat_open_beneath(int dirfd, const char *path);
 /* Opens path beneath dirfd (the descriptor of root_path, the root's real
  * path) following every link, and keeps the file only if where it lives
  * is under root_path: -EXDEV otherwise. */
+TERN_MUST_CHECK
 int tern__plat_open_checked(int dirfd, const char *path, const char *root_path);
 
 /* ---- errno's words -------------------------------------------------------
@@ -111,6 +125,7 @@ const char *tern__plat_errno_name(int e);
 /* ---- random, CPUs, clocks ------------------------------------------------ */
 /* len bytes from the system's generator. block false: fail with -EAGAIN
  * rather than wait for a generator not yet seeded (early boot). */
+TERN_MUST_CHECK
 int tern__plat_random(void *buf, size_t len, bool block);
 /* The CPUs this process may run on (its affinity mask), 0 when the
  * system cannot say (then the caller counts the online ones). */

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "loop/log.h"
 #include "net/crypto.h"
 #include "platform/platform.h"
 
@@ -88,8 +89,10 @@ static void chacha_lanes(const uint32_t key[8], uint32_t first, mask_vec out[16]
  * a seccomp filter, no /dev/urandom): the TLS library's generator, which
  * has its own sources, seeds it then. */
 static void seed(mask_rng *r) {
-    if (tern__plat_random(r->key, sizeof(r->key), true) < 0)
-        tern__crypto_random(r->key, sizeof(r->key));
+    if (tern__plat_random(r->key, sizeof(r->key), true) < 0 &&
+        tern__crypto_random(r->key, sizeof(r->key)) < 0)
+        tern__log(TERN_LOG_ERROR, TERN__LOG_RANDOM,
+                  "ws: no random bytes for the masking keys: they are predictable");
     r->seeded = true;
 }
 
