@@ -80,13 +80,11 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-
 #include "app/app.h"
 #include "app/serve_options.h"
 #include "app/serve_tokens.h"
 #include "app/topic_rules.h"
+#include "net/crypto.h"
 #include "tern/tern.h"
 
 #define MAX_ECHO_SIZE (64u * 1024 * 1024)
@@ -893,7 +891,7 @@ static void on_sigusr1(tern_loop *loop, int signo, void *user) {
 }
 
 /* Whether the request's "Authorization: Bearer KEY" names ctx->api_key:
- * both are hashed and the digests compared with CRYPTO_memcmp, so the time
+ * both are hashed and the digests compared in constant time, so the time
  * taken tells nothing of the key (not even its length). */
 static bool bearer_ok(tern_http_req *req, const serve_ctx *ctx) {
     size_t len;
@@ -903,13 +901,11 @@ static bool bearer_ok(tern_http_req *req, const serve_ctx *ctx) {
     h += 7, len -= 7;
     while (len && *h == ' ')
         h++, len--;
-    unsigned char a[EVP_MAX_MD_SIZE], b[EVP_MAX_MD_SIZE];
-    unsigned alen = 0, blen = 0;
-    if (!EVP_Digest(h, len, a, &alen, EVP_sha256(), NULL) ||
-        !EVP_Digest(ctx->api_key, strlen(ctx->api_key), b, &blen, EVP_sha256(), NULL) ||
-        alen != blen)
+    uint8_t a[TERN__SHA256_LEN], b[TERN__SHA256_LEN];
+    if (tern__crypto_sha256(h, len, a) < 0 ||
+        tern__crypto_sha256(ctx->api_key, strlen(ctx->api_key), b) < 0)
         return false;
-    return CRYPTO_memcmp(a, b, alen) == 0;
+    return tern__crypto_equal(a, b, sizeof(a));
 }
 
 /* POST /publish/:topic on the admin listener: published on the public
@@ -1532,7 +1528,7 @@ static char *read_api_key(const char *path) {
     if (n <= 0) {
         fprintf(stderr, "tern serve: --api-key-file %s: no key on its first line\n", path);
         if (line)
-            OPENSSL_cleanse(line, cap);
+            tern__crypto_wipe(line, cap);
         free(line);
         return NULL;
     }
@@ -1808,11 +1804,11 @@ static int serve_main(tern__opt_set *s, int argc, char **argv) {
     origins_free(atomic_load(&ctx.origins));
     tern__serve_tokens_cleanup();
     if (ctx.api_key) {
-        OPENSSL_cleanse(ctx.api_key, strlen(ctx.api_key));
+        tern__crypto_wipe(ctx.api_key, strlen(ctx.api_key));
         free(ctx.api_key);
     }
     if (ctx.redis) {
-        OPENSSL_cleanse(ctx.redis, strlen(ctx.redis));
+        tern__crypto_wipe(ctx.redis, strlen(ctx.redis));
         free(ctx.redis);
     }
     if (ctx.access_log && ctx.access_log != stdout)

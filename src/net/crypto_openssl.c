@@ -3,30 +3,48 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <string.h>
 
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-int tern__crypto_sha1(const void *a, size_t alen, const void *b, size_t blen,
-                      uint8_t out[TERN__SHA1_LEN]) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int md_len = 0;
+/* The digest md of a then b (b may be NULL when blen is 0) into out,
+ * which takes want bytes. 0, or -ENOMEM (out untouched). */
+static int digest(const EVP_MD *md, const void *a, size_t alen, const void *b, size_t blen,
+                  uint8_t *out, unsigned int want) {
+    unsigned char buf[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     if (ctx == NULL)
         return -ENOMEM;
-    int ok = EVP_DigestInit_ex(ctx, EVP_sha1(), NULL) == 1 && EVP_DigestUpdate(ctx, a, alen) == 1 &&
+    int ok = EVP_DigestInit_ex(ctx, md, NULL) == 1 && EVP_DigestUpdate(ctx, a, alen) == 1 &&
              (blen == 0 || EVP_DigestUpdate(ctx, b, blen) == 1) &&
-             EVP_DigestFinal_ex(ctx, md, &md_len) == 1 && md_len == TERN__SHA1_LEN;
+             EVP_DigestFinal_ex(ctx, buf, &len) == 1 && len == want;
     EVP_MD_CTX_free(ctx);
     if (!ok) {
         ERR_clear_error();
         return -ENOMEM;
     }
-    for (int i = 0; i < TERN__SHA1_LEN; i++)
-        out[i] = md[i];
+    memcpy(out, buf, want);
     return 0;
 }
+
+int tern__crypto_sha1(const void *a, size_t alen, const void *b, size_t blen,
+                      uint8_t out[TERN__SHA1_LEN]) {
+    return digest(EVP_sha1(), a, alen, b, blen, out, TERN__SHA1_LEN);
+}
+
+int tern__crypto_sha256(const void *in, size_t len, uint8_t out[TERN__SHA256_LEN]) {
+    return digest(EVP_sha256(), in, len, NULL, 0, out, TERN__SHA256_LEN);
+}
+
+bool tern__crypto_equal(const void *a, const void *b, size_t len) {
+    return CRYPTO_memcmp(a, b, len) == 0;
+}
+
+void tern__crypto_wipe(void *buf, size_t len) { OPENSSL_cleanse(buf, len); }
 
 size_t tern__crypto_base64(const void *in, size_t len, char *out) {
     /* EVP_EncodeBlock takes an int; every caller here encodes a few bytes */

@@ -53,6 +53,7 @@
 
 #include "loop/check.h"
 #include "loop/log.h"
+#include "net/crypto.h"
 #include "net/tls_x509.h"
 
 /* ---- certificates ------------------------------------------------------ */
@@ -163,7 +164,7 @@ int tern__tls_key_load(tern_tls *tls, const char *cert_file, const char *key_fil
     rustls_result r = err ? RUSTLS_RESULT_OK
                           : rustls_crypto_provider_load_key(key_provider(), (const uint8_t *)key,
                                                             klen, &sk);
-    OPENSSL_cleanse(key, klen);
+    tern__crypto_wipe(key, klen);   /* the private key's text, before it is freed */
     free(key);
     if (err == 0 && r == RUSTLS_RESULT_OK)   /* takes sk, whatever it returns */
         r = rustls_certified_key_build_with_signing_key((const uint8_t *)chain, clen, sk, &ck);
