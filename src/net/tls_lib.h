@@ -61,8 +61,8 @@ void tern__tls_names_free(tern__tls_names *nm);
 /* Does one of nm's names (maybe "*.example.com") cover name (len bytes)? */
 bool tern__tls_names_match(const tern__tls_names *nm, const char *name, size_t len);
 
-/* One certificate chain and its key, loaded by the library (an SSL_CTX,
- * a rustls certified key), with its names. The library's. */
+/* One certificate chain and its key, loaded by the library (OpenSSL: a
+ * context; rustls: a certified key), with its names. The library's. */
 typedef struct tern__tls_key tern__tls_key;
 
 /* The library's: loads cert_file (PEM chain, leaf first) and key_file
@@ -88,9 +88,10 @@ const char *tern__tls_lib_name(void);
 /* The certificates of a tern_tls come in generations, one key set each
  * (tern_tls_new_opt and tern_tls_add_cert fill the first, each reload
  * makes the next). A handshake picks a key under the lock and pins its
- * set until the library has taken what it needs of the key (OpenSSL:
- * SSL_new or SSL_set_SSL_CTX took a reference; rustls: the call that ran
- * its ClientHello callback returned). A set a reload replaced is freed by
+ * set until the library has taken what it needs of the key (OpenSSL: the
+ * new session, or the switch of context SNI makes, took a reference to
+ * the context; rustls: the call that ran its ClientHello callback
+ * returned). A set a reload replaced is freed by
  * the last to unpin it. */
 typedef struct tern__tls_keyset tern__tls_keyset;
 
