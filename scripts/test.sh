@@ -125,7 +125,7 @@ have_rustls=0
 if [[ $("$root/build-rustls/tern" serve --help 2>/dev/null | head -1) == *rustls* ]]; then
     have_rustls=1
     rustls_tls || status=1
-    # the certificate sets across reloads (net/tls_rustls.c): under a second
+    # the key sets across reloads (net/tls.c), which rustls relies on: under a second
     section "Unit test of rustls's certificate sets (build-rustls)"
     (cd "$root/build-rustls" && ctest --output-on-failure -R '^test_tls_retire$') || status=1
 else

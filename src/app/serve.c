@@ -43,9 +43,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <openssl/crypto.h>
-
 #include "app/serve_ctx.h"
+#include "net/crypto.h"
 
 #define FEED_HISTORY 4096          /* topic market's history, unless --pubsub-history */
 #define FEED_HISTORY_MS 60000
@@ -458,11 +457,11 @@ static void serve_free(serve_ctx *ctx) {
     tern__serve_origins_free(atomic_load(&ctx->origins));
     tern__serve_tokens_cleanup();
     if (ctx->api_key) {
-        OPENSSL_cleanse(ctx->api_key, strlen(ctx->api_key));
+        tern__crypto_wipe(ctx->api_key, strlen(ctx->api_key));
         free(ctx->api_key);
     }
     if (ctx->redis) {
-        OPENSSL_cleanse(ctx->redis, strlen(ctx->redis));
+        tern__crypto_wipe(ctx->redis, strlen(ctx->redis));
         free(ctx->redis);
     }
     if (ctx->access_log && ctx->access_log != stdout)

@@ -21,10 +21,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-
 #include "app/serve_ctx.h"
+#include "net/crypto.h"
 
 /* GET /stats: every thread's counters (read from any thread: see
  * tern_server_stats) and their sum. */
@@ -161,7 +159,7 @@ static void on_ready(tern_http_req *req, void *user) {
 }
 
 /* Whether the request's "Authorization: Bearer KEY" names ctx->api_key:
- * both are hashed and the digests compared with CRYPTO_memcmp, so the time
+ * both are hashed and the digests compared in constant time, so the time
  * taken tells nothing of the key (not even its length). */
 static bool bearer_ok(tern_http_req *req, const serve_ctx *ctx) {
     size_t len;
@@ -171,13 +169,11 @@ static bool bearer_ok(tern_http_req *req, const serve_ctx *ctx) {
     h += 7, len -= 7;
     while (len && *h == ' ')
         h++, len--;
-    unsigned char a[EVP_MAX_MD_SIZE], b[EVP_MAX_MD_SIZE];
-    unsigned alen = 0, blen = 0;
-    if (!EVP_Digest(h, len, a, &alen, EVP_sha256(), NULL) ||
-        !EVP_Digest(ctx->api_key, strlen(ctx->api_key), b, &blen, EVP_sha256(), NULL) ||
-        alen != blen)
+    uint8_t a[TERN__SHA256_LEN], b[TERN__SHA256_LEN];
+    if (tern__crypto_sha256(h, len, a) < 0 ||
+        tern__crypto_sha256(ctx->api_key, strlen(ctx->api_key), b) < 0)
         return false;
-    return CRYPTO_memcmp(a, b, alen) == 0;
+    return tern__crypto_equal(a, b, sizeof(a));
 }
 
 /* POST /publish/:topic on the admin listener: published on the public
@@ -254,7 +250,7 @@ char *tern__serve_read_api_key(const char *path) {
     if (n <= 0) {
         fprintf(stderr, "tern serve: --api-key-file %s: no key on its first line\n", path);
         if (line)
-            OPENSSL_cleanse(line, cap);
+            tern__crypto_wipe(line, cap);
         free(line);
         return NULL;
     }

@@ -9,12 +9,8 @@
 #include <string.h>
 
 #include <jansson.h>
-#include <openssl/core_names.h>
-#include <openssl/crypto.h>
-#include <openssl/ec.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/pem.h>
+
+#include "net/crypto.h"
 
 #define TOPIC_MAX 256   /* as TERN_TOPIC_MAX (tern/pubsub.h): a longer right covers nothing */
 #define FILE_MAX 65536
@@ -25,7 +21,7 @@ struct tern__token_config {
     uint64_t id;             /* never 0, never reused: the signature cache's key */
     unsigned char *secret;   /* HS256, when not NULL */
     size_t secret_len;
-    EVP_PKEY *key;           /* RS256 or ES256, when not NULL */
+    tern__crypto_pubkey *key;   /* RS256 or ES256 (key_alg), when not NULL */
     enum alg key_alg;
     char *aud, *iss;
     int64_t leeway;          /* seconds, on exp and nbf */
@@ -49,9 +45,9 @@ void tern__token_config_free(tern__token_config *c) {
     if (c == NULL)
         return;
     if (c->secret)
-        OPENSSL_cleanse(c->secret, c->secret_len);
+        tern__crypto_wipe(c->secret, c->secret_len);
     free(c->secret);
-    EVP_PKEY_free(c->key);
+    tern__crypto_pubkey_free(c->key);
     free(c->aud);
     free(c->iss);
     free(c);
@@ -73,33 +69,14 @@ int tern__token_config_hmac(tern__token_config *c, const void *secret, size_t le
 int tern__token_config_public_pem(tern__token_config *c, const char *pem, size_t len) {
     if (c == NULL || pem == NULL || len == 0 || len > FILE_MAX)
         return -EINVAL;
-    BIO *bio = BIO_new_mem_buf(pem, (int)len);
-    if (bio == NULL)
-        return -ENOMEM;
-    EVP_PKEY *k = PEM_read_bio_PUBKEY(bio, NULL, NULL, NULL);
-    BIO_free(bio);
-    if (k == NULL)
-        return -EINVAL;
-    enum alg a;
-    if (EVP_PKEY_is_a(k, "RSA") && EVP_PKEY_get_bits(k) >= 2048) {
-        a = ALG_RS256;
-    } else if (EVP_PKEY_is_a(k, "EC")) {
-        char group[64];
-        size_t gl = 0;
-        if (!EVP_PKEY_get_utf8_string_param(k, OSSL_PKEY_PARAM_GROUP_NAME, group, sizeof(group),
-                                            &gl) ||
-            (strcmp(group, "prime256v1") != 0 && strcmp(group, "P-256") != 0)) {
-            EVP_PKEY_free(k);
-            return -EINVAL;
-        }
-        a = ALG_ES256;
-    } else {
-        EVP_PKEY_free(k);
-        return -EINVAL;
-    }
-    EVP_PKEY_free(c->key);
+    tern__crypto_pubkey *k = NULL;
+    tern__crypto_sig sig = 0;
+    int err = tern__crypto_pubkey_pem(pem, len, &k, &sig);
+    if (err < 0)
+        return err;
+    tern__crypto_pubkey_free(c->key);
     c->key = k;
-    c->key_alg = a;
+    c->key_alg = sig == TERN__CRYPTO_RS256 ? ALG_RS256 : ALG_ES256;
     return 0;
 }
 
@@ -158,7 +135,7 @@ int tern__token_config_hmac_file(tern__token_config *c, const char *path, const 
     if (n > 0 && b[n - 1] == '\r')
         n--;
     err = tern__token_config_hmac(c, b, n);
-    OPENSSL_cleanse(b, n);
+    tern__crypto_wipe(b, n);
     free(b);
     if (err < 0)
         *why = err == -EINVAL ? "empty secret" : "out of memory";
@@ -224,48 +201,13 @@ static long b64url_decode(const char *s, size_t len, unsigned char *out) {
 static bool verify_sig(const tern__token_config *c, enum alg a, const char *signed_part,
                        size_t signed_len, const unsigned char *sig, size_t sig_len) {
     if (a == ALG_HS256) {
-        unsigned char mac[EVP_MAX_MD_SIZE];
-        unsigned int ml = 0;
-        if (sig_len != 32 || HMAC(EVP_sha256(), c->secret, (int)c->secret_len,
-                                  (const unsigned char *)signed_part, signed_len, mac, &ml) == NULL)
-            return false;
-        return ml == 32 && CRYPTO_memcmp(mac, sig, 32) == 0;
+        uint8_t mac[TERN__SHA256_LEN];
+        return sig_len == TERN__SHA256_LEN &&
+               tern__crypto_hmac_sha256(c->secret, c->secret_len, signed_part, signed_len,
+                                        mac) == 0 &&
+               tern__crypto_equal(mac, sig, TERN__SHA256_LEN);
     }
-    unsigned char der[80];
-    const unsigned char *vs = sig;
-    size_t vl = sig_len;
-    if (a == ALG_ES256) {
-        /* JWS: r || s, 32 bytes each; OpenSSL wants DER. */
-        if (sig_len != 64)
-            return false;
-        ECDSA_SIG *es = ECDSA_SIG_new();
-        BIGNUM *r = BN_bin2bn(sig, 32, NULL), *s = BN_bin2bn(sig + 32, 32, NULL);
-        if (es == NULL || r == NULL || s == NULL || !ECDSA_SIG_set0(es, r, s)) {
-            BN_free(r);
-            BN_free(s);
-            ECDSA_SIG_free(es);
-            return false;
-        }
-        unsigned char *p = der;
-        int dl = i2d_ECDSA_SIG(es, NULL);
-        if (dl <= 0 || (size_t)dl > sizeof(der)) {
-            ECDSA_SIG_free(es);
-            return false;
-        }
-        dl = i2d_ECDSA_SIG(es, &p);
-        ECDSA_SIG_free(es);
-        if (dl <= 0)
-            return false;
-        vs = der;
-        vl = (size_t)dl;
-    }
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    if (md == NULL)
-        return false;
-    bool ok = EVP_DigestVerifyInit(md, NULL, EVP_sha256(), NULL, c->key) == 1 &&
-              EVP_DigestVerify(md, vs, vl, (const unsigned char *)signed_part, signed_len) == 1;
-    EVP_MD_CTX_free(md);
-    return ok;
+    return tern__crypto_pubkey_verify(c->key, signed_part, signed_len, sig, sig_len);
 }
 
 /* ---- public-key signatures verified before ------------------------------
@@ -513,7 +455,7 @@ int tern__token_verify(const tern__token_config *c, const char *tok, size_t len,
 out:
     json_decref(hdr);
     json_decref(cl);
-    OPENSSL_cleanse(buf, sizeof(buf));
+    tern__crypto_wipe(buf, sizeof(buf));
     return err;
 }
 

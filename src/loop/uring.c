@@ -937,8 +937,23 @@ static ssize_t ur_io_send(tern_loop *loop, tern__io *io, const struct iovec *iov
         }
         u->fds[fd].st |= ST_TXQ;
         u->txq[u->ntxq++] = fd;
+    } else if (want > s->cap && want <= LARGE_SEND) {
+        /* A small op outgrown (pipelined answers): a large one from its
+         * free list takes the bytes, and the small one goes back to its
+         * own, rather than a realloc (a malloc and a free) each time. */
+        tern__usend *g = send_get(u, want);
+        if (g == NULL)
+            return -EAGAIN;
+        g->fd = s->fd;
+        g->gen = s->gen;
+        g->off = s->off;
+        g->len = s->len;
+        memcpy(g->data, s->data, s->len);
+        tx_set(u, fd, g);
+        send_put(u, s);
+        s = g;
     } else if (want > s->cap) {
-        size_t cap = want <= LARGE_SEND ? LARGE_SEND : s->cap * 2 > want ? s->cap * 2 : want;
+        size_t cap = s->cap * 2 > want ? s->cap * 2 : want;
         cap = cap < BIG_SEND ? cap : BIG_SEND;
         tern__usend *g = realloc(s, sizeof(*s) + cap);
         if (g == NULL)

@@ -14,6 +14,8 @@
 #include "platform/platform.h"
 
 #define TERN__CORK_CAP (128 * 1024)
+/* Writes larger than this always go straight to a transport that coalesces. */
+#define TERN__DIRECT_MIN 1024
 #define TERN__LINGER_MS 2000
 #define TERN__IN_MIN_ROOM 4096
 
@@ -29,6 +31,9 @@ typedef struct tern__net {
     size_t unsent;
     tern__conn *pending;
     tern__conn *closed;
+    /* The connection whose last write in this batch went straight to its
+     * coalescing transport (only compared, never followed). */
+    const tern__conn *direct_last;
     char cork[TERN__CORK_CAP];
 } tern__net;
 
@@ -61,6 +66,7 @@ static tern__net *net_of(tern_loop *loop) {
         n->cork_len = 0;
         n->unsent = 0;
         n->pending = n->closed = NULL;
+        n->direct_last = NULL;
         *slot = n;
         tern__loop_set_batch_end(loop, tern__net_flush);
         tern__wheel_set_fn(loop, conn_timeout);
@@ -435,11 +441,17 @@ int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
     if (closing(c))
         return -EPIPE;
     /* A transport that gathers the batch's writes itself (the stream
-     * transport) is written to directly, without the cork; only what a
-     * reserve put in the cork for c goes first. */
-    bool direct = c->tp->ops->coalesces;
-    if (direct && net_of(c->loop)->cork_owner == c) {
-        cork_flush(net_of(c->loop));
+     * transport) is written to directly, without the cork, which would
+     * only copy the bytes once more; what the cork holds for c goes
+     * first. Except a small write that follows one of c's in the same
+     * batch (pipelined answers): copying a few bytes into the cork costs
+     * less than the way down to the transport, which the cork's flush
+     * then takes once for all of them. */
+    tern__net *net = net_of(c->loop);
+    bool direct = c->tp->ops->coalesces &&
+                  (net->direct_last != c || iov_bytes(iov, iovcnt) > TERN__DIRECT_MIN);
+    if (direct && net->cork_owner == c) {
+        cork_flush(net);
         if (closing(c))
             return -EPIPE;
     }
@@ -456,8 +468,10 @@ int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
         }
         return TERN_SEND_BUFFERED;
     }
-    if (direct)
+    if (direct) {
+        net->direct_last = c;
         return send_now(c, iov, iovcnt);   /* which counts the bytes itself */
+    }
     tern__net *n = cork_take(c);
     if (n->cork_len + iov_bytes(iov, iovcnt) <= TERN__CORK_CAP) {
         for (int i = 0; i < iovcnt; i++) {
@@ -991,6 +1005,7 @@ void tern__net_flush(tern_loop *loop) {
     if (n == NULL)
         return;
     cork_flush(n);
+    n->direct_last = NULL;
     while (n->pending) {
         tern__conn *c = n->pending;
         n->pending = c->pending_next;

@@ -1,8 +1,9 @@
 /* Private side of TLS: what the protocols above net need of it, in terms
  * of no TLS library. One file per library implements it (chosen at build
- * time, TERN_TLS in CMakeLists.txt): net/tls_openssl.c. No type or error
- * code of the library appears here, so http and ws compile the same
- * against any of them. */
+ * time, TERN_TLS in CMakeLists.txt): net/tls_openssl.c or
+ * net/tls_rustls.c, behind net/tls_lib.h; tern_tls itself is net/tls.c's.
+ * No type or error code of the library appears here, so http and ws
+ * compile the same against any of them. */
 #ifndef TERN_NET_TLS_H
 #define TERN_NET_TLS_H
 
@@ -44,22 +45,6 @@ bool tern__tls_is(const tern__conn *c);
  * 2253, truncated, NUL-terminated) in subject ("" when none). */
 TERN_MUST_CHECK
 int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tls_verify *verify);
-
-/* rustls builds only (net/tls_rustls.c), for tests/unit/test_tls_retire.c:
- * the choice of a handshake's key, as its ClientHello callback makes it,
- * and the rule that keeps that key alive until rustls has copied it,
- * however many reloads come meanwhile (see struct tern__tls_certset).
- * tern__tls_pick returns the key of tls's present set for SNI name (len
- * bytes; 0: the default) with its set pinned in *pin, valid until
- * tern__tls_unpin(tls, *pin), which frees the set if a reload replaced it
- * and nothing else holds it (NULL: nothing). tern__tls_sets_alive: the
- * sets not freed, 1 plus the replaced ones still pinned. */
-struct rustls_certified_key;
-typedef struct tern__tls_certset tern__tls_certset;
-const struct rustls_certified_key *tern__tls_pick(tern_tls *tls, const char *name, size_t len,
-                                                  tern__tls_certset **pin);
-void tern__tls_unpin(tern_tls *tls, tern__tls_certset *pin);
-int tern__tls_sets_alive(tern_tls *tls);
 
 /* The client's side (wss). A context for outbound connections: TLS 1.2+,
  * the ALPN list alpn, and unless insecure, verification against ca_file

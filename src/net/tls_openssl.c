@@ -1,7 +1,9 @@
-/* net/tls.h on OpenSSL: the TLS transport, the certificate sets
- * (tern_tls) that listeners share, and the client's contexts. Nothing of
- * OpenSSL leaves this file (and net/crypto_openssl.c): verification
- * results are mapped to tern__tls_verify, contexts are opaque.
+/* net/tls.h and net/tls_lib.h on OpenSSL: a certificate's context (one
+ * SSL_CTX per certificate and key, which net/tls.c keeps in its key
+ * sets), the TLS transport, and the client's contexts. Nothing of OpenSSL
+ * leaves this file (and net/crypto_openssl.c, net/tls_x509.c):
+ * verification results are mapped to tern__tls_verify, contexts are
+ * opaque.
  *
  * OpenSSL's records go through a BIO of ours (lower_bio below) to the
  * transport the connection had before TLS came on it: plain TCP on epoll,
@@ -26,7 +28,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,40 +42,19 @@
 
 #include "loop/check.h"
 #include "loop/log.h"
-#include "net/tls_common.h"
+#include "net/tls_x509.h"
 
-/* ---- certificate sets ------------------------------------------------- */
+/* ---- certificates ------------------------------------------------------ */
 
-/* One certificate chain and key, as files and as the SSL_CTX made of them.
- * names are its DNS names (lower-case), for SNI. */
-typedef struct tls_cert {
-    char *cert_file, *key_file;
+/* One certificate chain and key as the SSL_CTX made of them, set up as
+ * every other (versions, ALPN, the SNI callback, a PEM passphrase callback
+ * that never prompts). names are its DNS names (lower-case), for SNI. A
+ * handshake takes its own reference to the context it uses (SSL_new,
+ * SSL_set_SSL_CTX), so a context a reload replaced lives on with the
+ * connections that use it. */
+struct tern__tls_key {
     SSL_CTX *ctx;
     tern__tls_names names;
-} tls_cert;
-
-/* Invariants: certs[0] is the default; every certs[i].ctx is set up alike
- * (versions, ALPN, SNI callback, a PEM passphrase callback that never
- * prompts). lock guards certs' contexts and names, which tern_tls_reload
- * replaces while other threads handshake; a handshake takes its own
- * reference to the context it uses (SSL_new, SSL_set_SSL_CTX), so a
- * replaced context lives on with the connections that use it. The
- * passphrase source (at most one of passphrase, passphrase_file) is set
- * by tern_tls_new_opt and never changes, so loads read it unlocked. */
-struct tern_tls {
-    uint32_t magic;   /* TERN__MAGIC_TLS until freed (loop/check.h) */
-    pthread_mutex_t lock;
-    atomic_int refs;
-    tls_cert *certs;
-    int ncerts;
-    int (*passphrase)(char *buf, size_t size, void *user);
-    void *passphrase_user;
-    char *passphrase_file;
-    /* tern_tls_options' protocol part, copied; set once, like the passphrase */
-    int min_version;                 /* 12 or 13 */
-    char *ciphers, *ciphersuites;    /* NULL: OpenSSL's */
-    int client_verify;               /* TERN_TLS_VERIFY_* */
-    char *client_ca_file;            /* set when client_verify is */
 };
 
 static int tls_err(const char *what, const char *file) {
@@ -135,7 +115,7 @@ static int alpn_cb(SSL *ssl, const unsigned char **out, unsigned char *outlen,
 
 /* What the PEM callback saw while one key loaded. */
 typedef struct pass_state {
-    const tern_tls *tls;
+    const tern__tls_conf *conf;
     bool asked;     /* OpenSSL wanted a passphrase: the key is encrypted */
     bool given;     /* and one was supplied */
     int file_err;   /* the passphrase file could not be read (-errno) */
@@ -181,14 +161,14 @@ static int pem_pass_cb(char *buf, int size, int rwflag, void *u) {
     if (ps == NULL || size <= 0)
         return -1;
     ps->asked = true;
-    const tern_tls *tls = ps->tls;
+    const tern__tls_conf *conf = ps->conf;
     int n = -1;
-    if (tls->passphrase) {
-        n = tls->passphrase(buf, (size_t)size, tls->passphrase_user);
+    if (conf->passphrase) {
+        n = conf->passphrase(buf, (size_t)size, conf->passphrase_user);
         if (n > size)
             n = -1;   /* it claims more than the buffer holds: not trusted */
-    } else if (tls->passphrase_file) {
-        n = read_pass_file(tls->passphrase_file, buf, size);
+    } else if (conf->passphrase_file) {
+        n = read_pass_file(conf->passphrase_file, buf, size);
         if (n < 0) {
             ps->file_err = n;
             n = -1;
@@ -200,24 +180,24 @@ static int pem_pass_cb(char *buf, int size, int rwflag, void *u) {
     return n;
 }
 
-/* The private key of c into ctx, never prompting. Returns 0, or the error
+/* The private key in key_file into ctx, never prompting. Returns 0, or the error
  * (logged): -ENOKEY for an encrypted key with no passphrase, -EKEYREJECTED
  * for a wrong one, -ENOENT for an unreadable passphrase file, -EPROTO for
  * anything else OpenSSL refuses. */
-static int key_load(tern_tls *tls, tls_cert *c, SSL_CTX *ctx) {
-    pass_state ps = {.tls = tls};
+static int key_load(const tern__tls_conf *conf, const char *key_file, SSL_CTX *ctx) {
+    pass_state ps = {.conf = conf};
     SSL_CTX_set_default_passwd_cb_userdata(ctx, &ps);
-    int ok = SSL_CTX_use_PrivateKey_file(ctx, c->key_file, SSL_FILETYPE_PEM);
+    int ok = SSL_CTX_use_PrivateKey_file(ctx, key_file, SSL_FILETYPE_PEM);
     SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);   /* ps is gone after this call */
     if (ok == 1)
         return 0;
     if (!ps.asked)
-        return tls_err("key", c->key_file);
+        return tls_err("key", key_file);
     ERR_clear_error();
     if (ps.file_err) {
         tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN,
                   "tls: the key in %s is encrypted and its passphrase file %s cannot be read: %s",
-                  c->key_file, tls->passphrase_file, strerror(-ps.file_err));
+                  key_file, conf->passphrase_file, strerror(-ps.file_err));
         return -ENOENT;
     }
     if (!ps.given) {
@@ -225,11 +205,11 @@ static int key_load(tern_tls *tls, tls_cert *c, SSL_CTX *ctx) {
                   "tls: the key in %s is encrypted: give its passphrase "
                   "(tern_tls_options.passphrase or .passphrase_file; "
                   "tern serve --tls-key-passphrase-file)",
-                  c->key_file);
+                  key_file);
         return -ENOKEY;
     }
     tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: wrong passphrase for the key in %s",
-              c->key_file);
+              key_file);
     return -EKEYREJECTED;
 }
 
@@ -242,14 +222,14 @@ static int verify_keep_going(int ok, X509_STORE_CTX *store) {
     return 1;
 }
 
-/* The protocol options of tls on ctx: versions, ciphers, client
+/* The protocol options of conf on ctx: versions, ciphers, client
  * certificates. 0, -EINVAL (a cipher string OpenSSL takes nothing of),
  * -ENOENT (the CA file has no CA OpenSSL can read); logged at warn. */
-static int proto_setup(const tern_tls *tls, SSL_CTX *ctx) {
-    SSL_CTX_set_min_proto_version(ctx, tls->min_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION);
-    if (tls->ciphers && SSL_CTX_set_cipher_list(ctx, tls->ciphers) != 1) {
+static int proto_setup(const tern__tls_conf *conf, SSL_CTX *ctx) {
+    SSL_CTX_set_min_proto_version(ctx, conf->min_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION);
+    if (conf->ciphers && SSL_CTX_set_cipher_list(ctx, conf->ciphers) != 1) {
         ERR_clear_error();
-        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: no cipher in \"%s\"", tls->ciphers);
+        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: no cipher in \"%s\"", conf->ciphers);
         return -EINVAL;
     }
     /* TLS 1.3's suites, when not given, in the order a server on AES-NI
@@ -259,26 +239,26 @@ static int proto_setup(const tern_tls *tls, SSL_CTX *ctx) {
      * (bench/micro/tls_record). OpenSSL's own order puts AES-256-GCM first. */
     static const char suites[] =
         "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
-    if (tls->ciphersuites == NULL && SSL_CTX_set_ciphersuites(ctx, suites) != 1)
+    if (conf->ciphersuites == NULL && SSL_CTX_set_ciphersuites(ctx, suites) != 1)
         return tls_err("ciphersuites", NULL);
-    if (tls->ciphersuites && SSL_CTX_set_ciphersuites(ctx, tls->ciphersuites) != 1) {
+    if (conf->ciphersuites && SSL_CTX_set_ciphersuites(ctx, conf->ciphersuites) != 1) {
         ERR_clear_error();
         tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: no TLS 1.3 ciphersuite in \"%s\"",
-                  tls->ciphersuites);
+                  conf->ciphersuites);
         return -EINVAL;
     }
-    if (tls->client_verify == TERN_TLS_VERIFY_NONE)
+    if (conf->client_verify == TERN_TLS_VERIFY_NONE)
         return 0;
-    STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(tls->client_ca_file);
-    if (names == NULL || SSL_CTX_load_verify_locations(ctx, tls->client_ca_file, NULL) != 1) {
+    STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(conf->client_ca_file);
+    if (names == NULL || SSL_CTX_load_verify_locations(ctx, conf->client_ca_file, NULL) != 1) {
         sk_X509_NAME_pop_free(names, X509_NAME_free);
         ERR_clear_error();
         tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: no CA certificate in %s",
-                  tls->client_ca_file);
+                  conf->client_ca_file);
         return -ENOENT;
     }
     SSL_CTX_set_client_CA_list(ctx, names);   /* takes names */
-    if (tls->client_verify == TERN_TLS_VERIFY_REQUIRE)
+    if (conf->client_verify == TERN_TLS_VERIFY_REQUIRE)
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
     else
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, verify_keep_going);
@@ -286,12 +266,14 @@ static int proto_setup(const tern_tls *tls, SSL_CTX *ctx) {
 }
 
 /* Makes the context of one certificate. */
-static int cert_load(tern_tls *tls, tls_cert *c) {
-    if (access(c->cert_file, R_OK) < 0 || access(c->key_file, R_OK) < 0) {
-        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: cannot read %s or %s", c->cert_file,
-                  c->key_file);
+int tern__tls_key_load(tern_tls *tls, const char *cert_file, const char *key_file,
+                       tern__tls_key **out) {
+    if (access(cert_file, R_OK) < 0 || access(key_file, R_OK) < 0) {
+        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: cannot read %s or %s", cert_file,
+                  key_file);
         return -ENOENT;
     }
+    const tern__tls_conf *conf = tern__tls_conf_of(tls);
     SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
     if (ctx == NULL)
         return tls_err("context", NULL);
@@ -314,154 +296,47 @@ static int cert_load(tern_tls *tls, tls_cert *c) {
      * and with none OpenSSL would prompt on the terminal. */
     SSL_CTX_set_default_passwd_cb(ctx, pem_pass_cb);
     SSL_CTX_set_default_passwd_cb_userdata(ctx, NULL);
-    int perr = proto_setup(tls, ctx);
+    int perr = proto_setup(conf, ctx);
     if (perr < 0) {
         SSL_CTX_free(ctx);
         return perr;
     }
-    if (SSL_CTX_use_certificate_chain_file(ctx, c->cert_file) != 1) {
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert_file) != 1) {
         SSL_CTX_free(ctx);
-        return tls_err("certificate", c->cert_file);
+        return tls_err("certificate", cert_file);
     }
-    int err = key_load(tls, c, ctx);
+    int err = key_load(conf, key_file, ctx);
     if (err == 0 && SSL_CTX_check_private_key(ctx) != 1)
-        err = tls_err("key", c->key_file);
-    if (err < 0) {
+        err = tls_err("key", key_file);
+    tern__tls_key *k = err ? NULL : calloc(1, sizeof(*k));
+    if (k == NULL) {
         SSL_CTX_free(ctx);
-        return err;
-    }
-    tern__tls_names_read(&c->names, SSL_CTX_get0_certificate(ctx));
-    c->ctx = ctx;
-    return 0;
-}
-
-static void cert_free(tls_cert *c) {
-    SSL_CTX_free(c->ctx);
-    tern__tls_names_free(&c->names);
-    free(c->cert_file);
-    free(c->key_file);
-}
-
-static int cert_add(tern_tls *tls, const char *cert_file, const char *key_file) {
-    if (tls == NULL || cert_file == NULL || key_file == NULL)
-        return -EINVAL;
-    tls_cert c = {.cert_file = strdup(cert_file), .key_file = strdup(key_file)};
-    int err = c.cert_file && c.key_file ? cert_load(tls, &c) : -ENOMEM;
-    tls_cert *certs = err ? NULL : realloc(tls->certs, (size_t)(tls->ncerts + 1) * sizeof(*certs));
-    if (certs == NULL) {
-        cert_free(&c);
         return err ? err : -ENOMEM;
     }
-    certs[tls->ncerts++] = c;
-    tls->certs = certs;
+    tern__tls_x509_names(&k->names, SSL_CTX_get0_certificate(ctx));
+    k->ctx = ctx;
+    *out = k;
     return 0;
 }
 
-int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file,
-                     const tern_tls_options *opt) {
-    if (out == NULL)
-        return -EINVAL;
-    *out = NULL;
-    int oerr = tern__tls_options_check(opt);
-    if (oerr < 0)
-        return oerr;
-    tern_tls *tls = calloc(1, sizeof(*tls));
-    if (tls == NULL)
-        return -ENOMEM;
-    tls->magic = TERN__MAGIC_TLS;
-    pthread_mutex_init(&tls->lock, NULL);
-    atomic_init(&tls->refs, 1);
-    tls->min_version = 12;
-    if (opt) {
-        tls->passphrase = opt->passphrase;
-        tls->passphrase_user = opt->passphrase_user;
-        tls->min_version = opt->min_version == 13 ? 13 : 12;
-        tls->client_verify = opt->client_verify;
-        if ((opt->passphrase_file && (tls->passphrase_file = strdup(opt->passphrase_file)) == NULL) ||
-            (opt->ciphers && (tls->ciphers = strdup(opt->ciphers)) == NULL) ||
-            (opt->ciphersuites && (tls->ciphersuites = strdup(opt->ciphersuites)) == NULL) ||
-            (opt->client_ca_file && (tls->client_ca_file = strdup(opt->client_ca_file)) == NULL)) {
-            tern_tls_free(tls);
-            return -ENOMEM;
-        }
-    }
-    int err = cert_add(tls, cert_file, key_file);
-    if (err < 0) {
-        tern_tls_free(tls);
-        return err;
-    }
-    *out = tls;
-    return 0;
-}
-
-int tern_tls_new(tern_tls **out, const char *cert_file, const char *key_file) {
-    return tern_tls_new_opt(out, cert_file, key_file, NULL);
-}
-
-int tern_tls_add_cert(tern_tls *tls, const char *cert_file, const char *key_file) {
-    if (tls == NULL)
-        return -EINVAL;
-    TERN__ASSERT_MAGIC(tls, TERN__MAGIC_TLS, "tern_tls");
-    pthread_mutex_lock(&tls->lock);
-    int err = cert_add(tls, cert_file, key_file);
-    pthread_mutex_unlock(&tls->lock);
-    return err;
-}
-
-int tern_tls_reload(tern_tls *tls) {
-    if (tls == NULL)
-        return -EINVAL;
-    TERN__ASSERT_MAGIC(tls, TERN__MAGIC_TLS, "tern_tls");
-    /* Load all first, outside the lock; swap only if every one loaded. */
-    pthread_mutex_lock(&tls->lock);
-    int n = tls->ncerts;
-    tls_cert *fresh = calloc((size_t)n, sizeof(*fresh));
-    int err = fresh ? 0 : -ENOMEM;
-    for (int i = 0; i < n && err == 0; i++) {
-        fresh[i].cert_file = strdup(tls->certs[i].cert_file);
-        fresh[i].key_file = strdup(tls->certs[i].key_file);
-        err = fresh[i].cert_file && fresh[i].key_file ? 0 : -ENOMEM;
-    }
-    pthread_mutex_unlock(&tls->lock);
-    for (int i = 0; i < n && err == 0; i++)
-        err = cert_load(tls, &fresh[i]);
-    if (err < 0) {
-        for (int i = 0; fresh && i < n; i++)
-            cert_free(&fresh[i]);
-        free(fresh);
-        return err;
-    }
-    pthread_mutex_lock(&tls->lock);
-    tls_cert *old = tls->certs;
-    tls->certs = fresh;
-    pthread_mutex_unlock(&tls->lock);
-    for (int i = 0; i < n; i++)
-        cert_free(&old[i]);
-    free(old);
-    return 0;
-}
-
-static void tls_ref(tern_tls *tls) { atomic_fetch_add(&tls->refs, 1); }
-
-void tern_tls_free(tern_tls *tls) {
-    if (tls == NULL)
+void tern__tls_key_free(tern__tls_key *k) {
+    if (k == NULL)
         return;
-    TERN__ASSERT_MAGIC(tls, TERN__MAGIC_TLS, "tern_tls");
-    if (atomic_fetch_sub(&tls->refs, 1) != 1)
-        return;
-    for (int i = 0; i < tls->ncerts; i++)
-        cert_free(&tls->certs[i]);
-    free(tls->certs);
-    free(tls->passphrase_file);
-    free(tls->ciphers);
-    free(tls->ciphersuites);
-    free(tls->client_ca_file);
-    pthread_mutex_destroy(&tls->lock);
-    tls->magic = TERN__MAGIC_DEAD;
-    tern__check_free(tls);
+    SSL_CTX_free(k->ctx);   /* sessions made from it hold their own reference */
+    tern__tls_names_free(&k->names);
+    free(k);
 }
 
-void tern__tls_ref(tern_tls *tls) { tls_ref(tls); }
+const tern__tls_names *tern__tls_key_names(const tern__tls_key *k) { return &k->names; }
+
+/* OpenSSL keeps nothing per tern_tls beyond its keys' contexts. */
+void tern__tls_lib_free(void *state) { (void)state; }
+
+/* OpenSSL honours every option of tern_tls_options. */
+int tern__tls_lib_check(const tern_tls_options *opt) {
+    (void)opt;
+    return 0;
+}
 
 /* SNI: switch the handshake to the certificate that names the host asked
  * for; the default one serves unknown names and clients that send none. */
@@ -470,14 +345,10 @@ static int sni_cb(SSL *ssl, int *alert, void *arg) {
     const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
     if (name == NULL)
         return SSL_TLSEXT_ERR_OK;
-    size_t len = strlen(name);
-    pthread_mutex_lock(&tls->lock);
-    for (int i = 1; i < tls->ncerts; i++)
-        if (tern__tls_names_match(&tls->certs[i].names, name, len)) {
-            SSL_set_SSL_CTX(ssl, tls->certs[i].ctx);
-            break;
-        }
-    pthread_mutex_unlock(&tls->lock);
+    tern__tls_keyset *pin = NULL;
+    const tern__tls_key *k = tern__tls_pick(tls, name, strlen(name), &pin);
+    SSL_set_SSL_CTX(ssl, k->ctx);   /* takes its own reference: the set may go */
+    tern__tls_unpin(tls, pin);
     return SSL_TLSEXT_ERR_OK;
 }
 
@@ -879,22 +750,6 @@ static ssize_t tls_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
     return (ssize_t)total;
 }
 
-/* Files over TLS: read a piece, encrypt it. A write OpenSSL could not
- * finish is retried with the same piece (the offset has not moved). */
-static ssize_t tls_send_file(tern__conn *c, int fd, off_t *off, size_t len) {
-    static _Thread_local char piece[16384];
-    ssize_t r = pread(fd, piece, len < sizeof(piece) ? len : sizeof(piece), *off);
-    if (r < 0)
-        return -errno;
-    if (r == 0)
-        return 0;
-    struct iovec iov = {piece, (size_t)r};
-    ssize_t w = tls_send(c, &iov, 1);
-    if (w > 0)
-        *off += w;
-    return w;
-}
-
 /* close_notify, then the lower transport's shutdown (on a stream, after
  * its send in flight). close_notify goes when the lower transport takes it
  * now, as a socket with room does; one that cannot (a full socket, a
@@ -916,6 +771,12 @@ static bool tls_pending(const tern__conn *c) {
            t->lower->ops->pending(c);
 }
 
+/* What the lower transport holds of what it took (OpenSSL cannot say
+ * what it keeps of a record the lower transport took in part). */
+static size_t tls_unsent(const tern__conn *c) {
+    return tern__tls_lower_unsent(c, ((const tls_conn *)c->tp)->lower);
+}
+
 static const char *tls_server_name(const tern__conn *c) {
     return SSL_get_servername(ssl_of(c), TLSEXT_NAMETYPE_host_name);
 }
@@ -932,11 +793,12 @@ static void tls_release(tern__conn *c) {
 static const tern__transport_ops tls_ops = {
     .recv = tls_recv,
     .send = tls_send,
-    .send_file = tls_send_file,
+    .send_file = tern__tls_send_file,
     .shutdown = tls_shutdown,
     .pending = tls_pending,
     .release = tls_release,
     .server_name = tls_server_name,
+    .unsent = tls_unsent,
 };
 
 bool tern__tls_is(const tern__conn *c) { return c->tp && c->tp->ops == &tls_ops; }
@@ -952,7 +814,7 @@ int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tl
         return 0;
     *verify = verify_of(SSL_get_verify_result(ssl));
     if (cap)
-        tern__tls_subject(x, subject, cap);
+        tern__tls_x509_subject(x, subject, cap);
     return 1;
 }
 
@@ -963,9 +825,10 @@ int tern__tls_attach(tern__conn *c, tern_tls *tls, const char *alpn) {
     if (t == NULL)
         return -ENOMEM;
     t->alpn = alpn;
-    pthread_mutex_lock(&tls->lock);
-    t->ssl = SSL_new(tls->certs[0].ctx);
-    pthread_mutex_unlock(&tls->lock);
+    tern__tls_keyset *pin = NULL;
+    const tern__tls_key *k = tern__tls_pick(tls, NULL, 0, &pin);
+    t->ssl = SSL_new(k->ctx);   /* takes its own reference: the set may go */
+    tern__tls_unpin(tls, pin);
     if (t->ssl == NULL || !lower_attach(c, t)) {
         SSL_free(t->ssl);
         free(t);
@@ -1072,7 +935,7 @@ static void library_make(void) {
     snprintf(library_name, sizeof(library_name), "OpenSSL %s", OpenSSL_version(OPENSSL_VERSION_STRING));
 }
 
-const char *tern_tls_library(void) {
+const char *tern__tls_lib_name(void) {
     pthread_once(&library_once, library_make);
     return library_name;
 }

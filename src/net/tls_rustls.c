@@ -1,9 +1,11 @@
-/* net/tls.h on rustls (rustls-ffi): the TLS transport, the certificate
- * sets (tern_tls) that listeners share, and the client's contexts.
- * Nothing of rustls leaves this file: results are mapped to errnos and
- * tern__tls_verify. OpenSSL's libcrypto stays linked for what rustls does
- * not offer: reading a certificate's names (SNI) and a peer certificate's
- * subject (X.509 parsing), and net/crypto.h.
+/* net/tls.h and net/tls_lib.h on rustls (rustls-ffi): a certificate's
+ * certified key (which net/tls.c keeps in its key sets), the server
+ * configurations of a tern_tls, the TLS transport, and the client's
+ * contexts. Nothing of rustls leaves this file: results are mapped to
+ * errnos and tern__tls_verify. OpenSSL's libcrypto stays linked for what
+ * rustls does not offer: reading a certificate's names (SNI) and a peer
+ * certificate's subject (X.509 parsing, net/tls_x509.c), and
+ * net/crypto.h.
  *
  * rustls moves records through two callbacks of ours (lower_read and
  * lower_write below) that call the connection's lower transport, plain
@@ -33,7 +35,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,62 +53,25 @@
 
 #include "loop/check.h"
 #include "loop/log.h"
-#include "net/tls_common.h"
+#include "net/crypto.h"
+#include "net/tls_x509.h"
 
-/* ---- certificate sets ------------------------------------------------- */
+/* ---- certificates ------------------------------------------------------ */
 
 #define TLS_MAX_ALPNS 4
 
-/* One certificate chain and key, as files and as rustls's certified key.
- * names are its DNS names (lower-case), for SNI. */
-typedef struct tls_cert {
-    char *cert_file, *key_file;
-    const struct rustls_certified_key *key;
+/* One certificate chain and key as rustls's certified key; names are its
+ * DNS names (lower-case), for SNI. rustls.h promises nothing about how
+ * long it reads the key a ClientHello callback gives it; rustls-ffi
+ * 0.15.7 copies it (a clone of the CertifiedKey: the chain and a
+ * reference to the signing key) right after the callback returns, inside
+ * rustls_connection_process_new_packets, and never reads ours again. So
+ * the set a handshake picks from (tern__tls_pick) stays pinned until that
+ * call returns: never freed while a handshake may still copy from it,
+ * and never later than the end of the handshakes that chose it. */
+struct tern__tls_key {
+    const struct rustls_certified_key *ck;
     tern__tls_names names;
-} tls_cert;
-
-/* One generation of certificates: those tern_tls_new and
- * tern_tls_add_cert gathered, or a reload's fresh load of the same files.
- * Invariants: certs[0] is the default. refs counts who may still read a
- * key of it: the tern_tls while it is the present set (tern_tls.set), and
- * each handshake whose ClientHello callback (hello_cb) handed one of its
- * keys to rustls, until rustls_connection_process_new_packets, the call
- * that ran the callback, returns. rustls.h promises nothing about how long
- * it reads the key it is given; rustls-ffi 0.15.7 copies it (a clone of
- * the CertifiedKey: the chain and a reference to the signing key) right
- * after the callback returns, inside that call, and never reads ours
- * again. So a set a reload replaced is freed by the last of those to let
- * go, at once: never while a handshake may still copy from it, and never
- * later than the end of the handshakes that chose it. */
-struct tern__tls_certset {
-    atomic_int refs;
-    int n;
-    tls_cert *certs;
-};
-
-/* Invariants: lock guards set, the present certificates, which
- * tern_tls_reload replaces while other threads handshake (hello_cb takes
- * its reference under lock). nsets counts the sets not yet freed: 1, plus
- * those replaced that a handshake still holds. cfgs are
- * the server configurations, one per ALPN list the protocols above have
- * attached with (a literal, compared by address), made on first use under
- * lock and kept until the tern_tls is freed: each has its session cache
- * (resumption), which a reload keeps. The protocol options are set once by
- * tern_tls_new_opt. */
-struct tern_tls {
-    uint32_t magic;   /* TERN__MAGIC_TLS until freed (loop/check.h) */
-    pthread_mutex_t lock;
-    atomic_int refs;
-    tern__tls_certset *set;
-    atomic_int nsets;
-    struct {
-        const char *alpn;
-        const struct rustls_server_config *cfg;
-    } cfgs[TLS_MAX_ALPNS];
-    int ncfgs;
-    int min_version;                 /* 12 or 13 */
-    int client_verify;               /* TERN_TLS_VERIFY_* */
-    char *client_ca_file;            /* set when client_verify is */
 };
 
 /* rustls's words for result r, logged at warn with what and file. */
@@ -121,12 +85,12 @@ static int rustls_err(const char *what, const char *file, rustls_result r) {
 }
 
 /* The names of the chain's first certificate (pem, len bytes). */
-static void read_names(tls_cert *c, const char *pem, size_t len) {
+static void read_names(tern__tls_names *names, const char *pem, size_t len) {
     BIO *b = BIO_new_mem_buf(pem, (int)(len > INT_MAX ? INT_MAX : len));
     X509 *x = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
     BIO_free(b);
     if (x)
-        tern__tls_names_read(&c->names, x);
+        tern__tls_x509_names(names, x);
     X509_free(x);
     ERR_clear_error();
 }
@@ -174,13 +138,15 @@ static const struct rustls_crypto_provider *key_provider(void) {
 /* Makes the certified key of one certificate. Returns 0, or the error
  * (logged): -ENOENT (unreadable), -ENOKEY (an encrypted key, which rustls
  * cannot read), -EPROTO (anything else rustls refuses). */
-static int cert_load(tls_cert *c) {
+int tern__tls_key_load(tern_tls *tls, const char *cert_file, const char *key_file,
+                       tern__tls_key **out) {
+    (void)tls;   /* rustls reads no option of tls's when loading */
     size_t clen = 0, klen = 0;
-    char *chain = slurp(c->cert_file, &clen);
-    char *key = chain ? slurp(c->key_file, &klen) : NULL;
+    char *chain = slurp(cert_file, &clen);
+    char *key = chain ? slurp(key_file, &klen) : NULL;
     if (key == NULL) {
-        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: cannot read %s or %s", c->cert_file,
-                  c->key_file);
+        tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN, "tls: cannot read %s or %s", cert_file,
+                  key_file);
         free(chain);
         return -ENOENT;
     }
@@ -190,7 +156,7 @@ static int cert_load(tls_cert *c) {
                   "tls: the key in %s is encrypted, which this build's TLS library (rustls) "
                   "cannot read: decrypt it (openssl pkey -in key.pem -out plain.pem) or use a "
                   "build with TERN_TLS=openssl",
-                  c->key_file);
+                  key_file);
         err = -ENOKEY;
     }
     const struct rustls_certified_key *ck = NULL;
@@ -198,79 +164,38 @@ static int cert_load(tls_cert *c) {
     rustls_result r = err ? RUSTLS_RESULT_OK
                           : rustls_crypto_provider_load_key(key_provider(), (const uint8_t *)key,
                                                             klen, &sk);
-    OPENSSL_cleanse(key, klen);
+    tern__crypto_wipe(key, klen);   /* the private key's text, before it is freed */
     free(key);
     if (err == 0 && r == RUSTLS_RESULT_OK)   /* takes sk, whatever it returns */
         r = rustls_certified_key_build_with_signing_key((const uint8_t *)chain, clen, sk, &ck);
     if (err == 0 && r != RUSTLS_RESULT_OK)
-        err = rustls_err("certificate and key", c->cert_file, r);
-    if (err == 0) {
-        read_names(c, chain, clen);
-        c->key = ck;
+        err = rustls_err("certificate and key", cert_file, r);
+    tern__tls_key *k = err ? NULL : calloc(1, sizeof(*k));
+    if (k) {
+        read_names(&k->names, chain, clen);
+        k->ck = ck;
+        *out = k;
+    } else {
+        rustls_certified_key_free(ck);
+        err = err ? err : -ENOMEM;
     }
     free(chain);
     return err;
 }
 
-static void cert_free(tls_cert *c) {
-    rustls_certified_key_free(c->key);
-    tern__tls_names_free(&c->names);
-    free(c->cert_file);
-    free(c->key_file);
-}
-
-/* A set of n certificates, zeroed, with one reference (its maker's),
- * counted in tls->nsets; NULL when out of memory. */
-static tern__tls_certset *certset_new(tern_tls *tls, int n) {
-    tern__tls_certset *set = calloc(1, sizeof(*set));
-    tls_cert *certs = n ? calloc((size_t)n, sizeof(*certs)) : NULL;
-    if (set == NULL || (n && certs == NULL)) {
-        free(set);
-        free(certs);
-        return NULL;
-    }
-    atomic_init(&set->refs, 1);
-    set->n = n;
-    set->certs = certs;
-    atomic_fetch_add(&tls->nsets, 1);
-    return set;
-}
-
-/* Lets go of one reference to set (NULL: nothing); the last frees it. */
-static void certset_put(tern_tls *tls, tern__tls_certset *set) {
-    if (set == NULL || atomic_fetch_sub(&set->refs, 1) != 1)
+void tern__tls_key_free(tern__tls_key *k) {
+    if (k == NULL)
         return;
-    for (int i = 0; i < set->n; i++)
-        cert_free(&set->certs[i]);
-    free(set->certs);
-    free(set);
-    atomic_fetch_sub(&tls->nsets, 1);
+    rustls_certified_key_free(k->ck);   /* handshakes hold their own copies */
+    tern__tls_names_free(&k->names);
+    free(k);
 }
 
-/* Adds a certificate to the present set. Called with tls->lock held (or
- * before anyone else knows tls): a handshake's key is a rustls object of
- * its own, so moving the array does not move it. */
-static int cert_add(tern_tls *tls, const char *cert_file, const char *key_file) {
-    if (tls == NULL || cert_file == NULL || key_file == NULL)
-        return -EINVAL;
-    tls_cert c = {.cert_file = strdup(cert_file), .key_file = strdup(key_file)};
-    int err = c.cert_file && c.key_file ? cert_load(&c) : -ENOMEM;
-    tern__tls_certset *set = tls->set;
-    tls_cert *certs = err ? NULL : realloc(set->certs, (size_t)(set->n + 1) * sizeof(*certs));
-    if (certs == NULL) {
-        cert_free(&c);
-        return err ? err : -ENOMEM;
-    }
-    certs[set->n++] = c;
-    set->certs = certs;
-    return 0;
-}
+const tern__tls_names *tern__tls_key_names(const tern__tls_key *k) { return &k->names; }
 
-int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file,
-                     const tern_tls_options *opt) {
-    if (out == NULL)
-        return -EINVAL;
-    *out = NULL;
+/* What rustls cannot do as OpenSSL does, refused with a message saying
+ * what to do instead. */
+int tern__tls_lib_check(const tern_tls_options *opt) {
     if (opt && (opt->passphrase || opt->passphrase_file)) {
         tern__log(TERN_LOG_WARN, TERN__LOG_LISTEN,
                   "tls: this build's TLS library (rustls) cannot read encrypted keys: "
@@ -292,117 +217,30 @@ int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file
                   "TERN_TLS=openssl");
         return -ENOTSUP;
     }
-    int oerr = tern__tls_options_check(opt);
-    if (oerr < 0)
-        return oerr;
-    tern_tls *tls = calloc(1, sizeof(*tls));
-    if (tls == NULL)
-        return -ENOMEM;
-    tls->magic = TERN__MAGIC_TLS;
-    pthread_mutex_init(&tls->lock, NULL);
-    atomic_init(&tls->refs, 1);
-    atomic_init(&tls->nsets, 0);
-    tls->min_version = 12;
-    if ((tls->set = certset_new(tls, 0)) == NULL) {
-        tern_tls_free(tls);
-        return -ENOMEM;
-    }
-    if (opt) {
-        tls->min_version = opt->min_version == 13 ? 13 : 12;
-        tls->client_verify = opt->client_verify;
-        if (opt->client_ca_file && (tls->client_ca_file = strdup(opt->client_ca_file)) == NULL) {
-            tern_tls_free(tls);
-            return -ENOMEM;
-        }
-    }
-    int err = cert_add(tls, cert_file, key_file);
-    if (err < 0) {
-        tern_tls_free(tls);
-        return err;
-    }
-    *out = tls;
     return 0;
 }
 
-int tern_tls_new(tern_tls **out, const char *cert_file, const char *key_file) {
-    return tern_tls_new_opt(out, cert_file, key_file, NULL);
-}
+/* The server configurations a tern_tls has (its tern__tls_lib_state):
+ * one per ALPN list the protocols above have attached with (a literal,
+ * compared by address), made on first use under the tern_tls's lock and
+ * kept until it is freed: each has its session cache (resumption), which
+ * a reload keeps. Invariants: cfgs[0..n) are built. */
+typedef struct tls_cfgs {
+    struct {
+        const char *alpn;
+        const struct rustls_server_config *cfg;
+    } cfgs[TLS_MAX_ALPNS];
+    int n;
+} tls_cfgs;
 
-int tern_tls_add_cert(tern_tls *tls, const char *cert_file, const char *key_file) {
-    if (tls == NULL)
-        return -EINVAL;
-    TERN__ASSERT_MAGIC(tls, TERN__MAGIC_TLS, "tern_tls");
-    pthread_mutex_lock(&tls->lock);
-    int err = cert_add(tls, cert_file, key_file);
-    pthread_mutex_unlock(&tls->lock);
-    return err;
-}
-
-int tern_tls_reload(tern_tls *tls) {
-    if (tls == NULL)
-        return -EINVAL;
-    TERN__ASSERT_MAGIC(tls, TERN__MAGIC_TLS, "tern_tls");
-    /* Load all first, outside the lock; swap only if every one loaded. */
-    pthread_mutex_lock(&tls->lock);
-    int n = tls->set->n;
-    tern__tls_certset *fresh = certset_new(tls, n);
-    int err = fresh ? 0 : -ENOMEM;
-    for (int i = 0; i < n && err == 0; i++) {
-        fresh->certs[i].cert_file = strdup(tls->set->certs[i].cert_file);
-        fresh->certs[i].key_file = strdup(tls->set->certs[i].key_file);
-        err = fresh->certs[i].cert_file && fresh->certs[i].key_file ? 0 : -ENOMEM;
-    }
-    pthread_mutex_unlock(&tls->lock);
-    for (int i = 0; i < n && err == 0; i++)
-        err = cert_load(&fresh->certs[i]);
-    if (err < 0) {
-        certset_put(tls, fresh);
-        return err;
-    }
-    pthread_mutex_lock(&tls->lock);
-    tern__tls_certset *old = tls->set;
-    tls->set = fresh;
-    pthread_mutex_unlock(&tls->lock);
-    certset_put(tls, old);   /* freed now, unless a handshake still holds it */
-    return 0;
-}
-
-void tern_tls_free(tern_tls *tls) {
-    if (tls == NULL)
+void tern__tls_lib_free(void *state) {
+    tls_cfgs *cs = state;
+    if (cs == NULL)
         return;
-    TERN__ASSERT_MAGIC(tls, TERN__MAGIC_TLS, "tern_tls");
-    if (atomic_fetch_sub(&tls->refs, 1) != 1)
-        return;
-    certset_put(tls, tls->set);   /* the last: every connection has let go of tls */
-    for (int i = 0; i < tls->ncfgs; i++)
-        rustls_server_config_free(tls->cfgs[i].cfg);   /* connections hold their own reference */
-    free(tls->client_ca_file);
-    pthread_mutex_destroy(&tls->lock);
-    tls->magic = TERN__MAGIC_DEAD;
-    tern__check_free(tls);
+    for (int i = 0; i < cs->n; i++)
+        rustls_server_config_free(cs->cfgs[i].cfg);   /* connections hold their own reference */
+    free(cs);
 }
-
-void tern__tls_ref(tern_tls *tls) { atomic_fetch_add(&tls->refs, 1); }
-
-const struct rustls_certified_key *tern__tls_pick(tern_tls *tls, const char *name, size_t len,
-                                                  tern__tls_certset **pin) {
-    pthread_mutex_lock(&tls->lock);
-    tern__tls_certset *set = tls->set;
-    const struct rustls_certified_key *key = set->certs[0].key;
-    for (int i = 1; len && i < set->n; i++)
-        if (tern__tls_names_match(&set->certs[i].names, name, len)) {
-            key = set->certs[i].key;
-            break;
-        }
-    atomic_fetch_add(&set->refs, 1);   /* under lock: a reload cannot free it first */
-    pthread_mutex_unlock(&tls->lock);
-    *pin = set;
-    return key;
-}
-
-void tern__tls_unpin(tern_tls *tls, tern__tls_certset *pin) { certset_put(tls, pin); }
-
-int tern__tls_sets_alive(tern_tls *tls) { return atomic_load(&tls->nsets); }
 
 /* ---- the transport ---------------------------------------------------- */
 
@@ -418,7 +256,7 @@ int tern__tls_sets_alive(tern_tls *tls) { return atomic_load(&tls->nsets); }
  * then. tls (a server's) chooses the certificate in
  * hello_cb; sni is the name the client asked for. pinned: the set of the
  * key hello_cb handed to rustls, held until the call that ran it returns
- * (see tern__tls_certset). verify_out, for a client that verifies, is
+ * (see struct tern__tls_key). verify_out, for a client that verifies, is
  * where a failed handshake leaves why. */
 typedef struct tls_conn {
     tern__transport base;
@@ -426,7 +264,7 @@ typedef struct tls_conn {
     tern__transport *lower;
     tern__conn *conn;
     tern_tls *tls;
-    tern__tls_certset *pinned;
+    tern__tls_keyset *pinned;
     tern__tls_verify *verify_out;
     int io_err;
     size_t owed;
@@ -657,22 +495,6 @@ static ssize_t tls_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
     return total ? (ssize_t)total : -EAGAIN;
 }
 
-/* Files over TLS: read a piece, encrypt it. A write not finished is
- * retried with the same piece (the offset has not moved). */
-static ssize_t tls_send_file(tern__conn *c, int fd, off_t *off, size_t len) {
-    static _Thread_local char piece[16384];
-    ssize_t r = pread(fd, piece, len < sizeof(piece) ? len : sizeof(piece), *off);
-    if (r < 0)
-        return -errno;
-    if (r == 0)
-        return 0;
-    struct iovec iov = {piece, (size_t)r};
-    ssize_t w = tls_send(c, &iov, 1);
-    if (w > 0)
-        *off += w;
-    return w;
-}
-
 /* close_notify, then the lower transport's shutdown. close_notify goes
  * when the lower transport takes it now; one that cannot ends with the
  * TCP end alone. */
@@ -688,6 +510,13 @@ static int tls_shutdown(tern__conn *c) {
 static bool tls_pending(const tern__conn *c) {
     const tls_conn *t = (const tls_conn *)c->tp;
     return t->more || t->h.off < t->h.len || t->lower->ops->pending(c);
+}
+
+/* What the lower transport holds of what it took (rustls says only
+ * whether it holds records, not how many bytes: net learns of those by
+ * the owed byte). */
+static size_t tls_unsent(const tern__conn *c) {
+    return tern__tls_lower_unsent(c, ((const tls_conn *)c->tp)->lower);
 }
 
 static const char *tls_server_name(const tern__conn *c) {
@@ -709,11 +538,12 @@ static void tls_release(tern__conn *c) {
 static const tern__transport_ops tls_ops = {
     .recv = tls_recv,
     .send = tls_send,
-    .send_file = tls_send_file,
+    .send_file = tern__tls_send_file,
     .shutdown = tls_shutdown,
     .pending = tls_pending,
     .release = tls_release,
     .server_name = tls_server_name,
+    .unsent = tls_unsent,
 };
 
 bool tern__tls_is(const tern__conn *c) { return c->tp && c->tp->ops == &tls_ops; }
@@ -734,7 +564,7 @@ int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tl
     if (cap) {
         X509 *x = d2i_X509(NULL, &der, (long)(dlen > LONG_MAX ? LONG_MAX : dlen));
         if (x)
-            tern__tls_subject(x, subject, cap);
+            tern__tls_x509_subject(x, subject, cap);
         X509_free(x);
         ERR_clear_error();
     }
@@ -756,7 +586,7 @@ static const struct rustls_certified_key *hello_cb(void *user, const rustls_clie
     /* Called again before the pin was dropped (a second ClientHello in
      * one call): the first key was copied as that callback returned. */
     tern__tls_unpin(t->tls, t->pinned);
-    return tern__tls_pick(t->tls, name, len, &t->pinned);
+    return tern__tls_pick(t->tls, name, len, &t->pinned)->ck;
 }
 
 /* ALPN lists (net/tls.h's wire format) as rustls's slices; n of them. */
@@ -815,19 +645,24 @@ static size_t versions(int min_version, uint16_t v[2]) {
 }
 
 /* The server configuration of tls for the ALPN list alpn: made once.
- * Called with tls->lock held. NULL on error (logged). rustls refuses, with
- * the no_application_protocol alert, a client that offers ALPN but none
- * of ours. */
+ * Called with tls's lock held (tern__tls_lock). NULL on error (logged).
+ * rustls refuses, with the no_application_protocol alert, a client that
+ * offers ALPN but none of ours. */
 static const struct rustls_server_config *server_config(tern_tls *tls, const char *alpn) {
-    for (int i = 0; i < tls->ncfgs; i++)
-        if (tls->cfgs[i].alpn == alpn)
-            return tls->cfgs[i].cfg;
-    if (tls->ncfgs == TLS_MAX_ALPNS)
+    void **state = tern__tls_lib_state(tls);
+    if (*state == NULL && (*state = calloc(1, sizeof(tls_cfgs))) == NULL)
         return NULL;
+    tls_cfgs *cs = *state;
+    for (int i = 0; i < cs->n; i++)
+        if (cs->cfgs[i].alpn == alpn)
+            return cs->cfgs[i].cfg;
+    if (cs->n == TLS_MAX_ALPNS)
+        return NULL;
+    const tern__tls_conf *conf = tern__tls_conf_of(tls);
     uint16_t v[2];
     struct rustls_server_config_builder *b = NULL;
     rustls_result r = rustls_server_config_builder_new_custom(
-        provider(), v, versions(tls->min_version, v), &b);
+        provider(), v, versions(conf->min_version, v), &b);
     if (r == RUSTLS_RESULT_OK)
         r = rustls_server_config_builder_set_ignore_client_order(b, true);
     struct rustls_slice_bytes protos[16];
@@ -836,10 +671,10 @@ static const struct rustls_server_config *server_config(tern_tls *tls, const cha
         r = rustls_server_config_builder_set_alpn_protocols(b, protos, np);
     if (r == RUSTLS_RESULT_OK)
         r = rustls_server_config_builder_set_hello_callback(b, hello_cb);
-    if (r == RUSTLS_RESULT_OK && tls->client_verify != TERN_TLS_VERIFY_NONE) {
+    if (r == RUSTLS_RESULT_OK && conf->client_verify != TERN_TLS_VERIFY_NONE) {
         struct rustls_root_cert_store_builder *sb = rustls_root_cert_store_builder_new();
         const struct rustls_root_cert_store *store = NULL;
-        r = rustls_root_cert_store_builder_load_roots_from_file(sb, tls->client_ca_file, true);
+        r = rustls_root_cert_store_builder_load_roots_from_file(sb, conf->client_ca_file, true);
         if (r == RUSTLS_RESULT_OK)
             r = rustls_root_cert_store_builder_build(sb, &store);
         rustls_root_cert_store_builder_free(sb);
@@ -863,11 +698,11 @@ static const struct rustls_server_config *server_config(tern_tls *tls, const cha
     }
     rustls_server_config_builder_free(b);
     if (r != RUSTLS_RESULT_OK) {
-        rustls_err("server configuration", tls->client_ca_file, r);
+        rustls_err("server configuration", conf->client_ca_file, r);
         return NULL;
     }
-    tls->cfgs[tls->ncfgs].alpn = alpn;
-    tls->cfgs[tls->ncfgs++].cfg = cfg;
+    cs->cfgs[cs->n].alpn = alpn;
+    cs->cfgs[cs->n++].cfg = cfg;
     return cfg;
 }
 
@@ -884,9 +719,9 @@ int tern__tls_attach(tern__conn *c, tern_tls *tls, const char *alpn) {
     tls_conn *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return -ENOMEM;
-    pthread_mutex_lock(&tls->lock);
+    tern__tls_lock(tls);
     const struct rustls_server_config *cfg = server_config(tls, alpn);
-    pthread_mutex_unlock(&tls->lock);
+    tern__tls_unlock(tls);
     if (cfg == NULL || rustls_server_connection_new(cfg, &t->rc) != RUSTLS_RESULT_OK) {
         free(t);
         return -ENOMEM;
@@ -1008,7 +843,7 @@ static void library_copy(void) {
              v.data);
 }
 
-const char *tern_tls_library(void) {
+const char *tern__tls_lib_name(void) {
     pthread_once(&library_once, library_copy);
     return library_name;
 }

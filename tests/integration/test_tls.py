@@ -803,6 +803,33 @@ def test_tls_slowloris_and_non_reader_are_cut(tls_tern):
     never.close()
 
 
+def test_tls_steady_slow_reader_is_not_cut_by_the_send_clock(tls_tern):
+    # A reader slower than the kernel frees room, over TLS: its progress is
+    # seen through the TLS transport's unsent op (the lower transport's
+    # bytes: on io_uring, the send in flight) and the socket's queue, so
+    # the 300 ms send clock must not cut it, on either back end.
+    tern = tls_tern("--send-timeout", "300", "--log-level", "info")
+    s = tls_connect(tern)
+    s.sendall(b"GET /echo?size=6000000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    got = bytearray()
+    while b"\r\n\r\n" not in got:
+        got += s.recv(65536)
+    head, _, got = bytes(got).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    got = bytearray(got)
+    deadline = time.monotonic() + 30 * SLOW
+    while len(got) < 6_000_000 and time.monotonic() < deadline:
+        b = s.recv(32768)
+        if not b:
+            break
+        got += b
+        time.sleep(0.02)
+    s.close()
+    assert len(got) == 6_000_000
+    assert tern.stop() == 0
+    assert "send timeout" not in tern.stderr
+
+
 def test_tls_sigterm_under_load_loses_no_accepted_request(tls_tern):
     import threading
     tern = tls_tern()
