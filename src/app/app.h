@@ -81,7 +81,6 @@ void tern__serve_log_access(FILE *f, const tern_http_access *a);
  * path afresh (the file logrotate moved away keeps what was written).
  * Returns 0, or a negative errno (then f writes where it did). */
 int tern__serve_log_reopen(FILE *f, const char *path);
-void tern__serve_json_escape(const char *s, char *out, size_t cap);
 
 /* main.c: tern --version's lines (the version, the TLS library, the I/O
  * back ends built in). */

@@ -62,11 +62,11 @@
 #include <time.h>
 
 #include "app/app.h"
+#include "app/json.h"
 #include "app/options.h"
 #include "tern/tern.h"
 
 #define LOAD_MAX_HANDSHAKES 256   /* connections being opened at once: kind to the accept queue */
-#define LOAD_HOST_MAX 256
 #define LOAD_PATH_MAX 2048
 #define LOAD_CTR_LEN 8            /* an echo message starts with its sequence number */
 #define LOAD_STALL_MS 10000       /* nothing received for this long: the server is stuck */
@@ -85,10 +85,9 @@ enum load_mode { LOAD_ECHO, LOAD_PIPELINE, LOAD_FANOUT, LOAD_PUBSUB, LOAD_MARKET
 typedef struct load_opts {
     enum load_mode mode;
     const char *url;
-    char host[LOAD_HOST_MAX];        /* as resolved */
-    char authority[LOAD_HOST_MAX + 8];  /* the Host header: host[:port] as in the URL */
-    char path[LOAD_PATH_MAX];        /* request target, starts with '/' */
-    unsigned port;
+    tern_url where;                  /* url parsed: its target is the subscribers' path */
+    const char *ca_file;             /* wss://: the server's CA (NULL: the system's) */
+    bool insecure;                   /* wss://: no certificate check */
     uint32_t connections;
     uint64_t size;
     uint64_t duration_ms, warmup_ms;  /* echo */
@@ -810,11 +809,11 @@ static void on_connect_error(const tern_ws_connect_error *e, void *user) {
     run->handshaking--;
     run->live--;
     if (!e->connected)
-        run_fail(run, "connect to %s: %s", run->o->authority,
+        run_fail(run, "connect to %s: %s", run->o->where.authority,
                  e->err == -ETIMEDOUT ? "timed out" : tern_strerror(e->err));
     else if (e->status)
         run_fail(run, "connection %u: handshake refused: %s (is %s a WebSocket route?)",
-                 conn_no(c), e->message, is_publisher(c) ? run->o->pub_path : run->o->path);
+                 conn_no(c), e->message, is_publisher(c) ? run->o->pub_path : run->o->where.target);
     else
         run_fail(run, "connection %u: handshake: %s", conn_no(c), e->message);
     maybe_stop(run);
@@ -827,8 +826,12 @@ static void on_connect_error(const tern_ws_connect_error *e, void *user) {
  * for what came after the last message it got. */
 static void conn_url(const load_conn *c, char *url, size_t cap) {
     const load_run *run = c->run;
-    const char *target = is_publisher(c) ? run->o->pub_path : run->o->path;
-    int n = snprintf(url, cap, "ws://%s%s", run->o->authority, target);
+    const tern_url *w = &run->o->where;
+    const char *target = is_publisher(c) ? run->o->pub_path : w->target;
+    int n = w->unix_socket ? snprintf(url, cap, "%s+unix:%s:%s", w->tls ? "wss" : "ws",
+                                      w->socket_path, target)
+                           : snprintf(url, cap, "%s://%s%s", w->tls ? "wss" : "ws",
+                                      w->authority, target);
     if (n < 0 || (size_t)n >= cap || is_publisher(c) || !run->o->cut_for_ms)
         return;
     char sep = strchr(target, '?') ? '&' : '?';
@@ -841,7 +844,7 @@ static void conn_url(const load_conn *c, char *url, size_t cap) {
 
 static void conn_start(load_conn *c) {
     load_run *run = c->run;
-    char url[LOAD_PATH_MAX + LOAD_HOST_MAX + 96];
+    char url[LOAD_PATH_MAX + sizeof(run->o->where.authority) + 96];
     conn_url(c, url, sizeof(url));
     tern_ws_client_options opt = run->copt;
     if (c->slow)
@@ -849,9 +852,9 @@ static void conn_start(load_conn *c) {
     int err = tern_ws_connect(run->loop, url, &run->handlers, &opt, c);
     if (err < 0) {
         if (err == TERN_ENOHOST)
-            run_fail(run, "cannot resolve %s", run->o->host);
+            run_fail(run, "cannot resolve %s", run->o->where.host);
         else
-            run_fail(run, "connection %u: connect to %s: %s%s", conn_no(c), run->o->authority,
+            run_fail(run, "connection %u: connect to %s: %s%s", conn_no(c), run->o->where.authority,
                      tern_strerror(err), err == -EMFILE ? " (raise ulimit -n)" : "");
         return;
     }
@@ -1230,6 +1233,8 @@ static int run_prepare(load_run *run) {
     size_t biggest = o->size > o->reply_size ? (size_t)o->size : (size_t)o->reply_size;
     run->copt = (tern_ws_client_options){
         .headers = run->headers,
+        .ca_file = o->ca_file,
+        .insecure = o->insecure,
         .ws = {.max_message = biggest > (16u << 20) ? biggest : 0,
                .close_timeout_ms = LOAD_CLOSE_MS,
                .backlog_soft = (size_t)LOAD_MAX_BATCH * 2,
@@ -1278,20 +1283,6 @@ static int run_prepare(load_run *run) {
 
 /* ---- results ------------------------------------------------------------ */
 
-static void json_string(const char *s) {
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            printf("\\%c", ch);
-        else if (ch < 0x20)
-            printf("\\u%04x", ch);
-        else
-            putchar(ch);
-    }
-    putchar('"');
-}
-
 static void print_results(const load_run *run) {
     const load_opts *o = run->o;
     double secs = (double)(run->t1_ns - run->t0_ns) / 1e9;
@@ -1308,7 +1299,7 @@ static void print_results(const load_run *run) {
         mbps = rate * (double)o->reply_size / 1e6;
         if (o->json) {
             printf("{\"mode\":\"fanout\",\"url\":");
-            json_string(o->url);
+            tern__json_print_string(stdout, o->url);
             printf(",\"connections\":%u,\"size\":%llu,\"replies\":%u,\"reply_size\":%llu,"
                    "\"interval_s\":%.3f,\"warmup_s\":%.3f,\"duration_s\":%.3f,\"connect_s\":%.3f,"
                    "\"rounds_sent\":%llu,\"rounds\":%llu,\"late\":%llu,\"skipped\":%llu,"
@@ -1344,9 +1335,9 @@ static void print_results(const load_run *run) {
         double s50 = (double)hist_quantile(sh, 0.50) / 1e3, s99 = (double)hist_quantile(sh, 0.99) / 1e3;
         if (o->json) {
             printf("{\"mode\":\"market\",\"url\":");
-            json_string(o->url);
+            tern__json_print_string(stdout, o->url);
             printf(",\"publish_path\":");
-            json_string(o->pub_path);
+            tern__json_print_string(stdout, o->pub_path);
             printf(",\"connections\":%u,\"slow\":%u,\"instruments\":%u,\"size\":%llu,"
                    "\"rate\":%llu,\"slow_rate\":%llu,\"warmup_s\":%.3f,\"duration_s\":%.3f,"
                    "\"drain_s\":%.3f,\"connect_s\":%.3f,\"published\":%llu,\"publish_rate\":%.1f,"
@@ -1387,9 +1378,9 @@ static void print_results(const load_run *run) {
         uint64_t expected = run->published * o->connections;
         if (o->json) {
             printf("{\"mode\":\"pubsub\",\"url\":");
-            json_string(o->url);
+            tern__json_print_string(stdout, o->url);
             printf(",\"publish_path\":");
-            json_string(o->pub_path);
+            tern__json_print_string(stdout, o->pub_path);
             printf(",\"connections\":%u,\"size\":%llu,\"rate\":%llu,\"warmup_s\":%.3f,"
                    "\"duration_s\":%.3f,\"connect_s\":%.3f,\"published\":%llu,"
                    "\"publish_rate\":%.1f,\"publisher_blocked\":%llu,\"shed\":%llu,"
@@ -1445,7 +1436,7 @@ static void print_results(const load_run *run) {
     } else if (o->mode == LOAD_ECHO) {
         if (o->json) {
             printf("{\"mode\":\"echo\",\"url\":");
-            json_string(o->url);
+            tern__json_print_string(stdout, o->url);
             printf(",\"connections\":%u,\"size\":%llu,\"warmup_s\":%.3f,\"duration_s\":%.3f,"
                    "\"connect_s\":%.3f,\"messages\":%llu,\"msg_per_s\":%.1f,\"mb_per_s\":%.3f,"
                    "\"latency_us\":{\"mean\":%.1f,\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
@@ -1465,7 +1456,7 @@ static void print_results(const load_run *run) {
         }
     } else if (o->json) {
         printf("{\"mode\":\"pipeline\",\"url\":");
-        json_string(o->url);
+        tern__json_print_string(stdout, o->url);
         printf(",\"connections\":%u,\"depth\":%u,\"size\":%llu,\"iterations\":%llu,"
                "\"warmup_iterations\":%llu,\"connect_s\":%.3f,\"seconds\":%.3f,\"messages\":%llu,"
                "\"echo_bytes\":%llu,\"msg_per_s\":%.1f,\"mb_per_s\":%.3f,\"unclean_closes\":%u}\n",
@@ -1506,13 +1497,15 @@ static const char *pub_path_ok(const char *v) {
  * (tern_app_load), and the help says them. */
 enum { LO_URL, LO_CONNS, LO_SIZE, LO_DURATION, LO_WARMUP, LO_DEPTH, LO_ITER, LO_WARMUP_ITER,
        LO_REPLIES, LO_REPLY_SIZE, LO_INTERVAL, LO_RATE, LO_PUB_PATH, LO_INSTRUMENTS,
-       LO_SLOW_FRACTION, LO_SLOW_RATE, LO_DRAIN, LO_CUT_AT, LO_CUT_FOR, LO_JSON, LO_HELP,
+       LO_SLOW_FRACTION, LO_SLOW_RATE, LO_DRAIN, LO_CUT_AT, LO_CUT_FOR, LO_CA_FILE, LO_INSECURE,
+       LO_JSON, LO_HELP,
        LO_COUNT };
 #define SEC TERN__OPT_SECONDS
 static const tern__opt load_opts_table[LO_COUNT] = {
     [LO_URL] = {"url", 0, TERN__OPT_STRING, "URL",
-                .help = "ws://HOST[:PORT]/PATH: a name (its addresses tried in turn)\n"
-                        "or an IPv4 address (no wss:// yet); required"},
+                .help = "ws://HOST[:PORT]/PATH or wss://...: a name (its addresses\n"
+                        "tried in turn) or an address (IPv6 in brackets); or\n"
+                        "ws+unix:SOCKET:/PATH; required"},
     [LO_CONNS] = {"connections", 0, TERN__OPT_UINT, "N", NULL, 1, 1000000,
                   .help = "connections; pubsub, market: subscribers (default: echo 100,\n"
                           "pipeline 1, fanout and pubsub 1000, market 5000)"},
@@ -1558,6 +1551,11 @@ static const tern__opt load_opts_table[LO_COUNT] = {
                            "a history: --pubsub-history); a gap or a duplicate shows in\n"
                            "the sequences"},
     [LO_CUT_FOR] = {"cut-for", 0, SEC, "T", .groups = M_PUB, .help = "see --cut-at"},
+    [LO_CA_FILE] = {"ca-file", 0, TERN__OPT_STRING, "FILE",
+                    .help = "wss://: the CA certificates (PEM) that sign the server's\n"
+                            "(default: the system's)"},
+    [LO_INSECURE] = {"insecure", 'k', TERN__OPT_FLAG,
+                     .help = "wss://: do not check the server's certificate"},
     [LO_JSON] = {"json", 0, TERN__OPT_FLAG, .help = "print one JSON object instead of text"},
     [LO_HELP] = {"help", 0, TERN__OPT_FLAG, .flags = TERN__OPT_CLI_ONLY, .help = "this text"},
 };
@@ -1610,70 +1608,6 @@ static void usage(FILE *f) {
             "\n"
             "Exit status: 0 after a clean run; 1 when the run failed (connection refused,\n"
             "handshake refused, a wrong echo, the server closing); 2 for bad options.\n");
-}
-
-static bool parse_uint(const char *s, unsigned long long min, unsigned long long max,
-                       unsigned long long *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || *s == '-' || v < min || v > max)
-        return false;
-    *out = v;
-    return true;
-}
-
-/* ws://HOST[:PORT][/PATH][?QUERY]: fills host, port, authority, path.
- * Returns NULL or what is wrong with it. */
-static const char *parse_url(const char *url, load_opts *o) {
-    if (strncasecmp(url, "wss://", 6) == 0)
-        return "wss:// is not supported yet (no TLS in tern load)";
-    if (strncasecmp(url, "ws://", 5) != 0)
-        return "it must start with ws://";
-    const char *a = url + 5;
-    size_t alen = strcspn(a, "/?#");
-    if (alen == 0)
-        return "no host";
-    if (alen >= LOAD_HOST_MAX)
-        return "host too long";
-    if (a[0] == '[')
-        return "IPv6 addresses are not supported yet";
-    if (memchr(a, '@', alen))
-        return "user info is not supported";
-    memcpy(o->authority, a, alen);
-    o->authority[alen] = '\0';
-    const char *colon = memchr(a, ':', alen);
-    size_t hlen = colon ? (size_t)(colon - a) : alen;
-    if (hlen == 0)
-        return "no host";
-    memcpy(o->host, a, hlen);
-    o->host[hlen] = '\0';
-    o->port = 80;
-    if (colon) {
-        char port[8];
-        size_t plen = alen - hlen - 1;
-        unsigned long long p;
-        if (plen == 0 || plen >= sizeof(port))
-            return "bad port";
-        memcpy(port, colon + 1, plen);
-        port[plen] = '\0';
-        if (!parse_uint(port, 1, 65535, &p))
-            return "bad port";
-        o->port = (unsigned)p;
-    }
-    const char *path = a + alen;
-    size_t plen = strcspn(path, "#");   /* a fragment is not sent */
-    if (plen + 2 > LOAD_PATH_MAX)
-        return "path too long";
-    size_t off = 0;
-    if (path[0] != '/')   /* "" or "?query": the path is "/" */
-        o->path[off++] = '/';
-    memcpy(o->path + off, path, plen);
-    o->path[off + plen] = '\0';
-    for (const char *p = o->path; *p; p++)
-        if ((unsigned char)*p <= 0x20 || *p == 0x7F)
-            return "the path has a space or a control character (percent-encode it)";
-    return NULL;
 }
 
 /* Enough descriptors for the connections, raising the soft limit when the
@@ -1843,13 +1777,17 @@ static int load_configure(tern__opt_set *s, load_opts *o, int argc, char **argv)
     if (GIVEN(LO_DRAIN)) o->drain_ms = tern__opt_uint(s, LO_DRAIN);
     if (GIVEN(LO_CUT_AT)) o->cut_at_ms = tern__opt_uint(s, LO_CUT_AT);
     if (GIVEN(LO_CUT_FOR)) o->cut_for_ms = tern__opt_uint(s, LO_CUT_FOR);
+    o->ca_file = tern__opt_str(s, LO_CA_FILE);
+    o->insecure = tern__opt_uint(s, LO_INSECURE);
     o->json = tern__opt_uint(s, LO_JSON);
 #undef GIVEN
     if (o->url == NULL) {
         fprintf(stderr, "tern load %s: --url is required\n", mode);
         return 2;
     }
-    const char *why = parse_url(o->url, o);
+    const char *why = NULL;
+    if (tern_url_parse(o->url, &o->where, &why) == 0 && strlen(o->where.target) >= LOAD_PATH_MAX)
+        why = "path too long";
     if (why != NULL) {
         fprintf(stderr, "tern load %s: bad --url %s: %s\n", mode, o->url, why);
         return 2;
