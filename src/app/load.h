@@ -60,17 +60,20 @@ typedef struct load_opts {
  * Log-linear, in nanoseconds: values below 2^SUB_BITS have a bucket each;
  * above, each power of two is cut into 2^SUB_BITS equal buckets, so a
  * bucket is at most 1/64 of its values wide (HdrHistogram's layout with
- * one significant figure and a bit). Fixed size: recording is an index
- * computation and an increment. */
+ * one significant figure and a bit). The layout is a table of upper
+ * bounds; the counting and the quantiles are the library's one histogram
+ * logic (tern_histogram_bucket, tern_histogram_quantile): recording is a
+ * binary search over the bounds (a dozen steps) and an increment. */
 #define LOAD_HIST_SUB_BITS 6
 #define LOAD_HIST_SUB (1u << LOAD_HIST_SUB_BITS)
 #define LOAD_HIST_MAX_BITS 40   /* 2^40 ns is 18 minutes; longer is counted there */
 #define LOAD_HIST_BUCKETS ((LOAD_HIST_MAX_BITS - LOAD_HIST_SUB_BITS + 1) * LOAD_HIST_SUB)
 
 /* Invariant: count is the sum of bucket[], sum the sum of the values
- * recorded, min and max exact (min is UINT64_MAX while count is 0). */
+ * recorded, min and max exact (min is UINT64_MAX while count is 0);
+ * bucket[LOAD_HIST_BUCKETS] counts the values over the last bound. */
 typedef struct load_hist {
-    uint64_t bucket[LOAD_HIST_BUCKETS];
+    uint64_t bucket[LOAD_HIST_BUCKETS + 1];
     uint64_t count, sum, min, max;
 } load_hist;
 

@@ -15,25 +15,34 @@
 
 /* ---- latency histogram ---------------------------------------------------- */
 
+/* The layout's upper bounds (load.h), made by the first load_hist_reset:
+ * bucket i holds [lo, lo + width - 1]. */
+static uint64_t hist_le[LOAD_HIST_BUCKETS];
+
+static void make_bounds(void) {
+    for (size_t i = 0; i < LOAD_HIST_BUCKETS; i++) {
+        uint64_t lo, width;
+        if (i < LOAD_HIST_SUB) {
+            lo = i;
+            width = 1;
+        } else {
+            unsigned shift = (unsigned)(i / LOAD_HIST_SUB) - 1;
+            lo = (uint64_t)(i % LOAD_HIST_SUB + LOAD_HIST_SUB) << shift;
+            width = 1ull << shift;
+        }
+        hist_le[i] = lo + width - 1;
+    }
+}
+
 void load_hist_reset(load_hist *h) {
+    if (hist_le[LOAD_HIST_BUCKETS - 1] == 0)
+        make_bounds();
     memset(h, 0, sizeof(*h));
     h->min = UINT64_MAX;
 }
 
-/* The bucket of v (see load.h for the layout). */
-static size_t index_of(uint64_t v) {
-    if (v < LOAD_HIST_SUB)
-        return (size_t)v;
-    if (v >= (1ull << LOAD_HIST_MAX_BITS))
-        v = (1ull << LOAD_HIST_MAX_BITS) - 1;
-    /* top is LOAD_HIST_SUB_BITS..LOAD_HIST_MAX_BITS-1 */
-    unsigned top = 63u - (unsigned)__builtin_clzll(v);
-    unsigned shift = top - LOAD_HIST_SUB_BITS;
-    return (size_t)(shift + 1) * LOAD_HIST_SUB + (size_t)((v >> shift) - LOAD_HIST_SUB);
-}
-
 void load_hist_record(load_hist *h, uint64_t v) {
-    h->bucket[index_of(v)]++;
+    h->bucket[tern_histogram_bucket(hist_le, LOAD_HIST_BUCKETS, v)]++;
     h->count++;
     h->sum += v;
     if (v < h->min)
@@ -45,32 +54,9 @@ void load_hist_record(load_hist *h, uint64_t v) {
 uint64_t load_hist_quantile(const load_hist *h, double q) {
     if (h->count == 0)
         return 0;
-    double want = q * (double)h->count;
-    uint64_t rank = (uint64_t)want;
-    if ((double)rank < want)
-        rank++;
-    if (rank == 0)
-        rank = 1;
-    uint64_t seen = 0;
-    size_t i = 0;
-    for (; i < LOAD_HIST_BUCKETS; i++) {
-        seen += h->bucket[i];
-        if (seen >= rank)
-            break;
-    }
-    uint64_t lo, width;
-    if (i < LOAD_HIST_SUB) {
-        lo = i;
-        width = 1;
-    } else {
-        unsigned shift = (unsigned)(i / LOAD_HIST_SUB) - 1;
-        lo = (uint64_t)(i % LOAD_HIST_SUB + LOAD_HIST_SUB) << shift;
-        width = 1ull << shift;
-    }
-    uint64_t v = lo + width / 2;
+    uint64_t v = tern_histogram_quantile(hist_le, h->bucket, LOAD_HIST_BUCKETS, q);
     return v < h->min ? h->min : v > h->max ? h->max : v;
 }
-
 
 /* ---- the figures ---------------------------------------------------------- */
 

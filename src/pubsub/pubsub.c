@@ -1603,9 +1603,7 @@ static uint64_t mono_ns(void) {
  * the count, each a plain store by the loop. */
 static void latency_observe(registry *r, uint64_t born_ns) {
     uint64_t now = mono_ns(), us = now > born_ns ? (now - born_ns) / 1000 : 0;
-    size_t i = 0;
-    while (i < TERN_HISTOGRAM_BUCKETS && us > latency_le_us[i])
-        i++;
+    size_t i = tern_histogram_bucket(latency_le_us, TERN_HISTOGRAM_BUCKETS, us);
     if (i < TERN_HISTOGRAM_BUCKETS)
         PS_ADD(r, lat[i], 1);
     PS_ADD(r, lat_sum_us, us);
