@@ -57,7 +57,7 @@ static void echo_message(load_conn *c, const uint8_t *p, size_t len, int opcode)
     if (memcmp(p, ctr, run->ctr_len) != 0 ||
         memcmp(p + run->ctr_len, run->payload + run->ctr_len, len - run->ctr_len) != 0) {
         load_fail(run, "connection %u: wrong echo: message %llu differs from what was sent at "
-                      "byte %zu", load_conn_no(c), (unsigned long long)c->seq,
+                       "byte %zu", load_conn_no(c), (unsigned long long)c->seq,
                   echo_first_diff(c, p, len));
         return;
     }

@@ -36,8 +36,8 @@ static void fanout_message(load_conn *c, const uint8_t *p, size_t len, int opcod
     }
     if (opcode != TERN_WS_BINARY || len != run->o->reply_size) {
         load_fail(run, "connection %u: a reply that is a %s message of %zu bytes, not a binary "
-                      "one of %llu", load_conn_no(c), opcode == TERN_WS_TEXT ? "text" : "binary",
-                  len,
+                       "one of %llu", load_conn_no(c),
+                  opcode == TERN_WS_TEXT ? "text" : "binary", len,
                   (unsigned long long)run->o->reply_size);
         return;
     }

@@ -55,8 +55,8 @@ static void pipeline_message(load_conn *c, const uint8_t *p, size_t len, int opc
     }
     if (opcode != TERN_WS_BINARY || len != run->o->size) {
         load_fail(run, "connection %u: an echo that is a %s message of %zu bytes, not a binary "
-                      "one of %llu", load_conn_no(c), opcode == TERN_WS_TEXT ? "text" : "binary",
-                  len,
+                       "one of %llu", load_conn_no(c),
+                  opcode == TERN_WS_TEXT ? "text" : "binary", len,
                   (unsigned long long)run->o->size);
         return;
     }

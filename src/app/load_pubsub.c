@@ -121,7 +121,7 @@ void load_sub_message(load_conn *c, const uint8_t *p, size_t len, int opcode) {
     }
     if (opcode != TERN_WS_BINARY || len != run->o->size) {
         load_fail(run, "connection %u: a published message came as a %s message of %zu bytes, "
-                      "not a binary one of %llu", load_conn_no(c),
+                       "not a binary one of %llu", load_conn_no(c),
                   opcode == TERN_WS_TEXT ? "text" : "binary", len,
                   (unsigned long long)run->o->size);
         return;
