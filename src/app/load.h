@@ -219,6 +219,49 @@ typedef struct load_measured {
     load_hist slow_hist;                              /* market */
 } load_measured;
 
+/* fanout's (load_fanout.c): round k is due at load_fanout.c's fanout_due
+ * from sched_ns; cursor is the first round not yet due. */
+typedef struct load_fanout_state {
+    uint64_t sched_ns, cursor;
+} load_fanout_state;
+
+/* The publisher's (load_pubsub.c; pubsub and market): at most cap
+ * messages a tick; due is what the rate owed since start_ns at the last
+ * tick, seq the last seq published. The seqs published while measuring
+ * are [seq_from, seq_to] (seq_to is UINT64_MAX until the measured time
+ * ends); their deliveries are what messages, gaps and hist count,
+ * whenever they arrive (a short drain after the measured time lets the
+ * last ones in). */
+typedef struct load_publisher_state {
+    uint32_t cap;
+    uint64_t start_ns, due, seq;
+    uint64_t seq_from, seq_to;
+} load_publisher_state;
+
+/* market's (load_market.c): last_pub[k] is the seq of key k's latest
+ * message published (0: none); nslow the slow readers; the figures of the
+ * whole run (disconnects) and of the end of the drain (stale_*); rng
+ * draws the keys; refill_tick is the last 100 ms tick the slow readers
+ * got their grain. */
+typedef struct load_market_state {
+    uint64_t *last_pub;
+    uint32_t nslow;
+    uint64_t disconnects, stale_keys, stale_fast;
+    uint64_t rng, refill_tick;
+} load_market_state;
+
+/* pubsub's cut (load_pubsub.c): when it came and when the reconnects
+ * began (0: not yet), the subscribers still to restart (next_restart: the
+ * next one), and how their resumes went: acks_due are still unanswered,
+ * resumed_ns is when the last was answered. */
+typedef struct load_cut_state {
+    uint64_t cut_ns, reconnect_ns, resumed_ns;
+    uint64_t behind_ns;   /* the last receipt, after the reconnects, of a message over 500 ms old */
+    uint32_t next_restart, resumed, not_resumed, acks_due;
+    uint64_t replayed;
+    tern_timer *timer;
+} load_cut_state;
+
 /* The whole run.
  * Invariants: every connection before next_start has been started;
  * handshaking counts those in CONNECTING, opened those that reached OPEN
@@ -226,7 +269,8 @@ typedef struct load_measured {
  * loop stops once the run failed or is closing and live is 0, so nothing
  * of a connection outlives the loop. The measured counters (m) cover
  * exactly what completed while phase is PH_MEASURE, between t0_ns and
- * t1_ns (pubsub's: the deliveries of the seqs published then). */
+ * t1_ns (pubsub's: the deliveries of the seqs published then). A mode's
+ * own state is its substruct (fanout, publisher, market, cut). */
 struct load_run {
     const load_opts *o;
     const load_mode_ops *mode;
@@ -247,30 +291,10 @@ struct load_run {
     uint8_t *payload;
     size_t ctr_len;
     size_t echo_len;         /* pipeline: one echoed frame, the server's header + size */
-    /* fanout: round k's schedule (load_fanout.c) */
-    uint64_t sched_ns, cursor;
-    /* pubsub: at most pub_cap messages a tick */
-    uint32_t pub_cap;
-    uint64_t pub_start_ns, pub_due, pub_seq;
-    /* pubsub: the seqs published while measuring, [seq_from, seq_to]
-     * (seq_to is UINT64_MAX until the measured time ends); their deliveries
-     * are what messages, gaps and hist count, whenever they arrive (a
-     * short drain after the measured time lets the last ones in) */
-    uint64_t seq_from, seq_to;
-    /* market: the keys' latest seqs published, the slow readers' count,
-     * and what is counted over the whole run and after the drain */
-    uint64_t *last_pub;
-    uint32_t nslow;
-    uint64_t disconnects, stale_keys, stale_fast;
-    /* pubsub's cut: when it came and when the reconnects began (0: not
-     * yet), the subscribers still to restart (next_restart: the next
-     * one), and how their resumes went */
-    uint64_t cut_ns, reconnect_ns, resumed_ns;
-    uint64_t behind_ns;      /* the last receipt, after the reconnects, of a message over 500 ms old */
-    uint32_t next_restart, resumed, not_resumed, acks_due;
-    uint64_t replayed;
-    tern_timer *cut_timer;
-    uint64_t rng, refill_tick;
+    load_fanout_state fanout;
+    load_publisher_state publisher;
+    load_market_state market;
+    load_cut_state cut;
     tern_timer *tick;        /* fanout's requests, pubsub's publishing */
     /* measurement */
     uint64_t start_ns, open_ns, t0_ns, t1_ns;

@@ -66,7 +66,8 @@ static void fanout_measure_end(load_run *run) {
 static uint64_t fanout_due(const load_run *run, uint64_t k) {
     const load_opts *o = run->o;
     uint64_t iv = o->interval_ms * 1000000u;
-    return run->sched_ns + k / o->connections * iv + k % o->connections * iv / o->connections;
+    return run->fanout.sched_ns + k / o->connections * iv +
+           k % o->connections * iv / o->connections;
 }
 
 /* Every millisecond: the rounds that are due. A connection whose last
@@ -78,8 +79,9 @@ static void on_fanout_tick(tern_timer *t, void *user) {
     if (run->failed || run->phase == PH_CLOSE)
         return;
     uint64_t now = load_now_ns(), due;
-    for (; (due = fanout_due(run, run->cursor)) <= now && !run->failed; run->cursor++) {
-        load_conn *c = &run->conns[run->cursor % run->o->connections];
+    for (; (due = fanout_due(run, run->fanout.cursor)) <= now && !run->failed;
+         run->fanout.cursor++) {
+        load_conn *c = &run->conns[run->fanout.cursor % run->o->connections];
         bool counted = run->phase == PH_MEASURE && due >= run->t0_ns;
         if (c->state != CS_OPEN)
             continue;
@@ -97,7 +99,7 @@ static void on_fanout_tick(tern_timer *t, void *user) {
 
 /* Every connection is open: the rounds start, on a tick every millisecond. */
 static void fanout_begin(load_run *run) {
-    run->sched_ns = run->open_ns;
+    run->fanout.sched_ns = run->open_ns;
     load_begin_timed(run);
     load_start_tick(run, on_fanout_tick);
 }

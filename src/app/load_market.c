@@ -76,18 +76,18 @@ static void slow_refill(load_run *run) {
 
 /* xorshift64: which key each market message updates. */
 static uint64_t next_rand(load_run *run) {
-    uint64_t x = run->rng;
+    uint64_t x = run->market.rng;
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    return run->rng = x;
+    return run->market.rng = x;
 }
 
 /* Before each tick's publishing: every 100 ms, the slow readers' grain. */
 static void market_tick(load_run *run) {
-    uint64_t tick = (load_now_ns() - run->pub_start_ns) / 100000000 + 1;   /* 100 ms */
-    if (tick != run->refill_tick) {
-        run->refill_tick = tick;
+    uint64_t tick = (load_now_ns() - run->publisher.start_ns) / 100000000 + 1;   /* 100 ms */
+    if (tick != run->market.refill_tick) {
+        run->market.refill_tick = tick;
         slow_refill(run);
     }
 }
@@ -96,7 +96,7 @@ static void market_tick(load_run *run) {
  * at random. */
 static void market_head(load_run *run, uint8_t *head, uint64_t seq) {
     unsigned key = (unsigned)(next_rand(run) % run->o->instruments);
-    run->last_pub[key] = seq;
+    run->market.last_pub[key] = seq;
     head[0] = LOAD_KEY_DIGITS;
     for (int d = LOAD_KEY_DIGITS; d >= 1; d--, key /= 10)
         head[d] = (uint8_t)('0' + key % 10);
@@ -116,13 +116,13 @@ static int market_prepare(load_run *run) {
     int err = load_pub_prepare(run);
     if (err < 0)
         return err;
-    run->rng = 0x9E3779B97F4A7C15ull ^ load_now_ns();
-    if ((run->last_pub = calloc(o->instruments, sizeof(uint64_t))) == NULL)
+    run->market.rng = 0x9E3779B97F4A7C15ull ^ load_now_ns();
+    if ((run->market.last_pub = calloc(o->instruments, sizeof(uint64_t))) == NULL)
         return -ENOMEM;
     for (uint32_t i = 0; i < o->connections; i++) {
         load_conn *c = &run->conns[i];
         c->slow = (uint64_t)((i + 1) * o->slow_fraction) > (uint64_t)(i * o->slow_fraction);
-        run->nslow += c->slow;
+        run->market.nslow += c->slow;
         if ((c->last_key = calloc(o->instruments, sizeof(uint64_t))) == NULL)
             return -ENOMEM;
     }
@@ -131,7 +131,7 @@ static int market_prepare(load_run *run) {
 
 /* The publisher stops; the slow read freely until the drain ends. */
 static void market_measure_end(load_run *run) {
-    run->seq_to = run->pub_seq;
+    run->publisher.seq_to = run->publisher.seq;
     run->phase = PH_DRAIN;
     for (uint32_t i = 0; i < run->o->connections && !run->failed; i++)
         if (run->conns[i].paused && run->conns[i].state == CS_OPEN)
@@ -146,8 +146,8 @@ static void market_drain_end(load_run *run) {
         if (c->state != CS_OPEN)
             continue;
         for (uint32_t k = 0; k < run->o->instruments; k++)
-            if (c->last_key[k] != run->last_pub[k])
-                *(c->slow ? &run->stale_keys : &run->stale_fast) += 1;
+            if (c->last_key[k] != run->market.last_pub[k])
+                *(c->slow ? &run->market.stale_keys : &run->market.stale_fast) += 1;
     }
     load_close_all(run);
 }
@@ -156,7 +156,7 @@ static void market_drain_end(load_run *run) {
 static bool market_closed_is_figure(load_conn *c) {
     if (load_is_publisher(c))
         return false;
-    c->run->disconnects++;
+    c->run->market.disconnects++;
     return true;
 }
 
@@ -164,7 +164,7 @@ static void market_headline(const load_run *run, FILE *f) {
     const load_opts *o = run->o;
     fprintf(f, "tern load market %s: %u subscribers (%u reading %llu bytes/s), one publisher "
                "on %s: %llu msg/s of %llu bytes over %u keys\n", o->url, o->connections,
-            run->nslow, (unsigned long long)o->slow_rate, o->pub_path,
+            run->market.nslow, (unsigned long long)o->slow_rate, o->pub_path,
             (unsigned long long)o->rate, (unsigned long long)o->size, o->instruments);
 }
 
@@ -179,9 +179,9 @@ static void market_results(const load_run *run, load_results *r) {
     r->slow_msg_per_s = secs > 0 ? (double)m->slow_messages / secs : 0;
     r->slow_p50 = (double)load_hist_quantile(&m->slow_hist, 0.50) / 1e3;
     r->slow_p99 = (double)load_hist_quantile(&m->slow_hist, 0.99) / 1e3;
-    r->disconnects = run->disconnects;
-    r->stale_keys = run->stale_keys;
-    r->stale_keys_fast = run->stale_fast;
+    r->disconnects = run->market.disconnects;
+    r->stale_keys = run->market.stale_keys;
+    r->stale_keys_fast = run->market.stale_fast;
     r->key_reorders = m->key_reorders;
 }
 

@@ -59,14 +59,14 @@ static void ack_message(load_conn *c, const char *data, size_t len) {
     }
     c->resuming = false;
     const char *r = strstr(ack, "\"replayed\":");
-    run->replayed += r ? strtoull(r + 11, NULL, 10) : 0;
+    run->cut.replayed += r ? strtoull(r + 11, NULL, 10) : 0;
     if (strstr(ack, "\"resumed\":true"))
-        run->resumed++;
+        run->cut.resumed++;
     else
-        run->not_resumed++;   /* what it missed shows as gaps */
+        run->cut.not_resumed++;   /* what it missed shows as gaps */
     memcpy(c->epoch, e, sizeof(e));
-    if (--run->acks_due == 0)
-        run->resumed_ns = load_now_ns();
+    if (--run->cut.acks_due == 0)
+        run->cut.resumed_ns = load_now_ns();
 }
 
 /* Pubsub: a published message whole; its stamp says when it was sent and
@@ -74,6 +74,7 @@ static void ack_message(load_conn *c, const char *data, size_t len) {
 static void pubsub_delivered(load_conn *c, const uint8_t *msg, uint64_t sent, uint64_t seq) {
     (void)msg;
     load_run *run = c->run;
+    const load_publisher_state *pub = &run->publisher;
     if (c->epoch[0] && !c->delta_known) {   /* the first message after the first ack */
         c->delta = (int64_t)(c->ack_seq + 1) - (int64_t)seq;
         c->delta_known = true;
@@ -86,19 +87,19 @@ static void pubsub_delivered(load_conn *c, const uint8_t *msg, uint64_t sent, ui
             return;
         }
         /* the missing seqs that were published while measuring */
-        uint64_t lo = c->next_seq > run->seq_from ? c->next_seq : run->seq_from;
-        uint64_t hi = seq - 1 < run->seq_to ? seq - 1 : run->seq_to;
+        uint64_t lo = c->next_seq > pub->seq_from ? c->next_seq : pub->seq_from;
+        uint64_t hi = seq - 1 < pub->seq_to ? seq - 1 : pub->seq_to;
         if (run->phase >= PH_MEASURE && hi >= lo)
             run->m.gaps += hi - lo + 1;
     }
     c->seen = true;
     c->next_seq = seq + 1;
-    if (run->phase >= PH_MEASURE && seq >= run->seq_from && seq <= run->seq_to) {
+    if (run->phase >= PH_MEASURE && seq >= pub->seq_from && seq <= pub->seq_to) {
         uint64_t now = load_now_ns();
         run->m.messages++;
         load_hist_record(&run->m.hist, now > sent ? now - sent : 0);
-        if (run->reconnect_ns && now > sent + 500000000u)   /* still catching up */
-            run->behind_ns = now;
+        if (run->cut.reconnect_ns && now > sent + 500000000u)   /* still catching up */
+            run->cut.behind_ns = now;
     }
 }
 
@@ -155,24 +156,24 @@ static void on_pub_tick(tern_timer *t, void *user) {
     if (c->state != CS_OPEN)
         return;
     uint64_t now = load_now_ns();
-    uint64_t due = (now - run->pub_start_ns) / 1000 * run->o->rate / 1000000;
-    if (due <= run->pub_due)
+    uint64_t due = (now - run->publisher.start_ns) / 1000 * run->o->rate / 1000000;
+    if (due <= run->publisher.due)
         return;
     if (tern_ws_buffered(c->ws) > 0) {
         run->m.pub_blocked += run->phase == PH_MEASURE;
         return;
     }
-    uint64_t k = due - run->pub_due;
-    run->pub_due = due;
-    if (k > run->pub_cap) {
+    uint64_t k = due - run->publisher.due;
+    run->publisher.due = due;
+    if (k > run->publisher.cap) {
         if (run->phase == PH_MEASURE)
-            run->m.pub_shed += k - run->pub_cap;
-        k = run->pub_cap;
+            run->m.pub_shed += k - run->publisher.cap;
+        k = run->publisher.cap;
     }
     uint8_t *head = run->payload;
     size_t off = kind->stamp_off;
     for (uint64_t i = 0; i < k && !run->failed; i++) {
-        uint64_t seq = ++run->pub_seq;
+        uint64_t seq = ++run->publisher.seq;
         if (kind->head)
             kind->head(run, head, seq);
         load_put_le64(head + off, now);
@@ -193,27 +194,27 @@ static void on_cut(tern_timer *t, void *user) {
     load_run *run = user;
     if (run->failed || run->phase != PH_MEASURE)
         return;
-    if (run->cut_ns == 0) {
-        run->cut_ns = load_now_ns();
+    if (run->cut.cut_ns == 0) {
+        run->cut.cut_ns = load_now_ns();
         for (uint32_t i = 0; i < run->o->connections; i++) {
             load_conn *c = &run->conns[i];
             if (c->state != CS_OPEN)
                 continue;
             c->cut = true;
             c->resuming = true;
-            run->acks_due++;
+            run->cut.acks_due++;
             tern_ws_abort(c->ws);   /* its on_close comes at the end of this batch */
         }
         if (tern_timer_again(t, run->o->cut_for_ms) < 0)
             load_fail(run, "timer: out of memory");
         return;
     }
-    run->reconnect_ns = load_now_ns();
+    run->cut.reconnect_ns = load_now_ns();
     load_restart_more(run);
 }
 
 static void arm_cut(load_run *run) {
-    if (run->o->cut_for_ms && tern_timer_start(run->loop, &run->cut_timer, run->o->cut_at_ms, 0,
+    if (run->o->cut_for_ms && tern_timer_start(run->loop, &run->cut.timer, run->o->cut_at_ms, 0,
                                                on_cut, run) < 0)
         load_fail(run, "timer: out of memory");
 }
@@ -237,12 +238,12 @@ static const char *pubsub_check(const load_opts *o) {
 }
 
 /* The published message: its head (stamped per send), then filler; at
- * most pub_cap of them a tick (LOAD_PUB_BYTES on the wire). */
+ * most publisher.cap of them a tick (LOAD_PUB_BYTES on the wire). */
 int load_pub_prepare(load_run *run) {
     const load_opts *o = run->o;
     size_t frame = load_server_header_len(o->size) + 4 + (size_t)o->size;
     size_t cap = LOAD_PUB_BYTES / frame;
-    run->pub_cap = cap < 1 ? 1 : cap > 4096 ? 4096 : (uint32_t)cap;
+    run->publisher.cap = cap < 1 ? 1 : cap > 4096 ? 4096 : (uint32_t)cap;
     size_t head = run->mode->pub->stamp_off + LOAD_STAMP_LEN;
     memset(run->payload, 0, head);
     memset(run->payload + head, 'p', (size_t)o->size - head);
@@ -252,9 +253,9 @@ int load_pub_prepare(load_run *run) {
 /* Every connection is open: the publisher starts, on a tick every
  * millisecond. Every seq it publishes counts while there is no warm-up. */
 void load_pub_begin(load_run *run) {
-    run->pub_start_ns = run->open_ns;
-    run->seq_from = 1;
-    run->seq_to = UINT64_MAX;
+    run->publisher.start_ns = run->open_ns;
+    run->publisher.seq_from = 1;
+    run->publisher.seq_to = UINT64_MAX;
     load_begin_timed(run);
     if (!run->o->warmup_ms)
         arm_cut(run);
@@ -263,8 +264,8 @@ void load_pub_begin(load_run *run) {
 
 /* After the warm-up: the seqs published from now on count. */
 void load_pub_measure_begin(load_run *run) {
-    run->seq_from = run->pub_seq + 1;
-    run->seq_to = UINT64_MAX;
+    run->publisher.seq_from = run->publisher.seq + 1;
+    run->publisher.seq_to = UINT64_MAX;
 }
 
 static void pubsub_measure_begin(load_run *run) {
@@ -274,7 +275,7 @@ static void pubsub_measure_begin(load_run *run) {
 
 /* The publisher stops; a second for the last ones to arrive. */
 static void pubsub_measure_end(load_run *run) {
-    run->seq_to = run->pub_seq;
+    run->publisher.seq_to = run->publisher.seq;
     run->phase = PH_DRAIN;
     load_arm_phase(run, 1000);
 }
@@ -300,16 +301,17 @@ static void pubsub_results(const load_run *run, load_results *r) {
     r->expected = m->published * o->connections;
     r->gaps = m->gaps;
     r->cut = o->cut_for_ms != 0;
-    r->cut_at_s = since(run->cut_ns, run->t0_ns);
+    r->cut_at_s = since(run->cut.cut_ns, run->t0_ns);
     r->cut_for_s = (double)o->cut_for_ms / 1e3;
-    r->reconnect_s = since(run->reconnect_ns, run->t0_ns);
-    r->resumed_after_s = run->resumed_ns ? since(run->resumed_ns, run->reconnect_ns) : -1.0;
-    r->caught_up_after_s = run->behind_ns > run->reconnect_ns
-                               ? (double)(run->behind_ns - run->reconnect_ns) / 1e9 : 0.0;
-    r->resumed = run->resumed;
-    r->not_resumed = run->not_resumed;
-    r->unanswered = run->acks_due;
-    r->replayed = run->replayed;
+    r->reconnect_s = since(run->cut.reconnect_ns, run->t0_ns);
+    r->resumed_after_s =
+        run->cut.resumed_ns ? since(run->cut.resumed_ns, run->cut.reconnect_ns) : -1.0;
+    r->caught_up_after_s = run->cut.behind_ns > run->cut.reconnect_ns
+                               ? (double)(run->cut.behind_ns - run->cut.reconnect_ns) / 1e9 : 0.0;
+    r->resumed = run->cut.resumed;
+    r->not_resumed = run->cut.not_resumed;
+    r->unanswered = run->cut.acks_due;
+    r->replayed = run->cut.replayed;
 }
 
 static const load_pub_kind pubsub_kind = {.stamp_off = 0, .delivered = pubsub_delivered};

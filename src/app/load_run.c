@@ -264,9 +264,9 @@ void load_start_more(load_run *run) {
 /* After pubsub's cut: the subscribers that were cut connect again, as
  * many at once as load_start_more opens. */
 void load_restart_more(load_run *run) {
-    while (!run->failed && run->reconnect_ns && run->handshaking < LOAD_MAX_HANDSHAKES &&
-           run->next_restart < run->o->connections) {
-        load_conn *c = &run->conns[run->next_restart++];
+    while (!run->failed && run->cut.reconnect_ns && run->handshaking < LOAD_MAX_HANDSHAKES &&
+           run->cut.next_restart < run->o->connections) {
+        load_conn *c = &run->conns[run->cut.next_restart++];
         if (c->resuming && c->state == CS_NEW)
             conn_start(c);
     }
@@ -487,13 +487,13 @@ int load_run_main(const load_opts *o) {
     }
     for (uint32_t i = 0; run->conns && i < run->nconns; i++)
         free(run->conns[i].last_key);
-    free(run->last_pub);
+    free(run->market.last_pub);
     if (run->phase_timer)
         tern_timer_stop(run->phase_timer);
     if (run->tick)
         tern_timer_stop(run->tick);
-    if (run->cut_timer)
-        tern_timer_stop(run->cut_timer);
+    if (run->cut.timer)
+        tern_timer_stop(run->cut.timer);
     if (run->watchdog)
         tern_timer_stop(run->watchdog);
     free(run->conns);

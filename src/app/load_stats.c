@@ -76,7 +76,7 @@ void load_stats_common(const load_run *run, load_results *r) {
     r->replies = o->replies;
     r->reply_size = o->reply_size;
     r->rate = o->rate;
-    r->slow = run->nslow;
+    r->slow = run->market.nslow;
     r->instruments = o->instruments;
     r->slow_rate = o->slow_rate;
     r->interval_s = (double)o->interval_ms / 1e3;
