@@ -51,7 +51,7 @@ static const char *pub_path_ok(const char *v) {
 }
 
 /* tern load's options. Defaults differ by mode: they are the modes'
- * (tern_app_load), and the help says them. */
+ * (load_mode_ops.defaults), and the help says them. */
 enum { LO_URL, LO_CONNS, LO_SIZE, LO_DURATION, LO_WARMUP, LO_DEPTH, LO_ITER, LO_WARMUP_ITER,
        LO_REPLIES, LO_REPLY_SIZE, LO_INTERVAL, LO_RATE, LO_PUB_PATH, LO_INSTRUMENTS,
        LO_SLOW_FRACTION, LO_SLOW_RATE, LO_DRAIN, LO_CUT_AT, LO_CUT_FOR, LO_CA_FILE, LO_INSECURE,

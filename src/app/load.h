@@ -163,8 +163,8 @@ typedef struct load_pub_kind {
 } load_pub_kind;
 
 /* What a mode does; the runner calls nothing else of it. NULL hooks are
- * skipped (the runner's default is said at each). Every hook runs on the
- * loop's thread, once the run has not failed. */
+ * skipped (the runner's default is said at each). tern load has one
+ * thread; no hook is called once the run has failed. */
 typedef struct load_mode_ops {
     const char *name;      /* "echo": the command's word and the JSON's "mode" */
     /* Non-NULL: conns[connections] is one more connection, the publisher
