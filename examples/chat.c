@@ -186,12 +186,12 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     if ((err = tern_loop_new(&loop, NULL)) < 0 || (err = tern_server_new(&r.srv, loop, NULL)) < 0 ||
         (err = tern_ws_route(r.srv, "/chat", &handlers, &options, &r)) < 0 ||
-        (err = tern_listen(r.srv, "127.0.0.1", port, NULL)) < 0) {
+        (err = tern_listen(r.srv, "127.0.0.1", port, NULL)) < 0 ||
+        (err = tern_loop_on_signal(loop, SIGINT, on_signal, &r)) < 0 ||
+        (err = tern_loop_on_signal(loop, SIGTERM, on_signal, &r)) < 0) {
         fprintf(stderr, "chat: %s\n", tern_strerror(err));
         return 1;
     }
-    tern_loop_on_signal(loop, SIGINT, on_signal, &r);
-    tern_loop_on_signal(loop, SIGTERM, on_signal, &r);
     fprintf(stderr, "chat: listening on http://127.0.0.1:%d/\n", tern_server_port(r.srv));
     err = tern_loop_run(loop);
     tern_server_free(r.srv);   /* closes what is left; their on_close frees them */

@@ -39,14 +39,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "hello_http: %s\n", tern_strerror(err));
         return 1;
     }
-    tern_http_route(srv, "GET", "/ping", ping, NULL);
-    tern_http_route(srv, "GET", "/hello/:name", hello, NULL);
+    if ((err = tern_http_route(srv, "GET", "/ping", ping, NULL)) < 0 ||
+        (err = tern_http_route(srv, "GET", "/hello/:name", hello, NULL)) < 0 ||
+        (err = tern_loop_on_signal(loop, SIGINT, on_signal, NULL)) < 0 ||
+        (err = tern_loop_on_signal(loop, SIGTERM, on_signal, NULL)) < 0) {
+        fprintf(stderr, "hello_http: %s\n", tern_strerror(err));
+        return 1;
+    }
     if ((err = tern_listen(srv, "127.0.0.1", port, NULL)) < 0) {
         fprintf(stderr, "hello_http: listen: %s\n", tern_strerror(err));
         return 1;
     }
-    tern_loop_on_signal(loop, SIGINT, on_signal, NULL);
-    tern_loop_on_signal(loop, SIGTERM, on_signal, NULL);
     err = tern_loop_run(loop);
     tern_server_free(srv);
     tern_loop_free(loop);

@@ -292,17 +292,23 @@ int main(int argc, char **argv) {
         fprintf(stderr, "json_api: %s\n", tern_strerror(err));
         return 1;
     }
-    tern_http_route(a.srv, "GET", "/primes", primes, &a);
-    tern_http_route(a.srv, "GET", "/delay", delay, &a);
-    tern_http_route(a.srv, "GET", "/health", health, &a);
+    if ((err = tern_http_route(a.srv, "GET", "/primes", primes, &a)) < 0 ||
+        (err = tern_http_route(a.srv, "GET", "/delay", delay, &a)) < 0 ||
+        (err = tern_http_route(a.srv, "GET", "/health", health, &a)) < 0) {
+        fprintf(stderr, "json_api: routes: %s\n", tern_strerror(err));
+        return 1;
+    }
     if ((err = tern_listen(a.srv, "127.0.0.1", port, NULL)) < 0) {
         fprintf(stderr, "json_api: listen: %s\n", tern_strerror(err));
         return 1;
     }
     /* Signals first: they are blocked in this thread, and the worker
      * started next inherits the mask, so they all come to the loop. */
-    tern_loop_on_signal(a.loop, SIGINT, on_signal, &a);
-    tern_loop_on_signal(a.loop, SIGTERM, on_signal, &a);
+    if ((err = tern_loop_on_signal(a.loop, SIGINT, on_signal, &a)) < 0 ||
+        (err = tern_loop_on_signal(a.loop, SIGTERM, on_signal, &a)) < 0) {
+        fprintf(stderr, "json_api: signals: %s\n", tern_strerror(err));
+        return 1;
+    }
     if ((err = pthread_create(&worker_thread, NULL, worker, &a)) != 0) {
         fprintf(stderr, "json_api: pthread_create: %s\n", strerror(err));
         return 1;

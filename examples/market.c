@@ -230,12 +230,12 @@ int main(int argc, char **argv) {
         (err = tern_ws_route(m.srv, "/market", &handlers, &options, &m)) < 0 ||
         (err = tern_listen(m.srv, "127.0.0.1", port, NULL)) < 0 ||
         (err = tern_timer_start(loop, &m.tick, (uint64_t)tick_ms, (uint64_t)tick_ms, on_tick, &m)) <
-            0) {
+            0 ||
+        (err = tern_loop_on_signal(loop, SIGINT, on_signal, &m)) < 0 ||
+        (err = tern_loop_on_signal(loop, SIGTERM, on_signal, &m)) < 0) {
         fprintf(stderr, "market: %s\n", tern_strerror(err));
         return 1;
     }
-    tern_loop_on_signal(loop, SIGINT, on_signal, &m);
-    tern_loop_on_signal(loop, SIGTERM, on_signal, &m);
     fprintf(stderr, "market: listening on http://127.0.0.1:%d/\n", tern_server_port(m.srv));
     err = tern_loop_run(loop);
     tern_timer_stop(m.tick);

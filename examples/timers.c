@@ -33,12 +33,12 @@ static void tick(tern_timer *t, void *user) {
 static void shot(tern_timer *t, void *user) {
     state *s = user;
     printf("shot %d\n", ++s->shots);
-    if (s->shots == 1) {
-        tern_timer_again(t, 50);   /* idle after firing, so it can be re-armed */
-    } else {
-        tern_timer_stop(t);
-        finish(s);
-    }
+    /* Idle after firing, so it can be re-armed (which fails only out of
+     * memory: then it ends here). */
+    if (s->shots == 1 && tern_timer_again(t, 50) == 0)
+        return;
+    tern_timer_stop(t);
+    finish(s);
 }
 
 int main(void) {

@@ -68,10 +68,12 @@ int main(int argc, char **argv) {
     const char *headers[] = {"Origin: http://localhost", NULL};
     tern_ws_client_options opt = {.headers = headers, .ws = {.compression = true}};
     int err = tern_ws_connect(s.loop, argv[1], &h, &opt, &s);
-    if (err < 0)
+    if (err == 0)
+        err = tern_loop_run(s.loop);
+    if (err < 0) {
         fprintf(stderr, "ws_client: %s: %s\n", argv[1], tern_strerror(err));
-    else
-        tern_loop_run(s.loop);
+        s.status = 1;
+    }
     tern_loop_free(s.loop);
     return s.status;
 }

@@ -111,6 +111,7 @@ typedef struct tern_ws_connect_error {
  * an address in the URL that failed at once (-ENOENT, -ECONNREFUSED for
  * a Unix socket). The URL, options and strings are copied. The
  * connection's tern_ws_server() is NULL. */
+TERN_MUST_CHECK
 int tern_ws_connect(tern_loop *loop, const char *url, const tern_ws_handlers *h,
                     const tern_ws_client_options *opt, void *user);
 
@@ -122,6 +123,7 @@ typedef struct tern_ws_connecting tern_ws_connecting;
  * on_connect_error is called (it is freed just before either: do not
  * use it from inside them, or after); keep it only to cancel. -EINVAL
  * when out is NULL; otherwise as tern_ws_connect. */
+TERN_MUST_CHECK
 int tern_ws_connect2(tern_loop *loop, const char *url, const tern_ws_handlers *h,
                      const tern_ws_client_options *opt, void *user, tern_ws_connecting **out);
 

@@ -94,6 +94,7 @@ typedef struct tern_server_options {
 /* Returns 0, or -EINVAL (out or loop NULL, max_headers over 256, a
  * server_header over 60 bytes or with control characters, a
  * shutdown_ws_code other than 0, 1001 or 1012), -ENOMEM. */
+TERN_MUST_CHECK
 int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_options *opt);
 /* Closes every listener and connection at once and frees the server.
  * Inside one of its own handlers: the struct goes at the end of the
@@ -124,6 +125,7 @@ tern_loop *tern_server_loop(const tern_server *srv);
  * on it (with SO_REUSEPORT on both, for the same port). Make the clones
  * before any of the servers runs on another thread. Returns 0, -EINVAL
  * (a NULL argument, a host handle), -ENOMEM. */
+TERN_MUST_CHECK
 int tern_server_clone(tern_server **out, tern_loop *loop, tern_server *srv);
 /* The servers sharing srv's configuration, numbered from 0 (the first
  * made) in the order made: tern_server_index is srv's number,
@@ -224,6 +226,7 @@ int tern_server_ws_sessions(const tern_server *srv, tern_histogram *out);
  * ones). Returns 0, -EINVAL (a NULL argument; a name that is empty, over
  * 253 bytes, or has bytes other than letters, digits, '-', '_' and '.'),
  * -EBUSY for a new host once the configuration is shared, -ENOMEM. */
+TERN_MUST_CHECK
 int tern_server_host(tern_server *srv, const char *name, tern_server **out);
 
 /* Returns 0, or: -EINVAL (srv NULL, port outside 0..65535, a negative
@@ -237,7 +240,9 @@ int tern_server_host(tern_server *srv, const char *name, tern_server **out);
  * every TCP listener gets SO_REUSEPORT, and the first loop's still
  * refuses (-EADDRINUSE) a port another socket listens on, unless
  * tern_listen_options.reuseport asks to share it. */
+TERN_MUST_CHECK
 int tern_listen(tern_server *srv, const char *host, int port, const tern_listen_options *opt);
+TERN_MUST_CHECK
 int tern_listen_unix(tern_server *srv, const char *path, const tern_listen_options *opt);
 /* The port the first plain (non-TLS) TCP listener got, useful after
  * listening on port 0; TLS listeners are tern_server_tls_port's (tern/tls.h)
@@ -273,6 +278,7 @@ typedef struct tern_http_access {
     bool closed_by_server; /* that first close frame was the server's */
 } tern_http_access;
 typedef void (*tern_http_access_fn)(tern_server *srv, const tern_http_access *entry, void *user);
+TERN_MUST_CHECK
 int tern_server_set_access_log(tern_server *srv, tern_http_access_fn fn, void *user);
 
 /* Graceful shutdown: stops accepting, closes idle connections, lets the
@@ -298,10 +304,12 @@ typedef void (*tern_http_handler)(tern_http_req *req, void *user);
  * byte, a '*' that is not the whole last segment ("/star*", "/ * /x"), an
  * empty or repeated ":name", more than 8 parameters; -EBUSY once the
  * configuration is shared (tern_server_clone). */
+TERN_MUST_CHECK
 int tern_http_route(tern_server *srv, const char *method, const char *pattern,
                     tern_http_handler fn, void *user);
 /* The same, but the handler runs as soon as the head is in, and reads the
  * body as a stream with tern_http_read_body(). */
+TERN_MUST_CHECK
 int tern_http_route_stream(tern_server *srv, const char *method, const char *pattern,
                            tern_http_handler fn, void *user);
 
@@ -313,6 +321,7 @@ int tern_http_route_stream(tern_server *srv, const char *method, const char *pat
  * standard method no route has (PUT, DELETE, ...) gets 404 or 405.
  * fn NULL removes it. Returns 0, -EINVAL for a NULL srv, -EBUSY once the
  * configuration is shared. */
+TERN_MUST_CHECK
 int tern_http_not_found(tern_server *srv, tern_http_handler fn, void *user);
 
 /* Serves files under dir for GET and HEAD requests of prefix + "*"
@@ -324,6 +333,7 @@ int tern_http_not_found(tern_server *srv, tern_http_handler fn, void *user);
  * starting with '/'), the errno of opening dir (-ENOENT when it is
  * missing), tern_http_route's errors (-EEXIST for a prefix served
  * already, -EBUSY once the configuration is shared), -ENOMEM. */
+TERN_MUST_CHECK
 int tern_http_static(tern_server *srv, const char *prefix, const char *dir);
 
 /* ---- the request ------------------------------------------------------
@@ -394,6 +404,15 @@ void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user);
  * one of your own calls. */
 typedef void (*tern_http_abort_fn)(tern_http_req *req, void *user);
 void tern_http_on_abort(tern_http_req *req, tern_http_abort_fn fn, void *user);
+/* Why the request's connection went, for the abort callback (and a
+ * response ended later, which returns -EPIPE): the first error the
+ * connection met, though the close came later: -ECONNRESET (the client
+ * reset it, or the probe above found it gone), -EPIPE or -ECONNRESET (a
+ * send to a client that had gone, as the kernel said it), -ETIMEDOUT (a
+ * send made no progress), -EPROTO (a TLS failure). 0 while the connection
+ * is there, when it ended without an error (the server's shutdown, its
+ * free), and for NULL. */
+int tern_http_close_error(const tern_http_req *req);
 
 /* Whether the request came over TLS (a tern_listen_tls listener); false
  * for a NULL req. Valid for the request's whole life. */
@@ -414,6 +433,7 @@ const char *tern_http_sni(const tern_http_req *req, size_t *len);
  * with cap > 0), -ENOTCONN once the connection is gone. With cap > 0 the
  * certificate's subject, RFC 2253 ("CN=alice,O=Example"), is written to
  * subject NUL-terminated (cut to cap - 1 bytes), "" when there is none. */
+TERN_MUST_CHECK
 int tern_http_peer_cert(const tern_http_req *req, char *subject, size_t cap);
 
 /* What the request belongs to. NULL for a NULL req. */
@@ -433,6 +453,7 @@ void tern_http_req_set_user(tern_http_req *req, void *user);
  * (format it with tern_addr_format: "unix:"). Behind a proxy this is the
  * proxy. Returns 0, -EINVAL for a NULL argument, -ENOTCONN when the
  * connection is gone. */
+TERN_MUST_CHECK
 int tern_http_peer(const tern_http_req *req, struct sockaddr_storage *addr, socklen_t *len);
 
 /* A ":name" route parameter (decoded) read as a decimal integer (an optional '-',
@@ -440,6 +461,7 @@ int tern_http_peer(const tern_http_req *req, struct sockaddr_storage *addr, sock
  * route has no such parameter (or outside the handler call), -EINVAL when
  * it is not a number (or req, name or out is NULL), -ERANGE when it does
  * not fit in int64_t. */
+TERN_MUST_CHECK
 int tern_http_param_int(const tern_http_req *req, const char *name, int64_t *out);
 
 /* ---- the response ----------------------------------------------------- */

@@ -17,6 +17,19 @@ extern "C" {
 /* libtern.so exports what this header declares, and nothing else. */
 #pragma GCC visibility push(default)
 
+/* Marks a call whose result must be looked at, because ignoring it is a
+ * bug: a loop, server, route or listener that was not made, a post or
+ * timer that will never run, an address left unwritten. GCC and Clang
+ * warn where a caller drops the result. Sends, closes, statistics and
+ * accessors are not marked: a failed send is followed by on_close or the
+ * abort callback, statistics fail only for a NULL argument, and an
+ * accessor's value is its whole purpose. */
+#if defined(__GNUC__) || defined(__clang__)
+#define TERN_MUST_CHECK __attribute__((warn_unused_result))
+#else
+#define TERN_MUST_CHECK
+#endif
+
 typedef struct tern_loop tern_loop;
 typedef struct tern_timer tern_timer;
 
@@ -63,6 +76,7 @@ const char *tern_strerror(int err);
  * of names). Static, as tern_strerror's. */
 const char *tern_err_name(int err);
 
+TERN_MUST_CHECK
 int tern_loop_new(tern_loop **out, const tern_loop_options *opt);
 /* The back end the loop uses: "epoll" or "io_uring". */
 const char *tern_loop_backend(const tern_loop *loop);
@@ -91,6 +105,7 @@ int tern_loop_free(tern_loop *loop);
  * TERN_CHECKED, aborts naming the call instead), and the others are
  * undefined behaviour. Hand work over with tern_loop_post. Before the loop
  * runs and after it returns, the thread that owns it may make them. */
+TERN_MUST_CHECK
 int tern_loop_run(tern_loop *loop);
 /* Makes tern_loop_run() return after the current iteration (loop thread). */
 void tern_loop_stop(tern_loop *loop);
@@ -101,6 +116,7 @@ int tern_loop_stop_async(tern_loop *loop);
  * thread may call it; posts from one thread run in the order posted.
  * Returns 0 or -ENOMEM (then fn never runs). */
 typedef void (*tern_post_fn)(tern_loop *loop, void *user);
+TERN_MUST_CHECK
 int tern_loop_post(tern_loop *loop, tern_post_fn fn, void *user);
 
 /* The loop's clock: CLOCK_MONOTONIC in milliseconds, read once per
@@ -114,6 +130,7 @@ uint64_t tern_loop_now(const tern_loop *loop);
  * callback; a one-shot timer that has fired stays allocated, idle, and can
  * be re-armed with tern_timer_again(). */
 typedef void (*tern_timer_fn)(tern_timer *timer, void *user);
+TERN_MUST_CHECK
 int tern_timer_start(tern_loop *loop, tern_timer **out, uint64_t timeout_ms, uint64_t repeat_ms,
                      tern_timer_fn fn, void *user);
 /* Re-arms a timer, armed or idle (also from its callback). 0 or -ENOMEM.
@@ -122,6 +139,7 @@ int tern_timer_start(tern_loop *loop, tern_timer **out, uint64_t timeout_ms, uin
  * itself at 0 ms yields to I/O between firings.
  * Timer calls are loop-thread calls (tern_loop_run): start and again
  * return -EPERM on another thread while the loop runs. */
+TERN_MUST_CHECK
 int tern_timer_again(tern_timer *timer, uint64_t timeout_ms);
 /* A stopped timer is freed: stopping it again is undefined behaviour (the
  * checked build reports it, naming tern_timer_stop). So is stopping an
@@ -136,6 +154,7 @@ void tern_timer_stop(tern_timer *timer);
  * -ENOSPC (8 handlers on the loop already), or the errno of
  * pthread_sigmask or signalfd. */
 typedef void (*tern_signal_fn)(tern_loop *loop, int signo, void *user);
+TERN_MUST_CHECK
 int tern_loop_on_signal(tern_loop *loop, int signo, tern_signal_fn fn, void *user);
 
 #pragma GCC visibility pop

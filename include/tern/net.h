@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
+#include "tern/loop.h"   /* TERN_MUST_CHECK */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -60,6 +62,7 @@ typedef struct tern_listen_options {
  * peer's path, which is empty for the usual unnamed client socket
  * ("unix:"). Returns the length written, -EINVAL for a NULL or unknown
  * address, -ENOSPC when buf is too small (TERN_ADDRSTRLEN always fits). */
+TERN_MUST_CHECK
 int tern_addr_format(const struct sockaddr *addr, socklen_t len, char *buf, size_t cap);
 
 #pragma GCC visibility pop

@@ -182,6 +182,7 @@ typedef struct tern_topic_options {
  * history over TERN_HISTORY_MAX, a write_delay_ms over
  * TERN_WRITE_DELAY_MAX), -EBUSY once the configuration is shared
  * or pub/sub used, -ENOMEM. */
+TERN_MUST_CHECK
 int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt);
 
 /* Gives the topics whose names start with prefix their own slow-consumer
@@ -192,6 +193,7 @@ int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt);
  * argument, bad policy, close code or history), -ENAMETOOLONG (prefix over
  * TERN_TOPIC_MAX), -ENOSPC (TERN_TOPIC_RULES_MAX rules), -EBUSY (the
  * configuration is shared or pub/sub used), -ENOMEM. */
+TERN_MUST_CHECK
 int tern_pubsub_topic_rule(tern_server *srv, const char *prefix, const tern_topic_options *opt);
 
 /* A loop's pub/sub counters since its server was made. Written by that
@@ -287,6 +289,7 @@ typedef struct tern_redis_counters {
  * Returns 0, -EINVAL (NULL argument, a bad URL), -EALREADY (bridged
  * already), -ENOMEM. Connecting goes on in the loop: a Redis that is not
  * there yet is retried as after a loss. */
+TERN_MUST_CHECK
 int tern_pubsub_redis(tern_server *srv, const char *url);
 /* Any thread. Returns 0, or -ENOENT when srv's group has no bridge,
  * -EINVAL. */
@@ -297,6 +300,7 @@ int tern_pubsub_redis_stats(const tern_server *srv, tern_redis_counters *out);
  * empty, or a client's connection: topics are a server's), -ENAMETOOLONG, -ENOSPC (max_subscriptions reached), -EPIPE (ws
  * is closing), -ENOMEM, or the route's on_subscribe refusal (-EACCES,
  * say: then nothing is subscribed). */
+TERN_MUST_CHECK
 int tern_ws_subscribe(tern_ws *ws, const char *topic);
 
 /* Where a subscription starts, from tern_ws_subscribe_from. */
@@ -323,6 +327,7 @@ typedef struct tern_resume {
  * gap and no duplicate, whatever thread publishes. epoch 0 asks for no
  * resume (and gets none: nothing is sent). out (may be NULL) says where
  * the subscription starts. Returns as tern_ws_subscribe. */
+TERN_MUST_CHECK
 int tern_ws_subscribe_from(tern_ws *ws, const char *topic, uint64_t epoch, uint64_t after,
                            tern_resume *out);
 /* tern_ws_subscribe, starting with a snapshot: the latest message of each
@@ -330,6 +335,7 @@ int tern_ws_subscribe_from(tern_ws *ws, const char *topic, uint64_t epoch, uint6
  * first, sent to ws now as after a resume's gap; then the live stream,
  * with no gap and no duplicate. out (may be NULL): resumed false, replayed
  * the messages sent. Returns as tern_ws_subscribe. */
+TERN_MUST_CHECK
 int tern_ws_subscribe_latest(tern_ws *ws, const char *topic, tern_resume *out);
 /* Returns 0, or -ENOENT when ws was not subscribed, -EINVAL. */
 int tern_ws_unsubscribe(tern_ws *ws, const char *topic);

@@ -90,6 +90,7 @@ int tern_cpu_count(void);
  * 1024, bad server options), setup's error, an error of making a loop or
  * a clone's listeners (then nothing ran), or the first error a loop
  * returned. */
+TERN_MUST_CHECK
 int tern_run(int n_threads, const tern_run_options *opt, tern_setup_fn setup, void *user);
 
 /* Shuts every loop of srv's run down, as SIGTERM does (a second call stops

@@ -105,13 +105,16 @@ typedef struct tern_tls_options {
  *            for the key in FILE")
  *   -EPROTO  OpenSSL refuses the contents (not PEM, the key does not
  *            match the certificate) */
+TERN_MUST_CHECK
 int tern_tls_new_opt(tern_tls **out, const char *cert_file, const char *key_file,
                      const tern_tls_options *opt);
 /* tern_tls_new_opt with no options: an encrypted key gets -ENOKEY. */
+TERN_MUST_CHECK
 int tern_tls_new(tern_tls **out, const char *cert_file, const char *key_file);
 /* Adds a certificate chosen by SNI, its key decrypted with the passphrase
  * source tls was made with. Errors as tern_tls_new_opt. Before the
  * tern_tls is used by a listener. */
+TERN_MUST_CHECK
 int tern_tls_add_cert(tern_tls *tls, const char *cert_file, const char *key_file);
 /* Reads every certificate and key again (after a renewal; tern serve does
  * it on SIGHUP), encrypted keys with the passphrase source tls was made
@@ -119,6 +122,7 @@ int tern_tls_add_cert(tern_tls *tls, const char *cert_file, const char *key_file
  * terminal). New handshakes use the new ones; connections already open
  * keep theirs. On an error (as tern_tls_new_opt's) nothing changes and
  * the error is returned. */
+TERN_MUST_CHECK
 int tern_tls_reload(tern_tls *tls);
 /* Drops the caller's reference; listeners hold their own. */
 void tern_tls_free(tern_tls *tls);
@@ -129,6 +133,7 @@ const char *tern_tls_library(void);
 
 /* Listens for TLS connections: like tern_listen, with tls's certificates.
  * The server takes a reference to tls. */
+TERN_MUST_CHECK
 int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
                     const tern_listen_options *opt);
 /* Serves a socket that is already listening (TCP or Unix, inherited from
@@ -138,6 +143,7 @@ int tern_listen_tls(tern_server *srv, const char *host, int port, tern_tls *tls,
  * a host handle, fd < 0 or not a listening stream socket of those
  * families, bad options), -EBADF, -ENOTSOCK, -ENOSPC (the listener
  * limit, or shutting down), -EMFILE, -ENOMEM. */
+TERN_MUST_CHECK
 int tern_listen_fd(tern_server *srv, int fd, tern_tls *tls, const tern_listen_options *opt);
 /* The port the first TLS listener got (tern_server_port is the first
  * plain one's). -ENOENT when there is no TLS listener, -EINVAL for a NULL

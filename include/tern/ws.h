@@ -99,7 +99,8 @@ typedef struct tern_ws_handlers {
     /* The connection is over: code and reason from the peer's close frame,
      * or the code and reason tern sent when it closed (1008 "slow consumer",
      * 1009 "message too big", 1011 "no pong", ...), or 1006 when it just
-     * dropped. Called once; ws is invalid after it returns, unless a
+     * dropped (tern_ws_close_error says why: -ECONNRESET, -EPIPE,
+     * -EPROTO...). Called once; ws is invalid after it returns, unless a
      * reference is held (tern_ws_ref: then ws stays valid, closed, until
      * the last tern_ws_unref). Never called
      * from inside one of your own calls: a close the slow-consumer policy
@@ -173,6 +174,7 @@ typedef struct tern_ws_options {
  * 9..15, compression_mem_level not 0..9, backlog_soft over backlog_hard,
  * a subprotocol that is empty or not a token, 255 or more of them): a
  * typo is refused, not quietly replaced by a default. */
+TERN_MUST_CHECK
 int tern_ws_route(tern_server *srv, const char *pattern, const tern_ws_handlers *h,
                   const tern_ws_options *opt, void *user);
 
@@ -289,7 +291,17 @@ tern_loop *tern_ws_loop(const tern_ws *ws);
 tern_server *tern_ws_server(const tern_ws *ws);
 /* The peer's address, as tern_http_peer(). -ENOTCONN once the connection
  * is closed (also inside on_close). */
+TERN_MUST_CHECK
 int tern_ws_peer(const tern_ws *ws, struct sockaddr_storage *addr, socklen_t *len);
+/* Why the connection dropped, for on_close(1006) and after (while
+ * referenced): the first error it met, though on_close came later:
+ * -ECONNRESET (the peer reset it), -EPIPE or -ECONNRESET (a send to a peer
+ * that had gone, as the kernel said it), -ETIMEDOUT (a send made no
+ * progress for close_timeout_ms), -EPROTO (a TLS failure: not TLS, a bad
+ * record), -ENOBUFS (the loop's max_unsent). 0 while open, after a
+ * closing handshake, and for an end tern or the program decided (the
+ * slow-consumer policy, tern_ws_abort); 0 for NULL. */
+int tern_ws_close_error(const tern_ws *ws);
 
 /* A message framed once and sent to many connections (fan-out): the
  * header is built once and, with compress, the payload is compressed once
@@ -309,6 +321,7 @@ void tern_ws_prepared_free(tern_ws_prepared *msg);
 /* The one-line server: a loop, a server on host:port with a WebSocket
  * route at every path, run until SIGINT or SIGTERM (graceful), then freed.
  * Returns 0, or a negative errno when it could not start. */
+TERN_MUST_CHECK
 int tern_ws_serve(const char *host, int port, const tern_ws_handlers *h, void *user);
 
 #pragma GCC visibility pop

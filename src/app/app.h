@@ -35,6 +35,7 @@ typedef struct tern__serve_pubsub_refusals {
 
 /* rules: who may subscribe and publish where (read while serving: it
  * must outlive the servers). */
+TERN_MUST_CHECK
 int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                               const tern_pubsub_options *po, const tern__serve_pubsub_limits *lim,
                               const struct tern__topic_rules *rules, bool bench,
@@ -80,7 +81,11 @@ void tern__serve_log_access(FILE *f, const tern_http_access *a);
 /* SIGUSR1 (logrotate): f, opened on path in append mode, is pointed at
  * path afresh (the file logrotate moved away keeps what was written).
  * Returns 0, or a negative errno (then f writes where it did). */
+TERN_MUST_CHECK
 int tern__serve_log_reopen(FILE *f, const char *path);
+/* --log-level: the library's log lines (level: "error", "warn", "info" or
+ * "debug") written by tern__serve_log on stderr. */
+void tern__serve_log_library(const char *level);
 
 /* main.c: tern --version's lines (the version, the TLS library, the I/O
  * back ends built in). */
@@ -108,7 +113,9 @@ typedef struct tern__sd_sockets {
 /* Fills out and clears the environment (a child started later inherits
  * none of it). Returns 0, or -1 once said why on stderr (two sockets of
  * one kind, a socket that is not a listening stream one). */
+TERN_MUST_CHECK
 int tern__serve_sd_sockets(tern__sd_sockets *out);
+TERN_MUST_CHECK
 int tern__serve_sd_watchdog(tern_loop *loop, tern_timer **out);
 
 /* feed.c: the simulated market data ("market", rate updates a second; 0:
@@ -117,11 +124,10 @@ int tern__serve_sd_watchdog(tern_loop *loop, tern_timer **out);
 /* node: --node-name, put in every "stats" message and in the page's
  * <meta name="tern-node"> (so the page shows its own node's figures);
  * kept by pointer, valid while the servers run. */
+TERN_MUST_CHECK
 int tern__feed_start(tern_server *srv, unsigned rate, const char *node);
+TERN_MUST_CHECK
 int tern__page_routes(tern_server *srv, bool at_root, const char *node);
-/* The default --node-name, HOSTNAME:PID (characters --node-name refuses
- * as '-'), into out (cap bytes). */
-void tern__node_name_default(char *out, size_t cap);
 /* The page, src/app/market.html, made into an array at build time. */
 extern const unsigned char tern__market_html[];
 extern const size_t tern__market_html_len;

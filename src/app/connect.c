@@ -283,13 +283,15 @@ int tern_app_connect(int argc, char **argv) {
         signal(SIGPIPE, SIG_IGN);
         cl.loop = loop;
         the_client = &cl;
-        tern_loop_on_signal(loop, SIGINT, on_signal, &cl);
         tern_ws_handlers h = {.on_open = on_open,
                               .on_message = on_message,
                               .on_close = on_close,
                               .on_connect_error = on_connect_error};
-        int err = tern_ws_connect(loop, url, &h, &opt, &cl);
+        int err = tern_loop_on_signal(loop, SIGINT, on_signal, &cl);
         if (err < 0) {
+            fprintf(stderr, "tern connect: SIGINT: %s\n", tern_strerror(err));
+            code = EXIT_OTHER;
+        } else if ((err = tern_ws_connect(loop, url, &h, &opt, &cl)) < 0) {
             fprintf(stderr, "tern connect: %s: %s\n", url, tern_strerror(err));
             code = err == -EINVAL ? EXIT_USAGE
                  : err == -ENOMEM ? EXIT_OTHER
@@ -307,8 +309,8 @@ int tern_app_connect(int argc, char **argv) {
             code = EXIT_OTHER;
     }
     if (code < 0) {
-        tern_loop_run(loop);
-        code = cl.exit_code;
+        int err = tern_loop_run(loop);
+        code = err < 0 ? EXIT_OTHER : cl.exit_code;
     }
     if (!reading && loop) {
         tern_loop_free(loop);

@@ -20,13 +20,11 @@
  * Both run from timers on the first thread's loop; a publish reaches the
  * subscribers of every thread. A publish to a topic with no subscriber
  * costs a lookup: the feed runs whether anyone watches or not. */
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "app/app.h"
 #include "tern/tern.h"
@@ -220,17 +218,4 @@ int tern__page_routes(tern_server *srv, bool at_root, const char *node) {
     if (err == 0 && at_root)
         err = tern_http_route(srv, "GET", "/", on_page, NULL);
     return err < 0 ? err : 0;
-}
-
-/* Hostnames hold only letters, digits, '-' and '.'; anything else (a
- * misconfigured one) becomes '-', so the default passes --node-name's
- * check. */
-void tern__node_name_default(char *out, size_t cap) {
-    char host[256] = "";
-    if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0')
-        strcpy(host, "tern");
-    snprintf(out, cap, "%.40s:%ld", host, (long)getpid());
-    for (char *p = out; *p; p++)
-        if (!isalnum((unsigned char)*p) && !strchr("._:-", *p))
-            *p = '-';
 }

@@ -283,8 +283,9 @@ static void run_settle(load_run *run) {
             tern_ws_abort(c->ws);
         }
     }
-    if (run->live > 0)
-        tern_loop_run(run->loop);
+    int err = run->live > 0 ? tern_loop_run(run->loop) : 0;
+    if (err < 0)
+        fprintf(stderr, "tern load: the loop: %s\n", tern_strerror(err));
 }
 
 

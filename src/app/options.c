@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -509,6 +510,52 @@ int tern__opt_set_default(tern__opt_set *s, int i, const char *t) {
     if (s->vals[i].n)
         return 0;
     return set_value(s, i, t, TERN__OPT_FROM_DEFAULT, 0, "", "the default");
+}
+
+tern__opt_when tern__opt_applies(const tern__opt *o) {
+    if (o->flags & TERN__OPT_CLI_ONLY)
+        return TERN__OPT_AT_START;
+    return (o->flags & TERN__OPT_RELOAD) ? TERN__OPT_ON_SIGHUP : TERN__OPT_NEEDS_RESTART;
+}
+
+void tern__opt_apply_one(const tern__opt_set *s, int i, void *settings) {
+    const tern__opt *o = &s->opts[i];
+    if (o->put)
+        o->put(s, i, (char *)settings + o->to);
+}
+
+void tern__opt_apply(const tern__opt_set *s, void *settings) {
+    for (int i = 0; i < s->nopts; i++)
+        tern__opt_apply_one(s, i, settings);
+}
+
+void tern__opt_put_str(const tern__opt_set *s, int i, void *field) {
+    *(const char **)field = tern__opt_str(s, i);
+}
+
+void tern__opt_put_u32(const tern__opt_set *s, int i, void *field) {
+    *(uint32_t *)field = (uint32_t)tern__opt_uint(s, i);
+}
+
+void tern__opt_put_size(const tern__opt_set *s, int i, void *field) {
+    *(size_t *)field = (size_t)tern__opt_uint(s, i);
+}
+
+void tern__opt_put_u64(const tern__opt_set *s, int i, void *field) {
+    *(uint64_t *)field = tern__opt_uint(s, i);
+}
+
+void tern__opt_put_int(const tern__opt_set *s, int i, void *field) {
+    *(int *)field = (int)tern__opt_uint(s, i);
+}
+
+void tern__opt_put_bool(const tern__opt_set *s, int i, void *field) {
+    const char *t = tern__opt_str(s, i);
+    *(bool *)field = t && strcmp(t, "on") == 0;
+}
+
+void tern__opt_put_vals(const tern__opt_set *s, int i, void *field) {
+    *(const tern__opt_val **)field = &s->vals[i];
 }
 
 void tern__opt_help(const tern__opt_set *s, FILE *f) {

@@ -7,7 +7,10 @@
 #define TERN_APP_OPTIONS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
+
+#include "tern/loop.h"   /* TERN_MUST_CHECK */
 
 typedef enum tern__opt_type {
     TERN__OPT_FLAG,     /* no value on the command line; "on"/"off" in a file */
@@ -27,10 +30,17 @@ enum {
     TERN__OPT_ZERO_MIN = 1u << 5,   /* SECONDS: 0 is allowed */
 };
 
+struct tern__opt_set;
+
+/* Writes option i's value in s into field (see tern__opt.put). */
+typedef void tern__opt_put_fn(const struct tern__opt_set *s, int i, void *field);
+
 /* One option. Invariants: name is unique in its table and is the long
  * flag (--name) and the file's key; a FLAG has no arg; def, when set, is a
  * value the option's own check accepts; only REPEAT options have a
- * max_count above 1. */
+ * max_count above 1; put is set when the command has a settings struct
+ * (tern serve), and then field `to` of that struct has the type put
+ * writes. */
 typedef struct tern__opt {
     const char *name;
     char short_name;                 /* -x, or 0 */
@@ -46,7 +56,24 @@ typedef struct tern__opt {
     int max_count;                   /* REPEAT: at most this many values (0: 64) */
     unsigned groups;                 /* a bit per group (tern load's modes) it belongs to; 0: all */
     const char *help;                /* lines of --help, '\n' between them */
+    /* The value's destination: put writes it into the field `to` bytes
+     * into the command's settings struct (tern__opt_apply). NULL: the
+     * command reads it itself (--help, --config). */
+    size_t to;
+    tern__opt_put_fn *put;
 } tern__opt;
+
+/* How an option's value applies, from its flags: CLI_ONLY ones once, at
+ * start (--config, --help: not in a file, so SIGHUP never sees them);
+ * RELOAD ones at start and again when SIGHUP finds them changed; the
+ * others at start, and a SIGHUP that finds them changed says they need a
+ * restart. */
+typedef enum tern__opt_when {
+    TERN__OPT_AT_START,
+    TERN__OPT_ON_SIGHUP,
+    TERN__OPT_NEEDS_RESTART,
+} tern__opt_when;
+tern__opt_when tern__opt_applies(const tern__opt *o);
 
 /* Where a value came from, in increasing precedence. */
 enum { TERN__OPT_FROM_DEFAULT, TERN__OPT_FROM_FILE, TERN__OPT_FROM_ENV, TERN__OPT_FROM_FLAG };
@@ -75,17 +102,21 @@ typedef struct tern__opt_set {
 } tern__opt_set;
 
 /* Makes the set for a table (every option at its default). 0 or -ENOMEM. */
+TERN_MUST_CHECK
 int tern__opt_init(tern__opt_set *s, const char *command, const tern__opt *opts, int nopts);
 void tern__opt_free(tern__opt_set *s);
 
 /* argv[0] is the command's name (skipped). Returns 0 or -EINVAL with s->err
  * set ("bad value for --port: x"). Operands go to s->args. "--" ends the
  * options. A value from here replaces the file's and the environment's. */
+TERN_MUST_CHECK
 int tern__opt_parse_argv(tern__opt_set *s, int argc, char **argv);
 /* The file's options (one "name value" a line, # comments): replaces only
  * defaults. -EINVAL with s->err naming file:line, or -errno (unreadable). */
+TERN_MUST_CHECK
 int tern__opt_parse_file(tern__opt_set *s, const char *path);
 /* The environment's (TERN_NAME_WITH_UNDERSCORES), over the file's. */
+TERN_MUST_CHECK
 int tern__opt_parse_env(tern__opt_set *s);
 
 /* The option named name's index, or -1. */
@@ -99,7 +130,21 @@ bool tern__opt_given(const tern__opt_set *s, int i);
 unsigned long long tern__opt_uint(const tern__opt_set *s, int i);
 double tern__opt_real(const tern__opt_set *s, int i);
 /* Sets option i's default (a value computed at run time: the CPUs). */
+TERN_MUST_CHECK
 int tern__opt_set_default(tern__opt_set *s, int i, const char *v);
+
+/* Every option's value into its destination in settings (the struct the
+ * table's `to` offsets are in), by its put; the strings stay s's. */
+void tern__opt_apply(const tern__opt_set *s, void *settings);
+/* Option i put into its destination in settings alone (a value SIGHUP
+ * changed). */
+void tern__opt_apply_one(const tern__opt_set *s, int i, void *settings);
+/* The puts of the usual kinds of field: the value as text (const char *;
+ * NULL when unset), as a number (uint32_t, size_t, uint64_t, int), as a
+ * bool (a FLAG on, or a CHOICE "on"), and every value of a REPEAT option
+ * (const tern__opt_val *: s's, valid while s is). */
+tern__opt_put_fn tern__opt_put_str, tern__opt_put_u32, tern__opt_put_size, tern__opt_put_u64,
+    tern__opt_put_int, tern__opt_put_bool, tern__opt_put_vals;
 
 /* The option whose name is nearest name (a misspelling: at most a third of
  * its letters wrong, '_' taken for '-', case ignored), or -1. CLI_ONLY

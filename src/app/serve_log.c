@@ -106,3 +106,16 @@ int tern__serve_log_reopen(FILE *f, const char *path) {
     close(fd);
     return err;
 }
+
+/* --log-level's lines of the library, on stderr as the server's own. */
+static void library_line(int level, const char *msg, void *user) {
+    tern__serve_log(stderr, level, "%s", msg);
+}
+
+void tern__serve_log_library(const char *level) {
+    int l = TERN_LOG_WARN;
+    for (int k = TERN_LOG_ERROR; k <= TERN_LOG_DEBUG; k++)
+        if (strcmp(level, tern_log_level_name(k)) == 0)
+            l = k;
+    tern_set_log(l, library_line, NULL);
+}

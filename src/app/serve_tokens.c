@@ -137,10 +137,10 @@ static void expired(tern_timer *t, void *user) {
     (void)t;
     tern__token_conn *c = user;
     int64_t left = c->rights.until - wall_now();
-    if (left > 0) {   /* the wall clock went back: wait the rest */
-        tern_timer_again(c->timer, (uint64_t)left * 1000);
+    /* The wall clock went back: wait the rest (out of memory for the
+     * timer: the token ends now). */
+    if (left > 0 && tern_timer_again(c->timer, (uint64_t)left * 1000) == 0)
         return;
-    }
     tern_ws_close(c->ws, TERN_WS_TOKEN_EXPIRED, "token expired");
 }
 

@@ -23,6 +23,7 @@ typedef struct tern__serve_token_flags {
 
 /* Once, before the server runs. 0 (tokens on when a secret or key file
  * was given) or -1 after a message on stderr. */
+TERN_MUST_CHECK
 int tern__serve_tokens_setup(const tern__serve_token_flags *f);
 bool tern__serve_tokens_on(void);
 /* A verifier made from f's files (read now: SIGHUP's rotated keys), or
@@ -40,6 +41,7 @@ typedef struct tern__token_conn tern__token_conn;
 
 /* In on_upgrade: 0 and *out set (anonymous without a token), 401 for a
  * bad token, 503 out of memory. */
+TERN_MUST_CHECK
 int tern__token_conn_upgrade(tern_http_req *req, tern__token_conn **out);
 /* In on_open: starts the expiry timer of a token's connection. */
 void tern__token_conn_open(tern__token_conn *c, tern_ws *ws);
@@ -47,7 +49,9 @@ void tern__token_conn_open(tern__token_conn *c, tern_ws *ws);
 void tern__token_conn_free(tern__token_conn *c);
 /* Whether the token's rights cover the topic: 0 or -EACCES. c NULL:
  * anonymous, never. (The topic rules decide first: topic_rules.h.) */
+TERN_MUST_CHECK
 int tern__token_conn_may_subscribe(const tern__token_conn *c, const char *topic, size_t len);
+TERN_MUST_CHECK
 int tern__token_conn_may_publish(const tern__token_conn *c, const char *topic, size_t len);
 /* {"op":"refresh"}: NULL and the rights and expiry replaced, or why not
  * (the connection keeps what it had). *exp: the new expiry. */

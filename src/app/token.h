@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tern/loop.h"   /* TERN_MUST_CHECK */
+
 #define TERN_TOKEN_MAX 8192          /* bytes of a token */
 #define TERN_TOKEN_RIGHTS_MAX 64     /* subscribe + publish entries */
 /* Seconds of clock difference between the issuer and us allowed on both
@@ -44,18 +46,24 @@ typedef struct tern__token_rights {
 tern__token_config *tern__token_config_new(void);
 void tern__token_config_free(tern__token_config *c);
 /* The HS256 secret (copied; not empty). 0 or -EINVAL/-ENOMEM. */
+TERN_MUST_CHECK
 int tern__token_config_hmac(tern__token_config *c, const void *secret, size_t len);
 /* A PEM public key: RSA (RS256, at least 2048 bits) or EC P-256 (ES256).
  * 0, -EINVAL (not such a key), -ENOMEM. */
+TERN_MUST_CHECK
 int tern__token_config_public_pem(tern__token_config *c, const char *pem, size_t len);
 /* Copied; NULL: not checked. 0 or -ENOMEM. */
+TERN_MUST_CHECK
 int tern__token_config_audience(tern__token_config *c, const char *aud);
+TERN_MUST_CHECK
 int tern__token_config_issuer(tern__token_config *c, const char *iss);
 /* Seconds allowed past exp and before nbf (TERN_TOKEN_LEEWAY unless set). */
 void tern__token_config_leeway(tern__token_config *c, uint32_t seconds);
 /* Reads a file of at most 64 KiB: the secret (one trailing newline
  * stripped) or the public key. 0 or a negative errno; *why says what. */
+TERN_MUST_CHECK
 int tern__token_config_hmac_file(tern__token_config *c, const char *path, const char **why);
+TERN_MUST_CHECK
 int tern__token_config_public_key_file(tern__token_config *c, const char *path,
                                        const char **why);
 /* True once a secret or a key is set. */
@@ -64,6 +72,7 @@ bool tern__token_config_ready(const tern__token_config *c);
 /* Verifies tok[0..len) at time now (seconds since the epoch). 0 and *out
  * filled (free it with tern__token_rights_free), or -EACCES (refused:
  * *why, a static string, says why; *out is left empty) or -ENOMEM. */
+TERN_MUST_CHECK
 int tern__token_verify(const tern__token_config *c, const char *tok, size_t len, int64_t now,
                        tern__token_rights *out, const char **why);
 void tern__token_rights_free(tern__token_rights *r);

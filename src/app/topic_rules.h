@@ -53,6 +53,7 @@ typedef struct tern__topic_rules {
  * none), policy (drop, close, close-1013, conflate), history (messages),
  * history-age (seconds), max-backlog (bytes). A pattern met before is
  * the same rule: the new keys change it. Returns 0, or -1 and *why. */
+TERN_MUST_CHECK
 int tern__rules_add(tern__topic_rules *t, const char *spec, const char **why);
 
 /* Fills each rule's unset fields from the most specific rule that covers

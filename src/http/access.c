@@ -14,7 +14,13 @@ typedef struct access_entry {
     size_t peer, method, target;
 } access_entry;
 
-/* The loop's queue (its TERN__SLOT_HTTP block). Invariant: e[0..n) wait
+/* The access log's loop slot (its access_queue), keyed at first use. */
+static int access_slot(void) {
+    static _Atomic int key;
+    return tern__loop_slot_key(&key);
+}
+
+/* The loop's queue (its slot's block, access_slot). Invariant: e[0..n) wait
  * for the batch end, their strings NUL-terminated in text[0..text_len);
  * between batches n is 0 and e and text are freed, so the block alone is
  * what tern_loop_free has to free. */
@@ -26,7 +32,7 @@ typedef struct access_queue {
 } access_queue;
 
 static void flush(tern_loop *loop) {
-    access_queue *q = *tern__loop_slot(loop, TERN__SLOT_HTTP);
+    access_queue *q = *tern__loop_slot(loop, access_slot());
     if (q == NULL || q->n == 0)
         return;
     /* An access function that makes a response (unusual) appends: the
@@ -93,11 +99,11 @@ static void redact_query(char *target) {
  * else. */
 static void queue(tern_server *srv, const tern_http_access *e, const char *peer,
                   const char *method, size_t mlen, const char *target, size_t tlen) {
-    void **slot = tern__loop_slot(srv->loop, TERN__SLOT_HTTP);
+    void **slot = tern__loop_slot(srv->loop, access_slot());
     if (*slot == NULL) {
         if ((*slot = calloc(1, sizeof(access_queue))) == NULL)
             return;
-        tern__loop_set_slot_hook(srv->loop, TERN__SLOT_HTTP, flush);
+        tern__loop_set_slot_hook(srv->loop, access_slot(), flush);
     }
     access_queue *q = *slot;
     if (q->n == q->cap) {
@@ -188,7 +194,7 @@ void tern__http_access_record_error(tern__http_conn *hc, int status, uint64_t by
 }
 
 void tern__http_access_drop(tern_server *srv) {
-    access_queue *q = *tern__loop_slot(srv->loop, TERN__SLOT_HTTP);
+    access_queue *q = *tern__loop_slot(srv->loop, access_slot());
     if (q == NULL)
         return;
     for (size_t i = 0; i < q->n; i++)

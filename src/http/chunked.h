@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tern/loop.h"   /* TERN_MUST_CHECK */
+
 /* Invariant: state is one of the decoder's private states; remaining is the
  * number of data bytes left in the current chunk while in the data state;
  * count bounds the bytes spent in an extension or in the trailer section. */
@@ -34,6 +36,7 @@ void tern__chunked_init(tern__chunked *d);
  * it; call again with the rest. On DONE, bytes after *consumed belong to
  * the next request. max_trailer bounds the trailer section (and each
  * extension) in bytes. */
+TERN_MUST_CHECK
 int tern__chunked_decode(tern__chunked *d, const char *buf, size_t len, size_t *consumed,
                          const char **data, size_t *data_len, size_t max_trailer);
 

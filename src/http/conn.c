@@ -869,6 +869,7 @@ static void on_close(tern__conn *c, int err) {
     hc->req = NULL;
     if (req) {
         req->hc = NULL;
+        req->close_err = err;   /* for the abort callback, or a response ended later */
         if (!req->live)   /* a running handler settles it when it returns */
             settle_orphan(req);
     }

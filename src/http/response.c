@@ -479,3 +479,5 @@ void tern_http_on_abort(tern_http_req *req, tern_http_abort_fn fn, void *user) {
     req->abort_fn = fn;
     req->abort_user = user;
 }
+
+int tern_http_close_error(const tern_http_req *req) { return req ? req->close_err : 0; }

@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "tern/loop.h"   /* TERN_MUST_CHECK */
+
 #define TERN__ROUTE_MAX_PARAMS 8
 
 /* The router fills the raw views; tern__http_params_decode (server.h)
@@ -38,6 +40,7 @@ void tern__router_free(tern__router *r);
  * (not an upper-case token of 1 to 32 bytes), -EEXIST for the same method
  * and pattern twice, -ENOMEM. */
 bool tern__router_method_valid(const char *method);
+TERN_MUST_CHECK
 int tern__router_add(tern__router *r, const char *method, const char *pattern, void *data);
 
 /* Finds the route for (method, path). Returns its data, or NULL with

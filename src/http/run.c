@@ -261,7 +261,8 @@ int tern_run(int n_threads, const tern_run_options *opt, tern_setup_fn setup, vo
          * already, so shut down politely anyway. */
         atomic_store(&run->stops, 0);
         for (int i = 1; i < started; i++)
-            tern_loop_post(run->loops[i], shutdown_post, &run->per[i]);
+            if (tern_loop_post(run->loops[i], shutdown_post, &run->per[i]) < 0)
+                tern_loop_stop_async(run->loops[i]);   /* out of memory: stop, not politely */
     } else {
         run->per[0].rc = run_loop(&run->per[0]);
     }

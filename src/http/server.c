@@ -50,7 +50,7 @@ void tern__config_unref(tern__server_config *cfg) {
         free(vh);
     }
     vhost_clear(&cfg->host);
-    for (int i = 0; i < TERN__SRV_SLOT_COUNT; i++) {
+    for (int i = 0; i < TERN__SRV_SLOTS_MAX; i++) {
         void *m = atomic_load(&cfg->slots[i]);
         if (m)
             atomic_load(&cfg->modules[i])->config_free(m);
@@ -58,6 +58,12 @@ void tern__config_unref(tern__server_config *cfg) {
     free(cfg->peers);
     tern__http_admit_free(&cfg->admit);
     free(cfg);
+}
+
+static int srv_slots_used;
+
+int tern__srv_slot_key(_Atomic int *key) {
+    return tern__key_once(key, &srv_slots_used, TERN__SRV_SLOTS_MAX, "server module slots");
 }
 
 /* srv leaves cfg: its slot in peers says it is gone (a delivery still
@@ -171,7 +177,7 @@ tern_server *tern_server_peer(const tern_server *srv, int index) {
 int tern_server_stats(const tern_server *srv, tern_stats *out) {
     if (srv == NULL || out == NULL || srv->loop == NULL)
         return -EINVAL;
-#define LOAD(f) atomic_load_explicit(&srv->stats.f, memory_order_relaxed)
+#define LOAD(f) TERN__COUNTER_GET(srv->stats.f)
     uint64_t closed = LOAD(closed);
     out->accepted = LOAD(accepted);
     out->connections = out->accepted > closed ? out->accepted - closed : 0;
@@ -255,7 +261,7 @@ static void server_finish_free(tern_server *srv) {
     /* The closed connections' structs are freed at the batch end; run it
      * now, since the loop may not iterate again. */
     tern__net_flush(srv->loop);
-    for (int i = 0; i < TERN__SRV_SLOT_COUNT; i++)
+    for (int i = 0; i < TERN__SRV_SLOTS_MAX; i++)
         if (atomic_load(&srv->slots[i]))
             atomic_load(&srv->cfg->modules[i])->server_free(srv);
     tern_timer_stop(srv->shutdown_timer);

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 #include "loop/check.h"
+#include "loop/counter.h"
 #include "http/chunked.h"
 #include "http/parser.h"
 #include "http/router.h"
@@ -97,10 +98,14 @@ typedef struct tern__http_admission {
 /* Module slots: a layer above http (pub/sub) keeps its per-server and
  * per-configuration state in a slot it owns (srv->slots[which],
  * cfg->slots[which]), so http's structs name none of its fields, counters
- * or hooks. The owner registers its functions in cfg->modules[which]
- * before it fills either slot; the layers below call them through these,
- * never by name. */
-enum { TERN__SRV_SLOT_PUBSUB, TERN__SRV_SLOT_COUNT };
+ * or hooks. The owner takes its key at its first use
+ * (tern__srv_slot_key), so http names none of the modules; it registers
+ * its functions in cfg->modules[which] before it fills either slot; the
+ * layers below call them through these, never by name. */
+enum { TERN__SRV_SLOTS_MAX = 4 };
+/* The key of the module slot of a module whose key variable is *key
+ * (tern__key_once: 0 before the first call, from any thread). */
+int tern__srv_slot_key(_Atomic int *key);
 
 struct tern_ws;
 
@@ -141,8 +146,8 @@ typedef struct tern__server_config {
     struct tern__run *run;           /* the tern_run that made the servers, or NULL */
     /* The modules' shared state (made at first use by whichever thread;
      * each module keeps its own lock) and their functions. */
-    _Atomic(void *) slots[TERN__SRV_SLOT_COUNT];
-    const tern__srv_module *_Atomic modules[TERN__SRV_SLOT_COUNT];
+    _Atomic(void *) slots[TERN__SRV_SLOTS_MAX];
+    const tern__srv_module *_Atomic modules[TERN__SRV_SLOTS_MAX];
 } tern__server_config;
 
 /* One listener as it was asked for, so that tern_run can open the same
@@ -170,11 +175,9 @@ typedef struct tern__server_counters {
 } tern__server_counters;
 
 
-#define TERN__STAT_ADD(srv, field, n)                                                         \
-    atomic_store_explicit(&(srv)->stats.field,                                               \
-                          atomic_load_explicit(&(srv)->stats.field, memory_order_relaxed) +  \
-                              (uint64_t)(n),                                                 \
-                          memory_order_relaxed)
+/* One of the loop's counters += n (loop/counter.h: the loop is its only
+ * writer). */
+#define TERN__STAT_ADD(srv, field, n) TERN__COUNTER_ADD((srv)->stats.field, n)
 
 /* Counts a response with this status (tern_server_responses); one
  * relaxed add in the loop's own array, so writing a response takes no
@@ -212,7 +215,7 @@ struct tern_server {
     /* The modules' state on this loop (cfg->modules), or NULL. Written by
      * the loop's thread alone (release), read by any (acquire): a module's
      * counters live there. */
-    _Atomic(void *) slots[TERN__SRV_SLOT_COUNT];
+    _Atomic(void *) slots[TERN__SRV_SLOTS_MAX];
 
     bool shutting_down;
     tern_server_done_fn done;
@@ -300,6 +303,7 @@ struct tern_http_req {
     bool close_after;          /* Connection: close */
     tern__bytes extra;         /* added headers, "Name: value\r\n"... */
 
+    int close_err;             /* the error its connection went with: tern_http_close_error */
     tern_http_abort_fn abort_fn;
     void *abort_user;
     tern_http_drain_fn drain_fn;
@@ -332,12 +336,12 @@ struct tern__http_conn {
  * its backlog went out (drained). A loop where no module has state pays
  * a NULL check per slot. */
 static inline void tern__srv_ws_closed(tern_server *srv, struct tern_ws *ws) {
-    for (int i = 0; i < TERN__SRV_SLOT_COUNT; i++)
+    for (int i = 0; i < TERN__SRV_SLOTS_MAX; i++)
         if (atomic_load_explicit(&srv->slots[i], memory_order_relaxed))
             atomic_load(&srv->cfg->modules[i])->ws_closed(srv, ws);
 }
 static inline void tern__srv_ws_drained(tern_server *srv, struct tern_ws *ws) {
-    for (int i = 0; i < TERN__SRV_SLOT_COUNT; i++)
+    for (int i = 0; i < TERN__SRV_SLOTS_MAX; i++)
         if (atomic_load_explicit(&srv->slots[i], memory_order_relaxed))
             atomic_load(&srv->cfg->modules[i])->ws_drained(srv, ws);
 }
@@ -357,6 +361,7 @@ void tern__http_conn_closed_by_server(tern_server *srv, const tern__conn *c);
  * it when it closes), or 1 over max_connections, 2 over max_connections_per_ip (nothing is
  * counted; the caller refuses it with tern__http_refuse, which answers
  * 503 when plain, and closes fd). Any loop's thread. */
+TERN_MUST_CHECK
 int tern__http_admit(tern_server *srv, int fd, uint16_t *tag);
 void tern__http_release(tern_server *srv, uint16_t tag);
 void tern__http_refuse(int fd, bool tls);
@@ -370,6 +375,7 @@ void tern__http_admit_free(tern__http_admission *a);
 /* server.c */
 /* Opens on clone (a server sharing srv's configuration, on another loop)
  * the listeners srv has; tern_run's. 0 or the first error. */
+TERN_MUST_CHECK
 int tern__server_listen_like(tern_server *clone, const tern_server *srv);
 
 /* A reference to a configuration held by something other than a server
@@ -392,8 +398,10 @@ bool tern__http_method_known(const tern_server *srv, const char *m, size_t len);
  * (of path_len bytes) into srv's scratch (valid until the next call on
  * this loop). Returns 0; -EINVAL for a malformed escape ("%zz", "%4") or
  * one that decodes to a NUL byte (the route then answers 400); -ENOMEM. */
+TERN_MUST_CHECK
 int tern__http_params_decode(tern_server *srv, tern__route_params *p, size_t path_len);
 /* request.c: getpeername of c; -ENOTCONN when c is NULL or closed. */
+TERN_MUST_CHECK
 int tern__peer(const tern__conn *c, struct sockaddr_storage *addr, socklen_t *len);
 
 /* access.c: the access log. begin at the handler's start; keep after it

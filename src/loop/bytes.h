@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "tern/loop.h"   /* TERN_MUST_CHECK */
+
 /* data[0..len) holds the bytes; data is malloc'd, or NULL while cap is 0.
  * A zeroed struct is an empty buffer. */
 typedef struct tern__bytes {
@@ -22,8 +24,10 @@ size_t tern__bytes_grow_cap(size_t cap, size_t need);
 
 /* Makes room for `more` bytes after data[len). 0, or -ENOMEM (the buffer
  * is then unchanged). Reserving 0 bytes allocates nothing. */
+TERN_MUST_CHECK
 int tern__bytes_reserve(tern__bytes *b, size_t more);
 /* Appends p[0..n) (p may be NULL when n is 0). 0, or -ENOMEM. */
+TERN_MUST_CHECK
 int tern__bytes_append(tern__bytes *b, const void *p, size_t n);
 /* Frees the bytes; b is then an empty buffer again. */
 void tern__bytes_free(tern__bytes *b);

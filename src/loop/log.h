@@ -21,6 +21,7 @@ enum tern__log_kind {
     TERN__LOG_TLS_HANDSHAKE, /* a failed TLS handshake, plain HTTP on a TLS port */
     TERN__LOG_MISUSE,        /* the API misused (wrong thread, loop freed while busy) */
     TERN__LOG_CONN_LIMIT,    /* connections refused by a connection limit (a count a second) */
+    TERN__LOG_RANDOM,        /* no random bytes to be had (the masking keys' seed) */
     TERN__LOG_KINDS
 };
 

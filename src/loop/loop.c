@@ -2,6 +2,7 @@
  * dispatch, cross-thread posts, signals, the batch-end hooks. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -31,6 +32,34 @@ int64_t tern__loop_wall_sec(const tern_loop *loop) { return loop->wall_sec; }
 char *tern__loop_rbuf(tern_loop *loop, size_t *cap) { *cap = loop->rbuf_cap; return loop->rbuf; }
 size_t tern__loop_max_unsent(const tern_loop *loop) { return loop->max_unsent; }
 void **tern__loop_slot(tern_loop *loop, int which) { return &loop->slots[which]; }
+
+/* The lock of every range's first calls: taken once per user, never on
+ * the way of a loop's work. */
+static pthread_mutex_t key_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int tern__key_once(_Atomic int *key, int *next, int max, const char *what) {
+    int k = atomic_load_explicit(key, memory_order_acquire);
+    if (k > 0)
+        return k - 1;
+    pthread_mutex_lock(&key_lock);
+    k = atomic_load_explicit(key, memory_order_relaxed);
+    if (k == 0) {
+        if (*next == max) {
+            fprintf(stderr, "tern: more than %d %s: raise the maximum\n", max, what);
+            abort();
+        }
+        k = ++*next;
+        atomic_store_explicit(key, k, memory_order_release);
+    }
+    pthread_mutex_unlock(&key_lock);
+    return k - 1;
+}
+
+static int loop_slots_used;
+
+int tern__loop_slot_key(_Atomic int *key) {
+    return tern__key_once(key, &loop_slots_used, TERN__LOOP_SLOTS_MAX, "loop slots");
+}
 void tern__loop_set_batch_end(tern_loop *loop, tern__loop_hook fn) { loop->batch_end = fn; }
 void tern__loop_set_slot_hook(tern_loop *loop, int which, tern__loop_hook fn) {
     loop->slot_hooks[which] = fn;
@@ -55,8 +84,8 @@ int tern__io_moved(tern_loop *loop, tern__io *io) { return loop->bk->io_moved(lo
 
 void tern__io_close(tern_loop *loop, tern__io *io) { loop->bk->io_close(loop, io); }
 
-bool tern__io_acceptor(tern_loop *loop, tern__io *io) {
-    return loop->bk->io_acceptor ? loop->bk->io_acceptor(loop, io) : false;
+bool tern__io_acceptor(tern_loop *loop, tern__io *io, bool one_at_a_time) {
+    return loop->bk->io_acceptor ? loop->bk->io_acceptor(loop, io, one_at_a_time) : false;
 }
 int tern__io_accept(tern_loop *loop, tern__io *io) {
     if (loop->bk->io_accept)
@@ -311,7 +340,7 @@ int tern_loop_free(tern_loop *loop) {
     /* The upper layers end what they still have going (pending connects),
      * with the loop whole; what that closed is freed by a batch end. */
     bool closed = false;
-    for (int i = 0; i < TERN__SLOT_COUNT; i++)
+    for (int i = 0; i < TERN__LOOP_SLOTS_MAX; i++)
         if (loop->slot_close[i]) {
             loop->slot_close[i](loop);
             closed = true;
@@ -336,7 +365,7 @@ int tern_loop_free(tern_loop *loop) {
         free(p);
     }
     tern__timers_free(loop);
-    for (int i = 0; i < TERN__SLOT_COUNT; i++)
+    for (int i = 0; i < TERN__LOOP_SLOTS_MAX; i++)
         free(loop->slots[i]);
     if (loop->signal_io.fd >= 0)
         tern__io_close(loop, &loop->signal_io);
@@ -348,7 +377,7 @@ int tern_loop_free(tern_loop *loop) {
 }
 
 static void batch_end(tern_loop *loop) {
-    for (int i = 0; i < TERN__SLOT_COUNT; i++)
+    for (int i = 0; i < TERN__LOOP_SLOTS_MAX; i++)
         if (loop->slot_hooks[i])
             loop->slot_hooks[i](loop);
     if (loop->batch_end)

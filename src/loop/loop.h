@@ -47,6 +47,7 @@ void tern__io_init(tern__io *io, int fd, tern__io_fn fn);
 int tern__io_set(tern_loop *loop, tern__io *io, uint32_t events);
 
 /* Tells the back end that a registered watcher now lives at a new address. */
+TERN_MUST_CHECK
 int tern__io_moved(tern_loop *loop, tern__io *io);
 
 /* Closes the watcher's descriptor and forgets the watcher (as setting no
@@ -59,10 +60,19 @@ void tern__io_close(tern_loop *loop, tern__io *io);
  * accept: no accept system call per connection); then TERN__IO_IN says
  * one (or an error) is in hand. Either way the watcher takes connections
  * with tern__io_accept until -EAGAIN, and asks again each time it sets
- * its interest after having set none. */
-bool tern__io_acceptor(tern_loop *loop, tern__io *io);
+ * its interest after having set none.
+ *
+ * one_at_a_time: the back end takes no connection before the watcher has
+ * taken the one before (io_uring: a single-shot accept, armed again after
+ * each), so that a listener keeping a descriptor reserve sees every
+ * descriptor number before the kernel hands out the next; without it the
+ * back end may accept ahead, up to the process's limit. The watcher may
+ * ask again with the other answer while accepting: the change takes
+ * effect with the next connection the kernel takes. */
+bool tern__io_acceptor(tern_loop *loop, tern__io *io, bool one_at_a_time);
 /* As accept4(SOCK_NONBLOCK | SOCK_CLOEXEC) without the peer's address:
  * the new descriptor, -EAGAIN, or a negative errno (EMFILE, ...). */
+TERN_MUST_CHECK
 int tern__io_accept(tern_loop *loop, tern__io *io);
 
 /* Streams: a connected socket whose bytes the back end moves itself, by
@@ -135,9 +145,22 @@ size_t tern__loop_max_unsent(const tern_loop *loop);
  * and pending lists, TLS's sessions holding record buffers, the http
  * layer's queue of access-log entries), so the loop needs to know nothing
  * of them. Each is one malloc'd block;
- * tern_loop_free() frees it. */
-enum { TERN__SLOT_NET, TERN__SLOT_TLS, TERN__SLOT_HTTP, TERN__SLOT_WS_CLIENT, TERN__SLOT_COUNT };
+ * tern_loop_free() frees it. A layer takes its slot's key at its first
+ * use (tern__loop_slot_key; h2o's configurator slots are the model), so
+ * the loop names none of the layers above it. */
+enum { TERN__LOOP_SLOTS_MAX = 8 };
 void **tern__loop_slot(tern_loop *loop, int which);
+
+/* Keys handed out from a fixed range, once per user: *key is the user's
+ * own variable (0 before its first call; the key + 1 after), *next the
+ * range's counter (guarded by one lock in loop.c). The first call from
+ * any thread takes the next key, every later one returns it: one acquire
+ * load. Past max keys it aborts: the tables are sized by max, and the
+ * users are known when the library is built, so the first test that runs
+ * meets the mistake. what names the range in the message. */
+int tern__key_once(_Atomic int *key, int *next, int max, const char *what);
+/* The key of the loop slot of a layer whose key variable is *key. */
+int tern__loop_slot_key(_Atomic int *key);
 /* A function of a slot's owner run first thing in tern_loop_free, while
  * the loop is whole: where it ends what it still has going on the loop
  * (the ws client cancels its pending connects, whose on_connect_error
@@ -161,6 +184,7 @@ int tern__loop_run_posts(tern_loop *loop);
  * the post still queued, drop(user) runs instead of fn (on the freeing
  * thread), so what user holds is released rather than leaked. drop must
  * not call back into the application. */
+TERN_MUST_CHECK
 int tern__loop_post_owned(tern_loop *loop, tern_post_fn fn, void (*drop)(void *user), void *user);
 
 /* The loop whose tern_loop_run is running on the calling thread, or NULL. */

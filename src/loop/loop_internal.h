@@ -52,7 +52,7 @@ typedef struct tern__backend_ops {
      * waiting (when tern_loop_run returns: what was written is then on its
      * way, as a send() would have it). */
     void (*flush)(tern_loop *loop);
-    bool (*io_acceptor)(tern_loop *loop, tern__io *io);
+    bool (*io_acceptor)(tern_loop *loop, tern__io *io, bool one_at_a_time);
     int (*io_accept)(tern_loop *loop, tern__io *io);
     bool (*io_stream)(tern_loop *loop, tern__io *io, bool on);
     ssize_t (*io_recv)(tern_loop *loop, tern__io *io, char *buf, size_t len);
@@ -121,9 +121,9 @@ struct tern_loop {
     int nsignals;
 
     tern__loop_hook batch_end;
-    void *slots[TERN__SLOT_COUNT];
-    tern__loop_hook slot_hooks[TERN__SLOT_COUNT];
-    tern__loop_hook slot_close[TERN__SLOT_COUNT];   /* tern__loop_set_slot_close */
+    void *slots[TERN__LOOP_SLOTS_MAX];
+    tern__loop_hook slot_hooks[TERN__LOOP_SLOTS_MAX];
+    tern__loop_hook slot_close[TERN__LOOP_SLOTS_MAX];   /* tern__loop_set_slot_close */
 };
 
 /* wheel.c */

@@ -4,7 +4,9 @@
  * - A listener (tern__io_acceptor) has one multishot accept in flight
  *   while it wants TERN__IO_IN: each completion is a connection (or an
  *   error, which ends it), handed over by TERN__IO_IN and tern__io_accept
- *   at once; no accept system call per connection.
+ *   at once; no accept system call per connection. A listener that asked
+ *   for one at a time (near its descriptor reserve) has a single-shot
+ *   accept instead, armed again after each connection.
  * - A poll watcher (the wake-up eventfd, signals, Redis)
  *   gets readiness as with epoll: a single-shot poll,
  *   re-armed after each report while it is still wanted, which is
@@ -76,7 +78,7 @@ enum {
     TAG_IGNORE = 3,    /* poll updates and removals, cancellations: nothing to do */
     TAG_SEND = 4,      /* a send op (user_data is its address) */
     TAG_GUARD = 5,     /* the time a closed stream's send in flight is given */
-    TAG_ACCEPT = 6,    /* the multishot accept of a listener */
+    TAG_ACCEPT = 6,    /* the accept of a listener (multishot, or single-shot: ST_ONE) */
 };
 
 /* Per-descriptor state bits (st[fd]). */
@@ -93,6 +95,8 @@ enum {
     ST_ACCEPTOR = 1u << 8,  /* a listener (tern__io_acceptor; never a stream: it shares ST_SHUT's
                              * bit, so read it through is_acceptor) */
     ST_FULL = 1u << 9,      /* a sendfile found the socket full: TERN__IO_OUT waits for a poll */
+    ST_ONE = 1u << 9,       /* a listener's accept is single-shot (one_at_a_time; a listener is
+                             * never a stream, so it can share ST_FULL's bit) */
     ST_CANCEL = 1u << 10,   /* the receive's cancellation was asked */
     ST_UNPOLL = 1u << 11,   /* the poll's removal was asked */
     ST_TXQ = 1u << 12,      /* tx[fd] is being filled: submitted before the ring is entered */
@@ -560,7 +564,11 @@ static void arm_multishot(tern__uring *u, int fd, bool want) {
     if (want && !(st & (ST_RECV | ST_EOF))) {
         if ((sqe = get_sqe(u)) == NULL)
             return;
-        if (is_acceptor(st)) {
+        if (is_acceptor(st) && (st & ST_ONE)) {
+            /* Completes without IORING_CQE_F_MORE: armed again (flush_dirty)
+             * once the listener took its connection. */
+            io_uring_prep_accept(sqe, fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        } else if (is_acceptor(st)) {
             io_uring_prep_multishot_accept(sqe, fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         } else {
             io_uring_prep_recv_multishot(sqe, fd, NULL, 0, 0);
@@ -768,11 +776,22 @@ static void ur_io_close(tern_loop *loop, tern__io *io) {
 
 /* ---- listeners -------------------------------------------------------- */
 
-static bool ur_io_acceptor(tern_loop *loop, tern__io *io) {
+/* A change between the multishot and the single-shot accept cancels the
+ * multishot in flight; its last completion (no IORING_CQE_F_MORE) marks
+ * the listener dirty, and flush_dirty arms the accept of the new kind. A
+ * single-shot in flight just completes. */
+static bool ur_io_acceptor(tern_loop *loop, tern__io *io, bool one_at_a_time) {
     tern__uring *u = ur_of(loop);
-    if (table_fit(u, io->fd) < 0 || (u->fds[io->fd].st & (ST_STREAM | ST_POLL)))
+    int fd = io->fd;
+    if (table_fit(u, fd) < 0 || (u->fds[fd].st & (ST_STREAM | ST_POLL)))
         return false;
-    u->fds[io->fd].st |= ST_ACCEPTOR;
+    uint32_t st = u->fds[fd].st;
+    bool was_one = (st & ST_ACCEPTOR) && (st & ST_ONE);
+    st |= ST_ACCEPTOR;
+    st = one_at_a_time ? st | ST_ONE : st & ~ST_ONE;
+    u->fds[fd].st = (uint16_t)st;
+    if (one_at_a_time && !was_one && (st & ST_RECV))
+        arm_multishot(u, fd, false);
     return true;
 }
 

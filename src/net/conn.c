@@ -39,13 +39,23 @@ typedef struct tern__net {
  * decided inside a caller that must not see on_close. */
 enum { TERN__CONN_FAILED = 1u << 9 };
 
+/* The error kept for on_close shares out_limit's word so that an idle
+ * connection stays this size (docs/ARCHITECTURE.md's budget). */
+_Static_assert(sizeof(tern__conn) <= 128, "tern__conn grew past 128 bytes");
+
 /* tern__conn.flags is 16 bits: the owner has the other 16 (owner_tag). */
 _Static_assert(TERN__CONN_CONNECTING <= 0x8000, "the flags fit in tern__conn.flags");
 
 static void conn_timeout(tern__wheel_entry *e);
 
+/* net's loop slot (its tern__net), keyed at first use. */
+static int net_slot(void) {
+    static _Atomic int key;
+    return tern__loop_slot_key(&key);
+}
+
 static tern__net *net_of(tern_loop *loop) {
-    void **slot = tern__loop_slot(loop, TERN__SLOT_NET);
+    void **slot = tern__loop_slot(loop, net_slot());
     if (*slot == NULL) {
         tern__net *n = malloc(sizeof(*n));
         if (n == NULL)
@@ -249,6 +259,11 @@ static void release(tern__conn *c) {
 void tern__conn_close(tern__conn *c, int err) {
     if (c->flags & TERN__CONN_CLOSED)
         return;
+    /* A failure kept for the batch end came first: it is what went wrong
+     * (a reset read after a failed send is its consequence). */
+    if ((c->flags & TERN__CONN_FAILED) && c->err != 0)
+        err = c->err;
+    c->err = err;
     tern__io_close(c->loop, &c->io);
     release(c);
     c->proto->on_close(c, err);
@@ -278,6 +293,7 @@ int tern__conn_move(tern__conn *from, tern__conn *to, const tern__conn_proto *pr
     from->file = NULL;
     from->tp = &tern__plain_transport;
     from->flags |= TERN__CONN_CLOSED;
+    from->err = 0;   /* moved, not failed */
     from->next_free = n->closed;
     n->closed = from;
     return 0;
@@ -297,13 +313,24 @@ int tern__conn_inject(tern__conn *c, const char *data, size_t len) {
 
 /* A send failed, or a close was decided inside a caller: close at the
  * batch end, not inside the caller (which may be a user's call, or another
- * connection's protocol code, mid-parse). */
+ * connection's protocol code, mid-parse). err (0 for a close decided, not
+ * an error) is kept for on_close; a later failure does not replace it. */
 static void fail(tern__conn *c, int err) {
     if (c->flags & (TERN__CONN_CLOSED | TERN__CONN_FAILED))
         return;
     c->flags |= TERN__CONN_FAILED;
-    (void)err;
+    c->err = err;
     add_pending(c);
+}
+
+void tern__conn_set_out_limit(tern__conn *c, size_t bytes) {
+    if (c->flags & (TERN__CONN_CLOSED | TERN__CONN_FAILED))
+        return;
+    c->out_limit = bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)bytes;
+}
+
+int tern__conn_error(const tern__conn *c) {
+    return (c->flags & (TERN__CONN_CLOSED | TERN__CONN_FAILED)) ? c->err : 0;
 }
 
 /* ---- writing ---------------------------------------------------------- */
@@ -318,8 +345,9 @@ static bool closing(const tern__conn *c) {
 static void arm_out(tern__conn *c) {
     if (c->flags & TERN__CONN_SEND_WANTS_IN)
         return;
-    if (tern__io_set(c->loop, &c->io, c->io.events | TERN__IO_OUT) < 0)
-        fail(c, -errno);
+    int err = tern__io_set(c->loop, &c->io, c->io.events | TERN__IO_OUT);
+    if (err < 0)
+        fail(c, err);
 }
 
 /* The new transport (TLS) does its socket I/O through the one it
@@ -329,8 +357,9 @@ void tern__conn_set_transport(tern__conn *c, tern__transport *tp) { c->tp = tp; 
 
 void tern__conn_recv_wants_out(tern__conn *c) {
     c->flags |= TERN__CONN_RECV_WANTS_OUT;
-    if (tern__io_set(c->loop, &c->io, c->io.events | TERN__IO_OUT) < 0)
-        fail(c, -errno);
+    int err = tern__io_set(c->loop, &c->io, c->io.events | TERN__IO_OUT);
+    if (err < 0)
+        fail(c, err);
 }
 
 void tern__conn_send_wants_in(tern__conn *c) { c->flags |= TERN__CONN_SEND_WANTS_IN; }
@@ -481,7 +510,7 @@ size_t tern__conn_backlog(const tern__conn *c) {
 
 size_t tern__conn_buffered(const tern__conn *c) {
     size_t b = buf_live(c->out) + (c->file ? c->file->left : 0);
-    tern__net *n = *tern__loop_slot(c->loop, TERN__SLOT_NET);
+    tern__net *n = *tern__loop_slot(c->loop, net_slot());
     if (n && n->cork_owner == c)
         b += n->cork_len;
     return b;
@@ -583,8 +612,9 @@ static void start_linger(tern__conn *c) {
     c->flags &= ~TERN__CONN_PAUSED;
     free(c->in);
     c->in = NULL;
-    if (tern__io_set(c->loop, &c->io, TERN__IO_IN | TERN__IO_RDHUP) < 0) {
-        fail(c, -errno);
+    int err = tern__io_set(c->loop, &c->io, TERN__IO_IN | TERN__IO_RDHUP);
+    if (err < 0) {
+        fail(c, err);
         return;
     }
     tern__wheel_set(c->loop, &c->timeout, TERN__LINGER_MS);
@@ -739,7 +769,11 @@ static void conn_read(tern__conn *c) {
     if (r == 0) {
         c->flags |= TERN__CONN_EOF;
         /* No more TERN__IO_IN/RDHUP reports wanted: they would repeat forever. */
-        tern__io_set(c->loop, &c->io, c->io.events & TERN__IO_OUT);
+        int err = tern__io_set(c->loop, &c->io, c->io.events & TERN__IO_OUT);
+        if (err < 0) {
+            tern__conn_close(c, err);
+            return;
+        }
         if (c->in)
             add_pending(c);   /* what came before the end goes to the protocol first */
         else
@@ -820,9 +854,11 @@ static void conn_io(tern__io *io, uint32_t revents) {
         /* The transport's read could not write; now it can (below). */
         c->flags &= ~TERN__CONN_RECV_WANTS_OUT;
         recv_waited = true;
-        if (!c->out && !c->file &&
-            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_OUT) < 0) {
-            tern__conn_close(c, -errno);
+        int err = c->out || c->file
+                      ? 0
+                      : tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_OUT);
+        if (err < 0) {
+            tern__conn_close(c, err);
             return;
         }
     }
@@ -830,10 +866,16 @@ static void conn_io(tern__io *io, uint32_t revents) {
         int r = flush_backlog(c);
         if (r < 0)
             return;
-        if (r == 1 && (c->flags & TERN__CONN_SEND_WANTS_IN))   /* the next read retries */
-            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_OUT);
+        /* Done, or the next read retries: TERN__IO_OUT would be reported
+         * again and again. */
+        int err = r == 0 || (c->flags & TERN__CONN_SEND_WANTS_IN)
+                      ? tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_OUT)
+                      : 0;
+        if (err < 0) {
+            tern__conn_close(c, err);
+            return;
+        }
         if (r == 0) {
-            tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_OUT);
             if (c->flags & TERN__CONN_SEND_CLOCK) {
                 c->flags &= ~TERN__CONN_SEND_CLOCK;
                 tern__wheel_set(c->loop, &c->timeout, 0);
@@ -860,8 +902,9 @@ static void conn_io(tern__io *io, uint32_t revents) {
         /* The FIN of a peer we are not reading from: stop asking (it would
          * be reported again and again) and let the protocol decide. */
         c->flags |= TERN__CONN_RDHUP;
-        if (tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_RDHUP) < 0) {
-            tern__conn_close(c, -errno);
+        int err = tern__io_set(c->loop, &c->io, c->io.events & ~(uint32_t)TERN__IO_RDHUP);
+        if (err < 0) {
+            tern__conn_close(c, err);
             return;
         }
         if (c->proto->on_hangup)
@@ -883,8 +926,9 @@ void tern__conn_pause(tern__conn *c) {
     uint32_t ev = c->io.events & TERN__IO_OUT;
     if (!(c->flags & (TERN__CONN_EOF | TERN__CONN_RDHUP)))
         ev |= TERN__IO_RDHUP;
-    if (tern__io_set(c->loop, &c->io, ev) < 0)
-        fail(c, -errno);
+    int err = tern__io_set(c->loop, &c->io, ev);
+    if (err < 0)
+        fail(c, err);
 }
 
 void tern__conn_resume(tern__conn *c) {
@@ -894,8 +938,9 @@ void tern__conn_resume(tern__conn *c) {
     uint32_t ev = c->io.events & TERN__IO_OUT;
     if (!(c->flags & TERN__CONN_EOF))
         ev |= TERN__IO_IN | TERN__IO_RDHUP;
-    if (tern__io_set(c->loop, &c->io, ev) < 0)
-        fail(c, -errno);
+    int err = tern__io_set(c->loop, &c->io, ev);
+    if (err < 0)
+        fail(c, err);
     if (c->in || (c->flags & TERN__CONN_EOF) || c->tp->ops->pending(c))
         add_pending(c);
 }
@@ -946,7 +991,7 @@ static void conn_timeout(tern__wheel_entry *e) {
 /* ---- the batch end ---------------------------------------------------- */
 
 void tern__net_flush(tern_loop *loop) {
-    tern__net *n = *tern__loop_slot(loop, TERN__SLOT_NET);
+    tern__net *n = *tern__loop_slot(loop, net_slot());
     if (n == NULL)
         return;
     cork_flush(n);
@@ -961,8 +1006,9 @@ void tern__net_flush(tern_loop *loop) {
         if (c->flags & TERN__CONN_CLOSED)
             continue;
         if (c->flags & TERN__CONN_FAILED) {
-            /* A lingering connection whose peer had gone ends normally. */
-            tern__conn_close(c, (c->flags & TERN__CONN_LINGER) ? 0 : -EPIPE);
+            /* With the error it failed with (0 for a lingering connection
+             * whose peer had gone: it ends normally). */
+            tern__conn_close(c, c->err);
         } else if ((c->flags & TERN__CONN_FLUSH_CLOSE) && !c->out && !c->file) {
             start_linger(c);
         } else if (!(c->flags & TERN__CONN_PAUSED)) {

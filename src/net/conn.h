@@ -91,7 +91,12 @@ typedef struct tern__conn_proto {
     void (*on_shutdown)(tern__conn *c);
     /* The connection is gone (closed by us, reset, or error): release the
      * protocol's state. No sends from here on. Called exactly once. The
-     * struct itself is freed by net after the current batch. */
+     * struct itself is freed by net after the current batch. err is the
+     * first error the connection met, though the close came later (a
+     * failed send closes at the batch end): -ECONNRESET for the peer's
+     * reset, a send's own code (-EPIPE or -ECONNRESET, as the kernel
+     * said), -ETIMEDOUT, -EPROTO or -EKEYREJECTED for TLS; 0 for a close
+     * that was asked for. tern__conn_error(c) says the same. */
     void (*on_close)(tern__conn *c, int err);
     /* Optional. The peer shut its side while reading was paused (bytes it
      * sent before may still be unread): net has stopped watching for it,
@@ -193,7 +198,16 @@ struct tern__conn {
      * read by net (http: the connection's slot in the per-address count,
      * 0 for none). */
     uint16_t owner_tag;
-    uint32_t out_limit;                /* backlog hard limit in bytes; 0: none */
+    /* One word, two uses, so that tern__conn stays 128 bytes (tern_ws
+     * 168): while the connection may send, out_limit is its backlog's
+     * hard limit in bytes (0: none); once it has failed or closed
+     * (TERN__CONN_FAILED, TERN__CONN_CLOSED: nothing is sent again) err
+     * is the first error it met, the one on_close gets. Written through
+     * tern__conn_set_out_limit, which leaves err alone. */
+    union {
+        uint32_t out_limit;
+        int32_t err;
+    };
     tern_loop *loop;
     const tern__conn_proto *proto;
     tern__transport *tp;               /* &tern__plain_transport, or a TLS connection's */
@@ -220,6 +234,7 @@ typedef struct tern__conn_list {
 /* Takes a connected, non-blocking socket. c is the protocol's own struct
  * (which begins with, or embeds, a tern__conn) and is freed with free() at
  * the batch end after on_close (or handed to proto->on_free). */
+TERN_MUST_CHECK
 int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_proto *proto,
                      tern__conn_list *list);
 
@@ -233,6 +248,7 @@ int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_pr
  * too. Nothing may be written before on_connect. rcvbuf > 0: the
  * socket's SO_RCVBUF, set before connect() so that even the first window
  * offered to the peer is that small. */
+TERN_MUST_CHECK
 int tern__conn_connect(tern_loop *loop, tern__conn *c, const struct sockaddr *addr,
                        socklen_t len, int rcvbuf, const tern__conn_proto *proto,
                        tern__conn_list *list);
@@ -253,10 +269,12 @@ void tern__conn_send_wants_in(tern__conn *c);
 /* Moves a live connection into another struct (a protocol switch: http to
  * ws). `to` gets the fd, buffers, transport and timeout; `from` is freed
  * at the batch end without on_close. */
+TERN_MUST_CHECK
 int tern__conn_move(tern__conn *from, tern__conn *to, const tern__conn_proto *proto);
 
 /* Queues bytes the protocol has not seen yet (those that came after an
  * upgrade request) to be fed to c at the end of this batch. */
+TERN_MUST_CHECK
 int tern__conn_inject(tern__conn *c, const char *data, size_t len);
 
 /* Sending. Returns a tern_send_result, or -EPIPE when c is closing. */
@@ -281,6 +299,17 @@ size_t tern__conn_backlog(const tern__conn *c);
  * when the backlog drains (before on_drain, which may arm the protocol's
  * clock again). Returns false when nothing is waiting (nothing armed). */
 bool tern__conn_send_clock(tern__conn *c);
+
+/* Sets the backlog's hard limit (bytes; 0: none), as c->out_limit says.
+ * Does nothing once c has failed or closed: the word holds its error. */
+void tern__conn_set_out_limit(tern__conn *c, size_t bytes);
+
+/* The error c ended with: 0 while it is open or when it ended as asked
+ * (a close with 0, a linger that saw the peer's end), else the first
+ * error it met (-ECONNRESET from the peer's reset, what the kernel said
+ * of a send, -ETIMEDOUT, -EPROTO for a TLS failure...), even when the
+ * close came later, at the batch end. Valid until the struct is freed. */
+int tern__conn_error(const tern__conn *c);
 
 /* Has proto->on_deferred(c) called at the end of this batch. */
 void tern__conn_defer(tern__conn *c);
@@ -314,19 +343,23 @@ typedef void (*tern__accept_fn)(void *user, int fd);
  * holds, even when opt->reuseport lets this one share it: the first
  * listener of a port that tern_run's other loops will share (a second
  * process would otherwise take a share of its connections). */
+TERN_MUST_CHECK
 int tern__listener_tcp(tern_loop *loop, const char *host, int port, const tern_listen_options *opt,
                        bool exclusive, tern__accept_fn fn, void *user, tern__listener **out);
+TERN_MUST_CHECK
 int tern__listener_unix(tern_loop *loop, const char *path, const tern_listen_options *opt,
                         tern__accept_fn fn, void *user, tern__listener **out);
 /* A listener on loop for the socket l listens on (a dup of it): another
  * loop accepting from the same queue (for Unix sockets, which have no
  * SO_REUSEPORT balancing). */
+TERN_MUST_CHECK
 int tern__listener_dup(tern_loop *loop, const tern__listener *l, const tern_listen_options *opt,
                        tern__accept_fn fn, void *user, tern__listener **out);
 /* A listener on a socket already listening (inherited: systemd's socket
  * activation), TCP or Unix, through a duplicate of fd (the caller keeps
  * fd). -EINVAL when fd is not a listening stream socket of those
  * families; -EBADF, -ENOTSOCK. */
+TERN_MUST_CHECK
 int tern__listener_fd(tern_loop *loop, int fd, const tern_listen_options *opt,
                       tern__accept_fn fn, void *user, tern__listener **out);
 int tern__listener_port(const tern__listener *l);

@@ -43,13 +43,18 @@
  * the first served. The limit is read again at each back-off, so a
  * program that raises it is seen.
  *
- * Not under io_uring's multishot accept: the kernel accepts every queued
- * connection up to the limit before the loop sees the first past the
- * line, and a listener that stops accepting has the rest closed (reset)
- * by the back end. So there a guarded listener serves what the kernel
- * took and backs off at EMFILE, as without a reserve; stopping the
- * multishot short of the line would need the back end's help. */
+ * A back end that accepts for the listener (io_uring's multishot accept)
+ * would take every queued connection up to the limit before the loop saw
+ * the first past the line. So near the line a guarded listener asks it
+ * for one connection at a time (tern__io_acceptor's one_at_a_time), and
+ * sees every number before the kernel hands out the next, as with
+ * accept4. "Near" is within the listener's backlog and a margin: the most
+ * a multishot may take at once is the accept queue, plus what arrives
+ * before the loop has turned it off. Far below the line again (by
+ * TERN__AHEAD_SLACK more) it lets the back end accept ahead. */
 #define TERN__FD_RESERVE 16
+#define TERN__AHEAD_MARGIN 256
+#define TERN__AHEAD_SLACK 512
 
 static atomic_int guarded_listeners;   /* open in the process, every loop's */
 
@@ -71,6 +76,8 @@ struct tern__listener {
     bool tcp;
     bool guarded;     /* kept out of the reserve (not use_fd_reserve) */
     bool multishot;   /* the back end accepts for it (tern__io_acceptor) */
+    bool one;         /* ... one connection at a time (near the line) */
+    int backlog;      /* listen()'s */
     int port;
     int limit;        /* fd_limit() when the listener started or last backed off */
     int parked;
@@ -103,13 +110,31 @@ static int line_of(const tern__listener *l) {
                                                                   memory_order_relaxed);
 }
 
+/* Is a connection numbered fd near the line (or, with slack, not far
+ * below it), where a back end must not accept ahead of us? */
+static bool near_line(const tern__listener *l, int fd, int slack) {
+    return (int64_t)fd + l->backlog + TERN__AHEAD_MARGIN + slack >= line_of(l);
+}
+
 /* Sets the listener's interest: accepting (the back end may accept for it,
  * tern__io_acceptor), or not (backing off). */
 static int accepting(tern__listener *l, bool on) {
     if (!on)
         return tern__io_set(l->loop, &l->io, 0);
-    l->multishot = tern__io_acceptor(l->loop, &l->io);
+    l->multishot = tern__io_acceptor(l->loop, &l->io, l->one);
     return tern__io_set(l->loop, &l->io, TERN__IO_IN);
+}
+
+/* A guarded listener whose back end accepts for it: one at a time near
+ * the line, ahead again once far below it. fd is the connection just
+ * taken (the kernel hands out the lowest free number, so it says how many
+ * are open). */
+static void pace(tern__listener *l, int fd) {
+    bool one = near_line(l, fd, l->one ? TERN__AHEAD_SLACK : 0);
+    if (l->multishot && one != l->one) {
+        l->one = one;
+        l->multishot = tern__io_acceptor(l->loop, &l->io, one);
+    }
 }
 
 static int64_t now_ms(void) {
@@ -207,11 +232,13 @@ static void on_accept(tern__io *io, uint32_t revents) {
                 tern__log(TERN_LOG_ERROR, TERN__LOG_LISTEN, "accept: %s", strerror(e));
             return;
         }
-        if (l->guarded && !l->multishot && fd >= line_of(l)) {
+        if (l->guarded && fd >= line_of(l)) {
             l->parked = fd;
             back_off(l, EMFILE);
             return;
         }
+        if (l->guarded)
+            pace(l, fd);
         serve_fd(l, fd);
     }
 }
@@ -240,6 +267,9 @@ static int start(tern_loop *loop, int fd, bool tcp, const tern_listen_options *o
     l->tcp = tcp;
     l->guarded = !(opt && opt->use_fd_reserve);
     l->limit = fd_limit();
+    l->backlog = backlog;
+    /* The listening socket's own number tells how many are open. */
+    l->one = l->guarded && near_line(l, fd, 0);
     l->parked = -1;
     l->fn = fn;
     l->user = user;

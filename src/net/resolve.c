@@ -121,8 +121,9 @@ static void dns_done(void *arg, int status, int timeouts, struct ares_addrinfo *
 }
 
 /* Sets the timer for what comes next: now when the answer is in, else
- * c-ares' next timeout or the deadline, whichever is first. */
-static void resolve_arm(tern__resolve *q) {
+ * c-ares' next timeout or the deadline, whichever is first. 0, or
+ * -ENOMEM when the timer could not be armed (then nothing would come). */
+static int resolve_arm(tern__resolve *q) {
     uint64_t now = tern_loop_now(q->loop);
     uint64_t ms = q->deadline > now ? q->deadline - now : 0;
     struct timeval tv, *next = q->resolved ? NULL : ares_timeout(q->chan, NULL, &tv);
@@ -130,16 +131,15 @@ static void resolve_arm(tern__resolve *q) {
         ms = 0;
     else if (next && (uint64_t)next->tv_sec * 1000 + (uint64_t)(next->tv_usec + 999) / 1000 < ms)
         ms = (uint64_t)next->tv_sec * 1000 + (uint64_t)(next->tv_usec + 999) / 1000;
-    tern_timer_again(q->timer, ms);
+    return tern_timer_again(q->timer, ms);
 }
 
 /* From the loop (a watcher or the timer): the answer is in, or the
  * deadline passed, and the caller hears of it; or nothing yet. */
 static void resolve_step(tern__resolve *q) {
-    if (!q->resolved && tern_loop_now(q->loop) < q->deadline) {
-        resolve_arm(q);
-        return;
-    }
+    int armed = 0;
+    if (!q->resolved && tern_loop_now(q->loop) < q->deadline && (armed = resolve_arm(q)) == 0)
+        return;   /* not yet */
     /* Copied out: q is freed before the call, which may start another. */
     tern__resolve_cb cb = q->cb;
     void *user = q->user;
@@ -149,7 +149,10 @@ static void resolve_step(tern__resolve *q) {
     memcpy(len, q->len, sizeof(len));
     memcpy(ss, q->ss, sizeof(ss));
     const char *why;
-    if (!q->resolved) {
+    if (armed < 0) {
+        err = armed;   /* no timer to wait with: the caller hears of it now */
+        why = "out of memory";
+    } else if (!q->resolved) {
         err = -ETIMEDOUT;
         why = "no answer in time";
     } else if (n == 0) {
@@ -213,7 +216,10 @@ int tern__resolve_start(tern__resolve **out, tern_loop *loop, const char *host, 
     struct ares_addrinfo_hints hints = {.ai_flags = ARES_AI_NUMERICSERV, .ai_family = AF_UNSPEC,
                                         .ai_socktype = SOCK_STREAM};
     ares_getaddrinfo(q->chan, host, service, &hints, dns_done, q);
-    resolve_arm(q);
+    if ((err = resolve_arm(q)) < 0) {
+        resolve_free(q);
+        return err;
+    }
     *out = q;
     return 0;
 }

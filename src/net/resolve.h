@@ -27,6 +27,7 @@ typedef void (*tern__resolve_cb)(void *user, int err, const char *why,
  * error (-ENOMEM, -EINVAL for servers c-ares refuses, TERN_ENOHOST when
  * c-ares cannot start) with nothing started and no call. servers: c-ares'
  * "host[:port],..." (NULL: the system's, /etc/resolv.conf). */
+TERN_MUST_CHECK
 int tern__resolve_start(tern__resolve **out, tern_loop *loop, const char *host, int port,
                         const char *servers, uint32_t timeout_ms, tern__resolve_cb cb,
                         void *user);

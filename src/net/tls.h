@@ -33,6 +33,7 @@ const char *tern__tls_verify_string(tern__tls_verify v);
  * is the protocols the connection speaks, most preferred first: a client
  * that offers ALPN but none of them is refused with an alert. 0 or
  * -ENOMEM; the connection owns the session from then on. */
+TERN_MUST_CHECK
 int tern__tls_attach(tern__conn *c, tern_tls *tls, const char *alpn);
 /* Takes a reference (a listener's); tern_tls_free drops one. */
 void tern__tls_ref(tern_tls *tls);
@@ -41,6 +42,7 @@ bool tern__tls_is(const tern__conn *c);
 /* The certificate the peer of c sent: 0 when none (or c is not TLS); 1
  * with *verify its chain's result and, when cap > 0, its subject (RFC
  * 2253, truncated, NUL-terminated) in subject ("" when none). */
+TERN_MUST_CHECK
 int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tls_verify *verify);
 
 /* rustls builds only (net/tls_rustls.c), for tests/unit/test_tls_retire.c:
@@ -71,6 +73,7 @@ void tern__tls_client_free(tern__tls_client *ctx);
  * the context verifies, checked against the certificate. If verification
  * fails during the handshake, the connection closes with -EKEYREJECTED
  * and *verify_out holds the reason. 0 or -ENOMEM. */
+TERN_MUST_CHECK
 int tern__tls_client_attach(tern__conn *c, tern__tls_client *ctx, const char *name,
                             tern__tls_verify *verify_out);
 

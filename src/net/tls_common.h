@@ -60,6 +60,7 @@ size_t tern__tls_head_take(tern__tls_head *h, char *buf, size_t len);
  * -EINVAL (two passphrase sources, a bad version or verify mode, a client
  * CA with no verification or the reverse), -ENOENT (a passphrase file or
  * client CA file that cannot be read; logged). */
+TERN_MUST_CHECK
 int tern__tls_options_check(const tern_tls_options *opt);
 
 #endif

@@ -630,7 +630,13 @@ static bool lower_attach(tern__conn *c, tls_conn *t) {
  * SSL_MODE_RELEASE_BUFFERS. */
 #define TLS_IDLE_MS 25
 
-/* A loop's TERN__SLOT_TLS block. Invariants: warm lists the sessions of
+/* TLS's loop slot (its tls_loop), keyed at first use. */
+static int tls_slot(void) {
+    static _Atomic int key;
+    return tern__loop_slot_key(&key);
+}
+
+/* A loop's TLS slot block. Invariants: warm lists the sessions of
  * the loop that used a buffer since their last sweep (each with tl set);
  * timer runs exactly while warm is not empty; gen counts the sweeps. */
 struct tls_loop {
@@ -674,7 +680,7 @@ static void warm(tern__conn *c, tls_conn *t) {
         t->used = t->tl->gen;
         return;
     }
-    void **slot = tern__loop_slot(c->loop, TERN__SLOT_TLS);
+    void **slot = tern__loop_slot(c->loop, tls_slot());
     if (*slot == NULL)
         *slot = calloc(1, sizeof(tls_loop));
     tls_loop *tl = *slot;
@@ -863,8 +869,11 @@ static ssize_t tls_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
                 return total ? (ssize_t)total : -EAGAIN;
             handshake_failed(c, e, -t->io_err);
             ERR_clear_error();
+            /* As tls_recv says it: the verification's verdict, the lower
+             * transport's error, or OpenSSL's refusal (a TLS failure). */
             int vf = verify_failed(c);
-            return total ? (ssize_t)total : vf ? vf : t->io_err ? t->io_err : -EPIPE;
+            int err = vf ? vf : t->io_err ? t->io_err : e == SSL_ERROR_SSL ? -EPROTO : -EPIPE;
+            return total ? (ssize_t)total : err;
         }
     }
     return (ssize_t)total;

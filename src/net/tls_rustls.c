@@ -639,8 +639,8 @@ static ssize_t tls_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
             continue;
         size_t n = 0;
         rustls_result r = rustls_connection_write(t->rc, p, left, &n);
-        if (r != RUSTLS_RESULT_OK)
-            return total ? (ssize_t)total : -EPIPE;
+        if (r != RUSTLS_RESULT_OK)   /* the session cannot take plaintext: a TLS failure */
+            return total ? (ssize_t)total : -EPROTO;
         total += n;
         if (n < left)
             break;   /* rustls's buffer limit */

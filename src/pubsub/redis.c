@@ -1,4 +1,5 @@
-/* The Redis bridge: hiredis's async API on a tern loop.
+/* The Redis engine (engine.h, filled by tern__redis_engine at the end):
+ * hiredis's async API on a tern loop.
  *
  * hiredis asks for readiness through five hooks (add/del read/write,
  * cleanup); each of the bridge's two connections answers them with one
@@ -45,6 +46,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "loop/counter.h"
 #include "loop/log.h"
 #include "loop/loop.h"
 #include "net/resolve.h"
@@ -60,6 +62,8 @@
 #define BACKOFF_MAX_MS 5000
 #define STABLE_MS 3000        /* linked this long: the next loss starts the backoff afresh */
 #define RESOLVE_TIMEOUT_MS 5000
+
+typedef struct tern__redis tern__redis;
 
 /* One hiredis connection and its watcher. Invariant: ac is NULL or a live
  * context whose ev.data is this link; io is registered for `events`
@@ -98,7 +102,7 @@ struct tern__redis {
     uint64_t up_since;  /* the loop's clock when the bridge last became connected */
     unsigned seed;      /* the jitter's (rand_r: this loop's own sequence) */
     bool ever_up;       /* connected once: the next connection counts as a reconnect */
-    bool freeing;       /* in tern__redis_free or resetting the links: callbacks do nothing */
+    bool freeing;       /* in redis_free or resetting the links: callbacks do nothing */
     bool retry_armed;
     /* PSUBSCRIBEs sent on this sub link and not yet confirmed (counted
      * afresh by each both_up): until they are, messages Redis numbers would
@@ -108,16 +112,13 @@ struct tern__redis {
     /* The numbering script's SHA1 as Redis gave it (SCRIPT LOAD on each
      * new publishing link); empty until then: EVAL with its text. */
     char sha[41];
-    tern__redis_hooks hooks;
+    tern__engine_hooks hooks;
     void *user;
     _Atomic bool connected;
     _Atomic uint64_t reconnects, published, received, dropped, fills;
 };
 
-static void bump(_Atomic uint64_t *c) {
-    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-}
+static void bump(_Atomic uint64_t *c) { TERN__COUNTER_ADD(*c, 1); }
 
 /* ---- the adapter: hiredis's hooks on a tern watcher -------------------- */
 
@@ -458,7 +459,7 @@ static void connect_links(tern__redis *r) {
     }
 }
 
-/* ---- the bridge --------------------------------------------------------- */
+/* ---- the engine: its URL, start and end --------------------------------- */
 
 /* Decodes len bytes of a URL's userinfo (%XX escapes) into out (cap
  * bytes with the NUL). Returns false for a bad escape, a NUL, or too long. */
@@ -543,8 +544,8 @@ static int parse_url(tern__redis *r, const char *url) {
     return *p == '\0' ? 0 : -EINVAL;
 }
 
-int tern__redis_new(tern__redis **out, tern_loop *loop, const char *url,
-                    const tern__redis_hooks *hooks, void *user) {
+static int redis_new(tern__redis **out, tern_loop *loop, const char *url,
+                     const tern__engine_hooks *hooks, void *user) {
     tern__redis *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return -ENOMEM;
@@ -576,7 +577,8 @@ int tern__redis_new(tern__redis **out, tern_loop *loop, const char *url,
     return 0;
 }
 
-void tern__redis_free(tern__redis *r) {
+static void redis_free(void *state) {
+    tern__redis *r = state;
     if (r == NULL)
         return;
     r->freeing = true;
@@ -590,7 +592,7 @@ void tern__redis_free(tern__redis *r) {
     free(r);
 }
 
-tern_loop *tern__redis_loop(const tern__redis *r) { return r->loop; }
+static tern_loop *redis_loop(const void *state) { return ((const tern__redis *)state)->loop; }
 
 /* ---- envelopes ---------------------------------------------------------- */
 
@@ -636,7 +638,7 @@ static void dispatch(tern__redis *r, const char *ch, size_t clen, const char *bo
     size_t plen = sizeof(CHANNEL_PREFIX) - 1;
     if (clen <= plen || clen - plen > TERN_TOPIC_MAX || blen < MAGIC_LEN)
         return;
-    tern__redis_num num = {.fill = fill}, *nump = NULL;
+    tern__engine_num num = {.fill = fill}, *nump = NULL;
     const uint8_t *h = (const uint8_t *)body;
     if (memcmp(h, MAGIC, MAGIC_LEN) == 0) {
         /* ours: delivered when it was published; by a pattern: a topic
@@ -697,7 +699,8 @@ static void on_message(redisAsyncContext *ac, void *reply, void *priv) {
     dispatch(r, ch->str, ch->len, body->str, body->len, false, first == 2);
 }
 
-void tern__redis_subscribe(tern__redis *r, const char *topic, size_t tlen, bool on) {
+static void redis_subscribe(void *state, const char *topic, size_t tlen, bool on) {
+    tern__redis *r = state;
     if (!r->sub.up)
         return;   /* the resubscribe after the reconnect covers it */
     redisAsyncCommand(r->sub.ac, on ? on_message : NULL, on ? r : NULL,
@@ -705,7 +708,8 @@ void tern__redis_subscribe(tern__redis *r, const char *topic, size_t tlen, bool 
                       topic, tlen);
 }
 
-void tern__redis_psubscribe(tern__redis *r, const char *prefix, size_t plen) {
+static void redis_psubscribe(void *state, const char *prefix, size_t plen) {
+    tern__redis *r = state;
     if (!r->sub.up)
         return;
     /* the prefix taken literally: glob's special characters escaped */
@@ -722,8 +726,9 @@ void tern__redis_psubscribe(tern__redis *r, const char *prefix, size_t plen) {
         r->psub_waiting++;
 }
 
-void tern__redis_publish(tern__redis *r, const char *topic, size_t tlen, const char *key,
-                         size_t klen, const void *data, size_t len, int opcode, size_t seq_at) {
+static void redis_publish(void *state, const char *topic, size_t tlen, const char *key,
+                          size_t klen, const void *data, size_t len, int opcode, size_t seq_at) {
+    tern__redis *r = state;
     char *env;
     size_t n;
     if (!r->pub.up || (n = envelope(r, key, klen, data, len, opcode, seq_at, &env)) == 0) {
@@ -779,9 +784,10 @@ static void on_numbered(redisAsyncContext *ac, void *reply, void *priv) {
     reply_error(r, ac, "a numbered publish (EVAL)", m);
 }
 
-void tern__redis_publish_numbered(tern__redis *r, const char *topic, size_t tlen,
-                                  const char *key, size_t klen, const void *data, size_t len,
-                                  int opcode, size_t seq_at, uint32_t keep, uint32_t keep_ms) {
+static void redis_publish_numbered(void *state, const char *topic, size_t tlen,
+                                   const char *key, size_t klen, const void *data, size_t len,
+                                   int opcode, size_t seq_at, uint32_t keep, uint32_t keep_ms) {
+    tern__redis *r = state;
     char *env;
     size_t n;
     if (!r->pub.up || (n = envelope(r, key, klen, data, len, opcode, seq_at, &env)) == 0) {
@@ -850,7 +856,9 @@ static fill_req *topic_req(tern__redis *r, const char *topic, size_t tlen, names
     return f;
 }
 
-void tern__redis_fill(tern__redis *r, const char *topic, size_t tlen, uint64_t from, uint64_t to) {
+static void redis_fill(void *state, const char *topic, size_t tlen, uint64_t from,
+                       uint64_t to) {
+    tern__redis *r = state;
     names nm;
     fill_req *f = topic_req(r, topic, tlen, &nm);
     if (f == NULL)
@@ -891,8 +899,9 @@ static void on_claim(redisAsyncContext *ac, void *reply, void *priv) {
     free(f);
 }
 
-void tern__redis_claim(tern__redis *r, const char *topic, size_t tlen, uint64_t epoch,
-                       uint64_t keep_ms) {
+static void redis_claim(void *state, const char *topic, size_t tlen, uint64_t epoch,
+                        uint64_t keep_ms) {
+    tern__redis *r = state;
     names nm;
     fill_req *f = topic_req(r, topic, tlen, &nm);
     if (f == NULL)
@@ -921,7 +930,8 @@ static void on_last(redisAsyncContext *ac, void *reply, void *priv) {
     free(f);
 }
 
-void tern__redis_last(tern__redis *r, const char *topic, size_t tlen) {
+static void redis_last(void *state, const char *topic, size_t tlen) {
+    tern__redis *r = state;
     names nm;
     fill_req *f = topic_req(r, topic, tlen, &nm);
     if (f == NULL)
@@ -930,9 +940,12 @@ void tern__redis_last(tern__redis *r, const char *topic, size_t tlen) {
         free(f);
 }
 
-bool tern__redis_connected(const tern__redis *r) { return atomic_load(&r->connected); }
+static bool redis_connected(const void *state) {
+    return atomic_load(&((const tern__redis *)state)->connected);
+}
 
-void tern__redis_stats(const tern__redis *r, tern_redis_counters *out) {
+static void redis_stats(const void *state, tern_redis_counters *out) {
+    const tern__redis *r = state;
     out->connected = atomic_load(&r->connected);
     out->reconnects = atomic_load(&r->reconnects);
     out->published = atomic_load(&r->published);
@@ -940,4 +953,28 @@ void tern__redis_stats(const tern__redis *r, tern_redis_counters *out) {
     out->dropped = atomic_load(&r->dropped);
     out->fills = atomic_load(&r->fills);
     out->auth_refused = atomic_load(&r->auth_refused);
+}
+
+static const tern__engine_ops redis_ops = {
+    .free = redis_free,
+    .loop = redis_loop,
+    .connected = redis_connected,
+    .subscribe = redis_subscribe,
+    .publish = redis_publish,
+    .publish_numbered = redis_publish_numbered,
+    .psubscribe = redis_psubscribe,
+    .fill = redis_fill,
+    .claim = redis_claim,
+    .last = redis_last,
+    .stats = redis_stats,
+};
+
+int tern__redis_engine(tern__engine *out, tern_loop *loop, const char *url,
+                       const tern__engine_hooks *hooks, void *user) {
+    tern__redis *r;
+    int err = redis_new(&r, loop, url, hooks, user);
+    if (err < 0)
+        return err;
+    *out = (tern__engine){.ops = &redis_ops, .state = r};
+    return 0;
 }

@@ -148,7 +148,13 @@ struct tern_ws_connecting {
     bool cancelled;
 };
 
-/* The loop's pending connects (its TERN__SLOT_WS_CLIENT block), for
+/* The ws client's loop slot (its connecting_list), keyed at first use. */
+static int client_slot(void) {
+    static _Atomic int key;
+    return tern__loop_slot_key(&key);
+}
+
+/* The loop's pending connects (its slot's block, client_slot), for
  * tern_loop_free to cancel. */
 typedef struct connecting_list {
     tern_ws_connecting *head;
@@ -166,7 +172,7 @@ static void connecting_free(tern_ws_connecting *p) {
         return;
     resolve_end(p);
     tern_timer_stop(p->timer);
-    connecting_list *l = *tern__loop_slot(p->loop, TERN__SLOT_WS_CLIENT);
+    connecting_list *l = *tern__loop_slot(p->loop, client_slot());
     if (p->prev)
         p->prev->next = p->next;
     else
@@ -389,8 +395,9 @@ static void dial_close(tern__conn *c, int err) {
         dial_retry(d))
         return;   /* the next address is being tried: it has everything */
     if (!d->reported) {
-        /* A verification that failed inside a write reaches net as any
-         * failed write (-EPIPE); verify says what it was. */
+        /* A verification that failed inside a write reaches net as
+         * -EKEYREJECTED; verify says what it was, whichever error came
+         * first. */
         if (err == -EKEYREJECTED || d->verify != 0)
             report(d, -EKEYREJECTED, 0, "%s: TLS certificate verification failed: %s", d->where,
                    tern__tls_verify_string(d->verify));
@@ -521,8 +528,8 @@ static int dial_start(tern_loop *loop, ws_dial *d) {
         char where[TERN_ADDRSTRLEN + 8];
         if (sa->sa_family == AF_UNIX)
             snprintf(where, sizeof(where), "unix:%s", ((struct sockaddr_un *)sa)->sun_path);
-        else
-            tern_addr_format(sa, d->addrs->len[i], where, sizeof(where));
+        else if (tern_addr_format(sa, d->addrs->len[i], where, sizeof(where)) < 0)
+            snprintf(where, sizeof(where), "an address of family %d", sa->sa_family);
         char *w = strdup(where);
         if (w == NULL)
             return -ENOMEM;
@@ -718,13 +725,13 @@ static int connect_start(tern_loop *loop, const char *url, const struct sockaddr
     ws_dial *d;
     if ((err = dial_make(&d, loop, &u, a, h, opt, user)) < 0)
         return err;
-    void **slot = tern__loop_slot(loop, TERN__SLOT_WS_CLIENT);
+    void **slot = tern__loop_slot(loop, client_slot());
     if (*slot == NULL) {
         if ((*slot = calloc(1, sizeof(connecting_list))) == NULL) {
             dial_free_unstarted(d);
             return -ENOMEM;
         }
-        tern__loop_set_slot_close(loop, TERN__SLOT_WS_CLIENT, connecting_cancel_all);
+        tern__loop_set_slot_close(loop, client_slot(), connecting_cancel_all);
     }
     tern_ws_connecting *p = calloc(1, sizeof(*p));
     if (p == NULL) {
@@ -774,17 +781,16 @@ void tern_ws_connect_cancel(tern_ws_connecting *p) {
     p->cancelled = true;
     /* Out of memory for the timer: the cancel stays recorded, and the
      * connect's end (at the latest its deadline) says -ECANCELED. */
-    if (p->timer)
-        tern_timer_again(p->timer, 0);
-    else
-        tern_timer_start(p->loop, &p->timer, 0, 0, connecting_timer, p);
+    int err = p->timer ? tern_timer_again(p->timer, 0)
+                       : tern_timer_start(p->loop, &p->timer, 0, 0, connecting_timer, p);
+    (void)err;   /* either way: see above */
 }
 
 /* tern_loop_free with connects still pending: each is cancelled now (its
  * on_connect_error runs from inside tern_loop_free; there is no later
  * batch). One that on_connect_error starts is cancelled in turn. */
 static void connecting_cancel_all(tern_loop *loop) {
-    connecting_list *l = *tern__loop_slot(loop, TERN__SLOT_WS_CLIENT);
+    connecting_list *l = *tern__loop_slot(loop, client_slot());
     while (l->head) {
         l->head->cancelled = true;
         connecting_cancel(l->head);   /* frees it, off the list */

@@ -207,7 +207,7 @@ void tern__ws_policy_close(tern_ws *ws) { tern__ws_policy_close_code(ws, TERN_WS
 void tern__ws_policy_close_code(tern_ws *ws, int code) {
     if (gone(ws))
         return;
-    ws->conn.out_limit = 0;
+    tern__conn_set_out_limit(&ws->conn, 0);
     ws->close_1013 = code == TERN_WS_TRY_AGAIN;
     code = ws->close_1013 ? TERN_WS_TRY_AGAIN : TERN_WS_POLICY;
     if (ws->state == TERN__WS_OPEN)
@@ -481,6 +481,10 @@ void tern_ws_unref(tern_ws *ws) {
 }
 
 bool tern_ws_is_open(const tern_ws *ws) { return ws && may_send(ws); }
+
+/* Net keeps the connection's first error in the struct until it is freed,
+ * which for a tern_ws is after on_close and the last reference. */
+int tern_ws_close_error(const tern_ws *ws) { return ws ? tern__conn_error(&ws->conn) : 0; }
 
 /* Net is done with the struct (after on_close, at the batch end): it
  * drops the connection's own reference; the user's keep it. */
@@ -1174,7 +1178,7 @@ int tern__ws_open(tern__conn *from, const tern__ws_endpoint *ep, void *conn_user
      * own messages are never dropped (reading stops instead), and pushes
      * are checked by push_refused(). */
     size_t hard = ep->opt.slow_policy == TERN_WS_SLOW_PAUSE ? 0 : ep->opt.backlog_hard;
-    ws->conn.out_limit = hard > UINT32_MAX ? UINT32_MAX : (uint32_t)hard;
+    tern__conn_set_out_limit(&ws->conn, hard);
     tern__conn_set_timeout(&ws->conn, ep->opt.idle_timeout_ms);
     /* The connection is made: on_open runs whatever follows, so that
      * on_close never comes without it (a program unlinks there what

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "tern/loop.h"   /* TERN_MUST_CHECK */
+
 #include "loop/bytes.h"
 
 /* What the server is willing to do (from tern_ws_options). */
@@ -41,6 +43,7 @@ typedef struct tern__pmd_params {
  * on 1; resp is "" otherwise. Names are compared without case; a value
  * may be quoted. cfg->mem_level plays no part here: it is for the
  * deflater. */
+TERN_MUST_CHECK
 int tern__pmd_negotiate(const char *offer, size_t len, const tern__pmd_config *cfg,
                         tern__pmd_params *out, char *resp, size_t resp_cap);
 
@@ -55,7 +58,9 @@ int tern__pmd_negotiate(const char *offer, size_t len, const tern__pmd_config *c
  * client must fail the connection (RFC 7692 §5: a malformed answer,
  * another extension, an unknown or repeated parameter, a server window
  * over the one asked for, a client window without a value). */
+TERN_MUST_CHECK
 int tern__pmd_client_offer(const tern__pmd_config *cfg, char *buf, size_t cap);
+TERN_MUST_CHECK
 int tern__pmd_client_accept(const char *resp, size_t len, const tern__pmd_config *cfg,
                             tern__pmd_params *out);
 
@@ -101,6 +106,7 @@ void tern__pmd_inflater_free(tern__pmd_inflater *i);
  * 1007), or -ENOMEM. After an error the output is partial and the stream
  * starts afresh; the connection is expected to close. A zero-length
  * non-last fragment is a no-op. */
+TERN_MUST_CHECK
 int tern__pmd_inflate(tern__pmd_inflater *i, const uint8_t *in, size_t len, bool last,
                       bool no_context_takeover, tern__bytes *out, size_t max_len);
 

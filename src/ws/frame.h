@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tern/loop.h"   /* TERN_MUST_CHECK */
+
 enum {
     TERN__WS_OP_CONT = 0x0,
     TERN__WS_OP_TEXT = 0x1,
@@ -43,6 +45,7 @@ typedef struct tern__ws_header {
  * An error is reported as soon as the bytes that show it are there, and
  * feeding a header byte by byte gives the same answer as all at once.
  * *h is written only when the header is complete. */
+TERN_MUST_CHECK
 int tern__ws_parse_header(const uint8_t *buf, size_t len, bool require_mask, bool allow_rsv1,
                           tern__ws_header *h);
 

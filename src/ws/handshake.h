@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "tern/loop.h"   /* TERN_MUST_CHECK */
+
 #define TERN__WS_ACCEPT_LEN 28   /* base64 of a 20-byte SHA-1 */
 
 /* Is key a valid Sec-WebSocket-Key: base64 of exactly 16 bytes (24 chars
@@ -22,6 +24,7 @@ void tern__ws_accept(const char *key, size_t len, char out[TERN__WS_ACCEPT_LEN +
  * server's NULL-terminated list. Elements are trimmed of spaces and tabs
  * and compared exactly (names are case-sensitive). Returns its index in
  * the server's list, or -1 when none is shared (or supported is NULL). */
+TERN_MUST_CHECK
 int tern__ws_pick_subprotocol(const char *offer, size_t len, const char *const *supported);
 
 #endif

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "loop/log.h"
 #include "net/crypto.h"
 
 #include "ws/ws.h"
@@ -95,7 +96,9 @@ static void seed(mask_rng *r) {
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            tern__crypto_random(p + got, sizeof(r->key) - got);
+            if (tern__crypto_random(p + got, sizeof(r->key) - got) < 0)
+                tern__log(TERN_LOG_ERROR, TERN__LOG_RANDOM,
+                          "ws: no random bytes for the masking keys: they are predictable");
             break;
         }
         got += (size_t)n;

@@ -260,8 +260,9 @@ static int try_upgrade(tern_http_req *req, const tern__http_head *head, const ch
         char peer[TERN_ADDRSTRLEN] = "-";
         struct sockaddr_storage ss;
         socklen_t sl;
-        if (tern_http_peer(req, &ss, &sl) == 0)
-            tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer));
+        if (tern_http_peer(req, &ss, &sl) < 0 ||
+            tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer)) < 0)
+            snprintf(peer, sizeof(peer), "-");
         tern__log(TERN_LOG_DEBUG, TERN__LOG_WS_REFUSED, "ws: upgrade of %.*s from %s refused: %d",
                   head->path_len > 200 ? 200 : (int)head->path_len, head->path, peer, -r);
     }

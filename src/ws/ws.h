@@ -208,6 +208,7 @@ const uint8_t *tern__ws_prepared_bytes(const tern_ws_prepared *m);
  * that came after the handshake, fed to the new connection at the end of
  * the batch; acct: the session's account (taken in every case), or NULL.
  * 0, or a negative errno with `from` untouched. */
+TERN_MUST_CHECK
 int tern__ws_open(tern__conn *from, const tern__ws_endpoint *ep, void *conn_user,
                   int subprotocol, const tern__pmd_params *pmd, const char *rest,
                   size_t rest_len, tern__ws_acct *acct);
@@ -216,6 +217,7 @@ int tern__ws_open(tern__conn *from, const tern__ws_endpoint *ep, void *conn_user
 /* Checks opt (NULL: all defaults) and fills ep with h, the options with
  * their defaults, user and role. 0, or -EINVAL for an option out of its
  * range (tern_ws_route lists them); ep is written only on 0. */
+TERN_MUST_CHECK
 int tern__ws_endpoint_init(tern__ws_endpoint *ep, const tern_ws_handlers *h,
                            const tern_ws_options *opt, void *user, int role);
 /* Is s an HTTP token, as a subprotocol must be? */
@@ -232,6 +234,7 @@ void tern__ws_client_release(const tern__ws_endpoint *ep);
 /* tern_ws_connect to these n (1..8) addresses, tried in order, instead of
  * those the URL's host resolves to (the URL gives the rest: Host, path,
  * TLS): how the tests give one name several addresses. */
+TERN_MUST_CHECK
 int tern__ws_connect_to(tern_loop *loop, const char *url, const struct sockaddr *const *addrs,
                         const socklen_t *lens, int n, const tern_ws_handlers *h,
                         const tern_ws_client_options *opt, void *user,

@@ -110,7 +110,8 @@ int main(int argc, char **argv) {
     if (tern_loop_new(&r.loop, NULL) < 0)
         return 1;
     next(&r);
-    tern_loop_run(r.loop);
+    if (tern_loop_run(r.loop) < 0)
+        r.errors++;
     tern_loop_free(r.loop);
     printf("autobahn_client: %d case(s), %d connection error(s)\n", r.count, r.errors);
     return r.errors || r.count == 0 ? 1 : 0;

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -206,6 +207,27 @@ class Output:
     def text(self):
         with self.cv:
             return b"".join(self.got).decode(errors="replace")
+
+
+def wait_for(cond, what, timeout=10.0):
+    """Polls cond until it holds; fails naming what after timeout seconds
+    (times SLOW)."""
+    deadline = time.monotonic() + timeout * SLOW
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def http_get(base, path):
+    """GET base + path with urllib: (status, body as text), an error status
+    included."""
+    try:
+        with urllib.request.urlopen(f"{base}{path}", timeout=5 * SLOW) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 class Lines:

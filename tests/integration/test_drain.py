@@ -10,7 +10,7 @@ import time
 import pytest
 import websockets
 
-from conftest import SLOW, read_response
+from conftest import SLOW, http_get, read_response
 
 N = 300
 SPREAD_MS = 2000
@@ -168,15 +168,6 @@ def test_two_thousand_websockets_spread_over_five_seconds(tern_factory):
 
 # ---- --drain-delay: readiness first, the listeners after --------------------
 
-def get(base, path):
-    import urllib.error
-    import urllib.request
-    try:
-        with urllib.request.urlopen(f"{base}{path}", timeout=5 * SLOW) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
 
 def accepting(port):
     try:
@@ -191,14 +182,14 @@ def test_drain_delay_turns_readyz_503_while_the_listener_still_serves(tern_facto
     connection to the public port is still accepted and answered 200 for
     about a second, then the listener closes and the drain ends (exit 0)."""
     t = tern_factory("--drain-delay", "1000")
-    assert get(t.admin_base, "/readyz") == (200, "ready\n")
+    assert http_get(t.admin_base, "/readyz") == (200, "ready\n")
     t0 = time.monotonic()
     t.proc.send_signal(signal.SIGTERM)
-    while get(t.admin_base, "/readyz")[0] != 503:
+    while http_get(t.admin_base, "/readyz")[0] != 503:
         assert time.monotonic() - t0 < 0.5 * SLOW, "/readyz still 200"
         time.sleep(0.02)
-    assert get(t.admin_base, "/readyz") == (503, "not ready: draining\n")
-    assert get(t.base, "/ping")[0] == 200   # a new connection, during the delay
+    assert http_get(t.admin_base, "/readyz") == (503, "not ready: draining\n")
+    assert http_get(t.base, "/ping")[0] == 200   # a new connection, during the delay
     assert time.monotonic() - t0 < 0.9, "too slow to check within the delay"
     while accepting(t.port):
         assert time.monotonic() - t0 < 3 * SLOW, "the listener stayed open"
@@ -211,8 +202,8 @@ def test_a_second_signal_ends_the_drain_delay(tern_factory):
     t = tern_factory("--drain-delay", "30000")
     t.proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
-    assert get(t.base, "/ping")[0] == 200
-    assert get(t.admin_base, "/readyz")[0] == 503
+    assert http_get(t.base, "/ping")[0] == 200
+    assert http_get(t.admin_base, "/readyz")[0] == 503
     t0 = time.monotonic()
     t.proc.send_signal(signal.SIGTERM)
     assert t.proc.wait(timeout=5 * SLOW) == 0   # the drain, not a stop: exit 0

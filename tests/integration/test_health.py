@@ -13,30 +13,15 @@ import urllib.request
 
 import pytest
 
-from conftest import SLOW, Server, read_response
+from conftest import SLOW, Server, http_get, read_response, wait_for
 from test_redis import Redis, free_port
 
 
-def get(base, path):
-    try:
-        with urllib.request.urlopen(f"{base}{path}", timeout=5 * SLOW) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def wait_for(cond, what, timeout=10.0):
-    deadline = time.time() + timeout * SLOW
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def redis_up(t):
     """tern_redis_up in /metrics (None when Redis is not configured)."""
-    text = get(t.admin_base, "/metrics")[1]
+    text = http_get(t.admin_base, "/metrics")[1]
     for line in text.splitlines():
         if line.startswith("tern_redis_up "):
             return int(line.split()[1])
@@ -46,11 +31,11 @@ def redis_up(t):
 
 def test_health_and_ready_on_a_plain_server(tern):
     for path in ("/healthz", "/health"):
-        assert get(tern.admin_base, path) == (200, "ok\n")
+        assert http_get(tern.admin_base, path) == (200, "ok\n")
     for path in ("/readyz", "/ready"):
-        assert get(tern.admin_base, path) == (200, "ready\n")
-    assert get(tern.base, "/ping") == (200, "pong")
-    assert get(tern.base, "/readyz")[0] == 404   # the admin listener's only
+        assert http_get(tern.admin_base, path) == (200, "ready\n")
+    assert http_get(tern.base, "/ping") == (200, "pong")
+    assert http_get(tern.base, "/readyz")[0] == 404   # the admin listener's only
     assert redis_up(tern) is None
 
 
@@ -106,9 +91,9 @@ def test_not_ready_while_draining(tern):
     s.sendall(b"GET /delay?ms=1500 HTTP/1.1\r\nHost: x\r\n\r\n")
     time.sleep(0.2)
     tern.proc.send_signal(signal.SIGTERM)
-    wait_for(lambda: get(tern.admin_base, "/readyz")[0] == 503, "readyz 503")
-    assert get(tern.admin_base, "/readyz") == (503, "not ready: draining\n")
-    assert get(tern.admin_base, "/healthz") == (200, "ok\n")
+    wait_for(lambda: http_get(tern.admin_base, "/readyz")[0] == 503, "readyz 503")
+    assert http_get(tern.admin_base, "/readyz") == (503, "not ready: draining\n")
+    assert http_get(tern.admin_base, "/healthz") == (200, "ok\n")
     with urllib.request.urlopen(f"{tern.admin_base}/metrics", timeout=5 * SLOW) as r:
         assert "\ntern_draining 1\n" in r.read().decode()
     with pytest.raises(OSError):
@@ -123,17 +108,17 @@ def test_not_ready_while_draining(tern):
 def test_not_ready_while_redis_is_down(tern_factory):
     port = free_port()
     t = tern_factory("--redis", f"redis://127.0.0.1:{port}")
-    assert get(t.admin_base, "/readyz") == (503, "not ready: redis down\n")
-    assert get(t.admin_base, "/healthz") == (200, "ok\n")
+    assert http_get(t.admin_base, "/readyz") == (503, "not ready: redis down\n")
+    assert http_get(t.admin_base, "/healthz") == (200, "ok\n")
     assert redis_up(t) == 0
     r = Redis(port)
     r.start()
     try:
-        wait_for(lambda: get(t.admin_base, "/readyz")[0] == 200, "ready with redis", 15)
-        assert get(t.admin_base, "/readyz") == (200, "ready\n")
+        wait_for(lambda: http_get(t.admin_base, "/readyz")[0] == 200, "ready with redis", 15)
+        assert http_get(t.admin_base, "/readyz") == (200, "ready\n")
         assert redis_up(t) == 1
         r.stop()
-        wait_for(lambda: get(t.admin_base, "/readyz")[0] == 503, "not ready without redis")
+        wait_for(lambda: http_get(t.admin_base, "/readyz")[0] == 503, "not ready without redis")
         assert redis_up(t) == 0
     finally:
         r.stop()

@@ -132,8 +132,10 @@ def test_bad_feed_options():
         assert r.returncode == 2 and "bad value" in r.stderr, (args, r.stderr)
 
 
-# Reads the page's state: every price shown, the statistics panel, status.
-STATE_JS = """JSON.stringify({
+# Reads the page's state: every price shown, the statistics panel, status
+# (the page writes the DOM once per animation frame: what is pending is
+# painted first, so what is shown agrees with the counts).
+STATE_JS = """page.flush(), JSON.stringify({
   prices: [...document.querySelectorAll('#rows td.px')].map(e => e.textContent),
   updates: document.getElementById('p-updates').textContent,
   uptime: document.getElementById('s-uptime').textContent,

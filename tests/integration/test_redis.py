@@ -25,7 +25,7 @@ import urllib.request
 import pytest
 from websockets.sync.client import connect
 
-from conftest import SLOW, TERN_BIN
+from conftest import SLOW, TERN_BIN, wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
                                 reason="redis-server missing (scripts/install-deps.sh test)")
@@ -114,14 +114,6 @@ def http_publish(node, topic, body):
 def stats(node):
     return node.stats()
 
-
-def wait_for(cond, what, timeout=10.0):
-    deadline = time.time() + timeout * SLOW
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def channels(redis):

@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 from websockets.sync.client import connect
 
-from conftest import SLOW, TERN_BIN
+from conftest import SLOW, TERN_BIN, wait_for
 from test_redis import Redis, free_port, subscribe, recv_data, http_publish
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
@@ -109,14 +109,6 @@ def stats(node):
     with urllib.request.urlopen(f"{node.admin_base}/stats", timeout=5 * SLOW) as r:
         return json.loads(r.read())
 
-
-def wait_for(cond, what, timeout=10.0):
-    deadline = time.time() + timeout * SLOW
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def delivers_across(a, b):

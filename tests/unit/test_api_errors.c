@@ -186,6 +186,8 @@ static void server_calls(void **state) {
     tern_ws_ref(NULL);
     tern_ws_unref(NULL);
     assert_false(tern_ws_is_open(NULL));
+    assert_int_equal(tern_ws_close_error(NULL), 0);
+    assert_int_equal(tern_http_close_error(NULL), 0);
     assert_int_equal(tern_ws_set_deadline(NULL, 100), -EINVAL);
 
     tern_server_free(srv);

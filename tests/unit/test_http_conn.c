@@ -314,7 +314,8 @@ static void echo_params(tern_http_req *req, void *user) {
     const char *st = tern_http_param(req, "*", &sl);
     const char *sr = tern_http_param_raw(req, "*", &srl);
     int64_t id = -1;
-    tern_http_param_int(req, "name", &id);
+    if (tern_http_param_int(req, "name", &id) < 0)
+        id = -1;   /* not a number: shown as such */
     char b[256];
     int len = snprintf(b, sizeof(b), "dec=[%.*s] raw=[%.*s] rest=[%.*s] rawrest=[%.*s] int=%lld%s",
                        (int)nl, n, (int)rl, r, (int)sl, st, (int)srl, sr, (long long)id,

@@ -28,7 +28,7 @@ static void stop_loop(tern_timer *t, void *user) {
 static void run_for(tern_loop *loop, uint64_t ms) {
     tern_timer *t;
     assert_int_equal(tern_timer_start(loop, &t, ms, 0, stop_loop, loop), 0);
-    tern_loop_run(loop);
+    assert_int_equal(tern_loop_run(loop), 0);
 }
 
 /* A connection to port from 127.0.0.last, saying nothing. */

@@ -97,7 +97,7 @@ static void repeating_timer_repeats_and_stops_itself(void **state) {
     tern_timer *t;
     uint64_t start = mono_ms();
     assert_int_equal(tern_timer_start(loop, &t, 5, 5, repeat_fire, &r), 0);
-    tern_loop_run(loop);
+    assert_int_equal(tern_loop_run(loop), 0);
     assert_int_equal(r.count, 5);
     assert_true(mono_ms() - start >= 25);
     tern_loop_free(loop);
@@ -116,7 +116,7 @@ static void stopped_timer_never_fires_and_again_rearms(void **state) {
     /* Moved from 1 s to 20 ms. */
     assert_int_equal(tern_timer_again(b, 20), 0);
     uint64_t start = mono_ms();
-    tern_loop_run(loop);
+    assert_int_equal(tern_loop_run(loop), 0);
     uint64_t took = mono_ms() - start;
     assert_true(took >= 20 && took < 900);
     tern_timer_stop(b);
@@ -151,7 +151,7 @@ static void timer_rearmed_at_zero_yields_to_io(void **state) {
     assert_int_equal(tern_loop_new(&y.loop, NULL), 0);
     tern_timer *t;
     assert_int_equal(tern_timer_start(y.loop, &t, 0, 0, yield_fire, &y), 0);
-    tern_loop_run(y.loop);
+    assert_int_equal(tern_loop_run(y.loop), 0);
     assert_int_equal(y.firings, 100);
     assert_int_equal(y.fired_before_post, 1);
     tern_timer_stop(t);
@@ -189,7 +189,7 @@ static void wheel_fires_never_early_at_most_a_tick_late(void **state) {
         tern__wheel_set(loop, &p[i].e, delays[i]);
         assert_true(tern__wheel_armed(&p[i].e));
     }
-    tern_loop_run(loop);
+    assert_int_equal(tern_loop_run(loop), 0);
     for (int i = 0; i < N; i++) {
         uint64_t waited = p[i].fired_at - p[i].armed_at;
         assert_true(waited >= delays[i]);
@@ -216,7 +216,7 @@ static void wheel_cancel_and_move(void **state) {
     b.armed_at = tern_loop_now(loop);
     tern_timer *guard;
     assert_int_equal(tern_timer_start(loop, &guard, 3000, 0, stop_loop_fire, loop), 0);
-    tern_loop_run(loop);
+    assert_int_equal(tern_loop_run(loop), 0);
     assert_int_equal(a.fired_at, 0);
     assert_true(b.fired_at - b.armed_at >= 80 && b.fired_at - b.armed_at < 2000);
     tern_timer_stop(guard);
@@ -306,7 +306,7 @@ static void posts_from_many_threads_all_arrive_in_order_per_thread(void **state)
         args[i] = (producer_arg){&st, i};
         pthread_create(&th[i], NULL, producer, &args[i]);
     }
-    tern_loop_run(loop);
+    assert_int_equal(tern_loop_run(loop), 0);
     for (int i = 0; i < THREADS; i++)
         pthread_join(th[i], NULL);
     assert_int_equal(st.received, THREADS * POSTS_PER_THREAD);
@@ -343,7 +343,7 @@ static void signal_is_delivered_on_the_loop(void **state) {
     int got = 0;
     assert_int_equal(tern_loop_on_signal(loop, SIGUSR1, on_usr1, &got), 0);
     kill(getpid(), SIGUSR1);
-    tern_loop_run(loop);
+    assert_int_equal(tern_loop_run(loop), 0);
     assert_int_equal(got, SIGUSR1);
     tern_loop_free(loop);
 }
@@ -589,7 +589,7 @@ static void a_listener_takes_its_connections_through_the_back_end(void **state) 
         low.rlim_cur = (rlim_t)top + 1 + 8;
         accept_watch w = {.loop = loop, .want = 20};
         tern__io_init(&w.io, lfd, accept_fired);
-        if (tern__io_acceptor(loop, &w.io) != uring || tern__io_set(loop, &w.io, TERN__IO_IN) != 0)
+        if (tern__io_acceptor(loop, &w.io, false) != uring || tern__io_set(loop, &w.io, TERN__IO_IN) != 0)
             _exit(6);
         if (setrlimit(RLIMIT_NOFILE, &low) != 0 || tern_loop_run(loop) != 0 || !w.out_of_fds ||
             w.taken != 8)
@@ -602,7 +602,7 @@ static void a_listener_takes_its_connections_through_the_back_end(void **state) 
         if (tern_loop_post(loop, post_stops, &ran) != 0 || tern_loop_run(loop) != 0 ||
             w.taken != before)
             _exit(11);
-        tern__io_acceptor(loop, &w.io);
+        tern__io_acceptor(loop, &w.io, false);
         if (tern__io_set(loop, &w.io, TERN__IO_IN) != 0 || tern_loop_run(loop) != 0 || w.taken != 20)
             _exit(12);
         clients[20] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -623,6 +623,73 @@ static void a_listener_takes_its_connections_through_the_back_end(void **state) 
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* Takes one connection, then wants none: a listener parking a connection
+ * at its descriptor line. */
+static void accept_one_fired(tern__io *io, uint32_t revents) {
+    (void)revents;
+    accept_watch *w = tern__container_of(io, accept_watch, io);
+    int fd = tern__io_accept(w->loop, io);
+    if (fd < 0)
+        return;
+    w->held[w->taken++] = fd;
+    tern__io_set(w->loop, io, 0);
+    tern_loop_stop(w->loop);
+}
+
+/* one_at_a_time (a listener near its descriptor reserve): the back end
+ * takes no connection before the watcher took the one before. Nine wait
+ * in the accept queue; the watcher takes one and stops wanting any: the
+ * others are still in the kernel's queue (accept4 takes three of them),
+ * none taken ahead by the back end and closed. Then, allowed to take
+ * ahead again (one_at_a_time off), the back end hands over the last five. */
+static void one_at_a_time_takes_none_ahead(void **state) {
+    (void)state;
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    assert_true(lfd >= 0);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(lfd, 64), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &alen), 0);
+    int clients[9];
+    for (int i = 0; i < 9; i++) {
+        clients[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(clients[i] >= 0);
+        assert_int_equal(connect(clients[i], (struct sockaddr *)&a, sizeof(a)), 0);
+    }
+    accept_watch w = {.loop = loop, .want = 9};
+    tern__io_init(&w.io, lfd, accept_one_fired);
+    tern__io_acceptor(loop, &w.io, true);
+    assert_int_equal(tern__io_set(loop, &w.io, TERN__IO_IN), 0);
+    assert_int_equal(tern_loop_run(loop), 0);
+    assert_int_equal(w.taken, 1);
+    /* A turn more: whatever the back end still had in flight completes. */
+    int ran = 0;
+    assert_int_equal(tern_loop_post(loop, post_stops, &ran), 0);
+    assert_int_equal(tern_loop_run(loop), 0);
+    int queued = 0, fd;
+    while (queued < 3 && (fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
+        close(fd);
+        queued++;
+    }
+    assert_int_equal(queued, 3);   /* still in the queue, not closed */
+    /* And the rest come through the back end, taking them ahead or not. */
+    w.io.fn = accept_fired;
+    w.want = w.taken + 5;
+    tern__io_acceptor(loop, &w.io, false);
+    assert_int_equal(tern__io_set(loop, &w.io, TERN__IO_IN), 0);
+    assert_int_equal(tern_loop_run(loop), 0);
+    assert_int_equal(w.taken, 6);
+    tern__io_close(loop, &w.io);
+    tern_loop_free(loop);
+    for (int i = 0; i < 9; i++)
+        close(clients[i]);
+    for (int i = 0; i < w.taken; i++)
+        close(w.held[i]);
 }
 
 /* ---- streams: the provided buffers run out ------------------------------ */
@@ -709,6 +776,7 @@ int main(void) {
         cmocka_unit_test(timers_fire_in_deadline_order),
         cmocka_unit_test(streams_outrunning_the_provided_buffers_get_every_byte),
         cmocka_unit_test(a_listener_takes_its_connections_through_the_back_end),
+        cmocka_unit_test(one_at_a_time_takes_none_ahead),
         cmocka_unit_test(repeating_timer_repeats_and_stops_itself),
         cmocka_unit_test(stopped_timer_never_fires_and_again_rearms),
         cmocka_unit_test(timer_rearmed_at_zero_yields_to_io),

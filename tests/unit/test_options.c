@@ -271,6 +271,65 @@ static void groups_name_their_members(void **state) {
     tern__opt_free(&s);
 }
 
+/* Every option the server reads has a destination in its settings; only
+ * the command line's own (--help, --config...) have none. */
+static void every_option_has_a_destination(void **state) {
+    for (int i = 0; i < SV_COUNT; i++) {
+        const tern__opt *o = &tern__serve_opts[i];
+        bool cli = o->flags & TERN__OPT_CLI_ONLY;
+        if ((o->put == NULL) != cli)
+            fail_msg("--%s: a put %s", o->name, cli ? "it should not have" : "missing");
+        assert_true(o->to < sizeof(tern__serve_settings));
+    }
+}
+
+static void apply_puts_each_value_where_it_goes(void **state) {
+    assert_int_equal(parse("--port", "9000", "--max-connections", "0", "--max-head", "1000",
+                           "--pubsub-history-age", "5", "--ws-async=post", "--no-compression",
+                           "--threads", "3", "--tls-min-version", "1.3",
+                           "--pubsub-policy", "close-1013", "--admin-listen", "[::1]:99",
+                           "--vhost", "a=/x", "--vhost", "b=/y", "--quiet", "--feed", "off",
+                           "--pubsub-replay-rate", "5000000000", "--io", "epoll", NULL), 0);
+    tern__serve_settings st;
+    memset(&st, 0xa5, sizeof(st));   /* every field written, none left as found */
+    tern__opt_apply(&set, &st);
+    assert_int_equal(st.port, 9000);
+    assert_string_equal(st.host, "127.0.0.1");
+    assert_null(st.unix_path);
+    assert_int_equal(st.run.server.max_connections, TERN_UNLIMITED);
+    assert_int_equal(st.run.server.max_connections_per_ip, 50);
+    assert_int_equal(st.run.server.max_head, 1000);
+    assert_int_equal(st.run.server.shutdown_ws_spread_ms, 8000);   /* 4/5 of --shutdown-timeout */
+    assert_int_equal(st.pubsub.history_ms, 5000);
+    assert_int_equal(st.pubsub.policy, TERN_PUBSUB_CLOSE);
+    assert_int_equal(st.pubsub.close_code, 1013);
+    assert_true(st.pubsub.replay_rate == 5000000000ull);
+    assert_int_equal(st.ws_async, TERN__SERVE_ASYNC_POST);
+    assert_false(st.ws.compression);
+    assert_int_equal(st.ws.slow_policy, TERN_WS_SLOW_PAUSE);
+    assert_int_equal(st.threads, 3);
+    assert_int_equal(st.tls.min_version, 13);
+    assert_int_equal(st.tls.client_verify, 0);   /* unset */
+    assert_null(st.tls.ciphers);
+    assert_string_equal(st.admin.host, "::1");
+    assert_int_equal(st.admin.port, 99);
+    assert_int_equal(st.vhosts->n, 2);
+    assert_string_equal(st.vhosts->v[1], "b=/y");
+    assert_true(st.quiet);
+    assert_false(st.feed);
+    assert_true(st.page);
+    assert_int_equal(st.run.loop.io, TERN_IO_EPOLL);
+    assert_int_equal(st.log_format, TERN_SERVE_LOG_TEXT);
+    assert_true(st.node[0] != '\0');   /* HOSTNAME:PID */
+}
+
+static void each_option_says_how_it_applies(void **state) {
+    assert_int_equal(tern__opt_applies(&tern__serve_opts[SV_PS_RATE]), TERN__OPT_ON_SIGHUP);
+    assert_int_equal(tern__opt_applies(&tern__serve_opts[SV_TOPIC]), TERN__OPT_ON_SIGHUP);
+    assert_int_equal(tern__opt_applies(&tern__serve_opts[SV_PORT]), TERN__OPT_NEEDS_RESTART);
+    assert_int_equal(tern__opt_applies(&tern__serve_opts[SV_CONFIG]), TERN__OPT_AT_START);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(defaults_come_from_the_table, setup, teardown),
@@ -288,6 +347,9 @@ int main(void) {
         cmocka_unit_test_setup_teardown(print_config_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(help_lists_the_table, setup, teardown),
         cmocka_unit_test_setup_teardown(groups_name_their_members, setup, teardown),
+        cmocka_unit_test_setup_teardown(every_option_has_a_destination, setup, teardown),
+        cmocka_unit_test_setup_teardown(apply_puts_each_value_where_it_goes, setup, teardown),
+        cmocka_unit_test_setup_teardown(each_option_says_how_it_applies, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -329,7 +329,7 @@ static void burst_fire(tern_timer *t, void *user) {
         if (++a->ticks > 20000)
             tern_loop_stop(a->loop);
         else
-            tern_timer_again(t, 1);
+            assert_int_equal(tern_timer_again(t, 1), 0);
         return;
     }
     if (b->firings < BURST_MSGS) {
@@ -345,11 +345,11 @@ static void burst_fire(tern_timer *t, void *user) {
         if (b->firings == 20)   /* one joins meanwhile */
             b->fds[BURST_SUBS] = client_open(tern_server_port(a->srv), 0);
         b->firings++;
-        tern_timer_again(t, 0);
+        assert_int_equal(tern_timer_again(t, 0), 0);
         return;
     }
     if (b->firings++ < BURST_MSGS + 50)   /* 50 more turns for the passes to end */
-        tern_timer_again(t, 0);
+        assert_int_equal(tern_timer_again(t, 0), 0);
     else
         tern_loop_stop(a->loop);
 }

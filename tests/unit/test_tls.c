@@ -210,10 +210,10 @@ static void on_dirty(tern_http_req *req, void *user) {
     tern_http_respond(req, 200, "text/plain", "dirty", 5);
 }
 
+/* NULL when the loop ran and stopped as asked; server_stop checks. */
 static void *server_main(void *arg) {
     tls_server *s = arg;
-    tern_loop_run(s->loop);
-    return NULL;
+    return tern_loop_run(s->loop) == 0 ? NULL : arg;
 }
 
 static void server_start(tls_server *s, tern_tls *tls) {
@@ -232,7 +232,9 @@ static void server_start(tls_server *s, tern_tls *tls) {
 
 static void server_stop(tls_server *s) {
     tern_loop_stop_async(s->loop);
-    pthread_join(s->thread, NULL);
+    void *failed;
+    assert_int_equal(pthread_join(s->thread, &failed), 0);
+    assert_null(failed);
     tern_server_free(s->srv);
     tern_loop_free(s->loop);
 }

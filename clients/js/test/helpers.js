@@ -5,7 +5,7 @@
 // the two that the tests cut, delay and point at another server.
 import { spawn } from "node:child_process";
 import { createHmac, randomBytes } from "node:crypto";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -55,9 +55,12 @@ export function startServer(args = [], { port = 0, defaultRate = false } = {}) {
                 "--token-leeway", "0", ...args];
   const proc = spawn(TERN_BIN, argv, { stdio: ["ignore", "ignore", "pipe"] });
   return new Promise((resolve, reject) => {
+    // Stops the server and removes its key files (once it has exited: it
+    // reads them again on SIGHUP).
     const stop = () => new Promise((done) => {
-      if (proc.exitCode !== null || proc.signalCode !== null) return done();
-      proc.once("exit", () => done());
+      const end = () => { rmSync(dir, { recursive: true, force: true }); done(); };
+      if (proc.exitCode !== null || proc.signalCode !== null) return end();
+      proc.once("exit", end);
       proc.kill("SIGTERM");
     });
     running.add(stop);
