@@ -183,6 +183,23 @@ typedef struct tern_histogram {
     uint64_t sum_us;
 } tern_histogram;
 
+/* The one histogram logic of tern, its layout the caller's: values
+ * counted in buckets with fixed, ascending upper bounds le[0..n). The
+ * library counts its histograms so (tern_server_ws_sessions,
+ * tern_pubsub_latency, with TERN_HISTOGRAM_BUCKETS bounds), and tern load
+ * its latencies (thousands of log-linear bounds).
+ *
+ * tern_histogram_bucket: the bucket of v, the first i with v <= le[i]; n
+ * when v is over them all. O(log n). */
+size_t tern_histogram_bucket(const uint64_t *le, size_t n, uint64_t v);
+
+/* The value at quantile q (0 < q <= 1) of what counts[0..n] counted
+ * (counts[i]: the values in bucket i, not cumulative; counts[n]: those
+ * over le[n-1]): the middle of its bucket, which runs from le[i-1] + 1
+ * (0 for the first) to le[i]. 0 when nothing was counted; UINT64_MAX when
+ * it is over the bounds (the caller may know the largest value). */
+uint64_t tern_histogram_quantile(const uint64_t *le, const uint64_t *counts, size_t n, double q);
+
 /* The lengths of srv's WebSocket sessions that ended, from the 101 to
  * the close (to a tenth of a second), bounds from 0.1 s to a day. Counted
  * by the loop in a fixed array; any thread may read it. Returns 0, or

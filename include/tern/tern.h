@@ -7,6 +7,7 @@
 #include "tern/http.h"
 #include "tern/ws.h"
 #include "tern/client.h"
+#include "tern/url.h"
 #include "tern/pubsub.h"
 #include "tern/tls.h"
 #include "tern/log.h"

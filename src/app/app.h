@@ -83,7 +83,6 @@ void tern__serve_log_access(FILE *f, const tern_http_access *a);
  * Returns 0, or a negative errno (then f writes where it did). */
 TERN_MUST_CHECK
 int tern__serve_log_reopen(FILE *f, const char *path);
-void tern__serve_json_escape(const char *s, char *out, size_t cap);
 /* --log-level: the library's log lines (level: "error", "warn", "info" or
  * "debug") written by tern__serve_log on stderr. */
 void tern__serve_log_library(const char *level);

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "app/app.h"
+#include "app/json.h"
 
 static int log_format = TERN_SERVE_LOG_TEXT;   /* set once, before the threads start */
 
@@ -41,25 +42,6 @@ static void timestamp(char out[32]) {
     snprintf(out + n, 32 - n, ".%03ldZ", ts.tv_nsec / 1000000);
 }
 
-/* s as the inside of a JSON string: quotes, backslashes and control bytes
- * escaped; other bytes as they are (the messages are ASCII or UTF-8).
- * Cut, never overflowing, at cap. */
-void tern__serve_json_escape(const char *s, char *out, size_t cap) {
-    size_t n = 0;
-    for (; *s && n + 7 < cap; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            out[n++] = '\\';
-            out[n++] = (char)c;
-        } else if (c < 0x20) {
-            n += (size_t)snprintf(out + n, cap - n, "\\u%04x", c);
-        } else {
-            out[n++] = (char)c;
-        }
-    }
-    out[n] = '\0';
-}
-
 void tern__serve_log(FILE *f, int level, const char *fmt, ...) {
     char msg[2048], ts[32];
     va_list ap;
@@ -69,7 +51,7 @@ void tern__serve_log(FILE *f, int level, const char *fmt, ...) {
     timestamp(ts);
     if (log_format == TERN_SERVE_LOG_JSON) {
         char esc[6 * sizeof(msg) + 8];
-        tern__serve_json_escape(msg, esc, sizeof(esc));
+        tern__json_escape(esc, sizeof(esc), msg, strlen(msg));
         fprintf(f, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"}\n", ts,
                 tern_log_level_name(level), esc);
     } else {
@@ -85,8 +67,8 @@ void tern__serve_log_access(FILE *f, const tern_http_access *a) {
                                                             : "client";
     if (log_format == TERN_SERVE_LOG_JSON) {
         char method[64], target[3 * 8192], ws[256] = "";
-        tern__serve_json_escape(a->method, method, sizeof(method));
-        tern__serve_json_escape(a->target, target, sizeof(target));
+        tern__json_escape(method, sizeof(method), a->method, strlen(a->method));
+        tern__json_escape(target, sizeof(target), a->target, strlen(a->target));
         if (a->websocket)
             snprintf(ws, sizeof(ws), ",\"bytes_in\":%llu,\"messages_in\":%llu,"
                                      "\"messages_out\":%llu,\"close_code\":%d,\"closed_by\":\"%s\"",

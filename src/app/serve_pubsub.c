@@ -119,6 +119,7 @@
 #include <string.h>
 
 #include "app/app.h"
+#include "app/json.h"
 #include "app/serve_tokens.h"
 #include "app/topic_rules.h"
 #include "tern/tern.h"
@@ -318,17 +319,7 @@ static long decode(tok t, char *out, size_t cap) {
  * new length. out has room for 6n + 2 more bytes. */
 static size_t put_json_string(char *out, size_t o, const char *s, size_t n) {
     out[o++] = '"';
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            out[o++] = '\\';
-            out[o++] = (char)c;
-        } else if (c < 0x20) {
-            o += (size_t)sprintf(out + o, "\\u%04x", c);
-        } else {
-            out[o++] = (char)c;
-        }
-    }
+    o += tern__json_escape(out + o, TERN__JSON_ESCAPE_MAX * n + 1, s, n);
     out[o++] = '"';
     return o;
 }

@@ -211,9 +211,7 @@ static const uint64_t ws_len_le_us[TERN_HISTOGRAM_BUCKETS] = {
     21600000000ull, 43200000000ull, 86400000000ull};
 
 void tern__server_ws_session_ended(tern_server *srv, uint64_t ms) {
-    size_t i = 0;
-    while (i < TERN_HISTOGRAM_BUCKETS && ms * 1000 > ws_len_le_us[i])
-        i++;
+    size_t i = tern_histogram_bucket(ws_len_le_us, TERN_HISTOGRAM_BUCKETS, ms * 1000);
     if (i < TERN_HISTOGRAM_BUCKETS)
         TERN__STAT_ADD(srv, ws_len[i], 1);
     TERN__STAT_ADD(srv, ws_len_sum_ms, ms);

@@ -113,9 +113,7 @@ uint64_t tern__ps_mono_ns(void) {
  * the count, each a plain store by the loop. */
 void tern__ps_latency_observe(tern__ps_registry *r, uint64_t born_ns) {
     uint64_t now = tern__ps_mono_ns(), us = now > born_ns ? (now - born_ns) / 1000 : 0;
-    size_t i = 0;
-    while (i < TERN_HISTOGRAM_BUCKETS && us > tern__ps_latency_le_us[i])
-        i++;
+    size_t i = tern_histogram_bucket(tern__ps_latency_le_us, TERN_HISTOGRAM_BUCKETS, us);
     if (i < TERN_HISTOGRAM_BUCKETS)
         PS_ADD(r, lat[i], 1);
     PS_ADD(r, lat_sum_us, us);

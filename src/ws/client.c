@@ -24,6 +24,7 @@
 #include "net/resolve.h"
 #include "net/tls.h"
 #include "tern/client.h"
+#include "tern/url.h"
 #include "ws/handshake.h"
 #include "ws/ws.h"
 
@@ -428,107 +429,6 @@ static const tern__conn_proto dial_proto = {
 
 /* ---- the URL and the request ------------------------------------------ */
 
-/* What a URL names. host is the name or address (no brackets); hostport
- * is the Host header's value. */
-typedef struct ws_url {
-    bool tls, unix_socket;
-    char host[256];
-    char hostport[300];
-    int port;
-    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    const char *target;   /* within the URL, or "/" */
-} ws_url;
-
-static bool target_ok(const char *t) {
-    for (; *t; t++)
-        if ((unsigned char)*t <= 0x20 || (unsigned char)*t >= 0x7f || *t == '#')
-            return false;   /* §3: no fragment; no spaces or controls in a request line */
-    return true;
-}
-
-static int parse_url(const char *url, ws_url *u) {
-    memset(u, 0, sizeof(*u));
-    const char *p;
-    if (strncasecmp(url, "ws://", 5) == 0)
-        p = url + 5;
-    else if (strncasecmp(url, "wss://", 6) == 0)
-        p = url + 6, u->tls = true;
-    else if (strncasecmp(url, "ws+unix:", 8) == 0)
-        p = url + 8, u->unix_socket = true;
-    else if (strncasecmp(url, "wss+unix:", 9) == 0)
-        p = url + 9, u->tls = u->unix_socket = true;
-    else
-        return -EINVAL;
-    if (u->unix_socket) {
-        /* ws+unix:SOCKET[:/target] */
-        if (*p == '\0')
-            return -EINVAL;
-        const char *t = strstr(p + 1, ":/");
-        size_t n = t ? (size_t)(t - p) : strlen(p);
-        if (n >= sizeof(u->path))
-            return -EINVAL;
-        memcpy(u->path, p, n);
-        u->target = t ? t + 1 : "/";
-        strcpy(u->host, "localhost");
-        strcpy(u->hostport, "localhost");
-        return target_ok(u->target) ? 0 : -EINVAL;
-    }
-    const char *auth = p;
-    size_t alen = strcspn(auth, "/?#");
-    const char *rest = auth + alen;
-    if (alen == 0 || memchr(auth, '@', alen))
-        return -EINVAL;   /* no host; userinfo is not for WebSocket URIs (§3) */
-    const char *hend;
-    const char *colon;
-    if (auth[0] == '[') {
-        const char *rb = memchr(auth, ']', alen);
-        if (rb == NULL || rb == auth + 1)
-            return -EINVAL;
-        if ((size_t)(rb - auth - 1) >= sizeof(u->host))
-            return -EINVAL;
-        memcpy(u->host, auth + 1, (size_t)(rb - auth - 1));
-        unsigned char a6[16];
-        if (inet_pton(AF_INET6, u->host, a6) != 1)
-            return -EINVAL;
-        hend = rb + 1;
-        colon = hend < auth + alen ? hend : NULL;
-        if (colon && *colon != ':')
-            return -EINVAL;
-    } else {
-        colon = memchr(auth, ':', alen);
-        hend = colon ? colon : auth + alen;
-        if (hend == auth || (size_t)(hend - auth) >= sizeof(u->host))
-            return -EINVAL;
-        memcpy(u->host, auth, (size_t)(hend - auth));
-    }
-    u->port = u->tls ? 443 : 80;
-    bool explicit_port = false;
-    if (colon) {
-        const char *d = colon + 1;
-        int port = 0;
-        if (d == auth + alen)
-            return -EINVAL;
-        for (; d < auth + alen; d++) {
-            if (*d < '0' || *d > '9' || port > 65535)
-                return -EINVAL;
-            port = port * 10 + (*d - '0');
-        }
-        if (port < 1 || port > 65535)
-            return -EINVAL;
-        u->port = port;
-        explicit_port = true;
-    }
-    /* The Host header: the authority as given, without a default port. */
-    snprintf(u->hostport, sizeof(u->hostport), "%.*s", (int)(hend - auth), auth);
-    if (explicit_port && u->port != (u->tls ? 443 : 80))
-        snprintf(u->hostport + strlen(u->hostport), sizeof(u->hostport) - strlen(u->hostport),
-                 ":%d", u->port);
-    u->target = *rest == '\0' ? "/" : rest;
-    if (*rest == '?')
-        return -EINVAL;   /* "ws://h?q": no path; ask for "ws://h/?q" */
-    return target_ok(u->target) ? 0 : -EINVAL;
-}
-
 /* A user's extra header: "Name: value", a token name, no line breaks,
  * and none of the headers the handshake itself sets. */
 static bool header_ok(const char *hd) {
@@ -576,7 +476,7 @@ static bool put(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
 }
 
 /* The upgrade request (§4.1) and the accept value it calls for. */
-static int make_request(ws_dial *d, const ws_url *u, const tern_ws_client_options *opt) {
+static int make_request(ws_dial *d, const tern_url *u, const tern_ws_client_options *opt) {
     unsigned char nonce[16];
     char key[TERN__BASE64_SIZE(16)];
     if (tern__crypto_random(nonce, sizeof(nonce)) < 0)
@@ -589,7 +489,7 @@ static int make_request(ws_dial *d, const ws_url *u, const tern_ws_client_option
     bool ok = put(&b, &len, &cap,
                   "GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                   "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n",
-                  u->target, u->hostport, key);
+                  u->target, u->authority, key);
     for (size_t i = 0; ok && ep->opt.subprotocols && ep->opt.subprotocols[i]; i++)
         ok = put(&b, &len, &cap, "%s%s", i ? ", " : "Sec-WebSocket-Protocol: ",
                  ep->opt.subprotocols[i]);
@@ -717,19 +617,19 @@ static int make_client(ws_client **out, const tern_ws_handlers *h,
 
 /* The checks of tern_ws_connect's arguments, and its URL parsed into u. */
 static int check_args(tern_loop *loop, const char *url, const tern_ws_handlers *h,
-                      const tern_ws_client_options *opt, ws_url *u) {
+                      const tern_ws_client_options *opt, tern_url *u) {
     if (loop == NULL || url == NULL || h == NULL || h->on_connect_error == NULL ||
         (opt && opt->rcvbuf < 0))
         return -EINVAL;
     for (size_t i = 0; opt && opt->headers && opt->headers[i]; i++)
         if (!header_ok(opt->headers[i]))
             return -EINVAL;
-    return parse_url(url, u);
+    return tern_url_parse(url, u, NULL);
 }
 
 /* The dial of a connect, everything but its connection: a becomes the
  * dial's. */
-static int dial_make(ws_dial **out, tern_loop *loop, const ws_url *u, dial_addrs *a,
+static int dial_make(ws_dial **out, tern_loop *loop, const tern_url *u, dial_addrs *a,
                      const tern_ws_handlers *h, const tern_ws_client_options *opt, void *user) {
     ws_dial *d = calloc(1, sizeof(*d));
     int err = d ? make_client(&d->cl, h, opt, user) : -ENOMEM;
@@ -767,11 +667,11 @@ static int dial_make(ws_dial **out, tern_loop *loop, const ws_url *u, dial_addrs
 
 /* Fills a with u's Unix socket or numeric address; false when u's host is
  * a name, to be resolved. */
-static bool literal_addr(const ws_url *u, dial_addrs *a) {
+static bool literal_addr(const tern_url *u, dial_addrs *a) {
     if (u->unix_socket) {
         struct sockaddr_un *un = (struct sockaddr_un *)&a->ss[0];
         un->sun_family = AF_UNIX;
-        memcpy(un->sun_path, u->path, strlen(u->path));
+        memcpy(un->sun_path, u->socket_path, strlen(u->socket_path));
         a->len[0] = (socklen_t)sizeof(*un);
         a->n = 1;
         return true;
@@ -799,7 +699,7 @@ static int connect_start(tern_loop *loop, const char *url, const struct sockaddr
                          const socklen_t *lens, int n, const tern_ws_handlers *h,
                          const tern_ws_client_options *opt, void *user,
                          tern_ws_connecting **out) {
-    ws_url u;
+    tern_url u;
     int err = check_args(loop, url, h, opt, &u);
     if (err < 0)
         return err;

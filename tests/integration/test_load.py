@@ -78,6 +78,29 @@ def test_echo_measures_and_checks_every_echo(tern):
     assert ws_connections_seen(tern) == 5
 
 
+def test_echo_over_wss_and_a_unix_socket(tern_factory, tmp_path):
+    """wss:// (the client's TLS, checked against --ca-file or not at all
+    with --insecure) and ws+unix: are the URLs tern_ws_connect takes."""
+    from test_tls import make_cert
+    cert, key = make_cert(str(tmp_path), "c", "localhost", "DNS:localhost,IP:127.0.0.1")
+    sock = str(tmp_path / "tern.sock")
+    srv = tern_factory("--tls-port", "0", "--tls-cert", cert, "--tls-key", key,
+                       "--unix", sock)
+    for u, extra in ((f"wss://localhost:{srv.tls_port}/ws", ["--ca-file", cert]),
+                     (f"wss://127.0.0.1:{srv.tls_port}/ws", ["--insecure"]),
+                     (f"ws+unix:{sock}:/ws", [])):
+        code, out, err = load("echo", "--url", u, *extra, "--connections", "2",
+                              "--duration", "0.5", "--warmup", "0", "--json")
+        assert code == 0, (u, err)
+        r = json.loads(out)
+        assert r["url"] == u and r["messages"] > 0, r
+        assert r["unclean_closes"] == 0, err
+    # Without the CA, the system's do not know the certificate.
+    code, out, err = load("echo", "--url", f"wss://localhost:{srv.tls_port}/ws",
+                          "--duration", "0.5", "--warmup", "0")
+    assert code == 1 and "certificate" in err, err
+
+
 def test_echo_text_output(tern):
     code, out, err = load("echo", "--url", url(tern), "--connections", "2", "--size", "1000",
                           "--duration", "0.5", "--warmup", "0")
@@ -316,8 +339,10 @@ def test_keyed_publisher_needs_its_key_prefix(tern):
 @pytest.mark.parametrize("args, message", [
     ([], "--url is required"),
     (["--url", "http://x/"], "must start with ws://"),
-    (["--url", "wss://x/"], "wss:// is not supported"),
+    (["--url", "wss://x:0/"], "bad port"),
     (["--url", "ws://x:0/"], "bad port"),
+    (["--url", "ws://x/p#frag"], "a fragment"),
+    (["--url", "ws://u@x/"], "user info"),
     (["--url", "ws://x/", "--connections", "0"], "bad value for --connections"),
     (["--url", "ws://x/", "--duration", "soon"], "bad value for --duration"),
     (["--url", "ws://x/", "--depth", "4"], "--depth is an option of tern load pipeline"),
