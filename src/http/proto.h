@@ -53,7 +53,8 @@ static inline bool tern__http_field_next(const char *t, size_t len, size_t *pos,
  * head: the status, Content-Type (NULL: none), the handler's fields and
  *   the body's length (or TERN__HTTP_LEN_*); with a known length, the
  *   whole body body[0..body_len) too (body_len is 0 for HEAD). Marks the
- *   response started.
+ *   response started (resp_status, the status counter) and empties the
+ *   fields, whose bytes it has written.
  * body: more of a streamed body (len > 0).
  * file: len bytes of fd from offset, as the body after a head of known
  *   length; owns fd (closes it when sent or on error).
