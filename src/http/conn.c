@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "http/proto.h"
 #include "http/server.h"
 #include "net/tls.h"
 #include "platform/platform.h"
@@ -124,7 +125,7 @@ static void fail_request_for(tern__http_conn *hc, int status, const char *m, siz
 static void free_req(tern_http_req *req) {
     free(req->head_copy);
     tern__bytes_free(&req->body_buf);
-    tern__bytes_free(&req->extra);
+    tern__bytes_free(&req->fields);
     free(req->access_copy);
     free(req);
 }
@@ -289,6 +290,7 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     tern_http_req *req = hc->req;
     tern__http_req_reset(req);
     req->hc = hc;
+    req->proto = &tern__h1_proto;
     req->srv = srv;
     req->host = &srv->cfg->host;
     if (srv->cfg->hosts) {

@@ -255,9 +255,13 @@ typedef struct tern__http_conn tern__http_conn;
  * params, body) are set only while the handler runs (live). The rest is
  * what the connection needs until the response ends.
  * Invariant: hc is NULL once the connection is gone (detached); the struct
- * is then freed when the response ends. */
+ * is then freed when the response ends. proto is set with hc at each
+ * request; the response calls reach the wire only through it, and only
+ * while hc is set. fields holds the handler's headers until proto writes
+ * the head (then it is emptied, its buffer kept for the next request). */
 struct tern_http_req {
     tern__http_conn *hc;
+    const struct tern__http_proto *proto;   /* how its response goes on the wire (proto.h) */
     tern_server *srv;
     const tern__vhost *host;   /* what routed it (the Host header's) */
     const tern__http_route *route;
@@ -301,7 +305,7 @@ struct tern_http_req {
     bool ended;
     bool chunked_out;          /* chunked transfer coding */
     bool close_after;          /* Connection: close */
-    tern__bytes extra;         /* added headers, "Name: value\r\n"... */
+    tern__bytes fields;        /* added headers, "name\0value\0"... (proto.h) */
 
     int close_err;             /* the error its connection went with: tern_http_close_error */
     tern_http_abort_fn abort_fn;
@@ -426,6 +430,7 @@ void tern__server_ws_session_ended(tern_server *srv, uint64_t ms);
 void tern__http_static_free(tern__vhost *vh);
 
 /* response.c */
+void tern__http_req_reset(tern_http_req *req);
 /* The Content-Type and body of an answer the server makes itself for
  * status: the reason phrase and a newline, written into buf (room for
  * TERN__ERROR_PAGE_BUF bytes), or what the configuration's error_page
@@ -433,17 +438,20 @@ void tern__http_static_free(tern__vhost *vh);
 #define TERN__ERROR_PAGE_BUF 64
 void tern__http_error_page(const tern_server *srv, int status, char *buf, const char **ctype,
                            const char **body, size_t *len);
+/* The debug log line of an answer the server made itself instead of a
+ * handler (tern__http_error_for's; m NULL: the head was not read);
+ * closing: the connection ends after it. */
+void tern__http_log_refusal(tern__http_conn *hc, int status, const char *m, size_t ml,
+                            const char *t, size_t tl, bool closing);
+
+/* h1.c: HTTP/1.1's wire format, beyond its tern__h1_proto (proto.h). */
 /* An error response that closes the connection, for a request no handler
  * saw; _for names the request (its head was read: method m, target t). */
 void tern__http_error(tern__http_conn *hc, int status);
 void tern__http_error_for(tern__http_conn *hc, int status, const char *m, size_t ml,
                           const char *t, size_t tl);
-/* The debug log line of such an answer (m NULL: the head was not read);
- * closing: the connection ends after it. */
-void tern__http_log_refusal(tern__http_conn *hc, int status, const char *m, size_t ml,
-                            const char *t, size_t tl, bool closing);
+/* The interim "100 Continue", once, before the response starts. */
 void tern__http_send_continue(tern_http_req *req);
-void tern__http_update_date(tern_server *srv);
 /* The one writer of a status line: "HTTP/1.1 NNN Reason\r\n" at p, then,
  * when srv is given, its Server and Date lines (final responses carry
  * them; the interim 100 and the 101 of an upgrade are sent without).
@@ -451,6 +459,10 @@ void tern__http_update_date(tern_server *srv);
  * end of what it wrote. */
 char *tern__http_put_status(char *p, tern_server *srv, int status);
 size_t tern__http_status_room(const tern_server *srv, int status);
-void tern__http_req_reset(tern_http_req *req);
+/* The handler's fields of req as "Name: value\r\n" lines at p (the
+ * upgrade's 101 carries them too): at most tern__h1_fields_room(req)
+ * bytes; returns the end of what it wrote. */
+char *tern__h1_put_fields(char *p, const tern_http_req *req);
+size_t tern__h1_fields_room(const tern_http_req *req);
 
 #endif

@@ -233,11 +233,25 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
         upgrade_failed(route, conn_user, 500);
         return -500;
     }
-    struct iovec iov[3] = {{buf, (size_t)(p - buf) + (size_t)n},
-                           {req->extra.data, req->extra.len},
-                           {"\r\n", 2}};
-    tern__conn_writev(&hc->conn, iov, 3);
-    req->extra.len = 0;
+    /* The handler's fields (on_upgrade may add some) and the blank line,
+     * serialized by HTTP/1.1 like a response head's: on the stack unless
+     * there are many. */
+    char small[256];
+    size_t fields_room = tern__h1_fields_room(req) + 2;
+    char *fields = fields_room <= sizeof(small) ? small : malloc(fields_room);
+    if (fields == NULL) {
+        free(acct);
+        upgrade_failed(route, conn_user, 500);
+        return -500;
+    }
+    char *end = tern__h1_put_fields(fields, req);
+    memcpy(end, "\r\n", 2);
+    struct iovec iov[2] = {{buf, (size_t)(p - buf) + (size_t)n},
+                           {fields, (size_t)(end + 2 - fields)}};
+    tern__conn_writev(&hc->conn, iov, 2);
+    if (fields != small)
+        free(fields);
+    req->fields.len = 0;
     if (tern__ws_open(&hc->conn, &route->ep, conn_user, sub, pmd_on ? &pmd : NULL, rest,
                       rest_len, acct) < 0) {
         /* No tern_ws was made: the 101 went out, the connection drops. */

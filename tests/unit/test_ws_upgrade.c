@@ -9,7 +9,9 @@
  * that succeeds goes to on_open and on_close and never to
  * on_upgrade_failed. In no case do on_open or on_close see a connection
  * that did not open. A route without on_upgrade_failed drops conn_user on
- * a refusal: the checked build says so once, naming the route. */
+ * a refusal: the checked build says so once, naming the route. Headers
+ * on_upgrade adds go out in the 101, after the handshake's own, short
+ * ones and long ones alike. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -31,6 +33,7 @@ typedef struct app {
     tern_server *srv;
     tern_timer *tick;
     int refuse;              /* what on_upgrade returns */
+    bool add_headers;        /* on_upgrade adds two headers */
     int upgrades, opened, closed, failed;
     int failed_status;
     void *failed_user;       /* what on_upgrade_failed got, compared only */
@@ -43,8 +46,14 @@ typedef struct app {
 
 static int on_upgrade(tern_http_req *req, void **conn_user, void *user) {
     app *a = user;
-    (void)req;
     a->upgrades++;
+    if (a->add_headers) {
+        char long_value[301];
+        memset(long_value, 'v', 300);
+        long_value[300] = '\0';
+        assert_int_equal(tern_http_add_header(req, "Set-Cookie", "s=1"), 0);
+        assert_int_equal(tern_http_add_header(req, "X-Long", long_value), 0);
+    }
     char *data = malloc(64);
     assert_non_null(data);
     snprintf(data, 64, "conn %d", a->upgrades);
@@ -180,6 +189,29 @@ static void an_accepted_upgrade_goes_to_on_close_not_on_upgrade_failed(void **st
     assert_int_equal(a.failed, 0);
 }
 
+/* The fields go after the handshake's own, in the order added, longer
+ * together than the 101's stack buffer for them. */
+static void headers_added_by_on_upgrade_go_out_in_the_101(void **state) {
+    (void)state;
+    app a;
+    start(&a, 0, NULL);
+    a.add_headers = true;
+    exchange(&a, UPGRADE_HEAD "\r\n");
+    char want[1024];
+    char long_value[301];
+    memset(long_value, 'v', 300);
+    long_value[300] = '\0';
+    snprintf(want, sizeof(want),
+             "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+             "Connection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n"
+             "Set-Cookie: s=1\r\nX-Long: %s\r\n\r\n",
+             long_value);
+    assert_string_equal(a.head, want);
+    assert_int_equal(a.opened, 1);
+    finish(&a);
+    assert_int_equal(a.closed, 1);
+}
+
 /* ---- a refusal with no on_upgrade_failed --------------------------------- */
 
 /* The route forgot on_upgrade_failed: tern drops conn_user (the test
@@ -258,6 +290,7 @@ int main(void) {
         cmocka_unit_test(a_refusal_out_of_range_is_403_and_still_hands_it_back),
         cmocka_unit_test(an_upgrade_failing_after_acceptance_hands_it_back_with_500),
         cmocka_unit_test(an_accepted_upgrade_goes_to_on_close_not_on_upgrade_failed),
+        cmocka_unit_test(headers_added_by_on_upgrade_go_out_in_the_101),
         cmocka_unit_test(a_refusal_without_on_upgrade_failed_is_reported_by_the_checked_build),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
