@@ -59,12 +59,13 @@
  * delivered message. tern_publish* (the server publishing itself) asks
  * no hook.
  *
- * Across nodes (tern_pubsub_redis), a topic with a history is numbered by
- * Redis, so every node gives its messages the same (epoch, seq) and a
- * subscriber may resume on any node: a publish to it goes to Redis first
- * and returns 0, and every node, the publisher's too, delivers it when it
- * comes back numbered (so except does not apply to it). A topic's epoch is
- * Redis's even before its first message: the first node to have a
+ * Across nodes (tern_pubsub_bridge) through an engine that numbers topics
+ * (Redis does), a topic with a history is numbered by the broker, so every
+ * node gives its messages the same (epoch, seq) and a subscriber may
+ * resume on any node: a publish to it goes to the broker first and returns
+ * 0, and every node, the publisher's too, delivers it when it comes back
+ * numbered (so except does not apply to it). A topic's epoch is the
+ * broker's even before its first message: the first node to have a
  * subscriber claims its own there. */
 #ifndef TERN_PUBSUB_H
 #define TERN_PUBSUB_H
@@ -229,7 +230,7 @@ int tern_pubsub_latency(const tern_server *srv, tern_histogram *out);
  * fixed array of TERN_TOPIC_RULES_MAX slots per loop. */
 typedef struct tern_pubsub_rule_counters {
     uint64_t subscriptions;   /* live subscriptions now */
-    uint64_t published;       /* publishes made on this node (not those heard from Redis) */
+    uint64_t published;       /* publishes made on this node (not those heard from the bridge) */
     uint64_t delivered;       /* copies given to subscribers, replayed ones too */
     uint64_t dropped;         /* copies not given (as tern_pubsub_counters.dropped) */
     uint64_t conflated;       /* queued copies replaced by newer ones with their key */
@@ -382,8 +383,9 @@ bool tern_ws_subscribed(const tern_ws *ws, const char *topic);
  * message now (into their output; nothing is called back), the other
  * loops at their next iteration; from any other thread, every loop at its
  * next iteration. data is copied. Returns the message's seq (>= 1), 0 when
- * the topic has no subscriber anywhere (nothing is sent) or when Redis
- * numbers it (a topic with a history, bridged: see above), or a negative
+ * the topic has no subscriber anywhere (nothing is sent) or when the
+ * bridge's engine numbers it (a topic with a history, bridged through
+ * Redis: see above), or a negative
  * error: -EINVAL (NULL srv or topic, a bad opcode, NULL data with len),
  * -ENAMETOOLONG, -ENOMEM.
  * Outside tern_loop_run (on_close called by tern_server_free, say) even

@@ -22,8 +22,8 @@
  * and each node numbers them itself. */
 #include <errno.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -335,10 +335,11 @@ static void bridge_resubscribe(void *user) {
     pthread_mutex_unlock(&g->mu);
 }
 
-/* (From a numbering engine only.) The prefixes are followed: every topic under the engine's numbering
- * asks how far the engine is, to read back what it missed; one with a
- * history and subscribers that nothing was numbered in yet claims its
- * epoch (its subscribers came while the engine was away). */
+/* (From an engine that numbers only.) The prefixes are followed: every
+ * topic under the engine's numbering asks how far the engine is, to read
+ * back what it missed; one with a history and subscribers that nothing
+ * was numbered in yet claims its epoch (its subscribers came while the
+ * engine was away). */
 static void bridge_listening(void *user) {
     tern__ps_bridge *b = user;
     tern__ps_group *g = b->g;

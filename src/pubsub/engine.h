@@ -53,8 +53,8 @@ typedef struct tern__engine_hooks {
 } tern__engine_hooks;
 
 /* The operations of an engine, each given the engine's state.
- * Invariants: name and the operations up to publish, and stats, are never
- * NULL. The numbering (publish_numbered, psubscribe, fill, claim, last)
+ * Invariants: name, free, loop, connected, subscribe, publish and stats
+ * are never NULL. The numbering (publish_numbered, psubscribe, fill, claim, last)
  * is optional, all five or none: an engine without it (a broker that
  * keeps nothing, such as NATS core without JetStream) leaves the five
  * NULL and never calls the listening, last and claimed hooks nor gives
@@ -67,8 +67,9 @@ typedef struct tern__engine_ops {
     const char *name;   /* "redis": tern_bridge_counters.engine */
     void (*free)(void *state);
     tern_loop *(*loop)(const void *state);
-    /* Linked, and following every numbered topic (its prefix
-     * subscriptions confirmed): publish_numbered will be heard back. */
+    /* Linked, and, for an engine that numbers, following every numbered
+     * topic (its prefix subscriptions confirmed): publish_numbered will
+     * be heard back. */
     bool (*connected)(const void *state);
     /* The engine's interest in topic's messages matches `on`
      * (idempotent; after a reconnect only through the resubscribe hook). */
@@ -103,8 +104,8 @@ typedef struct tern__engine_ops {
     void (*claim)(void *state, const char *topic, size_t tlen, uint64_t epoch,
                   uint64_t keep_ms);
     void (*last)(void *state, const char *topic, size_t tlen);
-    /* Any thread. */
-    /* Fills every field of out but engine (the bridge's, from name). */
+    /* Any thread. Fills every field of out but engine (the bridge sets
+     * it from name). */
     void (*stats)(const void *state, tern_bridge_counters *out);
 } tern__engine_ops;
 
