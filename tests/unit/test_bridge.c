@@ -11,7 +11,8 @@
  * engine that numbers); B numbers what it hears itself, so its own next
  * publish follows on; the engine followed the topic (subscribe) although
  * it has a history; tern_pubsub_bridge refuses an unknown scheme with
- * nothing started, and the counters name the engine. */
+ * nothing started and a log line naming the schemes known, and the
+ * counters name the engine. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +22,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -234,6 +236,14 @@ static void read_messages(int fd, char *out, size_t cap) {
     out[o] = '\0';
 }
 
+/* The last log line, for the unknown scheme's. */
+static char logged[256];
+
+static void log_keep(int level, const char *msg, void *user) {
+    (void)level, (void)user;
+    snprintf(logged, sizeof(logged), "%s", msg);
+}
+
 static void publish_reaches_the_other_node_without_numbering(void **state) {
     (void)state;
     nodes n = {0};
@@ -241,9 +251,14 @@ static void publish_reaches_the_other_node_without_numbering(void **state) {
     n.a = server_new(&n);
     n.b = server_new(&n);
 
-    /* an unknown scheme: refused, nothing started */
+    /* an unknown scheme: refused, nothing started, the schemes known said
+     * (and not the URL, which may hold a password) */
     tern_bridge_counters c;
-    assert_int_equal(tern_pubsub_bridge(n.a, "nats://127.0.0.1:4222"), -EINVAL);
+    assert_int_equal(tern_set_log(TERN_LOG_ERROR, log_keep, NULL), 0);
+    assert_int_equal(tern_pubsub_bridge(n.a, "nats://user:secret@127.0.0.1:4222"), -EINVAL);
+    assert_int_equal(tern_set_log(TERN_LOG_ERROR, NULL, NULL), 0);
+    assert_non_null(strstr(logged, "known: redis://"));
+    assert_null(strstr(logged, "secret"));
     assert_int_equal(tern_pubsub_bridge_stats(n.a, &c), -ENOENT);
     assert_int_equal(tern_pubsub_redis(n.a, "test://"), -EINVAL);
 
