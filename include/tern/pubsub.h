@@ -59,12 +59,13 @@
  * delivered message. tern_publish* (the server publishing itself) asks
  * no hook.
  *
- * Across nodes (tern_pubsub_redis), a topic with a history is numbered by
- * Redis, so every node gives its messages the same (epoch, seq) and a
- * subscriber may resume on any node: a publish to it goes to Redis first
- * and returns 0, and every node, the publisher's too, delivers it when it
- * comes back numbered (so except does not apply to it). A topic's epoch is
- * Redis's even before its first message: the first node to have a
+ * Across nodes (tern_pubsub_bridge) through an engine that numbers topics
+ * (Redis does), a topic with a history is numbered by the broker, so every
+ * node gives its messages the same (epoch, seq) and a subscriber may
+ * resume on any node: a publish to it goes to the broker first and returns
+ * 0, and every node, the publisher's too, delivers it when it comes back
+ * numbered (so except does not apply to it). A topic's epoch is the
+ * broker's even before its first message: the first node to have a
  * subscriber claims its own there. */
 #ifndef TERN_PUBSUB_H
 #define TERN_PUBSUB_H
@@ -229,7 +230,7 @@ int tern_pubsub_latency(const tern_server *srv, tern_histogram *out);
  * fixed array of TERN_TOPIC_RULES_MAX slots per loop. */
 typedef struct tern_pubsub_rule_counters {
     uint64_t subscriptions;   /* live subscriptions now */
-    uint64_t published;       /* publishes made on this node (not those heard from Redis) */
+    uint64_t published;       /* publishes made on this node (not those heard from the bridge) */
     uint64_t delivered;       /* copies given to subscribers, replayed ones too */
     uint64_t dropped;         /* copies not given (as tern_pubsub_counters.dropped) */
     uint64_t conflated;       /* queued copies replaced by newer ones with their key */
@@ -243,32 +244,69 @@ typedef struct tern_pubsub_rule_counters {
 int tern_pubsub_rule_stats(const tern_server *srv, const char *prefix, bool exact,
                            tern_pubsub_rule_counters *out);
 
-/* ---- many nodes: the Redis bridge ---------------------------------------
+/* ---- many nodes: the bridge to a broker ------------------------------
  *
- * tern_pubsub_redis(srv, "redis://127.0.0.1:6379/0") makes every process
- * (node) bridged to the same Redis one pub/sub space. A publish is
- * delivered to this node's subscribers at once, as without Redis, and sent
- * to Redis (channel "tern:" + topic) in an envelope that names the node;
- * a node subscribes a topic's channel while it has subscribers to the
- * topic (on any loop), and delivers what comes from the other nodes on all
- * its loops. So every subscriber of every node gets each message once.
- * The bridge (two hiredis connections: one subscribed, one to publish on)
- * runs on srv's loop and never blocks it: a host name is resolved by
- * c-ares on the loop, again before each try.
+ * tern_pubsub_bridge(srv, "redis://127.0.0.1:6379/0") makes every process
+ * (node) bridged to the same broker one pub/sub space. The URL's scheme
+ * picks the engine that speaks to the broker; Redis ("redis://") is the
+ * one engine today. A publish is delivered to this node's subscribers at
+ * once, as without a bridge, and sent to the broker (with Redis, on
+ * channel "tern:" + topic, in an envelope that names the node); a node
+ * follows a topic while it has subscribers to the topic (on any loop),
+ * and delivers what comes from the other nodes on all its loops. So every
+ * subscriber of every node gets each message once. The engine runs on
+ * srv's loop and never blocks it: a host name is resolved by c-ares on
+ * the loop, again before each try.
  *
  * Order: a subscriber gets each node's publishes to a topic in that
  * node's order (as one thread's, above); publishes made on different nodes
  * interleave as they arrive. The seq a subscriber sees is its node's
- * numbering (a message from another node is numbered when it arrives).
+ * numbering (a message from another node is numbered when it arrives),
+ * except for a topic with a history under an engine that numbers topics
+ * (Redis does: below, tern_pubsub_redis).
  *
- * Redis going away is survived: local delivery goes on; publishes meanwhile
- * reach this node only (counted as dropped, never queued); the bridge
- * reconnects with a backoff (100 ms, doubling to 5 s, with jitter; from
- * 100 ms again only after the links have stayed up for 3 s) and
- * subscribes again. Every failure is logged with its reason (warn: the
- * resolver's, a refused connect, an error reply such as NOPERM, a lost
- * link), once per change of reason; regaining Redis after one is logged
- * once (warn; a first connect, info). */
+ * The broker going away is survived: local delivery goes on; publishes
+ * meanwhile reach this node only (counted as dropped, never queued); the
+ * engine reconnects with a backoff (with Redis: 100 ms, doubling to 5 s,
+ * with jitter; from 100 ms again only after the links have stayed up for
+ * 3 s) and follows its topics again. Every failure is logged with its
+ * reason (warn: the resolver's, a refused connect, an error reply such as
+ * NOPERM, a lost link), once per change of reason; regaining the broker
+ * after one is logged once (warn; a first connect, info). */
+typedef struct tern_bridge_counters {
+    const char *engine;    /* the engine's name ("redis"), a static string */
+    bool connected;        /* linked, and following the topics with a history
+                            * when the engine numbers them */
+    uint64_t reconnects;   /* links made again after a loss */
+    uint64_t published;    /* publishes sent to the broker */
+    uint64_t received;     /* messages from the other nodes */
+    uint64_t dropped;      /* publishes not sent: the broker was away */
+    uint64_t fills;        /* numbered messages missed (link down) and read back */
+    bool auth_refused;     /* the broker refused the URL's credentials (or their absence)
+                            * at the last try */
+} tern_bridge_counters;
+
+/* Bridges srv's configuration (every loop of its group) to the broker at
+ * url, through the engine its scheme names: "redis://" (see
+ * tern_pubsub_redis for its URL and behaviour). In setup, on srv's loop
+ * thread, after tern_pubsub_configure and the topic rules. Returns 0,
+ * -EINVAL (NULL argument, a host handle, a scheme no engine speaks, logged
+ * with the schemes known, or a URL its engine refuses), -EALREADY (bridged
+ * already), -ENOMEM. Connecting goes on in the loop: a broker that is not
+ * there yet is retried as after a loss. */
+TERN_MUST_CHECK
+int tern_pubsub_bridge(tern_server *srv, const char *url);
+/* Any thread. Returns 0, or -ENOENT when srv's group has no bridge,
+ * -EINVAL. */
+int tern_pubsub_bridge_stats(const tern_server *srv, tern_bridge_counters *out);
+
+/* The Redis engine. A topic with a history is numbered by Redis, so
+ * every node gives its messages the same (epoch, seq) and a subscriber
+ * may resume on any node: a publish to it goes to Redis first and
+ * returns 0, and every node delivers it when it comes back numbered. */
+
+/* tern_bridge_counters without the engine's name, kept for compatibility
+ * (tern_pubsub_redis_stats). */
 typedef struct tern_redis_counters {
     bool connected;        /* both connections up, and the pattern subscription
                             * of topics with a history running in Redis */
@@ -280,19 +318,18 @@ typedef struct tern_redis_counters {
     bool auth_refused;     /* Redis refused the URL's password (or its absence) at the last try */
 } tern_redis_counters;
 
-/* Bridges srv's configuration (every loop of its group) to Redis at url
- * (redis://[[user]:password@]host[:port][/db]; port 6379, db 0 by
- * default; the password, and the ACL user when given, are sent with AUTH
- * first on every connection, %XX escapes decoded; a refusal is logged
- * once, without the password, and retried with the backoff, as a loss). In setup, on
- * srv's loop thread, after tern_pubsub_configure and the topic rules.
- * Returns 0, -EINVAL (NULL argument, a bad URL), -EALREADY (bridged
- * already), -ENOMEM. Connecting goes on in the loop: a Redis that is not
- * there yet is retried as after a loss. */
+/* Kept for compatibility: tern_pubsub_bridge with a redis:// url (any
+ * other scheme is -EINVAL). url is
+ * redis://[[user]:password@]host[:port][/db]; port 6379, db 0 by default;
+ * the password, and the ACL user when given, are sent with AUTH first on
+ * every connection, %XX escapes decoded; a refusal is logged once,
+ * without the password, and retried with the backoff, as a loss. Returns
+ * as tern_pubsub_bridge. */
 TERN_MUST_CHECK
 int tern_pubsub_redis(tern_server *srv, const char *url);
-/* Any thread. Returns 0, or -ENOENT when srv's group has no bridge,
- * -EINVAL. */
+/* Kept for compatibility: tern_pubsub_bridge_stats's counters as
+ * tern_redis_counters. Any thread. Returns 0, or -ENOENT when srv's group
+ * has no bridge, -EINVAL. */
 int tern_pubsub_redis_stats(const tern_server *srv, tern_redis_counters *out);
 
 /* Subscribes ws to topic (1..TERN_TOPIC_MAX bytes, NUL-terminated). On
@@ -346,8 +383,9 @@ bool tern_ws_subscribed(const tern_ws *ws, const char *topic);
  * message now (into their output; nothing is called back), the other
  * loops at their next iteration; from any other thread, every loop at its
  * next iteration. data is copied. Returns the message's seq (>= 1), 0 when
- * the topic has no subscriber anywhere (nothing is sent) or when Redis
- * numbers it (a topic with a history, bridged: see above), or a negative
+ * the topic has no subscriber anywhere (nothing is sent) or when the
+ * bridge's engine numbers it (a topic with a history, bridged through
+ * Redis: see above), or a negative
  * error: -EINVAL (NULL srv or topic, a bad opcode, NULL data with len),
  * -ENAMETOOLONG, -ENOMEM.
  * Outside tern_loop_run (on_close called by tern_server_free, say) even

@@ -257,7 +257,11 @@ static int serve_setup(tern_server *srv, void *user) {
         fprintf(stderr, "tern serve: feed: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
-    if (ctx->redis && (err = tern_pubsub_redis(srv, ctx->redis)) < 0) {
+    /* --redis names Redis's engine: another scheme is refused as a bad URL,
+     * before the bridge would pick another engine for it */
+    if (ctx->redis && (err = strncmp(ctx->redis, "redis://", 8) != 0
+                                 ? -EINVAL
+                                 : tern_pubsub_bridge(srv, ctx->redis)) < 0) {
         char shown[512];
         tern__serve_redis_redact(ctx->redis, shown, sizeof(shown));
         fprintf(stderr, "tern serve: --redis %s: %s\n", shown,

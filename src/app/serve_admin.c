@@ -82,8 +82,8 @@ static void on_stats(tern_http_req *req, void *user) {
                                  STATS_ARGS(st, ps));
     }
     char redis[256] = "null";
-    tern_redis_counters rc;
-    if (tern_pubsub_redis_stats(srv, &rc) == 0)
+    tern_bridge_counters rc;
+    if (tern_pubsub_bridge_stats(srv, &rc) == 0)
         snprintf(redis, sizeof(redis),
                  "{\"connected\":%s,\"reconnects\":%llu,\"published\":%llu,"
                  "\"received\":%llu,\"dropped\":%llu,\"fills\":%llu,\"auth_refused\":%s}",
@@ -140,13 +140,13 @@ static const char *listeners_down(const serve_ctx *ctx) {
  * without it delivers its own publishes only. */
 static void on_ready(tern_http_req *req, void *user) {
     serve_ctx *ctx = user;
-    tern_redis_counters rc;
+    tern_bridge_counters rc;
     const char *why = NULL;
     if (atomic_load(&ctx->draining))
         why = "not ready: draining\n";
     else if ((why = listeners_down(ctx)) != NULL)
         ;
-    else if (ctx->redis && tern_pubsub_redis_stats(ctx->first, &rc) < 0)
+    else if (ctx->redis && tern_pubsub_bridge_stats(ctx->first, &rc) < 0)
         why = "not ready: redis down\n";   /* not bridged yet */
     else if (ctx->redis && rc.auth_refused)
         why = "not ready: redis auth failed\n";

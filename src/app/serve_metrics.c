@@ -383,8 +383,8 @@ void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
     put(&b, "tern_threads %d\n", n);
     family(&b, "tern_draining", "gauge", "1 once SIGTERM began the drain.");
     put(&b, "tern_draining %d\n", draining ? 1 : 0);
-    tern_redis_counters rc;
-    bool redis = tern_pubsub_redis_stats(srv, &rc) == 0;
+    tern_bridge_counters rc;
+    bool redis = tern_pubsub_bridge_stats(srv, &rc) == 0;
     family(&b, "tern_redis_configured", "gauge", "1 when pub/sub is bridged through Redis (--redis).");
     put(&b, "tern_redis_configured %d\n", redis ? 1 : 0);
     if (redis) {

@@ -1,5 +1,6 @@
 /* The bridge: pub/sub's side of an engine that links the nodes
- * (engine.h; Redis, redis.c, is the one engine today).
+ * (engine.h; Redis, redis.c, is the one engine today), and the one place
+ * an engine is chosen (engines[], by the URL's scheme).
  *
  * The core calls the bridge (pubsub.h's tern__ps_bridge_*), never an
  * engine: a topic's first subscriber anywhere and its last
@@ -11,17 +12,22 @@
  * bridge_job, and a publish on that loop goes behind the jobs still
  * queued, so a node's publishes reach the engine in order.
  *
- * Topics with a history are numbered by the engine, so that every node
- * agrees on (epoch, seq): the bridge adopts the engine's numbering in the
- * topic's entry (tern__ps_gtopic.br), reads back what a node missed while its link
- * was down (fills), and offers a topic's epoch before its first message
- * (a claim), so that a subscriber may resume on any node. */
+ * Topics with a history are numbered by the engine when it numbers
+ * (engine.h's optional numbering), so that every node agrees on (epoch,
+ * seq): the bridge adopts the engine's numbering in the topic's entry
+ * (tern__ps_gtopic.br), reads back what a node missed while its link was
+ * down (fills), and offers a topic's epoch before its first message (a
+ * claim), so that a subscriber may resume on any node. Under an engine
+ * that does not number, they are followed and forwarded as any topic,
+ * and each node numbers them itself. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "loop/log.h"
 #include "pubsub/history.h"
 #include "pubsub/pubsub.h"
 #include "pubsub/redis.h"
@@ -37,6 +43,18 @@ typedef struct tern__ps_bridge {
 } tern__ps_bridge;
 
 static tern_loop *bridge_loop(const tern__ps_bridge *b) { return b->e.ops->loop(b->e.state); }
+
+/* The engine numbers topics with a history (engine.h: the five
+ * numbering operations, all or none). Else they are like any other
+ * topic here: followed by subscribe, numbered by each node. */
+static bool numbers(const tern__ps_bridge *b) { return b->e.ops->publish_numbered != NULL; }
+
+/* The engine's interest in a topic with subscribers: every topic when it
+ * does not number, else those without a history (the numbered ones are
+ * followed through their prefixes, psubscribe). */
+static bool follows(const tern__ps_bridge *b, tern__ps_group *g, const char *name, size_t len) {
+    return !numbers(b) || tern__ps_topic_settings(g, name, len).history == 0;
+}
 
 void tern__ps_bridge_resume(const tern__ps_gtopic *t, tern__ps_resume *rq) {
     if (rq->epoch == t->br.old_epoch && t->br.on) {
@@ -96,8 +114,8 @@ void tern__ps_bridge_local(tern__ps_gtopic *t) {
 
 uint64_t tern__ps_bridge_claim_due(tern__ps_group *g, tern__ps_gtopic *t) {
     tern__ps_bridge *b = atomic_load(&g->bridge);
-    if (b == NULL || t->hist == NULL || t->br.on || t->seq != 0 || t->br.claimed ||
-        !b->e.ops->connected(b->e.state))
+    if (b == NULL || !numbers(b) || t->hist == NULL || t->br.on || t->seq != 0 ||
+        t->br.claimed || !b->e.ops->connected(b->e.state))
         return 0;
     /* before the first message: the engine's epoch from now on, so that
      * this subscriber may resume on any node */
@@ -108,7 +126,7 @@ uint64_t tern__ps_bridge_claim_due(tern__ps_group *g, tern__ps_gtopic *t) {
 void tern__ps_bridge_fill(tern__ps_group *g, const char *name, size_t len, uint64_t from,
                           uint64_t to) {
     tern__ps_bridge *b = atomic_load(&g->bridge);
-    if (b)
+    if (b && numbers(b))   /* (a fill follows a num, which only such an engine gives) */
         b->e.ops->fill(b->e.state, name, len, from, to);
 }
 
@@ -137,8 +155,7 @@ static void bridge_reconcile(tern__ps_group *g, const char *name, size_t len) {
     tern__ps_gtopic *t = tern__ps_gfind(g, name, len, tern__ps_hash_name(name, len));
     bool on = t && t->subs > 0;
     pthread_mutex_unlock(&g->mu);
-    b->e.ops->subscribe(b->e.state, name, len,
-                        on && tern__ps_topic_settings(g, name, len).history == 0);
+    b->e.ops->subscribe(b->e.state, name, len, on && follows(b, g, name, len));
 }
 
 /* A claim no message follows lives as long as a history would without a
@@ -192,10 +209,15 @@ static bridge_job *job_new(tern__ps_group *g, const char *name, size_t tlen, con
     return j;
 }
 
+/* A job still queued when its loop is freed (a server freed off its
+ * loop, after the loop's run, with subscribers still there): only its
+ * memory, as g and the bridge may be gone by then. */
+static void bridge_job_drop(void *user) { free(user); }
+
 /* j to the bridge's loop, counted in g->bridge_jobs until it has run. */
 static void job_post(tern__ps_group *g, tern__ps_bridge *b, bridge_job *j) {
     atomic_fetch_add(&g->bridge_jobs, 1);
-    if (tern_loop_post(bridge_loop(b), bridge_job_run, j) < 0) {
+    if (tern__loop_post_owned(bridge_loop(b), bridge_job_run, bridge_job_drop, j) < 0) {
         atomic_fetch_sub(&g->bridge_jobs, 1);
         free(j);
     }
@@ -259,7 +281,7 @@ bool tern__ps_bridge_forward(tern__ps_group *g, const tern__ps_msg *m, size_t tl
     if (b == NULL)
         return false;
     tern_topic_options o = tern__ps_topic_settings(g, m->topic, tlen);
-    if (o.history > 0 && b->e.ops->connected(b->e.state)) {
+    if (o.history > 0 && numbers(b) && b->e.ops->connected(b->e.state)) {
         /* numbered by the engine: this node delivers it when it hears it back */
         bridge_publish(g, b, m, tlen, klen, &o);
         return true;
@@ -280,7 +302,8 @@ static void bridge_message(void *user, const char *topic, size_t tlen, const cha
     char name[TERN_TOPIC_MAX + 1], k[TERN_KEY_MAX + 1];
     memcpy(name, topic, tlen);
     name[tlen] = '\0';
-    memcpy(k, key, klen);
+    if (klen)   /* (key may be NULL without one) */
+        memcpy(k, key, klen);
     k[klen] = '\0';
     tern__ps_msg m = {.topic = name, .key = klen ? k : NULL, .data = data, .len = len,
                       .seq_at = seq_at, .opcode = opcode};
@@ -288,17 +311,17 @@ static void bridge_message(void *user, const char *topic, size_t tlen, const cha
         tern__ps_publish(b->srv, &m, NULL, 0, num);
 }
 
-/* After each (re)connect: the prefixes of the topics with a history
- * (numbered by the engine, heard whether or not anyone here listens, so
+/* After each (re)connect: the prefixes of the topics with a history when
+ * the engine numbers them (heard whether or not anyone here listens, so
  * that every node keeps their history), and every other topic with
  * subscribers on some loop. Fills in flight went with the link: the next
  * message of each topic asks again for what it lacks. */
 static void bridge_resubscribe(void *user) {
     tern__ps_bridge *b = user;
     tern__ps_group *g = b->g;
-    if (g->opt.history > 0)
+    if (numbers(b) && g->opt.history > 0)
         b->e.ops->psubscribe(b->e.state, "", 0);
-    for (size_t i = 0; g->opt.history == 0 && g->conf && i < g->conf->nrules; i++)
+    for (size_t i = 0; numbers(b) && g->opt.history == 0 && g->conf && i < g->conf->nrules; i++)
         if (g->conf->rules[i].o.history > 0)
             b->e.ops->psubscribe(b->e.state, g->conf->rules[i].prefix, g->conf->rules[i].len);
     pthread_mutex_lock(&g->mu);
@@ -306,16 +329,17 @@ static void bridge_resubscribe(void *user) {
         for (tern__ps_node *n = g->topics.b[i]; n; n = n->next) {
             tern__ps_gtopic *t = (tern__ps_gtopic *)n;
             t->br.fill_to = 0;
-            if (t->subs > 0 && tern__ps_topic_settings(g, t->name, t->len).history == 0)
+            if (t->subs > 0 && follows(b, g, t->name, t->len))
                 b->e.ops->subscribe(b->e.state, t->name, t->len, true);
         }
     pthread_mutex_unlock(&g->mu);
 }
 
-/* The prefixes are followed: every topic under the engine's numbering
- * asks how far the engine is, to read back what it missed; one with a
- * history and subscribers that nothing was numbered in yet claims its
- * epoch (its subscribers came while the engine was away). */
+/* (From an engine that numbers only.) The prefixes are followed: every
+ * topic under the engine's numbering asks how far the engine is, to read
+ * back what it missed; one with a history and subscribers that nothing
+ * was numbered in yet claims its epoch (its subscribers came while the
+ * engine was away). */
 static void bridge_listening(void *user) {
     tern__ps_bridge *b = user;
     tern__ps_group *g = b->g;
@@ -380,8 +404,8 @@ static void bridge_claimed(void *user, const char *topic, size_t tlen, uint64_t 
 
 /* ---- starting and ending ------------------------------------------------ */
 
-int tern_pubsub_redis(tern_server *srv, const char *url) {
-    if (srv == NULL || url == NULL || srv->loop == NULL)
+int tern__ps_bridge_start(tern_server *srv, const char *url, tern__engine_start start) {
+    if (srv == NULL || url == NULL || start == NULL || srv->loop == NULL)
         return -EINVAL;
     /* the registry first, so that freeing srv frees the bridge */
     tern__ps_registry *r = tern__ps_registry_of(srv, true);
@@ -400,13 +424,46 @@ int tern_pubsub_redis(tern_server *srv, const char *url) {
         return -ENOMEM;
     b->srv = srv;
     b->g = g;
-    int err = tern__redis_engine(&b->e, srv->loop, url, &hooks, b);
+    int err = start(&b->e, srv->loop, url, &hooks, b);
     if (err < 0) {
         free(b);
         return err;
     }
     atomic_store(&g->bridge, b);
     return 0;
+}
+
+/* The engines, by the scheme their URLs start with: the one place an
+ * engine is chosen. A new engine is one line here. */
+static const struct {
+    const char *scheme;   /* with "://" */
+    tern__engine_start start;
+} engines[] = {
+    {"redis://", tern__redis_engine},
+};
+
+#define ENGINES (sizeof(engines) / sizeof(engines[0]))
+
+int tern_pubsub_bridge(tern_server *srv, const char *url) {
+    if (srv == NULL || url == NULL)
+        return -EINVAL;
+    for (size_t i = 0; i < ENGINES; i++)
+        if (strncmp(url, engines[i].scheme, strlen(engines[i].scheme)) == 0)
+            return tern__ps_bridge_start(srv, url, engines[i].start);
+    /* Nothing started. The URL is not logged: it may hold a password. */
+    char known[64] = "";
+    for (size_t i = 0, n = 0; i < ENGINES && n < sizeof(known); i++)
+        n += (size_t)snprintf(known + n, sizeof(known) - n, "%s%s", i ? ", " : "",
+                              engines[i].scheme);
+    tern__log(TERN_LOG_ERROR, TERN__LOG_RUN,
+              "pubsub bridge: no engine for the URL's scheme (known: %s)", known);
+    return -EINVAL;
+}
+
+int tern_pubsub_redis(tern_server *srv, const char *url) {
+    if (url && strncmp(url, "redis://", 8) != 0)
+        return -EINVAL;   /* another engine's URL, or none: not this call's */
+    return tern_pubsub_bridge(srv, url);
 }
 
 void tern__ps_bridge_server_free(tern__ps_group *g, tern_server *srv) {
@@ -418,13 +475,31 @@ void tern__ps_bridge_server_free(tern__ps_group *g, tern_server *srv) {
     free(b);
 }
 
-int tern_pubsub_redis_stats(const tern_server *srv, tern_redis_counters *out) {
+int tern_pubsub_bridge_stats(const tern_server *srv, tern_bridge_counters *out) {
     if (srv == NULL || out == NULL)
         return -EINVAL;
     tern__ps_group *g = tern__ps_group_peek(srv->cfg);
     tern__ps_bridge *b = g ? atomic_load(&g->bridge) : NULL;
     if (b == NULL)
         return -ENOENT;
+    *out = (tern_bridge_counters){.engine = b->e.ops->name};
     b->e.ops->stats(b->e.state, out);
+    return 0;
+}
+
+int tern_pubsub_redis_stats(const tern_server *srv, tern_redis_counters *out) {
+    if (out == NULL)
+        return -EINVAL;
+    tern_bridge_counters c;
+    int err = tern_pubsub_bridge_stats(srv, &c);
+    if (err < 0)
+        return err;
+    *out = (tern_redis_counters){.connected = c.connected,
+                                 .reconnects = c.reconnects,
+                                 .published = c.published,
+                                 .received = c.received,
+                                 .dropped = c.dropped,
+                                 .fills = c.fills,
+                                 .auth_refused = c.auth_refused};
     return 0;
 }

@@ -1,10 +1,11 @@
 /* The engine seam of pub/sub: what an engine that links the nodes (a
  * broker several tern servers share) gives the bridge (bridge.c), and
  * what the bridge gives it back. An engine is one file that fills a
- * tern__engine: Redis (redis.c) today; issue #41's NATS JetStream would
- * be a second file filling the same struct, and the bridge would pick
- * one by the URL's scheme. Nothing of pub/sub's core (publish, delivery,
- * resume) names an engine: it calls the bridge, which calls these.
+ * tern__engine from a URL (a tern__engine_start function): Redis
+ * (redis.c) today. The bridge picks one by the URL's scheme from its
+ * table (bridge.c's engines[]). Nothing of pub/sub's core (publish,
+ * delivery, resume) names an engine: it calls the bridge, which calls
+ * these.
  *
  * Every operation and every hook runs on the engine's loop thread (the
  * bridge posts work there from other threads); the engine never blocks
@@ -30,7 +31,8 @@ typedef struct tern__engine_num {
 /* What the engine tells the bridge (user is the bridge's):
  * - message: a message another node published, or any node's numbered
  *   one (num not NULL; this node's own too: the engine gave it its
- *   number), to deliver locally, not back to the engine;
+ *   number), to deliver locally, not back to the engine (key NULL or
+ *   klen 0: none; topic and key within TERN_TOPIC_MAX and TERN_KEY_MAX);
  * - resubscribe: after each (re)connect, the bridge names the topics and
  *   prefixes to follow again (subscribe, psubscribe);
  * - listening: the prefix subscriptions are in place, so every numbered
@@ -50,12 +52,24 @@ typedef struct tern__engine_hooks {
     void (*claimed)(void *user, const char *topic, size_t tlen, uint64_t epoch, uint64_t seq);
 } tern__engine_hooks;
 
-/* The operations of an engine, each given the engine's state. */
+/* The operations of an engine, each given the engine's state.
+ * Invariants: name, free, loop, connected, subscribe, publish and stats
+ * are never NULL. The numbering (publish_numbered, psubscribe, fill, claim, last)
+ * is optional, all five or none: an engine without it (a broker that
+ * keeps nothing, such as NATS core without JetStream) leaves the five
+ * NULL and never calls the listening, last and claimed hooks nor gives
+ * message a num. The bridge then treats a topic with a history as any
+ * other: its publishes go through publish, the engine's interest in it
+ * follows its subscribers (subscribe), and every node numbers its
+ * messages itself (node-local epoch and seq, as without a bridge), so a
+ * subscriber resumes on the node it left, not on another. */
 typedef struct tern__engine_ops {
+    const char *name;   /* "redis": tern_bridge_counters.engine */
     void (*free)(void *state);
     tern_loop *(*loop)(const void *state);
-    /* Linked, and following every numbered topic (its prefix
-     * subscriptions confirmed): publish_numbered will be heard back. */
+    /* Linked, and, for an engine that numbers, following every numbered
+     * topic (its prefix subscriptions confirmed): publish_numbered will
+     * be heard back. */
     bool (*connected)(const void *state);
     /* The engine's interest in topic's messages matches `on`
      * (idempotent; after a reconnect only through the resubscribe hook). */
@@ -65,8 +79,8 @@ typedef struct tern__engine_ops {
      * 0: none), seq_at as in tern_publish_ex. */
     void (*publish)(void *state, const char *topic, size_t tlen, const char *key, size_t klen,
                     const void *data, size_t len, int opcode, size_t seq_at);
-    /* The numbering, for topics with a history, so that every node agrees
-     * on (epoch, seq):
+    /* The numbering (optional, above), for topics with a history, so that
+     * every node agrees on (epoch, seq):
      * - publish_numbered: the engine numbers the message, keeps it (at
      *   most keep messages, for keep_ms without a publish; 0: for good)
      *   and sends it to every node, this one included, through the
@@ -90,8 +104,9 @@ typedef struct tern__engine_ops {
     void (*claim)(void *state, const char *topic, size_t tlen, uint64_t epoch,
                   uint64_t keep_ms);
     void (*last)(void *state, const char *topic, size_t tlen);
-    /* Any thread. */
-    void (*stats)(const void *state, tern_redis_counters *out);
+    /* Any thread. Fills every field of out but engine (the bridge sets
+     * it from name). */
+    void (*stats)(const void *state, tern_bridge_counters *out);
 } tern__engine_ops;
 
 /* An engine: its operations and its state (the engine's own struct). */
@@ -99,5 +114,18 @@ typedef struct tern__engine {
     const tern__engine_ops *ops;
     void *state;
 } tern__engine;
+
+/* An engine's constructor: parses url (the engine's scheme) and starts
+ * linking from loop (never blocking it); the hooks are called with user.
+ * Returns 0 (*out filled), -EINVAL (a URL it refuses), -ENOMEM, or
+ * another negative errno of its own; nothing is left started on error. */
+typedef int (*tern__engine_start)(tern__engine *out, tern_loop *loop, const char *url,
+                                  const tern__engine_hooks *hooks, void *user);
+
+/* tern_pubsub_bridge with the engine start instead of the one url's
+ * scheme names: the one way in for both the scheme table and the unit
+ * tests' own engines (bridge.c). Returns as tern_pubsub_bridge. */
+TERN_MUST_CHECK
+int tern__ps_bridge_start(tern_server *srv, const char *url, tern__engine_start start);
 
 #endif

@@ -165,7 +165,7 @@ typedef struct tern__ps_group {
     tern__ps_table topics;
     tern_pubsub_options opt;   /* defaults applied */
     tern__ps_conf *conf;                /* a copy of setup's, rules completed; NULL when none */
-    /* The bridge to an engine linking the nodes (tern_pubsub_redis;
+    /* The bridge to an engine linking the nodes (tern_pubsub_bridge;
      * bridge.c), run by its server's loop and freed with that server;
      * set once in setup, read by any thread. NULL: none. */
     struct tern__ps_bridge *_Atomic bridge;

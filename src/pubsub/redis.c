@@ -944,7 +944,7 @@ static bool redis_connected(const void *state) {
     return atomic_load(&((const tern__redis *)state)->connected);
 }
 
-static void redis_stats(const void *state, tern_redis_counters *out) {
+static void redis_stats(const void *state, tern_bridge_counters *out) {
     const tern__redis *r = state;
     out->connected = atomic_load(&r->connected);
     out->reconnects = atomic_load(&r->reconnects);
@@ -956,6 +956,7 @@ static void redis_stats(const void *state, tern_redis_counters *out) {
 }
 
 static const tern__engine_ops redis_ops = {
+    .name = "redis",
     .free = redis_free,
     .loop = redis_loop,
     .connected = redis_connected,

@@ -110,6 +110,7 @@ static void server_accessors(void **state) {
     assert_int_equal(hh.le_us[0], 100000);
     assert_int_equal(tern_pubsub_rule_stats(host, "a.", false, &hrc), -EINVAL);
     assert_int_equal(tern_pubsub_redis(host, "redis://127.0.0.1:1"), -EINVAL);
+    assert_int_equal(tern_pubsub_bridge(host, "redis://127.0.0.1:1"), -EINVAL);
     assert_int_equal(tern_publish(host, "t", "x", 1, TERN_WS_TEXT), -EINVAL);
     assert_null(tern_server_loop(host));
     assert_int_equal(tern_topic_subscribers(host, "t"), 0);
