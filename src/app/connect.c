@@ -53,29 +53,29 @@ typedef struct client {
 /* tern connect's options. */
 enum { CO_BINARY, CO_HEADER, CO_SUBPROTOCOL, CO_INSECURE, CO_CA_FILE, CO_SERVER_NAME,
        CO_COMPRESS, CO_TIMEOUT, CO_DNS_SERVER, CO_HELP, CO_COUNT };
-static const tern__opt connect_opts[CO_COUNT] = {
-    [CO_BINARY] = {"binary", 'b', TERN__OPT_FLAG,
+static const app_opt connect_opts[CO_COUNT] = {
+    [CO_BINARY] = {"binary", 'b', APP_OPT_FLAG,
                    .help = "send lines as binary messages (default: text)"},
-    [CO_HEADER] = {"header", 'H', TERN__OPT_STRING, "'N: v'", .flags = TERN__OPT_REPEAT,
+    [CO_HEADER] = {"header", 'H', APP_OPT_STRING, "'N: v'", .flags = APP_OPT_REPEAT,
                    .max_count = 1024,
                    .help = "an extra request header, e.g. Origin, Cookie,\nAuthorization"},
-    [CO_SUBPROTOCOL] = {"subprotocol", 's', TERN__OPT_STRING, "NAME", .flags = TERN__OPT_REPEAT,
+    [CO_SUBPROTOCOL] = {"subprotocol", 's', APP_OPT_STRING, "NAME", .flags = APP_OPT_REPEAT,
                         .max_count = 1024, .help = "offer a subprotocol (in order)"},
-    [CO_INSECURE] = {"insecure", 'k', TERN__OPT_FLAG,
+    [CO_INSECURE] = {"insecure", 'k', APP_OPT_FLAG,
                      .help = "wss: do not verify the server's certificate"},
-    [CO_CA_FILE] = {"ca-file", 0, TERN__OPT_STRING, "FILE",
+    [CO_CA_FILE] = {"ca-file", 0, APP_OPT_STRING, "FILE",
                     .help = "wss: trust the CAs in FILE (PEM), not the system's"},
-    [CO_SERVER_NAME] = {"server-name", 0, TERN__OPT_STRING, "NAME",
+    [CO_SERVER_NAME] = {"server-name", 0, APP_OPT_STRING, "NAME",
                         .help = "wss: SNI and the name checked (unset: the host)"},
-    [CO_COMPRESS] = {"compress", 'z', TERN__OPT_FLAG, .help = "offer permessage-deflate"},
-    [CO_TIMEOUT] = {"timeout", 't', TERN__OPT_UINT, "MS", "10000", 1, 86400000,
+    [CO_COMPRESS] = {"compress", 'z', APP_OPT_FLAG, .help = "offer permessage-deflate"},
+    [CO_TIMEOUT] = {"timeout", 't', APP_OPT_UINT, "MS", "10000", 1, 86400000,
                     .help = "connect and handshake within MS"},
-    [CO_DNS_SERVER] = {"dns-server", 0, TERN__OPT_STRING, "ADDR[:PORT]",
+    [CO_DNS_SERVER] = {"dns-server", 0, APP_OPT_STRING, "ADDR[:PORT]",
                        .help = "resolve the host with this DNS server (IPv6:\n"
                                "[ADDR]:PORT; comma-separated for several), not\n"
                                "the system's (/etc/resolv.conf); /etc/hosts is\n"
                                "read first either way"},
-    [CO_HELP] = {"help", 'h', TERN__OPT_FLAG, .flags = TERN__OPT_CLI_ONLY, .help = "this text"},
+    [CO_HELP] = {"help", 'h', APP_OPT_FLAG, .flags = APP_OPT_CLI_ONLY, .help = "this text"},
 };
 
 static void usage(FILE *f) {
@@ -90,10 +90,10 @@ static void usage(FILE *f) {
             "URL: ws://host[:port]/path, wss://... (TLS), ws+unix:SOCKET[:/path]\n"
             "\n"
             "options:\n");
-    tern__opt_set s;
-    if (tern__opt_init(&s, "tern connect", connect_opts, CO_COUNT) == 0) {
-        tern__opt_help(&s, f);
-        tern__opt_free(&s);
+    app_opt_set s;
+    if (app_opt_init(&s, "tern connect", connect_opts, CO_COUNT) == 0) {
+        app_opt_help(&s, f);
+        app_opt_free(&s);
     }
     fprintf(f,
             "\n"
@@ -234,8 +234,8 @@ static void on_signal(tern_loop *loop, int signo, void *user) {
 /* ---- the command ------------------------------------------------------ */
 
 int tern_app_connect(int argc, char **argv) {
-    tern__opt_set s;
-    if (tern__opt_init(&s, "tern connect", connect_opts, CO_COUNT) < 0)
+    app_opt_set s;
+    if (app_opt_init(&s, "tern connect", connect_opts, CO_COUNT) < 0)
         return EXIT_OTHER;
     tern_ws_client_options opt = {0};
     client cl = {.opcode = TERN_WS_TEXT, .exit_code = EXIT_ABNORMAL};
@@ -243,11 +243,11 @@ int tern_app_connect(int argc, char **argv) {
     int code = -1;
     const char *url = NULL;
     const char **headers = NULL, **subs = NULL;
-    if (tern__opt_parse_argv(&s, argc, argv) < 0) {
+    if (app_opt_parse_argv(&s, argc, argv) < 0) {
         fprintf(stderr, "tern connect: %s\n", s.err);
         usage(stderr);
         code = EXIT_USAGE;
-    } else if (tern__opt_uint(&s, CO_HELP)) {
+    } else if (app_opt_uint(&s, CO_HELP)) {
         usage(stdout);
         code = EXIT_NORMAL;
     } else if (s.nargs != 1) {
@@ -255,15 +255,15 @@ int tern_app_connect(int argc, char **argv) {
         code = EXIT_USAGE;
     } else {
         url = s.args[0];
-        cl.opcode = tern__opt_uint(&s, CO_BINARY) ? TERN_WS_BINARY : TERN_WS_TEXT;
-        opt.insecure = tern__opt_uint(&s, CO_INSECURE);
-        opt.ca_file = tern__opt_str(&s, CO_CA_FILE);
-        opt.server_name = tern__opt_str(&s, CO_SERVER_NAME);
-        opt.ws.compression = tern__opt_uint(&s, CO_COMPRESS);
-        opt.dns_servers = tern__opt_str(&s, CO_DNS_SERVER);
-        opt.connect_timeout_ms = (uint32_t)tern__opt_uint(&s, CO_TIMEOUT);
+        cl.opcode = app_opt_uint(&s, CO_BINARY) ? TERN_WS_BINARY : TERN_WS_TEXT;
+        opt.insecure = app_opt_uint(&s, CO_INSECURE);
+        opt.ca_file = app_opt_str(&s, CO_CA_FILE);
+        opt.server_name = app_opt_str(&s, CO_SERVER_NAME);
+        opt.ws.compression = app_opt_uint(&s, CO_COMPRESS);
+        opt.dns_servers = app_opt_str(&s, CO_DNS_SERVER);
+        opt.connect_timeout_ms = (uint32_t)app_opt_uint(&s, CO_TIMEOUT);
         /* NULL-terminated lists; the strings stay in s. */
-        const tern__opt_val *h = &s.vals[CO_HEADER], *p = &s.vals[CO_SUBPROTOCOL];
+        const app_opt_val *h = &s.vals[CO_HEADER], *p = &s.vals[CO_SUBPROTOCOL];
         headers = calloc((size_t)h->n + 1, sizeof(char *));
         subs = calloc((size_t)p->n + 1, sizeof(char *));
         if (headers == NULL || subs == NULL)
@@ -321,7 +321,7 @@ int tern_app_connect(int argc, char **argv) {
      * loop: the loop is not freed, the process ends here. */
     free(headers);
     free(subs);
-    tern__opt_free(&s);
+    app_opt_free(&s);
     while (cl.pending) {
         line *l = cl.pending;
         cl.pending = l->next;

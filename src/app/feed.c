@@ -140,7 +140,7 @@ static void on_stats_tick(tern_timer *t, void *user) {
     tern_publish_ex(f->srv, "stats", msg, (size_t)len, TERN_WS_TEXT, NULL, sizeof(head) - 1);
 }
 
-int tern__feed_start(tern_server *srv, unsigned rate, const char *node) {
+int app_feed_start(tern_server *srv, unsigned rate, const char *node) {
     feed *f = &the_feed;
     memset(f, 0, sizeof(*f));
     f->srv = srv;
@@ -168,7 +168,7 @@ int tern__feed_start(tern_server *srv, unsigned rate, const char *node) {
 /* ---- the page ------------------------------------------------------------ */
 
 /* The page with its <meta name="tern-node"> filled in: made once, by
- * tern__page_routes, and read by every loop (never written again). */
+ * app_page_routes, and read by every loop (never written again). */
 static char *page;
 static size_t page_len;
 
@@ -182,8 +182,8 @@ static void on_page(tern_http_req *req, void *user) {
  * --node-name takes only letters, digits and . _ : -. */
 static int page_make(const char *node) {
     static const char meta[] = "<meta name=\"tern-node\" content=\"";
-    const char *html = (const char *)tern__market_html;
-    size_t len = tern__market_html_len, mlen = sizeof(meta) - 1, nlen = strlen(node);
+    const char *html = (const char *)app_market_html;
+    size_t len = app_market_html_len, mlen = sizeof(meta) - 1, nlen = strlen(node);
     const char *at = NULL;
     for (size_t i = 0; at == NULL && i + mlen <= len; i++)
         if (memcmp(html + i, meta, mlen) == 0)
@@ -208,11 +208,11 @@ static int page_make(const char *node) {
 static void on_client_js(tern_http_req *req, void *user) {
     (void)user;
     tern_http_add_header(req, "Cache-Control", "no-cache");
-    tern_http_respond(req, 200, "text/javascript; charset=utf-8", (const char *)tern__client_js,
-                      tern__client_js_len);
+    tern_http_respond(req, 200, "text/javascript; charset=utf-8", (const char *)app_client_js,
+                      app_client_js_len);
 }
 
-int tern__page_routes(tern_server *srv, bool at_root, const char *node) {
+int app_page_routes(tern_server *srv, bool at_root, const char *node) {
     int err = page_make(node);
     if (err == 0)
         err = tern_http_route(srv, "GET", "/market", on_page, NULL);

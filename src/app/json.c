@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-size_t tern__json_escape(char *out, size_t cap, const char *s, size_t n) {
+size_t app_json_escape(char *out, size_t cap, const char *s, size_t n) {
     static const char hex[] = "0123456789abcdef";
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
@@ -27,15 +27,15 @@ size_t tern__json_escape(char *out, size_t cap, const char *s, size_t n) {
     return o;
 }
 
-void tern__json_print_string(FILE *f, const char *s) {
+void app_json_print_string(FILE *f, const char *s) {
     /* A slice at a time, through a buffer that takes any slice whole. */
     enum { SLICE = 256 };
-    char buf[SLICE * TERN__JSON_ESCAPE_MAX + 1];
+    char buf[SLICE * APP_JSON_ESCAPE_MAX + 1];
     size_t left = strlen(s);
     fputc('"', f);
     while (left > 0) {
         size_t k = left < SLICE ? left : SLICE;
-        fwrite(buf, 1, tern__json_escape(buf, sizeof(buf), s, k), f);
+        fwrite(buf, 1, app_json_escape(buf, sizeof(buf), s, k), f);
         s += k;
         left -= k;
     }

@@ -11,15 +11,15 @@
 #include <stdio.h>
 
 /* The escape of the byte c: at most 6 bytes. */
-#define TERN__JSON_ESCAPE_MAX 6
+#define APP_JSON_ESCAPE_MAX 6
 
 /* s[0..n) escaped, without quotes, into out (cap bytes, cap >= 1): as
  * many whole characters as fit with the final NUL, never a part of an
  * escape. Returns the length written (the NUL not counted); out is
  * NUL-terminated. Room for 6n + 1 bytes takes any s whole. */
-size_t tern__json_escape(char *out, size_t cap, const char *s, size_t n);
+size_t app_json_escape(char *out, size_t cap, const char *s, size_t n);
 
 /* s (NUL-terminated) as a JSON string, quotes included, to f. */
-void tern__json_print_string(FILE *f, const char *s);
+void app_json_print_string(FILE *f, const char *s);
 
 #endif

@@ -57,48 +57,48 @@ enum { LO_URL, LO_CONNS, LO_SIZE, LO_DURATION, LO_WARMUP, LO_DEPTH, LO_ITER, LO_
        LO_SLOW_FRACTION, LO_SLOW_RATE, LO_DRAIN, LO_CUT_AT, LO_CUT_FOR, LO_CA_FILE, LO_INSECURE,
        LO_JSON, LO_HELP,
        LO_COUNT };
-#define SEC TERN__OPT_SECONDS
-static const tern__opt load_opts_table[LO_COUNT] = {
-    [LO_URL] = {"url", 0, TERN__OPT_STRING, "URL",
+#define SEC APP_OPT_SECONDS
+static const app_opt load_opts_table[LO_COUNT] = {
+    [LO_URL] = {"url", 0, APP_OPT_STRING, "URL",
                 .help = "ws://HOST[:PORT]/PATH or wss://...: a name (its addresses\n"
                         "tried in turn) or an address (IPv6 in brackets); or\n"
                         "ws+unix:SOCKET:/PATH; required"},
-    [LO_CONNS] = {"connections", 0, TERN__OPT_UINT, "N", NULL, 1, 1000000,
+    [LO_CONNS] = {"connections", 0, APP_OPT_UINT, "N", NULL, 1, 1000000,
                   .help = "connections; pubsub, market: subscribers (default: echo 100,\n"
                           "pipeline 1, fanout and pubsub 1000, market 5000)"},
-    [LO_SIZE] = {"size", 0, TERN__OPT_UINT, "BYTES", NULL, 0, 256u << 20,
+    [LO_SIZE] = {"size", 0, APP_OPT_UINT, "BYTES", NULL, 0, 256u << 20,
                  .help = "message payload (default: echo 64, pipeline and fanout 16,\n"
                          "pubsub 256 and at least 16, market 512 and at least 21)"},
     [LO_DURATION] = {"duration", 0, SEC, "SECONDS", .groups = M_ECHO | M_FAN | M_PUB | M_MKT,
                      .help = "measured time (default: echo 5, the others 10)"},
-    [LO_WARMUP] = {"warmup", 0, SEC, "SECONDS", .flags = TERN__OPT_ZERO_MIN,
+    [LO_WARMUP] = {"warmup", 0, SEC, "SECONDS", .flags = APP_OPT_ZERO_MIN,
                    .groups = M_ECHO | M_FAN | M_PUB | M_MKT,
                    .help = "before measuring (default: echo 1, the others 2; 0 for none)"},
-    [LO_DEPTH] = {"depth", 0, TERN__OPT_UINT, "P", NULL, 1, 1u << 20, .groups = M_PIPE,
+    [LO_DEPTH] = {"depth", 0, APP_OPT_UINT, "P", NULL, 1, 1u << 20, .groups = M_PIPE,
                   .help = "messages per batch (default 8)"},
-    [LO_ITER] = {"iterations", 0, TERN__OPT_UINT, "I", NULL, 1, 1ull << 40, .groups = M_PIPE,
+    [LO_ITER] = {"iterations", 0, APP_OPT_UINT, "I", NULL, 1, 1ull << 40, .groups = M_PIPE,
                  .help = "measured messages per connection (default 200000)"},
-    [LO_WARMUP_ITER] = {"warmup-iterations", 0, TERN__OPT_UINT, "W", NULL, 0, 1ull << 40,
+    [LO_WARMUP_ITER] = {"warmup-iterations", 0, APP_OPT_UINT, "W", NULL, 0, 1ull << 40,
                         .groups = M_PIPE,
                         .help = "messages per connection before measuring (default 20000)"},
-    [LO_REPLIES] = {"replies", 0, TERN__OPT_UINT, "R", NULL, 1, 1000, .groups = M_FAN,
+    [LO_REPLIES] = {"replies", 0, APP_OPT_UINT, "R", NULL, 1, 1000, .groups = M_FAN,
                     .help = "messages per round (default 10)"},
-    [LO_REPLY_SIZE] = {"reply-size", 0, TERN__OPT_UINT, "S", NULL, 0, 16u << 20, .groups = M_FAN,
+    [LO_REPLY_SIZE] = {"reply-size", 0, APP_OPT_UINT, "S", NULL, 0, 16u << 20, .groups = M_FAN,
                        .help = "bytes of each (default 10000)"},
     [LO_INTERVAL] = {"interval", 0, SEC, "SECONDS", .groups = M_FAN, .help = "(default 1)"},
-    [LO_RATE] = {"rate", 0, TERN__OPT_UINT, "R", NULL, 1, 10000000, .groups = M_PUB | M_MKT,
+    [LO_RATE] = {"rate", 0, APP_OPT_UINT, "R", NULL, 1, 10000000, .groups = M_PUB | M_MKT,
                  .help = "messages published per second (default: pubsub 1000,\n"
                          "market 200)"},
-    [LO_PUB_PATH] = {"publish-path", 0, TERN__OPT_STRING, "PATH", .check = pub_path_ok,
+    [LO_PUB_PATH] = {"publish-path", 0, APP_OPT_STRING, "PATH", .check = pub_path_ok,
                      .groups = M_PUB | M_MKT,
                      .help = "the publisher's path on the same host (required)"},
-    [LO_INSTRUMENTS] = {"instruments", 0, TERN__OPT_UINT, "K", NULL, 1, 10000, .groups = M_MKT,
+    [LO_INSTRUMENTS] = {"instruments", 0, APP_OPT_UINT, "K", NULL, 1, 10000, .groups = M_MKT,
                         .help = "keys (default 100)"},
-    [LO_SLOW_FRACTION] = {"slow-fraction", 0, TERN__OPT_REAL, "F", .groups = M_MKT,
+    [LO_SLOW_FRACTION] = {"slow-fraction", 0, APP_OPT_REAL, "F", .groups = M_MKT,
                           .help = "of the subscribers, read slowly (default 0.1)"},
-    [LO_SLOW_RATE] = {"slow-rate", 0, TERN__OPT_UINT, "BYTES", NULL, 1, 1ull << 32,
+    [LO_SLOW_RATE] = {"slow-rate", 0, APP_OPT_UINT, "BYTES", NULL, 1, 1ull << 32,
                       .groups = M_MKT, .help = "a slow one's bytes a second (default 16384)"},
-    [LO_DRAIN] = {"drain", 0, SEC, "SECONDS", .flags = TERN__OPT_ZERO_MIN, .groups = M_MKT,
+    [LO_DRAIN] = {"drain", 0, SEC, "SECONDS", .flags = APP_OPT_ZERO_MIN, .groups = M_MKT,
                   .help = "after publishing, before checking (default 3)"},
     [LO_CUT_AT] = {"cut-at", 0, SEC, "S", .groups = M_PUB,
                    .help = "with --cut-for T: S seconds into the measured time, every\n"
@@ -108,13 +108,13 @@ static const tern__opt load_opts_table[LO_COUNT] = {
                            "a history: --pubsub-history); a gap or a duplicate shows in\n"
                            "the sequences"},
     [LO_CUT_FOR] = {"cut-for", 0, SEC, "T", .groups = M_PUB, .help = "see --cut-at"},
-    [LO_CA_FILE] = {"ca-file", 0, TERN__OPT_STRING, "FILE",
+    [LO_CA_FILE] = {"ca-file", 0, APP_OPT_STRING, "FILE",
                     .help = "wss://: the CA certificates (PEM) that sign the server's\n"
                             "(default: the system's)"},
-    [LO_INSECURE] = {"insecure", 'k', TERN__OPT_FLAG,
+    [LO_INSECURE] = {"insecure", 'k', APP_OPT_FLAG,
                      .help = "wss://: do not check the server's certificate"},
-    [LO_JSON] = {"json", 0, TERN__OPT_FLAG, .help = "print one JSON object instead of text"},
-    [LO_HELP] = {"help", 0, TERN__OPT_FLAG, .flags = TERN__OPT_CLI_ONLY, .help = "this text"},
+    [LO_JSON] = {"json", 0, APP_OPT_FLAG, .help = "print one JSON object instead of text"},
+    [LO_HELP] = {"help", 0, APP_OPT_FLAG, .flags = APP_OPT_CLI_ONLY, .help = "this text"},
 };
 #undef SEC
 
@@ -155,11 +155,11 @@ static void usage(FILE *f) {
             "not an error.\n"
             "\n"
             "options (the modes each belongs to in parentheses; without: all modes):\n");
-    tern__opt_set s;
-    if (tern__opt_init(&s, "tern load", load_opts_table, LO_COUNT) == 0) {
+    app_opt_set s;
+    if (app_opt_init(&s, "tern load", load_opts_table, LO_COUNT) == 0) {
         s.group_names = mode_names;
-        tern__opt_help(&s, f);
-        tern__opt_free(&s);
+        app_opt_help(&s, f);
+        app_opt_free(&s);
     }
     fprintf(f,
             "\n"
@@ -167,7 +167,7 @@ static void usage(FILE *f) {
             "handshake refused, a wrong echo, the server closing); 2 for bad options.\n");
 }
 
-static int load_configure(tern__opt_set *s, load_opts *o, int argc, char **argv);
+static int load_configure(app_opt_set *s, load_opts *o, int argc, char **argv);
 
 int tern_app_load(int argc, char **argv) {
     if (argc < 2) {
@@ -191,8 +191,8 @@ int tern_app_load(int argc, char **argv) {
     }
     load_opts o = ops->defaults;
 
-    tern__opt_set s;
-    if (tern__opt_init(&s, "tern load", load_opts_table, LO_COUNT) < 0) {
+    app_opt_set s;
+    if (app_opt_init(&s, "tern load", load_opts_table, LO_COUNT) < 0) {
         fprintf(stderr, "tern load: out of memory\n");
         return 1;
     }
@@ -201,20 +201,20 @@ int tern_app_load(int argc, char **argv) {
     int status = load_configure(&s, &o, argc, argv);
     if (status < 0)
         status = load_run_main(&o);
-    tern__opt_free(&s);
+    app_opt_free(&s);
     return status;
 }
 
 /* The options of argv (argv[1] the mode) into o; -1 when they are good, or
  * the exit status (help: 0; bad options: 2, said why). */
-static int load_configure(tern__opt_set *s, load_opts *o, int argc, char **argv) {
+static int load_configure(app_opt_set *s, load_opts *o, int argc, char **argv) {
     const char *mode = argv[1];
     const char *name = mode_names[o->mode];
-    if (tern__opt_parse_argv(s, argc - 1, argv + 1) < 0) {
+    if (app_opt_parse_argv(s, argc - 1, argv + 1) < 0) {
         fprintf(stderr, "%s: %s\n", name, s->err);
         return 2;
     }
-    if (tern__opt_uint(s, LO_HELP)) {
+    if (app_opt_uint(s, LO_HELP)) {
         usage(stdout);
         return 0;
     }
@@ -222,29 +222,29 @@ static int load_configure(tern__opt_set *s, load_opts *o, int argc, char **argv)
         fprintf(stderr, "%s: unexpected argument '%s'\n", name, s->args[0]);
         return 2;
     }
-#define GIVEN(i) tern__opt_given(s, i)
-    o->url = tern__opt_str(s, LO_URL);
-    if (GIVEN(LO_CONNS)) o->connections = (uint32_t)tern__opt_uint(s, LO_CONNS);
-    if (GIVEN(LO_SIZE)) o->size = tern__opt_uint(s, LO_SIZE);
-    if (GIVEN(LO_DURATION)) o->duration_ms = tern__opt_uint(s, LO_DURATION);
-    if (GIVEN(LO_WARMUP)) o->warmup_ms = tern__opt_uint(s, LO_WARMUP);
-    if (GIVEN(LO_DEPTH)) o->depth = (uint32_t)tern__opt_uint(s, LO_DEPTH);
-    if (GIVEN(LO_ITER)) o->iterations = tern__opt_uint(s, LO_ITER);
-    if (GIVEN(LO_WARMUP_ITER)) o->warmup_iterations = tern__opt_uint(s, LO_WARMUP_ITER);
-    if (GIVEN(LO_REPLIES)) o->replies = (uint32_t)tern__opt_uint(s, LO_REPLIES);
-    if (GIVEN(LO_REPLY_SIZE)) o->reply_size = tern__opt_uint(s, LO_REPLY_SIZE);
-    if (GIVEN(LO_INTERVAL)) o->interval_ms = tern__opt_uint(s, LO_INTERVAL);
-    if (GIVEN(LO_RATE)) o->rate = tern__opt_uint(s, LO_RATE);
-    if (GIVEN(LO_PUB_PATH)) strcpy(o->pub_path, tern__opt_str(s, LO_PUB_PATH));
-    if (GIVEN(LO_INSTRUMENTS)) o->instruments = (uint32_t)tern__opt_uint(s, LO_INSTRUMENTS);
-    if (GIVEN(LO_SLOW_FRACTION)) o->slow_fraction = tern__opt_real(s, LO_SLOW_FRACTION);
-    if (GIVEN(LO_SLOW_RATE)) o->slow_rate = tern__opt_uint(s, LO_SLOW_RATE);
-    if (GIVEN(LO_DRAIN)) o->drain_ms = tern__opt_uint(s, LO_DRAIN);
-    if (GIVEN(LO_CUT_AT)) o->cut_at_ms = tern__opt_uint(s, LO_CUT_AT);
-    if (GIVEN(LO_CUT_FOR)) o->cut_for_ms = tern__opt_uint(s, LO_CUT_FOR);
-    o->ca_file = tern__opt_str(s, LO_CA_FILE);
-    o->insecure = tern__opt_uint(s, LO_INSECURE);
-    o->json = tern__opt_uint(s, LO_JSON);
+#define GIVEN(i) app_opt_given(s, i)
+    o->url = app_opt_str(s, LO_URL);
+    if (GIVEN(LO_CONNS)) o->connections = (uint32_t)app_opt_uint(s, LO_CONNS);
+    if (GIVEN(LO_SIZE)) o->size = app_opt_uint(s, LO_SIZE);
+    if (GIVEN(LO_DURATION)) o->duration_ms = app_opt_uint(s, LO_DURATION);
+    if (GIVEN(LO_WARMUP)) o->warmup_ms = app_opt_uint(s, LO_WARMUP);
+    if (GIVEN(LO_DEPTH)) o->depth = (uint32_t)app_opt_uint(s, LO_DEPTH);
+    if (GIVEN(LO_ITER)) o->iterations = app_opt_uint(s, LO_ITER);
+    if (GIVEN(LO_WARMUP_ITER)) o->warmup_iterations = app_opt_uint(s, LO_WARMUP_ITER);
+    if (GIVEN(LO_REPLIES)) o->replies = (uint32_t)app_opt_uint(s, LO_REPLIES);
+    if (GIVEN(LO_REPLY_SIZE)) o->reply_size = app_opt_uint(s, LO_REPLY_SIZE);
+    if (GIVEN(LO_INTERVAL)) o->interval_ms = app_opt_uint(s, LO_INTERVAL);
+    if (GIVEN(LO_RATE)) o->rate = app_opt_uint(s, LO_RATE);
+    if (GIVEN(LO_PUB_PATH)) strcpy(o->pub_path, app_opt_str(s, LO_PUB_PATH));
+    if (GIVEN(LO_INSTRUMENTS)) o->instruments = (uint32_t)app_opt_uint(s, LO_INSTRUMENTS);
+    if (GIVEN(LO_SLOW_FRACTION)) o->slow_fraction = app_opt_real(s, LO_SLOW_FRACTION);
+    if (GIVEN(LO_SLOW_RATE)) o->slow_rate = app_opt_uint(s, LO_SLOW_RATE);
+    if (GIVEN(LO_DRAIN)) o->drain_ms = app_opt_uint(s, LO_DRAIN);
+    if (GIVEN(LO_CUT_AT)) o->cut_at_ms = app_opt_uint(s, LO_CUT_AT);
+    if (GIVEN(LO_CUT_FOR)) o->cut_for_ms = app_opt_uint(s, LO_CUT_FOR);
+    o->ca_file = app_opt_str(s, LO_CA_FILE);
+    o->insecure = app_opt_uint(s, LO_INSECURE);
+    o->json = app_opt_uint(s, LO_JSON);
 #undef GIVEN
     if (o->url == NULL) {
         fprintf(stderr, "tern load %s: --url is required\n", mode);

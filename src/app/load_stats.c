@@ -229,7 +229,7 @@ static void format_value(const load_field *f, const load_results *r, char *out, 
 static void print_member(const load_field *f, const load_results *r, const char *sep) {
     printf("%s\"%s\":", sep, f->name);
     if (f->kind == K_STR) {
-        tern__json_print_string(stdout, *(const char *const *)(const void *)((const char *)r +
+        app_json_print_string(stdout, *(const char *const *)(const void *)((const char *)r +
                                                                              f->at));
     } else {
         char v[64];

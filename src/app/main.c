@@ -19,7 +19,7 @@ static void usage(FILE *f) {
             "            (also tern --version, tern serve --version)\n");
 }
 
-void tern__print_version(FILE *f) {
+void app_print_version(FILE *f) {
     fprintf(f, "tern %s\nTLS: %s\nI/O back ends: %spoll%s (TERN_IO or --io chooses)\n",
             TERN_VERSION, tern_tls_library(),
 #ifdef TERN_HAVE_EPOLL
@@ -48,11 +48,11 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "connect") == 0)
         return tern_app_connect(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
-        tern__print_version(stdout);
+        app_print_version(stdout);
         return 0;
     }
     if (strcmp(cmd, "man") == 0) {
-        tern__serve_man(stdout);
+        app_serve_man(stdout);
         return ferror(stdout) ? 1 : 0;
     }
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

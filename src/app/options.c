@@ -14,7 +14,7 @@
 
 #define REPEAT_DEFAULT 64   /* a repeatable option's values when its max_count is 0 */
 
-int tern__opt_init(tern__opt_set *s, const char *command, const tern__opt *opts, int nopts) {
+int app_opt_init(app_opt_set *s, const char *command, const app_opt *opts, int nopts) {
     memset(s, 0, sizeof(*s));
     s->command = command;
     s->opts = opts;
@@ -23,7 +23,7 @@ int tern__opt_init(tern__opt_set *s, const char *command, const tern__opt *opts,
     return s->vals ? 0 : -ENOMEM;
 }
 
-static void val_clear(tern__opt_val *v) {
+static void val_clear(app_opt_val *v) {
     for (int k = 0; k < v->n; k++)
         free(v->v[k]);
     free(v->v);
@@ -31,7 +31,7 @@ static void val_clear(tern__opt_val *v) {
     v->n = 0;
 }
 
-void tern__opt_free(tern__opt_set *s) {
+void app_opt_free(app_opt_set *s) {
     for (int i = 0; s->vals && i < s->nopts; i++)
         val_clear(&s->vals[i]);
     free(s->vals);
@@ -40,7 +40,7 @@ void tern__opt_free(tern__opt_set *s) {
     s->args = NULL;
 }
 
-static int fail(tern__opt_set *s, const char *fmt, ...) {
+static int fail(app_opt_set *s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(s->err, sizeof(s->err), fmt, ap);
@@ -48,7 +48,7 @@ static int fail(tern__opt_set *s, const char *fmt, ...) {
     return -EINVAL;
 }
 
-int tern__opt_find(const tern__opt_set *s, const char *name) {
+int app_opt_find(const app_opt_set *s, const char *name) {
     for (int i = 0; i < s->nopts; i++)
         if (strcmp(s->opts[i].name, name) == 0)
             return i;
@@ -81,10 +81,10 @@ static int distance(const char *a, const char *b) {
     return d[la][lb];
 }
 
-int tern__opt_closest(const tern__opt_set *s, const char *name, bool cli) {
+int app_opt_closest(const app_opt_set *s, const char *name, bool cli) {
     int best = -1, best_d = 0;
     for (int i = 0; i < s->nopts; i++) {
-        if (!cli && (s->opts[i].flags & TERN__OPT_CLI_ONLY))
+        if (!cli && (s->opts[i].flags & APP_OPT_CLI_ONLY))
             continue;
         int d = distance(name, s->opts[i].name);
         if (best < 0 || d < best_d)
@@ -95,7 +95,7 @@ int tern__opt_closest(const tern__opt_set *s, const char *name, bool cli) {
 }
 
 /* " (did you mean --NAME?)" for a misspelt option, or "". */
-static const char *suggest(const tern__opt_set *s, const char *name, size_t len, bool cli) {
+static const char *suggest(const app_opt_set *s, const char *name, size_t len, bool cli) {
     static char buf[128];
     char n[64];
     buf[0] = '\0';
@@ -103,7 +103,7 @@ static const char *suggest(const tern__opt_set *s, const char *name, size_t len,
         return buf;
     memcpy(n, name, len);
     n[len] = '\0';
-    int i = tern__opt_closest(s, n, cli);
+    int i = app_opt_closest(s, n, cli);
     if (i >= 0)
         snprintf(buf, sizeof(buf), " (did you mean --%s?)", s->opts[i].name);
     return buf;
@@ -155,32 +155,32 @@ static bool choice_ok(const char *choices, const char *t) {
 
 /* Whether t is a value option o accepts (a FLAG's: "on" or "off"); *why:
  * what its check said of a bad one, or NULL. */
-static bool value_ok(const tern__opt *o, const char *t, const char **why) {
+static bool value_ok(const app_opt *o, const char *t, const char **why) {
     unsigned long long u;
     double d;
     switch (o->type) {
-    case TERN__OPT_FLAG: return strcmp(t, "on") == 0 || strcmp(t, "off") == 0;
-    case TERN__OPT_UINT: return parse_ull(t, &u) && u >= o->min && u <= o->max;
-    case TERN__OPT_SECONDS:
+    case APP_OPT_FLAG: return strcmp(t, "on") == 0 || strcmp(t, "off") == 0;
+    case APP_OPT_UINT: return parse_ull(t, &u) && u >= o->min && u <= o->max;
+    case APP_OPT_SECONDS:
         return parse_real(t, 0, 86400, &d) &&
-               ((o->flags & TERN__OPT_ZERO_MIN) || (unsigned long long)(d * 1000 + 0.5) > 0);
-    case TERN__OPT_REAL: return parse_real(t, 0, 1, &d);
-    case TERN__OPT_CHOICE: return choice_ok(o->choices, t);
-    case TERN__OPT_STRING: return o->check == NULL || (*why = o->check(t)) == NULL;
+               ((o->flags & APP_OPT_ZERO_MIN) || (unsigned long long)(d * 1000 + 0.5) > 0);
+    case APP_OPT_REAL: return parse_real(t, 0, 1, &d);
+    case APP_OPT_CHOICE: return choice_ok(o->choices, t);
+    case APP_OPT_STRING: return o->check == NULL || (*why = o->check(t)) == NULL;
     }
     return false;
 }
 
 /* What a bad value of o should have been, for the message. */
-static void expected(const tern__opt *o, char *buf, size_t cap) {
+static void expected(const app_opt *o, char *buf, size_t cap) {
     switch (o->type) {
-    case TERN__OPT_UINT:
+    case APP_OPT_UINT:
         snprintf(buf, cap, " (an integer from %llu to %llu)", o->min, o->max);
         break;
-    case TERN__OPT_CHOICE: snprintf(buf, cap, " (one of %s)", o->choices); break;
-    case TERN__OPT_FLAG: snprintf(buf, cap, " (on or off)"); break;
-    case TERN__OPT_SECONDS: snprintf(buf, cap, " (seconds, up to 86400)"); break;
-    case TERN__OPT_REAL: snprintf(buf, cap, " (a number from 0 to 1)"); break;
+    case APP_OPT_CHOICE: snprintf(buf, cap, " (one of %s)", o->choices); break;
+    case APP_OPT_FLAG: snprintf(buf, cap, " (on or off)"); break;
+    case APP_OPT_SECONDS: snprintf(buf, cap, " (seconds, up to 86400)"); break;
+    case APP_OPT_REAL: snprintf(buf, cap, " (a number from 0 to 1)"); break;
     default: buf[0] = '\0';
     }
 }
@@ -190,10 +190,10 @@ static void expected(const tern__opt *o, char *buf, size_t cap) {
  * a repeatable option's values: the command line's list is the list); one
  * from less is dropped; from the same, a repeatable option gains a value
  * and another takes the last. where: "--port", "conf:3: port" (messages). */
-static int set_value(tern__opt_set *s, int i, const char *t, int source, int line,
+static int set_value(app_opt_set *s, int i, const char *t, int source, int line,
                      const char *at, const char *where) {
-    const tern__opt *o = &s->opts[i];
-    tern__opt_val *v = &s->vals[i];
+    const app_opt *o = &s->opts[i];
+    app_opt_val *v = &s->vals[i];
     const char *why = NULL;
     if (!value_ok(o, t, &why)) {
         if (why)   /* "--topic x publish: expected KEY=VALUE" */
@@ -204,7 +204,7 @@ static int set_value(tern__opt_set *s, int i, const char *t, int source, int lin
     }
     if (source < v->source)
         return 0;
-    if (source > v->source || !(o->flags & TERN__OPT_REPEAT)) {
+    if (source > v->source || !(o->flags & APP_OPT_REPEAT)) {
         val_clear(v);
         v->source = source;
     }
@@ -226,7 +226,7 @@ static int set_value(tern__opt_set *s, int i, const char *t, int source, int lin
 }
 
 /* Whether option o may be given in group g. */
-static int group_check(tern__opt_set *s, const tern__opt *o) {
+static int group_check(app_opt_set *s, const app_opt *o) {
     if (s->group_names == NULL || o->groups == 0 || (o->groups & 1u << s->group))
         return 0;
     char names[256] = "";
@@ -244,7 +244,7 @@ static int group_check(tern__opt_set *s, const tern__opt *o) {
     return fail(s, "--%s is an option of %s", o->name, names);
 }
 
-static int add_arg(tern__opt_set *s, char *a) {
+static int add_arg(app_opt_set *s, char *a) {
     char **na = realloc(s->args, (size_t)(s->nargs + 1) * sizeof(*na));
     if (na == NULL)
         return fail(s, "out of memory");
@@ -254,16 +254,16 @@ static int add_arg(tern__opt_set *s, char *a) {
 }
 
 /* The value a FLAG or an OPTARG option takes when given bare. */
-static const char *bare_value(const tern__opt *o) {
+static const char *bare_value(const app_opt *o) {
     static char first[64];
-    if (o->type == TERN__OPT_FLAG)
+    if (o->type == APP_OPT_FLAG)
         return "on";
     size_t len = strcspn(o->choices, "|");   /* OPTARG: the first choice */
     snprintf(first, sizeof(first), "%.*s", (int)len, o->choices);
     return first;
 }
 
-int tern__opt_parse_argv(tern__opt_set *s, int argc, char **argv) {
+int app_opt_parse_argv(app_opt_set *s, int argc, char **argv) {
     for (int a = 1; a < argc; a++) {
         char *arg = argv[a];
         if (strcmp(arg, "--") == 0) {
@@ -290,7 +290,7 @@ int tern__opt_parse_argv(tern__opt_set *s, int argc, char **argv) {
                 return fail(s, "unknown option '--%.*s'%s", (int)nlen, name,
                             suggest(s, name, nlen, true));
             if (name[nlen] == '=') {
-                if (s->opts[i].type == TERN__OPT_FLAG)
+                if (s->opts[i].type == APP_OPT_FLAG)
                     return fail(s, "--%s takes no value", s->opts[i].name);
                 val = name + nlen + 1;
             }
@@ -301,16 +301,16 @@ int tern__opt_parse_argv(tern__opt_set *s, int argc, char **argv) {
             if (i < 0)
                 return fail(s, "unknown option '-%c'", arg[1]);
             if (arg[2] != '\0') {
-                if (s->opts[i].type == TERN__OPT_FLAG)
+                if (s->opts[i].type == APP_OPT_FLAG)
                     return fail(s, "-%c takes no value", arg[1]);
                 val = arg + 2;
             }
         }
-        const tern__opt *o = &s->opts[i];
+        const app_opt *o = &s->opts[i];
         if (group_check(s, o) < 0)
             return -EINVAL;
         if (val == NULL) {
-            if (o->type == TERN__OPT_FLAG || (o->flags & TERN__OPT_OPTARG))
+            if (o->type == APP_OPT_FLAG || (o->flags & APP_OPT_OPTARG))
                 val = bare_value(o);
             else if (a + 1 < argc)
                 val = argv[++a];
@@ -318,7 +318,7 @@ int tern__opt_parse_argv(tern__opt_set *s, int argc, char **argv) {
                 return fail(s, "--%s needs a value (%s)", o->name, o->arg ? o->arg : "");
         }
         snprintf(where, sizeof(where), "--%s", o->name);
-        if (set_value(s, i, val, TERN__OPT_FROM_FLAG, 0, "", where) < 0)
+        if (set_value(s, i, val, APP_OPT_FROM_FLAG, 0, "", where) < 0)
             return -EINVAL;
     }
     return 0;
@@ -336,7 +336,7 @@ static void trim_value(char *v) {
         v[--n] = '\0';
 }
 
-int tern__opt_parse_file(tern__opt_set *s, const char *path) {
+int app_opt_parse_file(app_opt_set *s, const char *path) {
     FILE *f = fopen(path, "r");
     if (f == NULL) {
         int e = errno;
@@ -363,26 +363,26 @@ int tern__opt_parse_file(tern__opt_set *s, const char *path) {
         while (isspace((unsigned char)*p))
             p++;
         trim_value(p);
-        int i = tern__opt_find(s, key);
-        if (i < 0 || (s->opts[i].flags & TERN__OPT_CLI_ONLY)) {
+        int i = app_opt_find(s, key);
+        if (i < 0 || (s->opts[i].flags & APP_OPT_CLI_ONLY)) {
             err = fail(s, "%s:%d: unknown option '%s'%s", path, lineno, key,
                        suggest(s, key, strlen(key), false));
             break;
         }
-        const tern__opt *o = &s->opts[i];
-        if (seen[i] && !(o->flags & TERN__OPT_REPEAT)) {
+        const app_opt *o = &s->opts[i];
+        if (seen[i] && !(o->flags & APP_OPT_REPEAT)) {
             err = fail(s, "%s:%d: %s given again (first on line %d; it does not repeat)", path,
                        lineno, key, seen[i]);
             break;
         }
         seen[i] = lineno;
         const char *val = p;
-        if (o->type == TERN__OPT_FLAG) {
+        if (o->type == APP_OPT_FLAG) {
             val = flag_word(p);
             if (val == NULL)
                 val = p;   /* refused below, naming it */
         } else if (*p == '\0') {
-            if (!(o->flags & TERN__OPT_OPTARG)) {
+            if (!(o->flags & APP_OPT_OPTARG)) {
                 err = fail(s, "%s:%d: %s needs a value (%s)", path, lineno, key,
                            o->arg ? o->arg : "");
                 break;
@@ -391,7 +391,7 @@ int tern__opt_parse_file(tern__opt_set *s, const char *path) {
         }
         char at[300];
         snprintf(at, sizeof(at), "%s:%d: ", path, lineno);
-        err = set_value(s, i, val, TERN__OPT_FROM_FILE, lineno, at, key);
+        err = set_value(s, i, val, APP_OPT_FROM_FILE, lineno, at, key);
     }
     if (err == 0 && ferror(f))   /* a directory, an I/O error: not an empty file */
         err = fail(s, "--config %s: %s", path, strerror(errno));
@@ -401,12 +401,12 @@ int tern__opt_parse_file(tern__opt_set *s, const char *path) {
     return err;
 }
 
-int tern__opt_parse_env(tern__opt_set *s) {
+int app_opt_parse_env(app_opt_set *s) {
     if (s->env_prefix == NULL)
         return 0;
     for (int i = 0; i < s->nopts; i++) {
-        const tern__opt *o = &s->opts[i];
-        if (o->flags & TERN__OPT_CLI_ONLY)
+        const app_opt *o = &s->opts[i];
+        if (o->flags & APP_OPT_CLI_ONLY)
             continue;
         char name[128];
         int n = snprintf(name, sizeof(name), "%s%s", s->env_prefix, o->name);
@@ -415,11 +415,11 @@ int tern__opt_parse_env(tern__opt_set *s) {
         const char *t = getenv(name);
         if (t == NULL || *t == '\0')
             continue;
-        if (o->type == TERN__OPT_FLAG && flag_word(t))
+        if (o->type == APP_OPT_FLAG && flag_word(t))
             t = flag_word(t);
         char where[192];
         snprintf(where, sizeof(where), "%s (--%s)", name, o->name);
-        if (set_value(s, i, t, TERN__OPT_FROM_ENV, 0, "", where) < 0)
+        if (set_value(s, i, t, APP_OPT_FROM_ENV, 0, "", where) < 0)
             return -EINVAL;
     }
     return 0;
@@ -439,7 +439,7 @@ static bool env_known(const char *name, size_t len, const char *const *known) {
     return false;
 }
 
-int tern__opt_env_warn(const tern__opt_set *s, const char *const *known, FILE *f) {
+int app_opt_env_warn(const app_opt_set *s, const char *const *known, FILE *f) {
     if (s->env_prefix == NULL)
         return 0;
     size_t plen = strlen(s->env_prefix);
@@ -455,11 +455,11 @@ int tern__opt_env_warn(const tern__opt_set *s, const char *const *known, FILE *f
         for (size_t k = 0; k < len - plen; k++)
             opt[k] = var[plen + k] == '_' ? '-' : (char)tolower((unsigned char)var[plen + k]);
         opt[len - plen] = '\0';
-        int i = tern__opt_find(s, opt);
-        if (i >= 0 && !(s->opts[i].flags & TERN__OPT_CLI_ONLY))
+        int i = app_opt_find(s, opt);
+        if (i >= 0 && !(s->opts[i].flags & APP_OPT_CLI_ONLY))
             continue;
         n++;
-        if ((i = tern__opt_closest(s, opt, false)) < 0) {
+        if ((i = app_opt_closest(s, opt, false)) < 0) {
             fprintf(f, "%s: warning: %.*s is not an option's variable: ignored\n", s->command,
                     (int)len, var);
             continue;
@@ -474,96 +474,96 @@ int tern__opt_env_warn(const tern__opt_set *s, const char *const *known, FILE *f
     return n;
 }
 
-const char *tern__opt_str(const tern__opt_set *s, int i) {
-    const tern__opt_val *v = &s->vals[i];
+const char *app_opt_str(const app_opt_set *s, int i) {
+    const app_opt_val *v = &s->vals[i];
     if (v->n)
         return v->v[v->n - 1];
-    return s->opts[i].def || s->opts[i].type != TERN__OPT_FLAG ? s->opts[i].def : "off";
+    return s->opts[i].def || s->opts[i].type != APP_OPT_FLAG ? s->opts[i].def : "off";
 }
 
-bool tern__opt_given(const tern__opt_set *s, int i) {
+bool app_opt_given(const app_opt_set *s, int i) {
     return s->vals[i].n > 0;
 }
 
-unsigned long long tern__opt_uint(const tern__opt_set *s, int i) {
-    const char *t = tern__opt_str(s, i);
+unsigned long long app_opt_uint(const app_opt_set *s, int i) {
+    const char *t = app_opt_str(s, i);
     unsigned long long u = 0;
     double d = 0;
     if (t == NULL)
         return 0;
     switch (s->opts[i].type) {
-    case TERN__OPT_FLAG: return strcmp(t, "on") == 0;
-    case TERN__OPT_UINT: return parse_ull(t, &u) ? u : 0;
-    case TERN__OPT_SECONDS:
+    case APP_OPT_FLAG: return strcmp(t, "on") == 0;
+    case APP_OPT_UINT: return parse_ull(t, &u) ? u : 0;
+    case APP_OPT_SECONDS:
         return parse_real(t, 0, 86400, &d) ? (unsigned long long)(d * 1000 + 0.5) : 0;
     default: return 0;
     }
 }
 
-double tern__opt_real(const tern__opt_set *s, int i) {
-    const char *t = tern__opt_str(s, i);
+double app_opt_real(const app_opt_set *s, int i) {
+    const char *t = app_opt_str(s, i);
     double d = 0;
     return t && parse_real(t, 0, 1, &d) ? d : 0;
 }
 
-int tern__opt_set_default(tern__opt_set *s, int i, const char *t) {
+int app_opt_set_default(app_opt_set *s, int i, const char *t) {
     if (s->vals[i].n)
         return 0;
-    return set_value(s, i, t, TERN__OPT_FROM_DEFAULT, 0, "", "the default");
+    return set_value(s, i, t, APP_OPT_FROM_DEFAULT, 0, "", "the default");
 }
 
-tern__opt_when tern__opt_applies(const tern__opt *o) {
-    if (o->flags & TERN__OPT_CLI_ONLY)
-        return TERN__OPT_AT_START;
-    return (o->flags & TERN__OPT_RELOAD) ? TERN__OPT_ON_SIGHUP : TERN__OPT_NEEDS_RESTART;
+app_opt_when app_opt_applies(const app_opt *o) {
+    if (o->flags & APP_OPT_CLI_ONLY)
+        return APP_OPT_AT_START;
+    return (o->flags & APP_OPT_RELOAD) ? APP_OPT_ON_SIGHUP : APP_OPT_NEEDS_RESTART;
 }
 
-void tern__opt_apply_one(const tern__opt_set *s, int i, void *settings) {
-    const tern__opt *o = &s->opts[i];
+void app_opt_apply_one(const app_opt_set *s, int i, void *settings) {
+    const app_opt *o = &s->opts[i];
     if (o->put)
         o->put(s, i, (char *)settings + o->to);
 }
 
-void tern__opt_apply(const tern__opt_set *s, void *settings) {
+void app_opt_apply(const app_opt_set *s, void *settings) {
     for (int i = 0; i < s->nopts; i++)
-        tern__opt_apply_one(s, i, settings);
+        app_opt_apply_one(s, i, settings);
 }
 
-void tern__opt_put_str(const tern__opt_set *s, int i, void *field) {
-    *(const char **)field = tern__opt_str(s, i);
+void app_opt_put_str(const app_opt_set *s, int i, void *field) {
+    *(const char **)field = app_opt_str(s, i);
 }
 
-void tern__opt_put_u32(const tern__opt_set *s, int i, void *field) {
-    *(uint32_t *)field = (uint32_t)tern__opt_uint(s, i);
+void app_opt_put_u32(const app_opt_set *s, int i, void *field) {
+    *(uint32_t *)field = (uint32_t)app_opt_uint(s, i);
 }
 
-void tern__opt_put_size(const tern__opt_set *s, int i, void *field) {
-    *(size_t *)field = (size_t)tern__opt_uint(s, i);
+void app_opt_put_size(const app_opt_set *s, int i, void *field) {
+    *(size_t *)field = (size_t)app_opt_uint(s, i);
 }
 
-void tern__opt_put_u64(const tern__opt_set *s, int i, void *field) {
-    *(uint64_t *)field = tern__opt_uint(s, i);
+void app_opt_put_u64(const app_opt_set *s, int i, void *field) {
+    *(uint64_t *)field = app_opt_uint(s, i);
 }
 
-void tern__opt_put_int(const tern__opt_set *s, int i, void *field) {
-    *(int *)field = (int)tern__opt_uint(s, i);
+void app_opt_put_int(const app_opt_set *s, int i, void *field) {
+    *(int *)field = (int)app_opt_uint(s, i);
 }
 
-void tern__opt_put_bool(const tern__opt_set *s, int i, void *field) {
-    const char *t = tern__opt_str(s, i);
+void app_opt_put_bool(const app_opt_set *s, int i, void *field) {
+    const char *t = app_opt_str(s, i);
     *(bool *)field = t && strcmp(t, "on") == 0;
 }
 
-void tern__opt_put_vals(const tern__opt_set *s, int i, void *field) {
-    *(const tern__opt_val **)field = &s->vals[i];
+void app_opt_put_vals(const app_opt_set *s, int i, void *field) {
+    *(const app_opt_val **)field = &s->vals[i];
 }
 
-void tern__opt_help(const tern__opt_set *s, FILE *f) {
+void app_opt_help(const app_opt_set *s, FILE *f) {
     bool shorts = false;
     for (int i = 0; i < s->nopts; i++)
         shorts |= s->opts[i].short_name != 0;
     for (int i = 0; i < s->nopts; i++) {
-        const tern__opt *o = &s->opts[i];
+        const app_opt *o = &s->opts[i];
         char left[128];
         int n;
         if (o->short_name)
@@ -572,15 +572,15 @@ void tern__opt_help(const tern__opt_set *s, FILE *f) {
             n = snprintf(left, sizeof(left), "  %s--%s", shorts ? "    " : "", o->name);
         if (o->arg)
             n += snprintf(left + n, sizeof(left) - (size_t)n,
-                          (o->flags & TERN__OPT_OPTARG) ? "[=%s]" : " %s", o->arg);
+                          (o->flags & APP_OPT_OPTARG) ? "[=%s]" : " %s", o->arg);
         /* The help's lines, then what the table says of it. */
         char more[160] = "";
         size_t m = 0;
-        if (o->def && o->type != TERN__OPT_FLAG)
+        if (o->def && o->type != APP_OPT_FLAG)
             m += (size_t)snprintf(more + m, sizeof(more) - m, "default %s", o->def);
-        if (o->flags & TERN__OPT_REPEAT)
+        if (o->flags & APP_OPT_REPEAT)
             m += (size_t)snprintf(more + m, sizeof(more) - m, "%srepeatable", m ? "; " : "");
-        if (o->flags & TERN__OPT_RELOAD)
+        if (o->flags & APP_OPT_RELOAD)
             m += (size_t)snprintf(more + m, sizeof(more) - m, "%sSIGHUP applies it", m ? "; " : "");
         if (s->group_names && o->groups) {
             m += (size_t)snprintf(more + m, sizeof(more) - m, "%s", m ? "; " : "");
@@ -618,7 +618,7 @@ void tern__opt_help(const tern__opt_set *s, FILE *f) {
     }
 }
 
-void tern__roff(const char *t, FILE *f) {
+void app_roff(const char *t, FILE *f) {
     for (const char *p = t; *p; p++) {
         if ((p == t || p[-1] == '\n') && (*p == '.' || *p == '\''))
             fputs("\\&", f);   /* not a request */
@@ -631,34 +631,34 @@ void tern__roff(const char *t, FILE *f) {
     }
 }
 
-void tern__opt_man(const tern__opt_set *s, FILE *f) {
+void app_opt_man(const app_opt_set *s, FILE *f) {
     for (int i = 0; i < s->nopts; i++) {
-        const tern__opt *o = &s->opts[i];
+        const app_opt *o = &s->opts[i];
         fputs(".TP\n\\fB", f);
         if (o->short_name)
             fprintf(f, "\\-%c\\fR, \\fB", o->short_name);
         fputs("\\-\\-", f);
-        tern__roff(o->name, f);
+        app_roff(o->name, f);
         fputs("\\fR", f);
         if (o->arg) {
-            fputs((o->flags & TERN__OPT_OPTARG) ? "[=\\fI" : " \\fI", f);
-            tern__roff(o->arg, f);
-            fputs((o->flags & TERN__OPT_OPTARG) ? "\\fR]" : "\\fR", f);
+            fputs((o->flags & APP_OPT_OPTARG) ? "[=\\fI" : " \\fI", f);
+            app_roff(o->arg, f);
+            fputs((o->flags & APP_OPT_OPTARG) ? "\\fR]" : "\\fR", f);
         }
         fputs("\n", f);
-        tern__roff(o->help, f);
+        app_roff(o->help, f);
         fputs("\n", f);
         bool more = false;
-        if (o->def && o->type != TERN__OPT_FLAG) {
+        if (o->def && o->type != APP_OPT_FLAG) {
             fputs("(default ", f);
-            tern__roff(o->def, f);
+            app_roff(o->def, f);
             more = true;
         }
-        if (o->flags & TERN__OPT_REPEAT) {
+        if (o->flags & APP_OPT_REPEAT) {
             fputs(more ? "; repeatable" : "(repeatable", f);
             more = true;
         }
-        if (o->flags & TERN__OPT_RELOAD) {
+        if (o->flags & APP_OPT_RELOAD) {
             fputs(more ? "; SIGHUP applies it" : "(SIGHUP applies it", f);
             more = true;
         }
@@ -667,21 +667,21 @@ void tern__opt_man(const tern__opt_set *s, FILE *f) {
     }
 }
 
-void tern__opt_print(const tern__opt_set *s, FILE *f) {
+void app_opt_print(const app_opt_set *s, FILE *f) {
     static const char *const from[] = {"default", "file", "environment", "command line"};
     for (int i = 0; i < s->nopts; i++) {
-        const tern__opt *o = &s->opts[i];
-        const tern__opt_val *v = &s->vals[i];
-        if (o->flags & TERN__OPT_CLI_ONLY)
+        const app_opt *o = &s->opts[i];
+        const app_opt_val *v = &s->vals[i];
+        if (o->flags & APP_OPT_CLI_ONLY)
             continue;
-        const char *def = o->def ? o->def : o->type == TERN__OPT_FLAG ? "off" : NULL;
+        const char *def = o->def ? o->def : o->type == APP_OPT_FLAG ? "off" : NULL;
         if (v->n == 0 && def == NULL) {
             fprintf(f, "# %s (unset)\n", o->name);
             continue;
         }
         for (int k = 0; k < (v->n ? v->n : 1); k++) {
             const char *t = v->n ? v->v[k] : def;
-            if (v->source == TERN__OPT_FROM_FILE || v->source == TERN__OPT_FROM_DEFAULT)
+            if (v->source == APP_OPT_FROM_FILE || v->source == APP_OPT_FROM_DEFAULT)
                 fprintf(f, "%s %s\n", o->name, t);
             else
                 fprintf(f, "%s %s  # %s\n", o->name, t, from[v->source]);

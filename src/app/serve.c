@@ -52,14 +52,14 @@
 /* --access-log: peer method target status bytes duration, one line each. */
 static void access_line(tern_server *srv, const tern_http_access *a, void *user) {
     serve_ctx *ctx = user;
-    tern__serve_log_access(ctx->access_log, a);
+    app_serve_log_access(ctx->access_log, a);
 }
 
 static void on_ping(tern_http_req *req, void *user) {
     tern_http_respond(req, 200, "text/plain", "pong", 4);
 }
 
-void tern__serve_not_found(tern_http_req *req, void *user) {
+void app_serve_not_found(tern_http_req *req, void *user) {
     size_t len;
     const char *path = tern_http_path(req, &len);
     char body[160];
@@ -73,7 +73,7 @@ void tern__serve_not_found(tern_http_req *req, void *user) {
 static void on_stop_signal(tern_loop *loop, int signo, void *user) {
     serve_ctx *ctx = user;
     if (!atomic_exchange(&ctx->draining, true))
-        tern__serve_sd_stopping();
+        app_serve_sd_stopping();
 }
 
 /* SIGUSR1, nginx's convention for logrotate: the access log is opened
@@ -83,9 +83,9 @@ static void on_sigusr1(tern_loop *loop, int signo, void *user) {
     serve_ctx *ctx = user;
     if (ctx->access_path == NULL)
         return;
-    int err = tern__serve_log_reopen(ctx->access_log, ctx->access_path);
+    int err = app_serve_log_reopen(ctx->access_log, ctx->access_path);
     if (!ctx->set.quiet || err < 0)
-        tern__serve_log(stderr, err < 0 ? TERN_LOG_ERROR : TERN_LOG_INFO,
+        app_serve_log(stderr, err < 0 ? TERN_LOG_ERROR : TERN_LOG_INFO,
                         "SIGUSR1: --access-log %s %s%s", ctx->access_path,
                         err < 0 ? "not reopened, still written to the old file: " : "reopened",
                         err < 0 ? tern_strerror(err) : "");
@@ -97,31 +97,31 @@ static void on_sigusr1(tern_loop *loop, int signo, void *user) {
  * rule of PREFIX* gets policy P) and --topic's: a pattern met again is the
  * same rule, and its later keys win. Each value was checked alone;
  * together they may be too many: -1 once said why. */
-int tern__serve_rules_build(const tern__serve_settings *set, tern__topic_rules *t) {
+int app_serve_rules_build(const app_serve_settings *set, app_topic_rules *t) {
     const char *why = NULL;
     memset(t, 0, sizeof(*t));
-    if (tern__rules_add(t, "market subscribe=anyone publish=none", &why) < 0 ||
-        tern__rules_add(t, "stats subscribe=anyone publish=none", &why) < 0) {
+    if (app_rules_add(t, "market subscribe=anyone publish=none", &why) < 0 ||
+        app_rules_add(t, "stats subscribe=anyone publish=none", &why) < 0) {
         fprintf(stderr, "tern serve: the built-in topic rules: %s\n", why);
         return -1;
     }
-    const tern__opt_val *tp = set->topic_policies, *tr = set->topics;
+    const app_opt_val *tp = set->topic_policies, *tr = set->topics;
     for (int i = 0; i < tp->n + tr->n; i++) {
         char spec[TERN_TOPIC_MAX + 32];
         const char *v = i < tp->n ? tp->v[i] : tr->v[i - tp->n];
         const char *eq = strrchr(v, '=');
         if (i < tp->n)
             snprintf(spec, sizeof(spec), "%.*s* policy=%s", (int)(eq - v), v, eq + 1);
-        if (tern__rules_add(t, i < tp->n ? spec : v, &why) < 0) {
+        if (app_rules_add(t, i < tp->n ? spec : v, &why) < 0) {
             fprintf(stderr, "tern serve: %s %s: %s\n",
                     i < tp->n ? "--pubsub-topic-policy" : "--topic", v, why);
             return -1;
         }
     }
-    tern__rules_resolve(t);
+    app_rules_resolve(t);
     /* The page resumes the feed after a network drop: a minute of it,
      * unless the history was configured. */
-    tern__topic_rule *market = (tern__topic_rule *)tern__rules_match(t, "market", 6);
+    app_topic_rule *market = (app_topic_rule *)app_rules_match(t, "market", 6);
     if (set->feed && set->pubsub.history == 0 &&
         market && !market->prefix && !market->has_history) {
         market->has_history = market->has_history_age = true;
@@ -142,14 +142,14 @@ int tern__serve_rules_build(const tern__serve_settings *set, tern__topic_rules *
  * server would back off at the limit instead of answering 503 at
  * --max-connections. */
 static void fd_limit_check(const serve_ctx *ctx) {
-    const tern__serve_settings *set = &ctx->set;
+    const app_serve_settings *set = &ctx->set;
     if (set->quiet || set->run.server.max_connections == TERN_UNLIMITED)
         return;
     unsigned long long need = (unsigned long long)set->run.server.max_connections + FD_HEADROOM +
                               FD_PER_THREAD * (unsigned long long)set->threads;
     if (ctx->fd_limit >= need)
         return;
-    tern__serve_log(stderr, TERN_LOG_WARN,
+    app_serve_log(stderr, TERN_LOG_WARN,
                     "descriptors: the limit (RLIMIT_NOFILE, raised to the hard limit) is %llu, "
                     "too few for --max-connections %u (about %llu needed): raise the hard limit "
                     "(LimitNOFILE= in the systemd unit, ulimit -Hn) or lower --max-connections",
@@ -160,7 +160,7 @@ static void fd_limit_check(const serve_ctx *ctx) {
  * with --quiet: with --port 0 this is how to learn the port. */
 static void print_listening(tern_loop *loop, void *user) {
     serve_ctx *ctx = user;
-    const tern__serve_settings *set = &ctx->set;
+    const app_serve_settings *set = &ctx->set;
     const char *host = set->host;
     bool v6 = strchr(host, ':') != NULL;
     char https[256] = "";
@@ -180,16 +180,16 @@ static void print_listening(tern_loop *loop, void *user) {
              set->unix_path ? " and unix:" : "", set->unix_path ? set->unix_path : "", admin,
              set->threads, set->threads == 1 ? "" : "s",
              tern_loop_backend(tern_server_loop(ctx->first)));
-    tern__serve_log(stderr, TERN_LOG_INFO, "%s", line);
-    tern__serve_sd_ready(line);
+    app_serve_log(stderr, TERN_LOG_INFO, "%s", line);
+    app_serve_sd_ready(line);
     fd_limit_check(ctx);
-    if (tern__serve_sd_watchdog(loop, &ctx->watchdog) < 0)
-        tern__serve_log(stderr, TERN_LOG_ERROR, "systemd watchdog: no timer (out of memory)");
+    if (app_serve_sd_watchdog(loop, &ctx->watchdog) < 0)
+        app_serve_log(stderr, TERN_LOG_ERROR, "systemd watchdog: no timer (out of memory)");
 }
 
 /* What a refused port means, after tern_strerror's "Address already in
  * use". */
-const char *tern__serve_in_use_hint(int err) {
+const char *app_serve_in_use_hint(int err) {
     return err == -EADDRINUSE ? " (another process listens there; --reuse-port shares a port "
                                 "on purpose)"
                               : "";
@@ -212,25 +212,25 @@ static void serve_teardown(tern_loop *loop, tern_server *srv, void *user) {
  * other threads' share them). */
 static int serve_setup(tern_server *srv, void *user) {
     serve_ctx *ctx = user;
-    const tern__serve_settings *set = &ctx->set;
+    const app_serve_settings *set = &ctx->set;
     int err;
     ctx->first = srv;
     if ((ctx->access_log && (err = tern_server_set_access_log(srv, access_line, ctx)) < 0) ||
         (err = tern_http_route(srv, "GET", "/ping", on_ping, ctx)) < 0 ||
-        (set->bench_routes && (err = tern__serve_bench_routes(srv, ctx, &set->ws)) < 0) ||
-        (err = tern_http_not_found(srv, tern__serve_not_found, ctx)) < 0) {
+        (set->bench_routes && (err = app_serve_bench_routes(srv, ctx, &set->ws)) < 0) ||
+        (err = tern_http_not_found(srv, app_serve_not_found, ctx)) < 0) {
         fprintf(stderr, "tern serve: the routes: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
-    if ((err = tern__serve_pubsub_routes(srv, &set->ws, &set->pubsub, &set->ps_limits, &ctx->rules,
-                                         set->bench_routes, tern__serve_ws_upgrade, ctx)) < 0) {
+    if ((err = app_serve_pubsub_routes(srv, &set->ws, &set->pubsub, &set->ps_limits, &ctx->rules,
+                                         set->bench_routes, app_serve_ws_upgrade, ctx)) < 0) {
         fprintf(stderr, "tern serve: pub/sub routes: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
     /* Each topic rule's settings, what it does not say the server's: the
      * library's rule for the same pattern (its exact topic or prefix). */
     for (int i = 0; i < ctx->rules.n; i++) {
-        const tern__topic_rule *r = &ctx->rules.r[i];
+        const app_topic_rule *r = &ctx->rules.r[i];
         tern_topic_options to = {.policy = r->has_policy ? r->policy : set->pubsub.policy,
                                  .close_code = r->has_policy ? r->close_code : 0,
                                  .max_backlog = r->has_backlog ? r->max_backlog : 0,
@@ -249,11 +249,11 @@ static int serve_setup(tern_server *srv, void *user) {
         }
     }
     /* The page at / unless --root serves files there (then at /market). */
-    if (set->page && (err = tern__page_routes(srv, set->root == NULL, set->node)) < 0) {
+    if (set->page && (err = app_page_routes(srv, set->root == NULL, set->node)) < 0) {
         fprintf(stderr, "tern serve: page: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
-    if ((err = tern__feed_start(srv, set->feed ? set->feed_rate : 0, set->node)) < 0) {
+    if ((err = app_feed_start(srv, set->feed ? set->feed_rate : 0, set->node)) < 0) {
         fprintf(stderr, "tern serve: feed: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
@@ -263,7 +263,7 @@ static int serve_setup(tern_server *srv, void *user) {
                                  ? -EINVAL
                                  : tern_pubsub_bridge(srv, ctx->redis)) < 0) {
         char shown[512];
-        tern__serve_redis_redact(ctx->redis, shown, sizeof(shown));
+        app_serve_redis_redact(ctx->redis, shown, sizeof(shown));
         fprintf(stderr, "tern serve: --redis %s: %s\n", shown,
                 err == -EINVAL ? "not a redis://[[user]:password@]host[:port][/db] URL"
                                : tern_strerror(err));
@@ -298,12 +298,12 @@ static int serve_setup(tern_server *srv, void *user) {
     }
     if (ctx->sd.http < 0 && (err = tern_listen(srv, set->host, set->port, &set->listen)) < 0) {
         fprintf(stderr, "tern serve: listen on %s:%d: %s%s\n", set->host, set->port,
-                tern_strerror(err), tern__serve_in_use_hint(err));
+                tern_strerror(err), app_serve_in_use_hint(err));
         return SETUP_FAILED;
     }
     if (set->unix_path && (err = tern_listen_unix(srv, set->unix_path, &set->listen)) < 0) {
         fprintf(stderr, "tern serve: listen on %s: %s%s\n", set->unix_path, tern_strerror(err),
-                tern__serve_in_use_hint(err));
+                app_serve_in_use_hint(err));
         return SETUP_FAILED;
     }
     if (ctx->sd.https >= 0 && ctx->tls &&
@@ -314,13 +314,13 @@ static int serve_setup(tern_server *srv, void *user) {
     if (ctx->sd.https < 0 && ctx->tls &&
         (err = tern_listen_tls(srv, set->host, set->tls_port, ctx->tls, &set->listen)) < 0) {
         fprintf(stderr, "tern serve: listen on %s:%d: %s%s\n", set->host, set->tls_port,
-                tern_strerror(err), tern__serve_in_use_hint(err));
+                tern_strerror(err), app_serve_in_use_hint(err));
         return SETUP_FAILED;
     }
     /* SIGINT and SIGTERM are tern_run's; ours only marks the drain. Before
      * the admin server, which a failure here would have to free. */
     tern_loop *loop = tern_server_loop(srv);
-    if ((err = tern_loop_on_signal(loop, SIGHUP, tern__serve_on_sighup, ctx)) < 0 ||
+    if ((err = tern_loop_on_signal(loop, SIGHUP, app_serve_on_sighup, ctx)) < 0 ||
         (err = tern_loop_on_signal(loop, SIGUSR1, on_sigusr1, ctx)) < 0 ||
         (err = tern_loop_on_signal(loop, SIGTERM, on_stop_signal, ctx)) < 0 ||
         (err = tern_loop_on_signal(loop, SIGINT, on_stop_signal, ctx)) < 0 ||
@@ -328,29 +328,29 @@ static int serve_setup(tern_server *srv, void *user) {
         fprintf(stderr, "tern serve: signals: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
-    if (set->admin.host[0] && (err = tern__serve_admin_setup(ctx, loop)) < 0)
+    if (set->admin.host[0] && (err = app_serve_admin_setup(ctx, loop)) < 0)
         return err;
     return 0;
 }
 
-static void usage(const tern__opt_set *s, FILE *f) {
+static void usage(const app_opt_set *s, FILE *f) {
     fprintf(f, "usage: tern serve [options]   (TLS: %s)\n\n", tern_tls_library());
-    tern__opt_help(s, f);
+    app_opt_help(s, f);
 }
 
 /* --api-key-file, --redis (with --redis-password-file) and --access-log:
  * read or opened before the loops start. 0, or the exit status once said
  * why. */
 static int open_files(serve_ctx *ctx) {
-    const tern__serve_settings *set = &ctx->set;
-    if (set->api_key_file && (ctx->api_key = tern__serve_read_api_key(set->api_key_file)) == NULL)
+    const app_serve_settings *set = &ctx->set;
+    if (set->api_key_file && (ctx->api_key = app_serve_read_api_key(set->api_key_file)) == NULL)
         return 1;   /* said why */
     if (set->redis_password_file && set->redis == NULL) {
         fprintf(stderr, "tern serve: --redis-password-file needs --redis\n");
         return 2;
     }
     if (set->redis &&
-        (ctx->redis = tern__serve_redis_url(set->redis, set->redis_password_file)) == NULL)
+        (ctx->redis = app_serve_redis_url(set->redis, set->redis_password_file)) == NULL)
         return 1;   /* said why */
     const char *access_path = set->access_log;
     if (access_path) {
@@ -394,7 +394,7 @@ static int tls_load(serve_ctx *ctx) {
     /* A file, not the passphrase itself: a command line is visible to
      * every user of the machine (ps, /proc). */
     const tern_tls_options *tls_opt = &ctx->set.tls;
-    const tern__opt_val *certs = ctx->set.tls_certs, *keys = ctx->set.tls_keys;
+    const app_opt_val *certs = ctx->set.tls_certs, *keys = ctx->set.tls_keys;
     if (tls_opt->passphrase_file && certs->n == 0) {
         fprintf(stderr, "tern serve: --tls-key-passphrase-file needs --tls-cert and --tls-key\n");
         return 2;
@@ -432,7 +432,7 @@ static int tls_load(serve_ctx *ctx) {
 /* Runs the loops once set up: the sockets systemd passed checked, then
  * tern_run. Returns tern_run's result (SETUP_FAILED once said why). */
 static int serve_run(serve_ctx *ctx) {
-    if (tern__serve_sd_sockets(&ctx->sd) < 0)
+    if (app_serve_sd_sockets(&ctx->sd) < 0)
         return SETUP_FAILED;
     if (ctx->sd.https >= 0 && ctx->tls == NULL) {
         fprintf(stderr, "tern serve: systemd passed an https socket: it needs --tls-cert and "
@@ -456,10 +456,10 @@ static void serve_free(serve_ctx *ctx) {
             close(inherited[i]);
     tern_tls_free(ctx->tls);
     for (int i = 0; i < ctx->set.threads; i++)
-        tern__serve_later_free(&ctx->threads[i]);
+        app_serve_later_free(&ctx->threads[i]);
     free(ctx->threads);
-    tern__serve_origins_free(atomic_load(&ctx->origins));
-    tern__serve_tokens_cleanup();
+    app_serve_origins_free(atomic_load(&ctx->origins));
+    app_serve_tokens_cleanup();
     if (ctx->api_key) {
         tern__crypto_wipe(ctx->api_key, strlen(ctx->api_key));
         free(ctx->api_key);
@@ -475,41 +475,41 @@ static void serve_free(serve_ctx *ctx) {
 /* Runs the server the options s describe (the strings stay in s while it
  * runs; argc, argv: the command line they came from, for SIGHUP); the
  * command's exit status. */
-static int serve_main(tern__opt_set *s, int argc, char **argv) {
+static int serve_main(app_opt_set *s, int argc, char **argv) {
     serve_ctx ctx = {.opts = s, .argc = argc, .argv = argv,
                      .bcast_lock = PTHREAD_MUTEX_INITIALIZER,
                      .sd = {.http = -1, .https = -1, .admin = -1}};
-    tern__serve_settings *set = &ctx.set;
+    app_serve_settings *set = &ctx.set;
     atomic_init(&ctx.draining, false);
     /* Every option into its destination: the table's (serve_options.c). */
-    tern__opt_apply(s, set);
-    if (set->admin.host[0] && !tern__serve_admin_loopback(set->admin.host) &&
-        tern__serve_admin_exposed(s) < 0)
+    app_opt_apply(s, set);
+    if (set->admin.host[0] && !app_serve_admin_loopback(set->admin.host) &&
+        app_serve_admin_exposed(s) < 0)
         return 2;
     if (set->allowed_origins->n + set->ws_origins->n > ORIGINS_MAX) {
         fprintf(stderr, "tern serve: bad value for --allowed-origin: more than %d origins "
                         "(with --ws-origin)\n", ORIGINS_MAX);
         return 2;
     }
-    ctx.config_path = tern__serve_config_path(s);
-    tern__serve_log_format(set->log_format);
-    if (tern__serve_rules_build(set, &ctx.rules) < 0)
+    ctx.config_path = app_serve_config_path(s);
+    app_serve_log_format(set->log_format);
+    if (app_serve_rules_build(set, &ctx.rules) < 0)
         return 2;   /* said why */
-    if (tern__serve_tokens_setup(&set->tokens) < 0)
+    if (app_serve_tokens_setup(&set->tokens) < 0)
         return 2;
     int status = open_files(&ctx);
     if (status != 0)
         return status;
     if (!set->quiet)
-        tern__serve_log_library(set->log_level);
+        app_serve_log_library(set->log_level);
     process_setup(&ctx);
     if ((status = tls_load(&ctx)) != 0)
         return status;
     bool too_many;
-    serve_origins *origins = tern__serve_origins_new(set, &too_many);
+    serve_origins *origins = app_serve_origins_new(set, &too_many);
     ctx.threads = calloc((size_t)set->threads, sizeof(*ctx.threads));
     if (origins == NULL || ctx.threads == NULL) {
-        tern__serve_origins_free(origins);
+        app_serve_origins_free(origins);
         free(ctx.threads);
         fprintf(stderr, "tern serve: out of memory\n");
         return 1;
@@ -545,45 +545,45 @@ static const char *const env_not_options[] = {
 };
 
 int tern_app_serve(int argc, char **argv) {
-    tern__opt_set s;
-    if (tern__opt_init(&s, "tern serve", tern__serve_opts, SV_COUNT) < 0) {
+    app_opt_set s;
+    if (app_opt_init(&s, "tern serve", app_serve_opts, SV_COUNT) < 0) {
         fprintf(stderr, "tern serve: out of memory\n");
         return 1;
     }
     int status = -1;
     s.env_prefix = "TERN_";
     const char *config = NULL;
-    if (tern__opt_parse_argv(&s, argc, argv) < 0 ||
-        ((config = tern__serve_config_path(&s)) && tern__opt_parse_file(&s, config) < 0) ||
-        tern__opt_parse_env(&s) < 0) {
+    if (app_opt_parse_argv(&s, argc, argv) < 0 ||
+        ((config = app_serve_config_path(&s)) && app_opt_parse_file(&s, config) < 0) ||
+        app_opt_parse_env(&s) < 0) {
         fprintf(stderr, "tern serve: %s (tern serve --help lists the options)\n", s.err);
         status = 2;
     } else if (s.nargs > 0) {
         fprintf(stderr, "tern serve: unexpected argument '%s'\n", s.args[0]);
         status = 2;
-    } else if (tern__opt_uint(&s, SV_HELP)) {
+    } else if (app_opt_uint(&s, SV_HELP)) {
         usage(&s, stdout);
         status = 0;
-    } else if (tern__opt_uint(&s, SV_VERSION)) {
-        tern__print_version(stdout);
+    } else if (app_opt_uint(&s, SV_VERSION)) {
+        app_print_version(stdout);
         status = 0;
-    } else if (tern__opt_uint(&s, SV_PRINT_CONFIG)) {
+    } else if (app_opt_uint(&s, SV_PRINT_CONFIG)) {
         /* What the server would run with: the threads' default is the CPUs'
          * it may use. */
         int cpus = tern_cpu_count();
         char n[24];
         snprintf(n, sizeof(n), "%d", cpus > 1024 ? 1024 : cpus);
-        if (tern__opt_set_default(&s, SV_THREADS, n) < 0)
+        if (app_opt_set_default(&s, SV_THREADS, n) < 0)
             fprintf(stderr, "tern serve: --threads: out of memory for its default\n");
         printf("# tern serve --print-config: flags over environment (TERN_NAME) over\n"
                "# --config file over defaults; this output is a --config file.\n");
-        tern__opt_print(&s, stdout);
+        app_opt_print(&s, stdout);
         status = 0;
     }
     if (status < 0) {
-        tern__opt_env_warn(&s, env_not_options, stderr);
+        app_opt_env_warn(&s, env_not_options, stderr);
         status = serve_main(&s, argc, argv);
     }
-    tern__opt_free(&s);
+    app_opt_free(&s);
     return status;
 }

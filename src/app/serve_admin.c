@@ -89,8 +89,8 @@ static void on_stats(tern_http_req *req, void *user) {
                  "\"received\":%llu,\"dropped\":%llu,\"fills\":%llu,\"auth_refused\":%s}",
                  rc.connected ? "true" : "false", U(rc.reconnects), U(rc.published),
                  U(rc.received), U(rc.dropped), U(rc.fills), rc.auth_refused ? "true" : "false");
-    tern__serve_pubsub_refusals pr;
-    tern__serve_pubsub_refusals_get(&pr);
+    app_serve_pubsub_refusals pr;
+    app_serve_pubsub_refusals_get(&pr);
     len = (size_t)snprintf(out, cap, "{\"node\":\"%s\",\"threads\":%d,\"thread\":%d,\"redis\":%s,"
                            "\"pubsub_limits\":{\"rate_refused\":%llu,\"rate_closed\":%llu,"
                            "\"too_big\":%llu,\"forbidden_subscribe\":%llu,"
@@ -109,7 +109,7 @@ static void on_stats(tern_http_req *req, void *user) {
 /* GET /metrics: the public servers' counters (serve_metrics.c). */
 static void on_metrics(tern_http_req *req, void *user) {
     serve_ctx *ctx = user;
-    tern__serve_metrics(req, ctx->first, atomic_load(&ctx->draining), &ctx->rules, ctx->set.node);
+    app_serve_metrics(req, ctx->first, atomic_load(&ctx->draining), &ctx->rules, ctx->set.node);
 }
 
 /* GET /healthz (and /health): the process answers; nothing else is
@@ -193,13 +193,13 @@ static void on_admin_publish(tern_http_req *req, void *user) {
         tern_http_respond(req, 401, "text/plain", why, sizeof(why) - 1);
         return;
     }
-    tern__serve_publish(req, ctx->first);
+    app_serve_publish(req, ctx->first);
 }
 
 /* The admin listener: a server of its own (its own routes, limits and
  * counters) on loop 0, beside the public one; made last in setup, so a
  * failure before it has nothing of it to free. */
-int tern__serve_admin_setup(serve_ctx *ctx, tern_loop *loop) {
+int app_serve_admin_setup(serve_ctx *ctx, tern_loop *loop) {
     /* With --reuse-port the new process of a hand-over shares it too. It
      * may take the descriptors the public listeners leave in reserve, so
      * /readyz and /metrics answer when those are out of descriptors. */
@@ -216,14 +216,14 @@ int tern__serve_admin_setup(serve_ctx *ctx, tern_loop *loop) {
         (err = tern_http_route(ctx->admin, "GET", "/health", on_health, ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/readyz", on_ready, ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/ready", on_ready, ctx)) < 0 ||
-        (err = tern_http_not_found(ctx->admin, tern__serve_not_found, ctx)) < 0) {
+        (err = tern_http_not_found(ctx->admin, app_serve_not_found, ctx)) < 0) {
         fprintf(stderr, "tern serve: the admin routes: %s\n", tern_strerror(err));
     } else if (ctx->sd.admin >= 0 && (err = tern_listen_fd(ctx->admin, ctx->sd.admin, NULL, &admin_opt)) < 0) {
         fprintf(stderr, "tern serve: the admin socket from systemd: %s\n", tern_strerror(err));
     } else if (ctx->sd.admin < 0 &&
                (err = tern_listen(ctx->admin, ctx->set.admin.host, ctx->set.admin.port, &admin_opt)) < 0) {
         fprintf(stderr, "tern serve: --admin-listen %s:%d: %s%s\n", ctx->set.admin.host,
-                ctx->set.admin.port, tern_strerror(err), tern__serve_in_use_hint(err));
+                ctx->set.admin.port, tern_strerror(err), app_serve_in_use_hint(err));
     }
     if (err < 0) {
         tern_server_free(ctx->admin);
@@ -235,7 +235,7 @@ int tern__serve_admin_setup(serve_ctx *ctx, tern_loop *loop) {
 
 /* --api-key-file: the file's first line (without its line end), or NULL
  * once said why (unreadable, empty). */
-char *tern__serve_read_api_key(const char *path) {
+char *app_serve_read_api_key(const char *path) {
     FILE *f = fopen(path, "r");
     if (f == NULL) {
         fprintf(stderr, "tern serve: --api-key-file %s: %s\n", path, strerror(errno));
@@ -261,9 +261,9 @@ char *tern__serve_read_api_key(const char *path) {
 /* --admin-listen on an address other than loopback: its GET routes have no
  * key, so it is refused unless --admin-listen-public says it is meant, and
  * then said loudly, even with --quiet. 0 or -1 (refused, said why). */
-int tern__serve_admin_exposed(const tern__opt_set *s) {
-    const char *at = tern__opt_str(s, SV_ADMIN_LISTEN);
-    if (!tern__opt_uint(s, SV_ADMIN_PUBLIC)) {
+int app_serve_admin_exposed(const app_opt_set *s) {
+    const char *at = app_opt_str(s, SV_ADMIN_LISTEN);
+    if (!app_opt_uint(s, SV_ADMIN_PUBLIC)) {
         fprintf(stderr, "tern serve: --admin-listen %s is not a loopback address: /stats, "
                         "/metrics, /healthz and /readyz would answer anyone who reaches it, "
                         "with no key; give --admin-listen-public to allow it\n", at);
@@ -272,6 +272,6 @@ int tern__serve_admin_exposed(const tern__opt_set *s) {
     fprintf(stderr, "tern serve: WARNING: the admin listener %s is not on loopback: /stats "
                     "(every thread's counters), /metrics, /healthz and /readyz answer anyone "
                     "who reaches it, with no key%s\n", at,
-            tern__opt_given(s, SV_API_KEY_FILE) ? "" : " (POST /publish answers 403: no --api-key-file)");
+            app_opt_given(s, SV_API_KEY_FILE) ? "" : " (POST /publish answers 403: no --api-key-file)");
     return 0;
 }

@@ -324,7 +324,7 @@ static void ws_echo_later(tern_ws *ws, const char *data, size_t len, int opcode,
     }
     if (!th->later_due) {
         tern_timer *t;
-        int err = ctx->set.ws_async == TERN__SERVE_ASYNC_POST
+        int err = ctx->set.ws_async == APP_SERVE_ASYNC_POST
                       ? tern_loop_post(tern_ws_loop(ws), later_flush, th)
                       : tern_timer_start(tern_ws_loop(ws), &t, 0, 0, later_timer, th);
         if (err < 0) {
@@ -367,7 +367,7 @@ static int room_upgrade(tern_http_req *req, void **conn_user, void *user) {
         return 414;
     memcpy(name, room, len);
     name[len] = '\0';
-    int r = tern__serve_ws_upgrade(req, conn_user, user);
+    int r = app_serve_ws_upgrade(req, conn_user, user);
     if (r == 0 && tern_http_add_header(req, "X-Tern-Room", name) < 0)
         return 400;   /* a parameter is raw: it may hold bytes no header may */
     return r;
@@ -493,10 +493,10 @@ static void bcast_message(tern_ws *ws, const char *data, size_t len, int opcode,
         bcast_local(me->th, data, len, opcode);
 }
 
-int tern__serve_bench_routes(tern_server *srv, serve_ctx *ctx, const tern_ws_options *ws_opt) {
+int app_serve_bench_routes(tern_server *srv, serve_ctx *ctx, const tern_ws_options *ws_opt) {
     static const char *const echo_protocols[] = {"tern.echo", NULL};
     /* The route keeps its own copy of the handlers. */
-    tern_ws_handlers echo = {.on_upgrade = tern__serve_ws_upgrade, .on_message = ws_echo};
+    tern_ws_handlers echo = {.on_upgrade = app_serve_ws_upgrade, .on_message = ws_echo};
     if (ctx->set.ws_async) {
         echo.on_message = ws_echo_later;
         echo.on_drain = later_drain;
@@ -508,7 +508,7 @@ int tern__serve_bench_routes(tern_server *srv, serve_ctx *ctx, const tern_ws_opt
     wo.subprotocols = echo_protocols;
     /* One compressed frame serves every subscriber only when no compressor
      * keeps context between messages. */
-    static const tern_ws_handlers bcast = {.on_upgrade = tern__serve_ws_upgrade,
+    static const tern_ws_handlers bcast = {.on_upgrade = app_serve_ws_upgrade,
                                            .on_open = bcast_open,
                                            .on_message = bcast_message,
                                            .on_close = bcast_close};
@@ -534,7 +534,7 @@ int tern__serve_bench_routes(tern_server *srv, serve_ctx *ctx, const tern_ws_opt
     return 0;
 }
 
-void tern__serve_later_free(serve_thread *th) {
+void app_serve_later_free(serve_thread *th) {
     /* Empty: tern_run ran the last posts, and a timer fires in the
      * iteration that armed it. Had anything stayed, its references
      * would go here (the structs outlive their loop). */

@@ -64,24 +64,24 @@ typedef struct serve_ctx {
     /* The options the server runs with, and how to read them again on
      * SIGHUP: the same command line, --config's file (NULL: none) and the
      * environment; set: their values where they go (its strings are opts'). */
-    tern__opt_set *opts;
+    app_opt_set *opts;
     int argc;
     char **argv;
     const char *config_path;
-    tern__serve_settings set;
+    app_serve_settings set;
     _Atomic(serve_origins *) origins;
-    tern__topic_rules rules;   /* --topic, --pubsub-topic-policy, and the feed's topics */
+    app_topic_rules rules;   /* --topic, --pubsub-topic-policy, and the feed's topics */
     FILE *access_log;          /* --access-log, or NULL (stdio locks each line) */
     const char *access_path;   /* its file, reopened on SIGUSR1; NULL for stdout */
     tern_tls *tls;             /* --tls-cert/--tls-key, or NULL */
     serve_thread *threads;     /* set.threads of them */
     /* --redis URL (with --redis-password-file's password put in), or NULL;
-     * shown only through tern__serve_redis_redact */
+     * shown only through app_serve_redis_redact */
     char *redis;
     tern_server *first;        /* thread 0's server (setup's) */
     /* Sockets systemd passed, served instead of binding (closed once
      * served: the servers hold duplicates); -1 each when none. */
-    tern__sd_sockets sd;
+    app_sd_sockets sd;
     /* The admin listener's server (set.admin.host "": none): /publish and
      * /stats on a server of their own, on loop 0 (freed by serve_teardown) */
     tern_server *admin;
@@ -102,31 +102,31 @@ typedef struct serve_ctx {
 
 /* serve.c: the 404 of every server (the admin one's too), and what a
  * refused port means, after tern_strerror's "Address already in use". */
-void tern__serve_not_found(tern_http_req *req, void *user);
-const char *tern__serve_in_use_hint(int err);
+void app_serve_not_found(tern_http_req *req, void *user);
+const char *app_serve_in_use_hint(int err);
 /* The topic rules of set into t (zeroed, resolved): -1 once said why. */
-int tern__serve_rules_build(const tern__serve_settings *set, tern__topic_rules *t);
+int app_serve_rules_build(const app_serve_settings *set, app_topic_rules *t);
 
 /* serve_origins.c: --allowed-origin and --ws-origin, and the upgrade hook
  * of every WebSocket route (user: the serve_ctx). */
-serve_origins *tern__serve_origins_new(const tern__serve_settings *set, bool *too_many);
-void tern__serve_origins_free(serve_origins *o);
-int tern__serve_ws_upgrade(tern_http_req *req, void **conn_user, void *user);
+serve_origins *app_serve_origins_new(const app_serve_settings *set, bool *too_many);
+void app_serve_origins_free(serve_origins *o);
+int app_serve_ws_upgrade(tern_http_req *req, void **conn_user, void *user);
 
 /* serve_bench.c: the --bench-routes routes on srv (wo: the WebSocket
  * options of the other routes): 0, or the first registration's error; and
  * the end of a thread's --ws-async queue, after its loop has ended. */
-int tern__serve_bench_routes(tern_server *srv, serve_ctx *ctx, const tern_ws_options *wo);
-void tern__serve_later_free(serve_thread *th);
+int app_serve_bench_routes(tern_server *srv, serve_ctx *ctx, const tern_ws_options *wo);
+void app_serve_later_free(serve_thread *th);
 
 /* serve_admin.c: the admin listener, made on loop (SETUP_FAILED once said
  * why); --api-key-file's key (NULL once said why); the check of an
  * --admin-listen other than loopback (-1 once said why). */
-int tern__serve_admin_setup(serve_ctx *ctx, tern_loop *loop);
-char *tern__serve_read_api_key(const char *path);
-int tern__serve_admin_exposed(const tern__opt_set *s);
+int app_serve_admin_setup(serve_ctx *ctx, tern_loop *loop);
+char *app_serve_read_api_key(const char *path);
+int app_serve_admin_exposed(const app_opt_set *s);
 
 /* serve_reload.c: SIGHUP (user: the serve_ctx). */
-void tern__serve_on_sighup(tern_loop *loop, int signo, void *user);
+void app_serve_on_sighup(tern_loop *loop, int signo, void *user);
 
 #endif

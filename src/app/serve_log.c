@@ -28,9 +28,9 @@
 
 static int log_format = TERN_SERVE_LOG_TEXT;   /* set once, before the threads start */
 
-void tern__serve_log_format(int format) { log_format = format; }
+void app_serve_log_format(int format) { log_format = format; }
 
-bool tern__serve_log_json(void) { return log_format == TERN_SERVE_LOG_JSON; }
+bool app_serve_log_json(void) { return log_format == TERN_SERVE_LOG_JSON; }
 
 /* Now, as 2026-11-26T17:33:00.123Z. */
 static void timestamp(char out[32]) {
@@ -42,7 +42,7 @@ static void timestamp(char out[32]) {
     snprintf(out + n, 32 - n, ".%03ldZ", ts.tv_nsec / 1000000);
 }
 
-void tern__serve_log(FILE *f, int level, const char *fmt, ...) {
+void app_serve_log(FILE *f, int level, const char *fmt, ...) {
     char msg[2048], ts[32];
     va_list ap;
     va_start(ap, fmt);
@@ -51,7 +51,7 @@ void tern__serve_log(FILE *f, int level, const char *fmt, ...) {
     timestamp(ts);
     if (log_format == TERN_SERVE_LOG_JSON) {
         char esc[6 * sizeof(msg) + 8];
-        tern__json_escape(esc, sizeof(esc), msg, strlen(msg));
+        app_json_escape(esc, sizeof(esc), msg, strlen(msg));
         fprintf(f, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"%s\"}\n", ts,
                 tern_log_level_name(level), esc);
     } else {
@@ -59,7 +59,7 @@ void tern__serve_log(FILE *f, int level, const char *fmt, ...) {
     }
 }
 
-void tern__serve_log_access(FILE *f, const tern_http_access *a) {
+void app_serve_log_access(FILE *f, const tern_http_access *a) {
     char ts[32];
     timestamp(ts);
     const char *side = a->close_code == TERN_WS_ABNORMAL ? "none"
@@ -67,8 +67,8 @@ void tern__serve_log_access(FILE *f, const tern_http_access *a) {
                                                             : "client";
     if (log_format == TERN_SERVE_LOG_JSON) {
         char method[64], target[3 * 8192], ws[256] = "";
-        tern__json_escape(method, sizeof(method), a->method, strlen(a->method));
-        tern__json_escape(target, sizeof(target), a->target, strlen(a->target));
+        app_json_escape(method, sizeof(method), a->method, strlen(a->method));
+        app_json_escape(target, sizeof(target), a->target, strlen(a->target));
         if (a->websocket)
             snprintf(ws, sizeof(ws), ",\"bytes_in\":%llu,\"messages_in\":%llu,"
                                      "\"messages_out\":%llu,\"close_code\":%d,\"closed_by\":\"%s\"",
@@ -95,7 +95,7 @@ void tern__serve_log_access(FILE *f, const tern_http_access *a) {
  * (the loops' threads write through it, one locked fprintf a line), what
  * is buffered goes to the old file and dup2 puts the new one under the
  * same descriptor number, so the FILE and its users never change. */
-int tern__serve_log_reopen(FILE *f, const char *path) {
+int app_serve_log_reopen(FILE *f, const char *path) {
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
@@ -109,10 +109,10 @@ int tern__serve_log_reopen(FILE *f, const char *path) {
 
 /* --log-level's lines of the library, on stderr as the server's own. */
 static void library_line(int level, const char *msg, void *user) {
-    tern__serve_log(stderr, level, "%s", msg);
+    app_serve_log(stderr, level, "%s", msg);
 }
 
-void tern__serve_log_library(const char *level) {
+void app_serve_log_library(const char *level) {
     int l = TERN_LOG_WARN;
     for (int k = TERN_LOG_ERROR; k <= TERN_LOG_DEBUG; k++)
         if (strcmp(level, tern_log_level_name(k)) == 0)

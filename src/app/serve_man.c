@@ -8,9 +8,9 @@
 #include "app/serve_options.h"
 #include "tern/tern.h"
 
-void tern__serve_man(FILE *f) {
-    tern__opt_set s;
-    if (tern__opt_init(&s, "tern serve", tern__serve_opts, SV_COUNT) < 0)
+void app_serve_man(FILE *f) {
+    app_opt_set s;
+    if (app_opt_init(&s, "tern serve", app_serve_opts, SV_COUNT) < 0)
         return;
     fprintf(f, ".TH TERN 1 \"\" \"tern %s\" \"User Commands\"\n", TERN_VERSION);
     fputs(".SH NAME\n"
@@ -31,7 +31,7 @@ void tern__serve_man(FILE *f) {
           ".B tern connect\n"
           "an interactive WebSocket client; each lists its options with \\-\\-help.\n"
           ".SH OPTIONS (tern serve)\n", f);
-    tern__opt_man(&s, f);
+    app_opt_man(&s, f);
     fputs(".SH CONFIGURATION\n"
           "Each option may also be given in a file (\\-\\-config FILE, or the file\n"
           "TERN_CONFIG names): one option a line, its name without \\-\\- and its value;\n"
@@ -62,5 +62,5 @@ void tern__serve_man(FILE *f) {
           "1 when the server cannot start; 2 for a bad option.\n"
           ".SH SEE ALSO\n"
           "README.md and docs/ of tern's sources.\n", f);
-    tern__opt_free(&s);
+    app_opt_free(&s);
 }

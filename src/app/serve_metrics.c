@@ -124,7 +124,7 @@ static const rule_metric_def per_rule[] = {
  * as --topic gives it ("orders.*", "market"). Patterns are topic names,
  * which cannot hold '"', '\\' or a newline (check_topic), so they need no
  * escaping. */
-static void put_rules(metrics_buf *b, tern_server *srv, const tern__topic_rules *rules) {
+static void put_rules(metrics_buf *b, tern_server *srv, const app_topic_rules *rules) {
     int n = rules ? rules->n : 0;
     tern_pubsub_rule_counters *rc = calloc((size_t)(n > 0 ? n : 1), sizeof(*rc));
     if (rc == NULL) {
@@ -142,7 +142,7 @@ static void put_rules(metrics_buf *b, tern_server *srv, const tern__topic_rules 
         const rule_metric_def *m = &per_rule[d];
         family(b, m->name, m->type, m->help);
         for (int i = 0; i < n; i++) {
-            const tern__topic_rule *r = &rules->r[i];
+            const app_topic_rule *r = &rules->r[i];
             const char *star = r->prefix ? "*" : "";
             uint64_t v;
             memcpy(&v, (const char *)&rc[i] + m->off, sizeof(v));
@@ -153,7 +153,7 @@ static void put_rules(metrics_buf *b, tern_server *srv, const tern__topic_rules 
     family(b, "tern_pubsub_rule_resumes_total", "counter",
            "Resumes of a subscription, gap=\"true\" when not every missed message could be given.");
     for (int i = 0; i < n; i++) {
-        const tern__topic_rule *r = &rules->r[i];
+        const app_topic_rule *r = &rules->r[i];
         const char *star = r->prefix ? "*" : "";
         put(b, "tern_pubsub_rule_resumes_total{rule=\"%.*s%s\",gap=\"false\"} %llu\n",
             (int)r->len, r->pattern, star, (unsigned long long)rc[i].resumed);
@@ -301,8 +301,8 @@ static void put_responses(metrics_buf *b, tern_server *srv) {
                 (unsigned long long)sum[c]);
 }
 
-void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
-                         const tern__topic_rules *rules, const char *node) {
+void app_serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
+                         const app_topic_rules *rules, const char *node) {
     int n = tern_server_peer_count(srv);
     metrics_sample *each = calloc((size_t)(n > 0 ? n : 1), sizeof(*each));
     metrics_buf b = {.cap = 16384};
@@ -346,8 +346,8 @@ void tern__serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
         max_conns += each[i].st.refused_max_connections;
         per_ip += each[i].st.refused_per_ip;
     }
-    tern__serve_pubsub_refusals pr;
-    tern__serve_pubsub_refusals_get(&pr);
+    app_serve_pubsub_refusals pr;
+    app_serve_pubsub_refusals_get(&pr);
     family(&b, "tern_refused_total", "counter",
            "Clients refused by a limit, by reason (connections answered 503; /pubsub "
            "operations over the rate, connections closed for going on or for a message too big).");

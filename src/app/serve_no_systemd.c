@@ -7,17 +7,17 @@
 
 #include "app/app.h"
 
-void tern__serve_sd_ready(const char *status) { (void)status; }
-void tern__serve_sd_reloading(void) {}
-void tern__serve_sd_reloaded(void) {}
-void tern__serve_sd_stopping(void) {}
+void app_serve_sd_ready(const char *status) { (void)status; }
+void app_serve_sd_reloading(void) {}
+void app_serve_sd_reloaded(void) {}
+void app_serve_sd_stopping(void) {}
 
-int tern__serve_sd_sockets(tern__sd_sockets *out) {
-    *out = (tern__sd_sockets){-1, -1, -1};
+int app_serve_sd_sockets(app_sd_sockets *out) {
+    *out = (app_sd_sockets){-1, -1, -1};
     return 0;
 }
 
-int tern__serve_sd_watchdog(tern_loop *loop, tern_timer **out) {
+int app_serve_sd_watchdog(tern_loop *loop, tern_timer **out) {
     (void)loop;
     *out = NULL;
     return 0;

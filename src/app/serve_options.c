@@ -15,7 +15,7 @@
 
 #define MS_MAX 86400000ull   /* a day: the longest timeout */
 
-bool tern__serve_host_chars(const char *s, size_t len) {
+bool app_serve_host_chars(const char *s, size_t len) {
     for (size_t i = 0; i < len; i++)
         if (!isalnum((unsigned char)s[i]) && s[i] != '-' && s[i] != '.')
             return false;
@@ -33,7 +33,7 @@ static const char *origin_pattern_ok(const char *p) {
     if (strncmp(rest, "*.", 2) == 0)
         rest += 2;
     size_t hlen = strcspn(rest, ":");
-    if (hlen == 0 || !tern__serve_host_chars(rest, hlen))
+    if (hlen == 0 || !app_serve_host_chars(rest, hlen))
         return why;
     if (rest[hlen] == ':') {
         const char *port = rest + hlen + 1;
@@ -48,17 +48,17 @@ static const char *topic_policy_ok(const char *s) {
     const char *eq = strrchr(s, '=');
     int policy;
     uint16_t code;
-    if (eq == NULL || eq - s > TERN_TOPIC_MAX || !tern__policy_parse(eq + 1, &policy, &code))
+    if (eq == NULL || eq - s > TERN_TOPIC_MAX || !app_policy_parse(eq + 1, &policy, &code))
         return "expected PREFIX=P, P one of drop, close, close-1013, conflate";
     return NULL;
 }
 
-/* --topic 'PATTERN [KEY=VALUE]...': what tern__rules_add says of it alone. */
+/* --topic 'PATTERN [KEY=VALUE]...': what app_rules_add says of it alone. */
 static const char *topic_rule_ok(const char *s) {
-    static tern__topic_rules scratch;   /* the option parser runs on one thread */
+    static app_topic_rules scratch;   /* the option parser runs on one thread */
     const char *why = NULL;
     memset(&scratch, 0, sizeof(scratch));
-    return tern__rules_add(&scratch, s, &why) == 0 ? NULL : why;
+    return app_rules_add(&scratch, s, &why) == 0 ? NULL : why;
 }
 
 static const char *vhost_ok(const char *s) {
@@ -66,7 +66,7 @@ static const char *vhost_ok(const char *s) {
     return eq != NULL && eq != s && eq - s < 256 ? NULL : "expected NAME=ROOT";
 }
 
-bool tern__serve_admin_listen_parse(const char *s, char *host, size_t cap, int *port) {
+bool app_serve_admin_listen_parse(const char *s, char *host, size_t cap, int *port) {
     if (strcmp(s, "off") == 0) {
         host[0] = '\0';
         return true;
@@ -93,7 +93,7 @@ bool tern__serve_admin_listen_parse(const char *s, char *host, size_t cap, int *
     return true;
 }
 
-bool tern__serve_admin_loopback(const char *host) {
+bool app_serve_admin_loopback(const char *host) {
     struct in_addr a4;
     struct in6_addr a6;
     if (inet_pton(AF_INET, host, &a4) == 1)
@@ -103,11 +103,11 @@ bool tern__serve_admin_loopback(const char *host) {
     return strcmp(host, "localhost") == 0;
 }
 
-const char *tern__serve_config_path(const tern__opt_set *s) {
+const char *app_serve_config_path(const app_opt_set *s) {
     /* --config is CLI_ONLY (a file cannot name another), so the table's
      * environment pass skips it: TERN_CONFIG is read here. */
-    if (tern__opt_given(s, SV_CONFIG))
-        return tern__opt_str(s, SV_CONFIG);
+    if (app_opt_given(s, SV_CONFIG))
+        return app_opt_str(s, SV_CONFIG);
     const char *env = getenv("TERN_CONFIG");
     return env && *env ? env : NULL;
 }
@@ -116,7 +116,7 @@ const char *tern__serve_config_path(const tern__opt_set *s) {
  * so only characters none of them quotes. */
 static const char *node_name_ok(const char *s) {
     size_t n = strlen(s);
-    if (n == 0 || n > TERN__NODE_NAME_MAX)
+    if (n == 0 || n > APP_NODE_NAME_MAX)
         return "expected 1 to 64 characters.";
     for (size_t i = 0; i < n; i++)
         if (!isalnum((unsigned char)s[i]) && !strchr("._:-", s[i]))
@@ -127,7 +127,7 @@ static const char *node_name_ok(const char *s) {
 /* Hostnames hold only letters, digits, '-' and '.'; anything else (a
  * misconfigured one) becomes '-', so the default passes --node-name's
  * check. */
-void tern__node_name_default(char *out, size_t cap) {
+void app_node_name_default(char *out, size_t cap) {
     char host[256] = "";
     if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0')
         strcpy(host, "tern");
@@ -140,7 +140,7 @@ void tern__node_name_default(char *out, size_t cap) {
 static const char *admin_listen_ok(const char *s) {
     char host[256];
     int port;
-    return tern__serve_admin_listen_parse(s, host, sizeof(host), &port)
+    return app_serve_admin_listen_parse(s, host, sizeof(host), &port)
                ? NULL
                : "expected HOST:PORT, [IPV6]:PORT or off";
 }
@@ -148,119 +148,119 @@ static const char *admin_listen_ok(const char *s) {
 /* The puts of the fields that are not a plain copy (options.h has those). */
 
 /* --max-connections, --max-connections-per-ip: 0 is no limit. */
-static void put_limit(const tern__opt_set *s, int i, void *field) {
-    unsigned long long v = tern__opt_uint(s, i);
+static void put_limit(const app_opt_set *s, int i, void *field) {
+    unsigned long long v = app_opt_uint(s, i);
     *(uint32_t *)field = v ? (uint32_t)v : TERN_UNLIMITED;
 }
 
 /* --no-compression: permessage-deflate offered unless given. */
-static void put_not(const tern__opt_set *s, int i, void *field) {
-    *(bool *)field = !tern__opt_uint(s, i);
+static void put_not(const app_opt_set *s, int i, void *field) {
+    *(bool *)field = !app_opt_uint(s, i);
 }
 
 /* --pubsub-history-age: seconds, kept as milliseconds. */
-static void put_ms_of_seconds(const tern__opt_set *s, int i, void *field) {
-    *(uint32_t *)field = (uint32_t)tern__opt_uint(s, i) * 1000;
+static void put_ms_of_seconds(const app_opt_set *s, int i, void *field) {
+    *(uint32_t *)field = (uint32_t)app_opt_uint(s, i) * 1000;
 }
 
 /* --shutdown-spread; unset, the WebSockets' closes over the first 4/5 of
  * --shutdown-timeout, so that their close handshakes end before it does. */
-static void put_ws_spread(const tern__opt_set *s, int i, void *field) {
-    uint32_t t = (uint32_t)tern__opt_uint(s, SV_SHUT_TO);
-    *(uint32_t *)field = tern__opt_given(s, i) ? (uint32_t)tern__opt_uint(s, i)
+static void put_ws_spread(const app_opt_set *s, int i, void *field) {
+    uint32_t t = (uint32_t)app_opt_uint(s, SV_SHUT_TO);
+    *(uint32_t *)field = app_opt_given(s, i) ? (uint32_t)app_opt_uint(s, i)
                                                : (t ? t : 10000) / 5 * 4;
 }
 
 /* --tls-min-version: 12 or 13; unset, 0 (the library's, 1.2). */
-static void put_tls_version(const tern__opt_set *s, int i, void *field) {
-    *(int *)field = !tern__opt_given(s, i) ? 0 : strcmp(tern__opt_str(s, i), "1.3") == 0 ? 13 : 12;
+static void put_tls_version(const app_opt_set *s, int i, void *field) {
+    *(int *)field = !app_opt_given(s, i) ? 0 : strcmp(app_opt_str(s, i), "1.3") == 0 ? 13 : 12;
 }
 
 /* --tls-client-verify; unset, no certificate asked. */
-static void put_client_verify(const tern__opt_set *s, int i, void *field) {
-    *(int *)field = !tern__opt_given(s, i) ? TERN_TLS_VERIFY_NONE
-                    : strcmp(tern__opt_str(s, i), "require") == 0 ? TERN_TLS_VERIFY_REQUIRE
+static void put_client_verify(const app_opt_set *s, int i, void *field) {
+    *(int *)field = !app_opt_given(s, i) ? TERN_TLS_VERIFY_NONE
+                    : strcmp(app_opt_str(s, i), "require") == 0 ? TERN_TLS_VERIFY_REQUIRE
                                                                   : TERN_TLS_VERIFY_OPTIONAL;
 }
 
 /* --ws-slow-policy. An echo answers what it reads: when the client does
  * not read the answers, stop reading its requests (TCP pushes back on it):
  * pause, the default. */
-static void put_slow_policy(const tern__opt_set *s, int i, void *field) {
-    const char *v = tern__opt_str(s, i);
+static void put_slow_policy(const app_opt_set *s, int i, void *field) {
+    const char *v = app_opt_str(s, i);
     *(int *)field = !strcmp(v, "close") ? TERN_WS_SLOW_CLOSE
                     : !strcmp(v, "drop") ? TERN_WS_SLOW_DROP : TERN_WS_SLOW_PAUSE;
 }
 
-static void put_ws_async(const tern__opt_set *s, int i, void *field) {
-    *(int *)field = !tern__opt_given(s, i) ? TERN__SERVE_ASYNC_NONE
-                    : strcmp(tern__opt_str(s, i), "post") == 0 ? TERN__SERVE_ASYNC_POST
-                                                                 : TERN__SERVE_ASYNC_TIMER;
+static void put_ws_async(const app_opt_set *s, int i, void *field) {
+    *(int *)field = !app_opt_given(s, i) ? APP_SERVE_ASYNC_NONE
+                    : strcmp(app_opt_str(s, i), "post") == 0 ? APP_SERVE_ASYNC_POST
+                                                                 : APP_SERVE_ASYNC_TIMER;
 }
 
 /* --pubsub-policy: the policy and, for the closing ones, the code. */
-static void put_policy(const tern__opt_set *s, int i, void *field) {
+static void put_policy(const app_opt_set *s, int i, void *field) {
     tern_pubsub_options *po = field;
-    tern__policy_parse(tern__opt_str(s, i), &po->policy, &po->close_code);
+    app_policy_parse(app_opt_str(s, i), &po->policy, &po->close_code);
 }
 
-static void put_admin(const tern__opt_set *s, int i, void *field) {
-    tern__serve_addr *a = field;
-    tern__serve_admin_listen_parse(tern__opt_str(s, i), a->host, sizeof(a->host), &a->port);
+static void put_admin(const app_opt_set *s, int i, void *field) {
+    app_serve_addr *a = field;
+    app_serve_admin_listen_parse(app_opt_str(s, i), a->host, sizeof(a->host), &a->port);
 }
 
-static void put_node(const tern__opt_set *s, int i, void *field) {
-    if (tern__opt_given(s, i))
-        snprintf(field, TERN__NODE_NAME_MAX + 1, "%s", tern__opt_str(s, i));
+static void put_node(const app_opt_set *s, int i, void *field) {
+    if (app_opt_given(s, i))
+        snprintf(field, APP_NODE_NAME_MAX + 1, "%s", app_opt_str(s, i));
     else
-        tern__node_name_default(field, TERN__NODE_NAME_MAX + 1);
+        app_node_name_default(field, APP_NODE_NAME_MAX + 1);
 }
 
-static void put_log_format(const tern__opt_set *s, int i, void *field) {
-    *(int *)field = strcmp(tern__opt_str(s, i), "json") == 0 ? TERN_SERVE_LOG_JSON
+static void put_log_format(const app_opt_set *s, int i, void *field) {
+    *(int *)field = strcmp(app_opt_str(s, i), "json") == 0 ? TERN_SERVE_LOG_JSON
                                                              : TERN_SERVE_LOG_TEXT;
 }
 
 /* --threads; unset, one loop per CPU this process may use (taskset, a
  * container's cpuset or quota), not per CPU of the machine. */
-static void put_threads(const tern__opt_set *s, int i, void *field) {
+static void put_threads(const app_opt_set *s, int i, void *field) {
     int cpus = tern_cpu_count();
-    *(int *)field = tern__opt_given(s, i) ? (int)tern__opt_uint(s, i) : cpus > 1024 ? 1024 : cpus;
+    *(int *)field = app_opt_given(s, i) ? (int)app_opt_uint(s, i) : cpus > 1024 ? 1024 : cpus;
 }
 
 /* --io; unset, the loop's default (epoll, or $TERN_IO's). */
-static void put_io(const tern__opt_set *s, int i, void *field) {
-    *(tern_io_backend *)field = !tern__opt_given(s, i) ? TERN_IO_DEFAULT
-                                : strcmp(tern__opt_str(s, i), "uring") == 0 ? TERN_IO_URING
-                                : strcmp(tern__opt_str(s, i), "poll") == 0  ? TERN_IO_POLL
+static void put_io(const app_opt_set *s, int i, void *field) {
+    *(tern_io_backend *)field = !app_opt_given(s, i) ? TERN_IO_DEFAULT
+                                : strcmp(app_opt_str(s, i), "uring") == 0 ? TERN_IO_URING
+                                : strcmp(app_opt_str(s, i), "poll") == 0  ? TERN_IO_POLL
                                                                             : TERN_IO_EPOLL;
 }
 
-/* An option's destination: field f of tern__serve_settings, of type T,
+/* An option's destination: field f of app_serve_settings, of type T,
  * written by put. The _Generic is a check at compile time: a field of
  * another type than T is an error (a put writing a size_t into a uint32_t
  * would overwrite its neighbour), and it adds 0 to the offset. */
 #define DEST(f, T, put_fn)                                                                         \
-    .to = offsetof(tern__serve_settings, f) +                                                      \
-          0 * sizeof(char[_Generic(((tern__serve_settings *)0)->f, T: 1)]),                       \
+    .to = offsetof(app_serve_settings, f) +                                                      \
+          0 * sizeof(char[_Generic(((app_serve_settings *)0)->f, T: 1)]),                       \
     .put = put_fn
-#define STR(f) DEST(f, const char *, tern__opt_put_str)
-#define U32(f) DEST(f, uint32_t, tern__opt_put_u32)
-#define SIZE(f) DEST(f, size_t, tern__opt_put_size)
-#define U64(f) DEST(f, uint64_t, tern__opt_put_u64)
-#define INT(f) DEST(f, int, tern__opt_put_int)
-#define BOOL(f) DEST(f, bool, tern__opt_put_bool)
-#define VALS(f) DEST(f, const tern__opt_val *, tern__opt_put_vals)
+#define STR(f) DEST(f, const char *, app_opt_put_str)
+#define U32(f) DEST(f, uint32_t, app_opt_put_u32)
+#define SIZE(f) DEST(f, size_t, app_opt_put_size)
+#define U64(f) DEST(f, uint64_t, app_opt_put_u64)
+#define INT(f) DEST(f, int, app_opt_put_int)
+#define BOOL(f) DEST(f, bool, app_opt_put_bool)
+#define VALS(f) DEST(f, const app_opt_val *, app_opt_put_vals)
 
-#define U TERN__OPT_UINT
-#define S TERN__OPT_STRING
-#define C TERN__OPT_CHOICE
-#define F TERN__OPT_FLAG
-#define REPEAT TERN__OPT_REPEAT
-#define RELOAD TERN__OPT_RELOAD
-#define SECRET TERN__OPT_SECRET
+#define U APP_OPT_UINT
+#define S APP_OPT_STRING
+#define C APP_OPT_CHOICE
+#define F APP_OPT_FLAG
+#define REPEAT APP_OPT_REPEAT
+#define RELOAD APP_OPT_RELOAD
+#define SECRET APP_OPT_SECRET
 
-const tern__opt tern__serve_opts[SV_COUNT] = {
+const app_opt app_serve_opts[SV_COUNT] = {
     [SV_HOST] = {"host", 0, S, "H", "127.0.0.1", .help = "address to listen on (0.0.0.0 or :: for all)",
         STR(host)},
     [SV_PORT] = {"port", 0, U, "P", "8080", 0, 65535, .help = "TCP port (0 picks a free one)",
@@ -320,7 +320,7 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
                                  "(503 while draining or while --redis is down), never on\n"
                                  "the public port ([::1]:P for IPv6; off for none); an\n"
                                  "address other than loopback needs --admin-listen-public",
-        DEST(admin, tern__serve_addr, put_admin)},
+        DEST(admin, app_serve_addr, put_admin)},
     [SV_ADMIN_PUBLIC] = {"admin-listen-public", 0, F,
                          .help = "let --admin-listen take an address other than loopback:\n"
                                  "/stats, /metrics, /healthz and /readyz then answer anyone\n"
@@ -393,7 +393,7 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
     [SV_WS_SLOW] = {"ws-slow-policy", 0, C, "P", "pause", .choices = "pause|close|drop",
                     .help = "/ws client not reading: pause, close (1008) or drop",
         DEST(ws.slow_policy, int, put_slow_policy)},
-    [SV_WS_ASYNC] = {"ws-async", 0, C, "timer|post", .choices = "timer|post", .flags = TERN__OPT_OPTARG,
+    [SV_WS_ASYNC] = {"ws-async", 0, C, "timer|post", .choices = "timer|post", .flags = APP_OPT_OPTARG,
                      .help = "/ws echoes each message later, from the loop, not inside\n"
                              "on_message (a handler that waits on I/O): from a 0 ms timer\n"
                              "per batch (timer, when bare), or from a tern_loop_post per batch",
@@ -529,15 +529,15 @@ const tern__opt tern__serve_opts[SV_COUNT] = {
         VALS(vhosts)},
     [SV_QUIET] = {"quiet", 0, F, .help = "no log lines but the \"listening on\" one",
         BOOL(quiet)},
-    [SV_CONFIG] = {"config", 0, S, "FILE", .flags = TERN__OPT_CLI_ONLY,
+    [SV_CONFIG] = {"config", 0, S, "FILE", .flags = APP_OPT_CLI_ONLY,
                    .help = "read options from FILE: one \"name value\" a line, as the\n"
                            "flags without their --; # comments; SIGHUP reads it again\n"
                            "(unset: $TERN_CONFIG's file, if set)"},
-    [SV_PRINT_CONFIG] = {"print-config", 0, F, .flags = TERN__OPT_CLI_ONLY,
+    [SV_PRINT_CONFIG] = {"print-config", 0, F, .flags = APP_OPT_CLI_ONLY,
                          .help = "print the configuration in effect (flags over TERN_NAME\n"
                                  "environment variables over --config over defaults) in\n"
                                  "the file's format, and exit"},
-    [SV_VERSION] = {"version", 0, F, .flags = TERN__OPT_CLI_ONLY,
+    [SV_VERSION] = {"version", 0, F, .flags = APP_OPT_CLI_ONLY,
                     .help = "print the version, the TLS library and the I/O back ends"},
-    [SV_HELP] = {"help", 0, F, .flags = TERN__OPT_CLI_ONLY, .help = "this text"},
+    [SV_HELP] = {"help", 0, F, .flags = APP_OPT_CLI_ONLY, .help = "this text"},
 };

@@ -30,41 +30,41 @@ enum {
 };
 
 /* --node-name's longest value. */
-#define TERN__NODE_NAME_MAX 64
+#define APP_NODE_NAME_MAX 64
 /* The default --node-name, HOSTNAME:PID (characters --node-name refuses
  * as '-'), into out (cap bytes). */
-void tern__node_name_default(char *out, size_t cap);
+void app_node_name_default(char *out, size_t cap);
 
 /* --ws-async's modes. */
-enum { TERN__SERVE_ASYNC_NONE, TERN__SERVE_ASYNC_TIMER, TERN__SERVE_ASYNC_POST };
+enum { APP_SERVE_ASYNC_NONE, APP_SERVE_ASYNC_TIMER, APP_SERVE_ASYNC_POST };
 
 /* --admin-listen's address; host "" when off. */
-typedef struct tern__serve_addr {
+typedef struct app_serve_addr {
     char host[256];
     int port;
-} tern__serve_addr;
+} app_serve_addr;
 
 /* What tern serve runs with: each field is the destination of one option
  * of the table (several for the library's option structs), written by
- * tern__opt_apply from a parsed set, at start, and again for the options
- * SIGHUP applies. Invariants: every string and tern__opt_val points into
+ * app_opt_apply from a parsed set, at start, and again for the options
+ * SIGHUP applies. Invariants: every string and app_opt_val points into
  * the set it was applied from and is valid while that set is; run.teardown
  * and run.server.shutdown_ws_code are the only fields no option writes. */
-typedef struct tern__serve_settings {
+typedef struct app_serve_settings {
     /* the public listeners */
     const char *host, *unix_path;            /* --host, --unix */
     int port, tls_port;                      /* --port, --tls-port */
     tern_listen_options listen;              /* --reuse-port, --sndbuf */
-    const tern__opt_val *tls_certs, *tls_keys;
+    const app_opt_val *tls_certs, *tls_keys;
     tern_tls_options tls;                    /* --tls-key-passphrase-file, --tls-min-version... */
     /* what they serve */
     bool bench_routes, feed, page;
     uint32_t feed_rate;
     const char *root;
-    const tern__opt_val *vhosts;             /* NAME=ROOT each */
-    char node[TERN__NODE_NAME_MAX + 1];      /* --node-name, or HOSTNAME:PID */
+    const app_opt_val *vhosts;             /* NAME=ROOT each */
+    char node[APP_NODE_NAME_MAX + 1];      /* --node-name, or HOSTNAME:PID */
     /* the admin listener */
-    tern__serve_addr admin;
+    app_serve_addr admin;
     bool admin_public;
     const char *api_key_file;
     /* the loops and servers: run.loop (--max-unsent, --io), run.server
@@ -73,35 +73,35 @@ typedef struct tern__serve_settings {
     int threads;                             /* --threads, or the CPUs this process may use */
     /* WebSockets */
     tern_ws_options ws;                      /* the routes' (--ws-max-message...) */
-    const tern__opt_val *allowed_origins, *ws_origins;
-    int ws_async;                            /* TERN__SERVE_ASYNC_* */
+    const app_opt_val *allowed_origins, *ws_origins;
+    int ws_async;                            /* APP_SERVE_ASYNC_* */
     uint32_t ws_deadline_ms;                 /* 0: none */
     /* pub/sub */
     tern_pubsub_options pubsub;              /* --pubsub-max-backlog, --pubsub-policy... */
-    tern__serve_pubsub_limits ps_limits;     /* --pubsub-max-message, --pubsub-rate */
-    const tern__opt_val *topics, *topic_policies;   /* --topic, --pubsub-topic-policy */
-    tern__serve_token_flags tokens;          /* --token-* */
+    app_serve_pubsub_limits ps_limits;     /* --pubsub-max-message, --pubsub-rate */
+    const app_opt_val *topics, *topic_policies;   /* --topic, --pubsub-topic-policy */
+    app_serve_token_flags tokens;          /* --token-* */
     const char *redis, *redis_password_file;
     /* logs */
     const char *log_level, *access_log;
     int log_format;                          /* TERN_SERVE_LOG_* */
     bool quiet;
-} tern__serve_settings;
+} app_serve_settings;
 
-extern const tern__opt tern__serve_opts[SV_COUNT];
+extern const app_opt app_serve_opts[SV_COUNT];
 
 /* --admin-listen's value: "off" (host[0] = '\0'), or HOST:PORT ([V6]:PORT
  * for an IPv6 address) into host (cap bytes) and port. */
-bool tern__serve_admin_listen_parse(const char *s, char *host, size_t cap, int *port);
+bool app_serve_admin_listen_parse(const char *s, char *host, size_t cap, int *port);
 /* Whether s[0..len) holds only a host name's bytes (letters, digits, '-'
  * and '.'): an --allowed-origin's host, and the part its wildcard stands
  * for in an Origin. */
-bool tern__serve_host_chars(const char *s, size_t len);
+bool app_serve_host_chars(const char *s, size_t len);
 /* Whether an --admin-listen host is a loopback address (127.0.0.0/8, ::1,
  * localhost): reachable from this machine only. */
-bool tern__serve_admin_loopback(const char *host);
+bool app_serve_admin_loopback(const char *host);
 /* The configuration file: --config's, else $TERN_CONFIG's (the flag wins),
  * else NULL. */
-const char *tern__serve_config_path(const tern__opt_set *s);
+const char *app_serve_config_path(const app_opt_set *s);
 
 #endif

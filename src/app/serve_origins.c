@@ -31,7 +31,7 @@ static bool origin_matches(const char *pattern, const char *origin, size_t len) 
         return false;
     const char *name = origin + head;
     size_t nlen = len - head - tail;
-    if (!tern__serve_host_chars(name, nlen) || name[0] == '.' || name[nlen - 1] == '.')
+    if (!app_serve_host_chars(name, nlen) || name[0] == '.' || name[nlen - 1] == '.')
         return false;
     for (size_t i = 0; i + 1 < nlen; i++)   /* no empty label: ".." */
         if (name[i] == '.' && name[i + 1] == '.')
@@ -44,7 +44,7 @@ static bool origin_matches(const char *pattern, const char *origin, size_t len) 
  * must not reach a user's session here; other clients may send none, and
  * are let in: they can write any Origin anyway), and a connection number
  * in the 101 response. */
-int tern__serve_ws_upgrade(tern_http_req *req, void **conn_user, void *user) {
+int app_serve_ws_upgrade(tern_http_req *req, void **conn_user, void *user) {
     serve_ctx *ctx = user;
     size_t olen;
     const char *origin = tern_http_header(req, "Origin", &olen);
@@ -63,7 +63,7 @@ int tern__serve_ws_upgrade(tern_http_req *req, void **conn_user, void *user) {
     *conn_user = NULL;
     return 0;
 }
-void tern__serve_origins_free(serve_origins *o) {
+void app_serve_origins_free(serve_origins *o) {
     for (int i = 0; o && i < o->n; i++)
         free(o->v[i]);
     free(o);
@@ -71,13 +71,13 @@ void tern__serve_origins_free(serve_origins *o) {
 
 /* The --allowed-origin and --ws-origin values of set together, copied;
  * NULL when they are more than ORIGINS_MAX (*too_many) or out of memory. */
-serve_origins *tern__serve_origins_new(const tern__serve_settings *set, bool *too_many) {
-    const tern__opt_val *a = set->allowed_origins, *w = set->ws_origins;
+serve_origins *app_serve_origins_new(const app_serve_settings *set, bool *too_many) {
+    const app_opt_val *a = set->allowed_origins, *w = set->ws_origins;
     *too_many = a->n + w->n > ORIGINS_MAX;
     serve_origins *o = *too_many ? NULL : calloc(1, sizeof(*o));
     for (int i = 0; o && i < a->n + w->n; i++) {
         if ((o->v[o->n] = strdup(i < a->n ? a->v[i] : w->v[i - a->n])) == NULL) {
-            tern__serve_origins_free(o);
+            app_serve_origins_free(o);
             return NULL;
         }
         o->n++;

@@ -85,7 +85,7 @@
  *     ("forbidden" otherwise); at its exp the connection closes with 4001
  *     "token expired" unless {"op":"refresh","token":"..."} replaced it
  *     first: {"ok":"refresh","exp":N}, or "bad token" / "missing token".
- *   POST /publish/:topic  (the admin listener's: tern__serve_publish)
+ *   POST /publish/:topic  (the admin listener's: app_serve_publish)
  *                         the body (UTF-8) published as data to topic;
  *                         200 {"seq":N,"subscribers":M} (M: over all threads)
  *   (the /fanout routes only with --bench-routes)
@@ -319,7 +319,7 @@ static long decode(tok t, char *out, size_t cap) {
  * new length. out has room for 6n + 2 more bytes. */
 static size_t put_json_string(char *out, size_t o, const char *s, size_t n) {
     out[o++] = '"';
-    o += tern__json_escape(out + o, TERN__JSON_ESCAPE_MAX * n + 1, s, n);
+    o += app_json_escape(out + o, APP_JSON_ESCAPE_MAX * n + 1, s, n);
     out[o++] = '"';
     return o;
 }
@@ -440,14 +440,14 @@ static void reply_subscribed(tern_ws *ws, const char *topic, size_t tlen, const 
 
 /* ---- limits: message size and operation rate ---------------------------- */
 
-static tern__serve_pubsub_limits limits;   /* set once, in setup, before any loop runs */
+static app_serve_pubsub_limits limits;   /* set once, in setup, before any loop runs */
 /* limits.rate, which SIGHUP may change while the loops run: read once per
  * use. Every /pubsub connection has a bucket, even one opened while the
  * rate was 0 (unlimited), so that all follow a new rate from their next
  * message. */
 static _Atomic uint32_t live_rate;
 
-void tern__serve_pubsub_set_rate(uint32_t rate) {
+void app_serve_pubsub_set_rate(uint32_t rate) {
     atomic_store_explicit(&live_rate, rate, memory_order_relaxed);
 }
 
@@ -456,11 +456,11 @@ static uint32_t rate_now(void) {
 }
 static _Atomic uint64_t n_rate_refused, n_rate_closed, n_too_big, n_forbid_sub, n_forbid_pub;
 /* tern serve's topic rules: never changed once published here; a SIGHUP
- * may publish others (tern__serve_pubsub_swap_rules). Read once per
+ * may publish others (app_serve_pubsub_swap_rules). Read once per
  * subscribe or publish, within one callback. */
-static _Atomic(const tern__topic_rules *) rules;
+static _Atomic(const app_topic_rules *) rules;
 
-const tern__topic_rules *tern__serve_pubsub_swap_rules(const tern__topic_rules *r) {
+const app_topic_rules *app_serve_pubsub_swap_rules(const app_topic_rules *r) {
     return atomic_exchange_explicit(&rules, r, memory_order_acq_rel);
 }
 
@@ -476,7 +476,7 @@ typedef struct ps_bucket {
     uint32_t strikes;
     uint32_t rate;         /* the rate tokens count at; another one refills it */
     bool closing;          /* closed with 1008 for its rate */
-    tern__token_conn *auth;   /* with tokens on (serve_tokens.h) */
+    app_token_conn *auth;   /* with tokens on (serve_tokens.h) */
 } ps_bucket;
 
 static int (*pubsub_upgrade_next)(tern_http_req *, void **, void *);
@@ -485,12 +485,12 @@ static int pubsub_upgrade(tern_http_req *req, void **conn_user, void *user) {
     int r = pubsub_upgrade_next(req, conn_user, user);
     if (r != 0)
         return r;
-    tern__token_conn *auth = NULL;
-    if (tern__serve_tokens_on() && (r = tern__token_conn_upgrade(req, &auth)) != 0)
+    app_token_conn *auth = NULL;
+    if (app_serve_tokens_on() && (r = app_token_conn_upgrade(req, &auth)) != 0)
         return r;
     ps_bucket *b = malloc(sizeof(*b));
     if (b == NULL) {
-        tern__token_conn_free(auth);
+        app_token_conn_free(auth);
         return 503;
     }
     /* Full: a connection starts with its burst. */
@@ -504,7 +504,7 @@ static int pubsub_upgrade(tern_http_req *req, void **conn_user, void *user) {
 static void pubsub_upgrade_failed(void *conn_user, int status, void *user) {
     (void)status, (void)user;
     if (conn_user)
-        tern__token_conn_free(((ps_bucket *)conn_user)->auth);
+        app_token_conn_free(((ps_bucket *)conn_user)->auth);
     free(conn_user);
 }
 
@@ -512,7 +512,7 @@ static void pubsub_upgrade_failed(void *conn_user, int status, void *user) {
 static void pubsub_open(tern_ws *ws, void *user) {
     (void)user;
     ps_bucket *b = tern_ws_user(ws);
-    tern__token_conn_open(b ? b->auth : NULL, ws);
+    app_token_conn_open(b ? b->auth : NULL, ws);
 }
 
 /* The topic's rule decides (topic_rules.h); "token" asks the
@@ -520,13 +520,13 @@ static void pubsub_open(tern_ws *ws, void *user) {
  * once per subscribe or publish, never per delivered message. */
 static int may(tern_ws *ws, const char *topic, size_t len, bool publish) {
     ps_bucket *b = tern_ws_user(ws);
-    const tern__token_conn *auth = b ? b->auth : NULL;
-    const tern__topic_rule *r =
-        tern__rules_match(atomic_load_explicit(&rules, memory_order_acquire), topic, len);
-    tern__access a = !r ? TERN__ACCESS_TOKEN : publish ? r->publish : r->subscribe;
-    if (a == TERN__ACCESS_ANYONE ||
-        (a == TERN__ACCESS_TOKEN && (publish ? tern__token_conn_may_publish(auth, topic, len)
-                                             : tern__token_conn_may_subscribe(auth, topic, len)) == 0))
+    const app_token_conn *auth = b ? b->auth : NULL;
+    const app_topic_rule *r =
+        app_rules_match(atomic_load_explicit(&rules, memory_order_acquire), topic, len);
+    app_access a = !r ? APP_ACCESS_TOKEN : publish ? r->publish : r->subscribe;
+    if (a == APP_ACCESS_ANYONE ||
+        (a == APP_ACCESS_TOKEN && (publish ? app_token_conn_may_publish(auth, topic, len)
+                                             : app_token_conn_may_subscribe(auth, topic, len)) == 0))
         return 0;
     atomic_fetch_add_explicit(publish ? &n_forbid_pub : &n_forbid_sub, 1, memory_order_relaxed);
     return -EACCES;
@@ -549,7 +549,7 @@ static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, 
         atomic_fetch_add_explicit(&n_too_big, 1, memory_order_relaxed);
     ps_bucket *b = tern_ws_user(ws);
     if (b)
-        tern__token_conn_free(b->auth);
+        app_token_conn_free(b->auth);
     free(b);
 }
 
@@ -574,7 +574,7 @@ static bool bucket_take(tern_ws *ws, ps_bucket *b, uint32_t rate) {
     return false;
 }
 
-void tern__serve_pubsub_refusals_get(tern__serve_pubsub_refusals *out) {
+void app_serve_pubsub_refusals_get(app_serve_pubsub_refusals *out) {
     out->rate_refused = atomic_load_explicit(&n_rate_refused, memory_order_relaxed);
     out->rate_closed = atomic_load_explicit(&n_rate_closed, memory_order_relaxed);
     out->too_big = atomic_load_explicit(&n_too_big, memory_order_relaxed);
@@ -594,11 +594,11 @@ static void reply_limits(tern_ws *ws, uint32_t rate) {
 
 /* {"op":"refresh","token":"..."} -> {"ok":"refresh","exp":N}, or
  * {"error":"bad token",...} and the connection keeps its rights. */
-static void pubsub_refresh(tern_ws *ws, tern__token_conn *auth, tok t, tok op) {
+static void pubsub_refresh(tern_ws *ws, app_token_conn *auth, tok t, tok op) {
     static _Thread_local char token[TERN_TOKEN_MAX + 1];
     long n = t.p ? decode(t, token, TERN_TOKEN_MAX) : -1;
     int64_t exp = 0;
-    if (n <= 0 || tern__token_conn_refresh(auth, ws, token, (size_t)n, &exp) != NULL) {
+    if (n <= 0 || app_token_conn_refresh(auth, ws, token, (size_t)n, &exp) != NULL) {
         reply_error(ws, t.p ? "bad token" : "missing token", op);
         return;
     }
@@ -645,7 +645,7 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
     else if (op.p && op.n == 8 && !memcmp(op.p, "\"limits\"", 8)) {
         reply_limits(ws, rate);
         return;
-    } else if (tern__serve_tokens_on() && op.p && op.n == 9 && !memcmp(op.p, "\"refresh\"", 9)) {
+    } else if (app_serve_tokens_on() && op.p && op.n == 9 && !memcmp(op.p, "\"refresh\"", 9)) {
         pubsub_refresh(ws, b ? b->auth : NULL, f.token, op);
         return;
     } else {
@@ -724,7 +724,7 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
 
 /* POST /publish/:topic (the admin listener's, once it has checked the key):
  * published on srv, a public server of loop req's. */
-void tern__serve_publish(tern_http_req *req, tern_server *srv) {
+void app_serve_publish(tern_http_req *req, tern_server *srv) {
     size_t tl, len;
     const char *t = tern_http_param(req, "topic", &tl);
     const char *body = tern_http_body(req, &len);
@@ -866,15 +866,15 @@ static void fanout_pub_keyed(tern_ws *ws, const char *data, size_t len, int opco
     tern_ws_publish(ws, "fanout", key, data, len, opcode, SIZE_MAX);
 }
 
-int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
-                              const tern_pubsub_options *po, const tern__serve_pubsub_limits *lim,
-                              const tern__topic_rules *topic_rules, bool bench,
+int app_serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
+                              const tern_pubsub_options *po, const app_serve_pubsub_limits *lim,
+                              const app_topic_rules *topic_rules, bool bench,
                               int (*on_upgrade)(tern_http_req *, void **, void *), void *user) {
     int err;
     if ((err = tern_pubsub_configure(srv, po)) < 0)
         return err;
     limits = *lim;
-    tern__serve_pubsub_set_rate(lim->rate);
+    app_serve_pubsub_set_rate(lim->rate);
     atomic_store(&rules, topic_rules);
     pubsub_upgrade_next = on_upgrade;
     static tern_ws_handlers ps;
@@ -882,7 +882,7 @@ int tern__serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                             .on_close = pubsub_close, .on_upgrade_failed = pubsub_upgrade_failed,
                             .on_subscribe = pubsub_may_subscribe,
                             .on_publish = pubsub_may_publish};
-    if (tern__serve_tokens_on())
+    if (app_serve_tokens_on())
         ps.on_open = pubsub_open;
     tern_ws_options o = *wo;
     o.subprotocols = NULL;

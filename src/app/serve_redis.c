@@ -24,7 +24,7 @@ static const char *userinfo_end(const char *url) {
     return at;
 }
 
-void tern__serve_redis_redact(const char *url, char *out, size_t cap) {
+void app_serve_redis_redact(const char *url, char *out, size_t cap) {
     const char *at = userinfo_end(url);
     const char *colon = at ? memchr(url + 8, ':', (size_t)(at - url - 8)) : NULL;
     if (colon == NULL) {
@@ -56,11 +56,11 @@ static bool encode(const char *s, size_t len, char *out, size_t cap) {
     return true;
 }
 
-char *tern__serve_redis_url(const char *url, const char *password_file) {
+char *app_serve_redis_url(const char *url, const char *password_file) {
     if (password_file == NULL)
         return strdup(url);
     char shown[512];
-    tern__serve_redis_redact(url, shown, sizeof(shown));
+    app_serve_redis_redact(url, shown, sizeof(shown));
     const char *at = userinfo_end(url);
     if (strncmp(url, "redis://", 8) != 0 || (at && memchr(url + 8, ':', (size_t)(at - url - 8)))) {
         fprintf(stderr, "tern serve: --redis-password-file needs a --redis URL without a "

@@ -45,8 +45,8 @@ static void retire_after_loops(serve_ctx *ctx, void *old, void (*free_fn)(void *
     retire_one(NULL, r);   /* a loop that was not told never counts down: r is kept */
 }
 
-static void origins_free_any(void *o) { tern__serve_origins_free(o); }
-static void token_config_free_any(void *c) { tern__token_config_free(c); }
+static void origins_free_any(void *o) { app_serve_origins_free(o); }
+static void token_config_free_any(void *c) { app_token_config_free(c); }
 
 /* Publishes o to every loop's upgrade hook (on loop 0, from SIGHUP). */
 static void origins_swap(serve_ctx *ctx, serve_origins *o) {
@@ -58,14 +58,14 @@ static void origins_swap(serve_ctx *ctx, serve_origins *o) {
  * read), in *out; NULL when tokens are off, or when tf would turn them on
  * or off (*toggle: that needs a restart, the hooks of /pubsub depend on
  * it). false once said why when the files do not load. */
-static bool tokens_rebuild(const tern__serve_token_flags *tf, tern__token_config **out,
+static bool tokens_rebuild(const app_serve_token_flags *tf, app_token_config **out,
                            bool *toggle) {
     bool want = tf->hmac_secret_file || tf->public_key_file;
-    *toggle = want != tern__serve_tokens_on();
+    *toggle = want != app_serve_tokens_on();
     *out = NULL;
     if (!want || *toggle)
         return true;
-    *out = tern__serve_tokens_build(tf, "tern: SIGHUP");
+    *out = app_serve_tokens_build(tf, "tern: SIGHUP");
     return *out != NULL;
 }
 
@@ -77,11 +77,11 @@ static bool is_token_option(int i) {
 /* Whether a and b give every topic the same pub/sub settings (policy,
  * history, backlog: the library's, fixed once pub/sub runs), whatever
  * they say of who may subscribe and publish. */
-static bool rules_same_settings(const tern__topic_rules *a, const tern__topic_rules *b) {
+static bool rules_same_settings(const app_topic_rules *a, const app_topic_rules *b) {
     if (a->n != b->n)
         return false;
     for (int i = 0; i < a->n; i++) {
-        const tern__topic_rule *x = &a->r[i], *y = NULL;
+        const app_topic_rule *x = &a->r[i], *y = NULL;
         for (int k = 0; k < b->n && !y; k++)
             if (b->r[k].prefix == x->prefix && b->r[k].len == x->len &&
                 memcmp(b->r[k].pattern, x->pattern, x->len) == 0)
@@ -99,11 +99,11 @@ static bool rules_same_settings(const tern__topic_rules *a, const tern__topic_ru
 static void rules_free_any(void *t) { free(t); }
 
 /* Whether option i has the same values in a and b. */
-static bool same_values(const tern__opt_set *a, const tern__opt_set *b, int i) {
-    const tern__opt_val *va = &a->vals[i], *vb = &b->vals[i];
+static bool same_values(const app_opt_set *a, const app_opt_set *b, int i) {
+    const app_opt_val *va = &a->vals[i], *vb = &b->vals[i];
     if (va->n != vb->n)
-        return va->n + vb->n == 1 && strcmp(tern__opt_str(a, i) ? tern__opt_str(a, i) : "",
-                                            tern__opt_str(b, i) ? tern__opt_str(b, i) : "") == 0;
+        return va->n + vb->n == 1 && strcmp(app_opt_str(a, i) ? app_opt_str(a, i) : "",
+                                            app_opt_str(b, i) ? app_opt_str(b, i) : "") == 0;
     for (int k = 0; k < va->n; k++)
         if (strcmp(va->v[k], vb->v[k]) != 0)
             return false;
@@ -116,23 +116,23 @@ static bool same_values(const tern__opt_set *a, const tern__opt_set *b, int i) {
  * NULL when tokens are off or turned on or off (tokens_toggled); what is
  * not NULL is owned here until swapped in. */
 typedef struct reload_plan {
-    tern__token_config *tokens;   /* a verifier made again: its key files read */
+    app_token_config *tokens;   /* a verifier made again: its key files read */
     bool tokens_toggled;          /* tokens turned on or off */
-    tern__topic_rules *rules;     /* other rights, the same pub/sub settings */
+    app_topic_rules *rules;     /* other rights, the same pub/sub settings */
     bool rules_fixed;             /* other pub/sub settings */
     serve_origins *origins;
 } reload_plan;
 
 static void plan_free(reload_plan *p) {
-    tern__token_config_free(p->tokens);
+    app_token_config_free(p->tokens);
     free(p->rules);
-    tern__serve_origins_free(p->origins);
+    app_serve_origins_free(p->origins);
 }
 
 /* Makes p from the new options n (next: their settings). NULL, or why the
  * configuration is kept ("": said already). */
-static const char *plan_make(serve_ctx *ctx, const tern__opt_set *n,
-                             const tern__serve_settings *next, reload_plan *p) {
+static const char *plan_make(serve_ctx *ctx, const app_opt_set *n,
+                             const app_serve_settings *next, reload_plan *p) {
     if (!tokens_rebuild(&next->tokens, &p->tokens, &p->tokens_toggled))
         return "";
     /* Topic rules: who may subscribe and publish changes live; the
@@ -141,7 +141,7 @@ static const char *plan_make(serve_ctx *ctx, const tern__opt_set *n,
     if (!same_values(ctx->opts, n, SV_TOPIC) || !same_values(ctx->opts, n, SV_PS_TOPIC)) {
         if ((p->rules = malloc(sizeof(*p->rules))) == NULL)
             return "out of memory";
-        if (tern__serve_rules_build(next, p->rules) < 0)
+        if (app_serve_rules_build(next, p->rules) < 0)
             return "the topic rules";
         if (!rules_same_settings(p->rules, &ctx->rules)) {
             p->rules_fixed = true;
@@ -151,7 +151,7 @@ static const char *plan_make(serve_ctx *ctx, const tern__opt_set *n,
     }
     if (!same_values(ctx->opts, n, SV_ALLOWED_ORIGIN) || !same_values(ctx->opts, n, SV_WS_ORIGIN)) {
         bool too_many = false;
-        if ((p->origins = tern__serve_origins_new(next, &too_many)) == NULL)
+        if ((p->origins = app_serve_origins_new(next, &too_many)) == NULL)
             return too_many ? "more than " ORIGINS_MAX_TEXT " origins" : "out of memory";
     }
     return NULL;
@@ -169,43 +169,43 @@ static void name_add(char *list, size_t cap, size_t *len, const char *name) {
  * file that does not parse changes nothing. One line says which. false
  * when the configuration was kept. */
 static bool reload_config(serve_ctx *ctx) {
-    tern__opt_set n;
+    app_opt_set n;
     reload_plan plan = {0};
     const char *kept_why = NULL;
-    if (tern__opt_init(&n, "tern serve", tern__serve_opts, SV_COUNT) < 0) {
+    if (app_opt_init(&n, "tern serve", app_serve_opts, SV_COUNT) < 0) {
         kept_why = "out of memory";
         goto out;
     }
     n.env_prefix = "TERN_";
-    if (tern__opt_parse_argv(&n, ctx->argc, ctx->argv) < 0 ||
-        tern__opt_parse_file(&n, ctx->config_path) < 0 || tern__opt_parse_env(&n) < 0) {
+    if (app_opt_parse_argv(&n, ctx->argc, ctx->argv) < 0 ||
+        app_opt_parse_file(&n, ctx->config_path) < 0 || app_opt_parse_env(&n) < 0) {
         kept_why = n.err;
         goto out;
     }
     /* The new values where they go, as at start: the same table. */
-    tern__serve_settings next = {0};
-    tern__opt_apply(&n, &next);
+    app_serve_settings next = {0};
+    app_opt_apply(&n, &next);
     if ((kept_why = plan_make(ctx, &n, &next, &plan)) != NULL)
         goto out;
     char applied[1024] = "", kept[1024] = "";
     size_t alen = 0, klen = 0;
     for (int i = 0; i < SV_COUNT; i++) {
-        const tern__opt *o = &tern__serve_opts[i];
-        tern__opt_when when = tern__opt_applies(o);
-        if (when == TERN__OPT_AT_START || same_values(ctx->opts, &n, i))
+        const app_opt *o = &app_serve_opts[i];
+        app_opt_when when = app_opt_applies(o);
+        if (when == APP_OPT_AT_START || same_values(ctx->opts, &n, i))
             continue;
         bool fixed = (plan.tokens_toggled && is_token_option(i)) ||
                      (plan.rules_fixed && (i == SV_TOPIC || i == SV_PS_TOPIC));
-        if (when == TERN__OPT_ON_SIGHUP && !fixed) {
+        if (when == APP_OPT_ON_SIGHUP && !fixed) {
             name_add(applied, sizeof(applied), &alen, o->name);
             /* The running set takes the new values, and its settings
              * with them: the next SIGHUP compares with what is live. The
              * others keep the values the server started with (and points
              * into). */
-            tern__opt_val t = ctx->opts->vals[i];
+            app_opt_val t = ctx->opts->vals[i];
             ctx->opts->vals[i] = n.vals[i];
             n.vals[i] = t;
-            tern__opt_apply_one(ctx->opts, i, &ctx->set);
+            app_opt_apply_one(ctx->opts, i, &ctx->set);
         } else {
             name_add(kept, sizeof(kept), &klen, o->name);
         }
@@ -213,29 +213,29 @@ static bool reload_config(serve_ctx *ctx) {
     if (plan.origins)
         origins_swap(ctx, plan.origins);
     if (plan.rules) {
-        const tern__topic_rules *old = tern__serve_pubsub_swap_rules(plan.rules);
+        const app_topic_rules *old = app_serve_pubsub_swap_rules(plan.rules);
         if (old != &ctx->rules)   /* the first ones live in ctx */
             retire_after_loops(ctx, (void *)old, rules_free_any);
     }
     if (plan.tokens) {
-        retire_after_loops(ctx, tern__serve_tokens_swap(plan.tokens), token_config_free_any);
+        retire_after_loops(ctx, app_serve_tokens_swap(plan.tokens), token_config_free_any);
         if (!ctx->set.quiet)
-            tern__serve_log(stderr, TERN_LOG_INFO, "SIGHUP, token keys read again");
+            app_serve_log(stderr, TERN_LOG_INFO, "SIGHUP, token keys read again");
     }
     plan = (reload_plan){0};   /* all of it in use now */
     if (!ctx->set.quiet)
-        tern__serve_log_library(ctx->set.log_level);
-    tern__serve_pubsub_set_rate(ctx->set.ps_limits.rate);
-    tern__serve_log(stderr, TERN_LOG_INFO, "SIGHUP: %s read: %s%s%s%s%s%s", ctx->config_path,
+        app_serve_log_library(ctx->set.log_level);
+    app_serve_pubsub_set_rate(ctx->set.ps_limits.rate);
+    app_serve_log(stderr, TERN_LOG_INFO, "SIGHUP: %s read: %s%s%s%s%s%s", ctx->config_path,
             alen ? "applied " : "", applied, alen && klen ? "; " : "",
             klen ? "not applied (they need a restart): " : "", kept,
             alen || klen ? "" : "no option changed");
 out:
     if (kept_why)
-        tern__serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: %s%sthe configuration is kept as it was",
+        app_serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: %s%sthe configuration is kept as it was",
                         kept_why, kept_why[0] ? ": " : "");
     plan_free(&plan);
-    tern__opt_free(&n);
+    app_opt_free(&n);
     return kept_why == NULL;
 }
 
@@ -246,29 +246,29 @@ static void reload(serve_ctx *ctx) {
         return;   /* a file that does not parse changes nothing, certificates included */
     if (!ctx->config_path) {
         /* The token files read again (a rotated key), as the certificates. */
-        tern__token_config *tok;
+        app_token_config *tok;
         bool toggle;
         if (!tokens_rebuild(&ctx->set.tokens, &tok, &toggle))
-            tern__serve_log(stderr, TERN_LOG_ERROR,
+            app_serve_log(stderr, TERN_LOG_ERROR,
                             "SIGHUP: the token keys are kept as they were");
         else if (tok)
-            retire_after_loops(ctx, tern__serve_tokens_swap(tok), token_config_free_any);
+            retire_after_loops(ctx, app_serve_tokens_swap(tok), token_config_free_any);
     }
     if (ctx->tls == NULL)
         return;   /* no certificates: none to speak of */
     /* Renewed certificates: new handshakes use them. */
     int err = tern_tls_reload(ctx->tls);
     if (!ctx->set.quiet || err < 0)
-        tern__serve_log(stderr, err < 0 ? TERN_LOG_ERROR : TERN_LOG_INFO,
+        app_serve_log(stderr, err < 0 ? TERN_LOG_ERROR : TERN_LOG_INFO,
                         "SIGHUP, certificates %s%s", err < 0 ? "kept: " : "reloaded",
                 err < 0 ? tern_strerror(err) : "");
 }
 
 /* SIGHUP: systemd (Type=notify-reload) is told a reload runs, and when it
  * is over, whether it applied or kept the old configuration. */
-void tern__serve_on_sighup(tern_loop *loop, int signo, void *user) {
+void app_serve_on_sighup(tern_loop *loop, int signo, void *user) {
     serve_ctx *ctx = user;
-    tern__serve_sd_reloading();
+    app_serve_sd_reloading();
     reload(ctx);
-    tern__serve_sd_reloaded();
+    app_serve_sd_reloaded();
 }

@@ -17,14 +17,14 @@
 /* The status READY=1 gave, said again once a reload is done (loop 0 only). */
 static char ready_status[480];
 
-void tern__serve_sd_ready(const char *status) {
+void app_serve_sd_ready(const char *status) {
     char msg[512];
     snprintf(ready_status, sizeof(ready_status), "%s", status);
     snprintf(msg, sizeof(msg), "READY=1\nSTATUS=%s", status);
     sd_notify(0, msg);
 }
 
-void tern__serve_sd_reloading(void) {
+void app_serve_sd_reloading(void) {
     /* systemd takes a RELOADING=1 only with the time it was sent (the
      * monotonic clock, in microseconds), to tell it from a stale one. */
     struct timespec ts;
@@ -35,14 +35,14 @@ void tern__serve_sd_reloading(void) {
     sd_notify(0, msg);
 }
 
-void tern__serve_sd_reloaded(void) {
+void app_serve_sd_reloaded(void) {
     char msg[512];
     snprintf(msg, sizeof(msg), "READY=1\nSTATUS=%s", ready_status);
     sd_notify(0, msg);
 }
 
-int tern__serve_sd_sockets(tern__sd_sockets *out) {
-    *out = (tern__sd_sockets){-1, -1, -1};
+int app_serve_sd_sockets(app_sd_sockets *out) {
+    *out = (app_sd_sockets){-1, -1, -1};
     char **names = NULL;
     int n = sd_listen_fds_with_names(1, &names);
     if (n < 0) {
@@ -74,11 +74,11 @@ int tern__serve_sd_sockets(tern__sd_sockets *out) {
     return ok;
 }
 
-void tern__serve_sd_stopping(void) { sd_notify(0, "STOPPING=1\nSTATUS=draining"); }
+void app_serve_sd_stopping(void) { sd_notify(0, "STOPPING=1\nSTATUS=draining"); }
 
 static void watchdog_tick(tern_timer *t, void *user) { sd_notify(0, "WATCHDOG=1"); }
 
-int tern__serve_sd_watchdog(tern_loop *loop, tern_timer **out) {
+int app_serve_sd_watchdog(tern_loop *loop, tern_timer **out) {
     uint64_t usec = 0;
     *out = NULL;
     /* > 0: WATCHDOG_USEC is set (and WATCHDOG_PID, when set, is ours) */

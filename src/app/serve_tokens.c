@@ -12,50 +12,50 @@
 #include "app/token.h"
 
 /* The verifier: set in setup; a SIGHUP may swap it for one made from the
- * files read again (tern__serve_tokens_swap). Read once per verify, within
+ * files read again (app_serve_tokens_swap). Read once per verify, within
  * one callback, so an old one can be freed once every loop has run a
  * callback after the swap. */
-static _Atomic(tern__token_config *) config;
+static _Atomic(app_token_config *) config;
 
-static tern__token_config *config_now(void) {
+static app_token_config *config_now(void) {
     return atomic_load_explicit(&config, memory_order_acquire);
 }
 
-struct tern__token_conn {
-    tern__token_rights rights;   /* empty for an anonymous connection */
+struct app_token_conn {
+    app_token_rights rights;   /* empty for an anonymous connection */
     bool has_token;
     tern_ws *ws;                 /* from on_open */
     tern_timer *timer;           /* the expiry, while the connection is open */
 };
 
-tern__token_config *tern__serve_tokens_build(const tern__serve_token_flags *f,
+app_token_config *app_serve_tokens_build(const app_serve_token_flags *f,
                                              const char *who) {
-    tern__token_config *c = tern__token_config_new();
+    app_token_config *c = app_token_config_new();
     const char *why = "out of memory";
     if (c == NULL)
         goto fail;
-    if (f->hmac_secret_file && tern__token_config_hmac_file(c, f->hmac_secret_file, &why) < 0) {
+    if (f->hmac_secret_file && app_token_config_hmac_file(c, f->hmac_secret_file, &why) < 0) {
         fprintf(stderr, "%s: --token-hmac-secret-file %s: %s\n", who, f->hmac_secret_file, why);
         goto fail_quiet;
     }
     if (f->public_key_file &&
-        tern__token_config_public_key_file(c, f->public_key_file, &why) < 0) {
+        app_token_config_public_key_file(c, f->public_key_file, &why) < 0) {
         fprintf(stderr, "%s: --token-public-key-file %s: %s\n", who, f->public_key_file, why);
         goto fail_quiet;
     }
-    if (tern__token_config_audience(c, f->audience) < 0 ||
-        tern__token_config_issuer(c, f->issuer) < 0)
+    if (app_token_config_audience(c, f->audience) < 0 ||
+        app_token_config_issuer(c, f->issuer) < 0)
         goto fail;
-    tern__token_config_leeway(c, f->leeway);
+    app_token_config_leeway(c, f->leeway);
     return c;
 fail:
     fprintf(stderr, "%s: tokens: %s\n", who, why);
 fail_quiet:
-    tern__token_config_free(c);
+    app_token_config_free(c);
     return NULL;
 }
 
-int tern__serve_tokens_setup(const tern__serve_token_flags *f) {
+int app_serve_tokens_setup(const app_serve_token_flags *f) {
     if (f->hmac_secret_file == NULL && f->public_key_file == NULL) {
         if (f->audience || f->issuer) {
             fprintf(stderr, "tern serve: --token-audience and --token-issuer need "
@@ -64,23 +64,23 @@ int tern__serve_tokens_setup(const tern__serve_token_flags *f) {
         }
         return 0;
     }
-    tern__token_config *c = tern__serve_tokens_build(f, "tern serve");
+    app_token_config *c = app_serve_tokens_build(f, "tern serve");
     if (c == NULL)
         return -1;
     atomic_store(&config, c);
     return 0;
 }
 
-tern__token_config *tern__serve_tokens_swap(tern__token_config *c) {
+app_token_config *app_serve_tokens_swap(app_token_config *c) {
     return atomic_exchange_explicit(&config, c, memory_order_acq_rel);
 }
 
-bool tern__serve_tokens_on(void) {
+bool app_serve_tokens_on(void) {
     return config_now() != NULL;
 }
 
-void tern__serve_tokens_cleanup(void) {
-    tern__token_config_free(tern__serve_tokens_swap(NULL));
+void app_serve_tokens_cleanup(void) {
+    app_token_config_free(app_serve_tokens_swap(NULL));
 }
 
 static int64_t wall_now(void) {
@@ -89,7 +89,7 @@ static int64_t wall_now(void) {
     return (int64_t)ts.tv_sec;
 }
 
-int tern__token_conn_upgrade(tern_http_req *req, tern__token_conn **out) {
+int app_token_conn_upgrade(tern_http_req *req, app_token_conn **out) {
     static _Thread_local char tok[TERN_TOKEN_MAX + 2];
     size_t len = 0;
     bool given = false;
@@ -117,12 +117,12 @@ int tern__token_conn_upgrade(tern_http_req *req, tern__token_conn **out) {
             given = true;
         }
     }
-    tern__token_conn *c = calloc(1, sizeof(*c));
+    app_token_conn *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return 503;
     if (given) {
         const char *why;
-        int err = tern__token_verify(config_now(), tok, len, wall_now(), &c->rights, &why);
+        int err = app_token_verify(config_now(), tok, len, wall_now(), &c->rights, &why);
         if (err < 0) {
             free(c);
             return err == -ENOMEM ? 503 : 401;
@@ -135,7 +135,7 @@ int tern__token_conn_upgrade(tern_http_req *req, tern__token_conn **out) {
 
 static void expired(tern_timer *t, void *user) {
     (void)t;
-    tern__token_conn *c = user;
+    app_token_conn *c = user;
     int64_t left = c->rights.until - wall_now();
     /* The wall clock went back: wait the rest (out of memory for the
      * timer: the token ends now). */
@@ -146,7 +146,7 @@ static void expired(tern_timer *t, void *user) {
 
 /* (Re)arms the expiry timer for the token's end: its exp plus the leeway,
  * the moment verify would refuse it. */
-static void arm(tern__token_conn *c) {
+static void arm(app_token_conn *c) {
     int64_t left = c->rights.until - wall_now();
     uint64_t ms = left > 0 ? (uint64_t)left * 1000 : 0;
     int err = c->timer ? tern_timer_again(c->timer, ms)
@@ -158,7 +158,7 @@ static void arm(tern__token_conn *c) {
     }
 }
 
-void tern__token_conn_open(tern__token_conn *c, tern_ws *ws) {
+void app_token_conn_open(app_token_conn *c, tern_ws *ws) {
     if (c == NULL)
         return;
     c->ws = ws;
@@ -166,36 +166,36 @@ void tern__token_conn_open(tern__token_conn *c, tern_ws *ws) {
         arm(c);
 }
 
-void tern__token_conn_free(tern__token_conn *c) {
+void app_token_conn_free(app_token_conn *c) {
     if (c == NULL)
         return;
     if (c->timer)
         tern_timer_stop(c->timer);
-    tern__token_rights_free(&c->rights);
+    app_token_rights_free(&c->rights);
     free(c);
 }
 
-int tern__token_conn_may_subscribe(const tern__token_conn *c, const char *topic, size_t len) {
-    if (c && tern__token_allows(c->rights.subscribe, c->rights.nsubscribe, topic, len))
+int app_token_conn_may_subscribe(const app_token_conn *c, const char *topic, size_t len) {
+    if (c && app_token_allows(c->rights.subscribe, c->rights.nsubscribe, topic, len))
         return 0;
     return -EACCES;
 }
 
-int tern__token_conn_may_publish(const tern__token_conn *c, const char *topic, size_t len) {
-    if (c && tern__token_allows(c->rights.publish, c->rights.npublish, topic, len))
+int app_token_conn_may_publish(const app_token_conn *c, const char *topic, size_t len) {
+    if (c && app_token_allows(c->rights.publish, c->rights.npublish, topic, len))
         return 0;
     return -EACCES;
 }
 
-const char *tern__token_conn_refresh(tern__token_conn *c, tern_ws *ws, const char *tok,
+const char *app_token_conn_refresh(app_token_conn *c, tern_ws *ws, const char *tok,
                                      size_t len, int64_t *exp) {
     if (c == NULL)
         return "no token";
-    tern__token_rights r;
+    app_token_rights r;
     const char *why;
-    if (tern__token_verify(config_now(), tok, len, wall_now(), &r, &why) < 0)
+    if (app_token_verify(config_now(), tok, len, wall_now(), &r, &why) < 0)
         return why;
-    tern__token_rights_free(&c->rights);
+    app_token_rights_free(&c->rights);
     c->rights = r;
     c->has_token = true;
     c->ws = ws;

@@ -16,46 +16,46 @@
 #define TERN_WS_TOKEN_EXPIRED 4001
 
 /* The command line's token flags; NULL when not given. */
-typedef struct tern__serve_token_flags {
+typedef struct app_serve_token_flags {
     const char *hmac_secret_file, *public_key_file, *audience, *issuer;
     uint32_t leeway;   /* --token-leeway, seconds */
-} tern__serve_token_flags;
+} app_serve_token_flags;
 
 /* Once, before the server runs. 0 (tokens on when a secret or key file
  * was given) or -1 after a message on stderr. */
 TERN_MUST_CHECK
-int tern__serve_tokens_setup(const tern__serve_token_flags *f);
-bool tern__serve_tokens_on(void);
+int app_serve_tokens_setup(const app_serve_token_flags *f);
+bool app_serve_tokens_on(void);
 /* A verifier made from f's files (read now: SIGHUP's rotated keys), or
  * NULL once said why (who: the messages' prefix). */
-tern__token_config *tern__serve_tokens_build(const tern__serve_token_flags *f, const char *who);
+app_token_config *app_serve_tokens_build(const app_serve_token_flags *f, const char *who);
 /* Puts c in use for the verifies that follow (from any loop) and returns
  * the one it replaces, which a loop may still be using in the callback it
  * runs: freed by the caller once every loop has run another. Only while
  * tokens are on (they turn on or off only at start: the routes' hooks
  * depend on it). */
-tern__token_config *tern__serve_tokens_swap(tern__token_config *c);
-void tern__serve_tokens_cleanup(void);
+app_token_config *app_serve_tokens_swap(app_token_config *c);
+void app_serve_tokens_cleanup(void);
 
-typedef struct tern__token_conn tern__token_conn;
+typedef struct app_token_conn app_token_conn;
 
 /* In on_upgrade: 0 and *out set (anonymous without a token), 401 for a
  * bad token, 503 out of memory. */
 TERN_MUST_CHECK
-int tern__token_conn_upgrade(tern_http_req *req, tern__token_conn **out);
+int app_token_conn_upgrade(tern_http_req *req, app_token_conn **out);
 /* In on_open: starts the expiry timer of a token's connection. */
-void tern__token_conn_open(tern__token_conn *c, tern_ws *ws);
+void app_token_conn_open(app_token_conn *c, tern_ws *ws);
 /* In on_close or on_upgrade_failed (NULL: nothing). */
-void tern__token_conn_free(tern__token_conn *c);
+void app_token_conn_free(app_token_conn *c);
 /* Whether the token's rights cover the topic: 0 or -EACCES. c NULL:
  * anonymous, never. (The topic rules decide first: topic_rules.h.) */
 TERN_MUST_CHECK
-int tern__token_conn_may_subscribe(const tern__token_conn *c, const char *topic, size_t len);
+int app_token_conn_may_subscribe(const app_token_conn *c, const char *topic, size_t len);
 TERN_MUST_CHECK
-int tern__token_conn_may_publish(const tern__token_conn *c, const char *topic, size_t len);
+int app_token_conn_may_publish(const app_token_conn *c, const char *topic, size_t len);
 /* {"op":"refresh"}: NULL and the rights and expiry replaced, or why not
  * (the connection keeps what it had). *exp: the new expiry. */
-const char *tern__token_conn_refresh(tern__token_conn *c, tern_ws *ws, const char *tok,
+const char *app_token_conn_refresh(app_token_conn *c, tern_ws *ws, const char *tok,
                                      size_t len, int64_t *exp);
 
 #endif

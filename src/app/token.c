@@ -17,7 +17,7 @@
 
 enum alg { ALG_HS256, ALG_RS256, ALG_ES256 };
 
-struct tern__token_config {
+struct app_token_config {
     uint64_t id;             /* never 0, never reused: the signature cache's key */
     unsigned char *secret;   /* HS256, when not NULL */
     size_t secret_len;
@@ -27,9 +27,9 @@ struct tern__token_config {
     int64_t leeway;          /* seconds, on exp and nbf */
 };
 
-tern__token_config *tern__token_config_new(void) {
+app_token_config *app_token_config_new(void) {
     static _Atomic uint64_t ids;
-    tern__token_config *c = calloc(1, sizeof(tern__token_config));
+    app_token_config *c = calloc(1, sizeof(app_token_config));
     if (c) {
         c->id = atomic_fetch_add(&ids, 1) + 1;
         c->leeway = TERN_TOKEN_LEEWAY;
@@ -37,11 +37,11 @@ tern__token_config *tern__token_config_new(void) {
     return c;
 }
 
-void tern__token_config_leeway(tern__token_config *c, uint32_t seconds) {
+void app_token_config_leeway(app_token_config *c, uint32_t seconds) {
     c->leeway = seconds;
 }
 
-void tern__token_config_free(tern__token_config *c) {
+void app_token_config_free(app_token_config *c) {
     if (c == NULL)
         return;
     if (c->secret)
@@ -53,7 +53,7 @@ void tern__token_config_free(tern__token_config *c) {
     free(c);
 }
 
-int tern__token_config_hmac(tern__token_config *c, const void *secret, size_t len) {
+int app_token_config_hmac(app_token_config *c, const void *secret, size_t len) {
     if (c == NULL || secret == NULL || len == 0)
         return -EINVAL;
     unsigned char *s = malloc(len);
@@ -66,7 +66,7 @@ int tern__token_config_hmac(tern__token_config *c, const void *secret, size_t le
     return 0;
 }
 
-int tern__token_config_public_pem(tern__token_config *c, const char *pem, size_t len) {
+int app_token_config_public_pem(app_token_config *c, const char *pem, size_t len) {
     if (c == NULL || pem == NULL || len == 0 || len > FILE_MAX)
         return -EINVAL;
     tern__crypto_pubkey *k = NULL;
@@ -89,11 +89,11 @@ static int set_str(char **dst, const char *s) {
     return 0;
 }
 
-int tern__token_config_audience(tern__token_config *c, const char *aud) {
+int app_token_config_audience(app_token_config *c, const char *aud) {
     return set_str(&c->aud, aud);
 }
 
-int tern__token_config_issuer(tern__token_config *c, const char *iss) {
+int app_token_config_issuer(app_token_config *c, const char *iss) {
     return set_str(&c->iss, iss);
 }
 
@@ -124,7 +124,7 @@ static int read_file(const char *path, char **out, size_t *len, const char **why
     return 0;
 }
 
-int tern__token_config_hmac_file(tern__token_config *c, const char *path, const char **why) {
+int app_token_config_hmac_file(app_token_config *c, const char *path, const char **why) {
     char *b = NULL;
     size_t n = 0;
     int err = read_file(path, &b, &n, why);
@@ -134,7 +134,7 @@ int tern__token_config_hmac_file(tern__token_config *c, const char *path, const 
         n--;
     if (n > 0 && b[n - 1] == '\r')
         n--;
-    err = tern__token_config_hmac(c, b, n);
+    err = app_token_config_hmac(c, b, n);
     tern__crypto_wipe(b, n);
     free(b);
     if (err < 0)
@@ -142,14 +142,14 @@ int tern__token_config_hmac_file(tern__token_config *c, const char *path, const 
     return err;
 }
 
-int tern__token_config_public_key_file(tern__token_config *c, const char *path,
+int app_token_config_public_key_file(app_token_config *c, const char *path,
                                        const char **why) {
     char *b = NULL;
     size_t n = 0;
     int err = read_file(path, &b, &n, why);
     if (err < 0)
         return err;
-    err = tern__token_config_public_pem(c, b, n);
+    err = app_token_config_public_pem(c, b, n);
     free(b);
     if (err < 0)
         *why = err == -EINVAL ? "not a PEM RSA (2048 bits or more) or P-256 public key"
@@ -157,7 +157,7 @@ int tern__token_config_public_key_file(tern__token_config *c, const char *path,
     return err;
 }
 
-bool tern__token_config_ready(const tern__token_config *c) {
+bool app_token_config_ready(const app_token_config *c) {
     return c && (c->secret || c->key);
 }
 
@@ -198,7 +198,7 @@ static long b64url_decode(const char *s, size_t len, unsigned char *out) {
     return (long)o;
 }
 
-static bool verify_sig(const tern__token_config *c, enum alg a, const char *signed_part,
+static bool verify_sig(const app_token_config *c, enum alg a, const char *signed_part,
                        size_t signed_len, const unsigned char *sig, size_t sig_len) {
     if (a == ALG_HS256) {
         uint8_t mac[TERN__SHA256_LEN];
@@ -238,12 +238,12 @@ static sig_entry *sig_slot(const char *tok, size_t len) {
     return &sig_cache[h % SIG_CACHE];
 }
 
-static bool sig_seen(const tern__token_config *c, const char *tok, size_t len) {
+static bool sig_seen(const app_token_config *c, const char *tok, size_t len) {
     const sig_entry *e = sig_slot(tok, len);
     return e->config_id == c->id && e->len == len && memcmp(e->tok, tok, len) == 0;
 }
 
-static void sig_remember(const tern__token_config *c, const char *tok, size_t len) {
+static void sig_remember(const app_token_config *c, const char *tok, size_t len) {
     if (len > SIG_CACHE_TOKEN)
         return;
     sig_entry *e = sig_slot(tok, len);
@@ -313,7 +313,7 @@ static int take_rights(json_t *list, char **dst, size_t *n, size_t *total, const
     return 0;
 }
 
-void tern__token_rights_free(tern__token_rights *r) {
+void app_token_rights_free(app_token_rights *r) {
     if (r == NULL)
         return;
     free(r->sub);
@@ -337,10 +337,10 @@ static json_t *decode_json(const char *s, size_t len, unsigned char *buf) {
     return j;
 }
 
-int tern__token_verify(const tern__token_config *c, const char *tok, size_t len, int64_t now,
-                       tern__token_rights *out, const char **why) {
+int app_token_verify(const app_token_config *c, const char *tok, size_t len, int64_t now,
+                       app_token_rights *out, const char **why) {
     memset(out, 0, sizeof(*out));
-    if (!tern__token_config_ready(c)) {
+    if (!app_token_config_ready(c)) {
         *why = "no key";
         return -EACCES;
     }
@@ -446,7 +446,7 @@ int tern__token_verify(const tern__token_config *c, const char *tok, size_t len,
             err = -ENOMEM;
             *why = "out of memory";
         }
-        tern__token_rights_free(out);
+        app_token_rights_free(out);
         goto out;
     }
     out->exp = exp;
@@ -459,7 +459,7 @@ out:
     return err;
 }
 
-bool tern__token_allows(char *const *list, size_t n, const char *topic, size_t len) {
+bool app_token_allows(char *const *list, size_t n, const char *topic, size_t len) {
     for (size_t i = 0; i < n; i++) {
         size_t el = strlen(list[i]);
         if (el > 0 && list[i][el - 1] == '*') {

@@ -31,53 +31,53 @@
  * let in for the same skew in the other. */
 #define TERN_TOKEN_LEEWAY 30
 
-typedef struct tern__token_config tern__token_config;
+typedef struct app_token_config app_token_config;
 
 /* What a valid token grants. Strings are the rights' own copies. */
-typedef struct tern__token_rights {
+typedef struct app_token_rights {
     char *sub;
     int64_t exp;                     /* the exp claim, seconds since the epoch */
     int64_t until;                   /* exp plus the leeway: refused from then on */
     size_t nsubscribe, npublish;
     char *subscribe[TERN_TOKEN_RIGHTS_MAX];
     char *publish[TERN_TOKEN_RIGHTS_MAX];
-} tern__token_rights;
+} app_token_rights;
 
-tern__token_config *tern__token_config_new(void);
-void tern__token_config_free(tern__token_config *c);
+app_token_config *app_token_config_new(void);
+void app_token_config_free(app_token_config *c);
 /* The HS256 secret (copied; not empty). 0 or -EINVAL/-ENOMEM. */
 TERN_MUST_CHECK
-int tern__token_config_hmac(tern__token_config *c, const void *secret, size_t len);
+int app_token_config_hmac(app_token_config *c, const void *secret, size_t len);
 /* A PEM public key: RSA (RS256, at least 2048 bits) or EC P-256 (ES256).
  * 0, -EINVAL (not such a key), -ENOMEM. */
 TERN_MUST_CHECK
-int tern__token_config_public_pem(tern__token_config *c, const char *pem, size_t len);
+int app_token_config_public_pem(app_token_config *c, const char *pem, size_t len);
 /* Copied; NULL: not checked. 0 or -ENOMEM. */
 TERN_MUST_CHECK
-int tern__token_config_audience(tern__token_config *c, const char *aud);
+int app_token_config_audience(app_token_config *c, const char *aud);
 TERN_MUST_CHECK
-int tern__token_config_issuer(tern__token_config *c, const char *iss);
+int app_token_config_issuer(app_token_config *c, const char *iss);
 /* Seconds allowed past exp and before nbf (TERN_TOKEN_LEEWAY unless set). */
-void tern__token_config_leeway(tern__token_config *c, uint32_t seconds);
+void app_token_config_leeway(app_token_config *c, uint32_t seconds);
 /* Reads a file of at most 64 KiB: the secret (one trailing newline
  * stripped) or the public key. 0 or a negative errno; *why says what. */
 TERN_MUST_CHECK
-int tern__token_config_hmac_file(tern__token_config *c, const char *path, const char **why);
+int app_token_config_hmac_file(app_token_config *c, const char *path, const char **why);
 TERN_MUST_CHECK
-int tern__token_config_public_key_file(tern__token_config *c, const char *path,
+int app_token_config_public_key_file(app_token_config *c, const char *path,
                                        const char **why);
 /* True once a secret or a key is set. */
-bool tern__token_config_ready(const tern__token_config *c);
+bool app_token_config_ready(const app_token_config *c);
 
 /* Verifies tok[0..len) at time now (seconds since the epoch). 0 and *out
- * filled (free it with tern__token_rights_free), or -EACCES (refused:
+ * filled (free it with app_token_rights_free), or -EACCES (refused:
  * *why, a static string, says why; *out is left empty) or -ENOMEM. */
 TERN_MUST_CHECK
-int tern__token_verify(const tern__token_config *c, const char *tok, size_t len, int64_t now,
-                       tern__token_rights *out, const char **why);
-void tern__token_rights_free(tern__token_rights *r);
+int app_token_verify(const app_token_config *c, const char *tok, size_t len, int64_t now,
+                       app_token_rights *out, const char **why);
+void app_token_rights_free(app_token_rights *r);
 /* Whether one of list's n entries covers topic[0..len): equal to it, or,
  * for an entry ending in '*', a prefix of it ("*" alone: every topic). */
-bool tern__token_allows(char *const *list, size_t n, const char *topic, size_t len);
+bool app_token_allows(char *const *list, size_t n, const char *topic, size_t len);
 
 #endif

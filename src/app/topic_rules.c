@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool tern__policy_parse(const char *s, int *policy, uint16_t *close_code) {
+bool app_policy_parse(const char *s, int *policy, uint16_t *close_code) {
     *close_code = 0;
     if (!strcmp(s, "drop"))
         *policy = TERN_PUBSUB_DROP;
@@ -20,13 +20,13 @@ bool tern__policy_parse(const char *s, int *policy, uint16_t *close_code) {
     return true;
 }
 
-static bool access_parse(const char *s, size_t n, tern__access *out) {
+static bool access_parse(const char *s, size_t n, app_access *out) {
     if (n == 6 && !memcmp(s, "anyone", 6))
-        *out = TERN__ACCESS_ANYONE;
+        *out = APP_ACCESS_ANYONE;
     else if (n == 5 && !memcmp(s, "token", 5))
-        *out = TERN__ACCESS_TOKEN;
+        *out = APP_ACCESS_TOKEN;
     else if (n == 4 && !memcmp(s, "none", 4))
-        *out = TERN__ACCESS_NONE;
+        *out = APP_ACCESS_NONE;
     else
         return false;
     return true;
@@ -49,7 +49,7 @@ static bool number(const char *s, size_t n, uint64_t lo, uint64_t hi, uint64_t *
 }
 
 /* One KEY=VALUE (n bytes at s) into r. */
-static bool setting(tern__topic_rule *r, const char *s, size_t n, const char **why) {
+static bool setting(app_topic_rule *r, const char *s, size_t n, const char **why) {
     const char *eq = memchr(s, '=', n);
     if (eq == NULL) {
         *why = "expected KEY=VALUE after the pattern";
@@ -72,7 +72,7 @@ static bool setting(tern__topic_rule *r, const char *s, size_t n, const char **w
         if (vl < sizeof(name)) {
             memcpy(name, v, vl);
             name[vl] = '\0';
-            if (tern__policy_parse(name, &r->policy, &r->close_code))
+            if (app_policy_parse(name, &r->policy, &r->close_code))
                 return r->has_policy = true;
         }
         *why = "policy= takes drop, close, close-1013 or conflate";
@@ -103,7 +103,7 @@ static bool setting(tern__topic_rule *r, const char *s, size_t n, const char **w
 
 static bool is_space(char c) { return c == ' ' || c == '\t'; }
 
-int tern__rules_add(tern__topic_rules *t, const char *spec, const char **why) {
+int app_rules_add(app_topic_rules *t, const char *spec, const char **why) {
     const char *p = spec;
     while (is_space(*p))
         p++;
@@ -135,11 +135,11 @@ int tern__rules_add(tern__topic_rules *t, const char *spec, const char **why) {
         *why = "too many rules (64)";
         return -1;
     }
-    tern__topic_rule r;
+    app_topic_rule r;
     if (i < t->n) {
         r = t->r[i];
     } else {
-        r = (tern__topic_rule){.len = len, .prefix = prefix};
+        r = (app_topic_rule){.len = len, .prefix = prefix};
         memcpy(r.pattern, p, len);
     }
     for (const char *s = end; *s;) {
@@ -158,11 +158,11 @@ int tern__rules_add(tern__topic_rules *t, const char *spec, const char **why) {
     return 0;
 }
 
-const tern__topic_rule *tern__rules_match(const tern__topic_rules *t, const char *topic,
+const app_topic_rule *app_rules_match(const app_topic_rules *t, const char *topic,
                                           size_t len) {
-    const tern__topic_rule *best = NULL;
+    const app_topic_rule *best = NULL;
     for (int i = 0; i < t->n; i++) {
-        const tern__topic_rule *r = &t->r[i];
+        const app_topic_rule *r = &t->r[i];
         if (r->prefix ? r->len > len : r->len != len)
             continue;
         if (memcmp(r->pattern, topic, r->len) != 0)
@@ -177,19 +177,19 @@ const tern__topic_rule *tern__rules_match(const tern__topic_rules *t, const char
 
 /* Whether prefix rule a covers rule r's pattern (a shorter prefix of it,
  * or as long when r is exact). */
-static bool covers(const tern__topic_rule *a, const tern__topic_rule *r) {
+static bool covers(const app_topic_rule *a, const app_topic_rule *r) {
     return a != r && a->prefix && (r->prefix ? a->len < r->len : a->len <= r->len) &&
            memcmp(a->pattern, r->pattern, a->len) == 0;
 }
 
 /* Less specific first: prefixes by length, then exact names. */
-static bool before(const tern__topic_rule *a, const tern__topic_rule *b) {
+static bool before(const app_topic_rule *a, const app_topic_rule *b) {
     if (a->prefix != b->prefix)
         return a->prefix;
     return a->len < b->len;
 }
 
-void tern__rules_resolve(tern__topic_rules *t) {
+void app_rules_resolve(app_topic_rules *t) {
     /* In order of specificity, so that a rule's covering rules have
      * inherited theirs before it inherits from them. */
     int order[TERN_TOPIC_RULES_MAX];
@@ -202,8 +202,8 @@ void tern__rules_resolve(tern__topic_rules *t) {
         order[j] = i;
     }
     for (int k = 0; k < t->n; k++) {
-        tern__topic_rule *r = &t->r[order[k]];
-        const tern__topic_rule *a = NULL;
+        app_topic_rule *r = &t->r[order[k]];
+        const app_topic_rule *a = NULL;
         for (int i = 0; i < t->n; i++)
             if (covers(&t->r[i], r) && (a == NULL || t->r[i].len > a->len))
                 a = &t->r[i];

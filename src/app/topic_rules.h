@@ -21,54 +21,54 @@
 #include "tern/tern.h"
 
 /* Who may do a thing on a topic. */
-typedef enum tern__access {
-    TERN__ACCESS_TOKEN = 0,   /* a connection whose token's rights cover the topic */
-    TERN__ACCESS_ANYONE,      /* every connection, anonymous ones too */
-    TERN__ACCESS_NONE,        /* no connection (the admin listener's API still may publish) */
-} tern__access;
+typedef enum app_access {
+    APP_ACCESS_TOKEN = 0,   /* a connection whose token's rights cover the topic */
+    APP_ACCESS_ANYONE,      /* every connection, anonymous ones too */
+    APP_ACCESS_NONE,        /* no connection (the admin listener's API still may publish) */
+} app_access;
 
 /* Invariants: pattern is len bytes (no '*'), 0 < len or prefix; a
  * field is meaningful only when its has_ flag is set (access fields
- * without one are TERN__ACCESS_TOKEN). After tern__rules_resolve, a rule
+ * without one are APP_ACCESS_TOKEN). After app_rules_resolve, a rule
  * holds what it inherits too. */
-typedef struct tern__topic_rule {
+typedef struct app_topic_rule {
     char pattern[TERN_TOPIC_MAX + 1];
     size_t len;
     bool prefix;                          /* given with a trailing '*' */
-    tern__access subscribe, publish;
+    app_access subscribe, publish;
     bool has_subscribe, has_publish, has_policy, has_history, has_history_age, has_backlog;
     int policy;                           /* enum tern_pubsub_policy */
     uint16_t close_code;                  /* with policy close-1013 */
     uint32_t history;                     /* messages, 1..TERN_HISTORY_MAX */
     uint32_t history_ms;
     size_t max_backlog;
-} tern__topic_rule;
+} app_topic_rule;
 
-typedef struct tern__topic_rules {
+typedef struct app_topic_rules {
     int n;
-    tern__topic_rule r[TERN_TOPIC_RULES_MAX];
-} tern__topic_rules;
+    app_topic_rule r[TERN_TOPIC_RULES_MAX];
+} app_topic_rules;
 
 /* "PATTERN [KEY=VALUE]...", KEY one of subscribe, publish (anyone, token,
  * none), policy (drop, close, close-1013, conflate), history (messages),
  * history-age (seconds), max-backlog (bytes). A pattern met before is
  * the same rule: the new keys change it. Returns 0, or -1 and *why. */
 TERN_MUST_CHECK
-int tern__rules_add(tern__topic_rules *t, const char *spec, const char **why);
+int app_rules_add(app_topic_rules *t, const char *spec, const char **why);
 
 /* Fills each rule's unset fields from the most specific rule that covers
  * its pattern (a shorter prefix of it) and sets them: after it, a topic's
- * settings are all in the one rule tern__rules_match gives. Once, after
- * the last tern__rules_add. */
-void tern__rules_resolve(tern__topic_rules *t);
+ * settings are all in the one rule app_rules_match gives. Once, after
+ * the last app_rules_add. */
+void app_rules_resolve(app_topic_rules *t);
 
 /* The topic's most specific rule (its exact pattern's, else the longest
  * prefix's), or NULL: the defaults. */
-const tern__topic_rule *tern__rules_match(const tern__topic_rules *t, const char *topic,
+const app_topic_rule *app_rules_match(const app_topic_rules *t, const char *topic,
                                           size_t len);
 
 /* --pubsub-policy's and a rule's policy names: true and the values, or
  * false for an unknown name. */
-bool tern__policy_parse(const char *s, int *policy, uint16_t *close_code);
+bool app_policy_parse(const char *s, int *policy, uint16_t *close_code);
 
 #endif

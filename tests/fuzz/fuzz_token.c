@@ -44,11 +44,11 @@ static size_t b64url(const uint8_t *p, size_t n, char *out) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static tern__token_config *c;
+    static app_token_config *c;
     if (c == NULL) {
-        c = tern__token_config_new();
-        CHECK(tern__token_config_hmac(c, secret, strlen(secret)) == 0);
-        CHECK(tern__token_config_audience(c, "tern") == 0);
+        c = app_token_config_new();
+        CHECK(app_token_config_hmac(c, secret, strlen(secret)) == 0);
+        CHECK(app_token_config_audience(c, "tern") == 0);
     }
     if (size < 1)
         return 0;
@@ -75,19 +75,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* the token in an allocation of its own size: ASan sees an over-read */
     char *t = malloc(len ? len : 1);
     memcpy(t, tok, len);
-    tern__token_rights r;
+    app_token_rights r;
     const char *why = NULL;
-    int err = tern__token_verify(c, t, len, NOW, &r, &why);
+    int err = app_token_verify(c, t, len, NOW, &r, &why);
     CHECK(err == 0 || err == -EACCES || err == -ENOMEM);
     if (err == 0) {
         CHECK(r.sub && r.sub[0] && r.exp > NOW);
         CHECK(r.nsubscribe + r.npublish <= TERN_TOKEN_RIGHTS_MAX);
-        (void)tern__token_allows(r.subscribe, r.nsubscribe, "market", 6);
-        (void)tern__token_allows(r.publish, r.npublish, "chat.room", 9);
+        (void)app_token_allows(r.subscribe, r.nsubscribe, "market", 6);
+        (void)app_token_allows(r.publish, r.npublish, "chat.room", 9);
     } else {
         CHECK(why != NULL && r.sub == NULL && r.nsubscribe == 0 && r.npublish == 0);
     }
-    tern__token_rights_free(&r);
+    app_token_rights_free(&r);
     free(t);
     free(made);
     return 0;

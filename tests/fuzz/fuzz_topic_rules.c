@@ -1,8 +1,8 @@
 /* tern serve's topic rules (src/app/topic_rules.c): the lines before the
  * first empty line are --topic specs, the lines after it topics. Every
  * spec is taken or refused without harm, and for every topic the rule
- * tern__rules_match gives, and each setting of it after
- * tern__rules_resolve, is the one a plain reading of the rules gives: the
+ * app_rules_match gives, and each setting of it after
+ * app_rules_resolve, is the one a plain reading of the rules gives: the
  * exact rule, else the longest prefix; each setting from the most
  * specific matching rule that sets it. */
 #include <assert.h>
@@ -13,19 +13,19 @@
 
 #include "app/topic_rules.h"
 
-static bool matches(const tern__topic_rule *r, const char *t, size_t n) {
+static bool matches(const app_topic_rule *r, const char *t, size_t n) {
     return (r->prefix ? r->len <= n : r->len == n) && memcmp(r->pattern, t, r->len) == 0;
 }
 
 /* a more specific than b (both match the same topic) */
-static bool more_specific(const tern__topic_rule *a, const tern__topic_rule *b) {
+static bool more_specific(const app_topic_rule *a, const app_topic_rule *b) {
     if (a->prefix != b->prefix)
         return !a->prefix;
     return a->len > b->len;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static tern__topic_rules raw, rules;
+    static app_topic_rules raw, rules;
     memset(&rules, 0, sizeof(rules));
     char *buf = malloc(size + 1);
     if (buf == NULL)
@@ -43,23 +43,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         const char *why = NULL;
         int before = rules.n;
-        if (tern__rules_add(&rules, p, &why) < 0)
+        if (app_rules_add(&rules, p, &why) < 0)
             assert(why != NULL && rules.n == before);
         else
             assert(rules.n == before || rules.n == before + 1);
         p = nl ? nl + 1 : NULL;
     }
     raw = rules;
-    tern__rules_resolve(&rules);
+    app_rules_resolve(&rules);
     for (p = topics; p && *p;) {
         char *nl = strchr(p, '\n');
         size_t n = nl ? (size_t)(nl - p) : strlen(p);
-        const tern__topic_rule *got = tern__rules_match(&rules, p, n);
+        const app_topic_rule *got = app_rules_match(&rules, p, n);
         /* the reference, on the unresolved rules */
-        const tern__topic_rule *best = NULL;
-        const tern__topic_rule *sub = NULL, *pub = NULL, *pol = NULL;
+        const app_topic_rule *best = NULL;
+        const app_topic_rule *sub = NULL, *pub = NULL, *pol = NULL;
         for (int i = 0; i < raw.n; i++) {
-            const tern__topic_rule *r = &raw.r[i];
+            const app_topic_rule *r = &raw.r[i];
             if (!matches(r, p, n))
                 continue;
             if (best == NULL || more_specific(r, best))

@@ -17,16 +17,16 @@
 #include "app/options.h"
 #include "app/serve_options.h"
 
-static tern__opt_set set;
+static app_opt_set set;
 
 static int setup(void **state) {
-    assert_int_equal(tern__opt_init(&set, "tern serve", tern__serve_opts, SV_COUNT), 0);
+    assert_int_equal(app_opt_init(&set, "tern serve", app_serve_opts, SV_COUNT), 0);
     set.env_prefix = "TERN_";
     return 0;
 }
 
 static int teardown(void **state) {
-    tern__opt_free(&set);
+    app_opt_free(&set);
     return 0;
 }
 
@@ -38,7 +38,7 @@ static int parse(const char *first, ...) {
     for (const char *a = first; a; a = va_arg(ap, const char *))
         argv[argc++] = (char *)a;
     va_end(ap);
-    return tern__opt_parse_argv(&set, argc, argv);
+    return app_opt_parse_argv(&set, argc, argv);
 }
 
 /* A file of the given text, its path in path (a template's buffer). */
@@ -51,26 +51,26 @@ static void write_file(char *path, const char *text) {
 }
 
 static void defaults_come_from_the_table(void **state) {
-    assert_string_equal(tern__opt_str(&set, SV_HOST), "127.0.0.1");
-    assert_int_equal(tern__opt_uint(&set, SV_PORT), 8080);
-    assert_int_equal(tern__opt_uint(&set, SV_MAX_CONNS), 10000);
-    assert_false(tern__opt_given(&set, SV_PORT));
-    assert_null(tern__opt_str(&set, SV_UNIX));
-    assert_int_equal(tern__opt_uint(&set, SV_QUIET), 0);
+    assert_string_equal(app_opt_str(&set, SV_HOST), "127.0.0.1");
+    assert_int_equal(app_opt_uint(&set, SV_PORT), 8080);
+    assert_int_equal(app_opt_uint(&set, SV_MAX_CONNS), 10000);
+    assert_false(app_opt_given(&set, SV_PORT));
+    assert_null(app_opt_str(&set, SV_UNIX));
+    assert_int_equal(app_opt_uint(&set, SV_QUIET), 0);
 }
 
 static void flags_take_values_both_ways(void **state) {
     assert_int_equal(parse("--port", "9000", "--host=::1", "--quiet", "--ws-async", NULL), 0);
-    assert_int_equal(tern__opt_uint(&set, SV_PORT), 9000);
-    assert_string_equal(tern__opt_str(&set, SV_HOST), "::1");
-    assert_int_equal(tern__opt_uint(&set, SV_QUIET), 1);
-    assert_string_equal(tern__opt_str(&set, SV_WS_ASYNC), "timer");   /* bare: the first choice */
+    assert_int_equal(app_opt_uint(&set, SV_PORT), 9000);
+    assert_string_equal(app_opt_str(&set, SV_HOST), "::1");
+    assert_int_equal(app_opt_uint(&set, SV_QUIET), 1);
+    assert_string_equal(app_opt_str(&set, SV_WS_ASYNC), "timer");   /* bare: the first choice */
     assert_int_equal(set.nargs, 0);
 }
 
 static void a_single_valued_flag_keeps_its_last_value(void **state) {
     assert_int_equal(parse("--port", "1", "--port", "2", NULL), 0);
-    assert_int_equal(tern__opt_uint(&set, SV_PORT), 2);
+    assert_int_equal(app_opt_uint(&set, SV_PORT), 2);
 }
 
 static void repeatable_flags_gather_in_order(void **state) {
@@ -110,7 +110,7 @@ static void a_repeatable_flag_has_a_bound(void **state) {
     char *argv[20] = {"serve"};
     for (int i = 0; i < 9; i++)
         argv[1 + 2 * i] = "--tls-cert", argv[2 + 2 * i] = "c.pem";
-    assert_int_equal(tern__opt_parse_argv(&set, 19, argv), -EINVAL);
+    assert_int_equal(app_opt_parse_argv(&set, 19, argv), -EINVAL);
     assert_non_null(strstr(set.err, "at most 8"));
 }
 
@@ -131,13 +131,13 @@ static void the_file_reads_names_values_and_comments(void **state) {
                      "no-compression off\n"
                      "allowed-origin https://a.example\n"
                      "allowed-origin https://*.b.example\n");
-    assert_int_equal(tern__opt_parse_file(&set, path), 0);
+    assert_int_equal(app_opt_parse_file(&set, path), 0);
     unlink(path);
-    assert_int_equal(tern__opt_uint(&set, SV_PORT), 9001);
-    assert_int_equal(tern__opt_uint(&set, SV_QUIET), 1);
-    assert_int_equal(tern__opt_uint(&set, SV_NO_PMD), 0);
+    assert_int_equal(app_opt_uint(&set, SV_PORT), 9001);
+    assert_int_equal(app_opt_uint(&set, SV_QUIET), 1);
+    assert_int_equal(app_opt_uint(&set, SV_NO_PMD), 0);
     assert_int_equal(set.vals[SV_ALLOWED_ORIGIN].n, 2);
-    assert_int_equal(set.vals[SV_PORT].source, TERN__OPT_FROM_FILE);
+    assert_int_equal(set.vals[SV_PORT].source, APP_OPT_FROM_FILE);
 }
 
 static void file_errors_name_file_and_line(void **state) {
@@ -153,18 +153,18 @@ static void file_errors_name_file_and_line(void **state) {
         {"help\n", ":1: unknown option 'help'"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        tern__opt_free(&set);
+        app_opt_free(&set);
         setup(state);
         char path[64];
         write_file(path, cases[i].text);
-        assert_int_equal(tern__opt_parse_file(&set, path), -EINVAL);
+        assert_int_equal(app_opt_parse_file(&set, path), -EINVAL);
         unlink(path);
         char want[256];
         snprintf(want, sizeof(want), "%s%s", path, cases[i].want);
         if (strncmp(set.err, want, strlen(want)) != 0)
             fail_msg("case %zu: got \"%s\", want \"%s...\"", i, set.err, want);
     }
-    assert_int_equal(tern__opt_parse_file(&set, "/nonexistent/tern.conf"), -ENOENT);
+    assert_int_equal(app_opt_parse_file(&set, "/nonexistent/tern.conf"), -ENOENT);
 }
 
 /* Flags over the environment over the file over the defaults, whatever
@@ -175,15 +175,15 @@ static void precedence(void **state) {
     setenv("TERN_MAX_CONNECTIONS", "20", 1);
     setenv("TERN_MAX_HEAD", "30", 1);
     assert_int_equal(parse("--max-head", "300", "--vhost", "c=/c", NULL), 0);
-    assert_int_equal(tern__opt_parse_file(&set, path), 0);
-    assert_int_equal(tern__opt_parse_env(&set), 0);
+    assert_int_equal(app_opt_parse_file(&set, path), 0);
+    assert_int_equal(app_opt_parse_env(&set), 0);
     unsetenv("TERN_MAX_CONNECTIONS");
     unsetenv("TERN_MAX_HEAD");
     unlink(path);
-    assert_int_equal(tern__opt_uint(&set, SV_PORT), 1);
-    assert_int_equal(tern__opt_uint(&set, SV_MAX_CONNS), 20);
-    assert_int_equal(tern__opt_uint(&set, SV_MAX_HEAD), 300);
-    assert_int_equal(tern__opt_uint(&set, SV_MAX_BODY), 16777216);
+    assert_int_equal(app_opt_uint(&set, SV_PORT), 1);
+    assert_int_equal(app_opt_uint(&set, SV_MAX_CONNS), 20);
+    assert_int_equal(app_opt_uint(&set, SV_MAX_HEAD), 300);
+    assert_int_equal(app_opt_uint(&set, SV_MAX_BODY), 16777216);
     /* a repeatable option's list is the one of the strongest source */
     assert_int_equal(set.vals[SV_VHOST].n, 1);
     assert_string_equal(set.vals[SV_VHOST].v[0], "c=/c");
@@ -191,13 +191,13 @@ static void precedence(void **state) {
 
 static void the_environment_is_checked_too(void **state) {
     setenv("TERN_PORT", "http", 1);
-    assert_int_equal(tern__opt_parse_env(&set), -EINVAL);
+    assert_int_equal(app_opt_parse_env(&set), -EINVAL);
     unsetenv("TERN_PORT");
     assert_string_equal(set.err, "bad value for TERN_PORT (--port): http (an integer from 0 to 65535)");
     setenv("TERN_QUIET", "yes", 1);
-    assert_int_equal(tern__opt_parse_env(&set), 0);
+    assert_int_equal(app_opt_parse_env(&set), 0);
     unsetenv("TERN_QUIET");
-    assert_int_equal(tern__opt_uint(&set, SV_QUIET), 1);
+    assert_int_equal(app_opt_uint(&set, SV_QUIET), 1);
 }
 
 /* What --print-config prints, read back as a file, is the same
@@ -209,26 +209,26 @@ static void print_config_round_trip(void **state) {
     char path[64];
     write_file(path, "");
     FILE *f = fopen(path, "w");
-    tern__opt_print(&set, f);
+    app_opt_print(&set, f);
     fclose(f);
-    tern__opt_set again;
-    assert_int_equal(tern__opt_init(&again, "tern serve", tern__serve_opts, SV_COUNT), 0);
-    int err = tern__opt_parse_file(&again, path);
+    app_opt_set again;
+    assert_int_equal(app_opt_init(&again, "tern serve", app_serve_opts, SV_COUNT), 0);
+    int err = app_opt_parse_file(&again, path);
     if (err)
         fail_msg("%s", again.err);
     unlink(path);
     for (int i = 0; i < SV_COUNT; i++) {
-        if (tern__serve_opts[i].flags & TERN__OPT_CLI_ONLY)
+        if (app_serve_opts[i].flags & APP_OPT_CLI_ONLY)
             continue;
-        const tern__opt_val *a = &set.vals[i], *b = &again.vals[i];
-        const char *sa = tern__opt_str(&set, i), *sb = tern__opt_str(&again, i);
+        const app_opt_val *a = &set.vals[i], *b = &again.vals[i];
+        const char *sa = app_opt_str(&set, i), *sb = app_opt_str(&again, i);
         if ((sa == NULL) != (sb == NULL) || (sa && strcmp(sa, sb) != 0) ||
             (a->n > 1 && a->n != b->n))
-            fail_msg("--%s: %s then %s", tern__serve_opts[i].name, sa ? sa : "(unset)",
+            fail_msg("--%s: %s then %s", app_serve_opts[i].name, sa ? sa : "(unset)",
                      sb ? sb : "(unset)");
     }
     assert_int_equal(again.vals[SV_TLS_CERT].n, 2);
-    tern__opt_free(&again);
+    app_opt_free(&again);
 }
 
 /* --help lists every option of the table, with its default. */
@@ -236,11 +236,11 @@ static void help_lists_the_table(void **state) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    tern__opt_help(&set, f);
+    app_opt_help(&set, f);
     fclose(f);
     for (int i = 0; i < SV_COUNT; i++) {
         char flag[80];
-        snprintf(flag, sizeof(flag), "  --%s", tern__serve_opts[i].name);
+        snprintf(flag, sizeof(flag), "  --%s", app_serve_opts[i].name);
         if (strstr(buf, flag) == NULL)
             fail_msg("--help has no %s", flag);
     }
@@ -253,33 +253,33 @@ static void help_lists_the_table(void **state) {
 static void groups_name_their_members(void **state) {
     static const char *const names[] = {"tern load echo", "tern load pipeline",
                                         "tern load pubsub"};
-    static const tern__opt opts[] = {
-        {"depth", 0, TERN__OPT_UINT, "P", NULL, 1, 9, .groups = 1u << 1, .help = "x"},
-        {"rate", 0, TERN__OPT_UINT, "R", NULL, 1, 9, .groups = 1u << 0 | 1u << 2, .help = "x"},
+    static const app_opt opts[] = {
+        {"depth", 0, APP_OPT_UINT, "P", NULL, 1, 9, .groups = 1u << 1, .help = "x"},
+        {"rate", 0, APP_OPT_UINT, "R", NULL, 1, 9, .groups = 1u << 0 | 1u << 2, .help = "x"},
     };
-    tern__opt_set s;
-    assert_int_equal(tern__opt_init(&s, "tern load", opts, 2), 0);
+    app_opt_set s;
+    assert_int_equal(app_opt_init(&s, "tern load", opts, 2), 0);
     s.group_names = names;
     s.group = 0;
     char *argv[] = {"echo", "--depth", "3"};
-    assert_int_equal(tern__opt_parse_argv(&s, 3, argv), -EINVAL);
+    assert_int_equal(app_opt_parse_argv(&s, 3, argv), -EINVAL);
     assert_string_equal(s.err, "--depth is an option of tern load pipeline");
     s.group = 1;
     char *argv2[] = {"pipeline", "--rate", "3"};
-    assert_int_equal(tern__opt_parse_argv(&s, 3, argv2), -EINVAL);
+    assert_int_equal(app_opt_parse_argv(&s, 3, argv2), -EINVAL);
     assert_string_equal(s.err, "--rate is an option of tern load echo and pubsub");
-    tern__opt_free(&s);
+    app_opt_free(&s);
 }
 
 /* Every option the server reads has a destination in its settings; only
  * the command line's own (--help, --config...) have none. */
 static void every_option_has_a_destination(void **state) {
     for (int i = 0; i < SV_COUNT; i++) {
-        const tern__opt *o = &tern__serve_opts[i];
-        bool cli = o->flags & TERN__OPT_CLI_ONLY;
+        const app_opt *o = &app_serve_opts[i];
+        bool cli = o->flags & APP_OPT_CLI_ONLY;
         if ((o->put == NULL) != cli)
             fail_msg("--%s: a put %s", o->name, cli ? "it should not have" : "missing");
-        assert_true(o->to < sizeof(tern__serve_settings));
+        assert_true(o->to < sizeof(app_serve_settings));
     }
 }
 
@@ -290,9 +290,9 @@ static void apply_puts_each_value_where_it_goes(void **state) {
                            "--pubsub-policy", "close-1013", "--admin-listen", "[::1]:99",
                            "--vhost", "a=/x", "--vhost", "b=/y", "--quiet", "--feed", "off",
                            "--pubsub-replay-rate", "5000000000", "--io", "epoll", NULL), 0);
-    tern__serve_settings st;
+    app_serve_settings st;
     memset(&st, 0xa5, sizeof(st));   /* every field written, none left as found */
-    tern__opt_apply(&set, &st);
+    app_opt_apply(&set, &st);
     assert_int_equal(st.port, 9000);
     assert_string_equal(st.host, "127.0.0.1");
     assert_null(st.unix_path);
@@ -304,7 +304,7 @@ static void apply_puts_each_value_where_it_goes(void **state) {
     assert_int_equal(st.pubsub.policy, TERN_PUBSUB_CLOSE);
     assert_int_equal(st.pubsub.close_code, 1013);
     assert_true(st.pubsub.replay_rate == 5000000000ull);
-    assert_int_equal(st.ws_async, TERN__SERVE_ASYNC_POST);
+    assert_int_equal(st.ws_async, APP_SERVE_ASYNC_POST);
     assert_false(st.ws.compression);
     assert_int_equal(st.ws.slow_policy, TERN_WS_SLOW_PAUSE);
     assert_int_equal(st.threads, 3);
@@ -324,10 +324,10 @@ static void apply_puts_each_value_where_it_goes(void **state) {
 }
 
 static void each_option_says_how_it_applies(void **state) {
-    assert_int_equal(tern__opt_applies(&tern__serve_opts[SV_PS_RATE]), TERN__OPT_ON_SIGHUP);
-    assert_int_equal(tern__opt_applies(&tern__serve_opts[SV_TOPIC]), TERN__OPT_ON_SIGHUP);
-    assert_int_equal(tern__opt_applies(&tern__serve_opts[SV_PORT]), TERN__OPT_NEEDS_RESTART);
-    assert_int_equal(tern__opt_applies(&tern__serve_opts[SV_CONFIG]), TERN__OPT_AT_START);
+    assert_int_equal(app_opt_applies(&app_serve_opts[SV_PS_RATE]), APP_OPT_ON_SIGHUP);
+    assert_int_equal(app_opt_applies(&app_serve_opts[SV_TOPIC]), APP_OPT_ON_SIGHUP);
+    assert_int_equal(app_opt_applies(&app_serve_opts[SV_PORT]), APP_OPT_NEEDS_RESTART);
+    assert_int_equal(app_opt_applies(&app_serve_opts[SV_CONFIG]), APP_OPT_AT_START);
 }
 
 int main(void) {

@@ -93,9 +93,9 @@ static char *hs(const char *cl) {
     return make(HS, cl, "HS256", secret, strlen(secret), NULL);
 }
 
-static tern__token_config *hmac_config(void) {
-    tern__token_config *c = tern__token_config_new();
-    assert_int_equal(tern__token_config_hmac(c, secret, strlen(secret)), 0);
+static app_token_config *hmac_config(void) {
+    app_token_config *c = app_token_config_new();
+    assert_int_equal(app_token_config_hmac(c, secret, strlen(secret)), 0);
     return c;
 }
 
@@ -112,27 +112,27 @@ static char *pem_of(EVP_PKEY *k, size_t *len) {
     return out;
 }
 
-static tern__token_config *key_config(EVP_PKEY *k) {
-    tern__token_config *c = tern__token_config_new();
+static app_token_config *key_config(EVP_PKEY *k) {
+    app_token_config *c = app_token_config_new();
     size_t n;
     char *pem = pem_of(k, &n);
-    assert_int_equal(tern__token_config_public_pem(c, pem, n), 0);
+    assert_int_equal(app_token_config_public_pem(c, pem, n), 0);
     free(pem);
     return c;
 }
 
 /* Verifies t with c: 0 or -EACCES, and why it was refused. */
-static int check(tern__token_config *c, const char *t, const char **why) {
-    tern__token_rights r;
+static int check(app_token_config *c, const char *t, const char **why) {
+    app_token_rights r;
     const char *w = "";
-    int err = tern__token_verify(c, t, strlen(t), NOW, &r, &w);
+    int err = app_token_verify(c, t, strlen(t), NOW, &r, &w);
     if (why)
         *why = w;
-    tern__token_rights_free(&r);
+    app_token_rights_free(&r);
     return err;
 }
 
-static void refused(tern__token_config *c, const char *t, const char *why) {
+static void refused(app_token_config *c, const char *t, const char *why) {
     const char *w;
     assert_int_equal(check(c, t, &w), -EACCES);
     if (why)
@@ -141,37 +141,37 @@ static void refused(tern__token_config *c, const char *t, const char *why) {
 
 static void hs256_good(void **state) {
     (void)state;
-    tern__token_config *c = hmac_config();
-    tern__token_rights r;
+    app_token_config *c = hmac_config();
+    app_token_rights r;
     const char *why;
     const char *t = hs(GOOD);
-    assert_int_equal(tern__token_verify(c, t, strlen(t), NOW, &r, &why), 0);
+    assert_int_equal(app_token_verify(c, t, strlen(t), NOW, &r, &why), 0);
     assert_string_equal(r.sub, "alice");
     assert_int_equal(r.exp, 1700003600);
     assert_int_equal(r.nsubscribe, 2);
     assert_int_equal(r.npublish, 1);
     assert_string_equal(r.publish[0], "chat.*");
-    tern__token_rights_free(&r);
+    app_token_rights_free(&r);
     /* no rights at all: valid, grants nothing */
     t = hs("{\"sub\":\"bob\",\"exp\":1700000100.5}");
-    assert_int_equal(tern__token_verify(c, t, strlen(t), NOW, &r, &why), 0);
+    assert_int_equal(app_token_verify(c, t, strlen(t), NOW, &r, &why), 0);
     assert_int_equal(r.nsubscribe + r.npublish, 0);
-    tern__token_rights_free(&r);
-    tern__token_config_free(c);
+    app_token_rights_free(&r);
+    app_token_config_free(c);
 }
 
 static void times(void **state) {
     (void)state;
-    tern__token_config *c = hmac_config();
+    app_token_config *c = hmac_config();
     /* One leeway (30 s by default) on exp and nbf alike. */
     refused(c, hs("{\"sub\":\"a\",\"exp\":1699999970}"), "expired");
     assert_int_equal(check(c, hs("{\"sub\":\"a\",\"exp\":1699999971}"), NULL), 0);
     refused(c, hs("{\"sub\":\"a\",\"exp\":1699999960}"), "expired");
-    tern__token_config_leeway(c, 0);
+    app_token_config_leeway(c, 0);
     refused(c, hs("{\"sub\":\"a\",\"exp\":1699999999}"), "expired");
     refused(c, hs("{\"sub\":\"a\",\"exp\":1700000000}"), "expired");
     refused(c, hs("{\"sub\":\"a\",\"exp\":1700003600,\"nbf\":1700000001}"), "not yet valid");
-    tern__token_config_leeway(c, TERN_TOKEN_LEEWAY);
+    app_token_config_leeway(c, TERN_TOKEN_LEEWAY);
     refused(c, hs("{\"sub\":\"a\",\"exp\":1700003600,\"nbf\":1700000031}"), "not yet valid");
     assert_int_equal(check(c, hs("{\"sub\":\"a\",\"exp\":1700003600,\"nbf\":1700000030}"), NULL), 0);
     refused(c, hs("{\"sub\":\"a\",\"exp\":1700003600,\"nbf\":\"soon\"}"), "bad nbf or iat");
@@ -181,12 +181,12 @@ static void times(void **state) {
     refused(c, hs("{\"exp\":1700003600}"), "no sub");
     refused(c, hs("{\"sub\":7,\"exp\":1700003600}"), "no sub");
     refused(c, hs("{\"sub\":\"\",\"exp\":1700003600}"), "no sub");
-    tern__token_config_free(c);
+    app_token_config_free(c);
 }
 
 static void bad_signature(void **state) {
     (void)state;
-    tern__token_config *c = hmac_config();
+    app_token_config *c = hmac_config();
     refused(c, make(HS, GOOD, "HS256", "other", 5, NULL), "bad signature");
     char *t = hs(GOOD);
     t[strlen(t) - 2] = t[strlen(t) - 2] == 'A' ? 'B' : 'A';
@@ -199,12 +199,12 @@ static void bad_signature(void **state) {
              strrchr(good, '.'));
     refused(c, mix, NULL);
     free(good);
-    tern__token_config_free(c);
+    app_token_config_free(c);
 }
 
 static void alg_none(void **state) {
     (void)state;
-    tern__token_config *c = hmac_config();
+    app_token_config *c = hmac_config();
     refused(c, make("{\"alg\":\"none\"}", GOOD, "none", NULL, 0, NULL), "algorithm not accepted");
     refused(c, make("{\"alg\":\"hs256\"}", GOOD, "HS256", secret, strlen(secret), NULL),
             "algorithm not accepted");
@@ -215,12 +215,12 @@ static void alg_none(void **state) {
     refused(c, make("{\"alg\":\"HS256\",\"crit\":[\"x\"]}", GOOD, "HS256", secret, strlen(secret),
                     NULL),
             "crit header");
-    tern__token_config_free(c);
+    app_token_config_free(c);
 }
 
 static void key_confusion(void **state) {
     (void)state;
-    tern__token_config *c = key_config(rsa);
+    app_token_config *c = key_config(rsa);
     size_t n;
     char *pem = pem_of(rsa, &n);
     /* HS256 "signed" with the public key's PEM bytes as the secret */
@@ -228,32 +228,32 @@ static void key_confusion(void **state) {
     free(pem);
     /* ES256 when the key is RSA */
     refused(c, make("{\"alg\":\"ES256\"}", GOOD, "ES256", NULL, 0, ec), "algorithm not accepted");
-    tern__token_config_free(c);
+    app_token_config_free(c);
 }
 
 static void rs256_good(void **state) {
     (void)state;
-    tern__token_config *c = key_config(rsa);
+    app_token_config *c = key_config(rsa);
     assert_int_equal(check(c, make("{\"alg\":\"RS256\"}", GOOD, "RS256", NULL, 0, rsa), NULL), 0);
-    tern__token_config_free(c);
+    app_token_config_free(c);
     /* both configured: either algorithm */
     c = key_config(rsa);
-    assert_int_equal(tern__token_config_hmac(c, secret, strlen(secret)), 0);
+    assert_int_equal(app_token_config_hmac(c, secret, strlen(secret)), 0);
     assert_int_equal(check(c, hs(GOOD), NULL), 0);
     assert_int_equal(check(c, make("{\"alg\":\"RS256\"}", GOOD, "RS256", NULL, 0, rsa), NULL), 0);
-    tern__token_config_free(c);
+    app_token_config_free(c);
 }
 
 static void es256_good(void **state) {
     (void)state;
-    tern__token_config *c = key_config(ec);
+    app_token_config *c = key_config(ec);
     assert_int_equal(check(c, make("{\"alg\":\"ES256\"}", GOOD, "ES256", NULL, 0, ec), NULL), 0);
     /* a DER signature (OpenSSL's form) is not JWS's r || s */
     char *t = make("{\"alg\":\"ES256\"}", GOOD, "ES256", NULL, 0, ec);
     t[strlen(t) - 3] = t[strlen(t) - 3] == 'A' ? 'B' : 'A';
     refused(c, t, NULL);
     refused(c, make("{\"alg\":\"RS256\"}", GOOD, "RS256", NULL, 0, rsa), "algorithm not accepted");
-    tern__token_config_free(c);
+    app_token_config_free(c);
 }
 
 /* A public-key signature verified once is not verified again for the
@@ -264,14 +264,14 @@ static void es256_good(void **state) {
  * key) checks for itself. */
 static void remembered_signatures_still_check_claims(void **state) {
     (void)state;
-    tern__token_config *c = key_config(rsa);
+    app_token_config *c = key_config(rsa);
     char good[4096];
     snprintf(good, sizeof(good), "%s", make("{\"alg\":\"RS256\"}", GOOD, "RS256", NULL, 0, rsa));
     assert_int_equal(check(c, good, NULL), 0);
     assert_int_equal(check(c, good, NULL), 0);   /* remembered */
-    tern__token_rights r;
+    app_token_rights r;
     const char *why = "";
-    assert_int_equal(tern__token_verify(c, good, strlen(good), 1700003600 + TERN_TOKEN_LEEWAY,
+    assert_int_equal(app_token_verify(c, good, strlen(good), 1700003600 + TERN_TOKEN_LEEWAY,
                                         &r, &why), -EACCES);
     assert_string_equal(why, "expired");
     char bad[4096];
@@ -280,26 +280,26 @@ static void remembered_signatures_still_check_claims(void **state) {
     bad[n - 5] = bad[n - 5] == 'A' ? 'B' : 'A';
     refused(c, bad, "bad signature");
     /* the same key in a new configuration, and another key */
-    tern__token_config *again = key_config(rsa);
+    app_token_config *again = key_config(rsa);
     assert_int_equal(check(again, good, NULL), 0);
-    tern__token_config_free(again);
-    tern__token_config *other = key_config(ec);
+    app_token_config_free(again);
+    app_token_config *other = key_config(ec);
     refused(other, good, "algorithm not accepted");
-    tern__token_config_free(other);
+    app_token_config_free(other);
     EVP_PKEY *rsa2 = EVP_RSA_gen(2048);
     assert_non_null(rsa2);
     other = key_config(rsa2);
     refused(other, good, "bad signature");
-    tern__token_config_free(other);
+    app_token_config_free(other);
     EVP_PKEY_free(rsa2);
-    tern__token_config_free(c);
+    app_token_config_free(c);
 }
 
 static void audience_issuer(void **state) {
     (void)state;
-    tern__token_config *c = hmac_config();
-    assert_int_equal(tern__token_config_audience(c, "tern"), 0);
-    assert_int_equal(tern__token_config_issuer(c, "https://auth.example"), 0);
+    app_token_config *c = hmac_config();
+    assert_int_equal(app_token_config_audience(c, "tern"), 0);
+    assert_int_equal(app_token_config_issuer(c, "https://auth.example"), 0);
     const char *iss = ",\"iss\":\"https://auth.example\"}";
     char cl[512];
     snprintf(cl, sizeof(cl), "{\"sub\":\"a\",\"exp\":1700003600,\"aud\":\"tern\"%s", iss);
@@ -315,12 +315,12 @@ static void audience_issuer(void **state) {
     refused(c, hs("{\"sub\":\"a\",\"exp\":1700003600,\"aud\":\"tern\",\"iss\":\"evil\"}"),
             "wrong issuer");
     refused(c, hs("{\"sub\":\"a\",\"exp\":1700003600,\"aud\":\"tern\"}"), "wrong issuer");
-    tern__token_config_free(c);
+    app_token_config_free(c);
 }
 
 static void malformed(void **state) {
     (void)state;
-    tern__token_config *c = hmac_config();
+    app_token_config *c = hmac_config();
     char *t = strdup(hs(GOOD));
     refused(c, "", "empty token");
     refused(c, "abc", "malformed");
@@ -345,12 +345,12 @@ static void malformed(void **state) {
     t[strlen(t) - 1] = '*';
     refused(c, t, "malformed signature");
     free(t);
-    tern__token_config_free(c);
+    app_token_config_free(c);
 }
 
 static void too_long(void **state) {
     (void)state;
-    tern__token_config *c = hmac_config();
+    app_token_config *c = hmac_config();
     char cl[9000];
     int n = snprintf(cl, sizeof(cl), "{\"sub\":\"a\",\"exp\":1700003600,\"pad\":\"");
     memset(cl + n, 'x', 6500);
@@ -376,36 +376,36 @@ static void too_long(void **state) {
     refused(c, hs("{\"sub\":\"a\",\"exp\":1700003600,\"tern\":{\"publish\":[\"\"]}}"),
             "bad rights");
     refused(c, hs("{\"sub\":\"a\",\"exp\":1700003600,\"tern\":[]}"), "bad rights");
-    tern__token_config_free(c);
+    app_token_config_free(c);
 }
 
 static void rights_match(void **state) {
     (void)state;
     char *list[] = {"news", "orders.*", "x*"};
-    assert_true(tern__token_allows(list, 3, "news", 4));
-    assert_false(tern__token_allows(list, 3, "news2", 5));
-    assert_false(tern__token_allows(list, 3, "new", 3));
-    assert_true(tern__token_allows(list, 3, "orders.1", 8));
-    assert_true(tern__token_allows(list, 3, "orders.", 7));
-    assert_false(tern__token_allows(list, 3, "orders", 6));
-    assert_false(tern__token_allows(list, 3, "orderz.1", 8));
-    assert_true(tern__token_allows(list, 3, "x", 1));
-    assert_true(tern__token_allows(list, 3, "xyz", 3));
-    assert_false(tern__token_allows(list, 3, "market", 6));
-    assert_false(tern__token_allows(list, 0, "news", 4));
+    assert_true(app_token_allows(list, 3, "news", 4));
+    assert_false(app_token_allows(list, 3, "news2", 5));
+    assert_false(app_token_allows(list, 3, "new", 3));
+    assert_true(app_token_allows(list, 3, "orders.1", 8));
+    assert_true(app_token_allows(list, 3, "orders.", 7));
+    assert_false(app_token_allows(list, 3, "orders", 6));
+    assert_false(app_token_allows(list, 3, "orderz.1", 8));
+    assert_true(app_token_allows(list, 3, "x", 1));
+    assert_true(app_token_allows(list, 3, "xyz", 3));
+    assert_false(app_token_allows(list, 3, "market", 6));
+    assert_false(app_token_allows(list, 0, "news", 4));
     char *all[] = {"*"};
-    assert_true(tern__token_allows(all, 1, "anything", 8));
+    assert_true(app_token_allows(all, 1, "anything", 8));
 }
 
 static void config_errors(void **state) {
     (void)state;
-    tern__token_config *c = tern__token_config_new();
-    assert_false(tern__token_config_ready(c));
+    app_token_config *c = app_token_config_new();
+    assert_false(app_token_config_ready(c));
     refused(c, hs(GOOD), "no key");
-    assert_int_equal(tern__token_config_hmac(c, "", 0), -EINVAL);
-    assert_int_equal(tern__token_config_public_pem(c, "not a key", 9), -EINVAL);
+    assert_int_equal(app_token_config_hmac(c, "", 0), -EINVAL);
+    assert_int_equal(app_token_config_public_pem(c, "not a key", 9), -EINVAL);
     const char *why;
-    assert_true(tern__token_config_hmac_file(c, "/nonexistent/secret", &why) < 0);
+    assert_true(app_token_config_hmac_file(c, "/nonexistent/secret", &why) < 0);
     /* the secret file: one trailing newline stripped */
     char path[] = "/tmp/tern-token-XXXXXX";
     int fd = mkstemp(path);
@@ -413,10 +413,10 @@ static void config_errors(void **state) {
     FILE *f = fdopen(fd, "w");
     fprintf(f, "%s\n", secret);
     fclose(f);
-    assert_int_equal(tern__token_config_hmac_file(c, path, &why), 0);
+    assert_int_equal(app_token_config_hmac_file(c, path, &why), 0);
     unlink(path);
     assert_int_equal(check(c, hs(GOOD), NULL), 0);
-    tern__token_config_free(c);
+    app_token_config_free(c);
 }
 
 static int setup(void **state) {
