@@ -50,6 +50,8 @@ void app_serve_pubsub_set_rate(uint32_t rate);
  * a loop may still be reading in the callback it runs. */
 struct app_topic_rules;
 const struct app_topic_rules *app_serve_pubsub_swap_rules(const struct app_topic_rules *r);
+/* The topic rules in force now (read within one callback, as above). */
+const struct app_topic_rules *app_serve_pubsub_rules(void);
 
 /* serve_metrics.c: GET /metrics (the admin listener's), the counters of
  * srv's threads in Prometheus' text format; draining: SIGTERM came. */

@@ -5,6 +5,10 @@
  *                           {"seq":N,"subscribers":M}; needs
  *                           "Authorization: Bearer KEY", KEY the first line of
  *                           --api-key-file (401 otherwise; 403 without one)
+ *   GET  /presence?topic=T[&limit=N]   who is subscribed to T, and
+ *   GET  /presence/stats?topic=T       how many (serve_presence.h); keyed as
+ *                           POST /publish; 404 where T's rule does not say
+ *                           presence=on
  *   GET  /stats             the threads' counters as JSON: their sum, then
  *                           each thread's
  *   GET  /metrics           the same in Prometheus' text format, with Redis's
@@ -22,6 +26,7 @@
 #include <strings.h>
 
 #include "app/serve_ctx.h"
+#include "app/serve_presence.h"
 #include "net/crypto.h"
 
 /* GET /stats: every thread's counters (read from any thread: see
@@ -176,24 +181,45 @@ static bool bearer_ok(tern_http_req *req, const serve_ctx *ctx) {
     return tern__crypto_equal(a, b, sizeof(a));
 }
 
+/* Whether the request carries the operator's key; if not, answered: 403
+ * without --api-key-file, 401 without the key (route: what the answer
+ * names). */
+static bool key_ok(tern_http_req *req, const serve_ctx *ctx, const char *route) {
+    char why[160];
+    int n;
+    if (ctx->api_key == NULL) {
+        n = snprintf(why, sizeof(why), "tern serve: %s needs an API key: start the server "
+                                       "with --api-key-file FILE\n", route);
+        tern_http_respond(req, 403, "text/plain", why, (size_t)n);
+        return false;
+    }
+    if (!bearer_ok(req, ctx)) {
+        n = snprintf(why, sizeof(why), "tern serve: %s needs Authorization: Bearer KEY "
+                                       "(the key of --api-key-file)\n", route);
+        tern_http_add_header(req, "WWW-Authenticate", "Bearer");
+        tern_http_respond(req, 401, "text/plain", why, (size_t)n);
+        return false;
+    }
+    return true;
+}
+
 /* POST /publish/:topic on the admin listener: published on the public
  * servers (loop 0's, this one's loop), with the operator's key only. */
 static void on_admin_publish(tern_http_req *req, void *user) {
-    serve_ctx *ctx = user;
-    if (ctx->api_key == NULL) {
-        static const char why[] = "tern serve: POST /publish needs an API key: start the server "
-                                  "with --api-key-file FILE\n";
-        tern_http_respond(req, 403, "text/plain", why, sizeof(why) - 1);
-        return;
-    }
-    if (!bearer_ok(req, ctx)) {
-        static const char why[] = "tern serve: POST /publish needs Authorization: Bearer KEY "
-                                  "(the key of --api-key-file)\n";
-        tern_http_add_header(req, "WWW-Authenticate", "Bearer");
-        tern_http_respond(req, 401, "text/plain", why, sizeof(why) - 1);
-        return;
-    }
-    app_serve_publish(req, ctx->first);
+    if (key_ok(req, user, "POST /publish"))
+        app_serve_publish(req, ((serve_ctx *)user)->first);
+}
+
+/* GET /presence?topic=T and GET /presence/stats?topic=T: who is
+ * subscribed there (serve_presence.h), with the operator's key only. */
+static void on_admin_presence(tern_http_req *req, void *user) {
+    if (key_ok(req, user, "GET /presence"))
+        app_presence_admin(req, app_serve_pubsub_rules(), false);
+}
+
+static void on_admin_presence_stats(tern_http_req *req, void *user) {
+    if (key_ok(req, user, "GET /presence/stats"))
+        app_presence_admin(req, app_serve_pubsub_rules(), true);
 }
 
 /* The admin listener: a server of its own (its own routes, limits and
@@ -210,6 +236,9 @@ int app_serve_admin_setup(serve_ctx *ctx, tern_loop *loop) {
         return SETUP_FAILED;
     }
     if ((err = tern_http_route(ctx->admin, "POST", "/publish/:topic", on_admin_publish, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/presence", on_admin_presence, ctx)) < 0 ||
+        (err = tern_http_route(ctx->admin, "GET", "/presence/stats", on_admin_presence_stats,
+                               ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/stats", on_stats, ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/metrics", on_metrics, ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/healthz", on_health, ctx)) < 0 ||

@@ -425,11 +425,14 @@ const app_opt app_serve_opts[SV_COUNT] = {
                           "its longest prefix's. KEYs: subscribe= and publish= (token:\n"
                           "a token's rights must cover the topic, the default; anyone;\n"
                           "none), policy=, history=N, history-age=SECONDS,\n"
-                          "max-backlog=BYTES (the --pubsub-* defaults otherwise).\n"
+                          "max-backlog=BYTES (the --pubsub-* defaults otherwise),\n"
+                          "presence=on (who is subscribed may be asked) and\n"
+                          "join-leave=on (joins and leaves pushed; both off by default).\n"
                           "Closed by default: without a rule only tokens open a topic.\n"
                           "\"market\" and \"stats\" (the feed's) are subscribe=anyone\n"
-                          "publish=none. SIGHUP applies changes of subscribe= and\n"
-                          "publish=; the other keys need a restart",
+                          "publish=none. SIGHUP applies changes of subscribe=,\n"
+                          "publish=, presence= and join-leave= to the operations that\n"
+                          "follow; the other keys need a restart",
         VALS(topics)},
     [SV_PS_TOPIC] = {"pubsub-topic-policy", 0, S, "PREFIX=P", .check = topic_policy_ok,
                      .flags = REPEAT, .max_count = TERN_TOPIC_RULES_MAX,

@@ -120,6 +120,8 @@
 
 #include "app/app.h"
 #include "app/json.h"
+#include "app/presence.h"
+#include "app/serve_presence.h"
 #include "app/serve_tokens.h"
 #include "app/topic_rules.h"
 #include "tern/tern.h"
@@ -183,7 +185,7 @@ static bool scan_string(const char **s, const char *end, tok *t) {
 
 /* The fields of a client's message that mean something (absent: p NULL). */
 typedef struct fields {
-    tok op, topic, data, key, epoch, after, token;
+    tok op, topic, data, key, epoch, after, token, limit;
     int snapshot;   /* "snapshot": -1 absent, 0 false, 1 true */
 } fields;
 
@@ -242,6 +244,8 @@ static bool parse_msg(const char *d, size_t n, fields *f) {
             f->after = v;
         else if (IS("token"))
             f->token = v;
+        else if (IS("limit"))
+            f->limit = v;
 #undef IS
     next:
         s = skip_ws(s, end);
@@ -464,6 +468,10 @@ const app_topic_rules *app_serve_pubsub_swap_rules(const app_topic_rules *r) {
     return atomic_exchange_explicit(&rules, r, memory_order_acq_rel);
 }
 
+const app_topic_rules *app_serve_pubsub_rules(void) {
+    return atomic_load_explicit(&rules, memory_order_acquire);
+}
+
 /* A /pubsub connection's token bucket: `rate` tokens a second, at most
  * `rate` held (the burst), one taken per message. Invariants: tokens <=
  * rate * 1000 (tokens are kept in thousandths, so that a refill of a few
@@ -477,6 +485,7 @@ typedef struct ps_bucket {
     uint32_t rate;         /* the rate tokens count at; another one refills it */
     bool closing;          /* closed with 1008 for its rate */
     app_token_conn *auth;   /* with tokens on (serve_tokens.h) */
+    app_pres_conn *pres;    /* its presence and join/leave topics (serve_presence.h) */
 } ps_bucket;
 
 static int (*pubsub_upgrade_next)(tern_http_req *, void **, void *);
@@ -515,18 +524,31 @@ static void pubsub_open(tern_ws *ws, void *user) {
     app_token_conn_open(b ? b->auth : NULL, ws);
 }
 
+/* The topic's rule now (NULL: none). */
+static const app_topic_rule *rule_of(const char *topic, size_t len) {
+    return app_rules_match(atomic_load_explicit(&rules, memory_order_acquire), topic, len);
+}
+
 /* The topic's rule decides (topic_rules.h); "token" asks the
  * connection's token (serve_tokens.c), and no rule means "token". Asked
- * once per subscribe or publish, never per delivered message. */
-static int may(tern_ws *ws, const char *topic, size_t len, bool publish) {
+ * once per subscribe or publish (and presence request), never per
+ * delivered message. Join and leave are the server's to say: only its
+ * own subscribe to their topic goes through. */
+static bool allowed(tern_ws *ws, const char *topic, size_t len, bool publish) {
+    if (app_presence_events_topic(topic, len))
+        return !publish && app_presence_events_subscribing();
     ps_bucket *b = tern_ws_user(ws);
     const app_token_conn *auth = b ? b->auth : NULL;
-    const app_topic_rule *r =
-        app_rules_match(atomic_load_explicit(&rules, memory_order_acquire), topic, len);
+    const app_topic_rule *r = rule_of(topic, len);
     app_access a = !r ? APP_ACCESS_TOKEN : publish ? r->publish : r->subscribe;
-    if (a == APP_ACCESS_ANYONE ||
-        (a == APP_ACCESS_TOKEN && (publish ? app_token_conn_may_publish(auth, topic, len)
-                                             : app_token_conn_may_subscribe(auth, topic, len)) == 0))
+    return a == APP_ACCESS_ANYONE ||
+           (a == APP_ACCESS_TOKEN && (publish ? app_token_conn_may_publish(auth, topic, len)
+                                              : app_token_conn_may_subscribe(auth, topic, len)) == 0);
+}
+
+/* allowed(), a refusal counted. */
+static int may(tern_ws *ws, const char *topic, size_t len, bool publish) {
+    if (allowed(ws, topic, len, publish))
         return 0;
     atomic_fetch_add_explicit(publish ? &n_forbid_pub : &n_forbid_sub, 1, memory_order_relaxed);
     return -EACCES;
@@ -548,8 +570,10 @@ static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, 
     if (code == TERN_WS_TOO_BIG)
         atomic_fetch_add_explicit(&n_too_big, 1, memory_order_relaxed);
     ps_bucket *b = tern_ws_user(ws);
-    if (b)
+    if (b) {
+        app_presence_closed(ws, b->pres);
         app_token_conn_free(b->auth);
+    }
     free(b);
 }
 
@@ -635,13 +659,17 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
         return;
     }
     tok op = f.op, topic_tok = f.topic, dtok = f.data, ktok = f.key;
-    enum { SUB, UNSUB, PUB } what;
+    enum { SUB, UNSUB, PUB, PRESENCE, PRESENCE_STATS } what;
     if (op.p && op.n == 11 && !memcmp(op.p, "\"subscribe\"", 11))
         what = SUB;
     else if (op.p && op.n == 13 && !memcmp(op.p, "\"unsubscribe\"", 13))
         what = UNSUB;
     else if (op.p && op.n == 9 && !memcmp(op.p, "\"publish\"", 9))
         what = PUB;
+    else if (op.p && op.n == 10 && !memcmp(op.p, "\"presence\"", 10))
+        what = PRESENCE;
+    else if (op.p && op.n == 16 && !memcmp(op.p, "\"presence_stats\"", 16))
+        what = PRESENCE_STATS;
     else if (op.p && op.n == 8 && !memcmp(op.p, "\"limits\"", 8)) {
         reply_limits(ws, rate);
         return;
@@ -682,6 +710,10 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
         bool snapshot = !asked && f.snapshot == 1;
         err = snapshot ? tern_ws_subscribe_latest(ws, topic, &r)
                        : tern_ws_subscribe_from(ws, topic, epoch, after, &r);
+        if (err == 0 && b &&
+            (err = app_presence_subscribed(ws, &b->pres, b->auth, rule_of(topic, (size_t)tl),
+                                           topic, (size_t)tl)) < 0)
+            (void)tern_ws_unsubscribe(ws, topic);
         if (err == 0)
             reply_subscribed(ws, topic, (size_t)tl, &r, asked, snapshot);
         else if (err == -EALREADY)
@@ -695,9 +727,10 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
         break;
     }
     case UNSUB:
-        if (tern_ws_unsubscribe(ws, topic) == 0)
+        if (tern_ws_unsubscribe(ws, topic) == 0) {
+            app_presence_unsubscribed(ws, b ? b->pres : NULL, topic, (size_t)tl);
             reply_ok(ws, "unsubscribe", topic, (size_t)tl, -1);
-        else
+        } else
             reply_error(ws, "not subscribed", op);
         break;
     case PUB: {
@@ -717,6 +750,18 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
             reply_error(ws, seq == -EACCES || seq == -EPERM ? "forbidden" : "out of memory", op);
         else
             reply_ok(ws, "publish", topic, (size_t)tl, seq);
+        break;
+    }
+    case PRESENCE:
+    case PRESENCE_STATS: {
+        uint64_t limit = 0;
+        if (f.limit.p && (!tok_number(f.limit, 10, &limit) || limit == 0 ||
+                          limit > APP_PRESENCE_LIST_MAX)) {
+            reply_error(ws, "bad limit", op);
+            return;
+        }
+        app_presence_reply(ws, what == PRESENCE_STATS, rule_of(topic, (size_t)tl),
+                           allowed(ws, topic, (size_t)tl, false), topic, (size_t)tl, (size_t)limit);
         break;
     }
     }

@@ -187,6 +187,14 @@ int app_token_conn_may_publish(const app_token_conn *c, const char *topic, size_
     return -EACCES;
 }
 
+const char *app_token_conn_user(const app_token_conn *c) {
+    return c && c->has_token ? c->rights.sub : NULL;
+}
+
+const char *app_token_conn_info(const app_token_conn *c) {
+    return c && c->has_token ? c->rights.info : NULL;
+}
+
 const char *app_token_conn_refresh(app_token_conn *c, tern_ws *ws, const char *tok,
                                      size_t len, int64_t *exp) {
     if (c == NULL)

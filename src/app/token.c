@@ -317,6 +317,7 @@ void app_token_rights_free(app_token_rights *r) {
     if (r == NULL)
         return;
     free(r->sub);
+    free(r->info);
     for (size_t i = 0; i < r->nsubscribe; i++)
         free(r->subscribe[i]);
     for (size_t i = 0; i < r->npublish; i++)
@@ -433,6 +434,17 @@ int app_token_verify(const app_token_config *c, const char *tok, size_t len, int
     json_t *rights = json_object_get(cl, "tern");
     if (rights && !json_is_object(rights)) {
         *why = "bad rights";
+        goto out;
+    }
+    json_t *info = json_object_get(cl, "info");
+    if (info && (out->info = json_dumps(info, JSON_COMPACT | JSON_ENCODE_ANY)) == NULL) {
+        err = -ENOMEM;
+        *why = "out of memory";
+        goto out;
+    }
+    if (out->info && strlen(out->info) > TERN_TOKEN_INFO_MAX) {
+        *why = "info too large";
+        app_token_rights_free(out);
         goto out;
     }
     size_t total = 0;

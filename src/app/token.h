@@ -11,7 +11,9 @@
  * present; nbf more than the leeway ahead is refused), aud and iss (checked
  * when the configuration names them), and the rights,
  *     "tern": {"subscribe": ["T", "P*", ...], "publish": [...]}
- * each entry a topic, or a prefix ending in '*'.
+ * each entry a topic, or a prefix ending in '*'; and info (any JSON value,
+ * at most TERN_TOKEN_INFO_MAX bytes once compacted), what presence shows
+ * of the connection beside its sub (presence.h).
  *
  * serve_tokens.c applies them to the /pubsub route's connections. */
 #ifndef TERN_APP_TOKEN_H
@@ -25,6 +27,7 @@
 
 #define TERN_TOKEN_MAX 8192          /* bytes of a token */
 #define TERN_TOKEN_RIGHTS_MAX 64     /* subscribe + publish entries */
+#define TERN_TOKEN_INFO_MAX 1024     /* bytes of the info claim, as compact JSON */
 /* Seconds of clock difference between the issuer and us allowed on both
  * exp and nbf (the default of --token-leeway), as most JWT libraries do:
  * one leeway, so a token is not refused for a skew in one direction and
@@ -36,6 +39,7 @@ typedef struct app_token_config app_token_config;
 /* What a valid token grants. Strings are the rights' own copies. */
 typedef struct app_token_rights {
     char *sub;
+    char *info;                      /* the info claim as compact JSON, or NULL */
     int64_t exp;                     /* the exp claim, seconds since the epoch */
     int64_t until;                   /* exp plus the leeway: refused from then on */
     size_t nsubscribe, npublish;

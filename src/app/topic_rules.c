@@ -32,6 +32,16 @@ static bool access_parse(const char *s, size_t n, app_access *out) {
     return true;
 }
 
+static bool on_off(const char *s, size_t n, bool *out) {
+    if (n == 2 && !memcmp(s, "on", 2))
+        *out = true;
+    else if (n == 3 && !memcmp(s, "off", 3))
+        *out = false;
+    else
+        return false;
+    return true;
+}
+
 /* A decimal number of at most 19 digits within [lo, hi]. */
 static bool number(const char *s, size_t n, uint64_t lo, uint64_t hi, uint64_t *out) {
     if (n == 0 || n > 19)
@@ -94,8 +104,17 @@ static bool setting(app_topic_rule *r, const char *s, size_t n, const char **why
             return r->has_backlog = true;
         }
         *why = "max-backlog= takes a number of bytes";
+    } else if (KEY("presence")) {
+        if (on_off(v, vl, &r->presence))
+            return r->has_presence = true;
+        *why = "presence= takes on or off";
+    } else if (KEY("join-leave")) {
+        if (on_off(v, vl, &r->join_leave))
+            return r->has_join_leave = true;
+        *why = "join-leave= takes on or off";
     } else {
-        *why = "unknown key (subscribe, publish, policy, history, history-age, max-backlog)";
+        *why = "unknown key (subscribe, publish, policy, history, history-age, max-backlog, "
+               "presence, join-leave)";
     }
 #undef KEY
     return false;
@@ -222,6 +241,8 @@ void app_rules_resolve(app_topic_rules *t) {
         INHERIT(has_history, r->history = a->history);
         INHERIT(has_history_age, r->history_ms = a->history_ms);
         INHERIT(has_backlog, r->max_backlog = a->max_backlog);
+        INHERIT(has_presence, r->presence = a->presence);
+        INHERIT(has_join_leave, r->join_leave = a->join_leave);
 #undef INHERIT
     }
 }

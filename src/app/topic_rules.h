@@ -37,6 +37,9 @@ typedef struct app_topic_rule {
     bool prefix;                          /* given with a trailing '*' */
     app_access subscribe, publish;
     bool has_subscribe, has_publish, has_policy, has_history, has_history_age, has_backlog;
+    bool has_presence, has_join_leave;
+    bool presence;                        /* who is subscribed may be asked (presence.h) */
+    bool join_leave;                      /* joins and leaves are pushed to subscribers */
     int policy;                           /* enum tern_pubsub_policy */
     uint16_t close_code;                  /* with policy close-1013 */
     uint32_t history;                     /* messages, 1..TERN_HISTORY_MAX */
@@ -51,7 +54,8 @@ typedef struct app_topic_rules {
 
 /* "PATTERN [KEY=VALUE]...", KEY one of subscribe, publish (anyone, token,
  * none), policy (drop, close, close-1013, conflate), history (messages),
- * history-age (seconds), max-backlog (bytes). A pattern met before is
+ * history-age (seconds), max-backlog (bytes), presence and join-leave (on,
+ * off; off by default). A pattern met before is
  * the same rule: the new keys change it. Returns 0, or -1 and *why. */
 TERN_MUST_CHECK
 int app_rules_add(app_topic_rules *t, const char *spec, const char **why);

@@ -160,6 +160,39 @@ static void hs256_good(void **state) {
     app_token_config_free(c);
 }
 
+/* The info claim: kept as compact JSON for presence, whatever its type;
+ * absent, NULL; over TERN_TOKEN_INFO_MAX bytes, the token is refused. */
+static void info_claim(void **state) {
+    (void)state;
+    app_token_config *c = hmac_config();
+    app_token_rights r;
+    const char *why;
+    const char *t = hs("{\"sub\":\"a\",\"exp\":1700003600,\"info\":{ \"name\" : \"A\", \"n\": [1, 2] }}");
+    assert_int_equal(app_token_verify(c, t, strlen(t), NOW, &r, &why), 0);
+    assert_string_equal(r.info, "{\"name\":\"A\",\"n\":[1,2]}");
+    app_token_rights_free(&r);
+    t = hs("{\"sub\":\"a\",\"exp\":1700003600,\"info\":\"hi\"}");
+    assert_int_equal(app_token_verify(c, t, strlen(t), NOW, &r, &why), 0);
+    assert_string_equal(r.info, "\"hi\"");
+    app_token_rights_free(&r);
+    t = hs(GOOD);
+    assert_int_equal(app_token_verify(c, t, strlen(t), NOW, &r, &why), 0);
+    assert_null(r.info);
+    app_token_rights_free(&r);
+    /* A string info of k bytes of x is k + 2 bytes of JSON. */
+    char cl[TERN_TOKEN_INFO_MAX + 128];
+    for (int k = TERN_TOKEN_INFO_MAX - 2; k <= TERN_TOKEN_INFO_MAX - 1; k++) {
+        int n = snprintf(cl, sizeof(cl), "{\"sub\":\"a\",\"exp\":1700003600,\"info\":\"");
+        memset(cl + n, 'x', (size_t)k);
+        strcpy(cl + n + k, "\"}");
+        if (k + 2 > TERN_TOKEN_INFO_MAX)
+            refused(c, hs(cl), "info too large");
+        else
+            assert_int_equal(check(c, hs(cl), NULL), 0);
+    }
+    app_token_config_free(c);
+}
+
 static void times(void **state) {
     (void)state;
     app_token_config *c = hmac_config();
@@ -438,7 +471,7 @@ int main(void) {
         cmocka_unit_test(hs256_good),    cmocka_unit_test(times),
         cmocka_unit_test(bad_signature), cmocka_unit_test(alg_none),
         cmocka_unit_test(key_confusion), cmocka_unit_test(rs256_good),
-        cmocka_unit_test(es256_good),
+        cmocka_unit_test(es256_good),    cmocka_unit_test(info_claim),
         cmocka_unit_test(remembered_signatures_still_check_claims),    cmocka_unit_test(audience_issuer),
         cmocka_unit_test(malformed),     cmocka_unit_test(too_long),
         cmocka_unit_test(rights_match),  cmocka_unit_test(config_errors),

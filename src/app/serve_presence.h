@@ -1,0 +1,79 @@
+/* tern serve's presence and join/leave on /pubsub (serve_presence.c), for
+ * the topics whose rule says presence=on or join-leave=on (topic_rules.h):
+ *
+ *   client -> server
+ *     {"op":"presence","topic":"T"}               who is in T (this node's)
+ *     {"op":"presence","topic":"T","limit":"N"}   at most N of them (1..1000)
+ *     {"op":"presence_stats","topic":"T"}         how many clients and users
+ *   server -> client
+ *     {"ok":"presence","topic":"T","clients":C,"users":U,"truncated":B,
+ *      "presence":[{"client":"ID","user":"SUB","info":I},...]}
+ *                                                  the first N (1000 unless
+ *                                                  asked) in join order; B:
+ *                                                  some were left out
+ *     {"ok":"presence_stats","topic":"T","clients":C,"users":U}
+ *     {"topic":"T","join":{"client":"ID","user":"SUB","info":I}}
+ *     {"topic":"T","leave":{"client":"ID","user":"SUB","info":I}}
+ *                                                  pushed to T's subscribers
+ *                                                  (not to the one joining or
+ *                                                  leaving) with join-leave=on
+ *   errors: "presence off" (the rule does not say presence=on), "forbidden"
+ *   (the connection may not subscribe to T), "bad limit".
+ *
+ * ID: the connection's client id, 16 hex digits, one per connection (the
+ * same in every topic); SUB: its token's sub ("" without a token); I: its
+ * token's "info" claim, absent when it has none. A user with two
+ * connections is two clients and one user.
+ *
+ * Node-local: presence lists this node's subscribers; join and leave
+ * events go wherever the topic's messages go (through --redis too).
+ *
+ * Join and leave travel on a topic of their own, "\x01" and T's name (so
+ * a T of 256 bytes has none), to which each subscriber of T with
+ * join-leave=on is subscribed too (it counts in the connection's 1024
+ * subscriptions); no client may subscribe or publish to such a name
+ * itself. They are not numbered in T and are never in T's history. */
+#ifndef TERN_APP_SERVE_PRESENCE_H
+#define TERN_APP_SERVE_PRESENCE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "app/serve_tokens.h"
+#include "app/topic_rules.h"
+#include "tern/tern.h"
+
+/* The first byte of a join/leave topic's name. */
+#define APP_PRESENCE_EVENTS_MARK '\x01'
+
+/* A /pubsub connection's presence: its client id and the topics it is in
+ * with presence or join/leave (NULL until its first). */
+typedef struct app_pres_conn app_pres_conn;
+
+/* After ws subscribed to topic, under rule r (NULL: none): its entry in
+ * presence and its join pushed, as r says. 0, or -ENOSPC (no room for the
+ * join/leave topic among its subscriptions), -ENOMEM: then nothing of it
+ * is kept and the caller unsubscribes ws from topic. */
+TERN_MUST_CHECK
+int app_presence_subscribed(tern_ws *ws, app_pres_conn **pc, const app_token_conn *auth,
+                            const app_topic_rule *r, const char *topic, size_t tlen);
+/* After ws unsubscribed from topic: out of presence, its leave pushed. */
+void app_presence_unsubscribed(tern_ws *ws, app_pres_conn *pc, const char *topic, size_t tlen);
+/* In on_close: every topic left at once, and pc freed (NULL: nothing). */
+void app_presence_closed(tern_ws *ws, app_pres_conn *pc);
+/* Whether the route's hooks are asked for a join/leave topic: refused
+ * unless app_presence_subscribed is subscribing to it. */
+bool app_presence_events_topic(const char *topic, size_t len);
+bool app_presence_events_subscribing(void);
+/* {"op":"presence"} (stats false) and {"op":"presence_stats"}: answered
+ * to ws. r: topic's rule; may: whether ws may subscribe to it; limit: 0
+ * for the most, else what was asked (1..APP_PRESENCE_LIST_MAX). */
+void app_presence_reply(tern_ws *ws, bool stats, const app_topic_rule *r, bool may,
+                        const char *topic, size_t tlen, size_t limit);
+/* The admin listener's GET /presence?topic=T[&limit=N] and GET
+ * /presence/stats?topic=T (stats), once the key was checked: the same
+ * JSON as the ops' answers without "ok"; 400 for a bad topic or limit,
+ * 404 "presence off" where the rule does not say presence=on. */
+void app_presence_admin(tern_http_req *req, const app_topic_rules *rules, bool stats);
+
+#endif
