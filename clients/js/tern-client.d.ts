@@ -80,6 +80,37 @@ export interface SubscribeOptions {
   snapshot?: boolean;
   /** At every (re)subscription, before the messages it brings. */
   onSubscribed?: (info: SubscribedInfo, sub: Subscription) => void;
+  /** Another client subscribed (the topic's rule says join-leave=on). */
+  onJoin?: (ev: PresenceEvent, sub: Subscription) => void;
+  /** Another client unsubscribed or its connection ended. */
+  onLeave?: (ev: PresenceEvent, sub: Subscription) => void;
+}
+
+/** One client in a topic: its connection's id, its token's sub ("" without one) and info claim. */
+export interface PresenceEntry {
+  client: string;
+  user: string;
+  info?: unknown;
+}
+
+/** A join or a leave: the entry and its topic. */
+export interface PresenceEvent extends PresenceEntry {
+  topic: string;
+}
+
+export interface PresenceStats {
+  topic: string;
+  /** Connections subscribed. */
+  clients: number;
+  /** Distinct users among them (a user with two connections counts once). */
+  users: number;
+}
+
+export interface Presence extends PresenceStats {
+  /** Some clients were left out (over the limit). */
+  truncated: boolean;
+  /** In the order they joined. */
+  presence: PresenceEntry[];
 }
 
 export interface Subscription {
@@ -103,11 +134,15 @@ export class TernClient {
   readonly queued: number;
   on(event: "state", fn: (state: State, previous: State) => void): () => void;
   on(event: "error", fn: (error: TernError) => void): () => void;
+  on(event: "join" | "leave", fn: (ev: PresenceEvent) => void): () => void;
   connect(): void;
   reconnect(): void;
   subscribe(topic: string, handler: (msg: Message, sub: Subscription) => void,
             options?: SubscribeOptions): Subscription;
   publish(topic: string, data: string, options?: { key?: string }): Promise<number>;
+  /** Who is in topic (this server's subscribers), at most options.limit (1..1000). */
+  presence(topic: string, options?: { limit?: number }): Promise<Presence>;
+  presenceStats(topic: string): Promise<PresenceStats>;
   close(): void;
 }
 

@@ -12,7 +12,9 @@
 // queue of publishes while disconnected; keeps to the server's rate limit
 // (asked with {"op":"limits"}), so that a reconnect's burst of
 // resubscriptions and queued publishes is paced, never refused; gets
-// tokens again before they expire.
+// tokens again before they expire; asks who is in a topic (presence) and
+// hands on the joins and leaves the server pushes (src/app/serve_presence.h
+// says that protocol).
 
 const DEFAULTS = {
   backoffInitial: 250,     // ms: the first retry waits up to this
@@ -92,6 +94,8 @@ class Subscription {
     this._client = client;
     this._handler = handler;
     this._onSubscribed = options.onSubscribed;
+    this._onJoin = options.onJoin;
+    this._onLeave = options.onLeave;
     this._snapshot = options.snapshot !== false;
     this._closed = false;
     this.ready = new Promise((resolve, reject) => {
@@ -176,7 +180,10 @@ export class TernClient {
     if (options.connect !== false) this.connect();
   }
 
-  /** Listens to "state" (state, previous) or "error" (TernError); returns a function that stops it. */
+  /**
+   * Listens to "state" (state, previous), "error" (TernError), "join" and
+   * "leave" ({topic, client, user, info}); returns a function that stops it.
+   */
   on(event, fn) {
     if (!this._listeners.has(event)) this._listeners.set(event, new Set());
     this._listeners.get(event).add(fn);
@@ -508,6 +515,10 @@ export class TernClient {
       else item.r.resolve(m);
       return;
     }
+    if (typeof m.topic === "string" && (m.join !== undefined || m.leave !== undefined)) {
+      this._presenceEvent(m);
+      return;
+    }
     if (typeof m.topic !== "string" || typeof m.seq !== "number") return;
     const t = this._topics.get(m.topic);
     if (!t || t.unsubscribing) return;   // its subscription ended
@@ -516,6 +527,29 @@ export class TernClient {
       return;
     }
     this._deliver(t, TernClient._message(m, false));
+  }
+
+  // A join or leave the server pushed (a topic whose rule says
+  // join-leave=on): to the topic's subscriptions' onJoin/onLeave, then the
+  // client's "join"/"leave" listeners. Not part of the topic's numbered
+  // stream: seq, latest and resume do not see it.
+  _presenceEvent(m) {
+    const t = this._topics.get(m.topic);
+    if (!t || t.unsubscribing) return;   // its subscription ended
+    const kind = m.join !== undefined ? "join" : "leave";
+    const who = m[kind] || {};
+    const ev = { topic: m.topic, client: who.client, user: who.user };
+    if (who.info !== undefined) ev.info = who.info;
+    for (const s of t.subs) {
+      const fn = kind === "join" ? s._onJoin : s._onLeave;
+      if (s._closed || !fn) continue;
+      try {
+        fn(ev, s);
+      } catch (e) {
+        setTimeout(() => { throw e; });
+      }
+    }
+    this._emit(kind, ev);
   }
 
   // The application's form of a server message m.
@@ -709,6 +743,41 @@ export class TernClient {
         }
       }
       this._outbox.push({ msg, r });
+    });
+  }
+
+  /**
+   * Who is subscribed to topic (on the server this client is connected
+   * to), where its rule says presence=on and this client may subscribe:
+   * resolves with {topic, clients, users, truncated, presence: [{client,
+   * user, info}]}, at most options.limit entries (1..1000; the server's
+   * most unless given), in the order they joined. Rejects with a TernError:
+   * SERVER ("presence off", "forbidden"), or DISCONNECTED when not open.
+   */
+  presence(topic, options = {}) {
+    const msg = { op: "presence", topic };
+    if (options.limit !== undefined) msg.limit = String(options.limit);
+    return this._ask(msg, (m) => ({ topic: m.topic, clients: m.clients, users: m.users,
+                                     truncated: m.truncated, presence: m.presence }));
+  }
+
+  /** The counts alone: resolves with {topic, clients, users}; rejects as presence(). */
+  presenceStats(topic) {
+    return this._ask({ op: "presence_stats", topic },
+                     (m) => ({ topic: m.topic, clients: m.clients, users: m.users }));
+  }
+
+  // A question answered now or never: sent on the open connection (as the
+  // rate allows), its answer given to shape; never queued while
+  // disconnected (the answer would be stale).
+  _ask(msg, shape) {
+    if (this.state === "closed") return Promise.reject(new TernError("CLOSED", "the client is closed"));
+    if (typeof msg.topic !== "string" || msg.topic === "")
+      return Promise.reject(new TypeError("topic: a non-empty string"));
+    if (!this._socket || this._socket.readyState !== OPEN)
+      return Promise.reject(new TernError("DISCONNECTED", "not connected"));
+    return new Promise((resolve, reject) => {
+      this._request(msg, { resolve: (m) => resolve(shape(m)), reject });
     });
   }
 

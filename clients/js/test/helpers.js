@@ -26,12 +26,13 @@ export const PREFIX = "t.";
 
 const b64url = (b) => Buffer.from(b).toString("base64url");
 
-/** A HS256 JWT with `ttl` seconds to live and rights over PREFIX*. */
+/** A HS256 JWT with `ttl` seconds to live and rights over PREFIX*; info: its info claim. */
 export function mintToken({ ttl = 3600, publish = [PREFIX + "*"], subscribe = [PREFIX + "*"],
-                            secret = SECRET } = {}) {
+                            secret = SECRET, sub = "client-test", info } = {}) {
   const head = b64url(JSON.stringify({ alg: "HS256", typ: "JWT" }));
-  const body = b64url(JSON.stringify({ sub: "client-test", exp: Math.floor(Date.now() / 1000) + ttl,
-                                       tern: { publish, subscribe } }));
+  const claims = { sub, exp: Math.floor(Date.now() / 1000) + ttl, tern: { publish, subscribe } };
+  if (info !== undefined) claims.info = info;
+  const body = b64url(JSON.stringify(claims));
   const sig = createHmac("sha256", secret).update(`${head}.${body}`).digest("base64url");
   return `${head}.${body}.${sig}`;
 }
