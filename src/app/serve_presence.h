@@ -32,7 +32,11 @@
  * a T of 256 bytes has none), to which each subscriber of T with
  * join-leave=on is subscribed too (it counts in the connection's 1024
  * subscriptions); no client may subscribe or publish to such a name
- * itself. They are not numbered in T and are never in T's history. */
+ * itself. They are not numbered in T and are never in T's history. The
+ * events topic takes the settings of rule "*" and of --pubsub-*: with a
+ * history there it keeps one too (never replayed: its subscribe does not
+ * resume), and through --redis such a topic is numbered by Redis, so a
+ * joining connection may then hear its own join. */
 #ifndef TERN_APP_SERVE_PRESENCE_H
 #define TERN_APP_SERVE_PRESENCE_H
 

@@ -25,6 +25,13 @@
  *                                                      may send (tern-client
  *                                                      asks first, and paces
  *                                                      itself to the rate)
+ *       {"op":"presence","topic":"T"}, {"op":"presence_stats","topic":"T"}
+ *                                                      who is subscribed to T,
+ *                                                      where its rule says
+ *                                                      presence=on; and the
+ *                                                      joins and leaves pushed
+ *                                                      with join-leave=on
+ *                                                      (serve_presence.h)
  *       {"op":"publish","topic":"T","data":"..."}     (to every subscriber,
  *                                                      the sender too)
  *       {"op":"publish","topic":"T","key":"K","data":"..."}  the same, K its

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import hmac
 import json
+import shutil
 import time
 import urllib.error
 import urllib.request
@@ -17,7 +18,8 @@ import urllib.request
 import pytest
 from websockets.asyncio.client import connect
 
-from conftest import SLOW
+from conftest import SLOW, wait_for
+from test_redis import Redis, free_port
 
 SECRET = b"presence-secret"
 RULE = "room.* subscribe=token presence=on join-leave=on"
@@ -45,8 +47,8 @@ def start(tern_factory, tmp_path):
     secret = tmp_path / "secret"
     secret.write_bytes(SECRET)
 
-    def run(*rules, threads=1):
-        args = ["--token-hmac-secret-file", str(secret), "--threads", str(threads)]
+    def run(*rules, threads=1, extra=()):
+        args = ["--token-hmac-secret-file", str(secret), "--threads", str(threads), *extra]
         for r in rules:
             args += ["--topic", r]
         t = tern_factory(*args, open_topics=False)
@@ -76,6 +78,16 @@ async def until(cond, what, timeout=20.0):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+async def hear(ws, seen, kind, n, what):
+    """Awaits until seen holds n events of kind ("join" or "leave"),
+    reading ws's events into it: each look is a round trip (a limits
+    question), so what the server sent before its answer has been read."""
+    async def enough():
+        await ask(ws, seen, op="limits")
+        return sum(1 for e in seen if kind in e) >= n
+    await until(enough, what)
 
 
 async def stats(ws, topic, events=None):
@@ -174,8 +186,11 @@ def test_limit_truncates_and_says_so(start):
     asyncio.run(main())
 
 
-def test_join_and_leave_pushed_once_each_not_to_oneself(start):
-    t = start(RULE, "room.quiet join-leave=off")
+@pytest.mark.parametrize("history", [[], ["--pubsub-history", "100"]], ids=["", "history"])
+def test_join_and_leave_pushed_once_each_not_to_oneself(start, history):
+    """With a history for every topic too: the events topic then keeps one,
+    and the joins and leaves are still told once each, never replayed."""
+    t = start(RULE, "room.quiet join-leave=off", extra=history)
 
     async def main():
         watcher = await t.open(token("w"))
@@ -197,10 +212,7 @@ def test_join_and_leave_pushed_once_each_not_to_oneself(start):
             else:
                 await ws.close()
 
-        async def all_left():
-            await ask(watcher, seen, op="limits")   # a round trip: what came before is read
-            return sum(1 for e in seen if "leave" in e) >= n
-        await until(all_left, "every leave")
+        await hear(watcher, seen, "leave", n, "every leave")
         joins = [e for e in seen if "join" in e]
         leaves = [e for e in seen if "leave" in e]
         assert len(joins) == n and len(leaves) == n, seen
@@ -242,11 +254,7 @@ def test_a_closed_connection_leaves_presence_at_once(start):
         assert [e["user"] for e in m["presence"]] == ["w"], m
         # The leave was published when the connection went; it may reach
         # the watcher behind the answer above (a batch): waited for.
-
-        async def told():
-            await ask(watcher, seen, op="limits")
-            return any("leave" in e for e in seen)
-        await until(told, "the leave")
+        await hear(watcher, seen, "leave", 1, "the leave")
         assert [e["leave"]["user"] for e in seen if "leave" in e] == ["gone"], seen
         await watcher.close()
     asyncio.run(main())
@@ -277,11 +285,7 @@ def test_churn_of_300_subscribers_from_several_tasks(start):
         assert (m["clients"], m["truncated"], len(m["presence"])) == (total + 1, False, total + 1)
         listed = {e["client"] for e in m["presence"]}
         assert len(listed) == total + 1
-
-        async def joined():
-            await ask(watcher, seen, op="limits")
-            return sum(1 for e in seen if "join" in e) >= total
-        await until(joined, "every join")
+        await hear(watcher, seen, "join", total, "every join")
         joins = {e["join"]["client"] for e in seen if "join" in e}
         assert len(joins) == total and joins < listed
 
@@ -299,11 +303,7 @@ def test_churn_of_300_subscribers_from_several_tasks(start):
         async def empty():
             return await stats(watcher, "room.churn", seen) == (1, 1)
         await until(empty, "every subscriber out of presence")
-
-        async def all_left():
-            await ask(watcher, seen, op="limits")
-            return sum(1 for e in seen if "leave" in e) >= total
-        await until(all_left, "every leave")
+        await hear(watcher, seen, "leave", total, "every leave")
         leaves = [e["leave"]["client"] for e in seen if "leave" in e]
         assert len(leaves) == total and set(leaves) == joins
         assert sum(1 for e in seen if "join" in e) == total
@@ -346,3 +346,42 @@ def test_a_token_with_too_large_info_is_refused(start):
         ws = await t.open(token("small", info="x" * 1000))
         await ws.close()
     asyncio.run(main())
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None,
+                    reason="redis-server missing (scripts/install-deps.sh test)")
+def test_through_redis_join_and_leave_cross_nodes_presence_stays_local(start):
+    """Presence is node-local; join and leave travel wherever the topic's
+    messages go, through --redis too."""
+    redis = Redis(free_port())
+    redis.start()
+    try:
+        url = f"redis://127.0.0.1:{redis.port}"
+        a = start(RULE, extra=["--redis", url])
+        b = start(RULE, extra=["--redis", url], threads=2)
+        wait_for(lambda: a.stats()["redis"]["connected"] and b.stats()["redis"]["connected"],
+                 "both nodes linked to Redis")
+
+        async def main():
+            watcher = await a.open(token("w"))
+            seen = []
+            assert (await ask(watcher, seen, op="subscribe", topic="room.r"))["ok"] == "subscribe"
+            # The events topic's channel, subscribed by node a.
+            wait_for(lambda: redis.command("PUBSUB", "NUMSUB", "tern:\x01room.r")[1] == 1,
+                     "a's events channel in Redis")
+            other = await b.open(token("far", info={"node": "b"}))
+            assert (await ask(other, op="subscribe", topic="room.r"))["ok"] == "subscribe"
+            await hear(watcher, seen, "join", 1, "b's join on a")
+            join = next(e["join"] for e in seen if "join" in e)
+            assert join["user"] == "far" and join["info"] == {"node": "b"}, join
+            # Each node lists its own subscribers.
+            assert await stats(watcher, "room.r", seen) == (1, 1)
+            assert await stats(other, "room.r") == (1, 1)
+            await other.close()
+            await hear(watcher, seen, "leave", 1, "b's leave on a")
+            leaves = [e["leave"] for e in seen if "leave" in e]
+            assert [x["client"] for x in leaves] == [join["client"]], seen
+            await watcher.close()
+        asyncio.run(main())
+    finally:
+        redis.stop()
