@@ -137,6 +137,8 @@ int app_presence_subscribed(tern_ws *ws, app_pres_conn **pc, const app_token_con
         int err = tern_ws_subscribe(ws, events);
         subscribing = false;
         if (err < 0 && err != -EALREADY) {
+            /* The join has gone out: its leave follows, so that the
+             * others' view stays whole (a rare case: no room left). */
             push(ws, "leave", (*pc)->client, m);
             app_presence_leave(m->entry);
             member_free(m);
