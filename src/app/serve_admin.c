@@ -13,6 +13,9 @@
  *   GET  /readyz, /ready    200 "ready", or 503 with the reason: draining
  *                           (after SIGTERM), or --redis given and its link
  *                           down
+ *   POST /publish, /history, /topics, /disconnect, /unsubscribe
+ *                           the server API, keyed as /publish/:topic
+ *                           (serve_api.c)
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -176,24 +179,29 @@ static bool bearer_ok(tern_http_req *req, const serve_ctx *ctx) {
     return tern__crypto_equal(a, b, sizeof(a));
 }
 
+bool app_serve_admin_key_ok(tern_http_req *req, const serve_ctx *ctx) {
+    if (ctx->api_key == NULL) {
+        static const char why[] = "tern serve: POST /publish and the server API need an API key: "
+                                  "start the server with --api-key-file FILE\n";
+        tern_http_respond(req, 403, "text/plain", why, sizeof(why) - 1);
+        return false;
+    }
+    if (!bearer_ok(req, ctx)) {
+        static const char why[] = "tern serve: POST /publish and the server API need "
+                                  "Authorization: Bearer KEY (the key of --api-key-file)\n";
+        tern_http_add_header(req, "WWW-Authenticate", "Bearer");
+        tern_http_respond(req, 401, "text/plain", why, sizeof(why) - 1);
+        return false;
+    }
+    return true;
+}
+
 /* POST /publish/:topic on the admin listener: published on the public
  * servers (loop 0's, this one's loop), with the operator's key only. */
 static void on_admin_publish(tern_http_req *req, void *user) {
     serve_ctx *ctx = user;
-    if (ctx->api_key == NULL) {
-        static const char why[] = "tern serve: POST /publish needs an API key: start the server "
-                                  "with --api-key-file FILE\n";
-        tern_http_respond(req, 403, "text/plain", why, sizeof(why) - 1);
-        return;
-    }
-    if (!bearer_ok(req, ctx)) {
-        static const char why[] = "tern serve: POST /publish needs Authorization: Bearer KEY "
-                                  "(the key of --api-key-file)\n";
-        tern_http_add_header(req, "WWW-Authenticate", "Bearer");
-        tern_http_respond(req, 401, "text/plain", why, sizeof(why) - 1);
-        return;
-    }
-    app_serve_publish(req, ctx->first);
+    if (app_serve_admin_key_ok(req, ctx))
+        app_serve_publish(req, ctx->first);
 }
 
 /* The admin listener: a server of its own (its own routes, limits and
@@ -216,6 +224,7 @@ int app_serve_admin_setup(serve_ctx *ctx, tern_loop *loop) {
         (err = tern_http_route(ctx->admin, "GET", "/health", on_health, ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/readyz", on_ready, ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/ready", on_ready, ctx)) < 0 ||
+        (err = app_serve_api_routes(ctx)) < 0 ||
         (err = tern_http_not_found(ctx->admin, app_serve_not_found, ctx)) < 0) {
         fprintf(stderr, "tern serve: the admin routes: %s\n", tern_strerror(err));
     } else if (ctx->sd.admin >= 0 && (err = tern_listen_fd(ctx->admin, ctx->sd.admin, NULL, &admin_opt)) < 0) {
