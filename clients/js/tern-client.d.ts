@@ -80,6 +80,12 @@ export interface SubscribeOptions {
   snapshot?: boolean;
   /** At every (re)subscription, before the messages it brings. */
   onSubscribed?: (info: SubscribedInfo, sub: Subscription) => void;
+  /**
+   * The server ended the subscription (its operator's POST /unsubscribe):
+   * the handler gets nothing more, and the topic is not subscribed again
+   * on a reconnect.
+   */
+  onUnsubscribed?: (sub: Subscription) => void;
 }
 
 export interface Subscription {
