@@ -165,8 +165,10 @@ static long read_string(app_json_reader *r, char *out, size_t cap) {
             } else if (*s == 'u') {
                 long hi = hex4_at(s + 1, end);
                 s += 5;
-                if (hi <= 0 || (hi >= 0xDC00 && hi <= 0xDFFF))
-                    return -1;   /* \u0000, a lone low surrogate, bad digits */
+                /* bad digits, a lone low surrogate; \u0000 only in a
+                 * string decoded into a C string */
+                if (hi < 0 || (hi == 0 && out) || (hi >= 0xDC00 && hi <= 0xDFFF))
+                    return -1;
                 cp = (uint32_t)hi;
                 if (hi >= 0xD800 && hi <= 0xDBFF) {
                     /* a high surrogate: its low one must follow */

@@ -2,8 +2,8 @@
  * request bodies (serve_api.c): a cursor the caller moves value by value,
  * asking for the type it expects, so that a field of the wrong type is
  * an error naming it, and nothing is allocated. Strings must be UTF-8
- * (a text frame carries them on); \u0000 is refused (names are C
- * strings). Nesting is the caller's: it opens objects and arrays as it
+ * (a text frame carries them on); a decoded one refuses \u0000 (names
+ * are C strings), a token passed on as it is does not. Nesting is the caller's: it opens objects and arrays as it
  * meets them. */
 #ifndef TERN_APP_JSON_READ_H
 #define TERN_APP_JSON_READ_H
@@ -50,8 +50,9 @@ bool app_json_element(app_json_reader *r, bool *ok);
 /* A string decoded into out (cap bytes, NUL-terminated): its length, or
  * -1 (not a valid string, or holding \u0000), -2 (over cap - 1 bytes). */
 long app_json_string(app_json_reader *r, char *out, size_t cap);
-/* A string as it is written, quotes included, checked as above: the
- * view in *s, *n (a JSON string token another message can carry on). */
+/* A string as it is written, quotes included, checked as above (but
+ * \u0000 is allowed): the view in *s, *n (a JSON string token another
+ * message can carry on). */
 bool app_json_string_token(app_json_reader *r, const char **s, size_t *n);
 /* A whole number 0 .. 2^63 - 1, written without fraction or exponent. */
 bool app_json_uint(app_json_reader *r, uint64_t *out);

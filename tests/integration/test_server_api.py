@@ -131,6 +131,14 @@ def test_publish_checks_everything_before_publishing_anything(served, body, why)
     assert api(served, "/history", {"topic": "h.a"})[1]["epoch"] is None
 
 
+def test_publish_passes_data_on_as_written(served):
+    with connect(ws_url(served)) as ws:
+        assert ask(ws, op="subscribe", topic="a")["ok"] == "subscribe"
+        body = b'{"topics":["a"],"data":"\\u0000 \\ud83d\\ude00 \\" \xc3\xa9"}'
+        assert api(served, "/publish", body)[1]["results"][0]["seq"] == 1
+        assert json.loads(ws.recv(timeout=5 * SLOW))["data"] == '\x00 \U0001f600 " \xe9'
+
+
 def test_publish_refuses_a_bad_string(served):
     for body in (b'{"topics":["a"],"data":"\\ud800"}', b'{"topics":["a"],"data":"\xff"}',
                  b'{"topics":["a\\u0000b"],"data":"x"}', b'{"topics":["a"],"data":"\x01"}'):
