@@ -37,6 +37,8 @@ long tern_topic_list(tern_server *srv, const char *prefix, const char *after,
     long pl = optional_name(prefix), al = optional_name(after);
     if (pl < 0 || al < 0)
         return -ENAMETOOLONG;
+    prefix = prefix ? prefix : "";   /* memcmp is given no NULL, even for 0 bytes */
+    after = after ? after : "";
     tern__ps_group *g = tern__ps_group_peek(srv->cfg);
     if (g == NULL)
         return 0;   /* pub/sub never used: no topic */
@@ -52,7 +54,7 @@ long tern_topic_list(tern_server *srv, const char *prefix, const char *after,
         for (tern__ps_node *node = g->topics.b[i]; node; node = node->next) {
             tern__ps_gtopic *t = (tern__ps_gtopic *)node;
             if (t->len >= (size_t)pl && memcmp(t->name, prefix, (size_t)pl) == 0 &&
-                name_cmp(t->name, t->len, after ? after : "", (size_t)al) > 0)
+                name_cmp(t->name, t->len, after, (size_t)al) > 0)
                 v[n++] = t;
         }
     if (n > 1)
