@@ -281,6 +281,6 @@ int app_serve_admin_exposed(const app_opt_set *s) {
     fprintf(stderr, "tern serve: WARNING: the admin listener %s is not on loopback: /stats "
                     "(every thread's counters), /metrics, /healthz and /readyz answer anyone "
                     "who reaches it, with no key%s\n", at,
-            app_opt_given(s, SV_API_KEY_FILE) ? "" : " (POST /publish answers 403: no --api-key-file)");
+            app_opt_given(s, SV_API_KEY_FILE) ? "" : " (POST /publish and the server API answer 403: no --api-key-file)");
     return 0;
 }

@@ -327,8 +327,9 @@ const app_opt app_serve_opts[SV_COUNT] = {
                                  "who reaches it, with no key (off: refused at start)",
         BOOL(admin_public)},
     [SV_API_KEY_FILE] = {"api-key-file", 0, S, "FILE", .flags = SECRET,
-                         .help = "the key POST /publish needs (Authorization: Bearer KEY):\n"
-                                 "the file's first line (unset: publish answers 403)",
+                         .help = "the key POST /publish and the server API need\n"
+                                 "(Authorization: Bearer KEY): the file's first line\n"
+                                 "(unset: they answer 403)",
         STR(api_key_file)},
     [SV_ROOT] = {"root", 0, S, "DIR", .help = "serve static files from DIR",
         STR(root)},
