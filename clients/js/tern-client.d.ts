@@ -84,6 +84,12 @@ export interface SubscribeOptions {
   onJoin?: (ev: PresenceEvent, sub: Subscription) => void;
   /** Another client unsubscribed or its connection ended. */
   onLeave?: (ev: PresenceEvent, sub: Subscription) => void;
+  /**
+   * The server ended the subscription (its operator's POST /unsubscribe):
+   * the handler gets nothing more, and the topic is not subscribed again
+   * on a reconnect.
+   */
+  onUnsubscribed?: (sub: Subscription) => void;
 }
 
 /** One client in a topic: its connection's id, its token's sub ("" without one) and info claim. */

@@ -96,6 +96,7 @@ class Subscription {
     this._onSubscribed = options.onSubscribed;
     this._onJoin = options.onJoin;
     this._onLeave = options.onLeave;
+    this._onUnsubscribed = options.onUnsubscribed;
     this._snapshot = options.snapshot !== false;
     this._closed = false;
     this.ready = new Promise((resolve, reject) => {
@@ -507,6 +508,11 @@ export class TernClient {
       this._error("PROTOCOL", "not JSON from the server", text);
       return;
     }
+    // An event the server sends of itself, which no request waits for.
+    if (m.event === "unsubscribed" && typeof m.topic === "string") {
+      this._unsubscribedByServer(m.topic);
+      return;
+    }
     if (m.ok !== undefined || m.error !== undefined) {
       const item = this._requests.shift();
       if (!item) return;
@@ -654,7 +660,8 @@ export class TernClient {
   /**
    * Calls handler(message, subscription) for every message of topic.
    * options.snapshot (default true): start with the latest message of each
-   * key; options.onSubscribed(info): at every (re)subscription.
+   * key; options.onSubscribed(info): at every (re)subscription;
+   * options.onUnsubscribed(sub): when the server ended it.
    */
   subscribe(topic, handler, options = {}) {
     if (this.state === "closed") throw new TernError("CLOSED", "the client is closed");
@@ -683,6 +690,25 @@ export class TernClient {
     this._topics.set(topic, t);
     if (this._socket && this._socket.readyState === OPEN) this._sendSubscribe(t);
     return s;
+  }
+
+  // The server ended the topic's subscription (its operator's server API):
+  // every subscription of it ends, and none is made again on a reconnect.
+  // One the client is itself ending (unsubscribing) ends as it would.
+  _unsubscribedByServer(topic) {
+    const t = this._topics.get(topic);
+    if (!t || t.unsubscribing) return;
+    this._topics.delete(topic);
+    for (const s of t.subs) {
+      if (s._closed) continue;
+      s._closed = true;
+      if (!s._onUnsubscribed) continue;
+      try {
+        s._onUnsubscribed(s);
+      } catch (e) {
+        setTimeout(() => { throw e; });
+      }
+    }
   }
 
   _unsubscribe(s) {

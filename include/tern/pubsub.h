@@ -445,6 +445,63 @@ size_t tern_topic_subscribers(tern_server *srv, const char *topic);
  * snapshot (it counts subscribe and unsubscribe calls as they happen on
  * each loop). */
 size_t tern_topic_subscribers_all(tern_server *srv, const char *topic);
+/* ---- for operators: the topics and their histories, from any thread --- */
+
+/* A topic of srv's group, as tern_topic_list gives it. */
+typedef struct tern_topic_info {
+    char name[TERN_TOPIC_MAX + 1];   /* NUL-terminated */
+    size_t len;
+    size_t subscribers;   /* on all the loops of the group (as tern_topic_subscribers_all) */
+    uint64_t epoch;       /* never 0 */
+    uint64_t seq;         /* its last message's (0: none yet) */
+    bool history;         /* its settings give it a history */
+} tern_topic_info;
+
+/* The topics of srv's group (those with a subscriber or a history)
+ * whose names start with prefix ("" or NULL: every topic) and sort after
+ * `after` in byte order ("" or NULL: from the first), at most max of them
+ * into out, in that order; *more (may be NULL) says whether others
+ * follow the last one given, which is the next call's `after`. Any
+ * thread; it holds the group's lock while it sorts the matching names
+ * (O(n log n) in the topics): for operators, not for a hot path.
+ * Returns how many, or -EINVAL (NULL srv, NULL out with max, a host
+ * handle), -ENAMETOOLONG (prefix or after over TERN_TOPIC_MAX), -ENOMEM. */
+long tern_topic_list(tern_server *srv, const char *prefix, const char *after,
+                     tern_topic_info *out, size_t max, bool *more);
+
+/* One message of a topic's history, as tern_topic_history gives it: its
+ * seq and payload (as published, with the seq inserted when seq_at asked
+ * for it), valid during the callback only. */
+typedef struct tern_history_msg {
+    uint64_t seq;
+    int opcode;          /* TERN_WS_TEXT or TERN_WS_BINARY */
+    const void *data;
+    size_t len;
+} tern_history_msg;
+typedef void (*tern_history_fn)(const tern_history_msg *msg, void *user);
+
+/* Where a topic's history stands, from tern_topic_history. */
+typedef struct tern_history_info {
+    uint64_t epoch;   /* the topic's epoch: a seq means something only under it */
+    uint64_t first;   /* the oldest message kept (0: none) */
+    uint64_t last;    /* the topic's last message (0: none yet) */
+} tern_history_info;
+
+/* Reads a page of topic's history: at most limit messages (at most
+ * TERN_HISTORY_MAX), oldest first from the first whose seq is at least
+ * from, or (newest_first) newest first from the last whose seq is at
+ * most from (0: the newest); fn is called for each, in that order, on
+ * the caller's thread after the group's lock is released. info (may be
+ * NULL) says the epoch and the range kept. Messages past the history's
+ * age limit are forgotten first. Any thread. Returns how many messages
+ * fn was given (0 for a topic without a history), or -ENOENT (no such
+ * topic: neither a subscriber nor a history; info is zeroed), -EINVAL
+ * (NULL srv, topic or fn, a host handle, an empty topic), -ENAMETOOLONG,
+ * -ENOMEM. */
+long tern_topic_history(tern_server *srv, const char *topic, uint64_t from, size_t limit,
+                        bool newest_first, tern_history_fn fn, void *user,
+                        tern_history_info *info);
+
 /* Messages of topic not sent to ws (slow-consumer drops), while it is
  * subscribed; and the sum for topic on srv's loop (kept while the topic
  * has subscribers there). */

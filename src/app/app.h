@@ -41,6 +41,11 @@ int app_serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                               const struct app_topic_rules *rules, bool bench,
                               int (*on_upgrade)(tern_http_req *, void **, void *), void *user);
 void app_serve_publish(tern_http_req *req, tern_server *srv);
+/* As the server (the admin API's batch): {"topic":T,"seq":N,"data":D}
+ * published on srv, data a JSON string token (quotes included), with key
+ * (NULL: none). The seq, or a negative errno. */
+int64_t app_serve_publish_data(tern_server *srv, const char *topic, size_t tlen,
+                               const char *key, const char *data, size_t dlen);
 void app_serve_pubsub_refusals_get(app_serve_pubsub_refusals *out);
 /* --pubsub-rate changed while the loops run (SIGHUP), from any thread. */
 void app_serve_pubsub_set_rate(uint32_t rate);

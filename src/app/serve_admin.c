@@ -17,6 +17,9 @@
  *   GET  /readyz, /ready    200 "ready", or 503 with the reason: draining
  *                           (after SIGTERM), or --redis given and its link
  *                           down
+ *   POST /publish, /history, /topics, /disconnect, /unsubscribe
+ *                           the server API, keyed as /publish/:topic
+ *                           (serve_api.c)
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -181,10 +184,7 @@ static bool bearer_ok(tern_http_req *req, const serve_ctx *ctx) {
     return tern__crypto_equal(a, b, sizeof(a));
 }
 
-/* Whether the request carries the operator's key; if not, answered: 403
- * without --api-key-file, 401 without the key (route: what the answer
- * names). */
-static bool key_ok(tern_http_req *req, const serve_ctx *ctx, const char *route) {
+bool app_serve_admin_key_ok(tern_http_req *req, const serve_ctx *ctx, const char *route) {
     char why[160];
     int n;
     if (ctx->api_key == NULL) {
@@ -206,19 +206,19 @@ static bool key_ok(tern_http_req *req, const serve_ctx *ctx, const char *route) 
 /* POST /publish/:topic on the admin listener: published on the public
  * servers (loop 0's, this one's loop), with the operator's key only. */
 static void on_admin_publish(tern_http_req *req, void *user) {
-    if (key_ok(req, user, "POST /publish"))
+    if (app_serve_admin_key_ok(req, user, "POST /publish"))
         app_serve_publish(req, ((serve_ctx *)user)->first);
 }
 
 /* GET /presence?topic=T and GET /presence/stats?topic=T: who is
  * subscribed there (serve_presence.h), with the operator's key only. */
 static void on_admin_presence(tern_http_req *req, void *user) {
-    if (key_ok(req, user, "GET /presence"))
+    if (app_serve_admin_key_ok(req, user, "GET /presence"))
         app_presence_admin(req, app_serve_pubsub_rules(), false);
 }
 
 static void on_admin_presence_stats(tern_http_req *req, void *user) {
-    if (key_ok(req, user, "GET /presence/stats"))
+    if (app_serve_admin_key_ok(req, user, "GET /presence/stats"))
         app_presence_admin(req, app_serve_pubsub_rules(), true);
 }
 
@@ -245,6 +245,7 @@ int app_serve_admin_setup(serve_ctx *ctx, tern_loop *loop) {
         (err = tern_http_route(ctx->admin, "GET", "/health", on_health, ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/readyz", on_ready, ctx)) < 0 ||
         (err = tern_http_route(ctx->admin, "GET", "/ready", on_ready, ctx)) < 0 ||
+        (err = app_serve_api_routes(ctx)) < 0 ||
         (err = tern_http_not_found(ctx->admin, app_serve_not_found, ctx)) < 0) {
         fprintf(stderr, "tern serve: the admin routes: %s\n", tern_strerror(err));
     } else if (ctx->sd.admin >= 0 && (err = tern_listen_fd(ctx->admin, ctx->sd.admin, NULL, &admin_opt)) < 0) {
@@ -301,6 +302,6 @@ int app_serve_admin_exposed(const app_opt_set *s) {
     fprintf(stderr, "tern serve: WARNING: the admin listener %s is not on loopback: /stats "
                     "(every thread's counters), /metrics, /healthz and /readyz answer anyone "
                     "who reaches it, with no key%s\n", at,
-            app_opt_given(s, SV_API_KEY_FILE) ? "" : " (POST /publish answers 403: no --api-key-file)");
+            app_opt_given(s, SV_API_KEY_FILE) ? "" : " (POST /publish and the server API answer 403: no --api-key-file)");
     return 0;
 }

@@ -1,5 +1,5 @@
 /* tern serve's shared context: what its files (serve.c, serve_bench.c,
- * serve_admin.c, serve_origins.c, serve_reload.c) share, private to them. */
+ * serve_admin.c, serve_api.c, serve_origins.c, serve_reload.c) share, private to them. */
 #ifndef TERN_APP_SERVE_CTX_H
 #define TERN_APP_SERVE_CTX_H
 
@@ -125,6 +125,14 @@ void app_serve_later_free(serve_thread *th);
 int app_serve_admin_setup(serve_ctx *ctx, tern_loop *loop);
 char *app_serve_read_api_key(const char *path);
 int app_serve_admin_exposed(const app_opt_set *s);
+/* Whether req carries the --api-key-file key; if not, it has been
+ * answered (403 without a key file, 401 with a wrong or no key; route:
+ * what the answer names, "POST /publish" say). */
+bool app_serve_admin_key_ok(tern_http_req *req, const serve_ctx *ctx, const char *route);
+
+/* serve_api.c: the server API's routes on the admin server (ctx->admin):
+ * 0, or the first registration's error. */
+int app_serve_api_routes(serve_ctx *ctx);
 
 /* serve_reload.c: SIGHUP (user: the serve_ctx). */
 void app_serve_on_sighup(tern_loop *loop, int signo, void *user);

@@ -327,8 +327,9 @@ const app_opt app_serve_opts[SV_COUNT] = {
                                  "who reaches it, with no key (off: refused at start)",
         BOOL(admin_public)},
     [SV_API_KEY_FILE] = {"api-key-file", 0, S, "FILE", .flags = SECRET,
-                         .help = "the key POST /publish needs (Authorization: Bearer KEY):\n"
-                                 "the file's first line (unset: publish answers 403)",
+                         .help = "the key POST /publish and the server API need\n"
+                                 "(Authorization: Bearer KEY): the file's first line\n"
+                                 "(unset: they answer 403)",
         STR(api_key_file)},
     [SV_ROOT] = {"root", 0, S, "DIR", .help = "serve static files from DIR",
         STR(root)},
@@ -424,10 +425,12 @@ const app_opt app_serve_opts[SV_COUNT] = {
                           "(\"orders.*\"; \"*\": all); a topic takes its exact rule, else\n"
                           "its longest prefix's. KEYs: subscribe= and publish= (token:\n"
                           "a token's rights must cover the topic, the default; anyone;\n"
-                          "none), policy=, history=N, history-age=SECONDS,\n"
-                          "max-backlog=BYTES (the --pubsub-* defaults otherwise),\n"
-                          "presence=on (who is subscribed may be asked) and\n"
-                          "join-leave=on (joins and leaves pushed; both off by default).\n"
+                          "none; user: a topic ending in #USER[,USER...] to those\n"
+                          "users' tokens (their sub) alone), policy=, history=N,\n"
+                          "history-age=SECONDS, max-backlog=BYTES (the --pubsub-*\n"
+                          "defaults otherwise), presence=on (who is subscribed may\n"
+                          "be asked) and join-leave=on (joins and leaves pushed; both\n"
+                          "off by default).\n"
                           "Closed by default: without a rule only tokens open a topic.\n"
                           "\"market\" and \"stats\" (the feed's) are subscribe=anyone\n"
                           "publish=none. SIGHUP applies changes of subscribe=,\n"

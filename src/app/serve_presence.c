@@ -119,7 +119,7 @@ int app_presence_subscribed(tern_ws *ws, app_pres_conn **pc, const app_token_con
             return -ENOMEM;
         (*pc)->client = next_client();
     }
-    const char *user = app_token_conn_user(auth), *info = app_token_conn_info(auth);
+    const char *user = app_token_conn_sub(auth), *info = app_token_conn_info(auth);
     pres_member *m = calloc(1, sizeof(*m) + tlen + 1);
     if (m == NULL || (m->user = strdup(user ? user : "")) == NULL ||
         (info && (m->info = strdup(info)) == NULL))

@@ -74,6 +74,9 @@
  *                                                      Redis numbers it
  *       {"error":"...","op":OP}                        bad input; OP is the
  *                                                      op sent, or null
+ *       {"event":"unsubscribed","topic":"T"}           the server API ended
+ *                                                      the subscription
+ *                                                      (serve_api.c)
  *     errors: "bad json" (not one flat object of string values, "snapshot"'s
  *     true or false, or binary),
  *     "unknown op", "missing topic", "bad topic" (empty, or \u0000 or a lone
@@ -550,7 +553,8 @@ static bool allowed(tern_ws *ws, const char *topic, size_t len, bool publish) {
     app_access a = !r ? APP_ACCESS_TOKEN : publish ? r->publish : r->subscribe;
     return a == APP_ACCESS_ANYONE ||
            (a == APP_ACCESS_TOKEN && (publish ? app_token_conn_may_publish(auth, topic, len)
-                                              : app_token_conn_may_subscribe(auth, topic, len)) == 0);
+                                              : app_token_conn_may_subscribe(auth, topic, len)) == 0) ||
+           (a == APP_ACCESS_USER && app_rules_user_named(topic, len, app_token_conn_sub(auth)));
 }
 
 /* allowed(), a refusal counted. */
@@ -807,6 +811,11 @@ void app_serve_publish(tern_http_req *req, tern_server *srv) {
     int n = snprintf(out, sizeof(out), "{\"seq\":%lld,\"subscribers\":%zu}\n", (long long)seq,
                      tern_topic_subscribers_all(srv, topic));
     tern_http_respond(req, 200, "application/json", out, (size_t)n);
+}
+
+int64_t app_serve_publish_data(tern_server *srv, const char *topic, size_t tlen,
+                               const char *key, const char *data, size_t dlen) {
+    return publish_json(srv, NULL, topic, tlen, key, data, dlen);
 }
 
 /* ---- /fanout ------------------------------------------------------------ */

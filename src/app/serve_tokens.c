@@ -21,12 +21,20 @@ static app_token_config *config_now(void) {
     return atomic_load_explicit(&config, memory_order_acquire);
 }
 
+/* Invariants: linked exactly from on_open to the free, on the list of
+ * its loop's thread (open_conns), which only that thread touches. */
 struct app_token_conn {
     app_token_rights rights;   /* empty for an anonymous connection */
     bool has_token;
     tern_ws *ws;                 /* from on_open */
     tern_timer *timer;           /* the expiry, while the connection is open */
+    bool linked;
+    struct app_token_conn *prev, *next;
 };
+
+/* This loop's open /pubsub connections, for the admin API's calls on a
+ * user (app_token_conns_of): one list per loop thread, so no lock. */
+static _Thread_local app_token_conn *open_conns;
 
 app_token_config *app_serve_tokens_build(const app_serve_token_flags *f,
                                              const char *who) {
@@ -162,6 +170,11 @@ void app_token_conn_open(app_token_conn *c, tern_ws *ws) {
     if (c == NULL)
         return;
     c->ws = ws;
+    c->linked = true;
+    c->next = open_conns;
+    if (open_conns)
+        open_conns->prev = c;
+    open_conns = c;
     if (c->has_token)
         arm(c);
 }
@@ -169,6 +182,14 @@ void app_token_conn_open(app_token_conn *c, tern_ws *ws) {
 void app_token_conn_free(app_token_conn *c) {
     if (c == NULL)
         return;
+    if (c->linked) {
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            open_conns = c->next;
+        if (c->next)
+            c->next->prev = c->prev;
+    }
     if (c->timer)
         tern_timer_stop(c->timer);
     app_token_rights_free(&c->rights);
@@ -187,12 +208,25 @@ int app_token_conn_may_publish(const app_token_conn *c, const char *topic, size_
     return -EACCES;
 }
 
-const char *app_token_conn_user(const app_token_conn *c) {
+const char *app_token_conn_sub(const app_token_conn *c) {
     return c && c->has_token ? c->rights.sub : NULL;
 }
 
 const char *app_token_conn_info(const app_token_conn *c) {
     return c && c->has_token ? c->rights.info : NULL;
+}
+
+size_t app_token_conns_of(const char *sub, void (*fn)(tern_ws *ws, void *user), void *user) {
+    size_t n = 0;
+    for (app_token_conn *c = open_conns, *next; c; c = next) {
+        next = c->next;   /* fn may close c's connection */
+        const char *s = app_token_conn_sub(c);
+        if (s && strcmp(s, sub) == 0) {
+            fn(c->ws, user);
+            n++;
+        }
+    }
+    return n;
 }
 
 const char *app_token_conn_refresh(app_token_conn *c, tern_ws *ws, const char *tok,

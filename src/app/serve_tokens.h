@@ -53,10 +53,14 @@ TERN_MUST_CHECK
 int app_token_conn_may_subscribe(const app_token_conn *c, const char *topic, size_t len);
 TERN_MUST_CHECK
 int app_token_conn_may_publish(const app_token_conn *c, const char *topic, size_t len);
-/* The token's sub and info claim (JSON text) for presence, or NULL: no
- * token (c NULL or anonymous), no info. Valid until the next refresh. */
-const char *app_token_conn_user(const app_token_conn *c);
+/* The token's sub and info claim (JSON text), or NULL: no token (c NULL
+ * or anonymous), no info. Valid until the next refresh. */
+const char *app_token_conn_sub(const app_token_conn *c);
 const char *app_token_conn_info(const app_token_conn *c);
+/* On a loop's thread: fn(ws, user) for each open connection of this loop
+ * whose token's sub is sub (fn may close it); returns how many. A walk
+ * over the loop's open connections: for the admin API, not a hot path. */
+size_t app_token_conns_of(const char *sub, void (*fn)(tern_ws *ws, void *user), void *user);
 /* {"op":"refresh"}: NULL and the rights and expiry replaced, or why not
  * (the connection keeps what it had). *exp: the new expiry. */
 const char *app_token_conn_refresh(app_token_conn *c, tern_ws *ws, const char *tok,

@@ -27,6 +27,8 @@ static bool access_parse(const char *s, size_t n, app_access *out) {
         *out = APP_ACCESS_TOKEN;
     else if (n == 4 && !memcmp(s, "none", 4))
         *out = APP_ACCESS_NONE;
+    else if (n == 4 && !memcmp(s, "user", 4))
+        *out = APP_ACCESS_USER;
     else
         return false;
     return true;
@@ -72,11 +74,11 @@ static bool setting(app_topic_rule *r, const char *s, size_t n, const char **why
     if (KEY("subscribe")) {
         if (access_parse(v, vl, &r->subscribe))
             return r->has_subscribe = true;
-        *why = "subscribe= takes anyone, token or none";
+        *why = "subscribe= takes anyone, token, user or none";
     } else if (KEY("publish")) {
         if (access_parse(v, vl, &r->publish))
             return r->has_publish = true;
-        *why = "publish= takes anyone, token or none";
+        *why = "publish= takes anyone, token, user or none";
     } else if (KEY("policy")) {
         char name[16];
         if (vl < sizeof(name)) {
@@ -117,6 +119,27 @@ static bool setting(app_topic_rule *r, const char *s, size_t n, const char **why
                "presence, join-leave)";
     }
 #undef KEY
+    return false;
+}
+
+bool app_rules_user_named(const char *topic, size_t len, const char *sub) {
+    size_t sl = sub ? strlen(sub) : 0;
+    if (sl == 0)
+        return false;
+    size_t at = len;   /* one past the last '#' */
+    while (at > 0 && topic[at - 1] != '#')
+        at--;
+    if (at == 0)
+        return false;   /* not a user topic */
+    /* each name between commas after it */
+    for (size_t i = at; i <= len;) {
+        size_t j = i;
+        while (j < len && topic[j] != ',')
+            j++;
+        if (j - i == sl && memcmp(topic + i, sub, sl) == 0)
+            return true;
+        i = j + 1;
+    }
     return false;
 }
 

@@ -25,7 +25,17 @@ typedef enum app_access {
     APP_ACCESS_TOKEN = 0,   /* a connection whose token's rights cover the topic */
     APP_ACCESS_ANYONE,      /* every connection, anonymous ones too */
     APP_ACCESS_NONE,        /* no connection (the admin listener's API still may publish) */
+    APP_ACCESS_USER,        /* a connection whose token's sub a user topic names (below) */
 } app_access;
+
+/* A user topic: its name ends with '#' and the users who may use it,
+ * separated by commas ("chat:#alice", "dm:#alice,bob"), as Centrifugo's
+ * '#' channels. Under a rule whose subscribe (or publish) is "user", only
+ * a connection whose token's sub is one of them may, with no right in the
+ * token for the topic: one token per user, not per topic. A topic there
+ * without a '#' is open to no one; a connection without a token (or a
+ * sub) to none of them. The users are what follows the last '#'. */
+bool app_rules_user_named(const char *topic, size_t len, const char *sub);
 
 /* Invariants: pattern is len bytes (no '*'), 0 < len or prefix; a
  * field is meaningful only when its has_ flag is set (access fields
@@ -53,7 +63,7 @@ typedef struct app_topic_rules {
 } app_topic_rules;
 
 /* "PATTERN [KEY=VALUE]...", KEY one of subscribe, publish (anyone, token,
- * none), policy (drop, close, close-1013, conflate), history (messages),
+ * none, user), policy (drop, close, close-1013, conflate), history (messages),
  * history-age (seconds), max-backlog (bytes), presence and join-leave (on,
  * off; off by default). A pattern met before is
  * the same rule: the new keys change it. Returns 0, or -1 and *why. */

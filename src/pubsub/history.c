@@ -253,6 +253,29 @@ long tern__hist_since(const tern__hist *h, uint64_t after, tern_ws_prepared ***o
     return n;
 }
 
+uint32_t tern__hist_page(const tern__hist *h, uint64_t from, bool newest_first,
+                         tern__hist_item *out, uint32_t max) {
+    uint32_t n = 0;
+    if (newest_first) {
+        uint32_t i = h->count;   /* one past the next message to give */
+        while (i > 0 && from != 0 && h->ring[(h->start + i - 1) % h->cap].seq > from)
+            i--;
+        for (; i > 0 && n < max; i--, n++) {
+            const entry *e = &h->ring[(h->start + i - 1) % h->cap];
+            out[n] = (tern__hist_item){.seq = e->seq, .msg = tern__ws_prepared_ref(e->msg)};
+        }
+        return n;
+    }
+    uint32_t i = 0;
+    while (i < h->count && h->ring[(h->start + i) % h->cap].seq < from)
+        i++;
+    for (; i < h->count && n < max; i++, n++) {
+        const entry *e = &h->ring[(h->start + i) % h->cap];
+        out[n] = (tern__hist_item){.seq = e->seq, .msg = tern__ws_prepared_ref(e->msg)};
+    }
+    return n;
+}
+
 static int by_seq(const void *a, const void *b) {
     uint64_t x = ((const latest *)a)->seq, y = ((const latest *)b)->seq;
     return x < y ? -1 : x > y;

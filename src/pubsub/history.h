@@ -56,6 +56,19 @@ bool tern__hist_empty(const tern__hist *h);
  * array in *out (NULL when there are none). Returns how many, or -ENOMEM. */
 long tern__hist_since(const tern__hist *h, uint64_t after, tern_ws_prepared ***out);
 
+/* One message of a page (tern__hist_page): its seq and a reference. */
+typedef struct tern__hist_item {
+    uint64_t seq;
+    tern_ws_prepared *msg;
+} tern__hist_item;
+
+/* A page of at most max messages, as references in out: oldest first
+ * from the first whose seq is at least from, or (newest_first) newest
+ * first from the last whose seq is at most from (0: the newest). Returns
+ * how many. */
+uint32_t tern__hist_page(const tern__hist *h, uint64_t from, bool newest_first,
+                         tern__hist_item *out, uint32_t max);
+
 /* The latest message of each key (at most TERN_CONFLATE_KEYS keys are
  * followed; later ones are not), in seq order, as references: a new array
  * in *out. Returns how many, or -ENOMEM. */

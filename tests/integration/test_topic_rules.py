@@ -164,7 +164,7 @@ def test_rules_by_exact_topic_and_prefix(start):
 @pytest.mark.parametrize("spec,why", [
     ("", "expected a topic"),
     ("a*b subscribe=anyone", "* may only end a pattern"),
-    ("x subscribe=everyone", "subscribe= takes anyone, token or none"),
+    ("x subscribe=everyone", "subscribe= takes anyone, token, user or none"),
     ("x publish", "expected KEY=VALUE"),
     ("x colour=blue", "unknown key"),
     ("x history=0", "history= takes 1 to 65536"),

@@ -173,12 +173,38 @@ static void counts_bytes_and_sheds_oldest_first(void **state) {
     assert_int_equal(total, 0);
 }
 
+/* Pages for operators: from a seq, either way, within a limit. */
+static void pages_either_way(void **state) {
+    (void)state;
+    tern__hist *h = tern__hist_new(5, 0, &total);
+    for (uint64_t s = 1; s <= 8; s++)   /* keeps 4..8 */
+        add(h, s, 0, NULL);
+    tern__hist_item it[8];
+    struct { uint64_t from; bool newest; uint32_t max, n; uint64_t first; } cases[] = {
+        {0, false, 8, 5, 4}, {6, false, 8, 3, 6}, {2, false, 2, 2, 4}, {9, false, 8, 0, 0},
+        {0, true, 2, 2, 8},  {6, true, 8, 3, 6},  {3, true, 8, 0, 0},  {100, true, 1, 1, 8},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        uint32_t n = tern__hist_page(h, cases[c].from, cases[c].newest, it, cases[c].max);
+        assert_int_equal(n, cases[c].n);
+        for (uint32_t i = 0; i < n; i++) {
+            uint64_t want = cases[c].newest ? cases[c].first - i : cases[c].first + i;
+            assert_int_equal(it[i].seq, want);
+            assert_int_equal(seq_of(it[i].msg), want);
+            tern_ws_prepared_free(it[i].msg);
+        }
+    }
+    tern__hist_free(h);
+    assert_int_equal(total, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(keeps_the_last_count_in_order),
         cmocka_unit_test(forgets_by_age),
         cmocka_unit_test(latest_per_key_in_seq_order),
         cmocka_unit_test(counts_bytes_and_sheds_oldest_first),
+        cmocka_unit_test(pages_either_way),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -662,6 +662,78 @@ static void topic_rules_are_checked_and_bounded(void **state) {
     tern_loop_free(loop);
 }
 
+/* ---- for operators: the topics and a history, read from any thread ------- */
+
+static void collect_seq(const tern_history_msg *m, void *user) {
+    char **at = user;
+    *at += sprintf(*at, "%llu:%.*s;", (unsigned long long)m->seq, (int)m->len,
+                   (const char *)m->data);
+}
+
+static void topics_and_histories_are_read_for_operators(void **state) {
+    (void)state;
+    tern_loop *loop;
+    tern_server *srv;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    assert_int_equal(tern_server_new(&srv, loop, NULL), 0);
+    tern_topic_info out[4];
+    bool more = true;
+    /* pub/sub not used yet: no topic, no history */
+    assert_int_equal(tern_topic_list(srv, NULL, NULL, out, 4, &more), 0);
+    assert_false(more);
+    tern_topic_options keep3 = {.history = 3};
+    assert_int_equal(tern_pubsub_topic_rule(srv, "h.", &keep3), 0);
+    char data[8];
+    for (int i = 1; i <= 5; i++) {
+        int n = snprintf(data, sizeof(data), "m%d", i);
+        assert_int_equal(tern_publish(srv, "h.b", data, (size_t)n, TERN_WS_TEXT), i);
+    }
+    assert_int_equal(tern_publish(srv, "h.a", "x", 1, TERN_WS_BINARY), 1);
+    assert_int_equal(tern_publish(srv, "other", "x", 1, TERN_WS_TEXT), 0);   /* no entry */
+    /* paged by name, with a prefix */
+    assert_int_equal(tern_topic_list(srv, "h.", NULL, out, 1, &more), 1);
+    assert_string_equal(out[0].name, "h.a");
+    assert_true(more && out[0].history && out[0].seq == 1 && out[0].epoch != 0);
+    assert_int_equal(tern_topic_list(srv, "h.", "h.a", out, 4, &more), 1);
+    assert_string_equal(out[0].name, "h.b");
+    assert_int_equal(out[0].seq, 5);
+    assert_int_equal(out[0].subscribers, 0);
+    assert_false(more);
+    uint64_t epoch_b = out[0].epoch;
+    assert_int_equal(tern_topic_list(srv, "", "", out, 4, NULL), 2);
+    assert_int_equal(tern_topic_list(srv, NULL, NULL, out, 4, NULL), 2);
+    assert_int_equal(tern_topic_list(srv, "zz", NULL, out, 4, &more), 0);
+    /* a page of a history, either way */
+    char got[128], *at = got;
+    tern_history_info info;
+    assert_int_equal(tern_topic_history(srv, "h.b", 0, 10, false, collect_seq, &at, &info), 3);
+    assert_string_equal(got, "3:m3;4:m4;5:m5;");
+    assert_true(info.epoch == epoch_b);
+    assert_int_equal(info.first, 3);
+    assert_int_equal(info.last, 5);
+    at = got;
+    assert_int_equal(tern_topic_history(srv, "h.b", 4, 2, true, collect_seq, &at, NULL), 2);
+    assert_string_equal(got, "4:m4;3:m3;");
+    at = got;
+    assert_int_equal(tern_topic_history(srv, "h.b", 5, 0, false, collect_seq, &at, NULL), 0);
+    assert_int_equal(tern_topic_history(srv, "nope", 0, 5, false, collect_seq, &at, &info), -ENOENT);
+    assert_int_equal(info.epoch, 0);
+    /* arguments */
+    char longname[TERN_TOPIC_MAX + 2];
+    memset(longname, 'x', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    assert_int_equal(tern_topic_list(NULL, NULL, NULL, out, 4, NULL), -EINVAL);
+    assert_int_equal(tern_topic_list(srv, NULL, NULL, NULL, 4, NULL), -EINVAL);
+    assert_int_equal(tern_topic_list(srv, longname, NULL, out, 4, NULL), -ENAMETOOLONG);
+    assert_int_equal(tern_topic_history(NULL, "h.b", 0, 1, false, collect_seq, &at, NULL), -EINVAL);
+    assert_int_equal(tern_topic_history(srv, "", 0, 1, false, collect_seq, &at, NULL), -EINVAL);
+    assert_int_equal(tern_topic_history(srv, "h.b", 0, 1, false, NULL, NULL, NULL), -EINVAL);
+    assert_int_equal(tern_topic_history(srv, longname, 0, 1, false, collect_seq, &at, NULL),
+                     -ENAMETOOLONG);
+    tern_server_free(srv);
+    tern_loop_free(loop);
+}
+
 /* ---- authorization hooks --------------------------------------------------- */
 
 /* A route whose on_subscribe refuses "secret*" and whose on_publish refuses
@@ -882,6 +954,7 @@ int main(void) {
         cmocka_unit_test(close_policy_closes_with_1008_after_the_publish),
         cmocka_unit_test(bad_arguments_are_refused),
         cmocka_unit_test(topic_rules_are_checked_and_bounded),
+        cmocka_unit_test(topics_and_histories_are_read_for_operators),
         cmocka_unit_test(hooks_refuse_subscribes_and_publishes_once_per_call),
         cmocka_unit_test(publish_in_on_close_during_server_free_then_loop_runs),
         cmocka_unit_test(publish_in_on_close_during_server_free_then_loop_freed),

@@ -26,7 +26,7 @@ export const PREFIX = "t.";
 
 const b64url = (b) => Buffer.from(b).toString("base64url");
 
-/** A HS256 JWT with `ttl` seconds to live and rights over PREFIX*; info: its info claim. */
+/** A HS256 JWT for user `sub` with `ttl` seconds to live and rights over PREFIX*; info: its info claim. */
 export function mintToken({ ttl = 3600, publish = [PREFIX + "*"], subscribe = [PREFIX + "*"],
                             secret = SECRET, sub = "client-test", info } = {}) {
   const head = b64url(JSON.stringify({ alg: "HS256", typ: "JWT" }));
@@ -44,7 +44,8 @@ export function mintToken({ ttl = 3600, publish = [PREFIX + "*"], subscribe = [P
 export function startServer(args = [], { port = 0, defaultRate = false } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "tern-client-test-"));
   writeFileSync(join(dir, "secret"), SECRET + "\n");
-  writeFileSync(join(dir, "api-key"), randomBytes(16).toString("hex") + "\n");
+  const apiKey = randomBytes(16).toString("hex");
+  writeFileSync(join(dir, "api-key"), apiKey + "\n");
   const argv = ["serve", "--host", "127.0.0.1", "--port", String(port), "--threads", "1",
                 "--bench-routes", "--admin-listen", "127.0.0.1:0",
                 "--api-key-file", join(dir, "api-key"),
@@ -73,9 +74,13 @@ export function startServer(args = [], { port = 0, defaultRate = false } = {}) {
       proc.stderr.off("data", onData);
       proc.stderr.resume();   // keep draining it
       const p = Number(m[1]);
+      const admin = /\(admin http:\/\/127\.0\.0\.1:(\d+)\/\)/.exec(err);
       resolve({
         port: p,
         url: `ws://127.0.0.1:${p}/pubsub`,
+        // the admin listener and its key, for the server API
+        adminUrl: admin ? `http://127.0.0.1:${admin[1]}` : null,
+        apiKey,
         proc,
         stop,
       });
