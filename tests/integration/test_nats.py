@@ -274,3 +274,12 @@ def test_bad_nats_url_is_refused():
                            capture_output=True, text=True, timeout=10 * SLOW)
         assert r.returncode != 0, bad
         assert "--redis" in r.stderr and "URL" in r.stderr, (bad, r.stderr)
+
+
+def test_a_refused_url_is_shown_without_its_secret():
+    for bad, shown in (("nats://tok-99@h:0", "nats://****@h:0"),
+                       ("nats://me:pw-99@h:0,g", "nats://me:****@h:0,g")):
+        r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--threads", "1", "--redis", bad],
+                           capture_output=True, text=True, timeout=10 * SLOW)
+        assert r.returncode != 0 and shown in r.stderr, (bad, r.stderr)
+        assert "-99" not in r.stderr, r.stderr
