@@ -494,7 +494,8 @@ const app_opt app_serve_opts[SV_COUNT] = {
         DEST(node, char *, put_node)},
     [SV_REDIS] = {"redis", 0, S, "URL",
                   .help = "bridge pub/sub through Redis (redis://host[:port][/db])\n"
-                          "or NATS (nats://host[:port][,host[:port]...]):\n"
+                          "or NATS (nats://host[:port][,host[:port]...]; tls://...\n"
+                          "over TLS, ?ca=F to verify with, ?cert=F&key=F):\n"
                           "every node's subscribers get every node's publishes;\n"
                           "redis://[user]:password@host... sends AUTH (never logged;\n"
                           "better --redis-password-file); NATS's credentials:\n"

@@ -20,10 +20,15 @@ static const char *userinfo_start(const char *url) {
     return p ? p + 3 : url;
 }
 
+/* A NATS URL (nats://, or tls:// for NATS over TLS). */
+static bool is_nats(const char *url) {
+    return strncmp(url, "nats://", 7) == 0 || strncmp(url, "tls://", 6) == 0;
+}
+
 /* Where the userinfo's '@' is (the last one before the path; for NATS,
  * before the first server's end: its ',' or the query too), or NULL. */
 static const char *userinfo_end(const char *url) {
-    bool nats = strncmp(url, "nats://", 7) == 0;
+    bool nats = is_nats(url);
     const char *at = NULL;
     for (const char *p = userinfo_start(url); *p && *p != '/' && !(nats && strchr(",?", *p));
          p++)
@@ -35,7 +40,7 @@ static const char *userinfo_end(const char *url) {
 void app_serve_redis_redact(const char *url, char *out, size_t cap) {
     const char *at = userinfo_end(url), *start = userinfo_start(url);
     const char *colon = at ? memchr(start, ':', (size_t)(at - start)) : NULL;
-    if (at && colon == NULL && strncmp(url, "nats://", 7) == 0) {
+    if (at && colon == NULL && is_nats(url)) {
         /* NATS's token: the whole userinfo is the secret */
         snprintf(out, cap, "%.*s****%s", (int)(start - url), url, at);
         return;

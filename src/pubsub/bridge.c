@@ -442,6 +442,7 @@ static const struct {
 } engines[] = {
     {"redis://", tern__redis_engine},
     {"nats://", tern__nats_engine},
+    {"tls://", tern__nats_engine},   /* NATS over TLS */
 };
 
 #define ENGINES (sizeof(engines) / sizeof(engines[0]))

@@ -14,7 +14,11 @@
  * engine's loop-side state: each callback copies what it was told into a
  * job and posts it to the loop (tern__loop_post_owned), where it is acted
  * upon. The first connect (and each after libnats gives a connection up,
- * a refused login say) runs on a short-lived thread of this file's.
+ * a refused login say) runs on a short-lived thread of this file's,
+ * joined before the next starts and when the bridge is freed: a thread
+ * still inside OpenSSL when the process exits would crash in its
+ * clean-up, so the bridge's end waits for a connect under way (at most
+ * CONNECT_TIMEOUT_MS for each server).
  *
  * The engine's state is reference counted, as libnats's threads may call
  * back after the bridge has freed it: one reference for the bridge, one
@@ -100,7 +104,8 @@ struct tern__nats {
     /* loop-side */
     natsConnection *nc;
     tern__ps_table subs;
-    bool connecting, retry_armed, ever_up;
+    pthread_t thread;   /* the last connect thread, while joinable */
+    bool joinable, connecting, retry_armed, ever_up;
     tern_timer *retry;
     uint32_t backoff_ms;
     unsigned seed;
@@ -175,10 +180,14 @@ static job *job_new(enum job_kind kind, natsConnection *nc, size_t extra) {
     return j;
 }
 
-/* libnats's last error on this thread, or its words for s. */
+/* libnats's last error on this thread, or its words for s; without the
+ * "(conn.c:733): " libnats puts before it, which names its own source. */
 static void last_error(natsStatus s, char *out, size_t cap) {
     natsStatus ls;
     const char *t = nats_GetLastError(&ls);
+    const char *end = t && t[0] == '(' ? strstr(t, "): ") : NULL;
+    if (end)
+        t = end + 3;
     snprintf(out, cap, "%s", t && t[0] ? t : natsStatus_GetText(s));
 }
 
@@ -353,6 +362,14 @@ static natsStatus make_options(tern__nats *n, natsOptions **out, char *why, size
                 ? natsOptions_SetToken(o, secret) : NATS_ERR;
     if (s == NATS_OK && u->creds[0])
         s = natsOptions_SetUserCredentialsFromFiles(o, u->creds, NULL);
+    /* TLS: the certificate checked against the CAs and the URL's host
+     * name (libnats's default once secure) */
+    if (s == NATS_OK && u->tls)
+        s = natsOptions_SetSecure(o, true);
+    if (s == NATS_OK && u->ca[0])
+        s = natsOptions_LoadCATrustedCertificates(o, u->ca);
+    if (s == NATS_OK && u->cert[0])
+        s = natsOptions_LoadCertificatesChain(o, u->cert, u->key);
     explicit_bzero(secret, sizeof(secret));
     if (s != NATS_OK) {
         natsOptions_Destroy(o);
@@ -436,25 +453,27 @@ static void retry_later(tern__nats *n) {
     n->retry_armed = true;
 }
 
+/* The last connect thread gone (it has posted its outcome, or is about
+ * to: this waits for its connect when the bridge is freed). */
+static void join_connect(tern__nats *n) {
+    if (n->joinable)
+        pthread_join(n->thread, NULL);
+    n->joinable = false;
+}
+
 static void start_connect(tern__nats *n) {
     if (n->connecting || n->nc)
         return;
-    pthread_t t;
-    pthread_attr_t a;
+    join_connect(n);
     hold(n);
-    int err = pthread_attr_init(&a);
-    if (err == 0) {
-        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        err = pthread_create(&t, &a, connect_main, n);
-        pthread_attr_destroy(&a);
-    }
+    int err = pthread_create(&n->thread, NULL, connect_main, n);
     if (err != 0) {
         release(n);
         say(n, TERN_LOG_WARN, "cannot start a connect thread: %s; retrying", strerror(err));
         retry_later(n);
         return;
     }
-    n->connecting = true;
+    n->joinable = n->connecting = true;
 }
 
 /* Every subscription of the present connection dropped (it is going). */
@@ -672,10 +691,11 @@ static void nats_stats(const void *state, tern_bridge_counters *out) {
     out->auth_refused = atomic_load(&n->auth_refused);
 }
 
-/* The bridge's end: libnats's threads post nothing more; the connection
- * goes (its closed handler, and the subscriptions' completions, give
- * their references back from libnats's threads); a connect thread still
- * running finds the engine gone and destroys what it made. */
+/* The bridge's end: libnats's threads post nothing more; a connect thread
+ * still running is waited for (it finds the engine gone and destroys what
+ * it made); the connection goes (its closed handler, and the
+ * subscriptions' completions, give their references back from libnats's
+ * threads). */
 static void nats_free(void *state) {
     tern__nats *n = state;
     if (n == NULL)
@@ -685,6 +705,7 @@ static void nats_free(void *state) {
     pthread_mutex_unlock(&n->mu);
     if (n->retry)
         tern_timer_stop(n->retry);
+    join_connect(n);
     drop_subs(n);
     if (n->nc)
         natsConnection_Destroy(n->nc);

@@ -11,6 +11,7 @@
 #include "http/parser.h"
 
 #define SCHEME "nats://"
+#define SCHEME_TLS "tls://"
 #define DEFAULT_PORT 4222
 
 /* Decodes len bytes of src into out (cap bytes with the NUL); a NUL byte
@@ -70,7 +71,8 @@ static int parse_server(tern__nats_url *u, const char *p, size_t len, const char
         if (port < 1 || port > 65535)
             return *why = "a port outside 1..65535", -EINVAL;
     }
-    snprintf(u->servers[u->nservers], sizeof(u->servers[0]), SCHEME "%.*s:%ld", (int)hl, p, port);
+    snprintf(u->servers[u->nservers], sizeof(u->servers[0]), "%s%.*s:%ld",
+             u->tls ? SCHEME_TLS : SCHEME, (int)hl, p, port);
     size_t used = strlen(u->hosts);
     snprintf(u->hosts + used, sizeof(u->hosts) - used, "%s%.*s:%ld", used ? "," : "", (int)hl, p,
              port);
@@ -92,7 +94,8 @@ static int query_path(const char *q, size_t qlen, const char *name, char *out, s
 
 /* Every pair of the query is one this file knows. */
 static bool query_known(const char *q, size_t qlen) {
-    static const char *const names[] = {"creds", "token_file", "password_file"};
+    static const char *const names[] = {"creds", "token_file", "password_file", "ca", "cert",
+                                        "key"};
     for (size_t i = 0; i < qlen;) {
         size_t pl = strcspn(q + i, "&");
         pl = pl > qlen - i ? qlen - i : pl;
@@ -108,13 +111,20 @@ static bool query_known(const char *q, size_t qlen) {
     return true;
 }
 
+/* The length of the scheme at p ("nats://", or "tls://" when tls), 0 for
+ * another. */
+static size_t scheme_len(const char *p, bool tls) {
+    const char *s = tls ? SCHEME_TLS : SCHEME;
+    return strncmp(p, s, strlen(s)) == 0 ? strlen(s) : 0;
+}
+
 /* The length of the server list at p: up to its '/' or '?', the scheme
  * written again after a ',' being part of it. */
-static size_t servers_len(const char *p) {
+static size_t servers_len(const char *p, bool tls) {
     size_t n = 0;
     for (; p[n] && p[n] != '/' && p[n] != '?'; n++)
-        if (p[n] == ',' && strncmp(p + n + 1, SCHEME, strlen(SCHEME)) == 0)
-            n += strlen(SCHEME);
+        if (p[n] == ',')
+            n += scheme_len(p + n + 1, tls);
     return n;
 }
 
@@ -123,10 +133,13 @@ int tern__nats_url_parse(const char *url, tern__nats_url *u, const char **why) {
     if (why == NULL)
         why = &ignored;
     memset(u, 0, sizeof(*u));
-    if (url == NULL || strncmp(url, SCHEME, strlen(SCHEME)) != 0)
-        return *why = "not a nats:// URL", -EINVAL;
-    const char *p = url + strlen(SCHEME);
-    size_t rest = servers_len(p);
+    size_t scheme = url ? scheme_len(url, false) : 0;
+    if (url && scheme == 0 && (scheme = scheme_len(url, true)) > 0)
+        u->tls = true;
+    if (scheme == 0)
+        return *why = "not a nats:// or tls:// URL", -EINVAL;
+    const char *p = url + scheme;
+    size_t rest = servers_len(p, u->tls);
     const char *q = p[rest] == '/' ? p + rest + 1 : p + rest;
     if (*q != '\0' && *q != '?')
         return *why = "a path after the servers (only '/' and a query may follow)", -EINVAL;
@@ -153,10 +166,9 @@ int tern__nats_url_parse(const char *url, tern__nats_url *u, const char **why) {
             break;
         p += sl + 1;
         rest -= sl + 1;
-        if (strncmp(p, SCHEME, strlen(SCHEME)) == 0 && rest >= strlen(SCHEME)) {
-            p += strlen(SCHEME);
-            rest -= strlen(SCHEME);
-        }
+        size_t again = scheme_len(p, u->tls);
+        p += again;
+        rest -= again;
         if (rest == 0)
             return *why = "an empty server after ','", -EINVAL;
     }
@@ -166,8 +178,15 @@ int tern__nats_url_parse(const char *url, tern__nats_url *u, const char **why) {
     if (query_path(query, qlen, "creds", u->creds, sizeof(u->creds), why) < 0 ||
         query_path(query, qlen, "token_file", u->token_file, sizeof(u->token_file), why) < 0 ||
         query_path(query, qlen, "password_file", u->password_file, sizeof(u->password_file),
-                   why) < 0)
+                   why) < 0 ||
+        query_path(query, qlen, "ca", u->ca, sizeof(u->ca), why) < 0 ||
+        query_path(query, qlen, "cert", u->cert, sizeof(u->cert), why) < 0 ||
+        query_path(query, qlen, "key", u->key, sizeof(u->key), why) < 0)
         return -EINVAL;
+    if (!u->tls && (u->ca[0] || u->cert[0] || u->key[0]))
+        return *why = "ca, cert and key need a tls:// URL", -EINVAL;
+    if (!u->cert[0] != !u->key[0])
+        return *why = "cert without key, or key without cert", -EINVAL;
     if (u->password_file[0] && (u->user[0] == '\0' || u->pass[0]))
         return *why = "password_file needs a user and no password in the URL (nats://user:@host)",
                -EINVAL;

@@ -58,6 +58,21 @@ static void files_from_the_query(void **state) {
     assert_string_equal(u.password_file, "/p");
 }
 
+static void tls_and_its_files(void **state) {
+    (void)state;
+    assert_int_equal(tern__nats_url_parse("tls://h:1,tls://g?ca=/ca.pem&cert=/c&key=/k", &u,
+                                          NULL), 0);
+    assert_true(u.tls);
+    assert_int_equal(u.nservers, 2);
+    assert_string_equal(u.servers[0], "tls://h:1");
+    assert_string_equal(u.servers[1], "tls://g:4222");
+    assert_string_equal(u.ca, "/ca.pem");
+    assert_string_equal(u.cert, "/c");
+    assert_string_equal(u.key, "/k");
+    assert_int_equal(tern__nats_url_parse("nats://h", &u, NULL), 0);
+    assert_false(u.tls);
+}
+
 static void refused_with_a_reason(void **state) {
     (void)state;
     static const char *const bad[] = {
@@ -66,6 +81,7 @@ static void refused_with_a_reason(void **state) {
         "nats://u@h,v@g", "nats://me@h:1,g@x", "nats://me:@h", "nats://:pw@h",
         "nats://u:p@h?token_file=/t", "nats://tok@h?token_file=/t", "nats://h?password_file=/p",
         "nats://u:p@h?password_file=/p", "nats://[::1", "nats://%00@h", "nats://a b",
+        "nats://h?ca=/ca", "tls://h?cert=/c", "tls://h?key=/k", "tls://h,nats://g",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         const char *why = NULL;
@@ -95,6 +111,7 @@ int main(void) {
         cmocka_unit_test(a_cluster_with_the_scheme_repeated_or_not),
         cmocka_unit_test(credentials_decoded_and_kept_out_of_the_servers),
         cmocka_unit_test(files_from_the_query),
+        cmocka_unit_test(tls_and_its_files),
         cmocka_unit_test(refused_with_a_reason),
         cmocka_unit_test(at_most_sixteen_servers),
     };
