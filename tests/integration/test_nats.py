@@ -11,8 +11,10 @@ the same port brings cross-node delivery back; NATS over TLS (tls://)
 connects to a server whose certificate verifies against ?ca= and is
 refused, with OpenSSL's reason, without it; wrong credentials are
 logged with NATS's reason, /readyz 503, and the right ones (in the URL or
-a file) connect; a cluster's URL list connects to a server that is up; a
-bad URL stops tern serve with a clear message."""
+a file) connect; a cluster's URL list connects to a server that is up,
+and a node whose server is killed in a three-server cluster (routes on
+127.0.0.1) moves to another and goes on delivering, in order and never
+twice; a bad URL stops tern serve with a clear message."""
 import json
 import os
 import shutil
@@ -45,7 +47,7 @@ class Nats:
     def __init__(self, port, *auth):
         self.port = port
         self.monitor = free_port()
-        self.auth = list(auth)
+        self.auth = list(auth)   # or a cluster's arguments
         self.proc = None
 
     def start(self):
@@ -74,6 +76,26 @@ class Nats:
         """Every client's subscriptions, one entry per subscription."""
         conns = self.get("/connz?subs=1")["connections"] or []
         return sorted(s for c in conns for s in c.get("subscriptions_list", []))
+
+    def clients(self):
+        """The names of the clients connected (tern's: tern-PID)."""
+        return [c.get("name", "") for c in self.get("/connz")["connections"] or []]
+
+
+@pytest.fixture
+def cluster():
+    """Three nats-servers routed to each other on 127.0.0.1."""
+    routes = [free_port() for _ in range(3)]
+    servers = [Nats(free_port(), "--cluster_name", "tern", "--cluster",
+                    f"nats://127.0.0.1:{routes[i]}", "--routes",
+                    ",".join(f"nats://127.0.0.1:{r}" for j, r in enumerate(routes) if j != i))
+               for i in range(3)]
+    for s in servers:
+        s.start()
+    wait_for(lambda: all(s.get("/routez")["num_routes"] == 2 for s in servers), "routes up")
+    yield servers
+    for s in servers:
+        s.stop()
 
 
 @pytest.fixture
@@ -314,3 +336,53 @@ def test_nats_over_tls_verifies_the_server(tern_factory, tmp_path):
         assert readyz(unknown)[0] == 503
     finally:
         n.stop()
+
+
+def test_a_node_moves_to_another_server_of_the_cluster(cluster, tern_factory):
+    url = ",".join(f"nats://127.0.0.1:{s.port}" for s in cluster)
+    a = tern_factory("--redis", url)
+    b = tern_factory("--redis", url)
+    wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "both nodes connected")
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as wa, \
+            connect(f"ws://127.0.0.1:{b.port}/pubsub") as wb:
+        subscribe(wa, "c")
+        subscribe(wb, "c")
+        sent = []
+
+        def publish():
+            sent.append(f"m{len(sent)}")
+            a.publish("c", sent[-1])
+
+        got_b = []
+
+        def heard_by_b():
+            """One publish; True once b's subscriber got it (what came
+            before it kept in got_b)."""
+            publish()
+            try:
+                while not got_b or got_b[-1] != sent[-1]:
+                    got_b.append(recv_data(wb, timeout=0.3))
+                return True
+            except TimeoutError:
+                return False
+        # b's subscription may reach a's server through the routes a
+        # moment after it lands on b's
+        wait_for(heard_by_b, "b hears a through the cluster")
+        for _ in range(20):
+            publish()
+        # a's server goes, with a's messages flowing
+        name = f"tern-{a.proc.pid}"
+        home = next(s for s in cluster if name in s.clients())
+        home.stop()
+        for _ in range(20):
+            publish()
+        wait_for(lambda: bridge(a)["connected"] and bridge(a)["reconnects"] >= 1,
+                 "a on another server", timeout=15)
+        assert any(name in s.clients() for s in cluster if s is not home)
+        wait_for(heard_by_b, "b hears a again")
+        # a's own subscriber got every one, in order (local delivery)
+        assert [recv_data(wa) for _ in sent] == sent
+        # b's: those that went through NATS, in order, never twice
+        assert got_b == sorted(set(got_b), key=lambda m: int(m[1:])) and got_b[-1] == sent[-1]
+    a.stop()
+    assert "lost" in a.stderr and "connected again" in a.stderr, a.stderr
