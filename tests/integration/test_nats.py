@@ -386,3 +386,29 @@ def test_a_node_moves_to_another_server_of_the_cluster(cluster, tern_factory):
         assert got_b == sorted(set(got_b), key=lambda m: int(m[1:])) and got_b[-1] == sent[-1]
     a.stop()
     assert "lost" in a.stderr and "connected again" in a.stderr, a.stderr
+
+
+def test_credentials_changed_on_the_server_are_said(tern_factory):
+    """A server restarted with another password: libnats gives the
+    connection up after its refused reconnects, and the bridge starts again
+    from scratch, said as refused and not ready, until it is let in."""
+    port = free_port()
+    n = Nats(port, "--user", "tern", "--pass", "old")
+    n.start()
+    try:
+        a = tern_factory("--redis", f"nats://tern:old@127.0.0.1:{port}")
+        wait_for(lambda: bridge(a)["connected"], "connected")
+        n.stop()
+        n = Nats(port, "--user", "tern", "--pass", "new")
+        n.start()
+        wait_for(lambda: bridge(a)["auth_refused"], "the old password refused", timeout=20)
+        assert readyz(a) == (503, "not ready: redis auth failed\n")
+        n.stop()
+        n = Nats(port, "--user", "tern", "--pass", "old")
+        n.start()
+        wait_for(lambda: bridge(a)["connected"], "let in again", timeout=20)
+        assert readyz(a) == (200, "ready\n")
+    finally:
+        n.stop()
+    a.stop()
+    assert "refused the user and password" in a.stderr and "old" not in a.stderr, a.stderr
