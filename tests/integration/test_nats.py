@@ -18,7 +18,6 @@ twice; a bad URL stops tern serve with a clear message."""
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -28,16 +27,11 @@ import pytest
 from websockets.sync.client import connect
 
 from conftest import SLOW, TERN_BIN, wait_for
+from test_redis import free_port, recv_data, subscribe   # the cross-node helpers
 from test_tls import make_cert
 
 pytestmark = pytest.mark.skipif(shutil.which("nats-server") is None,
                                 reason="nats-server missing (scripts/install-deps.sh test)")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Nats:
@@ -104,20 +98,6 @@ def nats():
     n.start()
     yield n
     n.stop()
-
-
-def subscribe(ws, topic):
-    ws.send(json.dumps({"op": "subscribe", "topic": topic}))
-    ack = json.loads(ws.recv(timeout=5 * SLOW))
-    assert ack["ok"] == "subscribe" and ack["topic"] == topic, ack
-
-
-def recv_data(ws, timeout=5.0):
-    """The next message's data, skipping acks."""
-    while True:
-        m = json.loads(ws.recv(timeout=timeout * SLOW))
-        if "data" in m:
-            return m["data"]
 
 
 def bridge(node):
