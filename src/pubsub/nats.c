@@ -204,7 +204,9 @@ static void conn_event(tern__nats *n, natsConnection *nc, enum job_kind kind) {
         return;
     const char *t = NULL;
     natsStatus s = natsConnection_GetLastError(nc, &t);
-    snprintf(j->why, sizeof(j->why), "%s", t && t[0] ? t : "the connection was closed");
+    /* libnats keeps no words for a connection that broke (EOF, a reset) */
+    snprintf(j->why, sizeof(j->why), "%s",
+             t && t[0] ? t : s != NATS_OK ? natsStatus_GetText(s) : "the connection broke");
     j->auth = is_auth(s, j->why);
     post(n, j);
 }
