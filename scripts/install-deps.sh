@@ -4,8 +4,8 @@
 #   scripts/install-deps.sh [build] [test] [bench]     (default: build)
 #
 #   build  compiling and running: compiler, CMake, Ninja, pkg-config,
-#          OpenSSL, zlib, hiredis, c-ares and liburing headers (make
-#          build, make run, make install);
+#          OpenSSL, zlib, hiredis, libnats, c-ares and liburing headers
+#          (make build, make run, make install);
 #   test   the test tools: cmocka, clang/LLVM (fuzzers, sanitizers), curl,
 #          openssl, Python test clients, Chromium, the Node and Go test
 #          clients (make build-asan, make build-fuzz, make test);
@@ -35,6 +35,7 @@ apt_pkgs=(
   build-essential cmake ninja-build pkg-config   # build
   libssl-dev zlib1g-dev                          # OpenSSL (SHA-1, base64, TLS), zlib (permessage-deflate)
   libhiredis-dev                                 # pub/sub's Redis bridge
+  libnats-dev                                    # pub/sub's NATS bridge
   libc-ares-dev                                  # the WebSocket client's name resolution, on the loop
   liburing-dev                                   # the loop's io_uring back end
   libjansson-dev                                 # tern serve's JWT claims (src/app/token.c)
@@ -50,6 +51,7 @@ if [ $want_test = 1 ]; then
     python3 python3-pip python3-venv             # pytest; the Autobahn runner's venv (tests/autobahn)
     chromium                                     # browser WebSocket test (headless)
     redis-server                                 # pub/sub across nodes (tests/integration/test_redis.py)
+    nats-server                                  # pub/sub across nodes through NATS (tests/integration/test_nats.py)
     systemd                                      # systemd-socket-activate, systemd-analyze (tests/integration/test_systemd.py)
     strace                                       # which system calls TLS on io_uring makes (test_backends.py)
     man-db groff-base                            # tern.1 renders and names every option (test_config.py)

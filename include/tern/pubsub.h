@@ -248,8 +248,10 @@ int tern_pubsub_rule_stats(const tern_server *srv, const char *prefix, bool exac
  *
  * tern_pubsub_bridge(srv, "redis://127.0.0.1:6379/0") makes every process
  * (node) bridged to the same broker one pub/sub space. The URL's scheme
- * picks the engine that speaks to the broker; Redis ("redis://") is the
- * one engine today. A publish is delivered to this node's subscribers at
+ * picks the engine that speaks to the broker: Redis ("redis://") or NATS
+ * ("nats://", or "tls://" over TLS: core NATS subjects; see
+ * docs/api/pubsub.md for its URL). A
+ * publish is delivered to this node's subscribers at
  * once, as without a bridge, and sent to the broker (with Redis, on
  * channel "tern:" + topic, in an envelope that names the node); a node
  * follows a topic while it has subscribers to the topic (on any loop),
@@ -274,7 +276,7 @@ int tern_pubsub_rule_stats(const tern_server *srv, const char *prefix, bool exac
  * NOPERM, a lost link), once per change of reason; regaining the broker
  * after one is logged once (warn; a first connect, info). */
 typedef struct tern_bridge_counters {
-    const char *engine;    /* the engine's name ("redis"), a static string */
+    const char *engine;    /* the engine's name ("redis", "nats"), a static string */
     bool connected;        /* linked, and following the topics with a history
                             * when the engine numbers them */
     uint64_t reconnects;   /* links made again after a loss */
@@ -288,8 +290,10 @@ typedef struct tern_bridge_counters {
 
 /* Bridges srv's configuration (every loop of its group) to the broker at
  * url, through the engine its scheme names: "redis://" (see
- * tern_pubsub_redis for its URL and behaviour). In setup, on srv's loop
- * thread, after tern_pubsub_configure and the topic rules. Returns 0,
+ * tern_pubsub_redis for its URL and behaviour), or "nats://" and "tls://"
+ * (NATS, which does not number topics: each node numbers its own). In
+ * setup, on srv's loop thread, after tern_pubsub_configure and the topic
+ * rules. Returns 0,
  * -EINVAL (NULL argument, a host handle, a scheme no engine speaks, logged
  * with the schemes known, or a URL its engine refuses), -EALREADY (bridged
  * already), -ENOMEM. Connecting goes on in the loop: a broker that is not

@@ -257,15 +257,19 @@ static int serve_setup(tern_server *srv, void *user) {
         fprintf(stderr, "tern serve: feed: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
-    /* --redis names Redis's engine: another scheme is refused as a bad URL,
-     * before the bridge would pick another engine for it */
-    if (ctx->redis && (err = strncmp(ctx->redis, "redis://", 8) != 0
+    /* --redis names Redis's engine or NATS's: another scheme is refused as
+     * a bad URL, before the bridge would pick another engine for it */
+    if (ctx->redis && (err = strncmp(ctx->redis, "redis://", 8) != 0 &&
+                                     strncmp(ctx->redis, "nats://", 7) != 0 &&
+                                     strncmp(ctx->redis, "tls://", 6) != 0
                                  ? -EINVAL
                                  : tern_pubsub_bridge(srv, ctx->redis)) < 0) {
         char shown[512];
         app_serve_redis_redact(ctx->redis, shown, sizeof(shown));
         fprintf(stderr, "tern serve: --redis %s: %s\n", shown,
-                err == -EINVAL ? "not a redis://[[user]:password@]host[:port][/db] URL"
+                err == -EINVAL ? "not a redis://[[user]:password@]host[:port][/db] or "
+                                 "nats://[credentials@]host[:port][,host[:port]...][?query] "
+                                 "(tls://... over TLS) URL"
                                : tern_strerror(err));
         return SETUP_FAILED;
     }

@@ -499,10 +499,14 @@ const app_opt app_serve_opts[SV_COUNT] = {
                               "(default HOSTNAME:PID; letters, digits and . _ : -)",
         DEST(node, char *, put_node)},
     [SV_REDIS] = {"redis", 0, S, "URL",
-                  .help = "bridge pub/sub through Redis (redis://host[:port][/db]):\n"
+                  .help = "bridge pub/sub through Redis (redis://host[:port][/db])\n"
+                          "or NATS (nats://host[:port][,host[:port]...]; tls://...\n"
+                          "over TLS, ?ca=F to verify with, ?cert=F&key=F):\n"
                           "every node's subscribers get every node's publishes;\n"
                           "redis://[user]:password@host... sends AUTH (never logged;\n"
-                          "better --redis-password-file)",
+                          "better --redis-password-file); NATS's credentials:\n"
+                          "nats://user:password@ or nats://token@, or files:\n"
+                          "?creds=F, ?token_file=F, nats://user:@...?password_file=F",
         STR(redis)},
     [SV_REDIS_PASS_FILE] = {"redis-password-file", 0, S, "F", .flags = SECRET,
                             .help = "the password (F's first line) instead of in the URL,\n"

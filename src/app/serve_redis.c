@@ -14,19 +14,37 @@
 
 #include "app/app.h"
 
-/* Where the userinfo's '@' is (the last one before the path), or NULL. */
+/* Where the userinfo starts (after the scheme's "://"). */
+static const char *userinfo_start(const char *url) {
+    const char *p = strstr(url, "://");
+    return p ? p + 3 : url;
+}
+
+/* A NATS URL (nats://, or tls:// for NATS over TLS). */
+static bool is_nats(const char *url) {
+    return strncmp(url, "nats://", 7) == 0 || strncmp(url, "tls://", 6) == 0;
+}
+
+/* Where the userinfo's '@' is (the last one before the path; for NATS,
+ * before the first server's end: its ',' or the query too), or NULL. */
 static const char *userinfo_end(const char *url) {
-    const char *p = strncmp(url, "redis://", 8) == 0 ? url + 8 : url;
+    bool nats = is_nats(url);
     const char *at = NULL;
-    for (; *p && *p != '/'; p++)
+    for (const char *p = userinfo_start(url); *p && *p != '/' && !(nats && strchr(",?", *p));
+         p++)
         if (*p == '@')
             at = p;
     return at;
 }
 
 void app_serve_redis_redact(const char *url, char *out, size_t cap) {
-    const char *at = userinfo_end(url);
-    const char *colon = at ? memchr(url + 8, ':', (size_t)(at - url - 8)) : NULL;
+    const char *at = userinfo_end(url), *start = userinfo_start(url);
+    const char *colon = at ? memchr(start, ':', (size_t)(at - start)) : NULL;
+    if (at && colon == NULL && is_nats(url)) {
+        /* NATS's token: the whole userinfo is the secret */
+        snprintf(out, cap, "%.*s****%s", (int)(start - url), url, at);
+        return;
+    }
     if (colon == NULL) {
         snprintf(out, cap, "%s", url);
         return;

@@ -29,6 +29,7 @@
 
 #include "loop/log.h"
 #include "pubsub/history.h"
+#include "pubsub/nats.h"
 #include "pubsub/pubsub.h"
 #include "pubsub/redis.h"
 
@@ -440,6 +441,8 @@ static const struct {
     tern__engine_start start;
 } engines[] = {
     {"redis://", tern__redis_engine},
+    {"nats://", tern__nats_engine},
+    {"tls://", tern__nats_engine},   /* NATS over TLS */
 };
 
 #define ENGINES (sizeof(engines) / sizeof(engines[0]))
