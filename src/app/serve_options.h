@@ -90,6 +90,17 @@ typedef struct app_serve_settings {
 
 extern const app_opt app_serve_opts[SV_COUNT];
 
+/* The groups by which SIGHUP applies options live (an option's `live`;
+ * each group's apply is in serve_reload.c), in the order a SIGHUP makes
+ * and uses them: the token verifier, the topic rules' rights, the
+ * WebSocket origins, the library's log level, the /pubsub rate. NONE: a
+ * change needs a restart. */
+enum {
+    APP_SERVE_LIVE_NONE, APP_SERVE_LIVE_TOKENS, APP_SERVE_LIVE_RULES, APP_SERVE_LIVE_ORIGINS,
+    APP_SERVE_LIVE_LOG, APP_SERVE_LIVE_RATE,
+    APP_SERVE_LIVE_COUNT
+};
+
 /* --admin-listen's value: "off" (host[0] = '\0'), or HOST:PORT ([V6]:PORT
  * for an IPv6 address) into host (cap bytes) and port. */
 bool app_serve_admin_listen_parse(const char *s, char *host, size_t cap, int *port);
