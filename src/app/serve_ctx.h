@@ -126,7 +126,12 @@ int app_serve_admin_setup(serve_ctx *ctx, tern_loop *loop);
 char *app_serve_read_api_key(const char *path);
 int app_serve_admin_exposed(const app_opt_set *s);
 
-/* serve_reload.c: SIGHUP (user: the serve_ctx). */
+/* serve_reload.c: start-up's application of the option groups SIGHUP
+ * applies again (the topic rules, the token verifier, the origins, the
+ * library's log level), from ctx->set: 0, or the exit status once said
+ * why (ctx->origins, when set, is then the caller's to free); SIGHUP
+ * (user: the serve_ctx). */
+int app_serve_live_start(serve_ctx *ctx);
 void app_serve_on_sighup(tern_loop *loop, int signo, void *user);
 
 #endif

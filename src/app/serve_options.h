@@ -90,13 +90,13 @@ typedef struct app_serve_settings {
 
 extern const app_opt app_serve_opts[SV_COUNT];
 
-/* The groups by which SIGHUP applies options live (an option's `live`;
- * each group's apply is in serve_reload.c), in the order a SIGHUP makes
- * and uses them: the token verifier, the topic rules' rights, the
- * WebSocket origins, the library's log level, the /pubsub rate. NONE: a
- * change needs a restart. */
+/* The groups by which start-up and SIGHUP apply options (an option's
+ * `live`; each group's start and apply are in serve_reload.c), in the
+ * order both run them: the topic rules, the token verifier, the WebSocket
+ * origins, the library's log level, the /pubsub rate. NONE: the value is
+ * read where it goes, and a change needs a restart. */
 enum {
-    APP_SERVE_LIVE_NONE, APP_SERVE_LIVE_TOKENS, APP_SERVE_LIVE_RULES, APP_SERVE_LIVE_ORIGINS,
+    APP_SERVE_LIVE_NONE, APP_SERVE_LIVE_RULES, APP_SERVE_LIVE_TOKENS, APP_SERVE_LIVE_ORIGINS,
     APP_SERVE_LIVE_LOG, APP_SERVE_LIVE_RATE,
     APP_SERVE_LIVE_COUNT
 };

@@ -86,16 +86,19 @@ static bool rules_same_settings(const app_topic_rules *a, const app_topic_rules 
     return true;
 }
 
-/* How a group of options SIGHUP applies takes effect (an option's `live`
- * in the table, serve_options.c). A SIGHUP first makes what every group
- * whose options changed needs, from the new settings, before anything
- * changes; only when all are made does it put the new values in the
- * running settings and each group's made thing in use. Invariants: make
- * leaves *made NULL when it fails or has nothing to put in use; use takes
- * *made (NULL included) and is called once the settings hold the new
- * values; drop frees a made thing that is not used (the configuration
- * kept). */
+/* How a group of options takes effect (an option's `live` in the table,
+ * serve_options.c): at start-up, start applies them as ctx->set holds
+ * them. A SIGHUP first makes what every group whose options changed
+ * needs, from the new settings, before anything changes; only when all
+ * are made does it put the new values in the running settings and each
+ * group's made thing in use. Invariants: make leaves *made NULL when it
+ * fails or has nothing to put in use; use takes *made (NULL included) and
+ * is called once the settings hold the new values; drop frees a made
+ * thing that is not used (the configuration kept). */
 typedef struct serve_live {
+    /* At start-up: 0, or the command's exit status once said why. NULL:
+     * nothing to start (what uses the values reads ctx->set). */
+    int (*start)(serve_ctx *ctx);
     /* Made on every SIGHUP, its options changed or not: the token key
      * files are read again (a rotated key). */
     bool every_sighup;
@@ -120,6 +123,17 @@ static const char *origins_make(serve_ctx *ctx, const app_serve_settings *next, 
     return NULL;
 }
 
+static int origins_start(serve_ctx *ctx) {
+    bool too_many;   /* counted already: serve_main refuses more */
+    serve_origins *o = app_serve_origins_new(&ctx->set, &too_many);
+    if (o == NULL) {
+        fprintf(stderr, "tern serve: out of memory\n");
+        return 1;
+    }
+    atomic_store(&ctx->origins, o);
+    return 0;
+}
+
 static void origins_use(serve_ctx *ctx, void *made) {
     serve_origins *old = atomic_exchange_explicit(&ctx->origins, made, memory_order_acq_rel);
     retire_after_loops(ctx, old, origins_free_any);
@@ -127,7 +141,11 @@ static void origins_use(serve_ctx *ctx, void *made) {
 
 /* --topic: who may subscribe and publish changes live; the settings the
  * library has (policy, history, backlog) need a restart, and then the
- * rules stay as they are, whole. */
+ * rules stay as they are, whole. The first rules live in ctx. */
+static int rules_start(serve_ctx *ctx) {
+    return app_serve_rules_build(&ctx->set, &ctx->rules) < 0 ? 2 : 0;   /* said why */
+}
+
 static const char *rules_make(serve_ctx *ctx, const app_serve_settings *next, void **made,
                               bool *restart) {
     app_topic_rules *r = malloc(sizeof(*r));
@@ -155,6 +173,10 @@ static void rules_use(serve_ctx *ctx, void *made) {
 
 /* --token-*: the verifier made again, its key files read; turning tokens
  * on or off needs a restart. */
+static int tokens_start(serve_ctx *ctx) {
+    return app_serve_tokens_setup(&ctx->set.tokens) < 0 ? 2 : 0;   /* said why */
+}
+
 static const char *tokens_make(serve_ctx *ctx, const app_serve_settings *next, void **made,
                                bool *restart) {
     (void)ctx;
@@ -180,23 +202,39 @@ static void log_use(serve_ctx *ctx, void *made) {
         app_serve_log_library(ctx->set.log_level);
 }
 
-/* --pubsub-rate: every /pubsub connection's. */
+static int log_start(serve_ctx *ctx) {
+    log_use(ctx, NULL);
+    return 0;
+}
+
+/* --pubsub-rate: every /pubsub connection's (at start-up, the /pubsub
+ * routes take it from ctx->set). */
 static void rate_use(serve_ctx *ctx, void *made) {
     (void)made;
     app_serve_pubsub_set_rate(ctx->set.ps_limits.rate);
 }
 
-/* The groups, by their APP_SERVE_LIVE_* (the order a SIGHUP makes and
- * uses them); every one but NONE has a use. */
+/* The groups, by their APP_SERVE_LIVE_* (the order start-up and a SIGHUP
+ * run them); every one but NONE has a use. */
 static const serve_live lives[APP_SERVE_LIVE_COUNT] = {
-    [APP_SERVE_LIVE_TOKENS] = {.every_sighup = true, .make = tokens_make, .use = tokens_use,
-                               .drop = token_config_free_any},
-    [APP_SERVE_LIVE_RULES] = {.make = rules_make, .use = rules_use, .drop = rules_free_any},
-    [APP_SERVE_LIVE_ORIGINS] = {.make = origins_make, .use = origins_use,
-                                .drop = origins_free_any},
-    [APP_SERVE_LIVE_LOG] = {.use = log_use},
+    [APP_SERVE_LIVE_RULES] = {.start = rules_start, .make = rules_make, .use = rules_use,
+                              .drop = rules_free_any},
+    [APP_SERVE_LIVE_TOKENS] = {.start = tokens_start, .every_sighup = true, .make = tokens_make,
+                               .use = tokens_use, .drop = token_config_free_any},
+    [APP_SERVE_LIVE_ORIGINS] = {.start = origins_start, .make = origins_make,
+                                .use = origins_use, .drop = origins_free_any},
+    [APP_SERVE_LIVE_LOG] = {.start = log_start, .use = log_use},
     [APP_SERVE_LIVE_RATE] = {.use = rate_use},
 };
+
+int app_serve_live_start(serve_ctx *ctx) {
+    for (int k = APP_SERVE_LIVE_NONE + 1; k < APP_SERVE_LIVE_COUNT; k++) {
+        int status = lives[k].start ? lives[k].start(ctx) : 0;
+        if (status != 0)
+            return status;
+    }
+    return 0;
+}
 
 /* Whether option i has the same values in a and b. */
 static bool same_values(const app_opt_set *a, const app_opt_set *b, int i) {
