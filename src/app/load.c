@@ -251,8 +251,9 @@ static int load_configure(app_opt_set *s, load_opts *o, int argc, char **argv) {
         return 2;
     }
     const char *why = NULL;
-    if (tern_url_parse(o->url, &o->where, &why) == 0 && strlen(o->where.target) >= LOAD_PATH_MAX)
-        why = "path too long";
+    if (tern_url_parse(o->url, &o->where, &why) == 0)
+        why = o->where.target == NULL ? "not a WebSocket URL (ws://, wss://, ws+unix: or wss+unix:)"
+              : strlen(o->where.target) >= LOAD_PATH_MAX ? "path too long" : NULL;
     if (why != NULL) {
         fprintf(stderr, "tern load %s: bad --url %s: %s\n", mode, o->url, why);
         return 2;

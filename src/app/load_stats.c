@@ -15,8 +15,8 @@
 
 /* ---- latency histogram ---------------------------------------------------- */
 
-/* The layout's upper bounds (load.h), made by the first load_hist_reset:
- * bucket i holds [lo, lo + width - 1]. */
+/* The layout's upper bounds (load.h), made by the first load_hist_reset,
+ * for the quantiles: bucket i holds [lo, lo + width - 1]. */
 static uint64_t hist_le[LOAD_HIST_BUCKETS];
 
 static void make_bounds(void) {
@@ -42,7 +42,7 @@ void load_hist_reset(load_hist *h) {
 }
 
 void load_hist_record(load_hist *h, uint64_t v) {
-    h->bucket[tern_histogram_bucket(hist_le, LOAD_HIST_BUCKETS, v)]++;
+    h->bucket[load_hist_bucket(v)]++;
     h->count++;
     h->sum += v;
     if (v < h->min)

@@ -515,7 +515,7 @@ int app_opt_set_default(app_opt_set *s, int i, const char *t) {
 app_opt_when app_opt_applies(const app_opt *o) {
     if (o->flags & APP_OPT_CLI_ONLY)
         return APP_OPT_AT_START;
-    return (o->flags & APP_OPT_RELOAD) ? APP_OPT_ON_SIGHUP : APP_OPT_NEEDS_RESTART;
+    return o->live != 0 ? APP_OPT_ON_SIGHUP : APP_OPT_NEEDS_RESTART;
 }
 
 void app_opt_apply_one(const app_opt_set *s, int i, void *settings) {
@@ -580,7 +580,7 @@ void app_opt_help(const app_opt_set *s, FILE *f) {
             m += (size_t)snprintf(more + m, sizeof(more) - m, "default %s", o->def);
         if (o->flags & APP_OPT_REPEAT)
             m += (size_t)snprintf(more + m, sizeof(more) - m, "%srepeatable", m ? "; " : "");
-        if (o->flags & APP_OPT_RELOAD)
+        if (app_opt_applies(o) == APP_OPT_ON_SIGHUP)
             m += (size_t)snprintf(more + m, sizeof(more) - m, "%sSIGHUP applies it", m ? "; " : "");
         if (s->group_names && o->groups) {
             m += (size_t)snprintf(more + m, sizeof(more) - m, "%s", m ? "; " : "");
@@ -658,7 +658,7 @@ void app_opt_man(const app_opt_set *s, FILE *f) {
             fputs(more ? "; repeatable" : "(repeatable", f);
             more = true;
         }
-        if (o->flags & APP_OPT_RELOAD) {
+        if (app_opt_applies(o) == APP_OPT_ON_SIGHUP) {
             fputs(more ? "; SIGHUP applies it" : "(SIGHUP applies it", f);
             more = true;
         }

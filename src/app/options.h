@@ -23,11 +23,10 @@ typedef enum app_opt_type {
 
 enum {
     APP_OPT_REPEAT = 1u << 0,     /* each use adds a value, up to max_count */
-    APP_OPT_RELOAD = 1u << 1,     /* SIGHUP applies a changed value live */
-    APP_OPT_SECRET = 1u << 2,     /* names a file holding a secret, never the secret */
-    APP_OPT_CLI_ONLY = 1u << 3,   /* not in a file nor the environment (--help, --config) */
-    APP_OPT_OPTARG = 1u << 4,     /* the value is optional: --name or --name=V */
-    APP_OPT_ZERO_MIN = 1u << 5,   /* SECONDS: 0 is allowed */
+    APP_OPT_SECRET = 1u << 1,     /* names a file holding a secret, never the secret */
+    APP_OPT_CLI_ONLY = 1u << 2,   /* not in a file nor the environment (--help, --config) */
+    APP_OPT_OPTARG = 1u << 3,     /* the value is optional: --name or --name=V */
+    APP_OPT_ZERO_MIN = 1u << 4,   /* SECONDS: 0 is allowed */
 };
 
 struct app_opt_set;
@@ -61,13 +60,16 @@ typedef struct app_opt {
      * command reads it itself (--help, --config). */
     size_t to;
     app_opt_put_fn *put;
+    /* The command's group by which SIGHUP applies a changed value live,
+     * after put has written it (tern serve's APP_SERVE_LIVE_*); 0: it
+     * cannot, a change needs a restart (and is said to). */
+    int live;
 } app_opt;
 
-/* How an option's value applies, from its flags: CLI_ONLY ones once, at
- * start (--config, --help: not in a file, so SIGHUP never sees them);
- * RELOAD ones at start and again when SIGHUP finds them changed; the
- * others at start, and a SIGHUP that finds them changed says they need a
- * restart. */
+/* How an option's value applies: CLI_ONLY ones once, at start (--config,
+ * --help: not in a file, so SIGHUP never sees them); those with a live
+ * at start and again when SIGHUP finds them changed; the others at start,
+ * and a SIGHUP that finds them changed says they need a restart. */
 typedef enum app_opt_when {
     APP_OPT_AT_START,
     APP_OPT_ON_SIGHUP,

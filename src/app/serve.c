@@ -497,28 +497,24 @@ static int serve_main(app_opt_set *s, int argc, char **argv) {
     }
     ctx.config_path = app_serve_config_path(s);
     app_serve_log_format(set->log_format);
-    if (app_serve_rules_build(set, &ctx.rules) < 0)
-        return 2;   /* said why */
-    if (app_serve_tokens_setup(&set->tokens) < 0)
-        return 2;
-    int status = open_files(&ctx);
-    if (status != 0)
-        return status;
-    if (!set->quiet)
-        app_serve_log_library(set->log_level);
-    process_setup(&ctx);
-    if ((status = tls_load(&ctx)) != 0)
-        return status;
-    bool too_many;
-    serve_origins *origins = app_serve_origins_new(set, &too_many);
-    ctx.threads = calloc((size_t)set->threads, sizeof(*ctx.threads));
-    if (origins == NULL || ctx.threads == NULL) {
-        app_serve_origins_free(origins);
-        free(ctx.threads);
-        fprintf(stderr, "tern serve: out of memory\n");
-        return 1;
+    /* The groups of options SIGHUP applies again, applied a first time:
+     * the same table, the same code (serve_reload.c). */
+    atomic_init(&ctx.origins, NULL);
+    int status = app_serve_live_start(&ctx);
+    if (status == 0)
+        status = open_files(&ctx);
+    if (status == 0) {
+        process_setup(&ctx);
+        status = tls_load(&ctx);
     }
-    atomic_init(&ctx.origins, origins);
+    if (status == 0 && (ctx.threads = calloc((size_t)set->threads, sizeof(*ctx.threads))) == NULL) {
+        fprintf(stderr, "tern serve: out of memory\n");
+        status = 1;
+    }
+    if (status != 0) {
+        app_serve_origins_free(atomic_load(&ctx.origins));
+        return status;
+    }
     for (int i = 0; i < set->threads; i++) {
         ctx.threads[i].ctx = &ctx;
         ctx.threads[i].index = i;

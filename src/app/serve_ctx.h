@@ -134,7 +134,12 @@ bool app_serve_admin_key_ok(tern_http_req *req, const serve_ctx *ctx, const char
  * 0, or the first registration's error. */
 int app_serve_api_routes(serve_ctx *ctx);
 
-/* serve_reload.c: SIGHUP (user: the serve_ctx). */
+/* serve_reload.c: start-up's application of the option groups SIGHUP
+ * applies again (the topic rules, the token verifier, the origins, the
+ * library's log level), from ctx->set: 0, or the exit status once said
+ * why (ctx->origins, when set, is then the caller's to free); SIGHUP
+ * (user: the serve_ctx). */
+int app_serve_live_start(serve_ctx *ctx);
 void app_serve_on_sighup(tern_loop *loop, int signo, void *user);
 
 #endif

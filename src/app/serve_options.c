@@ -257,7 +257,8 @@ static void put_io(const app_opt_set *s, int i, void *field) {
 #define C APP_OPT_CHOICE
 #define F APP_OPT_FLAG
 #define REPEAT APP_OPT_REPEAT
-#define RELOAD APP_OPT_RELOAD
+/* SIGHUP applies a changed value live, by group G's apply (serve_reload.c). */
+#define LIVE(G) .live = APP_SERVE_LIVE_##G
 #define SECRET APP_OPT_SECRET
 
 const app_opt app_serve_opts[SV_COUNT] = {
@@ -382,13 +383,13 @@ const app_opt app_serve_opts[SV_COUNT] = {
     [SV_NO_PMD] = {"no-compression", 0, F, .help = "don't offer permessage-deflate on /ws",
         DEST(ws.compression, bool, put_not)},
     [SV_ALLOWED_ORIGIN] = {"allowed-origin", 0, S, "O", .check = origin_pattern_ok,
-                           .flags = REPEAT | RELOAD, .max_count = 32,
+                           .flags = REPEAT, LIVE(ORIGINS), .max_count = 32,
                            .help = "a WebSocket upgrade with an Origin header must match one:\n"
                                    "https://app.example.com exactly, or https://*.example.com\n"
                                    "for its subdomains; others get 403, one without Origin\n"
                                    "(not a browser) is let in (unset: any origin)",
         VALS(allowed_origins)},
-    [SV_WS_ORIGIN] = {"ws-origin", 0, S, "ORIGIN", .flags = REPEAT | RELOAD, .max_count = 32,
+    [SV_WS_ORIGIN] = {"ws-origin", 0, S, "ORIGIN", .flags = REPEAT, LIVE(ORIGINS), .max_count = 32,
                       .help = "the same as --allowed-origin (exact)",
         VALS(ws_origins)},
     [SV_WS_SLOW] = {"ws-slow-policy", 0, C, "P", "pause", .choices = "pause|close|drop",
@@ -409,7 +410,7 @@ const app_opt app_serve_opts[SV_COUNT] = {
     [SV_PS_MAX_MESSAGE] = {"pubsub-max-message", 0, U, "BYTES", "65536", 1, 1ull << 40,
                            .help = "a bigger /pubsub message closes its connection with 1009",
         SIZE(ps_limits.max_message)},
-    [SV_PS_RATE] = {"pubsub-rate", 0, U, "N", "100", 0, 1000000, .flags = RELOAD,
+    [SV_PS_RATE] = {"pubsub-rate", 0, U, "N", "100", 0, 1000000, LIVE(RATE),
                     .help = "/pubsub messages a second per connection, a burst of N\n"
                             "(0: no limit); one over it is answered {\"error\":\"rate limit\"},\n"
                             "and more than N refused without a pause close it with 1008",
@@ -420,7 +421,7 @@ const app_opt app_serve_opts[SV_COUNT] = {
                               "message per key while it is behind)",
         DEST(pubsub, tern_pubsub_options, put_policy)},
     [SV_TOPIC] = {"topic", 0, S, "'PATTERN [KEY=VALUE]...'", .check = topic_rule_ok,
-                  .flags = REPEAT | RELOAD, .max_count = TERN_TOPIC_RULES_MAX,
+                  .flags = REPEAT, LIVE(RULES), .max_count = TERN_TOPIC_RULES_MAX,
                   .help = "a topic rule: PATTERN is a topic, or a prefix ending in *\n"
                           "(\"orders.*\"; \"*\": all); a topic takes its exact rule, else\n"
                           "its longest prefix's. KEYs: subscribe= and publish= (token:\n"
@@ -466,21 +467,21 @@ const app_opt app_serve_opts[SV_COUNT] = {
                                    "each subscriber gets those of MS in one write (fewer\n"
                                    "sends at low rates, MS more latency; 0: at once)",
         U32(pubsub.write_delay_ms)},
-    [SV_TOKEN_HMAC] = {"token-hmac-secret-file", 0, S, "F", .flags = SECRET | RELOAD,
+    [SV_TOKEN_HMAC] = {"token-hmac-secret-file", 0, S, "F", .flags = SECRET, LIVE(TOKENS),
                        .help = "/pubsub takes JWTs signed HS256 with F's bytes (one\n"
                                "trailing newline stripped), as ?token= or Authorization:\n"
                                "Bearer; closed with 4001 at exp",
         STR(tokens.hmac_secret_file)},
-    [SV_TOKEN_PUBKEY] = {"token-public-key-file", 0, S, "F", .flags = RELOAD,
+    [SV_TOKEN_PUBKEY] = {"token-public-key-file", 0, S, "F", LIVE(TOKENS),
                          .help = "and/or RS256 or ES256 ones (F: a PEM public key); SIGHUP\n"
                                  "reads both files again (tokens turned on or off need a\n"
                                  "restart)",
         STR(tokens.public_key_file)},
-    [SV_TOKEN_AUD] = {"token-audience", 0, S, "A", .flags = RELOAD, .help = "tokens must name A in aud",
+    [SV_TOKEN_AUD] = {"token-audience", 0, S, "A", LIVE(TOKENS), .help = "tokens must name A in aud",
         STR(tokens.audience)},
-    [SV_TOKEN_ISS] = {"token-issuer", 0, S, "I", .flags = RELOAD, .help = "tokens must have iss I",
+    [SV_TOKEN_ISS] = {"token-issuer", 0, S, "I", LIVE(TOKENS), .help = "tokens must have iss I",
         STR(tokens.issuer)},
-    [SV_TOKEN_LEEWAY] = {"token-leeway", 0, U, "SECONDS", "30", 0, 3600, .flags = RELOAD,
+    [SV_TOKEN_LEEWAY] = {"token-leeway", 0, U, "SECONDS", "30", 0, 3600, LIVE(TOKENS),
                          .help = "clock difference allowed with the tokens' issuer: a token\n"
                                  "is taken until SECONDS after its exp (and closed with 4001\n"
                                  "then), and from SECONDS before its nbf",
@@ -513,7 +514,7 @@ const app_opt app_serve_opts[SV_COUNT] = {
                                     "which would show it to every user of the machine",
         STR(redis_password_file)},
     [SV_LOG_LEVEL] = {"log-level", 0, C, "L", "warn", .choices = "error|warn|info|debug",
-                      .flags = RELOAD, .help = "the library's log on stderr: error, warn, info, debug",
+                      LIVE(LOG), .help = "the library's log on stderr: error, warn, info, debug",
         STR(log_level)},
     [SV_ACCESS_LOG] = {"access-log", 0, S, "FILE",
                        .help = "one line per response (peer method target status bytes ms),\n"

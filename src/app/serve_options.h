@@ -90,6 +90,17 @@ typedef struct app_serve_settings {
 
 extern const app_opt app_serve_opts[SV_COUNT];
 
+/* The groups by which start-up and SIGHUP apply options (an option's
+ * `live`; each group's start and apply are in serve_reload.c), in the
+ * order both run them: the topic rules, the token verifier, the WebSocket
+ * origins, the library's log level, the /pubsub rate. NONE: the value is
+ * read where it goes, and a change needs a restart. */
+enum {
+    APP_SERVE_LIVE_NONE, APP_SERVE_LIVE_RULES, APP_SERVE_LIVE_TOKENS, APP_SERVE_LIVE_ORIGINS,
+    APP_SERVE_LIVE_LOG, APP_SERVE_LIVE_RATE,
+    APP_SERVE_LIVE_COUNT
+};
+
 /* --admin-listen's value: "off" (host[0] = '\0'), or HOST:PORT ([V6]:PORT
  * for an IPv6 address) into host (cap bytes) and port. */
 bool app_serve_admin_listen_parse(const char *s, char *host, size_t cap, int *port);

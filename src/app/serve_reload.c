@@ -47,12 +47,7 @@ static void retire_after_loops(serve_ctx *ctx, void *old, void (*free_fn)(void *
 
 static void origins_free_any(void *o) { app_serve_origins_free(o); }
 static void token_config_free_any(void *c) { app_token_config_free(c); }
-
-/* Publishes o to every loop's upgrade hook (on loop 0, from SIGHUP). */
-static void origins_swap(serve_ctx *ctx, serve_origins *o) {
-    serve_origins *old = atomic_exchange_explicit(&ctx->origins, o, memory_order_acq_rel);
-    retire_after_loops(ctx, old, origins_free_any);
-}
+static void rules_free_any(void *t) { free(t); }
 
 /* SIGHUP's token verifier: made again from tf's files (a rotated key is
  * read), in *out; NULL when tokens are off, or when tf would turn them on
@@ -67,11 +62,6 @@ static bool tokens_rebuild(const app_serve_token_flags *tf, app_token_config **o
         return true;
     *out = app_serve_tokens_build(tf, "tern: SIGHUP");
     return *out != NULL;
-}
-
-static bool is_token_option(int i) {
-    return i == SV_TOKEN_HMAC || i == SV_TOKEN_PUBKEY || i == SV_TOKEN_AUD || i == SV_TOKEN_ISS ||
-           i == SV_TOKEN_LEEWAY;
 }
 
 /* Whether a and b give every topic the same pub/sub settings (policy,
@@ -96,7 +86,155 @@ static bool rules_same_settings(const app_topic_rules *a, const app_topic_rules 
     return true;
 }
 
-static void rules_free_any(void *t) { free(t); }
+/* How a group of options takes effect (an option's `live` in the table,
+ * serve_options.c): at start-up, start applies them as ctx->set holds
+ * them. A SIGHUP first makes what every group whose options changed
+ * needs, from the new settings, before anything changes; only when all
+ * are made does it put the new values in the running settings and each
+ * group's made thing in use. Invariants: make leaves *made NULL when it
+ * fails or has nothing to put in use; use takes *made (NULL included) and
+ * is called once the settings hold the new values; drop frees a made
+ * thing that is not used (the configuration kept). */
+typedef struct serve_live {
+    /* At start-up: 0, or the command's exit status once said why. NULL:
+     * nothing to start (what uses the values reads ctx->set). */
+    int (*start)(serve_ctx *ctx);
+    /* Made on every SIGHUP, its options changed or not: the token key
+     * files are read again (a rotated key). */
+    bool every_sighup;
+    /* NULL, or why the configuration is kept ("": said already); *restart
+     * when this change cannot be applied live after all (its options are
+     * then named as needing a restart). NULL make: nothing to make. */
+    const char *(*make)(serve_ctx *ctx, const app_serve_settings *next, void **made,
+                        bool *restart);
+    void (*use)(serve_ctx *ctx, void *made);
+    void (*drop)(void *made);
+} serve_live;
+
+/* --allowed-origin, --ws-origin: a new list, published to every loop's
+ * upgrade hook. */
+static const char *origins_make(serve_ctx *ctx, const app_serve_settings *next, void **made,
+                                bool *restart) {
+    (void)ctx;
+    (void)restart;
+    bool too_many = false;
+    if ((*made = app_serve_origins_new(next, &too_many)) == NULL)
+        return too_many ? "more than " ORIGINS_MAX_TEXT " origins" : "out of memory";
+    return NULL;
+}
+
+static int origins_start(serve_ctx *ctx) {
+    bool too_many;   /* counted already: serve_main refuses more */
+    serve_origins *o = app_serve_origins_new(&ctx->set, &too_many);
+    if (o == NULL) {
+        fprintf(stderr, "tern serve: out of memory\n");
+        return 1;
+    }
+    atomic_store(&ctx->origins, o);
+    return 0;
+}
+
+static void origins_use(serve_ctx *ctx, void *made) {
+    serve_origins *old = atomic_exchange_explicit(&ctx->origins, made, memory_order_acq_rel);
+    retire_after_loops(ctx, old, origins_free_any);
+}
+
+/* --topic: who may subscribe and publish changes live; the settings the
+ * library has (policy, history, backlog) need a restart, and then the
+ * rules stay as they are, whole. The first rules live in ctx. */
+static int rules_start(serve_ctx *ctx) {
+    return app_serve_rules_build(&ctx->set, &ctx->rules) < 0 ? 2 : 0;   /* said why */
+}
+
+static const char *rules_make(serve_ctx *ctx, const app_serve_settings *next, void **made,
+                              bool *restart) {
+    app_topic_rules *r = malloc(sizeof(*r));
+    if (r == NULL)
+        return "out of memory";
+    if (app_serve_rules_build(next, r) < 0) {
+        free(r);
+        return "the topic rules";
+    }
+    *restart = !rules_same_settings(r, &ctx->rules);
+    if (*restart)
+        free(r);
+    else
+        *made = r;
+    return NULL;
+}
+
+static void rules_use(serve_ctx *ctx, void *made) {
+    if (made == NULL)
+        return;
+    const app_topic_rules *old = app_serve_pubsub_swap_rules(made);
+    if (old != &ctx->rules)   /* the first ones live in ctx */
+        retire_after_loops(ctx, (void *)old, rules_free_any);
+}
+
+/* --token-*: the verifier made again, its key files read; turning tokens
+ * on or off needs a restart. */
+static int tokens_start(serve_ctx *ctx) {
+    return app_serve_tokens_setup(&ctx->set.tokens) < 0 ? 2 : 0;   /* said why */
+}
+
+static const char *tokens_make(serve_ctx *ctx, const app_serve_settings *next, void **made,
+                               bool *restart) {
+    (void)ctx;
+    app_token_config *c;
+    if (!tokens_rebuild(&next->tokens, &c, restart))
+        return "";
+    *made = c;
+    return NULL;
+}
+
+static void tokens_use(serve_ctx *ctx, void *made) {
+    if (made == NULL)
+        return;
+    retire_after_loops(ctx, app_serve_tokens_swap(made), token_config_free_any);
+    if (!ctx->set.quiet)
+        app_serve_log(stderr, TERN_LOG_INFO, "SIGHUP, token keys read again");
+}
+
+/* --log-level: the library's log. */
+static void log_use(serve_ctx *ctx, void *made) {
+    (void)made;
+    if (!ctx->set.quiet)
+        app_serve_log_library(ctx->set.log_level);
+}
+
+static int log_start(serve_ctx *ctx) {
+    log_use(ctx, NULL);
+    return 0;
+}
+
+/* --pubsub-rate: every /pubsub connection's (at start-up, the /pubsub
+ * routes take it from ctx->set). */
+static void rate_use(serve_ctx *ctx, void *made) {
+    (void)made;
+    app_serve_pubsub_set_rate(ctx->set.ps_limits.rate);
+}
+
+/* The groups, by their APP_SERVE_LIVE_* (the order start-up and a SIGHUP
+ * run them); every one but NONE has a use. */
+static const serve_live lives[APP_SERVE_LIVE_COUNT] = {
+    [APP_SERVE_LIVE_RULES] = {.start = rules_start, .make = rules_make, .use = rules_use,
+                              .drop = rules_free_any},
+    [APP_SERVE_LIVE_TOKENS] = {.start = tokens_start, .every_sighup = true, .make = tokens_make,
+                               .use = tokens_use, .drop = token_config_free_any},
+    [APP_SERVE_LIVE_ORIGINS] = {.start = origins_start, .make = origins_make,
+                                .use = origins_use, .drop = origins_free_any},
+    [APP_SERVE_LIVE_LOG] = {.start = log_start, .use = log_use},
+    [APP_SERVE_LIVE_RATE] = {.use = rate_use},
+};
+
+int app_serve_live_start(serve_ctx *ctx) {
+    for (int k = APP_SERVE_LIVE_NONE + 1; k < APP_SERVE_LIVE_COUNT; k++) {
+        int status = lives[k].start ? lives[k].start(ctx) : 0;
+        if (status != 0)
+            return status;
+    }
+    return 0;
+}
 
 /* Whether option i has the same values in a and b. */
 static bool same_values(const app_opt_set *a, const app_opt_set *b, int i) {
@@ -110,53 +248,6 @@ static bool same_values(const app_opt_set *a, const app_opt_set *b, int i) {
     return true;
 }
 
-/* What a SIGHUP makes before it changes anything, from the new options.
- * Invariants: rules and origins are NULL when their options did not
- * change, or when the change needs a restart (then rules_fixed); tokens is
- * NULL when tokens are off or turned on or off (tokens_toggled); what is
- * not NULL is owned here until swapped in. */
-typedef struct reload_plan {
-    app_token_config *tokens;   /* a verifier made again: its key files read */
-    bool tokens_toggled;          /* tokens turned on or off */
-    app_topic_rules *rules;     /* other rights, the same pub/sub settings */
-    bool rules_fixed;             /* other pub/sub settings */
-    serve_origins *origins;
-} reload_plan;
-
-static void plan_free(reload_plan *p) {
-    app_token_config_free(p->tokens);
-    free(p->rules);
-    app_serve_origins_free(p->origins);
-}
-
-/* Makes p from the new options n (next: their settings). NULL, or why the
- * configuration is kept ("": said already). */
-static const char *plan_make(serve_ctx *ctx, const app_opt_set *n,
-                             const app_serve_settings *next, reload_plan *p) {
-    if (!tokens_rebuild(&next->tokens, &p->tokens, &p->tokens_toggled))
-        return "";
-    /* Topic rules: who may subscribe and publish changes live; the
-     * settings the library has (policy, history, backlog) need a restart,
-     * and then the rules stay as they are, whole. */
-    if (!same_values(ctx->opts, n, SV_TOPIC) || !same_values(ctx->opts, n, SV_PS_TOPIC)) {
-        if ((p->rules = malloc(sizeof(*p->rules))) == NULL)
-            return "out of memory";
-        if (app_serve_rules_build(next, p->rules) < 0)
-            return "the topic rules";
-        if (!rules_same_settings(p->rules, &ctx->rules)) {
-            p->rules_fixed = true;
-            free(p->rules);
-            p->rules = NULL;
-        }
-    }
-    if (!same_values(ctx->opts, n, SV_ALLOWED_ORIGIN) || !same_values(ctx->opts, n, SV_WS_ORIGIN)) {
-        bool too_many = false;
-        if ((p->origins = app_serve_origins_new(next, &too_many)) == NULL)
-            return too_many ? "more than " ORIGINS_MAX_TEXT " origins" : "out of memory";
-    }
-    return NULL;
-}
-
 /* A name added to a list of them ("a, b"), cut at the buffer's end. */
 static void name_add(char *list, size_t cap, size_t *len, const char *name) {
     *len += (size_t)snprintf(list + *len, cap - *len, "%s%s", *len ? ", " : "", name);
@@ -164,13 +255,14 @@ static void name_add(char *list, size_t cap, size_t *len, const char *name) {
 }
 
 /* SIGHUP with --config: the file read again, with the same command line
- * and the environment over it. What may change live (the options that
- * apply on SIGHUP) is applied; what may not is named and left as it is; a
+ * and the environment over it. What may change live (the options with a
+ * live group) is applied; what may not is named and left as it is; a
  * file that does not parse changes nothing. One line says which. false
  * when the configuration was kept. */
 static bool reload_config(serve_ctx *ctx) {
     app_opt_set n;
-    reload_plan plan = {0};
+    bool due[APP_SERVE_LIVE_COUNT] = {false}, restart[APP_SERVE_LIVE_COUNT] = {false};
+    void *made[APP_SERVE_LIVE_COUNT] = {NULL};
     const char *kept_why = NULL;
     if (app_opt_init(&n, "tern serve", app_serve_opts, SV_COUNT) < 0) {
         kept_why = "out of memory";
@@ -185,8 +277,17 @@ static bool reload_config(serve_ctx *ctx) {
     /* The new values where they go, as at start: the same table. */
     app_serve_settings next = {0};
     app_opt_apply(&n, &next);
-    if ((kept_why = plan_make(ctx, &n, &next, &plan)) != NULL)
-        goto out;
+    /* What each group whose options changed needs, made before anything
+     * changes: one that cannot be made keeps the whole configuration. */
+    for (int i = 0; i < SV_COUNT; i++)
+        if (!same_values(ctx->opts, &n, i))
+            due[app_serve_opts[i].live] = true;
+    for (int k = APP_SERVE_LIVE_NONE + 1; k < APP_SERVE_LIVE_COUNT; k++) {
+        due[k] = due[k] || lives[k].every_sighup;
+        if (due[k] && lives[k].make &&
+            (kept_why = lives[k].make(ctx, &next, &made[k], &restart[k])) != NULL)
+            goto out;
+    }
     char applied[1024] = "", kept[1024] = "";
     size_t alen = 0, klen = 0;
     for (int i = 0; i < SV_COUNT; i++) {
@@ -194,9 +295,7 @@ static bool reload_config(serve_ctx *ctx) {
         app_opt_when when = app_opt_applies(o);
         if (when == APP_OPT_AT_START || same_values(ctx->opts, &n, i))
             continue;
-        bool fixed = (plan.tokens_toggled && is_token_option(i)) ||
-                     (plan.rules_fixed && (i == SV_TOPIC || i == SV_PS_TOPIC));
-        if (when == APP_OPT_ON_SIGHUP && !fixed) {
+        if (when == APP_OPT_ON_SIGHUP && !restart[o->live]) {
             name_add(applied, sizeof(applied), &alen, o->name);
             /* The running set takes the new values, and its settings
              * with them: the next SIGHUP compares with what is live. The
@@ -210,22 +309,11 @@ static bool reload_config(serve_ctx *ctx) {
             name_add(kept, sizeof(kept), &klen, o->name);
         }
     }
-    if (plan.origins)
-        origins_swap(ctx, plan.origins);
-    if (plan.rules) {
-        const app_topic_rules *old = app_serve_pubsub_swap_rules(plan.rules);
-        if (old != &ctx->rules)   /* the first ones live in ctx */
-            retire_after_loops(ctx, (void *)old, rules_free_any);
+    for (int k = APP_SERVE_LIVE_NONE + 1; k < APP_SERVE_LIVE_COUNT; k++) {
+        if (due[k] && !restart[k])
+            lives[k].use(ctx, made[k]);
+        made[k] = NULL;   /* in use now (or nothing) */
     }
-    if (plan.tokens) {
-        retire_after_loops(ctx, app_serve_tokens_swap(plan.tokens), token_config_free_any);
-        if (!ctx->set.quiet)
-            app_serve_log(stderr, TERN_LOG_INFO, "SIGHUP, token keys read again");
-    }
-    plan = (reload_plan){0};   /* all of it in use now */
-    if (!ctx->set.quiet)
-        app_serve_log_library(ctx->set.log_level);
-    app_serve_pubsub_set_rate(ctx->set.ps_limits.rate);
     app_serve_log(stderr, TERN_LOG_INFO, "SIGHUP: %s read: %s%s%s%s%s%s", ctx->config_path,
             alen ? "applied " : "", applied, alen && klen ? "; " : "",
             klen ? "not applied (they need a restart): " : "", kept,
@@ -234,7 +322,9 @@ out:
     if (kept_why)
         app_serve_log(stderr, TERN_LOG_ERROR, "SIGHUP: %s%sthe configuration is kept as it was",
                         kept_why, kept_why[0] ? ": " : "");
-    plan_free(&plan);
+    for (int k = APP_SERVE_LIVE_NONE + 1; k < APP_SERVE_LIVE_COUNT; k++)
+        if (made[k])
+            lives[k].drop(made[k]);
     app_opt_free(&n);
     return kept_why == NULL;
 }

@@ -397,12 +397,12 @@ static void batch_end(tern_loop *loop) {
         loop->batch_end(loop);
 }
 
-static _Thread_local tern_loop *current_loop;
+_Thread_local tern_loop *tern__loop_here;
 
-tern_loop *tern__loop_current(void) { return current_loop; }
+tern_loop *tern__loop_current(void) { return tern__loop_here; }
 
-bool tern__loop_thread_ok(const tern_loop *loop, const char *call) {
-    if (!atomic_load_explicit(&loop->running, memory_order_relaxed) || current_loop == loop)
+bool tern__loop_thread_slow(const tern_loop *loop, const char *call) {
+    if (!atomic_load_explicit(&loop->running, memory_order_relaxed) || tern__loop_here == loop)
         return true;
 #ifdef TERN_CHECKED
     tern__check_fail(call, "called on a thread other than its loop's, while the loop runs",
@@ -428,11 +428,11 @@ int tern_loop_run(tern_loop *loop) {
      * state (the cork, deferred frees) under it; a loop running on another
      * thread would be run by two. Neither runs. */
     bool was = false;
-    if (current_loop != NULL || !atomic_compare_exchange_strong(&loop->running, &was, true))
+    if (tern__loop_here != NULL || !atomic_compare_exchange_strong(&loop->running, &was, true))
         return -EBUSY;
-    current_loop = loop;
+    tern__loop_here = loop;
     int r = loop_run(loop);
-    current_loop = NULL;
+    tern__loop_here = NULL;
     atomic_store(&loop->running, false);
     return r;
 }

@@ -192,13 +192,27 @@ int tern__loop_post_owned(tern_loop *loop, tern_post_fn fn, void (*drop)(void *u
 /* The loop whose tern_loop_run is running on the calling thread, or NULL. */
 tern_loop *tern__loop_current(void);
 
+/* The loop whose tern_loop_run is running on the calling thread, or NULL:
+ * what tern__loop_current answers, read inline by tern__loop_thread_ok.
+ * initial-exec: one load from the thread pointer, not a call to
+ * __tls_get_addr per check as the shared library's default model would
+ * make (a pointer of tern's own fits the static TLS a library loaded by
+ * dlopen may take). */
+extern _Thread_local tern_loop *tern__loop_here __attribute__((tls_model("initial-exec")));
+
+/* tern__loop_thread_ok's answer when loop is not running on this thread. */
+bool tern__loop_thread_slow(const tern_loop *loop, const char *call);
+
 /* Whether the calling thread may use loop now: it is not running (set-up
  * before, tear-down after, a thread handing it over), or it is running on
  * this thread. Otherwise, in the checked build, aborts naming call; in the
  * release build logs once at error level and answers false, and the
- * loop-thread-only calls that return int refuse with -EPERM. One relaxed
- * load and a thread-local compare. */
-bool tern__loop_thread_ok(const tern_loop *loop, const char *call);
+ * loop-thread-only calls that return int refuse with -EPERM. Inline: the
+ * usual case, a call from its own loop's callback (every message sent),
+ * is one compare with a thread-local; the rest is a call. */
+static inline bool tern__loop_thread_ok(const tern_loop *loop, const char *call) {
+    return loop == tern__loop_here || tern__loop_thread_slow(loop, call);
+}
 /* For loop-thread-only calls that cannot return an error: checked build
  * only. */
 #ifdef TERN_CHECKED

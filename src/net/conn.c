@@ -427,14 +427,21 @@ static void cork_flush(tern__net *n) {
         add_pending(c);
 }
 
-/* Makes c the cork's owner, flushing the previous owner's bytes. */
-static tern__net *cork_take(tern__conn *c) {
-    tern__net *n = net_of(c->loop);
+/* Makes c the owner of n's cork (n: c's loop's), flushing the previous
+ * owner's bytes. */
+static void cork_take(tern__net *n, tern__conn *c) {
     if (n->cork_owner != c) {
         cork_flush(n);
         n->cork_owner = c;
     }
-    return n;
+}
+
+/* tern__conn_buffered with c's loop's net already at hand. */
+static size_t buffered(const tern__net *n, const tern__conn *c) {
+    size_t b = tern__conn_backlog(c);
+    if (n && n->cork_owner == c)
+        b += n->cork_len;
+    return b;
 }
 
 int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
@@ -446,7 +453,8 @@ int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
      * first. Except a small write that follows one of c's in the same
      * batch (pipelined answers): copying a few bytes into the cork costs
      * less than the way down to the transport, which the cork's flush
-     * then takes once for all of them. */
+     * then takes once for all of them. The loop's net is looked up once,
+     * here, for every path below (a write per message). */
     tern__net *net = net_of(c->loop);
     bool direct = c->tp->ops->coalesces &&
                   (net->direct_last != c || iov_bytes(iov, iovcnt) > TERN__DIRECT_MIN);
@@ -457,7 +465,7 @@ int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
     }
     if (c->out || c->file) {
         /* Already behind: keep order by queueing after the backlog. */
-        if (c->out_limit && tern__conn_buffered(c) + iov_bytes(iov, iovcnt) > c->out_limit)
+        if (c->out_limit && buffered(net, c) + iov_bytes(iov, iovcnt) > c->out_limit)
             return TERN_SEND_DROPPED;
         for (int i = 0; i < iovcnt; i++) {
             int err = out_append(c, iov[i].iov_base, iov[i].iov_len);
@@ -472,13 +480,13 @@ int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
         net->direct_last = c;
         return send_now(c, iov, iovcnt);   /* which counts the bytes itself */
     }
-    tern__net *n = cork_take(c);
-    if (n->cork_len + iov_bytes(iov, iovcnt) <= TERN__CORK_CAP) {
+    cork_take(net, c);
+    if (net->cork_len + iov_bytes(iov, iovcnt) <= TERN__CORK_CAP) {
         for (int i = 0; i < iovcnt; i++) {
             if (iov[i].iov_len == 0)  /* iov_base may be NULL then */
                 continue;
-            memcpy(n->cork + n->cork_len, iov[i].iov_base, iov[i].iov_len);
-            n->cork_len += iov[i].iov_len;
+            memcpy(net->cork + net->cork_len, iov[i].iov_base, iov[i].iov_len);
+            net->cork_len += iov[i].iov_len;
         }
         return TERN_SEND_OK;
     }
@@ -486,10 +494,10 @@ int tern__conn_writev(tern__conn *c, const struct iovec *iov, int iovcnt) {
     struct iovec v[9];
     if (iovcnt > 8)
         return -EINVAL;
-    v[0] = (struct iovec){n->cork, n->cork_len};
+    v[0] = (struct iovec){net->cork, net->cork_len};
     memcpy(v + 1, iov, (size_t)iovcnt * sizeof(*iov));
-    n->cork_owner = NULL;
-    n->cork_len = 0;
+    net->cork_owner = NULL;
+    net->cork_len = 0;
     return send_now(c, v, iovcnt + 1);
 }
 
@@ -501,7 +509,8 @@ int tern__conn_write(tern__conn *c, const void *data, size_t len) {
 char *tern__conn_reserve(tern__conn *c, size_t n) {
     if (closing(c) || c->out || c->file || n > TERN__CORK_CAP)
         return NULL;
-    tern__net *net = cork_take(c);
+    tern__net *net = net_of(c->loop);
+    cork_take(net, c);
     if (net->cork_len + n > TERN__CORK_CAP) {
         cork_flush(net);
         if (c->out || c->flags & TERN__CONN_FAILED)
@@ -520,11 +529,7 @@ size_t tern__conn_backlog(const tern__conn *c) {
 }
 
 size_t tern__conn_buffered(const tern__conn *c) {
-    size_t b = buf_live(c->out) + (c->file ? c->file->left : 0);
-    tern__net *n = *tern__loop_slot(c->loop, net_slot());
-    if (n && n->cork_owner == c)
-        b += n->cork_len;
-    return b;
+    return buffered(*tern__loop_slot(c->loop, net_slot()), c);
 }
 
 /* Sends as much of the file as the kernel takes. 0 when done, 1 when the

@@ -405,6 +405,14 @@ static void bridge_claimed(void *user, const char *topic, size_t tlen, uint64_t 
 
 /* ---- starting and ending ------------------------------------------------ */
 
+/* Whether ops has the numbering whole or not at all (engine.h): numbers()
+ * reads publish_numbered alone, and then calls the other four. */
+static bool numbering_whole(const tern__engine_ops *ops) {
+    int given = (ops->publish_numbered != NULL) + (ops->psubscribe != NULL) +
+                (ops->fill != NULL) + (ops->claim != NULL) + (ops->last != NULL);
+    return given == 0 || given == 5;
+}
+
 int tern__ps_bridge_start(tern_server *srv, const char *url, tern__engine_start start) {
     if (srv == NULL || url == NULL || start == NULL || srv->loop == NULL)
         return -EINVAL;
@@ -429,6 +437,15 @@ int tern__ps_bridge_start(tern_server *srv, const char *url, tern__engine_start 
     if (err < 0) {
         free(b);
         return err;
+    }
+    if (!numbering_whole(b->e.ops)) {
+        tern__log(TERN_LOG_ERROR, TERN__LOG_RUN,
+                  "pubsub bridge: engine %s gives some of the numbering operations, not all "
+                  "five (publish_numbered, psubscribe, fill, claim, last): refused",
+                  b->e.ops->name);
+        b->e.ops->free(b->e.state);
+        free(b);
+        return -EINVAL;
     }
     atomic_store(&g->bridge, b);
     return 0;

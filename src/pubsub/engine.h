@@ -55,7 +55,8 @@ typedef struct tern__engine_hooks {
 /* The operations of an engine, each given the engine's state.
  * Invariants: name, free, loop, connected, subscribe, publish and stats
  * are never NULL. The numbering (publish_numbered, psubscribe, fill, claim, last)
- * is optional, all five or none: an engine without it (a broker that
+ * is optional, all five or none (the bridge refuses, at start, an engine
+ * that gives some): an engine without it (a broker that
  * keeps nothing, such as NATS core without JetStream) leaves the five
  * NULL and never calls the listening, last and claimed hooks nor gives
  * message a num. The bridge then treats a topic with a history as any

@@ -50,6 +50,7 @@
 #include "loop/loop.h"
 #include "net/resolve.h"
 #include "platform/platform.h"
+#include "tern/url.h"
 
 #define CHANNEL_PREFIX "tern:"
 #define MAGIC "tern1"
@@ -84,7 +85,7 @@ typedef struct rlink {
  * the loop's thread and read by any. */
 struct tern__redis {
     tern_loop *loop;
-    char host[256];
+    char host[TERN_URL_HOST_MAX];
     int port, db;
     bool host_is_name;   /* host is not an IP address: resolved before each try */
     tern__resolve *q;    /* the name's resolution under way */
@@ -93,7 +94,7 @@ struct tern__redis {
     char why[256];
     /* The URL's user and password, percent-decoded (empty: none; a user
      * needs a password). Never logged; wiped when the bridge is freed. */
-    char auth_user[256], auth_pass[512];
+    char auth_user[TERN_URL_USER_MAX], auth_pass[TERN_URL_PASSWORD_MAX];
     _Atomic bool auth_refused;   /* Redis refused them at the last try */
     uint8_t id[ID_LEN];
     rlink sub, pub;
@@ -461,87 +462,31 @@ static void connect_links(tern__redis *r) {
 
 /* ---- the engine: its URL, start and end --------------------------------- */
 
-/* Decodes len bytes of a URL's userinfo (%XX escapes) into out (cap
- * bytes with the NUL). Returns false for a bad escape, a NUL, or too long. */
-static int hex_digit(char c) {
-    return c >= '0' && c <= '9' ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-static bool url_decode(const char *s, size_t len, char *out, size_t cap) {
-    size_t n = 0;
-    for (size_t i = 0; i < len; i++) {
-        int c = (unsigned char)s[i];
-        if (c == '%') {
-            int hi = i + 2 < len ? hex_digit(s[i + 1]) : -1;
-            int lo = i + 2 < len ? hex_digit(s[i + 2]) : -1;
-            if (hi < 0 || lo < 0 || (hi | lo) == 0)
-                return false;
-            c = hi * 16 + lo;
-            i += 2;
-        }
-        if (n + 1 >= cap)
-            return false;
-        out[n++] = (char)c;
-    }
-    out[n] = '\0';
-    return true;
-}
-
+/* The URL's parts (tern_url_parse: redis://[[user]:password@]host[:port][/db]),
+ * with the engine's own rule: a user needs a password (AUTH takes both
+ * or the password alone). */
 static int parse_url(tern__redis *r, const char *url) {
-    const char *p = url;
-    if (strncmp(p, "redis://", 8) != 0)
-        return -EINVAL;
-    p += 8;
-    /* [user][:password]@ before the host: the last '@' before the path
-     * (one in the password must be written %40, as RFC 3986 asks). */
-    const char *at = NULL;
-    for (const char *q = p; *q && *q != '/'; q++)
-        if (*q == '@')
-            at = q;
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        if (colon == NULL)
-            return -EINVAL;   /* a user without a password */
-        if (!url_decode(p, (size_t)(colon - p), r->auth_user, sizeof(r->auth_user)) ||
-            !url_decode(colon + 1, (size_t)(at - colon - 1), r->auth_pass, sizeof(r->auth_pass)) ||
-            r->auth_pass[0] == '\0')
-            return -EINVAL;
-        p = at + 1;
+    tern_url u;
+    int err = tern_url_parse(url, &u, NULL);
+    if (err == 0 && strcmp(u.scheme, "redis") != 0)
+        err = -EINVAL;
+    if (err == 0 && u.userinfo && u.password[0] == '\0')
+        err = -EINVAL;
+    if (err == 0) {
+        memcpy(r->host, u.host, sizeof(r->host));
+        memcpy(r->auth_user, u.user, sizeof(r->auth_user));
+        memcpy(r->auth_pass, u.password, sizeof(r->auth_pass));
+        r->port = u.port;
+        r->db = u.db;
+        struct in6_addr bin;
+        int family = inet_pton(AF_INET, r->host, &bin) == 1    ? AF_INET
+                     : inet_pton(AF_INET6, r->host, &bin) == 1 ? AF_INET6 : 0;
+        r->host_is_name = family == 0;
+        if (family)
+            inet_ntop(family, &bin, r->ip, sizeof(r->ip));
     }
-    size_t hl = strcspn(p, ":/");
-    if (hl == 0 || hl >= sizeof(r->host))
-        return -EINVAL;
-    memcpy(r->host, p, hl);
-    r->host[hl] = '\0';
-    struct in6_addr bin;
-    int family = inet_pton(AF_INET, r->host, &bin) == 1    ? AF_INET
-                 : inet_pton(AF_INET6, r->host, &bin) == 1 ? AF_INET6 : 0;
-    r->host_is_name = family == 0;
-    if (family)
-        inet_ntop(family, &bin, r->ip, sizeof(r->ip));
-    p += hl;
-    r->port = 6379;
-    r->db = 0;
-    char *end;
-    if (*p == ':') {
-        long v = strtol(p + 1, &end, 10);
-        if (end == p + 1 || v < 1 || v > 65535)
-            return -EINVAL;
-        r->port = (int)v;
-        p = end;
-    }
-    if (*p == '/' && p[1] != '\0') {
-        long v = strtol(p + 1, &end, 10);
-        if (end == p + 1 || v < 0 || v > 1000000 || *end != '\0')
-            return -EINVAL;
-        r->db = (int)v;
-        p = end;
-    } else if (*p == '/') {
-        p++;
-    }
-    return *p == '\0' ? 0 : -EINVAL;
+    explicit_bzero(&u, sizeof(u));
+    return err;
 }
 
 static int redis_new(tern__redis **out, tern_loop *loop, const char *url,

@@ -624,7 +624,8 @@ static int check_args(tern_loop *loop, const char *url, const tern_ws_handlers *
     for (size_t i = 0; opt && opt->headers && opt->headers[i]; i++)
         if (!header_ok(opt->headers[i]))
             return -EINVAL;
-    return tern_url_parse(url, u, NULL);
+    /* A URL of another scheme (redis://) has no request target. */
+    return tern_url_parse(url, u, NULL) < 0 || u->target == NULL ? -EINVAL : 0;
 }
 
 /* The dial of a connect, everything but its connection: a becomes the

@@ -339,6 +339,7 @@ def test_keyed_publisher_needs_its_key_prefix(tern):
 @pytest.mark.parametrize("args, message", [
     ([], "--url is required"),
     (["--url", "http://x/"], "must start with ws://"),
+    (["--url", "redis://x/"], "not a WebSocket URL"),
     (["--url", "wss://x:0/"], "bad port"),
     (["--url", "ws://x:0/"], "bad port"),
     (["--url", "ws://x/p#frag"], "a fragment"),

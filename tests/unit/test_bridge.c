@@ -132,9 +132,17 @@ static const tern__engine_ops test_ops = {
     .stats = engine_stats,
 };
 
-static int engine_start(tern__engine *out, tern_loop *loop, const char *url,
-                        const tern__engine_hooks *hooks, void *user) {
-    (void)url;
+/* An engine that numbers in part: publish_numbered alone (a claim, a
+ * fill, a last the bridge would call through NULL). */
+static void engine_publish_numbered(void *state, const char *topic, size_t tlen,
+                                    const char *key, size_t klen, const void *data, size_t len,
+                                    int opcode, size_t seq_at, uint32_t keep, uint32_t keep_ms) {
+    (void)keep, (void)keep_ms;
+    engine_publish(state, topic, tlen, key, klen, data, len, opcode, seq_at);
+}
+
+static int start_with(const tern__engine_ops *ops, tern__engine *out, tern_loop *loop,
+                      const tern__engine_hooks *hooks, void *user) {
     for (int i = 0; i < NODES; i++) {
         if (broker[i])
             continue;
@@ -143,10 +151,26 @@ static int engine_start(tern__engine *out, tern_loop *loop, const char *url,
             return -ENOMEM;
         *e = (test_engine){.loop = loop, .hooks = hooks, .user = user};
         broker[i] = e;
-        *out = (tern__engine){.ops = &test_ops, .state = e};
+        *out = (tern__engine){.ops = ops, .state = e};
         return 0;
     }
     return -ENOSPC;
+}
+
+static int engine_start(tern__engine *out, tern_loop *loop, const char *url,
+                        const tern__engine_hooks *hooks, void *user) {
+    (void)url;
+    return start_with(&test_ops, out, loop, hooks, user);
+}
+
+static int partial_start(tern__engine *out, tern_loop *loop, const char *url,
+                         const tern__engine_hooks *hooks, void *user) {
+    (void)url;
+    static tern__engine_ops partial_ops;
+    partial_ops = test_ops;
+    partial_ops.name = "partial";
+    partial_ops.publish_numbered = engine_publish_numbered;
+    return start_with(&partial_ops, out, loop, hooks, user);
 }
 
 /* ---- two servers, a subscriber on B ---------------------------------------- */
@@ -297,9 +321,32 @@ static void publish_reaches_the_other_node_without_numbering(void **state) {
     tern_loop_free(n.loop);
 }
 
+/* The numbering is all five operations or none (engine.h): an engine
+ * that gives some is refused at start, and freed, nothing left started. */
+static void partial_numbering_is_refused(void **state) {
+    (void)state;
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    tern_server *srv;
+    assert_int_equal(tern_server_new(&srv, loop, NULL), 0);
+    assert_int_equal(tern_set_log(TERN_LOG_ERROR, log_keep, NULL), 0);
+    assert_int_equal(tern__ps_bridge_start(srv, "test://", partial_start), -EINVAL);
+    assert_int_equal(tern_set_log(TERN_LOG_ERROR, NULL, NULL), 0);
+    assert_non_null(strstr(logged, "engine partial gives some of the numbering operations"));
+    assert_null(broker[0]);   /* freed */
+    tern_bridge_counters c;
+    assert_int_equal(tern_pubsub_bridge_stats(srv, &c), -ENOENT);
+    /* the whole set (none here) is taken, on the same server */
+    assert_int_equal(tern__ps_bridge_start(srv, "test://", engine_start), 0);
+    tern_server_free(srv);
+    assert_null(broker[0]);
+    tern_loop_free(loop);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(publish_reaches_the_other_node_without_numbering),
+        cmocka_unit_test(partial_numbering_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,6 +30,7 @@
 
 #include "tern/tern.h"
 
+#include "cert.h"
 #include "client.h"
 
 /* The server side. Written by the loop's thread, read by the test's once
@@ -192,27 +193,16 @@ static void an_http_client_that_resets_is_econnreset(void **state) {
 /* ---- TLS ------------------------------------------------------------ */
 
 static char dir[] = "/tmp/tern-close-XXXXXX";
-static char cert[64], key[64];
+static char cert[TEST_CERT_PATH_MAX], key[TEST_CERT_PATH_MAX];
 
 static int setup(void **state) {
     (void)state;
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    snprintf(cert, sizeof(cert), "%s/c.pem", dir);
-    snprintf(key, sizeof(key), "%s/k.pem", dir);
-    char cmd[512];
-    snprintf(cmd, sizeof(cmd),
-             "openssl req -x509 -newkey rsa:2048 -nodes -keyout %s -out %s -days 2 "
-             "-subj /CN=localhost >/dev/null 2>&1",
-             key, cert);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_cert_make(dir, TEST_CERT_RSA, false, cert, key);
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_cert_remove(dir);
 }
 
 static const char upgrade_req[] = "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"

@@ -10,6 +10,8 @@
 
 #include "tern/tern.h"
 
+#include "app/load.h"
+
 static const uint64_t le15[TERN_HISTOGRAM_BUCKETS] = {
     50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
     1000000, 2500000};
@@ -48,33 +50,34 @@ static void quantiles_are_bucket_middles(void **state) {
 }
 
 /* tern load's layout (src/app/load.h): 64 one-wide buckets, then each
- * power of two in 64; the quantile is the bucket's middle, as its own
- * index computation gave before it used these calls. */
-#define SUB 64u
-#define NB ((40 - 6 + 1) * SUB)
-
-static size_t loglinear_index(uint64_t v) {
-    if (v < SUB)
-        return (size_t)v;
-    unsigned top = 63u - (unsigned)__builtin_clzll(v);
-    unsigned shift = top - 6;
-    return (size_t)(shift + 1) * SUB + (size_t)((v >> shift) - SUB);
-}
+ * power of two in 64; its bucket computed (load_hist_bucket, recording's)
+ * is the one the bounds give, and the quantile is the bucket's middle. */
+#define NB LOAD_HIST_BUCKETS
 
 static void loglinear_layout(void **state) {
     (void)state;
     static uint64_t le[NB];
+    const uint64_t sub = LOAD_HIST_SUB;
     for (size_t i = 0; i < NB; i++) {
-        uint64_t lo = i < SUB ? i : (uint64_t)(i % SUB + SUB) << (i / SUB - 1);
-        uint64_t width = i < SUB ? 1 : 1ull << (i / SUB - 1);
+        uint64_t lo = i < sub ? i : (uint64_t)(i % sub + sub) << (i / sub - 1);
+        uint64_t width = i < sub ? 1 : 1ull << (i / sub - 1);
         le[i] = lo + width - 1;
     }
-    static const uint64_t vs[] = {0, 1, 63, 64, 65, 127, 128, 129, 1000, 4095, 4096, 12345,
-                                  999999, 1000000, 123456789, (1ull << 40) - 1};
+    assert_int_equal(le[NB - 1], (1ull << LOAD_HIST_MAX_BITS) - 1);
+    /* Every bucket's first and last value, and the next bucket's first. */
+    for (size_t i = 0; i < NB; i++) {
+        uint64_t first = i ? le[i - 1] + 1 : 0;
+        assert_int_equal(load_hist_bucket(first), i);
+        assert_int_equal(load_hist_bucket(le[i]), i);
+        assert_int_equal(tern_histogram_bucket(le, NB, le[i]), i);
+        assert_int_equal(load_hist_bucket(le[i] + 1), tern_histogram_bucket(le, NB, le[i] + 1));
+    }
+    assert_int_equal(load_hist_bucket(UINT64_MAX), NB);   /* over the last bound */
+    static const uint64_t vs[] = {12345, 999999, 1000000, 123456789};
     for (size_t k = 0; k < sizeof(vs) / sizeof(vs[0]); k++)
-        assert_int_equal(tern_histogram_bucket(le, NB, vs[k]), loglinear_index(vs[k]));
+        assert_int_equal(tern_histogram_bucket(le, NB, vs[k]), load_hist_bucket(vs[k]));
     static uint64_t counts[NB + 1];
-    counts[loglinear_index(12345)] = 1;
+    counts[load_hist_bucket(12345)] = 1;
     /* 12345 is in [12288, 12415], 128 wide: the middle is 12352. */
     assert_int_equal(tern_histogram_quantile(le, counts, NB, 0.5), 12352);
 }

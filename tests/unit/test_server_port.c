@@ -19,50 +19,24 @@
 #include <sys/socket.h>
 
 #include <cmocka.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
 
 #include "tern/tern.h"
+
+#include "cert.h"
 #include "client.h"
 
-static char cert_path[] = "/tmp/tern-port-cert-XXXXXX";
-static char key_path[] = "/tmp/tern-port-key-XXXXXX";
+static char dir[] = "/tmp/tern-port-XXXXXX";
+static char cert_path[TEST_CERT_PATH_MAX], key_path[TEST_CERT_PATH_MAX];
 
-/* A P-256 key and a self-signed certificate for "localhost", one day long,
- * written as PEM to cert_path and key_path. */
+/* A P-256 key and a self-signed certificate for "localhost". */
 static int make_cert(void **state) {
-    EVP_PKEY *pkey = EVP_EC_gen("P-256");
-    X509 *x = X509_new();
-    assert_non_null(pkey);
-    assert_non_null(x);
-    X509_set_version(x, 2);
-    ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
-    X509_gmtime_adj(X509_getm_notBefore(x), 0);
-    X509_gmtime_adj(X509_getm_notAfter(x), 86400);
-    X509_set_pubkey(x, pkey);
-    X509_NAME *name = X509_get_subject_name(x);
-    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)"localhost", -1,
-                               -1, 0);
-    X509_set_issuer_name(x, name);
-    assert_true(X509_sign(x, pkey, EVP_sha256()) > 0);
-
-    int cfd = mkstemp(cert_path), kfd = mkstemp(key_path);
-    assert_true(cfd >= 0 && kfd >= 0);
-    FILE *cf = fdopen(cfd, "w"), *kf = fdopen(kfd, "w");
-    assert_true(PEM_write_X509(cf, x) == 1);
-    assert_true(PEM_write_PrivateKey(kf, pkey, NULL, NULL, 0, NULL, NULL) == 1);
-    fclose(cf);
-    fclose(kf);
-    X509_free(x);
-    EVP_PKEY_free(pkey);
-    return 0;
+    (void)state;
+    return test_cert_make(dir, TEST_CERT_P256, false, cert_path, key_path);
 }
 
 static int remove_cert(void **state) {
-    unlink(cert_path);
-    unlink(key_path);
-    return 0;
+    (void)state;
+    return test_cert_remove(dir);
 }
 
 static int answered;

@@ -23,10 +23,11 @@
 
 #include "tern/tern.h"
 
+#include "cert.h"
 #include "client.h"
 
 static char dir[] = "/tmp/tern-tls-XXXXXX";
-static char cert[64], key[64], enc_key[64], pass_file[64];
+static char cert[TEST_CERT_PATH_MAX], key[TEST_CERT_PATH_MAX], enc_key[64], pass_file[64];
 static char ca[64], alice[64], alice_key[64], mallory[64], mallory_key[64];
 
 static void path(char *out, const char *name) { snprintf(out, 64, "%s/%s", dir, name); }
@@ -39,10 +40,8 @@ static void write_file(const char *p, const char *text) {
 }
 
 static int setup(void **state) {
-    if (mkdtemp(dir) == NULL)
+    if (test_cert_make(dir, TEST_CERT_RSA, false, cert, key) < 0)
         return -1;
-    path(cert, "c.pem");
-    path(key, "k.pem");
     path(enc_key, "ek.pem");
     path(pass_file, "pass");
     path(ca, "ca.pem");
@@ -64,18 +63,12 @@ static int setup(void **state) {
     if (system(cmd) != 0)
         return -1;
     snprintf(cmd, sizeof(cmd),
-             "openssl req -x509 -newkey rsa:2048 -nodes -keyout %s -out %s -days 2 "
-             "-subj /CN=localhost >/dev/null 2>&1 && "
-             "openssl pkey -in %s -out %s -aes256 -passout pass:secret >/dev/null 2>&1",
-             key, cert, key, enc_key);
+             "openssl pkey -in %s -out %s -aes256 -passout pass:secret >/dev/null 2>&1", key,
+             enc_key);
     return system(cmd) == 0 ? 0 : -1;
 }
 
-static int teardown(void **state) {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
+static int teardown(void **state) { return test_cert_remove(dir); }
 
 /* Log lines, to check what tern says about a key. */
 static char logged[4096];

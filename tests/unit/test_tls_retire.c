@@ -21,30 +21,20 @@
 
 #include "net/tls_lib.h"
 
+#include "cert.h"
+
 static char dir[] = "/tmp/tern-tls-retire-XXXXXX";
-static char cert[64], key[64];
+static char cert[TEST_CERT_PATH_MAX], key[TEST_CERT_PATH_MAX];
 
 static int setup(void **state) {
     (void)state;
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    snprintf(cert, sizeof(cert), "%s/c.pem", dir);
-    snprintf(key, sizeof(key), "%s/k.pem", dir);
-    char cmd[512];
     /* P-256: cheap to load a thousand times */
-    snprintf(cmd, sizeof(cmd),
-             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout %s "
-             "-out %s -days 2 -subj /CN=localhost -addext subjectAltName=DNS:localhost "
-             ">/dev/null 2>&1",
-             key, cert);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_cert_make(dir, TEST_CERT_P256, true, cert, key);
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return test_cert_remove(dir);
 }
 
 /* Does key k, read through the library's own object, still name

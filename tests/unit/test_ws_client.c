@@ -268,7 +268,8 @@ static void bad_urls_and_headers_are_refused(void **state) {
     tern_ws_handlers h = {.on_connect_error = on_connect_error};
     static const char *const bad[] = {"http://x/", "ws://", "ws://:80/", "ws://h:0/",
                                       "ws://h:65536/", "ws://u@h/", "ws://h/#frag",
-                                      "ws://[::1/", "ws://h/a b", "ws+unix:", NULL};
+                                      "ws://[::1/", "ws://h/a b", "ws+unix:",
+                                      "redis://127.0.0.1:1", NULL};   /* parsed, not a WebSocket's */
     for (int i = 0; bad[i]; i++)
         if (tern_ws_connect(loop, bad[i], &h, NULL, NULL) != -EINVAL)
             fail_msg("%s was not refused", bad[i]);
