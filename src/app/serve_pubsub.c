@@ -85,6 +85,9 @@
  *     ("forbidden" otherwise); at its exp the connection closes with 4001
  *     "token expired" unless {"op":"refresh","token":"..."} replaced it
  *     first: {"ok":"refresh","exp":N}, or "bad token" / "missing token".
+ *   GET  /sse             the topics of /pubsub as Server-Sent Events, under
+ *                         the same rules and tokens (app_serve_pubsub_may):
+ *                         serve_sse.c
  *   POST /publish/:topic  (the admin listener's: app_serve_publish)
  *                         the body (UTF-8) published as data to topic;
  *                         200 {"seq":N,"subscribers":M} (M: over all threads)
@@ -518,9 +521,8 @@ static void pubsub_open(tern_ws *ws, void *user) {
 /* The topic's rule decides (topic_rules.h); "token" asks the
  * connection's token (serve_tokens.c), and no rule means "token". Asked
  * once per subscribe or publish, never per delivered message. */
-static int may(tern_ws *ws, const char *topic, size_t len, bool publish) {
-    ps_bucket *b = tern_ws_user(ws);
-    const app_token_conn *auth = b ? b->auth : NULL;
+int app_serve_pubsub_may(const app_token_conn *auth, const char *topic, size_t len,
+                         bool publish) {
     const app_topic_rule *r =
         app_rules_match(atomic_load_explicit(&rules, memory_order_acquire), topic, len);
     app_access a = !r ? APP_ACCESS_TOKEN : publish ? r->publish : r->subscribe;
@@ -530,6 +532,11 @@ static int may(tern_ws *ws, const char *topic, size_t len, bool publish) {
         return 0;
     atomic_fetch_add_explicit(publish ? &n_forbid_pub : &n_forbid_sub, 1, memory_order_relaxed);
     return -EACCES;
+}
+
+static int may(tern_ws *ws, const char *topic, size_t len, bool publish) {
+    ps_bucket *b = tern_ws_user(ws);
+    return app_serve_pubsub_may(b ? b->auth : NULL, topic, len, publish);
 }
 
 static int pubsub_may_subscribe(tern_ws *ws, const char *topic, size_t len, void *user) {
@@ -897,7 +904,8 @@ int app_serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
     o.backlog_soft = o.backlog_hard;
     tern_ws_options pso = o;
     pso.max_message = lim->max_message;
-    if ((err = tern_ws_route(srv, "/pubsub", &ps, &pso, user)) < 0)
+    if ((err = tern_ws_route(srv, "/pubsub", &ps, &pso, user)) < 0 ||
+        (err = app_serve_sse_route(srv, on_upgrade, user)) < 0)
         return err;
     if (!bench)
         return 0;   /* the /fanout routes are --bench-routes' */
