@@ -267,8 +267,9 @@ static size_t sink_buffered(void *user) {
 
 static void end_now(tern_timer *t, void *user);
 
-/* Ends the stream after the delivery under way: an error event, then the
- * end of the response (the timer runs at the loop's next turn). */
+/* Ends the stream after the delivery under way (the timer runs at the
+ * loop's next turn): the error event why (NULL: none), then the end of
+ * the response. */
 static void end_soon(sse_conn *c, const char *why) {
     if (c->closing)
         return;
