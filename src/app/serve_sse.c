@@ -128,6 +128,34 @@ static bool out_room(sse_conn *c, size_t o, size_t n) {
     return true;
 }
 
+/* v in hex (no leading zeros) at p; returns the digits written. By hand,
+ * as put_dec: an id goes with every event, and printf would cost as much
+ * as the rest of a delivery. */
+static size_t put_hex(char *p, uint64_t v) {
+    char tmp[16];
+    size_t n = 0;
+    do {
+        tmp[n++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        p[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* v in decimal at p; returns the digits written. */
+static size_t put_dec(char *p, uint64_t v) {
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        p[i] = tmp[n - 1 - i];
+    return n;
+}
+
 /* "id: E.S,E.S,...\n" at c->out + o; returns the new length, 0 when out
  * of memory. */
 static size_t put_id(sse_conn *c, size_t o) {
@@ -138,8 +166,11 @@ static size_t put_id(sse_conn *c, size_t o) {
     for (int i = 0; i < c->ntopics; i++) {
         if (i)
             c->out[o++] = ',';
-        if (c->t[i].epoch)
-            o += (size_t)sprintf(c->out + o, "%" PRIx64 ".%" PRIu64, c->t[i].epoch, c->t[i].seq);
+        if (c->t[i].epoch) {
+            o += put_hex(c->out + o, c->t[i].epoch);
+            c->out[o++] = '.';
+            o += put_dec(c->out + o, c->t[i].seq);
+        }
     }
     c->out[o++] = '\n';
     return o;
@@ -159,23 +190,27 @@ static int put_event(sse_conn *c, const char *name, bool with_id, const char *da
     }
     if (with_id && (o = put_id(c, o)) == 0)
         return -ENOMEM;
-    /* Each line 6 bytes of "data: " and its end; JSON has no raw line
-     * breaks, so that is one line but for other texts. */
-    size_t lines = 1;
-    for (size_t i = 0; i < len; i++)
-        lines += data[i] == '\n' || data[i] == '\r';
-    if (!out_room(c, o, len + 7 * lines + 1))
+    /* A JSON message has no raw line break: one "data:" line, copied
+     * whole. Another text gets a "data:" line per line (CR, LF or CRLF
+     * ending each), as EventSource joins them back with LF. */
+    bool one_line = memchr(data, '\n', len) == NULL && memchr(data, '\r', len) == NULL;
+    if (!out_room(c, o, 6 + (one_line ? len : 7 * len) + 2))
         return -ENOMEM;
     memcpy(c->out + o, "data: ", 6);
     o += 6;
-    for (size_t i = 0; i < len; i++) {
-        if (data[i] == '\r' || data[i] == '\n') {
-            if (data[i] == '\r' && i + 1 < len && data[i + 1] == '\n')
-                i++;   /* CRLF is one break */
-            memcpy(c->out + o, "\ndata: ", 7);
-            o += 7;
-        } else {
-            c->out[o++] = data[i];
+    if (one_line) {
+        memcpy(c->out + o, data, len);
+        o += len;
+    } else {
+        for (size_t i = 0; i < len; i++) {
+            if (data[i] == '\r' || data[i] == '\n') {
+                if (data[i] == '\r' && i + 1 < len && data[i + 1] == '\n')
+                    i++;   /* CRLF is one break */
+                memcpy(c->out + o, "\ndata: ", 7);
+                o += 7;
+            } else {
+                c->out[o++] = data[i];
+            }
         }
     }
     c->out[o++] = '\n';

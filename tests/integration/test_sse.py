@@ -249,6 +249,24 @@ def test_a_foreign_last_event_id_is_a_gap(tern_factory):
         s.close()
 
 
+def test_other_texts_line_by_line_binary_not_at_all(tern):
+    """Topic fanout's raw messages (/fanout/pub, --bench-routes): a text
+    with line breaks goes as one "data:" line each, which EventSource joins
+    with LF; without /pubsub's format it has no id; a binary message is not
+    sent (SSE is text)."""
+    s = SSE(tern.port, "topic=fanout")
+    s.until(lambda e: e["event"] == "subscribed", "the ack")
+    with connect(f"ws://127.0.0.1:{tern.port}/fanout/pub") as ws:
+        ws.send(b"\x00\x01binary")
+        ws.send("one\ntwo\r\nthree\rfour")
+        ws.send("last")
+    got = s.until(lambda e: e["data"] == "last", "the last")
+    assert [e["data"] for e in got] == ["one\ntwo\nthree\nfour", "last"]
+    ack_id = s.last_id
+    assert all(e["id"] == ack_id for e in got)   # no id of their own: the ack's stays
+    s.close()
+
+
 class CuttingProxy:
     """A TCP proxy to port that cuts each connection once it has forwarded
     a random number of bytes of the server's answers (within budget):
