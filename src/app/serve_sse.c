@@ -78,6 +78,7 @@ typedef struct sse_topic {
 typedef struct sse_held {
     char *b;
     size_t n, cap;
+    uint64_t count;   /* messages held */
 } sse_held;
 
 /* One /sse stream. Invariants: req is valid until ended (the stream's end
@@ -218,9 +219,9 @@ static int put_event(sse_conn *c, const char *name, bool with_id, const char *da
     return tern_http_write(c->req, c->out, o);
 }
 
-/* {"topic":T,"epoch":"E","seq":N + extra + } as event name (with the id
- * when with_id). */
-static void put_topic_event(sse_conn *c, const char *name, bool with_id, int i,
+/* {"topic":T,"epoch":"E","seq":seq + extra + } as event name (with the
+ * id when with_id). */
+static void put_topic_event(sse_conn *c, const char *name, bool with_id, int i, uint64_t seq,
                             const char *extra) {
     char d[96 + 6 * TERN_TOPIC_MAX + 64];
     size_t o = (size_t)snprintf(d, sizeof(d), "%s\"topic\":\"",
@@ -228,7 +229,7 @@ static void put_topic_event(sse_conn *c, const char *name, bool with_id, int i,
     o += app_json_escape(d + o, sizeof(d) - o, c->t[i].name, c->t[i].len);
     o += (size_t)snprintf(d + o, sizeof(d) - o,
                           "\",\"epoch\":\"%016" PRIx64 "\",\"seq\":%" PRIu64 "%s}", c->t[i].epoch,
-                          c->t[i].seq, extra);
+                          seq, extra);
     put_event(c, name, with_id, d, o);
 }
 
@@ -273,6 +274,7 @@ static bool hold(sse_conn *c, const void *data, size_t len) {
     memcpy(h->b + h->n, &len, sizeof(len));
     memcpy(h->b + h->n + sizeof(len), data, len);
     h->n += sizeof(len) + len;
+    h->count++;
     return true;
 }
 
@@ -513,6 +515,7 @@ static bool subscribe_topic(sse_conn *c, int i, bool snapshot, bool bad_id) {
     tern_resume r;
     c->holding = i;
     c->held.n = 0;
+    c->held.count = 0;
     /* A Last-Event-ID not this stream's is a gap: the latest of each key. */
     int err = !asked && (snapshot || bad_id) ? tern_sink_subscribe_latest(c->sink, t->name, &r)
                                  : tern_sink_subscribe_from(c->sink, t->name, t->epoch, t->seq, &r);
@@ -525,10 +528,7 @@ static bool subscribe_topic(sse_conn *c, int i, bool snapshot, bool bad_id) {
     if ((asked && !r.resumed) || bad_id) {
         /* No id: a cut before the latest of each key has come must not
          * skip them when the client resumes. */
-        uint64_t seq = t->seq;
-        t->seq = r.seq;
-        put_topic_event(c, "gap", false, i, "");
-        t->seq = seq;
+        put_topic_event(c, "gap", false, i, r.seq, "");
     }
     for (size_t o = 0; o < c->held.n;) {
         size_t len;
@@ -536,14 +536,23 @@ static bool subscribe_topic(sse_conn *c, int i, bool snapshot, bool bad_id) {
         send_message(c, i, c->held.b + o + sizeof(len), len);
         o += sizeof(len) + len;
     }
-    t->seq = r.seq;
+    /* Every message owed came inside the subscribe: the stream is at the
+     * topic's seq. Else the rest waits in pub/sub's queue (the stream was
+     * behind, or the replay is paced) and moves the seq as it goes out;
+     * until then the id stays where the stream is: after the last one
+     * held, after the client's own point of a resume, or at the start of
+     * the new epoch. */
+    if (r.replayed == c->held.count)
+        t->seq = r.seq;
+    else if (c->held.count == 0 && !(asked && r.resumed))
+        t->seq = 0;
     char extra[80] = "";
     if (asked || bad_id)
         snprintf(extra, sizeof(extra), ",\"resumed\":%s,\"replayed\":%" PRIu64,
                  r.resumed ? "true" : "false", r.replayed);
     else if (snapshot)
         snprintf(extra, sizeof(extra), ",\"snapshot\":%" PRIu64, r.replayed);
-    put_topic_event(c, "subscribed", true, i, extra);
+    put_topic_event(c, "subscribed", true, i, r.seq, extra);
     return true;
 }
 

@@ -267,6 +267,34 @@ def test_other_texts_line_by_line_binary_not_at_all(tern):
     s.close()
 
 
+def test_a_paced_replay_moves_the_id_as_it_goes_out(tern_factory):
+    """--pubsub-replay-rate holds most of a resume's replay back, to be sent
+    after the subscribe: the ack's id stays where the stream is (the last
+    message sent), not at the topic's seq, so that a cut before the rest
+    has come resumes from there, with no gap."""
+    t = tern_factory("--feed", "off", "--topic", "p history=1000",
+                     "--pubsub-replay-rate", "200000")
+    s = SSE(t.port, "topic=p")
+    epoch = json.loads(s.until(lambda e: e["event"] == "subscribed", "the ack")[-1]["data"])["epoch"]
+    s.close()
+    for i in range(100):
+        t.publish("p", f"{i:02}" + "x" * 2000)
+    e = f"{int(epoch, 16):x}"
+    s = SSE(t.port, "topic=p", {"Last-Event-ID": f"{e}.0"})
+    got = s.until(lambda ev: ev["event"] == "subscribed", "the ack")
+    ack = json.loads(got[-1]["data"])
+    assert ack["resumed"] is True and ack["replayed"] == 100 and ack["seq"] == 100
+    first = [m["seq"] for m in messages(got)]
+    assert 0 < len(first) < 100   # the rest paced, after the ack
+    assert got[-1]["id"] == f"{e}.{first[-1]}"
+    s.close()   # cut there: the next stream goes on from the ack's id
+    s = SSE(t.port, "topic=p", {"Last-Event-ID": got[-1]["id"]})
+    rest = messages(s.until(lambda ev: ev["event"] == "message" and
+                            json.loads(ev["data"])["seq"] == 100, "the last", timeout=20))
+    assert first + [m["seq"] for m in rest] == list(range(1, 101))
+    s.close()
+
+
 class CuttingProxy:
     """A TCP proxy to port that cuts each connection once it has forwarded
     a random number of bytes of the server's answers (within budget):
