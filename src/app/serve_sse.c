@@ -33,7 +33,13 @@
  *                                     (the close policy), "too many
  *                                     subscriptions", "out of memory"
  *   : keep-alive                      every SSE_KEEPALIVE_MS, so that
- *                                     proxies keep an idle stream
+ *                                     proxies keep an idle stream, and a
+ *                                     client gone is found (its FIN alone
+ *                                     is no departure for HTTP: the next
+ *                                     write, a message or this, meets its
+ *                                     reset and ends the stream)
+ *
+ * HEAD /sse gets the head a GET would, and no stream.
  *
  * An event's id holds what a resume needs, for every topic of the stream
  * in the query's order: "E.S" (the topic's epoch in hex, the seq of its
@@ -591,6 +597,15 @@ static void sse_handler(tern_http_req *req, void *user) {
             conn_free(c);
             return;
         }
+    size_t ml;
+    const char *method = tern_http_method(req, &ml);
+    if (ml == 4 && memcmp(method, "HEAD", 4) == 0) {
+        /* The head a GET would get, and no stream: nothing would read it. */
+        tern_http_add_header(req, "Cache-Control", "no-store");
+        tern_http_respond(req, 200, "text/event-stream", NULL, 0);
+        conn_free(c);
+        return;
+    }
     size_t ll;
     const char *last = tern_http_header(req, "Last-Event-ID", &ll);
     bool bad_id = last && ll > 0 && !parse_last_id(last, ll, c->t, c->ntopics);

@@ -19,7 +19,7 @@ import time
 import pytest
 from websockets.sync.client import connect
 
-from conftest import SANITIZED, SLOW, wait_for
+from conftest import SANITIZED, SLOW, read_response, wait_for
 from test_tokens import SECRET, claims, token
 from test_ws_clients import TIMEOUT, DevTools, chromium  # noqa: F401 (fixture)
 
@@ -197,6 +197,15 @@ def test_refusals_follow_the_pubsub_rules(guarded):
     assert status_of(t, "&".join(f"topic=open.{i}" for i in range(65)))[0] == 400
     assert status_of(t, "topic=open.a", {"Origin": "https://evil.example"})[0] == 403
     assert status_of(t, "topic=open.a", {"Origin": "https://app.example"})[0] == 200
+    # HEAD: the same answers, and no stream left pending: the next request
+    # on the connection is answered.
+    with socket.create_connection(("127.0.0.1", t.port)) as c:
+        c.sendall(b"HEAD /sse?topic=open.a HTTP/1.1\r\nHost: x\r\n\r\n"
+                  b"HEAD /sse?topic=team.a HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, headers, _, rest = read_response(c, for_head=True)
+        assert status == 200 and headers["content-type"] == "text/event-stream"
+        assert (rest.startswith(b"HTTP/1.1 403") if rest
+                else read_response(c, for_head=True)[0] == 403)
 
 
 def test_stream_ends_at_the_tokens_expiry(guarded):
