@@ -382,6 +382,68 @@ int tern_ws_subscribe_latest(tern_ws *ws, const char *topic, tern_resume *out);
 int tern_ws_unsubscribe(tern_ws *ws, const char *topic);
 bool tern_ws_subscribed(const tern_ws *ws, const char *topic);
 
+/* ---- subscribers that are not WebSockets: sinks ------------------------
+ *
+ * A sink is a stream the application writes to on srv's loop (an HTTP
+ * streamed response carrying Server-Sent Events, say) that subscribes to
+ * topics as a WebSocket does: the same seq order, history, resume and
+ * snapshot, and the same slow-consumer treatment, its buffered bytes
+ * standing for a connection's backlog (max_backlog, drop, close,
+ * conflation, a queue of shared references sent as it drains, replay
+ * pacing). The application gives its operations; a delivery calls send
+ * with a view of the message's payload, allocating nothing. No route hook
+ * is asked (on_subscribe is a WebSocket route's): the application decides
+ * before it subscribes a sink.
+ *
+ *   static int sse_send(void *u, const char *topic, size_t tlen, int opcode,
+ *                       const void *data, size_t len) {
+ *       ...format an event around data, then:
+ *       return tern_http_write(req_of(u), event, n);
+ *   }
+ *
+ * None of the operations may call pub/sub for the sink they are given,
+ * nor free it: they run inside deliveries. */
+typedef struct tern_sink tern_sink;
+typedef struct tern_sink_ops {
+    /* One message of topic[0..tlen) for the sink: its payload as
+     * published (the seq spliced in), and its opcode (TERN_WS_TEXT or
+     * TERN_WS_BINARY). Returns a tern_send_result (TERN_SEND_DROPPED:
+     * counted as dropped) or a negative errno. */
+    int (*send)(void *user, const char *topic, size_t tlen, int opcode, const void *data,
+                size_t len);
+    /* Bytes written to the stream that its peer has not taken yet
+     * (tern_http_buffered): above 0, what comes waits in pub/sub's queue. */
+    size_t (*buffered)(void *user);
+    /* The close policy (TERN_PUBSUB_CLOSE) acted: end the stream, later
+     * (from a 0 ms timer, say: this runs inside a delivery). code is the
+     * topic's close code (1008 or 1013). Called at most once; nothing is
+     * sent to the sink after it. */
+    void (*close)(void *user, int code);
+} tern_sink_ops;
+
+/* A sink on srv (a loop's server, not a host handle), subscribed to
+ * nothing yet. ops is copied; user is handed to each operation. On srv's
+ * loop. Returns 0, -EINVAL (a NULL argument or operation, a host
+ * handle), -ENOMEM. */
+TERN_MUST_CHECK
+int tern_sink_new(tern_server *srv, const tern_sink_ops *ops, void *user, tern_sink **out);
+/* Ends the sink's subscriptions and frees it (NULL: nothing). On its
+ * loop, never from inside its operations; before its server is freed. */
+void tern_sink_free(tern_sink *sink);
+/* As tern_ws_subscribe_from and tern_ws_subscribe_latest, for a sink
+ * (the messages owed are sent through its send at once, or queued when
+ * it is behind). Returns as those, and -EPIPE once its close was called. */
+TERN_MUST_CHECK
+int tern_sink_subscribe_from(tern_sink *sink, const char *topic, uint64_t epoch, uint64_t after,
+                             tern_resume *out);
+TERN_MUST_CHECK
+int tern_sink_subscribe_latest(tern_sink *sink, const char *topic, tern_resume *out);
+/* Returns 0, or -ENOENT when sink was not subscribed, -EINVAL. */
+int tern_sink_unsubscribe(tern_sink *sink, const char *topic);
+/* The sink's stream has sent everything it buffered (call it from
+ * tern_http_on_drain's callback): what waits in its queues goes now. */
+void tern_sink_drained(tern_sink *sink);
+
 /* Publishes to every subscriber of topic on every loop of srv's group.
  * Any thread: on srv's loop thread the subscribers of this loop get the
  * message now (into their output; nothing is called back), the other

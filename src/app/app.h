@@ -46,6 +46,21 @@ void app_serve_publish(tern_http_req *req, tern_server *srv);
  * (NULL: none). The seq, or a negative errno. */
 int64_t app_serve_publish_data(tern_server *srv, const char *topic, size_t tlen,
                                const char *key, const char *data, size_t dlen);
+/* Whether a connection with auth's rights (NULL: anonymous) may subscribe
+ * to (or publish on) topic[0..len): the topic rules, then the token. 0, or
+ * -EACCES (counted as a refusal). /pubsub's and /sse's one decision. */
+struct app_token_conn;
+int app_serve_pubsub_may(const struct app_token_conn *auth, const char *topic, size_t len,
+                         bool publish);
+/* serve_sse.c: GET /sse, /pubsub's topics as Server-Sent Events; hook is
+ * the WebSocket routes' upgrade hook (its Origin check), given user. */
+TERN_MUST_CHECK
+int app_serve_sse_route(tern_server *srv, int (*hook)(tern_http_req *, void **, void *),
+                        void *user);
+/* SIGTERM: every loop of srv's run ends its /sse streams (a graceful
+ * shutdown would wait for them), and streams opened meanwhile end once
+ * subscribed. Any thread; once. */
+void app_serve_sse_drain(tern_server *srv);
 void app_serve_pubsub_refusals_get(app_serve_pubsub_refusals *out);
 /* --pubsub-rate changed while the loops run (SIGHUP), from any thread. */
 void app_serve_pubsub_set_rate(uint32_t rate);

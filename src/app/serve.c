@@ -10,6 +10,8 @@
  *                           {"topic":"T","seq":N,"data":"..."}, acks
  *                           {"ok":OP,...} and {"error":"...","op":OP} out
  *                           (src/app/serve_pubsub.c has the details)
+ *   GET  /sse?topic=T...    the same topics as Server-Sent Events, resumed by
+ *                           Last-Event-ID (src/app/serve_sse.c)
  *   (with --bench-routes)   the routes of serve_bench.c, and serve_pubsub.c's /fanout
  *   GET  /(anything else)   static files under --root, when given
  *   (Host NAME of a --vhost NAME=ROOT)  the files under ROOT, nothing else
@@ -72,8 +74,10 @@ void app_serve_not_found(tern_http_req *req, void *user) {
  * graceful shutdown): readiness says so from now on. */
 static void on_stop_signal(tern_loop *loop, int signo, void *user) {
     serve_ctx *ctx = user;
-    if (!atomic_exchange(&ctx->draining, true))
+    if (!atomic_exchange(&ctx->draining, true)) {
         app_serve_sd_stopping();
+        app_serve_sse_drain(ctx->first);
+    }
 }
 
 /* SIGUSR1, nginx's convention for logrotate: the access log is opened

@@ -95,6 +95,9 @@
  *     ("forbidden" otherwise); at its exp the connection closes with 4001
  *     "token expired" unless {"op":"refresh","token":"..."} replaced it
  *     first: {"ok":"refresh","exp":N}, or "bad token" / "missing token".
+ *   GET  /sse             the topics of /pubsub as Server-Sent Events, under
+ *                         the same rules and tokens (app_serve_pubsub_may):
+ *                         serve_sse.c
  *   POST /publish/:topic  (the admin listener's: app_serve_publish)
  *                         the body (UTF-8) published as data to topic;
  *                         200 {"seq":N,"subscribers":M} (M: over all threads)
@@ -544,11 +547,10 @@ static const app_topic_rule *rule_of(const char *topic, size_t len) {
  * once per subscribe or publish (and presence request), never per
  * delivered message. Join and leave are the server's to say: only its
  * own subscribe to their topic goes through. */
-static bool allowed(tern_ws *ws, const char *topic, size_t len, bool publish) {
+static bool allowed_auth(const app_token_conn *auth, const char *topic, size_t len,
+                         bool publish) {
     if (app_presence_events_topic(topic, len))
         return !publish && app_presence_events_subscribing();
-    ps_bucket *b = tern_ws_user(ws);
-    const app_token_conn *auth = b ? b->auth : NULL;
     const app_topic_rule *r = rule_of(topic, len);
     app_access a = !r ? APP_ACCESS_TOKEN : publish ? r->publish : r->subscribe;
     return a == APP_ACCESS_ANYONE ||
@@ -557,12 +559,23 @@ static bool allowed(tern_ws *ws, const char *topic, size_t len, bool publish) {
            (a == APP_ACCESS_USER && app_rules_user_named(topic, len, app_token_conn_sub(auth)));
 }
 
-/* allowed(), a refusal counted. */
-static int may(tern_ws *ws, const char *topic, size_t len, bool publish) {
-    if (allowed(ws, topic, len, publish))
+static bool allowed(tern_ws *ws, const char *topic, size_t len, bool publish) {
+    ps_bucket *b = tern_ws_user(ws);
+    return allowed_auth(b ? b->auth : NULL, topic, len, publish);
+}
+
+/* allowed_auth(), a refusal counted: /pubsub's and /sse's one decision. */
+int app_serve_pubsub_may(const app_token_conn *auth, const char *topic, size_t len,
+                         bool publish) {
+    if (allowed_auth(auth, topic, len, publish))
         return 0;
     atomic_fetch_add_explicit(publish ? &n_forbid_pub : &n_forbid_sub, 1, memory_order_relaxed);
     return -EACCES;
+}
+
+static int may(tern_ws *ws, const char *topic, size_t len, bool publish) {
+    ps_bucket *b = tern_ws_user(ws);
+    return app_serve_pubsub_may(b ? b->auth : NULL, topic, len, publish);
 }
 
 static int pubsub_may_subscribe(tern_ws *ws, const char *topic, size_t len, void *user) {
@@ -958,7 +971,8 @@ int app_serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
     o.backlog_soft = o.backlog_hard;
     tern_ws_options pso = o;
     pso.max_message = lim->max_message;
-    if ((err = tern_ws_route(srv, "/pubsub", &ps, &pso, user)) < 0)
+    if ((err = tern_ws_route(srv, "/pubsub", &ps, &pso, user)) < 0 ||
+        (err = app_serve_sse_route(srv, on_upgrade, user)) < 0)
         return err;
     if (!bench)
         return 0;   /* the /fanout routes are --bench-routes' */

@@ -179,6 +179,10 @@ void app_token_conn_open(app_token_conn *c, tern_ws *ws) {
         arm(c);
 }
 
+int64_t app_token_conn_until(const app_token_conn *c) {
+    return c && c->has_token ? c->rights.until : 0;
+}
+
 void app_token_conn_free(app_token_conn *c) {
     if (c == NULL)
         return;

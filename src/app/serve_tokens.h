@@ -45,6 +45,9 @@ TERN_MUST_CHECK
 int app_token_conn_upgrade(tern_http_req *req, app_token_conn **out);
 /* In on_open: starts the expiry timer of a token's connection. */
 void app_token_conn_open(app_token_conn *c, tern_ws *ws);
+/* When c's rights end, in seconds of the wall clock (the token's exp plus
+ * --token-leeway); 0 for none (NULL, or no token). */
+int64_t app_token_conn_until(const app_token_conn *c);
 /* In on_close or on_upgrade_failed (NULL: nothing). */
 void app_token_conn_free(app_token_conn *c);
 /* Whether the token's rights cover the topic: 0 or -EACCES. c NULL:

@@ -175,9 +175,19 @@ static int h1_head(tern_http_req *req, int status, const char *ctype, int64_t le
 static int h1_body(tern_http_req *req, const void *data, size_t len) {
     if (!req->chunked_out)
         return tern__conn_write(&req->hc->conn, data, len);
+    /* The chunk's size line in hex, written by hand: snprintf cost 690
+     * instructions a chunk, more than the rest of a small write (an SSE
+     * event each: callgrind, /sse fan-out). */
     char size[24];
-    int n = snprintf(size, sizeof(size), "%zx\r\n", len);
-    struct iovec iov[3] = {{size, (size_t)n}, {(void *)data, len}, {"\r\n", 2}};
+    size_t n = sizeof(size);
+    size[--n] = '\n';
+    size[--n] = '\r';
+    size_t v = len;
+    do {
+        size[--n] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    struct iovec iov[3] = {{size + n, sizeof(size) - n}, {(void *)data, len}, {"\r\n", 2}};
     return tern__conn_writev(&req->hc->conn, iov, 3);
 }
 

@@ -36,7 +36,7 @@ static void log_slow(const tern__ps_sub *s, size_t behind, bool closed) {
     char peer[TERN_ADDRSTRLEN] = "-";
     struct sockaddr_storage ss;
     socklen_t sl;
-    if (tern_ws_peer(s->ws, &ss, &sl) == 0 &&
+    if (s->ws && tern_ws_peer(s->ws, &ss, &sl) == 0 &&
         tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer)) < 0)
         strcpy(peer, "-");
     int tl = s->t->len > 128 ? 128 : (int)s->t->len;
@@ -58,11 +58,10 @@ static void log_slow(const tern__ps_sub *s, size_t behind, bool closed) {
 void tern__ps_offer(tern__ps_sub *s, tern_ws_prepared *msg, uint64_t seq,
                     const tern_ws *except, const char *key, size_t klen, tern__ps_tally *n) {
     const tern_topic_options *o = &s->t->o;
-    if (s->ws == except || seq <= s->skip_upto)
+    if ((s->ws == except && except) || seq <= s->skip_upto)
         return;
-    tern_ws *ws = s->ws;
     size_t mlen = tern__ws_prepared_len(msg);
-    size_t backlog = tern_ws_buffered(ws);
+    size_t backlog = tern__ps_sub_buffered(s);
     int q;
     if (s->head || backlog > 0) {
         /* Behind: the message waits in s's queue, behind older ones, as a
@@ -79,9 +78,9 @@ void tern__ps_offer(tern__ps_sub *s, tern_ws_prepared *msg, uint64_t seq,
                 return;
             }
         } else if (o->policy == TERN_PUBSUB_CLOSE) {
-            if (tern__ps_ws_open(ws)) {
+            if (tern__ps_sub_open(s)) {
                 log_slow(s, backlog + s->qbytes, true);
-                tern__ws_policy_close_code(ws, o->close_code);
+                tern__ps_sub_close(s, o->close_code);
                 n->closed++;
             }
             return;
@@ -98,9 +97,9 @@ void tern__ps_offer(tern__ps_sub *s, tern_ws_prepared *msg, uint64_t seq,
      * arrive. */
     if (mlen > o->max_backlog && !(o->policy == TERN_PUBSUB_CONFLATE && key != NULL)) {
         if (o->policy == TERN_PUBSUB_CLOSE) {
-            if (tern__ps_ws_open(ws)) {
+            if (tern__ps_sub_open(s)) {
                 log_slow(s, backlog, true);
-                tern__ws_policy_close_code(ws, o->close_code);
+                tern__ps_sub_close(s, o->close_code);
                 n->closed++;
             }
         } else {
@@ -110,7 +109,7 @@ void tern__ps_offer(tern__ps_sub *s, tern_ws_prepared *msg, uint64_t seq,
         }
         return;
     }
-    if (tern_ws_send_prepared(ws, msg) == TERN_SEND_DROPPED) {
+    if (tern__ps_sub_send(s, msg) == TERN_SEND_DROPPED) {
         s->dropped++;
         n->dropped++;
     } else {

@@ -38,7 +38,7 @@ void tern__ps_paced_add(tern__ps_registry *r, tern__ps_sub *s) {
     if (s->paced)
         return;
     if (r->pace_timer == NULL &&
-        tern_timer_start(tern_ws_loop(s->ws), &r->pace_timer, 10, 10, pace_tick, r) < 0)
+        tern_timer_start(tern_server_loop(r->srv), &r->pace_timer, 10, 10, pace_tick, r) < 0)
         return;   /* out of memory: left to the drains, unpaced */
     s->paced = true;
     s->pprev = r->paced_tail;
@@ -63,13 +63,13 @@ static void pace_tick(tern_timer *tm, void *user) {
             next = s->pnext;
             uint64_t sent = delivered;
             for (size_t turn = 0; s->head && r->tokens > 0 && turn < PACE_TURN &&
-                                  tern_ws_buffered(s->ws) == 0;) {
+                                  tern__ps_sub_buffered(s) == 0;) {
                 tern__ps_queued *q = s->head;
                 size_t len = tern__ws_prepared_len(q->msg);
                 r->tokens = len >= r->tokens ? 0 : r->tokens - len;
                 turn += len;
                 tern__ps_queue_unlink(s, q);
-                int rc = tern_ws_send_prepared(s->ws, q->msg);
+                int rc = tern__ps_sub_send(s, q->msg);
                 if (rc >= 0 && rc != TERN_SEND_DROPPED)
                     delivered++;
                 else
@@ -90,11 +90,11 @@ static void pace_tick(tern_timer *tm, void *user) {
  * never dropped by the limit (the history bounds it): a reference joins
  * the queue when s is behind. */
 void tern__ps_send_replayed(tern__ps_sub *s, tern_ws_prepared *msg, uint64_t *delivered) {
-    if (s->head || tern_ws_buffered(s->ws) > 0) {
+    if (s->head || tern__ps_sub_buffered(s) > 0) {
         if (tern__ps_queue_add(s, msg, NULL, 0) == 0)
             return;
     }
-    int r = tern_ws_send_prepared(s->ws, msg);
+    int r = tern__ps_sub_send(s, msg);
     if (r >= 0 && r != TERN_SEND_DROPPED)
         (*delivered)++;
     else

@@ -278,7 +278,10 @@ typedef struct tern__ps_queued {
  * a TERN_PUBSUB_CONFLATE topic it holds at most one entry per key
  * (keyless entries aside), oldest latest-update first. */
 typedef struct tern__ps_sub {
+    /* Who it delivers to: a WebSocket (ws), or a sink (tern_sink_new: an
+     * HTTP stream, say); exactly one of the two is set. */
     tern_ws *ws;
+    tern_sink *sink;
     tern__ps_topic *t;
     size_t index;        /* in t->subs */
     uint64_t dropped, conflated;
@@ -332,12 +335,14 @@ struct tern__ps_topic {
 };
 
 /* A connection's subscriptions on one loop (the registry's conns, keyed
- * by ws's address). Invariants: subs[0..nsubs) are ws's subscriptions, in
- * no order, each also in its topic's subs; the entry exists exactly while
- * nsubs > 0 (tern__ps_conn_subs_free when the last goes). */
+ * by the address of its ws or its sink, exactly one of which is set).
+ * Invariants: subs[0..nsubs) are its subscriptions, in no order, each
+ * also in its topic's subs; the entry exists exactly while nsubs > 0
+ * (tern__ps_conn_subs_free when the last goes). */
 typedef struct tern__ps_conn_subs {
     tern__ps_node n;
     tern_ws *ws;
+    tern_sink *sink;
     tern__ps_sub **subs;
     uint32_t nsubs, cap;
 } tern__ps_conn_subs;
@@ -394,6 +399,10 @@ typedef struct tern__ps_registry {
 tern__ps_registry *tern__ps_registry_of(tern_server *srv, bool make);
 tern__ps_topic *tern__ps_tfind(tern__ps_registry *r, const char *name, size_t len, uint64_t h);
 tern__ps_conn_subs *tern__ps_cfind(tern__ps_registry *r, const tern_ws *ws);
+/* The same for a sink's subscriptions. */
+tern__ps_conn_subs *tern__ps_cfind_sink(tern__ps_registry *r, const tern_sink *sink);
+/* Ends every subscription of c, and c (a connection or a sink gone). */
+void tern__ps_conn_gone(tern__ps_registry *r, tern__ps_conn_subs *c);
 /* Closes t's holes (not while busy). */
 void tern__ps_topic_compact(tern__ps_topic *t);
 /* Frees t when not busy and without subscriptions (compacting it first). */
@@ -406,10 +415,68 @@ int tern__ps_check_topic(const char *topic, size_t *len);
 bool tern__ps_ws_open(const tern_ws *ws);
 /* The route's verdict on ws's subscribe or publish: 0 or a negative errno. */
 int tern__ps_authorize(tern_ws *ws, bool publishing, const char *name, size_t len);
+/* Subscribes ws or sink (exactly one; checked, authorized) to
+ * name[0..len) on r, starting where rq says (subscribe.c). Returns as
+ * tern_ws_subscribe_from. */
+int tern__ps_subscribe(tern__ps_registry *r, tern_ws *ws, tern_sink *sink, const char *name,
+                       size_t len, tern__ps_resume rq, tern_resume *out);
+/* Ends c's subscription to name[0..len): 0, or -ENOENT. */
+int tern__ps_unsubscribe(tern__ps_registry *r, tern__ps_conn_subs *c, const char *name,
+                         size_t len);
 /* The module's hooks (tern__srv_module). */
 void tern__ps_ws_closed(tern_server *srv, tern_ws *ws);
 void tern__ps_ws_drained(tern_server *srv, tern_ws *ws);
+/* c's queues sent, as far as its stream takes them (c may be NULL). */
+void tern__ps_conn_drained(tern__ps_registry *r, tern__ps_conn_subs *c);
 void tern__ps_registry_free(tern_server *srv);
+
+/* ---- the subscriber seam (sink.c) --------------------------------------
+ *
+ * A subscription delivers to one of two kinds of subscriber: a WebSocket
+ * (the fan-out's hot path, called directly) or a sink, an application's
+ * stream behind tern_sink_ops (an HTTP streamed response: SSE). Delivery,
+ * the queues, pacing and the policies see both through the four calls
+ * below, so that a sink gets exactly a WebSocket's treatment. */
+
+/* A sink (tern_sink_new). Invariants: srv is the loop's server it
+ * subscribes on; closing is set once the close policy acted (nothing more
+ * is sent to it, and ops.close was called, once). */
+struct tern_sink {
+    tern_sink_ops ops;
+    void *user;
+    tern_server *srv;
+    bool closing;
+};
+
+/* A sink's side of the four calls: a message's payload handed to its
+ * send (the frame's header cut off), its buffered bytes, the close
+ * policy. */
+int tern__ps_sink_send(tern_sink *k, const tern__ps_topic *t, tern_ws_prepared *msg);
+void tern__ps_sink_close(tern_sink *k, int code);
+
+/* The bytes waiting for s's subscriber beyond what pub/sub queues. */
+static inline size_t tern__ps_sub_buffered(const tern__ps_sub *s) {
+    return s->sink ? s->sink->ops.buffered(s->sink->user) : tern_ws_buffered(s->ws);
+}
+
+/* msg sent to s's subscriber: a tern_send_result or a negative errno. */
+static inline int tern__ps_sub_send(tern__ps_sub *s, tern_ws_prepared *msg) {
+    return s->sink ? tern__ps_sink_send(s->sink, s->t, msg) : tern_ws_send_prepared(s->ws, msg);
+}
+
+/* Whether s's subscriber still takes messages (not closing). */
+static inline bool tern__ps_sub_open(const tern__ps_sub *s) {
+    return s->sink ? !s->sink->closing : tern__ps_ws_open(s->ws);
+}
+
+/* The close policy on s's subscriber (code 0: 1008), taking effect later
+ * (a WebSocket's at the batch end, a sink's when its owner acts). */
+static inline void tern__ps_sub_close(tern__ps_sub *s, uint16_t code) {
+    if (s->sink)
+        tern__ps_sink_close(s->sink, code ? code : TERN_WS_POLICY);
+    else
+        tern__ws_policy_close_code(s->ws, code);
+}
 
 /* s's queue (queue.c): msg joins it (0, or -1 when out of memory); an
  * entry leaves it; all of it is freed. */

@@ -144,10 +144,10 @@ int tern__ps_conflate(tern__ps_sub *s, tern_ws_prepared *msg, const char *key, s
 static void queue_flush(tern__ps_sub *s, uint64_t *delivered, uint64_t *dropped) {
     while (s->head) {
         tern__ps_queued *q = s->head;
-        if (tern_ws_buffered(s->ws) > 0)
+        if (tern__ps_sub_buffered(s) > 0)
             return;   /* the rest waits for the next drain */
         tern__ps_queue_unlink(s, q);
-        int r = tern_ws_send_prepared(s->ws, q->msg);
+        int r = tern__ps_sub_send(s, q->msg);
         if (r < 0 || r == TERN_SEND_DROPPED) {
             s->dropped++;
             s->t->dropped++;
@@ -160,11 +160,13 @@ static void queue_flush(tern__ps_sub *s, uint64_t *delivered, uint64_t *dropped)
     }
 }
 
-void tern__ps_ws_drained(tern_server *srv, tern_ws *ws) {
-    tern__ps_registry *r = tern__ps_reg(srv);
-    tern__ps_conn_subs *c = tern__ps_cfind(r, ws);
+/* What waits for c's subscriptions is sent, until the stream is behind
+ * again (a WebSocket's or a sink's drain). */
+void tern__ps_conn_drained(tern__ps_registry *r, tern__ps_conn_subs *c) {
+    if (c == NULL)
+        return;
     uint64_t delivered = 0, dropped = 0;
-    for (uint32_t i = 0; c && i < c->nsubs; i++) {
+    for (uint32_t i = 0; i < c->nsubs; i++) {
         tern__ps_sub *s = c->subs[i];
         if (s->head && !s->paced) {   /* a paced one waits for its timer */
             uint64_t d = delivered, x = dropped;
@@ -177,3 +179,8 @@ void tern__ps_ws_drained(tern_server *srv, tern_ws *ws) {
     PS_ADD(r, dropped, dropped);
 }
 
+
+void tern__ps_ws_drained(tern_server *srv, tern_ws *ws) {
+    tern__ps_registry *r = tern__ps_reg(srv);
+    tern__ps_conn_drained(r, tern__ps_cfind(r, ws));
+}

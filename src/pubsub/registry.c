@@ -46,6 +46,16 @@ tern__ps_conn_subs *tern__ps_cfind(tern__ps_registry *r, const tern_ws *ws) {
     return NULL;
 }
 
+tern__ps_conn_subs *tern__ps_cfind_sink(tern__ps_registry *r, const tern_sink *sink) {
+    if (r == NULL || r->conns.nb == 0)
+        return NULL;
+    uint64_t h = tern__ps_hash_ptr(sink);
+    for (tern__ps_node *n = *tern__ps_bucket(&r->conns, h); n; n = n->next)
+        if (((tern__ps_conn_subs *)n)->sink == sink)
+            return (tern__ps_conn_subs *)n;
+    return NULL;
+}
+
 void tern__ps_topic_compact(tern__ps_topic *t) {
     size_t j = 0;
     for (size_t i = 0; i < t->nsubs; i++)
@@ -99,14 +109,17 @@ void tern__ps_conn_subs_free(tern__ps_registry *r, tern__ps_conn_subs *c) {
     free(c);
 }
 
-void tern__ps_ws_closed(tern_server *srv, tern_ws *ws) {
-    tern__ps_registry *r = tern__ps_reg(srv);
-    tern__ps_conn_subs *c = tern__ps_cfind(r, ws);
+void tern__ps_conn_gone(tern__ps_registry *r, tern__ps_conn_subs *c) {
     if (c == NULL)
         return;
     for (uint32_t i = 0; i < c->nsubs; i++)
         tern__ps_sub_remove(r, c->subs[i]);
     tern__ps_conn_subs_free(r, c);
+}
+
+void tern__ps_ws_closed(tern_server *srv, tern_ws *ws) {
+    tern__ps_registry *r = tern__ps_reg(srv);
+    tern__ps_conn_gone(r, tern__ps_cfind(r, ws));
 }
 
 void tern__ps_registry_free(tern_server *srv) {
@@ -115,7 +128,7 @@ void tern__ps_registry_free(tern_server *srv) {
     for (size_t i = 0; i < r->conns.nb; i++)
         for (tern__ps_node *n = r->conns.b[i], *next; n; n = next) {
             next = n->next;
-            tern__ps_ws_closed(srv, ((tern__ps_conn_subs *)n)->ws);
+            tern__ps_conn_gone(r, (tern__ps_conn_subs *)n);
         }
     tern__ps_bridge_server_free(r->g, srv);
     if (r->pace_timer)

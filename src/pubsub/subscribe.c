@@ -1,6 +1,7 @@
 /* Subscribing and unsubscribing: tern_ws_subscribe*, with the route's
  * verdict asked first and the history replayed (paced) where a resume
- * asks for it; tern_ws_unsubscribe. */
+ * asks for it; tern_ws_unsubscribe. What follows the checks is the same
+ * for a sink (sink.c): tern__ps_subscribe, tern__ps_unsubscribe. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,11 +54,15 @@ static int subscribe_req(tern_ws *ws, const char *name, tern__ps_resume rq, tern
         return err;
     if (!tern__ps_ws_open(ws))
         return -EPIPE;   /* the hook closed it */
-    tern__ps_registry *r = tern__ps_registry_of(srv, true);
+    return tern__ps_subscribe(tern__ps_registry_of(srv, true), ws, NULL, name, len, rq, out);
+}
+
+int tern__ps_subscribe(tern__ps_registry *r, tern_ws *ws, tern_sink *sink, const char *name,
+                       size_t len, tern__ps_resume rq, tern_resume *out) {
     if (r == NULL)
         return -ENOMEM;
     uint64_t h = tern__ps_hash_name(name, len);
-    tern__ps_conn_subs *c = tern__ps_cfind(r, ws);
+    tern__ps_conn_subs *c = ws ? tern__ps_cfind(r, ws) : tern__ps_cfind_sink(r, sink);
     tern__ps_topic *t = tern__ps_tfind(r, name, len, h);
     if (c && t)
         for (uint32_t i = 0; i < c->nsubs; i++)
@@ -72,8 +77,9 @@ static int subscribe_req(tern_ws *ws, const char *name, tern__ps_resume rq, tern
     if (new_c) {
         if ((c = calloc(1, sizeof(*c))) == NULL)
             return -ENOMEM;
-        c->n.hash = tern__ps_hash_ptr(ws);
+        c->n.hash = ws ? tern__ps_hash_ptr(ws) : tern__ps_hash_ptr(sink);
         c->ws = ws;
+        c->sink = sink;
     }
     if (new_t) {
         if ((t = calloc(1, sizeof(*t) + len + 1)) == NULL)
@@ -103,10 +109,11 @@ static int subscribe_req(tern_ws *ws, const char *name, tern__ps_resume rq, tern
         t->subs = p;
         t->cap = cap;
     }
-    s->compressed = tern_ws_compressed(ws);
+    s->compressed = ws && tern_ws_compressed(ws);
     if (tern__ps_gcount(r->g, name, len, h, +1, s->compressed, &rq) < 0)
         goto fail_s;
     s->ws = ws;
+    s->sink = sink;
     s->t = t;
     s->index = t->nsubs;
     s->skip_upto = rq.out.seq;   /* the topic's seq, or a client's ahead of it */
@@ -169,7 +176,11 @@ int tern_ws_unsubscribe(tern_ws *ws, const char *name) {
     if ((err = tern__ps_check_topic(name, &len)) < 0)
         return err == -ENAMETOOLONG ? -ENOENT : err;
     tern__ps_registry *r = tern__ps_registry_of(tern_ws_server(ws), false);
-    tern__ps_conn_subs *c = tern__ps_cfind(r, ws);
+    return tern__ps_unsubscribe(r, tern__ps_cfind(r, ws), name, len);
+}
+
+int tern__ps_unsubscribe(tern__ps_registry *r, tern__ps_conn_subs *c, const char *name,
+                         size_t len) {
     tern__ps_topic *t = tern__ps_tfind(r, name, len, tern__ps_hash_name(name, len));
     if (c == NULL || t == NULL)
         return -ENOENT;

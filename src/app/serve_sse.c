@@ -1,0 +1,684 @@
+/* tern serve's GET /sse: /pubsub's topics as Server-Sent Events
+ * (EventSource), for clients that only read, or whose network refuses
+ * WebSockets.
+ *
+ *   GET /sse?topic=T[&topic=U...][&snapshot=1][&token=...]
+ *     Authorization: Bearer ... (instead of ?token=, for other clients)
+ *     Last-Event-ID: ...        (a reconnect: the browser sends the last
+ *                                event's id by itself)
+ *
+ * The same rules as /pubsub: the topic rules and the token's rights decide
+ * each topic (one refused: 403, before anything is streamed; a bad token:
+ * 401; no topic, more than SSE_TOPICS_MAX, or a bad one: 400), the same
+ * --allowed-origin check, the same history, snapshots, conflation and
+ * slow-consumer policy (the stream is a tern_sink of the library: its
+ * unsent bytes count as a WebSocket's backlog). So the route is as
+ * protected as /pubsub and, like it, always on.
+ *
+ * The stream (text/event-stream):
+ *   retry: 2000                       first: reconnect after 2 s
+ *   event: gap                        a resume that could not be one (the
+ *   data: {"topic":T,"epoch":"E","seq":N}  epoch changed, the history no
+ *                                     longer reaches back, or the
+ *                                     Last-Event-ID was not this stream's):
+ *                                     the latest message of each key follows
+ *   id: ...                           each topic's message, as /pubsub sends
+ *   data: {"topic":T,"seq":N,...}     it (event type "message")
+ *   event: subscribed                 after each topic's replay or snapshot:
+ *   id: ...                           /pubsub's subscribe ack
+ *   data: {"ok":"subscribe","topic":T,"epoch":"E","seq":N[,...]}
+ *   event: error                      before the stream ends: "token
+ *   data: {"error":"token expired"}   expired" (at the token's exp plus
+ *                                     --token-leeway), "slow consumer"
+ *                                     (the close policy), "too many
+ *                                     subscriptions", "out of memory"
+ *   : keep-alive                      every SSE_KEEPALIVE_MS, so that
+ *                                     proxies keep an idle stream, and a
+ *                                     client gone is found (its FIN alone
+ *                                     is no departure for HTTP: the next
+ *                                     write, a message or this, meets its
+ *                                     reset and ends the stream)
+ *
+ * HEAD /sse gets the head a GET would, and no stream.
+ *
+ * An event's id holds what a resume needs, for every topic of the stream
+ * in the query's order: "E.S" (the topic's epoch in hex, the seq of its
+ * last message sent) joined by ','; empty for a topic not subscribed yet.
+ * A browser sends the last one back as Last-Event-ID when it reconnects to
+ * the same URL, and each topic resumes after it with no gap and no
+ * duplicate, or the stream says "gap". With a snapshot asked, a topic
+ * without a resume point starts with the latest message of each key.
+ *
+ * Binary messages (the /fanout routes') are not sent: SSE carries text. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "app/app.h"
+#include "app/json.h"
+#include "app/serve_tokens.h"
+#include "tern/tern.h"
+
+#define SSE_TOPICS_MAX 64         /* topics per stream: every event's id names them all */
+#define SSE_KEEPALIVE_MS 15000    /* a comment on an idle stream this often */
+#define SSE_RETRY_MS 2000         /* the reconnect delay told to EventSource */
+
+/* One topic of a stream. Invariants: epoch is 0 until the topic is
+ * subscribed on this stream (or the Last-Event-ID gave one); seq is the
+ * last message of it the stream sent, or where the subscription started. */
+typedef struct sse_topic {
+    char name[TERN_TOPIC_MAX + 1];
+    size_t len;
+    uint64_t epoch, seq;
+} sse_topic;
+
+/* A message that came while its topic was being subscribed (a replay,
+ * a snapshot): its epoch is not known before the subscribe returns, so it
+ * waits in held (n bytes: a length, then the payload, each) until then. */
+typedef struct sse_held {
+    char *b;
+    size_t n, cap;
+    uint64_t count;   /* messages held */
+} sse_held;
+
+/* One /sse stream. Invariants: req is valid until ended (the stream's end
+ * or its connection's abort, after which nothing touches it); sink is
+ * this stream's subscriber; holding is the index of the topic being
+ * subscribed, or -1; closing: the close policy or the token ended the
+ * stream, whose end a 0 ms timer (end_timer) makes outside the delivery. */
+typedef struct sse_conn {
+    struct sse_conn *prev, *next;   /* the thread's open streams (streams) */
+    tern_http_req *req;
+    tern_sink *sink;
+    app_token_conn *auth;
+    tern_timer *keepalive, *expiry, *end_timer;
+    int ntopics, holding;
+    bool closing;
+    const char *why;          /* the error event of a closing stream */
+    sse_held held;
+    char *out;                /* a formatted event, reused by every delivery */
+    size_t outcap;
+    sse_topic t[];
+} sse_conn;
+
+static int (*sse_upgrade_hook)(tern_http_req *, void **, void *);
+static void *sse_hook_user;
+/* Each loop's open streams (a loop is a thread), which the shutdown ends:
+ * a graceful shutdown waits for the responses in flight, and a stream's
+ * never ends by itself. */
+static _Thread_local sse_conn *streams;
+/* SIGTERM came (app_serve_sse_drain): streams end, new ones once they
+ * have subscribed, so that EventSource reconnects to another node. */
+static _Atomic bool draining;
+
+/* ---- writing events ----------------------------------------------------- */
+
+/* Room for n more bytes after o in c->out (grown at most a few times: the
+ * largest event sets it). */
+static bool out_room(sse_conn *c, size_t o, size_t n) {
+    if (o + n <= c->outcap)
+        return true;
+    size_t cap = c->outcap ? c->outcap : 1024;
+    while (cap < o + n)
+        cap *= 2;
+    char *p = realloc(c->out, cap);
+    if (p == NULL)
+        return false;
+    c->out = p;
+    c->outcap = cap;
+    return true;
+}
+
+/* v in hex (no leading zeros) at p; returns the digits written. By hand,
+ * as put_dec: an id goes with every event, and printf would cost as much
+ * as the rest of a delivery. */
+static size_t put_hex(char *p, uint64_t v) {
+    char tmp[16];
+    size_t n = 0;
+    do {
+        tmp[n++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        p[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* v in decimal at p; returns the digits written. */
+static size_t put_dec(char *p, uint64_t v) {
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        p[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* "id: E.S,E.S,...\n" at c->out + o; returns the new length, 0 when out
+ * of memory. */
+static size_t put_id(sse_conn *c, size_t o) {
+    if (!out_room(c, o, 8 + (size_t)c->ntopics * 40))
+        return 0;
+    memcpy(c->out + o, "id: ", 4);
+    o += 4;
+    for (int i = 0; i < c->ntopics; i++) {
+        if (i)
+            c->out[o++] = ',';
+        if (c->t[i].epoch) {
+            o += put_hex(c->out + o, c->t[i].epoch);
+            c->out[o++] = '.';
+            o += put_dec(c->out + o, c->t[i].seq);
+        }
+    }
+    c->out[o++] = '\n';
+    return o;
+}
+
+/* An event: "event: NAME\n" (NULL: a message), the id when with_id, then
+ * data[0..len) as "data:" lines (a line break in it starts another),
+ * then the blank line. Written to the stream: a tern_send_result, or a
+ * negative errno. */
+static int put_event(sse_conn *c, const char *name, bool with_id, const char *data, size_t len) {
+    size_t o = 0;
+    if (name) {
+        size_t nl = strlen(name);
+        if (!out_room(c, o, nl + 8))
+            return -ENOMEM;
+        o += (size_t)sprintf(c->out, "event: %s\n", name);
+    }
+    if (with_id && (o = put_id(c, o)) == 0)
+        return -ENOMEM;
+    /* A JSON message has no raw line break: one "data:" line, copied
+     * whole. Another text gets a "data:" line per line (CR, LF or CRLF
+     * ending each), as EventSource joins them back with LF. */
+    bool one_line = memchr(data, '\n', len) == NULL && memchr(data, '\r', len) == NULL;
+    if (!out_room(c, o, 6 + (one_line ? len : 7 * len) + 2))
+        return -ENOMEM;
+    memcpy(c->out + o, "data: ", 6);
+    o += 6;
+    if (one_line) {
+        memcpy(c->out + o, data, len);
+        o += len;
+    } else {
+        for (size_t i = 0; i < len; i++) {
+            if (data[i] == '\r' || data[i] == '\n') {
+                if (data[i] == '\r' && i + 1 < len && data[i + 1] == '\n')
+                    i++;   /* CRLF is one break */
+                memcpy(c->out + o, "\ndata: ", 7);
+                o += 7;
+            } else {
+                c->out[o++] = data[i];
+            }
+        }
+    }
+    c->out[o++] = '\n';
+    c->out[o++] = '\n';
+    return tern_http_write(c->req, c->out, o);
+}
+
+/* {"topic":T,"epoch":"E","seq":seq + extra + } as event name (with the
+ * id when with_id). */
+static void put_topic_event(sse_conn *c, const char *name, bool with_id, int i, uint64_t seq,
+                            const char *extra) {
+    char d[96 + 6 * TERN_TOPIC_MAX + 64];
+    size_t o = (size_t)snprintf(d, sizeof(d), "%s\"topic\":\"",
+                                strcmp(name, "subscribed") == 0 ? "{\"ok\":\"subscribe\"," : "{");
+    o += app_json_escape(d + o, sizeof(d) - o, c->t[i].name, c->t[i].len);
+    o += (size_t)snprintf(d + o, sizeof(d) - o,
+                          "\",\"epoch\":\"%016" PRIx64 "\",\"seq\":%" PRIu64 "%s}", c->t[i].epoch,
+                          seq, extra);
+    put_event(c, name, with_id, d, o);
+}
+
+/* The seq /pubsub's message format carries ({"topic":T,"seq":N,...}),
+ * or 0 when the payload is not one of those. */
+static uint64_t payload_seq(const char *d, size_t n) {
+    size_t i = 9;
+    if (n < 12 || memcmp(d, "{\"topic\":\"", 10) != 0)
+        return 0;
+    for (i = 10; i < n && d[i] != '"'; i++)
+        if (d[i] == '\\')
+            i++;
+    if (i + 8 > n || memcmp(d + i, "\",\"seq\":", 8) != 0)
+        return 0;
+    uint64_t v = 0;
+    for (i += 8; i < n && d[i] >= '0' && d[i] <= '9'; i++)
+        v = v * 10 + (uint64_t)(d[i] - '0');
+    return v;
+}
+
+/* ---- the sink's operations ---------------------------------------------- */
+
+static int topic_index(const sse_conn *c, const char *topic, size_t tlen) {
+    for (int i = 0; i < c->ntopics; i++)
+        if (c->t[i].len == tlen && memcmp(c->t[i].name, topic, tlen) == 0)
+            return i;
+    return -1;
+}
+
+static bool hold(sse_conn *c, const void *data, size_t len) {
+    sse_held *h = &c->held;
+    if (h->n + sizeof(len) + len > h->cap) {
+        size_t cap = h->cap ? h->cap : 4096;
+        while (cap < h->n + sizeof(len) + len)
+            cap *= 2;
+        char *p = realloc(h->b, cap);
+        if (p == NULL)
+            return false;
+        h->b = p;
+        h->cap = cap;
+    }
+    memcpy(h->b + h->n, &len, sizeof(len));
+    memcpy(h->b + h->n + sizeof(len), data, len);
+    h->n += sizeof(len) + len;
+    h->count++;
+    return true;
+}
+
+/* A message for the stream: the topic's seq moves to it, and the event
+ * goes with the id that says so. */
+static int send_message(sse_conn *c, int i, const char *data, size_t len) {
+    uint64_t seq = payload_seq(data, len);
+    if (seq)
+        c->t[i].seq = seq;
+    return put_event(c, NULL, seq != 0, data, len);
+}
+
+static int sink_send(void *user, const char *topic, size_t tlen, int opcode, const void *data,
+                     size_t len) {
+    sse_conn *c = user;
+    int i = topic_index(c, topic, tlen);
+    if (opcode != TERN_WS_TEXT || i < 0 || c->closing)
+        return TERN_SEND_DROPPED;
+    if (i == c->holding)
+        return hold(c, data, len) ? 0 : TERN_SEND_DROPPED;
+    return send_message(c, i, data, len);
+}
+
+static size_t sink_buffered(void *user) {
+    return tern_http_buffered(((sse_conn *)user)->req);
+}
+
+static void end_now(tern_timer *t, void *user);
+
+/* Ends the stream after the delivery under way (the timer runs at the
+ * loop's next turn): the error event why (NULL: none), then the end of
+ * the response. */
+static void end_soon(sse_conn *c, const char *why) {
+    if (c->closing)
+        return;
+    c->closing = true;
+    c->why = why;
+    if (tern_timer_start(tern_http_req_loop(c->req), &c->end_timer, 0, 0, end_now, c) < 0)
+        c->end_timer = NULL;   /* no memory: it ends when the client goes */
+}
+
+static void sink_close(void *user, int code) {
+    (void)code;
+    end_soon(user, "slow consumer");
+}
+
+static const tern_sink_ops sse_ops = {
+    .send = sink_send, .buffered = sink_buffered, .close = sink_close};
+
+/* ---- the stream's life --------------------------------------------------- */
+
+static void conn_free(sse_conn *c) {
+    if (c->prev || streams == c) {
+        *(c->prev ? &c->prev->next : &streams) = c->next;
+        if (c->next)
+            c->next->prev = c->prev;
+    }
+    tern_sink_free(c->sink);
+    if (c->keepalive)
+        tern_timer_stop(c->keepalive);
+    if (c->expiry)
+        tern_timer_stop(c->expiry);
+    if (c->end_timer)
+        tern_timer_stop(c->end_timer);
+    app_token_conn_free(c->auth);
+    free(c->held.b);
+    free(c->out);
+    free(c);
+}
+
+/* The connection went before the stream ended: req is gone with it. */
+static void on_abort(tern_http_req *req, void *user) {
+    (void)req;
+    conn_free(user);
+}
+
+static void on_drain(tern_http_req *req, void *user) {
+    (void)req;
+    sse_conn *c = user;
+    if (!c->closing)
+        tern_sink_drained(c->sink);
+}
+
+/* The stream ends: its error event (none for a shutdown's end: the
+ * client reconnects as after a cut), the response's end; then c goes. */
+static void finish(sse_conn *c) {
+    char d[64];
+    int n = snprintf(d, sizeof(d), "{\"error\":\"%s\"}", c->why ? c->why : "");
+    if (c->why)
+        put_event(c, "error", false, d, (size_t)n);
+    tern_http_on_abort(c->req, NULL, NULL);
+    tern_http_on_drain(c->req, NULL, NULL);
+    tern_http_end(c->req);
+    conn_free(c);
+}
+
+static void end_now(tern_timer *t, void *user) {
+    (void)t;
+    finish(user);
+}
+
+static void keepalive(tern_timer *t, void *user) {
+    (void)t;
+    sse_conn *c = user;
+    if (tern_http_buffered(c->req) == 0)
+        tern_http_write(c->req, ": keep-alive\n\n", 14);
+}
+
+/* The token's end (its exp plus the leeway; the wall clock may have gone
+ * back meanwhile: then the rest is waited). */
+static void expired(tern_timer *t, void *user) {
+    sse_conn *c = user;
+    int64_t left = app_token_conn_until(c->auth) - (int64_t)time(NULL);
+    if (left > 0 && tern_timer_again(t, (uint64_t)left * 1000) == 0)
+        return;
+    if (!c->closing) {
+        c->closing = true;
+        c->why = "token expired";
+        finish(c);
+    }
+}
+
+/* ---- the request ---------------------------------------------------------- */
+
+static int hexval(char ch) {
+    return ch >= '0' && ch <= '9' ? ch - '0'
+           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+}
+
+/* A query value percent-decoded into out (cap bytes and a NUL): its
+ * length, or -1 (a bad escape, %00, or over cap). */
+static long unescape(const char *s, size_t n, char *out, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (ch == '+')
+            ch = ' ';
+        else if (ch == '%') {
+            if (i + 2 >= n)
+                return -1;
+            int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
+            if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
+                return -1;
+            ch = (char)(hi << 4 | lo);
+            i += 2;
+        }
+        if (o >= cap)
+            return -1;
+        out[o++] = ch;
+    }
+    out[o] = '\0';
+    return (long)o;
+}
+
+/* The query's topic= values into t[], at most SSE_TOPICS_MAX; "snapshot=1"
+ * into *snapshot. Returns how many, or -1 for a bad one (empty, too long,
+ * a bad escape, a repeat, too many). */
+static int parse_query(tern_http_req *req, sse_topic *t, bool *snapshot) {
+    size_t ql;
+    const char *q = tern_http_query(req, &ql);
+    int n = 0;
+    *snapshot = false;
+    for (size_t i = 0; i < ql;) {
+        size_t end = i;
+        while (end < ql && q[end] != '&')
+            end++;
+        const char *eq = memchr(q + i, '=', end - i);
+        size_t kl = eq ? (size_t)(eq - (q + i)) : end - i;
+        const char *v = eq ? eq + 1 : q + end;
+        size_t vl = (size_t)(q + end - v);
+        if (kl == 5 && memcmp(q + i, "topic", 5) == 0) {
+            if (n == SSE_TOPICS_MAX)
+                return -1;
+            long l = unescape(v, vl, t[n].name, TERN_TOPIC_MAX);
+            if (l <= 0)
+                return -1;
+            t[n].len = (size_t)l;
+            for (int j = 0; j < n; j++)
+                if (t[j].len == t[n].len && memcmp(t[j].name, t[n].name, t[n].len) == 0)
+                    return -1;
+            n++;
+        } else if (kl == 8 && memcmp(q + i, "snapshot", 8) == 0) {
+            *snapshot = vl == 1 && v[0] == '1';
+        }
+        i = end + 1;
+    }
+    return n;
+}
+
+/* Last-Event-ID: "E.S" or "" per topic, joined by ','. The topics' epoch
+ * and seq when it has one entry per topic, each empty or a hex epoch (not
+ * 0), a dot and a decimal seq: true. Else false, and nothing is set. */
+static bool parse_last_id(const char *s, size_t n, sse_topic *t, int ntopics) {
+    uint64_t e[SSE_TOPICS_MAX], q[SSE_TOPICS_MAX];
+    int k = 0;
+    size_t i = 0;
+    for (;;) {
+        if (k == ntopics)
+            return false;
+        e[k] = q[k] = 0;
+        size_t de = 0, dq = 0;
+        while (i < n && hexval(s[i]) >= 0 && de < 16)
+            e[k] = e[k] << 4 | (uint64_t)hexval(s[i++]), de++;
+        if (de > 0) {
+            if (i >= n || s[i++] != '.' || e[k] == 0)
+                return false;
+            while (i < n && s[i] >= '0' && s[i] <= '9' && dq < 19)
+                q[k] = q[k] * 10 + (uint64_t)(s[i++] - '0'), dq++;
+            if (dq == 0)
+                return false;
+        }
+        k++;
+        if (i == n)
+            break;
+        if (s[i++] != ',')
+            return false;
+    }
+    if (k != ntopics)
+        return false;
+    for (int j = 0; j < k; j++)
+        t[j].epoch = e[j], t[j].seq = q[j];
+    return true;
+}
+
+static void refuse(tern_http_req *req, int status, const char *why) {
+    char b[128];
+    int n = snprintf(b, sizeof(b), "%s\n", why);
+    tern_http_respond(req, status, "text/plain", b, (size_t)n);
+}
+
+/* Subscribes topic i, its replay held until the epoch is known, then
+ * written with ids: a gap said first, the replay, the ack. False: the
+ * stream is ending (why set). */
+static bool subscribe_topic(sse_conn *c, int i, bool snapshot, bool bad_id) {
+    sse_topic *t = &c->t[i];
+    bool asked = t->epoch != 0;
+    tern_resume r;
+    c->holding = i;
+    c->held.n = 0;
+    c->held.count = 0;
+    /* A Last-Event-ID not this stream's is a gap: the latest of each key. */
+    int err = !asked && (snapshot || bad_id) ? tern_sink_subscribe_latest(c->sink, t->name, &r)
+                                 : tern_sink_subscribe_from(c->sink, t->name, t->epoch, t->seq, &r);
+    c->holding = -1;
+    if (err < 0) {
+        c->why = err == -ENOSPC ? "too many subscriptions" : "out of memory";
+        return false;
+    }
+    t->epoch = r.epoch;
+    if ((asked && !r.resumed) || bad_id) {
+        /* No id: a cut before the latest of each key has come must not
+         * skip them when the client resumes. */
+        put_topic_event(c, "gap", false, i, r.seq, "");
+    }
+    for (size_t o = 0; o < c->held.n;) {
+        size_t len;
+        memcpy(&len, c->held.b + o, sizeof(len));
+        send_message(c, i, c->held.b + o + sizeof(len), len);
+        o += sizeof(len) + len;
+    }
+    /* Every message owed came inside the subscribe: the stream is at the
+     * topic's seq. Else the rest waits in pub/sub's queue (the stream was
+     * behind, or the replay is paced) and moves the seq as it goes out;
+     * until then the id stays where the stream is: after the last one
+     * held, after the client's own point of a resume, or at the start of
+     * the new epoch. */
+    if (r.replayed == c->held.count)
+        t->seq = r.seq;
+    else if (c->held.count == 0 && !(asked && r.resumed))
+        t->seq = 0;
+    char extra[80] = "";
+    if (asked || bad_id)
+        snprintf(extra, sizeof(extra), ",\"resumed\":%s,\"replayed\":%" PRIu64,
+                 r.resumed ? "true" : "false", r.replayed);
+    else if (snapshot)
+        snprintf(extra, sizeof(extra), ",\"snapshot\":%" PRIu64, r.replayed);
+    put_topic_event(c, "subscribed", true, i, r.seq, extra);
+    return true;
+}
+
+static void sse_handler(tern_http_req *req, void *user) {
+    (void)user;
+    void *hook_user = NULL;
+    int status = sse_upgrade_hook(req, &hook_user, sse_hook_user);   /* --allowed-origin */
+    if (status != 0) {
+        refuse(req, status, tern_http_reason(status));
+        return;
+    }
+    static _Thread_local sse_topic parsed[SSE_TOPICS_MAX];
+    bool snapshot;
+    int n = parse_query(req, parsed, &snapshot);
+    if (n <= 0) {
+        refuse(req, 400, n == 0 ? "no topic" : "bad topic");
+        return;
+    }
+    sse_conn *c = calloc(1, sizeof(*c) + (size_t)n * sizeof(sse_topic));
+    if (c == NULL) {
+        refuse(req, 503, "out of memory");
+        return;
+    }
+    c->req = req;
+    c->holding = -1;
+    c->ntopics = n;
+    memcpy(c->t, parsed, (size_t)n * sizeof(sse_topic));
+    if (app_serve_tokens_on() && (status = app_token_conn_upgrade(req, &c->auth)) != 0) {
+        refuse(req, status, status == 401 ? "bad token" : "out of memory");
+        conn_free(c);
+        return;
+    }
+    for (int i = 0; i < c->ntopics; i++)
+        if (app_serve_pubsub_may(c->auth, c->t[i].name, c->t[i].len, false) < 0) {
+            refuse(req, 403, "forbidden");
+            conn_free(c);
+            return;
+        }
+    size_t ml;
+    const char *method = tern_http_method(req, &ml);
+    if (ml == 4 && memcmp(method, "HEAD", 4) == 0) {
+        /* The head a GET would get, and no stream: nothing would read it. */
+        tern_http_add_header(req, "Cache-Control", "no-store");
+        tern_http_respond(req, 200, "text/event-stream", NULL, 0);
+        conn_free(c);
+        return;
+    }
+    size_t ll;
+    const char *last = tern_http_header(req, "Last-Event-ID", &ll);
+    bool bad_id = last && ll > 0 && !parse_last_id(last, ll, c->t, c->ntopics);
+    if (tern_sink_new(tern_http_req_server(req), &sse_ops, c, &c->sink) < 0 ||
+        tern_timer_start(tern_http_req_loop(req), &c->keepalive, SSE_KEEPALIVE_MS,
+                         SSE_KEEPALIVE_MS, keepalive, c) < 0) {
+        refuse(req, 503, "out of memory");
+        conn_free(c);
+        return;
+    }
+    int64_t until = app_token_conn_until(c->auth);
+    if (until > 0) {
+        int64_t left = until - (int64_t)time(NULL);
+        if (tern_timer_start(tern_http_req_loop(req), &c->expiry,
+                             left > 0 ? (uint64_t)left * 1000 : 0, 0, expired, c) < 0) {
+            refuse(req, 503, "out of memory");
+            conn_free(c);
+            return;
+        }
+    }
+    tern_http_add_header(req, "Cache-Control", "no-store");
+    tern_http_add_header(req, "X-Accel-Buffering", "no");   /* nginx: stream, do not buffer */
+    if (tern_http_start(req, 200, "text/event-stream") < 0) {
+        conn_free(c);
+        return;
+    }
+    tern_http_on_abort(req, on_abort, c);
+    tern_http_on_drain(req, on_drain, c);
+    c->next = streams;
+    if (streams)
+        streams->prev = c;
+    streams = c;
+    char retry[32];
+    n = snprintf(retry, sizeof(retry), "retry: %d\n\n", SSE_RETRY_MS);
+    tern_http_write(req, retry, (size_t)n);
+    for (int i = 0; i < c->ntopics && !c->closing; i++)
+        if (!subscribe_topic(c, i, snapshot, bad_id)) {
+            c->closing = true;
+            finish(c);
+            return;
+        }
+    free(c->held.b);   /* only subscribes hold */
+    c->held = (sse_held){0};
+    if (atomic_load_explicit(&draining, memory_order_relaxed))
+        end_soon(c, NULL);
+}
+
+/* On each loop: its streams end now. */
+static void drain_loop(tern_loop *loop, void *user) {
+    (void)loop, (void)user;
+    while (streams) {
+        sse_conn *c = streams;
+        if (c->end_timer)
+            tern_timer_stop(c->end_timer);   /* ending already: now instead */
+        c->end_timer = NULL;
+        c->closing = true;
+        finish(c);
+    }
+}
+
+void app_serve_sse_drain(tern_server *srv) {
+    if (atomic_exchange(&draining, true))
+        return;
+    for (int i = 0; i < tern_server_peer_count(srv); i++) {
+        tern_server *p = tern_server_peer(srv, i);
+        if (p && tern_loop_post(tern_server_loop(p), drain_loop, NULL) < 0)
+            continue;   /* out of memory: that loop's end at the shutdown's deadline */
+    }
+}
+
+int app_serve_sse_route(tern_server *srv, int (*hook)(tern_http_req *, void **, void *),
+                        void *user) {
+    sse_upgrade_hook = hook;
+    sse_hook_user = user;
+    return tern_http_route(srv, "GET", "/sse", sse_handler, NULL);
+}
