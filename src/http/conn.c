@@ -122,26 +122,6 @@ static void fail_request_for(tern__http_conn *hc, int status, const char *m, siz
     hc->state = TERN__HTTP_CLOSING;
 }
 
-static void free_req(tern_http_req *req) {
-    free(req->head_copy);
-    tern__bytes_free(&req->body_buf);
-    tern__bytes_free(&req->fields);
-    free(req->access_copy);
-    free(req);
-}
-
-/* The connection of req is gone (req->hc is NULL) and no handler runs:
- * free req unless a handler holds it, in which case the abort callback is
- * told, or else req waits for the handler to end its response. */
-static void settle_orphan(tern_http_req *req) {
-    if (!req->dispatched || req->ended) {
-        free_req(req);
-    } else if (req->abort_fn) {
-        req->abort_fn(req, req->abort_user);
-        free_req(req);
-    }
-}
-
 /* The handler that just returned freed its own server (tern_server_free,
  * which closed the connection): the request it was handling cannot wait
  * for an answer given later, as an orphan without an abort callback
@@ -150,7 +130,7 @@ static void settle_orphan(tern_http_req *req) {
 static void settle_with_server(tern_http_req *req) {
     if (req->dispatched && !req->ended && req->abort_fn)
         req->abort_fn(req, req->abort_user);
-    free_req(req);
+    tern__http_req_free(req);
 }
 
 /* ---- dispatch --------------------------------------------------------- */
@@ -174,11 +154,11 @@ static void call_handler(tern__http_conn *hc, const tern__http_head *head,
     req->body_len = 0;
     /* The connection may have gone during the handler: on_close left req
      * to us, since it was live. */
-    if (req->hc == NULL) {
+    if (req->conn == NULL) {
         if (req->srv->freeing)
             settle_with_server(req);
         else
-            settle_orphan(req);
+            tern__http_req_settle(req);
     }
 }
 
@@ -267,9 +247,9 @@ static const tern__http_route route_status = {.fn = answer_status};
 
 static void arm_body_timeout(tern__http_conn *hc, bool progress_only) {
     tern_http_req *req = hc->req;
-    if (progress_only && req->body_read - req->body_mark < TERN__BODY_PROGRESS)
+    if (progress_only && req->body_read - req->h1.body_mark < TERN__BODY_PROGRESS)
         return;
-    req->body_mark = req->body_read;
+    req->h1.body_mark = req->body_read;
     tern__conn_set_timeout(&hc->conn, hc->srv->cfg->opt.body_timeout_ms);
 }
 
@@ -289,7 +269,7 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     }
     tern_http_req *req = hc->req;
     tern__http_req_reset(req);
-    req->hc = hc;
+    req->conn = &hc->conn;
     req->proto = &tern__h1_proto;
     req->srv = srv;
     req->host = &srv->cfg->host;
@@ -307,11 +287,11 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     TERN__STAT_ADD(srv, requests, 1);
     req->minor_version = (uint8_t)head->minor_version;
     req->tls = tern__tls_is(&hc->conn);
-    req->keep_alive = head->keep_alive;
+    req->h1.keep_alive = head->keep_alive;
     req->is_head = head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
-    req->expect_continue = head->expect_continue;
-    req->body_kind = head->body_kind;
-    req->body_left = head->body_kind == TERN__BODY_LENGTH ? head->content_length : 0;
+    req->h1.expect_continue = head->expect_continue;
+    req->h1.body_kind = head->body_kind;
+    req->h1.body_left = head->body_kind == TERN__BODY_LENGTH ? head->content_length : 0;
 
     if (head->body_kind == TERN__BODY_LENGTH && head->content_length > srv->cfg->opt.max_body) {
         fail_request_for(hc, 413, head->method, head->method_len, head->target, head->target_len);
@@ -330,7 +310,7 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
         req->head = NULL;
         if (r == 1) {
             /* The connection belongs to the new protocol now. */
-            free_req(req);
+            tern__http_req_free(req);
             hc->req = NULL;
             return -1;
         }
@@ -372,7 +352,7 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
          * upgrade's refusal (status from try_upgrade) was logged by the
          * WebSocket layer already. */
         if (!upgrade_refused)
-            tern__http_log_refusal(hc, status, head->method, head->method_len, head->target,
+            tern__http_log_refusal(&hc->conn, status, head->method, head->method_len, head->target,
                                    head->target_len, false);
     }
     req->route = route;
@@ -396,7 +376,7 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     if (head->body_kind == TERN__BODY_LENGTH && head->content_length <= rest_len) {
         /* The whole body is here: hand it over in place. */
         size_t n = (size_t)head->content_length;
-        req->body_left = 0;
+        req->h1.body_left = 0;
         req->body_read = n;
         req->body_done = true;
         hc->state = TERN__HTTP_WAIT;
@@ -415,7 +395,7 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     req->head_copy_len = head_len;
     hc->state = TERN__HTTP_BODY;
     arm_body_timeout(hc, false);
-    if (req->expect_continue && rest_len == 0)
+    if (req->h1.expect_continue && rest_len == 0)
         tern__http_send_continue(req);
     return 0;
 }
@@ -493,16 +473,16 @@ static ssize_t read_body(tern__http_conn *hc, char *data, size_t len) {
             break;
         const char *piece = NULL;
         size_t n = 0;
-        if (req->body_kind == TERN__BODY_LENGTH) {
-            n = len - pos < req->body_left ? len - pos : (size_t)req->body_left;
+        if (req->h1.body_kind == TERN__BODY_LENGTH) {
+            n = len - pos < req->h1.body_left ? len - pos : (size_t)req->h1.body_left;
             piece = data + pos;
             pos += n;
-            req->body_left -= n;
-            if (req->body_left == 0)
+            req->h1.body_left -= n;
+            if (req->h1.body_left == 0)
                 req->body_done = true;
         } else {
             size_t used = 0;
-            int r = tern__chunked_decode(&req->chunked, data + pos, len - pos, &used, &piece, &n,
+            int r = tern__chunked_decode(&req->h1.chunked, data + pos, len - pos, &used, &piece, &n,
                                          hc->srv->cfg->opt.max_head);
             pos += used;
             if (r == TERN__CHUNKED_ERROR) {
@@ -544,14 +524,8 @@ static ssize_t read_body(tern__http_conn *hc, char *data, size_t len) {
     return (ssize_t)pos;
 }
 
-void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user) {
-    if (req == NULL || fn == NULL)
-        return;
-    tern__http_conn *hc = req->hc;
-    if (hc == NULL || !req->route->stream || req->ended || req->body_fn)
-        return;
-    req->body_fn = fn;
-    req->body_user = user;
+void tern__h1_read_body(tern_http_req *req) {
+    tern__http_conn *hc = tern__h1_conn(req);
     if (req->body_mode != TERN__BODY_STREAM) {
         /* No body at all: its end is told at the end of this batch (not
          * inside this call, which may be the handler's). */
@@ -559,7 +533,7 @@ void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user) {
         tern__conn_defer(&hc->conn);
         return;
     }
-    if (req->expect_continue)
+    if (req->h1.expect_continue)
         tern__http_send_continue(req);
     if (!hc->in_data)
         tern__conn_resume(&hc->conn);
@@ -577,12 +551,12 @@ static bool next_request(tern__http_conn *hc) {
         /* Answered before the body was read (a stream route, or 404 to a
          * POST): read and drop the rest, unless the client is still waiting
          * for "100 Continue" and may never send it. */
-        if (req->expect_continue && !req->continue_sent)
-            req->close_after = true;
+        if (req->h1.expect_continue && !req->h1.continue_sent)
+            req->h1.close_after = true;
         req->body_mode = TERN__BODY_DROP;
         req->body_fn = NULL;
     }
-    if (req->close_after || !req->keep_alive || srv->shutting_down) {
+    if (req->h1.close_after || !req->h1.keep_alive || srv->shutting_down) {
         hc->state = TERN__HTTP_CLOSING;
         tern__conn_end(&hc->conn);
         return false;
@@ -602,13 +576,8 @@ static bool next_request(tern__http_conn *hc) {
     return true;
 }
 
-void tern__http_response_ended(tern_http_req *req) {
-    tern__http_conn *hc = req->hc;
-    if (hc == NULL) {   /* the connection went away before: the request was kept for this */
-        if (!req->live)
-            free_req(req);
-        return;
-    }
+void tern__h1_ended(tern_http_req *req) {
+    tern__http_conn *hc = tern__h1_conn(req);
     if (hc->in_data || hc->state != TERN__HTTP_WAIT) {
         /* Inline in a handler or a body callback: on_data goes on by itself
          * (or, for a stream still in BODY, next_request runs when the body
@@ -869,11 +838,7 @@ static void on_close(tern__conn *c, int err) {
     tern_server *srv = hc->srv;
     tern_http_req *req = hc->req;
     hc->req = NULL;
-    if (req) {
-        req->hc = NULL;
-        req->close_err = err;   /* for the abort callback, or a response ended later */
-        if (!req->live)   /* a running handler settles it when it returns */
-            settle_orphan(req);
-    }
+    if (req)
+        tern__http_req_detach(req, err);
     tern__http_conn_closed_by_server(srv, c);
 }
