@@ -109,7 +109,8 @@ typedef struct tern__http_proto {
                           size_t n);
 } tern__http_proto;
 
-/* h1.c: HTTP/1.1's. */
+/* h1.c: HTTP/1.1's; h2.c: HTTP/2's. */
 extern const tern__http_proto tern__h1_proto;
+extern const tern__http_proto tern__h2_proto;
 
 #endif

@@ -344,6 +344,7 @@ struct tern__http_conn {
     bool waiting_drain;        /* paused until the backlog drains */
     bool in_data;              /* inside on_data: the state machine runs itself */
     bool peer_probed;          /* the FIN came with an answer pending: the 100 probe went */
+    bool h2_ok;                /* fresh, on a listener serving HTTP/2: its preface moves it to h2.c */
     uint16_t probe_wait_ms;    /* the next look for the probe's reset (0: no longer looking) */
     size_t scanned;
     tern_http_req *req;        /* allocated at the first request, reused */
@@ -377,6 +378,27 @@ void tern__https_accept(void *user, int fd);
 /* Every accepted connection's on_close calls it once (c: the connection,
  * for its place in the limits' counts). */
 void tern__http_conn_closed_by_server(tern_server *srv, const tern__conn *c);
+/* Runs the route's handler of req (req->route) with the views head,
+ * params and the body (NULL for a streamed one), live while it runs; a
+ * request whose stream went during the handler is settled when it
+ * returns. Any protocol's. */
+void tern__http_call_handler(tern_http_req *req, const tern__http_head *head,
+                             const tern__route_params *params, const char *body, size_t body_len);
+/* The route of req (its host set) for head, which no upgrade took: route
+ * when an upgrade refused it already (tern__http_route_status with
+ * status; refused: the WebSocket layer logged it), else a handler's
+ * (params decoded), the host's not-found handler, or
+ * tern__http_route_status with the server's own answer in req->status
+ * (404, 405, 501, 400 for a path that does not decode, 426 for a
+ * WebSocket path over HTTP/1.1 without the upgrade), logged as a
+ * refusal. Any protocol's. */
+const tern__http_route *tern__http_pick_route(tern_http_req *req, const tern__http_head *head,
+                                              tern__route_params *params,
+                                              const tern__http_route *route, int status,
+                                              bool refused);
+/* The route that answers req->status with the error page (405 with
+ * Allow). */
+extern const tern__http_route tern__http_route_status;
 
 /* admit.c: the connection limits. admit decides on a connection just
  * accepted on fd (a Unix socket's is not counted by address): 0
@@ -485,6 +507,11 @@ void tern__http_error_for(tern__http_conn *hc, int status, const char *m, size_t
                           const char *t, size_t tl);
 /* The interim "100 Continue", once, before the response starts. */
 void tern__http_send_continue(tern_http_req *req);
+/* h2.c: moves hc, whose first bytes are HTTP/2's preface (rest[0..len),
+ * fed to the new connection at the batch end), into an HTTP/2
+ * connection. 0, or a negative error with hc untouched. */
+TERN_MUST_CHECK
+int tern__h2_start(tern__http_conn *hc, const char *rest, size_t len);
 /* conn.c's parts of tern__h1_proto (proto.h): the response of req ended,
  * and its handler asked for the body. */
 void tern__h1_ended(tern_http_req *req);
