@@ -35,6 +35,12 @@ static void update_date(tern_server *srv) {
     srv->date_sec = now;
 }
 
+const char *tern__http_date(tern_server *srv, size_t *len) {
+    update_date(srv);
+    *len = strlen(srv->date) - 8;   /* without "Date: " and the CRLF */
+    return srv->date + 6;
+}
+
 size_t tern__http_status_room(const tern_server *srv, int status) {
     /* "HTTP/1.1 " + 3 digits + ' ' + reason + CRLF */
     size_t n = 15 + strlen(tern_http_reason(status));

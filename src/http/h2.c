@@ -544,15 +544,15 @@ static int h2_head(tern_http_req *req, int status, const char *ctype, int64_t le
     h2_stream *st = stream_of(req);
     h2_conn *h2 = st->h2;
     tern_server *srv = req->srv;
-    /* :status, content-type, content-length, the handler's fields with
-     * their names in lower case (RFC 9113 §8.2.1) */
+    /* :status, server, date, content-type, content-length, the
+     * handler's fields with their names in lower case (RFC 9113 §8.2.1) */
     size_t nfields = 0, pos = 0;
     tern__http_field f;
     while (tern__http_field_next(req->fields.data, req->fields.len, &pos, &f))
         nfields++;
     nghttp2_nv small_nv[16];
     char small_names[512];
-    nghttp2_nv *nv = nfields + 3 <= 16 ? small_nv : malloc((nfields + 3) * sizeof(*nv));
+    nghttp2_nv *nv = nfields + 5 <= 16 ? small_nv : malloc((nfields + 5) * sizeof(*nv));
     char *names = req->fields.len <= sizeof(small_names) ? small_names : malloc(req->fields.len);
     if (nv == NULL || names == NULL) {
         if (nv != small_nv)
@@ -566,6 +566,12 @@ static int h2_head(tern_http_req *req, int status, const char *ctype, int64_t le
                     (char)('0' + status % 10), '\0'};
     char clen[24];
     nv[n++] = (nghttp2_nv){(uint8_t *)":status", (uint8_t *)code, 7, 3, NGHTTP2_NV_FLAG_NONE};
+    if (srv->server_line_len)   /* "Server: NAME\r\n" */
+        nv[n++] = (nghttp2_nv){(uint8_t *)"server", (uint8_t *)srv->server_line + 8, 6,
+                               srv->server_line_len - 10, NGHTTP2_NV_FLAG_NONE};
+    size_t date_len;
+    const char *date = tern__http_date(srv, &date_len);
+    nv[n++] = (nghttp2_nv){(uint8_t *)"date", (uint8_t *)date, 4, date_len, NGHTTP2_NV_FLAG_NONE};
     if (ctype)
         nv[n++] = (nghttp2_nv){(uint8_t *)"content-type", (uint8_t *)ctype, 12, strlen(ctype),
                                NGHTTP2_NV_FLAG_NONE};

@@ -115,6 +115,7 @@ def test_bodies_streams_files_and_later_answers(h2_tern, tmp_path):
     head = subprocess.run(["curl", "-sk", "--http2", "-I", f"{base}/ping"], capture_output=True,
                           check=True).stdout.decode().lower()
     assert head.startswith("http/2 200") and "content-length: 4" in head
+    assert "\nserver: tern\r\n" in head and "\ndate: " in head, head
 
 
 def test_many_streams_on_one_connection(h2_tern):
@@ -279,3 +280,31 @@ def test_access_log_names_each_stream(h2_tern, tmp_path):
     wait_for(lambda: len(lines()) >= 2, "two access log lines")
     assert " 127.0.0.1:" in lines()[0] and " GET /ping 200 4 " in lines()[0], lines()
     assert " GET /nope 404 " in lines()[1], lines()
+
+
+def test_rapid_reset_ends_the_connection_and_the_server_serves_on(h2_tern):
+    # CVE-2023-44487: streams opened and reset at once, faster than any
+    # answer. nghttp2's reset budget (1000 at once, 33 a second more) ends
+    # such a connection with a GOAWAY; every request it reached
+    # was aborted (test_h2.c shows one), and others are served.
+    tern = h2_tern("--http2", "h2c")
+    c = H2(tern.port)
+    c.read(lambda: c.of(h2.events.SettingsAcknowledged), "the settings' ack")
+    try:
+        for i in range(1500):
+            sid = c.get("/delay?ms=60000")
+            c.conn.reset_stream(sid)
+            if i % 50 == 49:
+                c.flush()
+        c.flush()
+    except (BrokenPipeError, ConnectionResetError):
+        pass   # ended already, while we were still sending
+    c.read(lambda: "closed" in c.events or c.of(h2.events.ConnectionTerminated), "the end")
+    ends = c.of(h2.events.ConnectionTerminated)
+    # Debian's nghttp2 says INTERNAL_ERROR; the stream named is the
+    # 1001st, within the burst's reach, not the 1500th.
+    assert ends and ends[0].error_code in (h2.errors.ErrorCodes.INTERNAL_ERROR,
+                                           h2.errors.ErrorCodes.ENHANCE_YOUR_CALM), ends
+    assert ends[0].last_stream_id < 2 * 1500 - 1, ends
+    c.sock.close()
+    assert curl("--http2-prior-knowledge", f"{tern.base}/ping") == (b"pong", "2", "200")

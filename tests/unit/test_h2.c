@@ -147,10 +147,104 @@ static void a_closed_connection_aborts_every_stream(void **state) {
     finish(&a);
 }
 
+/* ---- the window opens as the handler takes the body ------------------- */
+
+typedef struct upload {
+    tern_loop *loop;
+    tern_http_req *req;
+    int fd, ticks, asked_tick;
+    size_t got;                /* body bytes handed to the handler */
+    int updates_before, updates_after;   /* WINDOW_UPDATE frames seen */
+} upload;
+
+static void up_piece(tern_http_req *req, const char *data, size_t len, bool last, void *user) {
+    (void)req;
+    (void)data;
+    (void)last;
+    ((upload *)user)->got += len;
+}
+
+static void hold_upload(tern_http_req *req, void *user) { ((upload *)user)->req = req; }
+
+/* The WINDOW_UPDATE frames among what the server sent since the last
+ * call (whole frames: the test's reads come long after the writes). */
+static int window_updates(int fd) {
+    static unsigned char buf[1 << 16];
+    ssize_t n = read(fd, buf, sizeof(buf));
+    int count = 0;
+    for (ssize_t at = 0; n > 0 && at + 9 <= n;) {
+        size_t len = (size_t)buf[at] << 16 | (size_t)buf[at + 1] << 8 | buf[at + 2];
+        count += buf[at + 3] == 0x08;
+        at += 9 + (ssize_t)len;
+    }
+    return count;
+}
+
+static void up_tick(tern_timer *t, void *user) {
+    (void)t;
+    upload *u = user;
+    if (++u->ticks > 400 || (u->asked_tick && u->ticks - u->asked_tick >= 20)) {
+        if (u->asked_tick)
+            u->updates_after = window_updates(u->fd);
+        tern_loop_stop(u->loop);
+        return;
+    }
+    if (u->req && u->ticks >= 40 && !u->asked_tick) {
+        /* 200 ms with the whole first window sent and not asked for */
+        u->updates_before = window_updates(u->fd);
+        u->asked_tick = u->ticks;
+        tern_http_read_body(u->req, up_piece, u);
+    }
+}
+
+static void a_body_not_asked_for_holds_its_window_shut(void **state) {
+    (void)state;
+    upload u = {0};
+    tern_server *srv;
+    tern_server_options opt = {.http2 = TERN_HTTP2_CLEARTEXT};
+    assert_int_equal(tern_loop_new(&u.loop, NULL), 0);
+    assert_int_equal(tern_server_new(&srv, u.loop, &opt), 0);
+    assert_int_equal(tern_listen(srv, "127.0.0.1", 0, NULL), 0);
+    assert_int_equal(tern_http_route_stream(srv, "POST", "/up", hold_upload, &u), 0);
+    u.fd = client_send_rcvbuf(tern_server_port(srv), 0, "");
+    /* HEADERS (END_HEADERS): POST http://x/up, then 65535 bytes of DATA
+     * (the whole initial window) in frames of 16384 at most. */
+    static const unsigned char block[] = {0x83, 0x86, 0x04, 0x03, '/', 'u', 'p', 0x01, 0x01, 'x'};
+    static unsigned char buf[PREFACE_LEN + 9 + sizeof(block) + 4 * 9 + 65535];
+    size_t n = PREFACE_LEN;
+    memcpy(buf, preface, PREFACE_LEN);
+    unsigned char h[9] = {0, 0, sizeof(block), 0x01, 0x04, 0, 0, 0, 1};
+    memcpy(buf + n, h, 9);
+    memcpy(buf + n + 9, block, sizeof(block));
+    n += 9 + sizeof(block);
+    for (size_t left = 65535; left;) {
+        size_t len = left < 16384 ? left : 16384;
+        unsigned char d[9] = {0, (unsigned char)(len >> 8), (unsigned char)len, 0x00, 0, 0, 0, 0, 1};
+        memcpy(buf + n, d, 9);
+        memset(buf + n + 9, 'b', len);
+        n += 9 + len;
+        left -= len;
+    }
+    assert_int_equal(write(u.fd, buf, n), (ssize_t)n);
+    tern_timer *tick;
+    assert_int_equal(tern_timer_start(u.loop, &tick, 5, 5, up_tick, &u), 0);
+    assert_int_equal(tern_loop_run(u.loop), 0);
+    assert_non_null(u.req);
+    assert_int_equal(u.updates_before, 0);   /* held: nothing given back */
+    assert_int_equal(u.got, 65535);          /* asked: all of it, at the batch end */
+    assert_true(u.updates_after >= 1);       /* and the window opened again */
+    tern_http_respond(u.req, 200, "text/plain", "ok", 2);
+    tern_timer_stop(tick);
+    tern_server_free(srv);
+    tern_loop_free(u.loop);
+    close(u.fd);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_reset_stream_aborts_its_request_alone),
         cmocka_unit_test(a_closed_connection_aborts_every_stream),
+        cmocka_unit_test(a_body_not_asked_for_holds_its_window_shut),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
