@@ -300,6 +300,8 @@ static void body_end(h2_stream *st) {
 
 static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, void *user) {
     h2_conn *h2 = user;
+    if (h2->dead)   /* closed by a handler of this read: no new requests */
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
     h2_stream *st = calloc(1, sizeof(*st));
