@@ -50,6 +50,9 @@ typedef struct h2_conn {
     bool in_session;
     bool dead;                 /* closed: ng is freed once in_session ends */
     bool goaway;               /* the shutdown's GOAWAY was submitted */
+    /* Body bytes read on every stream, and their count when the body
+     * clock was last armed (clock). */
+    uint64_t body_bytes, body_mark;
 } h2_conn;
 
 /* One stream's request. Invariants: req is first (the neutral code frees
@@ -79,6 +82,9 @@ struct h2_stream {
     bool data_end;             /* no more body will be added */
     bool deferred;             /* the provider said NGHTTP2_ERR_DEFERRED: resume on more */
     bool drain_due;            /* a write was told TERN_SEND_BUFFERED: tell on_drain */
+    /* answered before the request's end: reset (NO_ERROR) once the answer
+     * is sent, so a client still sending frees the stream (RFC 9113 §8.1) */
+    bool reset_when_sent;
 };
 
 static h2_stream *stream_of(const tern_http_req *req) { return (h2_stream *)(void *)req; }
@@ -129,11 +135,26 @@ static void stream_gone(h2_stream *st, int err) {
     tern__http_req_detach(req, err);
 }
 
-static int set_idle(h2_conn *h2) {
-    /* No stream open: the idle clock; else none (the send clock runs
-     * while a backlog leaves). */
-    tern__conn_set_timeout(&h2->conn, h2->nstreams ? 0 : h2->srv->cfg->opt.idle_timeout_ms);
-    return 0;
+/* A stream whose request body is still to come, and whose answer may
+ * still want it. */
+static bool awaits_body(const h2_stream *st) {
+    return st->headers_done && !st->req.body_done && !st->req.ended &&
+           st->req.body_mode != TERN__BODY_DROP;
+}
+
+/* The connection's clock: with no stream open, the idle timeout; with a
+ * stream awaiting its body, the body timeout (as HTTP/1.1's, re-armed
+ * only by 4 KiB of progress, so a trickle is cut off); else none (a
+ * handler's answer has no clock; the send clock runs while a backlog
+ * leaves). */
+static void set_clock(h2_conn *h2) {
+    const tern_server_options *o = &h2->srv->cfg->opt;
+    uint64_t ms = h2->nstreams ? 0 : o->idle_timeout_ms;
+    for (h2_stream *st = h2->streams; st && ms == 0; st = st->next)
+        if (awaits_body(st))
+            ms = o->body_timeout_ms;
+    h2->body_mark = h2->body_bytes;
+    tern__conn_set_timeout(&h2->conn, ms);
 }
 
 /* ---- the request ------------------------------------------------------ */
@@ -322,7 +343,7 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, voi
     h2->streams = st;
     h2->nstreams++;
     nghttp2_session_set_stream_user_data(ng, st->id, st);
-    set_idle(h2);
+    set_clock(h2);
     return 0;
 }
 
@@ -365,6 +386,8 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *
         if (st->too_large && !end_stream)
             st->req.body_mode = TERN__BODY_DROP;
         begin_request(st, end_stream);
+        if (st->h2)
+            set_clock(st->h2);
         return 0;
     }
     if ((frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS) && end_stream &&
@@ -373,6 +396,8 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *
         if (st->pending.len == 0)
             body_end(st);
         /* else: the end is told after the bytes held for the handler */
+        if (st->h2)
+            set_clock(st->h2);
     }
     return 0;
 }
@@ -388,6 +413,7 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     }
     tern_http_req *req = &st->req;
     req->body_read += len;
+    st->h2->body_bytes += len;
     if (req->ended || req->body_mode == TERN__BODY_DROP) {
         consume(st, len);
         return 0;
@@ -423,13 +449,25 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     return 0;
 }
 
+/* The answer's last frame went: a request still sending is reset. */
+static int on_frame_send(nghttp2_session *ng, const nghttp2_frame *frame, void *user) {
+    (void)user;
+    if (!(frame->hd.flags & NGHTTP2_FLAG_END_STREAM) ||
+        (frame->hd.type != NGHTTP2_DATA && frame->hd.type != NGHTTP2_HEADERS))
+        return 0;
+    h2_stream *st = nghttp2_session_get_stream_user_data(ng, frame->hd.stream_id);
+    if (st && st->reset_when_sent && !st->req.body_done)
+        nghttp2_submit_rst_stream(ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_NO_ERROR);
+    return 0;
+}
+
 static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t error_code, void *user) {
     h2_conn *h2 = user;
     h2_stream *st = nghttp2_session_get_stream_user_data(ng, id);
     if (st == NULL)
         return 0;
     stream_gone(st, error_code == NGHTTP2_NO_ERROR && st->req.ended ? 0 : -ECONNRESET);
-    set_idle(h2);
+    set_clock(h2);
     return 0;
 }
 
@@ -670,6 +708,10 @@ static void h2_ended(tern_http_req *req) {
         consume(st, st->pending.len);
         st->pending.len = 0;
     }
+    if (!req->body_done)
+        st->reset_when_sent = true;
+    if (st->h2)
+        set_clock(st->h2);
 }
 
 /* Pieces held before the handler asked go to it at the batch end
@@ -717,6 +759,8 @@ static size_t on_data(tern__conn *c, char *data, size_t len) {
     TERN__STAT_ADD(h2->srv, bytes_in, len);
     if (h2->dead)   /* closed from inside (a handler freed its server) */
         return len;
+    if (h2->body_bytes - h2->body_mark >= 4096)
+        set_clock(h2);
     if (r < 0) {
         /* The session has queued its GOAWAY: it goes, then the end. */
         h2_send(h2);
@@ -741,8 +785,27 @@ static void on_drain(tern__conn *c) {
 
 static void on_timeout(tern__conn *c) {
     h2_conn *h2 = (h2_conn *)c;
-    if (h2->nstreams)
+    if (h2->nstreams) {
+        /* The body clock: a body that stopped coming is answered 408
+         * (reset once sent), or reset when its answer had started. */
+        for (h2_stream *st = h2->streams, *next; st; st = next) {
+            next = st->next;
+            if (!awaits_body(st))
+                continue;
+            st->req.body_mode = TERN__BODY_DROP;
+            consume(st, st->pending.len);
+            st->pending.len = 0;
+            /* A handler holding the request hears of it by the abort (the
+             * reset closes the stream); else the server answers. */
+            if (st->req.started || st->req.dispatched)
+                nghttp2_submit_rst_stream(h2->ng, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_CANCEL);
+            else
+                refuse(st, 408);
+        }
+        h2_send(h2);
+        set_clock(h2);
         return;
+    }
     /* Idle: a GOAWAY says why, then the end. */
     nghttp2_submit_goaway(h2->ng, NGHTTP2_FLAG_NONE,
                           nghttp2_session_get_last_proc_stream_id(h2->ng), NGHTTP2_NO_ERROR,
@@ -829,6 +892,7 @@ static nghttp2_session *session_new(h2_conn *h2) {
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
     nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
     nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+    nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
     nghttp2_option *opt;
     if (nghttp2_option_new(&opt) != 0) {
         nghttp2_session_callbacks_del(cb);
@@ -870,7 +934,7 @@ int tern__h2_start(tern__http_conn *hc, const char *rest, size_t len) {
         free(h2);
         return err;
     }
-    set_idle(h2);
+    set_clock(h2);
     /* The preface and what came with it, fed at the batch end. */
     if (tern__conn_inject(&h2->conn, rest, len) < 0)
         tern__conn_close(&h2->conn, -ENOMEM);

@@ -338,3 +338,24 @@ def test_mixed_streams_at_once_and_a_client_that_leaves_mid_answer(h2_tern, tmp_
     c.sock.close()
     assert curl("--http2-prior-knowledge", f"{tern.base}/ping") == (b"pong", "2", "200")
     assert sids
+
+
+def test_a_body_that_stops_coming_is_answered_408_and_the_stream_reset(h2_tern):
+    tern = h2_tern("--http2", "h2c", "--body-timeout", "300")
+    c = H2(tern.port)
+    sid = c.conn.get_next_available_stream_id()
+    c.conn.send_headers(sid, [(":method", "POST"), (":path", "/echo"), (":scheme", "http"),
+                              (":authority", "localhost"), ("content-length", "100")])
+    c.conn.send_data(sid, b"x" * 10)   # and then nothing more
+    c.flush()
+    t0 = time.monotonic()
+    c.read(lambda: c.of(h2.events.StreamReset, sid) or c.of(h2.events.StreamEnded, sid),
+           "the 408")
+    assert dict(c.of(h2.events.ResponseReceived, sid)[0].headers)[b":status"] == b"408"
+    assert time.monotonic() - t0 < 5 * SLOW
+    c.read(lambda: c.of(h2.events.StreamReset, sid), "the reset after the answer")
+    assert c.of(h2.events.StreamReset, sid)[0].error_code == h2.errors.ErrorCodes.NO_ERROR
+    # The connection serves on.
+    sid = c.get("/ping")
+    c.read(lambda: c.of(h2.events.StreamEnded, sid), "/ping's answer")
+    c.sock.close()
