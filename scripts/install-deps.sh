@@ -37,6 +37,7 @@ apt_pkgs=(
   libhiredis-dev                                 # pub/sub's Redis bridge
   libnats-dev                                    # pub/sub's NATS bridge
   libc-ares-dev                                  # the WebSocket client's name resolution, on the loop
+  libnghttp2-dev                                 # HTTP/2 (src/http/h2.c)
   liburing-dev                                   # the loop's io_uring back end
   libjansson-dev                                 # tern serve's JWT claims (src/app/token.c)
   libsystemd-dev                                 # tern serve's sd_notify (src/app/serve_systemd.c)
@@ -68,7 +69,7 @@ if [ $want_test = 1 ]; then
       echo "install-deps: no cargo 1.85+ here nor in apt (rustup has it): build-rustls will use OpenSSL"
     fi
   fi
-  py_mods+=(pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11
+  py_mods+=(pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11 h2:h2
            prometheus_client:prometheus_client)   # /metrics' format, checked by its own parser
 fi
 if [ $want_bench = 1 ]; then

@@ -86,14 +86,33 @@ typedef struct tern_server_options {
      * 50. At most 65535 addresses are told apart at once: a connection from
      * an address beyond those is not counted against this limit. */
     uint32_t max_connections_per_ip;
+    /* HTTP/2 (RFC 9113), TERN_HTTP2_* bits: TLS offers "h2" before
+     * "http/1.1" by ALPN on the TLS listeners; CLEARTEXT serves HTTP/2
+     * with prior knowledge on the plain ones (h2c: a connection whose
+     * first bytes are HTTP/2's preface). 0 (the default): HTTP/1.1 alone.
+     * "Upgrade: h2c" is never answered. A handler's code is the same
+     * under both protocols; tern_http_minor_version says 1 for HTTP/2.
+     * Other bits are -EINVAL. */
+    unsigned http2;
+    /* HTTP/2 streams a client may have open at once on one connection
+     * (SETTINGS_MAX_CONCURRENT_STREAMS): 100. A stream past it is
+     * refused (REFUSED_STREAM) before the client acknowledged the limit,
+     * and ends the connection (GOAWAY, PROTOCOL_ERROR) after. The header
+     * list of a request is bounded by max_head and max_headers, as
+     * HTTP/1.1's head is (431). */
+    uint32_t http2_max_streams;
 } tern_server_options;
+
+/* The bits of tern_server_options.http2. */
+enum { TERN_HTTP2_TLS = 1, TERN_HTTP2_CLEARTEXT = 2 };
 
 /* A limit of tern_server_options that is not applied at all. */
 #define TERN_UNLIMITED UINT32_MAX
 
 /* Returns 0, or -EINVAL (out or loop NULL, max_headers over 256, a
  * server_header over 60 bytes or with control characters, a
- * shutdown_ws_code other than 0, 1001 or 1012), -ENOMEM. */
+ * shutdown_ws_code other than 0, 1001 or 1012, an unknown http2 bit),
+ * -ENOMEM. */
 TERN_MUST_CHECK
 int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_options *opt);
 /* Closes every listener and connection at once and frees the server.

@@ -176,6 +176,18 @@ static void put_tls_version(const app_opt_set *s, int i, void *field) {
     *(int *)field = !app_opt_given(s, i) ? 0 : strcmp(app_opt_str(s, i), "1.3") == 0 ? 13 : 12;
 }
 
+/* --http2: the TERN_HTTP2_* bits of tern_server_options (the default,
+ * "tls": h2 offered by ALPN on the TLS port). */
+static void put_http2(const app_opt_set *s, int i, void *field) {
+    const char *v = app_opt_str(s, i);
+    unsigned bits = TERN_HTTP2_TLS;
+    if (v && strcmp(v, "off") == 0)
+        bits = 0;
+    else if (v && strcmp(v, "h2c") == 0)
+        bits = TERN_HTTP2_TLS | TERN_HTTP2_CLEARTEXT;
+    *(unsigned *)field = bits;
+}
+
 /* --tls-client-verify; unset, no certificate asked. */
 static void put_client_verify(const app_opt_set *s, int i, void *field) {
     *(int *)field = !app_opt_given(s, i) ? TERN_TLS_VERIFY_NONE
@@ -307,6 +319,11 @@ const app_opt app_serve_opts[SV_COUNT] = {
                               .help = "ask clients for a certificate (unset: none asked;\n"
                                       "needs --tls-client-ca)",
         DEST(tls.client_verify, int, put_client_verify)},
+    [SV_HTTP2] = {"http2", 0, C, "M", "tls", .choices = "tls|h2c|off",
+                  .help = "HTTP/2: tls offers it by ALPN on the TLS port; h2c also\n"
+                          "serves it with prior knowledge on the plain port; off: HTTP/1.1\n"
+                          "alone",
+        DEST(run.server.http2, unsigned, put_http2)},
     [SV_BENCH_ROUTES] = {"bench-routes", 0, F,
                          .help = "also serve the routes that make the server work on request,\n"
                                  "for benchmarks and tests: /echo, /stream, /upload, /delay,\n"

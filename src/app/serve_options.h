@@ -15,7 +15,7 @@
 /* The order is the table's, and --help's. */
 enum {
     SV_HOST, SV_PORT, SV_UNIX, SV_REUSE_PORT, SV_TLS_CERT, SV_TLS_KEY, SV_TLS_PASS_FILE, SV_TLS_PORT,
-    SV_TLS_MIN, SV_TLS_CIPHERS, SV_TLS_SUITES, SV_TLS_CLIENT_CA, SV_TLS_CLIENT_VERIFY,
+    SV_TLS_MIN, SV_TLS_CIPHERS, SV_TLS_SUITES, SV_TLS_CLIENT_CA, SV_TLS_CLIENT_VERIFY, SV_HTTP2,
     SV_BENCH_ROUTES, SV_ADMIN_LISTEN, SV_ADMIN_PUBLIC, SV_API_KEY_FILE, SV_ROOT, SV_MAX_HEAD, SV_MAX_BODY,
     SV_HEAD_TO, SV_BODY_TO, SV_IDLE_TO, SV_SEND_TO, SV_MAX_UNSENT, SV_MAX_CONNS, SV_MAX_CONNS_IP,
     SV_SNDBUF, SV_SHUT_TO, SV_SHUT_SPREAD, SV_DRAIN_DELAY, SV_WS_MAX, SV_WS_IDLE, SV_NO_PMD, SV_ALLOWED_ORIGIN, SV_WS_ORIGIN,
@@ -48,8 +48,9 @@ typedef struct app_serve_addr {
  * of the table (several for the library's option structs), written by
  * app_opt_apply from a parsed set, at start, and again for the options
  * SIGHUP applies. Invariants: every string and app_opt_val points into
- * the set it was applied from and is valid while that set is; run.teardown
- * and run.server.shutdown_ws_code are the only fields no option writes. */
+ * the set it was applied from and is valid while that set is; run.teardown,
+ * run.server.shutdown_ws_code and run.server.http2_max_streams are the only
+ * fields no option writes. */
 typedef struct app_serve_settings {
     /* the public listeners */
     const char *host, *unix_path;            /* --host, --unix */

@@ -183,14 +183,15 @@ void tern__http_access_record(tern_http_req *req, int status) {
         tl = strlen(t);
     }
     uint64_t now = tern_loop_now(srv->loop);
-    record(srv, req->hc ? &req->hc->conn : NULL, m, ml, t, tl, status, req->bytes_out,
+    record(srv, req->conn, m, ml, t, tl, status, req->bytes_out,
            req->start_ms && now > req->start_ms ? now - req->start_ms : 0);
 }
 
-void tern__http_access_record_error(tern__http_conn *hc, int status, uint64_t bytes,
-                                    const char *m, size_t ml, const char *t, size_t tl) {
-    if (hc->srv->cfg->access_fn)
-        record(hc->srv, &hc->conn, m, ml, t, tl, status, bytes, 0);
+void tern__http_access_record_error(tern_server *srv, const tern__conn *c, int status,
+                                    uint64_t bytes, const char *m, size_t ml, const char *t,
+                                    size_t tl) {
+    if (srv->cfg->access_fn)
+        record(srv, c, m, ml, t, tl, status, bytes, 0);
 }
 
 void tern__http_access_drop(tern_server *srv) {

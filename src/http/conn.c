@@ -90,18 +90,48 @@ static tern__http_conn *accept_conn(tern_server *srv, int fd, bool tls) {
 }
 
 void tern__http_accept(void *user, int fd) {
-    accept_conn(user, fd, false);
+    tern_server *srv = user;
+    tern__http_conn *hc = accept_conn(srv, fd, false);
+    if (hc)
+        hc->h2_ok = srv->cfg->opt.http2 & TERN_HTTP2_CLEARTEXT;
 }
 
-/* ALPN on the TLS port: HTTP/1.1 is all tern speaks (no h2), and a
- * WebSocket upgrade is an HTTP/1.1 request too. */
+/* ALPN on the TLS port: "h2" first when the server serves HTTP/2, then
+ * HTTP/1.1 (a WebSocket upgrade is an HTTP/1.1 request). */
 #define HTTPS_ALPN "\x08http/1.1"
+#define HTTPS_ALPN_H2 "\x02h2\x08http/1.1"
 
 void tern__https_accept(void *user, int fd) {
     tern__https_listener *l = user;
     tern__http_conn *hc = accept_conn(l->srv, fd, true);
-    if (hc && tern__tls_attach(&hc->conn, l->tls, HTTPS_ALPN) < 0)
+    if (hc == NULL)
+        return;
+    hc->h2_ok = l->srv->cfg->opt.http2 & TERN_HTTP2_TLS;
+    if (tern__tls_attach(&hc->conn, l->tls, hc->h2_ok ? HTTPS_ALPN_H2 : HTTPS_ALPN) < 0)
         tern__conn_close(&hc->conn, -ENOMEM);
+}
+
+/* HTTP/2's connection preface (RFC 9113 §3.4): a client that chose h2 by
+ * ALPN, or knows the plain port speaks it (h2c with prior knowledge),
+ * starts with it. */
+static const char h2_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+#define H2_PREFACE_LEN (sizeof(h2_preface) - 1)
+
+/* A fresh connection of a listener serving HTTP/2: 1 when data[0..len)
+ * is the preface (the connection moved to h2.c, or closed), 0 when it
+ * may still be (wait for more), -1 when it is HTTP/1.1. */
+static int try_h2(tern__http_conn *hc, const char *data, size_t len) {
+    size_t n = len < H2_PREFACE_LEN ? len : H2_PREFACE_LEN;
+    if (memcmp(data, h2_preface, n) != 0) {
+        hc->h2_ok = false;
+        return -1;
+    }
+    if (n < H2_PREFACE_LEN)
+        return 0;
+    hc->h2_ok = false;
+    if (tern__h2_start(hc, data, len) < 0)
+        tern__conn_close(&hc->conn, -ENOMEM);
+    return 1;
 }
 
 /* Sends an error response that closes the connection. */
@@ -122,26 +152,6 @@ static void fail_request_for(tern__http_conn *hc, int status, const char *m, siz
     hc->state = TERN__HTTP_CLOSING;
 }
 
-static void free_req(tern_http_req *req) {
-    free(req->head_copy);
-    tern__bytes_free(&req->body_buf);
-    tern__bytes_free(&req->fields);
-    free(req->access_copy);
-    free(req);
-}
-
-/* The connection of req is gone (req->hc is NULL) and no handler runs:
- * free req unless a handler holds it, in which case the abort callback is
- * told, or else req waits for the handler to end its response. */
-static void settle_orphan(tern_http_req *req) {
-    if (!req->dispatched || req->ended) {
-        free_req(req);
-    } else if (req->abort_fn) {
-        req->abort_fn(req, req->abort_user);
-        free_req(req);
-    }
-}
-
 /* The handler that just returned freed its own server (tern_server_free,
  * which closed the connection): the request it was handling cannot wait
  * for an answer given later, as an orphan without an abort callback
@@ -150,14 +160,15 @@ static void settle_orphan(tern_http_req *req) {
 static void settle_with_server(tern_http_req *req) {
     if (req->dispatched && !req->ended && req->abort_fn)
         req->abort_fn(req, req->abort_user);
-    free_req(req);
+    tern__http_req_free(req);
 }
 
 /* ---- dispatch --------------------------------------------------------- */
 
-static void call_handler(tern__http_conn *hc, const tern__http_head *head,
+/* tern__http_call_handler's body, static so that HTTP/1.1's calls on the
+ * hot path stay calls within this file, as they were before HTTP/2's. */
+static void call_handler(tern_http_req *req, const tern__http_head *head,
                          const tern__route_params *params, const char *body, size_t body_len) {
-    tern_http_req *req = hc->req;
     req->live = true;
     req->dispatched = true;
     req->head = head;
@@ -174,12 +185,17 @@ static void call_handler(tern__http_conn *hc, const tern__http_head *head,
     req->body_len = 0;
     /* The connection may have gone during the handler: on_close left req
      * to us, since it was live. */
-    if (req->hc == NULL) {
+    if (req->conn == NULL) {
         if (req->srv->freeing)
             settle_with_server(req);
         else
-            settle_orphan(req);
+            tern__http_req_settle(req);
     }
+}
+
+void tern__http_call_handler(tern_http_req *req, const tern__http_head *head,
+                             const tern__route_params *params, const char *body, size_t body_len) {
+    call_handler(req, head, params, body, body_len);
 }
 
 /* Re-parses the head kept in head_copy (for a body that spanned reads) and
@@ -200,17 +216,17 @@ static void dispatch_buffered(tern__http_conn *hc) {
         tern__http_params_decode(srv, params, head->path_len) < 0)
         params->count = 0;
     hc->state = TERN__HTTP_WAIT;
-    call_handler(hc, head, params, req->body_buf.data ? req->body_buf.data : "",
+    call_handler(req, head, params, req->body_buf.data ? req->body_buf.data : "",
                   req->body_buf.len);
 }
 
 /* Looks up the route; HEAD falls back to GET. When none, status says why:
  * 404, 405, or 501 for a method the server does not implement at all
  * (tern__http_method_known). */
-static const tern__http_route *find_route(tern__http_conn *hc, const tern__http_head *head,
+static const tern__http_route *find_route(tern_http_req *req, const tern__http_head *head,
                                           tern__route_params *params, int *status) {
-    tern_server *srv = hc->srv;
-    const tern__router *router = hc->req->host->router;
+    tern_server *srv = req->srv;
+    const tern__router *router = req->host->router;
     const tern__http_route *r = tern__router_match(router, head->method, head->method_len,
                                                    head->path, head->path_len, params, status);
     if (r == NULL && *status == 405 && head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0)
@@ -257,7 +273,7 @@ static void answer_status(tern_http_req *req, void *user) {
     tern_http_respond(req, status, ctype, body, len);
 }
 
-static const tern__http_route route_status = {.fn = answer_status};
+const tern__http_route tern__http_route_status = {.fn = answer_status};
 
 /* The body timeout bounds the pause between pieces of a body, but a piece
  * re-arms it only once TERN__BODY_PROGRESS bytes have come since the last
@@ -267,10 +283,63 @@ static const tern__http_route route_status = {.fn = answer_status};
 
 static void arm_body_timeout(tern__http_conn *hc, bool progress_only) {
     tern_http_req *req = hc->req;
-    if (progress_only && req->body_read - req->body_mark < TERN__BODY_PROGRESS)
+    if (progress_only && req->body_read - req->h1.body_mark < TERN__BODY_PROGRESS)
         return;
-    req->body_mark = req->body_read;
+    req->h1.body_mark = req->body_read;
     tern__conn_set_timeout(&hc->conn, hc->srv->cfg->opt.body_timeout_ms);
+}
+
+/* tern__http_pick_route's body, static so that HTTP/1.1's call inlines it. */
+static const tern__http_route *pick_route(tern_http_req *req, const tern__http_head *head,
+                                          tern__route_params *params,
+                                          const tern__http_route *route, int status,
+                                          bool refused) {
+    tern_server *srv = req->srv;
+    const tern__upgrade_hook *upgrade = srv->cfg->upgrade;
+    if (route == NULL) {
+        route = find_route(req, head, params, &status);
+        /* The parameters are handed over decoded: a path whose escapes do
+         * not decode is a bad request, as Go's server takes it, rather
+         * than a handler guessing what "%zz" meant. */
+        int err = route ? tern__http_params_decode(srv, params, head->path_len) : 0;
+        if (err < 0) {
+            route = NULL;
+            status = err == -ENOMEM ? 500 : 400;
+        }
+    }
+    if (route == NULL && status == 404 && upgrade && !head->upgrade &&
+        req->proto == &tern__h1_proto) {
+        /* A WebSocket path asked for without the upgrade: RFC 9110 §15.5.22. */
+        const char *proto = upgrade->owns_path(req->host, head->path, head->path_len);
+        if (proto) {
+            status = 426;
+            tern_http_add_header(req, "Upgrade", proto);
+        }
+    }
+    if (route == NULL && status == 404 && req->host->not_found.fn)
+        route = &req->host->not_found;
+    if (route == NULL)
+        route = &tern__http_route_status;
+    if (route == &tern__http_route_status) {
+        params->count = 0;
+        params->rest = NULL;   /* no "*" either: what matched is not this answer's */
+        req->status = status;
+        /* 404, 405, 501, 426, a 400 for a path that does not decode: the
+         * server's own answers are logged like its other refusals. An
+         * upgrade's refusal (status from try_upgrade) was logged by the
+         * WebSocket layer already. */
+        if (!refused)
+            tern__http_log_refusal(req->conn, status, head->method, head->method_len, head->target,
+                                   head->target_len, false);
+    }
+    return route;
+}
+
+const tern__http_route *tern__http_pick_route(tern_http_req *req, const tern__http_head *head,
+                                              tern__route_params *params,
+                                              const tern__http_route *route, int status,
+                                              bool refused) {
+    return pick_route(req, head, params, route, status, refused);
 }
 
 /* A head is complete and valid: sets up the request and either runs the
@@ -289,7 +358,7 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     }
     tern_http_req *req = hc->req;
     tern__http_req_reset(req);
-    req->hc = hc;
+    req->conn = &hc->conn;
     req->proto = &tern__h1_proto;
     req->srv = srv;
     req->host = &srv->cfg->host;
@@ -307,11 +376,11 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     TERN__STAT_ADD(srv, requests, 1);
     req->minor_version = (uint8_t)head->minor_version;
     req->tls = tern__tls_is(&hc->conn);
-    req->keep_alive = head->keep_alive;
+    req->h1.keep_alive = head->keep_alive;
     req->is_head = head->method_len == 4 && memcmp(head->method, "HEAD", 4) == 0;
-    req->expect_continue = head->expect_continue;
-    req->body_kind = head->body_kind;
-    req->body_left = head->body_kind == TERN__BODY_LENGTH ? head->content_length : 0;
+    req->h1.expect_continue = head->expect_continue;
+    req->h1.body_kind = head->body_kind;
+    req->h1.body_left = head->body_kind == TERN__BODY_LENGTH ? head->content_length : 0;
 
     if (head->body_kind == TERN__BODY_LENGTH && head->content_length > srv->cfg->opt.max_body) {
         fail_request_for(hc, 413, head->method, head->method_len, head->target, head->target_len);
@@ -330,51 +399,17 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
         req->head = NULL;
         if (r == 1) {
             /* The connection belongs to the new protocol now. */
-            free_req(req);
+            tern__http_req_free(req);
             hc->req = NULL;
             return -1;
         }
         if (r < 0) {
             status = -r;
-            route = &route_status;
+            route = &tern__http_route_status;
             upgrade_refused = true;
         }
     }
-    if (route == NULL) {
-        route = find_route(hc, head, params, &status);
-        /* The parameters are handed over decoded: a path whose escapes do
-         * not decode is a bad request, as Go's server takes it, rather
-         * than a handler guessing what "%zz" meant. */
-        int err = route ? tern__http_params_decode(srv, params, head->path_len) : 0;
-        if (err < 0) {
-            route = NULL;
-            status = err == -ENOMEM ? 500 : 400;
-        }
-    }
-    if (route == NULL && status == 404 && upgrade && !head->upgrade) {
-        /* A WebSocket path asked for without the upgrade: RFC 9110 §15.5.22. */
-        const char *proto = upgrade->owns_path(req->host, head->path, head->path_len);
-        if (proto) {
-            status = 426;
-            tern_http_add_header(req, "Upgrade", proto);
-        }
-    }
-    if (route == NULL && status == 404 && req->host->not_found.fn)
-        route = &req->host->not_found;
-    if (route == NULL)
-        route = &route_status;
-    if (route == &route_status) {
-        params->count = 0;
-        params->rest = NULL;   /* no "*" either: what matched is not this answer's */
-        req->status = status;
-        /* 404, 405, 501, 426, a 400 for a path that does not decode: the
-         * server's own answers are logged like its other refusals. An
-         * upgrade's refusal (status from try_upgrade) was logged by the
-         * WebSocket layer already. */
-        if (!upgrade_refused)
-            tern__http_log_refusal(hc, status, head->method, head->method_len, head->target,
-                                   head->target_len, false);
-    }
+    route = pick_route(req, head, params, route, status, upgrade_refused);
     req->route = route;
     bool has_body = head->body_kind == TERN__BODY_CHUNKED ||
                     (head->body_kind == TERN__BODY_LENGTH && head->content_length > 0);
@@ -383,24 +418,24 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     if (!has_body) {
         req->body_done = true;
         hc->state = TERN__HTTP_WAIT;
-        call_handler(hc, head, params, "", 0);
+        call_handler(req, head, params, "", 0);
         return 0;
     }
     if (route->stream) {
         req->body_mode = TERN__BODY_STREAM;
         hc->state = TERN__HTTP_BODY;
         arm_body_timeout(hc, false);
-        call_handler(hc, head, params, NULL, 0);
+        call_handler(req, head, params, NULL, 0);
         return 0;
     }
     if (head->body_kind == TERN__BODY_LENGTH && head->content_length <= rest_len) {
         /* The whole body is here: hand it over in place. */
         size_t n = (size_t)head->content_length;
-        req->body_left = 0;
+        req->h1.body_left = 0;
         req->body_read = n;
         req->body_done = true;
         hc->state = TERN__HTTP_WAIT;
-        call_handler(hc, head, params, rest, n);
+        call_handler(req, head, params, rest, n);
         return (ssize_t)n;
     }
     /* The body spans reads: keep the head, gather the body. */
@@ -415,7 +450,7 @@ static ssize_t begin_request(tern__http_conn *hc, const char *head_bytes, size_t
     req->head_copy_len = head_len;
     hc->state = TERN__HTTP_BODY;
     arm_body_timeout(hc, false);
-    if (req->expect_continue && rest_len == 0)
+    if (req->h1.expect_continue && rest_len == 0)
         tern__http_send_continue(req);
     return 0;
 }
@@ -493,16 +528,16 @@ static ssize_t read_body(tern__http_conn *hc, char *data, size_t len) {
             break;
         const char *piece = NULL;
         size_t n = 0;
-        if (req->body_kind == TERN__BODY_LENGTH) {
-            n = len - pos < req->body_left ? len - pos : (size_t)req->body_left;
+        if (req->h1.body_kind == TERN__BODY_LENGTH) {
+            n = len - pos < req->h1.body_left ? len - pos : (size_t)req->h1.body_left;
             piece = data + pos;
             pos += n;
-            req->body_left -= n;
-            if (req->body_left == 0)
+            req->h1.body_left -= n;
+            if (req->h1.body_left == 0)
                 req->body_done = true;
         } else {
             size_t used = 0;
-            int r = tern__chunked_decode(&req->chunked, data + pos, len - pos, &used, &piece, &n,
+            int r = tern__chunked_decode(&req->h1.chunked, data + pos, len - pos, &used, &piece, &n,
                                          hc->srv->cfg->opt.max_head);
             pos += used;
             if (r == TERN__CHUNKED_ERROR) {
@@ -544,14 +579,8 @@ static ssize_t read_body(tern__http_conn *hc, char *data, size_t len) {
     return (ssize_t)pos;
 }
 
-void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user) {
-    if (req == NULL || fn == NULL)
-        return;
-    tern__http_conn *hc = req->hc;
-    if (hc == NULL || !req->route->stream || req->ended || req->body_fn)
-        return;
-    req->body_fn = fn;
-    req->body_user = user;
+void tern__h1_read_body(tern_http_req *req) {
+    tern__http_conn *hc = tern__h1_conn(req);
     if (req->body_mode != TERN__BODY_STREAM) {
         /* No body at all: its end is told at the end of this batch (not
          * inside this call, which may be the handler's). */
@@ -559,7 +588,7 @@ void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user) {
         tern__conn_defer(&hc->conn);
         return;
     }
-    if (req->expect_continue)
+    if (req->h1.expect_continue)
         tern__http_send_continue(req);
     if (!hc->in_data)
         tern__conn_resume(&hc->conn);
@@ -577,12 +606,12 @@ static bool next_request(tern__http_conn *hc) {
         /* Answered before the body was read (a stream route, or 404 to a
          * POST): read and drop the rest, unless the client is still waiting
          * for "100 Continue" and may never send it. */
-        if (req->expect_continue && !req->continue_sent)
-            req->close_after = true;
+        if (req->h1.expect_continue && !req->h1.continue_sent)
+            req->h1.close_after = true;
         req->body_mode = TERN__BODY_DROP;
         req->body_fn = NULL;
     }
-    if (req->close_after || !req->keep_alive || srv->shutting_down) {
+    if (req->h1.close_after || !req->h1.keep_alive || srv->shutting_down) {
         hc->state = TERN__HTTP_CLOSING;
         tern__conn_end(&hc->conn);
         return false;
@@ -602,13 +631,8 @@ static bool next_request(tern__http_conn *hc) {
     return true;
 }
 
-void tern__http_response_ended(tern_http_req *req) {
-    tern__http_conn *hc = req->hc;
-    if (hc == NULL) {   /* the connection went away before: the request was kept for this */
-        if (!req->live)
-            free_req(req);
-        return;
-    }
+void tern__h1_ended(tern_http_req *req) {
+    tern__http_conn *hc = tern__h1_conn(req);
     if (hc->in_data || hc->state != TERN__HTTP_WAIT) {
         /* Inline in a handler or a body callback: on_data goes on by itself
          * (or, for a stream still in BODY, next_request runs when the body
@@ -669,6 +693,11 @@ static size_t process(tern__http_conn *hc, char *data, size_t len) {
         case TERN__HTTP_IDLE:
             if (pos == len)
                 return pos;
+            if (hc->h2_ok) {
+                int h2 = try_h2(hc, data + pos, len - pos);
+                if (h2 >= 0)
+                    return h2 ? len : pos;
+            }
             /* Don't answer more while the kernel is not taking what we
              * sent: a client that pipelines without reading would make the
              * backlog grow without bound. on_drain resumes. */
@@ -869,11 +898,7 @@ static void on_close(tern__conn *c, int err) {
     tern_server *srv = hc->srv;
     tern_http_req *req = hc->req;
     hc->req = NULL;
-    if (req) {
-        req->hc = NULL;
-        req->close_err = err;   /* for the abort callback, or a response ended later */
-        if (!req->live)   /* a running handler settles it when it returns */
-            settle_orphan(req);
-    }
+    if (req)
+        tern__http_req_detach(req, err);
     tern__http_conn_closed_by_server(srv, c);
 }

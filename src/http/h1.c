@@ -35,6 +35,12 @@ static void update_date(tern_server *srv) {
     srv->date_sec = now;
 }
 
+const char *tern__http_date(tern_server *srv, size_t *len) {
+    update_date(srv);
+    *len = strlen(srv->date) - 8;   /* without "Date: " and the CRLF */
+    return srv->date + 6;
+}
+
 size_t tern__http_status_room(const tern_server *srv, int status) {
     /* "HTTP/1.1 " + 3 digits + ' ' + reason + CRLF */
     size_t n = 15 + strlen(tern_http_reason(status));
@@ -60,22 +66,27 @@ char *tern__http_put_status(char *p, tern_server *srv, int status) {
     return p;
 }
 
-size_t tern__h1_fields_room(const tern_http_req *req) {
+/* The handler's fields of req as "Name: value\r\n" lines: at most
+ * fields_room(req) bytes at p; returns the end of what put_fields wrote. */
+static size_t fields_room(const tern_http_req *req) {
     /* Each field's two NULs become ": " and CRLF, two bytes more; a field
      * takes at least three bytes (a name of one), so twice its size holds
      * it, and no count of the fields needs keeping. */
     return 2 * req->fields.len;
 }
 
-char *tern__h1_put_fields(char *p, const tern_http_req *req) {
+static char *put_field(char *p, const tern__http_field *f) {
+    p = put(p, f->name, f->name_len);
+    p = put(p, ": ", 2);
+    p = put(p, f->value, f->value_len);
+    return put(p, "\r\n", 2);
+}
+
+static char *put_fields(char *p, const tern_http_req *req) {
     tern__http_field f;
     size_t pos = 0;
-    while (tern__http_field_next(req->fields.data, req->fields.len, &pos, &f)) {
-        p = put(p, f.name, f.name_len);
-        p = put(p, ": ", 2);
-        p = put(p, f.value, f.value_len);
-        p = put(p, "\r\n", 2);
-    }
+    while (tern__http_field_next(req->fields.data, req->fields.len, &pos, &f))
+        p = put_field(p, &f);
     return p;
 }
 
@@ -100,10 +111,10 @@ static int64_t stream_framing(tern_http_req *req, int status) {
     if (status == 204 || status == 304)
         return TERN__HTTP_LEN_NONE;
     if (req->minor_version == 0) {
-        req->close_after = true;
+        req->h1.close_after = true;
         return LEN_UNTIL_CLOSE;
     }
-    req->chunked_out = true;
+    req->h1.chunked_out = true;
     return LEN_CHUNKED;
 }
 
@@ -111,20 +122,20 @@ static int64_t stream_framing(tern_http_req *req, int status) {
  * when it is small, into one cork reservation. */
 static int h1_head(tern_http_req *req, int status, const char *ctype, int64_t length,
                    const void *body, size_t body_len) {
-    tern__http_conn *hc = req->hc;
+    tern__conn *c = req->conn;
     tern_server *srv = req->srv;
     if (length == TERN__HTTP_LEN_STREAM)
         length = stream_framing(req, status);
-    if (srv->shutting_down || !req->keep_alive)
-        req->close_after = true;
+    if (srv->shutting_down || !req->h1.keep_alive)
+        req->h1.close_after = true;
     size_t clen = ctype ? strlen(ctype) : 0;
     size_t need = tern__http_status_room(srv, status) + (clen ? 16 + clen : 0) + 48 + 24 +
-                  tern__h1_fields_room(req) + 2;
+                  fields_room(req) + 2;
 
     bool inline_body = body_len <= 16384;
     size_t total = need + (inline_body ? body_len : 0);
     char *heap = NULL;
-    char *start = tern__conn_reserve(&hc->conn, total);
+    char *start = tern__conn_reserve(c, total);
     if (start == NULL) {
         heap = malloc(total);
         if (heap == NULL)
@@ -144,12 +155,12 @@ static int h1_head(tern_http_req *req, int status, const char *ctype, int64_t le
     } else if (length == LEN_CHUNKED) {
         p = put(p, "Transfer-Encoding: chunked\r\n", 28);
     }
-    if (req->close_after)
+    if (req->h1.close_after)
         p = put(p, "Connection: close\r\n", 19);
     else if (req->minor_version == 0)
         p = put(p, "Connection: keep-alive\r\n", 24);
     if (req->fields.len)
-        p = tern__h1_put_fields(p, req);
+        p = put_fields(p, req);
     p = put(p, "\r\n", 2);
     if (inline_body && body_len)
         p = put(p, body, body_len);
@@ -161,20 +172,20 @@ static int h1_head(tern_http_req *req, int status, const char *ctype, int64_t le
     TERN__STAT_ADD(srv, bytes_out, (size_t)(p - start) + (inline_body ? 0 : body_len));
     int r;
     if (heap == NULL) {
-        tern__conn_commit(&hc->conn, (size_t)(p - start));
+        tern__conn_commit(c, (size_t)(p - start));
         r = TERN_SEND_OK;
     } else {
-        r = tern__conn_write(&hc->conn, heap, (size_t)(p - start));
+        r = tern__conn_write(c, heap, (size_t)(p - start));
         free(heap);
     }
     if (r >= 0 && !inline_body && body_len)
-        r = tern__conn_write(&hc->conn, body, body_len);
+        r = tern__conn_write(c, body, body_len);
     return r;
 }
 
 static int h1_body(tern_http_req *req, const void *data, size_t len) {
-    if (!req->chunked_out)
-        return tern__conn_write(&req->hc->conn, data, len);
+    if (!req->h1.chunked_out)
+        return tern__conn_write(req->conn, data, len);
     /* The chunk's size line in hex, written by hand: snprintf cost 690
      * instructions a chunk, more than the rest of a small write (an SSE
      * event each: callgrind, /sse fan-out). */
@@ -188,21 +199,57 @@ static int h1_body(tern_http_req *req, const void *data, size_t len) {
         v >>= 4;
     } while (v);
     struct iovec iov[3] = {{size + n, sizeof(size) - n}, {(void *)data, len}, {"\r\n", 2}};
-    return tern__conn_writev(&req->hc->conn, iov, 3);
+    return tern__conn_writev(req->conn, iov, 3);
 }
 
 static int h1_file(tern_http_req *req, int fd, off_t offset, size_t len) {
-    return tern__conn_sendfile(&req->hc->conn, fd, offset, len);
+    return tern__conn_sendfile(req->conn, fd, offset, len);
 }
 
 static int h1_end(tern_http_req *req) {
-    if (req->chunked_out)
-        return tern__conn_write(&req->hc->conn, "0\r\n\r\n", 5);
+    if (req->h1.chunked_out)
+        return tern__conn_write(req->conn, "0\r\n\r\n", 5);
     return TERN_SEND_OK;
 }
 
 static size_t h1_buffered(const tern_http_req *req) {
-    return tern__conn_backlog(&req->hc->conn);
+    return tern__conn_backlog(req->conn);
+}
+
+/* The 101 of an upgrade: the status line (without Server and Date), the
+ * Upgrade and Connection fields, the upgrade's fields, the handler's and
+ * the blank line, in one write; the stream is the connection itself. The
+ * part before the handler's fields is bounded (TUNNEL_HEAD_MAX: the
+ * upgrade's fields are a key, a subprotocol and an extension offer), so a
+ * subprotocol too long for it is refused rather than sent. */
+enum { TUNNEL_HEAD_MAX = 1021 };
+
+static tern__conn *h1_tunnel(tern_http_req *req, const char *protocol,
+                             const tern__http_field *fields, size_t n) {
+    size_t plen = strlen(protocol);
+    size_t head = tern__http_status_room(NULL, 101) + 9 + plen + 23;
+    for (size_t i = 0; i < n; i++)
+        head += fields[i].name_len + fields[i].value_len + 4;
+    if (head > TUNNEL_HEAD_MAX)
+        return NULL;
+    size_t room = head + fields_room(req) + 2;
+    char small[1280];
+    char *buf = room <= sizeof(small) ? small : malloc(room);
+    if (buf == NULL)
+        return NULL;
+    char *p = tern__http_put_status(buf, NULL, 101);
+    p = put(p, "Upgrade: ", 9);
+    p = put(p, protocol, plen);
+    p = put(p, "\r\nConnection: Upgrade\r\n", 23);
+    for (size_t i = 0; i < n; i++)
+        p = put_field(p, &fields[i]);
+    p = put_fields(p, req);
+    p = put(p, "\r\n", 2);
+    tern__conn_write(req->conn, buf, (size_t)(p - buf));
+    if (buf != small)
+        free(buf);
+    req->fields.len = 0;
+    return req->conn;
 }
 
 const tern__http_proto tern__h1_proto = {
@@ -211,6 +258,9 @@ const tern__http_proto tern__h1_proto = {
     .file = h1_file,
     .end = h1_end,
     .buffered = h1_buffered,
+    .ended = tern__h1_ended,
+    .read_body = tern__h1_read_body,
+    .tunnel = h1_tunnel,
 };
 
 /* Sends a complete error response and ends the connection after it. Used
@@ -240,10 +290,10 @@ void tern__http_error_for(tern__http_conn *hc, int status, const char *m, size_t
             tern__conn_write(&hc->conn, body, body_len);
     }
     if (m)
-        tern__http_access_record_error(hc, status, body_len, m, ml, t, tl);
+        tern__http_access_record_error(srv, &hc->conn, status, body_len, m, ml, t, tl);
     else
-        tern__http_access_record_error(hc, status, body_len, "-", 1, "-", 1);
-    tern__http_log_refusal(hc, status, m, ml, t, tl, true);
+        tern__http_access_record_error(srv, &hc->conn, status, body_len, "-", 1, "-", 1);
+    tern__http_log_refusal(&hc->conn, status, m, ml, t, tl, true);
     tern__conn_end(&hc->conn);
 }
 
@@ -252,11 +302,11 @@ void tern__http_error(tern__http_conn *hc, int status) {
 }
 
 void tern__http_send_continue(tern_http_req *req) {
-    if (req->continue_sent || req->started || req->hc == NULL)
+    if (req->h1.continue_sent || req->started || req->conn == NULL)
         return;
-    req->continue_sent = true;
+    req->h1.continue_sent = true;
     char buf[32];
     char *p = tern__http_put_status(buf, NULL, 100);
     p = put(p, "\r\n", 2);
-    tern__conn_write(&req->hc->conn, buf, (size_t)(p - buf));
+    tern__conn_write(req->conn, buf, (size_t)(p - buf));
 }

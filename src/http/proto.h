@@ -1,7 +1,13 @@
 /* The seam between a request and the protocol it came over: what the
- * public response calls (response.c) ask of the wire, as a table of
- * stream operations. HTTP/1.1 is one implementation (h1.c); a second
- * protocol plugs in by giving its requests another table. Nothing here
+ * protocol-neutral code (the public response calls of response.c, the
+ * body reads of request.c, the WebSocket upgrade of ws/server.c) asks of
+ * the wire, as a table of stream operations. HTTP/1.1 is one
+ * implementation (h1.c, with conn.c's state machine); a second protocol
+ * plugs in by giving its requests another table and setting the
+ * protocol-neutral fields of tern_http_req (server.h): conn, the
+ * connection the request came over (its peer and TLS facts), and NULL
+ * once its stream is gone (tern__http_req_detach, which fires the abort);
+ * tls, minor_version, is_head, the body's mode and progress. Nothing here
  * is public. */
 #ifndef TERN_HTTP_PROTO_H
 #define TERN_HTTP_PROTO_H
@@ -12,6 +18,7 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "net/conn.h"
 #include "tern/http.h"
 
 /* A response's body length as the head op is told it: a byte count (>= 0),
@@ -47,9 +54,9 @@ static inline bool tern__http_field_next(const char *t, size_t len, size_t *pos,
 }
 
 /* The operations of one protocol on the stream of a request. Each is
- * called on the request's loop thread, with a request whose connection
- * is live (req->hc non-NULL), and returns a tern_send_result or a
- * negative error like the public call it serves.
+ * called on the request's loop thread, with a request whose stream is
+ * live (req->conn non-NULL); those returning int return a
+ * tern_send_result or a negative error like the public call they serve.
  * head: the status, Content-Type (NULL: none), the handler's fields and
  *   the body's length (or TERN__HTTP_LEN_*); with a known length, the
  *   whole body body[0..body_len) too (body_len is 0 for HEAD). Marks the
@@ -59,7 +66,36 @@ static inline bool tern__http_field_next(const char *t, size_t len, size_t *pos,
  * file: len bytes of fd from offset, as the body after a head of known
  *   length; owns fd (closes it when sent or on error).
  * end: the end of a streamed body.
- * buffered: the bytes accepted but not yet sent (back-pressure). */
+ * buffered: the bytes accepted but not yet sent (back-pressure).
+ * ended: the response ended (respond, respond_file or end, once per
+ *   request); the protocol moves on (HTTP/1.1: to the connection's next
+ *   request, or its close).
+ * read_body: the handler of a streaming route asked for the body
+ *   (req->body_fn is set): from now on the protocol hands it the body's
+ *   pieces as they arrive, never inside this call, and lets the peer send
+ *   more as the handler takes them (HTTP/1.1: "100 Continue" if the client
+ *   waits for it, reading resumed; a request without a body has its end
+ *   told at the batch end).
+ * tunnel: the upgrade of req to another protocol (a WebSocket) is
+ *   accepted: answers it with the protocol's fields, then the
+ *   upgrade's fields[0..n), then the handler's, and returns the byte
+ *   stream the new protocol takes over (tern__conn_move), or NULL when
+ *   it cannot answer (out of memory, or HTTP/1.1's 101 past its 1 KiB
+ *   before the handler's fields): nothing was sent. HTTP/1.1 answers "101 Switching
+ *   Protocols" with "Upgrade: protocol" and "Connection: Upgrade", and
+ *   its stream is the connection itself. A stream of a multiplexed
+ *   connection (RFC 8441's extended CONNECT, answered 200) would have to
+ *   provide a tern__conn of its own whose transport (tern__transport_ops)
+ *   carries the stream: send frames the bytes as the stream's DATA within
+ *   its flow-control window (what the window refuses is the backlog, and
+ *   on_drain comes when the peer opens it), received DATA is fed to the
+ *   conn's protocol with the window opened by what on_data consumed,
+ *   pause and resume stop and restart that opening, shutdown ends the
+ *   stream (END_STREAM), a close resets it (RST_STREAM) and the peer's
+ *   reset closes the conn; peer and TLS facts are those of the connection
+ *   under it; and its timeouts, send clock and memory count against that
+ *   stream, not the connection, so an idle WebSocket costs a tern_ws plus
+ *   the stream's state. */
 typedef struct tern__http_proto {
     int (*head)(tern_http_req *req, int status, const char *ctype, int64_t length,
                 const void *body, size_t body_len);
@@ -67,9 +103,14 @@ typedef struct tern__http_proto {
     int (*file)(tern_http_req *req, int fd, off_t offset, size_t len);
     int (*end)(tern_http_req *req);
     size_t (*buffered)(const tern_http_req *req);
+    void (*ended)(tern_http_req *req);
+    void (*read_body)(tern_http_req *req);
+    tern__conn *(*tunnel)(tern_http_req *req, const char *protocol, const tern__http_field *fields,
+                          size_t n);
 } tern__http_proto;
 
-/* h1.c: HTTP/1.1's. */
+/* h1.c: HTTP/1.1's; h2.c: HTTP/2's. */
 extern const tern__http_proto tern__h1_proto;
+extern const tern__http_proto tern__h2_proto;
 
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "http/proto.h"
 #include "http/server.h"
 #include "net/tls.h"
 
@@ -142,6 +143,16 @@ ssize_t tern_http_query_param(const tern_http_req *req, const char *name, char *
     return n;
 }
 
+void tern_http_read_body(tern_http_req *req, tern_http_body_fn fn, void *user) {
+    if (req == NULL || fn == NULL)
+        return;
+    if (req->conn == NULL || !req->route->stream || req->ended || req->body_fn)
+        return;
+    req->body_fn = fn;
+    req->body_user = user;
+    req->proto->read_body(req);
+}
+
 const char *tern_http_body(const tern_http_req *req, size_t *len) {
     if (!is_live(req) || req->body == NULL)
         return view("", 0, len);
@@ -154,8 +165,8 @@ const char *tern_http_sni(const tern_http_req *req, size_t *len) {
     /* OpenSSL's copy of the name lives with the session: as long as the
      * connection, which a live request has. */
     const char *name = NULL;
-    if (is_live(req) && req->hc && req->tls)
-        name = req->hc->conn.tp->ops->server_name(&req->hc->conn);
+    if (is_live(req) && req->conn && req->tls)
+        name = req->conn->tp->ops->server_name(req->conn);
     return view(name, name ? strlen(name) : 0, len);
 }
 
@@ -164,10 +175,10 @@ int tern_http_peer_cert(const tern_http_req *req, char *subject, size_t cap) {
         return -EINVAL;
     if (cap)
         subject[0] = '\0';
-    if (req->hc == NULL || (req->hc->conn.flags & TERN__CONN_CLOSED))
+    if (req->conn == NULL || (req->conn->flags & TERN__CONN_CLOSED))
         return -ENOTCONN;
     tern__tls_verify verify = TERN__TLS_VERIFY_OK;
-    if (tern__tls_peer_cert(&req->hc->conn, subject, cap, &verify) == 0)
+    if (tern__tls_peer_cert(req->conn, subject, cap, &verify) == 0)
         return 0;
     return verify == TERN__TLS_VERIFY_OK ? 1 : -EKEYREJECTED;
 }
@@ -195,7 +206,7 @@ int tern__peer(const tern__conn *c, struct sockaddr_storage *addr, socklen_t *le
 int tern_http_peer(const tern_http_req *req, struct sockaddr_storage *addr, socklen_t *len) {
     if (req == NULL)
         return -EINVAL;
-    return tern__peer(req->hc ? &req->hc->conn : NULL, addr, len);
+    return tern__peer(req->conn, addr, len);
 }
 
 int tern_http_param_int(const tern_http_req *req, const char *name, int64_t *out) {

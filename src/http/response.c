@@ -61,6 +61,30 @@ void tern__http_req_reset(tern_http_req *req) {
     req->fields.cap = fields.cap;
 }
 
+void tern__http_req_free(tern_http_req *req) {
+    free(req->head_copy);
+    tern__bytes_free(&req->body_buf);
+    tern__bytes_free(&req->fields);
+    free(req->access_copy);
+    free(req);
+}
+
+void tern__http_req_settle(tern_http_req *req) {
+    if (!req->dispatched || req->ended) {
+        tern__http_req_free(req);
+    } else if (req->abort_fn) {
+        req->abort_fn(req, req->abort_user);
+        tern__http_req_free(req);
+    }
+}
+
+void tern__http_req_detach(tern_http_req *req, int err) {
+    req->conn = NULL;
+    req->close_err = err;   /* for the abort callback, or a response ended later */
+    if (!req->live)   /* a running handler settles it when it returns */
+        tern__http_req_settle(req);
+}
+
 static bool value_ok(const char *v);
 
 void tern__http_error_page(const tern_server *srv, int status, char *buf, const char **ctype,
@@ -92,14 +116,14 @@ void tern__http_error_page(const tern_server *srv, int status, char *buf, const 
  * a handler (logging.md: "every refusal"). The request is named by method
  * and path when its head was read (m non-NULL): the query is left out, as
  * it may carry a credential (?token=). */
-void tern__http_log_refusal(tern__http_conn *hc, int status, const char *m, size_t ml,
+void tern__http_log_refusal(const tern__conn *c, int status, const char *m, size_t ml,
                             const char *t, size_t tl, bool closing) {
     if (!tern__log_on(TERN_LOG_DEBUG))
         return;
     char peer[TERN_ADDRSTRLEN] = "-";
     struct sockaddr_storage ss;
     socklen_t sl;
-    if (tern__peer(&hc->conn, &ss, &sl) == 0 &&
+    if (tern__peer(c, &ss, &sl) == 0 &&
         tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer)) < 0)
         strcpy(peer, "-");
     const char *reason = tern_http_reason(status);
@@ -125,7 +149,10 @@ static void end_response(tern_http_req *req) {
     req->ended = true;
     if (req->started)   /* else: the connection was gone, nothing was sent */
         tern__http_access_record(req, req->resp_status);
-    tern__http_response_ended(req);
+    if (req->conn)
+        req->proto->ended(req);
+    else if (!req->live)   /* its stream went before: req was kept for this */
+        tern__http_req_free(req);
 }
 
 /* A header value (or Content-Type) may hold visible ASCII, obs-text,
@@ -150,7 +177,7 @@ static bool name_ok(const char *n) {
 
 /* The loop-thread rule (loop.h, tern__loop_thread_ok) for a request whose
  * connection is live; one that is gone never reads its loop. */
-#define REQ_ON_THREAD(req, call) ((req)->hc == NULL || tern__loop_thread_ok((req)->srv->loop, call))
+#define REQ_ON_THREAD(req, call) ((req)->conn == NULL || tern__loop_thread_ok((req)->srv->loop, call))
 
 /* Checks common to every call that starts a response. 0 when it may. */
 static int check_start(tern_http_req *req, int status, const char *call) {
@@ -162,7 +189,7 @@ static int check_start(tern_http_req *req, int status, const char *call) {
         return -EALREADY;
     if (status < 200 || status > 999)
         return -EINVAL;
-    if (req->hc == NULL) {   /* the connection is gone: this ends the request */
+    if (req->conn == NULL) {   /* the stream is gone: this ends the request */
         end_response(req);
         return -EPIPE;
     }
@@ -231,7 +258,7 @@ int tern_http_write(tern_http_req *req, const void *data, size_t len) {
         return -EPERM;
     if (req->ended)
         return -EALREADY;
-    if (req->hc == NULL)
+    if (req->conn == NULL)
         return -EPIPE;
     if (req->is_head || len == 0)   /* a zero-size chunk would end the body */
         return TERN_SEND_OK;
@@ -247,7 +274,7 @@ int tern_http_end(tern_http_req *req) {
         return -EPERM;
     if (req->ended)
         return -EALREADY;
-    if (req->hc == NULL) {
+    if (req->conn == NULL) {
         end_response(req);
         return -EPIPE;
     }
@@ -279,7 +306,7 @@ int tern_http_respond_file(tern_http_req *req, int status, const char *content_t
 }
 
 size_t tern_http_buffered(const tern_http_req *req) {
-    return req && req->hc ? req->proto->buffered(req) : 0;
+    return req && req->conn ? req->proto->buffered(req) : 0;
 }
 
 void tern_http_on_drain(tern_http_req *req, tern_http_drain_fn fn, void *user) {

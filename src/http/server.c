@@ -112,7 +112,8 @@ int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_option
         return -EINVAL;
     if (opt && (opt->max_headers > 256 || (opt->server_header && !server_header_ok(opt->server_header)) ||
                 (opt->shutdown_ws_code != 0 && opt->shutdown_ws_code != 1001 &&
-                 opt->shutdown_ws_code != 1012)))
+                 opt->shutdown_ws_code != 1012) ||
+                (opt->http2 & ~(unsigned)(TERN_HTTP2_TLS | TERN_HTTP2_CLEARTEXT))))
         return -EINVAL;
     tern__server_config *cfg = calloc(1, sizeof(*cfg));
     if (cfg == NULL)
@@ -133,6 +134,7 @@ int tern_server_new(tern_server **out, tern_loop *loop, const tern_server_option
     if (!o->shutdown_ws_code) o->shutdown_ws_code = 1001;
     if (!o->max_connections) o->max_connections = 10000;
     if (!o->max_connections_per_ip) o->max_connections_per_ip = 50;
+    if (!o->http2_max_streams) o->http2_max_streams = 100;
     pthread_mutex_init(&cfg->admit.lock, NULL);
     const char *name = o->server_header ? o->server_header : "tern";
     if (*name) {   /* fits: server_header_ok bounds it */

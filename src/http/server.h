@@ -251,16 +251,37 @@ enum tern__body_mode { TERN__BODY_BUFFER, TERN__BODY_STREAM, TERN__BODY_DROP };
 
 typedef struct tern__http_conn tern__http_conn;
 
-/* The request in flight on a connection (one at a time). Its views (head,
- * params, body) are set only while the handler runs (live). The rest is
- * what the connection needs until the response ends.
- * Invariant: hc is NULL once the connection is gone (detached); the struct
- * is then freed when the response ends. proto is set with hc at each
- * request; the response calls reach the wire only through it, and only
- * while hc is set. fields holds the handler's headers until proto writes
- * the head (then it is emptied, its buffer kept for the next request). */
+/* HTTP/1.1's state of a request: its framing in both directions and
+ * its connection's fate. Only h1.c and conn.c read it; a protocol that
+ * frames its own way (a stream of a multiplexed connection) leaves it
+ * zero. Reset with the request. */
+typedef struct tern__h1_req {
+    bool keep_alive;           /* the client asked to keep the connection */
+    bool expect_continue;      /* client waits for "100 Continue" */
+    bool continue_sent;
+    bool chunked_out;          /* the response goes in the chunked coding */
+    bool close_after;          /* Connection: close */
+    int body_kind;             /* enum tern__http_body_kind */
+    uint64_t body_left;        /* TERN__BODY_LENGTH: bytes still to read */
+    uint64_t body_mark;        /* body_read when the body timeout was last armed */
+    tern__chunked chunked;     /* the chunked body's decoder */
+} tern__h1_req;
+
+/* The request in flight on a stream (over HTTP/1.1: the connection's one
+ * at a time). Its views (head, params, body) are set only while the
+ * handler runs (live). The rest is what the protocol needs until the
+ * response ends.
+ * Invariant: conn is the connection the request came over while its
+ * stream lives, and NULL once the stream is gone (detached: the
+ * connection closed, or the peer reset the stream); the struct is then
+ * freed when the response ends (tern__http_req_detach). The peer and TLS
+ * facts are the connection's (tern__peer, tern__tls_*). proto is set with
+ * conn; the response calls reach the wire only through it, and only
+ * while conn is set. fields holds the handler's headers until proto
+ * writes the head (then it is emptied, its buffer kept for the next
+ * request). h1 is HTTP/1.1's alone (zero under another protocol). */
 struct tern_http_req {
-    tern__http_conn *hc;
+    tern__conn *conn;
     const struct tern__http_proto *proto;   /* how its response goes on the wire (proto.h) */
     tern_server *srv;
     const tern__vhost *host;   /* what routed it (the Host header's) */
@@ -276,19 +297,13 @@ struct tern_http_req {
     size_t body_len;
 
     /* what is known of the request */
-    uint8_t minor_version;
+    uint8_t minor_version;     /* tern_http_minor_version: HTTP/1.x's x */
     bool tls;                  /* it came over TLS */
-    bool keep_alive;
     bool is_head;              /* HEAD: no body in the response */
-    bool expect_continue;      /* client waits for "100 Continue" */
-    bool continue_sent;
-    int body_kind;             /* enum tern__http_body_kind */
-    uint64_t body_left;        /* TERN__BODY_LENGTH: bytes still to read */
     uint64_t body_read;        /* bytes of body read so far (decoded) */
-    uint64_t body_mark;        /* body_read when the body timeout was last armed */
-    tern__chunked chunked;
     uint8_t body_mode;         /* enum tern__body_mode */
     bool body_done;
+    tern__h1_req h1;
 
     /* buffered body (non-streaming routes, when it spans reads) */
     char *head_copy;           /* the head bytes, re-parsed at dispatch */
@@ -303,8 +318,6 @@ struct tern_http_req {
     /* response */
     bool started;              /* head sent */
     bool ended;
-    bool chunked_out;          /* chunked transfer coding */
-    bool close_after;          /* Connection: close */
     tern__bytes fields;        /* added headers, "name\0value\0"... (proto.h) */
 
     int close_err;             /* the error its connection went with: tern_http_close_error */
@@ -331,10 +344,18 @@ struct tern__http_conn {
     bool waiting_drain;        /* paused until the backlog drains */
     bool in_data;              /* inside on_data: the state machine runs itself */
     bool peer_probed;          /* the FIN came with an answer pending: the 100 probe went */
+    bool h2_ok;                /* fresh, on a listener serving HTTP/2: its preface moves it to h2.c */
     uint16_t probe_wait_ms;    /* the next look for the probe's reset (0: no longer looking) */
     size_t scanned;
     tern_http_req *req;        /* allocated at the first request, reused */
 };
+
+/* The HTTP/1.1 connection of a request whose proto is tern__h1_proto and
+ * whose connection lives (req->conn, the first member of its
+ * tern__http_conn). */
+static inline tern__http_conn *tern__h1_conn(const tern_http_req *req) {
+    return (tern__http_conn *)req->conn;
+}
 
 /* Tells each module with state on srv that ws ended (closed) or that
  * its backlog went out (drained). A loop where no module has state pays
@@ -354,10 +375,30 @@ static inline void tern__srv_ws_drained(tern_server *srv, struct tern_ws *ws) {
 void tern__http_accept(void *srv, int fd);
 /* The same for a TLS listener; user is its tern__https_listener. */
 void tern__https_accept(void *user, int fd);
-void tern__http_response_ended(tern_http_req *req);
 /* Every accepted connection's on_close calls it once (c: the connection,
  * for its place in the limits' counts). */
 void tern__http_conn_closed_by_server(tern_server *srv, const tern__conn *c);
+/* Runs the route's handler of req (req->route) with the views head,
+ * params and the body (NULL for a streamed one), live while it runs; a
+ * request whose stream went during the handler is settled when it
+ * returns. Any protocol's. */
+void tern__http_call_handler(tern_http_req *req, const tern__http_head *head,
+                             const tern__route_params *params, const char *body, size_t body_len);
+/* The route of req (its host set) for head, which no upgrade took: route
+ * when an upgrade refused it already (tern__http_route_status with
+ * status; refused: the WebSocket layer logged it), else a handler's
+ * (params decoded), the host's not-found handler, or
+ * tern__http_route_status with the server's own answer in req->status
+ * (404, 405, 501, 400 for a path that does not decode, 426 for a
+ * WebSocket path over HTTP/1.1 without the upgrade), logged as a
+ * refusal. Any protocol's. */
+const tern__http_route *tern__http_pick_route(tern_http_req *req, const tern__http_head *head,
+                                              tern__route_params *params,
+                                              const tern__http_route *route, int status,
+                                              bool refused);
+/* The route that answers req->status with the error page (405 with
+ * Allow). */
+extern const tern__http_route tern__http_route_status;
 
 /* admit.c: the connection limits. admit decides on a connection just
  * accepted on fd (a Unix socket's is not counted by address): 0
@@ -416,8 +457,9 @@ int tern__peer(const tern__conn *c, struct sockaddr_storage *addr, socklen_t *le
 void tern__http_access_begin(tern_http_req *req);
 void tern__http_access_keep(tern_http_req *req);
 void tern__http_access_record(tern_http_req *req, int status);
-void tern__http_access_record_error(tern__http_conn *hc, int status, uint64_t bytes,
-                                    const char *m, size_t ml, const char *t, size_t tl);
+void tern__http_access_record_error(tern_server *srv, const tern__conn *c, int status,
+                                    uint64_t bytes, const char *m, size_t ml, const char *t,
+                                    size_t tl);
 void tern__http_access_drop(tern_server *srv);
 /* An entry made by a layer above (a WebSocket session at its end): e's
  * strings NUL-terminated, copied. */
@@ -429,8 +471,21 @@ void tern__server_ws_session_ended(tern_server *srv, uint64_t ms);
 /* static.c */
 void tern__http_static_free(tern__vhost *vh);
 
-/* response.c */
+/* response.c: a request's life, the same under every protocol. reset
+ * empties req for the next request of its stream (keeping the fields'
+ * buffer); free frees it. */
 void tern__http_req_reset(tern_http_req *req);
+void tern__http_req_free(tern_http_req *req);
+/* The stream of req is gone (its connection closed, or the peer reset
+ * it) with err (tern_http_close_error): conn becomes NULL, and unless a
+ * handler is running (it settles req when it returns, with
+ * tern__http_req_settle) req is settled now. */
+void tern__http_req_detach(tern_http_req *req, int err);
+/* A request whose stream is gone and whose handler is not running: freed
+ * when nothing will answer it (never dispatched, or ended), or when a
+ * handler holds it, its abort callback is told and it is freed; without
+ * an abort callback it waits for the handler's answer, which frees it. */
+void tern__http_req_settle(tern_http_req *req);
 /* The Content-Type and body of an answer the server makes itself for
  * status: the reason phrase and a newline, written into buf (room for
  * TERN__ERROR_PAGE_BUF bytes), or what the configuration's error_page
@@ -441,7 +496,7 @@ void tern__http_error_page(const tern_server *srv, int status, char *buf, const 
 /* The debug log line of an answer the server made itself instead of a
  * handler (tern__http_error_for's; m NULL: the head was not read);
  * closing: the connection ends after it. */
-void tern__http_log_refusal(tern__http_conn *hc, int status, const char *m, size_t ml,
+void tern__http_log_refusal(const tern__conn *c, int status, const char *m, size_t ml,
                             const char *t, size_t tl, bool closing);
 
 /* h1.c: HTTP/1.1's wire format, beyond its tern__h1_proto (proto.h). */
@@ -452,17 +507,24 @@ void tern__http_error_for(tern__http_conn *hc, int status, const char *m, size_t
                           const char *t, size_t tl);
 /* The interim "100 Continue", once, before the response starts. */
 void tern__http_send_continue(tern_http_req *req);
+/* h2.c: moves hc, whose first bytes are HTTP/2's preface (rest[0..len),
+ * fed to the new connection at the batch end), into an HTTP/2
+ * connection. 0, or a negative error with hc untouched. */
+TERN_MUST_CHECK
+int tern__h2_start(tern__http_conn *hc, const char *rest, size_t len);
+/* conn.c's parts of tern__h1_proto (proto.h): the response of req ended,
+ * and its handler asked for the body. */
+void tern__h1_ended(tern_http_req *req);
+void tern__h1_read_body(tern_http_req *req);
 /* The one writer of a status line: "HTTP/1.1 NNN Reason\r\n" at p, then,
  * when srv is given, its Server and Date lines (final responses carry
  * them; the interim 100 and the 101 of an upgrade are sent without).
  * Writes at most tern__http_status_room(srv, status) bytes; returns the
  * end of what it wrote. */
 char *tern__http_put_status(char *p, tern_server *srv, int status);
+/* The Date field's value now (formatted once a second), *len bytes; for
+ * a protocol that writes its fields its own way (HTTP/2). */
+const char *tern__http_date(tern_server *srv, size_t *len);
 size_t tern__http_status_room(const tern_server *srv, int status);
-/* The handler's fields of req as "Name: value\r\n" lines at p (the
- * upgrade's 101 carries them too): at most tern__h1_fields_room(req)
- * bytes; returns the end of what it wrote. */
-char *tern__h1_put_fields(char *p, const tern_http_req *req);
-size_t tern__h1_fields_room(const tern_http_req *req);
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "http/proto.h"
 #include "loop/log.h"
 #include "tern/run.h"
 #include "ws/handshake.h"
@@ -135,7 +136,7 @@ static tern__ws_acct *acct_new(tern_http_req *req) {
     char peer[TERN_ADDRSTRLEN] = "-";
     struct sockaddr_storage ss;
     socklen_t sl;
-    if (tern__peer(&req->hc->conn, &ss, &sl) == 0 &&
+    if (tern__peer(req->conn, &ss, &sl) == 0 &&
         tern_addr_format((struct sockaddr *)&ss, sl, peer, sizeof(peer)) < 0)
         strcpy(peer, "-");
     size_t plen = strlen(peer);
@@ -214,48 +215,30 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
 
     char accept[TERN__WS_ACCEPT_LEN + 1];
     tern__ws_accept(key->value, key->value_len, accept);
-    tern__http_conn *hc = req->hc;
     /* The access log's entry comes when the session ends, with what it
      * moved; what it needs of the request is copied now. */
     tern__ws_acct *acct = acct_new(req);
-    char buf[1024];
-    char *p = tern__http_put_status(buf, NULL, 101);
-    size_t room = sizeof(buf) - (size_t)(p - buf);
-    int n = snprintf(p, room,
-                     "Upgrade: websocket\r\n"
-                     "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n%s%s%s%s%s%s",
-                     accept, subprotocol ? "Sec-WebSocket-Protocol: " : "",
-                     subprotocol ? subprotocol : "", subprotocol ? "\r\n" : "",
-                     pmd_on ? "Sec-WebSocket-Extensions: " : "", pmd_on ? ext : "",
-                     pmd_on ? "\r\n" : "");
-    if (n < 0 || (size_t)n >= room - 2) {
+    /* The answer's fields, then the handler's (on_upgrade may add some):
+     * the protocol under the request writes them its way and hands over
+     * the byte stream (HTTP/1.1: a 101 on the connection itself). */
+    tern__http_field f[3];
+    size_t nf = 0;
+    f[nf++] = (tern__http_field){"Sec-WebSocket-Accept", accept, 20, TERN__WS_ACCEPT_LEN};
+    if (subprotocol)
+        f[nf++] = (tern__http_field){"Sec-WebSocket-Protocol", subprotocol, 22,
+                                     strlen(subprotocol)};
+    if (pmd_on)
+        f[nf++] = (tern__http_field){"Sec-WebSocket-Extensions", ext, 24, strlen(ext)};
+    tern__conn *stream = req->proto->tunnel(req, "websocket", f, nf);
+    if (stream == NULL) {
         free(acct);
         upgrade_failed(route, conn_user, 500);
         return -500;
     }
-    /* The handler's fields (on_upgrade may add some) and the blank line,
-     * serialized by HTTP/1.1 like a response head's: on the stack unless
-     * there are many. */
-    char small[256];
-    size_t fields_room = tern__h1_fields_room(req) + 2;
-    char *fields = fields_room <= sizeof(small) ? small : malloc(fields_room);
-    if (fields == NULL) {
-        free(acct);
-        upgrade_failed(route, conn_user, 500);
-        return -500;
-    }
-    char *end = tern__h1_put_fields(fields, req);
-    memcpy(end, "\r\n", 2);
-    struct iovec iov[2] = {{buf, (size_t)(p - buf) + (size_t)n},
-                           {fields, (size_t)(end + 2 - fields)}};
-    tern__conn_writev(&hc->conn, iov, 2);
-    if (fields != small)
-        free(fields);
-    req->fields.len = 0;
-    if (tern__ws_open(&hc->conn, &route->ep, conn_user, sub, pmd_on ? &pmd : NULL, rest,
-                      rest_len, acct) < 0) {
+    if (tern__ws_open(stream, &route->ep, conn_user, sub, pmd_on ? &pmd : NULL, rest, rest_len,
+                      acct) < 0) {
         /* No tern_ws was made: the 101 went out, the connection drops. */
-        tern__conn_close(&hc->conn, -ENOMEM);
+        tern__conn_close(stream, -ENOMEM);
         upgrade_failed(route, conn_user, 500);
         return 1;
     }

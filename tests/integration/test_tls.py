@@ -154,7 +154,8 @@ def test_close_notify_sent_and_honoured(tls_tern):
 # ---- handshake: versions, ALPN, SNI, resumption, timeout, garbage -----------
 
 def test_alpn_http11_and_h2_only_is_refused(tls_tern):
-    tern = tls_tern()
+    # With HTTP/2 off (it is offered by default: test_h2.py).
+    tern = tls_tern("--http2", "off")
     s = tls_connect(tern, ctx=client_ctx(alpn=["h2", "http/1.1"]))
     assert s.selected_alpn_protocol() == "http/1.1"
     s.close()
