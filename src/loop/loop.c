@@ -81,6 +81,13 @@ int tern__io_moved(tern_loop *loop, tern__io *io) { return loop->bk->io_moved(lo
 
 void tern__io_close(tern_loop *loop, tern__io *io) { loop->bk->io_close(loop, io); }
 
+void tern__io_close_dropping(tern_loop *loop, tern__io *io) {
+    if (loop->bk->io_close_dropping)
+        loop->bk->io_close_dropping(loop, io);
+    else
+        loop->bk->io_close(loop, io);
+}
+
 bool tern__io_acceptor(tern_loop *loop, tern__io *io, bool one_at_a_time) {
     return loop->bk->io_acceptor ? loop->bk->io_acceptor(loop, io, one_at_a_time) : false;
 }

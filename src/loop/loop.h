@@ -56,6 +56,12 @@ int tern__io_moved(tern_loop *loop, tern__io *io);
  * interest, then close()): a back end that holds the descriptor in work of
  * its own (io_uring) lets go of it. The caller may free the watcher. */
 void tern__io_close(tern_loop *loop, tern__io *io);
+/* As tern__io_close, for a peer that stopped reading (a send timeout):
+ * what the back end took for a send and the kernel has not is dropped,
+ * not sent. io_uring would otherwise give its send in flight
+ * CLOSE_SEND_MS more, and the peer would see the cut that much late. A
+ * back end that holds no sends of its own (epoll, poll) just closes. */
+void tern__io_close_dropping(tern_loop *loop, tern__io *io);
 
 /* Listeners: a listening socket's watcher asks tern__io_acceptor whether
  * the back end accepts its connections itself (io_uring's multishot

@@ -78,6 +78,8 @@ typedef struct tern__backend_ops {
     int (*io_set)(tern_loop *loop, tern__io *io, uint32_t events);
     int (*io_moved)(tern_loop *loop, tern__io *io);
     void (*io_close)(tern_loop *loop, tern__io *io);
+    /* Optional (a back end that holds sends): tern__io_close_dropping. */
+    void (*io_close_dropping)(tern_loop *loop, tern__io *io);
     int (*wait)(tern_loop *loop, int timeout_ms);
     /* Optional: hands the kernel what is waiting to be submitted, without
      * waiting (when tern_loop_run returns: what was written is then on its

@@ -423,7 +423,10 @@ static void submit_last_send(tern__uring *u, tern__usend *s) {
     io_uring_sqe_set_data64(sqe, UD(u, s->fd, TAG_IGNORE));
 }
 
-static void ur_io_close(tern_loop *loop, tern__io *io) {
+/* Closes io's descriptor once the kernel has let go of it. keep_send: the
+ * send in flight or queued still goes, given CLOSE_SEND_MS; else it is
+ * cancelled or dropped (the peer stopped reading). */
+static void close_stream(tern_loop *loop, tern__io *io, bool keep_send) {
     tern__uring *u = ur_of(loop);
     int fd = io->fd;
     io->events = 0;
@@ -437,12 +440,21 @@ static void ur_io_close(tern_loop *loop, tern__io *io) {
     rest_drop(u, fd);
     uint32_t st = u->fds[fd].st;
     struct io_uring_sqe *sqe;
-    if ((st & ST_SEND) && (sqe = get_sqe(u)) != NULL) {
+    if ((st & ST_SEND) && !keep_send && (sqe = get_sqe(u)) != NULL) {
+        /* Its completion (-ECANCELED) lets settle_closing close fd. */
+        io_uring_prep_cancel64(sqe, (uint64_t)(uintptr_t)tx_of(u, fd) | TAG_SEND, 0);
+        io_uring_sqe_set_data64(sqe, UD(u, fd, TAG_IGNORE));
+    } else if ((st & ST_SEND) && (sqe = get_sqe(u)) != NULL) {
         /* Given CLOSE_SEND_MS too, by a timer that cancels it (on_guard). */
         io_uring_prep_timeout(sqe, (struct __kernel_timespec *)&close_send_ts, 0, 0);
         io_uring_sqe_set_data64(sqe, UD(u, fd, TAG_GUARD));
     }
-    if (st & ST_TXQ) {
+    if ((st & ST_TXQ) && !keep_send) {
+        /* Never submitted: flush_dirty skips fd without ST_TXQ. */
+        send_put(u, tx_of(u, fd));
+        tx_set(u, fd, NULL);
+        st &= ~ST_TXQ;
+    } else if (st & ST_TXQ) {
         submit_last_send(u, tx_of(u, fd));
         st = (st & ~ST_TXQ) | ST_SEND;
     }
@@ -463,6 +475,10 @@ static void ur_io_close(tern_loop *loop, tern__io *io) {
                     ST_CLOSING;
     settle_closing(u, fd);
 }
+
+static void ur_io_close(tern_loop *loop, tern__io *io) { close_stream(loop, io, true); }
+
+static void ur_io_close_dropping(tern_loop *loop, tern__io *io) { close_stream(loop, io, false); }
 
 /* ---- listeners -------------------------------------------------------- */
 
@@ -779,6 +795,7 @@ const tern__backend_ops tern__uring_backend = {
     .io_set = ur_io_set,
     .io_moved = ur_io_moved,
     .io_close = ur_io_close,
+    .io_close_dropping = ur_io_close_dropping,
     .wait = ur_wait,
     .flush = ur_flush,
     .io_acceptor = ur_io_acceptor,

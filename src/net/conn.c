@@ -259,7 +259,9 @@ static void release(tern__conn *c) {
     n->closed = c;
 }
 
-void tern__conn_close(tern__conn *c, int err) {
+/* tern__conn_close; dropping: the peer stopped reading, so what the back
+ * end still holds to send is dropped rather than given time to go. */
+static void close_conn(tern__conn *c, int err, bool dropping) {
     if (c->flags & TERN__CONN_CLOSED)
         return;
     /* A failure kept for the batch end came first: it is what went wrong
@@ -267,10 +269,15 @@ void tern__conn_close(tern__conn *c, int err) {
     if ((c->flags & TERN__CONN_FAILED) && c->err != 0)
         err = c->err;
     c->err = err;
-    tern__io_close(c->loop, &c->io);
+    if (dropping)
+        tern__io_close_dropping(c->loop, &c->io);
+    else
+        tern__io_close(c->loop, &c->io);
     release(c);
     c->proto->on_close(c, err);
 }
+
+void tern__conn_close(tern__conn *c, int err) { close_conn(c, err, false); }
 
 int tern__conn_move(tern__conn *from, tern__conn *to, const tern__conn_proto *proto) {
     tern__net *n = net_of(from->loop);
@@ -994,7 +1001,7 @@ static void conn_timeout(tern__wheel_entry *e) {
         if (k == NULL || (limit && now - k->stamp >= limit)) {
             tern__log(TERN_LOG_INFO, TERN__LOG_SEND_TIMEOUT,
                       "net: send timeout, %zu bytes the peer did not take", tern__conn_backlog(c));
-            tern__conn_close(c, -ETIMEDOUT);
+            close_conn(c, -ETIMEDOUT, true);
         }
         else
             tern__conn_send_clock(c);

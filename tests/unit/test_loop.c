@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
+#include <poll.h>
 
 #include "loop/loop_internal.h"
 
@@ -840,6 +841,59 @@ static void streams_outrunning_the_provided_buffers_get_every_byte(void **state)
     tern_loop_free(loop);
 }
 
+/* ---- streams: a close for a peer that stopped reading ------------------ */
+
+static void quiet_fired(tern__io *io, uint32_t revents) {
+    (void)io;
+    (void)revents;
+}
+
+/* Whether the peer of fd sees its end: fd's descriptor is closed. */
+static bool peer_sees_end(int peer) {
+    struct pollfd p = {.fd = peer, .events = POLLIN};
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLHUP);
+}
+
+/* A stream whose peer never reads, with a send in flight that the socket
+ * cannot take, closed dropping what it holds (net's send timeout): the
+ * descriptor closes within a few turns, not after the CLOSE_SEND_MS
+ * io_uring gives the last send of an ordinary close (the peer would see
+ * the cut that late). Epoll holds no sends: its close is at once. */
+static void a_close_dropping_unsent_bytes_ends_at_once(void **state) {
+    (void)state;
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    tern__io io;
+    tern__io_init(&io, sv[0], quiet_fired);
+    if (tern__io_stream(loop, &io, true)) {
+        assert_int_equal(tern__io_set(loop, &io, TERN__IO_IN), 0);
+        static char data[1 << 20];
+        struct iovec iov = {data, sizeof(data)};
+        assert_true(tern__io_send(loop, &io, &iov, 1) > 0);
+        /* A turn: the send is submitted, and stays in flight (the socket
+         * holds far less than 1 MiB and nobody reads). */
+        int ran = 0;
+        assert_int_equal(tern_loop_post(loop, post_stops, &ran), 0);
+        assert_int_equal(tern_loop_run(loop), 0);
+        assert_true(tern__io_unsent(loop, &io) > 0);
+    }
+    uint64_t start = tern_loop_now(loop);
+    tern__io_close_dropping(loop, &io);
+    /* Turns until the peer sees the end, for at most half CLOSE_SEND_MS:
+     * a cancel takes a turn or two; an ordinary close would take 2 s. */
+    while (!peer_sees_end(sv[1]) && tern_loop_now(loop) - start < 1000) {
+        int ran = 0;
+        assert_int_equal(tern_loop_post(loop, post_stops, &ran), 0);
+        assert_int_equal(tern_loop_run(loop), 0);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    assert_true(peer_sees_end(sv[1]));
+    tern_loop_free(loop);
+    close(sv[1]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(timers_fire_in_deadline_order),
@@ -860,6 +914,7 @@ int main(void) {
         cmocka_unit_test(refused_io_uring_falls_back_to_epoll),
         cmocka_unit_test(the_peers_end_alone_is_told_and_bytes_are_not),
         cmocka_unit_test(a_reused_descriptor_number_serves_its_new_watcher),
+        cmocka_unit_test(a_close_dropping_unsent_bytes_ends_at_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
