@@ -25,6 +25,10 @@ static bool is_nats(const char *url) {
     return strncmp(url, "nats://", 7) == 0 || strncmp(url, "tls://", 6) == 0;
 }
 
+const char *app_serve_bridge_engine(const char *url) {
+    return is_nats(url) ? "nats" : "redis";
+}
+
 /* Where the userinfo's '@' is (the last one before the path; for NATS,
  * before the first server's end: its ',' or the query too), or NULL. */
 static const char *userinfo_end(const char *url) {
@@ -81,7 +85,7 @@ char *app_serve_redis_url(const char *url, const char *password_file) {
     app_serve_redis_redact(url, shown, sizeof(shown));
     const char *at = userinfo_end(url);
     if (strncmp(url, "redis://", 8) != 0 || (at && memchr(url + 8, ':', (size_t)(at - url - 8)))) {
-        fprintf(stderr, "tern serve: --redis-password-file needs a --redis URL without a "
+        fprintf(stderr, "tern serve: --redis-password-file needs a --bridge URL without a "
                         "password (redis://[user@]host[:port][/db]): %s\n", shown);
         return NULL;
     }
