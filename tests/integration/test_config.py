@@ -153,6 +153,9 @@ def test_print_config_fed_back_gives_the_same_configuration(tmp_path):
     ("--bridge", "nats://s3cret@127.0.0.1:4222,nats://127.0.0.1:4223",
      "nats://****@127.0.0.1:4222,nats://127.0.0.1:4223"),
     ("--redis", "tls://s3cret@127.0.0.1:4222?ca=ca.pem", "tls://****@127.0.0.1:4222?ca=ca.pem"),
+    ("--bridge", "nats://127.0.0.1:4222,tern:s3cret@127.0.0.1:4223?creds=c,x",
+     "nats://127.0.0.1:4222,tern:****@127.0.0.1:4223?creds=c,x"),
+    ("--bridge", "redis://tern@127.0.0.1:6379", "redis://tern@127.0.0.1:6379"),
 ])
 def test_print_config_masks_the_bridge_urls_secret(flag, url, shown):
     """A password or token in the bridge's URL never reaches --print-config
