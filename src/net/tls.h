@@ -49,7 +49,11 @@ int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tl
 /* The client's side (wss). A context for outbound connections: TLS 1.2+,
  * the ALPN list alpn, and unless insecure, verification against ca_file
  * (PEM) or the system's CAs. NULL on error (logged at warn). Sessions
- * made from it keep what they need of it: it may be freed before them. */
+ * made from it keep what they need of it: it may be freed before them.
+ * Shared: while one is held, another asked with the same settings is the
+ * same context (loading the CA store is the costly part: see tls.c), and
+ * free releases it; a context asked after the last free reads the CA file
+ * afresh. Any thread. */
 typedef struct tern__tls_client tern__tls_client;
 tern__tls_client *tern__tls_client_new(const char *ca_file, bool insecure, const char *alpn);
 void tern__tls_client_free(tern__tls_client *ctx);
