@@ -53,6 +53,12 @@ typedef struct h2_conn {
     /* Body bytes read on every stream, and their count when the body
      * clock was last armed (clock). */
     uint64_t body_bytes, body_mark;
+    /* The highest stream id the peer sent HEADERS on, and which of the 64
+     * ids below it (bit k: peer_max - 2k) it used: HEADERS on one it
+     * skipped, a stream idle then implicitly closed (RFC 9113 §5.1.1),
+     * is a connection error nghttp2 lets pass (it keeps no record). */
+    int32_t peer_max;
+    uint64_t peer_used;
 } h2_conn;
 
 /* One stream's request. Invariants: req is first (the neutral code frees
@@ -318,6 +324,28 @@ static void body_end(h2_stream *st) {
 }
 
 /* ---- nghttp2's callbacks ---------------------------------------------- */
+
+/* Every frame's header, before its payload: the peer's HEADERS ids
+ * (peer_max, peer_used). An id it skipped ends the connection with
+ * PROTOCOL_ERROR; ids further back than 64 streams are left to nghttp2
+ * (a stream closed long ago may still see trailers sent before the
+ * peer heard of its reset). */
+static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *user) {
+    h2_conn *h2 = user;
+    int32_t id = hd->stream_id;
+    if (hd->type != NGHTTP2_HEADERS || id % 2 == 0)
+        return 0;
+    if (id > h2->peer_max) {
+        int32_t k = (id - h2->peer_max) / 2;
+        h2->peer_used = k < 64 ? (h2->peer_used << k) | 1 : 1;
+        h2->peer_max = id;
+        return 0;
+    }
+    int32_t k = (h2->peer_max - id) / 2;
+    if (k < 64 && !(h2->peer_used >> k & 1))
+        nghttp2_session_terminate_session(ng, NGHTTP2_PROTOCOL_ERROR);
+    return 0;
+}
 
 static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, void *user) {
     h2_conn *h2 = user;
@@ -887,6 +915,7 @@ static nghttp2_session *session_new(h2_conn *h2) {
     nghttp2_session_callbacks *cb;
     if (nghttp2_session_callbacks_new(&cb) != 0)
         return NULL;
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
