@@ -132,6 +132,13 @@ int app_serve_rules_build(const app_serve_settings *set, app_topic_rules *t) {
         market->history = FEED_HISTORY;
         market->history_ms = FEED_HISTORY_MS;
     }
+    /* The page shows who watches "market": presence=on, unless a rule
+     * said otherwise. The page asks presence_stats every few seconds, O(1)
+     * a question; join-leave stays off, since each join and leave would go
+     * to every subscriber: N messages a subscribe on a topic that load
+     * tests fill with thousands. Without the page, nobody is listed. */
+    if (set->page && market && !market->prefix && !market->has_presence)
+        market->has_presence = market->presence = true;
     return 0;
 }
 

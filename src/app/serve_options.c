@@ -451,9 +451,10 @@ const app_opt app_serve_opts[SV_COUNT] = {
                           "off by default).\n"
                           "Closed by default: without a rule only tokens open a topic.\n"
                           "\"market\" and \"stats\" (the feed's) are subscribe=anyone\n"
-                          "publish=none. SIGHUP applies changes of subscribe=,\n"
-                          "publish=, presence= and join-leave= to the operations that\n"
-                          "follow; the other keys need a restart",
+                          "publish=none, and with --page on \"market\" presence=on\n"
+                          "(the page shows who is watching). SIGHUP applies changes\n"
+                          "of subscribe=, publish=, presence= and join-leave= to the\n"
+                          "operations that follow; the other keys need a restart",
         VALS(topics)},
     [SV_PS_TOPIC] = {"pubsub-topic-policy", 0, S, "PREFIX=P", .check = topic_policy_ok,
                      .flags = REPEAT, .max_count = TERN_TOPIC_RULES_MAX,
