@@ -40,6 +40,9 @@ int tern__tls_attach(tern__conn *c, tern_tls *tls, const char *alpn);
 void tern__tls_ref(tern_tls *tls);
 /* Is c's transport TLS (a server's or a client's session)? */
 bool tern__tls_is(const tern__conn *c);
+/* Did c's handshake choose proto (a name, "h2") by ALPN? false when it
+ * chose another, none, or c is not TLS. */
+bool tern__tls_alpn_is(const tern__conn *c, const char *proto);
 /* The certificate the peer of c sent: 0 when none (or c is not TLS); 1
  * with *verify its chain's result and, when cap > 0, its subject (RFC
  * 2253, truncated, NUL-terminated) in subject ("" when none). */

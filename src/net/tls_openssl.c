@@ -803,6 +803,15 @@ static const tern__transport_ops tls_ops = {
 
 bool tern__tls_is(const tern__conn *c) { return c->tp && c->tp->ops == &tls_ops; }
 
+bool tern__tls_alpn_is(const tern__conn *c, const char *proto) {
+    if (!tern__tls_is(c))
+        return false;
+    const unsigned char *p = NULL;
+    unsigned int n = 0;
+    SSL_get0_alpn_selected(ssl_of(c), &p, &n);
+    return p && n == strlen(proto) && memcmp(p, proto, n) == 0;
+}
+
 int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tls_verify *verify) {
     if (cap)
         subject[0] = '\0';

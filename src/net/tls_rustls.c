@@ -548,6 +548,16 @@ static const tern__transport_ops tls_ops = {
 
 bool tern__tls_is(const tern__conn *c) { return c->tp && c->tp->ops == &tls_ops; }
 
+bool tern__tls_alpn_is(const tern__conn *c, const char *proto) {
+    if (!tern__tls_is(c))
+        return false;
+    const tls_conn *t = (const tls_conn *)c->tp;
+    const uint8_t *p = NULL;
+    size_t n = 0;
+    rustls_connection_get_alpn_protocol(t->rc, &p, &n);
+    return p && n == strlen(proto) && memcmp(p, proto, n) == 0;
+}
+
 int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tls_verify *verify) {
     if (cap)
         subject[0] = '\0';
