@@ -808,9 +808,9 @@ def test_tls_steady_slow_reader_is_not_cut_by_the_send_clock(tls_tern):
     # A reader slower than the kernel frees room, over TLS: its progress is
     # seen through the TLS transport's unsent op (the lower transport's
     # bytes: on io_uring, the send in flight) and the socket's queue, so
-    # the 1 s send clock must not cut it, on either back end. At 640 KB/s
-    # the kernel takes nothing for about two seconds at a time (a third of
-    # a 4 MB send buffer); 1 s is long against a busy machine's stalls of
+    # the 1 s send clock must not cut it, on either back end. At 1 MB/s
+    # the kernel takes nothing for over a second at a time (a third of a
+    # 4 MB send buffer); 1 s is long against a busy machine's stalls of
     # this reader (a few hundred ms under two CPU burners).
     tern = tls_tern("--send-timeout", "1000", "--log-level", "info")
     s = tls_connect(tern)
@@ -827,7 +827,7 @@ def test_tls_steady_slow_reader_is_not_cut_by_the_send_clock(tls_tern):
         if not b:
             break
         got += b
-        time.sleep(0.05)
+        time.sleep(0.03)
     s.close()
     assert len(got) == 6_000_000
     assert tern.stop() == 0
