@@ -8,7 +8,7 @@
 #          (make build, make run, make install);
 #   test   the test tools: cmocka, clang/LLVM (fuzzers, sanitizers), curl,
 #          openssl, Python test clients, Chromium, the Node and Go test
-#          clients (make build-asan, make build-fuzz, make test);
+#          clients, h2spec (make build-asan, make build-fuzz, make test);
 #   bench  the bench peers' tools: wrk, nginx, JDK and Maven, cargo, Go and
 #          Rust crates, matplotlib (make bench; make test runs the suites
 #          quickly, so it asks for test and bench).
@@ -133,7 +133,10 @@ if [ $want_test = 1 ]; then
     echo "install-deps: npm ci (clients/js: ws, for its tests on Node 20)"
     (cd "$root/clients/js" && npm ci --no-audit --no-fund --silent)
   fi
-  if command -v go >/dev/null; then gomod tests/clients/go; fi
+  if command -v go >/dev/null; then
+    gomod tests/clients/go
+    "$root/scripts/install-h2spec.sh"   # HTTP/2 conformance (test_h2spec.py), into build/tools
+  fi
 fi
 if [ $want_bench = 1 ]; then
   if command -v go >/dev/null; then gomod bench/clients; gomod bench/peers; fi

@@ -88,6 +88,9 @@ void app_serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
  * (unreadable file, a URL with a password already); free() the result
  * after wiping it. */
 void app_serve_redis_redact(const char *url, char *out, size_t cap);
+/* The engine a bridge URL's scheme names: "redis" or "nats" (the names
+ * tern_bridge_counters.engine gives). */
+const char *app_serve_bridge_engine(const char *url);
 char *app_serve_redis_url(const char *url, const char *password_file);
 
 /* serve_log.c: --log-format. Every line gets an RFC 3339 timestamp and a

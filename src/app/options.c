@@ -681,6 +681,11 @@ void app_opt_print(const app_opt_set *s, FILE *f) {
         }
         for (int k = 0; k < (v->n ? v->n : 1); k++) {
             const char *t = v->n ? v->v[k] : def;
+            char shown[1024];
+            if (o->show) {
+                o->show(t, shown, sizeof(shown));
+                t = shown;
+            }
             if (v->source == APP_OPT_FROM_FILE || v->source == APP_OPT_FROM_DEFAULT)
                 fprintf(f, "%s %s\n", o->name, t);
             else

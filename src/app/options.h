@@ -64,6 +64,10 @@ typedef struct app_opt {
      * after put has written it (tern serve's APP_SERVE_LIVE_*); 0: it
      * cannot, a change needs a restart (and is said to). */
     int live;
+    /* How --print-config shows a value: writes it into out (cap bytes)
+     * with any secret inside it masked (a password in a URL); NULL: as
+     * it is. */
+    void (*show)(const char *v, char *out, size_t cap);
 } app_opt;
 
 /* How an option's value applies: CLI_ONLY ones once, at start (--config,

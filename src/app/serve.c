@@ -132,6 +132,13 @@ int app_serve_rules_build(const app_serve_settings *set, app_topic_rules *t) {
         market->history = FEED_HISTORY;
         market->history_ms = FEED_HISTORY_MS;
     }
+    /* The page shows who watches "market": presence=on, unless a rule
+     * said otherwise. The page asks presence_stats every few seconds, O(1)
+     * a question; join-leave stays off, since each join and leave would go
+     * to every subscriber: N messages a subscribe on a topic that load
+     * tests fill with thousands. Without the page, nobody is listed. */
+    if (set->page && market && !market->prefix && !market->has_presence)
+        market->has_presence = market->presence = true;
     return 0;
 }
 
@@ -261,16 +268,16 @@ static int serve_setup(tern_server *srv, void *user) {
         fprintf(stderr, "tern serve: feed: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
-    /* --redis names Redis's engine or NATS's: another scheme is refused as
+    /* --bridge names Redis's engine or NATS's: another scheme is refused as
      * a bad URL, before the bridge would pick another engine for it */
-    if (ctx->redis && (err = strncmp(ctx->redis, "redis://", 8) != 0 &&
-                                     strncmp(ctx->redis, "nats://", 7) != 0 &&
-                                     strncmp(ctx->redis, "tls://", 6) != 0
-                                 ? -EINVAL
-                                 : tern_pubsub_bridge(srv, ctx->redis)) < 0) {
+    if (ctx->bridge && (err = strncmp(ctx->bridge, "redis://", 8) != 0 &&
+                                      strncmp(ctx->bridge, "nats://", 7) != 0 &&
+                                      strncmp(ctx->bridge, "tls://", 6) != 0
+                                  ? -EINVAL
+                                  : tern_pubsub_bridge(srv, ctx->bridge)) < 0) {
         char shown[512];
-        app_serve_redis_redact(ctx->redis, shown, sizeof(shown));
-        fprintf(stderr, "tern serve: --redis %s: %s\n", shown,
+        app_serve_redis_redact(ctx->bridge, shown, sizeof(shown));
+        fprintf(stderr, "tern serve: %s %s: %s\n", ctx->bridge_flag, shown,
                 err == -EINVAL ? "not a redis://[[user]:password@]host[:port][/db] or "
                                  "nats://[credentials@]host[:port][,host[:port]...][?query] "
                                  "(tls://... over TLS) URL"
@@ -346,19 +353,25 @@ static void usage(const app_opt_set *s, FILE *f) {
     app_opt_help(s, f);
 }
 
-/* --api-key-file, --redis (with --redis-password-file) and --access-log:
+/* --api-key-file, --bridge or --redis (with --redis-password-file) and --access-log:
  * read or opened before the loops start. 0, or the exit status once said
  * why. */
 static int open_files(serve_ctx *ctx) {
     const app_serve_settings *set = &ctx->set;
     if (set->api_key_file && (ctx->api_key = app_serve_read_api_key(set->api_key_file)) == NULL)
         return 1;   /* said why */
-    if (set->redis_password_file && set->redis == NULL) {
-        fprintf(stderr, "tern serve: --redis-password-file needs --redis\n");
+    /* --redis is --bridge's older name: either gives the URL, not both */
+    if (set->bridge && set->redis) {
+        fprintf(stderr, "tern serve: --redis is the older name of --bridge: give one of them\n");
         return 2;
     }
-    if (set->redis &&
-        (ctx->redis = app_serve_redis_url(set->redis, set->redis_password_file)) == NULL)
+    const char *url = set->bridge ? set->bridge : set->redis;
+    ctx->bridge_flag = set->bridge ? "--bridge" : "--redis";
+    if (set->redis_password_file && url == NULL) {
+        fprintf(stderr, "tern serve: --redis-password-file needs --bridge\n");
+        return 2;
+    }
+    if (url && (ctx->bridge = app_serve_redis_url(url, set->redis_password_file)) == NULL)
         return 1;   /* said why */
     const char *access_path = set->access_log;
     if (access_path) {
@@ -472,9 +485,9 @@ static void serve_free(serve_ctx *ctx) {
         tern__crypto_wipe(ctx->api_key, strlen(ctx->api_key));
         free(ctx->api_key);
     }
-    if (ctx->redis) {
-        tern__crypto_wipe(ctx->redis, strlen(ctx->redis));
-        free(ctx->redis);
+    if (ctx->bridge) {
+        tern__crypto_wipe(ctx->bridge, strlen(ctx->bridge));
+        free(ctx->bridge);
     }
     if (ctx->access_log && ctx->access_log != stdout)
         fclose(ctx->access_log);

@@ -89,21 +89,30 @@ static void on_stats(tern_http_req *req, void *user) {
         elen += (size_t)snprintf(each + elen, cap - elen, "%s" STATS_FMT, i ? "," : "",
                                  STATS_ARGS(st, ps));
     }
-    char redis[256] = "null";
+    /* "bridge": the engine's counters and its name; "redis": the same
+     * counters, without the name, for Redis alone (its name before
+     * "bridge", kept for the users reading it) */
+    char bridge[320] = "null", redis[320] = "null";
     tern_bridge_counters rc;
-    if (tern_pubsub_bridge_stats(srv, &rc) == 0)
-        snprintf(redis, sizeof(redis),
-                 "{\"connected\":%s,\"reconnects\":%llu,\"published\":%llu,"
-                 "\"received\":%llu,\"dropped\":%llu,\"fills\":%llu,\"auth_refused\":%s}",
+    if (tern_pubsub_bridge_stats(srv, &rc) == 0) {
+        char counters[256];
+        snprintf(counters, sizeof(counters),
+                 "\"connected\":%s,\"reconnects\":%llu,\"published\":%llu,"
+                 "\"received\":%llu,\"dropped\":%llu,\"fills\":%llu,\"auth_refused\":%s",
                  rc.connected ? "true" : "false", U(rc.reconnects), U(rc.published),
                  U(rc.received), U(rc.dropped), U(rc.fills), rc.auth_refused ? "true" : "false");
+        snprintf(bridge, sizeof(bridge), "{\"engine\":\"%s\",%s}", rc.engine, counters);
+        if (strcmp(rc.engine, "redis") == 0)
+            snprintf(redis, sizeof(redis), "{%s}", counters);
+    }
     app_serve_pubsub_refusals pr;
     app_serve_pubsub_refusals_get(&pr);
-    len = (size_t)snprintf(out, cap, "{\"node\":\"%s\",\"threads\":%d,\"thread\":%d,\"redis\":%s,"
+    len = (size_t)snprintf(out, cap, "{\"node\":\"%s\",\"threads\":%d,\"thread\":%d,\"bridge\":%s,\"redis\":%s,"
                            "\"pubsub_limits\":{\"rate_refused\":%llu,\"rate_closed\":%llu,"
                            "\"too_big\":%llu,\"forbidden_subscribe\":%llu,"
                            "\"forbidden_publish\":%llu},\"total\":" STATS_FMT ",\"each\":[%s]}\n",
-                           ctx->set.node, n, tern_server_index(srv), redis, U(pr.rate_refused),
+                           ctx->set.node, n, tern_server_index(srv), bridge, redis,
+                           U(pr.rate_refused),
                            U(pr.rate_closed), U(pr.too_big), U(pr.forbidden_subscribe),
                            U(pr.forbidden_publish), STATS_ARGS(sum, psum), each);
 #undef U
@@ -144,22 +153,26 @@ static const char *listeners_down(const serve_ctx *ctx) {
 
 /* GET /readyz (and /ready): whether a load balancer should send clients
  * here. Not while draining (SIGTERM), nor while a listener is not
- * accepting, nor while the Redis bridge is down when there is one: a node
- * without it delivers its own publishes only. */
+ * accepting, nor while the bridge (--bridge) is down when there is one: a
+ * node without it delivers its own publishes only. The reason names the
+ * engine: "not ready: bridge (nats) down". */
 static void on_ready(tern_http_req *req, void *user) {
     serve_ctx *ctx = user;
     tern_bridge_counters rc;
     const char *why = NULL;
-    if (atomic_load(&ctx->draining))
+    char bridge_why[64];
+    bool bridged = ctx->bridge && tern_pubsub_bridge_stats(ctx->first, &rc) == 0;
+    if (atomic_load(&ctx->draining)) {
         why = "not ready: draining\n";
-    else if ((why = listeners_down(ctx)) != NULL)
+    } else if ((why = listeners_down(ctx)) != NULL) {
         ;
-    else if (ctx->redis && tern_pubsub_bridge_stats(ctx->first, &rc) < 0)
-        why = "not ready: redis down\n";   /* not bridged yet */
-    else if (ctx->redis && rc.auth_refused)
-        why = "not ready: redis auth failed\n";
-    else if (ctx->redis && !rc.connected)
-        why = "not ready: redis down\n";
+    } else if (ctx->bridge && (!bridged || rc.auth_refused || !rc.connected)) {
+        /* not bridged yet: the engine the URL's scheme names */
+        snprintf(bridge_why, sizeof(bridge_why), "not ready: bridge (%s) %s\n",
+                 bridged ? rc.engine : app_serve_bridge_engine(ctx->bridge),
+                 bridged && rc.auth_refused ? "auth failed" : "down");
+        why = bridge_why;
+    }
     if (why)
         tern_http_respond(req, 503, "text/plain", why, strlen(why));
     else

@@ -75,9 +75,11 @@ typedef struct serve_ctx {
     const char *access_path;   /* its file, reopened on SIGUSR1; NULL for stdout */
     tern_tls *tls;             /* --tls-cert/--tls-key, or NULL */
     serve_thread *threads;     /* set.threads of them */
-    /* --redis URL (with --redis-password-file's password put in), or NULL;
-     * shown only through app_serve_redis_redact */
-    char *redis;
+    /* --bridge URL (or --redis's, its older name; with
+     * --redis-password-file's password put in), or NULL; shown only
+     * through app_serve_redis_redact */
+    char *bridge;
+    const char *bridge_flag;   /* which of the two gave it: "--bridge" or "--redis" */
     tern_server *first;        /* thread 0's server (setup's) */
     /* Sockets systemd passed, served instead of binding (closed once
      * served: the servers hold duplicates); -1 each when none. */

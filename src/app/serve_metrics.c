@@ -274,6 +274,50 @@ static void put_process(metrics_buf *b) {
     }
 }
 
+/* The bridge's families: tern_bridge_*, labelled with the engine
+ * ("redis", "nats"); tern_bridge_configured alone is unlabelled, at 0,
+ * when there is no bridge. For Redis the same counters come again under
+ * their names from before the bridge had other engines, tern_redis_*
+ * (deprecated: they go in the next release, README's metrics reference
+ * says so; tern_redis_configured is 0 for any other engine). */
+static void put_bridge(metrics_buf *b, tern_server *srv) {
+    tern_bridge_counters rc;
+    bool bridged = tern_pubsub_bridge_stats(srv, &rc) == 0;
+    bool redis = bridged && strcmp(rc.engine, "redis") == 0;
+    const struct {
+        const char *name, *type, *help;   /* name: after "tern_bridge_" */
+        unsigned long long v;
+    } fam[] = {
+        {"configured", "gauge", "1 when pub/sub is bridged (--bridge), labelled with the engine.", 1},
+        {"up", "gauge", "1 while the links to the broker are up.", bridged && rc.connected},
+        {"auth_refused", "gauge", "1 while the broker refuses the credentials (or their absence).",
+         bridged && rc.auth_refused},
+        {"reconnects_total", "counter", "Links to the broker made again after a loss.",
+         bridged ? rc.reconnects : 0},
+        {"published_total", "counter", "Publishes sent to the broker.", bridged ? rc.published : 0},
+        {"received_total", "counter", "Messages received from the other nodes.", bridged ? rc.received : 0},
+        {"dropped_total", "counter", "Publishes not sent: the broker was away.", bridged ? rc.dropped : 0},
+        {"fills_total", "counter", "Missed numbered messages read back from the broker.",
+         bridged ? rc.fills : 0},
+    };
+    char name[64], help[96];
+    /* without a bridge, "configured" (0) alone */
+    for (size_t i = 0; i < sizeof(fam) / sizeof(fam[0]) && (i == 0 || bridged); i++) {
+        snprintf(name, sizeof(name), "tern_bridge_%s", fam[i].name);
+        family(b, name, fam[i].type, fam[i].help);
+        if (bridged)
+            put(b, "%s{engine=\"%s\"} %llu\n", name, rc.engine, fam[i].v);
+        else
+            put(b, "%s 0\n", name);
+    }
+    for (size_t i = 0; i < sizeof(fam) / sizeof(fam[0]) && (i == 0 || redis); i++) {
+        snprintf(name, sizeof(name), "tern_redis_%s", fam[i].name);
+        snprintf(help, sizeof(help), "Deprecated: tern_bridge_%s{engine=\"redis\"}.", fam[i].name);
+        family(b, name, fam[i].type, help);
+        put(b, "%s %llu\n", name, redis ? fam[i].v : 0);
+    }
+}
+
 /* tern_build_info: what this process is, as labels of a constant 1 (the
  * usual *_build_info shape, joined onto other series by node). The node
  * name needs no escaping (--node-name's check); the TLS library's name
@@ -383,26 +427,7 @@ void app_serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
     put(&b, "tern_threads %d\n", n);
     family(&b, "tern_draining", "gauge", "1 once SIGTERM began the drain.");
     put(&b, "tern_draining %d\n", draining ? 1 : 0);
-    tern_bridge_counters rc;
-    bool redis = tern_pubsub_bridge_stats(srv, &rc) == 0;
-    family(&b, "tern_redis_configured", "gauge", "1 when pub/sub is bridged through Redis (--redis).");
-    put(&b, "tern_redis_configured %d\n", redis ? 1 : 0);
-    if (redis) {
-        family(&b, "tern_redis_up", "gauge", "1 while both links to Redis are up.");
-        put(&b, "tern_redis_up %d\n", rc.connected ? 1 : 0);
-        family(&b, "tern_redis_auth_refused", "gauge", "1 while Redis refuses the password (or its absence).");
-        put(&b, "tern_redis_auth_refused %d\n", rc.auth_refused ? 1 : 0);
-        family(&b, "tern_redis_reconnects_total", "counter", "Links to Redis made again after a loss.");
-        put(&b, "tern_redis_reconnects_total %llu\n", (unsigned long long)rc.reconnects);
-        family(&b, "tern_redis_published_total", "counter", "Publishes sent to Redis.");
-        put(&b, "tern_redis_published_total %llu\n", (unsigned long long)rc.published);
-        family(&b, "tern_redis_received_total", "counter", "Messages received from the other nodes.");
-        put(&b, "tern_redis_received_total %llu\n", (unsigned long long)rc.received);
-        family(&b, "tern_redis_dropped_total", "counter", "Publishes not sent: Redis was away.");
-        put(&b, "tern_redis_dropped_total %llu\n", (unsigned long long)rc.dropped);
-        family(&b, "tern_redis_fills_total", "counter", "Missed numbered messages read back from Redis.");
-        put(&b, "tern_redis_fills_total %llu\n", (unsigned long long)rc.fills);
-    }
+    put_bridge(&b, srv);
     free(each);
     if (b.failed)
         tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "app/app.h"
 #include "app/serve_options.h"
 #include "app/topic_rules.h"
 #include "tern/tern.h"
@@ -335,7 +336,7 @@ const app_opt app_serve_opts[SV_COUNT] = {
     [SV_ADMIN_LISTEN] = {"admin-listen", 0, S, "HOST:PORT", "127.0.0.1:9090", .check = admin_listen_ok,
                          .help = "the admin listener: POST /publish/:topic, GET /stats and\n"
                                  "GET /metrics (Prometheus), GET /healthz and GET /readyz\n"
-                                 "(503 while draining or while --redis is down), never on\n"
+                                 "(503 while draining or while --bridge is down), never on\n"
                                  "the public port ([::1]:P for IPv6; off for none); an\n"
                                  "address other than loopback needs --admin-listen-public",
         DEST(admin, app_serve_addr, put_admin)},
@@ -451,9 +452,10 @@ const app_opt app_serve_opts[SV_COUNT] = {
                           "off by default).\n"
                           "Closed by default: without a rule only tokens open a topic.\n"
                           "\"market\" and \"stats\" (the feed's) are subscribe=anyone\n"
-                          "publish=none. SIGHUP applies changes of subscribe=,\n"
-                          "publish=, presence= and join-leave= to the operations that\n"
-                          "follow; the other keys need a restart",
+                          "publish=none, and with --page on \"market\" presence=on\n"
+                          "(the page shows who is watching). SIGHUP applies changes\n"
+                          "of subscribe=, publish=, presence= and join-leave= to the\n"
+                          "operations that follow; the other keys need a restart",
         VALS(topics)},
     [SV_PS_TOPIC] = {"pubsub-topic-policy", 0, S, "PREFIX=P", .check = topic_policy_ok,
                      .flags = REPEAT, .max_count = TERN_TOPIC_RULES_MAX,
@@ -516,15 +518,18 @@ const app_opt app_serve_opts[SV_COUNT] = {
                       .help = "this node's name in topic \"stats\", /stats and /metrics\n"
                               "(default HOSTNAME:PID; letters, digits and . _ : -)",
         DEST(node, char *, put_node)},
-    [SV_REDIS] = {"redis", 0, S, "URL",
-                  .help = "bridge pub/sub through Redis (redis://host[:port][/db])\n"
-                          "or NATS (nats://host[:port][,host[:port]...]; tls://...\n"
-                          "over TLS, ?ca=F to verify with, ?cert=F&key=F):\n"
-                          "every node's subscribers get every node's publishes;\n"
-                          "redis://[user]:password@host... sends AUTH (never logged;\n"
-                          "better --redis-password-file); NATS's credentials:\n"
-                          "nats://user:password@ or nats://token@, or files:\n"
-                          "?creds=F, ?token_file=F, nats://user:@...?password_file=F",
+    [SV_BRIDGE] = {"bridge", 0, S, "URL", .show = app_serve_redis_redact,
+                   .help = "bridge pub/sub through Redis (redis://host[:port][/db])\n"
+                           "or NATS (nats://host[:port][,host[:port]...]; tls://...\n"
+                           "over TLS, ?ca=F to verify with, ?cert=F&key=F):\n"
+                           "every node's subscribers get every node's publishes;\n"
+                           "redis://[user]:password@host... sends AUTH (never logged;\n"
+                           "better --redis-password-file); NATS's credentials:\n"
+                           "nats://user:password@ or nats://token@, or files:\n"
+                           "?creds=F, ?token_file=F, nats://user:@...?password_file=F",
+        STR(bridge)},
+    [SV_REDIS] = {"redis", 0, S, "URL", .show = app_serve_redis_redact,
+                  .help = "the older name of --bridge, still taken (give one of them)",
         STR(redis)},
     [SV_REDIS_PASS_FILE] = {"redis-password-file", 0, S, "F", .flags = SECRET,
                             .help = "the password (F's first line) instead of in the URL,\n"

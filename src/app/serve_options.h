@@ -24,7 +24,7 @@ enum {
     SV_PS_REPLAY_RATE, SV_PS_WRITE_DELAY,
     SV_TOKEN_HMAC, SV_TOKEN_PUBKEY, SV_TOKEN_AUD, SV_TOKEN_ISS, SV_TOKEN_LEEWAY, SV_FEED, SV_FEED_RATE,
     SV_PAGE, SV_NODE_NAME,
-    SV_REDIS, SV_REDIS_PASS_FILE, SV_LOG_LEVEL, SV_ACCESS_LOG, SV_LOG_FORMAT, SV_THREADS, SV_IO, SV_VHOST, SV_QUIET,
+    SV_BRIDGE, SV_REDIS, SV_REDIS_PASS_FILE, SV_LOG_LEVEL, SV_ACCESS_LOG, SV_LOG_FORMAT, SV_THREADS, SV_IO, SV_VHOST, SV_QUIET,
     SV_CONFIG, SV_PRINT_CONFIG, SV_VERSION, SV_HELP,
     SV_COUNT
 };
@@ -82,7 +82,8 @@ typedef struct app_serve_settings {
     app_serve_pubsub_limits ps_limits;     /* --pubsub-max-message, --pubsub-rate */
     const app_opt_val *topics, *topic_policies;   /* --topic, --pubsub-topic-policy */
     app_serve_token_flags tokens;          /* --token-* */
-    const char *redis, *redis_password_file;
+    /* --bridge, and --redis: its older name, kept working (one of them) */
+    const char *bridge, *redis, *redis_password_file;
     /* logs */
     const char *log_level, *access_log;
     int log_format;                          /* TERN_SERVE_LOG_* */

@@ -25,6 +25,10 @@ static bool is_nats(const char *url) {
     return strncmp(url, "nats://", 7) == 0 || strncmp(url, "tls://", 6) == 0;
 }
 
+const char *app_serve_bridge_engine(const char *url) {
+    return is_nats(url) ? "nats" : "redis";
+}
+
 /* Where the userinfo's '@' is (the last one before the path; for NATS,
  * before the first server's end: its ',' or the query too), or NULL. */
 static const char *userinfo_end(const char *url) {
@@ -37,19 +41,55 @@ static const char *userinfo_end(const char *url) {
     return at;
 }
 
+/* Appends len bytes of p to out (cap bytes, *n used), cut short when full:
+ * the masked URL is shorter then, never shows more. */
+static void append(char *out, size_t cap, size_t *n, const char *p, size_t len) {
+    if (*n + 1 >= cap)
+        return;
+    if (len > cap - 1 - *n)
+        len = cap - 1 - *n;
+    memcpy(out + *n, p, len);
+    *n += len;
+    out[*n] = '\0';
+}
+
+/* Each server's secret masked: a NATS URL lists servers, and the engine
+ * refuses credentials on any but the first, but a URL printed before it is
+ * checked (--print-config, the error that says so) must not show them
+ * either. */
 void app_serve_redis_redact(const char *url, char *out, size_t cap) {
-    const char *at = userinfo_end(url), *start = userinfo_start(url);
-    const char *colon = at ? memchr(start, ':', (size_t)(at - start)) : NULL;
-    if (at && colon == NULL && is_nats(url)) {
-        /* NATS's token: the whole userinfo is the secret */
-        snprintf(out, cap, "%.*s****%s", (int)(start - url), url, at);
+    bool nats = is_nats(url);
+    size_t n = 0;
+    if (cap == 0)
         return;
+    out[0] = '\0';
+    for (const char *s = url;;) {
+        /* this server's end: for NATS its ',' (a ',' after the query is the query's) */
+        const char *e = s + strlen(s);
+        size_t k = strcspn(s, ",?");
+        if (nats && s[k] == ',')
+            e = s + k;
+        const char *start = strstr(s, "://");
+        start = start && start < e ? start + 3 : s;
+        const char *at = NULL;
+        for (const char *p = start; p < e && *p != '/' && !(nats && *p == '?'); p++)
+            if (*p == '@')
+                at = p;
+        const char *colon = at ? memchr(start, ':', (size_t)(at - start)) : NULL;
+        if (at && (colon || nats)) {
+            /* user:password keeps its user; NATS's token is the whole userinfo */
+            const char *kept = colon ? colon + 1 : start;
+            append(out, cap, &n, s, (size_t)(kept - s));
+            append(out, cap, &n, "****", 4);
+            append(out, cap, &n, at, (size_t)(e - at));
+        } else {
+            append(out, cap, &n, s, (size_t)(e - s));
+        }
+        if (*e == '\0')
+            return;
+        append(out, cap, &n, ",", 1);
+        s = e + 1;
     }
-    if (colon == NULL) {
-        snprintf(out, cap, "%s", url);
-        return;
-    }
-    snprintf(out, cap, "%.*s:****%s", (int)(colon - url), url, at);
 }
 
 /* The password's bytes, percent-encoded but for RFC 3986's unreserved. */
@@ -81,7 +121,7 @@ char *app_serve_redis_url(const char *url, const char *password_file) {
     app_serve_redis_redact(url, shown, sizeof(shown));
     const char *at = userinfo_end(url);
     if (strncmp(url, "redis://", 8) != 0 || (at && memchr(url + 8, ':', (size_t)(at - url - 8)))) {
-        fprintf(stderr, "tern serve: --redis-password-file needs a --redis URL without a "
+        fprintf(stderr, "tern serve: --redis-password-file needs a --bridge URL without a "
                         "password (redis://[user@]host[:port][/db]): %s\n", shown);
         return NULL;
     }

@@ -119,11 +119,17 @@ static const char h2_preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /* A fresh connection of a listener serving HTTP/2: 1 when data[0..len)
  * is the preface (the connection moved to h2.c, or closed), 0 when it
- * may still be (wait for more), -1 when it is HTTP/1.1. */
+ * may still be (wait for more), -1 when it is HTTP/1.1. A client that
+ * chose h2 by ALPN and sends no preface is closed unanswered (RFC 9113
+ * §3.4): it asked for no HTTP/1.1. */
 static int try_h2(tern__http_conn *hc, const char *data, size_t len) {
     size_t n = len < H2_PREFACE_LEN ? len : H2_PREFACE_LEN;
     if (memcmp(data, h2_preface, n) != 0) {
         hc->h2_ok = false;
+        if (tern__tls_alpn_is(&hc->conn, "h2")) {
+            tern__conn_close(&hc->conn, -EPROTO);
+            return 1;
+        }
         return -1;
     }
     if (n < H2_PREFACE_LEN)

@@ -53,6 +53,18 @@ typedef struct h2_conn {
     /* Body bytes read on every stream, and their count when the body
      * clock was last armed (clock). */
     uint64_t body_bytes, body_mark;
+    /* A response waits on a window the peer keeps shut (stalled, as
+     * h2_send last saw it), and the bytes written when the stall clock
+     * was last armed: a window held at zero is slowloris over h2, and
+     * net's send clock never sees it (nothing waits in the backlog). */
+    bool stalled;
+    uint64_t sent_bytes, sent_mark;
+    /* The highest stream id the peer sent HEADERS on, and which of the 64
+     * ids below it (bit k: peer_max - 2k) it used: HEADERS on one it
+     * skipped, a stream idle then implicitly closed (RFC 9113 §5.1.1),
+     * is a connection error nghttp2 lets pass (it keeps no record). */
+    int32_t peer_max;
+    uint64_t peer_used;
 } h2_conn;
 
 /* One stream's request. Invariants: req is first (the neutral code frees
@@ -80,6 +92,7 @@ struct h2_stream {
     size_t file_left;
     bool has_data;             /* the response was submitted with a data provider */
     bool data_end;             /* no more body will be added */
+    bool eof_given;            /* read_body gave the session the body's end */
     bool deferred;             /* the provider said NGHTTP2_ERR_DEFERRED: resume on more */
     bool drain_due;            /* a write was told TERN_SEND_BUFFERED: tell on_drain */
     /* answered before the request's end: reset (NO_ERROR) once the answer
@@ -142,18 +155,39 @@ static bool awaits_body(const h2_stream *st) {
            st->req.body_mode != TERN__BODY_DROP;
 }
 
+/* A stream with response bytes to send (or its end) that the peer's
+ * window keeps from going. */
+static bool window_shut(const h2_stream *st) {
+    nghttp2_session *ng = st->h2->ng;
+    bool waiting = st->has_data && !st->eof_given &&
+                   (st->out.len > st->out_off || st->file_left || st->data_end);
+    return waiting && (nghttp2_session_get_stream_remote_window_size(ng, st->id) <= 0 ||
+                       nghttp2_session_get_remote_window_size(ng) <= 0);
+}
+
+static bool any_window_shut(const h2_conn *h2) {
+    for (const h2_stream *st = h2->streams; st; st = st->next)
+        if (window_shut(st))
+            return true;
+    return false;
+}
+
 /* The connection's clock: with no stream open, the idle timeout; with a
  * stream awaiting its body, the body timeout (as HTTP/1.1's, re-armed
- * only by 4 KiB of progress, so a trickle is cut off); else none (a
- * handler's answer has no clock; the send clock runs while a backlog
- * leaves). */
+ * only by 4 KiB of progress, so a trickle is cut off); with a response
+ * held by a shut window, the send timeout (re-armed by 4 KiB sent, in
+ * h2_send); else none (a handler's answer has no clock; net's send clock
+ * runs while a backlog leaves). */
 static void set_clock(h2_conn *h2) {
     const tern_server_options *o = &h2->srv->cfg->opt;
     uint64_t ms = h2->nstreams ? 0 : o->idle_timeout_ms;
     for (h2_stream *st = h2->streams; st && ms == 0; st = st->next)
         if (awaits_body(st))
             ms = o->body_timeout_ms;
+    if (ms == 0 && h2->stalled)
+        ms = o->send_timeout_ms;
     h2->body_mark = h2->body_bytes;
+    h2->sent_mark = h2->sent_bytes;
     tern__conn_set_timeout(&h2->conn, ms);
 }
 
@@ -318,6 +352,28 @@ static void body_end(h2_stream *st) {
 }
 
 /* ---- nghttp2's callbacks ---------------------------------------------- */
+
+/* Every frame's header, before its payload: the peer's HEADERS ids
+ * (peer_max, peer_used). An id it skipped ends the connection with
+ * PROTOCOL_ERROR; ids further back than 64 streams are left to nghttp2
+ * (a stream closed long ago may still see trailers sent before the
+ * peer heard of its reset). */
+static int on_begin_frame(nghttp2_session *ng, const nghttp2_frame_hd *hd, void *user) {
+    h2_conn *h2 = user;
+    int32_t id = hd->stream_id;
+    if (hd->type != NGHTTP2_HEADERS || id % 2 == 0)
+        return 0;
+    if (id > h2->peer_max) {
+        int32_t k = (id - h2->peer_max) / 2;
+        h2->peer_used = k < 64 ? (h2->peer_used << k) | 1 : 1;
+        h2->peer_max = id;
+        return 0;
+    }
+    int32_t k = (h2->peer_max - id) / 2;
+    if (k < 64 && !(h2->peer_used >> k & 1))
+        nghttp2_session_terminate_session(ng, NGHTTP2_PROTOCOL_ERROR);
+    return 0;
+}
 
 static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *frame, void *user) {
     h2_conn *h2 = user;
@@ -485,8 +541,10 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
         st->out_off += n;
         if (st->out_off == st->out.len)
             st->out.len = st->out_off = 0;
-        if (st->out.len == 0 && st->file_left == 0 && st->data_end)
+        if (st->out.len == 0 && st->file_left == 0 && st->data_end) {
             *flags |= NGHTTP2_DATA_FLAG_EOF;
+            st->eof_given = true;
+        }
         return (ssize_t)n;
     }
     if (st->file_left) {
@@ -499,13 +557,16 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
         if (st->file_left == 0) {
             close(st->fd);
             st->fd = -1;
-            if (st->data_end)
+            if (st->data_end) {
                 *flags |= NGHTTP2_DATA_FLAG_EOF;
+                st->eof_given = true;
+            }
         }
         return n;
     }
     if (st->data_end) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
+        st->eof_given = true;
         return 0;
     }
     st->deferred = true;
@@ -540,10 +601,19 @@ static void h2_send(h2_conn *h2) {
                 tern__conn_end(&h2->conn);
             break;
         }
+        h2->sent_bytes += (uint64_t)n;
     }
     leave(h2);
     if (h2->dead)
         return;
+    /* The stall clock starts when a window shuts on a response, and
+     * again for each 4 KiB that still gets through; it stops when the
+     * windows open. */
+    bool stalled = h2->ng && any_window_shut(h2);
+    if (stalled != h2->stalled || (stalled && h2->sent_bytes - h2->sent_mark >= 4096)) {
+        h2->stalled = stalled;
+        set_clock(h2);
+    }
     for (h2_stream *st = h2->streams, *next; st; st = next) {
         next = st->next;
         tern_http_req *req = &st->req;
@@ -762,7 +832,13 @@ static size_t on_data(tern__conn *c, char *data, size_t len) {
     if (h2->body_bytes - h2->body_mark >= 4096)
         set_clock(h2);
     if (r < 0) {
-        /* The session has queued its GOAWAY: it goes, then the end. */
+        /* The session has queued its GOAWAY: it goes, then the end. A
+         * flood has none queued (SETTINGS or PING acks past
+         * max_outbound_ack unsent; CONTINUATION frames past
+         * max_continuations for one header block): ENHANCE_YOUR_CALM
+         * says why. */
+        if (r == NGHTTP2_ERR_FLOODED || r == NGHTTP2_ERR_TOO_MANY_CONTINUATIONS)
+            nghttp2_session_terminate_session(h2->ng, NGHTTP2_ENHANCE_YOUR_CALM);
         h2_send(h2);
         tern__conn_end(c);
         return len;
@@ -785,6 +861,15 @@ static void on_drain(tern__conn *c) {
 
 static void on_timeout(tern__conn *c) {
     h2_conn *h2 = (h2_conn *)c;
+    bool body_clock = false;
+    for (h2_stream *st = h2->streams; st; st = st->next)
+        body_clock = body_clock || awaits_body(st);
+    if (!body_clock && any_window_shut(h2)) {
+        /* The stall clock: the peer kept its window shut on an answer for
+         * the send timeout (as a peer not reading over HTTP/1.1). */
+        tern__conn_close(c, -ETIMEDOUT);
+        return;
+    }
     if (h2->nstreams) {
         /* The body clock: a body that stopped coming is answered 408
          * (reset once sent), or reset when its answer had started. */
@@ -887,6 +972,7 @@ static nghttp2_session *session_new(h2_conn *h2) {
     nghttp2_session_callbacks *cb;
     if (nghttp2_session_callbacks_new(&cb) != 0)
         return NULL;
+    nghttp2_session_callbacks_set_on_begin_frame_callback(cb, on_begin_frame);
     nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
     nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
@@ -901,7 +987,12 @@ static nghttp2_session *session_new(h2_conn *h2) {
     /* Windows open as handlers take the bytes (consume), not as they
      * arrive. */
     nghttp2_option_set_no_auto_window_update(opt, 1);
+    /* The floods' bounds, named though they are nghttp2's defaults: 32
+     * entries in one SETTINGS frame, 1000 SETTINGS and PING acks unsent,
+     * 8 CONTINUATION frames after one HEADERS (CVE-2024-27316's kin). */
     nghttp2_option_set_max_settings(opt, 32);
+    nghttp2_option_set_max_outbound_ack(opt, 1000);
+    nghttp2_option_set_max_continuations(opt, 8);
     nghttp2_session *ng = NULL;
     int r = nghttp2_session_server_new2(&ng, cb, h2, opt);
     nghttp2_option_del(opt);

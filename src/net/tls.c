@@ -431,3 +431,82 @@ ssize_t tern__tls_send_file(tern__conn *c, int fd, off_t *off, size_t len) {
 size_t tern__tls_lower_unsent(const tern__conn *c, const tern__transport *lower) {
     return lower->ops->unsent ? lower->ops->unsent(c) : 0;
 }
+
+/* ---- client contexts, shared ------------------------------------------- */
+
+/* A client context and the settings it was made with. Making one loads
+ * the CA store (the system's: a hundred-odd certificates parsed, tens of
+ * milliseconds, more on a busy machine) on the caller's loop, so the
+ * connections that ask for the same settings share one: `tern load`'s
+ * hundred wss connections made a context each, and the loop spent
+ * seconds before it read the first answer, past the first connection's
+ * handshake deadline. Invariants: on `shared` while refs > 0, under
+ * shared_lock; alpn is the caller's constant string; ca_file a copy. */
+struct tern__tls_client {
+    struct tern__tls_client *next;
+    tern__tls_lib_client *lib;
+    char *ca_file;          /* NULL: the system's CAs */
+    bool insecure;
+    const char *alpn;
+    unsigned refs;
+};
+
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static tern__tls_client *shared;
+
+static bool same_file(const char *a, const char *b) {
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+tern__tls_client *tern__tls_client_new(const char *ca_file, bool insecure, const char *alpn) {
+    pthread_mutex_lock(&shared_lock);
+    tern__tls_client *cl = shared;
+    while (cl && !(cl->insecure == insecure && strcmp(cl->alpn, alpn) == 0 &&
+                   (insecure || same_file(cl->ca_file, ca_file))))
+        cl = cl->next;
+    if (cl) {
+        cl->refs++;
+        pthread_mutex_unlock(&shared_lock);
+        return cl;
+    }
+    /* Made under the lock: two loops asking at once load the store once. */
+    cl = calloc(1, sizeof(*cl));
+    if (cl && (!ca_file || insecure || (cl->ca_file = strdup(ca_file)) != NULL) &&
+        (cl->lib = tern__tls_lib_client_new(ca_file, insecure, alpn)) != NULL) {
+        cl->insecure = insecure;
+        cl->alpn = alpn;
+        cl->refs = 1;
+        cl->next = shared;
+        shared = cl;
+    } else if (cl) {
+        free(cl->ca_file);
+        free(cl);
+        cl = NULL;
+    }
+    pthread_mutex_unlock(&shared_lock);
+    return cl;
+}
+
+void tern__tls_client_free(tern__tls_client *cl) {
+    if (cl == NULL)
+        return;
+    pthread_mutex_lock(&shared_lock);
+    bool last = --cl->refs == 0;
+    if (last) {
+        tern__tls_client **p = &shared;
+        while (*p != cl)
+            p = &(*p)->next;
+        *p = cl->next;
+    }
+    pthread_mutex_unlock(&shared_lock);
+    if (last) {
+        tern__tls_lib_client_free(cl->lib);   /* sessions hold their own reference */
+        free(cl->ca_file);
+        free(cl);
+    }
+}
+
+int tern__tls_client_attach(tern__conn *c, tern__tls_client *cl, const char *name,
+                            tern__tls_verify *verify_out) {
+    return tern__tls_lib_client_attach(c, cl->lib, name, verify_out);
+}

@@ -40,6 +40,9 @@ int tern__tls_attach(tern__conn *c, tern_tls *tls, const char *alpn);
 void tern__tls_ref(tern_tls *tls);
 /* Is c's transport TLS (a server's or a client's session)? */
 bool tern__tls_is(const tern__conn *c);
+/* Did c's handshake choose proto (a name, "h2") by ALPN? false when it
+ * chose another, none, or c is not TLS. */
+bool tern__tls_alpn_is(const tern__conn *c, const char *proto);
 /* The certificate the peer of c sent: 0 when none (or c is not TLS); 1
  * with *verify its chain's result and, when cap > 0, its subject (RFC
  * 2253, truncated, NUL-terminated) in subject ("" when none). */
@@ -49,7 +52,11 @@ int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tl
 /* The client's side (wss). A context for outbound connections: TLS 1.2+,
  * the ALPN list alpn, and unless insecure, verification against ca_file
  * (PEM) or the system's CAs. NULL on error (logged at warn). Sessions
- * made from it keep what they need of it: it may be freed before them. */
+ * made from it keep what they need of it: it may be freed before them.
+ * Shared: while one is held, another asked with the same settings is the
+ * same context (loading the CA store is the costly part: see tls.c), and
+ * free releases it; a context asked after the last free reads the CA file
+ * afresh. Any thread. */
 typedef struct tern__tls_client tern__tls_client;
 tern__tls_client *tern__tls_client_new(const char *ca_file, bool insecure, const char *alpn);
 void tern__tls_client_free(tern__tls_client *ctx);

@@ -145,4 +145,17 @@ ssize_t tern__tls_send_file(tern__conn *c, int fd, off_t *off, size_t len);
  * holds (the io_uring stream's send in flight), 0 for plain TCP. */
 size_t tern__tls_lower_unsent(const tern__conn *c, const tern__transport *lower);
 
+/* ---- the client's side (the library's) --------------------------------- */
+
+/* A client context (net/tls.h's tern__tls_client_new says what it holds),
+ * made and freed by the library; net/tls.c shares one between the
+ * connections that ask for the same settings. */
+typedef struct tern__tls_lib_client tern__tls_lib_client;
+tern__tls_lib_client *tern__tls_lib_client_new(const char *ca_file, bool insecure,
+                                               const char *alpn);
+void tern__tls_lib_client_free(tern__tls_lib_client *cl);
+TERN_MUST_CHECK
+int tern__tls_lib_client_attach(tern__conn *c, tern__tls_lib_client *cl, const char *name,
+                                tern__tls_verify *verify_out);
+
 #endif

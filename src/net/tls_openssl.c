@@ -803,6 +803,15 @@ static const tern__transport_ops tls_ops = {
 
 bool tern__tls_is(const tern__conn *c) { return c->tp && c->tp->ops == &tls_ops; }
 
+bool tern__tls_alpn_is(const tern__conn *c, const char *proto) {
+    if (!tern__tls_is(c))
+        return false;
+    const unsigned char *p = NULL;
+    unsigned int n = 0;
+    SSL_get0_alpn_selected(ssl_of(c), &p, &n);
+    return p && n == strlen(proto) && memcmp(p, proto, n) == 0;
+}
+
 int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tls_verify *verify) {
     if (cap)
         subject[0] = '\0';
@@ -845,12 +854,12 @@ int tern__tls_attach(tern__conn *c, tern_tls *tls, const char *alpn) {
 /* ---- the client's side ------------------------------------------------ */
 
 /* The opaque client context is OpenSSL's SSL_CTX itself. */
-struct tern__tls_client {
+struct tern__tls_lib_client {
     SSL_CTX *ctx;
 };
 
-tern__tls_client *tern__tls_client_new(const char *ca_file, bool insecure, const char *alpn) {
-    tern__tls_client *cl = malloc(sizeof(*cl));
+tern__tls_lib_client *tern__tls_lib_client_new(const char *ca_file, bool insecure, const char *alpn) {
+    tern__tls_lib_client *cl = malloc(sizeof(*cl));
     if (cl == NULL)
         return NULL;
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
@@ -885,14 +894,14 @@ tern__tls_client *tern__tls_client_new(const char *ca_file, bool insecure, const
     return cl;
 }
 
-void tern__tls_client_free(tern__tls_client *cl) {
+void tern__tls_lib_client_free(tern__tls_lib_client *cl) {
     if (cl == NULL)
         return;
     SSL_CTX_free(cl->ctx);   /* sessions made from it hold their own reference */
     free(cl);
 }
 
-int tern__tls_client_attach(tern__conn *c, tern__tls_client *cl, const char *name,
+int tern__tls_lib_client_attach(tern__conn *c, tern__tls_lib_client *cl, const char *name,
                             tern__tls_verify *verify_out) {
     tls_conn *t = calloc(1, sizeof(*t));
     if (t == NULL)

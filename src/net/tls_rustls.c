@@ -548,6 +548,16 @@ static const tern__transport_ops tls_ops = {
 
 bool tern__tls_is(const tern__conn *c) { return c->tp && c->tp->ops == &tls_ops; }
 
+bool tern__tls_alpn_is(const tern__conn *c, const char *proto) {
+    if (!tern__tls_is(c))
+        return false;
+    const tls_conn *t = (const tls_conn *)c->tp;
+    const uint8_t *p = NULL;
+    size_t n = 0;
+    rustls_connection_get_alpn_protocol(t->rc, &p, &n);
+    return p && n == strlen(proto) && memcmp(p, proto, n) == 0;
+}
+
 int tern__tls_peer_cert(const tern__conn *c, char *subject, size_t cap, tern__tls_verify *verify) {
     if (cap)
         subject[0] = '\0';
@@ -735,7 +745,7 @@ int tern__tls_attach(tern__conn *c, tern_tls *tls, const char *alpn) {
 /* ---- the client's side ------------------------------------------------ */
 
 /* The opaque client context is rustls's client configuration. */
-struct tern__tls_client {
+struct tern__tls_lib_client {
     const struct rustls_client_config *cfg;
 };
 
@@ -750,8 +760,8 @@ static uint32_t accept_any(void *user, const struct rustls_verify_server_cert_pa
  * given. */
 #define SYSTEM_CA_FILE "/etc/ssl/certs/ca-certificates.crt"
 
-tern__tls_client *tern__tls_client_new(const char *ca_file, bool insecure, const char *alpn) {
-    tern__tls_client *cl = malloc(sizeof(*cl));
+tern__tls_lib_client *tern__tls_lib_client_new(const char *ca_file, bool insecure, const char *alpn) {
+    tern__tls_lib_client *cl = malloc(sizeof(*cl));
     if (cl == NULL)
         return NULL;
     uint16_t v[2];
@@ -800,14 +810,14 @@ tern__tls_client *tern__tls_client_new(const char *ca_file, bool insecure, const
     return cl;
 }
 
-void tern__tls_client_free(tern__tls_client *cl) {
+void tern__tls_lib_client_free(tern__tls_lib_client *cl) {
     if (cl == NULL)
         return;
     rustls_client_config_free(cl->cfg);   /* connections hold their own reference */
     free(cl);
 }
 
-int tern__tls_client_attach(tern__conn *c, tern__tls_client *cl, const char *name,
+int tern__tls_lib_client_attach(tern__conn *c, tern__tls_lib_client *cl, const char *name,
                             tern__tls_verify *verify_out) {
     tls_conn *t = calloc(1, sizeof(*t));
     if (t == NULL)

@@ -39,7 +39,8 @@ SAMPLES = {
     "pubsub-history-age": "21", "pubsub-replay-rate": "22", "pubsub-write-delay": "23",
     "token-hmac-secret-file": "s.txt",
     "token-public-key-file": "pk.pem", "token-audience": "aud", "token-issuer": "iss",
-    "feed": "off", "feed-rate": "23", "page": "off", "node-name": "eu-1.a", "redis": "redis://127.0.0.1:6379", "log-level": "debug",
+    "feed": "off", "feed-rate": "23", "page": "off", "node-name": "eu-1.a", "bridge": "nats://127.0.0.1:4222",
+    "redis": "redis://127.0.0.1:6379", "log-level": "debug",
     "access-log": "-", "threads": "3", "io": "uring", "vhost": "a=/srv", "quiet": "on",
     "admin-listen-public": "on", "drain-delay": "24", "token-leeway": "25",
 }
@@ -143,6 +144,34 @@ def test_print_config_fed_back_gives_the_same_configuration(tmp_path):
     assert r2.returncode == 0, r2.stderr
     assert config_lines(r2.stdout) == config_lines(r1.stdout)
     assert config_lines(r2.stdout)["tls-cert"] == ["a.pem", "b.pem"]
+
+
+@pytest.mark.parametrize("flag, url, shown", [
+    ("--bridge", "redis://:s3cret@127.0.0.1:6379/2", "redis://:****@127.0.0.1:6379/2"),
+    ("--redis", "redis://tern:s3cret@127.0.0.1:6379", "redis://tern:****@127.0.0.1:6379"),
+    ("--bridge", "nats://tern:s3cret@127.0.0.1:4222", "nats://tern:****@127.0.0.1:4222"),
+    ("--bridge", "nats://s3cret@127.0.0.1:4222,nats://127.0.0.1:4223",
+     "nats://****@127.0.0.1:4222,nats://127.0.0.1:4223"),
+    ("--redis", "tls://s3cret@127.0.0.1:4222?ca=ca.pem", "tls://****@127.0.0.1:4222?ca=ca.pem"),
+    ("--bridge", "nats://127.0.0.1:4222,tern:s3cret@127.0.0.1:4223?creds=c,x",
+     "nats://127.0.0.1:4222,tern:****@127.0.0.1:4223?creds=c,x"),
+    ("--bridge", "redis://tern@127.0.0.1:6379", "redis://tern@127.0.0.1:6379"),
+])
+def test_print_config_masks_the_bridge_urls_secret(flag, url, shown):
+    """A password or token in the bridge's URL never reaches --print-config
+    (from a flag, the environment or a file): "****" stands for it."""
+    name = flag[2:]
+    env = {"TERN_" + name.upper(): url}
+    for r in (serve(flag, url, "--print-config"), serve("--print-config", env=env)):
+        assert r.returncode == 0, r.stderr
+        assert "s3cret" not in r.stdout
+        assert config_lines(r.stdout)[name] == [shown]
+
+
+def test_bridge_and_its_older_name_redis_are_not_both_taken():
+    r = serve("--bridge", "nats://127.0.0.1:1", "--redis", "redis://127.0.0.1:1", "--port", "0")
+    assert r.returncode == 2
+    assert "--redis is the older name of --bridge" in r.stderr
 
 
 @pytest.mark.parametrize("text, line, message", [

@@ -108,7 +108,7 @@ def test_not_ready_while_draining(tern):
 def test_not_ready_while_redis_is_down(tern_factory):
     port = free_port()
     t = tern_factory("--redis", f"redis://127.0.0.1:{port}")
-    assert http_get(t.admin_base, "/readyz") == (503, "not ready: redis down\n")
+    assert http_get(t.admin_base, "/readyz") == (503, "not ready: bridge (redis) down\n")
     assert http_get(t.admin_base, "/healthz") == (200, "ok\n")
     assert redis_up(t) == 0
     r = Redis(port)

@@ -56,7 +56,8 @@ def get(values, name, **labels):
 def test_metrics_parse_and_move_with_traffic(tern):
     before = scrape(tern)
     assert get(before, "tern_threads") == 1
-    assert get(before, "tern_redis_configured") == 0
+    assert get(before, "tern_bridge_configured") == 0
+    assert get(before, "tern_redis_configured") == 0   # deprecated, kept for one release
     for _ in range(3):
         urllib.request.urlopen(f"{tern.base}/ping", timeout=5 * SLOW).read()
     with connect(f"ws://127.0.0.1:{tern.port}/ws") as ws:

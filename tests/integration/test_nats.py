@@ -1,4 +1,4 @@
-"""Pub/sub across nodes through a real nats-server (`tern serve --redis
+"""Pub/sub across nodes through a real nats-server (`tern serve --bridge
 nats://...`: the NATS engine, src/pubsub/nats.c).
 
 Checked: two nodes (one with one loop, one with two) deliver every publish
@@ -101,7 +101,16 @@ def nats():
 
 
 def bridge(node):
-    return node.stats()["redis"]
+    """/stats' "bridge" object: NATS's counters, named; "redis" is Redis's alone."""
+    st = node.stats()
+    assert st["bridge"]["engine"] == "nats" and st["redis"] is None, st
+    return st["bridge"]
+
+
+def metrics(node):
+    """/metrics' text."""
+    with urllib.request.urlopen(f"{node.admin_base}/metrics", timeout=5 * SLOW) as r:
+        return r.read().decode()
 
 
 def readyz(node):
@@ -115,8 +124,8 @@ def readyz(node):
 
 def test_two_nodes_deliver_exactly_once_in_order(nats, tern_factory):
     url = f"nats://127.0.0.1:{nats.port}"
-    a = tern_factory("--redis", url)
-    b = tern_factory("--redis", url, "--threads", "2")
+    a = tern_factory("--bridge", url)
+    b = tern_factory("--bridge", url, "--threads", "2")
     wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "both nodes connected")
     # what the nodes published before they connected (their feed) is dropped
     dropped = bridge(a)["dropped"]
@@ -162,8 +171,8 @@ def test_two_nodes_deliver_exactly_once_in_order(nats, tern_factory):
 
 def test_nats_lost_and_back(nats, tern_factory):
     url = f"nats://127.0.0.1:{nats.port}"
-    a = tern_factory("--redis", url)
-    b = tern_factory("--redis", url)
+    a = tern_factory("--bridge", url)
+    b = tern_factory("--bridge", url)
     wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "both nodes connected")
     assert readyz(a) == (200, "ready\n")
     wa = connect(f"ws://127.0.0.1:{a.port}/pubsub")
@@ -177,7 +186,11 @@ def test_nats_lost_and_back(nats, tern_factory):
 
         nats.stop()
         wait_for(lambda: not bridge(a)["connected"], "a sees NATS gone")
-        assert readyz(a) == (503, "not ready: redis down\n")
+        assert readyz(a) == (503, "not ready: bridge (nats) down\n")
+        text = metrics(a)
+        assert 'tern_bridge_up{engine="nats"} 0\n' in text
+        assert 'tern_bridge_configured{engine="nats"} 1\n' in text
+        assert "\ntern_redis_configured 0\n" in text and "tern_redis_up" not in text
         # local delivery goes on; the other node misses it (counted)
         a.publish("t", "alone")
         assert recv_data(wa) == "alone"
@@ -190,6 +203,7 @@ def test_nats_lost_and_back(nats, tern_factory):
                  timeout=15)
         wait_for(lambda: nats.subjects() == ["tern.t"] * 2, "subscribed again")
         assert readyz(a) == (200, "ready\n")
+        assert 'tern_bridge_up{engine="nats"} 1\n' in metrics(a)
         a.publish("t", "after")
         assert recv_data(wa) == "after" and recv_data(wb) == "after"
         assert bridge(a)["reconnects"] >= 1
@@ -204,7 +218,7 @@ def test_nats_lost_and_back(nats, tern_factory):
 def test_nats_not_there_yet(tern_factory):
     """A node started before NATS serves locally, then joins."""
     port = free_port()
-    a = tern_factory("--redis", f"nats://127.0.0.1:{port}")
+    a = tern_factory("--bridge", f"nats://127.0.0.1:{port}")
     assert bridge(a)["connected"] is False
     with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
         subscribe(ws, "early")
@@ -225,14 +239,14 @@ def test_wrong_credentials_are_said_and_not_ready(tern_factory, tmp_path):
     n = Nats(free_port(), "--user", "tern", "--pass", "s3cret")
     n.start()
     try:
-        bad = tern_factory("--redis", f"nats://tern:wrong@127.0.0.1:{n.port}")
+        bad = tern_factory("--bridge", f"nats://tern:wrong@127.0.0.1:{n.port}")
         wait_for(lambda: bridge(bad)["auth_refused"], "the password refused")
-        assert readyz(bad) == (503, "not ready: redis auth failed\n")
+        assert readyz(bad) == (503, "not ready: bridge (nats) auth failed\n")
         assert bridge(bad)["connected"] is False
-        good = tern_factory("--redis", f"nats://tern:s3cret@127.0.0.1:{n.port}")
+        good = tern_factory("--bridge", f"nats://tern:s3cret@127.0.0.1:{n.port}")
         pw = tmp_path / "pw"
         pw.write_text("s3cret\n")
-        from_file = tern_factory("--redis",
+        from_file = tern_factory("--bridge",
                                  f"nats://tern:@127.0.0.1:{n.port}?password_file={pw}")
         wait_for(lambda: bridge(good)["connected"] and bridge(from_file)["connected"],
                  "the right password connects")
@@ -253,8 +267,8 @@ def test_a_token_from_a_file(tern_factory, tmp_path):
     try:
         token = tmp_path / "token"
         token.write_text("tok-123\n")
-        a = tern_factory("--redis", f"nats://127.0.0.1:{n.port}/?token_file={token}")
-        bad = tern_factory("--redis", f"nats://nope@127.0.0.1:{n.port}")
+        a = tern_factory("--bridge", f"nats://127.0.0.1:{n.port}/?token_file={token}")
+        bad = tern_factory("--bridge", f"nats://nope@127.0.0.1:{n.port}")
         wait_for(lambda: bridge(a)["connected"], "the token connects")
         wait_for(lambda: bridge(bad)["auth_refused"], "a wrong token is refused")
         bad.stop()
@@ -265,7 +279,7 @@ def test_a_token_from_a_file(tern_factory, tmp_path):
 
 def test_a_cluster_list_connects_to_a_server_that_is_up(nats, tern_factory):
     down = free_port()
-    a = tern_factory("--redis", f"nats://127.0.0.1:{down},nats://127.0.0.1:{nats.port}",
+    a = tern_factory("--bridge", f"nats://127.0.0.1:{down},nats://127.0.0.1:{nats.port}",
                      "--log-level", "info")
     wait_for(lambda: bridge(a)["connected"], "connected to the second server")
     a.stop()
@@ -277,16 +291,16 @@ def test_bad_nats_url_is_refused():
     for bad in ("nats://", "nats://h:0", "nats://h:70000", "nats://h/x", "nats://h,",
                 "nats://h?what=1", "nats://u:p@h?token_file=/t", "nats://u@h:1,v@g",
                 "nats://" + "h" * 300):
-        r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--threads", "1", "--redis", bad],
+        r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--threads", "1", "--bridge", bad],
                            capture_output=True, text=True, timeout=10 * SLOW)
         assert r.returncode != 0, bad
-        assert "--redis" in r.stderr and "URL" in r.stderr, (bad, r.stderr)
+        assert "--bridge" in r.stderr and "URL" in r.stderr, (bad, r.stderr)
 
 
 def test_a_refused_url_is_shown_without_its_secret():
     for bad, shown in (("nats://tok-99@h:0", "nats://****@h:0"),
                        ("nats://me:pw-99@h:0,g", "nats://me:****@h:0,g")):
-        r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--threads", "1", "--redis", bad],
+        r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--threads", "1", "--bridge", bad],
                            capture_output=True, text=True, timeout=10 * SLOW)
         assert r.returncode != 0 and shown in r.stderr, (bad, r.stderr)
         assert "-99" not in r.stderr, r.stderr
@@ -298,9 +312,9 @@ def test_nats_over_tls_verifies_the_server(tern_factory, tmp_path):
     n.start()
     try:
         url = f"tls://127.0.0.1:{n.port}"
-        a = tern_factory("--redis", f"{url}?ca={cert}")
-        b = tern_factory("--redis", f"{url}?ca={cert}")
-        unknown = tern_factory("--redis", url)   # the system's CAs do not know it
+        a = tern_factory("--bridge", f"{url}?ca={cert}")
+        b = tern_factory("--bridge", f"{url}?ca={cert}")
+        unknown = tern_factory("--bridge", url)   # the system's CAs do not know it
         wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "TLS connects")
         with connect(f"ws://127.0.0.1:{a.port}/pubsub") as wa, \
                 connect(f"ws://127.0.0.1:{b.port}/pubsub") as wb:
@@ -320,8 +334,8 @@ def test_nats_over_tls_verifies_the_server(tern_factory, tmp_path):
 
 def test_a_node_moves_to_another_server_of_the_cluster(cluster, tern_factory):
     url = ",".join(f"nats://127.0.0.1:{s.port}" for s in cluster)
-    a = tern_factory("--redis", url)
-    b = tern_factory("--redis", url)
+    a = tern_factory("--bridge", url)
+    b = tern_factory("--bridge", url)
     wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "both nodes connected")
     with connect(f"ws://127.0.0.1:{a.port}/pubsub") as wa, \
             connect(f"ws://127.0.0.1:{b.port}/pubsub") as wb:
@@ -376,13 +390,13 @@ def test_credentials_changed_on_the_server_are_said(tern_factory):
     n = Nats(port, "--user", "tern", "--pass", "old")
     n.start()
     try:
-        a = tern_factory("--redis", f"nats://tern:old@127.0.0.1:{port}")
+        a = tern_factory("--bridge", f"nats://tern:old@127.0.0.1:{port}")
         wait_for(lambda: bridge(a)["connected"], "connected")
         n.stop()
         n = Nats(port, "--user", "tern", "--pass", "new")
         n.start()
         wait_for(lambda: bridge(a)["auth_refused"], "the old password refused", timeout=20)
-        assert readyz(a) == (503, "not ready: redis auth failed\n")
+        assert readyz(a) == (503, "not ready: bridge (nats) auth failed\n")
         n.stop()
         n = Nats(port, "--user", "tern", "--pass", "old")
         n.start()

@@ -4,7 +4,9 @@ Checked: topic "market" carries well-formed price updates with rising seq,
 and nothing with --feed off; topic "stats" ticks about once a second with
 the server's numbers; headless Chromium loads / (over http and, with wss,
 over https), sees prices change and the statistics update, and saves a
-screenshot (its path is printed, and kept under build/test-output/)."""
+screenshot (its path is printed, and kept under build/test-output/); the
+page's count of who watches "market" follows a second page opened and
+closed."""
 import base64
 import json
 import os
@@ -120,6 +122,26 @@ def test_page_off(tern_factory):
         assert e.value.code == 404, path
     with urllib.request.urlopen(f"{t.base}/ping", timeout=5 * SLOW) as r:
         assert r.status == 200
+    # Issue #40: "market" lists who watches it for the page alone.
+    m = market_presence_stats(t)
+    assert m == {"error": "presence off", "op": "presence_stats"}, m
+
+
+def market_presence_stats(srv):
+    with connect(f"ws://127.0.0.1:{srv.port}/pubsub") as ws:
+        ws.send(json.dumps({"op": "presence_stats", "topic": "market"}))
+        return json.loads(ws.recv(timeout=5 * SLOW))
+
+
+def test_market_presence_on_for_the_page_unless_a_rule_says_off(tern_factory):
+    # Issue #40: with the page, "market" has presence=on (the asker is
+    # not subscribed: nobody watches); a --topic rule may turn it off.
+    t = tern_factory("--feed", "off")
+    m = market_presence_stats(t)
+    assert m == {"ok": "presence_stats", "topic": "market", "clients": 0, "users": 0}, m
+    off = tern_factory("--feed", "off", "--topic", "market presence=off")
+    m = market_presence_stats(off)
+    assert m == {"error": "presence off", "op": "presence_stats"}, m
 
 
 def test_bad_feed_options():
@@ -369,3 +391,68 @@ def test_page_shows_only_its_own_nodes_statistics(tern_factory, chromium, tmp_pa
             assert int(st["uptime"].rstrip("s")) <= age + 1, (age, st)
     finally:
         redis.stop()
+
+
+# Reads who the page says watches "market" (its panel, as painted).
+WATCHING_JS = """JSON.stringify({
+  clients: document.getElementById('w-clients').textContent,
+  users: document.getElementById('w-users').textContent,
+})"""
+
+
+def test_page_shows_who_is_watching(tern_factory, chromium, tmp_path):  # noqa: F811
+    """Issue #40: "market" has presence=on, and the page asks its counts
+    every few seconds: a second page opened raises the first one's count
+    of clients, closed lowers it again. Every page is anonymous here: one
+    user (the empty sub) however many clients."""
+    srv = tern_factory("--feed-rate", "50")
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--remote-debugging-pipe",
+            "about:blank"]
+    log = tmp_path / "chromium.log"
+    with open(log, "wb") as err:
+        dt = DevTools(argv, err, time.monotonic() + TIMEOUT)
+        try:
+            def open_page():
+                target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+                s = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})[
+                    "sessionId"]
+                dt.call("Page.enable", session=s)
+                nav = dt.call("Page.navigate", {"url": f"{srv.base}/"}, session=s)
+                assert "errorText" not in nav, nav
+                return target, s
+
+            def watching(s):
+                r = dt.call("Runtime.evaluate", {"expression": WATCHING_JS,
+                                                 "returnByValue": True}, session=s)
+                return None if "exceptionDetails" in r else json.loads(r["result"]["value"])
+
+            def wait(s, clients, what):
+                # The page asks every 2 s: well within the wait.
+                deadline = time.monotonic() + 10 * SLOW
+                while time.monotonic() < deadline:
+                    st = watching(s)
+                    if st == {"clients": str(clients), "users": "1"}:
+                        return
+                    time.sleep(0.1)
+                raise AssertionError(f"page never showed {what}: {watching(s)}")
+
+            first, s1 = open_page()
+            wait(s1, 1, "itself alone watching")
+            second, s2 = open_page()
+            wait(s2, 2, "two watching, on the second page")
+            wait(s1, 2, "two watching, on the first page")
+            dt.call("Target.closeTarget", {"targetId": second})
+            wait(s1, 1, "itself alone again once the second page closed")
+            # the server says the same when asked on /pubsub
+            m = market_presence_stats(srv)
+            assert m == {"ok": "presence_stats", "topic": "market", "clients": 1,
+                         "users": 1}, m
+            dt.call("Target.closeTarget", {"targetId": first})
+        except (TimeoutError, EOFError, RuntimeError) as e:
+            pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
+        finally:
+            dt.close()

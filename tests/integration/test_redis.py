@@ -1,4 +1,5 @@
-"""Pub/sub across nodes through a real redis-server (`tern serve --redis`).
+"""Pub/sub across nodes through a real redis-server (`tern serve --redis`,
+--bridge's older name).
 
 Checked: two nodes (one with one loop, one with two) deliver every publish
 (WebSocket /pubsub and POST /publish) to every subscriber of both nodes
@@ -169,6 +170,25 @@ def test_two_nodes_deliver_exactly_once_in_order(redis, tern_factory):
             ws.close()
     # the last subscriber gone, the nodes leave the channel
     wait_for(lambda: channels(redis) == [], "tern:px unsubscribed in Redis")
+
+
+def test_bridge_names_the_engine_and_redis_keeps_its_former_names(redis, tern_factory):
+    """--bridge redis:// (and --redis, its older name): /stats' "bridge"
+    names the engine, "redis" holds the same counters (deprecated); /metrics
+    has tern_bridge_*{engine="redis"} and tern_redis_* (deprecated)."""
+    url = f"redis://127.0.0.1:{redis.port}"
+    for node in (tern_factory("--bridge", url), tern_factory("--redis", url)):
+        wait_for(lambda: stats(node)["bridge"]["connected"], "connected")
+        st = stats(node)
+        assert st["bridge"]["engine"] == "redis"
+        assert {k: v for k, v in st["bridge"].items() if k != "engine"} == st["redis"]
+        with urllib.request.urlopen(f"{node.admin_base}/metrics", timeout=5 * SLOW) as r:
+            text = r.read().decode()
+        for line in ('tern_bridge_configured{engine="redis"} 1', 'tern_bridge_up{engine="redis"} 1',
+                     'tern_bridge_auth_refused{engine="redis"} 0',
+                     "tern_redis_configured 1", "tern_redis_up 1", "tern_redis_auth_refused 0"):
+            assert f"\n{line}\n" in text, line
+        assert "# HELP tern_redis_up Deprecated: tern_bridge_up" in text
 
 
 def test_redis_lost_and_back(redis, tern_factory):

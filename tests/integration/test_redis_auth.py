@@ -175,7 +175,7 @@ def test_wrong_password_is_said_and_never_shown(redis):
                         "--log-level", "info")
     try:
         wait_for(lambda: stats(a)["redis"]["auth_refused"], "auth refused")
-        assert ready(a) == (503, "not ready: redis auth failed\n")
+        assert ready(a) == (503, "not ready: bridge (redis) auth failed\n")
         assert stats(a)["redis"]["connected"] is False
         with urllib.request.urlopen(f"{a.admin_base}/metrics", timeout=5 * SLOW) as r:
             assert "\ntern_redis_auth_refused 1\n" in r.read().decode()
@@ -193,7 +193,7 @@ def test_no_password_to_a_server_that_wants_one(redis):
         # Redis answers NOAUTH; the bridge never says it is up, and says why.
         wait_for(lambda: stats(a)["redis"]["auth_refused"], "auth refused")
         assert stats(a)["redis"]["connected"] is False
-        assert ready(a) == (503, "not ready: redis auth failed\n")
+        assert ready(a) == (503, "not ready: bridge (redis) auth failed\n")
     finally:
         err = stop(p, first)
     assert "refused a client without a password" in err and "NOAUTH" in err, err

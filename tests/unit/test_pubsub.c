@@ -416,6 +416,7 @@ typedef struct delayed {
     size_t n;
     int reads;              /* reads that brought message bytes */
     uint64_t t0, first;     /* the first publish; the first message's arrival */
+    uint64_t last;          /* the last publish */
 } delayed;
 
 static uint64_t now_ms(void) {
@@ -426,7 +427,8 @@ static uint64_t now_ms(void) {
 
 /* Every 5 ms: reads what the subscriber got so far, and publishes m0, m1,
  * m2 10 ms apart (now and later alternately, on the loop's own thread),
- * all within the delay. */
+ * all within the delay when the timer is on time. Stops once m2, the
+ * last, has come (nothing can follow it), or after 2 000 ticks. */
 static void delayed_tick(tern_timer *t, void *user) {
     delayed *d = user;
     app *a = &d->a;
@@ -439,10 +441,14 @@ static void delayed_tick(tern_timer *t, void *user) {
         if (body && (size_t)(body + 4 - d->raw) < d->n) {   /* message bytes in it */
             if (d->reads++ == 0)
                 d->first = now_ms();
+            if (memmem(body + 4, d->n - (size_t)(body + 4 - d->raw), "m2", 2)) {
+                tern_loop_stop(a->loop);
+                return;
+            }
         }
     }
-    if (a->opened < 1 || ++a->ticks > 400) {
-        if (a->ticks > 400)
+    if (a->opened < 1 || ++a->ticks > 2000) {
+        if (a->ticks > 2000)
             tern_loop_stop(a->loop);
         return;
     }
@@ -455,9 +461,8 @@ static void delayed_tick(tern_timer *t, void *user) {
         a->seqs[a->nseqs++] =
             step == 2 ? tern_publish_later(a->srv, "t", NULL, buf, 2, TERN_WS_TEXT, SIZE_MAX)
                       : publish(a, "t", buf, NULL);
+        d->last = now_ms();
     }
-    if (d->reads > 0 && now_ms() - d->first > 100)   /* nothing more came since */
-        tern_loop_stop(a->loop);
 }
 
 static void write_delay_sends_a_topics_messages_together_in_order(void **state) {
@@ -479,10 +484,16 @@ static void write_delay_sends_a_topics_messages_together_in_order(void **state) 
     char *got = frames_text(d->raw, d->n);
     assert_string_equal(got, "m0\nm1\nm2\n");   /* in order */
     free(got);
-    assert_int_equal(d->reads, 1);              /* together */
+    /* Together, when the timer published all three within the delay; a
+     * busy machine may run the 10 ms ticks late, past the delay, and then
+     * the last ones rightly go in a pass of their own. */
+    if (d->last - d->t0 < DELAY_MS)
+        assert_int_equal(d->reads, 1);
+    else   /* at most a pass for each message */
+        assert_true(d->reads >= 1 && d->reads <= 3);
     /* held for the delay after the first, and not much longer */
     assert_true(d->first - d->t0 >= DELAY_MS);
-    assert_true(d->first - d->t0 < DELAY_MS + 500);
+    assert_true(d->first - d->t0 < DELAY_MS + 2000);
     app_finish(a);
     free(d);
 }

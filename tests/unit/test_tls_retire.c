@@ -103,10 +103,36 @@ static void a_thousand_reloads_leave_one_set(void **state) {
     tern_tls_free(tls);
 }
 
+/* Client contexts are shared while held (loading the system's CAs once
+ * for a hundred wss connections, not a hundred times), by their settings,
+ * and made afresh after the last is let go. */
+static void client_contexts_are_shared_while_held(void **state) {
+    (void)state;
+    tern__tls_client *a = tern__tls_client_new(NULL, false, "\x08http/1.1");
+    tern__tls_client *b = tern__tls_client_new(NULL, false, "\x08http/1.1");
+    tern__tls_client *insecure = tern__tls_client_new(NULL, true, "\x08http/1.1");
+    tern__tls_client *other_alpn = tern__tls_client_new(NULL, false, "\x02h2");
+    assert_non_null(a);
+    assert_ptr_equal(a, b);
+    assert_non_null(insecure);
+    assert_ptr_not_equal(a, insecure);
+    assert_non_null(other_alpn);
+    assert_ptr_not_equal(a, other_alpn);
+    assert_null(tern__tls_client_new("/nonexistent/ca.pem", false, "\x08http/1.1"));
+    tern__tls_client_free(a);
+    tern__tls_client *c = tern__tls_client_new(NULL, false, "\x08http/1.1");
+    assert_ptr_equal(c, b);                      /* b still holds it */
+    tern__tls_client_free(b);
+    tern__tls_client_free(c);
+    tern__tls_client_free(insecure);
+    tern__tls_client_free(other_alpn);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_picked_key_outlives_reloads),
         cmocka_unit_test(a_thousand_reloads_leave_one_set),
+        cmocka_unit_test(client_contexts_are_shared_while_held),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
