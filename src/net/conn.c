@@ -995,8 +995,28 @@ static void conn_timeout(tern__wheel_entry *e) {
         uint64_t now = tern_loop_now(c->loop);
         if (k && k->unacked >= 0 && k->looked > k->stamp) {
             long q = peer_unacked(c);
+            /* The peer is reading what the kernel holds. Looks come a
+             * quarter of the timeout apart; one that comes later (this
+             * loop was descheduled: a busy machine) cannot say the
+             * progress was older than a quarter, and must not cut a peer
+             * seen reading. */
+            uint64_t quarter = limit / 4;
             if (q >= 0 && q < k->unacked + (long)k->taken)
-                k->stamp = k->looked;   /* the peer is reading what the kernel holds */
+                k->stamp = now - k->looked > quarter ? now - quarter : k->looked;
+        }
+        else if (k && k->unacked < 0 && limit && now - k->stamp >= limit) {
+            /* Where the peer's acknowledgements cannot be seen (the
+             * portable build), the kernel's taking bytes is the only sign
+             * of progress, and a back end reports room only once much of
+             * a grown send buffer is free (Linux: a third), while a send
+             * takes bytes as soon as any is. Try one before judging: a
+             * steady slow reader frees some room within the timeout. */
+            conn_io(&c->io, TERN__IO_OUT);
+            if (c->flags & TERN__CONN_CLOSED)
+                return;
+            k = send_clock_of(c);
+            if (k == NULL)
+                return;   /* all out: conn_io went on (linger or on_drain) */
         }
         if (k == NULL || (limit && now - k->stamp >= limit)) {
             tern__log(TERN_LOG_INFO, TERN__LOG_SEND_TIMEOUT,

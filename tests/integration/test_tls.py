@@ -808,8 +808,11 @@ def test_tls_steady_slow_reader_is_not_cut_by_the_send_clock(tls_tern):
     # A reader slower than the kernel frees room, over TLS: its progress is
     # seen through the TLS transport's unsent op (the lower transport's
     # bytes: on io_uring, the send in flight) and the socket's queue, so
-    # the 300 ms send clock must not cut it, on either back end.
-    tern = tls_tern("--send-timeout", "300", "--log-level", "info")
+    # the 1 s send clock must not cut it, on either back end. At 1 MB/s
+    # the kernel takes nothing for over a second at a time (a third of a
+    # 4 MB send buffer); 1 s is long against a busy machine's stalls of
+    # this reader (a few hundred ms under two CPU burners).
+    tern = tls_tern("--send-timeout", "1000", "--log-level", "info")
     s = tls_connect(tern)
     s.sendall(b"GET /echo?size=6000000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     got = bytearray()
@@ -818,13 +821,13 @@ def test_tls_steady_slow_reader_is_not_cut_by_the_send_clock(tls_tern):
     head, _, got = bytes(got).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200"), head
     got = bytearray(got)
-    deadline = time.monotonic() + 30 * SLOW
+    deadline = time.monotonic() + 60 * SLOW
     while len(got) < 6_000_000 and time.monotonic() < deadline:
         b = s.recv(32768)
         if not b:
             break
         got += b
-        time.sleep(0.02)
+        time.sleep(0.03)
     s.close()
     assert len(got) == 6_000_000
     assert tern.stop() == 0
