@@ -132,13 +132,18 @@ int app_serve_rules_build(const app_serve_settings *set, app_topic_rules *t) {
         market->history = FEED_HISTORY;
         market->history_ms = FEED_HISTORY_MS;
     }
-    /* The page shows who watches "market": presence=on, unless a rule
-     * said otherwise. The page asks presence_stats every few seconds, O(1)
-     * a question; join-leave stays off, since each join and leave would go
-     * to every subscriber: N messages a subscribe on a topic that load
-     * tests fill with thousands. Without the page, nobody is listed. */
-    if (set->page && market && !market->prefix && !market->has_presence)
-        market->has_presence = market->presence = true;
+    /* The page shows how many watch "market": presence=stats, unless a
+     * rule said otherwise. Counts only: with presence=on anyone allowed
+     * to subscribe could list the users and token info of everybody
+     * watching, which an operator must ask for. The page asks
+     * presence_stats every few seconds, O(1) a question; join-leave stays
+     * off, since each join and leave would go to every subscriber: N
+     * messages a subscribe on a topic that load tests fill with
+     * thousands. */
+    if (set->page && market && !market->prefix && !market->has_presence) {
+        market->has_presence = true;
+        market->presence = APP_PRESENCE_STATS;
+    }
     return 0;
 }
 

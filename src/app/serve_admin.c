@@ -243,7 +243,12 @@ int app_serve_admin_setup(serve_ctx *ctx, tern_loop *loop) {
      * may take the descriptors the public listeners leave in reserve, so
      * /readyz and /metrics answer when those are out of descriptors. */
     tern_listen_options admin_opt = {.reuseport = ctx->set.listen.reuseport, .use_fd_reserve = 1};
-    int err = tern_server_new(&ctx->admin, loop, &ctx->set.run.server);
+    /* HTTP/1.1 only: Prometheus, load balancers' probes and curl speak
+     * it, and --http2 h2c is asked for the public port, not for this one
+     * (it would add HTTP/2's parser to what the operator's port exposes). */
+    tern_server_options admin_server = ctx->set.run.server;
+    admin_server.http2 = 0;
+    int err = tern_server_new(&ctx->admin, loop, &admin_server);
     if (err < 0) {
         fprintf(stderr, "tern serve: the admin server: %s\n", tern_strerror(err));
         return SETUP_FAILED;

@@ -448,12 +448,12 @@ const app_opt app_serve_opts[SV_COUNT] = {
                           "users' tokens (their sub) alone), policy=, history=N,\n"
                           "history-age=SECONDS, max-backlog=BYTES (the --pubsub-*\n"
                           "defaults otherwise), presence=on (who is subscribed may\n"
-                          "be asked) and join-leave=on (joins and leaves pushed; both\n"
-                          "off by default).\n"
+                          "be asked; presence=stats: how many only) and join-leave=on\n"
+                          "(joins and leaves pushed; both off by default).\n"
                           "Closed by default: without a rule only tokens open a topic.\n"
                           "\"market\" and \"stats\" (the feed's) are subscribe=anyone\n"
-                          "publish=none, and with --page on \"market\" presence=on\n"
-                          "(the page shows who is watching). SIGHUP applies changes\n"
+                          "publish=none, and with --page on \"market\" presence=stats\n"
+                          "(the page shows how many watch). SIGHUP applies changes\n"
                           "of subscribe=, publish=, presence= and join-leave= to the\n"
                           "operations that follow; the other keys need a restart",
         VALS(topics)},

@@ -110,7 +110,7 @@ static void member_free(pres_member *m) {
 int app_presence_subscribed(tern_ws *ws, app_pres_conn **pc, const app_token_conn *auth,
                             const app_topic_rule *r, const char *topic, size_t tlen) {
     char events[TERN_TOPIC_MAX + 1];
-    bool presence = r && r->presence;
+    bool presence = r && r->presence != APP_PRESENCE_OFF;
     bool join_leave = r && r->join_leave && events_topic(topic, tlen, events);
     if (!presence && !join_leave)
         return 0;
@@ -241,8 +241,12 @@ static void reply_error(tern_ws *ws, const char *why, bool stats) {
 
 void app_presence_reply(tern_ws *ws, bool stats, const app_topic_rule *r, bool may,
                         const char *topic, size_t tlen, size_t limit) {
-    if (r == NULL || !r->presence) {
+    if (r == NULL || r->presence == APP_PRESENCE_OFF) {
         reply_error(ws, "presence off", stats);
+        return;
+    }
+    if (!stats && r->presence == APP_PRESENCE_STATS) {
+        reply_error(ws, "counts only", stats);   /* presence=stats: nobody is listed */
         return;
     }
     if (!may) {
@@ -281,8 +285,8 @@ void app_presence_admin(tern_http_req *req, const app_topic_rules *rules, bool s
         limit = v;
     }
     const app_topic_rule *r = app_rules_match(rules, topic, (size_t)tl);
-    if (r == NULL || !r->presence) {
-        static const char why[] = "presence off: no --topic rule says presence=on here\n";
+    if (r == NULL || r->presence == APP_PRESENCE_OFF) {
+        static const char why[] = "presence off: no --topic rule says presence=on or stats here\n";
         tern_http_respond(req, 404, "text/plain", why, sizeof(why) - 1);
         return;
     }

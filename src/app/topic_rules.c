@@ -107,9 +107,16 @@ static bool setting(app_topic_rule *r, const char *s, size_t n, const char **why
         }
         *why = "max-backlog= takes a number of bytes";
     } else if (KEY("presence")) {
-        if (on_off(v, vl, &r->presence))
+        bool on;
+        if (vl == 5 && memcmp(v, "stats", 5) == 0) {
+            r->presence = APP_PRESENCE_STATS;
             return r->has_presence = true;
-        *why = "presence= takes on or off";
+        }
+        if (on_off(v, vl, &on)) {
+            r->presence = on ? APP_PRESENCE_ON : APP_PRESENCE_OFF;
+            return r->has_presence = true;
+        }
+        *why = "presence= takes on, stats or off";
     } else if (KEY("join-leave")) {
         if (on_off(v, vl, &r->join_leave))
             return r->has_join_leave = true;

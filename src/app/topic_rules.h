@@ -41,6 +41,14 @@ bool app_rules_user_named(const char *topic, size_t len, const char *sub);
  * field is meaningful only when its has_ flag is set (access fields
  * without one are APP_ACCESS_TOKEN). After app_rules_resolve, a rule
  * holds what it inherits too. */
+/* How much of a topic's presence subscribers may ask for. The store
+ * keeps the subscribers of any topic whose level is not OFF; the level
+ * decides what a subscriber's question gets: STATS the counts only
+ * (presence_stats), ON the list too (presence), with each member's user
+ * and the info its token carries. The operator's admin listener sees the
+ * list at either level. */
+enum app_presence_level { APP_PRESENCE_OFF = 0, APP_PRESENCE_STATS, APP_PRESENCE_ON };
+
 typedef struct app_topic_rule {
     char pattern[TERN_TOPIC_MAX + 1];
     size_t len;
@@ -48,7 +56,7 @@ typedef struct app_topic_rule {
     app_access subscribe, publish;
     bool has_subscribe, has_publish, has_policy, has_history, has_history_age, has_backlog;
     bool has_presence, has_join_leave;
-    bool presence;                        /* who is subscribed may be asked (presence.h) */
+    uint8_t presence;                     /* enum app_presence_level, above */
     bool join_leave;                      /* joins and leaves are pushed to subscribers */
     int policy;                           /* enum tern_pubsub_policy */
     uint16_t close_code;                  /* with policy close-1013 */
@@ -64,8 +72,8 @@ typedef struct app_topic_rules {
 
 /* "PATTERN [KEY=VALUE]...", KEY one of subscribe, publish (anyone, token,
  * none, user), policy (drop, close, close-1013, conflate), history (messages),
- * history-age (seconds), max-backlog (bytes), presence and join-leave (on,
- * off; off by default). A pattern met before is
+ * history-age (seconds), max-backlog (bytes), presence (on, stats, off;
+ * off by default) and join-leave (on, off; off by default). A pattern met before is
  * the same rule: the new keys change it. Returns 0, or -1 and *why. */
 TERN_MUST_CHECK
 int app_rules_add(app_topic_rules *t, const char *spec, const char **why);

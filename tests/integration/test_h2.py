@@ -82,6 +82,9 @@ def test_h2c_only_when_asked(h2_tern):
     assert curl("--http2-prior-knowledge", f"{tern2.base}/ping") == (b"pong", "2", "200")
     # HTTP/1.1 on that port is unchanged, and Upgrade: h2c is not answered.
     assert curl("--http2", f"{tern2.base}/ping") == (b"pong", "1.1", "200")
+    # The admin listener stays HTTP/1.1: h2c was asked for the public port.
+    assert curl("--http2-prior-knowledge", f"{tern2.admin_base}/healthz")[1] != "2"
+    assert curl(f"{tern2.admin_base}/healthz")[1:] == ("1.1", "200")
 
 
 # ---- what a handler does, over h2 --------------------------------------------

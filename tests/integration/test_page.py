@@ -133,15 +133,37 @@ def market_presence_stats(srv):
         return json.loads(ws.recv(timeout=5 * SLOW))
 
 
-def test_market_presence_on_for_the_page_unless_a_rule_says_off(tern_factory):
-    # Issue #40: with the page, "market" has presence=on (the asker is
-    # not subscribed: nobody watches); a --topic rule may turn it off.
+def market_presence(srv, op):
+    with connect(f"ws://127.0.0.1:{srv.port}/pubsub") as ws:
+        ws.send(json.dumps({"op": "subscribe", "topic": "market"}))
+        ws.send(json.dumps({"op": op, "topic": "market"}))
+        while True:
+            m = json.loads(ws.recv(timeout=5 * SLOW))
+            if m.get("op") == op or m.get("ok") == op:
+                return m
+
+
+def test_market_presence_counts_only_for_the_page_unless_a_rule_says_otherwise(tern_factory):
+    # Issue #40: with the page, "market" has presence=stats: anyone may
+    # count who watches (the asker, here), nobody may list them (users and
+    # their tokens' info are not the public's); a --topic rule may say on
+    # or off.
     t = tern_factory("--feed", "off")
     m = market_presence_stats(t)
     assert m == {"ok": "presence_stats", "topic": "market", "clients": 0, "users": 0}, m
+    m = market_presence(t, "presence_stats")
+    assert m == {"ok": "presence_stats", "topic": "market", "clients": 1, "users": 1}, m
+    m = market_presence(t, "presence")
+    assert m == {"error": "counts only", "op": "presence"}, m
+    on = tern_factory("--feed", "off", "--topic", "market presence=on")
+    m = market_presence(on, "presence")
+    assert m["ok"] == "presence" and m["clients"] == 1 and len(m["presence"]) == 1, m
     off = tern_factory("--feed", "off", "--topic", "market presence=off")
     m = market_presence_stats(off)
     assert m == {"error": "presence off", "op": "presence_stats"}, m
+    # --page off: no presence on "market" at all.
+    nopage = tern_factory("--feed", "off", "--page", "off")
+    assert market_presence_stats(nopage) == {"error": "presence off", "op": "presence_stats"}
 
 
 def test_bad_feed_options():

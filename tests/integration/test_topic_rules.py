@@ -169,7 +169,7 @@ def test_rules_by_exact_topic_and_prefix(start):
     ("x colour=blue", "unknown key"),
     ("x history=0", "history= takes 1 to 65536"),
     ("x policy=linger", "policy= takes"),
-    ("x presence=yes", "presence= takes on or off"),
+    ("x presence=yes", "presence= takes on, stats or off"),
     ("x join-leave=1", "join-leave= takes on or off"),
     ("y" * 300, "pattern longer than a topic"),
 ])
