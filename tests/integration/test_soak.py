@@ -38,8 +38,12 @@ OP_TIMEOUT = 20.0 * SLOW    # any single operation longer than this is a hang
 # 24 clients share one Python event loop, and a head sent in 10 pieces 10 ms
 # apart took over 500 ms there (each sleep overshoots while the other tasks
 # run), so the server rightly answered 408 to a client the test thought
-# well-formed. The kinds that test the timeouts themselves wait for them.
-HEAD_TO, BODY_TO, IDLE_TO, SEND_TO, WS_IDLE_TO = 2000, 2000, 2000, 2000, 2000
+# well-formed; and a chunked upload of 3.5 KiB in 10 pieces 10 ms apart
+# once took over 2 s to reach the server while the machine ran two CPU
+# burners beside the suite (408 from a 2 s body timeout). The head and
+# body timeouts are 5 s: a well-formed client's pieces are never that far
+# apart. The kinds that test the timeouts themselves wait for them.
+HEAD_TO, BODY_TO, IDLE_TO, SEND_TO, WS_IDLE_TO = 5000, 5000, 2000, 2000, 2000
 MAX_HEAD, MAX_BODY, WS_MAX = 8192, 1 << 20, 1 << 20
 SERVER_ARGS = ["--quiet",
                "--head-timeout", str(HEAD_TO), "--body-timeout", str(BODY_TO),
