@@ -46,6 +46,10 @@ static bool next_in(app_json_reader *r, char close, bool *ok) {
     if (r->p < r->end && *r->p == close) {
         r->p++;
         skip_space(r);
+        /* The container just closed was a value of the one around it,
+         * which needs a ',' before its next: an empty one never cleared
+         * first ("[[] 1]" is no JSON). */
+        r->first = false;
         return false;
     }
     if (!r->first) {

@@ -65,6 +65,33 @@ static void objects_members_and_the_end(void **state) {
     assert_true(app_json_object(&r));
     assert_false(app_json_member(&r, key, sizeof(key), &ok));
     assert_false(ok);
+    /* an empty container is a value like any: a comma must follow it
+     * before the next (fuzz_json_read found "[[] 1]" taken) */
+    r = at("[[] 1]");
+    assert_true(app_json_array(&r));
+    assert_true(app_json_element(&r, &ok));
+    assert_true(app_json_array(&r));
+    assert_false(app_json_element(&r, &ok));
+    assert_true(ok);
+    assert_false(app_json_element(&r, &ok));
+    assert_false(ok);
+    r = at("{\"a\":{} \"b\":1}");
+    assert_true(app_json_object(&r));
+    assert_true(app_json_member(&r, key, sizeof(key), &ok));
+    assert_true(app_json_object(&r));
+    assert_false(app_json_member(&r, key, sizeof(key), &ok));
+    assert_true(ok);
+    assert_false(app_json_member(&r, key, sizeof(key), &ok));
+    assert_false(ok);
+    r = at("[[],{},1]");
+    assert_true(app_json_array(&r));
+    assert_true(app_json_element(&r, &ok) && app_json_array(&r));
+    assert_false(app_json_element(&r, &ok));
+    assert_true(app_json_element(&r, &ok) && app_json_object(&r));
+    assert_false(app_json_member(&r, key, sizeof(key), &ok));
+    assert_true(app_json_element(&r, &ok) && app_json_uint(&r, &n));
+    assert_false(app_json_element(&r, &ok));
+    assert_true(ok && app_json_done(&r));
     r = at("{\"longer than eight\":1}");   /* a name over the room given */
     assert_true(app_json_object(&r));
     assert_false(app_json_member(&r, key, sizeof(key), &ok));
