@@ -390,6 +390,13 @@ const char *tern_http_param_raw(const tern_http_req *req, const char *name, size
  * its length, -ENOENT when absent, -ENOSPC when buf is too small, -EINVAL
  * for a bad %-escape. */
 ssize_t tern_http_query_param(const tern_http_req *req, const char *name, char *buf, size_t cap);
+/* The same for a parameter that may come several times ("?topic=a&topic=b"),
+ * one value a call, in order: *at is 0 for the first and is moved past the
+ * value the call looked at (whatever it returned but -ENOENT, so that a
+ * caller may skip a bad one). Returns as tern_http_query_param, -ENOENT
+ * after the last. */
+ssize_t tern_http_query_param_next(const tern_http_req *req, const char *name, size_t *at,
+                                   char *buf, size_t cap);
 /* The whole body of a non-streaming route (empty when none). */
 const char *tern_http_body(const tern_http_req *req, size_t *len);
 

@@ -127,14 +127,26 @@ const char *tern_http_param_raw(const tern_http_req *req, const char *name, size
 }
 
 ssize_t tern_http_query_param(const tern_http_req *req, const char *name, char *buf, size_t cap) {
-    if (req == NULL || name == NULL || (buf == NULL && cap > 0))
+    size_t at = 0;
+    return tern_http_query_param_next(req, name, &at, buf, cap);
+}
+
+ssize_t tern_http_query_param_next(const tern_http_req *req, const char *name, size_t *at,
+                                   char *buf, size_t cap) {
+    if (req == NULL || name == NULL || at == NULL || (buf == NULL && cap > 0))
         return -EINVAL;
     if (!req->live)
         return -ENOENT;
-    size_t vlen;
-    const char *v = tern__query_find(req->head->query, req->head->query_len, name, &vlen);
-    if (v == NULL)
+    const char *q = req->head->query;
+    size_t qlen = req->head->query_len, vlen;
+    if (*at >= qlen)
         return -ENOENT;
+    const char *v = tern__query_find(q + *at, qlen - *at, name, &vlen);
+    if (v == NULL) {
+        *at = qlen;
+        return -ENOENT;
+    }
+    *at = (size_t)(v - q) + vlen + 1;   /* past the value and its '&' */
     if (cap == 0)
         return -ENOSPC;
     ssize_t n = tern__url_decode(buf, cap - 1, v, vlen, true);

@@ -1,5 +1,6 @@
 /* Query strings: finding a raw value by its raw name, and percent-decoding.
- * Inputs end at a PROT_NONE page (guard.h). */
+ * Inputs end at a PROT_NONE page (guard.h). Then a repeated parameter's
+ * values on a live request (tern_http_query_param_next). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,8 +10,10 @@
 #include <errno.h>
 #include <string.h>
 
+#include "client.h"
 #include "guard.h"
 #include "http/parser.h"
+#include "tern/tern.h"
 
 /* The value of name in query q, as a view; NULL when absent. */
 static const char *find(const char *q, const char *name, size_t *len) {
@@ -145,6 +148,57 @@ static void in_place(void **state) {
     assert_memory_equal(buf, "a b cA", 6);
 }
 
+/* ---- a repeated parameter, on a live request ------------------------ */
+
+static struct {
+    char got[256];          /* each call's result, as "value|" or "<error>|" */
+    ssize_t single;         /* tern_http_query_param of the same name */
+    int null_at, ran;
+} Q;
+
+static void on_query(tern_http_req *req, void *user) {
+    (void)user;
+    char buf[6];
+    size_t at = 0, o = 0;
+    ssize_t n;
+    int calls = 0;
+    while ((n = tern_http_query_param_next(req, "topic", &at, buf, sizeof(buf))) != -ENOENT &&
+           ++calls < 20)
+        o += (size_t)snprintf(Q.got + o, sizeof(Q.got) - o, "%s|",
+                              n >= 0 ? buf : n == -ENOSPC ? "<nospc>" : "<inval>");
+    /* past the end stays past it */
+    if (tern_http_query_param_next(req, "topic", &at, buf, sizeof(buf)) != -ENOENT)
+        o += (size_t)snprintf(Q.got + o, sizeof(Q.got) - o, "<again>");
+    Q.single = tern_http_query_param(req, "topic", buf, sizeof(buf));
+    Q.null_at = (int)tern_http_query_param_next(req, "topic", NULL, buf, sizeof(buf));
+    Q.ran = 1;
+    tern_http_respond(req, 200, "text/plain", "ok", 2);
+    tern_loop_stop(tern_http_req_loop(req));
+}
+
+static void repeated_parameter_values_in_order(void **state) {
+    tern_loop *loop;
+    tern_server *srv;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    assert_int_equal(tern_server_new(&srv, loop, NULL), 0);
+    assert_int_equal(tern_http_route(srv, "GET", "/q", on_query, NULL), 0);
+    assert_int_equal(tern_listen(srv, "127.0.0.1", 0, NULL), 0);
+    /* a value, another name, an escape and a plus, an empty one, one too
+     * long for the 6-byte buffer, a bad escape, a name alone, a last one */
+    int fd = client_send_rcvbuf(tern_server_port(srv), 0,
+                                "GET /q?topic=a&x=1&topic=b%2Fc+d&topic=&topicx=no&"
+                                "topic=toolong&topic=%zz&topic&topic=z HTTP/1.1\r\nHost: x\r\n\r\n");
+    memset(&Q, 0, sizeof(Q));
+    assert_int_equal(tern_loop_run(loop), 0);
+    assert_int_equal(Q.ran, 1);
+    assert_string_equal(Q.got, "a|b/c d||<nospc>|<inval>||z|");
+    assert_int_equal(Q.single, 1);
+    assert_int_equal(Q.null_at, -EINVAL);
+    close(fd);
+    tern_server_free(srv);
+    assert_int_equal(tern_loop_free(loop), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(finds_values),
@@ -158,6 +212,7 @@ int main(void) {
         cmocka_unit_test(bad_escapes),
         cmocka_unit_test(destination_too_small),
         cmocka_unit_test(in_place),
+        cmocka_unit_test(repeated_parameter_values_in_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
