@@ -402,7 +402,9 @@ bool tern_ws_subscribed(const tern_ws *ws, const char *topic);
  *   }
  *
  * None of the operations may call pub/sub for the sink they are given,
- * nor free it: they run inside deliveries. */
+ * nor free it: they run inside deliveries. None runs inside a call the
+ * application made to its sink (tern_sink_subscribe_*, tern_sink_drained):
+ * what those send goes at the loop's next iteration. */
 typedef struct tern_sink tern_sink;
 typedef struct tern_sink_ops {
     /* One message of topic[0..tlen) for the sink: its payload as
@@ -430,9 +432,11 @@ int tern_sink_new(tern_server *srv, const tern_sink_ops *ops, void *user, tern_s
 /* Ends the sink's subscriptions and frees it (NULL: nothing). On its
  * loop, never from inside its operations; before its server is freed. */
 void tern_sink_free(tern_sink *sink);
-/* As tern_ws_subscribe_from and tern_ws_subscribe_latest, for a sink
- * (the messages owed are sent through its send at once, or queued when
- * it is behind). Returns as those, and -EPIPE once its close was called. */
+/* As tern_ws_subscribe_from and tern_ws_subscribe_latest, for a sink:
+ * the messages owed (out->replayed) wait in its queue and go through its
+ * send at the loop's next iteration (or paced, or as it drains), never
+ * inside this call, before any live message of the topic. Returns as
+ * those, and -EPIPE once its close was called. */
 TERN_MUST_CHECK
 int tern_sink_subscribe_from(tern_sink *sink, const char *topic, uint64_t epoch, uint64_t after,
                              tern_resume *out);
@@ -441,7 +445,8 @@ int tern_sink_subscribe_latest(tern_sink *sink, const char *topic, tern_resume *
 /* Returns 0, or -ENOENT when sink was not subscribed, -EINVAL. */
 int tern_sink_unsubscribe(tern_sink *sink, const char *topic);
 /* The sink's stream has sent everything it buffered (call it from
- * tern_http_on_drain's callback): what waits in its queues goes now. */
+ * tern_http_on_drain's callback): what waits in its queues goes at the
+ * loop's next iteration, not inside this call. */
 void tern_sink_drained(tern_sink *sink);
 
 /* Publishes to every subscriber of topic on every loop of srv's group.

@@ -24,8 +24,9 @@
  *                                     the latest message of each key follows
  *   id: ...                           each topic's message, as /pubsub sends
  *   data: {"topic":T,"seq":N,...}     it (event type "message")
- *   event: subscribed                 after each topic's replay or snapshot:
- *   id: ...                           /pubsub's subscribe ack
+ *   event: subscribed                 each topic's subscribe, /pubsub's
+ *   id: ...                           subscribe ack; the topic's replay or
+ *                                     snapshot follows it
  *   data: {"ok":"subscribe","topic":T,"epoch":"E","seq":N[,...]}
  *   event: error                      before the stream ends: "token
  *   data: {"error":"token expired"}   expired" (at the token's exp plus
@@ -78,19 +79,9 @@ typedef struct sse_topic {
     uint64_t epoch, seq;
 } sse_topic;
 
-/* A message that came while its topic was being subscribed (a replay,
- * a snapshot): its epoch is not known before the subscribe returns, so it
- * waits in held (n bytes: a length, then the payload, each) until then. */
-typedef struct sse_held {
-    char *b;
-    size_t n, cap;
-    uint64_t count;   /* messages held */
-} sse_held;
-
 /* One /sse stream. Invariants: req is valid until ended (the stream's end
  * or its connection's abort, after which nothing touches it); sink is
- * this stream's subscriber; holding is the index of the topic being
- * subscribed, or -1; closing: the close policy or the token ended the
+ * this stream's subscriber; closing: the close policy or the token ended the
  * stream, whose end a 0 ms timer (end_timer) makes outside the delivery. */
 typedef struct sse_conn {
     struct sse_conn *prev, *next;   /* the thread's open streams (streams) */
@@ -98,10 +89,9 @@ typedef struct sse_conn {
     tern_sink *sink;
     app_token_conn *auth;
     tern_timer *keepalive, *expiry, *end_timer;
-    int ntopics, holding;
+    int ntopics;
     bool closing;
     const char *why;          /* the error event of a closing stream */
-    sse_held held;
     char *out;                /* a formatted event, reused by every delivery */
     size_t outcap;
     sse_topic t[];
@@ -265,43 +255,19 @@ static int topic_index(const sse_conn *c, const char *topic, size_t tlen) {
     return -1;
 }
 
-static bool hold(sse_conn *c, const void *data, size_t len) {
-    sse_held *h = &c->held;
-    if (h->n + sizeof(len) + len > h->cap) {
-        size_t cap = h->cap ? h->cap : 4096;
-        while (cap < h->n + sizeof(len) + len)
-            cap *= 2;
-        char *p = realloc(h->b, cap);
-        if (p == NULL)
-            return false;
-        h->b = p;
-        h->cap = cap;
-    }
-    memcpy(h->b + h->n, &len, sizeof(len));
-    memcpy(h->b + h->n + sizeof(len), data, len);
-    h->n += sizeof(len) + len;
-    h->count++;
-    return true;
-}
-
-/* A message for the stream: the topic's seq moves to it, and the event
- * goes with the id that says so. */
-static int send_message(sse_conn *c, int i, const char *data, size_t len) {
-    uint64_t seq = payload_seq(data, len);
-    if (seq)
-        c->t[i].seq = seq;
-    return put_event(c, NULL, seq != 0, data, len);
-}
-
+/* A message for the stream (its topic subscribed: pub/sub sends nothing
+ * inside the subscribe, so the epoch is known): the topic's seq moves to
+ * it, and the event goes with the id that says so. */
 static int sink_send(void *user, const char *topic, size_t tlen, int opcode, const void *data,
                      size_t len) {
     sse_conn *c = user;
     int i = topic_index(c, topic, tlen);
     if (opcode != TERN_WS_TEXT || i < 0 || c->closing)
         return TERN_SEND_DROPPED;
-    if (i == c->holding)
-        return hold(c, data, len) ? 0 : TERN_SEND_DROPPED;
-    return send_message(c, i, data, len);
+    uint64_t seq = payload_seq(data, len);
+    if (seq)
+        c->t[i].seq = seq;
+    return put_event(c, NULL, seq != 0, data, len);
 }
 
 static size_t sink_buffered(void *user) {
@@ -346,7 +312,6 @@ static void conn_free(sse_conn *c) {
     if (c->end_timer)
         tern_timer_stop(c->end_timer);
     app_token_conn_free(c->auth);
-    free(c->held.b);
     free(c->out);
     free(c);
 }
@@ -512,20 +477,16 @@ static void refuse(tern_http_req *req, int status, const char *why) {
     tern_http_respond(req, status, "text/plain", b, (size_t)n);
 }
 
-/* Subscribes topic i, its replay held until the epoch is known, then
- * written with ids: a gap said first, the replay, the ack. False: the
- * stream is ending (why set). */
+/* Subscribes topic i: a gap said first, the ack; its replay follows (pub/sub
+ * sends it at the loop's next iteration, with ids). False: the stream is
+ * ending (why set). */
 static bool subscribe_topic(sse_conn *c, int i, bool snapshot, bool bad_id) {
     sse_topic *t = &c->t[i];
     bool asked = t->epoch != 0;
     tern_resume r;
-    c->holding = i;
-    c->held.n = 0;
-    c->held.count = 0;
     /* A Last-Event-ID not this stream's is a gap: the latest of each key. */
     int err = !asked && (snapshot || bad_id) ? tern_sink_subscribe_latest(c->sink, t->name, &r)
                                  : tern_sink_subscribe_from(c->sink, t->name, t->epoch, t->seq, &r);
-    c->holding = -1;
     if (err < 0) {
         c->why = err == -ENOSPC ? "too many subscriptions" : "out of memory";
         return false;
@@ -536,21 +497,13 @@ static bool subscribe_topic(sse_conn *c, int i, bool snapshot, bool bad_id) {
          * skip them when the client resumes. */
         put_topic_event(c, "gap", false, i, r.seq, "");
     }
-    for (size_t o = 0; o < c->held.n;) {
-        size_t len;
-        memcpy(&len, c->held.b + o, sizeof(len));
-        send_message(c, i, c->held.b + o + sizeof(len), len);
-        o += sizeof(len) + len;
-    }
-    /* Every message owed came inside the subscribe: the stream is at the
-     * topic's seq. Else the rest waits in pub/sub's queue (the stream was
-     * behind, or the replay is paced) and moves the seq as it goes out;
-     * until then the id stays where the stream is: after the last one
-     * held, after the client's own point of a resume, or at the start of
-     * the new epoch. */
-    if (r.replayed == c->held.count)
+    /* Nothing owed: the stream is at the topic's seq. Else what is owed
+     * waits in pub/sub's queue and moves the seq as it goes out; until
+     * then the id stays where the stream is: at the client's own point of
+     * a resume, or at the start of the new epoch. */
+    if (r.replayed == 0)
         t->seq = r.seq;
-    else if (c->held.count == 0 && !(asked && r.resumed))
+    else if (!(asked && r.resumed))
         t->seq = 0;
     char extra[80] = "";
     if (asked || bad_id)
@@ -583,7 +536,6 @@ static void sse_handler(tern_http_req *req, void *user) {
         return;
     }
     c->req = req;
-    c->holding = -1;
     c->ntopics = n;
     memcpy(c->t, parsed, (size_t)n * sizeof(sse_topic));
     if (app_serve_tokens_on() && (status = app_token_conn_upgrade(req, &c->auth)) != 0) {
@@ -647,8 +599,6 @@ static void sse_handler(tern_http_req *req, void *user) {
             finish(c);
             return;
         }
-    free(c->held.b);   /* only subscribes hold */
-    c->held = (sse_held){0};
     if (atomic_load_explicit(&draining, memory_order_relaxed))
         end_soon(c, NULL);
 }

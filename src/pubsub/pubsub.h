@@ -440,11 +440,18 @@ void tern__ps_registry_free(tern_server *srv);
 
 /* A sink (tern_sink_new). Invariants: srv is the loop's server it
  * subscribes on; closing is set once the close policy acted (nothing more
- * is sent to it, and ops.close was called, once). */
+ * is sent to it, and ops.close was called, once). Its ops are user
+ * callbacks, never called inside a call the user made to the sink (the
+ * no re-entrancy rule): what a subscribe replays and what a drain
+ * releases wait in the sink's queues for due, a 0 ms timer (NULL until
+ * first needed, then kept), which sends them at the loop's next
+ * iteration; due_armed says it is armed. */
 struct tern_sink {
     tern_sink_ops ops;
     void *user;
     tern_server *srv;
+    tern_timer *due;
+    bool due_armed;
     bool closing;
 };
 

@@ -3,7 +3,9 @@
  * connection (the registry's conns, keyed by its address) and its
  * subscriptions are ordinary ones with sink set instead of ws, so that
  * delivery, queues, pacing and policies treat it as they treat a
- * WebSocket (pubsub.h's subscriber seam). */
+ * WebSocket (pubsub.h's subscriber seam). Its operations are the user's
+ * callbacks: a subscribe's replay and a drain's queue go out from the
+ * sink's 0 ms timer, never inside the call (DESIGN.md's no re-entrancy). */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -26,7 +28,32 @@ void tern_sink_free(tern_sink *sink) {
         return;
     tern__ps_registry *r = tern__ps_registry_of(sink->srv, false);
     tern__ps_conn_gone(r, tern__ps_cfind_sink(r, sink));
+    if (sink->due)
+        tern_timer_stop(sink->due);
     free(sink);
+}
+
+/* The loop's next iteration after a subscribe or a drain: what waits in
+ * the sink's queues goes, as far as its stream takes it (a paced replay
+ * waits for the pacing's timer). */
+static void sink_due(tern_timer *t, void *user) {
+    (void)t;
+    tern_sink *k = user;
+    k->due_armed = false;
+    tern__ps_registry *r = tern__ps_registry_of(k->srv, false);
+    tern__ps_conn_drained(r, tern__ps_cfind_sink(r, k));
+}
+
+/* Arms the sink's timer (once for any number of calls before it fires):
+ * 0, or -ENOMEM. */
+static int sink_defer(tern_sink *k) {
+    if (k->due_armed)
+        return 0;
+    int err = k->due ? tern_timer_again(k->due, 0)
+                     : tern_timer_start(tern_server_loop(k->srv), &k->due, 0, 0, sink_due, k);
+    if (err == 0)
+        k->due_armed = true;
+    return err;
 }
 
 /* Where a sink's subscription starts is rq's (as subscribe.c's). */
@@ -40,6 +67,10 @@ static int sink_subscribe(tern_sink *sink, const char *name, tern__ps_resume rq,
         return err;
     if (sink->closing)
         return -EPIPE;
+    /* Armed first, so that a subscribe that replays cannot leave its
+     * replay without a timer to send it. */
+    if ((err = sink_defer(sink)) < 0)
+        return err;
     return tern__ps_subscribe(tern__ps_registry_of(sink->srv, true), NULL, sink, name, len, rq,
                               out);
 }
@@ -67,8 +98,9 @@ int tern_sink_unsubscribe(tern_sink *sink, const char *topic) {
 void tern_sink_drained(tern_sink *sink) {
     if (sink == NULL)
         return;
-    tern__ps_registry *r = tern__ps_registry_of(sink->srv, false);
-    tern__ps_conn_drained(r, tern__ps_cfind_sink(r, sink));
+    /* Out of memory: what waits goes at the sink's next drain or
+     * subscribe instead. */
+    (void)sink_defer(sink);
 }
 
 /* The message's payload is its plain frame past the header: a server's

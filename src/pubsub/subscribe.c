@@ -133,14 +133,20 @@ int tern__ps_subscribe(tern__ps_registry *r, tern_ws *ws, tern_sink *sink, const
         size_t mlen = tern__ws_prepared_len(m);
         if (rate && (s->paced || r->tokens < mlen))
             tern__ps_paced_add(r, s);
-        if (s->paced && tern__ps_queue_add(s, m, NULL, 0) == 0) {
-            /* held back: the timer sends it */
+        /* A sink's send is the user's callback, never called inside the
+         * user's call: its whole replay waits in the queue, for the
+         * sink's timer (sink.c) or, when paced, the pacing's. */
+        bool held = (s->paced || sink) && tern__ps_queue_add(s, m, NULL, 0) == 0;
+        if (held) {
             s->tail->replay = true;
             s->rbytes += mlen;
-        } else {
-            r->tokens -= mlen < r->tokens ? mlen : r->tokens;
-            tern__ps_send_replayed(s, m, &delivered);
         }
+        if (!(held && s->paced))   /* goes out unpaced */
+            r->tokens -= mlen < r->tokens ? mlen : r->tokens;
+        if (!held && sink)
+            s->dropped++;   /* out of memory */
+        else if (!held)
+            tern__ps_send_replayed(s, m, &delivered);
         tern_ws_prepared_free(m);
     }
     free(rq.msgs);

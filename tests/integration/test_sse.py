@@ -232,10 +232,14 @@ def test_snapshot_then_live(tern_factory):
     assert s.headers["cache-control"] == "no-store"
     got = s.until(lambda e: e["event"] == "subscribed", "the ack")
     assert s.retry == 2000
-    assert [(m["key"], m["data"], m["seq"]) for m in messages(got)] == [("k2", "b", 2),
-                                                                       ("k1", "c", 3)]
+    assert messages(got) == []   # the snapshot follows the ack
     ack = json.loads(got[-1]["data"])
     assert ack["snapshot"] == 2 and ack["seq"] == 3 and ack["topic"] == "snap"
+    assert got[-1]["id"] == f"{int(ack['epoch'], 16):x}.0"   # nothing of the epoch sent yet
+    got = s.until(lambda e: e["event"] == "message" and json.loads(e["data"])["seq"] == 3,
+                  "the snapshot")
+    assert [(m["key"], m["data"], m["seq"]) for m in messages(got)] == [("k2", "b", 2),
+                                                                       ("k1", "c", 3)]
     assert got[-1]["id"] == f"{int(ack['epoch'], 16):x}.3"
     t.publish("snap", "live")
     ev = s.next()
@@ -250,11 +254,11 @@ def test_a_foreign_last_event_id_is_a_gap(tern_factory):
     ws_publish(t, "g.a", "two", key="k")
     for last in ("1234.1", "nonsense", "1.1,2.2"):   # another epoch; not an id; two topics
         s = SSE(t.port, "topic=g.a", {"Last-Event-ID": last})
-        got = s.until(lambda e: e["event"] == "subscribed", "the ack")
-        assert [e["event"] for e in got] == ["gap", "message", "subscribed"], (last, got)
+        got = s.until(lambda e: e["event"] == "message", "the latest of the key")
+        assert [e["event"] for e in got] == ["gap", "subscribed", "message"], (last, got)
         assert json.loads(got[0]["data"])["seq"] == 2
         assert messages(got)[0]["data"] == "two"   # the latest of the key
-        assert json.loads(got[-1]["data"])["resumed"] is False
+        assert json.loads(got[1]["data"])["resumed"] is False
         s.close()
 
 
@@ -277,10 +281,10 @@ def test_other_texts_line_by_line_binary_not_at_all(tern):
 
 
 def test_a_paced_replay_moves_the_id_as_it_goes_out(tern_factory):
-    """--pubsub-replay-rate holds most of a resume's replay back, to be sent
-    after the subscribe: the ack's id stays where the stream is (the last
-    message sent), not at the topic's seq, so that a cut before the rest
-    has come resumes from there, with no gap."""
+    """A resume's replay follows the ack (--pubsub-replay-rate paces most of
+    it): the ack's id stays where the stream is (the client's own point),
+    not at the topic's seq, and each message moves it, so that a cut
+    before the rest has come resumes from there, with no gap."""
     t = tern_factory("--feed", "off", "--topic", "p history=1000",
                      "--pubsub-replay-rate", "200000")
     s = SSE(t.port, "topic=p")
@@ -293,10 +297,12 @@ def test_a_paced_replay_moves_the_id_as_it_goes_out(tern_factory):
     got = s.until(lambda ev: ev["event"] == "subscribed", "the ack")
     ack = json.loads(got[-1]["data"])
     assert ack["resumed"] is True and ack["replayed"] == 100 and ack["seq"] == 100
+    assert messages(got) == [] and got[-1]["id"] == f"{e}.0"
+    got = s.until(lambda ev: ev["event"] == "message" and json.loads(ev["data"])["seq"] == 10,
+                  "part of the replay")
     first = [m["seq"] for m in messages(got)]
-    assert 0 < len(first) < 100   # the rest paced, after the ack
-    assert got[-1]["id"] == f"{e}.{first[-1]}"
-    s.close()   # cut there: the next stream goes on from the ack's id
+    assert first == list(range(1, 11)) and got[-1]["id"] == f"{e}.10"
+    s.close()   # cut there: the next stream goes on from the last id
     s = SSE(t.port, "topic=p", {"Last-Event-ID": got[-1]["id"]})
     rest = messages(s.until(lambda ev: ev["event"] == "message" and
                             json.loads(ev["data"])["seq"] == 100, "the last", timeout=20))
