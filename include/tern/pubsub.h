@@ -401,10 +401,13 @@ bool tern_ws_subscribed(const tern_ws *ws, const char *topic);
  *       return tern_http_write(req_of(u), event, n);
  *   }
  *
- * None of the operations may call pub/sub for the sink they are given,
- * nor free it: they run inside deliveries. None runs inside a call the
- * application made to its sink (tern_sink_subscribe_*, tern_sink_drained):
- * what those send goes at the loop's next iteration. */
+ * None of the operations runs inside a call the application made (a
+ * publish, tern_sink_subscribe_*, tern_sink_drained): what a publish
+ * offers the sink, a subscribe's replay and a drain's queue wait in the
+ * sink's queue, and go from its own 0 ms timer at the loop's next
+ * iteration; the close policy is told from there too. send and buffered
+ * may not call pub/sub for the sink they are given, nor free it (they run
+ * inside the flush of its queue); close may. */
 typedef struct tern_sink tern_sink;
 typedef struct tern_sink_ops {
     /* One message of topic[0..tlen) for the sink: its payload as
@@ -416,10 +419,10 @@ typedef struct tern_sink_ops {
     /* Bytes written to the stream that its peer has not taken yet
      * (tern_http_buffered): above 0, what comes waits in pub/sub's queue. */
     size_t (*buffered)(void *user);
-    /* The close policy (TERN_PUBSUB_CLOSE) acted: end the stream, later
-     * (from a 0 ms timer, say: this runs inside a delivery). code is the
-     * topic's close code (1008 or 1013). Called at most once; nothing is
-     * sent to the sink after it. */
+    /* The close policy (TERN_PUBSUB_CLOSE) acted: end the stream (and
+     * free the sink, if the application likes: this runs from the sink's
+     * timer). code is the topic's close code (1008 or 1013). Called at
+     * most once; nothing is sent to the sink after it. */
     void (*close)(void *user, int code);
 } tern_sink_ops;
 

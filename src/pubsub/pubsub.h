@@ -440,19 +440,21 @@ void tern__ps_registry_free(tern_server *srv);
 
 /* A sink (tern_sink_new). Invariants: srv is the loop's server it
  * subscribes on; closing is set once the close policy acted (nothing more
- * is sent to it, and ops.close was called, once). Its ops are user
- * callbacks, never called inside a call the user made to the sink (the
- * no re-entrancy rule): what a subscribe replays and what a drain
- * releases wait in the sink's queues for due, a 0 ms timer (NULL until
- * first needed, then kept), which sends them at the loop's next
- * iteration; due_armed says it is armed. */
+ * is sent to it; ops.close is called once, close_told after). Its ops are
+ * user callbacks, never called inside a call the user made (the no
+ * re-entrancy rule): what a subscribe replays, what a drain releases and
+ * what a publish offers wait in the sink's queues for due, a 0 ms timer
+ * (NULL until first needed, then kept), which sends them, or tells the
+ * close, at the loop's next iteration; due_armed says it is armed. */
 struct tern_sink {
     tern_sink_ops ops;
     void *user;
     tern_server *srv;
     tern_timer *due;
+    int close_code;    /* with closing: the code ops.close is told */
     bool due_armed;
     bool closing;
+    bool close_told;   /* ops.close was called */
 };
 
 /* A sink's side of the four calls: a message's payload handed to its
@@ -460,6 +462,9 @@ struct tern_sink {
  * policy. */
 int tern__ps_sink_send(tern_sink *k, const tern__ps_topic *t, tern_ws_prepared *msg);
 void tern__ps_sink_close(tern_sink *k, int code);
+/* Arms k's 0 ms timer (once for any number of calls before it fires),
+ * which tells a close, else sends what k's queues hold: 0, or -ENOMEM. */
+int tern__ps_sink_defer(tern_sink *k);
 
 /* The bytes waiting for s's subscriber beyond what pub/sub queues. */
 static inline size_t tern__ps_sub_buffered(const tern__ps_sub *s) {

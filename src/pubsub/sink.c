@@ -4,8 +4,9 @@
  * subscriptions are ordinary ones with sink set instead of ws, so that
  * delivery, queues, pacing and policies treat it as they treat a
  * WebSocket (pubsub.h's subscriber seam). Its operations are the user's
- * callbacks: a subscribe's replay and a drain's queue go out from the
- * sink's 0 ms timer, never inside the call (DESIGN.md's no re-entrancy). */
+ * callbacks: a subscribe's replay, a drain's queue, a publish's message
+ * and the close policy go out from the sink's 0 ms timer, never inside a
+ * call the user made (DESIGN.md's no re-entrancy). */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -33,20 +34,27 @@ void tern_sink_free(tern_sink *sink) {
     free(sink);
 }
 
-/* The loop's next iteration after a subscribe or a drain: what waits in
- * the sink's queues goes, as far as its stream takes it (a paced replay
- * waits for the pacing's timer). */
+/* The loop's next iteration after a subscribe, a drain, a publish or the
+ * close policy: the close is told first (and nothing more is sent), else
+ * what waits in the sink's queues goes, as far as its stream takes it (a
+ * paced replay waits for the pacing's timer). k is not touched after a
+ * callback, which may free it. */
 static void sink_due(tern_timer *t, void *user) {
     (void)t;
     tern_sink *k = user;
     k->due_armed = false;
+    if (k->closing) {
+        if (!k->close_told) {
+            k->close_told = true;
+            k->ops.close(k->user, k->close_code);
+        }
+        return;
+    }
     tern__ps_registry *r = tern__ps_registry_of(k->srv, false);
     tern__ps_conn_drained(r, tern__ps_cfind_sink(r, k));
 }
 
-/* Arms the sink's timer (once for any number of calls before it fires):
- * 0, or -ENOMEM. */
-static int sink_defer(tern_sink *k) {
+int tern__ps_sink_defer(tern_sink *k) {
     if (k->due_armed)
         return 0;
     int err = k->due ? tern_timer_again(k->due, 0)
@@ -69,7 +77,7 @@ static int sink_subscribe(tern_sink *sink, const char *name, tern__ps_resume rq,
         return -EPIPE;
     /* Armed first, so that a subscribe that replays cannot leave its
      * replay without a timer to send it. */
-    if ((err = sink_defer(sink)) < 0)
+    if ((err = tern__ps_sink_defer(sink)) < 0)
         return err;
     return tern__ps_subscribe(tern__ps_registry_of(sink->srv, true), NULL, sink, name, len, rq,
                               out);
@@ -100,7 +108,7 @@ void tern_sink_drained(tern_sink *sink) {
         return;
     /* Out of memory: what waits goes at the sink's next drain or
      * subscribe instead. */
-    (void)sink_defer(sink);
+    (void)tern__ps_sink_defer(sink);
 }
 
 /* The message's payload is its plain frame past the header: a server's
@@ -119,5 +127,10 @@ void tern__ps_sink_close(tern_sink *k, int code) {
     if (k->closing)
         return;
     k->closing = true;
-    k->ops.close(k->user, code);
+    k->close_code = code;
+    if (tern__ps_sink_defer(k) < 0) {
+        /* Out of memory for the timer: told now rather than never. */
+        k->close_told = true;
+        k->ops.close(k->user, code);
+    }
 }
