@@ -376,62 +376,24 @@ static int hexval(char ch) {
            : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
 }
 
-/* A query value percent-decoded into out (cap bytes and a NUL): its
- * length, or -1 (a bad escape, %00, or over cap). */
-static long unescape(const char *s, size_t n, char *out, size_t cap) {
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (ch == '+')
-            ch = ' ';
-        else if (ch == '%') {
-            if (i + 2 >= n)
-                return -1;
-            int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
-            if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
-                return -1;
-            ch = (char)(hi << 4 | lo);
-            i += 2;
-        }
-        if (o >= cap)
-            return -1;
-        out[o++] = ch;
-    }
-    out[o] = '\0';
-    return (long)o;
-}
-
 /* The query's topic= values into t[], at most SSE_TOPICS_MAX; "snapshot=1"
  * into *snapshot. Returns how many, or -1 for a bad one (empty, too long,
  * a bad escape, a repeat, too many). */
 static int parse_query(tern_http_req *req, sse_topic *t, bool *snapshot) {
-    size_t ql;
-    const char *q = tern_http_query(req, &ql);
+    char v[2], name[TERN_TOPIC_MAX + 1];
+    *snapshot = tern_http_query_param(req, "snapshot", v, sizeof(v)) == 1 && v[0] == '1';
     int n = 0;
-    *snapshot = false;
-    for (size_t i = 0; i < ql;) {
-        size_t end = i;
-        while (end < ql && q[end] != '&')
-            end++;
-        const char *eq = memchr(q + i, '=', end - i);
-        size_t kl = eq ? (size_t)(eq - (q + i)) : end - i;
-        const char *v = eq ? eq + 1 : q + end;
-        size_t vl = (size_t)(q + end - v);
-        if (kl == 5 && memcmp(q + i, "topic", 5) == 0) {
-            if (n == SSE_TOPICS_MAX)
+    size_t at = 0;
+    ssize_t l;
+    while ((l = tern_http_query_param_next(req, "topic", &at, name, sizeof(name))) != -ENOENT) {
+        /* too many, empty, too long, a bad escape or one decoding to a NUL */
+        if (n == SSE_TOPICS_MAX || l <= 0 || memchr(name, '\0', (size_t)l))
+            return -1;
+        for (int j = 0; j < n; j++)
+            if (t[j].len == (size_t)l && memcmp(t[j].name, name, (size_t)l) == 0)
                 return -1;
-            long l = unescape(v, vl, t[n].name, TERN_TOPIC_MAX);
-            if (l <= 0)
-                return -1;
-            t[n].len = (size_t)l;
-            for (int j = 0; j < n; j++)
-                if (t[j].len == t[n].len && memcmp(t[j].name, t[n].name, t[n].len) == 0)
-                    return -1;
-            n++;
-        } else if (kl == 8 && memcmp(q + i, "snapshot", 8) == 0) {
-            *snapshot = vl == 1 && v[0] == '1';
-        }
-        i = end + 1;
+        memcpy(t[n].name, name, (size_t)l + 1);
+        t[n++].len = (size_t)l;
     }
     return n;
 }
