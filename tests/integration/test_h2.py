@@ -17,7 +17,7 @@ import h2.settings
 import hyperframe.frame
 import pytest
 
-from conftest import SLOW, wait_for
+from conftest import SANITIZED, SLOW, wait_for
 from test_tls import make_cert
 
 
@@ -135,11 +135,34 @@ def test_many_streams_on_one_connection(h2_tern):
 
 # ---- Python's h2: resets, limits, drain ---------------------------------------
 
-class H2:
-    """A client connection with prior knowledge (plain port)."""
+_h2_ctx = None
 
-    def __init__(self, port):
+
+def h2_client_ctx():
+    """One TLS client context offering h2 alone, unverified, made once:
+    making one loads the system's CA store, tens of milliseconds."""
+    global _h2_ctx
+    if _h2_ctx is None:
+        _h2_ctx = ssl.create_default_context()
+        _h2_ctx.check_hostname = False
+        _h2_ctx.verify_mode = ssl.CERT_NONE
+        _h2_ctx.set_alpn_protocols(["h2"])
+    return _h2_ctx
+
+
+class H2:
+    """A client connection with prior knowledge (plain port), or with tls
+    over TLS, h2 chosen by ALPN (the TLS port)."""
+
+    def __init__(self, port, tls=False):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5 * SLOW)
+        # each frame is its own write: without this, Nagle holds a request
+        # behind the unacknowledged preface (a delayed ACK, 40 ms)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.scheme = "https" if tls else "http"
+        if tls:
+            self.sock = h2_client_ctx().wrap_socket(self.sock, server_hostname="localhost")
+            assert self.sock.selected_alpn_protocol() == "h2"
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.conn.initiate_connection()
         self.flush()
@@ -150,8 +173,9 @@ class H2:
 
     def get(self, path):
         sid = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(sid, [(":method", "GET"), (":path", path), (":scheme", "http"),
-                                     (":authority", "localhost")], end_stream=True)
+        self.conn.send_headers(sid, [(":method", "GET"), (":path", path),
+                                     (":scheme", self.scheme), (":authority", "localhost")],
+                               end_stream=True)
         self.flush()
         return sid
 
@@ -359,3 +383,56 @@ def test_a_body_that_stops_coming_is_answered_408_and_the_stream_reset(h2_tern):
     sid = c.get("/ping")
     c.read(lambda: c.of(h2.events.StreamEnded, sid), "/ping's answer")
     c.sock.close()
+
+
+# ---- memory ------------------------------------------------------------------
+
+def test_idle_h2_connections_and_waiting_streams_are_small(h2_tern):
+    # What an idle HTTP/2 connection over TLS costs, beside an idle
+    # HTTP/1.1 one (test_tls.py's test_idle_tls_connections_are_small,
+    # the same way: RSS growth over n connections, each after one answer,
+    # past a warm-up), and what a stream waiting for its handler's answer
+    # adds (a request, nghttp2's stream). The figures are in
+    # docs/ARCHITECTURE.md. No idle timeout: the first connections wait
+    # while the others open.
+    tern = h2_tern("--idle-timeout", "600000")
+
+    def idle_conn():
+        c = H2(tern.tls_port, tls=True)
+        sid = c.get("/ping")
+        c.read(lambda: c.of(h2.events.StreamEnded, sid), "/ping's answer")
+        return c
+
+    conns = [idle_conn() for _ in range(50)]   # warm up
+    rss0 = tern.rss_kib()
+    n = 300 if SANITIZED else 1000
+    conns += [idle_conn() for _ in range(n)]
+    per_conn = (tern.rss_kib() - rss0) * 1024 / n
+    print(f"RSS per idle h2 connection: {per_conn:.0f} bytes")
+    # 100 streams (the most a connection takes) on each of 20 connections,
+    # each waiting on a handler that answers in a minute; a PING's ack,
+    # sent after them, says the server has read them all. The sockets are
+    # closed whatever happens: a drain waits for streams in flight.
+    try:
+        rss1 = tern.rss_kib()
+        waiting = conns[50:70]
+        for c in waiting:
+            for _ in range(100):
+                c.get("/delay?ms=60000")
+            c.conn.ping(b"waiting!")
+            c.flush()
+        for c in waiting:
+            c.read(lambda: c.of(h2.events.PingAckReceived), "the PING's ack")
+        per_stream = (tern.rss_kib() - rss1) * 1024 / (100 * len(waiting))
+        print(f"RSS per h2 stream awaiting its handler: {per_stream:.0f} bytes")
+        # none answered: each held its request (stream 1 was the /ping)
+        assert not any(e.stream_id != 1 for c in waiting
+                       for e in c.of(h2.events.ResponseReceived))
+    finally:
+        for c in conns:
+            c.sock.close()
+    if not SANITIZED:
+        # nghttp2 allocates a 16 KiB frame buffer per session at its start
+        assert per_conn < 48 * 1024
+        assert per_stream < 4 * 1024
+    assert curl("--http2", f"https://127.0.0.1:{tern.tls_port}/ping") == (b"pong", "2", "200")
