@@ -97,11 +97,8 @@ def test_bodies_streams_files_and_later_answers(h2_tern, tmp_path):
     assert curl("--http2", "-d", "hello body", f"{base}/echo") == (b"hello body", "2", "200")
     # a streamed body of 3 MiB, bigger than every window: read as it comes
     up = os.urandom(3 << 20)
-    s = 0
-    for b in up:
-        s = (s * 31 + b) & 0xFFFFFFFF
     assert curl("--http2", "--data-binary", "@-", f"{base}/upload", data=up) == \
-        (f"{len(up)} {s}\n".encode(), "2", "200")
+        (upload_sum(up), "2", "200")
     # a streamed response
     body, version, code = curl("--http2", f"{base}/stream?chunks=300&size=10000")
     assert (len(body), version, code) == (3000000, "2", "200")
@@ -131,6 +128,34 @@ def test_many_streams_on_one_connection(h2_tern):
     assert all(x.startswith("2 200") for x in lines), lines
     # curl multiplexed them over one connection
     assert sum(int(x.split()[2]) for x in lines) == 1
+
+
+def upload_sum(data):
+    """What /upload answers for data: its length and checksum."""
+    s = 0
+    for b in data:
+        s = (s * 31 + b) & 0xFFFFFFFF
+    return f"{len(data)} {s}\n".encode()
+
+
+def test_expect_100_continue_is_answered_so_the_body_comes(h2_tern):
+    # A client that sends "Expect: 100-continue" holds its body until the
+    # server's 100 or its own timeout (curl: a second; 60 s here, past
+    # --max-time, so a server that owes the 100 fails the test). A
+    # buffered body's 100 goes at once; a streamed one's when its handler
+    # reads (/upload).
+    tern = h2_tern()
+    base = f"https://127.0.0.1:{tern.tls_port}"
+    body = os.urandom(200000)
+    for path, want in (("/echo", body), ("/upload", upload_sum(body))):
+        p = subprocess.run(["curl", "-sk", "-v", "--http2", "--max-time", str(int(10 * SLOW)),
+                            "--expect100-timeout", "60", "-H", "Expect: 100-continue",
+                            "--data-binary", "@-", "-w", "\n@@%{http_version} %{http_code}",
+                            f"{base}{path}"], input=body, capture_output=True, check=False)
+        got, _, tail = p.stdout.rpartition(b"\n@@")
+        assert p.returncode == 0, (path, p.returncode, p.stderr[-500:])
+        assert (got, tail) == (want, b"2 200"), (path, tail)
+        assert b"< HTTP/2 100" in p.stderr, (path, p.stderr[-500:])
 
 
 # ---- Python's h2: resets, limits, drain ---------------------------------------
