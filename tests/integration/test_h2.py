@@ -1,9 +1,12 @@
 """HTTP/2: `tern serve` offers h2 by ALPN on its TLS port (unless --http2
 off) and h2c with prior knowledge on its plain port only with --http2 h2c.
-Driven by curl (--http2, --http2-prior-knowledge) and, where curl cannot
-say what a test needs (a stream reset while its answer is pending, many
-streams on one connection), by Python's h2 package over a socket."""
+Driven by curl (--http2, --http2-prior-knowledge), by Go's net/http client
+(tests/clients/go/h2client) and, where neither can say what a test needs
+(a stream reset while its answer is pending, many streams on one
+connection), by Python's h2 package over a socket."""
+import json
 import os
+import shutil
 import socket
 import ssl
 import subprocess
@@ -156,6 +159,53 @@ def test_expect_100_continue_is_answered_so_the_body_comes(h2_tern):
         assert p.returncode == 0, (path, p.returncode, p.stderr[-500:])
         assert (got, tail) == (want, b"2 200"), (path, tail)
         assert b"< HTTP/2 100" in p.stderr, (path, p.stderr[-500:])
+
+
+@pytest.fixture(scope="session")
+def go_h2client(tmp_path_factory):
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("go is not installed")
+    exe = tmp_path_factory.mktemp("go-h2client") / "h2client"
+    env = {**os.environ, "GOFLAGS": "-mod=readonly -buildvcs=false", "GOTOOLCHAIN": "local"}
+    clients = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "go")
+    r = subprocess.run([go, "build", "-o", str(exe), "./h2client"], cwd=clients, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"go build failed:\n{r.stdout}\n{r.stderr}"
+    return str(exe)
+
+
+def test_go_net_http_client_speaks_h2(h2_tern, go_h2client):
+    tern = h2_tern()
+    p = subprocess.run([go_h2client, f"https://127.0.0.1:{tern.tls_port}"],
+                       capture_output=True, text=True, timeout=60 * SLOW)
+    out = json.loads(p.stdout)
+    assert p.returncode == 0 and "error" not in out, (out, p.stderr[-500:])
+    assert out["client"].startswith("go net/http go1.")
+    h2 = {"proto": "HTTP/2.0", "status": 200, "same": True}
+    assert out["ping"] == {**h2, "len": 4}
+    # 1 MiB, more than a window: read as it comes, and again after a 100
+    assert out["echo"] == {**h2, "len": 1 << 20}
+    assert out["expect"] == {**h2, "len": 1 << 20}
+    assert out["stream"] == {**h2, "len": 1000000, "same": True}
+    assert out["parallel"] == [{**h2, "len": 5}] * 50
+    assert out["dials"] == 1   # everything over one connection
+
+
+def test_streams_awaiting_slow_handlers_keep_the_connection_past_its_idle_timeout(h2_tern):
+    # The idle timeout is for a connection with no stream; one whose
+    # streams all wait on their handlers has no clock (RFC 9113 gives a
+    # server none to apply), so the answers come, and then the idle
+    # timeout ends it.
+    tern = h2_tern("--http2", "h2c", "--idle-timeout", "300")
+    c = H2(tern.port)
+    sids = [c.get("/delay?ms=1500") for _ in range(3)]
+    c.read(lambda: all(c.of(h2.events.StreamEnded, sid) for sid in sids), "the slow answers")
+    assert all(b"".join(e.data for e in c.of(h2.events.DataReceived, sid)) == b"done\n"
+               for sid in sids)
+    assert not c.of(h2.events.ConnectionTerminated)
+    c.read(lambda: c.of(h2.events.ConnectionTerminated), "the idle timeout's GOAWAY")
+    c.sock.close()
 
 
 # ---- Python's h2: resets, limits, drain ---------------------------------------
