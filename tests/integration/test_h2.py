@@ -6,7 +6,6 @@ Driven by curl (--http2, --http2-prior-knowledge), by Go's net/http client
 connection), by Python's h2 package over a socket."""
 import json
 import os
-import shutil
 import socket
 import ssl
 import subprocess
@@ -20,7 +19,7 @@ import h2.settings
 import hyperframe.frame
 import pytest
 
-from conftest import SANITIZED, SLOW, wait_for
+from conftest import SANITIZED, SLOW, go_build, wait_for
 from test_tls import make_cert
 
 
@@ -163,16 +162,7 @@ def test_expect_100_continue_is_answered_so_the_body_comes(h2_tern):
 
 @pytest.fixture(scope="session")
 def go_h2client(tmp_path_factory):
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("go is not installed")
-    exe = tmp_path_factory.mktemp("go-h2client") / "h2client"
-    env = {**os.environ, "GOFLAGS": "-mod=readonly -buildvcs=false", "GOTOOLCHAIN": "local"}
-    clients = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "go")
-    r = subprocess.run([go, "build", "-o", str(exe), "./h2client"], cwd=clients, env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"go build failed:\n{r.stdout}\n{r.stderr}"
-    return str(exe)
+    return go_build(tmp_path_factory, "./h2client", "h2client")
 
 
 def test_go_net_http_client_speaks_h2(h2_tern, go_h2client):
