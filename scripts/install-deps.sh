@@ -76,6 +76,8 @@ if [ $want_bench = 1 ]; then
   apt_pkgs+=(
     wrk                                          # HTTP bench client
     nginx                                        # bench peer: /ping, and the proxy suite
+    nghttp2-client                               # h2load, the h2 suite's client
+    h2o                                          # bench peer of the h2 suite
     python3 python3-pip                          # bench/run, bench/report
   )
   py_mods+=(matplotlib:matplotlib)               # bench/report's plots

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "http/proto.h"
@@ -98,11 +99,14 @@ struct h2_stream {
     /* answered before the request's end: reset (NO_ERROR) once the answer
      * is sent, so a client still sending frees the stream (RFC 9113 §8.1) */
     bool reset_when_sent;
+    /* the request asked "Expect: 100-continue" and no 100 went yet */
+    bool continue_due;
 };
 
 static h2_stream *stream_of(const tern_http_req *req) { return (h2_stream *)(void *)req; }
 
 static void h2_send(h2_conn *h2);
+static void want_send(h2_conn *h2);
 
 /* ---- streams ---------------------------------------------------------- */
 
@@ -230,6 +234,9 @@ static tern__http_head *build_head(h2_stream *st) {
             head->host = f.value;
             head->host_len = f.value_len;
         }
+        if (f.name_len == 6 && memcmp(f.name, "expect", 6) == 0 && f.value_len == 12 &&
+            strncasecmp(f.value, "100-continue", 12) == 0)
+            head->expect_continue = true;
     }
     if (head->host == NULL && authority) {
         /* room: too_large keeps the fields under max_headers (<= 256) */
@@ -267,6 +274,21 @@ static const tern__vhost *pick_host(h2_stream *st, const tern__http_head *head) 
     return sni ? tern__vhost_find(srv->cfg, sni, strlen(sni)) : &srv->cfg->host;
 }
 
+/* A 100 (Continue) head on st, once, while its request's body is awaited
+ * and its answer has not started (RFC 9110 §10.1.1, RFC 9113 §8.1): a
+ * client that asked for one holds its body until it comes (curl for a
+ * second, then sends anyway), as over HTTP/1.1. */
+static void send_continue(h2_stream *st) {
+    if (!st->continue_due || st->req.started || st->req.body_done || !st->h2 || !st->h2->ng)
+        return;
+    st->continue_due = false;
+    /* non-final: submit_headers, since submit_response would end our side */
+    static const nghttp2_nv nv = {(uint8_t *)":status", (uint8_t *)"100", 7, 3,
+                                  NGHTTP2_NV_FLAG_NONE};
+    if (nghttp2_submit_headers(st->h2->ng, NGHTTP2_FLAG_NONE, st->id, NULL, &nv, 1, NULL) >= 0)
+        want_send(st->h2);
+}
+
 /* The head is complete (end_stream: and there is no body): routes the
  * request and runs its handler, or, for a buffered body, waits for it. */
 static void begin_request(h2_stream *st, bool end_stream) {
@@ -292,6 +314,7 @@ static void begin_request(h2_stream *st, bool end_stream) {
         tern__http_log_refusal(req->conn, status, head->method, head->method_len, head->target,
                                head->target_len, false);
     req->route = tern__http_pick_route(req, head, params, route, status, route != NULL);
+    st->continue_due = head->expect_continue && !end_stream;
     if (end_stream) {
         req->body_done = true;
         tern__http_call_handler(req, head, params, "", 0);
@@ -300,6 +323,7 @@ static void begin_request(h2_stream *st, bool end_stream) {
         tern__http_call_handler(req, head, params, NULL, 0);
     } else {
         req->body_mode = TERN__BODY_BUFFER;
+        send_continue(st);   /* a streamed body's goes when its handler reads */
     }
 }
 
@@ -788,6 +812,7 @@ static void h2_ended(tern_http_req *req) {
  * (on_deferred), never inside tern_http_read_body. */
 static void h2_read_body(tern_http_req *req) {
     h2_stream *st = stream_of(req);
+    send_continue(st);
     if (st->pending.len || req->body_done || req->body_mode != TERN__BODY_STREAM) {
         st->deliver_due = true;
         tern__conn_defer(&st->h2->conn);

@@ -209,6 +209,22 @@ class Output:
             return b"".join(self.got).decode(errors="replace")
 
 
+def go_build(tmp_path_factory, package, name):
+    """Builds package (".", "./server", ...) of the Go test clients'
+    module, tests/clients/go, into a fresh temporary folder as name, and
+    returns its path; skips the test when go is not installed."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("go is not installed")
+    exe = tmp_path_factory.mktemp("go-" + name) / name
+    env = {**os.environ, "GOFLAGS": "-mod=readonly -buildvcs=false", "GOTOOLCHAIN": "local"}
+    clients = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "go")
+    r = subprocess.run([go, "build", "-o", str(exe), package], cwd=clients, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"go build failed:\n{r.stdout}\n{r.stderr}"
+    return str(exe)
+
+
 def wait_for(cond, what, timeout=10.0):
     """Polls cond until it holds; fails naming what after timeout seconds
     (times SLOW)."""

@@ -17,7 +17,6 @@ import base64
 import hashlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SLOW, TERN_BIN
+from conftest import SLOW, TERN_BIN, go_build
 from test_ws_clients import node_client  # noqa: F401 (a fixture)
 
 CLIENTS = Path(__file__).resolve().parent.parent / "clients"
@@ -231,15 +230,7 @@ def test_node_ws_server(node_server):
 
 @pytest.fixture(scope="session")
 def go_server_exe(tmp_path_factory):
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("go is not installed")
-    exe = tmp_path_factory.mktemp("go-server") / "wsserver"
-    env = {**os.environ, "GOFLAGS": "-mod=readonly -buildvcs=false", "GOTOOLCHAIN": "local"}
-    r = subprocess.run([go, "build", "-o", str(exe), "./server"], cwd=CLIENTS / "go", env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"go build failed:\n{r.stdout}\n{r.stderr}"
-    return str(exe)
+    return go_build(tmp_path_factory, "./server", "wsserver")
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
 """HTTP/2: `tern serve` offers h2 by ALPN on its TLS port (unless --http2
 off) and h2c with prior knowledge on its plain port only with --http2 h2c.
-Driven by curl (--http2, --http2-prior-knowledge) and, where curl cannot
-say what a test needs (a stream reset while its answer is pending, many
-streams on one connection), by Python's h2 package over a socket."""
+Driven by curl (--http2, --http2-prior-knowledge), by Go's net/http client
+(tests/clients/go/h2client) and, where neither can say what a test needs
+(a stream reset while its answer is pending, many streams on one
+connection), by Python's h2 package over a socket."""
+import json
 import os
 import socket
 import ssl
@@ -17,7 +19,7 @@ import h2.settings
 import hyperframe.frame
 import pytest
 
-from conftest import SLOW, wait_for
+from conftest import SANITIZED, SLOW, go_build, wait_for
 from test_tls import make_cert
 
 
@@ -100,11 +102,8 @@ def test_bodies_streams_files_and_later_answers(h2_tern, tmp_path):
     assert curl("--http2", "-d", "hello body", f"{base}/echo") == (b"hello body", "2", "200")
     # a streamed body of 3 MiB, bigger than every window: read as it comes
     up = os.urandom(3 << 20)
-    s = 0
-    for b in up:
-        s = (s * 31 + b) & 0xFFFFFFFF
     assert curl("--http2", "--data-binary", "@-", f"{base}/upload", data=up) == \
-        (f"{len(up)} {s}\n".encode(), "2", "200")
+        (upload_sum(up), "2", "200")
     # a streamed response
     body, version, code = curl("--http2", f"{base}/stream?chunks=300&size=10000")
     assert (len(body), version, code) == (3000000, "2", "200")
@@ -136,13 +135,102 @@ def test_many_streams_on_one_connection(h2_tern):
     assert sum(int(x.split()[2]) for x in lines) == 1
 
 
+def upload_sum(data):
+    """What /upload answers for data: its length and checksum."""
+    s = 0
+    for b in data:
+        s = (s * 31 + b) & 0xFFFFFFFF
+    return f"{len(data)} {s}\n".encode()
+
+
+def test_expect_100_continue_is_answered_so_the_body_comes(h2_tern):
+    # A client that sends "Expect: 100-continue" holds its body until the
+    # server's 100 or its own timeout (curl: a second; 60 s here, past
+    # --max-time, so a server that owes the 100 fails the test). A
+    # buffered body's 100 goes at once; a streamed one's when its handler
+    # reads (/upload).
+    tern = h2_tern()
+    base = f"https://127.0.0.1:{tern.tls_port}"
+    body = os.urandom(200000)
+    for path, want in (("/echo", body), ("/upload", upload_sum(body))):
+        p = subprocess.run(["curl", "-sk", "-v", "--http2", "--max-time", str(int(10 * SLOW)),
+                            "--expect100-timeout", "60", "-H", "Expect: 100-continue",
+                            "--data-binary", "@-", "-w", "\n@@%{http_version} %{http_code}",
+                            f"{base}{path}"], input=body, capture_output=True, check=False)
+        got, _, tail = p.stdout.rpartition(b"\n@@")
+        assert p.returncode == 0, (path, p.returncode, p.stderr[-500:])
+        assert (got, tail) == (want, b"2 200"), (path, tail)
+        assert b"< HTTP/2 100" in p.stderr, (path, p.stderr[-500:])
+
+
+@pytest.fixture(scope="session")
+def go_h2client(tmp_path_factory):
+    return go_build(tmp_path_factory, "./h2client", "h2client")
+
+
+def test_go_net_http_client_speaks_h2(h2_tern, go_h2client):
+    tern = h2_tern()
+    p = subprocess.run([go_h2client, f"https://127.0.0.1:{tern.tls_port}"],
+                       capture_output=True, text=True, timeout=60 * SLOW)
+    out = json.loads(p.stdout)
+    assert p.returncode == 0 and "error" not in out, (out, p.stderr[-500:])
+    assert out["client"].startswith("go net/http go1.")
+    h2 = {"proto": "HTTP/2.0", "status": 200, "same": True}
+    assert out["ping"] == {**h2, "len": 4}
+    # 1 MiB, more than a window: read as it comes, and again after a 100
+    assert out["echo"] == {**h2, "len": 1 << 20}
+    assert out["expect"] == {**h2, "len": 1 << 20}
+    assert out["stream"] == {**h2, "len": 1000000, "same": True}
+    assert out["parallel"] == [{**h2, "len": 5}] * 50
+    assert out["dials"] == 1   # everything over one connection
+
+
+def test_streams_awaiting_slow_handlers_keep_the_connection_past_its_idle_timeout(h2_tern):
+    # The idle timeout is for a connection with no stream; one whose
+    # streams all wait on their handlers has no clock (RFC 9113 gives a
+    # server none to apply), so the answers come, and then the idle
+    # timeout ends it.
+    tern = h2_tern("--http2", "h2c", "--idle-timeout", "300")
+    c = H2(tern.port)
+    sids = [c.get("/delay?ms=1500") for _ in range(3)]
+    c.read(lambda: all(c.of(h2.events.StreamEnded, sid) for sid in sids), "the slow answers")
+    assert all(b"".join(e.data for e in c.of(h2.events.DataReceived, sid)) == b"done\n"
+               for sid in sids)
+    assert not c.of(h2.events.ConnectionTerminated)
+    c.read(lambda: c.of(h2.events.ConnectionTerminated), "the idle timeout's GOAWAY")
+    c.sock.close()
+
+
 # ---- Python's h2: resets, limits, drain ---------------------------------------
 
-class H2:
-    """A client connection with prior knowledge (plain port)."""
+_h2_ctx = None
 
-    def __init__(self, port):
+
+def h2_client_ctx():
+    """One TLS client context offering h2 alone, unverified, made once:
+    making one loads the system's CA store, tens of milliseconds."""
+    global _h2_ctx
+    if _h2_ctx is None:
+        _h2_ctx = ssl.create_default_context()
+        _h2_ctx.check_hostname = False
+        _h2_ctx.verify_mode = ssl.CERT_NONE
+        _h2_ctx.set_alpn_protocols(["h2"])
+    return _h2_ctx
+
+
+class H2:
+    """A client connection with prior knowledge (plain port), or with tls
+    over TLS, h2 chosen by ALPN (the TLS port)."""
+
+    def __init__(self, port, tls=False):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5 * SLOW)
+        # each frame is its own write: without this, Nagle holds a request
+        # behind the unacknowledged preface (a delayed ACK, 40 ms)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.scheme = "https" if tls else "http"
+        if tls:
+            self.sock = h2_client_ctx().wrap_socket(self.sock, server_hostname="localhost")
+            assert self.sock.selected_alpn_protocol() == "h2"
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.conn.initiate_connection()
         self.flush()
@@ -153,8 +241,9 @@ class H2:
 
     def get(self, path):
         sid = self.conn.get_next_available_stream_id()
-        self.conn.send_headers(sid, [(":method", "GET"), (":path", path), (":scheme", "http"),
-                                     (":authority", "localhost")], end_stream=True)
+        self.conn.send_headers(sid, [(":method", "GET"), (":path", path),
+                                     (":scheme", self.scheme), (":authority", "localhost")],
+                               end_stream=True)
         self.flush()
         return sid
 
@@ -362,3 +451,56 @@ def test_a_body_that_stops_coming_is_answered_408_and_the_stream_reset(h2_tern):
     sid = c.get("/ping")
     c.read(lambda: c.of(h2.events.StreamEnded, sid), "/ping's answer")
     c.sock.close()
+
+
+# ---- memory ------------------------------------------------------------------
+
+def test_idle_h2_connections_and_waiting_streams_are_small(h2_tern):
+    # What an idle HTTP/2 connection over TLS costs, beside an idle
+    # HTTP/1.1 one (test_tls.py's test_idle_tls_connections_are_small,
+    # the same way: RSS growth over n connections, each after one answer,
+    # past a warm-up), and what a stream waiting for its handler's answer
+    # adds (a request, nghttp2's stream). The figures are in
+    # docs/ARCHITECTURE.md. No idle timeout: the first connections wait
+    # while the others open.
+    tern = h2_tern("--idle-timeout", "600000")
+
+    def idle_conn():
+        c = H2(tern.tls_port, tls=True)
+        sid = c.get("/ping")
+        c.read(lambda: c.of(h2.events.StreamEnded, sid), "/ping's answer")
+        return c
+
+    conns = [idle_conn() for _ in range(50)]   # warm up
+    rss0 = tern.rss_kib()
+    n = 300 if SANITIZED else 1000
+    conns += [idle_conn() for _ in range(n)]
+    per_conn = (tern.rss_kib() - rss0) * 1024 / n
+    print(f"RSS per idle h2 connection: {per_conn:.0f} bytes")
+    # 100 streams (the most a connection takes) on each of 20 connections,
+    # each waiting on a handler that answers in a minute; a PING's ack,
+    # sent after them, says the server has read them all. The sockets are
+    # closed whatever happens: a drain waits for streams in flight.
+    try:
+        rss1 = tern.rss_kib()
+        waiting = conns[50:70]
+        for c in waiting:
+            for _ in range(100):
+                c.get("/delay?ms=60000")
+            c.conn.ping(b"waiting!")
+            c.flush()
+        for c in waiting:
+            c.read(lambda: c.of(h2.events.PingAckReceived), "the PING's ack")
+        per_stream = (tern.rss_kib() - rss1) * 1024 / (100 * len(waiting))
+        print(f"RSS per h2 stream awaiting its handler: {per_stream:.0f} bytes")
+        # none answered: each held its request (stream 1 was the /ping)
+        assert not any(e.stream_id != 1 for c in waiting
+                       for e in c.of(h2.events.ResponseReceived))
+    finally:
+        for c in conns:
+            c.sock.close()
+    if not SANITIZED:
+        # nghttp2 allocates a 16 KiB frame buffer per session at its start
+        assert per_conn < 48 * 1024
+        assert per_stream < 4 * 1024
+    assert curl("--http2", f"https://127.0.0.1:{tern.tls_port}/ping") == (b"pong", "2", "200")

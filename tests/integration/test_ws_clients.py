@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import go_build
+
 CLIENTS = Path(__file__).resolve().parent.parent / "clients"
 TIMEOUT = 60            # any one subprocess: build, install or client run
 SIZES = [0, 125, 126, 65535, 65536, 1 << 20]
@@ -125,14 +127,7 @@ def test_node_ws_client(tern, node_client):
 
 @pytest.fixture(scope="session")
 def go_client(tmp_path_factory):
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("go is not installed")
-    exe = tmp_path_factory.mktemp("go-client") / "wsclient"
-    env = {**os.environ, "GOFLAGS": "-mod=readonly -buildvcs=false", "GOTOOLCHAIN": "local"}
-    r = run([go, "build", "-o", str(exe), "."], cwd=CLIENTS / "go", env=env)
-    assert r.returncode == 0, f"go build failed:\n{r.stdout}\n{r.stderr}"
-    return str(exe)
+    return go_build(tmp_path_factory, ".", "wsclient")
 
 
 def test_gorilla_client(tern, go_client):

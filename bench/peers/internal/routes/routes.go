@@ -20,6 +20,9 @@ import (
 var (
 	TLSCert = flag.String("tls-cert", "", "PEM certificate: serve TLS on -addr")
 	TLSKey  = flag.String("tls-key", "", "PEM private key of -tls-cert")
+	// -h2: offer HTTP/2 by ALPN on the TLS listener (net/http's own h2,
+	// as every Go server has it by default); the h2 suite's Go row
+	H2 = flag.Bool("h2", false, "offer HTTP/2 (ALPN h2) on the TLS listener")
 )
 
 // TLS reports whether -tls-cert and -tls-key were given.
@@ -40,9 +43,11 @@ func TLSConfig() *tls.Config {
 // ListenAndServeTLS) when -tls-cert and -tls-key were given, else plain.
 func ListenAndServe(addr string, h http.Handler) error {
 	if TLS() {
-		// no h2: the clients speak HTTP/1.1 and WebSocket over HTTP/1.1
-		srv := &http.Server{Addr: addr, Handler: h,
-			TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}}
+		srv := &http.Server{Addr: addr, Handler: h}
+		if !*H2 {
+			// no h2: the clients speak HTTP/1.1 and WebSocket over HTTP/1.1
+			srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+		}
 		return srv.ListenAndServeTLS(*TLSCert, *TLSKey)
 	}
 	return http.ListenAndServe(addr, h)
