@@ -19,10 +19,10 @@ import (
 	"time"
 )
 
-// One transport for every stream: no limit on connections per host, no
-// compression asked (tern's /sse sends none; the decoding would be the
-// client's cost anyway).
-var sseTransport = &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: -1,
+// One transport for every stream (its MaxConnsPerHost of 0: no limit on
+// connections to a server), no compression asked (tern's /sse sends none;
+// the decoding would be the client's cost anyway).
+var sseTransport = &http.Transport{DisableCompression: true,
 	ResponseHeaderTimeout: 10 * time.Second}
 
 // A stream: cancel ends it (a Close of the body would wait for the read
