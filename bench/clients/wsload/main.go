@@ -11,7 +11,10 @@
 // when a dial fails or an echo differs from what was sent. ws:// or wss://
 // (crypto/tls, certificate not verified): the wss-echo suite's client.
 // -mode fanout: the fanout suite's independent client (fanout.go);
-// -mode pubsub-json: tern serve's and Centrifugo's own protocols (pubsub.go).
+// -mode pubsub-json: tern serve's and Centrifugo's own protocols (pubsub.go);
+// -mode sse: the same with tern's /sse streams as subscribers (sse.go);
+// -mode churn and -mode presence: join/leave churn and presence queries
+// (presence.go).
 package main
 
 import (
@@ -45,13 +48,16 @@ type result struct {
 }
 
 func main() {
-	url := flag.String("url", "ws://127.0.0.1:8080/ws", "server URL")
+	url := flag.String("url", "ws://127.0.0.1:8080/ws",
+		"server URL (pubsub-json, sse: several, comma-separated, subscribers spread over them)")
 	conns := flag.Int("conns", 100, "connections")
 	size := flag.Int("size", 64, "message size in bytes")
 	warmup := flag.Duration("warmup", time.Second, "unmeasured time before measuring")
 	duration := flag.Duration("duration", 5*time.Second, "how long to measure")
 	asJSON := flag.Bool("json", false, "print one JSON line")
-	mode := flag.String("mode", "echo", "echo, or fanout (fanout.go)")
+	mode := flag.String("mode", "echo",
+		"echo, fanout (fanout.go), pubsub-json (pubsub.go), sse (sse.go), churn or presence "+
+			"(presence.go)")
 	replies := flag.Int("replies", 10, "fanout: messages back per round")
 	replySize := flag.Int("reply-size", 10000, "fanout: bytes of each")
 	interval := flag.Duration("interval", time.Second, "fanout: a round per connection this often")
@@ -59,11 +65,20 @@ func main() {
 	publishURL := flag.String("publish-url", "", "pubsub-json: the HTTP publish API's URL")
 	apiKey := flag.String("api-key", "", "pubsub-json: the publish API's key")
 	topic := flag.String("topic", "bench", "pubsub-json: the topic (channel)")
-	rate := flag.Int("rate", 100, "pubsub-json: messages published a second")
+	rate := flag.Int("rate", 100,
+		"pubsub-json, sse: messages published a second; churn: connections; presence: queries")
+	op := flag.String("op", "presence", "presence: presence or presence_stats")
 	flag.Parse()
-	if *mode == "pubsub-json" {
-		runPubsub(*server, *url, *publishURL, *apiKey, *topic, *conns, *size, *rate, *warmup,
-			*duration, *asJSON)
+	switch *mode {
+	case "pubsub-json", "sse":
+		runPubsub(*mode, *server, *url, *publishURL, *apiKey, *topic, *conns, *size, *rate,
+			*warmup, *duration, *asJSON)
+		return
+	case "churn":
+		runChurn(*server, *url, *topic, *conns, *rate, *warmup, *duration, *asJSON)
+		return
+	case "presence":
+		runPresence(*server, *url, *topic, *op, *conns, *rate, *warmup, *duration, *asJSON)
 		return
 	}
 	if *mode == "fanout" {

@@ -15,6 +15,15 @@ package main
 //                       an empty command {} is a ping, answered {}; publisher:
 //                       POST /api/publish {"channel":T,"data":{...}}, X-API-Key
 //
+// The sse mode is the same with tern's GET /sse?topic=T streams as the
+// subscribers (sse.go).
+//
+// -url may name several servers, comma-separated (the nodes of a bridge):
+// subscriber i goes to the i-th modulo their number, the publisher to
+// -publish-url only, and the latency is also given per URL, so that the
+// subscribers of the nodes the publisher is not on show what the bridge
+// adds.
+//
 // Each message's data carries its send time (ns) and its number; a
 // subscriber counts what it gets, the latency, and the numbers it missed.
 // The publisher sends -rate messages a second (one request at a time, on one
@@ -57,6 +66,10 @@ type pubsubResult struct {
 	PublishUs     map[string]float64 `json:"publish_us"`
 	UncleanCloses int                `json:"unclean_closes"`
 	Client        string             `json:"client"`
+	// per URL of -url, in its order (subscribers i, i+len, ...)
+	URLs          []string             `json:"urls"`
+	MessagesByURL []int64              `json:"messages_by_url"`
+	LatencyByURL  []map[string]float64 `json:"latency_by_url_us"`
 }
 
 // The decimal number right after key in b (its first occurrence).
@@ -104,44 +117,96 @@ type subCounts struct {
 	lat       []time.Duration
 }
 
-func runPubsub(server, url, publishURL, key, topic string, conns, size, rate int, warmup,
-	duration time.Duration, asJSON bool) {
+// A subscriber of either transport: read hands each message line (a
+// WebSocket frame's lines, an SSE event's data) to line until the
+// connection ends; stop ends it.
+type subscriber interface {
+	read(line func([]byte))
+	stop()
+}
+
+// A /pubsub (or Centrifugo) WebSocket subscriber.
+type wsSub struct {
+	c      *websocket.Conn
+	server string
+}
+
+// Opens subscriber i on url and subscribes it to topic (the server's reply
+// read), or ends the run: a load that cannot subscribe measures nothing.
+func openWS(server, url, topic string, i int) subscriber {
 	dialer := websocket.Dialer{}
+	c := dial(&dialer, url, i)
+	var cmds []string
+	if server == "centrifugo" {
+		cmds = []string{`{"id":1,"connect":{}}`,
+			`{"id":2,"subscribe":{"channel":"` + topic + `"}}`}
+	} else {
+		cmds = []string{`{"op":"subscribe","topic":"` + topic + `"}`}
+	}
+	for _, m := range cmds {
+		if err := c.WriteMessage(websocket.TextMessage, []byte(m)); err != nil {
+			fmt.Fprintf(os.Stderr, "wsload: subscribe %d: %v\n", i, err)
+			os.Exit(1)
+		}
+	}
+	awaitReplies(c, len(cmds), i)
+	return &wsSub{c, server}
+}
+
+// Reads until want replies (tern's ack, Centrifugo's connect and subscribe)
+// have come on c, or ends the run on an error.
+func awaitReplies(c *websocket.Conn, want, i int) {
+	for want > 0 {
+		_, b, err := c.ReadMessage()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "wsload: subscribe %d: %v\n", i, err)
+			os.Exit(1)
+		}
+		for _, line := range bytes.Split(b, []byte("\n")) {
+			if bytes.Contains(line, []byte(`"error"`)) {
+				fmt.Fprintf(os.Stderr, "wsload: subscribe %d: %s\n", i, line)
+				os.Exit(1)
+			}
+			if len(bytes.TrimSpace(line)) > 2 {
+				want--
+			}
+		}
+	}
+}
+
+func (s *wsSub) read(line func([]byte)) {
+	for {
+		_, b, err := s.c.ReadMessage()
+		if err != nil {
+			return
+		}
+		for _, l := range bytes.Split(b, []byte("\n")) {
+			if s.server == "centrifugo" && string(bytes.TrimSpace(l)) == "{}" { // ping
+				s.c.WriteMessage(websocket.TextMessage, []byte("{}"))
+				continue
+			}
+			line(l)
+		}
+	}
+}
+
+func (s *wsSub) stop() {
+	s.c.WriteControl(websocket.CloseMessage,
+		websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	s.c.Close()
+}
+
+func runPubsub(mode, server, urlList, publishURL, key, topic string, conns, size, rate int,
+	warmup, duration time.Duration, asJSON bool) {
+	urls := strings.Split(urlList, ",")
 	t0 := time.Now()
-	cs := make([]*websocket.Conn, conns)
+	cs := make([]subscriber, conns)
 	for i := range cs {
-		c := dial(&dialer, url, i)
-		var cmds []string
-		if server == "centrifugo" {
-			cmds = []string{`{"id":1,"connect":{}}`,
-				`{"id":2,"subscribe":{"channel":"` + topic + `"}}`}
+		if mode == "sse" {
+			cs[i] = openSSE(urls[i%len(urls)], topic, i)
 		} else {
-			cmds = []string{`{"op":"subscribe","topic":"` + topic + `"}`}
+			cs[i] = openWS(server, urls[i%len(urls)], topic, i)
 		}
-		for _, m := range cmds {
-			if err := c.WriteMessage(websocket.TextMessage, []byte(m)); err != nil {
-				fmt.Fprintf(os.Stderr, "wsload: subscribe %d: %v\n", i, err)
-				os.Exit(1)
-			}
-		}
-		// the replies: tern's ack, Centrifugo's connect and subscribe
-		for want := len(cmds); want > 0; {
-			_, b, err := c.ReadMessage()
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "wsload: subscribe %d: %v\n", i, err)
-				os.Exit(1)
-			}
-			for _, line := range bytes.Split(b, []byte("\n")) {
-				if bytes.Contains(line, []byte(`"error"`)) {
-					fmt.Fprintf(os.Stderr, "wsload: subscribe %d: %s\n", i, line)
-					os.Exit(1)
-				}
-				if len(bytes.TrimSpace(line)) > 2 {
-					want--
-				}
-			}
-		}
-		cs[i] = c
 	}
 	connectS := time.Since(t0).Seconds()
 
@@ -153,34 +218,24 @@ func runPubsub(server, url, publishURL, key, topic string, conns, size, rate int
 	var wg sync.WaitGroup
 	for i, c := range cs {
 		wg.Add(1)
-		go func(i int, c *websocket.Conn) {
+		go func(i int, c subscriber) {
 			defer wg.Done()
 			var k subCounts
 			last := int64(-1)
-			for {
-				_, b, err := c.ReadMessage()
-				if err != nil {
-					break
+			c.read(func(line []byte) {
+				ts, n, ok := stamp(server, line)
+				if !ok {
+					return
 				}
-				for _, line := range bytes.Split(b, []byte("\n")) {
-					if server == "centrifugo" && string(bytes.TrimSpace(line)) == "{}" { // ping
-						c.WriteMessage(websocket.TextMessage, []byte("{}"))
-						continue
-					}
-					ts, n, ok := stamp(server, line)
-					if !ok {
-						continue
-					}
-					if last >= 0 && n > last+1 && measuring.Load() {
-						k.gaps += n - last - 1
-					}
-					last = n
-					if f := firstN.Load(); f >= 0 && n >= f && (lastN.Load() < 0 || n <= lastN.Load()) {
-						k.got++
-						k.lat = append(k.lat, time.Duration(time.Now().UnixNano()-ts))
-					}
+				if last >= 0 && n > last+1 && measuring.Load() {
+					k.gaps += n - last - 1
 				}
-			}
+				last = n
+				if f := firstN.Load(); f >= 0 && n >= f && (lastN.Load() < 0 || n <= lastN.Load()) {
+					k.got++
+					k.lat = append(k.lat, time.Duration(time.Now().UnixNano()-ts))
+				}
+			})
 			out[i] = k
 		}(i, c)
 	}
@@ -238,34 +293,42 @@ func runPubsub(server, url, publishURL, key, topic string, conns, size, rate int
 	lastN.Store(n - 1)
 	time.Sleep(500 * time.Millisecond) // the last messages' way to the subscribers
 	for _, c := range cs {
-		c.WriteControl(websocket.CloseMessage,
-			websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
-		c.Close()
+		c.stop()
 	}
 	wg.Wait()
 
-	r := pubsubResult{Mode: "pubsub-json", Server: server, Connections: conns, Size: size,
+	r := pubsubResult{Mode: mode, Server: server, Connections: conns, Size: size,
 		Rate: rate, WarmupS: warmup.Seconds(), DurationS: duration.Seconds(), ConnectS: connectS,
 		Published: published, PublishRate: float64(published) / duration.Seconds(),
 		Expected: published * int64(conns), UncleanCloses: int(unclean.Load()),
-		Client: "gorilla/websocket (pubsub-json)"}
+		Client: "gorilla/websocket (pubsub-json)", URLs: urls}
+	if mode == "sse" {
+		r.Client = "net/http (sse)"
+	}
 	var all []time.Duration
-	for _, k := range out {
+	byURL := make([][]time.Duration, len(urls))
+	r.MessagesByURL = make([]int64, len(urls))
+	for i, k := range out {
 		r.Messages += k.got
 		r.Gaps += k.gaps
 		all = append(all, k.lat...)
+		byURL[i%len(urls)] = append(byURL[i%len(urls)], k.lat...)
+		r.MessagesByURL[i%len(urls)] += k.got
 	}
 	r.MsgPerS = float64(r.Messages) / duration.Seconds()
 	r.LatencyUs = quantiles(all)
+	for _, l := range byURL {
+		r.LatencyByURL = append(r.LatencyByURL, quantiles(l))
+	}
 	r.PublishUs = quantiles(pubLat)
 	if asJSON {
 		b, _ := json.Marshal(r)
 		fmt.Println(string(b))
 		return
 	}
-	fmt.Printf("wsload pubsub-json %s: %d subscribers, %.0f msg/s published: %d of %d delivered, "+
-		"p99 %.0f us; publish p50 %.0f us\n", server, conns, r.PublishRate, r.Messages, r.Expected,
-		r.LatencyUs["p99"], r.PublishUs["p50"])
+	fmt.Printf("wsload %s %s: %d subscribers, %.0f msg/s published: %d of %d delivered, "+
+		"p99 %.0f us; publish p50 %.0f us\n", mode, server, conns, r.PublishRate, r.Messages,
+		r.Expected, r.LatencyUs["p99"], r.PublishUs["p50"])
 }
 
 // Mean, p50, p99 and max of all (sorted here), in microseconds: every
