@@ -269,6 +269,7 @@ if [ "${BENCH:-1}" != 0 ]; then
     section "benchmark suites (--quick, 0.5 s a cell)"
     bench/run all --quick --seconds 0.5 || status=1
     bench/run ws-echo --quick --seconds 0.5 --client gorilla || status=1
+    bench/run realtime --quick --seconds 0.5 || status=1   # not in all
 fi
 
 if [ $status -ne 0 ]; then
