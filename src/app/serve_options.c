@@ -505,6 +505,26 @@ const app_opt app_serve_opts[SV_COUNT] = {
                                  "is taken until SECONDS after its exp (and closed with 4001\n"
                                  "then), and from SECONDS before its nbf",
         U32(tokens.leeway)},
+    [SV_PROXY_SUBSCRIBE] = {"proxy-subscribe", 0, S, "URL",
+                            .help = "the backend at URL decides each /pubsub subscribe instead\n"
+                                    "of the topic rules: POSTed {\"user\",\"channel\",...}, it\n"
+                                    "answers {\"result\":{}} (allowed), {\"error\":{\"code\":N,\n"
+                                    "\"message\":M}} (refused) or {\"disconnect\":{\"code\":N,\n"
+                                    "\"reason\":R}} (closed); no usable answer refuses it too\n"
+                                    "(unset: no proxy; /sse keeps the rules)",
+        STR(proxy.url[APP_PROXY_SUBSCRIBE])},
+    [SV_PROXY_PUBLISH] = {"proxy-publish", 0, S, "URL",
+                          .help = "the same for each /pubsub publish (with its \"data\"); an\n"
+                                  "answer {\"result\":{\"data\":\"D\"}} publishes D instead",
+        STR(proxy.url[APP_PROXY_PUBLISH])},
+    [SV_PROXY_TIMEOUT] = {"proxy-timeout", 0, U, "MS", "1000", 1, MS_MAX,
+                          .help = "a backend's answer must come within MS, or the operation\n"
+                                  "is refused (\"proxy timeout\")",
+        U32(proxy.timeout_ms)},
+    [SV_PROXY_MAX_INFLIGHT] = {"proxy-max-inflight", 0, U, "N", "1000", 1, 1000000,
+                               .help = "requests in flight to each backend, over all threads;\n"
+                                       "an operation beyond them is refused (\"proxy busy\")",
+        U32(proxy.max_inflight)},
     [SV_FEED] = {"feed", 0, C, "on|off", "on", .choices = "on|off",
                  .help = "the simulated market data on topic \"market\"",
         BOOL(feed)},

@@ -95,6 +95,12 @@
  *     ("forbidden" otherwise); at its exp the connection closes with 4001
  *     "token expired" unless {"op":"refresh","token":"..."} replaced it
  *     first: {"ok":"refresh","exp":N}, or "bad token" / "missing token".
+ *     With --proxy-subscribe or --proxy-publish (serve_proxy.c) the
+ *     application's backend decides each subscribe or publish instead of
+ *     the rules: the operation is answered once the backend has ("forbidden"
+ *     with ,"topic":T,"code":N,"message":M when it refuses), or with "proxy
+ *     timeout", "proxy unavailable", "proxy error", "proxy bad answer" or
+ *     "proxy busy" (--proxy-max-inflight requests in flight already).
  *   GET  /sse             the topics of /pubsub as Server-Sent Events, under
  *                         the same rules and tokens (app_serve_pubsub_may):
  *                         serve_sse.c
@@ -135,6 +141,7 @@
 #include "app/json.h"
 #include "app/presence.h"
 #include "app/serve_presence.h"
+#include "app/serve_proxy.h"
 #include "app/serve_tokens.h"
 #include "app/topic_rules.h"
 #include "tern/tern.h"
@@ -499,6 +506,13 @@ typedef struct ps_bucket {
     bool closing;          /* closed with 1008 for its rate */
     app_token_conn *auth;   /* with tokens on (serve_tokens.h) */
     app_pres_conn *pres;    /* its presence and join/leave topics (serve_presence.h) */
+    app_proxy_req *proxy;   /* its operations waiting for the backend (serve_proxy.h) */
+    /* The topic the backend has just allowed, while its subscribe or
+     * publish runs (the library asks the route's hook again): NULL
+     * otherwise. */
+    const char *grant;
+    size_t grant_len;
+    bool grant_publish;
 } ps_bucket;
 
 static int (*pubsub_upgrade_next)(tern_http_req *, void **, void *);
@@ -575,6 +589,9 @@ int app_serve_pubsub_may(const app_token_conn *auth, const char *topic, size_t l
 
 static int may(tern_ws *ws, const char *topic, size_t len, bool publish) {
     ps_bucket *b = tern_ws_user(ws);
+    if (b && b->grant && b->grant_publish == publish && b->grant_len == len &&
+        !memcmp(b->grant, topic, len))
+        return 0;   /* the backend decided (serve_proxy.c) */
     return app_serve_pubsub_may(b ? b->auth : NULL, topic, len, publish);
 }
 
@@ -595,6 +612,7 @@ static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, 
         atomic_fetch_add_explicit(&n_too_big, 1, memory_order_relaxed);
     ps_bucket *b = tern_ws_user(ws);
     if (b) {
+        app_serve_proxy_cancel_all(&b->proxy);   /* no answer may reach ws now */
         app_presence_closed(ws, b->pres);
         app_token_conn_free(b->auth);
     }
@@ -608,7 +626,7 @@ static bool bucket_take(tern_ws *ws, ps_bucket *b, uint32_t rate) {
     uint64_t now = tern_loop_now(tern_ws_loop(ws));
     if (b->rate != rate)
         *b = (ps_bucket){.tokens = (uint64_t)rate * 1000, .stamp = now, .rate = rate,
-                         .closing = b->closing, .auth = b->auth};
+                         .closing = b->closing, .auth = b->auth, .proxy = b->proxy};
     uint64_t full = (uint64_t)rate * 1000;
     uint64_t add = (now - b->stamp) * rate;   /* thousandths: rate/s is rate per 1000 ms */
     b->stamp = now;
@@ -653,6 +671,138 @@ static void pubsub_refresh(tern_ws *ws, app_token_conn *auth, tok t, tok op) {
     char out[64];
     int k = snprintf(out, sizeof(out), "{\"ok\":\"refresh\",\"exp\":%lld}", (long long)exp);
     tern_ws_send(ws, out, (size_t)k, TERN_WS_TEXT);
+}
+
+/* ---- subscribe and publish: at once, or once the backend allows --------- */
+
+static const tok op_subscribe = {"\"subscribe\"", 11}, op_publish = {"\"publish\"", 9};
+
+/* A client's subscribe to topic, decided (the route's on_subscribe hook
+ * asks may()), and answered. */
+static void do_subscribe(tern_ws *ws, ps_bucket *b, const char *topic, size_t tl, uint64_t epoch,
+                         uint64_t after, bool asked, bool snapshot) {
+    tern_resume r;
+    int err = snapshot ? tern_ws_subscribe_latest(ws, topic, &r)
+                       : tern_ws_subscribe_from(ws, topic, epoch, after, &r);
+    if (err == 0 && b &&
+        (err = app_presence_subscribed(ws, &b->pres, b->auth, rule_of(topic, tl), topic, tl)) < 0)
+        (void)tern_ws_unsubscribe(ws, topic);
+    if (err == 0)
+        reply_subscribed(ws, topic, tl, &r, asked, snapshot);
+    else if (err == -EALREADY)
+        reply_ok(ws, "subscribe", topic, tl, -1);
+    else
+        reply_error(ws,
+                    err == -ENOSPC                    ? "too many subscriptions"
+                    : err == -EACCES || err == -EPERM ? "forbidden"
+                                                      : "out of memory",
+                    op_subscribe);
+}
+
+/* A client's publish of d (a JSON string token) to topic, with key or
+ * NULL, decided (on_publish asks may()) and answered. */
+static void do_publish(tern_ws *ws, const char *topic, size_t tl, const char *key, const char *d,
+                       size_t dlen) {
+    int64_t seq = publish_json(tern_ws_server(ws), ws, topic, tl, key, d, dlen);
+    if (seq < 0)
+        reply_error(ws, seq == -EACCES || seq == -EPERM ? "forbidden" : "out of memory",
+                    op_publish);
+    else
+        reply_ok(ws, "publish", topic, tl, seq);
+}
+
+/* A subscribe or publish waiting for the backend (serve_proxy.h): what
+ * the client asked, to finish it with once the answer comes. */
+typedef struct ps_waiting {
+    bool publish, asked, snapshot, keyed;
+    uint64_t epoch, after;
+    size_t tlen, dlen;
+    char topic[TERN_TOPIC_MAX + 1];
+    char key[TERN_KEY_MAX + 1];
+    char data[];   /* a publish's data: its JSON string token */
+} ps_waiting;
+
+/* {"error":"forbidden","op":OP,"topic":T,"code":N,"message":M}: the
+ * backend's refusal, with what it said. */
+static void reply_denied(tern_ws *ws, const ps_waiting *w, const app_proxy_answer *a) {
+    size_t mlen = strlen(a->message);
+    size_t cap = 96 + 6 * (w->tlen + mlen);
+    char *out = malloc(cap);
+    if (out == NULL) {
+        reply_error(ws, "forbidden", w->publish ? op_publish : op_subscribe);
+        return;
+    }
+    int n = snprintf(out, cap, "{\"error\":\"forbidden\",\"op\":\"%s\",\"topic\":",
+                     w->publish ? "publish" : "subscribe");
+    size_t o = put_json_string(out, (size_t)n, w->topic, w->tlen);
+    o += (size_t)snprintf(out + o, cap - o, ",\"code\":%ld,\"message\":", a->code);
+    o = put_json_string(out, o, a->message, mlen);
+    out[o++] = '}';
+    tern_ws_send(ws, out, o, TERN_WS_TEXT);
+    free(out);
+}
+
+/* The backend's answer for a waiting operation: run from the loop, never
+ * inside curl (serve_proxy.c); ws is still open (its close cancels). */
+static void backend_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
+    ps_waiting *w = op;
+    ps_bucket *b = tern_ws_user(ws);
+    tok opt = w->publish ? op_publish : op_subscribe;
+    switch (a->outcome) {
+    case APP_PROXY_ALLOW:
+        /* The library asks may() again: it says yes to this topic only. */
+        b->grant = w->topic;
+        b->grant_len = w->tlen;
+        b->grant_publish = w->publish;
+        if (w->publish)
+            do_publish(ws, w->topic, w->tlen, w->keyed ? w->key : NULL,
+                       a->data ? a->data : w->data, a->data ? a->data_len : w->dlen);
+        else
+            do_subscribe(ws, b, w->topic, w->tlen, w->epoch, w->after, w->asked, w->snapshot);
+        b->grant = NULL;
+        break;
+    case APP_PROXY_DENY:
+        atomic_fetch_add_explicit(w->publish ? &n_forbid_pub : &n_forbid_sub, 1,
+                                  memory_order_relaxed);
+        reply_denied(ws, w, a);
+        break;
+    case APP_PROXY_DISCONNECT:
+        tern_ws_close(ws, (int)a->code, a->message);
+        break;
+    default:
+        reply_error(ws, a->error, opt);
+        break;
+    }
+    free(w);
+}
+
+/* Hands the operation w describes (topic, key, data filled in here) to
+ * the backend; refused at once when it cannot be asked. */
+static void ask_backend(tern_ws *ws, ps_bucket *b, const ps_waiting *w, const char *topic,
+                        size_t tl, const char *key, const char *d, size_t dlen) {
+    tok opt = w->publish ? op_publish : op_subscribe;
+    ps_waiting *op = malloc(sizeof(*op) + dlen);
+    if (op == NULL) {
+        reply_error(ws, "out of memory", opt);
+        return;
+    }
+    *op = *w;
+    memcpy(op->topic, topic, tl);
+    op->topic[tl] = '\0';
+    op->tlen = tl;
+    op->keyed = key != NULL;
+    if (key)
+        snprintf(op->key, sizeof(op->key), "%s", key);
+    if (dlen)
+        memcpy(op->data, d, dlen);
+    op->dlen = dlen;
+    const char *err = app_serve_proxy_ask(w->publish ? APP_PROXY_PUBLISH : APP_PROXY_SUBSCRIBE, ws,
+                                          &b->proxy, app_token_conn_sub(b->auth), topic, tl,
+                                          w->publish ? d : NULL, dlen, backend_answered, op);
+    if (err) {
+        free(op);
+        reply_error(ws, err, opt);
+    }
 }
 
 static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
@@ -718,7 +868,6 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
         reply_error(ws, "bad topic", op);
         return;
     }
-    int err;
     switch (what) {
     case SUB: {
         uint64_t epoch = 0, after = 0;
@@ -728,26 +877,15 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
             reply_error(ws, "bad resume", op);
             return;
         }
-        tern_resume r;
         /* A resume that cannot be one gets the latest of each key anyway,
          * so "snapshot" only changes a subscription that starts afresh. */
         bool snapshot = !asked && f.snapshot == 1;
-        err = snapshot ? tern_ws_subscribe_latest(ws, topic, &r)
-                       : tern_ws_subscribe_from(ws, topic, epoch, after, &r);
-        if (err == 0 && b &&
-            (err = app_presence_subscribed(ws, &b->pres, b->auth, rule_of(topic, (size_t)tl),
-                                           topic, (size_t)tl)) < 0)
-            (void)tern_ws_unsubscribe(ws, topic);
-        if (err == 0)
-            reply_subscribed(ws, topic, (size_t)tl, &r, asked, snapshot);
-        else if (err == -EALREADY)
-            reply_ok(ws, "subscribe", topic, (size_t)tl, -1);
-        else
-            reply_error(ws,
-                        err == -ENOSPC                    ? "too many subscriptions"
-                        : err == -EACCES || err == -EPERM ? "forbidden"
-                                                          : "out of memory",
-                        op);
+        if (b && app_serve_proxy_on(APP_PROXY_SUBSCRIBE) && !app_presence_events_topic(topic, (size_t)tl)) {
+            ps_waiting w = {.asked = asked, .snapshot = snapshot, .epoch = epoch, .after = after};
+            ask_backend(ws, b, &w, topic, (size_t)tl, NULL, NULL, 0);
+            return;
+        }
+        do_subscribe(ws, b, topic, (size_t)tl, epoch, after, asked, snapshot);
         break;
     }
     case UNSUB:
@@ -768,12 +906,12 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
             reply_error(ws, kl == -2 ? "key too long" : "bad key", op);
             return;
         }
-        int64_t seq = publish_json(tern_ws_server(ws), ws, topic, (size_t)tl,
-                                   ktok.p ? key : NULL, dtok.p, dtok.n);
-        if (seq < 0)
-            reply_error(ws, seq == -EACCES || seq == -EPERM ? "forbidden" : "out of memory", op);
-        else
-            reply_ok(ws, "publish", topic, (size_t)tl, seq);
+        if (b && app_serve_proxy_on(APP_PROXY_PUBLISH)) {
+            ps_waiting w = {.publish = true};
+            ask_backend(ws, b, &w, topic, (size_t)tl, ktok.p ? key : NULL, dtok.p, dtok.n);
+            return;
+        }
+        do_publish(ws, topic, (size_t)tl, ktok.p ? key : NULL, dtok.p, dtok.n);
         break;
     }
     case PRESENCE:

@@ -1,0 +1,235 @@
+"""tern serve --proxy-subscribe / --proxy-publish: /pubsub's operations
+decided by the application's backend over HTTP (src/app/serve_proxy.c,
+its HTTP client src/app/http_client.c).
+
+The backend is an aiohttp server on a thread of its own; what it answers
+depends on the topic's first word (see Backend.answer). Requests it is
+told to hold wait until the test releases them, so that the tests of
+requests in flight wait for a condition, never for time to pass."""
+import asyncio
+import json
+import socket
+import threading
+import urllib.request
+
+import pytest
+from aiohttp import web
+from websockets.sync.client import connect
+
+from conftest import SLOW, wait_for
+
+
+class Backend:
+    """The application's backend: records each request's JSON, answers by
+    the channel's first word (before the first '.'):
+      ok       {"result":{}}
+      deny     {"error":{"code":4403,"message":"not yours"}}
+      kick     {"disconnect":{"code":4500,"reason":"bye"}}
+      bad      a body that is not JSON
+      oops     HTTP 500
+      rewrite  {"result":{"data":"replaced"}} (a publish's data replaced)
+      hold     nothing until release(), then {"result":{}}"""
+
+    def __init__(self):
+        self.requests = []
+        self.held = 0
+        self.loop = asyncio.new_event_loop()
+        self.started = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        assert self.started.wait(10)
+
+    def _run(self):
+        asyncio.set_event_loop(self.loop)
+        self.release_event = asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/subscribe", self.answer)
+        app.router.add_post("/publish", self.answer)
+        self.runner = web.AppRunner(app)
+        self.loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self.started.set()
+        self.loop.run_forever()
+
+    async def answer(self, request):
+        body = await request.json()
+        self.requests.append((request.path, body))
+        word = body["channel"].split(".")[0]
+        if word == "hold":
+            self.held += 1
+            await self.release_event.wait()
+            return web.json_response({"result": {}})
+        if word == "deny":
+            return web.json_response({"error": {"code": 4403, "message": "not yours"}})
+        if word == "kick":
+            return web.json_response({"disconnect": {"code": 4500, "reason": "bye"}})
+        if word == "bad":
+            return web.Response(text="this is not json", content_type="application/json")
+        if word == "oops":
+            return web.Response(status=500, text="boom")
+        if word == "rewrite":
+            return web.json_response({"result": {"data": "replaced"}})
+        return web.json_response({"result": {}})
+
+    def release(self):
+        self.loop.call_soon_threadsafe(self.release_event.set)
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def close(self):
+        self.release()
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def backend():
+    b = Backend()
+    yield b
+    b.close()
+
+
+def ws_url(t):
+    return f"ws://127.0.0.1:{t.port}/pubsub"
+
+
+def ask(ws, **msg):
+    ws.send(json.dumps(msg))
+    return json.loads(ws.recv(timeout=5 * SLOW))
+
+
+def metrics(t):
+    with urllib.request.urlopen(f"{t.admin_base}/metrics", timeout=5 * SLOW) as r:
+        return r.read().decode()
+
+
+def served(tern_factory, backend, *extra):
+    # Closed topics (no rule opens them): what is allowed, the backend allows.
+    return tern_factory("--proxy-subscribe", backend.url("/subscribe"),
+                        "--proxy-publish", backend.url("/publish"), "--feed", "off", *extra,
+                        open_topics=False)
+
+
+def test_backend_allows_and_denies(tern_factory, backend):
+    t = served(tern_factory, backend)
+    with connect(ws_url(t)) as ws:
+        got = ask(ws, op="subscribe", topic="ok.room")
+        assert got["ok"] == "subscribe" and got["topic"] == "ok.room"
+        assert ask(ws, op="subscribe", topic="deny.room") == {
+            "error": "forbidden", "op": "subscribe", "topic": "deny.room", "code": 4403,
+            "message": "not yours"}
+        ws.send(json.dumps({"op": "publish", "topic": "ok.room", "data": "hello"}))
+        # The message (the sender is a subscriber) and the ack, in either order.
+        got = [json.loads(ws.recv(timeout=5 * SLOW)) for _ in range(2)]
+        assert {"topic": "ok.room", "seq": 1, "data": "hello"} in got
+        assert {"ok": "publish", "topic": "ok.room", "seq": 1} in got
+        assert ask(ws, op="publish", topic="deny.room", data="x")["error"] == "forbidden"
+    path, body = backend.requests[0]
+    assert path == "/subscribe"
+    assert body == {"transport": "websocket", "protocol": "json", "user": "", "channel": "ok.room"}
+    pub = [b for p, b in backend.requests if p == "/publish"][0]
+    assert pub["channel"] == "ok.room" and pub["data"] == "hello"
+    text = metrics(t)
+    assert 'tern_proxy_requests_total{kind="subscribe"} 2' in text
+    assert 'tern_proxy_requests_total{kind="publish"} 2' in text
+    assert 'tern_proxy_latency_seconds_count{kind="subscribe"} 2' in text
+
+
+def test_publish_payload_replaced(tern_factory, backend):
+    t = served(tern_factory, backend)
+    with connect(ws_url(t)) as ws:
+        assert ask(ws, op="subscribe", topic="rewrite.room")["ok"] == "subscribe"
+        ws.send(json.dumps({"op": "publish", "topic": "rewrite.room", "data": "original"}))
+        got = [json.loads(ws.recv(timeout=5 * SLOW)) for _ in range(2)]
+        assert {"topic": "rewrite.room", "seq": 1, "data": "replaced"} in got
+
+
+def test_backend_disconnects(tern_factory, backend):
+    t = served(tern_factory, backend)
+    with connect(ws_url(t)) as ws:
+        ws.send(json.dumps({"op": "subscribe", "topic": "kick.room"}))
+        with pytest.raises(Exception):
+            ws.recv(timeout=5 * SLOW)
+        assert ws.close_code == 4500 and ws.close_reason == "bye"
+
+
+@pytest.mark.parametrize("word,error,reason", [
+    ("bad", "proxy bad answer", "bad_answer"),
+    ("oops", "proxy error", "status"),
+])
+def test_unusable_answers_refuse(tern_factory, backend, word, error, reason):
+    t = served(tern_factory, backend)
+    lines = t.lines()
+    with connect(ws_url(t)) as ws:
+        assert ask(ws, op="subscribe", topic=f"{word}.a") == {"error": error, "op": "subscribe"}
+        assert ask(ws, op="subscribe", topic=f"{word}.b") == {"error": error, "op": "subscribe"}
+        # The backend answering again is said once too.
+        assert ask(ws, op="subscribe", topic="ok.c")["ok"] == "subscribe"
+    lines.wait(r"the subscribe proxy .*: ")
+    lines.wait(r"the subscribe proxy .* answers again")
+    assert f'tern_proxy_errors_total{{kind="subscribe",reason="{reason}"}} 2' in metrics(t)
+    t.stop()
+    # One line for the two failures of the same reason, not one per request.
+    assert t.stderr.count("the subscribe proxy") == 2, t.stderr
+
+
+def test_timeout(tern_factory, backend):
+    t = served(tern_factory, backend, "--proxy-timeout", "200")
+    with connect(ws_url(t)) as ws:
+        assert ask(ws, op="subscribe", topic="hold.x") == {"error": "proxy timeout",
+                                                           "op": "subscribe"}
+    assert 'tern_proxy_errors_total{kind="subscribe",reason="timeout"} 1' in metrics(t)
+
+
+def test_backend_down(tern_factory):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()   # nothing listens there now
+    t = tern_factory("--proxy-subscribe", f"http://127.0.0.1:{port}/subscribe", "--feed", "off",
+                     open_topics=False)
+    lines = t.lines()
+    with connect(ws_url(t)) as ws:
+        assert ask(ws, op="subscribe", topic="a") == {"error": "proxy unavailable",
+                                                      "op": "subscribe"}
+        # The connection goes on: ops that need no backend still work.
+        assert ask(ws, op="limits")["ok"] == "limits"
+    lines.wait(r"the subscribe proxy .*: .*")
+
+
+def test_close_while_in_flight(tern_factory, backend):
+    t = served(tern_factory, backend)
+    with connect(ws_url(t)) as ws:
+        ws.send(json.dumps({"op": "subscribe", "topic": "hold.gone"}))
+        wait_for(lambda: backend.held == 1, "the backend to hold the request")
+    # The client is gone; the answer comes after: nothing may touch it
+    # (the sanitized build checks at stop).
+    backend.release()
+    with connect(ws_url(t)) as ws:
+        assert ask(ws, op="subscribe", topic="ok.after")["ok"] == "subscribe"
+    assert t.stop() == 0
+
+
+def test_in_flight_limit(tern_factory, backend):
+    t = served(tern_factory, backend, "--proxy-max-inflight", "2")
+    with connect(ws_url(t)) as ws:
+        ws.send(json.dumps({"op": "subscribe", "topic": "hold.a"}))
+        ws.send(json.dumps({"op": "subscribe", "topic": "hold.b"}))
+        wait_for(lambda: backend.held == 2, "the backend to hold two requests")
+        assert ask(ws, op="subscribe", topic="ok.c") == {"error": "proxy busy", "op": "subscribe"}
+        backend.release()
+        got = sorted(json.loads(ws.recv(timeout=5 * SLOW))["topic"] for _ in range(2))
+        assert got == ["hold.a", "hold.b"]
+        assert ask(ws, op="subscribe", topic="ok.c")["ok"] == "subscribe"
+    assert 'tern_proxy_errors_total{kind="subscribe",reason="busy"} 1' in metrics(t)
+
+
+def test_off_by_default(tern_factory):
+    t = tern_factory("--feed", "off", open_topics=False)
+    with connect(ws_url(t)) as ws:
+        assert ask(ws, op="subscribe", topic="ok.room")["error"] == "forbidden"
+    assert "tern_proxy_" not in metrics(t)
