@@ -505,6 +505,14 @@ const app_opt app_serve_opts[SV_COUNT] = {
                                  "is taken until SECONDS after its exp (and closed with 4001\n"
                                  "then), and from SECONDS before its nbf",
         U32(tokens.leeway)},
+    [SV_PROXY_CONNECT] = {"proxy-connect", 0, S, "URL",
+                          .help = "each /pubsub connection, as it opens, is POSTed to the\n"
+                                  "backend at URL ({\"user\":U,...}; it reads nothing until\n"
+                                  "the answer): {\"result\":{}} lets it in, and with \"user\"\n"
+                                  "and \"info\" gives it a user and info (presence, user\n"
+                                  "topics, the server API); a refusal closes it with 4403, no\n"
+                                  "usable answer with 1013 (unset: no connect proxy)",
+        STR(proxy.url[APP_PROXY_CONNECT])},
     [SV_PROXY_SUBSCRIBE] = {"proxy-subscribe", 0, S, "URL",
                             .help = "the backend at URL decides each /pubsub subscribe instead\n"
                                     "of the topic rules: POSTed {\"user\",\"channel\",...}, it\n"

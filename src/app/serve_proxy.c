@@ -1,8 +1,10 @@
 /* tern serve's backend proxy (serve_proxy.h).
  *
- * A subscribe or publish on /pubsub, with --proxy-subscribe or
- * --proxy-publish, is POSTed to the backend as JSON:
+ * A /pubsub connection as it opens (--proxy-connect), a subscribe
+ * (--proxy-subscribe) or a publish (--proxy-publish) is POSTed to the
+ * backend as JSON:
  *
+ *   {"transport":"websocket","protocol":"json","user":"U"}   (a connect)
  *   {"transport":"websocket","protocol":"json","user":"U","channel":"T"}
  *   ... ,"data":"D"}                                     (a publish)
  *
@@ -12,6 +14,10 @@
  *   {"result":{}}                                        allowed
  *   {"result":{"data":"D2"}}                             a publish: D2 is
  *                                                        published instead
+ *   {"result":{"user":"U2","info":I}}                    a connect: the
+ *                                                        connection's user
+ *                                                        (presence, user
+ *                                                        topics) and info
  *   {"error":{"code":N,"message":"M"}}                   refused
  *   {"disconnect":{"code":N,"reason":"R"}}               the connection is
  *                                                        closed with N, R
@@ -42,7 +48,7 @@
 #include "app/json.h"
 #include "app/serve_proxy.h"
 
-const char *const app_proxy_kind_names[APP_PROXY_KINDS] = {"subscribe", "publish"};
+const char *const app_proxy_kind_names[APP_PROXY_KINDS] = {"subscribe", "publish", "connect"};
 const char *const app_proxy_err_names[APP_PROXY_ERRS] = {"timeout", "unavailable", "status",
                                                          "bad_answer", "busy"};
 
@@ -80,11 +86,19 @@ struct app_proxy_req {
 static _Thread_local app_httpc *client;         /* this loop's, made at its first request */
 static _Thread_local app_proxy_req *thread_reqs;
 
+/* Whether any kind goes to a backend (then curl's global state is up). */
+static bool any_on(void) {
+    for (int k = 0; k < APP_PROXY_KINDS; k++)
+        if (app_serve_proxy_on(k))
+            return true;
+    return false;
+}
+
 int app_serve_proxy_setup(const app_proxy_flags *f) {
     flags = *f;
     for (int k = 0; k < APP_PROXY_KINDS; k++)
         atomic_store(&kinds[k].last_failure, -1);
-    if (!app_serve_proxy_on(APP_PROXY_SUBSCRIBE) && !app_serve_proxy_on(APP_PROXY_PUBLISH))
+    if (!any_on())
         return 0;
     if (app_httpc_global_init() < 0) {
         fprintf(stderr, "tern serve: libcurl did not start: the backend proxy cannot run\n");
@@ -134,8 +148,9 @@ static const char *str_of(json_t *o, const char *name) {
 }
 
 /* The answer's body read into a (strings pointing into root, which the
- * caller frees after using a): false when it is none of the forms. */
-static bool read_answer(int kind, json_t *root, app_proxy_answer *a, char **data) {
+ * caller frees after using a, or into *data and *info, the caller's to
+ * free): false when it is none of the forms. */
+static bool read_answer(int kind, json_t *root, app_proxy_answer *a, char **data, char **info) {
     json_t *res = json_object_get(root, "result"), *err = json_object_get(root, "error");
     json_t *disc = json_object_get(root, "disconnect");
     if (json_is_object(err)) {
@@ -167,6 +182,18 @@ static bool read_answer(int kind, json_t *root, app_proxy_answer *a, char **data
         a->data = *data;
         a->data_len = strlen(*data);
     }
+    json_t *u = json_object_get(res, "user"), *i = json_object_get(res, "info");
+    if (kind == APP_PROXY_CONNECT && u) {
+        if (!json_is_string(u))
+            return false;
+        a->user = json_string_value(u);
+    }
+    if (kind == APP_PROXY_CONNECT && i) {
+        if ((*info = json_dumps(i, JSON_ENCODE_ANY | JSON_COMPACT)) == NULL ||
+            strlen(*info) > APP_PROXY_INFO_MAX)
+            return false;
+        a->info = *info;
+    }
     return true;
 }
 
@@ -176,7 +203,7 @@ static void on_http_done(void *user, const app_httpc_result *res) {
     unlink_req(r);
     app_proxy_answer a = {.outcome = APP_PROXY_FAILED};
     json_t *root = NULL;
-    char *data = NULL;
+    char *data = NULL, *info = NULL;
     char why[160];
     if (res->outcome == APP_HTTPC_TIMEOUT) {
         a.error = "proxy timeout";
@@ -191,7 +218,7 @@ static void on_http_done(void *user, const app_httpc_result *res) {
         snprintf(why, sizeof(why), "answered HTTP %ld", res->status);
         failed(r->kind, APP_PROXY_ERR_STATUS, why);
     } else if ((root = json_loadb(res->body ? res->body : "", res->len, 0, NULL)) == NULL ||
-               !read_answer(r->kind, root, &a, &data)) {
+               !read_answer(r->kind, root, &a, &data, &info)) {
         a = (app_proxy_answer){.outcome = APP_PROXY_FAILED, .error = "proxy bad answer"};
         failed(r->kind, APP_PROXY_ERR_BAD,
                "answered with neither {\"result\"}, {\"error\"} nor {\"disconnect\"}");
@@ -199,11 +226,12 @@ static void on_http_done(void *user, const app_httpc_result *res) {
         answered(r->kind, res->us);
     r->done(r->ws, r->op, &a);
     free(data);
+    free(info);
     json_decref(root);
     free(r);
 }
 
-/* {"transport":"websocket","protocol":"json","user":U,"channel":T[,"data":D]} */
+/* {"transport":"websocket","protocol":"json","user":U[,"channel":T][,"data":D]} */
 static char *request_body(const char *user, const char *topic, size_t tlen, const char *data,
                           size_t dlen, size_t *len) {
     size_t ulen = user ? strlen(user) : 0;
@@ -213,10 +241,13 @@ static char *request_body(const char *user, const char *topic, size_t tlen, cons
         return NULL;
     size_t o = (size_t)snprintf(b, cap, "{\"transport\":\"websocket\",\"protocol\":\"json\",\"user\":\"");
     o += app_json_escape(b + o, cap - o, user ? user : "", ulen);
-    memcpy(b + o, "\",\"channel\":\"", 13);
-    o += 13;
-    o += app_json_escape(b + o, cap - o, topic, tlen);
     b[o++] = '"';
+    if (topic) {
+        memcpy(b + o, ",\"channel\":\"", 12);
+        o += 12;
+        o += app_json_escape(b + o, cap - o, topic, tlen);
+        b[o++] = '"';
+    }
     if (data) {
         memcpy(b + o, ",\"data\":", 8);
         o += 8;
@@ -286,7 +317,7 @@ void app_serve_proxy_thread_end(void) {
 }
 
 void app_serve_proxy_cleanup(void) {
-    if (app_serve_proxy_on(APP_PROXY_SUBSCRIBE) || app_serve_proxy_on(APP_PROXY_PUBLISH))
+    if (any_on())
         app_httpc_global_cleanup();
 }
 

@@ -1,5 +1,5 @@
-/* tern serve's backend proxy (serve_proxy.c): /pubsub's subscribes and
- * publishes decided by the application's backend over HTTP, JSON in and
+/* tern serve's backend proxy (serve_proxy.c): /pubsub's connections,
+ * subscribes and publishes decided by the application's backend over HTTP, JSON in and
  * JSON out (the shape of Centrifugo's proxy), through each loop's HTTP
  * client (http_client.h). The operation waits, its connection goes on,
  * and the answer finishes it later; a connection that closes first
@@ -14,12 +14,12 @@
 #include "tern/tern.h"
 
 /* The operations a backend may decide. */
-enum { APP_PROXY_SUBSCRIBE, APP_PROXY_PUBLISH, APP_PROXY_KINDS };
+enum { APP_PROXY_SUBSCRIBE, APP_PROXY_PUBLISH, APP_PROXY_CONNECT, APP_PROXY_KINDS };
 
 /* --proxy-*: each URL NULL when that operation is not proxied (the
  * default: the topic rules decide). */
 typedef struct app_proxy_flags {
-    const char *url[APP_PROXY_KINDS];   /* --proxy-subscribe, --proxy-publish */
+    const char *url[APP_PROXY_KINDS];   /* --proxy-subscribe, --proxy-publish, --proxy-connect */
     uint32_t timeout_ms;                /* --proxy-timeout */
     uint32_t max_inflight;              /* --proxy-max-inflight, per backend (URL) */
 } app_proxy_flags;
@@ -43,7 +43,12 @@ typedef struct app_proxy_answer {
      * token (quotes included); NULL: the client's */
     const char *data;
     size_t data_len;
+    /* ALLOW of a connect: the connection's user and info (JSON text, at
+     * most APP_PROXY_INFO_MAX bytes) from now on; NULL: not given */
+    const char *user, *info;
 } app_proxy_answer;
+
+#define APP_PROXY_INFO_MAX 1024
 
 /* The answer for op (what app_serve_proxy_ask was given), on ws's loop,
  * from the loop and outside every curl callback. op is the caller's to
@@ -60,8 +65,8 @@ int app_serve_proxy_setup(const app_proxy_flags *f);
 /* Whether kind goes to a backend. */
 bool app_serve_proxy_on(int kind);
 
-/* Asks kind's backend about topic (and data, a JSON string token, for a
- * publish) on behalf of ws (user: its token's sub, or NULL): NULL, and
+/* Asks kind's backend about topic (NULL for a connect; and data, a JSON
+ * string token, for a publish) on behalf of ws (user: its token's sub, or NULL): NULL, and
  * done(ws, op, ...) comes exactly once later unless the connection's
  * requests are cancelled first (then op is freed with free()); or the
  * /pubsub error that refuses the operation at once ("proxy busy": the
@@ -88,7 +93,7 @@ typedef struct app_proxy_stats {
     uint64_t below[APP_PROXY_LATENCY_BUCKETS];   /* cumulative counts */
     uint64_t count, sum_us;
 } app_proxy_stats;
-extern const char *const app_proxy_kind_names[APP_PROXY_KINDS];   /* "subscribe", "publish" */
+extern const char *const app_proxy_kind_names[APP_PROXY_KINDS];   /* "subscribe", ... */
 extern const char *const app_proxy_err_names[APP_PROXY_ERRS];     /* "timeout", ... */
 void app_serve_proxy_stats_get(int kind, app_proxy_stats *out);
 

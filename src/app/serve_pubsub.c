@@ -95,7 +95,10 @@
  *     ("forbidden" otherwise); at its exp the connection closes with 4001
  *     "token expired" unless {"op":"refresh","token":"..."} replaced it
  *     first: {"ok":"refresh","exp":N}, or "bad token" / "missing token".
- *     With --proxy-subscribe or --proxy-publish (serve_proxy.c) the
+ *     With --proxy-connect (serve_proxy.c) the connection reads nothing
+ *     until the application's backend lets it in (and may give it a user
+ *     and info); closed with 4403 when refused, 1013 without an answer.
+ *     With --proxy-subscribe or --proxy-publish the
  *     application's backend decides each subscribe or publish instead of
  *     the rules: the operation is answered once the backend has ("forbidden"
  *     with ,"topic":T,"code":N,"message":M when it refuses), or with "proxy
@@ -544,11 +547,16 @@ static void pubsub_upgrade_failed(void *conn_user, int status, void *user) {
     free(conn_user);
 }
 
-/* With tokens on: the connection's rights decide (serve_tokens.c). */
+static void ask_connect(tern_ws *ws, ps_bucket *b);
+
+/* With tokens on: the connection's rights decide (serve_tokens.c); with
+ * --proxy-connect, the backend lets it in first. */
 static void pubsub_open(tern_ws *ws, void *user) {
     (void)user;
     ps_bucket *b = tern_ws_user(ws);
     app_token_conn_open(b ? b->auth : NULL, ws);
+    if (b && app_serve_proxy_on(APP_PROXY_CONNECT))
+        ask_connect(ws, b);
 }
 
 /* The topic's rule now (NULL: none). */
@@ -677,6 +685,21 @@ static void pubsub_refresh(tern_ws *ws, app_token_conn *auth, tok t, tok op) {
 
 static const tok op_subscribe = {"\"subscribe\"", 11}, op_publish = {"\"publish\"", 9};
 
+/* Closes ws with code and the reason, cut to a close frame's 123 bytes
+ * (at a character's start: the reason is UTF-8). */
+static void close_with(tern_ws *ws, int code, const char *reason) {
+    char r[124];
+    size_t n = strlen(reason);
+    if (n > 123) {
+        n = 123;
+        while (n > 0 && ((unsigned char)reason[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memcpy(r, reason, n);
+    r[n] = '\0';
+    tern_ws_close(ws, code, r);
+}
+
 /* A client's subscribe to topic, decided (the route's on_subscribe hook
  * asks may()), and answered. */
 static void do_subscribe(tern_ws *ws, ps_bucket *b, const char *topic, size_t tl, uint64_t epoch,
@@ -767,13 +790,54 @@ static void backend_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
         reply_denied(ws, w, a);
         break;
     case APP_PROXY_DISCONNECT:
-        tern_ws_close(ws, (int)a->code, a->message);
+        close_with(ws, (int)a->code, a->message);
         break;
     default:
         reply_error(ws, a->error, opt);
         break;
     }
     free(w);
+}
+
+/* The backend's answer for a connection that opened (--proxy-connect):
+ * it reads again, with the user and info given, or is closed. */
+static void connect_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
+    (void)op;
+    ps_bucket *b = tern_ws_user(ws);
+    /* Reading again in every case: a close waits for the client's close
+     * frame, which a paused connection would not read. */
+    (void)tern_ws_resume(ws);
+    switch (a->outcome) {
+    case APP_PROXY_ALLOW: {
+        const char *user = a->user ? a->user : app_token_conn_sub(b->auth);
+        if ((a->user || a->info) &&
+            app_token_conn_set_user(&b->auth, ws, user ? user : "", a->info) < 0) {
+            tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
+            return;
+        }
+        break;
+    }
+    case APP_PROXY_DENY:
+        close_with(ws, 4403, a->message[0] ? a->message : "forbidden");
+        break;
+    case APP_PROXY_DISCONNECT:
+        close_with(ws, (int)a->code, a->message);
+        break;
+    default:
+        close_with(ws, TERN_WS_TRY_AGAIN, a->error);
+        break;
+    }
+}
+
+/* --proxy-connect: ws reads nothing (its messages wait in the kernel)
+ * until the backend has let it in. */
+static void ask_connect(tern_ws *ws, ps_bucket *b) {
+    (void)tern_ws_pause(ws);
+    const char *err = app_serve_proxy_ask(APP_PROXY_CONNECT, ws, &b->proxy,
+                                          app_token_conn_sub(b->auth), NULL, 0, NULL, 0,
+                                          connect_answered, NULL);
+    if (err)
+        close_with(ws, TERN_WS_TRY_AGAIN, err);
 }
 
 /* Hands the operation w describes (topic, key, data filled in here) to
@@ -1094,7 +1158,7 @@ int app_serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                             .on_close = pubsub_close, .on_upgrade_failed = pubsub_upgrade_failed,
                             .on_subscribe = pubsub_may_subscribe,
                             .on_publish = pubsub_may_publish};
-    if (app_serve_tokens_on())
+    if (app_serve_tokens_on() || app_serve_proxy_on(APP_PROXY_CONNECT))
         ps.on_open = pubsub_open;
     tern_ws_options o = *wo;
     o.subprotocols = NULL;

@@ -1,5 +1,5 @@
-"""tern serve --proxy-subscribe / --proxy-publish: /pubsub's operations
-decided by the application's backend over HTTP (src/app/serve_proxy.c,
+"""tern serve --proxy-connect / --proxy-subscribe / --proxy-publish:
+/pubsub's connections and operations decided by the application's backend over HTTP (src/app/serve_proxy.c,
 its HTTP client src/app/http_client.c).
 
 The backend is an aiohttp server on a thread of its own; what it answers
@@ -28,6 +28,10 @@ class Backend:
       bad      a body that is not JSON
       oops     HTTP 500
       rewrite  {"result":{"data":"replaced"}} (a publish's data replaced)
+      hold     nothing until release(), then {"result":{}}
+    and a connect by its URL's last part (/connect/WHAT):
+      alice    {"result":{"user":"alice","info":{"name":"Alice"}}}
+      deny     {"error":{"code":4403,"message":"go away"}}
       hold     nothing until release(), then {"result":{}}"""
 
     def __init__(self):
@@ -45,6 +49,7 @@ class Backend:
         app = web.Application()
         app.router.add_post("/subscribe", self.answer)
         app.router.add_post("/publish", self.answer)
+        app.router.add_post("/connect/{what}", self.connect)
         self.runner = web.AppRunner(app)
         self.loop.run_until_complete(self.runner.setup())
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -73,8 +78,26 @@ class Backend:
             return web.json_response({"result": {"data": "replaced"}})
         return web.json_response({"result": {}})
 
+    async def connect(self, request):
+        body = await request.json()
+        self.requests.append((request.path, body))
+        what = request.match_info["what"]
+        if what == "hold":
+            self.held += 1
+            await self.release_event.wait()
+            return web.json_response({"result": {}})
+        if what == "deny":
+            return web.json_response({"error": {"code": 4403, "message": "go away"}})
+        return web.json_response({"result": {"user": "alice", "info": {"name": "Alice"}}})
+
     def release(self):
         self.loop.call_soon_threadsafe(self.release_event.set)
+
+    def release_event_reset(self):
+        asyncio.run_coroutine_threadsafe(self._reset(), self.loop).result(10)
+
+    async def _reset(self):
+        self.release_event.clear()
 
     def url(self, path):
         return f"http://127.0.0.1:{self.port}{path}"
@@ -233,3 +256,47 @@ def test_off_by_default(tern_factory):
     with connect(ws_url(t)) as ws:
         assert ask(ws, op="subscribe", topic="ok.room")["error"] == "forbidden"
     assert "tern_proxy_" not in metrics(t)
+
+
+def test_connect_gives_user_and_info_to_presence(tern_factory, backend):
+    t = tern_factory("--proxy-connect", backend.url("/connect/alice"), "--feed", "off",
+                     "--topic", "room.* subscribe=anyone presence=on", open_topics=False)
+    with connect(ws_url(t)) as ws:
+        assert ask(ws, op="subscribe", topic="room.1")["ok"] == "subscribe"
+        got = ask(ws, op="presence", topic="room.1")
+        assert [(p["user"], p.get("info")) for p in got["presence"]] == [
+            ("alice", {"name": "Alice"})]
+    assert backend.requests[0] == ("/connect/alice",
+                                   {"transport": "websocket", "protocol": "json", "user": ""})
+
+
+def test_connect_refused_or_unanswered_closes(tern_factory, backend):
+    t = tern_factory("--proxy-connect", backend.url("/connect/deny"), "--feed", "off",
+                     open_topics=False)
+    with connect(ws_url(t)) as ws:
+        with pytest.raises(Exception):
+            ws.recv(timeout=5 * SLOW)
+        assert (ws.close_code, ws.close_reason) == (4403, "go away")
+    t = tern_factory("--proxy-connect", backend.url("/connect/hold"), "--proxy-timeout", "200",
+                     "--feed", "off", open_topics=False)
+    with connect(ws_url(t)) as ws:
+        with pytest.raises(Exception):
+            ws.recv(timeout=5 * SLOW)
+        assert (ws.close_code, ws.close_reason) == (1013, "proxy timeout")
+
+
+def test_connect_waits_for_the_answer(tern_factory, backend):
+    t = tern_factory("--proxy-connect", backend.url("/connect/hold"), "--feed", "off",
+                     open_topics=False)
+    with connect(ws_url(t)) as ws:
+        # Sent before the backend answers: read only once it has.
+        ws.send(json.dumps({"op": "limits"}))
+        wait_for(lambda: backend.held == 1, "the backend to hold the connect")
+        backend.release()
+        assert json.loads(ws.recv(timeout=5 * SLOW))["ok"] == "limits"
+    # A connection gone while its connect is held: nothing touches it.
+    backend.release_event_reset()
+    with connect(ws_url(t)) as ws:
+        wait_for(lambda: backend.held == 2, "the backend to hold the second connect")
+    backend.release()
+    assert t.stop() == 0
