@@ -513,6 +513,13 @@ const app_opt app_serve_opts[SV_COUNT] = {
                                   "topics, the server API); a refusal closes it with 4403, no\n"
                                   "usable answer with 1013 (unset: no connect proxy)",
         STR(proxy.url[APP_PROXY_CONNECT])},
+    [SV_PROXY_REFRESH] = {"proxy-refresh", 0, S, "URL",
+                          .help = "a connection whose connect answer said \"expire_at\":S\n"
+                                  "(Unix seconds) is POSTed to URL at S: \"expire_at\" again\n"
+                                  "extends it, \"expired\":true or a refusal closes it with\n"
+                                  "4001, no usable answer asks again 5 s later (unset: closed\n"
+                                  "with 4001 at S)",
+        STR(proxy.url[APP_PROXY_REFRESH])},
     [SV_PROXY_SUBSCRIBE] = {"proxy-subscribe", 0, S, "URL",
                             .help = "the backend at URL decides each /pubsub subscribe instead\n"
                                     "of the topic rules: POSTed {\"user\",\"channel\",...}, it\n"

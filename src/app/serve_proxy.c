@@ -1,6 +1,7 @@
 /* tern serve's backend proxy (serve_proxy.h).
  *
- * A /pubsub connection as it opens (--proxy-connect), a subscribe
+ * A /pubsub connection as it opens (--proxy-connect) and when the
+ * expiry that answer gave comes (--proxy-refresh), a subscribe
  * (--proxy-subscribe) or a publish (--proxy-publish) is POSTed to the
  * backend as JSON:
  *
@@ -18,6 +19,10 @@
  *                                                        connection's user
  *                                                        (presence, user
  *                                                        topics) and info
+ *   ... ,"expire_at":S}}                                 a connect or a
+ *                                                        refresh: expires
+ *                                                        at S (Unix seconds)
+ *   {"result":{"expired":true}}                          a refresh: it has
  *   {"error":{"code":N,"message":"M"}}                   refused
  *   {"disconnect":{"code":N,"reason":"R"}}               the connection is
  *                                                        closed with N, R
@@ -48,7 +53,8 @@
 #include "app/json.h"
 #include "app/serve_proxy.h"
 
-const char *const app_proxy_kind_names[APP_PROXY_KINDS] = {"subscribe", "publish", "connect"};
+const char *const app_proxy_kind_names[APP_PROXY_KINDS] = {"subscribe", "publish", "connect",
+                                                           "refresh"};
 const char *const app_proxy_err_names[APP_PROXY_ERRS] = {"timeout", "unavailable", "status",
                                                          "bad_answer", "busy"};
 
@@ -183,12 +189,24 @@ static bool read_answer(int kind, json_t *root, app_proxy_answer *a, char **data
         a->data_len = strlen(*data);
     }
     json_t *u = json_object_get(res, "user"), *i = json_object_get(res, "info");
+    json_t *at = json_object_get(res, "expire_at"), *gone = json_object_get(res, "expired");
+    bool session = kind == APP_PROXY_CONNECT || kind == APP_PROXY_REFRESH;
+    if (session && at) {
+        if (!json_is_integer(at) || json_integer_value(at) < 0)
+            return false;
+        a->expire_at = (int64_t)json_integer_value(at);
+    }
+    if (kind == APP_PROXY_REFRESH && gone) {
+        if (!json_is_boolean(gone))
+            return false;
+        a->expired = json_is_true(gone);
+    }
     if (kind == APP_PROXY_CONNECT && u) {
         if (!json_is_string(u))
             return false;
         a->user = json_string_value(u);
     }
-    if (kind == APP_PROXY_CONNECT && i) {
+    if (session && i) {
         if ((*info = json_dumps(i, JSON_ENCODE_ANY | JSON_COMPACT)) == NULL ||
             strlen(*info) > APP_PROXY_INFO_MAX)
             return false;

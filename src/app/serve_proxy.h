@@ -14,12 +14,13 @@
 #include "tern/tern.h"
 
 /* The operations a backend may decide. */
-enum { APP_PROXY_SUBSCRIBE, APP_PROXY_PUBLISH, APP_PROXY_CONNECT, APP_PROXY_KINDS };
+enum { APP_PROXY_SUBSCRIBE, APP_PROXY_PUBLISH, APP_PROXY_CONNECT, APP_PROXY_REFRESH,
+       APP_PROXY_KINDS };
 
 /* --proxy-*: each URL NULL when that operation is not proxied (the
  * default: the topic rules decide). */
 typedef struct app_proxy_flags {
-    const char *url[APP_PROXY_KINDS];   /* --proxy-subscribe, --proxy-publish, --proxy-connect */
+    const char *url[APP_PROXY_KINDS];   /* --proxy-subscribe, -publish, -connect, -refresh */
     uint32_t timeout_ms;                /* --proxy-timeout */
     uint32_t max_inflight;              /* --proxy-max-inflight, per backend (URL) */
 } app_proxy_flags;
@@ -44,8 +45,13 @@ typedef struct app_proxy_answer {
     const char *data;
     size_t data_len;
     /* ALLOW of a connect: the connection's user and info (JSON text, at
-     * most APP_PROXY_INFO_MAX bytes) from now on; NULL: not given */
+     * most APP_PROXY_INFO_MAX bytes) from now on; NULL: not given (a
+     * refresh may give info too) */
     const char *user, *info;
+    /* ALLOW of a connect or refresh: when the connection expires (Unix
+     * seconds; 0: never), or that it has (expired, a refresh's) */
+    int64_t expire_at;
+    bool expired;
 } app_proxy_answer;
 
 #define APP_PROXY_INFO_MAX 1024

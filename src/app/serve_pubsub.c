@@ -98,6 +98,8 @@
  *     With --proxy-connect (serve_proxy.c) the connection reads nothing
  *     until the application's backend lets it in (and may give it a user
  *     and info); closed with 4403 when refused, 1013 without an answer.
+ *     An "expire_at" in its answer closes it then with 4001 "expired",
+ *     unless --proxy-refresh's backend extends it.
  *     With --proxy-subscribe or --proxy-publish the
  *     application's backend decides each subscribe or publish instead of
  *     the rules: the operation is answered once the backend has ("forbidden"
@@ -139,6 +141,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "app/app.h"
 #include "app/json.h"
@@ -510,6 +513,7 @@ typedef struct ps_bucket {
     app_token_conn *auth;   /* with tokens on (serve_tokens.h) */
     app_pres_conn *pres;    /* its presence and join/leave topics (serve_presence.h) */
     app_proxy_req *proxy;   /* its operations waiting for the backend (serve_proxy.h) */
+    tern_timer *expiry;     /* armed at the expiry the backend gave (--proxy-connect), or NULL */
     /* The topic the backend has just allowed, while its subscribe or
      * publish runs (the library asks the route's hook again): NULL
      * otherwise. */
@@ -621,6 +625,8 @@ static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, 
     ps_bucket *b = tern_ws_user(ws);
     if (b) {
         app_serve_proxy_cancel_all(&b->proxy);   /* no answer may reach ws now */
+        if (b->expiry)
+            tern_timer_stop(b->expiry);
         app_presence_closed(ws, b->pres);
         app_token_conn_free(b->auth);
     }
@@ -634,7 +640,8 @@ static bool bucket_take(tern_ws *ws, ps_bucket *b, uint32_t rate) {
     uint64_t now = tern_loop_now(tern_ws_loop(ws));
     if (b->rate != rate)
         *b = (ps_bucket){.tokens = (uint64_t)rate * 1000, .stamp = now, .rate = rate,
-                         .closing = b->closing, .auth = b->auth, .proxy = b->proxy};
+                         .closing = b->closing, .auth = b->auth, .proxy = b->proxy,
+                         .expiry = b->expiry};
     uint64_t full = (uint64_t)rate * 1000;
     uint64_t add = (now - b->stamp) * rate;   /* thousandths: rate/s is rate per 1000 ms */
     b->stamp = now;
@@ -799,6 +806,77 @@ static void backend_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
     free(w);
 }
 
+/* A backend's refresh that failed is asked again this much later. */
+#define REFRESH_RETRY_MS 5000
+
+static void expiry_due(tern_timer *t, void *user);
+
+/* Arms ws's expiry ms from now (out of memory: closed now rather than
+ * let it outlive what the backend allowed). */
+static void expiry_arm(tern_ws *ws, ps_bucket *b, uint64_t ms) {
+    int err = b->expiry ? tern_timer_again(b->expiry, ms)
+                        : tern_timer_start(tern_ws_loop(ws), &b->expiry, ms, 0, expiry_due, ws);
+    if (err < 0)
+        tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
+}
+
+/* The expiry at Unix second at (0: none): armed, or the timer idle. */
+static void expiry_at(tern_ws *ws, ps_bucket *b, int64_t at) {
+    if (at == 0) {
+        if (b->expiry) {
+            tern_timer_stop(b->expiry);
+            b->expiry = NULL;
+        }
+        return;
+    }
+    int64_t left = at - (int64_t)time(NULL);
+    expiry_arm(ws, b, left > 0 ? (uint64_t)left * 1000 : 0);
+}
+
+/* The backend's answer to a refresh (--proxy-refresh). */
+static void refresh_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
+    (void)op;
+    ps_bucket *b = tern_ws_user(ws);
+    switch (a->outcome) {
+    case APP_PROXY_ALLOW:
+        if (a->expired) {
+            tern_ws_close(ws, TERN_WS_TOKEN_EXPIRED, "expired");
+            return;
+        }
+        if (a->info && app_token_conn_set_user(&b->auth, ws, app_token_conn_sub(b->auth) ?
+                                               app_token_conn_sub(b->auth) : "", a->info) < 0) {
+            tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
+            return;
+        }
+        expiry_at(ws, b, a->expire_at);
+        break;
+    case APP_PROXY_DENY:
+        tern_ws_close(ws, TERN_WS_TOKEN_EXPIRED, "expired");
+        break;
+    case APP_PROXY_DISCONNECT:
+        close_with(ws, (int)a->code, a->message);
+        break;
+    default:
+        expiry_arm(ws, b, REFRESH_RETRY_MS);   /* the backend may be back then */
+        break;
+    }
+}
+
+/* The expiry the backend gave has come: without --proxy-refresh the
+ * connection ends, with it the backend is asked. */
+static void expiry_due(tern_timer *t, void *user) {
+    (void)t;
+    tern_ws *ws = user;
+    ps_bucket *b = tern_ws_user(ws);
+    if (!app_serve_proxy_on(APP_PROXY_REFRESH)) {
+        tern_ws_close(ws, TERN_WS_TOKEN_EXPIRED, "expired");
+        return;
+    }
+    if (app_serve_proxy_ask(APP_PROXY_REFRESH, ws, &b->proxy, app_token_conn_sub(b->auth), NULL, 0,
+                            NULL, 0, refresh_answered, NULL))
+        expiry_arm(ws, b, REFRESH_RETRY_MS);   /* busy or out of memory: later */
+}
+
 /* The backend's answer for a connection that opened (--proxy-connect):
  * it reads again, with the user and info given, or is closed. */
 static void connect_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
@@ -815,6 +893,7 @@ static void connect_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
             tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
             return;
         }
+        expiry_at(ws, b, a->expire_at);
         break;
     }
     case APP_PROXY_DENY:

@@ -10,6 +10,7 @@ import asyncio
 import json
 import socket
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -32,7 +33,11 @@ class Backend:
     and a connect by its URL's last part (/connect/WHAT):
       alice    {"result":{"user":"alice","info":{"name":"Alice"}}}
       deny     {"error":{"code":4403,"message":"go away"}}
-      hold     nothing until release(), then {"result":{}}"""
+      hold     nothing until release(), then {"result":{}}
+      expiring {"result":{"user":"bob","expire_at":NOW+1}}
+    and a refresh likewise (/refresh/WHAT):
+      extend   {"result":{"expire_at":NOW+3600}}
+      expire   {"result":{"expired":true}}"""
 
     def __init__(self):
         self.requests = []
@@ -50,6 +55,7 @@ class Backend:
         app.router.add_post("/subscribe", self.answer)
         app.router.add_post("/publish", self.answer)
         app.router.add_post("/connect/{what}", self.connect)
+        app.router.add_post("/refresh/{what}", self.refresh)
         self.runner = web.AppRunner(app)
         self.loop.run_until_complete(self.runner.setup())
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -88,7 +94,17 @@ class Backend:
             return web.json_response({"result": {}})
         if what == "deny":
             return web.json_response({"error": {"code": 4403, "message": "go away"}})
+        if what == "expiring":
+            return web.json_response({"result": {"user": "bob",
+                                                 "expire_at": int(time.time()) + 1}})
         return web.json_response({"result": {"user": "alice", "info": {"name": "Alice"}}})
+
+    async def refresh(self, request):
+        body = await request.json()
+        self.requests.append((request.path, body))
+        if request.match_info["what"] == "expire":
+            return web.json_response({"result": {"expired": True}})
+        return web.json_response({"result": {"expire_at": int(time.time()) + 3600}})
 
     def release(self):
         self.loop.call_soon_threadsafe(self.release_event.set)
@@ -300,3 +316,35 @@ def test_connect_waits_for_the_answer(tern_factory, backend):
         wait_for(lambda: backend.held == 2, "the backend to hold the second connect")
     backend.release()
     assert t.stop() == 0
+
+
+def refreshes(backend):
+    return [b for p, b in backend.requests if p.startswith("/refresh/")]
+
+
+@pytest.mark.parametrize("refresh", [None, "expire"])
+def test_expiry_without_refresh_or_refused_closes(tern_factory, backend, refresh):
+    extra = ["--proxy-refresh", backend.url(f"/refresh/{refresh}")] if refresh else []
+    t = tern_factory("--proxy-connect", backend.url("/connect/expiring"), *extra, "--feed", "off",
+                     open_topics=False)
+    with connect(ws_url(t)) as ws:
+        assert ask(ws, op="limits")["ok"] == "limits"   # let in
+        with pytest.raises(Exception):
+            ws.recv(timeout=10 * SLOW)
+        assert (ws.close_code, ws.close_reason) == (4001, "expired")
+    assert len(refreshes(backend)) == (1 if refresh else 0)
+    if refresh:
+        assert refreshes(backend)[0] == {"transport": "websocket", "protocol": "json",
+                                         "user": "bob"}
+
+
+def test_refresh_extends(tern_factory, backend):
+    t = tern_factory("--proxy-connect", backend.url("/connect/expiring"),
+                     "--proxy-refresh", backend.url("/refresh/extend"), "--feed", "off",
+                     open_topics=False)
+    with connect(ws_url(t)) as ws:
+        wait_for(lambda: len(refreshes(backend)) == 1, "the refresh at the expiry")
+        # Still open, and not asked again: the new expiry is an hour away.
+        assert ask(ws, op="limits")["ok"] == "limits"
+        assert len(refreshes(backend)) == 1
+    assert 'tern_proxy_requests_total{kind="refresh"} 1' in metrics(t)
