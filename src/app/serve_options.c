@@ -508,10 +508,11 @@ const app_opt app_serve_opts[SV_COUNT] = {
     [SV_PROXY_CONNECT] = {"proxy-connect", 0, S, "URL",
                           .help = "each /pubsub connection, as it opens, is POSTed to the\n"
                                   "backend at URL ({\"user\":U,...}; it reads nothing until\n"
-                                  "the answer): {\"result\":{}} lets it in, and with \"user\"\n"
-                                  "and \"info\" gives it a user and info (presence, user\n"
-                                  "topics, the server API); a refusal closes it with 4403, no\n"
-                                  "usable answer with 1013 (unset: no connect proxy)",
+                                  "the answer): {\"result\":{}} lets it in, and with \"user\",\n"
+                                  "\"info\" and \"tern\" gives it a user, info (presence, user\n"
+                                  "topics, the server API) and rights (a token's \"tern\"\n"
+                                  "claim); a refusal closes it with 4403, no usable answer\n"
+                                  "with 1013 (unset: no connect proxy)",
         STR(proxy.url[APP_PROXY_CONNECT])},
     [SV_PROXY_REFRESH] = {"proxy-refresh", 0, S, "URL",
                           .help = "a connection whose connect answer said \"expire_at\":S\n"

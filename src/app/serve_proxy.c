@@ -19,6 +19,8 @@
  *                                                        connection's user
  *                                                        (presence, user
  *                                                        topics) and info
+ *   ... ,"tern":{"subscribe":[...],"publish":[...]}}}    and its rights, as
+ *                                                        a token's claim
  *   ... ,"expire_at":S}}                                 a connect or a
  *                                                        refresh: expires
  *                                                        at S (Unix seconds)
@@ -156,7 +158,8 @@ static const char *str_of(json_t *o, const char *name) {
 /* The answer's body read into a (strings pointing into root, which the
  * caller frees after using a, or into *data and *info, the caller's to
  * free): false when it is none of the forms. */
-static bool read_answer(int kind, json_t *root, app_proxy_answer *a, char **data, char **info) {
+static bool read_answer(int kind, json_t *root, app_proxy_answer *a, char **data, char **info,
+                        app_token_rights *rights) {
     json_t *res = json_object_get(root, "result"), *err = json_object_get(root, "error");
     json_t *disc = json_object_get(root, "disconnect");
     if (json_is_object(err)) {
@@ -201,6 +204,13 @@ static bool read_answer(int kind, json_t *root, app_proxy_answer *a, char **data
             return false;
         a->expired = json_is_true(gone);
     }
+    json_t *tern = json_object_get(res, "tern");
+    const char *why;
+    if (kind == APP_PROXY_CONNECT && tern) {
+        if (app_token_rights_take(tern, rights, &why) < 0)
+            return false;
+        a->rights = rights;
+    }
     if (kind == APP_PROXY_CONNECT && u) {
         if (!json_is_string(u))
             return false;
@@ -222,6 +232,7 @@ static void on_http_done(void *user, const app_httpc_result *res) {
     app_proxy_answer a = {.outcome = APP_PROXY_FAILED};
     json_t *root = NULL;
     char *data = NULL, *info = NULL;
+    app_token_rights rights = {0};
     char why[160];
     if (res->outcome == APP_HTTPC_TIMEOUT) {
         a.error = "proxy timeout";
@@ -236,7 +247,7 @@ static void on_http_done(void *user, const app_httpc_result *res) {
         snprintf(why, sizeof(why), "answered HTTP %ld", res->status);
         failed(r->kind, APP_PROXY_ERR_STATUS, why);
     } else if ((root = json_loadb(res->body ? res->body : "", res->len, 0, NULL)) == NULL ||
-               !read_answer(r->kind, root, &a, &data, &info)) {
+               !read_answer(r->kind, root, &a, &data, &info, &rights)) {
         a = (app_proxy_answer){.outcome = APP_PROXY_FAILED, .error = "proxy bad answer"};
         failed(r->kind, APP_PROXY_ERR_BAD,
                "answered with neither {\"result\"}, {\"error\"} nor {\"disconnect\"}");
@@ -245,6 +256,7 @@ static void on_http_done(void *user, const app_httpc_result *res) {
     r->done(r->ws, r->op, &a);
     free(data);
     free(info);
+    app_token_rights_free(&rights);
     json_decref(root);
     free(r);
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "app/token.h"
 #include "tern/tern.h"
 
 /* The operations a backend may decide. */
@@ -48,6 +49,10 @@ typedef struct app_proxy_answer {
      * most APP_PROXY_INFO_MAX bytes) from now on; NULL: not given (a
      * refresh may give info too) */
     const char *user, *info;
+    /* ALLOW of a connect: the rights of its "tern" object (a token's
+     * claim's shape), the connection's from now on; NULL: not given.
+     * done may take its lists (and leave them empty). */
+    app_token_rights *rights;
     /* ALLOW of a connect or refresh: when the connection expires (Unix
      * seconds; 0: never), or that it has (expired, a refresh's) */
     int64_t expire_at;

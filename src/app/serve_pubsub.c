@@ -843,8 +843,7 @@ static void refresh_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
             tern_ws_close(ws, TERN_WS_TOKEN_EXPIRED, "expired");
             return;
         }
-        if (a->info && app_token_conn_set_user(&b->auth, ws, app_token_conn_sub(b->auth) ?
-                                               app_token_conn_sub(b->auth) : "", a->info) < 0) {
+        if (a->info && app_token_conn_set_user(&b->auth, ws, NULL, a->info, NULL) < 0) {
             tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
             return;
         }
@@ -886,16 +885,14 @@ static void connect_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
      * frame, which a paused connection would not read. */
     (void)tern_ws_resume(ws);
     switch (a->outcome) {
-    case APP_PROXY_ALLOW: {
-        const char *user = a->user ? a->user : app_token_conn_sub(b->auth);
-        if ((a->user || a->info) &&
-            app_token_conn_set_user(&b->auth, ws, user ? user : "", a->info) < 0) {
+    case APP_PROXY_ALLOW:
+        if ((a->user || a->info || a->rights) &&
+            app_token_conn_set_user(&b->auth, ws, a->user, a->info, a->rights) < 0) {
             tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
             return;
         }
         expiry_at(ws, b, a->expire_at);
         break;
-    }
     case APP_PROXY_DENY:
         close_with(ws, 4403, a->message[0] ? a->message : "forbidden");
         break;

@@ -35,6 +35,8 @@ class Backend:
       deny     {"error":{"code":4403,"message":"go away"}}
       hold     nothing until release(), then {"result":{}}
       expiring {"result":{"user":"bob","expire_at":NOW+1}}
+      rights   {"result":{"user":"carol","tern":{"subscribe":["news.*"],
+               "publish":["news.local"]}}}
     and a refresh likewise (/refresh/WHAT):
       extend   {"result":{"expire_at":NOW+3600}}
       expire   {"result":{"expired":true}}"""
@@ -94,6 +96,9 @@ class Backend:
             return web.json_response({"result": {}})
         if what == "deny":
             return web.json_response({"error": {"code": 4403, "message": "go away"}})
+        if what == "rights":
+            return web.json_response({"result": {"user": "carol", "tern": {
+                "subscribe": ["news.*"], "publish": ["news.local"]}}})
         if what == "expiring":
             return web.json_response({"result": {"user": "bob",
                                                  "expire_at": int(time.time()) + 1}})
@@ -348,3 +353,14 @@ def test_refresh_extends(tern_factory, backend):
         assert ask(ws, op="limits")["ok"] == "limits"
         assert len(refreshes(backend)) == 1
     assert 'tern_proxy_requests_total{kind="refresh"} 1' in metrics(t)
+
+
+def test_connect_gives_rights(tern_factory, backend):
+    # No rule and no subscribe proxy: the rights decide, as a token's would.
+    t = tern_factory("--proxy-connect", backend.url("/connect/rights"), "--feed", "off",
+                     open_topics=False)
+    with connect(ws_url(t)) as ws:
+        assert ask(ws, op="subscribe", topic="news.1")["ok"] == "subscribe"
+        assert ask(ws, op="subscribe", topic="other.1")["error"] == "forbidden"
+        assert ask(ws, op="publish", topic="news.other", data="x")["error"] == "forbidden"
+        assert ask(ws, op="publish", topic="news.local", data="x")["ok"] == "publish"
