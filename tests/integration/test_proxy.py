@@ -7,6 +7,7 @@ depends on the topic's first word (see Backend.answer). Requests it is
 told to hold wait until the test releases them, so that the tests of
 requests in flight wait for a condition, never for time to pass."""
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -43,6 +44,7 @@ class Backend:
 
     def __init__(self):
         self.requests = []
+        self.peers = set()   # the client ports requests came from (kept-alive: few)
         self.held = 0
         self.loop = asyncio.new_event_loop()
         self.started = threading.Event()
@@ -67,6 +69,7 @@ class Backend:
         self.loop.run_forever()
 
     async def answer(self, request):
+        self.peers.add(request.transport.get_extra_info("peername")[1])
         body = await request.json()
         self.requests.append((request.path, body))
         word = body["channel"].split(".")[0]
@@ -181,6 +184,8 @@ def test_backend_allows_and_denies(tern_factory, backend):
     assert 'tern_proxy_requests_total{kind="subscribe"} 2' in text
     assert 'tern_proxy_requests_total{kind="publish"} 2' in text
     assert 'tern_proxy_latency_seconds_count{kind="subscribe"} 2' in text
+    # One loop, one request at a time: one connection, kept alive.
+    assert len(backend.peers) == 1, backend.peers
 
 
 def test_publish_payload_replaced(tern_factory, backend):
@@ -364,3 +369,21 @@ def test_connect_gives_rights(tern_factory, backend):
         assert ask(ws, op="subscribe", topic="other.1")["error"] == "forbidden"
         assert ask(ws, op="publish", topic="news.other", data="x")["error"] == "forbidden"
         assert ask(ws, op="publish", topic="news.local", data="x")["ok"] == "publish"
+
+
+def test_stop_while_in_flight(tern_factory, backend):
+    # The loop ends with a request held and its client still connected:
+    # the thread's end cancels it (the sanitized build checks).
+    t = served(tern_factory, backend)
+    with connect(ws_url(t)) as ws:
+        ws.send(json.dumps({"op": "subscribe", "topic": "hold.stop"}))
+        wait_for(lambda: backend.held == 1, "the backend to hold the request")
+        assert t.stop() == 0
+
+
+def test_every_thread_asks(tern_factory, backend):
+    t = served(tern_factory, backend, "--threads", "2")
+    with contextlib.ExitStack() as stack:
+        clients = [stack.enter_context(connect(ws_url(t))) for _ in range(8)]
+        for i, ws in enumerate(clients):
+            assert ask(ws, op="subscribe", topic=f"ok.{i}")["ok"] == "subscribe"
