@@ -1062,8 +1062,12 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
             reply_error(ws, "bad limit", op);
             return;
         }
-        app_presence_reply(ws, what == PRESENCE_STATS, rule_of(topic, (size_t)tl),
-                           allowed(ws, topic, (size_t)tl, false), topic, (size_t)tl, (size_t)limit);
+        /* With --proxy-subscribe the backend decided who subscribes: one
+         * it let in may ask too. */
+        bool may_ask = allowed(ws, topic, (size_t)tl, false) ||
+                       (app_serve_proxy_on(APP_PROXY_SUBSCRIBE) && tern_ws_subscribed(ws, topic));
+        app_presence_reply(ws, what == PRESENCE_STATS, rule_of(topic, (size_t)tl), may_ask, topic,
+                           (size_t)tl, (size_t)limit);
         break;
     }
     }

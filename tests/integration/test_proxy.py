@@ -387,3 +387,11 @@ def test_every_thread_asks(tern_factory, backend):
         clients = [stack.enter_context(connect(ws_url(t))) for _ in range(8)]
         for i, ws in enumerate(clients):
             assert ask(ws, op="subscribe", topic=f"ok.{i}")["ok"] == "subscribe"
+
+
+def test_presence_for_those_the_backend_let_subscribe(tern_factory, backend):
+    t = served(tern_factory, backend, "--topic", "ok.* presence=on")
+    with connect(ws_url(t)) as ws:
+        assert ask(ws, op="presence", topic="ok.room")["error"] == "forbidden"
+        assert ask(ws, op="subscribe", topic="ok.room")["ok"] == "subscribe"
+        assert ask(ws, op="presence_stats", topic="ok.room")["clients"] == 1
