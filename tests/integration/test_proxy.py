@@ -16,6 +16,7 @@ import urllib.request
 
 import pytest
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
 from conftest import SLOW, wait_for
@@ -184,6 +185,9 @@ def test_backend_allows_and_denies(tern_factory, backend):
     assert 'tern_proxy_requests_total{kind="subscribe"} 2' in text
     assert 'tern_proxy_requests_total{kind="publish"} 2' in text
     assert 'tern_proxy_latency_seconds_count{kind="subscribe"} 2' in text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["tern_proxy_latency_seconds"].type == "histogram"
+    assert families["tern_proxy_errors"].type == "counter"
     # One loop, one request at a time: one connection, kept alive.
     assert len(backend.peers) == 1, backend.peers
 
