@@ -538,7 +538,8 @@ const app_opt app_serve_opts[SV_COUNT] = {
                                   "is refused (\"proxy timeout\")",
         U32(proxy.timeout_ms)},
     [SV_PROXY_MAX_INFLIGHT] = {"proxy-max-inflight", 0, U, "N", "1000", 1, 1000000,
-                               .help = "requests in flight to each backend, over all threads;\n"
+                               .help = "requests in flight to each proxy (connect, refresh,\n"
+                                       "subscribe, publish), over all threads;\n"
                                        "an operation beyond them is refused (\"proxy busy\")",
         U32(proxy.max_inflight)},
     [SV_FEED] = {"feed", 0, C, "on|off", "on", .choices = "on|off",

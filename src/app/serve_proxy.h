@@ -23,7 +23,7 @@ enum { APP_PROXY_SUBSCRIBE, APP_PROXY_PUBLISH, APP_PROXY_CONNECT, APP_PROXY_REFR
 typedef struct app_proxy_flags {
     const char *url[APP_PROXY_KINDS];   /* --proxy-subscribe, -publish, -connect, -refresh */
     uint32_t timeout_ms;                /* --proxy-timeout */
-    uint32_t max_inflight;              /* --proxy-max-inflight, per backend (URL) */
+    uint32_t max_inflight;              /* --proxy-max-inflight, per kind (URL) */
 } app_proxy_flags;
 
 /* What the backend said, as the waiting operation gets it. */
