@@ -4,7 +4,7 @@
 #   scripts/install-deps.sh [build] [test] [bench]     (default: build)
 #
 #   build  compiling and running: compiler, CMake, Ninja, pkg-config,
-#          OpenSSL, zlib, hiredis, libnats, c-ares and liburing headers
+#          OpenSSL, zlib, hiredis, libnats, c-ares, libcurl and liburing headers
 #          (make build, make run, make install);
 #   test   the test tools: cmocka, clang/LLVM (fuzzers, sanitizers), curl,
 #          openssl, Python test clients, Chromium, the Node and Go test
@@ -41,6 +41,7 @@ apt_pkgs=(
   liburing-dev                                   # the loop's io_uring back end
   libjansson-dev                                 # tern serve's JWT claims (src/app/token.c)
   libsystemd-dev                                 # tern serve's sd_notify (src/app/serve_systemd.c)
+  libcurl4-openssl-dev                           # tern serve's backend proxy (src/app/http_client.c)
   openssl                                        # make run's self-signed certificate for HTTPS on 8443
 )
 py_mods=()   # module:package

@@ -214,6 +214,9 @@ const char *app_serve_in_use_hint(int err) {
 /* tern_run's teardown: loop 0 has ended, the admin server goes before it. */
 static void serve_teardown(tern_loop *loop, tern_server *srv, void *user) {
     serve_ctx *ctx = user;
+    /* This loop's backend proxy requests and HTTP client, while the loop
+     * is still there to take their watchers and timer back. */
+    app_serve_proxy_thread_end();
     if (tern_server_index(srv) == 0 && ctx->watchdog) {
         tern_timer_stop(ctx->watchdog);
         ctx->watchdog = NULL;
@@ -486,6 +489,7 @@ static void serve_free(serve_ctx *ctx) {
     free(ctx->threads);
     app_serve_origins_free(atomic_load(&ctx->origins));
     app_serve_tokens_cleanup();
+    app_serve_proxy_cleanup();
     if (ctx->api_key) {
         tern__crypto_wipe(ctx->api_key, strlen(ctx->api_key));
         free(ctx->api_key);
@@ -529,6 +533,8 @@ static int serve_main(app_opt_set *s, int argc, char **argv) {
         process_setup(&ctx);
         status = tls_load(&ctx);
     }
+    if (status == 0 && app_serve_proxy_setup(&set->proxy) < 0)
+        status = 1;   /* said why */
     if (status == 0 && (ctx.threads = calloc((size_t)set->threads, sizeof(*ctx.threads))) == NULL) {
         fprintf(stderr, "tern serve: out of memory\n");
         status = 1;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "app/app.h"
+#include "app/serve_proxy.h"
 #include "app/topic_rules.h"
 
 /* One thread's counters, read together. */
@@ -191,6 +192,49 @@ static void put_histogram(metrics_buf *b, const char *name, const char *help, te
     put(b, "%s_sum %llu.%06llu\n", name, (unsigned long long)(h->sum_us / 1000000),
         (unsigned long long)(h->sum_us % 1000000));
     put(b, "%s_count %llu\n", name, (unsigned long long)h->count);
+}
+
+/* The backend proxy's (serve_proxy.h), per kind proxied: requests asked,
+ * failures by reason, and how long the answers took. */
+static void put_proxy(metrics_buf *b) {
+    app_proxy_stats st[APP_PROXY_KINDS];
+    bool any = false;
+    for (int k = 0; k < APP_PROXY_KINDS; k++) {
+        app_serve_proxy_stats_get(k, &st[k]);
+        any = any || app_serve_proxy_on(k);
+    }
+    if (!any)
+        return;
+    family(b, "tern_proxy_requests_total", "counter",
+           "Operations asked of the backend proxy, by kind (refused as busy too).");
+    for (int k = 0; k < APP_PROXY_KINDS; k++)
+        if (app_serve_proxy_on(k))
+            put(b, "tern_proxy_requests_total{kind=\"%s\"} %llu\n", app_proxy_kind_names[k],
+                (unsigned long long)st[k].requests);
+    family(b, "tern_proxy_errors_total", "counter",
+           "Backend proxy requests without a usable answer, by kind and reason.");
+    for (int k = 0; k < APP_PROXY_KINDS; k++)
+        for (int e = 0; app_serve_proxy_on(k) && e < APP_PROXY_ERRS; e++)
+            put(b, "tern_proxy_errors_total{kind=\"%s\",reason=\"%s\"} %llu\n",
+                app_proxy_kind_names[k], app_proxy_err_names[e],
+                (unsigned long long)st[k].errors[e]);
+    family(b, "tern_proxy_latency_seconds", "histogram",
+           "From a backend proxy request to its usable answer, by kind.");
+    for (int k = 0; k < APP_PROXY_KINDS; k++) {
+        if (!app_serve_proxy_on(k))
+            continue;
+        const char *kn = app_proxy_kind_names[k];
+        for (int i = 0; i < APP_PROXY_LATENCY_BUCKETS; i++)
+            put(b, "tern_proxy_latency_seconds_bucket{kind=\"%s\",le=\"%llu.%03llu\"} %llu\n", kn,
+                (unsigned long long)(st[k].le_ms[i] / 1000), (unsigned long long)(st[k].le_ms[i] % 1000),
+                (unsigned long long)st[k].below[i]);
+        put(b, "tern_proxy_latency_seconds_bucket{kind=\"%s\",le=\"+Inf\"} %llu\n", kn,
+            (unsigned long long)st[k].count);
+        put(b, "tern_proxy_latency_seconds_sum{kind=\"%s\"} %llu.%06llu\n", kn,
+            (unsigned long long)(st[k].sum_us / 1000000), (unsigned long long)(st[k].sum_us % 1000000));
+        put(b, "tern_proxy_latency_seconds_count{kind=\"%s\"} %llu\n", kn,
+            (unsigned long long)st[k].count);
+    }
 }
 
 /* Prometheus' standard process gauges, from /proc/self: resident memory
@@ -428,6 +472,7 @@ void app_serve_metrics(tern_http_req *req, tern_server *srv, bool draining,
     family(&b, "tern_draining", "gauge", "1 once SIGTERM began the drain.");
     put(&b, "tern_draining %d\n", draining ? 1 : 0);
     put_bridge(&b, srv);
+    put_proxy(&b);
     free(each);
     if (b.failed)
         tern_http_respond(req, 500, "text/plain", "out of memory\n", 14);

@@ -505,6 +505,43 @@ const app_opt app_serve_opts[SV_COUNT] = {
                                  "is taken until SECONDS after its exp (and closed with 4001\n"
                                  "then), and from SECONDS before its nbf",
         U32(tokens.leeway)},
+    [SV_PROXY_CONNECT] = {"proxy-connect", 0, S, "URL",
+                          .help = "each /pubsub connection, as it opens, is POSTed to the\n"
+                                  "backend at URL ({\"user\":U,...}; it reads nothing until\n"
+                                  "the answer): {\"result\":{}} lets it in, and with \"user\",\n"
+                                  "\"info\" and \"tern\" gives it a user, info (presence, user\n"
+                                  "topics, the server API) and rights (a token's \"tern\"\n"
+                                  "claim); a refusal closes it with 4403, no usable answer\n"
+                                  "with 1013 (unset: no connect proxy)",
+        STR(proxy.url[APP_PROXY_CONNECT])},
+    [SV_PROXY_REFRESH] = {"proxy-refresh", 0, S, "URL",
+                          .help = "a connection whose connect answer said \"expire_at\":S\n"
+                                  "(Unix seconds) is POSTed to URL at S: \"expire_at\" again\n"
+                                  "extends it, \"expired\":true or a refusal closes it with\n"
+                                  "4001, no usable answer asks again 5 s later (unset: closed\n"
+                                  "with 4001 at S)",
+        STR(proxy.url[APP_PROXY_REFRESH])},
+    [SV_PROXY_SUBSCRIBE] = {"proxy-subscribe", 0, S, "URL",
+                            .help = "the backend at URL decides each /pubsub subscribe instead\n"
+                                    "of the topic rules: POSTed {\"user\",\"channel\",...}, it\n"
+                                    "answers {\"result\":{}} (allowed), {\"error\":{\"code\":N,\n"
+                                    "\"message\":M}} (refused) or {\"disconnect\":{\"code\":N,\n"
+                                    "\"reason\":R}} (closed); no usable answer refuses it too\n"
+                                    "(unset: no proxy; /sse keeps the rules)",
+        STR(proxy.url[APP_PROXY_SUBSCRIBE])},
+    [SV_PROXY_PUBLISH] = {"proxy-publish", 0, S, "URL",
+                          .help = "the same for each /pubsub publish (with its \"data\"); an\n"
+                                  "answer {\"result\":{\"data\":\"D\"}} publishes D instead",
+        STR(proxy.url[APP_PROXY_PUBLISH])},
+    [SV_PROXY_TIMEOUT] = {"proxy-timeout", 0, U, "MS", "1000", 1, MS_MAX,
+                          .help = "a backend's answer must come within MS, or the operation\n"
+                                  "is refused (\"proxy timeout\")",
+        U32(proxy.timeout_ms)},
+    [SV_PROXY_MAX_INFLIGHT] = {"proxy-max-inflight", 0, U, "N", "1000", 1, 1000000,
+                               .help = "requests in flight to each proxy (connect, refresh,\n"
+                                       "subscribe, publish), over all threads;\n"
+                                       "an operation beyond them is refused (\"proxy busy\")",
+        U32(proxy.max_inflight)},
     [SV_FEED] = {"feed", 0, C, "on|off", "on", .choices = "on|off",
                  .help = "the simulated market data on topic \"market\"",
         BOOL(feed)},

@@ -9,6 +9,7 @@
 
 #include "app/app.h"
 #include "app/options.h"
+#include "app/serve_proxy.h"
 #include "app/serve_tokens.h"
 #include "tern/tern.h"
 
@@ -22,7 +23,8 @@ enum {
     SV_WS_SLOW, SV_WS_ASYNC, SV_WS_DEADLINE, SV_PS_BACKLOG, SV_PS_MAX_MESSAGE, SV_PS_RATE,
     SV_PS_POLICY, SV_TOPIC, SV_PS_TOPIC, SV_PS_HISTORY, SV_PS_HISTORY_AGE, SV_PS_HISTORY_BYTES,
     SV_PS_REPLAY_RATE, SV_PS_WRITE_DELAY,
-    SV_TOKEN_HMAC, SV_TOKEN_PUBKEY, SV_TOKEN_AUD, SV_TOKEN_ISS, SV_TOKEN_LEEWAY, SV_FEED, SV_FEED_RATE,
+    SV_TOKEN_HMAC, SV_TOKEN_PUBKEY, SV_TOKEN_AUD, SV_TOKEN_ISS, SV_TOKEN_LEEWAY,
+    SV_PROXY_CONNECT, SV_PROXY_REFRESH, SV_PROXY_SUBSCRIBE, SV_PROXY_PUBLISH, SV_PROXY_TIMEOUT, SV_PROXY_MAX_INFLIGHT, SV_FEED, SV_FEED_RATE,
     SV_PAGE, SV_NODE_NAME,
     SV_BRIDGE, SV_REDIS, SV_REDIS_PASS_FILE, SV_LOG_LEVEL, SV_ACCESS_LOG, SV_LOG_FORMAT, SV_THREADS, SV_IO, SV_VHOST, SV_QUIET,
     SV_CONFIG, SV_PRINT_CONFIG, SV_VERSION, SV_HELP,
@@ -82,6 +84,7 @@ typedef struct app_serve_settings {
     app_serve_pubsub_limits ps_limits;     /* --pubsub-max-message, --pubsub-rate */
     const app_opt_val *topics, *topic_policies;   /* --topic, --pubsub-topic-policy */
     app_serve_token_flags tokens;          /* --token-* */
+    app_proxy_flags proxy;                 /* --proxy-* */
     /* --bridge, and --redis: its older name, kept working (one of them) */
     const char *bridge, *redis, *redis_password_file;
     /* logs */

@@ -95,6 +95,17 @@
  *     ("forbidden" otherwise); at its exp the connection closes with 4001
  *     "token expired" unless {"op":"refresh","token":"..."} replaced it
  *     first: {"ok":"refresh","exp":N}, or "bad token" / "missing token".
+ *     With --proxy-connect (serve_proxy.c) the connection reads nothing
+ *     until the application's backend lets it in (and may give it a user
+ *     and info); closed with 4403 when refused, 1013 without an answer.
+ *     An "expire_at" in its answer closes it then with 4001 "expired",
+ *     unless --proxy-refresh's backend extends it.
+ *     With --proxy-subscribe or --proxy-publish the
+ *     application's backend decides each subscribe or publish instead of
+ *     the rules: the operation is answered once the backend has ("forbidden"
+ *     with ,"topic":T,"code":N,"message":M when it refuses), or with "proxy
+ *     timeout", "proxy unavailable", "proxy error", "proxy bad answer" or
+ *     "proxy busy" (--proxy-max-inflight requests in flight already).
  *   GET  /sse             the topics of /pubsub as Server-Sent Events, under
  *                         the same rules and tokens (app_serve_pubsub_may):
  *                         serve_sse.c
@@ -130,11 +141,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "app/app.h"
 #include "app/json.h"
 #include "app/presence.h"
 #include "app/serve_presence.h"
+#include "app/serve_proxy.h"
 #include "app/serve_tokens.h"
 #include "app/topic_rules.h"
 #include "tern/tern.h"
@@ -499,6 +512,14 @@ typedef struct ps_bucket {
     bool closing;          /* closed with 1008 for its rate */
     app_token_conn *auth;   /* with tokens on (serve_tokens.h) */
     app_pres_conn *pres;    /* its presence and join/leave topics (serve_presence.h) */
+    app_proxy_req *proxy;   /* its operations waiting for the backend (serve_proxy.h) */
+    tern_timer *expiry;     /* armed at the expiry the backend gave (--proxy-connect), or NULL */
+    /* The topic the backend has just allowed, while its subscribe or
+     * publish runs (the library asks the route's hook again): NULL
+     * otherwise. */
+    const char *grant;
+    size_t grant_len;
+    bool grant_publish;
 } ps_bucket;
 
 static int (*pubsub_upgrade_next)(tern_http_req *, void **, void *);
@@ -530,11 +551,16 @@ static void pubsub_upgrade_failed(void *conn_user, int status, void *user) {
     free(conn_user);
 }
 
-/* With tokens on: the connection's rights decide (serve_tokens.c). */
+static void ask_connect(tern_ws *ws, ps_bucket *b);
+
+/* With tokens on: the connection's rights decide (serve_tokens.c); with
+ * --proxy-connect, the backend lets it in first. */
 static void pubsub_open(tern_ws *ws, void *user) {
     (void)user;
     ps_bucket *b = tern_ws_user(ws);
     app_token_conn_open(b ? b->auth : NULL, ws);
+    if (b && app_serve_proxy_on(APP_PROXY_CONNECT))
+        ask_connect(ws, b);
 }
 
 /* The topic's rule now (NULL: none). */
@@ -575,6 +601,9 @@ int app_serve_pubsub_may(const app_token_conn *auth, const char *topic, size_t l
 
 static int may(tern_ws *ws, const char *topic, size_t len, bool publish) {
     ps_bucket *b = tern_ws_user(ws);
+    if (b && b->grant && b->grant_publish == publish && b->grant_len == len &&
+        !memcmp(b->grant, topic, len))
+        return 0;   /* the backend decided (serve_proxy.c) */
     return app_serve_pubsub_may(b ? b->auth : NULL, topic, len, publish);
 }
 
@@ -595,6 +624,9 @@ static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, 
         atomic_fetch_add_explicit(&n_too_big, 1, memory_order_relaxed);
     ps_bucket *b = tern_ws_user(ws);
     if (b) {
+        app_serve_proxy_cancel_all(&b->proxy);   /* no answer may reach ws now */
+        if (b->expiry)
+            tern_timer_stop(b->expiry);
         app_presence_closed(ws, b->pres);
         app_token_conn_free(b->auth);
     }
@@ -608,7 +640,8 @@ static bool bucket_take(tern_ws *ws, ps_bucket *b, uint32_t rate) {
     uint64_t now = tern_loop_now(tern_ws_loop(ws));
     if (b->rate != rate)
         *b = (ps_bucket){.tokens = (uint64_t)rate * 1000, .stamp = now, .rate = rate,
-                         .closing = b->closing, .auth = b->auth};
+                         .closing = b->closing, .auth = b->auth, .proxy = b->proxy,
+                         .expiry = b->expiry};
     uint64_t full = (uint64_t)rate * 1000;
     uint64_t add = (now - b->stamp) * rate;   /* thousandths: rate/s is rate per 1000 ms */
     b->stamp = now;
@@ -653,6 +686,263 @@ static void pubsub_refresh(tern_ws *ws, app_token_conn *auth, tok t, tok op) {
     char out[64];
     int k = snprintf(out, sizeof(out), "{\"ok\":\"refresh\",\"exp\":%lld}", (long long)exp);
     tern_ws_send(ws, out, (size_t)k, TERN_WS_TEXT);
+}
+
+/* ---- subscribe and publish: at once, or once the backend allows --------- */
+
+static const tok op_subscribe = {"\"subscribe\"", 11}, op_publish = {"\"publish\"", 9};
+
+/* Closes ws with code and the reason, cut to a close frame's 123 bytes
+ * (at a character's start: the reason is UTF-8). */
+static void close_with(tern_ws *ws, int code, const char *reason) {
+    char r[124];
+    size_t n = strlen(reason);
+    if (n > 123) {
+        n = 123;
+        while (n > 0 && ((unsigned char)reason[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memcpy(r, reason, n);
+    r[n] = '\0';
+    tern_ws_close(ws, code, r);
+}
+
+/* A client's subscribe to topic, decided (the route's on_subscribe hook
+ * asks may()), and answered. */
+static void do_subscribe(tern_ws *ws, ps_bucket *b, const char *topic, size_t tl, uint64_t epoch,
+                         uint64_t after, bool asked, bool snapshot) {
+    tern_resume r;
+    int err = snapshot ? tern_ws_subscribe_latest(ws, topic, &r)
+                       : tern_ws_subscribe_from(ws, topic, epoch, after, &r);
+    if (err == 0 && b &&
+        (err = app_presence_subscribed(ws, &b->pres, b->auth, rule_of(topic, tl), topic, tl)) < 0)
+        (void)tern_ws_unsubscribe(ws, topic);
+    if (err == 0)
+        reply_subscribed(ws, topic, tl, &r, asked, snapshot);
+    else if (err == -EALREADY)
+        reply_ok(ws, "subscribe", topic, tl, -1);
+    else
+        reply_error(ws,
+                    err == -ENOSPC                    ? "too many subscriptions"
+                    : err == -EACCES || err == -EPERM ? "forbidden"
+                                                      : "out of memory",
+                    op_subscribe);
+}
+
+/* A client's publish of d (a JSON string token) to topic, with key or
+ * NULL, decided (on_publish asks may()) and answered. */
+static void do_publish(tern_ws *ws, const char *topic, size_t tl, const char *key, const char *d,
+                       size_t dlen) {
+    int64_t seq = publish_json(tern_ws_server(ws), ws, topic, tl, key, d, dlen);
+    if (seq < 0)
+        reply_error(ws, seq == -EACCES || seq == -EPERM ? "forbidden" : "out of memory",
+                    op_publish);
+    else
+        reply_ok(ws, "publish", topic, tl, seq);
+}
+
+/* A subscribe or publish waiting for the backend (serve_proxy.h): what
+ * the client asked, to finish it with once the answer comes. */
+typedef struct ps_waiting {
+    bool publish, asked, snapshot, keyed;
+    uint64_t epoch, after;
+    size_t tlen, dlen;
+    char topic[TERN_TOPIC_MAX + 1];
+    char key[TERN_KEY_MAX + 1];
+    char data[];   /* a publish's data: its JSON string token */
+} ps_waiting;
+
+/* {"error":"forbidden","op":OP,"topic":T,"code":N,"message":M}: the
+ * backend's refusal, with what it said. */
+static void reply_denied(tern_ws *ws, const ps_waiting *w, const app_proxy_answer *a) {
+    size_t mlen = strlen(a->message);
+    size_t cap = 96 + 6 * (w->tlen + mlen);
+    char *out = malloc(cap);
+    if (out == NULL) {
+        reply_error(ws, "forbidden", w->publish ? op_publish : op_subscribe);
+        return;
+    }
+    int n = snprintf(out, cap, "{\"error\":\"forbidden\",\"op\":\"%s\",\"topic\":",
+                     w->publish ? "publish" : "subscribe");
+    size_t o = put_json_string(out, (size_t)n, w->topic, w->tlen);
+    o += (size_t)snprintf(out + o, cap - o, ",\"code\":%ld,\"message\":", a->code);
+    o = put_json_string(out, o, a->message, mlen);
+    out[o++] = '}';
+    tern_ws_send(ws, out, o, TERN_WS_TEXT);
+    free(out);
+}
+
+/* The backend's answer for a waiting operation: run from the loop, never
+ * inside curl (serve_proxy.c); ws is still open (its close cancels). */
+static void backend_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
+    ps_waiting *w = op;
+    ps_bucket *b = tern_ws_user(ws);
+    tok opt = w->publish ? op_publish : op_subscribe;
+    switch (a->outcome) {
+    case APP_PROXY_ALLOW:
+        /* The library asks may() again: it says yes to this topic only. */
+        b->grant = w->topic;
+        b->grant_len = w->tlen;
+        b->grant_publish = w->publish;
+        if (w->publish)
+            do_publish(ws, w->topic, w->tlen, w->keyed ? w->key : NULL,
+                       a->data ? a->data : w->data, a->data ? a->data_len : w->dlen);
+        else
+            do_subscribe(ws, b, w->topic, w->tlen, w->epoch, w->after, w->asked, w->snapshot);
+        b->grant = NULL;
+        break;
+    case APP_PROXY_DENY:
+        atomic_fetch_add_explicit(w->publish ? &n_forbid_pub : &n_forbid_sub, 1,
+                                  memory_order_relaxed);
+        reply_denied(ws, w, a);
+        break;
+    case APP_PROXY_DISCONNECT:
+        close_with(ws, (int)a->code, a->message);
+        break;
+    default:
+        reply_error(ws, a->error, opt);
+        break;
+    }
+    free(w);
+}
+
+/* A backend's refresh that failed is asked again this much later. */
+#define REFRESH_RETRY_MS 5000
+
+static void expiry_due(tern_timer *t, void *user);
+
+/* Arms ws's expiry ms from now (out of memory: closed now rather than
+ * let it outlive what the backend allowed). */
+static void expiry_arm(tern_ws *ws, ps_bucket *b, uint64_t ms) {
+    int err = b->expiry ? tern_timer_again(b->expiry, ms)
+                        : tern_timer_start(tern_ws_loop(ws), &b->expiry, ms, 0, expiry_due, ws);
+    if (err < 0)
+        tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
+}
+
+/* The expiry at Unix second at (0: none): armed, or the timer idle. */
+static void expiry_at(tern_ws *ws, ps_bucket *b, int64_t at) {
+    if (at == 0) {
+        if (b->expiry) {
+            tern_timer_stop(b->expiry);
+            b->expiry = NULL;
+        }
+        return;
+    }
+    int64_t left = at - (int64_t)time(NULL);
+    expiry_arm(ws, b, left > 0 ? (uint64_t)left * 1000 : 0);
+}
+
+/* The backend's answer to a refresh (--proxy-refresh). */
+static void refresh_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
+    (void)op;
+    ps_bucket *b = tern_ws_user(ws);
+    switch (a->outcome) {
+    case APP_PROXY_ALLOW:
+        if (a->expired) {
+            tern_ws_close(ws, TERN_WS_TOKEN_EXPIRED, "expired");
+            return;
+        }
+        if (a->info && app_token_conn_set_user(&b->auth, ws, NULL, a->info, NULL) < 0) {
+            tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
+            return;
+        }
+        expiry_at(ws, b, a->expire_at);
+        break;
+    case APP_PROXY_DENY:
+        tern_ws_close(ws, TERN_WS_TOKEN_EXPIRED, "expired");
+        break;
+    case APP_PROXY_DISCONNECT:
+        close_with(ws, (int)a->code, a->message);
+        break;
+    default:
+        expiry_arm(ws, b, REFRESH_RETRY_MS);   /* the backend may be back then */
+        break;
+    }
+}
+
+/* The expiry the backend gave has come: without --proxy-refresh the
+ * connection ends, with it the backend is asked. */
+static void expiry_due(tern_timer *t, void *user) {
+    (void)t;
+    tern_ws *ws = user;
+    ps_bucket *b = tern_ws_user(ws);
+    if (!app_serve_proxy_on(APP_PROXY_REFRESH)) {
+        tern_ws_close(ws, TERN_WS_TOKEN_EXPIRED, "expired");
+        return;
+    }
+    if (app_serve_proxy_ask(APP_PROXY_REFRESH, ws, &b->proxy, app_token_conn_sub(b->auth), NULL, 0,
+                            NULL, 0, refresh_answered, NULL))
+        expiry_arm(ws, b, REFRESH_RETRY_MS);   /* busy or out of memory: later */
+}
+
+/* The backend's answer for a connection that opened (--proxy-connect):
+ * it reads again, with the user and info given, or is closed. */
+static void connect_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
+    (void)op;
+    ps_bucket *b = tern_ws_user(ws);
+    /* Reading again in every case: a close waits for the client's close
+     * frame, which a paused connection would not read. */
+    (void)tern_ws_resume(ws);
+    switch (a->outcome) {
+    case APP_PROXY_ALLOW:
+        if ((a->user || a->info || a->rights) &&
+            app_token_conn_set_user(&b->auth, ws, a->user, a->info, a->rights) < 0) {
+            tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
+            return;
+        }
+        expiry_at(ws, b, a->expire_at);
+        break;
+    case APP_PROXY_DENY:
+        close_with(ws, 4403, a->message[0] ? a->message : "forbidden");
+        break;
+    case APP_PROXY_DISCONNECT:
+        close_with(ws, (int)a->code, a->message);
+        break;
+    default:
+        close_with(ws, TERN_WS_TRY_AGAIN, a->error);
+        break;
+    }
+}
+
+/* --proxy-connect: ws reads nothing (its messages wait in the kernel)
+ * until the backend has let it in. */
+static void ask_connect(tern_ws *ws, ps_bucket *b) {
+    (void)tern_ws_pause(ws);
+    const char *err = app_serve_proxy_ask(APP_PROXY_CONNECT, ws, &b->proxy,
+                                          app_token_conn_sub(b->auth), NULL, 0, NULL, 0,
+                                          connect_answered, NULL);
+    if (err)
+        close_with(ws, TERN_WS_TRY_AGAIN, err);
+}
+
+/* Hands the operation w describes (topic, key, data filled in here) to
+ * the backend; refused at once when it cannot be asked. */
+static void ask_backend(tern_ws *ws, ps_bucket *b, const ps_waiting *w, const char *topic,
+                        size_t tl, const char *key, const char *d, size_t dlen) {
+    tok opt = w->publish ? op_publish : op_subscribe;
+    ps_waiting *op = malloc(sizeof(*op) + dlen);
+    if (op == NULL) {
+        reply_error(ws, "out of memory", opt);
+        return;
+    }
+    *op = *w;
+    memcpy(op->topic, topic, tl);
+    op->topic[tl] = '\0';
+    op->tlen = tl;
+    op->keyed = key != NULL;
+    if (key)
+        snprintf(op->key, sizeof(op->key), "%s", key);
+    if (dlen)
+        memcpy(op->data, d, dlen);
+    op->dlen = dlen;
+    const char *err = app_serve_proxy_ask(w->publish ? APP_PROXY_PUBLISH : APP_PROXY_SUBSCRIBE, ws,
+                                          &b->proxy, app_token_conn_sub(b->auth), topic, tl,
+                                          w->publish ? d : NULL, dlen, backend_answered, op);
+    if (err) {
+        free(op);
+        reply_error(ws, err, opt);
+    }
 }
 
 static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode, void *user) {
@@ -718,7 +1008,6 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
         reply_error(ws, "bad topic", op);
         return;
     }
-    int err;
     switch (what) {
     case SUB: {
         uint64_t epoch = 0, after = 0;
@@ -728,26 +1017,15 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
             reply_error(ws, "bad resume", op);
             return;
         }
-        tern_resume r;
         /* A resume that cannot be one gets the latest of each key anyway,
          * so "snapshot" only changes a subscription that starts afresh. */
         bool snapshot = !asked && f.snapshot == 1;
-        err = snapshot ? tern_ws_subscribe_latest(ws, topic, &r)
-                       : tern_ws_subscribe_from(ws, topic, epoch, after, &r);
-        if (err == 0 && b &&
-            (err = app_presence_subscribed(ws, &b->pres, b->auth, rule_of(topic, (size_t)tl),
-                                           topic, (size_t)tl)) < 0)
-            (void)tern_ws_unsubscribe(ws, topic);
-        if (err == 0)
-            reply_subscribed(ws, topic, (size_t)tl, &r, asked, snapshot);
-        else if (err == -EALREADY)
-            reply_ok(ws, "subscribe", topic, (size_t)tl, -1);
-        else
-            reply_error(ws,
-                        err == -ENOSPC                    ? "too many subscriptions"
-                        : err == -EACCES || err == -EPERM ? "forbidden"
-                                                          : "out of memory",
-                        op);
+        if (b && app_serve_proxy_on(APP_PROXY_SUBSCRIBE) && !app_presence_events_topic(topic, (size_t)tl)) {
+            ps_waiting w = {.asked = asked, .snapshot = snapshot, .epoch = epoch, .after = after};
+            ask_backend(ws, b, &w, topic, (size_t)tl, NULL, NULL, 0);
+            return;
+        }
+        do_subscribe(ws, b, topic, (size_t)tl, epoch, after, asked, snapshot);
         break;
     }
     case UNSUB:
@@ -768,12 +1046,12 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
             reply_error(ws, kl == -2 ? "key too long" : "bad key", op);
             return;
         }
-        int64_t seq = publish_json(tern_ws_server(ws), ws, topic, (size_t)tl,
-                                   ktok.p ? key : NULL, dtok.p, dtok.n);
-        if (seq < 0)
-            reply_error(ws, seq == -EACCES || seq == -EPERM ? "forbidden" : "out of memory", op);
-        else
-            reply_ok(ws, "publish", topic, (size_t)tl, seq);
+        if (b && app_serve_proxy_on(APP_PROXY_PUBLISH)) {
+            ps_waiting w = {.publish = true};
+            ask_backend(ws, b, &w, topic, (size_t)tl, ktok.p ? key : NULL, dtok.p, dtok.n);
+            return;
+        }
+        do_publish(ws, topic, (size_t)tl, ktok.p ? key : NULL, dtok.p, dtok.n);
         break;
     }
     case PRESENCE:
@@ -784,8 +1062,12 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
             reply_error(ws, "bad limit", op);
             return;
         }
-        app_presence_reply(ws, what == PRESENCE_STATS, rule_of(topic, (size_t)tl),
-                           allowed(ws, topic, (size_t)tl, false), topic, (size_t)tl, (size_t)limit);
+        /* With --proxy-subscribe the backend decided who subscribes: one
+         * it let in may ask too. */
+        bool may_ask = allowed(ws, topic, (size_t)tl, false) ||
+                       (app_serve_proxy_on(APP_PROXY_SUBSCRIBE) && tern_ws_subscribed(ws, topic));
+        app_presence_reply(ws, what == PRESENCE_STATS, rule_of(topic, (size_t)tl), may_ask, topic,
+                           (size_t)tl, (size_t)limit);
         break;
     }
     }
@@ -956,7 +1238,7 @@ int app_serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                             .on_close = pubsub_close, .on_upgrade_failed = pubsub_upgrade_failed,
                             .on_subscribe = pubsub_may_subscribe,
                             .on_publish = pubsub_may_publish};
-    if (app_serve_tokens_on())
+    if (app_serve_tokens_on() || app_serve_proxy_on(APP_PROXY_CONNECT))
         ps.on_open = pubsub_open;
     tern_ws_options o = *wo;
     o.subprotocols = NULL;

@@ -30,6 +30,10 @@ struct app_token_conn {
     tern_timer *timer;           /* the expiry, while the connection is open */
     bool linked;
     struct app_token_conn *prev, *next;
+    /* The backend proxy's answers (app_token_conn_set_user): the user
+     * and the info that stand for the token's, each NULL while the
+     * backend has given none. */
+    char *user, *info;
 };
 
 /* This loop's open /pubsub connections, for the admin API's calls on a
@@ -197,7 +201,46 @@ void app_token_conn_free(app_token_conn *c) {
     if (c->timer)
         tern_timer_stop(c->timer);
     app_token_rights_free(&c->rights);
+    free(c->user);
+    free(c->info);
     free(c);
+}
+
+int app_token_conn_set_user(app_token_conn **c, tern_ws *ws, const char *user, const char *info,
+                            app_token_rights *rights) {
+    char *u = user ? strdup(user) : NULL, *i = info ? strdup(info) : NULL;
+    app_token_conn *made = *c ? NULL : calloc(1, sizeof(**c));
+    if ((user && u == NULL) || (info && i == NULL) || (*c == NULL && made == NULL)) {
+        free(u);
+        free(i);
+        free(made);
+        return -ENOMEM;
+    }
+    if (made) {
+        app_token_conn_open(made, ws);
+        *c = made;
+    }
+    if (u) {
+        free((*c)->user);
+        (*c)->user = u;
+    }
+    if (i) {
+        free((*c)->info);
+        (*c)->info = i;
+    }
+    if (rights) {
+        app_token_rights *to = &(*c)->rights;
+        for (size_t k = 0; k < to->nsubscribe; k++)
+            free(to->subscribe[k]);
+        for (size_t k = 0; k < to->npublish; k++)
+            free(to->publish[k]);
+        memcpy(to->subscribe, rights->subscribe, rights->nsubscribe * sizeof(char *));
+        memcpy(to->publish, rights->publish, rights->npublish * sizeof(char *));
+        to->nsubscribe = rights->nsubscribe;
+        to->npublish = rights->npublish;
+        rights->nsubscribe = rights->npublish = 0;
+    }
+    return 0;
 }
 
 int app_token_conn_may_subscribe(const app_token_conn *c, const char *topic, size_t len) {
@@ -213,10 +256,14 @@ int app_token_conn_may_publish(const app_token_conn *c, const char *topic, size_
 }
 
 const char *app_token_conn_sub(const app_token_conn *c) {
+    if (c && c->user)
+        return c->user;   /* the backend's word */
     return c && c->has_token ? c->rights.sub : NULL;
 }
 
 const char *app_token_conn_info(const app_token_conn *c) {
+    if (c && c->info)
+        return c->info;
     return c && c->has_token ? c->rights.info : NULL;
 }
 

@@ -60,6 +60,15 @@ int app_token_conn_may_publish(const app_token_conn *c, const char *topic, size_
  * or anonymous), no info. Valid until the next refresh. */
 const char *app_token_conn_sub(const app_token_conn *c);
 const char *app_token_conn_info(const app_token_conn *c);
+/* The backend proxy's connect answer (serve_proxy.h): user and info (JSON
+ * text; each NULL: kept as it was) stand for the token's sub and info from now on
+ * (presence, user topics, app_token_conns_of); rights, when not NULL,
+ * has its subscribe and publish lists taken (left empty) as the
+ * connection's. *c is made, and linked as app_token_conn_open does, when
+ * the connection had none (tokens off). 0, or -ENOMEM with *c unchanged. */
+TERN_MUST_CHECK
+int app_token_conn_set_user(app_token_conn **c, tern_ws *ws, const char *user, const char *info,
+                            app_token_rights *rights);
 /* On a loop's thread: fn(ws, user) for each open connection of this loop
  * whose token's sub is sub (fn may close it); returns how many. A walk
  * over the loop's open connections: for the admin API, not a hot path. */

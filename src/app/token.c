@@ -313,6 +313,27 @@ static int take_rights(json_t *list, char **dst, size_t *n, size_t *total, const
     return 0;
 }
 
+int app_token_rights_take(json_t *tern, app_token_rights *r, const char **why) {
+    size_t total = 0;
+    int err;
+    if (tern && !json_is_object(tern)) {
+        *why = "bad rights";
+        return -EACCES;
+    }
+    if ((err = take_rights(json_object_get(tern, "subscribe"), r->subscribe, &r->nsubscribe,
+                           &total, why)) < 0 ||
+        (err = take_rights(json_object_get(tern, "publish"), r->publish, &r->npublish, &total,
+                           why)) < 0) {
+        for (size_t i = 0; i < r->nsubscribe; i++)
+            free(r->subscribe[i]);
+        for (size_t i = 0; i < r->npublish; i++)
+            free(r->publish[i]);
+        r->nsubscribe = r->npublish = 0;
+        return err;
+    }
+    return 0;
+}
+
 void app_token_rights_free(app_token_rights *r) {
     if (r == NULL)
         return;
@@ -447,13 +468,9 @@ int app_token_verify(const app_token_config *c, const char *tok, size_t len, int
         app_token_rights_free(out);
         goto out;
     }
-    size_t total = 0;
     err = 0;
     if ((out->sub = strdup(json_string_value(sub))) == NULL ||
-        (err = take_rights(json_object_get(rights, "subscribe"), out->subscribe, &out->nsubscribe,
-                           &total, why)) < 0 ||
-        (err = take_rights(json_object_get(rights, "publish"), out->publish, &out->npublish,
-                           &total, why)) < 0) {
+        (err = app_token_rights_take(rights, out, why)) < 0) {
         if (err != -EACCES) {
             err = -ENOMEM;
             *why = "out of memory";

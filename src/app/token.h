@@ -80,6 +80,14 @@ TERN_MUST_CHECK
 int app_token_verify(const app_token_config *c, const char *tok, size_t len, int64_t now,
                        app_token_rights *out, const char **why);
 void app_token_rights_free(app_token_rights *r);
+/* The rights of a "tern" object, {"subscribe":[...],"publish":[...]} as
+ * the claim holds them (NULL: none), into r's lists, empty before: 0,
+ * -EACCES (*why says what is wrong) or -ENOMEM; r's lists are left empty
+ * on an error. The token's claim and the backend proxy's connect answer
+ * (serve_proxy.c) both go through here. */
+struct json_t;
+TERN_MUST_CHECK
+int app_token_rights_take(struct json_t *tern, app_token_rights *r, const char **why);
 /* Whether one of list's n entries covers topic[0..len): equal to it, or,
  * for an entry ending in '*', a prefix of it ("*" alone: every topic). */
 bool app_token_allows(char *const *list, size_t n, const char *topic, size_t len);

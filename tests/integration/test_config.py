@@ -43,6 +43,8 @@ SAMPLES = {
     "redis": "redis://127.0.0.1:6379", "log-level": "debug",
     "access-log": "-", "threads": "3", "io": "uring", "vhost": "a=/srv", "quiet": "on",
     "admin-listen-public": "on", "drain-delay": "24", "token-leeway": "25",
+    "proxy-connect": "http://127.0.0.1:9/c", "proxy-refresh": "http://127.0.0.1:9/r", "proxy-subscribe": "http://127.0.0.1:9/s", "proxy-publish": "http://127.0.0.1:9/p",
+    "proxy-timeout": "26", "proxy-max-inflight": "27",
 }
 
 

@@ -1,0 +1,111 @@
+/* tern serve's backend proxy (serve_proxy.c): /pubsub's connections,
+ * subscribes and publishes decided by the application's backend over HTTP, JSON in and
+ * JSON out (the shape of Centrifugo's proxy), through each loop's HTTP
+ * client (http_client.h). The operation waits, its connection goes on,
+ * and the answer finishes it later; a connection that closes first
+ * cancels its requests. Loop thread only, but for setup and the stats. */
+#ifndef TERN_APP_SERVE_PROXY_H
+#define TERN_APP_SERVE_PROXY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "app/token.h"
+#include "tern/tern.h"
+
+/* The operations a backend may decide. */
+enum { APP_PROXY_SUBSCRIBE, APP_PROXY_PUBLISH, APP_PROXY_CONNECT, APP_PROXY_REFRESH,
+       APP_PROXY_KINDS };
+
+/* --proxy-*: each URL NULL when that operation is not proxied (the
+ * default: the topic rules decide). */
+typedef struct app_proxy_flags {
+    const char *url[APP_PROXY_KINDS];   /* --proxy-subscribe, -publish, -connect, -refresh */
+    uint32_t timeout_ms;                /* --proxy-timeout */
+    uint32_t max_inflight;              /* --proxy-max-inflight, per kind (URL) */
+} app_proxy_flags;
+
+/* What the backend said, as the waiting operation gets it. */
+enum {
+    APP_PROXY_ALLOW,        /* {"result":{...}} */
+    APP_PROXY_DENY,         /* {"error":{"code":N,"message":"..."}} */
+    APP_PROXY_DISCONNECT,   /* {"disconnect":{"code":N,"reason":"..."}} */
+    APP_PROXY_FAILED,       /* no usable answer: error says which */
+};
+
+typedef struct app_proxy_answer {
+    int outcome;           /* APP_PROXY_* */
+    /* FAILED: the /pubsub error, "proxy timeout", "proxy unavailable"
+     * (no connection), "proxy error" (not a 2xx) or "proxy bad answer" */
+    const char *error;
+    long code;             /* DENY: the backend's code (0: none); DISCONNECT: the close code */
+    const char *message;   /* DENY: its message; DISCONNECT: the reason ("" when none) */
+    /* ALLOW of a publish: the data to publish instead, a JSON string
+     * token (quotes included); NULL: the client's */
+    const char *data;
+    size_t data_len;
+    /* ALLOW of a connect: the connection's user and info (JSON text, at
+     * most APP_PROXY_INFO_MAX bytes) from now on; NULL: not given (a
+     * refresh may give info too) */
+    const char *user, *info;
+    /* ALLOW of a connect: the rights of its "tern" object (a token's
+     * claim's shape), the connection's from now on; NULL: not given.
+     * done may take its lists (and leave them empty). */
+    app_token_rights *rights;
+    /* ALLOW of a connect or refresh: when the connection expires (Unix
+     * seconds; 0: never), or that it has (expired, a refresh's) */
+    int64_t expire_at;
+    bool expired;
+} app_proxy_answer;
+
+#define APP_PROXY_INFO_MAX 1024
+
+/* The answer for op (what app_serve_proxy_ask was given), on ws's loop,
+ * from the loop and outside every curl callback. op is the caller's to
+ * free. */
+typedef void (*app_proxy_done)(tern_ws *ws, void *op, const app_proxy_answer *a);
+
+/* A connection's requests in flight: a list head in its state, NULL
+ * when none. */
+typedef struct app_proxy_req app_proxy_req;
+
+/* Setup, before the loops run: the flags (copied) and curl's global
+ * state. -1 once said why. */
+int app_serve_proxy_setup(const app_proxy_flags *f);
+/* Whether kind goes to a backend. */
+bool app_serve_proxy_on(int kind);
+
+/* Asks kind's backend about topic (NULL for a connect; and data, a JSON
+ * string token, for a publish) on behalf of ws (user: its token's sub, or NULL): NULL, and
+ * done(ws, op, ...) comes exactly once later unless the connection's
+ * requests are cancelled first (then op is freed with free()); or the
+ * /pubsub error that refuses the operation at once ("proxy busy": the
+ * backend has --proxy-max-inflight requests in flight; "out of memory"),
+ * op untouched. */
+const char *app_serve_proxy_ask(int kind, tern_ws *ws, app_proxy_req **pending, const char *user,
+                                const char *topic, size_t tlen, const char *data, size_t dlen,
+                                app_proxy_done done, void *op);
+/* Cancels a connection's requests (its on_close): no done comes. */
+void app_serve_proxy_cancel_all(app_proxy_req **pending);
+/* tern_run's teardown of a thread: its requests cancelled, its client
+ * freed. And curl's global state, once every thread has ended. */
+void app_serve_proxy_thread_end(void);
+void app_serve_proxy_cleanup(void);
+
+/* /metrics: per kind, the requests asked, those that failed (by reason:
+ * the FAILED errors, and "busy") and the latency of those answered. */
+enum { APP_PROXY_ERR_TIMEOUT, APP_PROXY_ERR_DOWN, APP_PROXY_ERR_STATUS, APP_PROXY_ERR_BAD,
+       APP_PROXY_ERR_BUSY, APP_PROXY_ERRS };
+#define APP_PROXY_LATENCY_BUCKETS 12
+typedef struct app_proxy_stats {
+    uint64_t requests, errors[APP_PROXY_ERRS];
+    uint64_t le_ms[APP_PROXY_LATENCY_BUCKETS];   /* the buckets' upper bounds */
+    uint64_t below[APP_PROXY_LATENCY_BUCKETS];   /* cumulative counts */
+    uint64_t count, sum_us;
+} app_proxy_stats;
+extern const char *const app_proxy_kind_names[APP_PROXY_KINDS];   /* "subscribe", ... */
+extern const char *const app_proxy_err_names[APP_PROXY_ERRS];     /* "timeout", ... */
+void app_serve_proxy_stats_get(int kind, app_proxy_stats *out);
+
+#endif
