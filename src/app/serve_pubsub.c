@@ -638,10 +638,14 @@ static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, 
  * (one opened while the rate was 0 gets its burst, not an empty bucket). */
 static bool bucket_take(tern_ws *ws, ps_bucket *b, uint32_t rate) {
     uint64_t now = tern_loop_now(tern_ws_loop(ws));
-    if (b->rate != rate)
-        *b = (ps_bucket){.tokens = (uint64_t)rate * 1000, .stamp = now, .rate = rate,
-                         .closing = b->closing, .auth = b->auth, .proxy = b->proxy,
-                         .expiry = b->expiry};
+    if (b->rate != rate) {
+        /* a new rate (SIGHUP): a full bucket at it; the connection's
+         * other state (token, presence, proxy, grant) stays as it is */
+        b->tokens = (uint64_t)rate * 1000;
+        b->stamp = now;
+        b->rate = rate;
+        b->strikes = 0;
+    }
     uint64_t full = (uint64_t)rate * 1000;
     uint64_t add = (now - b->stamp) * rate;   /* thousandths: rate/s is rate per 1000 ms */
     b->stamp = now;

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import SLOW, TERN_BIN
+from conftest import SLOW, TERN_BIN, wait_for
 
 # A value for every option a file may hold, unlike its default. An option
 # added to the table without one here fails test_every_option_*.
@@ -361,6 +361,38 @@ def test_sighup_limits_a_connection_opened_while_unlimited(tmp_path):
             # A burst of 2, the bucket full again at the new rate: of 4 at
             # once, at least one is refused.
             assert rate_refused(ws, 4) >= 1
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10 * SLOW) == 0
+
+
+def test_sighup_rate_change_keeps_a_connections_presence(tmp_path):
+    """A rate changed by SIGHUP refills a connection's bucket and keeps the
+    rest of its state: its presence entries leave with it when it closes
+    (they stayed behind as a ghost, leaked, once the bucket was rebuilt
+    without them)."""
+    import json
+    from websockets.sync.client import connect
+    conf = tmp_path / "tern.conf"
+    conf.write_text("pubsub-rate 100\ntopic room.* subscribe=anyone presence=on\n")
+    p, lines, port = serve_with_config_only(conf)
+
+    def stats(ws):
+        ws.send(json.dumps({"op": "presence_stats", "topic": "room.1"}))
+        while True:
+            m = json.loads(ws.recv(timeout=5 * SLOW))
+            if m.get("ok") == "presence_stats":
+                return m["clients"]
+    try:
+        with connect(f"ws://127.0.0.1:{port}/pubsub") as a:
+            a.send(json.dumps({"op": "subscribe", "topic": "room.1"}))
+            assert stats(a) == 1
+            conf.write_text("pubsub-rate 50\ntopic room.* subscribe=anyone presence=on\n")
+            p.send_signal(signal.SIGHUP)
+            assert "applied pubsub-rate" in lines.wait(r"SIGHUP: .*tern\.conf read")
+            assert stats(a) == 1   # asked at the new rate: the bucket refilled
+        with connect(f"ws://127.0.0.1:{port}/pubsub") as b:
+            wait_for(lambda: stats(b) == 0, "a closed connection gone from presence (no ghost)")
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=10 * SLOW) == 0
