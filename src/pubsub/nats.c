@@ -43,7 +43,33 @@
  *
  * The message on the wire, binary-safe: the magic "tn1", the opcode (one
  * byte), seq_at (8 bytes, little-endian; all ones for none), the key's
- * length (one byte; 0 for none) and the key, then the payload. */
+ * length (one byte; 0 for none) and the key, then the payload.
+ *
+ * Topics with a history are numbered by JetStream (the engine's
+ * numbering, engine.h), so that every node agrees on (epoch, seq): each
+ * is one stream (STREAM_PREFIX and the topic, escaped; its one subject
+ * JS_PREFIX and the topic), whose sequence is the topic's seq and whose
+ * description holds its epoch ("tern epoch " and 16 hex digits), chosen
+ * at random by the node that makes the stream, or claimed before its
+ * first message (claim): a stream made again (deleted, or a broker's
+ * storage lost) has a new epoch. The stream keeps the topic's history
+ * (max_msgs, max_age) and `replicas=` copies. JetStream's calls are
+ * requests that wait for their answer, so they run on one worker thread
+ * of this file's, in the order the loop asked for them (a node's
+ * publishes stay in order): a numbered publish is stored in the stream
+ * (js_Publish, with a message id, so that a publish tried again after a
+ * lost answer, a stream's leader gone, is stored once), then delivered
+ * here (a job with its number) and announced to the other nodes on
+ * core NATS: ANN_PREFIX and the topic, "tn2", the epoch and the seq (8
+ * bytes each, little-endian), then the envelope above without its magic.
+ * Every node follows ANN_PREFIX ">" (psubscribe); a node that missed
+ * some (its link was down, or announcements of two nodes crossed) reads
+ * them back from the stream (fill: js_GetMsg per seq).
+ *
+ * A server without JetStream (asked after each connect) numbers nothing:
+ * a topic with a history is then numbered by each node, as before the
+ * numbering, its publishes announced with epoch and seq 0 (unnumbered)
+ * and delivered here at once; a subscriber resumes only on its node. */
 #include "pubsub/nats.h"
 
 #include <errno.h>
@@ -56,9 +82,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include "loop/counter.h"
 #include "loop/log.h"
 #include "loop/loop.h"
+#include "platform/platform.h"
 #include "pubsub/nats_url.h"
 #include "pubsub/pubsub.h"
 
@@ -72,10 +101,46 @@
 #define RECONNECT_WAIT_MS 100
 #define WRITE_DEADLINE_MS 2000
 #define IO_BUF_SIZE (256 * 1024)
-/* A subject: the prefix and the topic, each byte escaped to at most 3 */
-#define SUBJECT_MAX (sizeof(SUBJECT_PREFIX) + 3 * TERN_TOPIC_MAX)
+/* A subject: a prefix (the longest is JS_PREFIX) and the topic, each
+ * byte escaped to at most 3 */
+#define SUBJECT_MAX (sizeof("ternjs.") + 3 * TERN_TOPIC_MAX)
+
+/* The numbering (JetStream) */
+#define JS_PREFIX "ternjs."      /* a numbered topic's stream subject */
+#define ANN_PREFIX "ternn."      /* a numbered message's announcement */
+#define STREAM_PREFIX "tern_"    /* a stream's name */
+#define STREAM_NAME_MAX 128      /* longer escaped names: the topic's hash */
+#define EPOCH_DESC "tern epoch " /* a stream's description: this, then the epoch */
+#define MAGIC_NUM "tn2"
+#define NUM_HEAD_LEN (MAGIC_LEN + 8 + 8)   /* magic, epoch, seq: then the envelope */
+#define JS_WAIT_MS 2000          /* a JetStream request's answer */
+#define PUBLISH_TRY_MS 10000     /* a numbered publish tried this long, then dropped */
+#define TRY_AGAIN_MS 100         /* between tries */
+#define WORK_MAX 100000          /* requests queued for the worker; more are dropped */
 
 typedef struct tern__nats tern__nats;
+
+/* A request for the worker thread (JetStream): a numbered publish (topic
+ * then envelope in body), a fill (a..b), a claim (epoch a, lifetime b
+ * ms), a topic's last number, or the announcements' subscription to
+ * confirm (generation a). */
+enum work_kind { W_PUBLISH, W_FILL, W_CLAIM, W_LAST, W_LISTEN };
+typedef struct work {
+    struct work *next;
+    enum work_kind kind;
+    uint64_t a, b;
+    uint32_t keep, keep_ms;   /* W_PUBLISH: the history's limits */
+    size_t tlen, len;
+    char body[];
+} work;
+
+/* A stream the worker has used: its epoch and the last seq it saw. */
+typedef struct wstream {
+    tern__ps_node n;
+    uint64_t epoch, last;
+    size_t tlen;
+    char topic[];
+} wstream;
 
 /* A topic this node follows: its subscription on the present connection. */
 typedef struct nsub {
@@ -110,8 +175,36 @@ struct tern__nats {
     uint32_t backoff_ms;
     unsigned seed;
     char why[256];
+    natsSubscription *ann;   /* the announcements' (ANN_PREFIX ">") on nc, or NULL */
+    /* the prefixes of the numbered topics (psubscribe since the last
+     * connect); a numbered message of another topic is not delivered */
+    char prefix[TERN_TOPIC_RULES_MAX + 1][TERN_TOPIC_MAX];
+    size_t plen[TERN_TOPIC_RULES_MAX + 1];
+    int nprefix;
+    uint64_t listen_gen;   /* the W_LISTEN last asked; J_LISTENING of another is stale */
+    /* the worker: a queue under wmu, and the JetStream context it is to
+     * use next (js_next, when js_set) */
+    pthread_mutex_t wmu;
+    pthread_cond_t wcv;
+    work *whead, **wtail;
+    size_t wcount;
+    bool wstop, js_set;
+    jsCtx *js_next;
+    natsConnection *nc_next;
+    pthread_t worker;
+    bool worker_started;
+    /* the worker's own: its context (which holds its connection alive),
+     * the streams it has used, the ids of its publishes */
+    jsCtx *js;
+    natsConnection *wnc;
+    tern__ps_table streams;
+    uint64_t msgid;
+    char node[17];
     _Atomic bool connected, auth_refused;
+    _Atomic bool no_js;   /* the server has no JetStream (written by the worker) */
     _Atomic uint64_t reconnects, published, received, dropped;
+    /* written by the worker only */
+    _Atomic uint64_t w_published, w_dropped, w_fills;
 };
 
 static void bump(_Atomic uint64_t *c) { TERN__COUNTER_ADD(*c, 1); }
@@ -122,18 +215,26 @@ static void release(tern__nats *n) {
     if (atomic_fetch_sub(&n->refs, 1) != 1)
         return;
     pthread_mutex_destroy(&n->mu);
+    pthread_mutex_destroy(&n->wmu);
+    pthread_cond_destroy(&n->wcv);
     explicit_bzero(&n->url, sizeof(n->url));
     free(n);
 }
 
 /* ---- jobs: what libnats's threads hand to the loop ----------------------- */
 
-enum job_kind { J_CONNECTED, J_FAILED, J_DISCONNECTED, J_RECONNECTED, J_CLOSED, J_ERROR, J_MSG };
+enum job_kind {
+    J_CONNECTED, J_FAILED, J_DISCONNECTED, J_RECONNECTED, J_CLOSED, J_ERROR, J_MSG,
+    J_LISTENING, J_LAST, J_CLAIMED, J_WARN
+};
 
 /* A job. Invariants: nc is the connection it is about (J_CONNECTED: a new
  * one, which the job owns until the loop takes it); why is a NUL-ended
- * reason (libnats's words, no secret); for J_MSG, body holds topic, key
- * and payload, in this order. */
+ * reason (libnats's words, no secret; J_WARN: the worker's line to log);
+ * for J_MSG, body holds topic, key and payload, in this order, and
+ * numbered says num is JetStream's number; J_LAST and J_CLAIMED: body
+ * holds the topic, num its epoch and last seq; J_LISTENING: num.epoch is
+ * the generation of the W_LISTEN it answers. */
 typedef struct job {
     tern__nats *n;
     enum job_kind kind;
@@ -142,6 +243,8 @@ typedef struct job {
     char why[200];
     int opcode;
     uint64_t seq_at;
+    bool announced, numbered;   /* heard on ANN_PREFIX; with a number */
+    tern__engine_num num;
     size_t tlen, klen, len;
     char body[];
 } job;
@@ -238,10 +341,11 @@ static void on_error(natsConnection *nc, natsSubscription *sub, natsStatus err, 
     post(n, j);
 }
 
-/* A subject's topic: SUBJECT_PREFIX dropped, %XX escapes decoded. */
-static size_t subject_topic(const char *subj, char *out) {
-    size_t pl = sizeof(SUBJECT_PREFIX) - 1, n = 0;
-    if (strncmp(subj, SUBJECT_PREFIX, pl) != 0)
+/* A subject's topic: its prefix (SUBJECT_PREFIX or ANN_PREFIX) dropped,
+ * %XX escapes decoded. */
+static size_t subject_topic(const char *subj, const char *prefix, char *out) {
+    size_t pl = strlen(prefix), n = 0;
+    if (strncmp(subj, prefix, pl) != 0)
         return 0;
     for (const char *p = subj + pl; *p; p++) {
         unsigned v;
@@ -257,28 +361,32 @@ static size_t subject_topic(const char *subj, char *out) {
     return n;
 }
 
-/* A message (libnats's delivery thread): unpacked and posted. */
-static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
-    (void)nc;
-    (void)sub;
-    tern__nats *n = closure;
-    char topic[TERN_TOPIC_MAX];
-    size_t tlen = subject_topic(natsMsg_GetSubject(msg), topic);
-    const uint8_t *h = (const uint8_t *)natsMsg_GetData(msg);
-    size_t blen = (size_t)natsMsg_GetDataLength(msg);
-    if (tlen == 0 || h == NULL || blen < HEAD_LEN || memcmp(h, MAGIC, MAGIC_LEN) != 0 ||
-        h[HEAD_LEN - 1] > TERN_KEY_MAX || blen < HEAD_LEN + (size_t)h[HEAD_LEN - 1]) {
-        natsMsg_Destroy(msg);
-        return;
-    }
-    size_t klen = h[HEAD_LEN - 1], len = blen - HEAD_LEN - klen;
-    uint64_t at = 0;
+static uint64_t get_le64(const uint8_t *p) {
+    uint64_t v = 0;
     for (int i = 7; i >= 0; i--)
-        at = at << 8 | h[MAGIC_LEN + 1 + i];
-    int opcode = h[MAGIC_LEN];
-    job *j = NULL;
-    if ((opcode == TERN_WS_TEXT || opcode == TERN_WS_BINARY) && (at == UINT64_MAX || at <= len))
-        j = job_new(J_MSG, NULL, tlen + klen + len);
+        v = v << 8 | p[i];
+    return v;
+}
+
+static void put_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A J_MSG job for topic from an envelope without its magic (h, blen
+ * bytes: opcode, seq_at, key, payload); NULL when it is not one of ours
+ * or out of memory. */
+static job *unpack(const char *topic, size_t tlen, const uint8_t *h, size_t blen) {
+    const size_t head = HEAD_LEN - MAGIC_LEN;
+    if (tlen == 0 || h == NULL || blen < head || h[head - 1] > TERN_KEY_MAX ||
+        blen < head + (size_t)h[head - 1])
+        return NULL;
+    size_t klen = h[head - 1], len = blen - head - klen;
+    uint64_t at = get_le64(h + 1);
+    int opcode = h[0];
+    if ((opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY) || (at != UINT64_MAX && at > len))
+        return NULL;
+    job *j = job_new(J_MSG, NULL, tlen + klen + len);
     if (j) {
         j->opcode = opcode;
         j->seq_at = at;
@@ -286,7 +394,35 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
         j->klen = klen;
         j->len = len;
         memcpy(j->body, topic, tlen);
-        memcpy(j->body + tlen, h + HEAD_LEN, klen + len);
+        memcpy(j->body + tlen, h + head, klen + len);
+    }
+    return j;
+}
+
+/* A message (libnats's delivery thread): a topic's (SUBJECT_PREFIX), or
+ * a numbered one's announcement (ANN_PREFIX); unpacked and posted. */
+static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
+    (void)nc;
+    (void)sub;
+    tern__nats *n = closure;
+    char topic[TERN_TOPIC_MAX];
+    const char *subj = natsMsg_GetSubject(msg);
+    const uint8_t *h = (const uint8_t *)natsMsg_GetData(msg);
+    size_t blen = (size_t)natsMsg_GetDataLength(msg), tlen;
+    job *j = NULL;
+    if ((tlen = subject_topic(subj, SUBJECT_PREFIX, topic)) > 0) {
+        if (h && blen >= MAGIC_LEN && memcmp(h, MAGIC, MAGIC_LEN) == 0)
+            j = unpack(topic, tlen, h + MAGIC_LEN, blen - MAGIC_LEN);
+    } else if ((tlen = subject_topic(subj, ANN_PREFIX, topic)) > 0 && h &&
+               blen >= NUM_HEAD_LEN && memcmp(h, MAGIC_NUM, MAGIC_LEN) == 0) {
+        uint64_t epoch = get_le64(h + MAGIC_LEN), seq = get_le64(h + MAGIC_LEN + 8);
+        /* both 0: a node's own numbering (no JetStream) */
+        if ((epoch != 0) == (seq != 0) &&
+            (j = unpack(topic, tlen, h + NUM_HEAD_LEN, blen - NUM_HEAD_LEN))) {
+            j->announced = true;
+            j->numbered = epoch != 0;
+            j->num = (tern__engine_num){.epoch = epoch, .seq = seq};
+        }
     }
     natsMsg_Destroy(msg);
     if (j)
@@ -295,6 +431,26 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
 
 /* A subscription's end: no message handler runs for it after this. */
 static void on_sub_done(void *closure) { release(closure); }
+
+/* topic's subject: prefix, then the topic with '.', '*', '>', '%' and
+ * the bytes NATS would split on or refuse escaped as %XX, so that a topic
+ * is one token and never a wildcard. */
+static void topic_subject(const char *prefix, const char *topic, size_t tlen, char *out) {
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = strlen(prefix);
+    memcpy(out, prefix, n);
+    for (size_t i = 0; i < tlen; i++) {
+        unsigned char c = (unsigned char)topic[i];
+        if (c <= ' ' || c >= 0x7f || strchr(".*>%", c)) {
+            out[n++] = '%';
+            out[n++] = hex[c >> 4];
+            out[n++] = hex[c & 15];
+        } else {
+            out[n++] = (char)c;
+        }
+    }
+    out[n] = '\0';
+}
 
 /* ---- connecting (a thread of this file's) -------------------------------- */
 
@@ -413,6 +569,488 @@ static void *connect_main(void *arg) {
     return NULL;
 }
 
+/* ---- the worker: JetStream's requests (a thread of this file's) ---------- */
+
+/* topic's stream name: STREAM_PREFIX and the topic, every byte but
+ * [A-Za-z0-9-] written _XX (JetStream refuses '.', '*', '>', spaces and
+ * path separators in names, which are its storage's directory names);
+ * over STREAM_NAME_MAX, STREAM_PREFIX "_h" and the topic's hash instead
+ * ('h' is no hex digit: never an escaped name). */
+static void stream_name(const char *topic, size_t tlen, char *out) {
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = sizeof(STREAM_PREFIX) - 1;
+    memcpy(out, STREAM_PREFIX, n);
+    for (size_t i = 0; i < tlen && n + 3 < STREAM_NAME_MAX; i++) {
+        unsigned char c = (unsigned char)topic[i];
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-') {
+            out[n++] = (char)c;
+        } else {
+            out[n++] = '_';
+            out[n++] = hex[c >> 4];
+            out[n++] = hex[c & 15];
+        }
+    }
+    out[n] = '\0';
+    if (n + 3 >= STREAM_NAME_MAX)   /* cut short: named by its hash */
+        snprintf(out, STREAM_NAME_MAX, STREAM_PREFIX "_h%016llx",
+                 (unsigned long long)tern__ps_hash_name(topic, tlen));
+}
+
+/* A job from the worker to the loop (J_LAST, J_CLAIMED, J_LISTENING,
+ * J_WARN): topic in body, num's epoch and seq. */
+static void post_result(tern__nats *n, enum job_kind kind, const char *topic, size_t tlen,
+                        uint64_t epoch, uint64_t seq) {
+    job *j = job_new(kind, NULL, tlen);
+    if (j == NULL)
+        return;
+    j->tlen = tlen;
+    memcpy(j->body, topic, tlen);
+    j->num = (tern__engine_num){.epoch = epoch, .seq = seq};
+    post(n, j);
+}
+
+static void warn(tern__nats *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn(tern__nats *n, const char *fmt, ...) {
+    job *j = job_new(J_WARN, NULL, 0);
+    if (j == NULL)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(j->why, sizeof(j->why), fmt, ap);
+    va_end(ap);
+    post(n, j);
+}
+
+/* Waits up to ms for the end (wstop) or for a new context; false at the
+ * end. Under wmu. */
+static bool wait_locked(tern__nats *n, uint32_t ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    if (!n->wstop && !n->js_set)
+        pthread_cond_timedwait(&n->wcv, &n->wmu, &ts);
+    return !n->wstop;
+}
+
+/* The context the loop handed over, taken (the old one destroyed: the
+ * connection it held alive goes with it when the loop has let it go);
+ * false at the end. */
+static bool take_context(tern__nats *n) {
+    pthread_mutex_lock(&n->wmu);
+    bool on = !n->wstop;
+    jsCtx *old = NULL;
+    if (n->js_set) {
+        old = n->js;
+        n->js = n->js_next;
+        n->wnc = n->nc_next;
+        n->js_next = NULL;
+        n->nc_next = NULL;
+        n->js_set = false;
+    }
+    pthread_mutex_unlock(&n->wmu);
+    if (old)
+        jsCtx_Destroy(old);
+    return on;
+}
+
+/* A pause between two tries; false at the end. */
+static bool pause_worker(tern__nats *n) {
+    pthread_mutex_lock(&n->wmu);
+    bool on = wait_locked(n, TRY_AGAIN_MS);
+    pthread_mutex_unlock(&n->wmu);
+    return on && take_context(n);
+}
+
+static void forget_streams(tern__nats *n) {
+    for (size_t i = 0; i < n->streams.nb; i++)
+        for (tern__ps_node *p = n->streams.b[i], *next; p; p = next) {
+            next = p->next;
+            free(p);
+        }
+    free(n->streams.b);
+    n->streams = (tern__ps_table){0};
+}
+
+static wstream *find_stream(tern__nats *n, const char *topic, size_t tlen, uint64_t h) {
+    if (n->streams.nb == 0)
+        return NULL;
+    for (tern__ps_node *p = *tern__ps_bucket(&n->streams, h); p; p = p->next) {
+        wstream *e = (wstream *)p;
+        if (p->hash == h && e->tlen == tlen && memcmp(e->topic, topic, tlen) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+/* The epoch a stream's description holds; 0 for none (not tern's). */
+static uint64_t info_epoch(const jsStreamInfo *si) {
+    const char *d = si->Config ? si->Config->Description : NULL;
+    size_t pl = sizeof(EPOCH_DESC) - 1;
+    unsigned long long e = 0;
+    char end;
+    if (d == NULL || strncmp(d, EPOCH_DESC, pl) != 0 || strlen(d + pl) != 16 ||
+        sscanf(d + pl, "%16llx%c", &e, &end) != 1)
+        return 0;
+    return (uint64_t)e;
+}
+
+/* topic's stream as JetStream has it: NATS_OK (*si to destroy),
+ * NATS_NOT_FOUND when there is none, or the failure. */
+static natsStatus stream_info(tern__nats *n, const char *topic, size_t tlen, jsStreamInfo **si) {
+    char name[STREAM_NAME_MAX];
+    stream_name(topic, tlen, name);
+    jsErrCode jerr = 0;
+    *si = NULL;
+    if (n->js == NULL)
+        return NATS_CONNECTION_CLOSED;
+    natsStatus s = js_GetStreamInfo(si, n->js, name, NULL, &jerr);
+    if (s == NATS_OK && info_epoch(*si) == 0) {
+        warn(n, "stream %s holds no tern epoch in its description: not used", name);
+        jsStreamInfo_Destroy(*si);
+        *si = NULL;
+        return NATS_ERR;
+    }
+    return s == NATS_OK ? NATS_OK : jerr == JSStreamNotFoundErr ? NATS_NOT_FOUND : s;
+}
+
+/* topic's stream made, under epoch, keeping keep messages (0: no limit)
+ * for keep_ms (0: for good); NATS_OK too when another node made it
+ * first (its epoch holds). */
+static natsStatus make_stream(tern__nats *n, const char *topic, size_t tlen, uint64_t epoch,
+                              uint32_t keep, uint64_t keep_ms) {
+    char name[STREAM_NAME_MAX], subj[SUBJECT_MAX], desc[sizeof(EPOCH_DESC) + 16];
+    stream_name(topic, tlen, name);
+    topic_subject(JS_PREFIX, topic, tlen, subj);
+    snprintf(desc, sizeof(desc), EPOCH_DESC "%016llx", (unsigned long long)epoch);
+    const char *subjects[1] = {subj};
+    jsStreamConfig c;
+    jsStreamConfig_Init(&c);
+    c.Name = name;
+    c.Description = desc;
+    c.Subjects = subjects;
+    c.SubjectsLen = 1;
+    c.Storage = js_FileStorage;
+    c.Retention = js_LimitsPolicy;
+    c.Discard = js_DiscardOld;
+    c.MaxMsgs = keep ? (int64_t)keep : -1;
+    c.MaxAge = (int64_t)keep_ms * 1000000;   /* ns */
+    c.Replicas = n->url.replicas;
+    jsErrCode jerr = 0;
+    jsStreamInfo *si = NULL;
+    if (n->js == NULL)
+        return NATS_CONNECTION_CLOSED;
+    natsStatus s = js_AddStream(&si, n->js, &c, NULL, &jerr);
+    jsStreamInfo_Destroy(si);
+    if (s != NATS_OK && jerr != JSStreamNameExistErr) {
+        char why[160];
+        last_error(s, why, sizeof(why));
+        warn(n, "cannot make stream %s: %s", name, why);
+        return s;
+    }
+    return NATS_OK;
+}
+
+/* The history's limits on a stream used for the first time here: what
+ * this node's rule says (a rule changed, or a claim that made the stream
+ * without them). */
+static void fit_limits(tern__nats *n, jsStreamInfo *si, uint32_t keep, uint32_t keep_ms) {
+    jsStreamConfig *c = si->Config;
+    int64_t msgs = keep ? (int64_t)keep : -1, age = (int64_t)keep_ms * 1000000;
+    if (c == NULL || (c->MaxMsgs == msgs && c->MaxAge == age))
+        return;
+    c->MaxMsgs = msgs;
+    c->MaxAge = age;
+    jsStreamInfo *out = NULL;
+    jsErrCode jerr = 0;
+    if (js_UpdateStream(&out, n->js, c, NULL, &jerr) != NATS_OK)
+        warn(n, "cannot set stream %s's limits (%d)", c->Name, (int)jerr);
+    jsStreamInfo_Destroy(out);
+}
+
+/* topic's stream for a publish: known here, or read (made when there is
+ * none, under a random epoch); NULL when JetStream did not answer. */
+static wstream *use_stream(tern__nats *n, const char *topic, size_t tlen, uint32_t keep,
+                           uint32_t keep_ms) {
+    uint64_t h = tern__ps_hash_name(topic, tlen);
+    wstream *e = find_stream(n, topic, tlen, h);
+    if (e)
+        return e;
+    jsStreamInfo *si;
+    natsStatus s = stream_info(n, topic, tlen, &si);
+    if (s == NATS_NOT_FOUND) {
+        uint64_t epoch = 0;
+        while (epoch == 0 && tern__plat_random(&epoch, sizeof(epoch), true) == 0) {
+        }
+        if (epoch == 0)
+            epoch = ((uint64_t)nats_NowInNanoSeconds() << 1) | 1;
+        if (make_stream(n, topic, tlen, epoch, keep, keep_ms) == NATS_OK)
+            s = stream_info(n, topic, tlen, &si);
+    }
+    if (s != NATS_OK)
+        return NULL;
+    fit_limits(n, si, keep, keep_ms);
+    e = tern__ps_table_grow(&n->streams) < 0 ? NULL : malloc(sizeof(*e) + tlen);
+    if (e) {
+        e->n.hash = h;
+        e->epoch = info_epoch(si);
+        e->last = si->State.LastSeq;
+        e->tlen = tlen;
+        memcpy(e->topic, topic, tlen);
+        tern__ps_table_add(&n->streams, &e->n);
+    }
+    jsStreamInfo_Destroy(si);
+    return e;
+}
+
+static void drop_stream(tern__nats *n, wstream *e) {
+    tern__ps_table_del(&n->streams, &e->n);
+    free(e);
+}
+
+/* The announcement of a numbered message (epoch and seq 0: numbered by
+ * its node) to the other nodes: "tn2", epoch, seq, then env (len bytes)
+ * without its magic. Any thread. */
+static natsStatus announce(natsConnection *nc, const char *topic, size_t tlen, const uint8_t *env,
+                           size_t len, uint64_t epoch, uint64_t seq) {
+    size_t alen = NUM_HEAD_LEN + len - MAGIC_LEN;
+    uint8_t *a = malloc(alen);
+    if (a == NULL)
+        return NATS_NO_MEMORY;
+    memcpy(a, MAGIC_NUM, MAGIC_LEN);
+    put_le64(a + MAGIC_LEN, epoch);
+    put_le64(a + MAGIC_LEN + 8, seq);
+    memcpy(a + NUM_HEAD_LEN, env + MAGIC_LEN, len - MAGIC_LEN);
+    char subj[SUBJECT_MAX];
+    topic_subject(ANN_PREFIX, topic, tlen, subj);
+    natsStatus s = natsConnection_Publish(nc, subj, a, (int)alen);
+    free(a);
+    return s;
+}
+
+/* A numbered publish: stored in its stream (tried again with the same
+ * message id until PUBLISH_TRY_MS: JetStream keeps one copy), delivered
+ * here with its number, announced to the other nodes. */
+static void w_publish(tern__nats *n, const work *w) {
+    const char *topic = w->body;
+    const uint8_t *env = (const uint8_t *)w->body + w->tlen;
+    char subj[SUBJECT_MAX], id[48];
+    topic_subject(JS_PREFIX, topic, w->tlen, subj);
+    snprintf(id, sizeof(id), "%s-%llu", n->node, (unsigned long long)++n->msgid);
+    int64_t until = nats_Now() + PUBLISH_TRY_MS;
+    jsPubAck *pa = NULL;
+    wstream *e = NULL;
+    for (;;) {
+        e = use_stream(n, topic, w->tlen, w->keep, w->keep_ms);
+        if (e) {
+            jsPubOptions po;
+            jsPubOptions_Init(&po);
+            po.MsgId = id;
+            jsErrCode jerr = 0;
+            natsStatus s = js_Publish(&pa, n->js, subj, env, (int)w->len, &po, &jerr);
+            if (s == NATS_OK)
+                break;
+            if (s == NATS_NO_RESPONDERS)   /* the stream is gone: made again at the next try */
+                drop_stream(n, e);
+        }
+        if (nats_Now() >= until || !pause_worker(n)) {
+            TERN__COUNTER_ADD(n->w_dropped, 1);
+            return;
+        }
+    }
+    uint64_t seq = pa->Sequence;
+    jsPubAck_Destroy(pa);
+    if (seq <= e->last) {
+        /* numbered from the start again: the stream was made anew (its
+         * epoch read again) */
+        drop_stream(n, e);
+        if ((e = use_stream(n, topic, w->tlen, w->keep, w->keep_ms)) == NULL) {
+            TERN__COUNTER_ADD(n->w_dropped, 1);
+            return;
+        }
+    }
+    e->last = seq;
+    TERN__COUNTER_ADD(n->w_published, 1);
+    job *j = unpack(topic, w->tlen, env + MAGIC_LEN, w->len - MAGIC_LEN);
+    if (j) {
+        j->announced = j->numbered = true;
+        j->num = (tern__engine_num){.epoch = e->epoch, .seq = seq};
+        post(n, j);
+    }
+    announce(n->wnc, topic, w->tlen, env, w->len, e->epoch, seq);
+}
+
+/* A fill: seqs a..b of the topic's stream, those it still has, each
+ * delivered with its number, in order. */
+static void w_fill(tern__nats *n, const work *w) {
+    jsStreamInfo *si;
+    if (stream_info(n, w->body, w->tlen, &si) != NATS_OK)
+        return;
+    uint64_t epoch = info_epoch(si), first = si->State.FirstSeq, last = si->State.LastSeq;
+    jsStreamInfo_Destroy(si);
+    char name[STREAM_NAME_MAX];
+    stream_name(w->body, w->tlen, name);
+    TERN__COUNTER_ADD(n->w_fills, 1);
+    for (uint64_t seq = w->a > first ? w->a : first; seq <= w->b && seq <= last; seq++) {
+        natsMsg *m = NULL;
+        jsErrCode jerr = 0;
+        natsStatus s = js_GetMsg(&m, n->js, name, seq, NULL, &jerr);
+        if (s != NATS_OK) {
+            if (jerr == JSNoMessageFoundErr)
+                continue;   /* gone by the limits: the bridge sees the gap */
+            return;         /* the next live message asks again */
+        }
+        const uint8_t *h = (const uint8_t *)natsMsg_GetData(m);
+        size_t len = (size_t)natsMsg_GetDataLength(m);
+        job *j = h && len >= MAGIC_LEN && memcmp(h, MAGIC, MAGIC_LEN) == 0
+                     ? unpack(w->body, w->tlen, h + MAGIC_LEN, len - MAGIC_LEN) : NULL;
+        natsMsg_Destroy(m);
+        if (j) {
+            j->announced = j->numbered = true;
+            j->num = (tern__engine_num){.epoch = epoch, .seq = seq, .fill = true};
+            post(n, j);
+        }
+    }
+}
+
+/* A claim: the stream made under the claimed epoch unless it is there;
+ * the epoch that holds and its last seq answered. */
+static void w_claim(tern__nats *n, const work *w) {
+    jsStreamInfo *si;
+    natsStatus s = stream_info(n, w->body, w->tlen, &si);
+    if (s == NATS_NOT_FOUND && make_stream(n, w->body, w->tlen, w->a, 0, w->b) == NATS_OK)
+        s = stream_info(n, w->body, w->tlen, &si);
+    if (s != NATS_OK)
+        return;
+    post_result(n, J_CLAIMED, w->body, w->tlen, info_epoch(si), si->State.LastSeq);
+    jsStreamInfo_Destroy(si);
+}
+
+static void w_last(tern__nats *n, const work *w) {
+    jsStreamInfo *si;
+    if (stream_info(n, w->body, w->tlen, &si) != NATS_OK)
+        return;
+    post_result(n, J_LAST, w->body, w->tlen, info_epoch(si), si->State.LastSeq);
+    jsStreamInfo_Destroy(si);
+}
+
+/* The announcements' subscription confirmed (the server answered a PING
+ * sent after it): every numbered message is heard from now on. The
+ * streams are read afresh after each connect (one may have been made
+ * anew meanwhile). */
+static void w_listen(tern__nats *n, const work *w) {
+    forget_streams(n);
+    int64_t until = nats_Now() + PUBLISH_TRY_MS;
+    while (n->wnc == NULL || natsConnection_FlushTimeout(n->wnc, JS_WAIT_MS) != NATS_OK)
+        if (nats_Now() >= until || !pause_worker(n))
+            return;   /* the link is going: its next connect asks again */
+    /* JetStream there? (no responders: not enabled on this server) */
+    jsAccountInfo *ai = NULL;
+    jsErrCode jerr = 0;
+    natsStatus s = js_GetAccountInfo(&ai, n->js, NULL, &jerr);
+    jsAccountInfo_Destroy(ai);
+    bool none = s == NATS_NO_RESPONDERS || jerr == JSNotEnabledErr ||
+                jerr == JSNotEnabledForAccountErr;
+    if (s == NATS_OK || none)
+        atomic_store(&n->no_js, none);
+    if (none)
+        warn(n, "has no JetStream: topics with a history are numbered by each node (a "
+                "subscriber resumes only on the node it left)");
+    post_result(n, J_LISTENING, "", 0, w->a, 0);
+}
+
+static void *worker_main(void *arg) {
+    tern__nats *n = arg;
+    for (;;) {
+        pthread_mutex_lock(&n->wmu);
+        while (!n->wstop && !n->js_set && n->whead == NULL)
+            pthread_cond_wait(&n->wcv, &n->wmu);
+        work *w = n->wstop ? NULL : n->whead;
+        if (w) {
+            n->whead = w->next;
+            if (n->whead == NULL)
+                n->wtail = &n->whead;
+            n->wcount--;
+        }
+        bool stop = n->wstop;
+        pthread_mutex_unlock(&n->wmu);
+        if (stop || !take_context(n)) {
+            free(w);
+            break;
+        }
+        if (w && w->kind == W_PUBLISH)
+            w_publish(n, w);
+        else if (w && w->kind == W_FILL)
+            w_fill(n, w);
+        else if (w && w->kind == W_CLAIM)
+            w_claim(n, w);
+        else if (w && w->kind == W_LAST)
+            w_last(n, w);
+        else if (w)
+            w_listen(n, w);
+        free(w);
+    }
+    forget_streams(n);
+    if (n->js)
+        jsCtx_Destroy(n->js);
+    n->js = NULL;
+    release(n);   /* the worker's */
+    nats_ReleaseThreadMemory();
+    return NULL;
+}
+
+/* From the loop: w queued for the worker (false, w freed, when the queue
+ * is full or the worker is not there). */
+static bool work_post(tern__nats *n, work *w) {
+    pthread_mutex_lock(&n->wmu);
+    bool ok = n->worker_started && !n->wstop && n->wcount < WORK_MAX;
+    if (ok) {
+        w->next = NULL;
+        *n->wtail = w;
+        n->wtail = &w->next;
+        n->wcount++;
+        pthread_cond_signal(&n->wcv);
+    }
+    pthread_mutex_unlock(&n->wmu);
+    if (!ok)
+        free(w);
+    return ok;
+}
+
+static work *work_new(enum work_kind kind, const char *topic, size_t tlen, size_t extra) {
+    work *w = calloc(1, sizeof(*w) + tlen + extra);
+    if (w) {
+        w->kind = kind;
+        w->tlen = tlen;
+        memcpy(w->body, topic, tlen);
+    }
+    return w;
+}
+
+/* From the loop: the worker's context for nc from now on (NULL: none,
+ * the connection gone). */
+static void hand_context(tern__nats *n, natsConnection *nc) {
+    jsCtx *js = NULL;
+    jsOptions o;
+    jsOptions_Init(&o);
+    o.Wait = JS_WAIT_MS;
+    if (nc && natsConnection_JetStream(&js, nc, &o) != NATS_OK)
+        js = NULL;
+    pthread_mutex_lock(&n->wmu);
+    jsCtx *old = n->js_set ? n->js_next : NULL;   /* never taken: the worker never used it */
+    n->js_next = js;
+    n->nc_next = js ? nc : NULL;
+    n->js_set = true;
+    pthread_cond_signal(&n->wcv);
+    pthread_mutex_unlock(&n->wmu);
+    if (old)
+        jsCtx_Destroy(old);
+}
+
 /* ---- the loop's side ------------------------------------------------------ */
 
 /* Says why the bridge is not linked, unless that was the last thing said:
@@ -490,10 +1128,18 @@ static void drop_subs(tern__nats *n) {
         }
     free(n->subs.b);
     n->subs = (tern__ps_table){0};
+    if (n->ann) {
+        natsSubscription_Unsubscribe(n->ann);
+        natsSubscription_Destroy(n->ann);
+        n->ann = NULL;
+    }
 }
 
+/* Linked: the topics followed again (resubscribe); when the bridge
+ * follows numbered topics (psubscribe), connected only once the worker
+ * has seen the announcements' subscription confirmed (J_LISTENING):
+ * until then a numbered publish would go by unheard here. */
 static void set_connected(tern__nats *n) {
-    atomic_store(&n->connected, true);
     atomic_store(&n->auth_refused, false);
     n->backoff_ms = BACKOFF_MIN_MS;
     if (n->ever_up)
@@ -504,7 +1150,22 @@ static void set_connected(tern__nats *n) {
               n->url.hosts, n->ever_up ? " again" : "", url);
     n->why[0] = '\0';
     n->ever_up = true;
+    n->nprefix = 0;
+    n->listen_gen++;
     n->hooks.resubscribe(n->user);
+    work *w = n->nprefix > 0 ? work_new(W_LISTEN, "", 0, 0) : NULL;
+    if (w)
+        w->a = n->listen_gen;
+    if (n->nprefix == 0 || !work_post(n, w))
+        atomic_store(&n->connected, true);
+}
+
+/* A numbered message's topic is one this node numbers (its prefixes). */
+static bool numbers_topic(const tern__nats *n, const char *topic, size_t tlen) {
+    for (int i = 0; i < n->nprefix; i++)
+        if (n->plen[i] <= tlen && memcmp(n->prefix[i], topic, n->plen[i]) == 0)
+            return true;
+    return false;
 }
 
 static const char *credentials(const tern__nats *n) {
@@ -526,6 +1187,7 @@ static void run_job(tern_loop *loop, void *user) {
         n->connecting = false;
         n->nc = j->nc;
         j->nc = NULL;
+        hand_context(n, n->nc);
         set_connected(n);
         break;
     case J_FAILED:
@@ -553,6 +1215,7 @@ static void run_job(tern_loop *loop, void *user) {
          * twice): a new one from scratch after the backoff */
         if (j->nc == n->nc) {
             drop_subs(n);
+            hand_context(n, NULL);
             natsConnection_Destroy(n->nc);
             n->nc = NULL;
             atomic_store(&n->auth_refused, j->auth);
@@ -567,36 +1230,34 @@ static void run_job(tern_loop *loop, void *user) {
             say(n, TERN_LOG_WARN, "error: %s", j->why);
         break;
     case J_MSG:
+        if (j->announced && !numbers_topic(n, j->body, j->tlen))
+            break;
         bump(&n->received);
         n->hooks.message(n->user, j->body, j->tlen, j->body + j->tlen, j->klen,
                          j->body + j->tlen + j->klen, j->len, j->opcode,
-                         j->seq_at == UINT64_MAX ? SIZE_MAX : (size_t)j->seq_at, NULL);
+                         j->seq_at == UINT64_MAX ? SIZE_MAX : (size_t)j->seq_at,
+                         j->numbered ? &j->num : NULL);
+        break;
+    case J_LISTENING:
+        if (j->num.epoch == n->listen_gen && n->nc && !atomic_load(&n->connected)) {
+            atomic_store(&n->connected, true);
+            n->hooks.listening(n->user);
+        }
+        break;
+    case J_LAST:
+        n->hooks.last(n->user, j->body, j->tlen, j->num.epoch, j->num.seq);
+        break;
+    case J_CLAIMED:
+        n->hooks.claimed(n->user, j->body, j->tlen, j->num.epoch, j->num.seq);
+        break;
+    case J_WARN:
+        say(n, TERN_LOG_WARN, "%s", j->why);
         break;
     }
     job_free(j);
 }
 
 /* ---- the engine's operations (the loop's thread) ------------------------- */
-
-/* topic's subject: the prefix, then the topic with '.', '*', '>', '%' and
- * the bytes NATS would split on or refuse escaped as %XX, so that a topic
- * is one token and never a wildcard. */
-static void topic_subject(const char *topic, size_t tlen, char *out) {
-    static const char hex[] = "0123456789ABCDEF";
-    size_t n = sizeof(SUBJECT_PREFIX) - 1;
-    memcpy(out, SUBJECT_PREFIX, n);
-    for (size_t i = 0; i < tlen; i++) {
-        unsigned char c = (unsigned char)topic[i];
-        if (c <= ' ' || c >= 0x7f || strchr(".*>%", c)) {
-            out[n++] = '%';
-            out[n++] = hex[c >> 4];
-            out[n++] = hex[c & 15];
-        } else {
-            out[n++] = (char)c;
-        }
-    }
-    out[n] = '\0';
-}
 
 static nsub *find_sub(tern__nats *n, const char *topic, size_t tlen, uint64_t h) {
     if (n->subs.nb == 0)
@@ -628,7 +1289,7 @@ static void nats_subscribe(void *state, const char *topic, size_t tlen, bool on)
     if (e == NULL)
         return;
     char subj[SUBJECT_MAX];
-    topic_subject(topic, tlen, subj);
+    topic_subject(SUBJECT_PREFIX, topic, tlen, subj);
     hold(n);   /* the subscription's, given back by on_sub_done */
     natsStatus s = natsConnection_Subscribe(&e->s, n->nc, subj, on_msg, n);
     if (s != NATS_OK) {
@@ -647,33 +1308,136 @@ static void nats_subscribe(void *state, const char *topic, size_t tlen, bool on)
     tern__ps_table_add(&n->subs, &e->n);
 }
 
-static void nats_publish(void *state, const char *topic, size_t tlen, const char *key,
-                         size_t klen, const void *data, size_t len, int opcode, size_t seq_at) {
-    tern__nats *n = state;
-    /* libnats would keep it for after a reconnect: nothing is queued */
-    uint8_t *m = NULL;
-    if (!atomic_load(&n->connected) || natsConnection_Status(n->nc) != NATS_CONN_STATUS_CONNECTED ||
-        HEAD_LEN + klen + len > INT32_MAX || (m = malloc(HEAD_LEN + klen + len)) == NULL) {
-        bump(&n->dropped);
-        return;
-    }
+/* The envelope (the file's comment) into m (HEAD_LEN + klen + len bytes). */
+static void envelope(uint8_t *m, const char *key, size_t klen, const void *data, size_t len,
+                     int opcode, size_t seq_at) {
     memcpy(m, MAGIC, MAGIC_LEN);
     m[MAGIC_LEN] = (uint8_t)opcode;
-    uint64_t at = seq_at == SIZE_MAX ? UINT64_MAX : (uint64_t)seq_at;
-    for (int i = 0; i < 8; i++)
-        m[MAGIC_LEN + 1 + i] = (uint8_t)(at >> (8 * i));
+    put_le64(m + MAGIC_LEN + 1, seq_at == SIZE_MAX ? UINT64_MAX : (uint64_t)seq_at);
     m[HEAD_LEN - 1] = (uint8_t)klen;   /* at most TERN_KEY_MAX (128) */
     if (klen)
         memcpy(m + HEAD_LEN, key, klen);
     if (len)
         memcpy(m + HEAD_LEN + klen, data, len);
+}
+
+/* Linked now (libnats may know it lost the link before its callback has
+ * reached the loop): a publish meanwhile is dropped, not queued. */
+static bool linked(const tern__nats *n) {
+    return atomic_load(&n->connected) && natsConnection_Status(n->nc) == NATS_CONN_STATUS_CONNECTED;
+}
+
+static void nats_publish(void *state, const char *topic, size_t tlen, const char *key,
+                         size_t klen, const void *data, size_t len, int opcode, size_t seq_at) {
+    tern__nats *n = state;
+    /* libnats would keep it for after a reconnect: nothing is queued */
+    uint8_t *m = NULL;
+    if (!linked(n) || HEAD_LEN + klen + len > INT32_MAX ||
+        (m = malloc(HEAD_LEN + klen + len)) == NULL) {
+        bump(&n->dropped);
+        return;
+    }
+    envelope(m, key, klen, data, len, opcode, seq_at);
     char subj[SUBJECT_MAX];
-    topic_subject(topic, tlen, subj);
+    topic_subject(SUBJECT_PREFIX, topic, tlen, subj);
     if (natsConnection_Publish(n->nc, subj, m, (int)(HEAD_LEN + klen + len)) == NATS_OK)
         bump(&n->published);
     else
         bump(&n->dropped);
     free(m);
+}
+
+/* A numbered publish to a server without JetStream: delivered here (a
+ * job, with no number: this node numbers it) and announced unnumbered. */
+static void no_numbering(tern__nats *n, const char *topic, size_t tlen, const char *key,
+                         size_t klen, const void *data, size_t len, int opcode, size_t seq_at) {
+    uint8_t *m = NULL;
+    if (HEAD_LEN + klen + len > INT32_MAX || (m = malloc(HEAD_LEN + klen + len)) == NULL) {
+        bump(&n->dropped);
+        return;
+    }
+    envelope(m, key, klen, data, len, opcode, seq_at);
+    job *j = unpack(topic, tlen, m + MAGIC_LEN, HEAD_LEN + klen + len - MAGIC_LEN);
+    if (j)
+        post(n, j);
+    if (linked(n) &&
+        announce(n->nc, topic, tlen, m, HEAD_LEN + klen + len, 0, 0) == NATS_OK)
+        bump(&n->published);
+    else
+        bump(&n->dropped);
+    free(m);
+}
+
+/* Numbered by JetStream on the worker thread (the file's comment), which
+ * delivers it here with its number. */
+static void nats_publish_numbered(void *state, const char *topic, size_t tlen, const char *key,
+                                  size_t klen, const void *data, size_t len, int opcode,
+                                  size_t seq_at, uint32_t keep, uint32_t keep_ms) {
+    tern__nats *n = state;
+    work *w = NULL;
+    if (atomic_load(&n->no_js)) {
+        no_numbering(n, topic, tlen, key, klen, data, len, opcode, seq_at);
+        return;
+    }
+    if (!linked(n) || HEAD_LEN + klen + len > INT32_MAX ||
+        (w = work_new(W_PUBLISH, topic, tlen, HEAD_LEN + klen + len)) == NULL) {
+        bump(&n->dropped);
+        return;
+    }
+    envelope((uint8_t *)w->body + tlen, key, klen, data, len, opcode, seq_at);
+    w->len = HEAD_LEN + klen + len;
+    w->keep = keep;
+    w->keep_ms = keep_ms;
+    if (!work_post(n, w))
+        bump(&n->dropped);
+}
+
+/* Every topic's announcements are heard (one subscription, ANN_PREFIX
+ * ">": the escaped topic is one token, which no wildcard could match by
+ * its start); those under none of the prefixes are not delivered. */
+static void nats_psubscribe(void *state, const char *prefix, size_t plen) {
+    tern__nats *n = state;
+    if (n->nc == NULL || n->nprefix > TERN_TOPIC_RULES_MAX || plen > TERN_TOPIC_MAX)
+        return;
+    memcpy(n->prefix[n->nprefix], prefix, plen);
+    n->plen[n->nprefix++] = plen;
+    if (n->ann)
+        return;
+    hold(n);   /* the subscription's, given back by on_sub_done */
+    natsStatus s = natsConnection_Subscribe(&n->ann, n->nc, ANN_PREFIX ">", on_msg, n);
+    if (s != NATS_OK) {
+        release(n);
+        n->ann = NULL;
+        say(n, TERN_LOG_WARN, "cannot subscribe to %s>: %s", ANN_PREFIX, natsStatus_GetText(s));
+        return;
+    }
+    if (natsSubscription_SetOnCompleteCB(n->ann, on_sub_done, n) != NATS_OK)
+        release(n);
+}
+
+static void nats_fill(void *state, const char *topic, size_t tlen, uint64_t from, uint64_t to) {
+    work *w = work_new(W_FILL, topic, tlen, 0);
+    if (w) {
+        w->a = from;
+        w->b = to;
+        work_post(state, w);
+    }
+}
+
+static void nats_claim(void *state, const char *topic, size_t tlen, uint64_t epoch,
+                       uint64_t keep_ms) {
+    work *w = work_new(W_CLAIM, topic, tlen, 0);
+    if (w) {
+        w->a = epoch;
+        w->b = keep_ms;
+        work_post(state, w);
+    }
+}
+
+static void nats_last(void *state, const char *topic, size_t tlen) {
+    work *w = work_new(W_LAST, topic, tlen, 0);
+    if (w)
+        work_post(state, w);
 }
 
 static bool nats_connected(const void *state) {
@@ -686,10 +1450,10 @@ static void nats_stats(const void *state, tern_bridge_counters *out) {
     const tern__nats *n = state;
     out->connected = atomic_load(&n->connected);
     out->reconnects = atomic_load(&n->reconnects);
-    out->published = atomic_load(&n->published);
+    out->published = atomic_load(&n->published) + atomic_load(&n->w_published);
     out->received = atomic_load(&n->received);
-    out->dropped = atomic_load(&n->dropped);
-    out->fills = 0;
+    out->dropped = atomic_load(&n->dropped) + atomic_load(&n->w_dropped);
+    out->fills = atomic_load(&n->w_fills);
     out->auth_refused = atomic_load(&n->auth_refused);
 }
 
@@ -709,9 +1473,23 @@ static void nats_free(void *state) {
         tern_timer_stop(n->retry);
     join_connect(n);
     drop_subs(n);
+    /* the worker told to stop; the connection closed first, which ends a
+     * JetStream request it waits on */
+    pthread_mutex_lock(&n->wmu);
+    n->wstop = true;
+    pthread_cond_signal(&n->wcv);
+    pthread_mutex_unlock(&n->wmu);
     if (n->nc)
         natsConnection_Destroy(n->nc);
     n->nc = NULL;
+    if (n->worker_started)
+        pthread_join(n->worker, NULL);
+    for (work *w = n->whead, *next; w; w = next) {
+        next = w->next;
+        free(w);
+    }
+    if (n->js_next)
+        jsCtx_Destroy(n->js_next);
     atomic_store(&n->connected, false);
     release(n);
 }
@@ -723,6 +1501,11 @@ static const tern__engine_ops nats_ops = {
     .connected = nats_connected,
     .subscribe = nats_subscribe,
     .publish = nats_publish,
+    .publish_numbered = nats_publish_numbered,
+    .psubscribe = nats_psubscribe,
+    .fill = nats_fill,
+    .claim = nats_claim,
+    .last = nats_last,
     .stats = nats_stats,
 };
 
@@ -739,17 +1522,33 @@ int tern__nats_engine(tern__engine *out, tern_loop *loop, const char *url,
         return -EINVAL;
     }
     pthread_mutex_init(&n->mu, NULL);
+    pthread_mutex_init(&n->wmu, NULL);
+    pthread_cond_init(&n->wcv, NULL);
+    n->wtail = &n->whead;
     atomic_init(&n->refs, 1);
     n->loop = loop;
+    /* this node's message ids (JetStream's duplicate window) */
+    uint64_t id = 0;
+    if (tern__plat_random(&id, sizeof(id), true) < 0)
+        id = (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)n;
+    snprintf(n->node, sizeof(n->node), "%016llx", (unsigned long long)id);
     n->hooks = *hooks;
     n->user = user;
     n->backoff_ms = BACKOFF_MIN_MS;
     n->seed = (unsigned)getpid() ^ (unsigned)(uintptr_t)n;
     /* The first try from the loop, as every later one: what it says is
      * logged from there, not from inside the caller's call. */
-    int err = tern_timer_start(loop, &n->retry, 0, 0, on_retry, n);
+    hold(n);   /* the worker's */
+    int err = -pthread_create(&n->worker, NULL, worker_main, n);
     if (err < 0) {
         release(n);
+        release(n);
+        return err;
+    }
+    n->worker_started = true;
+    err = tern_timer_start(loop, &n->retry, 0, 0, on_retry, n);
+    if (err < 0) {
+        nats_free(n);
         return err;
     }
     n->retry_armed = true;

@@ -19,15 +19,18 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
+import weakref
 
 import pytest
 from websockets.sync.client import connect
 
 from conftest import SLOW, TERN_BIN, wait_for
-from test_redis import free_port, recv_data, subscribe   # the cross-node helpers
+from test_redis import (free_port, http_publish, pubsub_subscribe, recv_data,   # the cross-node
+                        recv_msg, subscribe)                                   # helpers
 from test_tls import make_cert
 
 pytestmark = pytest.mark.skipif(shutil.which("nats-server") is None,
@@ -36,18 +39,24 @@ pytestmark = pytest.mark.skipif(shutil.which("nats-server") is None,
 
 class Nats:
     """A nats-server on 127.0.0.1 (port, and a monitoring port for its
-    subscriptions); auth: extra arguments (--user/--pass, --auth)."""
+    subscriptions) with JetStream, its storage in a directory of its own
+    (kept across a restart); auth: extra arguments (--user/--pass, --auth,
+    or a cluster's); js=False: without JetStream."""
 
-    def __init__(self, port, *auth):
+    def __init__(self, port, *auth, js=True):
         self.port = port
         self.monitor = free_port()
         self.auth = list(auth)   # or a cluster's arguments
+        self.store = tempfile.mkdtemp(prefix="tern-nats-") if js else None
+        if self.store:
+            weakref.finalize(self, shutil.rmtree, self.store, True)
         self.proc = None
 
     def start(self):
+        js = ["-js", "-sd", self.store] if self.store else []
         self.proc = subprocess.Popen(
             ["nats-server", "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.monitor),
-             *self.auth], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             *js, *self.auth], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(self.answers, "nats-server answers")
 
     def answers(self):
@@ -66,10 +75,23 @@ class Nats:
             self.proc.kill()
             self.proc.wait()
 
+    def wipe(self):
+        """Its JetStream storage gone (stopped first): every stream lost."""
+        shutil.rmtree(self.store, ignore_errors=True)
+        os.makedirs(self.store)
+
     def subjects(self):
-        """Every client's subscriptions, one entry per subscription."""
+        """Every client's subscriptions to topics ("tern." subjects), one
+        entry per subscription."""
         conns = self.get("/connz?subs=1")["connections"] or []
-        return sorted(s for c in conns for s in c.get("subscriptions_list", []))
+        return sorted(s for c in conns for s in c.get("subscriptions_list", [])
+                      if s.startswith("tern."))
+
+    def streams(self):
+        """JetStream's streams: name to (description, last seq)."""
+        st = self.get("/jsz?streams=1&config=1")
+        return {s["name"]: (s["config"].get("description"), s["state"]["last_seq"])
+                for a in st.get("account_details") or [] for s in a.get("stream_detail") or []}
 
     def clients(self):
         """The names of the clients connected (tern's: tern-PID)."""
@@ -80,7 +102,7 @@ class Nats:
 def cluster():
     """Three nats-servers routed to each other on 127.0.0.1."""
     routes = [free_port() for _ in range(3)]
-    servers = [Nats(free_port(), "--cluster_name", "tern", "--cluster",
+    servers = [Nats(free_port(), "--server_name", f"n{i}", "--cluster_name", "tern", "--cluster",
                     f"nats://127.0.0.1:{routes[i]}", "--routes",
                     ",".join(f"nats://127.0.0.1:{r}" for j, r in enumerate(routes) if j != i))
                for i in range(3)]
@@ -406,3 +428,186 @@ def test_credentials_changed_on_the_server_are_said(tern_factory):
         n.stop()
     a.stop()
     assert "refused the user and password" in a.stderr and "old" not in a.stderr, a.stderr
+
+
+# ---- numbering by JetStream: topics with a history resume on any node ----
+
+def numbered_nodes(url, *more):
+    """Two nodes whose topics have a history (numbered by JetStream), both
+    having heard topic t once (its epoch) before the test goes on."""
+    def make(*extra):
+        return TERN_FACTORY("--bridge", url, "--feed", "off", "--pubsub-history", "1000",
+                            *more, *extra)
+    a, b = make(), make("--threads", "2")
+    wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "both nodes connected")
+
+    def heard(node):
+        with connect(f"ws://127.0.0.1:{node.port}/pubsub") as ws:
+            return pubsub_subscribe(ws, "t")[1]["seq"] >= 1
+    # the publishing node hears its own message back from JetStream's ack
+    assert http_publish(a, "t", "m1")["seq"] == 0   # numbered later, by JetStream
+    wait_for(lambda: heard(a) and heard(b), "both nodes heard t")
+    return a, b
+
+
+@pytest.fixture
+def numbered(nats, tern_factory):
+    global TERN_FACTORY
+    TERN_FACTORY = tern_factory
+    return numbered_nodes(f"nats://127.0.0.1:{nats.port}")
+
+
+def test_resume_on_another_node(nats, numbered):
+    """JetStream numbers a topic with a history (its stream's sequence is
+    the seq, its description the epoch), so a subscriber cut from one node
+    resumes on the other with no gap and no duplicate."""
+    a, b = numbered
+    name, last = "tern_t", 1
+    assert nats.streams()[name][1] == last
+    watcher = connect(f"ws://127.0.0.1:{a.port}/pubsub")
+    pubsub_subscribe(watcher, "t")
+
+    def publish(i):
+        http_publish(a if i % 2 else b, "t", "m%d" % i)
+        assert recv_msg(watcher)["data"] == "m%d" % i
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        _, ack = pubsub_subscribe(ws, "t")
+        epoch = ack["epoch"]
+        assert ack["seq"] == 1, ack
+        assert nats.streams()[name][0] == "tern epoch " + epoch
+        for i in range(2, 12):
+            publish(i)
+        got = [recv_msg(ws) for _ in range(10)]
+        assert [m["seq"] for m in got] == list(range(2, 12))
+        assert [m["data"] for m in got] == ["m%d" % i for i in range(2, 12)]
+    for i in range(12, 32):   # while away
+        publish(i)
+    watcher.close()
+    assert nats.streams()[name][1] == 31
+    wait_for(lambda: bridge(b)["received"] >= 31, "b heard them")
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        missed, ack = pubsub_subscribe(ws, "t", epoch=epoch, after="11")
+        assert ack["resumed"] is True and ack["replayed"] == 20 and ack["epoch"] == epoch, ack
+        assert [m["seq"] for m in missed] == list(range(12, 32))
+        assert [m["data"] for m in missed] == ["m%d" % i for i in range(12, 32)]
+        for i in range(32, 37):
+            http_publish(a, "t", "m%d" % i)
+        assert [recv_msg(ws)["seq"] for _ in range(5)] == list(range(32, 37))
+        with pytest.raises(TimeoutError):   # nothing twice
+            ws.recv(timeout=0.3)
+
+
+def test_a_node_reads_back_what_it_missed(nats, numbered):
+    """A node whose NATS went away misses what the other node numbered
+    through another server meanwhile... here: what was published while it
+    had no link (nats-server restarted, its streams kept); back, it reads
+    them from the stream, so its history has no gap."""
+    a, b = numbered
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        _, ack = pubsub_subscribe(ws, "t")
+        for i in range(2, 12):
+            http_publish(a, "t", "m%d" % i)
+        assert [recv_msg(ws)["seq"] for _ in range(10)] == list(range(2, 12))
+    nats.stop()
+    wait_for(lambda: not bridge(a)["connected"] and not bridge(b)["connected"], "both lost")
+    nats.start()
+    wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "both back")
+    for i in range(12, 22):
+        http_publish(a, "t", "m%d" % i)
+    wait_for(lambda: nats.streams()["tern_t"][1] == 21, "numbered after the restart")
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:   # the same epoch: the stream kept
+        missed, again = pubsub_subscribe(ws, "t", epoch=ack["epoch"], after="1")
+        assert again["resumed"] is True and again["epoch"] == ack["epoch"], again
+        assert [m["seq"] for m in missed] == list(range(2, 22))
+
+
+def test_a_stream_made_anew_has_a_new_epoch(nats, numbered):
+    """The broker's storage lost: the topic's stream is made again under
+    a new epoch, so a subscriber of the old one is told it cannot resume
+    (not handed seqs of another numbering as if they followed its own)."""
+    a, b = numbered
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        _, old = pubsub_subscribe(ws, "t")
+    nats.stop()
+    nats.wipe()
+    nats.start()
+    wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "both back")
+    http_publish(b, "t", "new")
+    wait_for(lambda: nats.streams().get("tern_t", (None, 0))[1] == 1, "a new stream")
+    desc = nats.streams()["tern_t"][0]
+    assert desc != "tern epoch " + old["epoch"]
+
+    def epoch_on(node):
+        with connect(f"ws://127.0.0.1:{node.port}/pubsub") as ws:
+            return pubsub_subscribe(ws, "t")[1]["epoch"]
+    wait_for(lambda: "tern epoch " + epoch_on(a) == desc == "tern epoch " + epoch_on(b),
+             "both nodes on the new epoch")
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        _, ack = pubsub_subscribe(ws, "t", epoch=old["epoch"], after="1")
+        assert ack["resumed"] is False, ack
+
+
+def test_a_subscriber_from_before_the_first_message_resumes_on_another_node(nats, numbered):
+    """The epoch a subscriber gets before a topic's first message is
+    claimed by its node (the stream made under it), so the topic is
+    numbered under it and the subscriber may resume on any node."""
+    a, b = numbered
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        _, ack = pubsub_subscribe(ws, "early")
+        assert ack["seq"] == 0, ack
+        wait_for(lambda: nats.streams().get("tern_early", (None,))[0] ==
+                 "tern epoch " + ack["epoch"], "the epoch claimed in a stream")
+        for i in range(1, 6):
+            http_publish(a, "early", "m%d" % i)
+        got = [recv_msg(ws) for _ in range(5)]
+        assert [m["seq"] for m in got] == [1, 2, 3, 4, 5]
+    for i in range(6, 9):
+        http_publish(a, "early", "m%d" % i)
+    wait_for(lambda: bridge(b)["received"] >= 8 + 1, "b heard them")
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        missed, again = pubsub_subscribe(ws, "early", epoch=ack["epoch"], after="5")
+        assert again["resumed"] is True and again["epoch"] == ack["epoch"], again
+        assert [m["data"] for m in missed] == ["m6", "m7", "m8"]
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:   # saw nothing at all
+        missed, again = pubsub_subscribe(ws, "early", epoch=ack["epoch"], after="0")
+        assert again["resumed"] is True and [m["seq"] for m in missed] == list(range(1, 9))
+
+
+def test_a_stream_keeps_the_history_size(nats, numbered):
+    """The stream keeps what the rule's history keeps: --pubsub-history
+    1000 is max_msgs 1000; its name escapes what JetStream refuses."""
+    a, b = numbered
+    http_publish(a, "x.y~z", "m")
+    wait_for(lambda: "tern_x_2Ey_7Ez" in nats.streams(), "the stream")
+    st = nats.get("/jsz?streams=1&config=1")
+    cfg = {s["name"]: s["config"] for acc in st["account_details"]
+           for s in acc["stream_detail"]}["tern_x_2Ey_7Ez"]
+    assert cfg["max_msgs"] == 1000 and cfg["subjects"] == ["ternjs.x%2Ey~z"], cfg
+
+
+def test_without_jetstream_each_node_numbers_its_topics(tern_factory):
+    """A nats-server without JetStream: topics with a history still go to
+    every node (each numbering them itself), and the log says why a
+    subscriber cannot resume on another node."""
+    n = Nats(free_port(), js=False)
+    n.start()
+    try:
+        url = f"nats://127.0.0.1:{n.port}"
+        a = tern_factory("--bridge", url, "--feed", "off", "--pubsub-history", "100")
+        b = tern_factory("--bridge", url, "--feed", "off", "--pubsub-history", "100")
+        wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "connected")
+        with connect(f"ws://127.0.0.1:{a.port}/pubsub") as wa, \
+                connect(f"ws://127.0.0.1:{b.port}/pubsub") as wb:
+            pubsub_subscribe(wa, "t")
+            pubsub_subscribe(wb, "t")
+            for i in range(1, 6):
+                http_publish(a, "t", "m%d" % i)
+            assert [(m["seq"], m["data"]) for m in (recv_msg(wa) for _ in range(5))] == \
+                [(i, "m%d" % i) for i in range(1, 6)]
+            assert [(m["seq"], m["data"]) for m in (recv_msg(wb) for _ in range(5))] == \
+                [(i, "m%d" % i) for i in range(1, 6)]
+    finally:
+        n.stop()
+    a.stop()
+    assert "has no JetStream: topics with a history are numbered by each node" in a.stderr, \
+        a.stderr
