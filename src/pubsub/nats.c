@@ -240,6 +240,7 @@ typedef struct job {
     enum job_kind kind;
     natsConnection *nc;
     bool auth;   /* J_FAILED, J_CLOSED: the server refused the credentials */
+    bool ours;   /* J_FAILED: this node's failure (a file it cannot read), not NATS's */
     char why[200];
     int opcode;
     uint64_t seq_at;
@@ -469,6 +470,17 @@ static bool read_secret(const char *path, char *out, size_t cap, char *why, size
     return out[0] != '\0';
 }
 
+/* path can be opened for reading; else why says so. */
+static bool readable(const char *path, char *why, size_t wcap) {
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        snprintf(why, wcap, "cannot read %.120s: %s", path, strerror(errno));
+        return false;
+    }
+    fclose(f);
+    return true;
+}
+
 static natsStatus make_options(tern__nats *n, natsOptions **out, char *why, size_t wcap) {
     const tern__nats_url *u = &n->url;
     natsOptions *o;
@@ -518,8 +530,12 @@ static natsStatus make_options(tern__nats *n, natsOptions **out, char *why, size
     if (s == NATS_OK && u->token_file[0])
         s = read_secret(u->token_file, secret, sizeof(secret), why, wcap)
                 ? natsOptions_SetToken(o, secret) : NATS_ERR;
-    if (s == NATS_OK && u->creds[0])
-        s = natsOptions_SetUserCredentialsFromFiles(o, u->creds, NULL);
+    if (s == NATS_OK && u->creds[0]) {
+        /* libnats reads it at the connect, and would say it only as a
+         * failure to connect */
+        s = readable(u->creds, why, wcap) ? natsOptions_SetUserCredentialsFromFiles(o, u->creds, NULL)
+                                            : NATS_ERR;
+    }
     /* TLS: the certificate checked against the CAs and the URL's host
      * name (libnats's default once secure) */
     if (s == NATS_OK && u->tls)
@@ -547,6 +563,7 @@ static void *connect_main(void *arg) {
     /* The connection's reference, taken before libnats may call on_closed */
     hold(n);
     natsStatus s = make_options(n, &o, why, sizeof(why));
+    bool ours = s != NATS_OK && why[0] != '\0';
     if (s == NATS_OK)
         s = natsConnection_Connect(&nc, o);
     natsOptions_Destroy(o);
@@ -561,6 +578,7 @@ static void *connect_main(void *arg) {
         j->kind = s == NATS_OK ? J_CONNECTED : J_FAILED;
         j->nc = nc;
         j->auth = s != NATS_OK && is_auth(s, why);
+        j->ours = ours;
         memcpy(j->why, why, sizeof(why));
         post(n, j);
     }
@@ -1193,7 +1211,10 @@ static void run_job(tern_loop *loop, void *user) {
     case J_FAILED:
         n->connecting = false;
         atomic_store(&n->auth_refused, j->auth);
-        if (j->auth)
+        if (j->ours)
+            say(n, TERN_LOG_ERROR, "cannot connect: %s; local delivery goes on, retrying",
+                j->why);
+        else if (j->auth)
             say(n, TERN_LOG_ERROR, "refused %s: %s; local delivery goes on, retrying",
                 credentials(n), j->why);
         else

@@ -17,6 +17,7 @@ and a node whose server is killed in a three-server cluster (routes on
 twice; a bad URL stops tern serve with a clear message."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -611,3 +612,79 @@ def test_without_jetstream_each_node_numbers_its_topics(tern_factory):
     a.stop()
     assert "has no JetStream: topics with a history are numbered by each node" in a.stderr, \
         a.stderr
+
+
+def test_a_client_moved_to_another_node_resumes_when_a_server_dies(cluster, tern_factory):
+    """Streams kept on three servers (replicas=3): one is killed during a
+    stream of publishes (the one node a is linked to, perhaps the
+    stream's leader: publishes are tried again, under the same message id,
+    until another leads). Every subscriber of both nodes gets every
+    message once, in order and numbered without a gap (a reads back what
+    went by while it moved), and a client moved from a to b resumes with
+    no gap and no duplicate."""
+    wait_for(lambda: all(s.get("/jsz").get("meta_cluster", {}).get("leader") for s in cluster),
+             "JetStream's cluster has a leader")
+    every = ",".join(f"nats://127.0.0.1:{s.port}" for s in cluster)
+    history = ("--feed", "off", "--pubsub-history", "1000")
+    a = tern_factory("--bridge", every + "?replicas=3", *history)
+    wait_for(lambda: bridge(a)["connected"], "a connected")
+    name = f"tern-{a.proc.pid}"
+    home = next(s for s in cluster if name in s.clients())
+    # b on the other two: its publishes go on while a's server dies
+    others = ",".join(f"nats://127.0.0.1:{s.port}" for s in cluster if s is not home)
+    b = tern_factory("--bridge", others + "?replicas=3", *history)
+    wait_for(lambda: bridge(b)["connected"], "b connected")
+    sent = ["m%d" % i for i in range(60)]
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as wa, \
+            connect(f"ws://127.0.0.1:{b.port}/pubsub") as wb, \
+            connect(f"ws://127.0.0.1:{a.port}/pubsub") as moving:
+        pubsub_subscribe(moving, "c")
+        pubsub_subscribe(wa, "c")
+        pubsub_subscribe(wb, "c")
+        http_publish(b, "c", sent[0])
+        first = recv_msg(moving)
+        assert (first["seq"], first["data"]) == (1, sent[0]), first
+        for m in sent[1:20]:
+            http_publish(b, "c", m)
+        got_moving = [first] + [recv_msg(moving, timeout=10) for _ in range(19)]
+        home.stop()
+        for m in sent[20:]:
+            http_publish(b, "c", m)
+        for ws in (wa, wb):
+            got = [recv_msg(ws, timeout=20) for _ in sent]
+            assert [(m["seq"], m["data"]) for m in got] == \
+                [(i + 1, m) for i, m in enumerate(sent)]
+            with pytest.raises(TimeoutError):   # nothing twice
+                ws.recv(timeout=0.3)
+    assert [m["seq"] for m in got_moving] == list(range(1, 21))
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:   # the stream's epoch
+        epoch = pubsub_subscribe(ws, "c")[1]["epoch"]
+    wait_for(lambda: bridge(a)["reconnects"] >= 1, "a on another server")
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        missed, again = pubsub_subscribe(ws, "c", epoch=epoch, after="20")
+        assert again["resumed"] is True and again["epoch"] == epoch, again
+        assert [(m["seq"], m["data"]) for m in missed] == \
+            [(i + 1, m) for i, m in enumerate(sent) if i >= 20]
+        http_publish(a, "c", "last")
+        m = recv_msg(ws, timeout=10)
+        assert (m["seq"], m["data"]) == (61, "last"), m
+        with pytest.raises(TimeoutError):
+            ws.recv(timeout=0.3)
+    assert bridge(b)["dropped"] == 0 and bridge(a)["dropped"] == 0
+
+
+def test_a_credentials_file_that_cannot_be_read_is_said(nats, tern_factory, tmp_path):
+    """?creds= names a NATS credentials file (a user JWT and its seed); one
+    that cannot be read is said as this node's failure, with the file's
+    name and the reason, and /readyz says the bridge is down. (A creds
+    file that NATS accepts or refuses needs an operator's JWTs, made with
+    nsc, which the tests do not have.)"""
+    missing = tmp_path / "user.creds"
+    a = tern_factory("--bridge", f"nats://127.0.0.1:{nats.port}?creds={missing}")
+    wait_for(lambda: bridge(a)["connected"] is False and readyz(a)[0] == 503, "not ready")
+    assert readyz(a) == (503, "not ready: bridge (nats) down\n")
+    assert bridge(a)["connected"] is False
+    a.lines().wait(re.escape(f"cannot connect: cannot read {missing}: No such file"))
+    a.stop()
+    said = [x for x in a.stderr.splitlines() if "cannot read" in x]
+    assert len(said) == 1 and "[error]" in said[0], a.stderr   # once, as an error
