@@ -14,7 +14,18 @@ logged with NATS's reason, /readyz 503, and the right ones (in the URL or
 a file) connect; a cluster's URL list connects to a server that is up,
 and a node whose server is killed in a three-server cluster (routes on
 127.0.0.1) moves to another and goes on delivering, in order and never
-twice; a bad URL stops tern serve with a clear message."""
+twice; a bad URL stops tern serve with a clear message.
+
+Topics with a history are numbered by JetStream (every nats-server here
+runs with -js and a storage directory of its own): a subscriber resumes on
+another node with no gap and no duplicate (also one that came before the
+topic's first message: its node's claimed epoch), a node reads back what
+went by while it had no link, a stream made anew (storage lost) has a new
+epoch, the stream keeps the rule's history size, a server without
+JetStream leaves the numbering to each node, and in a three-server cluster
+with replicas=3 a server killed during a publish stream loses nothing and
+a client moved to another node resumes. A credentials file that cannot be
+read is said; one NATS checks needs nsc-made JWTs (not tested)."""
 import json
 import os
 import re
