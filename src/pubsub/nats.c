@@ -24,9 +24,10 @@
  * back after the bridge has freed it: one reference for the bridge, one
  * per connect thread running, per live connection (given back by its
  * closed handler, libnats's last call about it), per subscription (given
- * back by its completion handler: no message handler runs after it) and
- * per job posted. `gone` (under mu) says the bridge has freed it: a
- * callback then posts nothing.
+ * back by its completion handler: no message handler runs after it), one
+ * for the worker thread (nats_stream.c; joined when the bridge is freed)
+ * and one per job posted. `gone` (under mu) says the bridge has freed it:
+ * a callback then posts nothing.
  *
  * Ordering: one connection carries this node's publishes, in order; the
  * server echoes none of them back (no-echo), so no node id is needed; and
@@ -45,26 +46,11 @@
  * byte), seq_at (8 bytes, little-endian; all ones for none), the key's
  * length (one byte; 0 for none) and the key, then the payload.
  *
- * Topics with a history are numbered by JetStream (the engine's
- * numbering, engine.h), so that every node agrees on (epoch, seq): each
- * is one stream (STREAM_PREFIX and the topic, escaped; its one subject
- * JS_PREFIX and the topic), whose sequence is the topic's seq and whose
- * description holds its epoch ("tern epoch " and 16 hex digits), chosen
- * at random by the node that makes the stream, or claimed before its
- * first message (claim): a stream made again (deleted, or a broker's
- * storage lost) has a new epoch. The stream keeps the topic's history
- * (max_msgs, max_age) and `replicas=` copies. JetStream's calls are
- * requests that wait for their answer, so they run on one worker thread
- * of this file's, in the order the loop asked for them (a node's
- * publishes stay in order): a numbered publish is stored in the stream
- * (js_Publish, with a message id, so that a publish tried again after a
- * lost answer, a stream's leader gone, is stored once), then delivered
- * here (a job with its number) and announced to the other nodes on
- * core NATS: ANN_PREFIX and the topic, "tn2", the epoch and the seq (8
- * bytes each, little-endian), then the envelope above without its magic.
- * Every node follows ANN_PREFIX ">" (psubscribe); a node that missed
- * some (its link was down, or announcements of two nodes crossed) reads
- * them back from the stream (fill: js_GetMsg per seq).
+ * Topics with a history are numbered by JetStream (nats_stream.c, whose
+ * comment says how): each is one stream, whose sequence is the seq and
+ * whose description holds the epoch; JetStream's calls run on a worker
+ * thread, and a numbered message comes back to the loop as a job with
+ * its number, here and, announced on core NATS, on every other node.
  *
  * A server without JetStream (asked after each connect) numbers nothing:
  * a topic with a history is then numbered by each node, as before the
@@ -73,145 +59,23 @@
 #include "pubsub/nats.h"
 
 #include <errno.h>
-#include <nats/nats.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include <time.h>
-
 #include "loop/counter.h"
 #include "loop/log.h"
 #include "loop/loop.h"
 #include "platform/platform.h"
-#include "pubsub/nats_url.h"
-#include "pubsub/pubsub.h"
-
-#define SUBJECT_PREFIX "tern."
-#define MAGIC "tn1"
-#define MAGIC_LEN 3
-#define HEAD_LEN (MAGIC_LEN + 1 + 8 + 1)   /* up to the key */
-#define BACKOFF_MIN_MS 100
-#define BACKOFF_MAX_MS 5000
-#define CONNECT_TIMEOUT_MS 2000
-#define RECONNECT_WAIT_MS 100
-#define WRITE_DEADLINE_MS 2000
-#define IO_BUF_SIZE (256 * 1024)
-/* A subject: a prefix (the longest is JS_PREFIX) and the topic, each
- * byte escaped to at most 3 */
-#define SUBJECT_MAX (sizeof("ternjs.") + 3 * TERN_TOPIC_MAX)
-
-/* The numbering (JetStream) */
-#define JS_PREFIX "ternjs."      /* a numbered topic's stream subject */
-#define ANN_PREFIX "ternn."      /* a numbered message's announcement */
-#define STREAM_PREFIX "tern_"    /* a stream's name */
-#define STREAM_NAME_MAX 128      /* longer escaped names: the topic's hash */
-#define EPOCH_DESC "tern epoch " /* a stream's description: this, then the epoch */
-#define MAGIC_NUM "tn2"
-#define NUM_HEAD_LEN (MAGIC_LEN + 8 + 8)   /* magic, epoch, seq: then the envelope */
-#define JS_WAIT_MS 2000          /* a JetStream request's answer */
-#define PUBLISH_TRY_MS 10000     /* a numbered publish tried this long, then dropped */
-#define TRY_AGAIN_MS 100         /* between tries */
-#define WORK_MAX 100000          /* requests queued for the worker; more are dropped */
-
-typedef struct tern__nats tern__nats;
-
-/* A request for the worker thread (JetStream): a numbered publish (topic
- * then envelope in body), a fill (a..b), a claim (epoch a, lifetime b
- * ms), a topic's last number, or the announcements' subscription to
- * confirm (generation a). */
-enum work_kind { W_PUBLISH, W_FILL, W_CLAIM, W_LAST, W_LISTEN };
-typedef struct work {
-    struct work *next;
-    enum work_kind kind;
-    uint64_t a, b;
-    uint32_t keep, keep_ms;   /* W_PUBLISH: the history's limits */
-    size_t tlen, len;
-    char body[];
-} work;
-
-/* A stream the worker has used: its epoch and the last seq it saw. */
-typedef struct wstream {
-    tern__ps_node n;
-    uint64_t epoch, last;
-    size_t tlen;
-    char topic[];
-} wstream;
-
-/* A topic this node follows: its subscription on the present connection. */
-typedef struct nsub {
-    tern__ps_node n;
-    natsSubscription *s;
-    size_t tlen;
-    char topic[];
-} nsub;
-
-/* Invariants: on the loop's side (fields below `loop-side`, touched only
- * on its thread): nc is the connection libnats keeps up (reconnecting by
- * itself), or NULL while a connect thread runs (connecting) or the retry
- * is armed (retry_armed); subs holds one subscription on nc per topic
- * followed, and is empty while nc is NULL; why is the failure last
- * logged, empty once connected again. refs counts the holders named in
- * the file's comment; the struct is freed by the one that drops the last.
- * The counters are written on the loop's thread and read by any. */
-struct tern__nats {
-    tern_loop *loop;
-    tern__engine_hooks hooks;
-    void *user;
-    tern__nats_url url;   /* read by the connect threads too; never written after start */
-    pthread_mutex_t mu;
-    bool gone;            /* under mu */
-    _Atomic unsigned refs;
-    /* loop-side */
-    natsConnection *nc;
-    tern__ps_table subs;
-    pthread_t thread;   /* the last connect thread, while joinable */
-    bool joinable, connecting, retry_armed, ever_up;
-    tern_timer *retry;
-    uint32_t backoff_ms;
-    unsigned seed;
-    char why[256];
-    natsSubscription *ann;   /* the announcements' (ANN_PREFIX ">") on nc, or NULL */
-    /* the prefixes of the numbered topics (psubscribe since the last
-     * connect); a numbered message of another topic is not delivered */
-    char prefix[TERN_TOPIC_RULES_MAX + 1][TERN_TOPIC_MAX];
-    size_t plen[TERN_TOPIC_RULES_MAX + 1];
-    int nprefix;
-    uint64_t listen_gen;   /* the W_LISTEN last asked; J_LISTENING of another is stale */
-    /* the worker: a queue under wmu, and the JetStream context it is to
-     * use next (js_next, when js_set) */
-    pthread_mutex_t wmu;
-    pthread_cond_t wcv;
-    work *whead, **wtail;
-    size_t wcount;
-    bool wstop, js_set;
-    jsCtx *js_next;
-    natsConnection *nc_next;
-    pthread_t worker;
-    bool worker_started;
-    /* the worker's own: its context (which holds its connection alive),
-     * the streams it has used, the ids of its publishes */
-    jsCtx *js;
-    natsConnection *wnc;
-    tern__ps_table streams;
-    uint64_t msgid;
-    char node[17];
-    _Atomic bool connected, auth_refused;
-    _Atomic bool no_js;   /* the server has no JetStream (written by the worker) */
-    _Atomic uint64_t reconnects, published, received, dropped;
-    /* written by the worker only */
-    _Atomic uint64_t w_published, w_dropped, w_fills;
-};
+#include "pubsub/nats_internal.h"
 
 static void bump(_Atomic uint64_t *c) { TERN__COUNTER_ADD(*c, 1); }
 
-static void hold(tern__nats *n) { atomic_fetch_add(&n->refs, 1); }
+void tern__nats_hold(tern__nats *n) { atomic_fetch_add(&n->refs, 1); }
 
-static void release(tern__nats *n) {
+void tern__nats_release(tern__nats *n) {
     if (atomic_fetch_sub(&n->refs, 1) != 1)
         return;
     pthread_mutex_destroy(&n->mu);
@@ -223,33 +87,6 @@ static void release(tern__nats *n) {
 
 /* ---- jobs: what libnats's threads hand to the loop ----------------------- */
 
-enum job_kind {
-    J_CONNECTED, J_FAILED, J_DISCONNECTED, J_RECONNECTED, J_CLOSED, J_ERROR, J_MSG,
-    J_LISTENING, J_LAST, J_CLAIMED, J_WARN
-};
-
-/* A job. Invariants: nc is the connection it is about (J_CONNECTED: a new
- * one, which the job owns until the loop takes it); why is a NUL-ended
- * reason (libnats's words, no secret; J_WARN: the worker's line to log);
- * for J_MSG, body holds topic, key and payload, in this order, and
- * numbered says num is JetStream's number; J_LAST and J_CLAIMED: body
- * holds the topic, num its epoch and last seq; J_LISTENING: num.epoch is
- * the generation of the W_LISTEN it answers. */
-typedef struct job {
-    tern__nats *n;
-    enum job_kind kind;
-    natsConnection *nc;
-    bool auth;   /* J_FAILED, J_CLOSED: the server refused the credentials */
-    bool ours;   /* J_FAILED: this node's failure (a file it cannot read), not NATS's */
-    char why[200];
-    int opcode;
-    uint64_t seq_at;
-    bool announced, numbered;   /* heard on ANN_PREFIX; with a number */
-    tern__engine_num num;
-    size_t tlen, klen, len;
-    char body[];
-} job;
-
 static void run_job(tern_loop *loop, void *user);
 
 /* The job's connection, when it is a new one nobody took. */
@@ -258,16 +95,16 @@ static void job_free(job *j) {
         natsConnection_Destroy(j->nc);
     tern__nats *n = j->n;
     free(j);
-    release(n);
+    tern__nats_release(n);
 }
 
 static void drop_job(void *user) { job_free(user); }
 
 /* From any thread: hands j to the loop, unless the engine is gone (then
  * j is freed, and a new connection in it destroyed). */
-static void post(tern__nats *n, job *j) {
+void tern__nats_post(tern__nats *n, job *j) {
     j->n = n;
-    hold(n);
+    tern__nats_hold(n);
     pthread_mutex_lock(&n->mu);
     bool ok = !n->gone && tern__loop_post_owned(n->loop, run_job, drop_job, j) == 0;
     pthread_mutex_unlock(&n->mu);
@@ -275,7 +112,7 @@ static void post(tern__nats *n, job *j) {
         job_free(j);
 }
 
-static job *job_new(enum job_kind kind, natsConnection *nc, size_t extra) {
+job *tern__nats_job_new(enum job_kind kind, natsConnection *nc, size_t extra) {
     job *j = calloc(1, sizeof(*j) + extra);
     if (j) {
         j->kind = kind;
@@ -286,7 +123,7 @@ static job *job_new(enum job_kind kind, natsConnection *nc, size_t extra) {
 
 /* libnats's last error on this thread, or its words for s; without the
  * "(conn.c:733): " libnats puts before it, which names its own source. */
-static void last_error(natsStatus s, char *out, size_t cap) {
+void tern__nats_last_error(natsStatus s, char *out, size_t cap) {
     natsStatus ls;
     const char *t = nats_GetLastError(&ls);
     const char *end = t && t[0] == '(' ? strstr(t, "): ") : NULL;
@@ -303,7 +140,7 @@ static bool is_auth(natsStatus s, const char *why) {
 /* ---- libnats's callbacks (its threads) ----------------------------------- */
 
 static void conn_event(tern__nats *n, natsConnection *nc, enum job_kind kind) {
-    job *j = job_new(kind, nc, 0);
+    job *j = tern__nats_job_new(kind, nc, 0);
     if (j == NULL)
         return;
     const char *t = NULL;
@@ -312,7 +149,7 @@ static void conn_event(tern__nats *n, natsConnection *nc, enum job_kind kind) {
     snprintf(j->why, sizeof(j->why), "%s",
              t && t[0] ? t : s != NATS_OK ? natsStatus_GetText(s) : "the connection broke");
     j->auth = is_auth(s, j->why);
-    post(n, j);
+    tern__nats_post(n, j);
 }
 
 static void on_disconnected(natsConnection *nc, void *closure) {
@@ -327,19 +164,19 @@ static void on_reconnected(natsConnection *nc, void *closure) {
 static void on_closed(natsConnection *nc, void *closure) {
     tern__nats *n = closure;
     conn_event(n, nc, J_CLOSED);
-    release(n);
+    tern__nats_release(n);
 }
 
 static void on_error(natsConnection *nc, natsSubscription *sub, natsStatus err, void *closure) {
     (void)sub;
     tern__nats *n = closure;
-    job *j = job_new(J_ERROR, nc, 0);
+    job *j = tern__nats_job_new(J_ERROR, nc, 0);
     if (j == NULL)
         return;
     const char *t = NULL;
     natsConnection_GetLastError(nc, &t);
     snprintf(j->why, sizeof(j->why), "%s", t && t[0] ? t : natsStatus_GetText(err));
-    post(n, j);
+    tern__nats_post(n, j);
 }
 
 /* A subject's topic: its prefix (SUBJECT_PREFIX or ANN_PREFIX) dropped,
@@ -369,7 +206,7 @@ static uint64_t get_le64(const uint8_t *p) {
     return v;
 }
 
-static void put_le64(uint8_t *p, uint64_t v) {
+void tern__nats_put_le64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
@@ -377,7 +214,7 @@ static void put_le64(uint8_t *p, uint64_t v) {
 /* A J_MSG job for topic from an envelope without its magic (h, blen
  * bytes: opcode, seq_at, key, payload); NULL when it is not one of ours
  * or out of memory. */
-static job *unpack(const char *topic, size_t tlen, const uint8_t *h, size_t blen) {
+job *tern__nats_unpack(const char *topic, size_t tlen, const uint8_t *h, size_t blen) {
     const size_t head = HEAD_LEN - MAGIC_LEN;
     if (tlen == 0 || h == NULL || blen < head || h[head - 1] > TERN_KEY_MAX ||
         blen < head + (size_t)h[head - 1])
@@ -387,7 +224,7 @@ static job *unpack(const char *topic, size_t tlen, const uint8_t *h, size_t blen
     int opcode = h[0];
     if ((opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY) || (at != UINT64_MAX && at > len))
         return NULL;
-    job *j = job_new(J_MSG, NULL, tlen + klen + len);
+    job *j = tern__nats_job_new(J_MSG, NULL, tlen + klen + len);
     if (j) {
         j->opcode = opcode;
         j->seq_at = at;
@@ -413,13 +250,13 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
     job *j = NULL;
     if ((tlen = subject_topic(subj, SUBJECT_PREFIX, topic)) > 0) {
         if (h && blen >= MAGIC_LEN && memcmp(h, MAGIC, MAGIC_LEN) == 0)
-            j = unpack(topic, tlen, h + MAGIC_LEN, blen - MAGIC_LEN);
+            j = tern__nats_unpack(topic, tlen, h + MAGIC_LEN, blen - MAGIC_LEN);
     } else if ((tlen = subject_topic(subj, ANN_PREFIX, topic)) > 0 && h &&
                blen >= NUM_HEAD_LEN && memcmp(h, MAGIC_NUM, MAGIC_LEN) == 0) {
         uint64_t epoch = get_le64(h + MAGIC_LEN), seq = get_le64(h + MAGIC_LEN + 8);
         /* both 0: a node's own numbering (no JetStream) */
         if ((epoch != 0) == (seq != 0) &&
-            (j = unpack(topic, tlen, h + NUM_HEAD_LEN, blen - NUM_HEAD_LEN))) {
+            (j = tern__nats_unpack(topic, tlen, h + NUM_HEAD_LEN, blen - NUM_HEAD_LEN))) {
             j->announced = true;
             j->numbered = epoch != 0;
             j->num = (tern__engine_num){.epoch = epoch, .seq = seq};
@@ -427,16 +264,16 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
     }
     natsMsg_Destroy(msg);
     if (j)
-        post(n, j);
+        tern__nats_post(n, j);
 }
 
 /* A subscription's end: no message handler runs for it after this. */
-static void on_sub_done(void *closure) { release(closure); }
+static void on_sub_done(void *closure) { tern__nats_release(closure); }
 
 /* topic's subject: prefix, then the topic with '.', '*', '>', '%' and
  * the bytes NATS would split on or refuse escaped as %XX, so that a topic
  * is one token and never a wildcard. */
-static void topic_subject(const char *prefix, const char *topic, size_t tlen, char *out) {
+void tern__nats_topic_subject(const char *prefix, const char *topic, size_t tlen, char *out) {
     static const char hex[] = "0123456789ABCDEF";
     size_t n = strlen(prefix);
     memcpy(out, prefix, n);
@@ -556,21 +393,21 @@ static natsStatus make_options(tern__nats *n, natsOptions **out, char *why, size
 /* One connect, blocking this thread only; its outcome is posted. */
 static void *connect_main(void *arg) {
     tern__nats *n = arg;
-    job *j = job_new(J_FAILED, NULL, 0);
+    job *j = tern__nats_job_new(J_FAILED, NULL, 0);
     natsOptions *o = NULL;
     natsConnection *nc = NULL;
     char why[sizeof(j->why)] = "";
     /* The connection's reference, taken before libnats may call on_closed */
-    hold(n);
+    tern__nats_hold(n);
     natsStatus s = make_options(n, &o, why, sizeof(why));
     bool ours = s != NATS_OK && why[0] != '\0';
     if (s == NATS_OK)
         s = natsConnection_Connect(&nc, o);
     natsOptions_Destroy(o);
     if (s != NATS_OK && why[0] == '\0')
-        last_error(s, why, sizeof(why));
+        tern__nats_last_error(s, why, sizeof(why));
     if (s != NATS_OK)
-        release(n);   /* no connection: no on_closed */
+        tern__nats_release(n);   /* no connection: no on_closed */
     if (j == NULL) {
         if (nc)
             natsConnection_Destroy(nc);
@@ -580,493 +417,11 @@ static void *connect_main(void *arg) {
         j->auth = s != NATS_OK && is_auth(s, why);
         j->ours = ours;
         memcpy(j->why, why, sizeof(why));
-        post(n, j);
+        tern__nats_post(n, j);
     }
-    release(n);   /* the thread's */
+    tern__nats_release(n);   /* the thread's */
     nats_ReleaseThreadMemory();
     return NULL;
-}
-
-/* ---- the worker: JetStream's requests (a thread of this file's) ---------- */
-
-/* topic's stream name: STREAM_PREFIX and the topic, every byte but
- * [A-Za-z0-9-] written _XX (JetStream refuses '.', '*', '>', spaces and
- * path separators in names, which are its storage's directory names);
- * over STREAM_NAME_MAX, STREAM_PREFIX "_h" and the topic's hash instead
- * ('h' is no hex digit: never an escaped name). */
-static void stream_name(const char *topic, size_t tlen, char *out) {
-    static const char hex[] = "0123456789ABCDEF";
-    size_t n = sizeof(STREAM_PREFIX) - 1;
-    memcpy(out, STREAM_PREFIX, n);
-    for (size_t i = 0; i < tlen && n + 3 < STREAM_NAME_MAX; i++) {
-        unsigned char c = (unsigned char)topic[i];
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-') {
-            out[n++] = (char)c;
-        } else {
-            out[n++] = '_';
-            out[n++] = hex[c >> 4];
-            out[n++] = hex[c & 15];
-        }
-    }
-    out[n] = '\0';
-    if (n + 3 >= STREAM_NAME_MAX)   /* cut short: named by its hash */
-        snprintf(out, STREAM_NAME_MAX, STREAM_PREFIX "_h%016llx",
-                 (unsigned long long)tern__ps_hash_name(topic, tlen));
-}
-
-/* A job from the worker to the loop (J_LAST, J_CLAIMED, J_LISTENING,
- * J_WARN): topic in body, num's epoch and seq. */
-static void post_result(tern__nats *n, enum job_kind kind, const char *topic, size_t tlen,
-                        uint64_t epoch, uint64_t seq) {
-    job *j = job_new(kind, NULL, tlen);
-    if (j == NULL)
-        return;
-    j->tlen = tlen;
-    memcpy(j->body, topic, tlen);
-    j->num = (tern__engine_num){.epoch = epoch, .seq = seq};
-    post(n, j);
-}
-
-static void warn(tern__nats *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void warn(tern__nats *n, const char *fmt, ...) {
-    job *j = job_new(J_WARN, NULL, 0);
-    if (j == NULL)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(j->why, sizeof(j->why), fmt, ap);
-    va_end(ap);
-    post(n, j);
-}
-
-/* Waits up to ms for the end (wstop) or for a new context; false at the
- * end. Under wmu. */
-static bool wait_locked(tern__nats *n, uint32_t ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000;
-    if (ts.tv_nsec >= 1000000000) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000;
-    }
-    if (!n->wstop && !n->js_set)
-        pthread_cond_timedwait(&n->wcv, &n->wmu, &ts);
-    return !n->wstop;
-}
-
-/* The context the loop handed over, taken (the old one destroyed: the
- * connection it held alive goes with it when the loop has let it go);
- * false at the end. */
-static bool take_context(tern__nats *n) {
-    pthread_mutex_lock(&n->wmu);
-    bool on = !n->wstop;
-    jsCtx *old = NULL;
-    if (n->js_set) {
-        old = n->js;
-        n->js = n->js_next;
-        n->wnc = n->nc_next;
-        n->js_next = NULL;
-        n->nc_next = NULL;
-        n->js_set = false;
-    }
-    pthread_mutex_unlock(&n->wmu);
-    if (old)
-        jsCtx_Destroy(old);
-    return on;
-}
-
-/* A pause between two tries; false at the end. */
-static bool pause_worker(tern__nats *n) {
-    pthread_mutex_lock(&n->wmu);
-    bool on = wait_locked(n, TRY_AGAIN_MS);
-    pthread_mutex_unlock(&n->wmu);
-    return on && take_context(n);
-}
-
-static void forget_streams(tern__nats *n) {
-    for (size_t i = 0; i < n->streams.nb; i++)
-        for (tern__ps_node *p = n->streams.b[i], *next; p; p = next) {
-            next = p->next;
-            free(p);
-        }
-    free(n->streams.b);
-    n->streams = (tern__ps_table){0};
-}
-
-static wstream *find_stream(tern__nats *n, const char *topic, size_t tlen, uint64_t h) {
-    if (n->streams.nb == 0)
-        return NULL;
-    for (tern__ps_node *p = *tern__ps_bucket(&n->streams, h); p; p = p->next) {
-        wstream *e = (wstream *)p;
-        if (p->hash == h && e->tlen == tlen && memcmp(e->topic, topic, tlen) == 0)
-            return e;
-    }
-    return NULL;
-}
-
-/* The epoch a stream's description holds; 0 for none (not tern's). */
-static uint64_t info_epoch(const jsStreamInfo *si) {
-    const char *d = si->Config ? si->Config->Description : NULL;
-    size_t pl = sizeof(EPOCH_DESC) - 1;
-    unsigned long long e = 0;
-    char end;
-    if (d == NULL || strncmp(d, EPOCH_DESC, pl) != 0 || strlen(d + pl) != 16 ||
-        sscanf(d + pl, "%16llx%c", &e, &end) != 1)
-        return 0;
-    return (uint64_t)e;
-}
-
-/* topic's stream as JetStream has it: NATS_OK (*si to destroy),
- * NATS_NOT_FOUND when there is none, or the failure. */
-static natsStatus stream_info(tern__nats *n, const char *topic, size_t tlen, jsStreamInfo **si) {
-    char name[STREAM_NAME_MAX];
-    stream_name(topic, tlen, name);
-    jsErrCode jerr = 0;
-    *si = NULL;
-    if (n->js == NULL)
-        return NATS_CONNECTION_CLOSED;
-    natsStatus s = js_GetStreamInfo(si, n->js, name, NULL, &jerr);
-    if (s == NATS_OK && info_epoch(*si) == 0) {
-        warn(n, "stream %s holds no tern epoch in its description: not used", name);
-        jsStreamInfo_Destroy(*si);
-        *si = NULL;
-        return NATS_ERR;
-    }
-    return s == NATS_OK ? NATS_OK : jerr == JSStreamNotFoundErr ? NATS_NOT_FOUND : s;
-}
-
-/* topic's stream made, under epoch, keeping keep messages (0: no limit)
- * for keep_ms (0: for good); NATS_OK too when another node made it
- * first (its epoch holds). */
-static natsStatus make_stream(tern__nats *n, const char *topic, size_t tlen, uint64_t epoch,
-                              uint32_t keep, uint64_t keep_ms) {
-    char name[STREAM_NAME_MAX], subj[SUBJECT_MAX], desc[sizeof(EPOCH_DESC) + 16];
-    stream_name(topic, tlen, name);
-    topic_subject(JS_PREFIX, topic, tlen, subj);
-    snprintf(desc, sizeof(desc), EPOCH_DESC "%016llx", (unsigned long long)epoch);
-    const char *subjects[1] = {subj};
-    jsStreamConfig c;
-    jsStreamConfig_Init(&c);
-    c.Name = name;
-    c.Description = desc;
-    c.Subjects = subjects;
-    c.SubjectsLen = 1;
-    c.Storage = js_FileStorage;
-    c.Retention = js_LimitsPolicy;
-    c.Discard = js_DiscardOld;
-    c.MaxMsgs = keep ? (int64_t)keep : -1;
-    c.MaxAge = (int64_t)keep_ms * 1000000;   /* ns */
-    c.Replicas = n->url.replicas;
-    jsErrCode jerr = 0;
-    jsStreamInfo *si = NULL;
-    if (n->js == NULL)
-        return NATS_CONNECTION_CLOSED;
-    natsStatus s = js_AddStream(&si, n->js, &c, NULL, &jerr);
-    jsStreamInfo_Destroy(si);
-    if (s != NATS_OK && jerr != JSStreamNameExistErr) {
-        char why[160];
-        last_error(s, why, sizeof(why));
-        warn(n, "cannot make stream %s: %s", name, why);
-        return s;
-    }
-    return NATS_OK;
-}
-
-/* The history's limits on a stream used for the first time here: what
- * this node's rule says (a rule changed, or a claim that made the stream
- * without them). */
-static void fit_limits(tern__nats *n, jsStreamInfo *si, uint32_t keep, uint32_t keep_ms) {
-    jsStreamConfig *c = si->Config;
-    int64_t msgs = keep ? (int64_t)keep : -1, age = (int64_t)keep_ms * 1000000;
-    if (c == NULL || (c->MaxMsgs == msgs && c->MaxAge == age))
-        return;
-    c->MaxMsgs = msgs;
-    c->MaxAge = age;
-    jsStreamInfo *out = NULL;
-    jsErrCode jerr = 0;
-    if (js_UpdateStream(&out, n->js, c, NULL, &jerr) != NATS_OK)
-        warn(n, "cannot set stream %s's limits (%d)", c->Name, (int)jerr);
-    jsStreamInfo_Destroy(out);
-}
-
-/* topic's stream for a publish: known here, or read (made when there is
- * none, under a random epoch); NULL when JetStream did not answer. */
-static wstream *use_stream(tern__nats *n, const char *topic, size_t tlen, uint32_t keep,
-                           uint32_t keep_ms) {
-    uint64_t h = tern__ps_hash_name(topic, tlen);
-    wstream *e = find_stream(n, topic, tlen, h);
-    if (e)
-        return e;
-    jsStreamInfo *si;
-    natsStatus s = stream_info(n, topic, tlen, &si);
-    if (s == NATS_NOT_FOUND) {
-        uint64_t epoch = 0;
-        while (epoch == 0 && tern__plat_random(&epoch, sizeof(epoch), true) == 0) {
-        }
-        if (epoch == 0)
-            epoch = ((uint64_t)nats_NowInNanoSeconds() << 1) | 1;
-        if (make_stream(n, topic, tlen, epoch, keep, keep_ms) == NATS_OK)
-            s = stream_info(n, topic, tlen, &si);
-    }
-    if (s != NATS_OK)
-        return NULL;
-    fit_limits(n, si, keep, keep_ms);
-    e = tern__ps_table_grow(&n->streams) < 0 ? NULL : malloc(sizeof(*e) + tlen);
-    if (e) {
-        e->n.hash = h;
-        e->epoch = info_epoch(si);
-        e->last = si->State.LastSeq;
-        e->tlen = tlen;
-        memcpy(e->topic, topic, tlen);
-        tern__ps_table_add(&n->streams, &e->n);
-    }
-    jsStreamInfo_Destroy(si);
-    return e;
-}
-
-static void drop_stream(tern__nats *n, wstream *e) {
-    tern__ps_table_del(&n->streams, &e->n);
-    free(e);
-}
-
-/* The announcement of a numbered message (epoch and seq 0: numbered by
- * its node) to the other nodes: "tn2", epoch, seq, then env (len bytes)
- * without its magic. Any thread. */
-static natsStatus announce(natsConnection *nc, const char *topic, size_t tlen, const uint8_t *env,
-                           size_t len, uint64_t epoch, uint64_t seq) {
-    size_t alen = NUM_HEAD_LEN + len - MAGIC_LEN;
-    uint8_t *a = malloc(alen);
-    if (a == NULL)
-        return NATS_NO_MEMORY;
-    memcpy(a, MAGIC_NUM, MAGIC_LEN);
-    put_le64(a + MAGIC_LEN, epoch);
-    put_le64(a + MAGIC_LEN + 8, seq);
-    memcpy(a + NUM_HEAD_LEN, env + MAGIC_LEN, len - MAGIC_LEN);
-    char subj[SUBJECT_MAX];
-    topic_subject(ANN_PREFIX, topic, tlen, subj);
-    natsStatus s = natsConnection_Publish(nc, subj, a, (int)alen);
-    free(a);
-    return s;
-}
-
-/* A numbered publish: stored in its stream (tried again with the same
- * message id until PUBLISH_TRY_MS: JetStream keeps one copy), delivered
- * here with its number, announced to the other nodes. */
-static void w_publish(tern__nats *n, const work *w) {
-    const char *topic = w->body;
-    const uint8_t *env = (const uint8_t *)w->body + w->tlen;
-    char subj[SUBJECT_MAX], id[48];
-    topic_subject(JS_PREFIX, topic, w->tlen, subj);
-    snprintf(id, sizeof(id), "%s-%llu", n->node, (unsigned long long)++n->msgid);
-    int64_t until = nats_Now() + PUBLISH_TRY_MS;
-    jsPubAck *pa = NULL;
-    wstream *e = NULL;
-    for (;;) {
-        e = use_stream(n, topic, w->tlen, w->keep, w->keep_ms);
-        if (e) {
-            jsPubOptions po;
-            jsPubOptions_Init(&po);
-            po.MsgId = id;
-            jsErrCode jerr = 0;
-            natsStatus s = js_Publish(&pa, n->js, subj, env, (int)w->len, &po, &jerr);
-            if (s == NATS_OK)
-                break;
-            if (s == NATS_NO_RESPONDERS)   /* the stream is gone: made again at the next try */
-                drop_stream(n, e);
-        }
-        if (nats_Now() >= until || !pause_worker(n)) {
-            TERN__COUNTER_ADD(n->w_dropped, 1);
-            return;
-        }
-    }
-    uint64_t seq = pa->Sequence;
-    jsPubAck_Destroy(pa);
-    if (seq <= e->last) {
-        /* numbered from the start again: the stream was made anew (its
-         * epoch read again) */
-        drop_stream(n, e);
-        if ((e = use_stream(n, topic, w->tlen, w->keep, w->keep_ms)) == NULL) {
-            TERN__COUNTER_ADD(n->w_dropped, 1);
-            return;
-        }
-    }
-    e->last = seq;
-    TERN__COUNTER_ADD(n->w_published, 1);
-    job *j = unpack(topic, w->tlen, env + MAGIC_LEN, w->len - MAGIC_LEN);
-    if (j) {
-        j->announced = j->numbered = true;
-        j->num = (tern__engine_num){.epoch = e->epoch, .seq = seq};
-        post(n, j);
-    }
-    announce(n->wnc, topic, w->tlen, env, w->len, e->epoch, seq);
-}
-
-/* A fill: seqs a..b of the topic's stream, those it still has, each
- * delivered with its number, in order. */
-static void w_fill(tern__nats *n, const work *w) {
-    jsStreamInfo *si;
-    if (stream_info(n, w->body, w->tlen, &si) != NATS_OK)
-        return;
-    uint64_t epoch = info_epoch(si), first = si->State.FirstSeq, last = si->State.LastSeq;
-    jsStreamInfo_Destroy(si);
-    char name[STREAM_NAME_MAX];
-    stream_name(w->body, w->tlen, name);
-    TERN__COUNTER_ADD(n->w_fills, 1);
-    for (uint64_t seq = w->a > first ? w->a : first; seq <= w->b && seq <= last; seq++) {
-        natsMsg *m = NULL;
-        jsErrCode jerr = 0;
-        natsStatus s = js_GetMsg(&m, n->js, name, seq, NULL, &jerr);
-        if (s != NATS_OK) {
-            if (jerr == JSNoMessageFoundErr)
-                continue;   /* gone by the limits: the bridge sees the gap */
-            return;         /* the next live message asks again */
-        }
-        const uint8_t *h = (const uint8_t *)natsMsg_GetData(m);
-        size_t len = (size_t)natsMsg_GetDataLength(m);
-        job *j = h && len >= MAGIC_LEN && memcmp(h, MAGIC, MAGIC_LEN) == 0
-                     ? unpack(w->body, w->tlen, h + MAGIC_LEN, len - MAGIC_LEN) : NULL;
-        natsMsg_Destroy(m);
-        if (j) {
-            j->announced = j->numbered = true;
-            j->num = (tern__engine_num){.epoch = epoch, .seq = seq, .fill = true};
-            post(n, j);
-        }
-    }
-}
-
-/* A claim: the stream made under the claimed epoch unless it is there;
- * the epoch that holds and its last seq answered. */
-static void w_claim(tern__nats *n, const work *w) {
-    jsStreamInfo *si;
-    natsStatus s = stream_info(n, w->body, w->tlen, &si);
-    if (s == NATS_NOT_FOUND && make_stream(n, w->body, w->tlen, w->a, 0, w->b) == NATS_OK)
-        s = stream_info(n, w->body, w->tlen, &si);
-    if (s != NATS_OK)
-        return;
-    post_result(n, J_CLAIMED, w->body, w->tlen, info_epoch(si), si->State.LastSeq);
-    jsStreamInfo_Destroy(si);
-}
-
-static void w_last(tern__nats *n, const work *w) {
-    jsStreamInfo *si;
-    if (stream_info(n, w->body, w->tlen, &si) != NATS_OK)
-        return;
-    post_result(n, J_LAST, w->body, w->tlen, info_epoch(si), si->State.LastSeq);
-    jsStreamInfo_Destroy(si);
-}
-
-/* The announcements' subscription confirmed (the server answered a PING
- * sent after it): every numbered message is heard from now on. The
- * streams are read afresh after each connect (one may have been made
- * anew meanwhile). */
-static void w_listen(tern__nats *n, const work *w) {
-    forget_streams(n);
-    int64_t until = nats_Now() + PUBLISH_TRY_MS;
-    while (n->wnc == NULL || natsConnection_FlushTimeout(n->wnc, JS_WAIT_MS) != NATS_OK)
-        if (nats_Now() >= until || !pause_worker(n))
-            return;   /* the link is going: its next connect asks again */
-    /* JetStream there? (no responders: not enabled on this server) */
-    jsAccountInfo *ai = NULL;
-    jsErrCode jerr = 0;
-    natsStatus s = js_GetAccountInfo(&ai, n->js, NULL, &jerr);
-    jsAccountInfo_Destroy(ai);
-    bool none = s == NATS_NO_RESPONDERS || jerr == JSNotEnabledErr ||
-                jerr == JSNotEnabledForAccountErr;
-    if (s == NATS_OK || none)
-        atomic_store(&n->no_js, none);
-    if (none)
-        warn(n, "has no JetStream: topics with a history are numbered by each node (a "
-                "subscriber resumes only on the node it left)");
-    post_result(n, J_LISTENING, "", 0, w->a, 0);
-}
-
-static void *worker_main(void *arg) {
-    tern__nats *n = arg;
-    for (;;) {
-        pthread_mutex_lock(&n->wmu);
-        while (!n->wstop && !n->js_set && n->whead == NULL)
-            pthread_cond_wait(&n->wcv, &n->wmu);
-        work *w = n->wstop ? NULL : n->whead;
-        if (w) {
-            n->whead = w->next;
-            if (n->whead == NULL)
-                n->wtail = &n->whead;
-            n->wcount--;
-        }
-        bool stop = n->wstop;
-        pthread_mutex_unlock(&n->wmu);
-        if (stop || !take_context(n)) {
-            free(w);
-            break;
-        }
-        if (w && w->kind == W_PUBLISH)
-            w_publish(n, w);
-        else if (w && w->kind == W_FILL)
-            w_fill(n, w);
-        else if (w && w->kind == W_CLAIM)
-            w_claim(n, w);
-        else if (w && w->kind == W_LAST)
-            w_last(n, w);
-        else if (w)
-            w_listen(n, w);
-        free(w);
-    }
-    forget_streams(n);
-    if (n->js)
-        jsCtx_Destroy(n->js);
-    n->js = NULL;
-    release(n);   /* the worker's */
-    nats_ReleaseThreadMemory();
-    return NULL;
-}
-
-/* From the loop: w queued for the worker (false, w freed, when the queue
- * is full or the worker is not there). */
-static bool work_post(tern__nats *n, work *w) {
-    pthread_mutex_lock(&n->wmu);
-    bool ok = n->worker_started && !n->wstop && n->wcount < WORK_MAX;
-    if (ok) {
-        w->next = NULL;
-        *n->wtail = w;
-        n->wtail = &w->next;
-        n->wcount++;
-        pthread_cond_signal(&n->wcv);
-    }
-    pthread_mutex_unlock(&n->wmu);
-    if (!ok)
-        free(w);
-    return ok;
-}
-
-static work *work_new(enum work_kind kind, const char *topic, size_t tlen, size_t extra) {
-    work *w = calloc(1, sizeof(*w) + tlen + extra);
-    if (w) {
-        w->kind = kind;
-        w->tlen = tlen;
-        memcpy(w->body, topic, tlen);
-    }
-    return w;
-}
-
-/* From the loop: the worker's context for nc from now on (NULL: none,
- * the connection gone). */
-static void hand_context(tern__nats *n, natsConnection *nc) {
-    jsCtx *js = NULL;
-    jsOptions o;
-    jsOptions_Init(&o);
-    o.Wait = JS_WAIT_MS;
-    if (nc && natsConnection_JetStream(&js, nc, &o) != NATS_OK)
-        js = NULL;
-    pthread_mutex_lock(&n->wmu);
-    jsCtx *old = n->js_set ? n->js_next : NULL;   /* never taken: the worker never used it */
-    n->js_next = js;
-    n->nc_next = js ? nc : NULL;
-    n->js_set = true;
-    pthread_cond_signal(&n->wcv);
-    pthread_mutex_unlock(&n->wmu);
-    if (old)
-        jsCtx_Destroy(old);
 }
 
 /* ---- the loop's side ------------------------------------------------------ */
@@ -1123,10 +478,10 @@ static void start_connect(tern__nats *n) {
     if (n->connecting || n->nc)
         return;
     join_connect(n);
-    hold(n);
+    tern__nats_hold(n);
     int err = pthread_create(&n->thread, NULL, connect_main, n);
     if (err != 0) {
-        release(n);
+        tern__nats_release(n);
         say(n, TERN_LOG_WARN, "cannot start a connect thread: %s; retrying", strerror(err));
         retry_later(n);
         return;
@@ -1171,10 +526,10 @@ static void set_connected(tern__nats *n) {
     n->nprefix = 0;
     n->listen_gen++;
     n->hooks.resubscribe(n->user);
-    work *w = n->nprefix > 0 ? work_new(W_LISTEN, "", 0, 0) : NULL;
+    work *w = n->nprefix > 0 ? tern__nats_work_new(W_LISTEN, "", 0, 0) : NULL;
     if (w)
         w->a = n->listen_gen;
-    if (n->nprefix == 0 || !work_post(n, w))
+    if (n->nprefix == 0 || !tern__nats_work_post(n, w))
         atomic_store(&n->connected, true);
 }
 
@@ -1205,7 +560,7 @@ static void run_job(tern_loop *loop, void *user) {
         n->connecting = false;
         n->nc = j->nc;
         j->nc = NULL;
-        hand_context(n, n->nc);
+        tern__nats_hand_context(n, n->nc);
         set_connected(n);
         break;
     case J_FAILED:
@@ -1236,7 +591,7 @@ static void run_job(tern_loop *loop, void *user) {
          * twice): a new one from scratch after the backoff */
         if (j->nc == n->nc) {
             drop_subs(n);
-            hand_context(n, NULL);
+            tern__nats_hand_context(n, NULL);
             natsConnection_Destroy(n->nc);
             n->nc = NULL;
             atomic_store(&n->auth_refused, j->auth);
@@ -1310,11 +665,11 @@ static void nats_subscribe(void *state, const char *topic, size_t tlen, bool on)
     if (e == NULL)
         return;
     char subj[SUBJECT_MAX];
-    topic_subject(SUBJECT_PREFIX, topic, tlen, subj);
-    hold(n);   /* the subscription's, given back by on_sub_done */
+    tern__nats_topic_subject(SUBJECT_PREFIX, topic, tlen, subj);
+    tern__nats_hold(n);   /* the subscription's, given back by on_sub_done */
     natsStatus s = natsConnection_Subscribe(&e->s, n->nc, subj, on_msg, n);
     if (s != NATS_OK) {
-        release(n);
+        tern__nats_release(n);
         say(n, TERN_LOG_WARN, "cannot subscribe to %s: %s", subj, natsStatus_GetText(s));
         free(e);
         return;
@@ -1322,7 +677,7 @@ static void nats_subscribe(void *state, const char *topic, size_t tlen, bool on)
     /* Refused only when the subscription is closed already (its
      * connection went): then no completion will come to give it back. */
     if (natsSubscription_SetOnCompleteCB(e->s, on_sub_done, n) != NATS_OK)
-        release(n);
+        tern__nats_release(n);
     e->n.hash = h;
     e->tlen = tlen;
     memcpy(e->topic, topic, tlen);
@@ -1334,7 +689,7 @@ static void envelope(uint8_t *m, const char *key, size_t klen, const void *data,
                      int opcode, size_t seq_at) {
     memcpy(m, MAGIC, MAGIC_LEN);
     m[MAGIC_LEN] = (uint8_t)opcode;
-    put_le64(m + MAGIC_LEN + 1, seq_at == SIZE_MAX ? UINT64_MAX : (uint64_t)seq_at);
+    tern__nats_put_le64(m + MAGIC_LEN + 1, seq_at == SIZE_MAX ? UINT64_MAX : (uint64_t)seq_at);
     m[HEAD_LEN - 1] = (uint8_t)klen;   /* at most TERN_KEY_MAX (128) */
     if (klen)
         memcpy(m + HEAD_LEN, key, klen);
@@ -1360,7 +715,7 @@ static void nats_publish(void *state, const char *topic, size_t tlen, const char
     }
     envelope(m, key, klen, data, len, opcode, seq_at);
     char subj[SUBJECT_MAX];
-    topic_subject(SUBJECT_PREFIX, topic, tlen, subj);
+    tern__nats_topic_subject(SUBJECT_PREFIX, topic, tlen, subj);
     if (natsConnection_Publish(n->nc, subj, m, (int)(HEAD_LEN + klen + len)) == NATS_OK)
         bump(&n->published);
     else
@@ -1378,11 +733,11 @@ static void no_numbering(tern__nats *n, const char *topic, size_t tlen, const ch
         return;
     }
     envelope(m, key, klen, data, len, opcode, seq_at);
-    job *j = unpack(topic, tlen, m + MAGIC_LEN, HEAD_LEN + klen + len - MAGIC_LEN);
+    job *j = tern__nats_unpack(topic, tlen, m + MAGIC_LEN, HEAD_LEN + klen + len - MAGIC_LEN);
     if (j)
-        post(n, j);
+        tern__nats_post(n, j);
     if (linked(n) &&
-        announce(n->nc, topic, tlen, m, HEAD_LEN + klen + len, 0, 0) == NATS_OK)
+        tern__nats_announce(n->nc, topic, tlen, m, HEAD_LEN + klen + len, 0, 0) == NATS_OK)
         bump(&n->published);
     else
         bump(&n->dropped);
@@ -1401,7 +756,7 @@ static void nats_publish_numbered(void *state, const char *topic, size_t tlen, c
         return;
     }
     if (!linked(n) || HEAD_LEN + klen + len > INT32_MAX ||
-        (w = work_new(W_PUBLISH, topic, tlen, HEAD_LEN + klen + len)) == NULL) {
+        (w = tern__nats_work_new(W_PUBLISH, topic, tlen, HEAD_LEN + klen + len)) == NULL) {
         bump(&n->dropped);
         return;
     }
@@ -1409,7 +764,7 @@ static void nats_publish_numbered(void *state, const char *topic, size_t tlen, c
     w->len = HEAD_LEN + klen + len;
     w->keep = keep;
     w->keep_ms = keep_ms;
-    if (!work_post(n, w))
+    if (!tern__nats_work_post(n, w))
         bump(&n->dropped);
 }
 
@@ -1424,41 +779,41 @@ static void nats_psubscribe(void *state, const char *prefix, size_t plen) {
     n->plen[n->nprefix++] = plen;
     if (n->ann)
         return;
-    hold(n);   /* the subscription's, given back by on_sub_done */
+    tern__nats_hold(n);   /* the subscription's, given back by on_sub_done */
     natsStatus s = natsConnection_Subscribe(&n->ann, n->nc, ANN_PREFIX ">", on_msg, n);
     if (s != NATS_OK) {
-        release(n);
+        tern__nats_release(n);
         n->ann = NULL;
         say(n, TERN_LOG_WARN, "cannot subscribe to %s>: %s", ANN_PREFIX, natsStatus_GetText(s));
         return;
     }
     if (natsSubscription_SetOnCompleteCB(n->ann, on_sub_done, n) != NATS_OK)
-        release(n);
+        tern__nats_release(n);
 }
 
 static void nats_fill(void *state, const char *topic, size_t tlen, uint64_t from, uint64_t to) {
-    work *w = work_new(W_FILL, topic, tlen, 0);
+    work *w = tern__nats_work_new(W_FILL, topic, tlen, 0);
     if (w) {
         w->a = from;
         w->b = to;
-        work_post(state, w);
+        tern__nats_work_post(state, w);
     }
 }
 
 static void nats_claim(void *state, const char *topic, size_t tlen, uint64_t epoch,
                        uint64_t keep_ms) {
-    work *w = work_new(W_CLAIM, topic, tlen, 0);
+    work *w = tern__nats_work_new(W_CLAIM, topic, tlen, 0);
     if (w) {
         w->a = epoch;
         w->b = keep_ms;
-        work_post(state, w);
+        tern__nats_work_post(state, w);
     }
 }
 
 static void nats_last(void *state, const char *topic, size_t tlen) {
-    work *w = work_new(W_LAST, topic, tlen, 0);
+    work *w = tern__nats_work_new(W_LAST, topic, tlen, 0);
     if (w)
-        work_post(state, w);
+        tern__nats_work_post(state, w);
 }
 
 static bool nats_connected(const void *state) {
@@ -1512,7 +867,7 @@ static void nats_free(void *state) {
     if (n->js_next)
         jsCtx_Destroy(n->js_next);
     atomic_store(&n->connected, false);
-    release(n);
+    tern__nats_release(n);
 }
 
 static const tern__engine_ops nats_ops = {
@@ -1559,11 +914,11 @@ int tern__nats_engine(tern__engine *out, tern_loop *loop, const char *url,
     n->seed = (unsigned)getpid() ^ (unsigned)(uintptr_t)n;
     /* The first try from the loop, as every later one: what it says is
      * logged from there, not from inside the caller's call. */
-    hold(n);   /* the worker's */
-    int err = -pthread_create(&n->worker, NULL, worker_main, n);
+    tern__nats_hold(n);   /* the worker's */
+    int err = -pthread_create(&n->worker, NULL, tern__nats_worker_main, n);
     if (err < 0) {
-        release(n);
-        release(n);
+        tern__nats_release(n);
+        tern__nats_release(n);
         return err;
     }
     n->worker_started = true;
