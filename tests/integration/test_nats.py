@@ -41,8 +41,8 @@ import pytest
 from websockets.sync.client import connect
 
 from conftest import SLOW, TERN_BIN, wait_for
-from test_redis import (free_port, http_publish, pubsub_subscribe, recv_data,   # the cross-node
-                        recv_msg, subscribe)                                   # helpers
+from test_redis import (HeldLink, free_port, http_publish, pubsub_subscribe,   # the cross-node
+                        recv_data, recv_msg, subscribe)                        # helpers
 from test_tls import make_cert
 
 pytestmark = pytest.mark.skipif(shutil.which("nats-server") is None,
@@ -532,6 +532,68 @@ def test_a_node_reads_back_what_it_missed(nats, numbered):
         assert again["resumed"] is True and again["epoch"] == ack["epoch"], again
         assert [m["seq"] for m in missed] == list(range(2, 22))
 
+
+def test_a_client_ahead_of_its_new_node_gets_no_duplicate(nats, tern_factory):
+    """A subscriber that had seq 30 from node a resumes on node b, which
+    has heard only up to 10 (its link to NATS held back): b sends nothing
+    now, and when it catches up sends none of 11..30 again, only what
+    comes after."""
+    link = HeldLink(nats.port)
+    try:
+        history = ("--feed", "off", "--pubsub-history", "1000")
+        a = tern_factory("--bridge", f"nats://127.0.0.1:{nats.port}", *history)
+        b = tern_factory("--bridge", f"nats://127.0.0.1:{link.port}", *history,
+                         "--threads", "2")
+        wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"],
+                 "both nodes connected")
+        with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+            pubsub_subscribe(ws, "t")
+            for i in range(1, 11):
+                http_publish(a, "t", "m%d" % i)
+            assert [recv_msg(ws)["seq"] for _ in range(10)] == list(range(1, 11))
+            wait_for(lambda: bridge(b)["received"] >= 10, "b heard 1..10")
+            link.flowing.clear()   # b hears nothing more for now
+            for i in range(11, 31):
+                http_publish(a, "t", "m%d" % i)
+            assert [recv_msg(ws)["seq"] for _ in range(20)] == list(range(11, 31))
+        with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+            _, ack = pubsub_subscribe(ws, "t")
+            epoch = ack["epoch"]
+            assert ack["seq"] == 30, ack
+        assert bridge(b)["received"] == 10
+        with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+            missed, ack = pubsub_subscribe(ws, "t", epoch=epoch, after="30")
+            assert missed == [] and ack["epoch"] == epoch, ack
+            assert ack["resumed"] is True and ack["replayed"] == 0 and ack["seq"] == 30, ack
+            link.flowing.set()   # b catches up: 11..30 are not sent again
+            wait_for(lambda: bridge(b)["received"] >= 30, "b heard 11..30")
+            http_publish(a, "t", "m31")
+            m = recv_msg(ws)
+            assert (m["seq"], m["data"]) == (31, "m31"), m
+            with pytest.raises(TimeoutError):
+                ws.recv(timeout=0.3)
+    finally:
+        link.close()
+
+
+def test_a_second_node_adopts_a_claimed_epoch(nats, numbered):
+    """Two nodes' subscribers before the first message: the node that
+    claims second adopts the first one's epoch (the stream's), so both
+    nodes' later subscribers hold one epoch."""
+    a, b = numbered
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as wa:
+        _, ack_a = pubsub_subscribe(wa, "both")
+        wait_for(lambda: nats.streams().get("tern_both", (None,))[0] ==
+                 "tern epoch " + ack_a["epoch"], "a's claim")
+        with connect(f"ws://127.0.0.1:{b.port}/pubsub") as wb:
+            pubsub_subscribe(wb, "both")
+
+            def b_epoch():
+                with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+                    return pubsub_subscribe(ws, "both")[1]["epoch"]
+            wait_for(lambda: b_epoch() == ack_a["epoch"], "b adopted a's epoch")
+            http_publish(b, "both", "x")
+            assert recv_msg(wa)["seq"] == 1 and recv_msg(wb)["seq"] == 1
 
 def test_a_stream_made_anew_has_a_new_epoch(nats, numbered):
     """The broker's storage lost: the topic's stream is made again under
