@@ -527,10 +527,15 @@ static void set_connected(tern__nats *n) {
     n->listen_gen++;
     n->hooks.resubscribe(n->user);
     work *w = n->nprefix > 0 ? tern__nats_work_new(W_LISTEN, "", 0, 0) : NULL;
-    if (w)
+    if (w) {
         w->a = n->listen_gen;
-    if (n->nprefix == 0 || !tern__nats_work_post(n, w))
-        atomic_store(&n->connected, true);
+        if (tern__nats_work_post(n, w))
+            return;   /* connected at J_LISTENING */
+    }
+    /* nothing numbered to wait for (or no memory to ask: taken as heard) */
+    atomic_store(&n->connected, true);
+    if (n->nprefix > 0)
+        n->hooks.listening(n->user);
 }
 
 /* A numbered message's topic is one this node numbers (its prefixes). */

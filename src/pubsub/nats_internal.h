@@ -125,6 +125,7 @@ struct tern__nats {
     natsConnection *wnc;
     tern__ps_table streams;
     uint64_t msgid;
+    bool failing;   /* the last numbered publish was dropped: the next are tried once */
     char node[17];
     _Atomic bool connected, auth_refused;
     _Atomic bool no_js;   /* the server has no JetStream (written by the worker) */

@@ -308,7 +308,10 @@ static void w_publish(tern__nats *n, const work *w) {
     char subj[SUBJECT_MAX], id[48];
     tern__nats_topic_subject(JS_PREFIX, topic, w->tlen, subj);
     snprintf(id, sizeof(id), "%s-%llu", n->node, (unsigned long long)++n->msgid);
-    int64_t until = nats_Now() + PUBLISH_TRY_MS;
+    /* tried again for PUBLISH_TRY_MS, unless the last one was dropped:
+     * then once, so that a stream that stays away (its one server gone)
+     * holds each request behind it a moment, not PUBLISH_TRY_MS */
+    int64_t until = nats_Now() + (n->failing ? 0 : PUBLISH_TRY_MS);
     jsPubAck *pa = NULL;
     wstream *e = NULL;
     for (;;) {
@@ -326,9 +329,11 @@ static void w_publish(tern__nats *n, const work *w) {
         }
         if (nats_Now() >= until || !pause_worker(n)) {
             TERN__COUNTER_ADD(n->w_dropped, 1);
+            n->failing = true;
             return;
         }
     }
+    n->failing = false;
     uint64_t seq = pa->Sequence;
     jsPubAck_Destroy(pa);
     if (seq <= e->last) {
@@ -411,6 +416,7 @@ static void w_last(tern__nats *n, const work *w) {
  * anew meanwhile). */
 static void w_listen(tern__nats *n, const work *w) {
     forget_streams(n);
+    n->failing = false;
     int64_t until = nats_Now() + PUBLISH_TRY_MS;
     while (n->wnc == NULL || natsConnection_FlushTimeout(n->wnc, JS_WAIT_MS) != NATS_OK)
         if (nats_Now() >= until || !pause_worker(n))
@@ -475,7 +481,16 @@ void *tern__nats_worker_main(void *arg) {
 bool tern__nats_work_post(tern__nats *n, work *w) {
     pthread_mutex_lock(&n->wmu);
     bool ok = n->worker_started && !n->wstop && n->wcount < WORK_MAX;
-    if (ok) {
+    if (ok && w->kind == W_LISTEN) {
+        /* first: a new connection's, not behind publishes tried on the
+         * last one */
+        w->next = n->whead;
+        n->whead = w;
+        if (n->wtail == &n->whead)
+            n->wtail = &w->next;
+        n->wcount++;
+        pthread_cond_signal(&n->wcv);
+    } else if (ok) {
         w->next = NULL;
         *n->wtail = w;
         n->wtail = &w->next;

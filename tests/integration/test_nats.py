@@ -41,12 +41,27 @@ import pytest
 from websockets.sync.client import connect
 
 from conftest import SLOW, TERN_BIN, wait_for
-from test_redis import (HeldLink, free_port, http_publish, pubsub_subscribe,   # the cross-node
-                        recv_data, recv_msg, subscribe)                        # helpers
+from test_redis import (HeldLink, http_publish, pubsub_subscribe, recv_data,   # the cross-node
+                        recv_msg, subscribe)                                   # helpers
+from test_redis import free_port as any_free_port
 from test_tls import make_cert
 
 pytestmark = pytest.mark.skipif(shutil.which("nats-server") is None,
                                 reason="nats-server missing (scripts/install-deps.sh test)")
+
+
+HANDED_OUT = set()
+
+
+def free_port():
+    """A free port no other call here has handed out: the servers of a
+    cluster are all made (their ports chosen) before any listens, and the
+    kernel may offer a port again until something binds it."""
+    while True:
+        p = any_free_port()
+        if p not in HANDED_OUT:
+            HANDED_OUT.add(p)
+            return p
 
 
 class Nats:
