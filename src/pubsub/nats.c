@@ -90,7 +90,7 @@ void tern__nats_release(tern__nats *n) {
 static void run_job(tern_loop *loop, void *user);
 
 /* The job's connection, when it is a new one nobody took. */
-static void job_free(job *j) {
+static void job_free(nats_job *j) {
     if (j->kind == J_CONNECTED && j->nc)
         natsConnection_Destroy(j->nc);
     tern__nats *n = j->n;
@@ -102,7 +102,7 @@ static void drop_job(void *user) { job_free(user); }
 
 /* From any thread: hands j to the loop, unless the engine is gone (then
  * j is freed, and a new connection in it destroyed). */
-void tern__nats_post(tern__nats *n, job *j) {
+void tern__nats_post(tern__nats *n, nats_job *j) {
     j->n = n;
     tern__nats_hold(n);
     pthread_mutex_lock(&n->mu);
@@ -112,8 +112,8 @@ void tern__nats_post(tern__nats *n, job *j) {
         job_free(j);
 }
 
-job *tern__nats_job_new(enum job_kind kind, natsConnection *nc, size_t extra) {
-    job *j = calloc(1, sizeof(*j) + extra);
+nats_job *tern__nats_job_new(enum job_kind kind, natsConnection *nc, size_t extra) {
+    nats_job *j = calloc(1, sizeof(*j) + extra);
     if (j) {
         j->kind = kind;
         j->nc = nc;
@@ -140,7 +140,7 @@ static bool is_auth(natsStatus s, const char *why) {
 /* ---- libnats's callbacks (its threads) ----------------------------------- */
 
 static void conn_event(tern__nats *n, natsConnection *nc, enum job_kind kind) {
-    job *j = tern__nats_job_new(kind, nc, 0);
+    nats_job *j = tern__nats_job_new(kind, nc, 0);
     if (j == NULL)
         return;
     const char *t = NULL;
@@ -170,7 +170,7 @@ static void on_closed(natsConnection *nc, void *closure) {
 static void on_error(natsConnection *nc, natsSubscription *sub, natsStatus err, void *closure) {
     (void)sub;
     tern__nats *n = closure;
-    job *j = tern__nats_job_new(J_ERROR, nc, 0);
+    nats_job *j = tern__nats_job_new(J_ERROR, nc, 0);
     if (j == NULL)
         return;
     const char *t = NULL;
@@ -214,7 +214,7 @@ void tern__nats_put_le64(uint8_t *p, uint64_t v) {
 /* A J_MSG job for topic from an envelope without its magic (h, blen
  * bytes: opcode, seq_at, key, payload); NULL when it is not one of ours
  * or out of memory. */
-job *tern__nats_unpack(const char *topic, size_t tlen, const uint8_t *h, size_t blen) {
+nats_job *tern__nats_unpack(const char *topic, size_t tlen, const uint8_t *h, size_t blen) {
     const size_t head = HEAD_LEN - MAGIC_LEN;
     if (tlen == 0 || h == NULL || blen < head || h[head - 1] > TERN_KEY_MAX ||
         blen < head + (size_t)h[head - 1])
@@ -224,7 +224,7 @@ job *tern__nats_unpack(const char *topic, size_t tlen, const uint8_t *h, size_t 
     int opcode = h[0];
     if ((opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY) || (at != UINT64_MAX && at > len))
         return NULL;
-    job *j = tern__nats_job_new(J_MSG, NULL, tlen + klen + len);
+    nats_job *j = tern__nats_job_new(J_MSG, NULL, tlen + klen + len);
     if (j) {
         j->opcode = opcode;
         j->seq_at = at;
@@ -247,7 +247,7 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
     const char *subj = natsMsg_GetSubject(msg);
     const uint8_t *h = (const uint8_t *)natsMsg_GetData(msg);
     size_t blen = (size_t)natsMsg_GetDataLength(msg), tlen;
-    job *j = NULL;
+    nats_job *j = NULL;
     if ((tlen = subject_topic(subj, SUBJECT_PREFIX, topic)) > 0) {
         if (h && blen >= MAGIC_LEN && memcmp(h, MAGIC, MAGIC_LEN) == 0)
             j = tern__nats_unpack(topic, tlen, h + MAGIC_LEN, blen - MAGIC_LEN);
@@ -393,7 +393,7 @@ static natsStatus make_options(tern__nats *n, natsOptions **out, char *why, size
 /* One connect, blocking this thread only; its outcome is posted. */
 static void *connect_main(void *arg) {
     tern__nats *n = arg;
-    job *j = tern__nats_job_new(J_FAILED, NULL, 0);
+    nats_job *j = tern__nats_job_new(J_FAILED, NULL, 0);
     natsOptions *o = NULL;
     natsConnection *nc = NULL;
     char why[sizeof(j->why)] = "";
@@ -494,7 +494,7 @@ static void drop_subs(tern__nats *n) {
     for (size_t i = 0; i < n->subs.nb; i++)
         for (tern__ps_node *p = n->subs.b[i], *next; p; p = next) {
             next = p->next;
-            nsub *e = (nsub *)p;
+            nats_sub *e = (nats_sub *)p;
             natsSubscription_Unsubscribe(e->s);
             natsSubscription_Destroy(e->s);
             free(e);
@@ -526,7 +526,7 @@ static void set_connected(tern__nats *n) {
     n->nprefix = 0;
     n->listen_gen++;
     n->hooks.resubscribe(n->user);
-    work *w = n->nprefix > 0 ? tern__nats_work_new(W_LISTEN, "", 0, 0) : NULL;
+    nats_work *w = n->nprefix > 0 ? tern__nats_work_new(W_LISTEN, "", 0, 0) : NULL;
     if (w) {
         w->a = n->listen_gen;
         if (tern__nats_work_post(n, w))
@@ -554,7 +554,7 @@ static const char *credentials(const tern__nats *n) {
 
 static void run_job(tern_loop *loop, void *user) {
     (void)loop;
-    job *j = user;
+    nats_job *j = user;
     tern__nats *n = j->n;
     if (n->gone) {
         job_free(j);
@@ -640,11 +640,11 @@ static void run_job(tern_loop *loop, void *user) {
 
 /* ---- the engine's operations (the loop's thread) ------------------------- */
 
-static nsub *find_sub(tern__nats *n, const char *topic, size_t tlen, uint64_t h) {
+static nats_sub *find_sub(tern__nats *n, const char *topic, size_t tlen, uint64_t h) {
     if (n->subs.nb == 0)
         return NULL;
     for (tern__ps_node *p = *tern__ps_bucket(&n->subs, h); p; p = p->next) {
-        nsub *e = (nsub *)p;
+        nats_sub *e = (nats_sub *)p;
         if (p->hash == h && e->tlen == tlen && memcmp(e->topic, topic, tlen) == 0)
             return e;
     }
@@ -654,7 +654,7 @@ static nsub *find_sub(tern__nats *n, const char *topic, size_t tlen, uint64_t h)
 static void nats_subscribe(void *state, const char *topic, size_t tlen, bool on) {
     tern__nats *n = state;
     uint64_t h = tern__ps_hash_name(topic, tlen);
-    nsub *e = find_sub(n, topic, tlen, h);
+    nats_sub *e = find_sub(n, topic, tlen, h);
     if (!on) {
         if (e) {
             tern__ps_table_del(&n->subs, &e->n);
@@ -738,7 +738,7 @@ static void no_numbering(tern__nats *n, const char *topic, size_t tlen, const ch
         return;
     }
     envelope(m, key, klen, data, len, opcode, seq_at);
-    job *j = tern__nats_unpack(topic, tlen, m + MAGIC_LEN, HEAD_LEN + klen + len - MAGIC_LEN);
+    nats_job *j = tern__nats_unpack(topic, tlen, m + MAGIC_LEN, HEAD_LEN + klen + len - MAGIC_LEN);
     if (j)
         tern__nats_post(n, j);
     if (linked(n) &&
@@ -755,7 +755,7 @@ static void nats_publish_numbered(void *state, const char *topic, size_t tlen, c
                                   size_t klen, const void *data, size_t len, int opcode,
                                   size_t seq_at, uint32_t keep, uint32_t keep_ms) {
     tern__nats *n = state;
-    work *w = NULL;
+    nats_work *w = NULL;
     if (atomic_load(&n->no_js)) {
         no_numbering(n, topic, tlen, key, klen, data, len, opcode, seq_at);
         return;
@@ -797,7 +797,7 @@ static void nats_psubscribe(void *state, const char *prefix, size_t plen) {
 }
 
 static void nats_fill(void *state, const char *topic, size_t tlen, uint64_t from, uint64_t to) {
-    work *w = tern__nats_work_new(W_FILL, topic, tlen, 0);
+    nats_work *w = tern__nats_work_new(W_FILL, topic, tlen, 0);
     if (w) {
         w->a = from;
         w->b = to;
@@ -807,7 +807,7 @@ static void nats_fill(void *state, const char *topic, size_t tlen, uint64_t from
 
 static void nats_claim(void *state, const char *topic, size_t tlen, uint64_t epoch,
                        uint64_t keep_ms) {
-    work *w = tern__nats_work_new(W_CLAIM, topic, tlen, 0);
+    nats_work *w = tern__nats_work_new(W_CLAIM, topic, tlen, 0);
     if (w) {
         w->a = epoch;
         w->b = keep_ms;
@@ -816,7 +816,7 @@ static void nats_claim(void *state, const char *topic, size_t tlen, uint64_t epo
 }
 
 static void nats_last(void *state, const char *topic, size_t tlen) {
-    work *w = tern__nats_work_new(W_LAST, topic, tlen, 0);
+    nats_work *w = tern__nats_work_new(W_LAST, topic, tlen, 0);
     if (w)
         tern__nats_work_post(state, w);
 }
@@ -865,7 +865,7 @@ static void nats_free(void *state) {
     n->nc = NULL;
     if (n->worker_started)
         pthread_join(n->worker, NULL);
-    for (work *w = n->whead, *next; w; w = next) {
+    for (nats_work *w = n->whead, *next; w; w = next) {
         next = w->next;
         free(w);
     }

@@ -51,30 +51,30 @@ typedef struct tern__nats tern__nats;
  * ms), a topic's last number, or the announcements' subscription to
  * confirm (generation a). */
 enum work_kind { W_PUBLISH, W_FILL, W_CLAIM, W_LAST, W_LISTEN };
-typedef struct work {
-    struct work *next;
+typedef struct nats_work {
+    struct nats_work *next;
     enum work_kind kind;
     uint64_t a, b;
     uint32_t keep, keep_ms;   /* W_PUBLISH: the history's limits */
     size_t tlen, len;
     char body[];
-} work;
+} nats_work;
 
 /* A stream the worker has used: its epoch and the last seq it saw. */
-typedef struct wstream {
+typedef struct nats_wstream {
     tern__ps_node n;
     uint64_t epoch, last;
     size_t tlen;
     char topic[];
-} wstream;
+} nats_wstream;
 
 /* A topic this node follows: its subscription on the present connection. */
-typedef struct nsub {
+typedef struct nats_sub {
     tern__ps_node n;
     natsSubscription *s;
     size_t tlen;
     char topic[];
-} nsub;
+} nats_sub;
 
 /* Invariants: on the loop's side (fields below `loop-side`, touched only
  * on its thread): nc is the connection libnats keeps up (reconnecting by
@@ -112,7 +112,7 @@ struct tern__nats {
      * use next (js_next, when js_set) */
     pthread_mutex_t wmu;
     pthread_cond_t wcv;
-    work *whead, **wtail;
+    nats_work *whead, **wtail;
     size_t wcount;
     bool wstop, js_set;
     jsCtx *js_next;
@@ -146,7 +146,7 @@ enum job_kind {
  * numbered says num is JetStream's number; J_LAST and J_CLAIMED: body
  * holds the topic, num its epoch and last seq; J_LISTENING: num.epoch is
  * the generation of the W_LISTEN it answers. */
-typedef struct job {
+typedef struct nats_job {
     tern__nats *n;
     enum job_kind kind;
     natsConnection *nc;
@@ -159,7 +159,7 @@ typedef struct job {
     tern__engine_num num;
     size_t tlen, klen, len;
     char body[];
-} job;
+} nats_job;
 
 /* A reference to n taken and given back; the last frees it. Any thread. */
 void tern__nats_hold(tern__nats *n);
@@ -167,15 +167,15 @@ void tern__nats_release(tern__nats *n);
 
 /* From any thread: j handed to the loop (run there), unless the engine is
  * gone (then freed). */
-void tern__nats_post(tern__nats *n, job *j);
+void tern__nats_post(tern__nats *n, nats_job *j);
 
 /* A new job of kind about nc, with extra bytes of body; NULL when out of
  * memory. */
-job *tern__nats_job_new(enum job_kind kind, natsConnection *nc, size_t extra);
+nats_job *tern__nats_job_new(enum job_kind kind, natsConnection *nc, size_t extra);
 
 /* A J_MSG job for topic from an envelope without its magic (h, blen
  * bytes); NULL when it is not one of ours or out of memory. */
-job *tern__nats_unpack(const char *topic, size_t tlen, const uint8_t *h, size_t blen);
+nats_job *tern__nats_unpack(const char *topic, size_t tlen, const uint8_t *h, size_t blen);
 
 /* topic's subject: prefix, then the topic escaped to one token. */
 void tern__nats_topic_subject(const char *prefix, const char *topic, size_t tlen, char *out);
@@ -190,8 +190,8 @@ void tern__nats_last_error(natsStatus s, char *out, size_t cap);
  * (false, w freed, when it cannot be); a new request; the JetStream
  * context for nc handed over (NULL: none); an announcement sent. */
 void *tern__nats_worker_main(void *arg);
-bool tern__nats_work_post(tern__nats *n, work *w);
-work *tern__nats_work_new(enum work_kind kind, const char *topic, size_t tlen, size_t extra);
+bool tern__nats_work_post(tern__nats *n, nats_work *w);
+nats_work *tern__nats_work_new(enum work_kind kind, const char *topic, size_t tlen, size_t extra);
 void tern__nats_hand_context(tern__nats *n, natsConnection *nc);
 natsStatus tern__nats_announce(natsConnection *nc, const char *topic, size_t tlen,
                                const uint8_t *env, size_t len, uint64_t epoch, uint64_t seq);

@@ -67,7 +67,7 @@ static void stream_name(const char *topic, size_t tlen, char *out) {
  * J_WARN): topic in body, num's epoch and seq. */
 static void post_result(tern__nats *n, enum job_kind kind, const char *topic, size_t tlen,
                         uint64_t epoch, uint64_t seq) {
-    job *j = tern__nats_job_new(kind, NULL, tlen);
+    nats_job *j = tern__nats_job_new(kind, NULL, tlen);
     if (j == NULL)
         return;
     j->tlen = tlen;
@@ -78,7 +78,7 @@ static void post_result(tern__nats *n, enum job_kind kind, const char *topic, si
 
 static void warn(tern__nats *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warn(tern__nats *n, const char *fmt, ...) {
-    job *j = tern__nats_job_new(J_WARN, NULL, 0);
+    nats_job *j = tern__nats_job_new(J_WARN, NULL, 0);
     if (j == NULL)
         return;
     va_list ap;
@@ -143,11 +143,11 @@ static void forget_streams(tern__nats *n) {
     n->streams = (tern__ps_table){0};
 }
 
-static wstream *find_stream(tern__nats *n, const char *topic, size_t tlen, uint64_t h) {
+static nats_wstream *find_stream(tern__nats *n, const char *topic, size_t tlen, uint64_t h) {
     if (n->streams.nb == 0)
         return NULL;
     for (tern__ps_node *p = *tern__ps_bucket(&n->streams, h); p; p = p->next) {
-        wstream *e = (wstream *)p;
+        nats_wstream *e = (nats_wstream *)p;
         if (p->hash == h && e->tlen == tlen && memcmp(e->topic, topic, tlen) == 0)
             return e;
     }
@@ -241,10 +241,10 @@ static void fit_limits(tern__nats *n, jsStreamInfo *si, uint32_t keep, uint32_t 
 
 /* topic's stream for a publish: known here, or read (made when there is
  * none, under a random epoch); NULL when JetStream did not answer. */
-static wstream *use_stream(tern__nats *n, const char *topic, size_t tlen, uint32_t keep,
+static nats_wstream *use_stream(tern__nats *n, const char *topic, size_t tlen, uint32_t keep,
                            uint32_t keep_ms) {
     uint64_t h = tern__ps_hash_name(topic, tlen);
-    wstream *e = find_stream(n, topic, tlen, h);
+    nats_wstream *e = find_stream(n, topic, tlen, h);
     if (e)
         return e;
     jsStreamInfo *si;
@@ -274,7 +274,7 @@ static wstream *use_stream(tern__nats *n, const char *topic, size_t tlen, uint32
     return e;
 }
 
-static void drop_stream(tern__nats *n, wstream *e) {
+static void drop_stream(tern__nats *n, nats_wstream *e) {
     tern__ps_table_del(&n->streams, &e->n);
     free(e);
 }
@@ -302,7 +302,7 @@ natsStatus tern__nats_announce(natsConnection *nc, const char *topic, size_t tle
 /* A numbered publish: stored in its stream (tried again with the same
  * message id until PUBLISH_TRY_MS: JetStream keeps one copy), delivered
  * here with its number, announced to the other nodes. */
-static void w_publish(tern__nats *n, const work *w) {
+static void w_publish(tern__nats *n, const nats_work *w) {
     const char *topic = w->body;
     const uint8_t *env = (const uint8_t *)w->body + w->tlen;
     char subj[SUBJECT_MAX], id[48];
@@ -313,7 +313,7 @@ static void w_publish(tern__nats *n, const work *w) {
      * holds each request behind it a moment, not PUBLISH_TRY_MS */
     int64_t until = nats_Now() + (n->failing ? 0 : PUBLISH_TRY_MS);
     jsPubAck *pa = NULL;
-    wstream *e = NULL;
+    nats_wstream *e = NULL;
     for (;;) {
         e = use_stream(n, topic, w->tlen, w->keep, w->keep_ms);
         if (e) {
@@ -347,7 +347,7 @@ static void w_publish(tern__nats *n, const work *w) {
     }
     e->last = seq;
     TERN__COUNTER_ADD(n->w_published, 1);
-    job *j = tern__nats_unpack(topic, w->tlen, env + MAGIC_LEN, w->len - MAGIC_LEN);
+    nats_job *j = tern__nats_unpack(topic, w->tlen, env + MAGIC_LEN, w->len - MAGIC_LEN);
     if (j) {
         j->announced = j->numbered = true;
         j->num = (tern__engine_num){.epoch = e->epoch, .seq = seq};
@@ -358,7 +358,7 @@ static void w_publish(tern__nats *n, const work *w) {
 
 /* A fill: seqs a..b of the topic's stream, those it still has, each
  * delivered with its number, in order. */
-static void w_fill(tern__nats *n, const work *w) {
+static void w_fill(tern__nats *n, const nats_work *w) {
     jsStreamInfo *si;
     if (stream_info(n, w->body, w->tlen, &si) != NATS_OK)
         return;
@@ -378,7 +378,7 @@ static void w_fill(tern__nats *n, const work *w) {
         }
         const uint8_t *h = (const uint8_t *)natsMsg_GetData(m);
         size_t len = (size_t)natsMsg_GetDataLength(m);
-        job *j = h && len >= MAGIC_LEN && memcmp(h, MAGIC, MAGIC_LEN) == 0
+        nats_job *j = h && len >= MAGIC_LEN && memcmp(h, MAGIC, MAGIC_LEN) == 0
                      ? tern__nats_unpack(w->body, w->tlen, h + MAGIC_LEN, len - MAGIC_LEN) : NULL;
         natsMsg_Destroy(m);
         if (j) {
@@ -391,7 +391,7 @@ static void w_fill(tern__nats *n, const work *w) {
 
 /* A claim: the stream made under the claimed epoch unless it is there;
  * the epoch that holds and its last seq answered. */
-static void w_claim(tern__nats *n, const work *w) {
+static void w_claim(tern__nats *n, const nats_work *w) {
     jsStreamInfo *si;
     natsStatus s = stream_info(n, w->body, w->tlen, &si);
     if (s == NATS_NOT_FOUND && make_stream(n, w->body, w->tlen, w->a, 0, w->b) == NATS_OK)
@@ -402,7 +402,7 @@ static void w_claim(tern__nats *n, const work *w) {
     jsStreamInfo_Destroy(si);
 }
 
-static void w_last(tern__nats *n, const work *w) {
+static void w_last(tern__nats *n, const nats_work *w) {
     jsStreamInfo *si;
     if (stream_info(n, w->body, w->tlen, &si) != NATS_OK)
         return;
@@ -414,7 +414,7 @@ static void w_last(tern__nats *n, const work *w) {
  * sent after it): every numbered message is heard from now on. The
  * streams are read afresh after each connect (one may have been made
  * anew meanwhile). */
-static void w_listen(tern__nats *n, const work *w) {
+static void w_listen(tern__nats *n, const nats_work *w) {
     forget_streams(n);
     n->failing = false;
     int64_t until = nats_Now() + PUBLISH_TRY_MS;
@@ -442,7 +442,7 @@ void *tern__nats_worker_main(void *arg) {
         pthread_mutex_lock(&n->wmu);
         while (!n->wstop && !n->js_set && n->whead == NULL)
             pthread_cond_wait(&n->wcv, &n->wmu);
-        work *w = n->wstop ? NULL : n->whead;
+        nats_work *w = n->wstop ? NULL : n->whead;
         if (w) {
             n->whead = w->next;
             if (n->whead == NULL)
@@ -478,7 +478,7 @@ void *tern__nats_worker_main(void *arg) {
 
 /* From the loop: w queued for the worker (false, w freed, when the queue
  * is full or the worker is not there). */
-bool tern__nats_work_post(tern__nats *n, work *w) {
+bool tern__nats_work_post(tern__nats *n, nats_work *w) {
     pthread_mutex_lock(&n->wmu);
     bool ok = n->worker_started && !n->wstop && n->wcount < WORK_MAX;
     if (ok && w->kind == W_LISTEN) {
@@ -503,8 +503,8 @@ bool tern__nats_work_post(tern__nats *n, work *w) {
     return ok;
 }
 
-work *tern__nats_work_new(enum work_kind kind, const char *topic, size_t tlen, size_t extra) {
-    work *w = calloc(1, sizeof(*w) + tlen + extra);
+nats_work *tern__nats_work_new(enum work_kind kind, const char *topic, size_t tlen, size_t extra) {
+    nats_work *w = calloc(1, sizeof(*w) + tlen + extra);
     if (w) {
         w->kind = kind;
         w->tlen = tlen;
