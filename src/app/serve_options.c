@@ -563,7 +563,9 @@ const app_opt app_serve_opts[SV_COUNT] = {
                            "redis://[user]:password@host... sends AUTH (never logged;\n"
                            "better --redis-password-file); NATS's credentials:\n"
                            "nats://user:password@ or nats://token@, or files:\n"
-                           "?creds=F, ?token_file=F, nats://user:@...?password_file=F",
+                           "?creds=F, ?token_file=F, nats://user:@...?password_file=F;\n"
+                           "topics with a history are JetStream streams, kept in\n"
+                           "?replicas=N copies (1 to 5, default 1)",
         STR(bridge)},
     [SV_REDIS] = {"redis", 0, S, "URL", .show = app_serve_redis_redact,
                   .help = "the older name of --bridge, still taken (give one of them)",
