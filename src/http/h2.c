@@ -614,8 +614,11 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
         size_t n = avail < length ? avail : length;
         memcpy(buf, st->out.data + st->out_off, n);
         st->out_off += n;
-        if (st->out_off == st->out.len)
+        if (st->out_off == st->out.len) {
             st->out.len = st->out_off = 0;
+            if (st->tunnel)   /* an idle WebSocket holds no buffer, as over HTTP/1.1 */
+                tern__bytes_free(&st->out);
+        }
         if (st->out.len == 0 && st->file_left == 0 && st->data_end) {
             *flags |= NGHTTP2_DATA_FLAG_EOF;
             st->eof_given = true;
@@ -903,6 +906,8 @@ static ssize_t tunnel_recv(tern__conn *c, char *buf, size_t len) {
     memcpy(buf, st->pending.data, n);
     memmove(st->pending.data, st->pending.data + n, st->pending.len - n);
     st->pending.len -= n;
+    if (st->pending.len == 0)
+        tern__bytes_free(&st->pending);   /* no buffer while idle */
     consume(st, n);
     want_send(st->h2);   /* the WINDOW_UPDATE */
     return (ssize_t)n;

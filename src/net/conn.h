@@ -188,7 +188,8 @@ enum {
 /* Invariants:
  * - every connection is watched for the peer's reset (its fd stays
  *   registered: a paused one still asks for TERN__IO_RDHUP until the FIN
- *   is seen),
+ *   is seen; a carried one, io.fd -1, is closed by its carrier on the
+ *   stream's reset),
  *   or has its timeout armed (protocol clock, or the send clock while a
  *   backlog is leaving and the protocol armed none).
  * - io.fd is open until TERN__CONN_CLOSED is set; after that nothing but
