@@ -89,7 +89,7 @@ class H2TLS:
         self.flush()
         self.events = []
         self.data = {}          # stream id -> bytes received, not yet parsed
-        self.auto_ack = True    # open the windows as DATA arrives
+        self.held = {}          # stream id -> bytes read but its window not opened
         self.read(lambda: self.remote_settings(), "the server's SETTINGS")
 
     def flush(self):
@@ -116,7 +116,12 @@ class H2TLS:
             self.events.append(ev)
             if isinstance(ev, h2.events.DataReceived):
                 self.data[ev.stream_id] = self.data.get(ev.stream_id, b"") + ev.data
-                if self.auto_ack:
+                if ev.stream_id in self.held:
+                    # the connection's window opens, this stream's not
+                    self.held[ev.stream_id] += ev.flow_controlled_length
+                    if ev.flow_controlled_length:
+                        self.conn.increment_flow_control_window(ev.flow_controlled_length)
+                else:
                     self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
         self.flush()
 
@@ -284,6 +289,29 @@ def test_a_message_larger_than_the_windows(h2_tern):
     big = os.urandom(300 * 1024)
     c.send_ws(sid, frame(2, big))
     (op, _, payload), = c.messages(sid, 1, "the echo of 300 KiB")
+    assert op == 2 and payload == big
+
+
+def test_a_stream_whose_window_stays_shut_holds_only_itself(h2_tern):
+    # The client reads a's DATA but keeps a's window shut: a's answer
+    # stops at the stream's window (its rest waits in the server's
+    # backlog for that WebSocket), b is served meanwhile, and a's answer
+    # completes once its window opens.
+    tern = h2_tern()
+    c = H2TLS(tern)
+    a, _ = c.open_ws("/ws")
+    b, _ = c.open_ws("/ws")
+    c.held[a] = 0
+    big = os.urandom(200 * 1024)
+    c.send_ws(a, frame(2, big))
+    c.read(lambda: c.held[a] >= 65535 - 1024, "a's window filled")
+    c.send_ws(b, frame(1, b"b goes on"))
+    assert c.messages(b, 1) == [(1, False, b"b goes on")]
+    assert len(c.data[a]) < len(big)
+    del c.held[a]
+    c.conn.increment_flow_control_window(1 << 20, a)
+    c.flush()
+    (op, _, payload), = c.messages(a, 1, "the rest of a's answer")
     assert op == 2 and payload == big
 
 
