@@ -534,8 +534,11 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
         return 0;
     }
     if (st->tunnel) {
-        /* Held unconsumed until the tunnel's connection reads it
-         * (tunnel_recv): the peer sends no more than the window. */
+        /* Held, its stream's window unconsumed, until the tunnel's
+         * connection reads it (tunnel_recv): the peer sends no more than
+         * that window. The connection's window opens at once, so that a
+         * WebSocket that stops reading holds back its own stream alone. */
+        nghttp2_session_consume_connection(ng, len);
         if (tern__bytes_append(&st->pending, (const char *)data, len) < 0)
             return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;   /* the stream is reset */
         return 0;
@@ -908,7 +911,8 @@ static ssize_t tunnel_recv(tern__conn *c, char *buf, size_t len) {
     st->pending.len -= n;
     if (st->pending.len == 0)
         tern__bytes_free(&st->pending);   /* no buffer while idle */
-    consume(st, n);
+    if (st->h2->ng)   /* the stream's window; the connection's opened on arrival */
+        nghttp2_session_consume_stream(st->h2->ng, st->id, n);
     want_send(st->h2);   /* the WINDOW_UPDATE */
     return (ssize_t)n;
 }
@@ -969,7 +973,8 @@ static void tunnel_release(tern__conn *c) {
     if (st) {
         st->tunnel = NULL;
         h2_conn *h2 = st->h2;
-        consume(st, st->pending.len);
+        if (h2->ng && st->pending.len)
+            nghttp2_session_consume_stream(h2->ng, st->id, st->pending.len);
         st->pending.len = 0;
         bool clean = c->err == 0;
         if (clean && !st->eof_given) {
