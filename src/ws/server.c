@@ -144,6 +144,7 @@ static tern__ws_acct *acct_new(tern_http_req *req) {
     if (a == NULL)
         return NULL;
     a->start_ms = req->start_ms ? req->start_ms : tern_loop_now(srv->loop);
+    a->status = h->protocol ? 200 : 101;   /* RFC 8441's answer is 200 */
     char *p = a->text;
     memcpy(p, h->method, h->method_len);
     p += h->method_len;

@@ -510,10 +510,10 @@ def test_page_over_h2_carries_its_websocket_on_the_same_connection(tern_factory,
 
             def lines():
                 return access.read_text().splitlines() if access.exists() else []
-            wait_for(lambda: any(" /pubsub 101 " in ln for ln in lines()),
+            wait_for(lambda: any(" CONNECT /pubsub 200 " in ln for ln in lines()),
                      "the WebSocket's access log entry")
             peer = {ln.split()[1] for ln in lines()
-                    if " GET / " in ln or " CONNECT /pubsub 101 " in ln}
+                    if " GET / " in ln or " CONNECT /pubsub 200 " in ln}
             assert len(peer) == 1, lines()
         except (TimeoutError, EOFError, RuntimeError) as e:
             pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
