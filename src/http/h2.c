@@ -507,8 +507,9 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *
         return 0;
     }
     if (st->tunnel) {
-        /* The peer's end of a tunnel: read after what came before it. */
-        if (frame->hd.type == NGHTTP2_DATA && end_stream)
+        /* The peer's end of a tunnel (on DATA, or trailers): read after
+         * what came before it. */
+        if ((frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS) && end_stream)
             st->tunnel->eof = st->req.body_done = true;
         return 0;
     }
