@@ -34,6 +34,7 @@
 #define H2_STREAM_SOFT (64 * 1024)
 
 typedef struct h2_stream h2_stream;
+typedef struct h2_tunnel h2_tunnel;
 
 /* One HTTP/2 connection. Invariants: conn is first (net frees the
  * struct with free()); streams lists every stream that has a request
@@ -101,12 +102,35 @@ struct h2_stream {
     bool reset_when_sent;
     /* the request asked "Expect: 100-continue" and no 100 went yet */
     bool continue_due;
+    /* The stream carries a WebSocket (RFC 8441): its bytes are tunnel's
+     * connection's, not a request's body and response (NULL: a request) */
+    h2_tunnel *tunnel;
+};
+
+/* A stream that carries another protocol (RFC 8441's extended CONNECT,
+ * answered 200), as a tern__conn of its own (net's carried connection)
+ * whose transport is this: what the WebSocket sends goes as the stream's
+ * DATA, what the peer sends on the stream is read from it. Invariants: tp
+ * is first (c->tp points here, and net releases it with c); c is the
+ * connection it carries for (tern__conn_move tells the new one, moved);
+ * st is the stream while it is open, NULL once it is gone (then reads
+ * see the end and sends fail). The stream's `pending` holds the DATA
+ * received and not yet read, unconsumed, so the peer's window shuts on a
+ * reader that stops (a paused WebSocket); its `out` what the session's
+ * data provider has not taken, at most H2_STREAM_SOFT and never more than
+ * the peer's windows allow; the rest waits in c's backlog. */
+struct h2_tunnel {
+    tern__transport tp;
+    tern__conn *c;
+    h2_stream *st;
+    bool eof;   /* the peer's END_STREAM: reads end once pending is read */
 };
 
 static h2_stream *stream_of(const tern_http_req *req) { return (h2_stream *)(void *)req; }
 
 static void h2_send(h2_conn *h2);
 static void want_send(h2_conn *h2);
+static void tunnel_ready(h2_stream *st);
 
 /* ---- streams ---------------------------------------------------------- */
 
@@ -140,10 +164,17 @@ static void stream_release(h2_stream *st) {
 /* The stream is closed (err 0: both ends finished, else the peer reset
  * it or the connection went): its request is detached, which frees it
  * unless a handler still holds it (then the abort callback, or the
- * handler's answer, ends it). */
+ * handler's answer, ends it). A tunnel's connection closes with it (the
+ * peer's reset or the connection's end is a reset to the WebSocket). */
 static void stream_gone(h2_stream *st, int err) {
     stream_unlink(st);
     stream_release(st);
+    if (st->tunnel) {
+        h2_tunnel *t = st->tunnel;
+        st->tunnel = NULL;
+        t->st = NULL;
+        tern__conn_close(t->c, err);   /* its release frees t */
+    }
     tern_http_req *req = &st->req;
     if (req->ended && !req->live) {
         tern__http_req_free(req);
@@ -163,7 +194,9 @@ static bool awaits_body(const h2_stream *st) {
  * window keeps from going. */
 static bool window_shut(const h2_stream *st) {
     nghttp2_session *ng = st->h2->ng;
-    bool waiting = st->has_data && !st->eof_given &&
+    /* A tunnel's window is its connection's to watch (net's send clock on
+     * its backlog, the WebSocket's own clocks), not the connection's. */
+    bool waiting = st->tunnel == NULL && st->has_data && !st->eof_given &&
                    (st->out.len > st->out_off || st->file_left || st->data_end);
     return waiting && (nghttp2_session_get_stream_remote_window_size(ng, st->id) <= 0 ||
                        nghttp2_session_get_remote_window_size(ng) <= 0);
@@ -222,6 +255,9 @@ static tern__http_head *build_head(h2_stream *st) {
             } else if (strcmp(f.name, ":authority") == 0) {
                 authority = f.value;
                 authority_len = f.value_len;
+            } else if (strcmp(f.name, ":protocol") == 0) {
+                head->protocol = f.value;   /* nghttp2 lets it through on CONNECT alone */
+                head->protocol_len = f.value_len;
             }
             continue;
         }
@@ -310,12 +346,36 @@ static void begin_request(h2_stream *st, bool end_stream) {
         route = &tern__http_route_status;
         status = head->target_len ? 414 : 400;
     }
+    bool logged = route != NULL;
     if (route)
         tern__http_log_refusal(req->conn, status, head->method, head->method_len, head->target,
                                head->target_len, false);
-    req->route = tern__http_pick_route(req, head, params, route, status, route != NULL);
+    const tern__upgrade_hook *upgrade = srv->cfg->upgrade;
+    if (route == NULL && head->protocol && upgrade) {
+        /* RFC 8441's extended CONNECT: the WebSocket layer answers it and
+         * takes the stream (tunnel), or refuses it (logged there). */
+        req->live = true;
+        req->head = head;
+        int r = upgrade->try_upgrade(req, head, NULL, 0);
+        req->live = false;
+        req->head = NULL;
+        if (r == 1)
+            return;
+        if (r < 0) {
+            route = &tern__http_route_status;
+            status = -r;
+            logged = true;
+        }
+    }
+    req->route = tern__http_pick_route(req, head, params, route, status, logged);
     st->continue_due = head->expect_continue && !end_stream;
-    if (end_stream) {
+    bool connect = head->method_len == 7 && memcmp(head->method, "CONNECT", 7) == 0;
+    if (connect && !end_stream) {
+        /* A CONNECT no tunnel took: its stream's bytes are no request
+         * body to wait for; it is answered now, and they are dropped. */
+        req->body_mode = TERN__BODY_DROP;
+        tern__http_call_handler(req, head, params, "", 0);
+    } else if (end_stream) {
         req->body_done = true;
         tern__http_call_handler(req, head, params, "", 0);
     } else if (req->route->stream) {
@@ -470,6 +530,13 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *
             set_clock(st->h2);
         return 0;
     }
+    if (st->tunnel) {
+        /* The peer's end of a tunnel (on DATA, or trailers): read after
+         * what came before it. */
+        if ((frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS) && end_stream)
+            st->tunnel->eof = st->req.body_done = true;
+        return 0;
+    }
     if ((frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS) && end_stream &&
         !st->req.body_done) {
         st->req.body_done = true;
@@ -489,6 +556,16 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     h2_stream *st = nghttp2_session_get_stream_user_data(ng, id);
     if (st == NULL) {
         nghttp2_session_consume(ng, id, len);
+        return 0;
+    }
+    if (st->tunnel) {
+        /* Held, its stream's window unconsumed, until the tunnel's
+         * connection reads it (tunnel_recv): the peer sends no more than
+         * that window. The connection's window opens at once, so that a
+         * WebSocket that stops reading holds back its own stream alone. */
+        nghttp2_session_consume_connection(ng, len);
+        if (tern__bytes_append(&st->pending, (const char *)data, len) < 0)
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;   /* the stream is reset */
         return 0;
     }
     tern_http_req *req = &st->req;
@@ -546,7 +623,9 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t error_code,
     h2_stream *st = nghttp2_session_get_stream_user_data(ng, id);
     if (st == NULL)
         return 0;
-    stream_gone(st, error_code == NGHTTP2_NO_ERROR && st->req.ended ? 0 : -ECONNRESET);
+    /* A tunnel ended well only when both ends sent END_STREAM. */
+    bool ended = st->tunnel ? st->tunnel->eof && st->eof_given : st->req.ended;
+    stream_gone(st, error_code == NGHTTP2_NO_ERROR && ended ? 0 : -ECONNRESET);
     set_clock(h2);
     return 0;
 }
@@ -563,8 +642,11 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
         size_t n = avail < length ? avail : length;
         memcpy(buf, st->out.data + st->out_off, n);
         st->out_off += n;
-        if (st->out_off == st->out.len)
+        if (st->out_off == st->out.len) {
             st->out.len = st->out_off = 0;
+            if (st->tunnel)   /* an idle WebSocket holds no buffer, as over HTTP/1.1 */
+                tern__bytes_free(&st->out);
+        }
         if (st->out.len == 0 && st->file_left == 0 && st->data_end) {
             *flags |= NGHTTP2_DATA_FLAG_EOF;
             st->eof_given = true;
@@ -638,9 +720,13 @@ static void h2_send(h2_conn *h2) {
         h2->stalled = stalled;
         set_clock(h2);
     }
-    for (h2_stream *st = h2->streams, *next; st; st = next) {
+    for (h2_stream *st = h2->streams, *next; st && !h2->dead; st = next) {
         next = st->next;
         tern_http_req *req = &st->req;
+        if (st->tunnel) {
+            tunnel_ready(st);
+            continue;
+        }
         if (st->drain_due && st->out.len - st->out_off < H2_STREAM_SOFT) {
             st->drain_due = false;
             if (req->started && !req->ended && req->drain_fn)
@@ -819,16 +905,239 @@ static void h2_read_body(tern_http_req *req) {
     }
 }
 
-/* No upgrade over HTTP/2 here (RFC 8441's extended CONNECT is not
- * offered: SETTINGS_ENABLE_CONNECT_PROTOCOL is not sent), and its
- * requests carry no Upgrade: nothing asks. */
-static tern__conn *h2_tunnel(tern_http_req *req, const char *protocol,
+/* ---- tunnels (RFC 8441) ----------------------------------------------- */
+
+static h2_tunnel *tunnel_of(const tern__conn *c) { return (h2_tunnel *)(void *)c->tp; }
+
+/* Bytes the stream may take now: what the peer's windows (the stream's
+ * and the connection's) leave beyond what out already holds, and no more
+ * than H2_STREAM_SOFT held in out. */
+static size_t tunnel_room(const h2_stream *st) {
+    nghttp2_session *ng = st->h2->ng;
+    int32_t sw = nghttp2_session_get_stream_remote_window_size(ng, st->id);
+    int32_t cw = nghttp2_session_get_remote_window_size(ng);
+    int64_t win = sw < cw ? sw : cw;
+    if (win > H2_STREAM_SOFT)
+        win = H2_STREAM_SOFT;
+    int64_t held = (int64_t)(st->out.len - st->out_off);
+    return win > held ? (size_t)(win - held) : 0;
+}
+
+/* The peer's DATA, read: the window opens by as much. */
+static ssize_t tunnel_recv(tern__conn *c, char *buf, size_t len) {
+    h2_tunnel *t = tunnel_of(c);
+    h2_stream *st = t->st;
+    if (st == NULL)
+        return 0;
+    size_t n = st->pending.len < len ? st->pending.len : len;
+    if (n == 0)
+        return t->eof ? 0 : -EAGAIN;
+    memcpy(buf, st->pending.data, n);
+    memmove(st->pending.data, st->pending.data + n, st->pending.len - n);
+    st->pending.len -= n;
+    if (st->pending.len == 0)
+        tern__bytes_free(&st->pending);   /* no buffer while idle */
+    if (st->h2->ng)   /* the stream's window; the connection's opened on arrival */
+        nghttp2_session_consume_stream(st->h2->ng, st->id, n);
+    want_send(st->h2);   /* the WINDOW_UPDATE */
+    return (ssize_t)n;
+}
+
+/* As much of iov as the windows let go, as the stream's DATA; the rest
+ * is net's backlog until the peer opens them (tunnel_ready). */
+static ssize_t tunnel_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
+    h2_stream *st = tunnel_of(c)->st;
+    if (st == NULL || st->h2->ng == NULL || st->data_end)
+        return -EPIPE;
+    size_t room = tunnel_room(st);
+    if (room == 0)
+        return -EAGAIN;
+    size_t taken = 0;
+    for (int i = 0; i < iovcnt && taken < room; i++) {
+        size_t n = iov[i].iov_len < room - taken ? iov[i].iov_len : room - taken;
+        if (n && tern__bytes_append(&st->out, iov[i].iov_base, n) < 0)
+            return taken ? (ssize_t)taken : -ENOMEM;
+        taken += n;
+    }
+    resume(st);
+    return (ssize_t)taken;
+}
+
+static ssize_t tunnel_send_file(tern__conn *c, int fd, off_t *off, size_t len) {
+    (void)c;
+    (void)fd;
+    (void)off;
+    (void)len;
+    return -EOPNOTSUPP;   /* a WebSocket sends no files */
+}
+
+/* Our end: END_STREAM after what out holds. */
+static int tunnel_shutdown(tern__conn *c) {
+    h2_stream *st = tunnel_of(c)->st;
+    if (st == NULL)
+        return -EPIPE;
+    st->data_end = true;
+    resume(st);
+    return 0;
+}
+
+static bool tunnel_pending(const tern__conn *c) {
+    const h2_tunnel *t = tunnel_of(c);
+    return t->st && (t->st->pending.len || t->eof);
+}
+
+/* The connection closed. A stream still open: what was not read is
+ * given back to the window; a connection that ended as asked has its
+ * last bytes and END_STREAM still go when the session has not sent them
+ * (a WebSocket's close frame), then the stream is reset unless the peer
+ * ended too (on_frame_send); else it is reset now (NO_ERROR after our
+ * END_STREAM, CANCEL for a failure). Its request is freed when the
+ * session closes it. */
+static void tunnel_release(tern__conn *c) {
+    h2_tunnel *t = tunnel_of(c);
+    h2_stream *st = t->st;
+    if (st) {
+        st->tunnel = NULL;
+        h2_conn *h2 = st->h2;
+        if (h2->ng && st->pending.len)
+            nghttp2_session_consume_stream(h2->ng, st->id, st->pending.len);
+        st->pending.len = 0;
+        bool clean = c->err == 0;
+        if (clean && !st->eof_given) {
+            st->data_end = true;
+            st->reset_when_sent = true;
+            resume(st);
+        } else if (h2->ng) {
+            st->data_end = true;
+            nghttp2_submit_rst_stream(h2->ng, NGHTTP2_FLAG_NONE, st->id,
+                                      clean ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
+            want_send(h2);
+        }
+    }
+    free(t);
+}
+
+static const char *tunnel_server_name(const tern__conn *c) {
+    const h2_stream *st = tunnel_of(c)->st;
+    return st ? st->h2->conn.tp->ops->server_name(&st->h2->conn) : NULL;
+}
+
+static void tunnel_moved(tern__conn *c) { tunnel_of(c)->c = c; }
+
+static const tern__conn *tunnel_carrier(const tern__conn *c) {
+    const h2_stream *st = tunnel_of(c)->st;
+    return st ? &st->h2->conn : NULL;
+}
+
+static const tern__transport_ops tunnel_ops = {
+    .recv = tunnel_recv,
+    .send = tunnel_send,
+    .send_file = tunnel_send_file,
+    .shutdown = tunnel_shutdown,
+    .pending = tunnel_pending,
+    .release = tunnel_release,
+    .server_name = tunnel_server_name,
+    .moved = tunnel_moved,
+    .carrier = tunnel_carrier,
+};
+
+/* The tunnel's connection before the WebSocket takes it over
+ * (tern__conn_move): nothing reads or writes it, and a close (the
+ * WebSocket could not be made) only resets the stream (release). */
+static size_t idle_on_data(tern__conn *c, char *data, size_t len) {
+    (void)c;
+    (void)data;
+    return len;
+}
+static void idle_on_eof(tern__conn *c) { tern__conn_end(c); }
+static void idle_on_drain(tern__conn *c) { (void)c; }
+static void idle_on_timeout(tern__conn *c) { tern__conn_close(c, -ETIMEDOUT); }
+static void idle_on_shutdown(tern__conn *c) { tern__conn_end(c); }
+static void idle_on_close(tern__conn *c, int err) {
+    (void)err;
+    /* the count h2_tunnel took for it goes back */
+    tern__http_conn_closed_by_server(tern__container_of(c->list, tern_server, conns), c);
+}
+
+static const tern__conn_proto tunnel_idle_proto = {
+    .on_data = idle_on_data,
+    .on_eof = idle_on_eof,
+    .on_drain = idle_on_drain,
+    .on_timeout = idle_on_timeout,
+    .on_shutdown = idle_on_shutdown,
+    .on_close = idle_on_close,
+};
+
+/* Tells a tunnel's connection what it can do now: read (DATA or the end
+ * arrived) and write (its backlog waits and the windows opened). Called
+ * by h2_send once the session's bytes went, outside any session call. */
+static void tunnel_ready(h2_stream *st) {
+    tern__conn *c = st->tunnel->c;
+    uint32_t ev = 0;
+    if (st->pending.len || st->tunnel->eof)
+        ev |= TERN__IO_IN;
+    if (tern__conn_backlog(c) && tunnel_room(st))
+        ev |= TERN__IO_OUT;
+    if (ev)
+        tern__conn_ready(c, ev);
+}
+
+/* RFC 8441: the extended CONNECT is answered 200 with the upgrade's
+ * fields, then the handler's (protocol is :protocol, already checked),
+ * and the stream becomes a connection of its own (h2_tunnel). The
+ * request is done with: the stream's request part stays until the
+ * stream closes, holding nothing but the stream's state. */
+static tern__conn *h2_open_tunnel(tern_http_req *req, const char *protocol,
                              const tern__http_field *fields, size_t n) {
-    (void)req;
     (void)protocol;
-    (void)fields;
-    (void)n;
-    return NULL;
+    h2_stream *st = stream_of(req);
+    h2_conn *h2 = st->h2;
+    tern__bytes all = {0};
+    for (size_t i = 0; i < n; i++)
+        if (tern__bytes_append(&all, fields[i].name, fields[i].name_len + 1) < 0 ||
+            tern__bytes_append(&all, fields[i].value, fields[i].value_len + 1) < 0) {
+            tern__bytes_free(&all);
+            return NULL;
+        }
+    if (req->fields.len && tern__bytes_append(&all, req->fields.data, req->fields.len) < 0) {
+        tern__bytes_free(&all);
+        return NULL;
+    }
+    h2_tunnel *t = calloc(1, sizeof(*t));
+    tern__conn *c = calloc(1, sizeof(*c));
+    if (t == NULL || c == NULL) {
+        free(t);
+        free(c);
+        tern__bytes_free(&all);
+        return NULL;
+    }
+    t->tp.ops = &tunnel_ops;
+    t->c = c;
+    if (tern__conn_start_carried(h2->conn.loop, c, &t->tp, &tunnel_idle_proto, h2->conn.list) <
+        0) {
+        free(t);
+        free(c);
+        tern__bytes_free(&all);
+        return NULL;
+    }
+    /* The WebSocket counts as a connection of the server's (its close
+     * gives one back, tern__http_conn_closed_by_server), as over
+     * HTTP/1.1; it holds no per-address slot (owner_tag 0). */
+    atomic_fetch_add_explicit(&req->srv->cfg->admit.open, 1, memory_order_relaxed);
+    tern__bytes_free(&req->fields);
+    req->fields = all;
+    if (h2_head(req, 200, NULL, TERN__HTTP_LEN_STREAM, NULL, 0) < 0) {
+        tern__conn_close(c, -ENOMEM);   /* t has no stream: nothing is reset */
+        return NULL;
+    }
+    t->st = st;
+    st->tunnel = t;
+    /* From here body_done says the peer's END_STREAM came (tunnel_release
+     * and on_frame_send read it once the tunnel is gone). */
+    req->ended = true;
+    tern__bytes_free(&st->hdr);
+    tern__bytes_free(&req->fields);
+    return c;
 }
 
 const tern__http_proto tern__h2_proto = {
@@ -839,7 +1148,7 @@ const tern__http_proto tern__h2_proto = {
     .buffered = h2_buffered,
     .ended = h2_ended,
     .read_body = h2_read_body,
-    .tunnel = h2_tunnel,
+    .tunnel = h2_open_tunnel,
 };
 
 /* ---- the connection --------------------------------------------------- */
@@ -1033,14 +1342,17 @@ int tern__h2_start(tern__http_conn *hc, const char *rest, size_t len) {
     h2->srv = srv;
     h2->ng = session_new(h2);
     const tern_server_options *o = &srv->cfg->opt;
+    /* RFC 8441's extended CONNECT is offered where there are WebSocket
+     * routes to take it (the last entry, left out without them). */
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, o->http2_max_streams},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)o->max_head},
         {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+        {NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL, 1},
     };
+    size_t niv = sizeof(iv) / sizeof(iv[0]) - (srv->cfg->upgrade ? 0 : 1);
     int err = h2->ng ? 0 : -ENOMEM;
-    if (err == 0 && nghttp2_submit_settings(h2->ng, NGHTTP2_FLAG_NONE, iv,
-                                            sizeof(iv) / sizeof(iv[0])) != 0)
+    if (err == 0 && nghttp2_submit_settings(h2->ng, NGHTTP2_FLAG_NONE, iv, niv) != 0)
         err = -ENOMEM;
     if (err == 0)
         err = tern__conn_move(&hc->conn, &h2->conn, &h2_conn_proto);

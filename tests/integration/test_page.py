@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 from websockets.sync.client import connect
 
-from conftest import SLOW
+from conftest import SLOW, wait_for
 from test_ws_clients import TIMEOUT, DevTools, chromium  # noqa: F401 (fixture)
 
 OUT_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "build", "test-output")
@@ -474,6 +474,69 @@ def test_page_shows_who_is_watching(tern_factory, chromium, tmp_path):  # noqa: 
             assert m == {"ok": "presence_stats", "topic": "market", "clients": 1,
                          "users": 1}, m
             dt.call("Target.closeTarget", {"targetId": first})
+        except (TimeoutError, EOFError, RuntimeError) as e:
+            pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
+        finally:
+            dt.close()
+
+
+def test_page_over_h2_carries_its_websocket_on_the_same_connection(tern_factory, chromium,  # noqa: F811
+                                                                   tmp_path):
+    # RFC 8441: the TLS port offers h2 and extended CONNECT, so Chromium
+    # loads the page over h2 and opens its /pubsub WebSocket as a stream
+    # of that connection: the access log names one peer (address and
+    # port) for both, one TCP connection is open while the page is live,
+    # and the WebSocket's handshake was HTTP/2's (200, not HTTP/1.1's 101).
+    from test_tls import make_cert
+    cert, key = make_cert(str(tmp_path), "c", "localhost", "DNS:localhost,IP:127.0.0.1")
+    access = tmp_path / "access.log"
+    srv = tern_factory("--feed-rate", "50", "--tls-port", "0", "--tls-cert", cert,
+                       "--tls-key", key, "--access-log", str(access))
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--ignore-certificate-errors", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+            f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"]
+    log = tmp_path / "chromium.log"
+    with open(log, "wb") as err:
+        dt = DevTools(argv, err, time.monotonic() + TIMEOUT)
+        try:
+            target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            s = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            dt.call("Network.enable", session=s)
+            nav = dt.call("Page.navigate", {"url": f"https://127.0.0.1:{srv.tls_port}/"},
+                          session=s)
+            assert "errorText" not in nav, nav
+            page = dt.wait_event(lambda m: m.get("sessionId") == s and
+                                 m.get("method") == "Network.responseReceived" and
+                                 m["params"]["type"] == "Document")
+            assert page["params"]["response"]["protocol"] == "h2", page["params"]["response"]
+            hs = dt.wait_event(lambda m: m.get("sessionId") == s and
+                               m.get("method") == "Network.webSocketHandshakeResponseReceived")
+            assert hs["params"]["response"]["status"] == 200, hs["params"]["response"]
+
+            def state():
+                r = dt.call("Runtime.evaluate", {"expression": STATE_JS, "returnByValue": True},
+                            session=s)
+                return None if "exceptionDetails" in r else json.loads(r["result"]["value"])
+
+            deadline = time.monotonic() + 10 * SLOW
+            while not ((st := state()) and len(st["prices"]) == 24):
+                assert time.monotonic() < deadline, f"the page never went live: {st}"
+                time.sleep(0.1)
+            total = srv.stats()["total"]
+            assert total["connections"] == 1 and total["pubsub"]["subscriptions"] >= 1, total
+            dt.call("Target.closeTarget", {"targetId": target})
+            # The WebSocket's entry comes at its end.
+
+            def lines():
+                return access.read_text().splitlines() if access.exists() else []
+            wait_for(lambda: any(" CONNECT /pubsub 200 " in ln for ln in lines()),
+                     "the WebSocket's access log entry")
+            peer = {ln.split()[1] for ln in lines()
+                    if " GET / " in ln or " CONNECT /pubsub 200 " in ln}
+            assert len(peer) == 1, lines()
         except (TimeoutError, EOFError, RuntimeError) as e:
             pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
         finally:

@@ -303,8 +303,12 @@ def test_chromium_websocket(tern_factory, chromium, tmp_path, scheme):
     # (a self-signed certificate, which the browser is told to accept).
     from test_tls import make_cert
     cert, key = make_cert(str(tmp_path), "c", "localhost", "DNS:localhost,IP:127.0.0.1")
+    # HTTP/1.1 on the TLS port too: this is the upgrade's path over TLS.
+    # (Over h2, RFC 8441, Chromium at times never sends the last message
+    # of this page's burst, though both windows are open: test_page.py
+    # and test_h2_ws.py cover the WebSocket over h2.)
     srv = tern_factory("--root", str(CLIENTS / "browser"), "--tls-port", "0",
-                       "--tls-cert", cert, "--tls-key", key)
+                       "--tls-cert", cert, "--tls-key", key, "--http2", "off")
     base = srv.base if scheme == "http" else f"https://127.0.0.1:{srv.tls_port}"
     profile = tmp_path / "profile"
     profile.mkdir()
