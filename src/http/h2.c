@@ -25,112 +25,7 @@
 #include "http/server.h"
 #include "net/tls.h"
 
-/* What h2_send leaves in the connection's backlog before it stops asking
- * the session for more (on_drain asks again): a client that does not
- * read holds this much of ours, not every stream's whole body. */
-#define H2_BACKLOG_MAX (256 * 1024)
-/* A streamed response's bytes held for a stream beyond which tern_http_write
- * says TERN_SEND_BUFFERED (and the drain callback follows). */
-#define H2_STREAM_SOFT (64 * 1024)
-
-typedef struct h2_stream h2_stream;
-typedef struct h2_tunnel h2_tunnel;
-
-/* One HTTP/2 connection. Invariants: conn is first (net frees the
- * struct with free()); streams lists every stream that has a request
- * struct (from its HEADERS to its close); ng is NULL once the connection
- * closed (dead), and freed when the session call under way returns when
- * the close came from inside one (in_session). */
-typedef struct h2_conn {
-    tern__conn conn;
-    tern_server *srv;
-    nghttp2_session *ng;
-    h2_stream *streams;
-    size_t nstreams;
-    /* inside nghttp2_session_mem_recv or _mem_send, whose callbacks may
-     * reach h2_send again (a handler answering): it sends nothing then */
-    bool in_session;
-    bool dead;                 /* closed: ng is freed once in_session ends */
-    bool goaway;               /* the shutdown's GOAWAY was submitted */
-    /* Body bytes read on every stream, and their count when the body
-     * clock was last armed (clock). */
-    uint64_t body_bytes, body_mark;
-    /* A response waits on a window the peer keeps shut (stalled, as
-     * h2_send last saw it), and the bytes written when the stall clock
-     * was last armed: a window held at zero is slowloris over h2, and
-     * net's send clock never sees it (nothing waits in the backlog). */
-    bool stalled;
-    uint64_t sent_bytes, sent_mark;
-    /* The highest stream id the peer sent HEADERS on, and which of the 64
-     * ids below it (bit k: peer_max - 2k) it used: HEADERS on one it
-     * skipped, a stream idle then implicitly closed (RFC 9113 §5.1.1),
-     * is a connection error nghttp2 lets pass (it keeps no record). */
-    int32_t peer_max;
-    uint64_t peer_used;
-} h2_conn;
-
-/* One stream's request. Invariants: req is first (the neutral code frees
- * a settled request with free(), tern__http_req_free); h2 is set while
- * the stream is open, and req.conn with it; hdr holds the request's
- * fields as "name\0value\0" (pseudo-fields with their ':'), out the
- * response bytes the session has not taken (from out_off), file the
- * file range after them (fd -1: none). */
-struct h2_stream {
-    tern_http_req req;
-    h2_conn *h2;
-    h2_stream *next, *prev;
-    int32_t id;
-    tern__bytes hdr;
-    size_t hdr_bytes;          /* name and value bytes plus 32 per field (RFC 9113 §6.5.2) */
-    size_t nfields;
-    bool too_large;            /* past max_head or max_headers: answered 431 */
-    bool headers_done;
-    tern__bytes pending;       /* body bytes the handler has not asked for yet (not consumed) */
-    bool deliver_due;          /* pending (or the body's end) goes to body_fn at the batch end */
-    tern__bytes out;
-    size_t out_off;
-    int fd;
-    off_t file_off;
-    size_t file_left;
-    bool has_data;             /* the response was submitted with a data provider */
-    bool data_end;             /* no more body will be added */
-    bool eof_given;            /* read_body gave the session the body's end */
-    bool deferred;             /* the provider said NGHTTP2_ERR_DEFERRED: resume on more */
-    bool drain_due;            /* a write was told TERN_SEND_BUFFERED: tell on_drain */
-    /* answered before the request's end: reset (NO_ERROR) once the answer
-     * is sent, so a client still sending frees the stream (RFC 9113 §8.1) */
-    bool reset_when_sent;
-    /* the request asked "Expect: 100-continue" and no 100 went yet */
-    bool continue_due;
-    /* The stream carries a WebSocket (RFC 8441): its bytes are tunnel's
-     * connection's, not a request's body and response (NULL: a request) */
-    h2_tunnel *tunnel;
-};
-
-/* A stream that carries another protocol (RFC 8441's extended CONNECT,
- * answered 200), as a tern__conn of its own (net's carried connection)
- * whose transport is this: what the WebSocket sends goes as the stream's
- * DATA, what the peer sends on the stream is read from it. Invariants: tp
- * is first (c->tp points here, and net releases it with c); c is the
- * connection it carries for (tern__conn_move tells the new one, moved);
- * st is the stream while it is open, NULL once it is gone (then reads
- * see the end and sends fail). The stream's `pending` holds the DATA
- * received and not yet read, unconsumed, so the peer's window shuts on a
- * reader that stops (a paused WebSocket); its `out` what the session's
- * data provider has not taken, at most H2_STREAM_SOFT and never more than
- * the peer's windows allow; the rest waits in c's backlog. */
-struct h2_tunnel {
-    tern__transport tp;
-    tern__conn *c;
-    h2_stream *st;
-    bool eof;   /* the peer's END_STREAM: reads end once pending is read */
-};
-
-static h2_stream *stream_of(const tern_http_req *req) { return (h2_stream *)(void *)req; }
-
-static void h2_send(h2_conn *h2);
-static void want_send(h2_conn *h2);
-static void tunnel_ready(h2_stream *st);
+#include "http/h2_internal.h"
 
 /* ---- streams ---------------------------------------------------------- */
 
@@ -322,7 +217,7 @@ static void send_continue(h2_stream *st) {
     static const nghttp2_nv nv = {(uint8_t *)":status", (uint8_t *)"100", 7, 3,
                                   NGHTTP2_NV_FLAG_NONE};
     if (nghttp2_submit_headers(st->h2->ng, NGHTTP2_FLAG_NONE, st->id, NULL, &nv, 1, NULL) >= 0)
-        want_send(st->h2);
+        tern__h2_want_send(st->h2);
 }
 
 /* The head is complete (end_stream: and there is no body): routes the
@@ -724,7 +619,7 @@ static void h2_send(h2_conn *h2) {
         next = st->next;
         tern_http_req *req = &st->req;
         if (st->tunnel) {
-            tunnel_ready(st);
+            tern__h2_tunnel_ready(st);
             continue;
         }
         if (st->drain_due && st->out.len - st->out_off < H2_STREAM_SOFT) {
@@ -742,26 +637,26 @@ static void h2_send(h2_conn *h2) {
  * sending may close streams, and a stream's close frees its request and
  * may run an abort callback. Inside a session call, that call's end
  * sends it. */
-static void want_send(h2_conn *h2) {
+void tern__h2_want_send(h2_conn *h2) {
     if (!h2->in_session)
         tern__conn_defer(&h2->conn);
 }
 
 /* The stream's provider has more to give. */
-static void resume(h2_stream *st) {
+void tern__h2_resume(h2_stream *st) {
     if (st->deferred && st->h2 && st->h2->ng) {
         st->deferred = false;
         nghttp2_session_resume_data(st->h2->ng, st->id);
     }
     if (st->h2)
-        want_send(st->h2);
+        tern__h2_want_send(st->h2);
 }
 
 /* ---- the stream operations (proto.h) ---------------------------------- */
 
-static int h2_head(tern_http_req *req, int status, const char *ctype, int64_t length,
+int tern__h2_head(tern_http_req *req, int status, const char *ctype, int64_t length,
                    const void *body, size_t body_len) {
-    h2_stream *st = stream_of(req);
+    h2_stream *st = tern__h2_stream_of(req);
     h2_conn *h2 = st->h2;
     tern_server *srv = req->srv;
     /* :status, server, date, content-type, content-length, the
@@ -833,16 +728,16 @@ static int h2_head(tern_http_req *req, int status, const char *ctype, int64_t le
     req->resp_status = status;
     TERN__STAT_STATUS(srv, status);
     TERN__STAT_ADD(srv, bytes_out, no_body ? 0 : body_len);
-    want_send(h2);
+    tern__h2_want_send(h2);
     return TERN_SEND_OK;
 }
 
 static int h2_body(tern_http_req *req, const void *data, size_t len) {
-    h2_stream *st = stream_of(req);
+    h2_stream *st = tern__h2_stream_of(req);
     if (tern__bytes_append(&st->out, data, len) < 0)
         return -ENOMEM;
     bool over = st->out.len - st->out_off >= H2_STREAM_SOFT;
-    resume(st);
+    tern__h2_resume(st);
     if (over && st->out.len - st->out_off >= H2_STREAM_SOFT) {
         st->drain_due = true;
         return TERN_SEND_BUFFERED;
@@ -851,24 +746,24 @@ static int h2_body(tern_http_req *req, const void *data, size_t len) {
 }
 
 static int h2_file(tern_http_req *req, int fd, off_t offset, size_t len) {
-    h2_stream *st = stream_of(req);
+    h2_stream *st = tern__h2_stream_of(req);
     st->fd = fd;
     st->file_off = offset;
     st->file_left = len;
     st->data_end = true;
-    resume(st);
+    tern__h2_resume(st);
     return TERN_SEND_OK;
 }
 
 static int h2_end(tern_http_req *req) {
-    h2_stream *st = stream_of(req);
+    h2_stream *st = tern__h2_stream_of(req);
     st->data_end = true;
-    resume(st);
+    tern__h2_resume(st);
     return TERN_SEND_OK;
 }
 
 static size_t h2_buffered(const tern_http_req *req) {
-    const h2_stream *st = stream_of(req);
+    const h2_stream *st = tern__h2_stream_of(req);
     return st->out.len - st->out_off + st->file_left;
 }
 
@@ -876,10 +771,10 @@ static size_t h2_buffered(const tern_http_req *req) {
  * closes (and frees req) when the session has sent it and the peer's
  * side is done too. */
 static void h2_ended(tern_http_req *req) {
-    h2_stream *st = stream_of(req);
+    h2_stream *st = tern__h2_stream_of(req);
     if (st->has_data && !st->data_end) {
         st->data_end = true;
-        resume(st);
+        tern__h2_resume(st);
     }
     if (!req->body_done && req->body_mode != TERN__BODY_DROP) {
         /* Answered before the body ended: the rest is dropped as it comes,
@@ -897,7 +792,7 @@ static void h2_ended(tern_http_req *req) {
 /* Pieces held before the handler asked go to it at the batch end
  * (on_deferred), never inside tern_http_read_body. */
 static void h2_read_body(tern_http_req *req) {
-    h2_stream *st = stream_of(req);
+    h2_stream *st = tern__h2_stream_of(req);
     send_continue(st);
     if (st->pending.len || req->body_done || req->body_mode != TERN__BODY_STREAM) {
         st->deliver_due = true;
@@ -905,250 +800,15 @@ static void h2_read_body(tern_http_req *req) {
     }
 }
 
-/* ---- tunnels (RFC 8441) ----------------------------------------------- */
-
-static h2_tunnel *tunnel_of(const tern__conn *c) { return (h2_tunnel *)(void *)c->tp; }
-
-/* Bytes the stream may take now: what the peer's windows (the stream's
- * and the connection's) leave beyond what out already holds, and no more
- * than H2_STREAM_SOFT held in out. */
-static size_t tunnel_room(const h2_stream *st) {
-    nghttp2_session *ng = st->h2->ng;
-    int32_t sw = nghttp2_session_get_stream_remote_window_size(ng, st->id);
-    int32_t cw = nghttp2_session_get_remote_window_size(ng);
-    int64_t win = sw < cw ? sw : cw;
-    if (win > H2_STREAM_SOFT)
-        win = H2_STREAM_SOFT;
-    int64_t held = (int64_t)(st->out.len - st->out_off);
-    return win > held ? (size_t)(win - held) : 0;
-}
-
-/* The peer's DATA, read: the window opens by as much. */
-static ssize_t tunnel_recv(tern__conn *c, char *buf, size_t len) {
-    h2_tunnel *t = tunnel_of(c);
-    h2_stream *st = t->st;
-    if (st == NULL)
-        return 0;
-    size_t n = st->pending.len < len ? st->pending.len : len;
-    if (n == 0)
-        return t->eof ? 0 : -EAGAIN;
-    memcpy(buf, st->pending.data, n);
-    memmove(st->pending.data, st->pending.data + n, st->pending.len - n);
-    st->pending.len -= n;
-    if (st->pending.len == 0)
-        tern__bytes_free(&st->pending);   /* no buffer while idle */
-    if (st->h2->ng)   /* the stream's window; the connection's opened on arrival */
-        nghttp2_session_consume_stream(st->h2->ng, st->id, n);
-    want_send(st->h2);   /* the WINDOW_UPDATE */
-    return (ssize_t)n;
-}
-
-/* As much of iov as the windows let go, as the stream's DATA; the rest
- * is net's backlog until the peer opens them (tunnel_ready). */
-static ssize_t tunnel_send(tern__conn *c, const struct iovec *iov, int iovcnt) {
-    h2_stream *st = tunnel_of(c)->st;
-    if (st == NULL || st->h2->ng == NULL || st->data_end)
-        return -EPIPE;
-    size_t room = tunnel_room(st);
-    if (room == 0)
-        return -EAGAIN;
-    size_t taken = 0;
-    for (int i = 0; i < iovcnt && taken < room; i++) {
-        size_t n = iov[i].iov_len < room - taken ? iov[i].iov_len : room - taken;
-        if (n && tern__bytes_append(&st->out, iov[i].iov_base, n) < 0)
-            return taken ? (ssize_t)taken : -ENOMEM;
-        taken += n;
-    }
-    resume(st);
-    return (ssize_t)taken;
-}
-
-static ssize_t tunnel_send_file(tern__conn *c, int fd, off_t *off, size_t len) {
-    (void)c;
-    (void)fd;
-    (void)off;
-    (void)len;
-    return -EOPNOTSUPP;   /* a WebSocket sends no files */
-}
-
-/* Our end: END_STREAM after what out holds. */
-static int tunnel_shutdown(tern__conn *c) {
-    h2_stream *st = tunnel_of(c)->st;
-    if (st == NULL)
-        return -EPIPE;
-    st->data_end = true;
-    resume(st);
-    return 0;
-}
-
-static bool tunnel_pending(const tern__conn *c) {
-    const h2_tunnel *t = tunnel_of(c);
-    return t->st && (t->st->pending.len || t->eof);
-}
-
-/* The connection closed. A stream still open: what was not read is
- * given back to the window; a connection that ended as asked has its
- * last bytes and END_STREAM still go when the session has not sent them
- * (a WebSocket's close frame), then the stream is reset unless the peer
- * ended too (on_frame_send); else it is reset now (NO_ERROR after our
- * END_STREAM, CANCEL for a failure). Its request is freed when the
- * session closes it. */
-static void tunnel_release(tern__conn *c) {
-    h2_tunnel *t = tunnel_of(c);
-    h2_stream *st = t->st;
-    if (st) {
-        st->tunnel = NULL;
-        h2_conn *h2 = st->h2;
-        if (h2->ng && st->pending.len)
-            nghttp2_session_consume_stream(h2->ng, st->id, st->pending.len);
-        st->pending.len = 0;
-        bool clean = c->err == 0;
-        if (clean && !st->eof_given) {
-            st->data_end = true;
-            st->reset_when_sent = true;
-            resume(st);
-        } else if (h2->ng) {
-            st->data_end = true;
-            nghttp2_submit_rst_stream(h2->ng, NGHTTP2_FLAG_NONE, st->id,
-                                      clean ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
-            want_send(h2);
-        }
-    }
-    free(t);
-}
-
-static const char *tunnel_server_name(const tern__conn *c) {
-    const h2_stream *st = tunnel_of(c)->st;
-    return st ? st->h2->conn.tp->ops->server_name(&st->h2->conn) : NULL;
-}
-
-static void tunnel_moved(tern__conn *c) { tunnel_of(c)->c = c; }
-
-static const tern__conn *tunnel_carrier(const tern__conn *c) {
-    const h2_stream *st = tunnel_of(c)->st;
-    return st ? &st->h2->conn : NULL;
-}
-
-static const tern__transport_ops tunnel_ops = {
-    .recv = tunnel_recv,
-    .send = tunnel_send,
-    .send_file = tunnel_send_file,
-    .shutdown = tunnel_shutdown,
-    .pending = tunnel_pending,
-    .release = tunnel_release,
-    .server_name = tunnel_server_name,
-    .moved = tunnel_moved,
-    .carrier = tunnel_carrier,
-};
-
-/* The tunnel's connection before the WebSocket takes it over
- * (tern__conn_move): nothing reads or writes it, and a close (the
- * WebSocket could not be made) only resets the stream (release). */
-static size_t idle_on_data(tern__conn *c, char *data, size_t len) {
-    (void)c;
-    (void)data;
-    return len;
-}
-static void idle_on_eof(tern__conn *c) { tern__conn_end(c); }
-static void idle_on_drain(tern__conn *c) { (void)c; }
-static void idle_on_timeout(tern__conn *c) { tern__conn_close(c, -ETIMEDOUT); }
-static void idle_on_shutdown(tern__conn *c) { tern__conn_end(c); }
-static void idle_on_close(tern__conn *c, int err) {
-    (void)err;
-    /* the count h2_tunnel took for it goes back */
-    tern__http_conn_closed_by_server(tern__container_of(c->list, tern_server, conns), c);
-}
-
-static const tern__conn_proto tunnel_idle_proto = {
-    .on_data = idle_on_data,
-    .on_eof = idle_on_eof,
-    .on_drain = idle_on_drain,
-    .on_timeout = idle_on_timeout,
-    .on_shutdown = idle_on_shutdown,
-    .on_close = idle_on_close,
-};
-
-/* Tells a tunnel's connection what it can do now: read (DATA or the end
- * arrived) and write (its backlog waits and the windows opened). Called
- * by h2_send once the session's bytes went, outside any session call. */
-static void tunnel_ready(h2_stream *st) {
-    tern__conn *c = st->tunnel->c;
-    uint32_t ev = 0;
-    if (st->pending.len || st->tunnel->eof)
-        ev |= TERN__IO_IN;
-    if (tern__conn_backlog(c) && tunnel_room(st))
-        ev |= TERN__IO_OUT;
-    if (ev)
-        tern__conn_ready(c, ev);
-}
-
-/* RFC 8441: the extended CONNECT is answered 200 with the upgrade's
- * fields, then the handler's (protocol is :protocol, already checked),
- * and the stream becomes a connection of its own (h2_tunnel). The
- * request is done with: the stream's request part stays until the
- * stream closes, holding nothing but the stream's state. */
-static tern__conn *h2_open_tunnel(tern_http_req *req, const char *protocol,
-                             const tern__http_field *fields, size_t n) {
-    (void)protocol;
-    h2_stream *st = stream_of(req);
-    h2_conn *h2 = st->h2;
-    tern__bytes all = {0};
-    for (size_t i = 0; i < n; i++)
-        if (tern__bytes_append(&all, fields[i].name, fields[i].name_len + 1) < 0 ||
-            tern__bytes_append(&all, fields[i].value, fields[i].value_len + 1) < 0) {
-            tern__bytes_free(&all);
-            return NULL;
-        }
-    if (req->fields.len && tern__bytes_append(&all, req->fields.data, req->fields.len) < 0) {
-        tern__bytes_free(&all);
-        return NULL;
-    }
-    h2_tunnel *t = calloc(1, sizeof(*t));
-    tern__conn *c = calloc(1, sizeof(*c));
-    if (t == NULL || c == NULL) {
-        free(t);
-        free(c);
-        tern__bytes_free(&all);
-        return NULL;
-    }
-    t->tp.ops = &tunnel_ops;
-    t->c = c;
-    if (tern__conn_start_carried(h2->conn.loop, c, &t->tp, &tunnel_idle_proto, h2->conn.list) <
-        0) {
-        free(t);
-        free(c);
-        tern__bytes_free(&all);
-        return NULL;
-    }
-    /* The WebSocket counts as a connection of the server's (its close
-     * gives one back, tern__http_conn_closed_by_server), as over
-     * HTTP/1.1; it holds no per-address slot (owner_tag 0). */
-    atomic_fetch_add_explicit(&req->srv->cfg->admit.open, 1, memory_order_relaxed);
-    tern__bytes_free(&req->fields);
-    req->fields = all;
-    if (h2_head(req, 200, NULL, TERN__HTTP_LEN_STREAM, NULL, 0) < 0) {
-        tern__conn_close(c, -ENOMEM);   /* t has no stream: nothing is reset */
-        return NULL;
-    }
-    t->st = st;
-    st->tunnel = t;
-    /* From here body_done says the peer's END_STREAM came (tunnel_release
-     * and on_frame_send read it once the tunnel is gone). */
-    req->ended = true;
-    tern__bytes_free(&st->hdr);
-    tern__bytes_free(&req->fields);
-    return c;
-}
-
 const tern__http_proto tern__h2_proto = {
-    .head = h2_head,
+    .head = tern__h2_head,
     .body = h2_body,
     .file = h2_file,
     .end = h2_end,
     .buffered = h2_buffered,
     .ended = h2_ended,
     .read_body = h2_read_body,
-    .tunnel = h2_open_tunnel,
+    .tunnel = tern__h2_open_tunnel,
 };
 
 /* ---- the connection --------------------------------------------------- */
@@ -1244,7 +904,7 @@ static void on_shutdown(tern__conn *c) {
                           nghttp2_session_get_last_proc_stream_id(h2->ng), NGHTTP2_NO_ERROR,
                           NULL, 0);
     if (h2->nstreams) {
-        want_send(h2);   /* may be inside a user's call (tern_server_shutdown) */
+        tern__h2_want_send(h2);   /* may be inside a user's call (tern_server_shutdown) */
         return;
     }
     h2_send(h2);   /* no stream to close: nothing of the user's runs */
