@@ -323,7 +323,8 @@ const app_opt app_serve_opts[SV_COUNT] = {
     [SV_HTTP2] = {"http2", 0, C, "M", "tls", .choices = "tls|h2c|off",
                   .help = "HTTP/2: tls offers it by ALPN on the TLS port; h2c also\n"
                           "serves it with prior knowledge on the plain port; off: HTTP/1.1\n"
-                          "alone",
+                          "alone. Over HTTP/2 /pubsub and /ws are WebSockets too, a\n"
+                          "stream each (RFC 8441: what browsers use over h2)",
         DEST(run.server.http2, unsigned, put_http2)},
     [SV_BENCH_ROUTES] = {"bench-routes", 0, F,
                          .help = "also serve the routes that make the server work on request,\n"
