@@ -19,7 +19,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from conftest import SLOW, wait_for
-from test_redis import Redis, free_port
+from engines import Redis, free_port
 
 SECRET = b"presence-secret"
 RULE = "room.* subscribe=token presence=on join-leave=on"

@@ -20,7 +20,7 @@ import pytest
 from websockets.sync.client import connect
 
 from conftest import SLOW, TERN_BIN, wait_for
-from test_redis import Redis, free_port, subscribe, recv_data, http_publish
+from engines import Redis, free_port, http_publish, recv_data, subscribe
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
                                 reason="redis-server missing (scripts/install-deps.sh test)")
