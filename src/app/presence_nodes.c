@@ -503,8 +503,24 @@ static void on_tick(tern_timer *t, void *user) {
     }
 }
 
-int app_prnodes_start(tern_server *s, const char *node) {
+/* Loop 0's first post, once tern_run has made every loop: a topic first
+ * subscribed before then (in setup) would be sized for one loop. */
+static void begin(tern_loop *l, void *user) {
+    (void)user;
     static const tern_sink_ops ops = {on_message, sink_buffered, sink_close};
+    tern_resume res;
+    int err = tern_sink_new(srv, &ops, NULL, &sink);
+    if (err == 0 && (err = tern_sink_subscribe_latest(sink, APP_PRNODES_TOPIC, &res)) >= 0)
+        err = tern_timer_start(l, &timer, APP_PRNODES_FLUSH_MS, APP_PRNODES_FLUSH_MS, on_tick,
+                               NULL);
+    if (err < 0) {
+        app_serve_log(stderr, TERN_LOG_ERROR, "presence across nodes: %s: this node's "
+                      "presence stays its own", tern_strerror(err));
+        app_prnodes_stop();
+    }
+}
+
+int app_prnodes_start(tern_server *s, const char *node) {
     uint64_t inst = 0;
     if (tern__crypto_random(&inst, sizeof(inst)) < 0)
         return -EIO;
@@ -516,16 +532,10 @@ int app_prnodes_start(tern_server *s, const char *node) {
     next_announce = 0;   /* at the first tick */
     started = true;
     pthread_mutex_unlock(&lock);
-    tern_resume res;
-    int err = tern_sink_new(s, &ops, NULL, &sink);
-    if (err == 0 && (err = tern_sink_subscribe_latest(sink, APP_PRNODES_TOPIC, &res)) >= 0)
-        err = tern_timer_start(loop, &timer, APP_PRNODES_FLUSH_MS, APP_PRNODES_FLUSH_MS, on_tick,
-                               NULL);
-    if (err < 0) {
+    int err = tern_loop_post(loop, begin, NULL);
+    if (err < 0)
         app_prnodes_stop();
-        return err;
-    }
-    return 0;
+    return err;
 }
 
 void app_prnodes_stop(void) {

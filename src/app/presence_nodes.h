@@ -50,9 +50,9 @@
 #define APP_PRNODES_ENTRIES 100000
 #define APP_PRNODES_PENDING (1024 * 1024)
 
-/* On srv's loop (loop 0), once the bridge is set: the hidden topic
- * subscribed, the timer started. node: --node-name (copied). 0 or a
- * negative errno. */
+/* In tern_run's setup, on srv's loop (loop 0), once the bridge is set:
+ * the hidden topic is subscribed and the timer started by a post, once
+ * every loop exists. node: --node-name (copied). 0 or a negative errno. */
 TERN_MUST_CHECK
 int app_prnodes_start(tern_server *srv, const char *node);
 /* On the same loop, in its teardown: the timer and the subscription end,

@@ -393,10 +393,10 @@ def test_through_redis_join_and_leave_cross_nodes(start):
             join = next(e["join"] for e in seen if "join" in e)
             assert join["user"] == "far" and join["info"] == {"node": "b"}, join
             # Each node lists both nodes' subscribers.
-            async def both():
-                return await stats(watcher, "room.r", seen) == (2, 2)
-            await until(both, "b's subscriber in a's presence")
-            assert await stats(other, "room.r") == (2, 2)
+            async def both(ws, events=None):
+                return await stats(ws, "room.r", events) == (2, 2)
+            await until(lambda: both(watcher, seen), "b's subscriber in a's presence")
+            await until(lambda: both(other), "a's subscriber in b's presence")
             await other.close()
             await hear(watcher, seen, "leave", 1, "b's leave on a")
             leaves = [e["leave"] for e in seen if "leave" in e]
