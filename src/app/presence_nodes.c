@@ -84,6 +84,7 @@ static char self[APP_NODE_NAME_MAX + 1];
 static uint64_t instance;
 static msglist pending;        /* this node's changes since the last tick */
 static bool pending_lost;      /* some were dropped: announce at the next tick */
+static bool draining;          /* each change published at once */
 static uint64_t next_announce; /* loop 0's clock */
 static uint32_t gen;           /* this node's snapshots, numbered from 1 */
 static pn_node *nodes[APP_PRNODES_NODES];
@@ -205,8 +206,12 @@ void app_prnodes_changed(bool join, const char *topic, size_t tlen, uint64_t cli
      * leaves it out too, so the others never list it. */
     if (strlen(user) > UINT16_MAX)
         return;
+    msglist now = {0};
     pthread_mutex_lock(&lock);
-    if (started && !pending_lost) {
+    if (started && draining) {
+        /* Published below, outside the lock (our own sink hears it). */
+        (void)list_add(&now, 'D', 0, join, topic, tlen, client, user, info);
+    } else if (started && !pending_lost) {
         if (pending.bytes + record_size(join, tlen, user, info) > APP_PRNODES_PENDING ||
             !list_add(&pending, 'D', 0, join, topic, tlen, client, user, info)) {
             /* The snapshot at the next tick says it all instead. */
@@ -214,7 +219,24 @@ void app_prnodes_changed(bool join, const char *topic, size_t tlen, uint64_t cli
             pending_lost = true;
         }
     }
+    tern_server *s = srv;
     pthread_mutex_unlock(&lock);
+    for (size_t i = 0; i < now.n; i++)
+        (void)tern_publish(s, APP_PRNODES_TOPIC, now.m[i].b, now.m[i].n, TERN_WS_BINARY);
+    list_free(&now);
+}
+
+void app_prnodes_draining(void) {
+    msglist out;
+    pthread_mutex_lock(&lock);
+    draining = true;
+    out = pending;   /* what waited for the tick goes first */
+    pending = (msglist){0};
+    tern_server *s = started ? srv : NULL;
+    pthread_mutex_unlock(&lock);
+    for (size_t i = 0; s && i < out.n; i++)
+        (void)tern_publish(s, APP_PRNODES_TOPIC, out.m[i].b, out.m[i].n, TERN_WS_BINARY);
+    list_free(&out);
 }
 
 /* A snapshot's record, from the store's walk (under both locks). */
@@ -546,6 +568,7 @@ void app_prnodes_stop(void) {
     sink = NULL;
     pthread_mutex_lock(&lock);
     started = false;
+    draining = false;
     list_free(&pending);
     while (n_nodes)
         node_drop(n_nodes - 1);

@@ -58,6 +58,11 @@ int app_prnodes_start(tern_server *srv, const char *node);
 /* On the same loop, in its teardown: the timer and the subscription end,
  * the other nodes' entries leave the store. Nothing when not started. */
 void app_prnodes_stop(void);
+/* SIGTERM or SIGINT: from now on each change is told at once (from the
+ * thread that makes it), not at the next tick, so that the leaves of the
+ * connections the shutdown closes reach the others before the loops end
+ * (else they would wait for the expiry). Any thread. */
+void app_prnodes_draining(void);
 /* This node's entry client in topic joined (join) or left the store:
  * told to the other nodes at the next tick. Any thread; nothing unless
  * started. user: NUL-terminated; info: JSON text or NULL. */

@@ -78,6 +78,7 @@ static void on_stop_signal(tern_loop *loop, int signo, void *user) {
     if (!atomic_exchange(&ctx->draining, true)) {
         app_serve_sd_stopping();
         app_serve_sse_drain(ctx->first);
+        app_prnodes_draining();
     }
 }
 

@@ -8,7 +8,8 @@ once each; churn of hundreds of subscribers spread over both nodes ends
 with the same exact presence on both; a node killed with SIGKILL leaves no
 ghost: its subscribers are gone from the other node's presence within the
 expiry (15 s), with one leave each for the subscribers of a join-leave=on
-topic.
+topic; a node stopped with SIGTERM is gone from the other's presence at
+once (its closing connections' leaves reach it then, not at the expiry).
 
 The clients are websockets' asyncio ones; every wait is for a condition,
 never a sleep."""
@@ -233,5 +234,35 @@ def test_a_killed_node_leaves_no_ghost(nodes):
                 await ws.close()
             except OSError:
                 pass
+        await watcher.close()
+    asyncio.run(main())
+
+
+def test_a_node_stopped_gracefully_is_gone_at_once(nodes):
+    """SIGTERM: the node's connections close before it ends, and their
+    leaves reach the other node then, not at the expiry (which would say
+    each leave a second time)."""
+    a = nodes("a")
+    b = nodes("b")
+    n = 5
+
+    async def main():
+        seen = []
+        watcher = await a.open(token("w"))
+        assert (await ask(watcher, seen, op="subscribe", topic="room.s"))["ok"] == "subscribe"
+        await linked(watcher, seen, b, "room.s")
+        far = [await b.open(token(f"far{k}")) for k in range(n)]
+        for ws in far:
+            assert (await ask(ws, op="subscribe", topic="room.s"))["ok"] == "subscribe"
+
+        async def count(want):
+            return await stats(watcher, "room.s", seen) == want
+        await until(lambda: count((n + 1, n + 1)), "b's subscribers on a")
+        # In a thread: the clients answer b's closes meanwhile.
+        assert await asyncio.to_thread(b.stop) == 0
+        await until(lambda: count((1, 1)), "b's subscribers gone from a", timeout=EXPIRY / 3)
+        await hear(watcher, seen, "leave", n, "a leave per subscriber of b")
+        leaves = sorted(e["leave"]["user"] for e in seen if "leave" in e)
+        assert leaves == sorted(f"far{k}" for k in range(n)), seen
         await watcher.close()
     asyncio.run(main())
