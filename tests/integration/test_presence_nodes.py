@@ -151,12 +151,12 @@ def test_presence_and_stats_answer_for_both_nodes(nodes):
 
 
 def test_churn_across_two_nodes_ends_exact_on_both(nodes):
-    """400 subscribers join from both nodes, half of them leave (closing or
+    """1000 subscribers join from both nodes, half of them leave (closing or
     unsubscribing) while others still join: both nodes end listing exactly
     who is left."""
     a = nodes("a", threads=2)
     b = nodes("b")
-    total = 400
+    total = 1000
     rng = random.Random(40)
 
     async def main():
