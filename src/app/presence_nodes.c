@@ -69,6 +69,7 @@ struct pn_node {
     uint64_t deadline;     /* loop 0's clock, ms */
     uint32_t gen;          /* the snapshot being received or last received */
     bool full_logged;      /* "too many entries" said once */
+    bool say_leaves;       /* once dropped: whether this node says its leaves */
     app_hash_table entries;
 };
 
@@ -453,11 +454,12 @@ static void sink_close(void *user, int code) {
 
 /* ---- the tick ----------------------------------------------------------- */
 
-/* Whether this node says the leaves of a dropped node: the lowest
- * instance among the live ones (under the lock). */
-static bool says_leaves(void) {
+/* Whether this node says the leaves of the dropped node d: the lowest
+ * instance among the live ones that may hold its entries, so not d's
+ * next instance (a restart), which never heard of them (under the lock). */
+static bool says_leaves(const pn_node *d) {
     for (size_t i = 0; i < n_nodes; i++) {
-        if (nodes[i]->instance < instance)
+        if (nodes[i]->instance < instance && strcmp(nodes[i]->name, d->name) != 0)
             return false;
     }
     return true;
@@ -512,7 +514,8 @@ static void on_tick(tern_timer *t, void *user) {
     }
     pn_node *ended = dead;
     dead = NULL;
-    bool leaves = says_leaves();
+    for (pn_node *n = ended; n; n = n->next_dead)
+        n->say_leaves = says_leaves(n);
     pthread_mutex_unlock(&lock);
     /* Published outside the lock: our own sink hears it inside the call. */
     for (size_t i = 0; i < out.n; i++)
@@ -521,7 +524,7 @@ static void on_tick(tern_timer *t, void *user) {
     while (ended) {
         pn_node *n = ended;
         ended = n->next_dead;
-        node_end(n, leaves);
+        node_end(n, n->say_leaves);
     }
 }
 

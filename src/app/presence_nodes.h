@@ -20,7 +20,8 @@
  * same way before its new entries are taken.
  *
  * When a node is dropped, the live node whose instance is the lowest
- * publishes a leave for each of its entries on the topics whose rule says
+ * (not counting the dropped one's next instance, which never heard of its
+ * entries) publishes a leave for each of its entries on the topics whose rule says
  * join-leave=on, so that the others' subscribers hear each leave once
  * (two nodes that disagree for a moment about who is alive may both say
  * it). Joins and leaves of live nodes need nothing of this: they travel

@@ -9,7 +9,9 @@ with the same exact presence on both; a node killed with SIGKILL leaves no
 ghost: its subscribers are gone from the other node's presence within the
 expiry (15 s), with one leave each for the subscribers of a join-leave=on
 topic; a node stopped with SIGTERM is gone from the other's presence at
-once (its closing connections' leaves reach it then, not at the expiry).
+once (its closing connections' leaves reach it then, not at the expiry);
+a node restarted under the same --node-name replaces its old entries at
+its first announcement, with their leaves said by the other node.
 
 The clients are websockets' asyncio ones; every wait is for a condition,
 never a sleep."""
@@ -264,5 +266,43 @@ def test_a_node_stopped_gracefully_is_gone_at_once(nodes):
         await hear(watcher, seen, "leave", n, "a leave per subscriber of b")
         leaves = sorted(e["leave"]["user"] for e in seen if "leave" in e)
         assert leaves == sorted(f"far{k}" for k in range(n)), seen
+        await watcher.close()
+    asyncio.run(main())
+
+
+def test_a_restarted_node_replaces_its_old_entries(nodes):
+    """A node killed and started again under the same --node-name (a new
+    instance): its first announcement replaces what the other node kept
+    of the old one, before the expiry, with a leave for each old one."""
+    a = nodes("a")
+    b = nodes("b")
+
+    async def main():
+        seen = []
+        watcher = await a.open(token("w"))
+        assert (await ask(watcher, seen, op="subscribe", topic="room.r"))["ok"] == "subscribe"
+        old = [await b.open(token(f"old{k}")) for k in range(3)]
+        for ws in old:
+            assert (await ask(ws, op="subscribe", topic="room.r"))["ok"] == "subscribe"
+
+        async def users(want):
+            return (await users_of(watcher, "room.r", seen))[0] == want
+        await until(lambda: users(["old0", "old1", "old2", "w"]), "b's subscribers on a")
+        b.proc.send_signal(signal.SIGKILL)
+        b.proc.wait()
+        b2 = nodes("b")
+        new = await b2.open(token("new"))
+        assert (await ask(new, op="subscribe", topic="room.r"))["ok"] == "subscribe"
+        await until(lambda: users(["new", "w"]), "the new b's subscriber alone on a",
+                    timeout=EXPIRY / 3)
+        await hear(watcher, seen, "leave", 3, "a leave per subscriber of the old b")
+        assert sorted(e["leave"]["user"] for e in seen if "leave" in e) == \
+            ["old0", "old1", "old2"], seen
+        for ws in old:
+            try:
+                await ws.close()
+            except OSError:
+                pass
+        await new.close()
         await watcher.close()
     asyncio.run(main())
