@@ -95,7 +95,14 @@ async def linked(watcher, seen, other, topic):
             break
         await asyncio.sleep(0.05)
     await probe.close()
-    await hear(watcher, seen, "leave", 1, "the probe's last leave")
+
+    async def left_after_join():
+        # The leave of the round whose join was heard (an earlier round's
+        # leave may have come without its join).
+        await ask(watcher, seen, op="limits")
+        first = next(i for i, e in enumerate(seen) if "join" in e)
+        return any("leave" in e for e in seen[first + 1:])
+    await until(left_after_join, "the probe's last leave")
 
     async def no_probe():
         return (await users_of(watcher, topic, seen))[0].count("probe") == 0
