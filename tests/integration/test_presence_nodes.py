@@ -80,6 +80,15 @@ async def users_of(ws, topic, events=None):
     return sorted(e["user"] for e in m["presence"]), (m["clients"], m["users"])
 
 
+async def subscribers(node, users, topic, events=None):
+    """One /pubsub connection per user on node, each subscribed to topic
+    (what their answers meet goes to events)."""
+    conns = [await node.open(token(u)) for u in users]
+    for ws in conns:
+        assert (await ask(ws, events, op="subscribe", topic=topic))["ok"] == "subscribe"
+    return conns
+
+
 async def linked(watcher, seen, other, topic):
     """Once watcher (subscribed to topic with join-leave=on) hears joins
     from node other: its node's subscription to the events topic reached
@@ -217,11 +226,8 @@ def test_a_killed_node_leaves_no_ghost(nodes):
 
     async def main():
         seen = []
-        watcher = await a.open(token("w"))
-        assert (await ask(watcher, seen, op="subscribe", topic="room.k"))["ok"] == "subscribe"
-        far = [await b.open(token(f"far{k}")) for k in range(n)]
-        for ws in far:
-            assert (await ask(ws, op="subscribe", topic="room.k"))["ok"] == "subscribe"
+        watcher, = await subscribers(a, ["w"], "room.k", seen)
+        far = await subscribers(b, [f"far{k}" for k in range(n)], "room.k")
 
         async def all_there():
             return await stats(watcher, "room.k", seen) == (n + 1, n + 1)
@@ -257,12 +263,9 @@ def test_a_node_stopped_gracefully_is_gone_at_once(nodes):
 
     async def main():
         seen = []
-        watcher = await a.open(token("w"))
-        assert (await ask(watcher, seen, op="subscribe", topic="room.s"))["ok"] == "subscribe"
+        watcher, = await subscribers(a, ["w"], "room.s", seen)
         await linked(watcher, seen, b, "room.s")
-        far = [await b.open(token(f"far{k}")) for k in range(n)]
-        for ws in far:
-            assert (await ask(ws, op="subscribe", topic="room.s"))["ok"] == "subscribe"
+        await subscribers(b, [f"far{k}" for k in range(n)], "room.s")
 
         async def count(want):
             return await stats(watcher, "room.s", seen) == want
@@ -286,20 +289,15 @@ def test_a_restarted_node_replaces_its_old_entries(nodes):
 
     async def main():
         seen = []
-        watcher = await a.open(token("w"))
-        assert (await ask(watcher, seen, op="subscribe", topic="room.r"))["ok"] == "subscribe"
-        old = [await b.open(token(f"old{k}")) for k in range(3)]
-        for ws in old:
-            assert (await ask(ws, op="subscribe", topic="room.r"))["ok"] == "subscribe"
+        watcher, = await subscribers(a, ["w"], "room.r", seen)
+        old = await subscribers(b, [f"old{k}" for k in range(3)], "room.r")
 
         async def users(want):
             return (await users_of(watcher, "room.r", seen))[0] == want
         await until(lambda: users(["old0", "old1", "old2", "w"]), "b's subscribers on a")
         b.proc.send_signal(signal.SIGKILL)
         b.proc.wait()
-        b2 = nodes("b")
-        new = await b2.open(token("new"))
-        assert (await ask(new, op="subscribe", topic="room.r"))["ok"] == "subscribe"
+        new, = await subscribers(nodes("b"), ["new"], "room.r")
         await until(lambda: users(["new", "w"]), "the new b's subscriber alone on a",
                     timeout=EXPIRY / 3)
         await hear(watcher, seen, "leave", 3, "a leave per subscriber of the old b")
