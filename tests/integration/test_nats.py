@@ -67,9 +67,13 @@ class Nats:
             self.proc.wait()
 
     def subjects(self):
-        """Every client's subscriptions, one entry per subscription."""
+        """Every client's subscriptions, one entry per subscription, but
+        those of the subject presence across nodes keeps
+        (src/app/presence_nodes.h: every node with --bridge, from its
+        start)."""
         conns = self.get("/connz?subs=1")["connections"] or []
-        return sorted(s for c in conns for s in c.get("subscriptions_list", []))
+        return sorted(s for c in conns for s in c.get("subscriptions_list", [])
+                      if s != "tern.%01%01presence")
 
     def clients(self):
         """The names of the clients connected (tern's: tern-PID)."""

@@ -118,7 +118,9 @@ def stats(node):
 
 
 def channels(redis):
-    return sorted(redis.command("PUBSUB", "CHANNELS"))
+    """The channels subscribed, but the one presence across nodes keeps
+    (src/app/presence_nodes.h: every node with --bridge, from its start)."""
+    return sorted(c for c in redis.command("PUBSUB", "CHANNELS") if c != "tern:\x01\x01presence")
 
 
 def subscribers(redis, channel):
