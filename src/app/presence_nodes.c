@@ -88,6 +88,7 @@ static bool pending_lost;      /* some were dropped: announce at the next tick *
 static bool draining;          /* each change published at once */
 static uint64_t next_announce; /* loop 0's clock */
 static uint32_t gen;           /* this node's snapshots, numbered from 1 */
+static bool quiet = true;      /* its last snapshot was empty (or none yet) */
 static pn_node *nodes[APP_PRNODES_NODES];
 static size_t n_nodes;
 static pn_node *dead;
@@ -496,12 +497,15 @@ static void on_tick(tern_timer *t, void *user) {
         next_announce = now + APP_PRNODES_ANNOUNCE_MS;
         gen++;
         app_presence_each_local(snapshot_entry, &out);
-        /* With no entry it is still said: it keeps this node alive and
-         * empties what the others keep of it. */
-        if (out.n || list_start(&out, 'S', gen)) {
+        /* With no entry, one empty snapshot empties what the others keep
+         * of this node; then it says nothing (no traffic from a node
+         * without presence: the others hold nothing of it to expire). */
+        bool empty = out.n == 0;
+        if ((!empty || !quiet) && (out.n || list_start(&out, 'S', gen))) {
             /* The last part says so: its header's last byte. */
             out.m[out.n - 1].b[13 + strlen(self) + 5] = 1;
         }
+        quiet = empty;
     } else {
         out = pending;
         pending = (msglist){0};
@@ -572,6 +576,7 @@ void app_prnodes_stop(void) {
     pthread_mutex_lock(&lock);
     started = false;
     draining = false;
+    quiet = true;
     list_free(&pending);
     while (n_nodes)
         node_drop(n_nodes - 1);

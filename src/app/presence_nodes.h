@@ -12,7 +12,9 @@
  *   - every APP_PRNODES_ANNOUNCE_MS, all of its own entries (a snapshot,
  *     in the same messages), which replaces what the others keep of it:
  *     a change lost on the way, or a node that came later, is made right
- *     within one announcement.
+ *     within one announcement. A node with no entry says nothing (one
+ *     empty snapshot once its last entry left), so a node without presence
+ *     adds nothing to the bridge's traffic.
  * A message names its node (--node-name, which must differ between nodes)
  * and its instance (random, drawn at start). A node that has said nothing
  * for APP_PRNODES_EXPIRY_MS (three announcements) is dropped, its entries
