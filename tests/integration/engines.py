@@ -41,6 +41,13 @@ def free_port():
             return p
 
 
+
+# The channel and subject of presence across nodes (src/app/presence_nodes.h),
+# which every node with a bridge subscribes from its start: left out of the
+# topics' subscriptions the tests count.
+PRESENCE_REDIS = "tern:\x01\x01presence"
+PRESENCE_NATS = "tern.%01%01presence"
+
 class Redis:
     """A redis-server on 127.0.0.1 that keeps nothing on disk."""
     name = "redis"
@@ -108,7 +115,7 @@ class Redis:
         """Every node's subscriptions to topics' channels, one entry per
         node whose subscription has landed (PUBSUB NUMSUB; PUBSUB CHANNELS
         lists a channel from its first subscriber on)."""
-        names = self.command("PUBSUB", "CHANNELS", "tern:*")
+        names = [c for c in self.command("PUBSUB", "CHANNELS", "tern:*") if c != PRESENCE_REDIS]
         counts = self.command("PUBSUB", "NUMSUB", *names)[1::2] if names else []
         return sorted(c for c, n in zip(names, counts) for _ in range(n))
 
@@ -184,7 +191,7 @@ class Nats:
         entry per subscription."""
         conns = self.get("/connz?subs=1")["connections"] or []
         return sorted(s for c in conns for s in c.get("subscriptions_list", [])
-                      if s.startswith("tern."))
+                      if s.startswith("tern.") and s != PRESENCE_NATS)
 
     def streams(self):
         """JetStream's streams: name to (description, last seq)."""
