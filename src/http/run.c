@@ -227,6 +227,7 @@ int tern_run(int n_threads, const tern_run_options *opt, tern_setup_fn setup, vo
     tern_server *first = run->per[0].srv;
     first->cfg->run = run;
     first->cfg->reuseport = n_threads > 1;
+    first->cfg->nloops_planned = n_threads;
     /* Blocked here before any thread starts, so every thread inherits it. */
     if ((err = tern_loop_on_signal(run->loops[0], SIGINT, on_signal, run)) < 0 ||
         (err = tern_loop_on_signal(run->loops[0], SIGTERM, on_signal, run)) < 0 ||

@@ -142,6 +142,10 @@ typedef struct tern__server_config {
     void *access_user;
     tern_server **peers;             /* the servers sharing this configuration */
     int npeers;
+    /* The loops tern_run makes (0 outside it), known before its setup runs
+     * on the first: what a module sizing per-loop state then (pub/sub's
+     * topics made in setup) must count, beyond npeers' one. */
+    int nloops_planned;
     bool reuseport;                  /* tern_listen* set SO_REUSEPORT (under tern_run) */
     struct tern__run *run;           /* the tern_run that made the servers, or NULL */
     /* The modules' shared state (made at first use by whichever thread;

@@ -164,7 +164,7 @@ void tern__ps_deliver(tern_server *srv, const char *name, size_t len, uint64_t s
  * freed first: then as its drop hook). */
 void tern__ps_delivery_free(void *user) {
     tern__ps_delivery *d = user;
-    if (d->p->ord)
+    if (d->p->ord && d->idx < d->p->ord->n)   /* counted by post_all */
         atomic_fetch_sub(&d->p->ord->inflight[d->idx], 1);
     tern__ps_pub_unref(d->p);
     tern__config_unref(d->cfg);

@@ -145,7 +145,12 @@ tern__ps_gtopic *tern__ps_gtopic_new(tern__ps_group *g, const char *name, size_t
     t->len = len;
     memcpy(t->name, name, len);
     t->epoch = tern__ps_new_epoch();
-    int loops = g->cfg->npeers ? g->cfg->npeers : 1;
+    /* Every loop the group will have: in tern_run's setup only the first
+     * exists yet (a topic subscribed there is made now); a loop beyond
+     * these (a server cloned later by hand) gets its deliveries unordered
+     * against the publishing loop's own (post_all). */
+    int loops = g->cfg->npeers > g->cfg->nloops_planned ? g->cfg->npeers : g->cfg->nloops_planned;
+    loops = loops > 0 ? loops : 1;
     if ((t->ord = calloc(1, sizeof(*t->ord) + sizeof(t->ord->inflight[0]) * (size_t)loops))) {
         atomic_init(&t->ord->refs, 1);
         t->ord->n = loops;
