@@ -40,6 +40,11 @@ int app_serve_pubsub_routes(tern_server *srv, const tern_ws_options *wo,
                               const tern_pubsub_options *po, const app_serve_pubsub_limits *lim,
                               const struct app_topic_rules *rules, bool bench,
                               int (*on_upgrade)(tern_http_req *, void **, void *), void *user);
+/* serve_fanout.c: the /fanout routes of --bench-routes; o: /pubsub's
+ * WebSocket options (for /fanout/sub), wo: the server's. */
+TERN_MUST_CHECK
+int app_serve_fanout_routes(tern_server *srv, const tern_ws_options *o, const tern_ws_options *wo,
+                            int (*on_upgrade)(tern_http_req *, void **, void *), void *user);
 void app_serve_publish(tern_http_req *req, tern_server *srv);
 /* As the server (the admin API's batch): {"topic":T,"seq":N,"data":D}
  * published on srv, data a JSON string token (quotes included), with key
