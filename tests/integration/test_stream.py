@@ -1,0 +1,322 @@
+"""tern serve's HTTP-streaming transport (src/app/serve_stream.c): GET
+/http-stream carries /pubsub's server messages as lines of JSON, POST
+/http-stream/ops?session=ID carries the client's ops; read by aiohttp.
+
+Checked: the ops and their answers (subscribe, publish, messages,
+unsubscribe, limits) in /pubsub's own JSON; a resume with no gap and no
+duplicate through a proxy that cuts the stream again and again; two
+threads, with the POSTs reaching either loop; a bad, unknown or ended
+session (400, 404); the token's and the Origin's refusals (401, 403);
+/pubsub's rate limit on the ops; the token's expiry ends the stream; SIGTERM
+ends the streams."""
+import asyncio
+import json
+
+import aiohttp
+import pytest
+
+from conftest import SLOW
+from test_sse import CuttingProxy
+from test_tokens import SECRET, claims, token
+
+TIMEOUT = 10 * SLOW
+
+
+class Stream:
+    """One GET /http-stream: its session, then each line as JSON (an empty
+    line, the keep-alive, is skipped)."""
+
+    def __init__(self, http, base):
+        self.http, self.base = http, base
+
+    async def open(self, query="", headers=None):
+        self.resp = await self.http.get(f"{self.base}/http-stream{query}", headers=headers or {})
+        self.status = self.resp.status
+        if self.status == 200:
+            self.session = (await self.next())["session"]
+        return self
+
+    async def next(self, timeout=TIMEOUT):
+        """The next value, or None at the stream's end."""
+        while True:
+            line = await asyncio.wait_for(self.resp.content.readline(), timeout)
+            if not line:
+                return None
+            if line.strip():
+                return json.loads(line)
+
+    async def until(self, cond, what, timeout=TIMEOUT):
+        seen = []
+        while True:
+            m = await self.next(timeout)
+            assert m is not None, f"ended before {what}: {seen}"
+            seen.append(m)
+            if cond(m):
+                return seen
+
+    async def send(self, *ops, session=None):
+        body = "\n".join(json.dumps(op) for op in ops)
+        async with self.http.post(f"{self.base}/http-stream/ops?session={session or self.session}",
+                                  data=body) as r:
+            return r.status
+
+    def close(self):
+        self.resp.close()
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60 * SLOW))
+
+
+def test_ops_and_answers_in_the_pubsub_json(tern_factory):
+    t = tern_factory("--feed", "off", "--topic", "h history=10")
+
+    async def go():
+        async with aiohttp.ClientSession() as http:
+            s = await Stream(http, t.base).open()
+            assert s.status == 200
+            assert s.resp.headers["Content-Type"] == "application/x-ndjson"
+            assert len(s.session) == 32
+            # several ops in one POST, answered in order on the stream
+            assert await s.send({"op": "limits"}, {"op": "subscribe", "topic": "h"}) == 202
+            limits, ack = await s.next(), await s.next()
+            assert limits["ok"] == "limits" and "rate" in limits
+            assert ack["ok"] == "subscribe" and ack["topic"] == "h" and ack["seq"] == 0
+            assert await s.send({"op": "publish", "topic": "h", "data": "hi"}) == 202
+            got = [await s.next(), await s.next()]   # the message, the ack: either order
+            assert {"ok": "publish", "topic": "h", "seq": 1} in got
+            assert {"topic": "h", "seq": 1, "data": "hi"} in got
+            t.publish("h", "from the api")
+            assert (await s.next())["data"] == "from the api"
+            assert await s.send({"op": "unsubscribe", "topic": "h"}) == 202
+            assert await s.next() == {"ok": "unsubscribe", "topic": "h"}
+            assert await s.send({"op": "nonsense"}) == 202
+            assert "error" in await s.next()
+            # a resume by the ack's epoch and the last seq: what was missed
+            t.publish("h", "missed")
+            assert await s.send({"op": "subscribe", "topic": "h", "epoch": ack["epoch"],
+                                 "after": "2"}) == 202
+            got = await s.until(lambda m: m.get("ok") == "subscribe", "the resume's ack")
+            assert got[0]["data"] == "missed" and got[-1]["resumed"] is True
+            s.close()
+
+    run(go())
+
+
+def test_bad_unknown_and_ended_sessions(tern_factory):
+    t = tern_factory("--feed", "off")
+
+    async def go():
+        async with aiohttp.ClientSession() as http:
+            s = await Stream(http, t.base).open()
+            assert await s.send({"op": "limits"}, session="nothex") == 400
+            assert await s.send({"op": "limits"}, session="0" * 31) == 400
+            assert await s.send({"op": "limits"}, session="0" * 32) == 404
+            assert await s.send({"op": "limits"}) == 202
+            assert (await s.next())["ok"] == "limits"
+            sid = s.session
+            s.close()
+            # the stream gone, its session with it (the abort is seen at
+            # once: the client closed its connection)
+            for _ in range(int(100 * SLOW)):
+                if await s.send({"op": "limits"}, session=sid) == 404:
+                    break
+                await asyncio.sleep(0.05)
+            assert await s.send({"op": "limits"}, session=sid) == 404
+
+    run(go())
+
+
+@pytest.fixture
+def guarded(tern_factory, tmp_path):
+    f = tmp_path / "secret"
+    f.write_bytes(SECRET + b"\n")
+    return tern_factory("--token-hmac-secret-file", str(f), "--token-leeway", "0", "--feed", "off",
+                        "--topic", "open.* subscribe=anyone", "--allowed-origin",
+                        "https://app.example", open_topics=False)
+
+
+def test_the_tokens_and_origins_refusals_are_pubsubs(guarded):
+    t = guarded
+    good = token(claims(subscribe=["team.*"]))
+
+    async def go():
+        async with aiohttp.ClientSession() as http:
+            assert (await Stream(http, t.base).open("?token=not.a.token")).status == 401
+            bad = token(claims(subscribe=["*"]), secret=b"another")
+            assert (await Stream(http, t.base).open(
+                headers={"Authorization": f"Bearer {bad}"})).status == 401
+            assert (await Stream(http, t.base).open(
+                headers={"Origin": "https://evil.example"})).status == 403
+            async with http.post(f"{t.base}/http-stream/ops?session={'0' * 32}", data="{}",
+                                 headers={"Origin": "https://evil.example"}) as r:
+                assert r.status == 403
+            # the token's rights, by query and by header
+            for q, h in ((f"?token={good}", None), ("", {"Authorization": f"Bearer {good}"})):
+                s = await Stream(http, t.base).open(q, h)
+                assert s.status == 200
+                await s.send({"op": "subscribe", "topic": "team.a"},
+                             {"op": "subscribe", "topic": "other"})
+                assert (await s.next())["ok"] == "subscribe"
+                assert (await s.next())["error"] == "forbidden"
+                s.close()
+            # anonymous: the rule's topic only
+            s = await Stream(http, t.base).open(headers={"Origin": "https://app.example"})
+            await s.send({"op": "subscribe", "topic": "team.a"},
+                         {"op": "subscribe", "topic": "open.a"})
+            assert (await s.next())["error"] == "forbidden"
+            assert (await s.next())["ok"] == "subscribe"
+            s.close()
+
+    run(go())
+
+
+def test_the_stream_ends_at_the_tokens_expiry(guarded):
+    t = guarded
+
+    async def go():
+        async with aiohttp.ClientSession() as http:
+            s = await Stream(http, t.base).open("?token=" + token(claims(ttl=2)))
+            assert s.status == 200
+            last = (await s.until(lambda m: "close" in m, "the expiry"))[-1]
+            assert last["close"] == 4001 and "expired" in last["reason"]
+            assert await s.next() is None   # the response's end
+            s.close()
+
+    run(go())
+
+
+def test_the_rate_limit_applies_to_the_ops(tern_factory):
+    t = tern_factory("--feed", "off", "--pubsub-rate", "5")
+
+    async def go():
+        async with aiohttp.ClientSession() as http:
+            s = await Stream(http, t.base).open()
+            ops = [{"op": "publish", "topic": "r", "data": str(i)} for i in range(20)]
+            assert await s.send(*ops) == 202
+            got = await s.until(lambda m: m.get("error") == "rate limit", "a refusal")
+            assert len([m for m in got if m.get("ok") == "publish"]) <= 5
+            s.close()
+
+    run(go())
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_resume_through_a_proxy_that_cuts_no_gap_no_duplicate(tern_factory, threads):
+    """The client resumes each new stream where the last one's messages
+    stopped ({"op":"subscribe",...,"epoch","after"}); the POSTs go around
+    the proxy, straight to the server, so with two threads they reach
+    either loop and are forwarded to the stream's."""
+    t = tern_factory("--feed", "off", "--threads", threads, "--topic", "r.* history=5000")
+    proxy = CuttingProxy(t.port, seed=41, budget=(200, 2000))
+    n = 300
+    got = {"r.a": [], "r.b": []}
+    epoch = {}
+
+    async def read(subscribed):
+        async with aiohttp.ClientSession() as http:
+            while min(len(v) for v in got.values()) < n:
+                s = Stream(http, f"http://127.0.0.1:{proxy.port}")
+                try:
+                    await s.open()
+                    ops = []
+                    for topic in got:
+                        op = {"op": "subscribe", "topic": topic}
+                        if topic in epoch:
+                            op.update(epoch=epoch[topic], after=str(got[topic][-1]
+                                                                     if got[topic] else 0))
+                        ops.append(op)
+                    async with http.post(f"{t.base}/http-stream/ops?session={s.session}",
+                                         data="\n".join(map(json.dumps, ops))) as r:
+                        assert r.status in (202, 404)   # 404: cut and gone already
+                    while min(len(v) for v in got.values()) < n:
+                        m = await s.next()
+                        if m is None:
+                            break
+                        if m.get("ok") == "subscribe":
+                            assert m.get("resumed", True), m   # never a gap
+                            epoch[m["topic"]] = m["epoch"]
+                            if len(epoch) == 2:
+                                subscribed.set()
+                        elif "seq" in m and "data" in m:
+                            got[m["topic"]].append(m["seq"])
+                except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError,
+                        aiohttp.ServerDisconnectedError, json.JSONDecodeError, KeyError):
+                    pass   # cut: in the head, or mid-line
+                finally:
+                    if hasattr(s, "resp"):
+                        s.close()
+
+    async def go():
+        subscribed = asyncio.Event()
+        reader = asyncio.create_task(read(subscribed))
+        await asyncio.wait_for(subscribed.wait(), 30 * SLOW)
+        for i in range(n):
+            await asyncio.to_thread(t.publish, "r.a", f"a{i}")
+            await asyncio.to_thread(t.publish, "r.b", f"b{i}")
+        await asyncio.wait_for(reader, 60 * SLOW)
+
+    asyncio.run(go())
+    proxy.close()
+    assert proxy.cuts >= 10
+    for topic, seqs in got.items():
+        assert seqs == list(range(1, n + 1)), (topic, seqs)
+
+
+def test_two_threads_each_posts_ops_reach_their_stream(tern_factory):
+    t = tern_factory("--feed", "off", "--threads", "2")
+
+    async def go():
+        async with aiohttp.ClientSession() as http:
+            streams = [await Stream(http, t.base).open() for _ in range(8)]
+            for i, s in enumerate(streams):
+                # a fresh connection per POST: the kernel spreads them over
+                # both threads' listeners
+                async with aiohttp.ClientSession() as other:
+                    async with other.post(f"{t.base}/http-stream/ops?session={s.session}",
+                                          data=json.dumps({"op": "subscribe",
+                                                           "topic": f"t{i}"})) as r:
+                        assert r.status == 202
+            for i, s in enumerate(streams):
+                assert (await s.next())["topic"] == f"t{i}"
+            t.publish("t3", "x")
+            assert (await streams[3].next())["data"] == "x"
+            for s in streams:
+                s.close()
+
+    run(go())
+
+
+def test_sigterm_ends_the_streams(tern_factory):
+    t = tern_factory("--feed", "off")
+
+    async def go():
+        async with aiohttp.ClientSession() as http:
+            s = await Stream(http, t.base).open()
+            await s.send({"op": "subscribe", "topic": "x"})
+            assert (await s.next())["ok"] == "subscribe"
+            stopping = asyncio.create_task(asyncio.to_thread(t.stop))
+            last = (await s.until(lambda m: "close" in m, "the close"))[-1]
+            assert last["close"] == 1001
+            s.close()
+            assert await stopping == 0
+
+    run(go())
+
+
+def test_the_relays_count_against_no_per_address_limit(tern_factory):
+    """Each stream's /pubsub session comes over the server's private Unix
+    socket, not from 127.0.0.1: more streams than --max-connections-per-ip
+    allows one address only count their own connections."""
+    t = tern_factory("--feed", "off", "--max-connections-per-ip", "4")
+
+    async def go():
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            streams = [await Stream(http, t.base).open() for _ in range(3)]
+            assert [s.status for s in streams] == [200] * 3
+            for s in streams:
+                assert await s.send({"op": "limits"}) == 202
+                assert (await s.next())["ok"] == "limits"
+                s.close()
+
+    run(go())
