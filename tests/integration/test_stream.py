@@ -8,16 +8,21 @@ duplicate through a proxy that cuts the stream again and again; two
 threads, with the POSTs reaching either loop; a bad, unknown or ended
 session (400, 404); the token's and the Origin's refusals (401, 403);
 /pubsub's rate limit on the ops; the token's expiry ends the stream; SIGTERM
-ends the streams."""
+ends the streams; headless Chromium's tern-client falls back to it by
+itself when a proxy refuses WebSocket upgrades."""
 import asyncio
 import json
+import socket
+import threading
+import time
 
 import aiohttp
 import pytest
 
-from conftest import SLOW
+from conftest import SLOW, wait_for
 from test_sse import CuttingProxy
 from test_tokens import SECRET, claims, token
+from test_ws_clients import DevTools, chromium  # noqa: F401 (fixture)
 
 TIMEOUT = 10 * SLOW
 
@@ -320,3 +325,119 @@ def test_the_relays_count_against_no_per_address_limit(tern_factory):
                 s.close()
 
     run(go())
+
+
+class NoUpgradeProxy:
+    """A proxy to port that answers every WebSocket upgrade 403, as a
+    company proxy that blocks WebSockets does, and passes the rest on."""
+
+    def __init__(self, port):
+        self.port_to = port
+        self.refused = 0
+        self.lsock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.lsock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.lsock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while (data := a.recv(65536)):
+                b.sendall(data)
+        except OSError:
+            pass
+        for x in (a, b):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _serve(self, c):
+        head = b""
+        while b"\r\n\r\n" not in head:
+            b = c.recv(65536)
+            if not b:
+                c.close()
+                return
+            head += b
+        if b"upgrade: websocket" in head.lower():
+            self.refused += 1
+            c.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            c.close()
+            return
+        u = socket.create_connection(("127.0.0.1", self.port_to))
+        u.sendall(head)
+        threading.Thread(target=self._pipe, args=(u, c), daemon=True).start()
+        self._pipe(c, u)
+
+    def close(self):
+        self.lsock.close()
+
+
+FALLBACK_JS = """
+window.__got = []; window.__transports = []; window.__ready = false;
+import('/tern-client.js').then(({TernClient}) => {
+  const c = new TernClient('ws://' + location.host + '/pubsub', {backoffInitial: 50});
+  window.__c = c;
+  c.on('transport', t => window.__transports.push(t));
+  const s = c.subscribe('b.a', m => window.__got.push(m.data));
+  s.ready.then(() => { window.__ready = true; });
+});
+'ok'
+"""
+
+
+def test_chromium_tern_client_falls_back_when_websockets_are_refused(tern_factory, chromium,  # noqa: F811
+                                                                     tmp_path):
+    """Headless Chromium loads tern-client from the server through a proxy
+    that refuses WebSocket upgrades: after its WebSocket attempts fail,
+    the client uses /http-stream (fetch streaming) by itself, says so, and
+    subscribes, receives and publishes as over /pubsub."""
+    t = tern_factory("--feed", "off")
+    proxy = NoUpgradeProxy(t.port)
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--remote-debugging-pipe",
+            "about:blank"]
+    log = tmp_path / "chromium.log"
+    with open(log, "wb") as err:
+        dt = DevTools(argv, err, time.monotonic() + TIMEOUT * 3)
+        try:
+            target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            s = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            dt.call("Page.enable", session=s)
+            nav = dt.call("Page.navigate", {"url": f"http://127.0.0.1:{proxy.port}/ping"},
+                          session=s)
+            assert "errorText" not in nav, nav
+            dt.wait_event(lambda e: e.get("method") == "Page.loadEventFired")
+
+            def js(expr):
+                r = dt.call("Runtime.evaluate", {"expression": expr, "returnByValue": True},
+                            session=s)
+                assert "exceptionDetails" not in r, r
+                return r["result"]["value"]
+
+            assert js(FALLBACK_JS) == "ok"
+            wait_for(lambda: js("window.__ready"), "the subscription", timeout=20)
+            assert js("window.__c.transport") == "http-stream"
+            assert js("window.__transports") == ["http-stream"]
+            assert proxy.refused >= 2
+            t.publish("b.a", "to the browser")
+            js("window.__c.publish('b.a', 'from the browser')")
+            wait_for(lambda: js("window.__got.length") >= 2, "both messages", timeout=20)
+            assert js("window.__got") == ["to the browser", "from the browser"]
+            dt.call("Target.closeTarget", {"targetId": target})
+        except (TimeoutError, EOFError, RuntimeError) as e:
+            pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
+        finally:
+            dt.close()
+            proxy.close()
