@@ -7,10 +7,12 @@ unsubscribe, limits) in /pubsub's own JSON; a resume with no gap and no
 duplicate through a proxy that cuts the stream again and again; two
 threads, with the POSTs reaching either loop; a bad, unknown or ended
 session (400, 404); the token's and the Origin's refusals (401, 403);
-/pubsub's rate limit on the ops; the token's expiry ends the stream; SIGTERM
+/pubsub's rate limit on the ops; a reader that stops reading is bounded
+by /pubsub's slow-consumer policy; the token's expiry ends the stream; SIGTERM
 ends the streams; headless Chromium's tern-client falls back to it by
 itself when a proxy refuses WebSocket upgrades."""
 import asyncio
+import http.client
 import json
 import socket
 import threading
@@ -19,7 +21,7 @@ import time
 import aiohttp
 import pytest
 
-from conftest import SLOW, wait_for
+from conftest import SANITIZED, SLOW, wait_for
 from test_sse import CuttingProxy
 from test_tokens import SECRET, claims, token
 from test_ws_clients import DevTools, chromium  # noqa: F401 (fixture)
@@ -325,6 +327,83 @@ def test_the_relays_count_against_no_per_address_limit(tern_factory):
                 s.close()
 
     run(go())
+
+
+class SmallWindow(http.client.HTTPConnection):
+    """An HTTP connection with a small receive buffer: a reader that stops
+    reading holds the server back at once, as a slow link does."""
+
+    def connect(self):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.settimeout(30 * SLOW)
+        self.sock.connect((self.host, self.port))
+
+
+@pytest.mark.parametrize("policy", ["drop", "close"])
+def test_a_reader_that_stops_reading_is_bounded(tern_factory, policy):
+    """The stream's relay stops reading while its client is behind, so the
+    backlog grows in /pubsub, whose limit and policy judge it as they would
+    a slow WebSocket client: messages dropped, or the session closed (1008,
+    the stream's last line once the reader reads again)."""
+    t = tern_factory("--feed", "off", "--pubsub-max-backlog", "65536",
+                     "--topic", f"slow policy={policy}")
+    c = SmallWindow("127.0.0.1", t.port)
+    c.request("GET", "/http-stream")
+    r = c.getresponse()
+    assert r.status == 200
+    session = json.loads(r.readline())["session"]
+    h = http.client.HTTPConnection("127.0.0.1", t.port, timeout=10 * SLOW)
+    h.request("POST", f"/http-stream/ops?session={session}",
+              body=json.dumps({"op": "subscribe", "topic": "slow"}))
+    assert h.getresponse().status == 202
+    assert json.loads(r.readline())["ok"] == "subscribe"
+    rss = t.rss_kib()
+    big = "x" * 16000
+    for _ in range(400):   # 6.4 MB, a hundred times the limit
+        t.publish("slow", big)
+    pubsub = lambda: t.stats()["total"]["pubsub"]   # noqa: E731
+    if policy == "drop":
+        wait_for(lambda: pubsub()["dropped"] > 0, "drops")
+    else:
+        wait_for(lambda: pubsub()["closed"] == 1, "the close")
+    if not SANITIZED:   # the sanitizers hold freed memory back
+        assert t.rss_kib() - rss < 8 * 1024   # far under what was published
+    seqs, last = [], []
+
+    def read():
+        while True:
+            line = r.readline()
+            if not line:
+                return
+            if not line.strip():
+                continue
+            m = json.loads(line)
+            last[:] = [m]
+            if "close" in m:
+                return
+            seqs.append(m["seq"])
+            if m["data"] == "end":
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if policy == "drop":
+        for _ in range(50):   # once the reader has caught up, one gets through
+            t.publish("slow", "end")
+            try:
+                wait_for(lambda: not reader.is_alive(), "the end", timeout=1)
+                break
+            except AssertionError:
+                pass
+    reader.join(30 * SLOW)
+    assert not reader.is_alive()
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert len([q for q in seqs if q <= 400]) < 400
+    if policy == "close":
+        assert last[0]["close"] == 1008, last
+    c.close()
+    h.close()
 
 
 class NoUpgradeProxy:
