@@ -49,6 +49,7 @@
 
 #include "app/app.h"
 #include "app/json.h"
+#include "app/token.h"
 #include "net/crypto.h"
 #include "tern/tern.h"
 
@@ -276,8 +277,8 @@ static const tern_ws_handlers relay_handlers = {.on_open = relay_open,
 
 /* ws+unix:RELAY_SOCKET:/pubsub, with the token if the query has one. */
 static bool relay_url(tern_http_req *req, char *url, size_t cap) {
-    char token[2048];
-    char q[2048 + 8] = "";
+    static _Thread_local char token[TERN_TOKEN_MAX + 1], q[TERN_TOKEN_MAX + 8];
+    q[0] = '\0';
     ssize_t tl = tern_http_query_param(req, "token", token, sizeof(token));
     if (tl > 0) {
         /* A JWT is base64url and dots: nothing to escape in a query. */
@@ -310,7 +311,7 @@ static void stream_handler(tern_http_req *req, void *user) {
         refuse(req, status, tern_http_reason(status));
         return;
     }
-    char url[2400];
+    static _Thread_local char url[TERN_TOKEN_MAX + 300];
     if (!relay_url(req, url, sizeof(url))) {
         refuse(req, 401, "bad token");
         return;
@@ -323,24 +324,31 @@ static void stream_handler(tern_http_req *req, void *user) {
     }
     s->loop = tern_http_req_loop(req);
     s->req = req;
-    /* /pubsub judges the client by what it sent us: its token and Origin. */
-    char auth[2200], origin[600];
+    /* /pubsub judges the client by what it sent us: its token and Origin
+     * (one too long for /pubsub is refused as /pubsub would refuse it). */
+    static _Thread_local char auth[TERN_TOKEN_MAX + 32], origin[600];
     const char *headers[3];
     int nh = 0;
-    size_t l;
-    const char *v = tern_http_header(req, "Authorization", &l);
-    if (v && l < sizeof(auth) - 16) {
-        snprintf(auth, sizeof(auth), "Authorization: %.*s", (int)l, v);
+    size_t al, ol;
+    const char *a = tern_http_header(req, "Authorization", &al);
+    const char *o = tern_http_header(req, "Origin", &ol);
+    if ((a && al >= sizeof(auth) - 16) || (o && ol >= sizeof(origin) - 9)) {
+        free(s);
+        refuse(req, a && al >= sizeof(auth) - 16 ? 401 : 403,
+               a && al >= sizeof(auth) - 16 ? "bad token" : "Forbidden");
+        return;
+    }
+    if (a) {
+        snprintf(auth, sizeof(auth), "Authorization: %.*s", (int)al, a);
         headers[nh++] = auth;
     }
-    v = tern_http_header(req, "Origin", &l);
-    if (v && l < sizeof(origin) - 9) {
-        snprintf(origin, sizeof(origin), "Origin: %.*s", (int)l, v);
+    if (o) {
+        snprintf(origin, sizeof(origin), "Origin: %.*s", (int)ol, o);
         headers[nh++] = origin;
     }
     headers[nh] = NULL;
-    tern_ws_client_options o = {.headers = headers};
-    int err = tern_ws_connect2(s->loop, url, &relay_handlers, &o, s, &s->connecting);
+    tern_ws_client_options opt = {.headers = headers};
+    int err = tern_ws_connect2(s->loop, url, &relay_handlers, &opt, s, &s->connecting);
     if (err < 0) {
         free(s);
         refuse(req, err == -ENOMEM ? 503 : 400, err == -ENOMEM ? "out of memory" : "bad request");
