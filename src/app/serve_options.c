@@ -323,7 +323,8 @@ const app_opt app_serve_opts[SV_COUNT] = {
     [SV_HTTP2] = {"http2", 0, C, "M", "tls", .choices = "tls|h2c|off",
                   .help = "HTTP/2: tls offers it by ALPN on the TLS port; h2c also\n"
                           "serves it with prior knowledge on the plain port; off: HTTP/1.1\n"
-                          "alone",
+                          "alone. Over HTTP/2 /pubsub and /ws are WebSockets too, a\n"
+                          "stream each (RFC 8441: what browsers use over h2)",
         DEST(run.server.http2, unsigned, put_http2)},
     [SV_BENCH_ROUTES] = {"bench-routes", 0, F,
                          .help = "also serve the routes that make the server work on request,\n"
@@ -563,7 +564,9 @@ const app_opt app_serve_opts[SV_COUNT] = {
                            "redis://[user]:password@host... sends AUTH (never logged;\n"
                            "better --redis-password-file); NATS's credentials:\n"
                            "nats://user:password@ or nats://token@, or files:\n"
-                           "?creds=F, ?token_file=F, nats://user:@...?password_file=F",
+                           "?creds=F, ?token_file=F, nats://user:@...?password_file=F;\n"
+                           "topics with a history are JetStream streams, kept in\n"
+                           "?replicas=N copies (1 to 5, default 1)",
         STR(bridge)},
     [SV_REDIS] = {"redis", 0, S, "URL", .show = app_serve_redis_redact,
                   .help = "the older name of --bridge, still taken (give one of them)",

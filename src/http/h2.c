@@ -25,88 +25,7 @@
 #include "http/server.h"
 #include "net/tls.h"
 
-/* What h2_send leaves in the connection's backlog before it stops asking
- * the session for more (on_drain asks again): a client that does not
- * read holds this much of ours, not every stream's whole body. */
-#define H2_BACKLOG_MAX (256 * 1024)
-/* A streamed response's bytes held for a stream beyond which tern_http_write
- * says TERN_SEND_BUFFERED (and the drain callback follows). */
-#define H2_STREAM_SOFT (64 * 1024)
-
-typedef struct h2_stream h2_stream;
-
-/* One HTTP/2 connection. Invariants: conn is first (net frees the
- * struct with free()); streams lists every stream that has a request
- * struct (from its HEADERS to its close); ng is NULL once the connection
- * closed (dead), and freed when the session call under way returns when
- * the close came from inside one (in_session). */
-typedef struct h2_conn {
-    tern__conn conn;
-    tern_server *srv;
-    nghttp2_session *ng;
-    h2_stream *streams;
-    size_t nstreams;
-    /* inside nghttp2_session_mem_recv or _mem_send, whose callbacks may
-     * reach h2_send again (a handler answering): it sends nothing then */
-    bool in_session;
-    bool dead;                 /* closed: ng is freed once in_session ends */
-    bool goaway;               /* the shutdown's GOAWAY was submitted */
-    /* Body bytes read on every stream, and their count when the body
-     * clock was last armed (clock). */
-    uint64_t body_bytes, body_mark;
-    /* A response waits on a window the peer keeps shut (stalled, as
-     * h2_send last saw it), and the bytes written when the stall clock
-     * was last armed: a window held at zero is slowloris over h2, and
-     * net's send clock never sees it (nothing waits in the backlog). */
-    bool stalled;
-    uint64_t sent_bytes, sent_mark;
-    /* The highest stream id the peer sent HEADERS on, and which of the 64
-     * ids below it (bit k: peer_max - 2k) it used: HEADERS on one it
-     * skipped, a stream idle then implicitly closed (RFC 9113 §5.1.1),
-     * is a connection error nghttp2 lets pass (it keeps no record). */
-    int32_t peer_max;
-    uint64_t peer_used;
-} h2_conn;
-
-/* One stream's request. Invariants: req is first (the neutral code frees
- * a settled request with free(), tern__http_req_free); h2 is set while
- * the stream is open, and req.conn with it; hdr holds the request's
- * fields as "name\0value\0" (pseudo-fields with their ':'), out the
- * response bytes the session has not taken (from out_off), file the
- * file range after them (fd -1: none). */
-struct h2_stream {
-    tern_http_req req;
-    h2_conn *h2;
-    h2_stream *next, *prev;
-    int32_t id;
-    tern__bytes hdr;
-    size_t hdr_bytes;          /* name and value bytes plus 32 per field (RFC 9113 §6.5.2) */
-    size_t nfields;
-    bool too_large;            /* past max_head or max_headers: answered 431 */
-    bool headers_done;
-    tern__bytes pending;       /* body bytes the handler has not asked for yet (not consumed) */
-    bool deliver_due;          /* pending (or the body's end) goes to body_fn at the batch end */
-    tern__bytes out;
-    size_t out_off;
-    int fd;
-    off_t file_off;
-    size_t file_left;
-    bool has_data;             /* the response was submitted with a data provider */
-    bool data_end;             /* no more body will be added */
-    bool eof_given;            /* read_body gave the session the body's end */
-    bool deferred;             /* the provider said NGHTTP2_ERR_DEFERRED: resume on more */
-    bool drain_due;            /* a write was told TERN_SEND_BUFFERED: tell on_drain */
-    /* answered before the request's end: reset (NO_ERROR) once the answer
-     * is sent, so a client still sending frees the stream (RFC 9113 §8.1) */
-    bool reset_when_sent;
-    /* the request asked "Expect: 100-continue" and no 100 went yet */
-    bool continue_due;
-};
-
-static h2_stream *stream_of(const tern_http_req *req) { return (h2_stream *)(void *)req; }
-
-static void h2_send(h2_conn *h2);
-static void want_send(h2_conn *h2);
+#include "http/h2_internal.h"
 
 /* ---- streams ---------------------------------------------------------- */
 
@@ -140,10 +59,17 @@ static void stream_release(h2_stream *st) {
 /* The stream is closed (err 0: both ends finished, else the peer reset
  * it or the connection went): its request is detached, which frees it
  * unless a handler still holds it (then the abort callback, or the
- * handler's answer, ends it). */
+ * handler's answer, ends it). A tunnel's connection closes with it (the
+ * peer's reset or the connection's end is a reset to the WebSocket). */
 static void stream_gone(h2_stream *st, int err) {
     stream_unlink(st);
     stream_release(st);
+    if (st->tunnel) {
+        h2_tunnel *t = st->tunnel;
+        st->tunnel = NULL;
+        t->st = NULL;
+        tern__conn_close(t->c, err);   /* its release frees t */
+    }
     tern_http_req *req = &st->req;
     if (req->ended && !req->live) {
         tern__http_req_free(req);
@@ -163,7 +89,9 @@ static bool awaits_body(const h2_stream *st) {
  * window keeps from going. */
 static bool window_shut(const h2_stream *st) {
     nghttp2_session *ng = st->h2->ng;
-    bool waiting = st->has_data && !st->eof_given &&
+    /* A tunnel's window is its connection's to watch (net's send clock on
+     * its backlog, the WebSocket's own clocks), not the connection's. */
+    bool waiting = st->tunnel == NULL && st->has_data && !st->eof_given &&
                    (st->out.len > st->out_off || st->file_left || st->data_end);
     return waiting && (nghttp2_session_get_stream_remote_window_size(ng, st->id) <= 0 ||
                        nghttp2_session_get_remote_window_size(ng) <= 0);
@@ -222,6 +150,9 @@ static tern__http_head *build_head(h2_stream *st) {
             } else if (strcmp(f.name, ":authority") == 0) {
                 authority = f.value;
                 authority_len = f.value_len;
+            } else if (strcmp(f.name, ":protocol") == 0) {
+                head->protocol = f.value;   /* nghttp2 lets it through on CONNECT alone */
+                head->protocol_len = f.value_len;
             }
             continue;
         }
@@ -286,7 +217,7 @@ static void send_continue(h2_stream *st) {
     static const nghttp2_nv nv = {(uint8_t *)":status", (uint8_t *)"100", 7, 3,
                                   NGHTTP2_NV_FLAG_NONE};
     if (nghttp2_submit_headers(st->h2->ng, NGHTTP2_FLAG_NONE, st->id, NULL, &nv, 1, NULL) >= 0)
-        want_send(st->h2);
+        tern__h2_want_send(st->h2);
 }
 
 /* The head is complete (end_stream: and there is no body): routes the
@@ -310,12 +241,36 @@ static void begin_request(h2_stream *st, bool end_stream) {
         route = &tern__http_route_status;
         status = head->target_len ? 414 : 400;
     }
+    bool logged = route != NULL;
     if (route)
         tern__http_log_refusal(req->conn, status, head->method, head->method_len, head->target,
                                head->target_len, false);
-    req->route = tern__http_pick_route(req, head, params, route, status, route != NULL);
+    const tern__upgrade_hook *upgrade = srv->cfg->upgrade;
+    if (route == NULL && head->protocol && upgrade) {
+        /* RFC 8441's extended CONNECT: the WebSocket layer answers it and
+         * takes the stream (tunnel), or refuses it (logged there). */
+        req->live = true;
+        req->head = head;
+        int r = upgrade->try_upgrade(req, head, NULL, 0);
+        req->live = false;
+        req->head = NULL;
+        if (r == 1)
+            return;
+        if (r < 0) {
+            route = &tern__http_route_status;
+            status = -r;
+            logged = true;
+        }
+    }
+    req->route = tern__http_pick_route(req, head, params, route, status, logged);
     st->continue_due = head->expect_continue && !end_stream;
-    if (end_stream) {
+    bool connect = head->method_len == 7 && memcmp(head->method, "CONNECT", 7) == 0;
+    if (connect && !end_stream) {
+        /* A CONNECT no tunnel took: its stream's bytes are no request
+         * body to wait for; it is answered now, and they are dropped. */
+        req->body_mode = TERN__BODY_DROP;
+        tern__http_call_handler(req, head, params, "", 0);
+    } else if (end_stream) {
         req->body_done = true;
         tern__http_call_handler(req, head, params, "", 0);
     } else if (req->route->stream) {
@@ -470,6 +425,13 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *frame, void *
             set_clock(st->h2);
         return 0;
     }
+    if (st->tunnel) {
+        /* The peer's end of a tunnel (on DATA, or trailers): read after
+         * what came before it. */
+        if ((frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS) && end_stream)
+            st->tunnel->eof = st->req.body_done = true;
+        return 0;
+    }
     if ((frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS) && end_stream &&
         !st->req.body_done) {
         st->req.body_done = true;
@@ -489,6 +451,16 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
     h2_stream *st = nghttp2_session_get_stream_user_data(ng, id);
     if (st == NULL) {
         nghttp2_session_consume(ng, id, len);
+        return 0;
+    }
+    if (st->tunnel) {
+        /* Held, its stream's window unconsumed, until the tunnel's
+         * connection reads it (tunnel_recv): the peer sends no more than
+         * that window. The connection's window opens at once, so that a
+         * WebSocket that stops reading holds back its own stream alone. */
+        nghttp2_session_consume_connection(ng, len);
+        if (tern__bytes_append(&st->pending, (const char *)data, len) < 0)
+            return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;   /* the stream is reset */
         return 0;
     }
     tern_http_req *req = &st->req;
@@ -546,7 +518,9 @@ static int on_stream_close(nghttp2_session *ng, int32_t id, uint32_t error_code,
     h2_stream *st = nghttp2_session_get_stream_user_data(ng, id);
     if (st == NULL)
         return 0;
-    stream_gone(st, error_code == NGHTTP2_NO_ERROR && st->req.ended ? 0 : -ECONNRESET);
+    /* A tunnel ended well only when both ends sent END_STREAM. */
+    bool ended = st->tunnel ? st->tunnel->eof && st->eof_given : st->req.ended;
+    stream_gone(st, error_code == NGHTTP2_NO_ERROR && ended ? 0 : -ECONNRESET);
     set_clock(h2);
     return 0;
 }
@@ -563,8 +537,11 @@ static ssize_t read_body(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t l
         size_t n = avail < length ? avail : length;
         memcpy(buf, st->out.data + st->out_off, n);
         st->out_off += n;
-        if (st->out_off == st->out.len)
+        if (st->out_off == st->out.len) {
             st->out.len = st->out_off = 0;
+            if (st->tunnel)   /* an idle WebSocket holds no buffer, as over HTTP/1.1 */
+                tern__bytes_free(&st->out);
+        }
         if (st->out.len == 0 && st->file_left == 0 && st->data_end) {
             *flags |= NGHTTP2_DATA_FLAG_EOF;
             st->eof_given = true;
@@ -638,9 +615,13 @@ static void h2_send(h2_conn *h2) {
         h2->stalled = stalled;
         set_clock(h2);
     }
-    for (h2_stream *st = h2->streams, *next; st; st = next) {
+    for (h2_stream *st = h2->streams, *next; st && !h2->dead; st = next) {
         next = st->next;
         tern_http_req *req = &st->req;
+        if (st->tunnel) {
+            tern__h2_tunnel_ready(st);
+            continue;
+        }
         if (st->drain_due && st->out.len - st->out_off < H2_STREAM_SOFT) {
             st->drain_due = false;
             if (req->started && !req->ended && req->drain_fn)
@@ -656,26 +637,26 @@ static void h2_send(h2_conn *h2) {
  * sending may close streams, and a stream's close frees its request and
  * may run an abort callback. Inside a session call, that call's end
  * sends it. */
-static void want_send(h2_conn *h2) {
+void tern__h2_want_send(h2_conn *h2) {
     if (!h2->in_session)
         tern__conn_defer(&h2->conn);
 }
 
 /* The stream's provider has more to give. */
-static void resume(h2_stream *st) {
+void tern__h2_resume(h2_stream *st) {
     if (st->deferred && st->h2 && st->h2->ng) {
         st->deferred = false;
         nghttp2_session_resume_data(st->h2->ng, st->id);
     }
     if (st->h2)
-        want_send(st->h2);
+        tern__h2_want_send(st->h2);
 }
 
 /* ---- the stream operations (proto.h) ---------------------------------- */
 
-static int h2_head(tern_http_req *req, int status, const char *ctype, int64_t length,
+int tern__h2_head(tern_http_req *req, int status, const char *ctype, int64_t length,
                    const void *body, size_t body_len) {
-    h2_stream *st = stream_of(req);
+    h2_stream *st = tern__h2_stream_of(req);
     h2_conn *h2 = st->h2;
     tern_server *srv = req->srv;
     /* :status, server, date, content-type, content-length, the
@@ -747,16 +728,16 @@ static int h2_head(tern_http_req *req, int status, const char *ctype, int64_t le
     req->resp_status = status;
     TERN__STAT_STATUS(srv, status);
     TERN__STAT_ADD(srv, bytes_out, no_body ? 0 : body_len);
-    want_send(h2);
+    tern__h2_want_send(h2);
     return TERN_SEND_OK;
 }
 
 static int h2_body(tern_http_req *req, const void *data, size_t len) {
-    h2_stream *st = stream_of(req);
+    h2_stream *st = tern__h2_stream_of(req);
     if (tern__bytes_append(&st->out, data, len) < 0)
         return -ENOMEM;
     bool over = st->out.len - st->out_off >= H2_STREAM_SOFT;
-    resume(st);
+    tern__h2_resume(st);
     if (over && st->out.len - st->out_off >= H2_STREAM_SOFT) {
         st->drain_due = true;
         return TERN_SEND_BUFFERED;
@@ -765,24 +746,24 @@ static int h2_body(tern_http_req *req, const void *data, size_t len) {
 }
 
 static int h2_file(tern_http_req *req, int fd, off_t offset, size_t len) {
-    h2_stream *st = stream_of(req);
+    h2_stream *st = tern__h2_stream_of(req);
     st->fd = fd;
     st->file_off = offset;
     st->file_left = len;
     st->data_end = true;
-    resume(st);
+    tern__h2_resume(st);
     return TERN_SEND_OK;
 }
 
 static int h2_end(tern_http_req *req) {
-    h2_stream *st = stream_of(req);
+    h2_stream *st = tern__h2_stream_of(req);
     st->data_end = true;
-    resume(st);
+    tern__h2_resume(st);
     return TERN_SEND_OK;
 }
 
 static size_t h2_buffered(const tern_http_req *req) {
-    const h2_stream *st = stream_of(req);
+    const h2_stream *st = tern__h2_stream_of(req);
     return st->out.len - st->out_off + st->file_left;
 }
 
@@ -790,10 +771,10 @@ static size_t h2_buffered(const tern_http_req *req) {
  * closes (and frees req) when the session has sent it and the peer's
  * side is done too. */
 static void h2_ended(tern_http_req *req) {
-    h2_stream *st = stream_of(req);
+    h2_stream *st = tern__h2_stream_of(req);
     if (st->has_data && !st->data_end) {
         st->data_end = true;
-        resume(st);
+        tern__h2_resume(st);
     }
     if (!req->body_done && req->body_mode != TERN__BODY_DROP) {
         /* Answered before the body ended: the rest is dropped as it comes,
@@ -811,7 +792,7 @@ static void h2_ended(tern_http_req *req) {
 /* Pieces held before the handler asked go to it at the batch end
  * (on_deferred), never inside tern_http_read_body. */
 static void h2_read_body(tern_http_req *req) {
-    h2_stream *st = stream_of(req);
+    h2_stream *st = tern__h2_stream_of(req);
     send_continue(st);
     if (st->pending.len || req->body_done || req->body_mode != TERN__BODY_STREAM) {
         st->deliver_due = true;
@@ -819,27 +800,15 @@ static void h2_read_body(tern_http_req *req) {
     }
 }
 
-/* No upgrade over HTTP/2 here (RFC 8441's extended CONNECT is not
- * offered: SETTINGS_ENABLE_CONNECT_PROTOCOL is not sent), and its
- * requests carry no Upgrade: nothing asks. */
-static tern__conn *h2_tunnel(tern_http_req *req, const char *protocol,
-                             const tern__http_field *fields, size_t n) {
-    (void)req;
-    (void)protocol;
-    (void)fields;
-    (void)n;
-    return NULL;
-}
-
 const tern__http_proto tern__h2_proto = {
-    .head = h2_head,
+    .head = tern__h2_head,
     .body = h2_body,
     .file = h2_file,
     .end = h2_end,
     .buffered = h2_buffered,
     .ended = h2_ended,
     .read_body = h2_read_body,
-    .tunnel = h2_tunnel,
+    .tunnel = tern__h2_open_tunnel,
 };
 
 /* ---- the connection --------------------------------------------------- */
@@ -935,7 +904,7 @@ static void on_shutdown(tern__conn *c) {
                           nghttp2_session_get_last_proc_stream_id(h2->ng), NGHTTP2_NO_ERROR,
                           NULL, 0);
     if (h2->nstreams) {
-        want_send(h2);   /* may be inside a user's call (tern_server_shutdown) */
+        tern__h2_want_send(h2);   /* may be inside a user's call (tern_server_shutdown) */
         return;
     }
     h2_send(h2);   /* no stream to close: nothing of the user's runs */
@@ -1033,14 +1002,17 @@ int tern__h2_start(tern__http_conn *hc, const char *rest, size_t len) {
     h2->srv = srv;
     h2->ng = session_new(h2);
     const tern_server_options *o = &srv->cfg->opt;
+    /* RFC 8441's extended CONNECT is offered where there are WebSocket
+     * routes to take it (the last entry, left out without them). */
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, o->http2_max_streams},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, (uint32_t)o->max_head},
         {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+        {NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL, 1},
     };
+    size_t niv = sizeof(iv) / sizeof(iv[0]) - (srv->cfg->upgrade ? 0 : 1);
     int err = h2->ng ? 0 : -ENOMEM;
-    if (err == 0 && nghttp2_submit_settings(h2->ng, NGHTTP2_FLAG_NONE, iv,
-                                            sizeof(iv) / sizeof(iv[0])) != 0)
+    if (err == 0 && nghttp2_submit_settings(h2->ng, NGHTTP2_FLAG_NONE, iv, niv) != 0)
         err = -ENOMEM;
     if (err == 0)
         err = tern__conn_move(&hc->conn, &h2->conn, &h2_conn_proto);

@@ -49,6 +49,10 @@ typedef struct tern__http_head {
     bool expect_continue;/* "Expect: 100-continue" */
     bool upgrade;        /* an Upgrade header and "upgrade" among the Connection tokens */
     const char *host;    size_t host_len;    /* Host header value (required in 1.1) */
+    /* HTTP/2's extended CONNECT (RFC 8441): its :protocol ("websocket"),
+     * the upgrade it asks for; NULL for every other request (HTTP/1.1's
+     * upgrade is the Upgrade field) */
+    const char *protocol; size_t protocol_len;
 } tern__http_head;
 
 /* Returns the offset just past the first "\r\n\r\n" in buf[0..len), or 0

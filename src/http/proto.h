@@ -83,19 +83,20 @@ static inline bool tern__http_field_next(const char *t, size_t len, size_t *pos,
  *   it cannot answer (out of memory, or HTTP/1.1's 101 past its 1 KiB
  *   before the handler's fields): nothing was sent. HTTP/1.1 answers "101 Switching
  *   Protocols" with "Upgrade: protocol" and "Connection: Upgrade", and
- *   its stream is the connection itself. A stream of a multiplexed
- *   connection (RFC 8441's extended CONNECT, answered 200) would have to
- *   provide a tern__conn of its own whose transport (tern__transport_ops)
- *   carries the stream: send frames the bytes as the stream's DATA within
- *   its flow-control window (what the window refuses is the backlog, and
- *   on_drain comes when the peer opens it), received DATA is fed to the
- *   conn's protocol with the window opened by what on_data consumed,
- *   pause and resume stop and restart that opening, shutdown ends the
+ *   its stream is the connection itself. HTTP/2 answers RFC 8441's
+ *   extended CONNECT "200" and its stream becomes a tern__conn of its
+ *   own (net's carried connection, h2.c's h2_tunnel) whose transport
+ *   carries the stream: send frames the bytes as the stream's DATA
+ *   within its flow-control window (what the window refuses is the
+ *   backlog, and on_drain comes when the peer opens it), received DATA
+ *   is read from the stream with the window opened by what was read,
+ *   pause and resume stop and restart that reading, shutdown ends the
  *   stream (END_STREAM), a close resets it (RST_STREAM) and the peer's
- *   reset closes the conn; peer and TLS facts are those of the connection
- *   under it; and its timeouts, send clock and memory count against that
- *   stream, not the connection, so an idle WebSocket costs a tern_ws plus
- *   the stream's state. */
+ *   reset closes the conn; peer and TLS facts are those of the
+ *   connection under it (the transport's carrier); and its timeouts,
+ *   send clock and memory count against that stream, not the
+ *   connection, so an idle WebSocket costs a tern_ws plus the stream's
+ *   state. */
 typedef struct tern__http_proto {
     int (*head)(tern_http_req *req, int status, const char *ctype, int64_t length,
                 const void *body, size_t body_len);

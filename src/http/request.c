@@ -209,6 +209,8 @@ int tern__peer(const tern__conn *c, struct sockaddr_storage *addr, socklen_t *le
         return -EINVAL;
     if (c == NULL || (c->flags & TERN__CONN_CLOSED))
         return -ENOTCONN;
+    if (c->tp->ops->carrier && (c = c->tp->ops->carrier(c)) == NULL)
+        return -ENOTCONN;   /* a stream (WebSocket over HTTP/2) whose connection is gone */
     *len = sizeof(*addr);
     if (getpeername(c->io.fd, (struct sockaddr *)addr, len) < 0)
         return -errno;

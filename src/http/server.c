@@ -668,7 +668,11 @@ static void shutdown_finished(tern_server *srv) {
 
 /* Called by the connections' on_close (every accepted connection's, once). */
 void tern__http_conn_closed_by_server(tern_server *srv, const tern__conn *c) {
-    TERN__STAT_ADD(srv, closed, 1);
+    /* A stream carried by a connection (a WebSocket over HTTP/2, no
+     * descriptor of its own) was never accepted: "connections" counts
+     * sockets. */
+    if (c->io.fd >= 0)
+        TERN__STAT_ADD(srv, closed, 1);
     tern__http_release(srv, c->owner_tag);
     if (srv->shutting_down && srv->conns.count == 0 && srv->done)
         shutdown_finished(srv);

@@ -71,17 +71,32 @@ void tern__io_init(tern__io *io, int fd, tern__io_fn fn) {
     io->fn = fn;
 }
 
+/* A watcher without a descriptor (fd < 0) is one whose readiness its
+ * owner reports itself (a stream carried by a multiplexed connection,
+ * net's tern__conn_ready): the back end never sees it, and its interest
+ * is only recorded, for the owner to read. */
 int tern__io_set(tern_loop *loop, tern__io *io, uint32_t events) {
     if (events == io->events)
         return 0;
+    if (io->fd < 0) {
+        io->events = events;
+        return 0;
+    }
     return loop->bk->io_set(loop, io, events);
 }
 
-int tern__io_moved(tern_loop *loop, tern__io *io) { return loop->bk->io_moved(loop, io); }
+int tern__io_moved(tern_loop *loop, tern__io *io) {
+    return io->fd < 0 ? 0 : loop->bk->io_moved(loop, io);
+}
 
-void tern__io_close(tern_loop *loop, tern__io *io) { loop->bk->io_close(loop, io); }
+void tern__io_close(tern_loop *loop, tern__io *io) {
+    if (io->fd >= 0)
+        loop->bk->io_close(loop, io);
+}
 
 void tern__io_close_dropping(tern_loop *loop, tern__io *io) {
+    if (io->fd < 0)
+        return;
     if (loop->bk->io_close_dropping)
         loop->bk->io_close_dropping(loop, io);
     else
@@ -98,7 +113,7 @@ int tern__io_accept(tern_loop *loop, tern__io *io) {
 }
 
 bool tern__io_stream(tern_loop *loop, tern__io *io, bool on) {
-    return loop->bk->io_stream ? loop->bk->io_stream(loop, io, on) : false;
+    return loop->bk->io_stream && io->fd >= 0 ? loop->bk->io_stream(loop, io, on) : false;
 }
 ssize_t tern__io_recv(tern_loop *loop, tern__io *io, char *buf, size_t len) {
     return loop->bk->io_recv(loop, io, buf, len);

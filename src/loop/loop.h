@@ -43,7 +43,10 @@ enum {
 
 void tern__io_init(tern__io *io, int fd, tern__io_fn fn);
 /* Sets the interest to `events` (TERN__IO_IN, TERN__IO_OUT, ...; 0 removes
- * the fd), telling the back end only when it changes. Removing also
+ * the fd), telling the back end only when it changes. A watcher with no
+ * descriptor (fd -1) only records it: its owner reports its readiness
+ * itself (net's tern__conn_ready), and moving or closing it tells the
+ * back end nothing. Removing also
  * drops the watcher's events still queued in the current batch, so the
  * caller may free the watcher right away. */
 int tern__io_set(tern_loop *loop, tern__io *io, uint32_t events);

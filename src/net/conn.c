@@ -222,6 +222,24 @@ int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_pr
     return 0;
 }
 
+int tern__conn_start_carried(tern_loop *loop, tern__conn *c, tern__transport *tp,
+                             const tern__conn_proto *proto, tern__conn_list *list) {
+    if (net_of(loop) == NULL)
+        return -ENOMEM;
+    memset(c, 0, sizeof(*c));
+    c->loop = loop;
+    c->proto = proto;
+    c->tp = tp;
+    tern__io_init(&c->io, -1, conn_io);
+    tern__wheel_init_entry(&c->timeout);
+    int err = tern__io_set(loop, &c->io, TERN__IO_IN | TERN__IO_RDHUP);   /* recorded only */
+    if (err < 0)
+        return err;
+    list_add(c, list);
+    tern__loop_hold(loop);   /* until release(), as a socket's */
+    return 0;
+}
+
 static void add_pending(tern__conn *c) {
     if (c->flags & TERN__CONN_PENDING)
         return;
@@ -297,6 +315,8 @@ int tern__conn_move(tern__conn *from, tern__conn *to, const tern__conn_proto *pr
     list_remove(from);
     if (n->cork_owner == from)
         n->cork_owner = to;
+    if (to->tp->ops->moved)
+        to->tp->ops->moved(to);   /* a carried stream: its carrier reports to `to` now */
     /* from keeps its own input buffer (the caller may be reading it) and
      * is freed at the batch end; its output now belongs to `to`. */
     from->out = NULL;
@@ -934,6 +954,12 @@ static void conn_io(tern__io *io, uint32_t revents) {
     if ((recv_waited || (revents & (TERN__IO_IN | TERN__IO_HUP | TERN__IO_RDHUP))) &&
         !(c->flags & (TERN__CONN_PAUSED | TERN__CONN_EOF)))
         conn_read(c);
+}
+
+void tern__conn_ready(tern__conn *c, uint32_t revents) {
+    revents &= c->io.events;
+    if (revents && !(c->flags & TERN__CONN_CLOSED))
+        conn_io(&c->io, revents);
 }
 
 /* A paused connection stays registered asking for TERN__IO_RDHUP only

@@ -63,6 +63,13 @@ typedef struct tern__transport_ops {
      * itself, not yet in the socket (the stream transport: the back end's
      * send in flight), for the send clock's view of the peer. */
     size_t (*unsent)(const tern__conn *c);
+    /* Optional, for a carried connection (tern__conn_start_carried): c is
+     * the struct the connection now lives in (tern__conn_move), which the
+     * carrier reports readiness to from now on. */
+    void (*moved)(tern__conn *c);
+    /* Optional, for a carried connection: the connection that carries it,
+     * whose peer and TLS facts are c's. */
+    const tern__conn *(*carrier)(const tern__conn *c);
 } tern__transport_ops;
 
 /* A connection's transport: plain connections share one stateless
@@ -181,7 +188,8 @@ enum {
 /* Invariants:
  * - every connection is watched for the peer's reset (its fd stays
  *   registered: a paused one still asks for TERN__IO_RDHUP until the FIN
- *   is seen),
+ *   is seen; a carried one, io.fd -1, is closed by its carrier on the
+ *   stream's reset),
  *   or has its timeout armed (protocol clock, or the send clock while a
  *   backlog is leaving and the protocol armed none).
  * - io.fd is open until TERN__CONN_CLOSED is set; after that nothing but
@@ -238,6 +246,24 @@ typedef struct tern__conn_list {
 TERN_MUST_CHECK
 int tern__conn_start(tern_loop *loop, tern__conn *c, int fd, const tern__conn_proto *proto,
                      tern__conn_list *list);
+
+/* Starts a connection with no descriptor of its own: a stream carried by
+ * another connection (an HTTP/2 stream), whose transport tp moves the
+ * stream's bytes. Its watcher (io.fd -1) is never the back end's: the
+ * carrier reports readiness with tern__conn_ready, and everything else
+ * (cork, backlog, pause, clocks, end and close, tern__conn_move) is as
+ * for a socket's. The send clock cannot see a peer's acknowledgements
+ * and counts only the transport taking bytes. */
+TERN_MUST_CHECK
+int tern__conn_start_carried(tern_loop *loop, tern__conn *c, tern__transport *tp,
+                             const tern__conn_proto *proto, tern__conn_list *list);
+
+/* For the carrier of c: the stream can be read (TERN__IO_IN: the
+ * transport holds bytes, or the end) or written (TERN__IO_OUT: the
+ * transport takes bytes again). Acted on only as far as c asks for it
+ * (io.events: not read while paused); runs the protocol's callbacks, so
+ * never from inside a user's call. */
+void tern__conn_ready(tern__conn *c, uint32_t revents);
 
 /* Starts an outbound connection to addr (TCP v4/v6 or Unix): a
  * non-blocking socket and connect(). Returns 0, after which exactly one

@@ -1,5 +1,5 @@
 /* The bridge: pub/sub's side of an engine that links the nodes
- * (engine.h; Redis, redis.c, is the one engine today), and the one place
+ * (engine.h; Redis, redis.c, and NATS, nats.c), and the one place
  * an engine is chosen (engines[], by the URL's scheme).
  *
  * The core calls the bridge (pubsub.h's tern__ps_bridge_*), never an

@@ -2,7 +2,7 @@
  * broker several tern servers share) gives the bridge (bridge.c), and
  * what the bridge gives it back. An engine is one file that fills a
  * tern__engine from a URL (a tern__engine_start function): Redis
- * (redis.c) today. The bridge picks one by the URL's scheme from its
+ * (redis.c) and NATS (nats.c). The bridge picks one by the URL's scheme from its
  * table (bridge.c's engines[]). Nothing of pub/sub's core (publish,
  * delivery, resume) names an engine: it calls the bridge, which calls
  * these.
@@ -57,7 +57,7 @@ typedef struct tern__engine_hooks {
  * are never NULL. The numbering (publish_numbered, psubscribe, fill, claim, last)
  * is optional, all five or none (the bridge refuses, at start, an engine
  * that gives some): an engine without it (a broker that
- * keeps nothing, such as NATS core without JetStream) leaves the five
+ * keeps nothing) leaves the five
  * NULL and never calls the listening, last and claimed hooks nor gives
  * message a num. The bridge then treats a topic with a history as any
  * other: its publishes go through publish, the engine's interest in it

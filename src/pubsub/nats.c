@@ -24,9 +24,10 @@
  * back after the bridge has freed it: one reference for the bridge, one
  * per connect thread running, per live connection (given back by its
  * closed handler, libnats's last call about it), per subscription (given
- * back by its completion handler: no message handler runs after it) and
- * per job posted. `gone` (under mu) says the bridge has freed it: a
- * callback then posts nothing.
+ * back by its completion handler: no message handler runs after it), one
+ * for the worker thread (nats_stream.c; joined when the bridge is freed)
+ * and one per job posted. `gone` (under mu) says the bridge has freed it:
+ * a callback then posts nothing.
  *
  * Ordering: one connection carries this node's publishes, in order; the
  * server echoes none of them back (no-echo), so no node id is needed; and
@@ -43,14 +44,22 @@
  *
  * The message on the wire, binary-safe: the magic "tn1", the opcode (one
  * byte), seq_at (8 bytes, little-endian; all ones for none), the key's
- * length (one byte; 0 for none) and the key, then the payload. */
+ * length (one byte; 0 for none) and the key, then the payload.
+ *
+ * Topics with a history are numbered by JetStream (nats_stream.c, whose
+ * comment says how): each is one stream, whose sequence is the seq and
+ * whose description holds the epoch; JetStream's calls run on a worker
+ * thread, and a numbered message comes back to the loop as a job with
+ * its number, here and, announced on core NATS, on every other node.
+ *
+ * A server without JetStream (asked after each connect) numbers nothing:
+ * a topic with a history is then numbered by each node, as before the
+ * numbering, its publishes announced with epoch and seq 0 (unnumbered)
+ * and delivered here at once; a subscriber resumes only on its node. */
 #include "pubsub/nats.h"
 
 #include <errno.h>
-#include <nats/nats.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,111 +68,43 @@
 #include "loop/counter.h"
 #include "loop/log.h"
 #include "loop/loop.h"
-#include "pubsub/nats_url.h"
-#include "pubsub/pubsub.h"
-
-#define SUBJECT_PREFIX "tern."
-#define MAGIC "tn1"
-#define MAGIC_LEN 3
-#define HEAD_LEN (MAGIC_LEN + 1 + 8 + 1)   /* up to the key */
-#define BACKOFF_MIN_MS 100
-#define BACKOFF_MAX_MS 5000
-#define CONNECT_TIMEOUT_MS 2000
-#define RECONNECT_WAIT_MS 100
-#define WRITE_DEADLINE_MS 2000
-#define IO_BUF_SIZE (256 * 1024)
-/* A subject: the prefix and the topic, each byte escaped to at most 3 */
-#define SUBJECT_MAX (sizeof(SUBJECT_PREFIX) + 3 * TERN_TOPIC_MAX)
-
-typedef struct tern__nats tern__nats;
-
-/* A topic this node follows: its subscription on the present connection. */
-typedef struct nsub {
-    tern__ps_node n;
-    natsSubscription *s;
-    size_t tlen;
-    char topic[];
-} nsub;
-
-/* Invariants: on the loop's side (fields below `loop-side`, touched only
- * on its thread): nc is the connection libnats keeps up (reconnecting by
- * itself), or NULL while a connect thread runs (connecting) or the retry
- * is armed (retry_armed); subs holds one subscription on nc per topic
- * followed, and is empty while nc is NULL; why is the failure last
- * logged, empty once connected again. refs counts the holders named in
- * the file's comment; the struct is freed by the one that drops the last.
- * The counters are written on the loop's thread and read by any. */
-struct tern__nats {
-    tern_loop *loop;
-    tern__engine_hooks hooks;
-    void *user;
-    tern__nats_url url;   /* read by the connect threads too; never written after start */
-    pthread_mutex_t mu;
-    bool gone;            /* under mu */
-    _Atomic unsigned refs;
-    /* loop-side */
-    natsConnection *nc;
-    tern__ps_table subs;
-    pthread_t thread;   /* the last connect thread, while joinable */
-    bool joinable, connecting, retry_armed, ever_up;
-    tern_timer *retry;
-    uint32_t backoff_ms;
-    unsigned seed;
-    char why[256];
-    _Atomic bool connected, auth_refused;
-    _Atomic uint64_t reconnects, published, received, dropped;
-};
+#include "platform/platform.h"
+#include "pubsub/nats_internal.h"
 
 static void bump(_Atomic uint64_t *c) { TERN__COUNTER_ADD(*c, 1); }
 
-static void hold(tern__nats *n) { atomic_fetch_add(&n->refs, 1); }
+void tern__nats_hold(tern__nats *n) { atomic_fetch_add(&n->refs, 1); }
 
-static void release(tern__nats *n) {
+void tern__nats_release(tern__nats *n) {
     if (atomic_fetch_sub(&n->refs, 1) != 1)
         return;
     pthread_mutex_destroy(&n->mu);
+    pthread_mutex_destroy(&n->wmu);
+    pthread_cond_destroy(&n->wcv);
     explicit_bzero(&n->url, sizeof(n->url));
     free(n);
 }
 
 /* ---- jobs: what libnats's threads hand to the loop ----------------------- */
 
-enum job_kind { J_CONNECTED, J_FAILED, J_DISCONNECTED, J_RECONNECTED, J_CLOSED, J_ERROR, J_MSG };
-
-/* A job. Invariants: nc is the connection it is about (J_CONNECTED: a new
- * one, which the job owns until the loop takes it); why is a NUL-ended
- * reason (libnats's words, no secret); for J_MSG, body holds topic, key
- * and payload, in this order. */
-typedef struct job {
-    tern__nats *n;
-    enum job_kind kind;
-    natsConnection *nc;
-    bool auth;   /* J_FAILED, J_CLOSED: the server refused the credentials */
-    char why[200];
-    int opcode;
-    uint64_t seq_at;
-    size_t tlen, klen, len;
-    char body[];
-} job;
-
 static void run_job(tern_loop *loop, void *user);
 
 /* The job's connection, when it is a new one nobody took. */
-static void job_free(job *j) {
+static void job_free(nats_job *j) {
     if (j->kind == J_CONNECTED && j->nc)
         natsConnection_Destroy(j->nc);
     tern__nats *n = j->n;
     free(j);
-    release(n);
+    tern__nats_release(n);
 }
 
 static void drop_job(void *user) { job_free(user); }
 
 /* From any thread: hands j to the loop, unless the engine is gone (then
  * j is freed, and a new connection in it destroyed). */
-static void post(tern__nats *n, job *j) {
+void tern__nats_post(tern__nats *n, nats_job *j) {
     j->n = n;
-    hold(n);
+    tern__nats_hold(n);
     pthread_mutex_lock(&n->mu);
     bool ok = !n->gone && tern__loop_post_owned(n->loop, run_job, drop_job, j) == 0;
     pthread_mutex_unlock(&n->mu);
@@ -171,8 +112,8 @@ static void post(tern__nats *n, job *j) {
         job_free(j);
 }
 
-static job *job_new(enum job_kind kind, natsConnection *nc, size_t extra) {
-    job *j = calloc(1, sizeof(*j) + extra);
+nats_job *tern__nats_job_new(enum job_kind kind, natsConnection *nc, size_t extra) {
+    nats_job *j = calloc(1, sizeof(*j) + extra);
     if (j) {
         j->kind = kind;
         j->nc = nc;
@@ -182,7 +123,7 @@ static job *job_new(enum job_kind kind, natsConnection *nc, size_t extra) {
 
 /* libnats's last error on this thread, or its words for s; without the
  * "(conn.c:733): " libnats puts before it, which names its own source. */
-static void last_error(natsStatus s, char *out, size_t cap) {
+void tern__nats_last_error(natsStatus s, char *out, size_t cap) {
     natsStatus ls;
     const char *t = nats_GetLastError(&ls);
     const char *end = t && t[0] == '(' ? strstr(t, "): ") : NULL;
@@ -199,7 +140,7 @@ static bool is_auth(natsStatus s, const char *why) {
 /* ---- libnats's callbacks (its threads) ----------------------------------- */
 
 static void conn_event(tern__nats *n, natsConnection *nc, enum job_kind kind) {
-    job *j = job_new(kind, nc, 0);
+    nats_job *j = tern__nats_job_new(kind, nc, 0);
     if (j == NULL)
         return;
     const char *t = NULL;
@@ -208,7 +149,7 @@ static void conn_event(tern__nats *n, natsConnection *nc, enum job_kind kind) {
     snprintf(j->why, sizeof(j->why), "%s",
              t && t[0] ? t : s != NATS_OK ? natsStatus_GetText(s) : "the connection broke");
     j->auth = is_auth(s, j->why);
-    post(n, j);
+    tern__nats_post(n, j);
 }
 
 static void on_disconnected(natsConnection *nc, void *closure) {
@@ -223,25 +164,26 @@ static void on_reconnected(natsConnection *nc, void *closure) {
 static void on_closed(natsConnection *nc, void *closure) {
     tern__nats *n = closure;
     conn_event(n, nc, J_CLOSED);
-    release(n);
+    tern__nats_release(n);
 }
 
 static void on_error(natsConnection *nc, natsSubscription *sub, natsStatus err, void *closure) {
     (void)sub;
     tern__nats *n = closure;
-    job *j = job_new(J_ERROR, nc, 0);
+    nats_job *j = tern__nats_job_new(J_ERROR, nc, 0);
     if (j == NULL)
         return;
     const char *t = NULL;
     natsConnection_GetLastError(nc, &t);
     snprintf(j->why, sizeof(j->why), "%s", t && t[0] ? t : natsStatus_GetText(err));
-    post(n, j);
+    tern__nats_post(n, j);
 }
 
-/* A subject's topic: SUBJECT_PREFIX dropped, %XX escapes decoded. */
-static size_t subject_topic(const char *subj, char *out) {
-    size_t pl = sizeof(SUBJECT_PREFIX) - 1, n = 0;
-    if (strncmp(subj, SUBJECT_PREFIX, pl) != 0)
+/* A subject's topic: its prefix (SUBJECT_PREFIX or ANN_PREFIX) dropped,
+ * %XX escapes decoded. */
+static size_t subject_topic(const char *subj, const char *prefix, char *out) {
+    size_t pl = strlen(prefix), n = 0;
+    if (strncmp(subj, prefix, pl) != 0)
         return 0;
     for (const char *p = subj + pl; *p; p++) {
         unsigned v;
@@ -257,28 +199,32 @@ static size_t subject_topic(const char *subj, char *out) {
     return n;
 }
 
-/* A message (libnats's delivery thread): unpacked and posted. */
-static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
-    (void)nc;
-    (void)sub;
-    tern__nats *n = closure;
-    char topic[TERN_TOPIC_MAX];
-    size_t tlen = subject_topic(natsMsg_GetSubject(msg), topic);
-    const uint8_t *h = (const uint8_t *)natsMsg_GetData(msg);
-    size_t blen = (size_t)natsMsg_GetDataLength(msg);
-    if (tlen == 0 || h == NULL || blen < HEAD_LEN || memcmp(h, MAGIC, MAGIC_LEN) != 0 ||
-        h[HEAD_LEN - 1] > TERN_KEY_MAX || blen < HEAD_LEN + (size_t)h[HEAD_LEN - 1]) {
-        natsMsg_Destroy(msg);
-        return;
-    }
-    size_t klen = h[HEAD_LEN - 1], len = blen - HEAD_LEN - klen;
-    uint64_t at = 0;
+static uint64_t get_le64(const uint8_t *p) {
+    uint64_t v = 0;
     for (int i = 7; i >= 0; i--)
-        at = at << 8 | h[MAGIC_LEN + 1 + i];
-    int opcode = h[MAGIC_LEN];
-    job *j = NULL;
-    if ((opcode == TERN_WS_TEXT || opcode == TERN_WS_BINARY) && (at == UINT64_MAX || at <= len))
-        j = job_new(J_MSG, NULL, tlen + klen + len);
+        v = v << 8 | p[i];
+    return v;
+}
+
+void tern__nats_put_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A J_MSG job for topic from an envelope without its magic (h, blen
+ * bytes: opcode, seq_at, key, payload); NULL when it is not one of ours
+ * or out of memory. */
+nats_job *tern__nats_unpack(const char *topic, size_t tlen, const uint8_t *h, size_t blen) {
+    const size_t head = HEAD_LEN - MAGIC_LEN;
+    if (tlen == 0 || h == NULL || blen < head || h[head - 1] > TERN_KEY_MAX ||
+        blen < head + (size_t)h[head - 1])
+        return NULL;
+    size_t klen = h[head - 1], len = blen - head - klen;
+    uint64_t at = get_le64(h + 1);
+    int opcode = h[0];
+    if ((opcode != TERN_WS_TEXT && opcode != TERN_WS_BINARY) || (at != UINT64_MAX && at > len))
+        return NULL;
+    nats_job *j = tern__nats_job_new(J_MSG, NULL, tlen + klen + len);
     if (j) {
         j->opcode = opcode;
         j->seq_at = at;
@@ -286,15 +232,63 @@ static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void
         j->klen = klen;
         j->len = len;
         memcpy(j->body, topic, tlen);
-        memcpy(j->body + tlen, h + HEAD_LEN, klen + len);
+        memcpy(j->body + tlen, h + head, klen + len);
+    }
+    return j;
+}
+
+/* A message (libnats's delivery thread): a topic's (SUBJECT_PREFIX), or
+ * a numbered one's announcement (ANN_PREFIX); unpacked and posted. */
+static void on_msg(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
+    (void)nc;
+    (void)sub;
+    tern__nats *n = closure;
+    char topic[TERN_TOPIC_MAX];
+    const char *subj = natsMsg_GetSubject(msg);
+    const uint8_t *h = (const uint8_t *)natsMsg_GetData(msg);
+    size_t blen = (size_t)natsMsg_GetDataLength(msg), tlen;
+    nats_job *j = NULL;
+    if ((tlen = subject_topic(subj, SUBJECT_PREFIX, topic)) > 0) {
+        if (h && blen >= MAGIC_LEN && memcmp(h, MAGIC, MAGIC_LEN) == 0)
+            j = tern__nats_unpack(topic, tlen, h + MAGIC_LEN, blen - MAGIC_LEN);
+    } else if ((tlen = subject_topic(subj, ANN_PREFIX, topic)) > 0 && h &&
+               blen >= NUM_HEAD_LEN && memcmp(h, MAGIC_NUM, MAGIC_LEN) == 0) {
+        uint64_t epoch = get_le64(h + MAGIC_LEN), seq = get_le64(h + MAGIC_LEN + 8);
+        /* both 0: a node's own numbering (no JetStream) */
+        if ((epoch != 0) == (seq != 0) &&
+            (j = tern__nats_unpack(topic, tlen, h + NUM_HEAD_LEN, blen - NUM_HEAD_LEN))) {
+            j->announced = true;
+            j->numbered = epoch != 0;
+            j->num = (tern__engine_num){.epoch = epoch, .seq = seq};
+        }
     }
     natsMsg_Destroy(msg);
     if (j)
-        post(n, j);
+        tern__nats_post(n, j);
 }
 
 /* A subscription's end: no message handler runs for it after this. */
-static void on_sub_done(void *closure) { release(closure); }
+static void on_sub_done(void *closure) { tern__nats_release(closure); }
+
+/* topic's subject: prefix, then the topic with '.', '*', '>', '%' and
+ * the bytes NATS would split on or refuse escaped as %XX, so that a topic
+ * is one token and never a wildcard. */
+void tern__nats_topic_subject(const char *prefix, const char *topic, size_t tlen, char *out) {
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = strlen(prefix);
+    memcpy(out, prefix, n);
+    for (size_t i = 0; i < tlen; i++) {
+        unsigned char c = (unsigned char)topic[i];
+        if (c <= ' ' || c >= 0x7f || strchr(".*>%", c)) {
+            out[n++] = '%';
+            out[n++] = hex[c >> 4];
+            out[n++] = hex[c & 15];
+        } else {
+            out[n++] = (char)c;
+        }
+    }
+    out[n] = '\0';
+}
 
 /* ---- connecting (a thread of this file's) -------------------------------- */
 
@@ -311,6 +305,17 @@ static bool read_secret(const char *path, char *out, size_t cap, char *why, size
     if (out[0] == '\0')
         snprintf(why, wcap, "%s is empty", path);
     return out[0] != '\0';
+}
+
+/* path can be opened for reading; else why says so. */
+static bool readable(const char *path, char *why, size_t wcap) {
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        snprintf(why, wcap, "cannot read %.120s: %s", path, strerror(errno));
+        return false;
+    }
+    fclose(f);
+    return true;
 }
 
 static natsStatus make_options(tern__nats *n, natsOptions **out, char *why, size_t wcap) {
@@ -362,8 +367,12 @@ static natsStatus make_options(tern__nats *n, natsOptions **out, char *why, size
     if (s == NATS_OK && u->token_file[0])
         s = read_secret(u->token_file, secret, sizeof(secret), why, wcap)
                 ? natsOptions_SetToken(o, secret) : NATS_ERR;
-    if (s == NATS_OK && u->creds[0])
-        s = natsOptions_SetUserCredentialsFromFiles(o, u->creds, NULL);
+    if (s == NATS_OK && u->creds[0]) {
+        /* libnats reads it at the connect, and would say it only as a
+         * failure to connect */
+        s = readable(u->creds, why, wcap) ? natsOptions_SetUserCredentialsFromFiles(o, u->creds, NULL)
+                                            : NATS_ERR;
+    }
     /* TLS: the certificate checked against the CAs and the URL's host
      * name (libnats's default once secure) */
     if (s == NATS_OK && u->tls)
@@ -384,20 +393,21 @@ static natsStatus make_options(tern__nats *n, natsOptions **out, char *why, size
 /* One connect, blocking this thread only; its outcome is posted. */
 static void *connect_main(void *arg) {
     tern__nats *n = arg;
-    job *j = job_new(J_FAILED, NULL, 0);
+    nats_job *j = tern__nats_job_new(J_FAILED, NULL, 0);
     natsOptions *o = NULL;
     natsConnection *nc = NULL;
     char why[sizeof(j->why)] = "";
     /* The connection's reference, taken before libnats may call on_closed */
-    hold(n);
+    tern__nats_hold(n);
     natsStatus s = make_options(n, &o, why, sizeof(why));
+    bool ours = s != NATS_OK && why[0] != '\0';
     if (s == NATS_OK)
         s = natsConnection_Connect(&nc, o);
     natsOptions_Destroy(o);
     if (s != NATS_OK && why[0] == '\0')
-        last_error(s, why, sizeof(why));
+        tern__nats_last_error(s, why, sizeof(why));
     if (s != NATS_OK)
-        release(n);   /* no connection: no on_closed */
+        tern__nats_release(n);   /* no connection: no on_closed */
     if (j == NULL) {
         if (nc)
             natsConnection_Destroy(nc);
@@ -405,10 +415,11 @@ static void *connect_main(void *arg) {
         j->kind = s == NATS_OK ? J_CONNECTED : J_FAILED;
         j->nc = nc;
         j->auth = s != NATS_OK && is_auth(s, why);
+        j->ours = ours;
         memcpy(j->why, why, sizeof(why));
-        post(n, j);
+        tern__nats_post(n, j);
     }
-    release(n);   /* the thread's */
+    tern__nats_release(n);   /* the thread's */
     nats_ReleaseThreadMemory();
     return NULL;
 }
@@ -467,10 +478,10 @@ static void start_connect(tern__nats *n) {
     if (n->connecting || n->nc)
         return;
     join_connect(n);
-    hold(n);
+    tern__nats_hold(n);
     int err = pthread_create(&n->thread, NULL, connect_main, n);
     if (err != 0) {
-        release(n);
+        tern__nats_release(n);
         say(n, TERN_LOG_WARN, "cannot start a connect thread: %s; retrying", strerror(err));
         retry_later(n);
         return;
@@ -483,17 +494,25 @@ static void drop_subs(tern__nats *n) {
     for (size_t i = 0; i < n->subs.nb; i++)
         for (tern__ps_node *p = n->subs.b[i], *next; p; p = next) {
             next = p->next;
-            nsub *e = (nsub *)p;
+            nats_sub *e = (nats_sub *)p;
             natsSubscription_Unsubscribe(e->s);
             natsSubscription_Destroy(e->s);
             free(e);
         }
     free(n->subs.b);
     n->subs = (tern__ps_table){0};
+    if (n->ann) {
+        natsSubscription_Unsubscribe(n->ann);
+        natsSubscription_Destroy(n->ann);
+        n->ann = NULL;
+    }
 }
 
+/* Linked: the topics followed again (resubscribe); when the bridge
+ * follows numbered topics (psubscribe), connected only once the worker
+ * has seen the announcements' subscription confirmed (J_LISTENING):
+ * until then a numbered publish would go by unheard here. */
 static void set_connected(tern__nats *n) {
-    atomic_store(&n->connected, true);
     atomic_store(&n->auth_refused, false);
     n->backoff_ms = BACKOFF_MIN_MS;
     if (n->ever_up)
@@ -504,7 +523,27 @@ static void set_connected(tern__nats *n) {
               n->url.hosts, n->ever_up ? " again" : "", url);
     n->why[0] = '\0';
     n->ever_up = true;
+    n->nprefix = 0;
+    n->listen_gen++;
     n->hooks.resubscribe(n->user);
+    nats_work *w = n->nprefix > 0 ? tern__nats_work_new(W_LISTEN, "", 0, 0) : NULL;
+    if (w) {
+        w->a = n->listen_gen;
+        if (tern__nats_work_post(n, w))
+            return;   /* connected at J_LISTENING */
+    }
+    /* nothing numbered to wait for (or no memory to ask: taken as heard) */
+    atomic_store(&n->connected, true);
+    if (n->nprefix > 0)
+        n->hooks.listening(n->user);
+}
+
+/* A numbered message's topic is one this node numbers (its prefixes). */
+static bool numbers_topic(const tern__nats *n, const char *topic, size_t tlen) {
+    for (int i = 0; i < n->nprefix; i++)
+        if (n->plen[i] <= tlen && memcmp(n->prefix[i], topic, n->plen[i]) == 0)
+            return true;
+    return false;
 }
 
 static const char *credentials(const tern__nats *n) {
@@ -515,7 +554,7 @@ static const char *credentials(const tern__nats *n) {
 
 static void run_job(tern_loop *loop, void *user) {
     (void)loop;
-    job *j = user;
+    nats_job *j = user;
     tern__nats *n = j->n;
     if (n->gone) {
         job_free(j);
@@ -526,12 +565,16 @@ static void run_job(tern_loop *loop, void *user) {
         n->connecting = false;
         n->nc = j->nc;
         j->nc = NULL;
+        tern__nats_hand_context(n, n->nc);
         set_connected(n);
         break;
     case J_FAILED:
         n->connecting = false;
         atomic_store(&n->auth_refused, j->auth);
-        if (j->auth)
+        if (j->ours)
+            say(n, TERN_LOG_ERROR, "cannot connect: %s; local delivery goes on, retrying",
+                j->why);
+        else if (j->auth)
             say(n, TERN_LOG_ERROR, "refused %s: %s; local delivery goes on, retrying",
                 credentials(n), j->why);
         else
@@ -553,6 +596,7 @@ static void run_job(tern_loop *loop, void *user) {
          * twice): a new one from scratch after the backoff */
         if (j->nc == n->nc) {
             drop_subs(n);
+            tern__nats_hand_context(n, NULL);
             natsConnection_Destroy(n->nc);
             n->nc = NULL;
             atomic_store(&n->auth_refused, j->auth);
@@ -567,10 +611,28 @@ static void run_job(tern_loop *loop, void *user) {
             say(n, TERN_LOG_WARN, "error: %s", j->why);
         break;
     case J_MSG:
+        if (j->announced && !numbers_topic(n, j->body, j->tlen))
+            break;
         bump(&n->received);
         n->hooks.message(n->user, j->body, j->tlen, j->body + j->tlen, j->klen,
                          j->body + j->tlen + j->klen, j->len, j->opcode,
-                         j->seq_at == UINT64_MAX ? SIZE_MAX : (size_t)j->seq_at, NULL);
+                         j->seq_at == UINT64_MAX ? SIZE_MAX : (size_t)j->seq_at,
+                         j->numbered ? &j->num : NULL);
+        break;
+    case J_LISTENING:
+        if (j->num.epoch == n->listen_gen && n->nc && !atomic_load(&n->connected)) {
+            atomic_store(&n->connected, true);
+            n->hooks.listening(n->user);
+        }
+        break;
+    case J_LAST:
+        n->hooks.last(n->user, j->body, j->tlen, j->num.epoch, j->num.seq);
+        break;
+    case J_CLAIMED:
+        n->hooks.claimed(n->user, j->body, j->tlen, j->num.epoch, j->num.seq);
+        break;
+    case J_WARN:
+        say(n, TERN_LOG_WARN, "%s", j->why);
         break;
     }
     job_free(j);
@@ -578,31 +640,11 @@ static void run_job(tern_loop *loop, void *user) {
 
 /* ---- the engine's operations (the loop's thread) ------------------------- */
 
-/* topic's subject: the prefix, then the topic with '.', '*', '>', '%' and
- * the bytes NATS would split on or refuse escaped as %XX, so that a topic
- * is one token and never a wildcard. */
-static void topic_subject(const char *topic, size_t tlen, char *out) {
-    static const char hex[] = "0123456789ABCDEF";
-    size_t n = sizeof(SUBJECT_PREFIX) - 1;
-    memcpy(out, SUBJECT_PREFIX, n);
-    for (size_t i = 0; i < tlen; i++) {
-        unsigned char c = (unsigned char)topic[i];
-        if (c <= ' ' || c >= 0x7f || strchr(".*>%", c)) {
-            out[n++] = '%';
-            out[n++] = hex[c >> 4];
-            out[n++] = hex[c & 15];
-        } else {
-            out[n++] = (char)c;
-        }
-    }
-    out[n] = '\0';
-}
-
-static nsub *find_sub(tern__nats *n, const char *topic, size_t tlen, uint64_t h) {
+static nats_sub *find_sub(tern__nats *n, const char *topic, size_t tlen, uint64_t h) {
     if (n->subs.nb == 0)
         return NULL;
     for (tern__ps_node *p = *tern__ps_bucket(&n->subs, h); p; p = p->next) {
-        nsub *e = (nsub *)p;
+        nats_sub *e = (nats_sub *)p;
         if (p->hash == h && e->tlen == tlen && memcmp(e->topic, topic, tlen) == 0)
             return e;
     }
@@ -612,7 +654,7 @@ static nsub *find_sub(tern__nats *n, const char *topic, size_t tlen, uint64_t h)
 static void nats_subscribe(void *state, const char *topic, size_t tlen, bool on) {
     tern__nats *n = state;
     uint64_t h = tern__ps_hash_name(topic, tlen);
-    nsub *e = find_sub(n, topic, tlen, h);
+    nats_sub *e = find_sub(n, topic, tlen, h);
     if (!on) {
         if (e) {
             tern__ps_table_del(&n->subs, &e->n);
@@ -628,11 +670,11 @@ static void nats_subscribe(void *state, const char *topic, size_t tlen, bool on)
     if (e == NULL)
         return;
     char subj[SUBJECT_MAX];
-    topic_subject(topic, tlen, subj);
-    hold(n);   /* the subscription's, given back by on_sub_done */
+    tern__nats_topic_subject(SUBJECT_PREFIX, topic, tlen, subj);
+    tern__nats_hold(n);   /* the subscription's, given back by on_sub_done */
     natsStatus s = natsConnection_Subscribe(&e->s, n->nc, subj, on_msg, n);
     if (s != NATS_OK) {
-        release(n);
+        tern__nats_release(n);
         say(n, TERN_LOG_WARN, "cannot subscribe to %s: %s", subj, natsStatus_GetText(s));
         free(e);
         return;
@@ -640,11 +682,30 @@ static void nats_subscribe(void *state, const char *topic, size_t tlen, bool on)
     /* Refused only when the subscription is closed already (its
      * connection went): then no completion will come to give it back. */
     if (natsSubscription_SetOnCompleteCB(e->s, on_sub_done, n) != NATS_OK)
-        release(n);
+        tern__nats_release(n);
     e->n.hash = h;
     e->tlen = tlen;
     memcpy(e->topic, topic, tlen);
     tern__ps_table_add(&n->subs, &e->n);
+}
+
+/* The envelope (the file's comment) into m (HEAD_LEN + klen + len bytes). */
+static void envelope(uint8_t *m, const char *key, size_t klen, const void *data, size_t len,
+                     int opcode, size_t seq_at) {
+    memcpy(m, MAGIC, MAGIC_LEN);
+    m[MAGIC_LEN] = (uint8_t)opcode;
+    tern__nats_put_le64(m + MAGIC_LEN + 1, seq_at == SIZE_MAX ? UINT64_MAX : (uint64_t)seq_at);
+    m[HEAD_LEN - 1] = (uint8_t)klen;   /* at most TERN_KEY_MAX (128) */
+    if (klen)
+        memcpy(m + HEAD_LEN, key, klen);
+    if (len)
+        memcpy(m + HEAD_LEN + klen, data, len);
+}
+
+/* Linked now (libnats may know it lost the link before its callback has
+ * reached the loop): a publish meanwhile is dropped, not queued. */
+static bool linked(const tern__nats *n) {
+    return atomic_load(&n->connected) && natsConnection_Status(n->nc) == NATS_CONN_STATUS_CONNECTED;
 }
 
 static void nats_publish(void *state, const char *topic, size_t tlen, const char *key,
@@ -652,28 +713,112 @@ static void nats_publish(void *state, const char *topic, size_t tlen, const char
     tern__nats *n = state;
     /* libnats would keep it for after a reconnect: nothing is queued */
     uint8_t *m = NULL;
-    if (!atomic_load(&n->connected) || natsConnection_Status(n->nc) != NATS_CONN_STATUS_CONNECTED ||
-        HEAD_LEN + klen + len > INT32_MAX || (m = malloc(HEAD_LEN + klen + len)) == NULL) {
+    if (!linked(n) || HEAD_LEN + klen + len > INT32_MAX ||
+        (m = malloc(HEAD_LEN + klen + len)) == NULL) {
         bump(&n->dropped);
         return;
     }
-    memcpy(m, MAGIC, MAGIC_LEN);
-    m[MAGIC_LEN] = (uint8_t)opcode;
-    uint64_t at = seq_at == SIZE_MAX ? UINT64_MAX : (uint64_t)seq_at;
-    for (int i = 0; i < 8; i++)
-        m[MAGIC_LEN + 1 + i] = (uint8_t)(at >> (8 * i));
-    m[HEAD_LEN - 1] = (uint8_t)klen;   /* at most TERN_KEY_MAX (128) */
-    if (klen)
-        memcpy(m + HEAD_LEN, key, klen);
-    if (len)
-        memcpy(m + HEAD_LEN + klen, data, len);
+    envelope(m, key, klen, data, len, opcode, seq_at);
     char subj[SUBJECT_MAX];
-    topic_subject(topic, tlen, subj);
+    tern__nats_topic_subject(SUBJECT_PREFIX, topic, tlen, subj);
     if (natsConnection_Publish(n->nc, subj, m, (int)(HEAD_LEN + klen + len)) == NATS_OK)
         bump(&n->published);
     else
         bump(&n->dropped);
     free(m);
+}
+
+/* A numbered publish to a server without JetStream: delivered here (a
+ * job, with no number: this node numbers it) and announced unnumbered. */
+static void no_numbering(tern__nats *n, const char *topic, size_t tlen, const char *key,
+                         size_t klen, const void *data, size_t len, int opcode, size_t seq_at) {
+    uint8_t *m = NULL;
+    if (HEAD_LEN + klen + len > INT32_MAX || (m = malloc(HEAD_LEN + klen + len)) == NULL) {
+        bump(&n->dropped);
+        return;
+    }
+    envelope(m, key, klen, data, len, opcode, seq_at);
+    nats_job *j = tern__nats_unpack(topic, tlen, m + MAGIC_LEN, HEAD_LEN + klen + len - MAGIC_LEN);
+    if (j)
+        tern__nats_post(n, j);
+    if (linked(n) &&
+        tern__nats_announce(n->nc, topic, tlen, m, HEAD_LEN + klen + len, 0, 0) == NATS_OK)
+        bump(&n->published);
+    else
+        bump(&n->dropped);
+    free(m);
+}
+
+/* Numbered by JetStream on the worker thread (the file's comment), which
+ * delivers it here with its number. */
+static void nats_publish_numbered(void *state, const char *topic, size_t tlen, const char *key,
+                                  size_t klen, const void *data, size_t len, int opcode,
+                                  size_t seq_at, uint32_t keep, uint32_t keep_ms) {
+    tern__nats *n = state;
+    nats_work *w = NULL;
+    if (atomic_load(&n->no_js)) {
+        no_numbering(n, topic, tlen, key, klen, data, len, opcode, seq_at);
+        return;
+    }
+    if (!linked(n) || HEAD_LEN + klen + len > INT32_MAX ||
+        (w = tern__nats_work_new(W_PUBLISH, topic, tlen, HEAD_LEN + klen + len)) == NULL) {
+        bump(&n->dropped);
+        return;
+    }
+    envelope((uint8_t *)w->body + tlen, key, klen, data, len, opcode, seq_at);
+    w->len = HEAD_LEN + klen + len;
+    w->keep = keep;
+    w->keep_ms = keep_ms;
+    if (!tern__nats_work_post(n, w))
+        bump(&n->dropped);
+}
+
+/* Every topic's announcements are heard (one subscription, ANN_PREFIX
+ * ">": the escaped topic is one token, which no wildcard could match by
+ * its start); those under none of the prefixes are not delivered. */
+static void nats_psubscribe(void *state, const char *prefix, size_t plen) {
+    tern__nats *n = state;
+    if (n->nc == NULL || n->nprefix > TERN_TOPIC_RULES_MAX || plen > TERN_TOPIC_MAX)
+        return;
+    memcpy(n->prefix[n->nprefix], prefix, plen);
+    n->plen[n->nprefix++] = plen;
+    if (n->ann)
+        return;
+    tern__nats_hold(n);   /* the subscription's, given back by on_sub_done */
+    natsStatus s = natsConnection_Subscribe(&n->ann, n->nc, ANN_PREFIX ">", on_msg, n);
+    if (s != NATS_OK) {
+        tern__nats_release(n);
+        n->ann = NULL;
+        say(n, TERN_LOG_WARN, "cannot subscribe to %s>: %s", ANN_PREFIX, natsStatus_GetText(s));
+        return;
+    }
+    if (natsSubscription_SetOnCompleteCB(n->ann, on_sub_done, n) != NATS_OK)
+        tern__nats_release(n);
+}
+
+static void nats_fill(void *state, const char *topic, size_t tlen, uint64_t from, uint64_t to) {
+    nats_work *w = tern__nats_work_new(W_FILL, topic, tlen, 0);
+    if (w) {
+        w->a = from;
+        w->b = to;
+        tern__nats_work_post(state, w);
+    }
+}
+
+static void nats_claim(void *state, const char *topic, size_t tlen, uint64_t epoch,
+                       uint64_t keep_ms) {
+    nats_work *w = tern__nats_work_new(W_CLAIM, topic, tlen, 0);
+    if (w) {
+        w->a = epoch;
+        w->b = keep_ms;
+        tern__nats_work_post(state, w);
+    }
+}
+
+static void nats_last(void *state, const char *topic, size_t tlen) {
+    nats_work *w = tern__nats_work_new(W_LAST, topic, tlen, 0);
+    if (w)
+        tern__nats_work_post(state, w);
 }
 
 static bool nats_connected(const void *state) {
@@ -686,10 +831,10 @@ static void nats_stats(const void *state, tern_bridge_counters *out) {
     const tern__nats *n = state;
     out->connected = atomic_load(&n->connected);
     out->reconnects = atomic_load(&n->reconnects);
-    out->published = atomic_load(&n->published);
+    out->published = atomic_load(&n->published) + atomic_load(&n->w_published);
     out->received = atomic_load(&n->received);
-    out->dropped = atomic_load(&n->dropped);
-    out->fills = 0;
+    out->dropped = atomic_load(&n->dropped) + atomic_load(&n->w_dropped);
+    out->fills = atomic_load(&n->w_fills);
     out->auth_refused = atomic_load(&n->auth_refused);
 }
 
@@ -709,11 +854,25 @@ static void nats_free(void *state) {
         tern_timer_stop(n->retry);
     join_connect(n);
     drop_subs(n);
+    /* the worker told to stop; the connection closed first, which ends a
+     * JetStream request it waits on */
+    pthread_mutex_lock(&n->wmu);
+    n->wstop = true;
+    pthread_cond_signal(&n->wcv);
+    pthread_mutex_unlock(&n->wmu);
     if (n->nc)
         natsConnection_Destroy(n->nc);
     n->nc = NULL;
+    if (n->worker_started)
+        pthread_join(n->worker, NULL);
+    for (nats_work *w = n->whead, *next; w; w = next) {
+        next = w->next;
+        free(w);
+    }
+    if (n->js_next)
+        jsCtx_Destroy(n->js_next);
     atomic_store(&n->connected, false);
-    release(n);
+    tern__nats_release(n);
 }
 
 static const tern__engine_ops nats_ops = {
@@ -723,6 +882,11 @@ static const tern__engine_ops nats_ops = {
     .connected = nats_connected,
     .subscribe = nats_subscribe,
     .publish = nats_publish,
+    .publish_numbered = nats_publish_numbered,
+    .psubscribe = nats_psubscribe,
+    .fill = nats_fill,
+    .claim = nats_claim,
+    .last = nats_last,
     .stats = nats_stats,
 };
 
@@ -739,17 +903,33 @@ int tern__nats_engine(tern__engine *out, tern_loop *loop, const char *url,
         return -EINVAL;
     }
     pthread_mutex_init(&n->mu, NULL);
+    pthread_mutex_init(&n->wmu, NULL);
+    pthread_cond_init(&n->wcv, NULL);
+    n->wtail = &n->whead;
     atomic_init(&n->refs, 1);
     n->loop = loop;
+    /* this node's message ids (JetStream's duplicate window) */
+    uint64_t id = 0;
+    if (tern__plat_random(&id, sizeof(id), true) < 0)
+        id = (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)n;
+    snprintf(n->node, sizeof(n->node), "%016llx", (unsigned long long)id);
     n->hooks = *hooks;
     n->user = user;
     n->backoff_ms = BACKOFF_MIN_MS;
     n->seed = (unsigned)getpid() ^ (unsigned)(uintptr_t)n;
     /* The first try from the loop, as every later one: what it says is
      * logged from there, not from inside the caller's call. */
-    int err = tern_timer_start(loop, &n->retry, 0, 0, on_retry, n);
+    tern__nats_hold(n);   /* the worker's */
+    int err = -pthread_create(&n->worker, NULL, tern__nats_worker_main, n);
     if (err < 0) {
-        release(n);
+        tern__nats_release(n);
+        tern__nats_release(n);
+        return err;
+    }
+    n->worker_started = true;
+    err = tern_timer_start(loop, &n->retry, 0, 0, on_retry, n);
+    if (err < 0) {
+        nats_free(n);
         return err;
     }
     n->retry_armed = true;

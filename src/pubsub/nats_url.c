@@ -95,7 +95,7 @@ static int query_path(const char *q, size_t qlen, const char *name, char *out, s
 /* Every pair of the query is one this file knows. */
 static bool query_known(const char *q, size_t qlen) {
     static const char *const names[] = {"creds", "token_file", "password_file", "ca", "cert",
-                                        "key"};
+                                        "key", "replicas"};
     for (size_t i = 0; i < qlen;) {
         size_t pl = strcspn(q + i, "&");
         pl = pl > qlen - i ? qlen - i : pl;
@@ -173,7 +173,8 @@ int tern__nats_url_parse(const char *url, tern__nats_url *u, const char **why) {
             return *why = "an empty server after ','", -EINVAL;
     }
     if (!query_known(query, qlen))
-        return *why = "an unknown name in the query (known: creds, token_file, password_file)",
+        return *why = "an unknown name in the query (known: creds, token_file, password_file, "
+                      "replicas, ca, cert, key)",
                -EINVAL;
     if (query_path(query, qlen, "creds", u->creds, sizeof(u->creds), why) < 0 ||
         query_path(query, qlen, "token_file", u->token_file, sizeof(u->token_file), why) < 0 ||
@@ -183,6 +184,13 @@ int tern__nats_url_parse(const char *url, tern__nats_url *u, const char **why) {
         query_path(query, qlen, "cert", u->cert, sizeof(u->cert), why) < 0 ||
         query_path(query, qlen, "key", u->key, sizeof(u->key), why) < 0)
         return -EINVAL;
+    size_t rl;
+    const char *r = tern__query_find(query, qlen, "replicas", &rl);
+    u->replicas = 1;
+    if (r && (rl != 1 || r[0] < '1' || r[0] > '5'))
+        return *why = "replicas is not a number from 1 to 5", -EINVAL;
+    if (r)
+        u->replicas = r[0] - '0';
     if (!u->tls && (u->ca[0] || u->cert[0] || u->key[0]))
         return *why = "ca, cert and key need a tls:// URL", -EINVAL;
     if (!u->cert[0] != !u->key[0])

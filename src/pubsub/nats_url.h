@@ -13,6 +13,9 @@
  *   creds=PATH           a NATS credentials file (a user JWT and its seed)
  *   token_file=PATH      the token (its first line)
  *   password_file=PATH   the password of the URL's user (its first line)
+ *   replicas=N           the copies (1..5) JetStream keeps of each stream tern
+ *                        makes for a topic with a history (1 unless written;
+ *                        a cluster's servers that may go away want 3)
  * and, with tls:// only:
  *   ca=PATH              the CAs (PEM) to verify the servers' certificates
  *                        with, instead of the system's
@@ -38,6 +41,7 @@
  * the servers' HOST:PORT joined by ',' for log lines (no secret). */
 typedef struct tern__nats_url {
     bool tls;   /* tls:// */
+    int replicas;   /* 1..5: the JetStream streams' replicas */
     int nservers;
     char servers[TERN__NATS_SERVERS_MAX][TERN_URL_HOST_MAX + 16];
     char hosts[512];

@@ -1111,7 +1111,7 @@ static void on_close(tern__conn *c, int err) {
         uint64_t now = tern_loop_now(srv->loop);
         const char *method = a->text, *target = method + strlen(method) + 1;
         tern_http_access e = {.peer = target + strlen(target) + 1, .method = method,
-                              .target = target, .status = 101, .bytes = a->bytes_out,
+                              .target = target, .status = a->status, .bytes = a->bytes_out,
                               .duration_ms = now > a->start_ms ? now - a->start_ms : 0,
                               .websocket = true, .bytes_in = a->bytes_in,
                               .messages_in = a->ws_in, .messages_out = a->ws_out,

@@ -144,6 +144,7 @@ static tern__ws_acct *acct_new(tern_http_req *req) {
     if (a == NULL)
         return NULL;
     a->start_ms = req->start_ms ? req->start_ms : tern_loop_now(srv->loop);
+    a->status = h->protocol ? 200 : 101;   /* RFC 8441's answer is 200 */
     char *p = a->text;
     memcpy(p, h->method, h->method_len);
     p += h->method_len;
@@ -164,20 +165,33 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
     int status;
     tern__ws_route *route = tern__router_match(w->router, "GET", 3, head->path, head->path_len,
                                                &params, &status);
-    if (route == NULL || !header_has_token(head, "Upgrade", "websocket"))
+    /* HTTP/2's extended CONNECT (RFC 8441) asks with :protocol, HTTP/1.1
+     * with Upgrade; the rest of the handshake is the same but the key,
+     * which HTTP/2 has no use for (the stream is the connection's). */
+    bool extended = head->protocol != NULL;
+    bool asks = extended ? head->protocol_len == 9 &&
+                               strncasecmp(head->protocol, "websocket", 9) == 0
+                         : header_has_token(head, "Upgrade", "websocket");
+    if (route == NULL || !asks)
         return 0;   /* not a WebSocket path, or another protocol: HTTP decides */
-    if (head->method_len != 3 || memcmp(head->method, "GET", 3) != 0 || head->minor_version != 1)
-        return -400;
-    if (head->body_kind != TERN__BODY_NONE &&
-        !(head->body_kind == TERN__BODY_LENGTH && head->content_length == 0))
-        return -400;
+    if (extended) {
+        if (head->method_len != 7 || memcmp(head->method, "CONNECT", 7) != 0)
+            return -400;
+    } else {
+        if (head->method_len != 3 || memcmp(head->method, "GET", 3) != 0 ||
+            head->minor_version != 1)
+            return -400;
+        if (head->body_kind != TERN__BODY_NONE &&
+            !(head->body_kind == TERN__BODY_LENGTH && head->content_length == 0))
+            return -400;
+    }
     const tern__http_header *ver = tern__http_find_header(head, "Sec-WebSocket-Version");
     if (ver == NULL || ver->value_len != 2 || memcmp(ver->value, "13", 2) != 0) {
         tern_http_add_header(req, "Sec-WebSocket-Version", "13");
         return ver == NULL ? -400 : -426;
     }
     const tern__http_header *key = tern__http_find_header(head, "Sec-WebSocket-Key");
-    if (key == NULL || !tern__ws_key_valid(key->value, key->value_len))
+    if (!extended && (key == NULL || !tern__ws_key_valid(key->value, key->value_len)))
         return -400;
 
     /* Decoded for the hook, as an HTTP route's are: refused alike. */
@@ -214,16 +228,19 @@ static int upgrade(tern_http_req *req, const tern__http_head *head, const char *
                                      sizeof(ext)) == 1;
 
     char accept[TERN__WS_ACCEPT_LEN + 1];
-    tern__ws_accept(key->value, key->value_len, accept);
+    if (!extended)
+        tern__ws_accept(key->value, key->value_len, accept);
     /* The access log's entry comes when the session ends, with what it
      * moved; what it needs of the request is copied now. */
     tern__ws_acct *acct = acct_new(req);
     /* The answer's fields, then the handler's (on_upgrade may add some):
      * the protocol under the request writes them its way and hands over
-     * the byte stream (HTTP/1.1: a 101 on the connection itself). */
+     * the byte stream (HTTP/1.1: a 101 on the connection itself; HTTP/2:
+     * a 200 on the stream, which becomes a connection of its own). */
     tern__http_field f[3];
     size_t nf = 0;
-    f[nf++] = (tern__http_field){"Sec-WebSocket-Accept", accept, 20, TERN__WS_ACCEPT_LEN};
+    if (!extended)
+        f[nf++] = (tern__http_field){"Sec-WebSocket-Accept", accept, 20, TERN__WS_ACCEPT_LEN};
     if (subprotocol)
         f[nf++] = (tern__http_field){"Sec-WebSocket-Protocol", subprotocol, 22,
                                      strlen(subprotocol)};

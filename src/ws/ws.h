@@ -111,6 +111,7 @@ typedef struct tern__ws_acct {
     uint64_t bytes_in, bytes_out, ws_in, ws_out;
     int close_code;          /* the first close frame's, sent or received; 0: none yet */
     bool close_by_server;
+    uint16_t status;         /* the handshake's answer: 101 (HTTP/1.1), 200 (HTTP/2) */
     char text[];
 } tern__ws_acct;
 

@@ -14,40 +14,76 @@ logged with NATS's reason, /readyz 503, and the right ones (in the URL or
 a file) connect; a cluster's URL list connects to a server that is up,
 and a node whose server is killed in a three-server cluster (routes on
 127.0.0.1) moves to another and goes on delivering, in order and never
-twice; a bad URL stops tern serve with a clear message."""
+twice; a bad URL stops tern serve with a clear message.
+
+Topics with a history are numbered by JetStream (every nats-server here
+runs with -js and a storage directory of its own): a subscriber resumes on
+another node with no gap and no duplicate (also one that came before the
+topic's first message: its node's claimed epoch), a node reads back what
+went by while it had no link, a stream made anew (storage lost) has a new
+epoch, the stream keeps the rule's history size, a server without
+JetStream leaves the numbering to each node, and in a three-server cluster
+with replicas=3 a server killed during a publish stream loses nothing and
+a client moved to another node resumes. A credentials file that cannot be
+read is said; one NATS checks needs nsc-made JWTs (not tested)."""
 import json
 import os
+import re
 import shutil
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
+import weakref
 
 import pytest
 from websockets.sync.client import connect
 
 from conftest import SLOW, TERN_BIN, wait_for
-from test_redis import free_port, recv_data, subscribe   # the cross-node helpers
+from test_redis import (HeldLink, http_publish, pubsub_subscribe, recv_data,   # the cross-node
+                        recv_msg, subscribe)                                   # helpers
+from test_redis import free_port as any_free_port
 from test_tls import make_cert
 
 pytestmark = pytest.mark.skipif(shutil.which("nats-server") is None,
                                 reason="nats-server missing (scripts/install-deps.sh test)")
 
 
+HANDED_OUT = set()
+
+
+def free_port():
+    """A free port no other call here has handed out: the servers of a
+    cluster are all made (their ports chosen) before any listens, and the
+    kernel may offer a port again until something binds it."""
+    while True:
+        p = any_free_port()
+        if p not in HANDED_OUT:
+            HANDED_OUT.add(p)
+            return p
+
+
 class Nats:
     """A nats-server on 127.0.0.1 (port, and a monitoring port for its
-    subscriptions); auth: extra arguments (--user/--pass, --auth)."""
+    subscriptions) with JetStream, its storage in a directory of its own
+    (kept across a restart); auth: extra arguments (--user/--pass, --auth,
+    or a cluster's); js=False: without JetStream."""
 
-    def __init__(self, port, *auth):
+    def __init__(self, port, *auth, js=True):
         self.port = port
         self.monitor = free_port()
         self.auth = list(auth)   # or a cluster's arguments
+        self.store = tempfile.mkdtemp(prefix="tern-nats-") if js else None
+        if self.store:
+            weakref.finalize(self, shutil.rmtree, self.store, True)
         self.proc = None
 
     def start(self):
+        js = ["-js", "-sd", self.store] if self.store else []
         self.proc = subprocess.Popen(
             ["nats-server", "-a", "127.0.0.1", "-p", str(self.port), "-m", str(self.monitor),
-             *self.auth], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             *js, *self.auth], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(self.answers, "nats-server answers")
 
     def answers(self):
@@ -66,10 +102,23 @@ class Nats:
             self.proc.kill()
             self.proc.wait()
 
+    def wipe(self):
+        """Its JetStream storage gone (stopped first): every stream lost."""
+        shutil.rmtree(self.store, ignore_errors=True)
+        os.makedirs(self.store)
+
     def subjects(self):
-        """Every client's subscriptions, one entry per subscription."""
+        """Every client's subscriptions to topics ("tern." subjects), one
+        entry per subscription."""
         conns = self.get("/connz?subs=1")["connections"] or []
-        return sorted(s for c in conns for s in c.get("subscriptions_list", []))
+        return sorted(s for c in conns for s in c.get("subscriptions_list", [])
+                      if s.startswith("tern."))
+
+    def streams(self):
+        """JetStream's streams: name to (description, last seq)."""
+        st = self.get("/jsz?streams=1&config=1")
+        return {s["name"]: (s["config"].get("description"), s["state"]["last_seq"])
+                for a in st.get("account_details") or [] for s in a.get("stream_detail") or []}
 
     def clients(self):
         """The names of the clients connected (tern's: tern-PID)."""
@@ -80,7 +129,7 @@ class Nats:
 def cluster():
     """Three nats-servers routed to each other on 127.0.0.1."""
     routes = [free_port() for _ in range(3)]
-    servers = [Nats(free_port(), "--cluster_name", "tern", "--cluster",
+    servers = [Nats(free_port(), "--server_name", f"n{i}", "--cluster_name", "tern", "--cluster",
                     f"nats://127.0.0.1:{routes[i]}", "--routes",
                     ",".join(f"nats://127.0.0.1:{r}" for j, r in enumerate(routes) if j != i))
                for i in range(3)]
@@ -406,3 +455,324 @@ def test_credentials_changed_on_the_server_are_said(tern_factory):
         n.stop()
     a.stop()
     assert "refused the user and password" in a.stderr and "old" not in a.stderr, a.stderr
+
+
+# ---- numbering by JetStream: topics with a history resume on any node ----
+
+def numbered_nodes(url, *more):
+    """Two nodes whose topics have a history (numbered by JetStream), both
+    having heard topic t once (its epoch) before the test goes on."""
+    def make(*extra):
+        return TERN_FACTORY("--bridge", url, "--feed", "off", "--pubsub-history", "1000",
+                            *more, *extra)
+    a, b = make(), make("--threads", "2")
+    wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "both nodes connected")
+
+    def heard(node):
+        with connect(f"ws://127.0.0.1:{node.port}/pubsub") as ws:
+            return pubsub_subscribe(ws, "t")[1]["seq"] >= 1
+    # the publishing node hears its own message back from JetStream's ack
+    assert http_publish(a, "t", "m1")["seq"] == 0   # numbered later, by JetStream
+    wait_for(lambda: heard(a) and heard(b), "both nodes heard t")
+    return a, b
+
+
+@pytest.fixture
+def numbered(nats, tern_factory):
+    global TERN_FACTORY
+    TERN_FACTORY = tern_factory
+    return numbered_nodes(f"nats://127.0.0.1:{nats.port}")
+
+
+def test_resume_on_another_node(nats, numbered):
+    """JetStream numbers a topic with a history (its stream's sequence is
+    the seq, its description the epoch), so a subscriber cut from one node
+    resumes on the other with no gap and no duplicate."""
+    a, b = numbered
+    name, last = "tern_t", 1
+    assert nats.streams()[name][1] == last
+    watcher = connect(f"ws://127.0.0.1:{a.port}/pubsub")
+    pubsub_subscribe(watcher, "t")
+
+    def publish(i):
+        http_publish(a if i % 2 else b, "t", "m%d" % i)
+        assert recv_msg(watcher)["data"] == "m%d" % i
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        _, ack = pubsub_subscribe(ws, "t")
+        epoch = ack["epoch"]
+        assert ack["seq"] == 1, ack
+        assert nats.streams()[name][0] == "tern epoch " + epoch
+        for i in range(2, 12):
+            publish(i)
+        got = [recv_msg(ws) for _ in range(10)]
+        assert [m["seq"] for m in got] == list(range(2, 12))
+        assert [m["data"] for m in got] == ["m%d" % i for i in range(2, 12)]
+    for i in range(12, 32):   # while away
+        publish(i)
+    watcher.close()
+    assert nats.streams()[name][1] == 31
+    wait_for(lambda: bridge(b)["received"] >= 31, "b heard them")
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        missed, ack = pubsub_subscribe(ws, "t", epoch=epoch, after="11")
+        assert ack["resumed"] is True and ack["replayed"] == 20 and ack["epoch"] == epoch, ack
+        assert [m["seq"] for m in missed] == list(range(12, 32))
+        assert [m["data"] for m in missed] == ["m%d" % i for i in range(12, 32)]
+        for i in range(32, 37):
+            http_publish(a, "t", "m%d" % i)
+        assert [recv_msg(ws)["seq"] for _ in range(5)] == list(range(32, 37))
+        with pytest.raises(TimeoutError):   # nothing twice
+            ws.recv(timeout=0.3)
+
+
+def test_a_node_reads_back_what_it_missed(nats, numbered):
+    """A node whose NATS went away misses what the other node numbered
+    through another server meanwhile... here: what was published while it
+    had no link (nats-server restarted, its streams kept); back, it reads
+    them from the stream, so its history has no gap."""
+    a, b = numbered
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        _, ack = pubsub_subscribe(ws, "t")
+        for i in range(2, 12):
+            http_publish(a, "t", "m%d" % i)
+        assert [recv_msg(ws)["seq"] for _ in range(10)] == list(range(2, 12))
+    nats.stop()
+    wait_for(lambda: not bridge(a)["connected"] and not bridge(b)["connected"], "both lost")
+    nats.start()
+    wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "both back")
+    for i in range(12, 22):
+        http_publish(a, "t", "m%d" % i)
+    wait_for(lambda: nats.streams()["tern_t"][1] == 21, "numbered after the restart")
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:   # the same epoch: the stream kept
+        missed, again = pubsub_subscribe(ws, "t", epoch=ack["epoch"], after="1")
+        assert again["resumed"] is True and again["epoch"] == ack["epoch"], again
+        assert [m["seq"] for m in missed] == list(range(2, 22))
+
+
+def test_a_client_ahead_of_its_new_node_gets_no_duplicate(nats, tern_factory):
+    """A subscriber that had seq 30 from node a resumes on node b, which
+    has heard only up to 10 (its link to NATS held back): b sends nothing
+    now, and when it catches up sends none of 11..30 again, only what
+    comes after."""
+    link = HeldLink(nats.port)
+    try:
+        history = ("--feed", "off", "--pubsub-history", "1000")
+        a = tern_factory("--bridge", f"nats://127.0.0.1:{nats.port}", *history)
+        b = tern_factory("--bridge", f"nats://127.0.0.1:{link.port}", *history,
+                         "--threads", "2")
+        wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"],
+                 "both nodes connected")
+        with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+            pubsub_subscribe(ws, "t")
+            for i in range(1, 11):
+                http_publish(a, "t", "m%d" % i)
+            assert [recv_msg(ws)["seq"] for _ in range(10)] == list(range(1, 11))
+            wait_for(lambda: bridge(b)["received"] >= 10, "b heard 1..10")
+            link.flowing.clear()   # b hears nothing more for now
+            for i in range(11, 31):
+                http_publish(a, "t", "m%d" % i)
+            assert [recv_msg(ws)["seq"] for _ in range(20)] == list(range(11, 31))
+        with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+            _, ack = pubsub_subscribe(ws, "t")
+            epoch = ack["epoch"]
+            assert ack["seq"] == 30, ack
+        assert bridge(b)["received"] == 10
+        with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+            missed, ack = pubsub_subscribe(ws, "t", epoch=epoch, after="30")
+            assert missed == [] and ack["epoch"] == epoch, ack
+            assert ack["resumed"] is True and ack["replayed"] == 0 and ack["seq"] == 30, ack
+            link.flowing.set()   # b catches up: 11..30 are not sent again
+            wait_for(lambda: bridge(b)["received"] >= 30, "b heard 11..30")
+            http_publish(a, "t", "m31")
+            m = recv_msg(ws)
+            assert (m["seq"], m["data"]) == (31, "m31"), m
+            with pytest.raises(TimeoutError):
+                ws.recv(timeout=0.3)
+    finally:
+        link.close()
+
+
+def test_a_second_node_adopts_a_claimed_epoch(nats, numbered):
+    """Two nodes' subscribers before the first message: the node that
+    claims second adopts the first one's epoch (the stream's), so both
+    nodes' later subscribers hold one epoch."""
+    a, b = numbered
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as wa:
+        _, ack_a = pubsub_subscribe(wa, "both")
+        wait_for(lambda: nats.streams().get("tern_both", (None,))[0] ==
+                 "tern epoch " + ack_a["epoch"], "a's claim")
+        with connect(f"ws://127.0.0.1:{b.port}/pubsub") as wb:
+            pubsub_subscribe(wb, "both")
+
+            def b_epoch():
+                with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+                    return pubsub_subscribe(ws, "both")[1]["epoch"]
+            wait_for(lambda: b_epoch() == ack_a["epoch"], "b adopted a's epoch")
+            http_publish(b, "both", "x")
+            assert recv_msg(wa)["seq"] == 1 and recv_msg(wb)["seq"] == 1
+
+def test_a_stream_made_anew_has_a_new_epoch(nats, numbered):
+    """The broker's storage lost: the topic's stream is made again under
+    a new epoch, so a subscriber of the old one is told it cannot resume
+    (not handed seqs of another numbering as if they followed its own)."""
+    a, b = numbered
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        _, old = pubsub_subscribe(ws, "t")
+    nats.stop()
+    nats.wipe()
+    nats.start()
+    wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "both back")
+    http_publish(b, "t", "new")
+    wait_for(lambda: nats.streams().get("tern_t", (None, 0))[1] == 1, "a new stream")
+    desc = nats.streams()["tern_t"][0]
+    assert desc != "tern epoch " + old["epoch"]
+
+    def epoch_on(node):
+        with connect(f"ws://127.0.0.1:{node.port}/pubsub") as ws:
+            return pubsub_subscribe(ws, "t")[1]["epoch"]
+    wait_for(lambda: "tern epoch " + epoch_on(a) == desc == "tern epoch " + epoch_on(b),
+             "both nodes on the new epoch")
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        _, ack = pubsub_subscribe(ws, "t", epoch=old["epoch"], after="1")
+        assert ack["resumed"] is False, ack
+
+
+def test_a_subscriber_from_before_the_first_message_resumes_on_another_node(nats, numbered):
+    """The epoch a subscriber gets before a topic's first message is
+    claimed by its node (the stream made under it), so the topic is
+    numbered under it and the subscriber may resume on any node."""
+    a, b = numbered
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        _, ack = pubsub_subscribe(ws, "early")
+        assert ack["seq"] == 0, ack
+        wait_for(lambda: nats.streams().get("tern_early", (None,))[0] ==
+                 "tern epoch " + ack["epoch"], "the epoch claimed in a stream")
+        for i in range(1, 6):
+            http_publish(a, "early", "m%d" % i)
+        got = [recv_msg(ws) for _ in range(5)]
+        assert [m["seq"] for m in got] == [1, 2, 3, 4, 5]
+    for i in range(6, 9):
+        http_publish(a, "early", "m%d" % i)
+    wait_for(lambda: bridge(b)["received"] >= 8 + 1, "b heard them")
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        missed, again = pubsub_subscribe(ws, "early", epoch=ack["epoch"], after="5")
+        assert again["resumed"] is True and again["epoch"] == ack["epoch"], again
+        assert [m["data"] for m in missed] == ["m6", "m7", "m8"]
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:   # saw nothing at all
+        missed, again = pubsub_subscribe(ws, "early", epoch=ack["epoch"], after="0")
+        assert again["resumed"] is True and [m["seq"] for m in missed] == list(range(1, 9))
+
+
+def test_a_stream_keeps_the_history_size(nats, numbered):
+    """The stream keeps what the rule's history keeps: --pubsub-history
+    1000 is max_msgs 1000; its name escapes what JetStream refuses."""
+    a, b = numbered
+    http_publish(a, "x.y~z", "m")
+    wait_for(lambda: "tern_x_2Ey_7Ez" in nats.streams(), "the stream")
+    st = nats.get("/jsz?streams=1&config=1")
+    cfg = {s["name"]: s["config"] for acc in st["account_details"]
+           for s in acc["stream_detail"]}["tern_x_2Ey_7Ez"]
+    assert cfg["max_msgs"] == 1000 and cfg["subjects"] == ["ternjs.x%2Ey~z"], cfg
+
+
+def test_without_jetstream_each_node_numbers_its_topics(tern_factory):
+    """A nats-server without JetStream: topics with a history still go to
+    every node (each numbering them itself), and the log says why a
+    subscriber cannot resume on another node."""
+    n = Nats(free_port(), js=False)
+    n.start()
+    try:
+        url = f"nats://127.0.0.1:{n.port}"
+        a = tern_factory("--bridge", url, "--feed", "off", "--pubsub-history", "100")
+        b = tern_factory("--bridge", url, "--feed", "off", "--pubsub-history", "100")
+        wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "connected")
+        with connect(f"ws://127.0.0.1:{a.port}/pubsub") as wa, \
+                connect(f"ws://127.0.0.1:{b.port}/pubsub") as wb:
+            pubsub_subscribe(wa, "t")
+            pubsub_subscribe(wb, "t")
+            for i in range(1, 6):
+                http_publish(a, "t", "m%d" % i)
+            assert [(m["seq"], m["data"]) for m in (recv_msg(wa) for _ in range(5))] == \
+                [(i, "m%d" % i) for i in range(1, 6)]
+            assert [(m["seq"], m["data"]) for m in (recv_msg(wb) for _ in range(5))] == \
+                [(i, "m%d" % i) for i in range(1, 6)]
+    finally:
+        n.stop()
+    a.stop()
+    assert "has no JetStream: topics with a history are numbered by each node" in a.stderr, \
+        a.stderr
+
+
+def test_a_client_moved_to_another_node_resumes_when_a_server_dies(cluster, tern_factory):
+    """Streams kept on three servers (replicas=3): one is killed during a
+    stream of publishes (the one node a is linked to, perhaps the
+    stream's leader: publishes are tried again, under the same message id,
+    until another leads). Every subscriber of both nodes gets every
+    message once, in order and numbered without a gap (a reads back what
+    went by while it moved), and a client moved from a to b resumes with
+    no gap and no duplicate."""
+    wait_for(lambda: all(s.get("/jsz").get("meta_cluster", {}).get("leader") for s in cluster),
+             "JetStream's cluster has a leader")
+    every = ",".join(f"nats://127.0.0.1:{s.port}" for s in cluster)
+    history = ("--feed", "off", "--pubsub-history", "1000")
+    a = tern_factory("--bridge", every + "?replicas=3", *history)
+    wait_for(lambda: bridge(a)["connected"], "a connected")
+    name = f"tern-{a.proc.pid}"
+    home = next(s for s in cluster if name in s.clients())
+    # b on the other two: its publishes go on while a's server dies
+    others = ",".join(f"nats://127.0.0.1:{s.port}" for s in cluster if s is not home)
+    b = tern_factory("--bridge", others + "?replicas=3", *history)
+    wait_for(lambda: bridge(b)["connected"], "b connected")
+    sent = ["m%d" % i for i in range(60)]
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as wa, \
+            connect(f"ws://127.0.0.1:{b.port}/pubsub") as wb, \
+            connect(f"ws://127.0.0.1:{a.port}/pubsub") as moving:
+        pubsub_subscribe(moving, "c")
+        pubsub_subscribe(wa, "c")
+        pubsub_subscribe(wb, "c")
+        http_publish(b, "c", sent[0])
+        first = recv_msg(moving)
+        assert (first["seq"], first["data"]) == (1, sent[0]), first
+        for m in sent[1:20]:
+            http_publish(b, "c", m)
+        got_moving = [first] + [recv_msg(moving, timeout=10) for _ in range(19)]
+        home.stop()
+        for m in sent[20:]:
+            http_publish(b, "c", m)
+        for ws in (wa, wb):
+            got = [recv_msg(ws, timeout=20) for _ in sent]
+            assert [(m["seq"], m["data"]) for m in got] == \
+                [(i + 1, m) for i, m in enumerate(sent)]
+            with pytest.raises(TimeoutError):   # nothing twice
+                ws.recv(timeout=0.3)
+    assert [m["seq"] for m in got_moving] == list(range(1, 21))
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:   # the stream's epoch
+        epoch = pubsub_subscribe(ws, "c")[1]["epoch"]
+    wait_for(lambda: bridge(a)["reconnects"] >= 1, "a on another server")
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        missed, again = pubsub_subscribe(ws, "c", epoch=epoch, after="20")
+        assert again["resumed"] is True and again["epoch"] == epoch, again
+        assert [(m["seq"], m["data"]) for m in missed] == \
+            [(i + 1, m) for i, m in enumerate(sent) if i >= 20]
+        http_publish(a, "c", "last")
+        m = recv_msg(ws, timeout=10)
+        assert (m["seq"], m["data"]) == (61, "last"), m
+        with pytest.raises(TimeoutError):
+            ws.recv(timeout=0.3)
+    assert bridge(b)["dropped"] == 0   # (a drops what it makes while it moves: its stats)
+
+
+def test_a_credentials_file_that_cannot_be_read_is_said(nats, tern_factory, tmp_path):
+    """?creds= names a NATS credentials file (a user JWT and its seed); one
+    that cannot be read is said as this node's failure, with the file's
+    name and the reason, and /readyz says the bridge is down. (A creds
+    file that NATS accepts or refuses needs an operator's JWTs, made with
+    nsc, which the tests do not have.)"""
+    missing = tmp_path / "user.creds"
+    a = tern_factory("--bridge", f"nats://127.0.0.1:{nats.port}?creds={missing}")
+    wait_for(lambda: bridge(a)["connected"] is False and readyz(a)[0] == 503, "not ready")
+    assert readyz(a) == (503, "not ready: bridge (nats) down\n")
+    assert bridge(a)["connected"] is False
+    a.lines().wait(re.escape(f"cannot connect: cannot read {missing}: No such file"))
+    a.stop()
+    said = [x for x in a.stderr.splitlines() if "cannot read" in x]
+    assert len(said) == 1 and "[error]" in said[0], a.stderr   # once, as an error

@@ -19,8 +19,8 @@ import urllib.request
 import pytest
 from websockets.sync.client import connect
 
-from conftest import SLOW
-from test_ws_clients import TIMEOUT, DevTools, chromium  # noqa: F401 (fixture)
+from conftest import SLOW, wait_for
+from test_ws_clients import chromium, chromium_devtools  # noqa: F401 (fixture)
 
 OUT_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "build", "test-output")
 
@@ -212,81 +212,65 @@ def test_page_shows_live_prices(tern_factory, chromium, tmp_path, scheme):  # no
                        "--tls-key", key)
     started = time.monotonic()
     base = srv.base if scheme == "http" else f"https://127.0.0.1:{srv.tls_port}"
-    profile = tmp_path / "profile"
-    profile.mkdir()
-    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-            "--ignore-certificate-errors", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-            "--window-size=1280,900", f"--user-data-dir={profile}", "--remote-debugging-pipe",
-            "about:blank"]
-    log = tmp_path / "chromium.log"
-    with open(log, "wb") as err:
-        dt = DevTools(argv, err, time.monotonic() + TIMEOUT)
-        try:
-            target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-            s = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-            dt.call("Page.enable", session=s)
-            dt.call("Emulation.setDeviceMetricsOverride",
-                    {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False},
-                    session=s)
-            time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
-            nav = dt.call("Page.navigate", {"url": f"{base}/"}, session=s)
-            assert "errorText" not in nav, nav
+    with chromium_devtools(chromium, tmp_path, "--ignore-certificate-errors", "--window-size=1280,900") as dt:
+        target, s = dt.open_page()
+        dt.call("Emulation.setDeviceMetricsOverride",
+                {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+                session=s)
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+        nav = dt.call("Page.navigate", {"url": f"{base}/"}, session=s)
+        assert "errorText" not in nav, nav
 
-            def state():
-                r = dt.call("Runtime.evaluate", {"expression": STATE_JS, "returnByValue": True},
-                            session=s)
-                if "exceptionDetails" in r:
-                    return None   # the page is not there yet
-                return json.loads(r["result"]["value"])
+        def state():
+            r = dt.call("Runtime.evaluate", {"expression": STATE_JS, "returnByValue": True},
+                        session=s)
+            if "exceptionDetails" in r:
+                return None   # the page is not there yet
+            return json.loads(r["result"]["value"])
 
-            def wait(cond, what):
-                deadline = time.monotonic() + 10 * SLOW
-                while time.monotonic() < deadline:
-                    st = state()
-                    if st is not None and cond(st):
-                        return st
-                    time.sleep(0.1)
-                raise AssertionError(f"page never showed {what}: {state()}")
+        def wait(cond, what):
+            deadline = time.monotonic() + 10 * SLOW
+            while time.monotonic() < deadline:
+                st = state()
+                if st is not None and cond(st):
+                    return st
+                time.sleep(0.1)
+            raise AssertionError(f"page never showed {what}: {state()}")
 
-            # every instrument at once: the subscription's snapshot
-            shown = wait(lambda st: len(st["prices"]) == 24, "every instrument")
-            assert shown["snapshot"] == 24, shown
-            first = wait(lambda st: st["uptime"] != "–", "the statistics")
-            assert ("wss://" if scheme == "https" else "ws://") in first["status"]
-            assert first["status"].startswith("live")
-            time.sleep(1.5)
-            later = wait(lambda st: st["uptime"] != first["uptime"], "the statistics update")
-            # prices moved: the same symbols show other figures now
-            n = min(len(first["prices"]), len(later["prices"]))
-            assert first["prices"][:n] != later["prices"][:n]
-            assert int(later["updates"]) > int(first["updates"])
-            assert int(later["connections"]) >= 1
-            # The page's socket drops (closed under it); it reconnects and
-            # resumes the market stream: every update shown once, none missed.
-            before = state()
-            head = market_seq(srv)
-            dt.call("Runtime.evaluate", {"expression": "page.client.reconnect()"}, session=s)
-            resumed = wait(lambda st: st["resumes"] + st["gaps"] >= 1
-                           and st["lastSeq"] > later["lastSeq"] + 20, "the stream after the drop")
-            assert resumed["gaps"] == 0, \
-                f"a gap: the page was {head - before['lastSeq']} updates behind at the drop {resumed}"
-            assert int(resumed["updates"]) == resumed["lastSeq"] - resumed["firstSeq"], resumed
-            shot = dt.call("Page.captureScreenshot", {"format": "png"}, session=s)
-            png = base64.b64decode(shot["data"])
-            assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10000
-            path = tmp_path / f"market-{scheme}.png"
-            path.write_bytes(png)
-            os.makedirs(OUT_DIR, exist_ok=True)
-            kept = os.path.abspath(os.path.join(OUT_DIR, f"market-{scheme}.png"))
-            with open(kept, "wb") as f:
-                f.write(png)
-            print(f"screenshot: {kept}")
-            dt.call("Target.closeTarget", {"targetId": target})
-        except (TimeoutError, EOFError, RuntimeError) as e:
-            pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
-        finally:
-            dt.close()
+        # every instrument at once: the subscription's snapshot
+        shown = wait(lambda st: len(st["prices"]) == 24, "every instrument")
+        assert shown["snapshot"] == 24, shown
+        first = wait(lambda st: st["uptime"] != "–", "the statistics")
+        assert ("wss://" if scheme == "https" else "ws://") in first["status"]
+        assert first["status"].startswith("live")
+        time.sleep(1.5)
+        later = wait(lambda st: st["uptime"] != first["uptime"], "the statistics update")
+        # prices moved: the same symbols show other figures now
+        n = min(len(first["prices"]), len(later["prices"]))
+        assert first["prices"][:n] != later["prices"][:n]
+        assert int(later["updates"]) > int(first["updates"])
+        assert int(later["connections"]) >= 1
+        # The page's socket drops (closed under it); it reconnects and
+        # resumes the market stream: every update shown once, none missed.
+        before = state()
+        head = market_seq(srv)
+        dt.call("Runtime.evaluate", {"expression": "page.client.reconnect()"}, session=s)
+        resumed = wait(lambda st: st["resumes"] + st["gaps"] >= 1
+                       and st["lastSeq"] > later["lastSeq"] + 20, "the stream after the drop")
+        assert resumed["gaps"] == 0, \
+            f"a gap: the page was {head - before['lastSeq']} updates behind at the drop {resumed}"
+        assert int(resumed["updates"]) == resumed["lastSeq"] - resumed["firstSeq"], resumed
+        shot = dt.call("Page.captureScreenshot", {"format": "png"}, session=s)
+        png = base64.b64decode(shot["data"])
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10000
+        path = tmp_path / f"market-{scheme}.png"
+        path.write_bytes(png)
+        os.makedirs(OUT_DIR, exist_ok=True)
+        kept = os.path.abspath(os.path.join(OUT_DIR, f"market-{scheme}.png"))
+        with open(kept, "wb") as f:
+            f.write(png)
+        print(f"screenshot: {kept}")
+        dt.call("Target.closeTarget", {"targetId": target})
 
 
 def free_port():
@@ -304,61 +288,46 @@ def test_page_comes_back_by_itself_after_a_restart(tern_factory, chromium, tmp_p
     port = free_port()
     srv = tern_factory("--port", str(port), "--feed-rate", "400")
     started = time.monotonic()
-    profile = tmp_path / "profile"
-    profile.mkdir()
-    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--remote-debugging-pipe",
-            "about:blank"]
-    log = tmp_path / "chromium.log"
-    with open(log, "wb") as err:
-        dt = DevTools(argv, err, time.monotonic() + TIMEOUT)
-        try:
-            target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-            s = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-            dt.call("Page.enable", session=s)
-            dt.call("Runtime.enable", session=s)   # exceptions and console calls become events
-            time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
-            nav = dt.call("Page.navigate", {"url": f"{srv.base}/"}, session=s)
-            assert "errorText" not in nav, nav
+    with chromium_devtools(chromium, tmp_path) as dt:
+        target, s = dt.open_page()
+        dt.call("Runtime.enable", session=s)   # exceptions and console calls become events
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+        nav = dt.call("Page.navigate", {"url": f"{srv.base}/"}, session=s)
+        assert "errorText" not in nav, nav
 
-            def state():
-                r = dt.call("Runtime.evaluate", {"expression": STATE_JS, "returnByValue": True},
-                            session=s)
-                return None if "exceptionDetails" in r else json.loads(r["result"]["value"])
+        def state():
+            r = dt.call("Runtime.evaluate", {"expression": STATE_JS, "returnByValue": True},
+                        session=s)
+            return None if "exceptionDetails" in r else json.loads(r["result"]["value"])
 
-            def wait(cond, what, limit=10):
-                deadline = time.monotonic() + limit * SLOW
-                while time.monotonic() < deadline:
-                    st = state()
-                    if st is not None and cond(st):
-                        return st
-                    time.sleep(0.05)
-                raise AssertionError(f"page never showed {what}: {state()}")
+        def wait(cond, what, limit=10):
+            deadline = time.monotonic() + limit * SLOW
+            while time.monotonic() < deadline:
+                st = state()
+                if st is not None and cond(st):
+                    return st
+                time.sleep(0.05)
+            raise AssertionError(f"page never showed {what}: {state()}")
 
-            before = wait(lambda st: len(st["prices"]) == 24 and st["state"] == "open",
-                          "every instrument")
-            srv.stop()
-            wait(lambda st: st["state"] == "reconnecting", "the drop")
-            time.sleep(1.0)
-            srv = tern_factory("--port", str(port), "--feed-rate", "400")
-            back_from = time.monotonic()
-            back = wait(lambda st: st["state"] == "open" and st["gaps"] == 1, "the page back",
-                        limit=8)
-            # within the cap, plus what a start and a connect take
-            assert time.monotonic() - back_from < 5 + 2 * SLOW
-            live = wait(lambda st: int(st["updates"]) > int(back["updates"]) + 20
-                        and st["prices"] != before["prices"], "live prices again")
-            assert len(live["prices"]) == 24 and live["status"].startswith("live")
-            errors = [e for e in dt.events if e.get("method") == "Runtime.exceptionThrown"
-                      or (e.get("method") == "Runtime.consoleAPICalled"
-                          and e["params"]["type"] in ("error", "assert"))]
-            assert errors == [], errors
-            dt.call("Target.closeTarget", {"targetId": target})
-        except (TimeoutError, EOFError, RuntimeError) as e:
-            pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
-        finally:
-            dt.close()
+        before = wait(lambda st: len(st["prices"]) == 24 and st["state"] == "open",
+                      "every instrument")
+        srv.stop()
+        wait(lambda st: st["state"] == "reconnecting", "the drop")
+        time.sleep(1.0)
+        srv = tern_factory("--port", str(port), "--feed-rate", "400")
+        back_from = time.monotonic()
+        back = wait(lambda st: st["state"] == "open" and st["gaps"] == 1, "the page back",
+                    limit=8)
+        # within the cap, plus what a start and a connect take
+        assert time.monotonic() - back_from < 5 + 2 * SLOW
+        live = wait(lambda st: int(st["updates"]) > int(back["updates"]) + 20
+                    and st["prices"] != before["prices"], "live prices again")
+        assert len(live["prices"]) == 24 and live["status"].startswith("live")
+        errors = [e for e in dt.events if e.get("method") == "Runtime.exceptionThrown"
+                  or (e.get("method") == "Runtime.consoleAPICalled"
+                      and e["params"]["type"] in ("error", "assert"))]
+        assert errors == [], errors
+        dt.call("Target.closeTarget", {"targetId": target})
 
 
 def test_page_shows_only_its_own_nodes_statistics(tern_factory, chromium, tmp_path):  # noqa: F811
@@ -377,35 +346,22 @@ def test_page_shows_only_its_own_nodes_statistics(tern_factory, chromium, tmp_pa
         time.sleep(4)
         b = tern_factory("--redis", url, "--node-name", "node-b", "--feed", "off")
         b_started = time.monotonic()
-        profile = tmp_path / "profile"
-        profile.mkdir()
-        argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--disable-dev-shm-usage", f"--user-data-dir={profile}",
-                "--remote-debugging-pipe", "about:blank"]
-        with open(tmp_path / "chromium.log", "wb") as err:
-            dt = DevTools(argv, err, time.monotonic() + TIMEOUT)
-            try:
-                target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-                s = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})[
-                    "sessionId"]
-                dt.call("Page.enable", session=s)
-                nav = dt.call("Page.navigate", {"url": f"{b.base}/"}, session=s)
-                assert "errorText" not in nav, nav
-                js = ("JSON.stringify({node: document.getElementById('s-node').textContent,"
-                      " uptime: document.getElementById('s-uptime').textContent})")
-                shown = []
-                deadline = time.monotonic() + 4 * SLOW
-                while time.monotonic() < deadline:
-                    r = dt.call("Runtime.evaluate", {"expression": js, "returnByValue": True},
-                                session=s)
-                    if "exceptionDetails" not in r:
-                        st = json.loads(r["result"]["value"])
-                        if st["uptime"] != "–":
-                            shown.append((time.monotonic() - b_started, st))
-                    time.sleep(0.1)
-            finally:
-                dt.close()
+        with chromium_devtools(chromium, tmp_path) as dt:
+            target, s = dt.open_page()
+            nav = dt.call("Page.navigate", {"url": f"{b.base}/"}, session=s)
+            assert "errorText" not in nav, nav
+            js = ("JSON.stringify({node: document.getElementById('s-node').textContent,"
+                  " uptime: document.getElementById('s-uptime').textContent})")
+            shown = []
+            deadline = time.monotonic() + 4 * SLOW
+            while time.monotonic() < deadline:
+                r = dt.call("Runtime.evaluate", {"expression": js, "returnByValue": True},
+                            session=s)
+                if "exceptionDetails" not in r:
+                    st = json.loads(r["result"]["value"])
+                    if st["uptime"] != "–":
+                        shown.append((time.monotonic() - b_started, st))
+                time.sleep(0.1)
         assert len(shown) > 10, shown
         for age, st in shown:
             assert st["node"] == "node-b", st
@@ -423,58 +379,92 @@ WATCHING_JS = """JSON.stringify({
 
 
 def test_page_shows_who_is_watching(tern_factory, chromium, tmp_path):  # noqa: F811
-    """Issue #40: "market" has presence=on, and the page asks its counts
+    """Issue #40: "market" has presence=stats, and the page asks its counts
     every few seconds: a second page opened raises the first one's count
     of clients, closed lowers it again. Every page is anonymous here: one
     user (the empty sub) however many clients."""
     srv = tern_factory("--feed-rate", "50")
-    profile = tmp_path / "profile"
-    profile.mkdir()
-    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--remote-debugging-pipe",
-            "about:blank"]
-    log = tmp_path / "chromium.log"
-    with open(log, "wb") as err:
-        dt = DevTools(argv, err, time.monotonic() + TIMEOUT)
-        try:
-            def open_page():
-                target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-                s = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})[
-                    "sessionId"]
-                dt.call("Page.enable", session=s)
-                nav = dt.call("Page.navigate", {"url": f"{srv.base}/"}, session=s)
-                assert "errorText" not in nav, nav
-                return target, s
+    with chromium_devtools(chromium, tmp_path) as dt:
+        def open_page():
+            target, s = dt.open_page()
+            nav = dt.call("Page.navigate", {"url": f"{srv.base}/"}, session=s)
+            assert "errorText" not in nav, nav
+            return target, s
 
-            def watching(s):
-                r = dt.call("Runtime.evaluate", {"expression": WATCHING_JS,
-                                                 "returnByValue": True}, session=s)
-                return None if "exceptionDetails" in r else json.loads(r["result"]["value"])
+        def watching(s):
+            r = dt.call("Runtime.evaluate", {"expression": WATCHING_JS,
+                                             "returnByValue": True}, session=s)
+            return None if "exceptionDetails" in r else json.loads(r["result"]["value"])
 
-            def wait(s, clients, what):
-                # The page asks every 2 s: well within the wait.
-                deadline = time.monotonic() + 10 * SLOW
-                while time.monotonic() < deadline:
-                    st = watching(s)
-                    if st == {"clients": str(clients), "users": "1"}:
-                        return
-                    time.sleep(0.1)
-                raise AssertionError(f"page never showed {what}: {watching(s)}")
+        def wait(s, clients, what):
+            # The page asks every 2 s: well within the wait.
+            deadline = time.monotonic() + 10 * SLOW
+            while time.monotonic() < deadline:
+                st = watching(s)
+                if st == {"clients": str(clients), "users": "1"}:
+                    return
+                time.sleep(0.1)
+            raise AssertionError(f"page never showed {what}: {watching(s)}")
 
-            first, s1 = open_page()
-            wait(s1, 1, "itself alone watching")
-            second, s2 = open_page()
-            wait(s2, 2, "two watching, on the second page")
-            wait(s1, 2, "two watching, on the first page")
-            dt.call("Target.closeTarget", {"targetId": second})
-            wait(s1, 1, "itself alone again once the second page closed")
-            # the server says the same when asked on /pubsub
-            m = market_presence_stats(srv)
-            assert m == {"ok": "presence_stats", "topic": "market", "clients": 1,
-                         "users": 1}, m
-            dt.call("Target.closeTarget", {"targetId": first})
-        except (TimeoutError, EOFError, RuntimeError) as e:
-            pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
-        finally:
-            dt.close()
+        first, s1 = open_page()
+        wait(s1, 1, "itself alone watching")
+        second, s2 = open_page()
+        wait(s2, 2, "two watching, on the second page")
+        wait(s1, 2, "two watching, on the first page")
+        dt.call("Target.closeTarget", {"targetId": second})
+        wait(s1, 1, "itself alone again once the second page closed")
+        # the server says the same when asked on /pubsub
+        m = market_presence_stats(srv)
+        assert m == {"ok": "presence_stats", "topic": "market", "clients": 1,
+                     "users": 1}, m
+        dt.call("Target.closeTarget", {"targetId": first})
+
+
+def test_page_over_h2_carries_its_websocket_on_the_same_connection(tern_factory, chromium,  # noqa: F811
+                                                                   tmp_path):
+    # RFC 8441: the TLS port offers h2 and extended CONNECT, so Chromium
+    # loads the page over h2 and opens its /pubsub WebSocket as a stream
+    # of that connection: the access log names one peer (address and
+    # port) for both, one TCP connection is open while the page is live,
+    # and the WebSocket's handshake was HTTP/2's (200, not HTTP/1.1's 101).
+    from test_tls import make_cert
+    cert, key = make_cert(str(tmp_path), "c", "localhost", "DNS:localhost,IP:127.0.0.1")
+    access = tmp_path / "access.log"
+    srv = tern_factory("--feed-rate", "50", "--tls-port", "0", "--tls-cert", cert,
+                       "--tls-key", key, "--access-log", str(access))
+    with chromium_devtools(chromium, tmp_path, "--ignore-certificate-errors") as dt:
+        target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        s = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        dt.call("Network.enable", session=s)
+        nav = dt.call("Page.navigate", {"url": f"https://127.0.0.1:{srv.tls_port}/"},
+                      session=s)
+        assert "errorText" not in nav, nav
+        page = dt.wait_event(lambda m: m.get("sessionId") == s and
+                             m.get("method") == "Network.responseReceived" and
+                             m["params"]["type"] == "Document")
+        assert page["params"]["response"]["protocol"] == "h2", page["params"]["response"]
+        hs = dt.wait_event(lambda m: m.get("sessionId") == s and
+                           m.get("method") == "Network.webSocketHandshakeResponseReceived")
+        assert hs["params"]["response"]["status"] == 200, hs["params"]["response"]
+
+        def state():
+            r = dt.call("Runtime.evaluate", {"expression": STATE_JS, "returnByValue": True},
+                        session=s)
+            return None if "exceptionDetails" in r else json.loads(r["result"]["value"])
+
+        deadline = time.monotonic() + 10 * SLOW
+        while not ((st := state()) and len(st["prices"]) == 24):
+            assert time.monotonic() < deadline, f"the page never went live: {st}"
+            time.sleep(0.1)
+        total = srv.stats()["total"]
+        assert total["connections"] == 1 and total["pubsub"]["subscriptions"] >= 1, total
+        dt.call("Target.closeTarget", {"targetId": target})
+        # The WebSocket's entry comes at its end.
+
+        def lines():
+            return access.read_text().splitlines() if access.exists() else []
+        wait_for(lambda: any(" CONNECT /pubsub 200 " in ln for ln in lines()),
+                 "the WebSocket's access log entry")
+        peer = {ln.split()[1] for ln in lines()
+                if " GET / " in ln or " CONNECT /pubsub 200 " in ln}
+        assert len(peer) == 1, lines()

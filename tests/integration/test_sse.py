@@ -21,7 +21,7 @@ from websockets.sync.client import connect
 
 from conftest import SANITIZED, SLOW, read_response, wait_for
 from test_tokens import SECRET, claims, token
-from test_ws_clients import TIMEOUT, DevTools, chromium  # noqa: F401 (fixture)
+from test_ws_clients import chromium, chromium_devtools  # noqa: F401 (fixture)
 
 
 class SSE:
@@ -517,19 +517,9 @@ def test_chromium_eventsource_resumes_by_itself_through_cuts(tern_factory, chrom
     Last-Event-ID by itself, and gets every message once, in order."""
     t = tern_factory("--feed", "off", "--topic", "c.* history=1000")
     proxy = CuttingProxy(t.port, seed=3, budget=(1500, 2500))
-    profile = tmp_path / "profile"
-    profile.mkdir()
-    argv = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--remote-debugging-pipe",
-            "about:blank"]
-    log = tmp_path / "chromium.log"
-    with open(log, "wb") as err:
-        dt = DevTools(argv, err, time.monotonic() + TIMEOUT)
+    with chromium_devtools(chromium, tmp_path) as dt:
         try:
-            target = dt.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-            s = dt.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-            dt.call("Page.enable", session=s)
+            target, s = dt.open_page()
             # The page's origin is the proxy's, so that EventSource is same-origin.
             nav = dt.call("Page.navigate", {"url": f"http://127.0.0.1:{proxy.port}/ping"},
                           session=s)
@@ -552,8 +542,5 @@ def test_chromium_eventsource_resumes_by_itself_through_cuts(tern_factory, chrom
             assert js("window.__gaps") == 0
             assert js("window.__opens") >= 2 and proxy.cuts >= 2   # it did reconnect
             dt.call("Target.closeTarget", {"targetId": target})
-        except (TimeoutError, EOFError, RuntimeError) as e:
-            pytest.fail(f"{e}\nchromium log:\n{log.read_text(errors='replace')[-3000:]}")
         finally:
-            dt.close()
             proxy.close()

@@ -1,6 +1,8 @@
 /* HTTP/2 streams as a handler sees them: a request held for a later
  * answer whose stream the client resets (RST_STREAM) is aborted at once,
- * the connection serving on; one whose connection goes is aborted too. A
+ * the connection serving on; one whose connection goes is aborted too; a
+ * WebSocket over a stream (RFC 8441) has the connection's peer and is
+ * closed by the stream's reset. A
  * real server on the loop (h2c with prior knowledge), frames written by
  * hand (HPACK with literal fields only). */
 #include <setjmp.h>
@@ -240,8 +242,96 @@ static void a_body_not_asked_for_holds_its_window_shut(void **state) {
     close(u.fd);
 }
 
+/* ---- a WebSocket over a stream (RFC 8441) ----------------------------- */
+
+typedef struct wsapp {
+    tern_loop *loop;
+    int fd, ticks, opened, closes, close_code;
+    int peer_err;              /* tern_ws_peer in on_open: the connection's */
+    bool reset_sent;
+} wsapp;
+
+static void ws_opened(tern_ws *ws, void *user) {
+    wsapp *w = user;
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    w->peer_err = tern_ws_peer(ws, &ss, &sl);
+    w->opened++;
+}
+
+static void ws_closed(tern_ws *ws, int code, const char *reason, size_t len, void *user) {
+    (void)ws;
+    (void)reason;
+    (void)len;
+    wsapp *w = user;
+    w->closes++;
+    w->close_code = code;
+}
+
+static void ws_tick(tern_timer *t, void *user) {
+    (void)t;
+    wsapp *w = user;
+    if (++w->ticks > 400 || w->closes) {   /* 2 s at most */
+        tern_loop_stop(w->loop);
+        return;
+    }
+    if (w->opened && !w->reset_sent) {
+        w->reset_sent = true;
+        unsigned char f[16];
+        size_t n = rst_frame(f, 1);
+        assert_int_equal(write(w->fd, f, n), (ssize_t)n);
+    }
+}
+
+static void a_websocket_over_a_stream_closes_when_the_peer_resets_it(void **state) {
+    (void)state;
+    wsapp w = {0};
+    tern_server *srv;
+    tern_timer *tick;
+    tern_server_options opt = {.http2 = TERN_HTTP2_CLEARTEXT};
+    tern_ws_handlers h = {.on_open = ws_opened, .on_close = ws_closed};
+    assert_int_equal(tern_loop_new(&w.loop, NULL), 0);
+    assert_int_equal(tern_server_new(&srv, w.loop, &opt), 0);
+    assert_int_equal(tern_listen(srv, "127.0.0.1", 0, NULL), 0);
+    assert_int_equal(tern_ws_route(srv, "/ws", &h, NULL, &w), 0);
+    w.fd = client_send_rcvbuf(tern_server_port(srv), 0, "");
+    /* The preface, an ACK of the server's SETTINGS (which offer extended
+     * CONNECT: it counts once acknowledged), and HEADERS (END_HEADERS) of
+     * stream 1: CONNECT with :protocol websocket, :scheme http, :path /ws,
+     * :authority x, sec-websocket-version 13, all literal. */
+    static const unsigned char block[] = {
+        0x02, 7, 'C', 'O', 'N', 'N', 'E', 'C', 'T',
+        0x00, 9, ':', 'p', 'r', 'o', 't', 'o', 'c', 'o', 'l', 9, 'w', 'e', 'b', 's', 'o', 'c',
+        'k', 'e', 't',
+        0x86, 0x04, 3, '/', 'w', 's', 0x01, 1, 'x',
+        0x00, 21, 's', 'e', 'c', '-', 'w', 'e', 'b', 's', 'o', 'c', 'k', 'e', 't', '-', 'v', 'e',
+        'r', 's', 'i', 'o', 'n', 2, '1', '3'};
+    unsigned char buf[256];
+    memcpy(buf, preface, PREFACE_LEN);
+    size_t n = PREFACE_LEN;
+    static const unsigned char ack[9] = {0, 0, 0, 0x04, 0x01, 0, 0, 0, 0};
+    memcpy(buf + n, ack, 9);
+    n += 9;
+    unsigned char hd[9] = {0, 0, sizeof(block), 0x01, 0x04, 0, 0, 0, 1};
+    memcpy(buf + n, hd, 9);
+    memcpy(buf + n + 9, block, sizeof(block));
+    n += 9 + sizeof(block);
+    assert_int_equal(write(w.fd, buf, n), (ssize_t)n);
+    assert_int_equal(tern_timer_start(w.loop, &tick, 5, 5, ws_tick, &w), 0);
+    assert_int_equal(tern_loop_run(w.loop), 0);
+    assert_int_equal(w.opened, 1);
+    assert_int_equal(w.peer_err, 0);      /* the stream's peer is the connection's */
+    assert_int_equal(w.closes, 1);        /* the reset closed it */
+    assert_int_equal(w.close_code, 1006); /* no close frame came */
+    tern_timer_stop(tick);
+    tern_server_free(srv);
+    tern_loop_free(w.loop);
+    close(w.fd);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(a_websocket_over_a_stream_closes_when_the_peer_resets_it),
         cmocka_unit_test(a_reset_stream_aborts_its_request_alone),
         cmocka_unit_test(a_closed_connection_aborts_every_stream),
         cmocka_unit_test(a_body_not_asked_for_holds_its_window_shut),

@@ -105,8 +105,24 @@ static void at_most_sixteen_servers(void **state) {
     assert_int_equal(tern__nats_url_parse(url, &u, NULL), -EINVAL);
 }
 
+static void replicas_from_the_query(void **state) {
+    (void)state;
+    assert_int_equal(tern__nats_url_parse("nats://h", &u, NULL), 0);
+    assert_int_equal(u.replicas, 1);
+    assert_int_equal(tern__nats_url_parse("nats://a,b,c?replicas=3", &u, NULL), 0);
+    assert_int_equal(u.replicas, 3);
+    const char *why = NULL;
+    static const char *const bad[] = {"nats://h?replicas=0", "nats://h?replicas=6",
+                                      "nats://h?replicas=", "nats://h?replicas=33"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(tern__nats_url_parse(bad[i], &u, &why), -EINVAL);
+        assert_string_equal(why, "replicas is not a number from 1 to 5");
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(replicas_from_the_query),
         cmocka_unit_test(one_server_and_its_default_port),
         cmocka_unit_test(a_cluster_with_the_scheme_repeated_or_not),
         cmocka_unit_test(credentials_decoded_and_kept_out_of_the_servers),
