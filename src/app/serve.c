@@ -12,6 +12,8 @@
  *                           (src/app/serve_pubsub.c has the details)
  *   GET  /sse?topic=T...    the same topics as Server-Sent Events, resumed by
  *                           Last-Event-ID (src/app/serve_sse.c)
+ *   GET  /http-stream       /pubsub over HTTP streaming: its messages as lines
+ *   POST /http-stream/ops   of JSON, the client's ops POSTed (serve_stream.c)
  *   (with --bench-routes)   the routes of serve_bench.c, and serve_pubsub.c's /fanout
  *   GET  /(anything else)   static files under --root, when given
  *   (Host NAME of a --vhost NAME=ROOT)  the files under ROOT, nothing else
