@@ -8,27 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app/hash_table.h"
 #include "app/json.h"
-
-/* A chain link of a hash table: the first member of what it holds. */
-typedef struct pres_link {
-    struct pres_link *next;
-    uint64_t hash;
-} pres_link;
-
-/* A chained hash table. Invariants: cap is 0 or a power of two; n links
- * are chained from b[hash & (cap - 1)]; n <= cap (it doubles first). */
-typedef struct pres_table {
-    pres_link **b;
-    size_t n, cap;
-} pres_table;
 
 typedef struct pres_topic pres_topic;
 
 /* A user of a topic. Invariants: in `users` while clients > 0; name is
  * NUL-terminated; hash is of the topic and the name. */
 typedef struct pres_user {
-    pres_link link;
+    app_hash_link link;
     pres_topic *topic;
     size_t clients;       /* entries of this user in the topic */
     char name[];
@@ -38,7 +26,7 @@ typedef struct pres_user {
  * first..last are its clients in join order (clients of them); users
  * counts its pres_user entries. */
 struct pres_topic {
-    pres_link link;
+    app_hash_link link;
     app_presence *first, *last;
     size_t clients, users;
     size_t len;
@@ -46,76 +34,29 @@ struct pres_topic {
 };
 
 /* Invariants: in topic's list; user->topic == topic; info NULL or JSON
- * text, the caller's (borrowed until the leave). 48 bytes on 64 bits. */
+ * text, the caller's (borrowed until the leave); node NULL for this
+ * node's entries, else the other node's (presence_nodes.c) that it came
+ * from. 56 bytes on 64 bits. */
 struct app_presence {
     app_presence *prev, *next;
     pres_topic *topic;
     pres_user *user;
     uint64_t client;
     const char *info;
+    const void *node;
 };
-_Static_assert(sizeof(void *) != 8 || sizeof(app_presence) == 48, "presence entry: 48 bytes");
+_Static_assert(sizeof(void *) != 8 || sizeof(app_presence) == 56, "presence entry: 56 bytes");
 
 /* The store: its tables and what they hold, under `lock` alone. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pres_table topics, users;
-
-/* FNV-1a, from a seed (another hash: a user's within its topic). */
-static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
-    const unsigned char *s = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ s[i]) * 0x100000001b3ULL;
-    return h;
-}
-
-#define HASH_SEED 0xcbf29ce484222325ULL
+static app_hash_table topics, users;
 
 static uint64_t user_hash(const pres_topic *t, const char *name) {
-    return hash_bytes(hash_bytes(HASH_SEED, &t, sizeof(t)), name, strlen(name));
-}
-
-/* Doubles t (from 64) when full: the links move to their new chains.
- * false when out of memory (then t is as it was). */
-static bool table_room(pres_table *t) {
-    if (t->n < t->cap)
-        return true;
-    size_t cap = t->cap ? t->cap * 2 : 64;
-    pres_link **b = calloc(cap, sizeof(*b));
-    if (b == NULL)
-        return false;
-    for (size_t i = 0; i < t->cap; i++) {
-        for (pres_link *l = t->b[i], *next; l; l = next) {
-            next = l->next;
-            l->next = b[l->hash & (cap - 1)];
-            b[l->hash & (cap - 1)] = l;
-        }
-    }
-    free(t->b);
-    t->b = b;
-    t->cap = cap;
-    return true;
-}
-
-/* After table_room. */
-static void table_add(pres_table *t, pres_link *l) {
-    pres_link **head = &t->b[l->hash & (t->cap - 1)];
-    l->next = *head;
-    *head = l;
-    t->n++;
-}
-
-static void table_remove(pres_table *t, pres_link *l) {
-    pres_link **p = &t->b[l->hash & (t->cap - 1)];
-    while (*p != l)
-        p = &(*p)->next;
-    *p = l->next;
-    t->n--;
+    return app_hash_bytes(app_hash_bytes(APP_HASH_SEED, &t, sizeof(t)), name, strlen(name));
 }
 
 static pres_topic *topic_find(const char *name, size_t len, uint64_t h) {
-    if (topics.cap == 0)
-        return NULL;
-    for (pres_link *l = topics.b[h & (topics.cap - 1)]; l; l = l->next) {
+    for (app_hash_link *l = app_hash_chain(&topics, h); l; l = l->next) {
         pres_topic *t = (pres_topic *)l;
         if (l->hash == h && t->len == len && memcmp(t->name, name, len) == 0)
             return t;
@@ -124,9 +65,7 @@ static pres_topic *topic_find(const char *name, size_t len, uint64_t h) {
 }
 
 static pres_user *user_find(const pres_topic *t, const char *name, uint64_t h) {
-    if (users.cap == 0)
-        return NULL;
-    for (pres_link *l = users.b[h & (users.cap - 1)]; l; l = l->next) {
+    for (app_hash_link *l = app_hash_chain(&users, h); l; l = l->next) {
         pres_user *u = (pres_user *)l;
         if (l->hash == h && u->topic == t && strcmp(u->name, name) == 0)
             return u;
@@ -136,15 +75,21 @@ static pres_user *user_find(const pres_topic *t, const char *name, uint64_t h) {
 
 int app_presence_join(const char *topic, size_t tlen, uint64_t client, const char *user,
                       const char *info, app_presence **out) {
+    return app_presence_join_node(topic, tlen, client, user, info, NULL, out);
+}
+
+int app_presence_join_node(const char *topic, size_t tlen, uint64_t client, const char *user,
+                           const char *info, const void *node, app_presence **out) {
     app_presence *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return -ENOMEM;
     p->client = client;
     p->info = info;
-    uint64_t th = hash_bytes(HASH_SEED, topic, tlen);
+    p->node = node;
+    uint64_t th = app_hash_bytes(APP_HASH_SEED, topic, tlen);
     pthread_mutex_lock(&lock);
     /* Room in both tables first, so that nothing is half added. */
-    if (!table_room(&topics) || !table_room(&users))
+    if (!app_hash_room(&topics) || !app_hash_room(&users))
         goto fail;
     pres_topic *t = topic_find(topic, tlen, th);
     bool new_topic = t == NULL;
@@ -167,11 +112,11 @@ int app_presence_join(const char *topic, size_t tlen, uint64_t client, const cha
         u->link.hash = uh;
         u->topic = t;
         memcpy(u->name, user, ul + 1);
-        table_add(&users, &u->link);
+        app_hash_add(&users, &u->link);
         t->users++;
     }
     if (new_topic)
-        table_add(&topics, &t->link);
+        app_hash_add(&topics, &t->link);
     u->clients++;
     p->topic = t;
     p->user = u;
@@ -207,12 +152,12 @@ void app_presence_leave(app_presence *p) {
         t->last = p->prev;
     t->clients--;
     if (--u->clients == 0) {
-        table_remove(&users, &u->link);
+        app_hash_remove(&users, &u->link);
         t->users--;
         free(u);
     }
     if (t->clients == 0) {
-        table_remove(&topics, &t->link);
+        app_hash_remove(&topics, &t->link);
         free(t);
     }
     pthread_mutex_unlock(&lock);
@@ -221,7 +166,7 @@ void app_presence_leave(app_presence *p) {
 
 void app_presence_stats_get(const char *topic, size_t tlen, app_presence_stats *out) {
     pthread_mutex_lock(&lock);
-    const pres_topic *t = topic_find(topic, tlen, hash_bytes(HASH_SEED, topic, tlen));
+    const pres_topic *t = topic_find(topic, tlen, app_hash_bytes(APP_HASH_SEED, topic, tlen));
     *out = t ? (app_presence_stats){t->clients, t->users} : (app_presence_stats){0, 0};
     pthread_mutex_unlock(&lock);
 }
@@ -256,7 +201,7 @@ static size_t entry_max(const app_presence *p) {
 char *app_presence_list(const char *topic, size_t tlen, size_t limit, size_t *len,
                         app_presence_stats *stats) {
     pthread_mutex_lock(&lock);
-    const pres_topic *t = topic_find(topic, tlen, hash_bytes(HASH_SEED, topic, tlen));
+    const pres_topic *t = topic_find(topic, tlen, app_hash_bytes(APP_HASH_SEED, topic, tlen));
     *stats = t ? (app_presence_stats){t->clients, t->users} : (app_presence_stats){0, 0};
     /* Measured first, so that the one allocation holds it all. */
     size_t cap = 1, k = 0;
@@ -276,4 +221,22 @@ char *app_presence_list(const char *topic, size_t tlen, size_t limit, size_t *le
         *len = o;
     }
     return out;
+}
+
+const char *app_presence_user(const app_presence *p) {
+    return p->user->name;   /* unchanged while p is in the store: no lock */
+}
+
+void app_presence_each_local(app_presence_visit *visit, void *arg) {
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < topics.cap; i++) {
+        for (const app_hash_link *l = topics.b[i]; l; l = l->next) {
+            const pres_topic *t = (const pres_topic *)l;
+            for (const app_presence *p = t->first; p; p = p->next) {
+                if (p->node == NULL)
+                    visit(arg, t->name, t->len, p->client, p->user->name, p->info);
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
 }

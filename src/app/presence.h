@@ -4,8 +4,10 @@
  * One entry per subscription of a /pubsub connection to such a topic: the
  * connection's client id, its user (the token's sub; "" when anonymous)
  * and its info (the token's "info" claim as JSON text, or none). A user
- * with two connections is two clients and one user. The store is
- * node-local: another node's subscribers are not in it.
+ * with two connections is two clients and one user. Other nodes'
+ * subscribers are in it too, each entry with the node it came from
+ * (presence_nodes.h keeps them), so that lists and counts are the
+ * cluster's.
  *
  * Cost: a join or a leave is O(1) in the topic's size (the topic and the
  * user are found by hash, the entry is unlinked from a doubly linked list
@@ -42,6 +44,20 @@ typedef struct app_presence_stats {
 TERN_MUST_CHECK
 int app_presence_join(const char *topic, size_t tlen, uint64_t client, const char *user,
                       const char *info, app_presence **out);
+/* The same for another node's entry: node is what presence_nodes.c
+ * keeps of that node (never NULL), so that app_presence_each_local skips
+ * it. */
+TERN_MUST_CHECK
+int app_presence_join_node(const char *topic, size_t tlen, uint64_t client, const char *user,
+                           const char *info, const void *node, app_presence **out);
+/* The entry's user (NUL-terminated), valid until the entry leaves. */
+const char *app_presence_user(const app_presence *p);
+/* Calls visit for each of this node's entries (node NULL), under the
+ * store's mutex: visit may not call the store. O(entries): for the
+ * periodic announcement to the other nodes, never per join. */
+typedef void app_presence_visit(void *arg, const char *topic, size_t tlen, uint64_t client,
+                                const char *user, const char *info);
+void app_presence_each_local(app_presence_visit *visit, void *arg);
 /* Removes the entry (freed): its topic goes once it has none. */
 void app_presence_leave(app_presence *p);
 /* The topic's counts (zeros when nobody is there). */

@@ -47,6 +47,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "app/presence_nodes.h"
 #include "app/serve_ctx.h"
 #include "net/crypto.h"
 
@@ -80,6 +81,7 @@ static void on_stop_signal(tern_loop *loop, int signo, void *user) {
         app_serve_sd_stopping();
         app_serve_sse_drain(ctx->first);
         app_serve_stream_drain(ctx->first);
+        app_prnodes_draining();
     }
 }
 
@@ -224,6 +226,8 @@ static void serve_teardown(tern_loop *loop, tern_server *srv, void *user) {
         tern_timer_stop(ctx->watchdog);
         ctx->watchdog = NULL;
     }
+    if (tern_server_index(srv) == 0)
+        app_prnodes_stop();
     if (tern_server_index(srv) == 0 && ctx->admin) {
         tern_server_free(ctx->admin);
         ctx->admin = NULL;
@@ -360,6 +364,13 @@ static int serve_setup(tern_server *srv, void *user) {
         (err = tern_loop_on_signal(loop, SIGINT, on_stop_signal, ctx)) < 0 ||
         (err = tern_loop_post(loop, print_listening, ctx)) < 0) {
         fprintf(stderr, "tern serve: signals: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
+    /* Presence across the nodes the bridge joins (presence_nodes.h):
+     * last but the admin server, so that a failure before has nothing of
+     * it to undo (it undoes its own). */
+    if (ctx->bridge && (err = app_prnodes_start(srv, set->node)) < 0) {
+        fprintf(stderr, "tern serve: presence across nodes: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
     if (set->admin.host[0] && (err = app_serve_admin_setup(ctx, loop)) < 0)

@@ -9,6 +9,7 @@
 
 #include "app/json.h"
 #include "app/presence.h"
+#include "app/presence_nodes.h"
 #include "net/crypto.h"
 
 /* One topic a connection is in with presence or join/leave. Invariants:
@@ -70,35 +71,48 @@ static bool events_topic(const char *topic, size_t tlen, char *out) {
     return true;
 }
 
-/* {"topic":T,"join"|"leave":{"client":"ID","user":"U"[,"info":I]}} to the
- * subscribers of T's join/leave topic, from the connection's server. */
-static void push(tern_ws *ws, const char *what, uint64_t client, const pres_member *m) {
+void app_presence_push(tern_server *srv, const char *what, uint64_t client, const char *topic,
+                       size_t tlen, const char *user, const char *info) {
     char events[TERN_TOPIC_MAX + 1];
-    if (!events_topic(m->topic, m->len, events))
+    if (!events_topic(topic, tlen, events))
         return;
-    size_t ul = strlen(m->user), il = m->info ? strlen(m->info) : 0;
-    size_t cap = 96 + APP_JSON_ESCAPE_MAX * (m->len + ul) + il;
+    size_t ul = strlen(user), il = info ? strlen(info) : 0;
+    size_t cap = 96 + APP_JSON_ESCAPE_MAX * (tlen + ul) + il;
     char *out = malloc(cap);
     if (out == NULL)
         return;   /* the subscribers miss this one, as a dropped message */
     char id[17];
     app_presence_client_text(client, id);
     size_t o = (size_t)snprintf(out, cap, "{\"topic\":\"");
-    o += app_json_escape(out + o, cap - o, m->topic, m->len);
+    o += app_json_escape(out + o, cap - o, topic, tlen);
     o += (size_t)snprintf(out + o, cap - o, "\",\"%s\":{\"client\":\"%s\",\"user\":\"", what, id);
-    o += app_json_escape(out + o, cap - o, m->user, ul);
+    o += app_json_escape(out + o, cap - o, user, ul);
     out[o++] = '"';
-    if (m->info) {
+    if (info) {
         memcpy(out + o, ",\"info\":", 8);
-        memcpy(out + o + 8, m->info, il);
+        memcpy(out + o + 8, info, il);
         o += 8 + il;
     }
     out[o++] = '}';
     out[o++] = '}';
     /* The server's publish (no route hook): the client has no right to
      * this topic, the join or leave is the server's to say. */
-    (void)tern_publish(tern_ws_server(ws), events, out, o, TERN_WS_TEXT);
+    (void)tern_publish(srv, events, out, o, TERN_WS_TEXT);
     free(out);
+}
+
+/* A connection's join or leave pushed from its server. */
+static void push(tern_ws *ws, const char *what, uint64_t client, const pres_member *m) {
+    app_presence_push(tern_ws_server(ws), what, client, m->topic, m->len, m->user, m->info);
+}
+
+/* The member's entry out of the store, the other nodes told. */
+static void entry_leave(uint64_t client, pres_member *m) {
+    if (m->entry == NULL)
+        return;
+    app_presence_leave(m->entry);
+    m->entry = NULL;
+    app_prnodes_changed(false, m->topic, m->len, client, m->user, m->info);
 }
 
 static void member_free(pres_member *m) {
@@ -128,6 +142,8 @@ int app_presence_subscribed(tern_ws *ws, app_pres_conn **pc, const app_token_con
     memcpy(m->topic, topic, tlen);
     if (presence && app_presence_join(topic, tlen, (*pc)->client, m->user, m->info, &m->entry) < 0)
         goto nomem;
+    if (presence)
+        app_prnodes_changed(true, topic, tlen, (*pc)->client, m->user, m->info);
     if (join_leave) {
         /* Pushed before ws is subscribed to the events, so that ws does
          * not get its own join (a subscription skips what was numbered
@@ -140,7 +156,7 @@ int app_presence_subscribed(tern_ws *ws, app_pres_conn **pc, const app_token_con
             /* The join has gone out: its leave follows, so that the
              * others' view stays whole (a rare case: no room left). */
             push(ws, "leave", (*pc)->client, m);
-            app_presence_leave(m->entry);
+            entry_leave((*pc)->client, m);
             member_free(m);
             return err == -ENOSPC ? -ENOSPC : -ENOMEM;
         }
@@ -158,7 +174,7 @@ nomem:
 /* Out of presence and, when a join was pushed, out of the join/leave
  * topic (when the connection is still open) with its leave pushed. */
 static void leave(tern_ws *ws, uint64_t client, pres_member *m, bool open) {
-    app_presence_leave(m->entry);
+    entry_leave(client, m);
     if (m->join_leave) {
         char events[TERN_TOPIC_MAX + 1];
         if (open && events_topic(m->topic, m->len, events))

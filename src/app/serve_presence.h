@@ -25,8 +25,11 @@
  * token's "info" claim, absent when it has none. A user with two
  * connections is two clients and one user.
  *
- * Node-local: presence lists this node's subscribers; join and leave
- * events go wherever the topic's messages go (through --redis too).
+ * Across nodes: with --bridge, presence and presence_stats count every
+ * node's subscribers (presence_nodes.h: another node's come within
+ * APP_PRNODES_FLUSH_MS, and a node that stops answering is gone within
+ * APP_PRNODES_EXPIRY_MS, with a leave for each of its subscribers); join
+ * and leave events go wherever the topic's messages go.
  *
  * Join and leave travel on a topic of their own, "\x01" and T's name (so
  * a T of 256 bytes has none), to which each subscriber of T with
@@ -63,6 +66,11 @@ int app_presence_subscribed(tern_ws *ws, app_pres_conn **pc, const app_token_con
                             const app_topic_rule *r, const char *topic, size_t tlen);
 /* After ws unsubscribed from topic: out of presence, its leave pushed. */
 void app_presence_unsubscribed(tern_ws *ws, app_pres_conn *pc, const char *topic, size_t tlen);
+/* {"topic":T,"join"|"leave":{"client":"ID","user":"U"[,"info":I]}} (what
+ * is "join" or "leave"; info JSON text or NULL) published by srv on T's
+ * join/leave topic, to its subscribers on every node. */
+void app_presence_push(tern_server *srv, const char *what, uint64_t client, const char *topic,
+                       size_t tlen, const char *user, const char *info);
 /* In on_close: every topic left at once, and pc freed (NULL: nothing). */
 void app_presence_closed(tern_ws *ws, app_pres_conn *pc);
 /* Whether the route's hooks are asked for a join/leave topic: refused

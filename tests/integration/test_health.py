@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from conftest import SLOW, Server, http_get, read_response, wait_for
-from test_redis import Redis, free_port
+from engines import Redis, free_port
 
 
 

@@ -337,7 +337,7 @@ def test_page_shows_only_its_own_nodes_statistics(tern_factory, chromium, tmp_pa
     import shutil
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server missing")
-    from test_redis import Redis, free_port
+    from engines import Redis, free_port
     redis = Redis(free_port())
     redis.start()
     try:

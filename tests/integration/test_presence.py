@@ -19,7 +19,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from conftest import SLOW, wait_for
-from test_redis import Redis, free_port
+from engines import Redis, free_port
 
 SECRET = b"presence-secret"
 RULE = "room.* subscribe=token presence=on join-leave=on"
@@ -368,9 +368,9 @@ def test_a_token_with_too_large_info_is_refused(start):
 
 @pytest.mark.skipif(shutil.which("redis-server") is None,
                     reason="redis-server missing (scripts/install-deps.sh test)")
-def test_through_redis_join_and_leave_cross_nodes_presence_stays_local(start):
-    """Presence is node-local; join and leave travel wherever the topic's
-    messages go, through --redis too."""
+def test_through_redis_join_and_leave_cross_nodes(start):
+    """Join and leave travel wherever the topic's messages go, through
+    --redis too (presence across nodes: test_presence_nodes.py)."""
     redis = Redis(free_port())
     redis.start()
     try:
@@ -392,9 +392,11 @@ def test_through_redis_join_and_leave_cross_nodes_presence_stays_local(start):
             await hear(watcher, seen, "join", 1, "b's join on a")
             join = next(e["join"] for e in seen if "join" in e)
             assert join["user"] == "far" and join["info"] == {"node": "b"}, join
-            # Each node lists its own subscribers.
-            assert await stats(watcher, "room.r", seen) == (1, 1)
-            assert await stats(other, "room.r") == (1, 1)
+            # Each node lists both nodes' subscribers.
+            async def both(ws, events=None):
+                return await stats(ws, "room.r", events) == (2, 2)
+            await until(lambda: both(watcher, seen), "b's subscriber in a's presence")
+            await until(lambda: both(other), "a's subscriber in b's presence")
             await other.close()
             await hear(watcher, seen, "leave", 1, "b's leave on a")
             leaves = [e["leave"] for e in seen if "leave" in e]

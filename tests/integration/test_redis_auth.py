@@ -13,14 +13,13 @@ import socket
 import subprocess
 import time
 import types
-import urllib.error
 import urllib.request
 
 import pytest
 from websockets.sync.client import connect
 
 from conftest import SLOW, TERN_BIN, wait_for
-from test_redis import Redis, free_port, subscribe, recv_data, http_publish
+from engines import Redis, free_port, http_publish, readyz, recv_data, subscribe
 
 pytestmark = pytest.mark.skipif(shutil.which("redis-server") is None,
                                 reason="redis-server missing (scripts/install-deps.sh test)")
@@ -97,14 +96,6 @@ def client_list(redis):
         return f.read(n).decode()
 
 
-def ready(node):
-    try:
-        with urllib.request.urlopen(f"{node.admin_base}/readyz", timeout=5 * SLOW) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
 def stats(node):
     with urllib.request.urlopen(f"{node.admin_base}/stats", timeout=5 * SLOW) as r:
         return json.loads(r.read())
@@ -125,7 +116,7 @@ def test_requirepass_in_the_url(redis, tern_factory):
     url = f"redis://:{ENCODED}@127.0.0.1:{redis.port}/0"
     a = tern_factory("--redis", url)
     b = tern_factory("--redis", url)
-    wait_for(lambda: ready(a)[0] == 200 and ready(b)[0] == 200, "both ready")
+    wait_for(lambda: readyz(a)[0] == 200 and readyz(b)[0] == 200, "both ready")
     assert delivers_across(a, b)
 
 
@@ -136,7 +127,7 @@ def test_acl_user_and_password_file(redis, tern_factory, tmp_path):
     a = tern_factory("--redis", f"redis://app@127.0.0.1:{redis.port}",
                      "--redis-password-file", str(f))
     b = tern_factory("--redis", f"redis://app:{ENCODED}-app@127.0.0.1:{redis.port}")
-    wait_for(lambda: ready(a)[0] == 200 and ready(b)[0] == 200, "both ready")
+    wait_for(lambda: readyz(a)[0] == 200 and readyz(b)[0] == 200, "both ready")
     assert delivers_across(a, b)
     # Every link of both nodes (two each) is the ACL user's.
     tern_links = [l for l in client_list(redis).splitlines() if "name=tern-" in l]
@@ -175,7 +166,7 @@ def test_wrong_password_is_said_and_never_shown(redis):
                         "--log-level", "info")
     try:
         wait_for(lambda: stats(a)["redis"]["auth_refused"], "auth refused")
-        assert ready(a) == (503, "not ready: bridge (redis) auth failed\n")
+        assert readyz(a) == (503, "not ready: bridge (redis) auth failed\n")
         assert stats(a)["redis"]["connected"] is False
         with urllib.request.urlopen(f"{a.admin_base}/metrics", timeout=5 * SLOW) as r:
             assert "\ntern_redis_auth_refused 1\n" in r.read().decode()
@@ -193,7 +184,7 @@ def test_no_password_to_a_server_that_wants_one(redis):
         # Redis answers NOAUTH; the bridge never says it is up, and says why.
         wait_for(lambda: stats(a)["redis"]["auth_refused"], "auth refused")
         assert stats(a)["redis"]["connected"] is False
-        assert ready(a) == (503, "not ready: bridge (redis) auth failed\n")
+        assert readyz(a) == (503, "not ready: bridge (redis) auth failed\n")
     finally:
         err = stop(p, first)
     assert "refused a client without a password" in err and "NOAUTH" in err, err
@@ -233,7 +224,7 @@ def test_the_documented_acl_rights_are_enough(redis, tern_factory):
     rule = ["--feed", "off", "--topic", "chat.* subscribe=anyone publish=anyone history=100"]
     a = tern_factory("--redis", url, *rule)
     b = tern_factory("--redis", url, *rule, "--threads", "2")
-    wait_for(lambda: ready(a)[0] == 200 and ready(b)[0] == 200, "both ready")
+    wait_for(lambda: readyz(a)[0] == 200 and readyz(b)[0] == 200, "both ready")
     assert delivers_across(a, b)
     with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
         ws.send(json.dumps({"op": "subscribe", "topic": "chat.room"}))

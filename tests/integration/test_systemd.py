@@ -161,7 +161,7 @@ def test_socket_activation_serves_the_inherited_sockets(tmp_path):
     the first connection: tern serves those sockets instead of binding its
     flags' ports (which another socket holds here), each of its two loops
     listening on both public sockets, and says READY=1 with their ports."""
-    from test_redis import free_port
+    from engines import free_port
     from test_tls import make_cert
     import ssl
     import urllib.request
@@ -213,7 +213,7 @@ def test_socket_activation_serves_the_inherited_sockets(tmp_path):
 @pytest.mark.skipif(shutil.which("systemd-socket-activate") is None,
                     reason="systemd-socket-activate missing (Debian's systemd)")
 def test_an_https_socket_without_certificates_is_refused():
-    from test_redis import free_port
+    from engines import free_port
     port = free_port()
     p = subprocess.Popen(["systemd-socket-activate", "-l", f"127.0.0.1:{port}", "--fdname=https",
                           TERN_BIN, "serve", "--port", "0", "--admin-listen", "off"],
