@@ -42,11 +42,25 @@ export interface ClientOptions {
   queuePolicy?: "reject-new" | "drop-oldest";
   /** A WebSocket class to use instead of the global one or the ws package. */
   WebSocket?: unknown;
+  /**
+   * The transports tried, in this order (default ["websocket",
+   * "http-stream"]): "http-stream" is tern serve's /http-stream. Until a
+   * connection has opened, fallbackAfter WebSocket attempts that never
+   * opened are followed by one on the next transport, and again; the
+   * first transport that opens stays.
+   */
+  transports?: Transport[];
+  /** WebSocket attempts that never opened before one on the next transport (default 2). */
+  fallbackAfter?: number;
+  /** A fetch to use for http-stream instead of the global one (its body must stream). */
+  fetch?: typeof globalThis.fetch;
   /** false: do not connect until connect() is called. */
   connect?: boolean;
   /** The jitter's random numbers in [0, 1) (default Math.random). */
   random?: () => number;
 }
+
+export type Transport = "websocket" | "http-stream";
 
 export interface Message {
   topic: string;
@@ -136,11 +150,15 @@ export class TernClient {
   constructor(url: string, options?: ClientOptions);
   readonly url: string;
   readonly state: State;
+  /** The transport of the connection open (or last open); null before one opened. */
+  readonly transport: Transport | null;
   /** Publishes not sent yet: held while disconnected, or waiting for the server's rate. */
   readonly queued: number;
   on(event: "state", fn: (state: State, previous: State) => void): () => void;
   on(event: "error", fn: (error: TernError) => void): () => void;
   on(event: "join" | "leave", fn: (ev: PresenceEvent) => void): () => void;
+  /** A connection opened on another transport than the last one (the first one too). */
+  on(event: "transport", fn: (transport: Transport) => void): () => void;
   connect(): void;
   reconnect(): void;
   subscribe(topic: string, handler: (msg: Message, sub: Subscription) => void,

@@ -14,7 +14,9 @@
 // resubscriptions and queued publishes is paced, never refused; gets
 // tokens again before they expire; asks who is in a topic (presence) and
 // hands on the joins and leaves the server pushes (src/app/serve_presence.h
-// says that protocol).
+// says that protocol); falls back to HTTP streaming (tern serve's
+// /http-stream, src/app/serve_stream.c) where WebSockets cannot open, and
+// says which transport it uses.
 
 const DEFAULTS = {
   backoffInitial: 250,     // ms: the first retry waits up to this
@@ -23,6 +25,8 @@ const DEFAULTS = {
   queueMax: 1000,          // publishes held while disconnected
   queuePolicy: "reject-new",
   rate: 100,               // messages a second when the server does not say (tern serve's default)
+  transports: ["websocket", "http-stream"],   // tried in this order
+  fallbackAfter: 2,        // WebSocket attempts that never opened before trying the next transport
 };
 
 const OPEN = 1;   // WebSocket.OPEN, the same in every implementation
@@ -81,6 +85,114 @@ async function webSocketClass(given) {
     }
   }
   return wsModule.WebSocket || wsModule.default;
+}
+
+// The HTTP-streaming URL of a /pubsub URL: ws(s)://host/path/pubsub?q
+// -> http(s)://host/path/http-stream?q.
+function httpStreamUrl(url) {
+  const u = new URL(url);
+  u.protocol = u.protocol === "wss:" ? "https:" : "http:";
+  u.pathname = u.pathname.replace(/\/pubsub$/, "") + "/http-stream";
+  return u.toString();
+}
+
+/**
+ * tern serve's HTTP-streaming transport behind a WebSocket's interface
+ * (readyState, send, close, onopen, onmessage, onerror, onclose), so that
+ * the client above does not know which it has: GET /http-stream is one
+ * long response of JSON lines (its session first, then every /pubsub
+ * message, last {"close":code,"reason":...}); what send() is given goes
+ * in POSTs to /http-stream/ops?session=ID, one at a time, so in order
+ * (what waits meanwhile goes together in the next one, a line each).
+ * Needs a fetch whose response body streams (Node 18+, browsers).
+ */
+class HttpStreamSocket {
+  constructor(url, fetchFn) {
+    this.readyState = 0;   // CONNECTING
+    this.onopen = this.onmessage = this.onerror = this.onclose = null;
+    this._fetch = fetchFn || globalThis.fetch.bind(globalThis);
+    this._abort = new AbortController();
+    this._url = url;
+    this._waiting = [];      // sent, not POSTed yet
+    this._posting = false;   // a POST is under way
+    this._session = null;
+    this._run();
+  }
+
+  async _run() {
+    let code = 1006, reason = "";
+    try {
+      const res = await this._fetch(this._url, { signal: this._abort.signal, cache: "no-store" });
+      if (!res.ok) {
+        // the same words as the ws package's, which the client reads
+        this._fire("onerror", { message: `Unexpected server response: ${res.status}` });
+      } else {
+        const reader = res.body.getReader();
+        const text = new TextDecoder();
+        let buf = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += text.decode(value, { stream: true });
+          let nl;
+          while ((nl = buf.indexOf("\n")) >= 0) {
+            const line = buf.slice(0, nl);
+            buf = buf.slice(nl + 1);
+            if (line === "") continue;   // the keep-alive
+            if (this._session === null) {
+              this._session = JSON.parse(line).session;
+              this.readyState = 1;   // OPEN
+              this._fire("onopen", {});
+            } else if (line.startsWith('{"close":')) {
+              ({ close: code, reason } = JSON.parse(line));
+            } else {
+              this._fire("onmessage", { data: line });
+            }
+          }
+        }
+      }
+    } catch (e) {
+      if (this.readyState !== 3) this._fire("onerror", { message: e.message });
+    }
+    this._closed(code, reason);
+  }
+
+  _fire(name, ev) {
+    if (this[name]) this[name](ev);
+  }
+
+  _closed(code, reason) {
+    if (this.readyState === 3) return;
+    this.readyState = 3;   // CLOSED
+    this._abort.abort();
+    this._fire("onclose", { code, reason });
+  }
+
+  send(data) {
+    if (this.readyState !== 1) throw new Error("not open");
+    this._waiting.push(data);
+    if (!this._posting) this._post();
+  }
+
+  async _post() {
+    this._posting = true;
+    const url = this._url.replace(/\?.*$/, "") + "/ops?session=" + this._session;
+    while (this._waiting.length > 0 && this.readyState === 1) {
+      const body = this._waiting.splice(0).join("\n");
+      try {
+        const res = await this._fetch(url, { method: "POST", body, signal: this._abort.signal });
+        if (!res.ok) throw new Error(`ops: ${res.status}`);
+      } catch (e) {
+        // the stream is gone, or going: its end says how
+        this._closed(1006, e.message);
+      }
+    }
+    this._posting = false;
+  }
+
+  close() {
+    this._closed(1000, "");
+  }
 }
 
 /**
@@ -167,6 +279,12 @@ export class TernClient {
     this._pumpTimer = null;
     this._socket = null;
     this._attempt = 0;
+    // The transport in use (null until a connection opens), and the one
+    // the next attempt takes: options.transports[_transportAt], moved on
+    // (_failures: attempts on it that never opened) while none has opened.
+    this.transport = null;
+    this._transportAt = 0;
+    this._failures = 0;
     this._retryTimer = null;
     this._refreshTimer = null;
     this._random = options.random || Math.random;
@@ -238,7 +356,8 @@ export class TernClient {
     this._socket = socketMarker;   // taken: no second _open meanwhile
     let ws;
     try {
-      const WS = await webSocketClass(this.options.WebSocket);
+      const kind = this.options.transports[this._transportAt];
+      const WS = kind === "http-stream" ? null : await webSocketClass(this.options.WebSocket);
       if (this.options.getToken && (!this._token || this._tokenStale || this._expiresSoon())) {
         this._token = await this.options.getToken();
         this._tokenStale = false;
@@ -247,7 +366,8 @@ export class TernClient {
       let url = this.url;
       if (this._token)
         url += (url.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(this._token);
-      ws = new WS(url);
+      ws = WS ? new WS(url) : new HttpStreamSocket(httpStreamUrl(url), this.options.fetch);
+      ws.transport = kind;
     } catch (e) {
       if (this._socket !== socketMarker) return;
       this._socket = null;
@@ -262,6 +382,10 @@ export class TernClient {
       if (this._socket !== ws) return;
       opened = true;
       this._attempt = 0;
+      if (this.transport !== ws.transport) {
+        this.transport = ws.transport;
+        this._emit("transport", ws.transport);
+      }
       this._setState("open");
       this._askLimits();
       this._resubscribe();
@@ -297,6 +421,18 @@ export class TernClient {
         const status = failure && /server response: (\d{3})/.exec(failure);
         if (status) detail.status = Number(status[1]);
         this._error("CONNECT", "could not connect" + (failure ? ": " + failure : ""), detail);
+        // Until a connection has opened, a WebSocket that never opens, again
+        // and again, may be a network that refuses them (a proxy), or a
+        // server that is down: after fallbackAfter of them the next
+        // transport gets one attempt, then WebSockets again, and so on,
+        // with the same backoff. The first transport that opens is the
+        // network's answer, and stays.
+        const kind = ws.transport;
+        if (this.transport === null &&
+            ++this._failures >= (kind === "websocket" ? this.options.fallbackAfter : 1)) {
+          this._transportAt = (this._transportAt + 1) % this.options.transports.length;
+          this._failures = 0;
+        }
       }
       this._scheduleRetry();
     };

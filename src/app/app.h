@@ -66,6 +66,19 @@ int app_serve_sse_route(tern_server *srv, int (*hook)(tern_http_req *, void **, 
  * shutdown would wait for them), and streams opened meanwhile end once
  * subscribed. Any thread; once. */
 void app_serve_sse_drain(tern_server *srv);
+/* serve_stream.c: GET /http-stream and POST /http-stream/ops, /pubsub
+ * over HTTP streaming, each stream a /pubsub session of the server's own
+ * (the relay); hook as for /sse. */
+TERN_MUST_CHECK
+int app_serve_stream_routes(tern_server *srv, int (*hook)(tern_http_req *, void **, void *),
+                            void *user);
+/* The relays' listener on srv: a Unix socket in a new private directory
+ * (under $TMPDIR, or /tmp); app_serve_stream_unlisten removes both. */
+TERN_MUST_CHECK
+int app_serve_stream_listen(tern_server *srv, const tern_listen_options *opt);
+void app_serve_stream_unlisten(void);
+/* SIGTERM: every loop of srv's run ends its streams. Any thread; once. */
+void app_serve_stream_drain(tern_server *srv);
 void app_serve_pubsub_refusals_get(app_serve_pubsub_refusals *out);
 /* --pubsub-rate changed while the loops run (SIGHUP), from any thread. */
 void app_serve_pubsub_set_rate(uint32_t rate);

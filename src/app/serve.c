@@ -12,6 +12,8 @@
  *                           (src/app/serve_pubsub.c has the details)
  *   GET  /sse?topic=T...    the same topics as Server-Sent Events, resumed by
  *                           Last-Event-ID (src/app/serve_sse.c)
+ *   GET  /http-stream       /pubsub over HTTP streaming: its messages as lines
+ *   POST /http-stream/ops   of JSON, the client's ops POSTed (serve_stream.c)
  *   (with --bench-routes)   the routes of serve_bench.c, and serve_pubsub.c's /fanout
  *   GET  /(anything else)   static files under --root, when given
  *   (Host NAME of a --vhost NAME=ROOT)  the files under ROOT, nothing else
@@ -78,6 +80,7 @@ static void on_stop_signal(tern_loop *loop, int signo, void *user) {
     if (!atomic_exchange(&ctx->draining, true)) {
         app_serve_sd_stopping();
         app_serve_sse_drain(ctx->first);
+        app_serve_stream_drain(ctx->first);
         app_prnodes_draining();
     }
 }
@@ -250,6 +253,10 @@ static int serve_setup(tern_server *srv, void *user) {
         fprintf(stderr, "tern serve: pub/sub routes: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
+    if ((err = app_serve_stream_routes(srv, app_serve_ws_upgrade, ctx)) < 0) {
+        fprintf(stderr, "tern serve: stream routes: %s\n", tern_strerror(err));
+        return SETUP_FAILED;
+    }
     /* Each topic rule's settings, what it does not say the server's: the
      * library's rule for the same pattern (its exact topic or prefix). */
     for (int i = 0; i < ctx->rules.n; i++) {
@@ -342,6 +349,10 @@ static int serve_setup(tern_server *srv, void *user) {
         (err = tern_listen_tls(srv, set->host, set->tls_port, ctx->tls, &set->listen)) < 0) {
         fprintf(stderr, "tern serve: listen on %s:%d: %s%s\n", set->host, set->tls_port,
                 tern_strerror(err), app_serve_in_use_hint(err));
+        return SETUP_FAILED;
+    }
+    if ((err = app_serve_stream_listen(srv, &set->listen)) < 0) {
+        fprintf(stderr, "tern serve: the /http-stream relays' socket: %s\n", tern_strerror(err));
         return SETUP_FAILED;
     }
     /* SIGINT and SIGTERM are tern_run's; ours only marks the drain. Before
@@ -483,7 +494,9 @@ static int serve_run(serve_ctx *ctx) {
         fprintf(stderr, "tern serve: systemd passed an admin socket, and --admin-listen is off\n");
         return SETUP_FAILED;
     }
-    return tern_run(ctx->set.threads, &ctx->set.run, serve_setup, ctx);
+    int rc = tern_run(ctx->set.threads, &ctx->set.run, serve_setup, ctx);
+    app_serve_stream_unlisten();   /* after a failed setup too */
+    return rc;
 }
 
 /* What serve_main made, freed (and the secrets wiped) once the loops have

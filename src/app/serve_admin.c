@@ -136,10 +136,11 @@ static void on_health(tern_http_req *req, void *user) {
 }
 
 /* Why a public listener of some loop is not accepting, or NULL: each
- * loop listens on --port, --unix and --tls-port as configured, and none of
- * them backs off (out of descriptors, tern_stats.listeners_paused). */
+ * loop listens on --port, --unix and --tls-port as configured, and on the
+ * /http-stream relays' socket (serve_stream.c), and none of them backs off
+ * (out of descriptors, tern_stats.listeners_paused). */
 static const char *listeners_down(const serve_ctx *ctx) {
-    uint64_t expected = 1 + (ctx->set.unix_path ? 1 : 0) + (ctx->tls ? 1 : 0);
+    uint64_t expected = 2 + (ctx->set.unix_path ? 1 : 0) + (ctx->tls ? 1 : 0);
     for (int i = 0; i < tern_server_peer_count(ctx->first); i++) {
         tern_stats st;
         const tern_server *peer = tern_server_peer(ctx->first, i);

@@ -192,10 +192,11 @@ def test_socket_activation_serves_the_inherited_sockets(tmp_path):
             assert r.read() == b"ready\n"
         with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5 * SLOW) as r:
             text = r.read().decode()
-        # each of the 2 loops listens on the 2 public sockets
-        assert re.search(r"^tern_listeners 4$", text, re.M), text[:400]
+        # each of the 2 loops listens on the 2 public sockets and the
+        # /http-stream relays' private Unix socket (serve_stream.c)
+        assert re.search(r"^tern_listeners 6$", text, re.M), text[:400]
         for i in range(2):
-            assert re.search(rf'^tern_thread_listeners{{thread="{i}"}} 2$', text, re.M)
+            assert re.search(rf'^tern_thread_listeners{{thread="{i}"}} 3$', text, re.M)
         p.send_signal(signal.SIGTERM)
         assert "STOPPING=1" in messages(sock, "STOPPING=1", 5)[-1].split("\n")
         assert p.wait(timeout=10 * SLOW) == 0

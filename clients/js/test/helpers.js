@@ -173,6 +173,69 @@ export class Proxy {
   }
 }
 
+/**
+ * A proxy on 127.0.0.1 to target's port that refuses every WebSocket
+ * upgrade (403), as a company proxy that blocks WebSockets does, and
+ * passes the rest on. refused counts the upgrades it refused; cut()
+ * resets every connection through it.
+ */
+export class NoUpgradeProxy {
+  constructor(targetPort) {
+    this.targetPort = targetPort;
+    this.refused = 0;
+    this.socks = new Set();
+    this.server = net.createServer((client) => this._accept(client));
+  }
+
+  listen() {
+    running.add(() => this.close());
+    return new Promise((r) => this.server.listen(0, "127.0.0.1", () => {
+      this.port = this.server.address().port;
+      this.url = `ws://127.0.0.1:${this.port}/pubsub`;
+      r(this);
+    }));
+  }
+
+  _accept(client) {
+    let head = Buffer.alloc(0);
+    const first = (chunk) => {
+      head = Buffer.concat([head, chunk]);
+      if (!head.includes("\r\n\r\n")) return;
+      client.off("data", first);
+      if (/^upgrade:\s*websocket/im.test(head.toString("latin1"))) {
+        this.refused++;
+        client.end("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        return;
+      }
+      const upstream = net.connect(this.targetPort, "127.0.0.1");
+      this.socks.add(client).add(upstream);
+      upstream.write(head);
+      client.pipe(upstream);
+      upstream.pipe(client);
+      const end = () => {
+        for (const s of [client, upstream]) {
+          this.socks.delete(s);
+          if (!s.destroyed) s.resetAndDestroy();
+        }
+      };
+      client.on("error", end).on("close", end);
+      upstream.on("error", end).on("close", end);
+    };
+    client.on("data", first).on("error", () => {});
+  }
+
+  cut() {
+    for (const s of [...this.socks]) s.resetAndDestroy();
+    this.socks.clear();
+  }
+
+  close() {
+    this.cut();
+    if (!this.server.listening) return Promise.resolve();
+    return new Promise((r) => this.server.close(() => r()));
+  }
+}
+
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Resolves once cond() is true (checked every 10 ms), or rejects naming what. */
