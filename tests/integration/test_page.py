@@ -425,8 +425,8 @@ def test_page_over_h2_carries_its_websocket_on_the_same_connection(tern_factory,
     # RFC 8441: the TLS port offers h2 and extended CONNECT, so Chromium
     # loads the page over h2 and opens its /pubsub WebSocket as a stream
     # of that connection: the access log names one peer (address and
-    # port) for both, one TCP connection is open while the page is live,
-    # and the WebSocket's handshake was HTTP/2's (200, not HTTP/1.1's 101).
+    # port) for both, and the WebSocket's handshake was HTTP/2's (200, not
+    # HTTP/1.1's 101).
     from test_tls import make_cert
     cert, key = make_cert(str(tmp_path), "c", "localhost", "DNS:localhost,IP:127.0.0.1")
     access = tmp_path / "access.log"
@@ -456,8 +456,11 @@ def test_page_over_h2_carries_its_websocket_on_the_same_connection(tern_factory,
         while not ((st := state()) and len(st["prices"]) == 24):
             assert time.monotonic() < deadline, f"the page never went live: {st}"
             time.sleep(0.1)
+        # (Chromium may open a spare connection beside the page's, a
+        # preconnect: the access log's one peer below is what shows the
+        # WebSocket on the page's own connection.)
         total = srv.stats()["total"]
-        assert total["connections"] == 1 and total["pubsub"]["subscriptions"] >= 1, total
+        assert total["pubsub"]["subscriptions"] >= 1, total
         dt.call("Target.closeTarget", {"targetId": target})
         # The WebSocket's entry comes at its end.
 
