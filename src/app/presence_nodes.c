@@ -392,6 +392,18 @@ static pn_node *node_get(const char *name, size_t nl, uint64_t inst) {
     return n;
 }
 
+/* n bytes of a message as a C string. Not strndup, which may look for a
+ * NUL past the n bytes (the message's payload is not NUL-terminated, and
+ * ASan's strict string checks report the read beyond it). */
+static char *bytes_dup(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
 /* The records of a message from node n (under the lock). A record that
  * does not parse ends the message (the rest is not trusted). */
 static void apply(pn_node *n, reader *r, uint32_t mark) {
@@ -410,7 +422,7 @@ static void apply(pn_node *n, reader *r, uint32_t mark) {
             !get_view(r, il, &info))
             return;
         /* The store takes NUL-terminated strings. */
-        char *u = strndup(user, ul), *in = il ? strndup(info, il) : NULL;
+        char *u = bytes_dup(user, ul), *in = il ? bytes_dup(info, il) : NULL;
         if (u && (il == 0 || in))
             node_join(n, mark, topic, tl, client, u, in);
         free(u);
