@@ -303,14 +303,20 @@ static void refuse(tern_http_req *req, int status, const char *why) {
     tern_http_respond(req, status, "text/plain", b, (size_t)n);
 }
 
+/* The upgrade hook's verdict (--allowed-origin), asked as /pubsub asks
+ * it: false, and the request answered with its status, when refused. */
+static bool origin_allowed(tern_http_req *req) {
+    void *hook_user = NULL;
+    int status = stream_upgrade_hook(req, &hook_user, stream_hook_user);
+    if (status != 0)
+        refuse(req, status, tern_http_reason(status));
+    return status == 0;
+}
+
 static void stream_handler(tern_http_req *req, void *user) {
     (void)user;
-    void *hook_user = NULL;
-    int status = stream_upgrade_hook(req, &hook_user, stream_hook_user);   /* --allowed-origin */
-    if (status != 0) {
-        refuse(req, status, tern_http_reason(status));
+    if (!origin_allowed(req))
         return;
-    }
     static _Thread_local char url[TERN_TOKEN_MAX + 300];
     if (!relay_url(req, url, sizeof(url))) {
         refuse(req, 401, "bad token");
@@ -394,12 +400,8 @@ static int hexval(char ch) {
 
 static void ops_handler(tern_http_req *req, void *user) {
     (void)user;
-    void *hook_user = NULL;
-    int status = stream_upgrade_hook(req, &hook_user, stream_hook_user);   /* --allowed-origin */
-    if (status != 0) {
-        refuse(req, status, tern_http_reason(status));
+    if (!origin_allowed(req))
         return;
-    }
     char hex[2 * STREAM_ID_LEN + 2];
     ssize_t hl = tern_http_query_param(req, "session", hex, sizeof(hex));
     unsigned char id[STREAM_ID_LEN];
