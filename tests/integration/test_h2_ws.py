@@ -18,20 +18,7 @@ import h2.settings
 import pytest
 
 from conftest import SLOW, wait_for
-from test_tls import make_cert
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory):
-    d = str(tmp_path_factory.mktemp("h2wscerts"))
-    return make_cert(d, "h2ws", "localhost", "DNS:localhost,IP:127.0.0.1")
-
-
-@pytest.fixture
-def h2_tern(tern_factory, cert):
-    def start(*args):
-        return tern_factory("--tls-port", "0", "--tls-cert", cert[0], "--tls-key", cert[1], *args)
-    return start
+from test_h2 import cert, h2_tern  # noqa: F401 (fixtures)
 
 
 def frame(opcode, payload, fin=True, rsv1=False):
