@@ -45,6 +45,13 @@ root=$(pwd)
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=23:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=23"
 
+# Nothing may hang the run: a test that does not end in PER_TEST seconds
+# fails by name (pytest-timeout, and node --test's own), and the
+# JavaScript run as a whole is bounded too. The longest integration test
+# takes about a minute under the sanitizers.
+PER_TEST=${PER_TEST:-600}
+pytest=(python3 -m pytest -q -p no:cacheprovider --timeout "$PER_TEST")
+
 status=0
 # Each section's header says when it started (minutes into the run).
 section() { printf '\n==== %s ==== [%d:%02d]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
@@ -85,7 +92,7 @@ integration() {
     local what=$1 bin=$2 io i rc=0 pids=()
     shift 2
     for io in "${backends[@]}"; do
-        env "$@" TERN_IO="$io" TERN_BIN="$bin" python3 -m pytest -q -p no:cacheprovider \
+        env "$@" TERN_IO="$io" TERN_BIN="$bin" "${pytest[@]}" \
             tests/integration >"$root/build/integration-$what-$io.log" 2>&1 &
         pids+=($!)
     done
@@ -109,8 +116,8 @@ rustls_tls() {
                   test_page test_systemd test_tokens test_topic_rules test_vhosts test_ws test_ws_clients)
     for io in "${backends[@]}"; do
         (cd tests/integration &&
-         TERN_IO="$io" TERN_BIN="$bin" python3 -m pytest -q -p no:cacheprovider test_tls.py &&
-         TERN_IO="$io" TERN_BIN="$bin" python3 -m pytest -q -p no:cacheprovider \
+         TERN_IO="$io" TERN_BIN="$bin" "${pytest[@]}" test_tls.py &&
+         TERN_IO="$io" TERN_BIN="$bin" "${pytest[@]}" \
              -k "tls or wss or https or socket_activation" "${others[@]/%/.py}") >"$root/build/rustls-$io.log" 2>&1 &
         pids+=($!)
     done
@@ -138,7 +145,8 @@ section "JavaScript client (clients/js, node --test)"
 if [ ! -d clients/js/node_modules/ws ]; then
     (cd clients/js && npm ci --no-audit --no-fund --silent) || status=1
 fi
-(cd clients/js && TERN_BIN="$root/build/tern" node --test test/*.test.js) || status=1
+(cd clients/js && TERN_BIN="$root/build/tern" timeout -k 10 1200 \
+     node --test --test-timeout=$((PER_TEST * 1000)) test/*.test.js) || status=1
 (cd clients/js && npm pack --dry-run --offline >/dev/null 2>&1) ||
     { echo "npm pack failed (clients/js)"; status=1; }
 
@@ -150,7 +158,7 @@ fi
 # peer acknowledged (SIOCOUTQ), which POSIX cannot say.
 section "portable build: unit tests, integration tests (build-portable, poll)"
 (cd build-portable && ctest --output-on-failure --no-tests=error) || status=1
-(cd tests/integration && TERN_BIN="$root/build-portable/tern" python3 -m pytest -q -p no:cacheprovider \
+(cd tests/integration && TERN_BIN="$root/build-portable/tern" "${pytest[@]}" \
      -k "not steady_reader_slower_than_the_kernel_frees_room" \
      test_http.py test_ws.py test_drain.py test_pubsub.py test_clocks.py test_faults.py) || status=1
 
