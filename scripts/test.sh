@@ -8,19 +8,18 @@
 #      (scripts/check-docs-map.sh: docs/ARCHITECTURE.md indexes every file
 #      of src/, README names every example, no link leaves the
 #      repository), the platform (scripts/check-platform.sh: no Linux-only
-#      call outside src/platform/ and the Linux back ends), then the
-#      integration tests (pytest);
+#      call outside src/platform/ and the Linux back ends);
+#   2. the integration tests (pytest) on the release build and on the
+#      ASan+UBSan build, where any sanitizer report fails, once per back
+#      end of the loop (TERN_IO, which every `tern` they start reads): the
+#      four runs side by side;
 #   then the TLS tests against the rustls build (build-rustls);
 #   then the JavaScript client's tests (clients/js, node --test);
 #   then the portable build (build-portable: POSIX alone, the poll back
 #   end): its unit tests and a part of the integration suite;
-#   2. unit and integration tests on the ASan+UBSan build, where any
-#      sanitizer report fails;
-#   Steps 1 and 2 run on both of the loop's Linux back ends: ctest has every
-#   unit test three times (TERN_IO=epoll, TERN_IO=uring, and TERN_IO=poll,
-#   the portable build's back end), and the integration tests
-#   run once per back end (TERN_IO, which every `tern` they start reads),
-#   the two runs side by side;
+#   then the unit tests on the ASan+UBSan build. ctest has every unit test
+#   three times (TERN_IO=epoll, TERN_IO=uring, and TERN_IO=poll, the
+#   portable build's back end);
 #   3. Autobahn|Testsuite (fuzzingclient, cases 1-13, run by tests/autobahn)
 #      against `tern serve`'s /ws echo: every case over wss:// on the release
 #      build, and the quick cases (all but 9.*, 12.*, 13.*, which are long
@@ -31,7 +30,7 @@
 #      against tern's client (tests/autobahn/client.c): every case on the
 #      release build, the quick ones on the sanitizer build. Two lanes
 #      side by side: the long wss:// run, and everything else in turn;
-#   4. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus,
+#   4. each libFuzzer target for FUZZ_SECONDS (default 20) from its corpus,
 #      one per core at a time (scripts/fuzz.sh);
 #   5. every benchmark suite with --quick (bench/run), and ws-echo once more
 #      driven by the Go gorilla client: fails when a peer did not build, did
@@ -83,28 +82,28 @@ else
     echo "test.sh: no io_uring here (not built, or refused): epoll only"
 fi
 
-# The integration tests, once per back end, the back ends' runs side by
-# side: a run keeps about half a core busy (most tests wait on the server,
-# a client or a timeout), so two take the time of one. Each run's output
-# is printed when it ends. $1 names the build, $2 is its tern; the rest is
-# environment for the runs.
-integration() {
-    local what=$1 bin=$2 io i rc=0 pids=()
-    shift 2
-    for io in "${backends[@]}"; do
-        env "$@" TERN_IO="$io" TERN_BIN="$bin" "${pytest[@]}" \
-            tests/integration >"$root/build/integration-$what-$io.log" 2>&1 &
-        pids+=($!)
-    done
-    for i in "${!backends[@]}"; do
-        wait "${pids[$i]}" || rc=1
-        section "integration tests ($what, ${backends[$i]})"
-        cat "$root/build/integration-$what-${backends[$i]}.log"
-    done
-    return $rc
-}
-
-integration release "$root/build/tern" || status=1
+# The integration tests: the release build and the sanitizer build, each
+# once per back end, all four runs at once. A run keeps about half a core
+# busy (most tests wait on the server, a client or a timeout; the
+# sanitizer build's more), so together they fill the two cores and take
+# little longer than one; the tests wait for conditions, never for luck,
+# so a busy machine slows them, no more. Each run's output is printed
+# when it ends.
+runs=() pids=()
+for io in "${backends[@]}"; do
+    TERN_IO="$io" TERN_BIN="$root/build/tern" "${pytest[@]}" tests/integration \
+        >"$root/build/integration-release-$io.log" 2>&1 &
+    runs+=("release $io") pids+=($!)
+    TERN_IO="$io" TERN_BIN="$root/build-asan/tern" TERN_SANITIZED=1 "${pytest[@]}" tests/integration \
+        >"$root/build/integration-asan-$io.log" 2>&1 &
+    runs+=("asan $io") pids+=($!)
+done
+for i in "${!runs[@]}"; do
+    wait "${pids[$i]}" || status=1
+    read -r what io <<<"${runs[$i]}"
+    section "integration tests ($what, $io)"
+    cat "$root/build/integration-$what-$io.log"
+done
 
 # The TLS tests again against the rustls build (build-rustls, TERN_TLS=rustls,
 # made by make test), on each back end side by side: test_tls.py whole, and
@@ -165,7 +164,6 @@ section "portable build: unit tests, integration tests (build-portable, poll)"
 section "unit tests (ASan + UBSan)"
 (cd build-asan && ctest --output-on-failure --no-tests=error) || status=1
 
-integration asan "$root/build-asan/tern" TERN_SANITIZED=1 || status=1
 
 # Starts `tern serve` from build dir $1 on a free port, runs Autobahn with
 # the environment given, and stops the server, which must exit 0 cleanly.
@@ -267,7 +265,7 @@ if [ "${AUTOBAHN:-1}" != 0 ]; then
 fi
 
 section "fuzzers"
-scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-30}" || status=1
+scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-20}" || status=1
 
 if [ "${BENCH:-1}" != 0 ]; then
     # A smoke test of the harness and every peer (each builds, starts and
