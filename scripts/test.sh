@@ -46,8 +46,11 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=23"
 
 # Nothing may hang the run: a test that does not end in PER_TEST seconds
 # fails by name (pytest-timeout, and node --test's own), and the
-# JavaScript run as a whole is bounded too. The longest integration test
-# takes about a minute under the sanitizers.
+# JavaScript run as a whole is bounded too. A JavaScript test file whose
+# process would stay alive after its tests (a timer or socket left open)
+# fails in its helpers' stopAll, naming what is left, and is ended anyway
+# (--test-force-exit): node would otherwise wait on it for ever. The
+# longest integration test takes about a minute under the sanitizers.
 PER_TEST=${PER_TEST:-600}
 pytest=(python3 -m pytest -q -p no:cacheprovider --timeout "$PER_TEST")
 
@@ -145,7 +148,7 @@ if [ ! -d clients/js/node_modules/ws ]; then
     (cd clients/js && npm ci --no-audit --no-fund --silent) || status=1
 fi
 (cd clients/js && TERN_BIN="$root/build/tern" timeout -k 10 1200 \
-     node --test --test-timeout=$((PER_TEST * 1000)) test/*.test.js) || status=1
+     node --test --test-force-exit --test-timeout=$((PER_TEST * 1000)) test/*.test.js) || status=1
 (cd clients/js && npm pack --dry-run --offline >/dev/null 2>&1) ||
     { echo "npm pack failed (clients/js)"; status=1; }
 

@@ -289,9 +289,24 @@ export function closeAll() {
   made.clear();
 }
 
-/** Stops every server and proxy started (a test that failed half-way leaves none). */
+/**
+ * Stops every server and proxy started (a test that failed half-way leaves
+ * none), then checks that nothing else is left open: a timer or a socket
+ * the client kept after close() would keep the test file's process, and so
+ * the whole run, alive for ever. Fails naming what is left.
+ */
 export async function stopAll() {
   const all = [...running];
   running.clear();
   await Promise.all(all.map((stop) => stop()));
+  const deadline = Date.now() + 3000 * SLOW;
+  let left;
+  while ((left = leftOpen()).length > 0 && Date.now() < deadline) await sleep(20);
+  if (left.length > 0) throw new Error(`left open after close(): ${left.join(", ")}`);
+}
+
+// What keeps this process alive besides its own pipes to the test runner
+// (and the timer of a sleep() under way, none while this runs).
+function leftOpen() {
+  return process.getActiveResourcesInfo().filter((r) => r !== "PipeWrap" && r !== "TTYWrap");
 }
