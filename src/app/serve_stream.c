@@ -64,10 +64,12 @@
  * relay's last callback (on_close or on_connect_error), on its loop; s is
  * in the session table (under table_lock) exactly while the relay is
  * open and req is valid, so that a POST finds only a stream that can
- * take its ops. */
+ * take its ops; s is on its thread's relays list exactly while ws is
+ * set (from the relay's on_open to its on_close), closing or not. */
 typedef struct stream {
     struct stream *next_in_bucket;
     struct stream *prev, *next;   /* the thread's open streams (streams) */
+    struct stream *rprev, *rnext; /* the thread's open relays (relays) */
     unsigned char id[STREAM_ID_LEN];
     tern_loop *loop;
     tern_http_req *req;
@@ -92,6 +94,14 @@ static stream *table[STREAM_BUCKETS];
 /* Each loop's streams with a response under way, which the shutdown ends
  * (as serve_sse.c's: a graceful shutdown would wait for them). */
 static _Thread_local stream *streams;
+/* Each loop's open relays, those whose stream has ended and that are
+ * closing included. No server owns a relay (it is a client connection):
+ * the shutdown drops them itself (drain_loop), for once its server is
+ * done the loop stops, and a relay still alive then, its closing
+ * handshake waiting on a session of another loop, would never be freed.
+ * draining: this loop's shutdown has begun; a new stream is refused. */
+static _Thread_local stream *relays;
+static _Thread_local bool draining;
 
 /* ---- the session table ------------------------------------------------------ */
 
@@ -150,9 +160,13 @@ static void drop_req(stream *s) {
         tern_http_on_drain(s->req, NULL, NULL);
     }
     s->req = NULL;
-    if (s->ws)
+    if (s->ws) {
+        /* a paused relay would not read /pubsub's answer to its close,
+         * and wait for it until the close timeout */
+        if (s->paused && tern_ws_resume(s->ws) == 0)
+            s->paused = false;
         tern_ws_close(s->ws, 1000, NULL);
-    else if (s->connecting)
+    } else if (s->connecting)
         tern_ws_connect_cancel(s->connecting);
 }
 
@@ -202,8 +216,15 @@ static void relay_open(tern_ws *ws, void *user) {
     stream *s = user;
     s->connecting = NULL;
     s->ws = ws;
+    s->rnext = relays;
+    if (relays)
+        relays->rprev = s;
+    relays = s;
     if (s->req == NULL) {   /* the client went while the relay connected */
-        tern_ws_close(ws, 1000, NULL);
+        if (draining)
+            tern_ws_abort(ws);
+        else
+            tern_ws_close(ws, 1000, NULL);
         return;
     }
     char hex[2 * STREAM_ID_LEN + 1], line[64];
@@ -249,6 +270,9 @@ static void relay_close(tern_ws *ws, int code, const char *reason, size_t len, v
     (void)ws;
     stream *s = user;
     s->ws = NULL;
+    *(s->rprev ? &s->rprev->rnext : &relays) = s->rnext;
+    if (s->rnext)
+        s->rnext->rprev = s->rprev;
     end_stream(s, code, reason, len);
     free(s);
 }
@@ -315,6 +339,10 @@ static bool origin_allowed(tern_http_req *req) {
 
 static void stream_handler(tern_http_req *req, void *user) {
     (void)user;
+    if (draining) {   /* a request on a kept-alive connection, after drain_loop */
+        refuse(req, 503, "shutting down");
+        return;
+    }
     if (!origin_allowed(req))
         return;
     static _Thread_local char url[TERN_TOKEN_MAX + 300];
@@ -438,11 +466,17 @@ static void ops_handler(tern_http_req *req, void *user) {
     tern_http_respond(req, 202, "application/json", "{}\n", 3);
 }
 
-/* On each loop: its streams end now (1001, as /pubsub's sessions do). */
+/* On each loop: its streams end now (1001, as /pubsub's sessions do), and
+ * every relay is dropped (their on_close at this batch's end: before the
+ * loop can stop). A relay that opens later is dropped as it opens; one
+ * still connecting when the loop is freed is cancelled by tern_loop_free. */
 static void drain_loop(tern_loop *loop, void *user) {
     (void)loop, (void)user;
+    draining = true;
     while (streams)
         end_stream(streams, 1001, "going away", 10);
+    for (stream *s = relays; s; s = s->rnext)
+        tern_ws_abort(s->ws);
 }
 
 void app_serve_stream_drain(tern_server *srv) {

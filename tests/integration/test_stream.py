@@ -15,7 +15,9 @@ import asyncio
 import http.client
 import json
 import socket
+import struct
 import threading
+import time
 
 import aiohttp
 import pytest
@@ -308,6 +310,35 @@ def test_sigterm_ends_the_streams(tern_factory):
             assert await stopping == 0
 
     run(go())
+
+
+def test_a_stream_whose_reader_stalled_then_went_leaves_no_relay_behind(tern_factory):
+    """A reader that stops reading pauses its stream's relay; when it then
+    goes, the relay must still read /pubsub's answer to its close, and a
+    SIGTERM drops what relays are left: the server exits 0 at once (not at
+    the shutdown's deadline), frees its loop ("not freed" is logged
+    otherwise) and, under the sanitizers, leaks nothing."""
+    t = tern_factory("--feed", "off", "--pubsub-max-backlog", "65536", "--topic", "stall policy=drop")
+    c = SmallWindow("127.0.0.1", t.port)
+    c.request("GET", "/http-stream")
+    r = c.getresponse()
+    session = json.loads(r.readline())["session"]
+    h = http.client.HTTPConnection("127.0.0.1", t.port, timeout=10 * SLOW)
+    h.request("POST", f"/http-stream/ops?session={session}",
+              body=json.dumps({"op": "subscribe", "topic": "stall"}))
+    assert h.getresponse().status == 202
+    assert json.loads(r.readline())["ok"] == "subscribe"
+    big = "x" * 16000
+    for _ in range(400):   # 6.4 MB the reader never reads: the relay pauses
+        t.publish("stall", big)
+    # the relay paused: its session's backlog in /pubsub passed its limit
+    wait_for(lambda: t.stats()["total"]["pubsub"]["dropped"] > 0, "drops in /pubsub")
+    c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    c.close()   # the reader goes (a reset: nothing more to read)
+    started = time.monotonic()
+    assert t.stop() == 0
+    assert time.monotonic() - started < 5 * SLOW, "the shutdown waited for its deadline"
+    assert "not freed" not in t.stderr, t.stderr
 
 
 def test_the_relays_count_against_no_per_address_limit(tern_factory):
