@@ -1,5 +1,6 @@
 /* The admin API's JSON reader (json_read.h). */
 #include "app/json_read.h"
+#include "loop/hex.h"
 
 #include <string.h>
 
@@ -76,19 +77,13 @@ bool app_json_member(app_json_reader *r, char *key, size_t cap, bool *ok) {
     return true;
 }
 
-static int hex_digit(char c) {
-    return c >= '0' && c <= '9' ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* Four hex digits at s (s + 4 <= end): their value, or -1. */
 static long hex4_at(const char *s, const char *end) {
     if (end - s < 4)
         return -1;
     long v = 0;
     for (int i = 0; i < 4; i++) {
-        int d = hex_digit(s[i]);
+        int d = tern__hex_value(s[i]);
         if (d < 0)
             return -1;
         v = v << 4 | d;

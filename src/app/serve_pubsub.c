@@ -134,6 +134,7 @@
 #include "app/serve_proxy.h"
 #include "app/serve_tokens.h"
 #include "app/topic_rules.h"
+#include "loop/hex.h"
 #include "tern/tern.h"
 
 /* ---- a JSON scanner for {"key":"string",...} --------------------------- */
@@ -147,12 +148,6 @@ static const char *skip_ws(const char *s, const char *end) {
     while (s < end && (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r'))
         s++;
     return s;
-}
-
-static int hexval(char c) {
-    return c >= '0' && c <= '9' ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
 /* A string token at *s: no raw control characters, only valid escapes.
@@ -181,7 +176,7 @@ static bool scan_string(const char **s, const char *end, tok *t) {
                 if (end - p < 5)
                     return false;
                 for (int i = 1; i <= 4; i++)
-                    if (hexval(p[i]) < 0)
+                    if (tern__hex_value(p[i]) < 0)
                         return false;
                 p += 4;
                 break;
@@ -281,7 +276,7 @@ static size_t put_utf8(char *o, uint32_t cp) {
 }
 
 static uint32_t hex4(const char *p) {
-    return (uint32_t)(hexval(p[0]) << 12 | hexval(p[1]) << 8 | hexval(p[2]) << 4 | hexval(p[3]));
+    return (uint32_t)(tern__hex_value(p[0]) << 12 | tern__hex_value(p[1]) << 8 | tern__hex_value(p[2]) << 4 | tern__hex_value(p[3]));
 }
 
 /* Decodes a scanned string token into out (NUL-terminated). Returns its
@@ -426,7 +421,7 @@ static bool tok_number(tok t, int base, uint64_t *out) {
         return false;
     uint64_t v = 0;
     for (size_t i = 1; i <= n; i++) {
-        int d = base == 16 ? hexval(t.p[i]) : (t.p[i] >= '0' && t.p[i] <= '9' ? t.p[i] - '0' : -1);
+        int d = base == 16 ? tern__hex_value(t.p[i]) : (t.p[i] >= '0' && t.p[i] <= '9' ? t.p[i] - '0' : -1);
         if (d < 0 || (base == 10 && v > (UINT64_MAX - (uint64_t)d) / 10))
             return false;
         v = v * (uint64_t)base + (uint64_t)d;

@@ -64,6 +64,7 @@
 #include "app/app.h"
 #include "app/json.h"
 #include "app/serve_tokens.h"
+#include "loop/hex.h"
 #include "tern/tern.h"
 
 #define SSE_TOPICS_MAX 64         /* topics per stream: every event's id names them all */
@@ -370,12 +371,6 @@ static void expired(tern_timer *t, void *user) {
 
 /* ---- the request ---------------------------------------------------------- */
 
-static int hexval(char ch) {
-    return ch >= '0' && ch <= '9' ? ch - '0'
-           : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
-           : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
-}
-
 /* The query's topic= values into t[], at most SSE_TOPICS_MAX; "snapshot=1"
  * into *snapshot. Returns how many, or -1 for a bad one (empty, too long,
  * a bad escape, a repeat, too many). */
@@ -410,8 +405,8 @@ static bool parse_last_id(const char *s, size_t n, sse_topic *t, int ntopics) {
             return false;
         e[k] = q[k] = 0;
         size_t de = 0, dq = 0;
-        while (i < n && hexval(s[i]) >= 0 && de < 16)
-            e[k] = e[k] << 4 | (uint64_t)hexval(s[i++]), de++;
+        while (i < n && tern__hex_value(s[i]) >= 0 && de < 16)
+            e[k] = e[k] << 4 | (uint64_t)tern__hex_value(s[i++]), de++;
         if (de > 0) {
             if (i >= n || s[i++] != '.' || e[k] == 0)
                 return false;

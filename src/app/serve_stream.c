@@ -50,6 +50,7 @@
 #include "app/app.h"
 #include "app/json.h"
 #include "app/token.h"
+#include "loop/hex.h"
 #include "net/crypto.h"
 #include "tern/tern.h"
 
@@ -422,10 +423,6 @@ static void deliver(tern_loop *loop, void *user) {
     free(o);
 }
 
-static int hexval(char ch) {
-    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-}
-
 static void ops_handler(tern_http_req *req, void *user) {
     (void)user;
     if (!origin_allowed(req))
@@ -435,7 +432,7 @@ static void ops_handler(tern_http_req *req, void *user) {
     unsigned char id[STREAM_ID_LEN];
     bool ok = hl == 2 * STREAM_ID_LEN;
     for (int i = 0; ok && i < STREAM_ID_LEN; i++) {
-        int a = hexval(hex[2 * i]), b = hexval(hex[2 * i + 1]);
+        int a = tern__hex_value(hex[2 * i]), b = tern__hex_value(hex[2 * i + 1]);
         ok = a >= 0 && b >= 0;
         id[i] = (unsigned char)(a << 4 | b);
     }

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 
 #include "http/chars.h"
+#include "loop/hex.h"
 
 enum {
     S_SIZE_START = 0,    /* the first hex digit of a chunk-size */
@@ -47,15 +48,6 @@ void tern__chunked_init(tern__chunked *d) {
     d->state = S_SIZE_START;
     d->remaining = 0;
     d->count = 0;
-}
-
-static int hex_digit(unsigned char c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
 }
 
 static inline bool is_ws(unsigned char c) {
@@ -108,14 +100,14 @@ int tern__chunked_decode(tern__chunked *d, const char *buf, size_t len, size_t *
         uint8_t next;
         switch (d->state) {
         case S_SIZE_START: {
-            int v = hex_digit(c);
+            int v = tern__hex_value(c);
             next = v < 0 ? S_ERROR : S_SIZE;
             d->remaining = v < 0 ? 0 : (uint64_t)v;
             d->count = 1;
             break;
         }
         case S_SIZE: {
-            int v = hex_digit(c);
+            int v = tern__hex_value(c);
             if (v >= 0) {
                 if (++d->count > MAX_SIZE_DIGITS || d->remaining > (MAX_CHUNK_SIZE - (uint64_t)v) >> 4)
                     next = S_ERROR;

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "http/parser.h"
+#include "loop/hex.h"
 
 const char *tern__query_find(const char *query, size_t query_len, const char *name,
                              size_t *value_len) {
@@ -31,16 +32,6 @@ const char *tern__query_find(const char *query, size_t query_len, const char *na
     return NULL;
 }
 
-static int hex_value(char c) {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Writing never overtakes reading (an escape shrinks three bytes to one),
  * which is why dst may equal src. A bad escape is reported before a full
  * dst: decoding continues, without writing, once dst is full. */
@@ -52,7 +43,7 @@ ssize_t tern__url_decode(char *dst, size_t cap, const char *src, size_t len, boo
         if (c == '%') {
             if (len - i < 3)
                 return -EINVAL;
-            int hi = hex_value(src[i + 1]), lo = hex_value(src[i + 2]);
+            int hi = tern__hex_value(src[i + 1]), lo = tern__hex_value(src[i + 2]);
             if (hi < 0 || lo < 0)
                 return -EINVAL;
             c = (char)(hi << 4 | lo);

@@ -14,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "loop/hex.h"
+
 /* What a scheme's path means. */
 enum url_path {
     URL_PATH_TARGET,   /* a request target, path and query (RFC 6455 §3) */
@@ -55,12 +57,6 @@ static bool target_ok(const char *t) {
     return true;
 }
 
-static int hex_digit(char c) {
-    return c >= '0' && c <= '9' ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 /* Decodes len bytes of user information (%XX escapes) into out (cap
  * bytes with the NUL). False for a bad escape, a %00 (a C string cannot
  * hold it), or too long. */
@@ -69,8 +65,8 @@ static bool percent_decode(const char *s, size_t len, char *out, size_t cap) {
     for (size_t i = 0; i < len; i++) {
         int c = (unsigned char)s[i];
         if (c == '%') {
-            int hi = i + 2 < len ? hex_digit(s[i + 1]) : -1;
-            int lo = i + 2 < len ? hex_digit(s[i + 2]) : -1;
+            int hi = i + 2 < len ? tern__hex_value(s[i + 1]) : -1;
+            int lo = i + 2 < len ? tern__hex_value(s[i + 2]) : -1;
             if (hi < 0 || lo < 0 || (hi | lo) == 0)
                 return false;
             c = hi * 16 + lo;
