@@ -29,7 +29,8 @@
 #      on each back end; then its fuzzingserver (wstest as the server)
 #      against tern's client (tests/autobahn/client.c): every case on the
 #      release build, the quick ones on the sanitizer build. Two lanes
-#      side by side: the long wss:// run, and everything else in turn;
+#      side by side: the long wss:// run, then the sanitizer's and rustls's
+#      wss:// runs; and everything else in turn;
 #   4. each libFuzzer target for FUZZ_SECONDS (default 20) from its corpus,
 #      one per core at a time (scripts/fuzz.sh);
 #   5. every benchmark suite with --quick (bench/run), and ws-echo once more
@@ -226,21 +227,6 @@ autobahn_lane() {
         TERN_IO=$io AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build-asan build-asan/autobahn-$io || rc=1
     done
 
-    section "Autobahn|Testsuite over wss://, quick cases (ASan + UBSan)"
-    AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build-asan build-asan/autobahn-wss tls || rc=1
-
-    # The other TLS library (#28): cases 1-11 over wss:// on each back end,
-    # the big messages of 9.* included (records split and joined across
-    # reads and writes); 12 and 13 (permessage-deflate, 10 minutes) sit
-    # above the transport and are the same code whichever library is below.
-    if [ "$have_rustls" = 1 ]; then
-        for io in "${backends[@]}"; do
-            section "Autobahn|Testsuite over wss://, cases 1-11 (rustls, $io)"
-            TERN_IO=$io AUTOBAHN_EXCLUDE="12.*,13.*" \
-                autobahn build-rustls build-rustls/autobahn-wss-$io tls || rc=1
-        done
-    fi
-
     section "Autobahn|Testsuite fuzzingserver against tern's client, quick cases (ASan + UBSan)"
     AUTOBAHN_AGENT=tern AUTOBAHN_EXCLUDE="9.*,12.*,13.*" tests/autobahn/run-client \
         build-asan/tests/autobahn_client build-asan/autobahn-client || rc=1
@@ -250,7 +236,8 @@ autobahn_lane() {
 if [ "${AUTOBAHN:-1}" != 0 ]; then
     # Two lanes side by side, each one wstest (Python) on one core: every
     # case over wss:// on the release build, the longest run (12.* and 13.*,
-    # permessage-deflate, take most of its 11 minutes), and the other lane
+    # permessage-deflate, take most of its 11 minutes), then the wss://
+    # runs of the sanitizer and rustls builds; and the other lane
     # (autobahn_lane), whose output prints after it. Every case over wss://
     # because the frame code is the same over either transport, and TLS
     # adds its own paths: records split across reads, input pending in the
@@ -262,6 +249,22 @@ if [ "${AUTOBAHN:-1}" != 0 ]; then
 
     section "Autobahn|Testsuite over wss://, all cases (release)"
     autobahn build build/autobahn-wss tls || status=1
+
+    # Then, on this lane (so that the two take about as long):
+    section "Autobahn|Testsuite over wss://, quick cases (ASan + UBSan)"
+    AUTOBAHN_EXCLUDE="9.*,12.*,13.*" autobahn build-asan build-asan/autobahn-wss tls || status=1
+
+    # The other TLS library (#28): cases 1-11 over wss:// on each back end,
+    # the big messages of 9.* included (records split and joined across
+    # reads and writes); 12 and 13 (permessage-deflate, 10 minutes) sit
+    # above the transport and are the same code whichever library is below.
+    if [ "$have_rustls" = 1 ]; then
+        for io in "${backends[@]}"; do
+            section "Autobahn|Testsuite over wss://, cases 1-11 (rustls, $io)"
+            TERN_IO=$io AUTOBAHN_EXCLUDE="12.*,13.*" \
+                autobahn build-rustls build-rustls/autobahn-wss-$io tls || status=1
+        done
+    fi
 
     wait "$lane" || status=1
     cat build/autobahn-lane.log
