@@ -19,12 +19,15 @@ with its storage keeps the streams and their epochs, a stream made anew
 (storage lost) has a new epoch, the stream keeps the rule's history size,
 a server without JetStream leaves the numbering to each node, and in a
 three-server cluster with replicas=3 a server killed during a publish
-stream loses nothing and a client moved to another node resumes. A
+stream loses nothing (also when the servers left stall for longer than
+a publish was once tried) and a client moved to another node resumes. A
 credentials file that cannot be read is said; one NATS checks needs
 nsc-made JWTs (not tested)."""
 import re
 import shutil
+import signal
 import subprocess
+import time
 
 import pytest
 from websockets.sync.client import connect
@@ -361,14 +364,17 @@ def what_missed(who, got, sent, counters):
     return f"{who}'s subscriber missed {lost}, got seqs {seqs}; bridges: {counters}"
 
 
-def test_a_client_moved_to_another_node_resumes_when_a_server_dies(cluster, tern_factory):
+@pytest.mark.parametrize("stall", [0, 12], ids=["failover", "stalled-failover"])
+def test_a_client_moved_to_another_node_resumes_when_a_server_dies(cluster, tern_factory, stall):
     """Streams kept on three servers (replicas=3): one is killed during a
     stream of publishes (the one node a is linked to, perhaps the
     stream's leader: publishes are tried again, under the same message id,
     until another leads). Every subscriber of both nodes gets every
     message once, in order and numbered without a gap (a reads back what
     went by while it moved), and a client moved from a to b resumes with
-    no gap and no duplicate."""
+    no gap and no duplicate. stalled-failover: the two servers left get
+    no CPU for 12 s meanwhile (stopped, as on a loaded machine), so the
+    new leaders come later than the 10 s a publish was once tried for."""
     wait_for(lambda: all(s.get("/jsz").get("meta_cluster", {}).get("leader") for s in cluster),
              "JetStream's cluster has a leader")
     every = ",".join(f"nats://127.0.0.1:{s.port}" for s in cluster)
@@ -400,8 +406,15 @@ def test_a_client_moved_to_another_node_resumes_when_a_server_dies(cluster, tern
             http_publish(b, "c", m)
         got_moving = [first] + [recv_msg(moving, timeout=10) for _ in range(19)]
         home.stop()
+        rest = [s for s in cluster if s is not home]
+        for s in rest if stall else ():
+            s.proc.send_signal(signal.SIGSTOP)
         for m in sent[20:]:
             http_publish(b, "c", m)
+        if stall:
+            time.sleep(stall)   # the stall's length: no condition to wait for
+            for s in rest:
+                s.proc.send_signal(signal.SIGCONT)
         for who, ws in (("a", wa), ("b", wb)):
             got = recv_until_quiet(ws, len(sent))
             assert [(m["seq"], m["data"]) for m in got] == \
