@@ -100,7 +100,7 @@ consumer: build
 	@scripts/test-consumer.sh $(BUILD)
 
 integration: deps-test build
-	TERN_BIN=$(abspath $(BUILD))/tern python3 -m pytest -q tests/integration
+	TERN_BIN=$(abspath $(BUILD))/tern python3 -m pytest -q --timeout 600 tests/integration
 
 # Runs each libFuzzer target for FUZZ_SECONDS (default 60).
 fuzz: build-fuzz

@@ -71,7 +71,8 @@ if [ $want_test = 1 ]; then
     fi
   fi
   py_mods+=(pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11 h2:h2
-           prometheus_client:prometheus_client)   # /metrics' format, checked by its own parser
+           prometheus_client:prometheus_client    # /metrics' format, checked by its own parser
+           pytest_timeout:pytest-timeout)         # a test that hangs fails by name (scripts/test.sh)
 fi
 if [ $want_bench = 1 ]; then
   apt_pkgs+=(

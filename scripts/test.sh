@@ -8,19 +8,18 @@
 #      (scripts/check-docs-map.sh: docs/ARCHITECTURE.md indexes every file
 #      of src/, README names every example, no link leaves the
 #      repository), the platform (scripts/check-platform.sh: no Linux-only
-#      call outside src/platform/ and the Linux back ends), then the
-#      integration tests (pytest);
+#      call outside src/platform/ and the Linux back ends);
+#   2. the integration tests (pytest) on the release build and on the
+#      ASan+UBSan build, where any sanitizer report fails, once per back
+#      end of the loop (TERN_IO, which every `tern` they start reads): the
+#      four runs side by side;
 #   then the TLS tests against the rustls build (build-rustls);
 #   then the JavaScript client's tests (clients/js, node --test);
 #   then the portable build (build-portable: POSIX alone, the poll back
 #   end): its unit tests and a part of the integration suite;
-#   2. unit and integration tests on the ASan+UBSan build, where any
-#      sanitizer report fails;
-#   Steps 1 and 2 run on both of the loop's Linux back ends: ctest has every
-#   unit test three times (TERN_IO=epoll, TERN_IO=uring, and TERN_IO=poll,
-#   the portable build's back end), and the integration tests
-#   run once per back end (TERN_IO, which every `tern` they start reads),
-#   the two runs side by side;
+#   then the unit tests on the ASan+UBSan build. ctest has every unit test
+#   three times (TERN_IO=epoll, TERN_IO=uring, and TERN_IO=poll, the
+#   portable build's back end);
 #   3. Autobahn|Testsuite (fuzzingclient, cases 1-13, run by tests/autobahn)
 #      against `tern serve`'s /ws echo: every case over wss:// on the release
 #      build, and the quick cases (all but 9.*, 12.*, 13.*, which are long
@@ -31,7 +30,7 @@
 #      against tern's client (tests/autobahn/client.c): every case on the
 #      release build, the quick ones on the sanitizer build. Two lanes
 #      side by side: the long wss:// run, and everything else in turn;
-#   4. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus,
+#   4. each libFuzzer target for FUZZ_SECONDS (default 20) from its corpus,
 #      one per core at a time (scripts/fuzz.sh);
 #   5. every benchmark suite with --quick (bench/run), and ws-echo once more
 #      driven by the Go gorilla client: fails when a peer did not build, did
@@ -44,6 +43,13 @@ root=$(pwd)
 # A sanitizer report must fail the run, leaks included.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=23:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=23"
+
+# Nothing may hang the run: a test that does not end in PER_TEST seconds
+# fails by name (pytest-timeout, and node --test's own), and the
+# JavaScript run as a whole is bounded too. The longest integration test
+# takes about a minute under the sanitizers.
+PER_TEST=${PER_TEST:-600}
+pytest=(python3 -m pytest -q -p no:cacheprovider --timeout "$PER_TEST")
 
 status=0
 # Each section's header says when it started (minutes into the run).
@@ -76,28 +82,28 @@ else
     echo "test.sh: no io_uring here (not built, or refused): epoll only"
 fi
 
-# The integration tests, once per back end, the back ends' runs side by
-# side: a run keeps about half a core busy (most tests wait on the server,
-# a client or a timeout), so two take the time of one. Each run's output
-# is printed when it ends. $1 names the build, $2 is its tern; the rest is
-# environment for the runs.
-integration() {
-    local what=$1 bin=$2 io i rc=0 pids=()
-    shift 2
-    for io in "${backends[@]}"; do
-        env "$@" TERN_IO="$io" TERN_BIN="$bin" python3 -m pytest -q -p no:cacheprovider \
-            tests/integration >"$root/build/integration-$what-$io.log" 2>&1 &
-        pids+=($!)
-    done
-    for i in "${!backends[@]}"; do
-        wait "${pids[$i]}" || rc=1
-        section "integration tests ($what, ${backends[$i]})"
-        cat "$root/build/integration-$what-${backends[$i]}.log"
-    done
-    return $rc
-}
-
-integration release "$root/build/tern" || status=1
+# The integration tests: the release build and the sanitizer build, each
+# once per back end, all four runs at once. A run keeps about half a core
+# busy (most tests wait on the server, a client or a timeout; the
+# sanitizer build's more), so together they fill the two cores and take
+# little longer than one; the tests wait for conditions, never for luck,
+# so a busy machine slows them, no more. Each run's output is printed
+# when it ends.
+runs=() pids=()
+for io in "${backends[@]}"; do
+    TERN_IO="$io" TERN_BIN="$root/build/tern" "${pytest[@]}" tests/integration \
+        >"$root/build/integration-release-$io.log" 2>&1 &
+    runs+=("release $io") pids+=($!)
+    TERN_IO="$io" TERN_BIN="$root/build-asan/tern" TERN_SANITIZED=1 "${pytest[@]}" tests/integration \
+        >"$root/build/integration-asan-$io.log" 2>&1 &
+    runs+=("asan $io") pids+=($!)
+done
+for i in "${!runs[@]}"; do
+    wait "${pids[$i]}" || status=1
+    read -r what io <<<"${runs[$i]}"
+    section "integration tests ($what, $io)"
+    cat "$root/build/integration-$what-$io.log"
+done
 
 # The TLS tests again against the rustls build (build-rustls, TERN_TLS=rustls,
 # made by make test), on each back end side by side: test_tls.py whole, and
@@ -109,8 +115,8 @@ rustls_tls() {
                   test_page test_systemd test_tokens test_topic_rules test_vhosts test_ws test_ws_clients)
     for io in "${backends[@]}"; do
         (cd tests/integration &&
-         TERN_IO="$io" TERN_BIN="$bin" python3 -m pytest -q -p no:cacheprovider test_tls.py &&
-         TERN_IO="$io" TERN_BIN="$bin" python3 -m pytest -q -p no:cacheprovider \
+         TERN_IO="$io" TERN_BIN="$bin" "${pytest[@]}" test_tls.py &&
+         TERN_IO="$io" TERN_BIN="$bin" "${pytest[@]}" \
              -k "tls or wss or https or socket_activation" "${others[@]/%/.py}") >"$root/build/rustls-$io.log" 2>&1 &
         pids+=($!)
     done
@@ -138,7 +144,8 @@ section "JavaScript client (clients/js, node --test)"
 if [ ! -d clients/js/node_modules/ws ]; then
     (cd clients/js && npm ci --no-audit --no-fund --silent) || status=1
 fi
-(cd clients/js && TERN_BIN="$root/build/tern" node --test test/*.test.js) || status=1
+(cd clients/js && TERN_BIN="$root/build/tern" timeout -k 10 1200 \
+     node --test --test-timeout=$((PER_TEST * 1000)) test/*.test.js) || status=1
 (cd clients/js && npm pack --dry-run --offline >/dev/null 2>&1) ||
     { echo "npm pack failed (clients/js)"; status=1; }
 
@@ -150,14 +157,13 @@ fi
 # peer acknowledged (SIOCOUTQ), which POSIX cannot say.
 section "portable build: unit tests, integration tests (build-portable, poll)"
 (cd build-portable && ctest --output-on-failure --no-tests=error) || status=1
-(cd tests/integration && TERN_BIN="$root/build-portable/tern" python3 -m pytest -q -p no:cacheprovider \
+(cd tests/integration && TERN_BIN="$root/build-portable/tern" "${pytest[@]}" \
      -k "not steady_reader_slower_than_the_kernel_frees_room" \
      test_http.py test_ws.py test_drain.py test_pubsub.py test_clocks.py test_faults.py) || status=1
 
 section "unit tests (ASan + UBSan)"
 (cd build-asan && ctest --output-on-failure --no-tests=error) || status=1
 
-integration asan "$root/build-asan/tern" TERN_SANITIZED=1 || status=1
 
 # Starts `tern serve` from build dir $1 on a free port, runs Autobahn with
 # the environment given, and stops the server, which must exit 0 cleanly.
@@ -259,7 +265,7 @@ if [ "${AUTOBAHN:-1}" != 0 ]; then
 fi
 
 section "fuzzers"
-scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-30}" || status=1
+scripts/fuzz.sh build-fuzz "${FUZZ_SECONDS:-20}" || status=1
 
 if [ "${BENCH:-1}" != 0 ]; then
     # A smoke test of the harness and every peer (each builds, starts and

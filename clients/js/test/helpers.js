@@ -58,12 +58,24 @@ export function startServer(args = [], { port = 0, defaultRate = false } = {}) {
   const proc = spawn(TERN_BIN, argv, { stdio: ["ignore", "ignore", "pipe"] });
   return new Promise((resolve, reject) => {
     // Stops the server and removes its key files (once it has exited: it
-    // reads them again on SIGHUP).
-    const stop = () => new Promise((done) => {
-      const end = () => { rmSync(dir, { recursive: true, force: true }); done(); };
+    // reads them again on SIGHUP). A server that has not exited 20 s
+    // after SIGTERM is killed and the stop fails: a drain that never ends
+    // is a bug, never a test run that hangs.
+    const stop = () => new Promise((done, fail) => {
+      let killer = null;
+      const end = () => {
+        clearTimeout(killer);
+        rmSync(dir, { recursive: true, force: true });
+        if (killer === "killed") fail(new Error("tern serve did not exit within 20 s of SIGTERM"));
+        else done();
+      };
       if (proc.exitCode !== null || proc.signalCode !== null) return end();
       proc.once("exit", end);
       proc.kill("SIGTERM");
+      killer = setTimeout(() => {
+        killer = "killed";
+        proc.kill("SIGKILL");
+      }, 20000 * SLOW);
     });
     running.add(stop);
     let err = "";
@@ -197,6 +209,10 @@ export class NoUpgradeProxy {
   }
 
   _accept(client) {
+    // every connection, piped or not yet (or refused, half-closed), is
+    // cut by cut(): server.close() waits for them all
+    this.socks.add(client);
+    client.on("close", () => this.socks.delete(client));
     let head = Buffer.alloc(0);
     const first = (chunk) => {
       head = Buffer.concat([head, chunk]);
@@ -208,7 +224,7 @@ export class NoUpgradeProxy {
         return;
       }
       const upstream = net.connect(this.targetPort, "127.0.0.1");
-      this.socks.add(client).add(upstream);
+      this.socks.add(upstream);
       upstream.write(head);
       client.pipe(upstream);
       upstream.pipe(client);
