@@ -41,7 +41,7 @@
 #define NUM_HEAD_LEN (MAGIC_LEN + 8 + 8)   /* magic, epoch, seq: then the envelope */
 #define JS_WAIT_MS 2000          /* a JetStream request's answer */
 /* A numbered publish tried this long, then dropped (and a fill or a last
- * asked this long while the connection stays). Long enough for a
+ * asked this long, unless a newer connect's listen waits). Long enough for a
  * JetStream leader lost in a cluster: nats-server 2.9's raft waits 4 to
  * 9 s before a follower campaigns, a split vote takes another round, and
  * the meta group and the stream's may both have to elect, slower on a
@@ -49,7 +49,6 @@
  * JetStream's duplicate window (2 min by default), so that a publish
  * tried again under its message id is still stored once. */
 #define PUBLISH_TRY_MS 60000
-#define LISTEN_TRY_MS 10000      /* a new connection's flush (W_LISTEN) tried this long */
 #define TRY_AGAIN_MS 100         /* between tries */
 #define WORK_MAX 100000          /* requests queued for the worker; more are dropped */
 
@@ -132,7 +131,6 @@ struct tern__nats {
      * the streams it has used, the ids of its publishes */
     jsCtx *js;
     natsConnection *wnc;
-    uint64_t js_gen;   /* contexts taken: a fill or a last of an older one stops */
     tern__ps_table streams;
     uint64_t msgid;
     bool failing;   /* the last numbered publish was dropped: the next are tried once */

@@ -118,7 +118,6 @@ static bool take_context(tern__nats *n) {
         n->js_next = NULL;
         n->nc_next = NULL;
         n->js_set = false;
-        n->js_gen++;
     }
     pthread_mutex_unlock(&n->wmu);
     if (old)
@@ -134,13 +133,22 @@ static bool pause_worker(tern__nats *n) {
     return on && take_context(n);
 }
 
+/* A newer connect's listen waits (first in the queue, where a W_LISTEN
+ * goes): what the worker tries again for the link it had gives way. */
+static bool listen_waiting(tern__nats *n) {
+    pthread_mutex_lock(&n->wmu);
+    bool waiting = n->whead != NULL && n->whead->kind == W_LISTEN;
+    pthread_mutex_unlock(&n->wmu);
+    return waiting;
+}
+
 /* After a read of JetStream's (a fill's, a last's) failed: a pause, then
  * true to ask again, while a cluster elects the leader that answers;
- * false once `until` has passed, at the end, or when the context of
- * generation gen was replaced (a new connection, whose listen asks every
- * topic's last again, which fills what is missing). */
-static bool read_again(tern__nats *n, int64_t until, uint64_t gen) {
-    return nats_Now() < until && pause_worker(n) && n->js_gen == gen;
+ * false once `until` has passed, at the end, or when a newer connect's
+ * listen waits (it asks every topic's last again, which fills what is
+ * missing). */
+static bool read_again(tern__nats *n, int64_t until) {
+    return nats_Now() < until && pause_worker(n) && !listen_waiting(n);
 }
 
 static void forget_streams(tern__nats *n) {
@@ -198,10 +206,10 @@ static natsStatus stream_info(tern__nats *n, const char *topic, size_t tlen, jsS
 
 /* stream_info, asked again (read_again) while JetStream does not answer. */
 static natsStatus stream_info_again(tern__nats *n, const char *topic, size_t tlen,
-                                    jsStreamInfo **si, int64_t until, uint64_t gen) {
+                                    jsStreamInfo **si, int64_t until) {
     for (;;) {
         natsStatus s = stream_info(n, topic, tlen, si);
-        if (s == NATS_OK || s == NATS_NOT_FOUND || s == NATS_MISMATCH || !read_again(n, until, gen))
+        if (s == NATS_OK || s == NATS_NOT_FOUND || s == NATS_MISMATCH || !read_again(n, until))
             return s;
     }
 }
@@ -399,9 +407,8 @@ static void w_publish(tern__nats *n, const nats_work *w) {
  * given up during a failover would leave its subscribers a gap. */
 static void w_fill(tern__nats *n, const nats_work *w) {
     int64_t until = nats_Now() + PUBLISH_TRY_MS;
-    uint64_t gen = n->js_gen;
     jsStreamInfo *si;
-    if (stream_info_again(n, w->body, w->tlen, &si, until, gen) != NATS_OK)
+    if (stream_info_again(n, w->body, w->tlen, &si, until) != NATS_OK)
         return;
     uint64_t epoch = info_epoch(si), first = si->State.FirstSeq, last = si->State.LastSeq;
     jsStreamInfo_Destroy(si);
@@ -417,8 +424,8 @@ static void w_fill(tern__nats *n, const nats_work *w) {
             s = js_GetMsg(&m, n->js, name, seq, NULL, &jerr);
             if (s == NATS_OK || jerr == JSNoMessageFoundErr || jerr == JSStreamNotFoundErr)
                 break;
-            if (!read_again(n, until, gen))
-                return;   /* a new connection's listen asks again */
+            if (!read_again(n, until))
+                return;   /* a newer connect's listen asks again */
         }
         if (s != NATS_OK && jerr == JSNoMessageFoundErr)
             continue;     /* gone by the limits: the bridge sees the gap */
@@ -455,8 +462,7 @@ static void w_claim(tern__nats *n, const nats_work *w) {
  * read back what it missed, which no later message may ask for. */
 static void w_last(tern__nats *n, const nats_work *w) {
     jsStreamInfo *si;
-    if (stream_info_again(n, w->body, w->tlen, &si, nats_Now() + PUBLISH_TRY_MS, n->js_gen) !=
-        NATS_OK)
+    if (stream_info_again(n, w->body, w->tlen, &si, nats_Now() + PUBLISH_TRY_MS) != NATS_OK)
         return;
     post_result(n, J_LAST, w->body, w->tlen, info_epoch(si), si->State.LastSeq);
     jsStreamInfo_Destroy(si);
@@ -465,14 +471,16 @@ static void w_last(tern__nats *n, const nats_work *w) {
 /* The announcements' subscription confirmed (the server answered a PING
  * sent after it): every numbered message is heard from now on. The
  * streams are read afresh after each connect (one may have been made
- * anew meanwhile). */
+ * anew meanwhile). The PING is sent again until it is answered or a
+ * newer connect's listen waits: the bridge is not connected before, so
+ * a listen given up on a link that stays (its server stalled, as in a
+ * failover on a loaded machine) would leave it down for good. */
 static void w_listen(tern__nats *n, const nats_work *w) {
     forget_streams(n);
     n->failing = false;
-    int64_t until = nats_Now() + LISTEN_TRY_MS;
     while (n->wnc == NULL || natsConnection_FlushTimeout(n->wnc, JS_WAIT_MS) != NATS_OK)
-        if (nats_Now() >= until || !pause_worker(n))
-            return;   /* the link is going: its next connect asks again */
+        if (!pause_worker(n) || listen_waiting(n))
+            return;   /* the end, or the next connect asks instead */
     /* JetStream there? (no responders: not enabled on this server) */
     jsAccountInfo *ai = NULL;
     jsErrCode jerr = 0;
