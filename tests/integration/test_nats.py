@@ -400,7 +400,9 @@ def test_a_client_moved_to_another_node_resumes_when_a_server_dies(cluster, tern
         pubsub_subscribe(wa, "c")
         pubsub_subscribe(wb, "c")
         http_publish(b, "c", sent[0])
-        first = recv_msg(moving)
+        # the stream made on three servers, its leader elected: seconds
+        # under load (the engine tries for up to 60 s)
+        first = recv_msg(moving, timeout=40)
         assert (first["seq"], first["data"]) == (1, sent[0]), first
         for m in sent[1:20]:
             http_publish(b, "c", m)
