@@ -40,7 +40,15 @@
 #define MAGIC_NUM "tn2"
 #define NUM_HEAD_LEN (MAGIC_LEN + 8 + 8)   /* magic, epoch, seq: then the envelope */
 #define JS_WAIT_MS 2000          /* a JetStream request's answer */
-#define PUBLISH_TRY_MS 10000     /* a numbered publish tried this long, then dropped */
+/* A numbered publish tried this long, then dropped (and a fill or a last
+ * asked this long, unless a newer connect's listen waits). Long enough for a
+ * JetStream leader lost in a cluster: nats-server 2.9's raft waits 4 to
+ * 9 s before a follower campaigns, a split vote takes another round, and
+ * the meta group and the stream's may both have to elect, slower on a
+ * loaded machine; a user expects a failover to lose nothing. Shorter than
+ * JetStream's duplicate window (2 min by default), so that a publish
+ * tried again under its message id is still stored once. */
+#define PUBLISH_TRY_MS 60000
 #define TRY_AGAIN_MS 100         /* between tries */
 #define WORK_MAX 100000          /* requests queued for the worker; more are dropped */
 

@@ -133,6 +133,24 @@ static bool pause_worker(tern__nats *n) {
     return on && take_context(n);
 }
 
+/* A newer connect's listen waits (first in the queue, where a W_LISTEN
+ * goes): what the worker tries again for the link it had gives way. */
+static bool listen_waiting(tern__nats *n) {
+    pthread_mutex_lock(&n->wmu);
+    bool waiting = n->whead != NULL && n->whead->kind == W_LISTEN;
+    pthread_mutex_unlock(&n->wmu);
+    return waiting;
+}
+
+/* After a read of JetStream's (a fill's, a last's) failed: a pause, then
+ * true to ask again, while a cluster elects the leader that answers;
+ * false once `until` has passed, at the end, or when a newer connect's
+ * listen waits (it asks every topic's last again, which fills what is
+ * missing). */
+static bool read_again(tern__nats *n, int64_t until) {
+    return nats_Now() < until && pause_worker(n) && !listen_waiting(n);
+}
+
 static void forget_streams(tern__nats *n) {
     for (size_t i = 0; i < n->streams.nb; i++)
         for (tern__ps_node *p = n->streams.b[i], *next; p; p = next) {
@@ -167,7 +185,8 @@ static uint64_t info_epoch(const jsStreamInfo *si) {
 }
 
 /* topic's stream as JetStream has it: NATS_OK (*si to destroy),
- * NATS_NOT_FOUND when there is none, or the failure. */
+ * NATS_NOT_FOUND when there is none, NATS_MISMATCH when it is not tern's
+ * (no epoch), or the failure (no answer: perhaps no leader yet). */
 static natsStatus stream_info(tern__nats *n, const char *topic, size_t tlen, jsStreamInfo **si) {
     char name[STREAM_NAME_MAX];
     stream_name(topic, tlen, name);
@@ -180,9 +199,19 @@ static natsStatus stream_info(tern__nats *n, const char *topic, size_t tlen, jsS
         warn(n, "stream %s holds no tern epoch in its description: not used", name);
         jsStreamInfo_Destroy(*si);
         *si = NULL;
-        return NATS_ERR;
+        return NATS_MISMATCH;
     }
     return s == NATS_OK ? NATS_OK : jerr == JSStreamNotFoundErr ? NATS_NOT_FOUND : s;
+}
+
+/* stream_info, asked again (read_again) while JetStream does not answer. */
+static natsStatus stream_info_again(tern__nats *n, const char *topic, size_t tlen,
+                                    jsStreamInfo **si, int64_t until) {
+    for (;;) {
+        natsStatus s = stream_info(n, topic, tlen, si);
+        if (s == NATS_OK || s == NATS_NOT_FOUND || s == NATS_MISMATCH || !read_again(n, until))
+            return s;
+    }
 }
 
 /* topic's stream made, under epoch, keeping keep messages (0: no limit)
@@ -301,7 +330,17 @@ natsStatus tern__nats_announce(natsConnection *nc, const char *topic, size_t tle
 
 /* A numbered publish: stored in its stream (tried again with the same
  * message id until PUBLISH_TRY_MS: JetStream keeps one copy), delivered
- * here with its number, announced to the other nodes. */
+ * here with its number, announced to the other nodes.
+ *
+ * Across a JetStream failover (a stream's or the meta group's leader
+ * lost) the publish waits, and those queued behind it wait in order,
+ * until a new leader stores it: a bridge that dropped it after a few
+ * seconds would lose messages every subscriber of every node would
+ * miss, in a failover the cluster was made to survive. What JetStream
+ * has not stored in PUBLISH_TRY_MS is dropped (counted, and said), and
+ * later ones are tried once until one is stored, so that a stream gone
+ * for good (its one server lost) does not hold every topic's publishes
+ * PUBLISH_TRY_MS each. */
 static void w_publish(tern__nats *n, const nats_work *w) {
     const char *topic = w->body;
     const uint8_t *env = (const uint8_t *)w->body + w->tlen;
@@ -314,6 +353,7 @@ static void w_publish(tern__nats *n, const nats_work *w) {
     int64_t until = nats_Now() + (n->failing ? 0 : PUBLISH_TRY_MS);
     jsPubAck *pa = NULL;
     nats_wstream *e = NULL;
+    const char *why = "its stream not read";   /* the last try's failure */
     for (;;) {
         e = use_stream(n, topic, w->tlen, w->keep, w->keep_ms);
         if (e) {
@@ -324,11 +364,15 @@ static void w_publish(tern__nats *n, const nats_work *w) {
             natsStatus s = js_Publish(&pa, n->js, subj, env, (int)w->len, &po, &jerr);
             if (s == NATS_OK)
                 break;
+            why = natsStatus_GetText(s);
             if (s == NATS_NO_RESPONDERS)   /* the stream is gone: made again at the next try */
                 drop_stream(n, e);
         }
         if (nats_Now() >= until || !pause_worker(n)) {
             TERN__COUNTER_ADD(n->w_dropped, 1);
+            if (!n->failing)
+                warn(n, "numbered publishes dropped: JetStream stored none in %d s (%s)",
+                     PUBLISH_TRY_MS / 1000, why);
             n->failing = true;
             return;
         }
@@ -357,10 +401,14 @@ static void w_publish(tern__nats *n, const nats_work *w) {
 }
 
 /* A fill: seqs a..b of the topic's stream, those it still has, each
- * delivered with its number, in order. */
+ * delivered with its number, in order. Asked again while JetStream does
+ * not answer (read_again): the bridge counts on a fill it asked for (the
+ * seqs up to b come from it, not again from the announcements), so one
+ * given up during a failover would leave its subscribers a gap. */
 static void w_fill(tern__nats *n, const nats_work *w) {
+    int64_t until = nats_Now() + PUBLISH_TRY_MS;
     jsStreamInfo *si;
-    if (stream_info(n, w->body, w->tlen, &si) != NATS_OK)
+    if (stream_info_again(n, w->body, w->tlen, &si, until) != NATS_OK)
         return;
     uint64_t epoch = info_epoch(si), first = si->State.FirstSeq, last = si->State.LastSeq;
     jsStreamInfo_Destroy(si);
@@ -369,13 +417,20 @@ static void w_fill(tern__nats *n, const nats_work *w) {
     TERN__COUNTER_ADD(n->w_fills, 1);
     for (uint64_t seq = w->a > first ? w->a : first; seq <= w->b && seq <= last; seq++) {
         natsMsg *m = NULL;
-        jsErrCode jerr = 0;
-        natsStatus s = js_GetMsg(&m, n->js, name, seq, NULL, &jerr);
-        if (s != NATS_OK) {
-            if (jerr == JSNoMessageFoundErr)
-                continue;   /* gone by the limits: the bridge sees the gap */
-            return;         /* the next live message asks again */
+        jsErrCode jerr;
+        natsStatus s;
+        for (;;) {
+            jerr = 0;
+            s = js_GetMsg(&m, n->js, name, seq, NULL, &jerr);
+            if (s == NATS_OK || jerr == JSNoMessageFoundErr || jerr == JSStreamNotFoundErr)
+                break;
+            if (!read_again(n, until))
+                return;   /* a newer connect's listen asks again */
         }
+        if (s != NATS_OK && jerr == JSNoMessageFoundErr)
+            continue;     /* gone by the limits: the bridge sees the gap */
+        if (s != NATS_OK)
+            return;       /* the stream deleted: the next message names its new epoch */
         const uint8_t *h = (const uint8_t *)natsMsg_GetData(m);
         size_t len = (size_t)natsMsg_GetDataLength(m);
         nats_job *j = h && len >= MAGIC_LEN && memcmp(h, MAGIC, MAGIC_LEN) == 0
@@ -402,9 +457,12 @@ static void w_claim(tern__nats *n, const nats_work *w) {
     jsStreamInfo_Destroy(si);
 }
 
+/* A topic's last number: asked again while JetStream does not answer,
+ * as a node that moved to another server during a failover asks it to
+ * read back what it missed, which no later message may ask for. */
 static void w_last(tern__nats *n, const nats_work *w) {
     jsStreamInfo *si;
-    if (stream_info(n, w->body, w->tlen, &si) != NATS_OK)
+    if (stream_info_again(n, w->body, w->tlen, &si, nats_Now() + PUBLISH_TRY_MS) != NATS_OK)
         return;
     post_result(n, J_LAST, w->body, w->tlen, info_epoch(si), si->State.LastSeq);
     jsStreamInfo_Destroy(si);
@@ -413,14 +471,16 @@ static void w_last(tern__nats *n, const nats_work *w) {
 /* The announcements' subscription confirmed (the server answered a PING
  * sent after it): every numbered message is heard from now on. The
  * streams are read afresh after each connect (one may have been made
- * anew meanwhile). */
+ * anew meanwhile). The PING is sent again until it is answered or a
+ * newer connect's listen waits: the bridge is not connected before, so
+ * a listen given up on a link that stays (its server stalled, as in a
+ * failover on a loaded machine) would leave it down for good. */
 static void w_listen(tern__nats *n, const nats_work *w) {
     forget_streams(n);
     n->failing = false;
-    int64_t until = nats_Now() + PUBLISH_TRY_MS;
     while (n->wnc == NULL || natsConnection_FlushTimeout(n->wnc, JS_WAIT_MS) != NATS_OK)
-        if (nats_Now() >= until || !pause_worker(n))
-            return;   /* the link is going: its next connect asks again */
+        if (!pause_worker(n) || listen_waiting(n))
+            return;   /* the end, or the next connect asks instead */
     /* JetStream there? (no responders: not enabled on this server) */
     jsAccountInfo *ai = NULL;
     jsErrCode jerr = 0;
