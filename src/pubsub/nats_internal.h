@@ -50,7 +50,11 @@
  * tried again under its message id is still stored once. */
 #define PUBLISH_TRY_MS 60000
 #define TRY_AGAIN_MS 100         /* between tries */
-#define WORK_MAX 100000          /* requests queued for the worker; more are dropped */
+/* The worker's queue holds at most WORK_MAX requests and WORK_BYTES_MAX
+ * bytes of them (a failover holds it up to PUBLISH_TRY_MS, and messages
+ * may be large); more are dropped. */
+#define WORK_MAX 100000
+#define WORK_BYTES_MAX (64u << 20)
 
 typedef struct tern__nats tern__nats;
 
@@ -121,7 +125,7 @@ struct tern__nats {
     pthread_mutex_t wmu;
     pthread_cond_t wcv;
     nats_work *whead, **wtail;
-    size_t wcount;
+    size_t wcount, wbytes;   /* requests queued, and their bytes (tlen + len each) */
     bool wstop, js_set;
     jsCtx *js_next;
     natsConnection *nc_next;

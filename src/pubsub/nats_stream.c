@@ -508,6 +508,7 @@ void *tern__nats_worker_main(void *arg) {
             if (n->whead == NULL)
                 n->wtail = &n->whead;
             n->wcount--;
+            n->wbytes -= w->tlen + w->len;
         }
         bool stop = n->wstop;
         pthread_mutex_unlock(&n->wmu);
@@ -540,7 +541,10 @@ void *tern__nats_worker_main(void *arg) {
  * is full or the worker is not there). */
 bool tern__nats_work_post(tern__nats *n, nats_work *w) {
     pthread_mutex_lock(&n->wmu);
-    bool ok = n->worker_started && !n->wstop && n->wcount < WORK_MAX;
+    bool ok = n->worker_started && !n->wstop && n->wcount < WORK_MAX &&
+              n->wbytes + w->tlen + w->len <= WORK_BYTES_MAX;
+    if (ok)
+        n->wbytes += w->tlen + w->len;
     if (ok && w->kind == W_LISTEN) {
         /* first: a new connection's, not behind publishes tried on the
          * last one */
