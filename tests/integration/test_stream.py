@@ -319,15 +319,7 @@ def test_a_stream_whose_reader_stalled_then_went_leaves_no_relay_behind(tern_fac
     the shutdown's deadline), frees its loop ("not freed" is logged
     otherwise) and, under the sanitizers, leaks nothing."""
     t = tern_factory("--feed", "off", "--pubsub-max-backlog", "65536", "--topic", "stall policy=drop")
-    c = SmallWindow("127.0.0.1", t.port)
-    c.request("GET", "/http-stream")
-    r = c.getresponse()
-    session = json.loads(r.readline())["session"]
-    h = http.client.HTTPConnection("127.0.0.1", t.port, timeout=10 * SLOW)
-    h.request("POST", f"/http-stream/ops?session={session}",
-              body=json.dumps({"op": "subscribe", "topic": "stall"}))
-    assert h.getresponse().status == 202
-    assert json.loads(r.readline())["ok"] == "subscribe"
+    c, r, h = small_window_stream(t, "stall")
     big = "x" * 16000
     for _ in range(400):   # 6.4 MB the reader never reads: the relay pauses
         t.publish("stall", big)
@@ -335,6 +327,7 @@ def test_a_stream_whose_reader_stalled_then_went_leaves_no_relay_behind(tern_fac
     wait_for(lambda: t.stats()["total"]["pubsub"]["dropped"] > 0, "drops in /pubsub")
     c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     c.close()   # the reader goes (a reset: nothing more to read)
+    h.close()
     started = time.monotonic()
     assert t.stop() == 0
     assert time.monotonic() - started < 5 * SLOW, "the shutdown waited for its deadline"
@@ -370,6 +363,23 @@ class SmallWindow(http.client.HTTPConnection):
         self.sock.connect((self.host, self.port))
 
 
+def small_window_stream(t, topic):
+    """A stream read through a SmallWindow, subscribed to topic: the
+    connection, its response (the session and the ack read), and the
+    connection the subscribe was POSTed on."""
+    c = SmallWindow("127.0.0.1", t.port)
+    c.request("GET", "/http-stream")
+    r = c.getresponse()
+    assert r.status == 200
+    session = json.loads(r.readline())["session"]
+    h = http.client.HTTPConnection("127.0.0.1", t.port, timeout=10 * SLOW)
+    h.request("POST", f"/http-stream/ops?session={session}",
+              body=json.dumps({"op": "subscribe", "topic": topic}))
+    assert h.getresponse().status == 202
+    assert json.loads(r.readline())["ok"] == "subscribe"
+    return c, r, h
+
+
 @pytest.mark.parametrize("policy", ["drop", "close"])
 def test_a_reader_that_stops_reading_is_bounded(tern_factory, policy):
     """The stream's relay stops reading while its client is behind, so the
@@ -378,16 +388,7 @@ def test_a_reader_that_stops_reading_is_bounded(tern_factory, policy):
     the stream's last line once the reader reads again)."""
     t = tern_factory("--feed", "off", "--pubsub-max-backlog", "65536",
                      "--topic", f"slow policy={policy}")
-    c = SmallWindow("127.0.0.1", t.port)
-    c.request("GET", "/http-stream")
-    r = c.getresponse()
-    assert r.status == 200
-    session = json.loads(r.readline())["session"]
-    h = http.client.HTTPConnection("127.0.0.1", t.port, timeout=10 * SLOW)
-    h.request("POST", f"/http-stream/ops?session={session}",
-              body=json.dumps({"op": "subscribe", "topic": "slow"}))
-    assert h.getresponse().status == 202
-    assert json.loads(r.readline())["ok"] == "subscribe"
+    c, r, h = small_window_stream(t, "slow")
     rss = t.rss_kib()
     big = "x" * 16000
     for _ in range(400):   # 6.4 MB, a hundred times the limit
