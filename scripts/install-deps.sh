@@ -72,6 +72,7 @@ if [ $want_test = 1 ]; then
   fi
   py_mods+=(pytest:pytest websockets:websockets aiohttp:aiohttp h11:h11 h2:h2
            prometheus_client:prometheus_client    # /metrics' format, checked by its own parser
+           cryptography:cryptography              # ed25519: NATS operator JWTs and creds files (tests/integration/nats_jwt.py)
            pytest_timeout:pytest-timeout)         # a test that hangs fails by name (scripts/test.sh)
 fi
 if [ $want_bench = 1 ]; then

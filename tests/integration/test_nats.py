@@ -20,9 +20,14 @@ with its storage keeps the streams and their epochs, a stream made anew
 a server without JetStream leaves the numbering to each node, and in a
 three-server cluster with replicas=3 a server killed during a publish
 stream loses nothing (also when the servers left stall for longer than
-a publish was once tried) and a client moved to another node resumes. A
-credentials file that cannot be read is said; one NATS checks needs
-nsc-made JWTs (not tested)."""
+a publish was once tried) and a client moved to another node resumes.
+
+Credentials files (?creds=): a nats-server in operator mode (an operator's
+JWTs, made by nats_jwt.py as nsc makes them) lets in nodes whose user it
+trusts, which publish to each other, numbered by the account's JetStream
+and live, and refuses, said once with NATS's reason, a user of an account
+it does not know and one whose seed is not the JWT's; a file that cannot
+be read is said as this node's failure."""
 import re
 import shutil
 import signal
@@ -36,6 +41,7 @@ from conftest import SLOW, TERN_BIN, wait_for
 from engines import (Nats, free_port, http_publish, numbered_nodes, pubsub_subscribe, readyz,
                      recv_data, recv_msg, subscribe)
 from engines import bridge as any_bridge
+from nats_jwt import NKey, Operator
 from test_tls import make_cert
 
 pytestmark = pytest.mark.skipif(shutil.which("nats-server") is None,
@@ -444,12 +450,89 @@ def test_a_client_moved_to_another_node_resumes_when_a_server_dies(cluster, tern
     assert bridge(b)["dropped"] == 0, (bridge(b), b._err.text())
 
 
+@pytest.fixture
+def operator_nats(tmp_path):
+    """A nats-server in operator mode (JetStream on): it lets in only the
+    users of the accounts its operator signed; (the operator, the server)."""
+    op = Operator()
+    conf = tmp_path / "operator.conf"
+    conf.write_text(op.config())
+    n = Nats(free_port(), "-c", str(conf))
+    n.start()
+    yield op, n
+    n.stop()
+
+
+def test_a_credentials_file_nats_trusts_connects(operator_nats, tern_factory, tmp_path):
+    """?creds= names a NATS credentials file (a user JWT and its seed):
+    nodes with a user of the operator's account are let in, ready, and
+    publish to each other, numbered by the account's JetStream and live;
+    a node without the file is refused (the server asks for credentials)."""
+    op, n = operator_nats
+    creds = tmp_path / "user.creds"
+    creds.write_text(op.user_creds())
+    url = f"nats://127.0.0.1:{n.port}?creds={creds}"
+    bare = tern_factory("--bridge", f"nats://127.0.0.1:{n.port}")
+    a, b = numbered_nodes(tern_factory, url)
+    assert readyz(a) == (200, "ready\n") and readyz(b) == (200, "ready\n")
+    # numbered by the account's JetStream: both nodes under the epoch of
+    # t's stream (without JetStream, each would number t under its own)
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as ws:
+        epoch = pubsub_subscribe(ws, "t")[1]["epoch"]
+    with connect(f"ws://127.0.0.1:{b.port}/pubsub") as ws:
+        _, ack = pubsub_subscribe(ws, "t")
+        assert ack["epoch"] == epoch, (ack, epoch)
+        http_publish(a, "t", "numbered")
+        m = recv_msg(ws)
+        assert (m["seq"], m["data"]) == (2, "numbered"), m
+    live = ("--feed", "off", "--pubsub-history", "0")
+    c = tern_factory("--bridge", url, *live)
+    d = tern_factory("--bridge", url, *live)
+    wait_for(lambda: bridge(c)["connected"] and bridge(d)["connected"], "both nodes connected")
+    with connect(f"ws://127.0.0.1:{c.port}/pubsub") as wc, \
+            connect(f"ws://127.0.0.1:{d.port}/pubsub") as wd:
+        subscribe(wc, "s")
+        subscribe(wd, "s")
+        wait_for(lambda: n.subscriptions() == ["tern.s"] * 2, "both nodes subscribed")
+        c.publish("s", "live")
+        assert recv_data(wc) == "live" and recv_data(wd) == "live"
+    wait_for(lambda: bridge(bare)["auth_refused"], "the node without credentials refused")
+    assert bridge(bare)["connected"] is False
+    assert readyz(bare) == (503, "not ready: bridge (nats) auth failed\n")
+    a.stop()
+    b.stop()
+    assert "has no JetStream" not in a.stderr + b.stderr, (a.stderr, b.stderr)
+
+
+@pytest.mark.parametrize("wrong", ["unknown-account", "wrong-seed"])
+def test_a_credentials_file_nats_refuses_is_said(operator_nats, tern_factory, tmp_path, wrong):
+    """A user JWT signed by an account the server does not know, or a seed
+    that is not the JWT's user's (the server's nonce signed by another
+    key): refused, said once as an error with NATS's reason, never the
+    seed, and /readyz 503."""
+    op, n = operator_nats
+    other = NKey("account" if wrong == "unknown-account" else "user")
+    text = op.user_creds(account=other) if wrong == "unknown-account" \
+        else op.user_creds(seed_of=other)
+    creds = tmp_path / "user.creds"
+    creds.write_text(text)
+    seed = text.split("-----BEGIN USER NKEY SEED-----\n")[1].split("\n")[0]
+    bad = tern_factory("--bridge", f"nats://127.0.0.1:{n.port}?creds={creds}")
+    wait_for(lambda: bridge(bad)["auth_refused"], "the credentials refused")
+    assert readyz(bad) == (503, "not ready: bridge (nats) auth failed\n")
+    assert bridge(bad)["connected"] is False
+    bad.stop()
+    line = [x for x in bad.stderr.splitlines() if "refused" in x]
+    assert len(line) == 1, bad.stderr   # said once, however many tries
+    assert "[error]" in line[0] and "refused the credentials file" in line[0], line
+    assert "uthorization" in line[0], line   # NATS's own words
+    assert seed not in bad.stderr
+
+
 def test_a_credentials_file_that_cannot_be_read_is_said(nats, tern_factory, tmp_path):
-    """?creds= names a NATS credentials file (a user JWT and its seed); one
-    that cannot be read is said as this node's failure, with the file's
-    name and the reason, and /readyz says the bridge is down. (A creds
-    file that NATS accepts or refuses needs an operator's JWTs, made with
-    nsc, which the tests do not have.)"""
+    """A credentials file that cannot be read is said as this node's
+    failure, with the file's name and the reason (not as the server's
+    refusal), and /readyz says the bridge is down."""
     missing = tmp_path / "user.creds"
     a = tern_factory("--bridge", f"nats://127.0.0.1:{nats.port}?creds={missing}")
     wait_for(lambda: bridge(a)["connected"] is False and readyz(a)[0] == 503, "not ready")
