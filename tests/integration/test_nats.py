@@ -69,6 +69,18 @@ def bridge(node):
     return st
 
 
+def heard_live(n, a, b, data):
+    """A subscriber of topic s on each of nodes a and b (linked through
+    nats-server n); True once a's publish of data reached both."""
+    with connect(f"ws://127.0.0.1:{a.port}/pubsub") as wa, \
+            connect(f"ws://127.0.0.1:{b.port}/pubsub") as wb:
+        subscribe(wa, "s")
+        subscribe(wb, "s")
+        wait_for(lambda: n.subscriptions() == ["tern.s"] * 2, "both nodes subscribed")
+        a.publish("s", data)
+        return recv_data(wa) == data and recv_data(wb) == data
+
+
 @pytest.fixture
 def cluster():
     """Three nats-servers routed to each other on 127.0.0.1."""
@@ -166,13 +178,7 @@ def test_nats_over_tls_verifies_the_server(tern_factory, tmp_path):
         b = tern_factory("--bridge", f"{url}?ca={cert}")
         unknown = tern_factory("--bridge", url)   # the system's CAs do not know it
         wait_for(lambda: bridge(a)["connected"] and bridge(b)["connected"], "TLS connects")
-        with connect(f"ws://127.0.0.1:{a.port}/pubsub") as wa, \
-                connect(f"ws://127.0.0.1:{b.port}/pubsub") as wb:
-            subscribe(wa, "s")
-            subscribe(wb, "s")
-            wait_for(lambda: n.subscriptions() == ["tern.s"] * 2, "both nodes subscribed")
-            a.publish("s", "sealed")
-            assert recv_data(wa) == "sealed" and recv_data(wb) == "sealed"
+        assert heard_live(n, a, b, "sealed")
         wait_for(lambda: "SSL handshake error" in unknown._err.text(),
                  "the unverified certificate said")
         assert "self-signed certificate" in unknown._err.text()
@@ -485,17 +491,10 @@ def test_a_credentials_file_nats_trusts_connects(operator_nats, tern_factory, tm
         http_publish(a, "t", "numbered")
         m = recv_msg(ws)
         assert (m["seq"], m["data"]) == (2, "numbered"), m
-    live = ("--feed", "off", "--pubsub-history", "0")
-    c = tern_factory("--bridge", url, *live)
-    d = tern_factory("--bridge", url, *live)
+    c = tern_factory("--bridge", url)   # topics without a history: core NATS alone
+    d = tern_factory("--bridge", url)
     wait_for(lambda: bridge(c)["connected"] and bridge(d)["connected"], "both nodes connected")
-    with connect(f"ws://127.0.0.1:{c.port}/pubsub") as wc, \
-            connect(f"ws://127.0.0.1:{d.port}/pubsub") as wd:
-        subscribe(wc, "s")
-        subscribe(wd, "s")
-        wait_for(lambda: n.subscriptions() == ["tern.s"] * 2, "both nodes subscribed")
-        c.publish("s", "live")
-        assert recv_data(wc) == "live" and recv_data(wd) == "live"
+    assert heard_live(n, c, d, "live")
     wait_for(lambda: bridge(bare)["auth_refused"], "the node without credentials refused")
     assert bridge(bare)["connected"] is False
     assert readyz(bare) == (503, "not ready: bridge (nats) auth failed\n")
