@@ -153,7 +153,8 @@ class Operator:
                 "}\n")
 
     def user_creds(self, account=None, seed_of=None):
-        """A user's credentials file: a user of account (by default the
-        operator's own), with the seed of seed_of (by default the user's)."""
+        """A user's credentials file: a user of account (by default tern's,
+        which the server knows), with the seed of seed_of (by default the
+        user's own)."""
         user = NKey("user")
         return creds(user_jwt(account or self.account, user), (seed_of or user).seed)
