@@ -90,7 +90,8 @@ static char *put_fields(char *p, const tern_http_req *req) {
     return p;
 }
 
-static char *put_u64(char *p, uint64_t v) {
+/* v in decimal at p; the end. Shared with h2's content-length. */
+char *tern__http_put_u64(char *p, uint64_t v) {
     char tmp[24];
     int n = 0;
     do
@@ -150,7 +151,7 @@ static int h1_head(tern_http_req *req, int status, const char *ctype, int64_t le
     }
     if (length >= 0) {
         p = put(p, "Content-Length: ", 16);
-        p = put_u64(p, (uint64_t)length);
+        p = tern__http_put_u64(p, (uint64_t)length);
         p = put(p, "\r\n", 2);
     } else if (length == LEN_CHUNKED) {
         p = put(p, "Transfer-Encoding: chunked\r\n", 28);

@@ -141,16 +141,17 @@ static tern__http_head *build_head(h2_stream *st) {
     size_t pos = 0;
     while (tern__http_field_next(st->hdr.data, st->hdr.len, &pos, &f)) {
         if (f.name[0] == ':') {
-            if (strcmp(f.name, ":method") == 0) {
+            /* the ones read here (nghttp2 checked them all: each once) */
+            if (f.name_len == 7 && memcmp(f.name, ":method", 7) == 0) {
                 head->method = f.value;
                 head->method_len = f.value_len;
-            } else if (strcmp(f.name, ":path") == 0) {
+            } else if (f.name_len == 5 && memcmp(f.name, ":path", 5) == 0) {
                 head->target = f.value;
                 head->target_len = f.value_len;
-            } else if (strcmp(f.name, ":authority") == 0) {
+            } else if (f.name_len == 10 && memcmp(f.name, ":authority", 10) == 0) {
                 authority = f.value;
                 authority_len = f.value_len;
-            } else if (strcmp(f.name, ":protocol") == 0) {
+            } else if (f.name_len == 9 && memcmp(f.name, ":protocol", 9) == 0) {
                 head->protocol = f.value;   /* nghttp2 lets it through on CONNECT alone */
                 head->protocol_len = f.value_len;
             }
@@ -691,8 +692,8 @@ int tern__h2_head(tern_http_req *req, int status, const char *ctype, int64_t len
         nv[n++] = (nghttp2_nv){(uint8_t *)"content-type", (uint8_t *)ctype, 12, strlen(ctype),
                                NGHTTP2_NV_FLAG_NONE};
     if (length >= 0) {
-        int l = snprintf(clen, sizeof(clen), "%lld", (long long)length);
-        nv[n++] = (nghttp2_nv){(uint8_t *)"content-length", (uint8_t *)clen, 14, (size_t)l,
+        size_t l = (size_t)(tern__http_put_u64(clen, (uint64_t)length) - clen);
+        nv[n++] = (nghttp2_nv){(uint8_t *)"content-length", (uint8_t *)clen, 14, l,
                                NGHTTP2_NV_FLAG_NONE};
     }
     pos = 0;

@@ -526,6 +526,8 @@ void tern__h1_read_body(tern_http_req *req);
  * Writes at most tern__http_status_room(srv, status) bytes; returns the
  * end of what it wrote. */
 char *tern__http_put_status(char *p, tern_server *srv, int status);
+/* v in decimal at p (at most 20 bytes); returns the end. */
+char *tern__http_put_u64(char *p, uint64_t v);
 /* The Date field's value now (formatted once a second), *len bytes; for
  * a protocol that writes its fields its own way (HTTP/2). */
 const char *tern__http_date(tern_server *srv, size_t *len);
