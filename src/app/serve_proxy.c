@@ -83,7 +83,7 @@ static const uint64_t le_ms[APP_PROXY_LATENCY_BUCKETS] = {1, 2, 5, 10, 25, 50, 1
  * the caller's operation, handed back through done or freed here. */
 struct app_proxy_req {
     int kind;
-    tern_ws *ws;
+    void *owner;   /* the asker's, handed back to done */
     app_httpc_req *http;
     app_proxy_done done;
     void *op;
@@ -253,7 +253,7 @@ static void on_http_done(void *user, const app_httpc_result *res) {
                "answered with neither {\"result\"}, {\"error\"} nor {\"disconnect\"}");
     } else
         answered(r->kind, res->us);
-    r->done(r->ws, r->op, &a);
+    r->done(r->owner, r->op, &a);
     free(data);
     free(info);
     app_token_rights_free(&rights);
@@ -290,9 +290,9 @@ static char *request_body(const char *user, const char *topic, size_t tlen, cons
     return b;
 }
 
-const char *app_serve_proxy_ask(int kind, tern_ws *ws, app_proxy_req **pending, const char *user,
-                                const char *topic, size_t tlen, const char *data, size_t dlen,
-                                app_proxy_done done, void *op) {
+const char *app_serve_proxy_ask(int kind, const app_proxy_asker *who, const char *topic,
+                                size_t tlen, const char *data, size_t dlen, app_proxy_done done,
+                                void *op) {
     proxy_kind *k = &kinds[kind];
     atomic_fetch_add_explicit(&k->requests, 1, memory_order_relaxed);
     if (atomic_fetch_add_explicit(&k->inflight, 1, memory_order_relaxed) >= flags.max_inflight) {
@@ -302,11 +302,11 @@ const char *app_serve_proxy_ask(int kind, tern_ws *ws, app_proxy_req **pending, 
     }
     app_proxy_req *r = calloc(1, sizeof(*r));
     size_t len = 0;
-    char *body = request_body(user, topic, tlen, data, dlen, &len);
+    char *body = request_body(who->user, topic, tlen, data, dlen, &len);
     if (client == NULL)
-        client = app_httpc_new(tern_ws_loop(ws));
+        client = app_httpc_new(who->loop);
     if (r)
-        *r = (app_proxy_req){.kind = kind, .ws = ws, .done = done, .op = op};
+        *r = (app_proxy_req){.kind = kind, .owner = who->owner, .done = done, .op = op};
     if (r == NULL || body == NULL || client == NULL ||
         (r->http = app_httpc_post(client, flags.url[kind], body, len, flags.timeout_ms,
                                   on_http_done, r)) == NULL) {
@@ -316,10 +316,10 @@ const char *app_serve_proxy_ask(int kind, tern_ws *ws, app_proxy_req **pending, 
         return "out of memory";
     }
     free(body);
-    if ((r->next = *pending))
+    if ((r->next = *who->pending))
         r->next->pprev = &r->next;
-    r->pprev = pending;
-    *pending = r;
+    r->pprev = who->pending;
+    *who->pending = r;
     if ((r->thread_next = thread_reqs))
         r->thread_next->thread_pprev = &r->thread_next;
     r->thread_pprev = &thread_reqs;

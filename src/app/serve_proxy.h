@@ -1,9 +1,12 @@
-/* tern serve's backend proxy (serve_proxy.c): /pubsub's connections,
- * subscribes and publishes decided by the application's backend over HTTP, JSON in and
+/* tern serve's backend proxy (serve_proxy.c): connections, subscribes
+ * and publishes decided by the application's backend over HTTP, JSON in and
  * JSON out (the shape of Centrifugo's proxy), through each loop's HTTP
  * client (http_client.h). The operation waits, its connection goes on,
  * and the answer finishes it later; a connection that closes first
- * cancels its requests. Loop thread only, but for setup and the stats. */
+ * cancels its requests. The proxy knows no transport: its askers (a
+ * /pubsub WebSocket, an /sse stream) hand it their loop and an opaque
+ * owner, which the answer gets back. Loop thread only, but for setup and
+ * the stats. */
 #ifndef TERN_APP_SERVE_PROXY_H
 #define TERN_APP_SERVE_PROXY_H
 
@@ -61,14 +64,24 @@ typedef struct app_proxy_answer {
 
 #define APP_PROXY_INFO_MAX 1024
 
-/* The answer for op (what app_serve_proxy_ask was given), on ws's loop,
- * from the loop and outside every curl callback. op is the caller's to
- * free. */
-typedef void (*app_proxy_done)(tern_ws *ws, void *op, const app_proxy_answer *a);
+/* The answer for op (what app_serve_proxy_ask was given) to owner (the
+ * asker's), on the asker's loop, from the loop and outside every curl
+ * callback. op is the caller's to free. */
+typedef void (*app_proxy_done)(void *owner, void *op, const app_proxy_answer *a);
 
 /* A connection's requests in flight: a list head in its state, NULL
  * when none. */
 typedef struct app_proxy_req app_proxy_req;
+
+/* Who asks: a connection (or stream) of a loop. Read during
+ * app_serve_proxy_ask only; loop and pending must outlive the requests
+ * (the asker's close cancels them). */
+typedef struct app_proxy_asker {
+    tern_loop *loop;           /* the asker's: the answer comes on it */
+    void *owner;               /* handed back to done as it is */
+    app_proxy_req **pending;   /* the asker's list of requests in flight */
+    const char *user;          /* its user (a token's sub, or the backend's), or NULL */
+} app_proxy_asker;
 
 /* Setup, before the loops run: the flags (copied) and curl's global
  * state. -1 once said why. */
@@ -77,15 +90,15 @@ int app_serve_proxy_setup(const app_proxy_flags *f);
 bool app_serve_proxy_on(int kind);
 
 /* Asks kind's backend about topic (NULL for a connect; and data, a JSON
- * string token, for a publish) on behalf of ws (user: its token's sub, or NULL): NULL, and
- * done(ws, op, ...) comes exactly once later unless the connection's
+ * string token, for a publish) on behalf of who: NULL, and
+ * done(who->owner, op, ...) comes exactly once later unless the asker's
  * requests are cancelled first (then op is freed with free()); or the
- * /pubsub error that refuses the operation at once ("proxy busy": the
- * backend has --proxy-max-inflight requests in flight; "out of memory"),
- * op untouched. */
-const char *app_serve_proxy_ask(int kind, tern_ws *ws, app_proxy_req **pending, const char *user,
-                                const char *topic, size_t tlen, const char *data, size_t dlen,
-                                app_proxy_done done, void *op);
+ * error that refuses the operation at once ("proxy busy": the backend
+ * has --proxy-max-inflight requests in flight; "out of memory"), op
+ * untouched. */
+const char *app_serve_proxy_ask(int kind, const app_proxy_asker *who, const char *topic,
+                                size_t tlen, const char *data, size_t dlen, app_proxy_done done,
+                                void *op);
 /* Cancels a connection's requests (its on_close): no done comes. */
 void app_serve_proxy_cancel_all(app_proxy_req **pending);
 /* tern_run's teardown of a thread: its requests cancelled, its client

@@ -755,9 +755,17 @@ static void reply_denied(tern_ws *ws, const ps_waiting *w, const app_proxy_answe
     free(out);
 }
 
+/* ws as the backend proxy's asker (serve_proxy.h): its requests on b's
+ * list, which its close cancels. */
+static app_proxy_asker asker_of(tern_ws *ws, ps_bucket *b) {
+    return (app_proxy_asker){.loop = tern_ws_loop(ws), .owner = ws, .pending = &b->proxy,
+                             .user = app_token_conn_sub(b->auth)};
+}
+
 /* The backend's answer for a waiting operation: run from the loop, never
  * inside curl (serve_proxy.c); ws is still open (its close cancels). */
-static void backend_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
+static void backend_answered(void *owner, void *op, const app_proxy_answer *a) {
+    tern_ws *ws = owner;
     ps_waiting *w = op;
     ps_bucket *b = tern_ws_user(ws);
     tok opt = w->publish ? op_publish : op_subscribe;
@@ -817,8 +825,9 @@ static void expiry_at(tern_ws *ws, ps_bucket *b, int64_t at) {
 }
 
 /* The backend's answer to a refresh (--proxy-refresh). */
-static void refresh_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
+static void refresh_answered(void *owner, void *op, const app_proxy_answer *a) {
     (void)op;
+    tern_ws *ws = owner;
     ps_bucket *b = tern_ws_user(ws);
     switch (a->outcome) {
     case APP_PROXY_ALLOW:
@@ -854,15 +863,16 @@ static void expiry_due(tern_timer *t, void *user) {
         tern_ws_close(ws, TERN_WS_TOKEN_EXPIRED, "expired");
         return;
     }
-    if (app_serve_proxy_ask(APP_PROXY_REFRESH, ws, &b->proxy, app_token_conn_sub(b->auth), NULL, 0,
-                            NULL, 0, refresh_answered, NULL))
+    app_proxy_asker who = asker_of(ws, b);
+    if (app_serve_proxy_ask(APP_PROXY_REFRESH, &who, NULL, 0, NULL, 0, refresh_answered, NULL))
         expiry_arm(ws, b, REFRESH_RETRY_MS);   /* busy or out of memory: later */
 }
 
 /* The backend's answer for a connection that opened (--proxy-connect):
  * it reads again, with the user and info given, or is closed. */
-static void connect_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
+static void connect_answered(void *owner, void *op, const app_proxy_answer *a) {
     (void)op;
+    tern_ws *ws = owner;
     ps_bucket *b = tern_ws_user(ws);
     /* Reading again in every case: a close waits for the client's close
      * frame, which a paused connection would not read. */
@@ -892,9 +902,9 @@ static void connect_answered(tern_ws *ws, void *op, const app_proxy_answer *a) {
  * until the backend has let it in. */
 static void ask_connect(tern_ws *ws, ps_bucket *b) {
     (void)tern_ws_pause(ws);
-    const char *err = app_serve_proxy_ask(APP_PROXY_CONNECT, ws, &b->proxy,
-                                          app_token_conn_sub(b->auth), NULL, 0, NULL, 0,
-                                          connect_answered, NULL);
+    app_proxy_asker who = asker_of(ws, b);
+    const char *err =
+        app_serve_proxy_ask(APP_PROXY_CONNECT, &who, NULL, 0, NULL, 0, connect_answered, NULL);
     if (err)
         close_with(ws, TERN_WS_TRY_AGAIN, err);
 }
@@ -919,9 +929,10 @@ static void ask_backend(tern_ws *ws, ps_bucket *b, const ps_waiting *w, const ch
     if (dlen)
         memcpy(op->data, d, dlen);
     op->dlen = dlen;
-    const char *err = app_serve_proxy_ask(w->publish ? APP_PROXY_PUBLISH : APP_PROXY_SUBSCRIBE, ws,
-                                          &b->proxy, app_token_conn_sub(b->auth), topic, tl,
-                                          w->publish ? d : NULL, dlen, backend_answered, op);
+    app_proxy_asker who = asker_of(ws, b);
+    const char *err = app_serve_proxy_ask(w->publish ? APP_PROXY_PUBLISH : APP_PROXY_SUBSCRIBE, &who,
+                                          topic, tl, w->publish ? d : NULL, dlen, backend_answered,
+                                          op);
     if (err) {
         free(op);
         reply_error(ws, err, opt);
