@@ -194,23 +194,33 @@ static void put_histogram(metrics_buf *b, const char *name, const char *help, te
     put(b, "%s_count %llu\n", name, (unsigned long long)h->count);
 }
 
+/* A family with one sample per kind proxied: name{kind="K"} v[K]. */
+static void put_proxy_kinds(metrics_buf *b, const char *name, const char *type, const char *help,
+                            const uint64_t v[APP_PROXY_KINDS]) {
+    family(b, name, type, help);
+    for (int k = 0; k < APP_PROXY_KINDS; k++)
+        if (app_serve_proxy_on(k))
+            put(b, "%s{kind=\"%s\"} %llu\n", name, app_proxy_kind_names[k],
+                (unsigned long long)v[k]);
+}
+
 /* The backend proxy's (serve_proxy.h), per kind proxied: requests asked,
- * failures by reason, and how long the answers took. */
+ * failures by reason, how many wait now, and how long the answers took. */
 static void put_proxy(metrics_buf *b) {
     app_proxy_stats st[APP_PROXY_KINDS];
+    uint64_t requests[APP_PROXY_KINDS], inflight[APP_PROXY_KINDS];
     bool any = false;
     for (int k = 0; k < APP_PROXY_KINDS; k++) {
         app_serve_proxy_stats_get(k, &st[k]);
+        requests[k] = st[k].requests;
+        inflight[k] = st[k].inflight;
         any = any || app_serve_proxy_on(k);
     }
     if (!any)
         return;
-    family(b, "tern_proxy_requests_total", "counter",
-           "Operations asked of the backend proxy, by kind (refused as busy too).");
-    for (int k = 0; k < APP_PROXY_KINDS; k++)
-        if (app_serve_proxy_on(k))
-            put(b, "tern_proxy_requests_total{kind=\"%s\"} %llu\n", app_proxy_kind_names[k],
-                (unsigned long long)st[k].requests);
+    put_proxy_kinds(b, "tern_proxy_requests_total", "counter",
+                    "Operations asked of the backend proxy, by kind (refused as busy too).",
+                    requests);
     family(b, "tern_proxy_errors_total", "counter",
            "Backend proxy requests without a usable answer, by kind and reason.");
     for (int k = 0; k < APP_PROXY_KINDS; k++)
@@ -218,6 +228,8 @@ static void put_proxy(metrics_buf *b) {
             put(b, "tern_proxy_errors_total{kind=\"%s\",reason=\"%s\"} %llu\n",
                 app_proxy_kind_names[k], app_proxy_err_names[e],
                 (unsigned long long)st[k].errors[e]);
+    put_proxy_kinds(b, "tern_proxy_inflight", "gauge",
+                    "Backend proxy requests waiting for their answer now, by kind.", inflight);
     family(b, "tern_proxy_latency_seconds", "histogram",
            "From a backend proxy request to its usable answer, by kind.");
     for (int k = 0; k < APP_PROXY_KINDS; k++) {

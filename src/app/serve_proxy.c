@@ -1,9 +1,10 @@
 /* tern serve's backend proxy (serve_proxy.h).
  *
- * A /pubsub connection as it opens (--proxy-connect) and when the
- * expiry that answer gave comes (--proxy-refresh), a subscribe
- * (--proxy-subscribe) or a publish (--proxy-publish) is POSTed to the
- * backend as JSON:
+ * A /pubsub connection or /sse stream as it opens (--proxy-connect) and
+ * when the expiry that answer gave comes (--proxy-refresh), a subscribe
+ * (--proxy-subscribe; each topic of an /sse stream) or a publish
+ * (--proxy-publish) is POSTed to the backend as JSON, the same for both
+ * transports:
  *
  *   {"transport":"websocket","protocol":"json","user":"U"}   (a connect)
  *   {"transport":"websocket","protocol":"json","user":"U","channel":"T"}
@@ -363,4 +364,5 @@ void app_serve_proxy_stats_get(int kind, app_proxy_stats *out) {
     }
     out->count = atomic_load_explicit(&k->count, memory_order_relaxed);
     out->sum_us = atomic_load_explicit(&k->sum_us, memory_order_relaxed);
+    out->inflight = atomic_load_explicit(&k->inflight, memory_order_relaxed);
 }

@@ -107,7 +107,8 @@ void app_serve_proxy_thread_end(void);
 void app_serve_proxy_cleanup(void);
 
 /* /metrics: per kind, the requests asked, those that failed (by reason:
- * the FAILED errors, and "busy") and the latency of those answered. */
+ * the FAILED errors, and "busy"), the latency of those answered and those
+ * in flight now. */
 enum { APP_PROXY_ERR_TIMEOUT, APP_PROXY_ERR_DOWN, APP_PROXY_ERR_STATUS, APP_PROXY_ERR_BAD,
        APP_PROXY_ERR_BUSY, APP_PROXY_ERRS };
 #define APP_PROXY_LATENCY_BUCKETS 12
@@ -116,6 +117,7 @@ typedef struct app_proxy_stats {
     uint64_t le_ms[APP_PROXY_LATENCY_BUCKETS];   /* the buckets' upper bounds */
     uint64_t below[APP_PROXY_LATENCY_BUCKETS];   /* cumulative counts */
     uint64_t count, sum_us;
+    uint64_t inflight;   /* asked, neither answered nor cancelled yet */
 } app_proxy_stats;
 extern const char *const app_proxy_kind_names[APP_PROXY_KINDS];   /* "subscribe", ... */
 extern const char *const app_proxy_err_names[APP_PROXY_ERRS];     /* "timeout", ... */

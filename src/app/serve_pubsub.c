@@ -107,8 +107,8 @@
  *     timeout", "proxy unavailable", "proxy error", "proxy bad answer" or
  *     "proxy busy" (--proxy-max-inflight requests in flight already).
  *   GET  /sse             the topics of /pubsub as Server-Sent Events, under
- *                         the same rules and tokens (app_serve_pubsub_may):
- *                         serve_sse.c
+ *                         the same rules and tokens (app_serve_pubsub_may)
+ *                         and backend proxy: serve_sse.c
  *   POST /publish/:topic  (the admin listener's: app_serve_publish)
  *                         the body (UTF-8) published as data to topic;
  *                         200 {"seq":N,"subscribers":M} (M: over all threads)

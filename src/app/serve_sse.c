@@ -15,6 +15,20 @@
  * unsent bytes count as a WebSocket's backlog). So the route is as
  * protected as /pubsub and, like it, always on.
  *
+ * And the same backend proxy (serve_proxy.h). With --proxy-connect a
+ * stream is a connection: the backend is asked first (the token's sub as
+ * the user, when a token came) and the request is held, no head sent,
+ * until it answers; its user, info and rights are the stream's from then
+ * on (its "tern" rights decide the topics the rules leave to tokens);
+ * refused: 403 with the backend's message; no usable answer: 503 with
+ * the error ("proxy timeout", ...). With --proxy-subscribe the backend
+ * decides each topic instead of the rules, one at a time in the query's
+ * order, all of them before the stream starts: one refused, 403 (its
+ * message), no usable answer, 503. An "expire_at" in the connect's answer
+ * ends the stream then with "token expired", unless --proxy-refresh's
+ * backend extends it. The client going away while a request waits
+ * cancels it.
+ *
  * The stream (text/event-stream):
  *   retry: 2000                       first: reconnect after 2 s
  *   event: gap                        a resume that could not be one (the
@@ -30,7 +44,8 @@
  *   data: {"ok":"subscribe","topic":T,"epoch":"E","seq":N[,...]}
  *   event: error                      before the stream ends: "token
  *   data: {"error":"token expired"}   expired" (at the token's exp plus
- *                                     --token-leeway), "slow consumer"
+ *                                     --token-leeway, or the backend's
+ *                                     expire_at), "slow consumer"
  *                                     (the close policy), "too many
  *                                     subscriptions", "out of memory"
  *   : keep-alive                      every SSE_KEEPALIVE_MS, so that
@@ -63,6 +78,8 @@
 
 #include "app/app.h"
 #include "app/json.h"
+#include "app/serve_presence.h"
+#include "app/serve_proxy.h"
 #include "app/serve_tokens.h"
 #include "loop/hex.h"
 #include "tern/tern.h"
@@ -70,6 +87,7 @@
 #define SSE_TOPICS_MAX 64         /* topics per stream: every event's id names them all */
 #define SSE_KEEPALIVE_MS 15000    /* a comment on an idle stream this often */
 #define SSE_RETRY_MS 2000         /* the reconnect delay told to EventSource */
+#define SSE_REFRESH_RETRY_MS 5000 /* a failed refresh is asked again this much later */
 
 /* One topic of a stream. Invariants: epoch is 0 until the topic is
  * subscribed on this stream (or the Last-Event-ID gave one); seq is the
@@ -82,14 +100,21 @@ typedef struct sse_topic {
 
 /* One /sse stream. Invariants: req is valid until ended (the stream's end
  * or its connection's abort, after which nothing touches it); sink is
- * this stream's subscriber; closing: the close policy or the token ended the
- * stream, whose end a 0 ms timer (end_timer) makes outside the delivery. */
+ * this stream's subscriber, NULL while the backend is asked (then the
+ * stream is on no list, no head has gone, and the abort frees it with its
+ * requests); closing: the close policy or the token ended the stream,
+ * whose end a 0 ms timer (end_timer) makes outside the delivery. */
 typedef struct sse_conn {
     struct sse_conn *prev, *next;   /* the thread's open streams (streams) */
     tern_http_req *req;
     tern_sink *sink;
     app_token_conn *auth;
     tern_timer *keepalive, *expiry, *end_timer;
+    app_proxy_req *proxy;      /* its requests waiting for the backend */
+    tern_timer *proxy_expiry;  /* at the expiry the backend gave, or NULL */
+    int64_t expire_at;         /* that expiry (Unix seconds, 0: none), until the stream starts */
+    int decided;               /* the topics allowed so far, in the query's order */
+    bool snapshot, bad_id, head;   /* the request's, kept while it waits */
     int ntopics;
     bool closing;
     const char *why;          /* the error event of a closing stream */
@@ -305,7 +330,10 @@ static void conn_free(sse_conn *c) {
         if (c->next)
             c->next->prev = c->prev;
     }
+    app_serve_proxy_cancel_all(&c->proxy);   /* no answer may reach c now */
     tern_sink_free(c->sink);
+    if (c->proxy_expiry)
+        tern_timer_stop(c->proxy_expiry);
     if (c->keepalive)
         tern_timer_stop(c->keepalive);
     if (c->expiry)
@@ -355,6 +383,16 @@ static void keepalive(tern_timer *t, void *user) {
         tern_http_write(c->req, ": keep-alive\n\n", 14);
 }
 
+/* The stream's rights have ended (the token's, or the backend's expiry):
+ * its error event, and the end. */
+static void end_expired(sse_conn *c) {
+    if (!c->closing) {
+        c->closing = true;
+        c->why = "token expired";
+        finish(c);
+    }
+}
+
 /* The token's end (its exp plus the leeway; the wall clock may have gone
  * back meanwhile: then the rest is waited). */
 static void expired(tern_timer *t, void *user) {
@@ -362,11 +400,83 @@ static void expired(tern_timer *t, void *user) {
     int64_t left = app_token_conn_until(c->auth) - (int64_t)time(NULL);
     if (left > 0 && tern_timer_again(t, (uint64_t)left * 1000) == 0)
         return;
-    if (!c->closing) {
-        c->closing = true;
-        c->why = "token expired";
-        finish(c);
+    end_expired(c);
+}
+
+/* ---- the backend proxy (serve_proxy.h) ------------------------------------ */
+
+/* c as the backend proxy's asker: its requests on its list, which its
+ * end cancels (conn_free). */
+static app_proxy_asker asker_of(sse_conn *c) {
+    return (app_proxy_asker){.loop = tern_http_req_loop(c->req), .owner = c,
+                             .pending = &c->proxy, .user = app_token_conn_sub(c->auth)};
+}
+
+static void proxy_expired(tern_timer *t, void *user);
+
+/* Arms the backend's expiry ms from now (no memory for the timer: the
+ * stream ends now rather than outlive what the backend allowed). */
+static void proxy_expiry_arm(sse_conn *c, uint64_t ms) {
+    int err = c->proxy_expiry ? tern_timer_again(c->proxy_expiry, ms)
+                              : tern_timer_start(tern_http_req_loop(c->req), &c->proxy_expiry, ms,
+                                                 0, proxy_expired, c);
+    if (err < 0)
+        end_expired(c);
+}
+
+/* The backend's expiry at Unix second at (0: none): armed, or stopped. */
+static void proxy_expiry_at(sse_conn *c, int64_t at) {
+    if (at == 0) {
+        if (c->proxy_expiry)
+            tern_timer_stop(c->proxy_expiry);
+        c->proxy_expiry = NULL;
+        return;
     }
+    int64_t left = at - (int64_t)time(NULL);
+    proxy_expiry_arm(c, left > 0 ? (uint64_t)left * 1000 : 0);
+}
+
+/* The backend's answer to a refresh (--proxy-refresh), as /pubsub takes
+ * it: a refusal ends the stream as an expiry does, no usable answer is
+ * asked again later. */
+static void refresh_answered(void *owner, void *op, const app_proxy_answer *a) {
+    (void)op;
+    sse_conn *c = owner;
+    if (c->closing)
+        return;   /* ending already (end_soon) */
+    switch (a->outcome) {
+    case APP_PROXY_ALLOW:
+        if (a->expired ||
+            (a->info && app_token_conn_set_user(&c->auth, NULL, NULL, a->info, NULL) < 0)) {
+            end_expired(c);
+            return;
+        }
+        proxy_expiry_at(c, a->expire_at);
+        break;
+    case APP_PROXY_DENY:
+    case APP_PROXY_DISCONNECT:
+        end_expired(c);
+        break;
+    default:
+        proxy_expiry_arm(c, SSE_REFRESH_RETRY_MS);   /* the backend may be back then */
+        break;
+    }
+}
+
+/* The expiry the backend gave has come: without --proxy-refresh the
+ * stream ends, with it the backend is asked. */
+static void proxy_expired(tern_timer *t, void *user) {
+    (void)t;
+    sse_conn *c = user;
+    if (c->closing)
+        return;
+    if (!app_serve_proxy_on(APP_PROXY_REFRESH)) {
+        end_expired(c);
+        return;
+    }
+    app_proxy_asker who = asker_of(c);
+    if (app_serve_proxy_ask(APP_PROXY_REFRESH, &who, NULL, 0, NULL, 0, refresh_answered, NULL))
+        proxy_expiry_arm(c, SSE_REFRESH_RETRY_MS);   /* busy or out of memory: later */
 }
 
 /* ---- the request ---------------------------------------------------------- */
@@ -429,7 +539,7 @@ static bool parse_last_id(const char *s, size_t n, sse_topic *t, int ntopics) {
 }
 
 static void refuse(tern_http_req *req, int status, const char *why) {
-    char b[128];
+    char b[256];
     int n = snprintf(b, sizeof(b), "%s\n", why);
     tern_http_respond(req, status, "text/plain", b, (size_t)n);
 }
@@ -472,52 +582,26 @@ static bool subscribe_topic(sse_conn *c, int i, bool snapshot, bool bad_id) {
     return true;
 }
 
-static void sse_handler(tern_http_req *req, void *user) {
-    (void)user;
-    void *hook_user = NULL;
-    int status = sse_upgrade_hook(req, &hook_user, sse_hook_user);   /* --allowed-origin */
-    if (status != 0) {
-        refuse(req, status, tern_http_reason(status));
-        return;
-    }
-    static _Thread_local sse_topic parsed[SSE_TOPICS_MAX];
-    bool snapshot;
-    int n = parse_query(req, parsed, &snapshot);
-    if (n <= 0) {
-        refuse(req, 400, n == 0 ? "no topic" : "bad topic");
-        return;
-    }
-    sse_conn *c = calloc(1, sizeof(*c) + (size_t)n * sizeof(sse_topic));
-    if (c == NULL) {
-        refuse(req, 503, "out of memory");
-        return;
-    }
-    c->req = req;
-    c->ntopics = n;
-    memcpy(c->t, parsed, (size_t)n * sizeof(sse_topic));
-    if (app_serve_tokens_on() && (status = app_token_conn_upgrade(req, &c->auth)) != 0) {
-        refuse(req, status, status == 401 ? "bad token" : "out of memory");
-        conn_free(c);
-        return;
-    }
-    for (int i = 0; i < c->ntopics; i++)
-        if (app_serve_pubsub_may(c->auth, c->t[i].name, c->t[i].len, false) < 0) {
-            refuse(req, 403, "forbidden");
-            conn_free(c);
-            return;
-        }
-    size_t ml;
-    const char *method = tern_http_method(req, &ml);
-    if (ml == 4 && memcmp(method, "HEAD", 4) == 0) {
+/* Refuses a stream that waited for the backend (its abort hook on):
+ * status, why as the body; then c goes. Nothing was streamed. */
+static void refuse_held(sse_conn *c, int status, const char *why) {
+    tern_http_on_abort(c->req, NULL, NULL);
+    refuse(c->req, status, why);
+    conn_free(c);
+}
+
+/* Starts the stream, every topic allowed: the head (HEAD: alone), the
+ * retry, each topic's subscribe, the expiries. */
+static void start_stream(sse_conn *c) {
+    tern_http_req *req = c->req;
+    tern_http_on_abort(req, NULL, NULL);   /* set again once the response is under way */
+    if (c->head) {
         /* The head a GET would get, and no stream: nothing would read it. */
         tern_http_add_header(req, "Cache-Control", "no-store");
         tern_http_respond(req, 200, "text/event-stream", NULL, 0);
         conn_free(c);
         return;
     }
-    size_t ll;
-    const char *last = tern_http_header(req, "Last-Event-ID", &ll);
-    bool bad_id = last && ll > 0 && !parse_last_id(last, ll, c->t, c->ntopics);
     if (tern_sink_new(tern_http_req_server(req), &sse_ops, c, &c->sink) < 0 ||
         tern_timer_start(tern_http_req_loop(req), &c->keepalive, SSE_KEEPALIVE_MS,
                          SSE_KEEPALIVE_MS, keepalive, c) < 0) {
@@ -548,16 +632,143 @@ static void sse_handler(tern_http_req *req, void *user) {
         streams->prev = c;
     streams = c;
     char retry[32];
-    n = snprintf(retry, sizeof(retry), "retry: %d\n\n", SSE_RETRY_MS);
+    int n = snprintf(retry, sizeof(retry), "retry: %d\n\n", SSE_RETRY_MS);
     tern_http_write(req, retry, (size_t)n);
     for (int i = 0; i < c->ntopics && !c->closing; i++)
-        if (!subscribe_topic(c, i, snapshot, bad_id)) {
+        if (!subscribe_topic(c, i, c->snapshot, c->bad_id)) {
             c->closing = true;
             finish(c);
             return;
         }
-    if (atomic_load_explicit(&draining, memory_order_relaxed))
+    if (c->expire_at)
+        proxy_expiry_at(c, c->expire_at);   /* may end the stream (no memory) */
+    if (!c->closing && atomic_load_explicit(&draining, memory_order_relaxed))
         end_soon(c, NULL);
+}
+
+static void decide_topics(sse_conn *c);
+
+/* The backend's answer for the topic being decided (--proxy-subscribe):
+ * the next topic, or the refusal. */
+static void subscribe_answered(void *owner, void *op, const app_proxy_answer *a) {
+    (void)op;
+    sse_conn *c = owner;
+    switch (a->outcome) {
+    case APP_PROXY_ALLOW:
+        c->decided++;
+        decide_topics(c);
+        break;
+    case APP_PROXY_DENY:
+    case APP_PROXY_DISCONNECT:   /* an HTTP stream has no close code: a refusal */
+        refuse_held(c, 403, a->message[0] ? a->message : "forbidden");
+        break;
+    default:
+        refuse_held(c, 503, a->error);
+        break;
+    }
+}
+
+/* Decides the topics from c->decided on, in the query's order: with
+ * --proxy-subscribe each is asked of the backend (the answer goes on
+ * from the next; join and leave topics are the server's, which the rules
+ * keep), else the rules (and the token's or the backend's rights) decide
+ * at once. Once every topic is allowed the stream starts. */
+static void decide_topics(sse_conn *c) {
+    for (; c->decided < c->ntopics; c->decided++) {
+        const sse_topic *t = &c->t[c->decided];
+        if (app_serve_proxy_on(APP_PROXY_SUBSCRIBE) && !app_presence_events_topic(t->name, t->len)) {
+            app_proxy_asker who = asker_of(c);
+            const char *err = app_serve_proxy_ask(APP_PROXY_SUBSCRIBE, &who, t->name, t->len, NULL,
+                                                  0, subscribe_answered, NULL);
+            if (err)
+                refuse_held(c, 503, err);
+            else
+                tern_http_on_abort(c->req, on_abort, c);   /* held: the client may go */
+            return;
+        }
+        if (app_serve_pubsub_may(c->auth, t->name, t->len, false) < 0) {
+            refuse_held(c, 403, "forbidden");
+            return;
+        }
+    }
+    start_stream(c);
+}
+
+/* The backend's answer for the stream as a connection (--proxy-connect):
+ * its user, info and rights taken, then its topics decided; or the
+ * refusal. */
+static void connect_answered(void *owner, void *op, const app_proxy_answer *a) {
+    (void)op;
+    sse_conn *c = owner;
+    switch (a->outcome) {
+    case APP_PROXY_ALLOW:
+        if ((a->user || a->info || a->rights) &&
+            app_token_conn_set_user(&c->auth, NULL, a->user, a->info, a->rights) < 0) {
+            refuse_held(c, 503, "out of memory");
+            return;
+        }
+        c->expire_at = a->expire_at;
+        decide_topics(c);
+        break;
+    case APP_PROXY_DENY:
+    case APP_PROXY_DISCONNECT:
+        refuse_held(c, 403, a->message[0] ? a->message : "forbidden");
+        break;
+    default:
+        refuse_held(c, 503, a->error);
+        break;
+    }
+}
+
+static void sse_handler(tern_http_req *req, void *user) {
+    (void)user;
+    void *hook_user = NULL;
+    int status = sse_upgrade_hook(req, &hook_user, sse_hook_user);   /* --allowed-origin */
+    if (status != 0) {
+        refuse(req, status, tern_http_reason(status));
+        return;
+    }
+    static _Thread_local sse_topic parsed[SSE_TOPICS_MAX];
+    bool snapshot;
+    int n = parse_query(req, parsed, &snapshot);
+    if (n <= 0) {
+        refuse(req, 400, n == 0 ? "no topic" : "bad topic");
+        return;
+    }
+    sse_conn *c = calloc(1, sizeof(*c) + (size_t)n * sizeof(sse_topic));
+    if (c == NULL) {
+        refuse(req, 503, "out of memory");
+        return;
+    }
+    c->req = req;
+    c->ntopics = n;
+    c->snapshot = snapshot;
+    memcpy(c->t, parsed, (size_t)n * sizeof(sse_topic));
+    if (app_serve_tokens_on() && (status = app_token_conn_upgrade(req, &c->auth)) != 0) {
+        refuse(req, status, status == 401 ? "bad token" : "out of memory");
+        conn_free(c);
+        return;
+    }
+    /* What the request says, read now: its views end with this call, and
+     * the backend may answer later. */
+    size_t ml, ll;
+    const char *method = tern_http_method(req, &ml);
+    c->head = ml == 4 && memcmp(method, "HEAD", 4) == 0;
+    const char *last = tern_http_header(req, "Last-Event-ID", &ll);
+    c->bad_id = last && ll > 0 && !parse_last_id(last, ll, c->t, c->ntopics);
+    if (!app_serve_proxy_on(APP_PROXY_CONNECT)) {
+        decide_topics(c);
+        return;
+    }
+    app_proxy_asker who = asker_of(c);
+    const char *err =
+        app_serve_proxy_ask(APP_PROXY_CONNECT, &who, NULL, 0, NULL, 0, connect_answered, NULL);
+    if (err) {
+        refuse(req, 503, err);
+        conn_free(c);
+        return;
+    }
+    tern_http_on_abort(req, on_abort, c);   /* held: the client may go meanwhile */
 }
 
 /* On each loop: its streams end now. */

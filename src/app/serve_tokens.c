@@ -217,7 +217,8 @@ int app_token_conn_set_user(app_token_conn **c, tern_ws *ws, const char *user, c
         return -ENOMEM;
     }
     if (made) {
-        app_token_conn_open(made, ws);
+        if (ws)   /* an /sse stream (no ws) is no connection the server API acts on */
+            app_token_conn_open(made, ws);
         *c = made;
     }
     if (u) {

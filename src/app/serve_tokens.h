@@ -64,8 +64,10 @@ const char *app_token_conn_info(const app_token_conn *c);
  * text; each NULL: kept as it was) stand for the token's sub and info from now on
  * (presence, user topics, app_token_conns_of); rights, when not NULL,
  * has its subscribe and publish lists taken (left empty) as the
- * connection's. *c is made, and linked as app_token_conn_open does, when
- * the connection had none (tokens off). 0, or -ENOMEM with *c unchanged. */
+ * connection's. *c is made when the connection had none (tokens off),
+ * and linked as app_token_conn_open does unless ws is NULL (an /sse
+ * stream: not one of app_token_conns_of's). 0, or -ENOMEM with *c
+ * unchanged. */
 TERN_MUST_CHECK
 int app_token_conn_set_user(app_token_conn **c, tern_ws *ws, const char *user, const char *info,
                             app_token_rights *rights);

@@ -1,6 +1,7 @@
 """tern serve --proxy-connect / --proxy-subscribe / --proxy-publish:
 /pubsub's connections and operations decided by the application's backend over HTTP (src/app/serve_proxy.c,
-its HTTP client src/app/http_client.c).
+its HTTP client src/app/http_client.c); and GET /sse's streams, whose
+connect, topics and refresh the same backend decides (src/app/serve_sse.c).
 
 The backend is an aiohttp server on a thread of its own; what it answers
 depends on the topic's first word (see Backend.answer). Requests it is
@@ -20,6 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
 from conftest import SLOW, wait_for
+from test_sse import SSE, status_of
+from test_tokens import SECRET, claims, token
 
 
 class Backend:
@@ -399,3 +402,127 @@ def test_presence_for_those_the_backend_let_subscribe(tern_factory, backend):
         assert ask(ws, op="presence", topic="ok.room")["error"] == "forbidden"
         assert ask(ws, op="subscribe", topic="ok.room")["ok"] == "subscribe"
         assert ask(ws, op="presence_stats", topic="ok.room")["clients"] == 1
+
+
+# ---- GET /sse: the same backend ---------------------------------------------
+
+
+def inflight(t, kind):
+    """tern_proxy_inflight{kind=...} on /metrics."""
+    for f in text_string_to_metric_families(metrics(t)):
+        if f.name == "tern_proxy_inflight":
+            return [int(s.value) for s in f.samples if s.labels["kind"] == kind][0]
+    raise AssertionError("no tern_proxy_inflight on /metrics")
+
+
+def test_sse_connect_gives_user_and_rights(tern_factory, backend, tmp_path):
+    # The backend's user opens its user topic, its rights the topics left
+    # to tokens; the token's sub is the user it is asked about.
+    secret = tmp_path / "secret"
+    secret.write_bytes(SECRET + b"\n")
+    t = tern_factory("--proxy-connect", backend.url("/connect/alice"), "--feed", "off",
+                     "--token-hmac-secret-file", str(secret),
+                     "--topic", "dm:* subscribe=user", open_topics=False)
+    s = SSE(t.port, "topic=dm:%23alice")
+    assert s.status == 200
+    assert s.next()["event"] == "subscribed"
+    assert t.publish("dm:%23alice", "hi")["subscribers"] == 1
+    assert json.loads(s.until(lambda e: e["event"] == "message", "the message")[-1]["data"])[
+        "data"] == "hi"
+    s.close()
+    assert status_of(t, "topic=dm:%23bob") == (403, "forbidden\n")
+    assert status_of(t, "topic=dm:%23alice&token=" + token(claims(subscribe=["x"])))[0] == 200
+    connects = [b for p, b in backend.requests if p == "/connect/alice"]
+    assert connects == [{"transport": "websocket", "protocol": "json", "user": u}
+                        for u in ("", "", "tester")]
+    t = tern_factory("--proxy-connect", backend.url("/connect/rights"), "--feed", "off",
+                     open_topics=False)
+    assert status_of(t, "topic=news.1") == (200, "subscribed")
+    assert status_of(t, "topic=news.1&topic=other.1") == (403, "forbidden\n")
+
+
+def test_sse_connect_denied_or_unanswered(tern_factory, backend):
+    # The rules alone would let these streams in.
+    t = tern_factory("--proxy-connect", backend.url("/connect/deny"), "--feed", "off",
+                     "--topic", "open.* subscribe=anyone", open_topics=False)
+    assert status_of(t, "topic=open.a") == (403, "go away\n")
+    t = tern_factory("--proxy-connect", backend.url("/connect/hold"), "--proxy-timeout", "200",
+                     "--feed", "off", "--topic", "open.* subscribe=anyone", open_topics=False)
+    assert status_of(t, "topic=open.a") == (503, "proxy timeout\n")
+    assert inflight(t, "connect") == 0
+
+
+def test_sse_backend_down(tern_factory):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()   # nothing listens there now
+    for flag in ("--proxy-connect", "--proxy-subscribe"):
+        t = tern_factory(flag, f"http://127.0.0.1:{port}/x", "--feed", "off",
+                         "--topic", "open.* subscribe=anyone", open_topics=False)
+        # SSE's reader gives up after 10 s (times SLOW) without an answer.
+        assert status_of(t, "topic=open.a") == (503, "proxy unavailable\n"), flag
+
+
+def test_sse_subscribe_asks_each_topic_in_order(tern_factory, backend):
+    t = served(tern_factory, backend)
+    assert status_of(t, "topic=ok.a&topic=deny.b&topic=ok.c") == (403, "not yours\n")
+    assert [b["channel"] for p, b in backend.requests] == ["ok.a", "deny.b"]   # none after
+    assert status_of(t, "topic=ok.a&topic=oops.b") == (503, "proxy error\n")
+    s = SSE(t.port, "topic=ok.a&topic=ok.b")
+    assert s.status == 200
+    assert [s.next()["event"] for _ in range(2)] == ["subscribed", "subscribed"]
+    t.publish("ok.b", "flowing")
+    got = s.until(lambda e: e["event"] == "message", "the message")[-1]
+    assert json.loads(got["data"])["data"] == "flowing"
+    s.close()
+    assert [b["channel"] for p, b in backend.requests][-2:] == ["ok.a", "ok.b"]
+
+
+@pytest.mark.parametrize("flag,path,query", [
+    ("--proxy-connect", "/connect/hold", "topic=open.a"),
+    ("--proxy-subscribe", "/subscribe", "topic=open.a&topic=hold.b"),
+])
+def test_sse_client_gone_while_the_backend_is_slow(tern_factory, backend, flag, path, query):
+    t = tern_factory(flag, backend.url(path), "--feed", "off",
+                     "--topic", "open.* subscribe=anyone", open_topics=False)
+    kind = flag.split("-")[-1]
+    with socket.create_connection(("127.0.0.1", t.port)) as c:
+        c.sendall(f"GET /sse?{query} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        wait_for(lambda: backend.held == 1, "the backend to hold the request")
+        assert inflight(t, kind) == 1
+    # The client's going cancels the request before the backend answers.
+    wait_for(lambda: inflight(t, kind) == 0, "the request to be cancelled")
+    backend.release()
+    assert status_of(t, "topic=open.a")[0] == 200   # answered at once now
+    assert inflight(t, kind) == 0
+    assert t.stop() == 0   # nothing touched what was freed (the sanitized build checks)
+
+
+@pytest.mark.parametrize("refresh", [None, "expire"])
+def test_sse_expiry_ends_the_stream(tern_factory, backend, refresh):
+    extra = ["--proxy-refresh", backend.url(f"/refresh/{refresh}")] if refresh else []
+    t = tern_factory("--proxy-connect", backend.url("/connect/expiring"), *extra, "--feed", "off",
+                     "--topic", "open.* subscribe=anyone", open_topics=False)
+    s = SSE(t.port, "topic=open.a")
+    assert s.status == 200
+    ev = s.until(lambda e: e["event"] == "error", "the expiry", timeout=10)[-1]
+    assert json.loads(ev["data"]) == {"error": "token expired"}
+    assert s.next() is None and not s.cut   # ended as a response ends
+    s.close()
+    assert refreshes(backend) == ([{"transport": "websocket", "protocol": "json", "user": "bob"}]
+                                  if refresh else [])
+
+
+def test_sse_refresh_extends(tern_factory, backend):
+    t = tern_factory("--proxy-connect", backend.url("/connect/expiring"),
+                     "--proxy-refresh", backend.url("/refresh/extend"), "--feed", "off",
+                     "--topic", "open.* subscribe=anyone", open_topics=False)
+    s = SSE(t.port, "topic=open.a")
+    assert s.next()["event"] == "subscribed"
+    wait_for(lambda: len(refreshes(backend)) == 1, "the refresh at the expiry")
+    # Still streaming: the new expiry is an hour away.
+    t.publish("open.a", "still here")
+    got = s.until(lambda e: e["event"] != "subscribed", "the message")[-1]
+    assert got["event"] == "message" and json.loads(got["data"])["data"] == "still here"
+    s.close()
