@@ -507,28 +507,31 @@ const app_opt app_serve_opts[SV_COUNT] = {
                                  "then), and from SECONDS before its nbf",
         U32(tokens.leeway)},
     [SV_PROXY_CONNECT] = {"proxy-connect", 0, S, "URL",
-                          .help = "each /pubsub connection, as it opens, is POSTed to the\n"
-                                  "backend at URL ({\"user\":U,...}; it reads nothing until\n"
-                                  "the answer): {\"result\":{}} lets it in, and with \"user\",\n"
-                                  "\"info\" and \"tern\" gives it a user, info (presence, user\n"
-                                  "topics, the server API) and rights (a token's \"tern\"\n"
-                                  "claim); a refusal closes it with 4403, no usable answer\n"
-                                  "with 1013 (unset: no connect proxy)",
+                          .help = "each /pubsub connection and /sse stream, as it opens, is\n"
+                                  "POSTed to the backend at URL ({\"user\":U,...}; it reads\n"
+                                  "nothing, or gets no head, until the answer):\n"
+                                  "{\"result\":{}} lets it in, and with \"user\", \"info\" and\n"
+                                  "\"tern\" gives it a user, info (presence, user topics, the\n"
+                                  "server API) and rights (a token's \"tern\" claim); a\n"
+                                  "refusal closes it with 4403 (/sse: 403), no usable answer\n"
+                                  "with 1013 (/sse: 503) (unset: no connect proxy)",
         STR(proxy.url[APP_PROXY_CONNECT])},
     [SV_PROXY_REFRESH] = {"proxy-refresh", 0, S, "URL",
                           .help = "a connection whose connect answer said \"expire_at\":S\n"
                                   "(Unix seconds) is POSTed to URL at S: \"expire_at\" again\n"
                                   "extends it, \"expired\":true or a refusal closes it with\n"
-                                  "4001, no usable answer asks again 5 s later (unset: closed\n"
-                                  "with 4001 at S)",
+                                  "4001 (/sse: event error \"token expired\"), no usable\n"
+                                  "answer asks again 5 s later (unset: closed so at S)",
         STR(proxy.url[APP_PROXY_REFRESH])},
     [SV_PROXY_SUBSCRIBE] = {"proxy-subscribe", 0, S, "URL",
-                            .help = "the backend at URL decides each /pubsub subscribe instead\n"
-                                    "of the topic rules: POSTed {\"user\",\"channel\",...}, it\n"
-                                    "answers {\"result\":{}} (allowed), {\"error\":{\"code\":N,\n"
-                                    "\"message\":M}} (refused) or {\"disconnect\":{\"code\":N,\n"
-                                    "\"reason\":R}} (closed); no usable answer refuses it too\n"
-                                    "(unset: no proxy; /sse keeps the rules)",
+                            .help = "the backend at URL decides each /pubsub subscribe and\n"
+                                    "each topic of an /sse stream instead of the topic rules:\n"
+                                    "POSTed {\"user\",\"channel\",...}, it answers\n"
+                                    "{\"result\":{}} (allowed), {\"error\":{\"code\":N,\n"
+                                    "\"message\":M}} (refused; /sse: 403) or\n"
+                                    "{\"disconnect\":{\"code\":N,\"reason\":R}} (closed; /sse:\n"
+                                    "403); no usable answer refuses it too (/sse: 503)\n"
+                                    "(unset: no subscribe proxy)",
         STR(proxy.url[APP_PROXY_SUBSCRIBE])},
     [SV_PROXY_PUBLISH] = {"proxy-publish", 0, S, "URL",
                           .help = "the same for each /pubsub publish (with its \"data\"); an\n"
