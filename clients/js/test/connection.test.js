@@ -5,7 +5,8 @@ import net from "node:net";
 import { after, afterEach, before, test } from "node:test";
 
 import { TernClient, backoffDelay, tokenExp } from "../tern-client.js";
-import { PREFIX, Proxy, SLOW, mintToken, sleep, startServer, until, closeAll, newClient, stopAll } from "./helpers.js";
+import { PREFIX, Proxy, SLOW, mintToken, retryTimers, sleep, startServer, until, closeAll, newClient,
+  stopAll } from "./helpers.js";
 
 let srv;
 before(async () => {
@@ -95,29 +96,22 @@ test("backoff: full jitter, under the exponential ceiling and the cap", () => {
 test("reconnect attempts wait within the jittered bounds while the server is away", async () => {
   const proxy = await new Proxy(srv.port).listen();
   proxy.down = true;
-  // The wait the client asks for after each draw: the first timer it sets
-  // once random() is called (its retry timer). Asserted exactly, so that a
-  // busy machine, which only makes timers late, cannot fail the test.
+  // The wait the client asks for after each draw (its retry timer),
+  // asserted exactly.
   const draws = [], asked = [];
-  const realSetTimeout = globalThis.setTimeout;
-  let drawn = false;
-  globalThis.setTimeout = (fn, ms, ...rest) => {
-    if (drawn) {
-      asked.push(ms);
-      drawn = false;
-    }
-    return realSetTimeout(fn, ms, ...rest);
-  };
+  const timers = retryTimers((ms, draw) => {
+    asked.push(ms);
+    draws.push(draw);
+  });
   let c;
   try {
     c = newClient(proxy.url, {
-      token: mintToken(), backoffInitial: 40, backoffMax: 300,
-      random: () => { const r = Math.random(); draws.push(r); drawn = true; return r; },
+      token: mintToken(), backoffInitial: 40, backoffMax: 300, random: timers.random,
     });
     await until(() => proxy.accepted >= 7, "7 attempts", 10000);
     c.close();
   } finally {
-    globalThis.setTimeout = realSetTimeout;
+    timers.restore();
   }
   const attempts = proxy.accepted;
   // Attempt k+1 came draws[k] * min(300, 40 * 2^k) ms after attempt k

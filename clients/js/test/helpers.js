@@ -252,6 +252,28 @@ export class NoUpgradeProxy {
   }
 }
 
+// The retry waits clients ask for: random is a client's `random` option
+// (Math.random, each draw kept); onAsk(ms, draw) is called with the wait
+// the client asks for after a draw (the first setTimeout after it, its
+// retry timer) and that draw. Asserting the wait asked, not when the timer
+// fired, keeps a busy machine (which only makes timers late) from failing a
+// test. restore() puts setTimeout back.
+export function retryTimers(onAsk) {
+  const real = globalThis.setTimeout;
+  let draw = null;
+  globalThis.setTimeout = (fn, ms, ...rest) => {
+    if (draw !== null) {
+      onAsk(ms, draw);
+      draw = null;
+    }
+    return real(fn, ms, ...rest);
+  };
+  return {
+    random: () => (draw = Math.random()),
+    restore: () => { globalThis.setTimeout = real; },
+  };
+}
+
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Resolves once cond() is true (checked every 10 ms), or rejects naming what. */

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 
-import { Proxy, closeAll, newClient, startServer, stopAll, until } from "./helpers.js";
+import { Proxy, closeAll, newClient, retryTimers, startServer, stopAll, until } from "./helpers.js";
 
 afterEach(async () => {
   closeAll();
@@ -18,19 +18,8 @@ test("1 000 clients reconnecting after a restart: no second holds more than a fi
   // busy machine stalls this one process of 1 000 clients, and timers that
   // fall due during a stall all fire together after it.
   const due = [];
-  let drawn = false;
-  const realSetTimeout = globalThis.setTimeout;
-  globalThis.setTimeout = (fn, ms, ...rest) => {
-    if (drawn) {
-      drawn = false;
-      due.push(Date.now() + ms);
-    }
-    return realSetTimeout(fn, ms, ...rest);
-  };
-  const random = () => {
-    drawn = true;
-    return Math.random();
-  };
+  const timers = retryTimers((ms) => due.push(Date.now() + ms));
+  const random = timers.random;
   try {
     let srv = await startServer(["--feed", "off"]);
     const proxy = await new Proxy(srv.port).listen();   // where the connections go through
@@ -56,6 +45,6 @@ test("1 000 clients reconnecting after a restart: no second holds more than a fi
     console.log(`reconnects due per second after the restart: ${spread.join(" ")}`);
     assert.ok(busiest <= N / 5, `the busiest second had ${busiest}: ${spread.join(" ")}`);
   } finally {
-    globalThis.setTimeout = realSetTimeout;
+    timers.restore();
   }
 });
