@@ -69,38 +69,91 @@ void tern__ps_bridge_resume(const tern__ps_gtopic *t, tern__ps_resume *rq) {
     }
 }
 
+/* t's history forgotten (a new epoch, or a gap nothing fills): a
+ * read-back in flight is of no use any more. */
+static void hist_forget(tern__ps_gtopic *t) {
+    if (t->hist)
+        tern__hist_clear(t->hist);
+    t->br.back_to = 0;
+}
+
+/* This node has just adopted the engine's numbering of t from seq `at`
+ * on (the first message it has under it; the last + 1 after a claim's
+ * answer): the messages the engine numbered before, as many as t's
+ * history keeps, are to be read back into it (a node started after them,
+ * or away meanwhile, never heard them), so that a client resumes here as
+ * on a node that heard them: *from..*to for the engine's fill, and t's
+ * read-back set. False when there is nothing to read. */
+static bool read_back(tern__ps_gtopic *t, uint64_t at, uint64_t *from, uint64_t *to) {
+    uint32_t keep = t->hist ? tern__hist_max_count(t->hist) : 0;
+    if (keep == 0 || at <= 1)
+        return false;
+    *from = at > keep ? at - keep : 1;
+    *to = at - 1;
+    t->br.back_next = *from;
+    t->br.back_to = *to;
+    return true;
+}
+
 bool tern__ps_bridge_numbered(tern__ps_gtopic *t, const tern__engine_num *num,
-                              uint64_t *fill_from) {
+                              uint64_t *fill_from, uint64_t *fill_to) {
     tern__ps_bridged *br = &t->br;
-    *fill_from = 0;
+    *fill_from = *fill_to = 0;
     if (!br->on || t->epoch != num->epoch) {
         /* The engine's numbering, new here (or restarted there): adopted.
          * What was kept under the old epoch cannot be read back under
-         * this one. */
+         * this one; what the engine kept before this message can. */
         br->old_epoch = t->seq == 0 ? t->epoch : 0;   /* (on with seq 0: a claim the engine lost) */
         br->adopted_from = num->seq;
         br->on = true;
         t->epoch = num->epoch;
         br->fill_to = 0;
-        if (t->hist)
-            tern__hist_clear(t->hist);
+        hist_forget(t);
+        read_back(t, num->seq, fill_from, fill_to);
     } else if (num->seq <= t->seq || (!num->fill && num->seq <= br->fill_to)) {
         return false;
     } else if (num->seq > t->seq + 1) {
         if (!num->fill) {   /* missed while the link was down: read back first */
             *fill_from = (br->fill_to > t->seq ? br->fill_to : t->seq) + 1;
+            *fill_to = num->seq;
             br->fill_to = num->seq;
             return false;
         }
         /* gone from the engine too: a gap no one can fill, so no resume
          * from before it may be told it is whole */
-        if (t->hist)
-            tern__hist_clear(t->hist);
+        hist_forget(t);
     }
     t->seq = num->seq;
     if (br->fill_to <= t->seq)
         br->fill_to = 0;
     return true;
+}
+
+bool tern__ps_bridge_backfills(tern__ps_gtopic *t, const tern__engine_num *num, bool *keep) {
+    tern__ps_bridged *br = &t->br;
+    if (!num->fill || br->back_to == 0 || !br->on || num->epoch != t->epoch ||
+        num->seq > br->back_to)
+        return false;
+    /* a fill asked twice (again after a reconnect): the first one's copy
+     * is kept, or went with the oldest, and must not come back as a hole */
+    *keep = num->seq >= br->back_next;
+    if (!*keep)
+        return true;
+    if (num->seq > br->back_next)   /* those before it are gone from the engine */
+        tern__hist_forget_before(t->hist, num->seq);
+    br->back_next = num->seq + 1;
+    if (br->back_next > br->back_to)
+        br->back_to = 0;   /* read back whole */
+    return true;
+}
+
+uint64_t tern__ps_bridge_first(const tern__ps_gtopic *t) {
+    uint64_t first = tern__hist_first(t->hist);
+    if (t->br.back_to == 0 || first > t->br.back_to)
+        return first;
+    if (tern__hist_last(t->hist) <= t->br.back_to)
+        return 0;   /* nothing held after the hole */
+    return t->br.back_to + 1;
 }
 
 void tern__ps_bridge_local(tern__ps_gtopic *t) {
@@ -109,8 +162,7 @@ void tern__ps_bridge_local(tern__ps_gtopic *t) {
     /* the engine away: numbered here meanwhile, under an epoch of this node */
     t->br.on = false;
     t->epoch = tern__ps_new_epoch();
-    if (t->hist)
-        tern__hist_clear(t->hist);
+    hist_forget(t);
 }
 
 uint64_t tern__ps_bridge_claim_due(tern__ps_group *g, tern__ps_gtopic *t) {
@@ -350,6 +402,9 @@ static void bridge_listening(void *user) {
             tern__ps_gtopic *t = (tern__ps_gtopic *)n;
             if (t->br.on) {
                 b->e.ops->last(b->e.state, t->name, t->len);
+                if (t->br.back_to)   /* its read-back went with the link */
+                    b->e.ops->fill(b->e.state, t->name, t->len, t->br.back_next,
+                                   t->br.back_to);
             } else if (t->hist && t->seq == 0 && t->subs > 0) {
                 t->br.claimed = true;
                 claim_now(g, b, t->name, t->len, t->epoch);
@@ -387,6 +442,7 @@ static void bridge_claimed(void *user, const char *topic, size_t tlen, uint64_t 
                            uint64_t seq) {
     tern__ps_bridge *b = user;
     tern__ps_group *g = b->g;
+    uint64_t from = 0, to = 0;
     pthread_mutex_lock(&g->mu);
     tern__ps_gtopic *t = tern__ps_gfind(g, topic, tlen, tern__ps_hash_name(topic, tlen));
     if (t && !t->br.on && t->seq == 0) {   /* else heard (or numbered here) meanwhile */
@@ -395,12 +451,14 @@ static void bridge_claimed(void *user, const char *topic, size_t tlen, uint64_t 
             t->br.adopted_from = seq + 1;
             t->epoch = epoch;
             t->seq = seq;
-            if (t->hist)
-                tern__hist_clear(t->hist);
+            hist_forget(t);
+            read_back(t, seq + 1, &from, &to);
         }
         t->br.on = true;
     }
     pthread_mutex_unlock(&g->mu);
+    if (from)
+        b->e.ops->fill(b->e.state, topic, tlen, from, to);
 }
 
 /* ---- starting and ending ------------------------------------------------ */

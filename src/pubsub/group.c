@@ -197,7 +197,7 @@ static void resume_read(tern__ps_gtopic *t, tern__ps_resume *rq) {
     if (t->hist == NULL)
         return;
     tern__hist_prune(t->hist, tern__ps_mono_ms());
-    uint64_t first = tern__hist_first(t->hist);
+    uint64_t first = tern__ps_bridge_first(t);
     if (rq->epoch == t->epoch && first != 0 && rq->after + 1 >= first) {
         rq->n = tern__hist_since(t->hist, rq->after, &rq->msgs);
         rq->out.resumed = rq->n >= 0;

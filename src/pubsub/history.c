@@ -63,6 +63,8 @@ static void uncount(tern__hist *h, const tern_ws_prepared *m) {
 
 size_t tern__hist_bytes(const tern__hist *h) { return h->bytes; }
 
+uint32_t tern__hist_max_count(const tern__hist *h) { return h->max_count; }
+
 static void release(tern__hist *h) {
     *h->total -= h->bytes;
     for (uint32_t i = 0; i < h->count; i++)
@@ -135,13 +137,16 @@ static latest *key_slot(latest *keys, uint32_t kcap, uint64_t hash, const char *
     }
 }
 
-/* Keeps msg as key's latest. A key past TERN_CONFLATE_KEYS is not
+/* Keeps msg as key's latest, unless the key's latest is newer (a message
+ * read back, tern__hist_insert). A key past TERN_CONFLATE_KEYS is not
  * followed, nor one that memory does not allow. */
 static void key_set(tern__hist *h, uint64_t seq, tern_ws_prepared *msg, const char *key,
                     size_t klen) {
     uint64_t hash = hash_key(key, klen);
     if (h->kcap) {
         latest *l = key_slot(h->keys, h->kcap, hash, key, klen);
+        if (l->key && l->seq > seq)
+            return;
         if (l->key) {
             uncount(h, l->msg);
             tern_ws_prepared_free(l->msg);
@@ -217,6 +222,41 @@ int tern__hist_add(tern__hist *h, uint64_t seq, uint64_t now_ms, tern_ws_prepare
     h->count++;
     count(h, msg);
     return 0;
+}
+
+int tern__hist_insert(tern__hist *h, uint64_t seq, uint64_t now_ms, tern_ws_prepared *msg,
+                      const char *key, size_t klen) {
+    uint32_t k = 0;   /* where it goes: after the k messages older than it */
+    while (k < h->count && h->ring[(h->start + k) % h->cap].seq < seq)
+        k++;
+    if (k == h->count)
+        return tern__hist_add(h, seq, now_ms, msg, key, klen);
+    if (h->ring[(h->start + k) % h->cap].seq == seq)
+        return 0;   /* kept already */
+    key_set(h, seq, msg, key ? key : "", key ? klen : 0);
+    if (k == 0 && h->count == h->max_count)
+        return 0;   /* it would be the oldest of a full ring: the first to go */
+    uint32_t before = h->count;
+    ring_room(h);
+    if (h->count == h->cap)
+        return -ENOMEM;   /* no room made */
+    if (h->count < before && k == 0)
+        return -ENOMEM;   /* the ring could not grow, and all it kept is newer */
+    if (h->count < before)
+        k--;   /* the oldest went to make room (older than seq) */
+    uint64_t ms = h->ring[(h->start + k) % h->cap].ms;
+    for (uint32_t i = h->count; i > k; i--)   /* the newer ones move up one */
+        h->ring[(h->start + i) % h->cap] = h->ring[(h->start + i - 1) % h->cap];
+    h->ring[(h->start + k) % h->cap] =
+        (entry){.seq = seq, .ms = ms < now_ms ? ms : now_ms, .msg = tern__ws_prepared_ref(msg)};
+    h->count++;
+    count(h, msg);
+    return 0;
+}
+
+void tern__hist_forget_before(tern__hist *h, uint64_t seq) {
+    while (h->count > 0 && h->ring[h->start].seq < seq)
+        drop_oldest(h);
 }
 
 void tern__hist_prune(tern__hist *h, uint64_t now_ms) {

@@ -37,6 +37,22 @@ void tern__hist_clear(tern__hist *h);
 int tern__hist_add(tern__hist *h, uint64_t seq, uint64_t now_ms, tern_ws_prepared *msg,
                    const char *key, size_t klen);
 
+/* Puts msg (taking a reference) in its place by seq among those kept,
+ * which may be before newer ones: a message read back from a broker
+ * after this node had newer ones (pubsub's bridge). One already kept
+ * under seq stays; one that would be the oldest of a full ring is not
+ * kept. Its time is that of the message after it (now_ms when none), so
+ * that the ring stays in time order for the age limit. Its key's latest
+ * message changes only if it is newer. Returns 0, or -ENOMEM (then the
+ * messages before seq may not be whole: tern__hist_forget_before). */
+int tern__hist_insert(tern__hist *h, uint64_t seq, uint64_t now_ms, tern_ws_prepared *msg,
+                      const char *key, size_t klen);
+/* Forgets the messages kept whose seq is below seq (those before a gap
+ * that nothing fills). */
+void tern__hist_forget_before(tern__hist *h, uint64_t seq);
+
+/* The most messages it keeps (max_count). */
+uint32_t tern__hist_max_count(const tern__hist *h);
 /* The bytes this history counts in *total. */
 size_t tern__hist_bytes(const tern__hist *h);
 /* Forgets the oldest message of the ring or, the ring empty, the key

@@ -71,6 +71,22 @@ static tern_ws_prepared *prepare(const void *data, size_t len, int opcode, bool 
     return msg;
 }
 
+/* Under the mutex: m, numbered seq by the engine and read back from it
+ * (tern__ps_bridge_backfills), into gt's history alone: older than what
+ * gt's subscribers have had, it is for resumes only. Failing (out of
+ * memory), the history forgets what came before it, which a hole would
+ * make useless. */
+static void keep_read_back(tern__ps_group *g, tern__ps_gtopic *gt, const tern__ps_msg *m,
+                           size_t klen, uint64_t seq) {
+    tern_ws_prepared *msg = prepare(m->data, m->len, m->opcode,
+                                    gt->compressed > 0 && m->len >= 64, seq, m->seq_at);
+    if (msg == NULL ||
+        tern__hist_insert(gt->hist, seq, tern__ps_mono_ms(), msg, m->key, klen) < 0)
+        tern__hist_forget_before(gt->hist, seq + 1);
+    tern__ps_hist_budget(g, gt);
+    tern_ws_prepared_free(msg);
+}
+
 int64_t tern__ps_publish(tern_server *srv, const tern__ps_msg *m, const tern_ws *except,
                          int flags, const tern__engine_num *num) {
     const char *name = m->topic, *key = m->key;
@@ -126,14 +142,22 @@ int64_t tern__ps_publish(tern_server *srv, const tern__ps_msg *m, const tern_ws 
         if (gt && gt->hist == NULL && tern__ps_gtopic_maybe_free(g, gt, false))
             gt = NULL;   /* no room for another history: like any topic no one hears */
     }
-    uint64_t before = gt ? gt->seq : 0, fill_from = 0;
-    if (gt && num && !tern__ps_bridge_numbered(gt, num, &fill_from))
+    bool keep;
+    if (gt && num && tern__ps_bridge_backfills(gt, num, &keep)) {
+        if (keep)
+            keep_read_back(g, gt, m, klen, num->seq);
+        pthread_mutex_unlock(&g->mu);
+        free(p);
+        return 0;
+    }
+    uint64_t before = gt ? gt->seq : 0, fill_from = 0, fill_to = 0;
+    if (gt && num && !tern__ps_bridge_numbered(gt, num, &fill_from, &fill_to))
         gt = NULL;
     if (gt == NULL) {
         pthread_mutex_unlock(&g->mu);
         free(p);
         if (fill_from)
-            tern__ps_bridge_fill(g, name, tlen, fill_from, num->seq);
+            tern__ps_bridge_fill(g, name, tlen, fill_from, fill_to);
         return 0;
     }
     if (num == NULL)
@@ -161,6 +185,8 @@ int64_t tern__ps_publish(tern_server *srv, const tern__ps_msg *m, const tern_ws 
         now = post_all(srv, p, here, except);
     }
     pthread_mutex_unlock(&g->mu);
+    if (fill_from)   /* what the engine numbered before the one adopted */
+        tern__ps_bridge_fill(g, name, tlen, fill_from, fill_to);
     int64_t seq = (int64_t)p->seq;
     if (now && tern__ps_reg(srv))
         tern__ps_deliver(srv, name, tlen, p->seq, p->msg, except, p->key, klen, p->born_ns);

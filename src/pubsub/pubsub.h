@@ -110,12 +110,19 @@ void tern__ps_order_unref(tern__ps_order *o);
  * it delivered under the engine's: a subscriber from before holds
  * old_epoch and the engine's seqs (tern__ps_bridge_resume maps it).
  * claimed: its epoch was offered to the engine before any message, once
- * per entry, at its first subscription while bridged. */
+ * per entry, at its first subscription while bridged.
+ * back_to, when not 0, is the last seq of a read-back in flight: the
+ * messages the engine numbered before this node adopted its numbering
+ * (back_to < adopted_from), asked of it for the history alone, so that a
+ * client may resume here from before. back_next is the next one
+ * expected; the history holds the read-back's messages below it, and
+ * whole messages from back_to + 1 on (tern__ps_bridge_first). */
 typedef struct tern__ps_bridged {
     bool on;
     bool claimed;
     uint64_t fill_to;
     uint64_t old_epoch, adopted_from;
+    uint64_t back_next, back_to;
 } tern__ps_bridged;
 
 /* A topic's entry in the shared table.
@@ -618,9 +625,23 @@ void tern__ps_bridge_resume(const tern__ps_gtopic *t, tern__ps_resume *rq);
 bool tern__ps_bridge_forward(tern__ps_group *g, const tern__ps_msg *m, size_t tlen, size_t klen);
 /* Under the mutex: where a message the engine numbered goes in t's
  * sequence. True: deliver it as num->seq (t->seq is that now). False: a
- * duplicate, one a fill in flight brings, or one that starts a fill
- * (*fill_from up to num->seq, for tern__ps_bridge_fill after the mutex). */
-bool tern__ps_bridge_numbered(tern__ps_gtopic *t, const tern__engine_num *num, uint64_t *fill_from);
+ * duplicate, one a fill in flight brings, or one that starts a fill. A
+ * fill to ask (a gap before num->seq, or, when the message makes this
+ * node adopt the engine's numbering, what the engine numbered before
+ * it, for the history) is *fill_from..*fill_to, for tern__ps_bridge_fill
+ * after the mutex (*fill_from 0: none). */
+bool tern__ps_bridge_numbered(tern__ps_gtopic *t, const tern__engine_num *num,
+                              uint64_t *fill_from, uint64_t *fill_to);
+/* Under the mutex: whether num is a message of t's read-back
+ * (tern__ps_bridged's back_to), older than what t's subscribers have had:
+ * then *keep says whether it goes in t's history alone
+ * (tern__hist_insert; false: a copy of one read back already). What the
+ * engine no longer had before it is forgotten from the history here. */
+bool tern__ps_bridge_backfills(tern__ps_gtopic *t, const tern__engine_num *num, bool *keep);
+/* Under the mutex: the oldest seq from which t's history holds every
+ * message up to its last (0: none), for a resume: a read-back in flight
+ * leaves a hole before its end. */
+uint64_t tern__ps_bridge_first(const tern__ps_gtopic *t);
 void tern__ps_bridge_fill(tern__ps_group *g, const char *name, size_t len, uint64_t from,
                           uint64_t to);
 /* Under the mutex, a message numbered here: a topic the engine numbered

@@ -270,6 +270,17 @@ def readyz(node):
         return e.code, e.read().decode()
 
 
+def history(node, topic):
+    """POST /history on the node's admin listener (its server API): the
+    first page of topic's history there, {"epoch", "first", "last",
+    "messages", ...}."""
+    req = urllib.request.Request(f"{node.admin_base}/history", method="POST",
+                                 data=json.dumps({"topic": topic}).encode(),
+                                 headers={"Authorization": f"Bearer {node.api_key}"})
+    with urllib.request.urlopen(req, timeout=5 * SLOW) as r:
+        return json.loads(r.read())
+
+
 def numbered_nodes(tern_factory, url, url_b=None):
     """Two nodes (one loop, two loops) whose topics have a history,
     numbered by the engine at url (b's: url_b, a proxy's, if given), both

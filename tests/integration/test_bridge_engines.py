@@ -15,7 +15,11 @@ each naming its node. Topics with a history are numbered by the engine: a
 subscriber resumes on another node with no gap and no duplicate (also one
 that came before the topic's first message: its node's claimed epoch,
 which a second node adopts), a client ahead of its new node gets nothing
-twice, and a node whose link was cut reads back what went by meanwhile.
+twice, a node whose link was cut reads back what went by meanwhile, and a
+node started after a topic's messages were numbered reads back what the
+engine keeps of them once it learns the topic (a subscriber's claim, or a
+message heard), so that a client resumes there too, or is told its
+resume is too old when the engine no longer keeps it.
 
 What only one engine has (Redis's AUTH, scripts, DNS; NATS's cluster, TLS,
 credentials, streams) is in test_redis.py, test_redis_auth.py and
@@ -28,7 +32,7 @@ import pytest
 from websockets.sync.client import connect
 
 from conftest import SLOW, wait_for
-from engines import (HeldLink, Nats, Redis, bridge, free_port, http_publish, metrics,
+from engines import (HeldLink, Nats, Redis, bridge, free_port, history, http_publish, metrics,
                      numbered_nodes, pubsub_subscribe, readyz, recv_data, recv_msg, subscribe)
 
 
@@ -392,3 +396,95 @@ def test_a_second_node_adopts_a_claimed_epoch(engine, numbered):
             wait_for(lambda: b_epoch() == ack_a["epoch"], "b adopted a's epoch")
             http_publish(b, "both", "x")
             assert recv_msg(wa)["seq"] == 1 and recv_msg(wb)["seq"] == 1
+
+
+# ---- a node started after a topic's messages were numbered ----------------
+
+def numbered_before(engine, tern_factory, topic, count, keep):
+    """Node a (one loop) numbers topic's messages m1..m<count> through the
+    engine, every node keeping `keep` of them; then node c (two loops)
+    starts, having heard none. Returns (a, c, the engine's epoch)."""
+    args = ("--bridge", engine.url, "--feed", "off", "--pubsub-history", str(keep))
+    a = tern_factory(*args)
+    wait_for(lambda: connected(a), "a connected")
+    for i in range(1, count + 1):
+        http_publish(a, topic, "m%d" % i)
+    wait_for(lambda: engine.last_seq(topic) == count, "the engine numbered them")
+    epoch = engine.claimed_epoch(topic)
+    c = tern_factory(*args, "--threads", "2")
+    wait_for(lambda: connected(c), "c connected")
+    assert history(c, topic)["epoch"] is None   # nothing of the topic there yet
+    return a, c, epoch
+
+
+def seqs(page):
+    """The seqs of a page of history (engines.history)."""
+    return [m["seq"] for m in page["messages"]]
+
+
+def learns(node, topic, epoch, last):
+    """A subscriber on node makes it learn topic's numbering from the
+    engine (its claim, answered with the engine's epoch and last seq):
+    waits until a new subscriber there is given them."""
+    def knows():
+        with connect(f"ws://127.0.0.1:{node.port}/pubsub") as ws:
+            ack = pubsub_subscribe(ws, topic)[1]
+            return (ack["epoch"], ack["seq"]) == (epoch, last)
+    wait_for(knows, "the node adopted the engine's epoch")
+
+
+@pytest.mark.parametrize("how", ["subscriber", "live"])
+def test_a_node_started_later_resumes_what_it_never_heard(engine, tern_factory, how):
+    """A node started after a topic's messages were numbered never heard
+    them; once it learns the topic's numbering from the engine (a
+    subscriber's claim answered, or the topic's next message heard live) it
+    reads back what the engine keeps into its history, so a client that
+    comes to it from another node resumes there: exactly the messages
+    after its seq, in order, no duplicate, then the live stream."""
+    a, c, epoch = numbered_before(engine, tern_factory, "late", 5, 1000)
+    last = 5
+    if how == "subscriber":
+        learns(c, "late", epoch, last)
+    else:
+        http_publish(a, "late", "m6")
+        last = 6
+        wait_for(lambda: history(c, "late")["last"] == 6, "c heard m6 live")
+    wait_for(lambda: seqs(history(c, "late")) == list(range(1, last + 1)),
+             "c read back what it never heard")
+    assert history(c, "late")["epoch"] == epoch
+    for after in (1, 0):
+        with connect(f"ws://127.0.0.1:{c.port}/pubsub") as ws:
+            missed, ack = pubsub_subscribe(ws, "late", epoch=epoch, after=str(after))
+            assert ack["resumed"] is True and ack["epoch"] == epoch, ack
+            assert ack["replayed"] == last - after and ack["seq"] == last, ack
+            assert [m["seq"] for m in missed] == list(range(after + 1, last + 1))
+            assert [m["data"] for m in missed] == ["m%d" % i for i in range(after + 1, last + 1)]
+            for i in range(last + 1, last + 4):
+                http_publish(a, "late", "m%d" % i)
+            got = [recv_msg(ws) for _ in range(3)]
+            assert [(m["seq"], m["data"]) for m in got] == \
+                [(i, "m%d" % i) for i in range(last + 1, last + 4)]
+            with pytest.raises(TimeoutError):   # nothing twice
+                ws.recv(timeout=0.3)
+        last += 3
+
+
+def test_a_node_started_later_refuses_a_resume_older_than_the_engine_keeps(engine,
+                                                                           tern_factory):
+    """The engine keeps the topic's last 5 (the history's size); a node
+    started after 12 were numbered reads back those 5 (8..12), so a resume
+    after 7 there is whole, and one after 6 (7 is gone from the engine too)
+    is told it is not (resumed false: the latest message, as for any resume
+    too old), never given a part."""
+    a, c, epoch = numbered_before(engine, tern_factory, "old", 12, 5)
+    learns(c, "old", epoch, 12)
+    wait_for(lambda: seqs(history(c, "old")) == list(range(8, 13)),
+             "c read back what the engine keeps")
+    with connect(f"ws://127.0.0.1:{c.port}/pubsub") as ws:
+        missed, ack = pubsub_subscribe(ws, "old", epoch=epoch, after="6")
+        assert ack["resumed"] is False and ack["epoch"] == epoch, ack
+        assert [m["seq"] for m in missed] == [12] and ack["replayed"] == 1, (missed, ack)
+    with connect(f"ws://127.0.0.1:{c.port}/pubsub") as ws:
+        missed, ack = pubsub_subscribe(ws, "old", epoch=epoch, after="7")
+        assert ack["resumed"] is True and ack["replayed"] == 5, ack
+        assert [m["data"] for m in missed] == ["m%d" % i for i in range(8, 13)]

@@ -198,6 +198,47 @@ static void pages_either_way(void **state) {
     assert_int_equal(total, 0);
 }
 
+static void insert(tern__hist *h, uint64_t seq, uint64_t ms, const char *key) {
+    tern_ws_prepared *m = msg(seq);
+    assert_int_equal(tern__hist_insert(h, seq, ms, m, key, key ? strlen(key) : 0), 0);
+    tern_ws_prepared_free(m);
+}
+
+/* Messages read back from a broker (pubsub's bridge) go in before newer
+ * ones already kept: the ring stays in seq order, a seq kept already is
+ * not taken twice, the oldest of a full ring is not taken, a key's latest
+ * stays the newest, times stay in order for the age limit, and what came
+ * before a gap can be forgotten. */
+static void inserts_older_messages_in_place(void **state) {
+    (void)state;
+    tern__hist *h = tern__hist_new(6, 1000, &total);
+    assert_non_null(h);
+    add(h, 10, 500, "k");
+    add(h, 11, 600, NULL);
+    for (uint64_t s = 7; s <= 9; s++)
+        insert(h, s, 900, s == 8 ? "k" : NULL);
+    insert(h, 9, 900, NULL);   /* kept already */
+    tern_ws_prepared **v;
+    uint64_t all[] = {7, 8, 9, 10, 11};
+    expect_seqs(v, tern__hist_since(h, 0, &v), all, 5);
+    uint64_t latest[] = {10, 11};   /* k's stays 10, not the older 8 */
+    expect_seqs(v, tern__hist_latest(h, &v), latest, 2);
+    insert(h, 6, 900, NULL);   /* the ring's 6th */
+    insert(h, 5, 900, NULL);   /* the oldest of a full ring: not kept */
+    assert_int_equal(tern__hist_first(h), 6);
+    add(h, 12, 700, NULL);     /* a full ring: 6 goes */
+    assert_int_equal(tern__hist_first(h), 7);
+    /* the read-back took the time of the message after it (500): the
+     * age limit takes it with those, not 400 ms later */
+    tern__hist_prune(h, 1550);
+    assert_int_equal(tern__hist_first(h), 11);
+    tern__hist_forget_before(h, 12);
+    assert_int_equal(tern__hist_first(h), 12);
+    assert_int_equal(tern__hist_last(h), 12);
+    tern__hist_free(h);
+    assert_int_equal(total, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(keeps_the_last_count_in_order),
@@ -205,6 +246,7 @@ int main(void) {
         cmocka_unit_test(latest_per_key_in_seq_order),
         cmocka_unit_test(counts_bytes_and_sheds_oldest_first),
         cmocka_unit_test(pages_either_way),
+        cmocka_unit_test(inserts_older_messages_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
