@@ -108,7 +108,8 @@ extern const tern__backend_ops tern__uring_backend;
  * - now_ms is CLOCK_MONOTONIC read at the top of the current iteration;
  *   wheel_tick is the last tick whose slot has been run.
  * - heap[0..heap_len) is a binary min-heap on deadline, each timer's
- *   heap_index its position.
+ *   heap_index its position; now_head..now_tail lists the timers armed at
+ *   0 ms, in arming order (timer.c).
  * - post_tail/post_head/post_sentinel form the MPSC queue; wake_pending is 1
  *   from the first post after a drain until the loop drains again, so a
  *   burst of posts wakes the loop once.
@@ -139,6 +140,7 @@ struct tern_loop {
     /* precise timers */
     tern_timer **heap;
     size_t heap_len, heap_cap;
+    tern_timer *now_head, *now_tail;  /* the 0 ms FIFO */
     uint64_t timer_seq;               /* arming order, to break deadline ties */
 
     /* cross-thread posts */

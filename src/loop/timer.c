@@ -1,4 +1,11 @@
-/* Precise timers: a binary min-heap ordered by deadline. */
+/* Precise timers: a binary min-heap ordered by deadline, and beside it a
+ * FIFO of the timers armed at 0 ms ("at the next turn": a sink's
+ * delivery, a batch's next chunk, a deferred call), which would otherwise
+ * cost a sift to the heap's top and back on every arm. The FIFO is
+ * ordered as the heap is, by deadline then arming order, since a 0 ms
+ * timer's deadline is the (monotonic) time it was armed at; a run takes
+ * the earlier of the two heads each time, so the firing order is the
+ * one a single heap would give. */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -6,8 +13,10 @@
 #include "loop/loop_internal.h"
 
 /* Invariants: heap_index is the timer's position in loop->heap while it is
- * armed, and SIZE_MAX while it is idle (a one-shot that fired, or new);
- * magic is TERN__MAGIC_TIMER until the timer is freed (loop/check.h). */
+ * armed there, IN_NOW while it is in loop's 0 ms FIFO (linked by
+ * now_prev/now_next), and SIZE_MAX while it is idle (a one-shot that
+ * fired, or new); magic is TERN__MAGIC_TIMER until the timer is freed
+ * (loop/check.h). */
 struct tern_timer {
     uint32_t magic;
     tern_loop *loop;
@@ -15,9 +24,12 @@ struct tern_timer {
     uint64_t repeat;
     uint64_t seq;          /* ties broken by arming order */
     size_t heap_index;
+    tern_timer *now_prev, *now_next;
     tern_timer_fn fn;
     void *user;
 };
+
+#define IN_NOW (SIZE_MAX - 1)
 
 static bool before(const tern_timer *a, const tern_timer *b) {
     return a->deadline < b->deadline || (a->deadline == b->deadline && a->seq < b->seq);
@@ -78,10 +90,54 @@ static int heap_insert(tern_loop *loop, tern_timer *t) {
     return 0;
 }
 
+static void now_append(tern_loop *loop, tern_timer *t) {
+    t->heap_index = IN_NOW;
+    t->now_next = NULL;
+    t->now_prev = loop->now_tail;
+    if (loop->now_tail)
+        loop->now_tail->now_next = t;
+    else
+        loop->now_head = t;
+    loop->now_tail = t;
+}
+
+static void now_remove(tern_loop *loop, tern_timer *t) {
+    if (t->now_prev)
+        t->now_prev->now_next = t->now_next;
+    else
+        loop->now_head = t->now_next;
+    if (t->now_next)
+        t->now_next->now_prev = t->now_prev;
+    else
+        loop->now_tail = t->now_prev;
+    t->now_prev = t->now_next = NULL;
+    t->heap_index = SIZE_MAX;
+}
+
+/* Takes an armed t out of the heap or the FIFO. */
+static void disarm(tern_loop *loop, tern_timer *t) {
+    if (t->heap_index == IN_NOW)
+        now_remove(loop, t);
+    else if (t->heap_index != SIZE_MAX)
+        heap_remove(loop, t);
+}
+
+/* Arms t, armed with arm(): at 0 ms in the FIFO, else in the heap. */
+static int insert(tern_loop *loop, tern_timer *t, uint64_t timeout_ms) {
+    if (timeout_ms == 0) {
+        now_append(loop, t);
+        return 0;
+    }
+    return heap_insert(loop, t);
+}
+
 static void arm(tern_timer *t, uint64_t timeout_ms) {
     /* The loop's cached time may be a whole batch old (or older, before
-     * the loop first runs); a precise timer counts from now. */
-    tern__loop_update_time(t->loop);
+     * the loop first runs); a precise timer counts from now. One at 0 ms
+     * is due at the next turn whatever the clock says (its deadline only
+     * orders it, and the cached time is as monotonic as a fresh one). */
+    if (timeout_ms)
+        tern__loop_update_time(t->loop);
     t->deadline = t->loop->now_ms + timeout_ms;
     t->seq = t->loop->timer_seq++;
 }
@@ -101,7 +157,7 @@ int tern_timer_start(tern_loop *loop, tern_timer **out, uint64_t timeout_ms, uin
     t->fn = fn;
     t->user = user;
     arm(t, timeout_ms);
-    int err = heap_insert(loop, t);
+    int err = insert(loop, t, timeout_ms);
     if (err < 0) {
         free(t);
         return err;
@@ -116,13 +172,12 @@ int tern_timer_again(tern_timer *t, uint64_t timeout_ms) {
     TERN__ASSERT_MAGIC(t, TERN__MAGIC_TIMER, "timer");
     if (!tern__loop_thread_ok(t->loop, __func__))
         return -EPERM;
-    TERN__ASSERT(t->heap_index == SIZE_MAX ||
+    TERN__ASSERT(t->heap_index == SIZE_MAX || t->heap_index == IN_NOW ||
                      (t->heap_index < t->loop->heap_len && t->loop->heap[t->heap_index] == t),
                  "heap_index is not the timer's place in the heap");
-    if (t->heap_index != SIZE_MAX)
-        heap_remove(t->loop, t);
+    disarm(t->loop, t);
     arm(t, timeout_ms);
-    return heap_insert(t->loop, t);   /* fails (idle timer) only on -ENOMEM */
+    return insert(t->loop, t, timeout_ms);   /* fails (idle timer) only on -ENOMEM */
 }
 
 void tern_timer_stop(tern_timer *t) {
@@ -130,10 +185,23 @@ void tern_timer_stop(tern_timer *t) {
         return;
     TERN__ASSERT_MAGIC(t, TERN__MAGIC_TIMER, "timer");
     TERN__ASSERT_LOOP_THREAD(t->loop);
-    if (t->heap_index != SIZE_MAX)
-        heap_remove(t->loop, t);
+    disarm(t->loop, t);
     t->magic = TERN__MAGIC_DEAD;
     tern__check_free(t);
+}
+
+/* The timer that fires next if it is due and was armed before the run
+ * began (seq below first_new): the earlier of the heap's top and the
+ * FIFO's head, or NULL. */
+static tern_timer *next_due(tern_loop *loop, uint64_t first_new) {
+    tern_timer *h = loop->heap_len > 0 && loop->heap[0]->deadline <= loop->now_ms &&
+                            loop->heap[0]->seq < first_new
+                        ? loop->heap[0]
+                        : NULL;
+    tern_timer *n = loop->now_head && loop->now_head->seq < first_new ? loop->now_head : NULL;
+    if (h && n)
+        return before(h, n) ? h : n;
+    return h ? h : n;
 }
 
 void tern__timers_run(tern_loop *loop) {
@@ -142,10 +210,9 @@ void tern__timers_run(tern_loop *loop) {
      * has polled, so a timer that re-arms itself at 0 ms yields to I/O
      * instead of spinning here. */
     uint64_t first_new = loop->timer_seq;
-    while (loop->heap_len > 0 && loop->heap[0]->deadline <= loop->now_ms &&
-           loop->heap[0]->seq < first_new) {
-        tern_timer *t = loop->heap[0];
-        heap_remove(loop, t);
+    tern_timer *t;
+    while ((t = next_due(loop, first_new)) != NULL) {
+        disarm(loop, t);
         if (t->repeat) {
             t->deadline += t->repeat;
             if (t->deadline <= loop->now_ms)   /* fell behind: don't fire in a burst */
@@ -159,6 +226,8 @@ void tern__timers_run(tern_loop *loop) {
 }
 
 int tern__timers_timeout(const tern_loop *loop) {
+    if (loop->now_head)
+        return 0;
     if (loop->heap_len == 0)
         return -1;
     uint64_t d = loop->heap[0]->deadline;
@@ -174,6 +243,12 @@ void tern__timers_free(tern_loop *loop) {
     for (size_t i = 0; i < loop->heap_len; i++) {
         loop->heap[i]->magic = TERN__MAGIC_DEAD;
         tern__check_free(loop->heap[i]);
+    }
+    while (loop->now_head) {
+        tern_timer *t = loop->now_head;
+        now_remove(loop, t);
+        t->magic = TERN__MAGIC_DEAD;
+        tern__check_free(t);
     }
     free(loop->heap);
     loop->heap = NULL;

@@ -75,7 +75,7 @@ static void pace_tick(tern_timer *tm, void *user) {
                 else
                     s->dropped++;
                 tern_ws_prepared_free(q->msg);
-                free(q);
+                tern__ps_queued_free(q);
                 progress = true;
             }
             RS_ADD(r, s->t->rule, delivered, delivered - sent);

@@ -502,6 +502,11 @@ static inline void tern__ps_sub_close(tern__ps_sub *s, uint16_t code) {
 int tern__ps_queue_add(tern__ps_sub *s, tern_ws_prepared *msg, const char *key, size_t klen);
 void tern__ps_queue_unlink(tern__ps_sub *s, tern__ps_queued *q);
 void tern__ps_queue_free(tern__ps_sub *s);
+/* An entry out of every queue, with its message released: kept as a
+ * spare when unkeyed; the thread's spares go back to malloc with its
+ * registry (tern__ps_registry_free). */
+void tern__ps_queued_free(tern__ps_queued *q);
+void tern__ps_queue_spares_free(void);
 /* A keyed message for a subscriber of a conflating topic that is behind:
  * 1 when it replaced a queued one, 0 when it joined, -1 when it cannot. */
 int tern__ps_conflate(tern__ps_sub *s, tern_ws_prepared *msg, const char *key, size_t klen);

@@ -47,6 +47,49 @@ static int kindex_add(tern__ps_sub *s, tern__ps_queued *q) {
     return 0;
 }
 
+/* ---- entries ---- */
+
+/* Spare unkeyed entries, this thread's: most queued entries carry no key
+ * and live one loop turn (every delivery to a sink waits in its queue for
+ * the sink's turn; a WebSocket briefly behind), and a publish to a topic
+ * of N sinks queues N of them at once, where malloc's own per-thread
+ * cache keeps seven blocks of a size. At most SPARES_MAX are kept (64
+ * bytes each); a registry's teardown gives them back. Thread-local, not
+ * the registry's, since entries are freed where no registry is at hand;
+ * every registry of a thread is that thread's loop's. */
+#define SPARES_MAX 1024
+static _Thread_local tern__ps_queued *spares;
+static _Thread_local size_t nspares;
+
+static tern__ps_queued *entry_new(size_t klen) {
+    if (klen == 0 && spares) {
+        tern__ps_queued *q = spares;
+        spares = q->next;
+        nspares--;
+        return q;
+    }
+    return malloc(sizeof(tern__ps_queued) + klen);
+}
+
+void tern__ps_queued_free(tern__ps_queued *q) {
+    if (q->klen == 0 && nspares < SPARES_MAX) {
+        q->next = spares;
+        spares = q;
+        nspares++;
+        return;
+    }
+    free(q);
+}
+
+void tern__ps_queue_spares_free(void) {
+    while (spares) {
+        tern__ps_queued *q = spares;
+        spares = q->next;
+        free(q);
+    }
+    nspares = 0;
+}
+
 /* ---- the queue ---- */
 
 static void list_unlink(tern__ps_sub *s, tern__ps_queued *q) {
@@ -83,7 +126,7 @@ void tern__ps_queue_free(tern__ps_sub *s) {
     for (tern__ps_queued *q = s->head, *next; q; q = next) {
         next = q->next;
         tern_ws_prepared_free(q->msg);
-        free(q);
+        tern__ps_queued_free(q);
     }
     s->head = s->tail = NULL;
     s->nq = s->nkeys = 0;
@@ -97,7 +140,7 @@ void tern__ps_queue_free(tern__ps_sub *s) {
 /* msg joins s's queue (a reference, with its key; indexed by it when s's
  * topic conflates). Returns 0, or -1 when out of memory. */
 int tern__ps_queue_add(tern__ps_sub *s, tern_ws_prepared *msg, const char *key, size_t klen) {
-    tern__ps_queued *q = malloc(sizeof(*q) + klen);
+    tern__ps_queued *q = entry_new(klen);
     if (q == NULL)
         return -1;
     q->klen = klen;
@@ -106,7 +149,7 @@ int tern__ps_queue_add(tern__ps_sub *s, tern_ws_prepared *msg, const char *key, 
     if (klen)
         memcpy(q->key, key, klen);
     if (klen && s->t->o.policy == TERN_PUBSUB_CONFLATE && kindex_add(s, q) < 0) {
-        free(q);
+        tern__ps_queued_free(q);
         return -1;
     }
     q->msg = tern__ws_prepared_ref(msg);
@@ -156,7 +199,7 @@ static void queue_flush(tern__ps_sub *s, uint64_t *delivered, uint64_t *dropped)
             (*delivered)++;
         }
         tern_ws_prepared_free(q->msg);
-        free(q);
+        tern__ps_queued_free(q);
     }
 }
 

@@ -137,6 +137,7 @@ void tern__ps_registry_free(tern_server *srv) {
     free(r->conns.b);
     free(r);
     atomic_store(&srv->slots[tern__ps_slot()], NULL);
+    tern__ps_queue_spares_free();
 }
 
 int tern__ps_check_topic(const char *topic, size_t *len) {
