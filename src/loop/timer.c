@@ -133,11 +133,9 @@ static int insert(tern_loop *loop, tern_timer *t, uint64_t timeout_ms) {
 
 static void arm(tern_timer *t, uint64_t timeout_ms) {
     /* The loop's cached time may be a whole batch old (or older, before
-     * the loop first runs); a precise timer counts from now. One at 0 ms
-     * is due at the next turn whatever the clock says (its deadline only
-     * orders it, and the cached time is as monotonic as a fresh one). */
-    if (timeout_ms)
-        tern__loop_update_time(t->loop);
+     * the loop first runs); a precise timer counts from now. (At 0 ms too:
+     * its deadline orders it against the heap's overdue timers.) */
+    tern__loop_update_time(t->loop);
     t->deadline = t->loop->now_ms + timeout_ms;
     t->seq = t->loop->timer_seq++;
 }

@@ -124,6 +124,36 @@ static void stopped_timer_never_fires_and_again_rearms(void **state) {
     tern_loop_free(loop);
 }
 
+/* Timers armed at 0 ms wait in a FIFO beside the heap (timer.c): the
+ * order is still a single heap's (an overdue timer before one armed at 0
+ * ms after its deadline; 0 ms ones in arming order), a stopped one never
+ * fires, and again() moves a timer between the two. */
+static void zero_ms_timers_fire_in_the_heaps_order(void **state) {
+    tern_loop *loop;
+    assert_int_equal(tern_loop_new(&loop, NULL), 0);
+    order_log log = {.loop = loop, .stop_after = 4};
+    tagged tags[4] = {{&log, 1}, {&log, 2}, {&log, 3}, {&log, 4}};
+    tern_timer *t[4], *gone, *moved;
+    assert_int_equal(tern_timer_start(loop, &t[0], 2, 0, log_fire, &tags[0]), 0);
+    usleep(5000);   /* t[0] is overdue now: due before the 0 ms ones armed next */
+    assert_int_equal(tern_timer_start(loop, &t[1], 0, 0, log_fire, &tags[1]), 0);
+    assert_int_equal(tern_timer_start(loop, &gone, 0, 0, never_fire, NULL), 0);
+    assert_int_equal(tern_timer_start(loop, &moved, 0, 0, never_fire, NULL), 0);
+    assert_int_equal(tern_timer_start(loop, &t[3], 60000, 0, log_fire, &tags[3]), 0);
+    assert_int_equal(tern_timer_start(loop, &t[2], 0, 0, log_fire, &tags[2]), 0);
+    tern_timer_stop(gone);                                /* out of the FIFO */
+    assert_int_equal(tern_timer_again(moved, 60000), 0);  /* from the FIFO to the heap */
+    assert_int_equal(tern_timer_again(t[3], 0), 0);       /* from the heap to the FIFO, last */
+    assert_int_equal(tern_loop_run(loop), 0);
+    assert_int_equal(log.n, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(log.seen[i], i + 1);
+    for (int i = 0; i < 4; i++)
+        tern_timer_stop(t[i]);
+    tern_timer_stop(moved);
+    tern_loop_free(loop);
+}
+
 /* A timer re-armed at 0 ms from its own callback fires again only after
  * the loop has polled: a post made at its first firing runs before its
  * second (before, it spun through all its firings inside one run). */
@@ -902,6 +932,7 @@ int main(void) {
         cmocka_unit_test(one_at_a_time_takes_none_ahead),
         cmocka_unit_test(repeating_timer_repeats_and_stops_itself),
         cmocka_unit_test(stopped_timer_never_fires_and_again_rearms),
+        cmocka_unit_test(zero_ms_timers_fire_in_the_heaps_order),
         cmocka_unit_test(timer_rearmed_at_zero_yields_to_io),
         cmocka_unit_test(wheel_fires_never_early_at_most_a_tick_late),
         cmocka_unit_test(wheel_cancel_and_move),
