@@ -335,9 +335,34 @@ def test_chromium_websocket(tern_factory, chromium, tmp_path, scheme):
     from test_tls import make_cert
     cert, key = make_cert(str(tmp_path), "c", "localhost", "DNS:localhost,IP:127.0.0.1")
     # HTTP/1.1 on the TLS port too: this is the upgrade's path over TLS.
-    # (Over h2, RFC 8441, Chromium at times never sends the last message
-    # of this page's burst, though both windows are open: test_page.py
-    # and test_h2_ws.py cover the WebSocket over h2.)
+    # Not h2 (RFC 8441): there Chromium (156) loses this page's last
+    # message, in 9 of 14 runs, a bug of its own. test_page.py and
+    # test_h2_ws.py cover the WebSocket over h2; test_h2_ws.py's
+    # test_chromiums_burst_every_echo_comes_back sends this burst as
+    # Chromium does and gets every echo.
+    #   The frames of a lost run (Chromium's net log, tern's frame log;
+    # stream 3 the WebSocket, the server's windows 65 535): DATA 24, 7,
+    # 632 (messages 1 to 4), echoed; the 70 000 random bytes (a frame of
+    # 70 026 deflated) as DATA 16375 x3 + 15747, Chromium stalled on the
+    # stream's window; WINDOW_UPDATE 33413 on 0 and 3; DATA 5168;
+    # WINDOW_UPDATE 37290 on 0 and 3 (both sides then count 65 535 on
+    # both windows); the echo, 70 036 bytes, read whole by Chromium. Then
+    # nothing: no frame for the empty binary message, no DATA, until the
+    # page gives up and Chromium sends RST_STREAM (CANCEL). In a good run
+    # that message goes as DATA 7 right after the 5168.
+    #   Why, in Chromium's network service (services/network/websocket.cc):
+    # a message of length 0 that reaches WebSocket::SendMessage while
+    # blocked_on_websocket_channel_ is set (its predecessor's write not
+    # done) is only queued; when the write completes, ResumeDataPipeReading
+    # clears the flag and arms the watcher for the data pipe to become
+    # readable, but an empty message put no bytes in the pipe, so unless
+    # another message follows, nothing ever sends it. Over HTTP/1.1 a
+    # write mostly completes inside SendFrame, so the flag is clear again
+    # before the next message comes; over h2 every write completes later
+    # (WebSocketSpdyStreamAdapter::Write is always ERR_IO_PENDING).
+    # Not tern's windows: with 256 KiB windows for the tunnel (no stall at
+    # all) 9 of 15 runs lost it too; with 1 byte instead of the empty
+    # message, or one more message after it, none of 8 did.
     srv = tern_factory("--root", str(CLIENTS / "browser"), "--tls-port", "0",
                        "--tls-cert", cert, "--tls-key", key, "--http2", "off")
     base = srv.base if scheme == "http" else f"https://127.0.0.1:{srv.tls_port}"
