@@ -1,6 +1,8 @@
 /* A subscriber's queue: what waits for a subscription that is behind
  * (references to shared frames), its key index under conflation, and the
  * sends after a drain. */
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,12 +56,26 @@ static int kindex_add(tern__ps_sub *s, tern__ps_queued *q) {
  * the sink's turn; a WebSocket briefly behind), and a publish to a topic
  * of N sinks queues N of them at once, where malloc's own per-thread
  * cache keeps seven blocks of a size. At most SPARES_MAX are kept (64
- * bytes each); a registry's teardown gives them back. Thread-local, not
- * the registry's, since entries are freed where no registry is at hand;
- * every registry of a thread is that thread's loop's. */
+ * bytes each). Thread-local, not the registry's, since entries are freed
+ * where no registry is at hand, and after it too (a connection closing
+ * at the shutdown publishes its presence leave): they go back to malloc
+ * with the thread's registry, and at the thread's end (a key's
+ * destructor, set once a thread keeps one) for those freed after it. */
 #define SPARES_MAX 1024
 static _Thread_local tern__ps_queued *spares;
 static _Thread_local size_t nspares;
+static _Thread_local bool spares_watched;   /* the key's destructor will run here */
+static pthread_key_t spares_key;
+static bool spares_key_ok;
+static pthread_once_t spares_once = PTHREAD_ONCE_INIT;
+
+static void spares_at_exit(void *unused) {
+    (void)unused;
+    spares_watched = false;
+    tern__ps_queue_spares_free();
+}
+
+static void spares_key_make(void) { spares_key_ok = pthread_key_create(&spares_key, spares_at_exit) == 0; }
 
 static tern__ps_queued *entry_new(size_t klen) {
     if (klen == 0 && spares) {
@@ -72,7 +88,11 @@ static tern__ps_queued *entry_new(size_t klen) {
 }
 
 void tern__ps_queued_free(tern__ps_queued *q) {
-    if (q->klen == 0 && nspares < SPARES_MAX) {
+    if (q->klen == 0 && nspares < SPARES_MAX && !spares_watched) {
+        pthread_once(&spares_once, spares_key_make);
+        spares_watched = spares_key_ok && pthread_setspecific(spares_key, &spares) == 0;
+    }
+    if (q->klen == 0 && nspares < SPARES_MAX && spares_watched) {
         q->next = spares;
         spares = q;
         nspares++;
