@@ -10,9 +10,9 @@
  * (a handler runs inside one: its answer goes out when on_data's
  * mem_recv returns) nor inside a user's call (an answer given later goes
  * at the batch end, want_send). A request body is handed to its handler as it
- * arrives and only then consumed, so the stream's window (and the
- * connection's) opens as the handler takes the bytes: a handler that has
- * not asked for its body yet holds its stream, not the others. */
+ * arrives and only then consumed, so the stream's window opens as the
+ * handler takes the bytes (the connection's as they arrive): a handler
+ * that has not asked for its body yet holds its stream, not the others. */
 #include <errno.h>
 #include <nghttp2/nghttp2.h>
 #include <stdio.h>
@@ -322,6 +322,14 @@ static void consume(h2_stream *st, size_t n) {
         nghttp2_session_consume(st->h2->ng, st->id, n);
 }
 
+/* n bytes held for the handler (pending) are taken or dropped: the
+ * stream's window opens by as much (the connection's opened when they
+ * came). */
+static void consume_held(h2_stream *st, size_t n) {
+    if (n && st->h2 && st->h2->ng)
+        nghttp2_session_consume_stream(st->h2->ng, st->id, n);
+}
+
 /* The body's end, for a handler reading it. */
 static void body_end(h2_stream *st) {
     tern_http_req *req = &st->req;
@@ -491,12 +499,16 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t id, const u
         return 0;
     }
     /* Streamed: to the handler now if it asked and nothing waits before
-     * these bytes; else held, unconsumed, so the stream's window closes. */
+     * these bytes; else held, unconsumed, so the stream's window closes.
+     * The connection's opens at once (as a tunnel's): a handler that has
+     * not asked for its body holds back its own stream, not the others'
+     * (held bytes are bounded by the stream windows: 64 KiB a stream). */
     if (req->body_fn && st->pending.len == 0) {
         req->body_fn(req, (const char *)data, len, false, req->body_user);
         consume(st, len);
         return 0;
     }
+    nghttp2_session_consume_connection(ng, len);
     if (tern__bytes_append(&st->pending, (const char *)data, len) < 0)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     return 0;
@@ -781,7 +793,7 @@ static void h2_ended(tern_http_req *req) {
         /* Answered before the body ended: the rest is dropped as it comes,
          * and what the handler never took is given back to the window. */
         req->body_mode = TERN__BODY_DROP;
-        consume(st, st->pending.len);
+        consume_held(st, st->pending.len);
         st->pending.len = 0;
     }
     if (!req->body_done)
@@ -873,7 +885,7 @@ static void on_timeout(tern__conn *c) {
             if (!awaits_body(st))
                 continue;
             st->req.body_mode = TERN__BODY_DROP;
-            consume(st, st->pending.len);
+            consume_held(st, st->pending.len);
             st->pending.len = 0;
             /* A handler holding the request hears of it by the abort (the
              * reset closes the stream); else the server answers. */
@@ -940,7 +952,7 @@ static void on_deferred(tern__conn *c) {
             size_t n = st->pending.len;
             st->pending.len = 0;
             req->body_fn(req, st->pending.data, n, false, req->body_user);
-            consume(st, n);
+            consume_held(st, n);
         }
         if (st->h2 && req->body_done && !req->ended)
             req->body_fn(req, "", 0, true, req->body_user);

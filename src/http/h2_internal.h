@@ -69,7 +69,7 @@ struct h2_stream {
     size_t nfields;
     bool too_large;            /* past max_head or max_headers: answered 431 */
     bool headers_done;
-    tern__bytes pending;       /* body bytes the handler has not asked for yet (not consumed) */
+    tern__bytes pending;       /* body bytes the handler has not asked for yet (their stream's window not reopened) */
     bool deliver_due;          /* pending (or the body's end) goes to body_fn at the batch end */
     tern__bytes out;
     size_t out_off;
