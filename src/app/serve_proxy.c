@@ -48,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -338,6 +339,89 @@ static void cancel(app_proxy_req *r) {
 void app_serve_proxy_cancel_all(app_proxy_req **pending) {
     while (*pending)
         cancel(*pending);
+}
+
+/* ---- a connection's expiry-and-refresh clock ------------------------------ */
+
+void app_proxy_clock_init(app_proxy_clock *k, tern_loop *loop, app_proxy_req **pending,
+                          app_token_conn *const *auth, void *owner,
+                          void (*end)(void *owner, int why, long code, const char *reason),
+                          int (*set_info)(void *owner, const char *info)) {
+    *k = (app_proxy_clock){.who = {.loop = loop, .owner = k, .pending = pending},
+                           .auth = auth, .owner = owner, .end = end, .set_info = set_info};
+}
+
+static void clock_due(tern_timer *t, void *user);
+
+/* Armed ms from now (no memory for the timer: the owner ends now rather
+ * than outlive what the backend allowed). */
+static void clock_arm(app_proxy_clock *k, uint64_t ms) {
+    int err = k->timer ? tern_timer_again(k->timer, ms)
+                       : tern_timer_start(k->who.loop, &k->timer, ms, 0, clock_due, k);
+    if (err < 0)
+        k->end(k->owner, APP_PROXY_END_NO_MEMORY, 0, NULL);
+}
+
+void app_proxy_clock_at(app_proxy_clock *k, int64_t at) {
+    if (at == 0) {
+        if (k->timer)
+            tern_timer_stop(k->timer);
+        k->timer = NULL;
+        return;
+    }
+    int64_t left = at - (int64_t)time(NULL);
+    clock_arm(k, left > 0 ? (uint64_t)left * 1000 : 0);
+}
+
+void app_proxy_clock_stop(app_proxy_clock *k) {
+    app_proxy_clock_at(k, 0);
+    k->off = true;
+}
+
+/* The backend's answer to a refresh (--proxy-refresh). */
+static void clock_refreshed(void *owner, void *op, const app_proxy_answer *a) {
+    (void)op;
+    app_proxy_clock *k = owner;
+    if (k->off)
+        return;   /* the owner is ending already */
+    switch (a->outcome) {
+    case APP_PROXY_ALLOW:
+        if (a->expired) {
+            k->end(k->owner, APP_PROXY_END_EXPIRED, 0, NULL);
+            return;
+        }
+        if (a->info && k->set_info(k->owner, a->info) < 0) {
+            k->end(k->owner, APP_PROXY_END_NO_MEMORY, 0, NULL);
+            return;
+        }
+        app_proxy_clock_at(k, a->expire_at);
+        break;
+    case APP_PROXY_DENY:
+        k->end(k->owner, APP_PROXY_END_EXPIRED, 0, NULL);
+        break;
+    case APP_PROXY_DISCONNECT:
+        k->end(k->owner, APP_PROXY_END_DISCONNECT, a->code, a->message);
+        break;
+    default:
+        clock_arm(k, APP_PROXY_REFRESH_RETRY_MS);
+        break;
+    }
+}
+
+/* The expiry the backend gave has come: without --proxy-refresh the
+ * owner ends, with it the backend is asked. */
+static void clock_due(tern_timer *t, void *user) {
+    (void)t;
+    app_proxy_clock *k = user;
+    if (k->off)
+        return;
+    if (!app_serve_proxy_on(APP_PROXY_REFRESH)) {
+        k->end(k->owner, APP_PROXY_END_EXPIRED, 0, NULL);
+        return;
+    }
+    k->who.user = app_token_conn_sub(*k->auth);
+    if (app_serve_proxy_ask(APP_PROXY_REFRESH, &k->who, NULL, 0, NULL, 0, clock_refreshed, NULL))
+        clock_arm(k, APP_PROXY_REFRESH_RETRY_MS);   /* busy or out of memory: later */
 }
 
 void app_serve_proxy_thread_end(void) {

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "app/serve_tokens.h"
 #include "app/token.h"
 #include "tern/tern.h"
 
@@ -82,6 +83,52 @@ typedef struct app_proxy_asker {
     app_proxy_req **pending;   /* the asker's list of requests in flight */
     const char *user;          /* its user (a token's sub, or the backend's), or NULL */
 } app_proxy_asker;
+
+/* A failed refresh (no usable answer, or none could be asked) is asked
+ * again this much later: the backend may be back then. */
+#define APP_PROXY_REFRESH_RETRY_MS 5000
+
+/* Why a connection's clock ends it (app_proxy_clock's end). */
+enum {
+    APP_PROXY_END_EXPIRED,      /* the expiry came, or a refresh was refused */
+    APP_PROXY_END_NO_MEMORY,    /* no timer, or no room for the new info */
+    APP_PROXY_END_DISCONNECT,   /* a refresh answered {"disconnect"}: code, reason */
+};
+
+/* A connection's expiry-and-refresh clock, the same for every transport:
+ * at the expire_at the backend's connect (or refresh) answer gave,
+ * without --proxy-refresh the connection ends; with it the backend is
+ * asked APP_PROXY_REFRESH: an allow with a new expire_at re-arms (0:
+ * none), its info replaces the user's, "expired", a deny or a disconnect
+ * end the connection, no usable answer asks again
+ * APP_PROXY_REFRESH_RETRY_MS later. The owner (a /pubsub connection, an
+ * /sse stream) embeds it and says what ending and new info mean to it.
+ * Invariants: timer is armed, or NULL; off once stopped: no answer and no
+ * expiry reaches the owner after (a refresh in flight is on the owner's
+ * pending list, which its close cancels); who.user is read from *auth at
+ * each ask, as the backend's answers may replace it. */
+typedef struct app_proxy_clock {
+    app_proxy_asker who;             /* the refresh's asker (its owner: the clock) */
+    app_token_conn *const *auth;     /* where the owner keeps its user */
+    void *owner;                     /* handed back to end and set_info */
+    void (*end)(void *owner, int why, long code, const char *reason);   /* APP_PROXY_END_* */
+    int (*set_info)(void *owner, const char *info);   /* <0: out of memory */
+    tern_timer *timer;
+    bool off;
+} app_proxy_clock;
+
+/* The clock idle, for an owner on loop whose requests go on *pending and
+ * whose user is *auth's (at ask time). */
+void app_proxy_clock_init(app_proxy_clock *k, tern_loop *loop, app_proxy_req **pending,
+                          app_token_conn *const *auth, void *owner,
+                          void (*end)(void *owner, int why, long code, const char *reason),
+                          int (*set_info)(void *owner, const char *info));
+/* Armed at Unix second at (0: none, the timer stopped); a time past
+ * fires at the loop's next turn. No memory for the timer: end now
+ * (APP_PROXY_END_NO_MEMORY) rather than outlive what the backend allowed. */
+void app_proxy_clock_at(app_proxy_clock *k, int64_t at);
+/* The clock stopped for good (the owner ends): no end and no info after. */
+void app_proxy_clock_stop(app_proxy_clock *k);
 
 /* Setup, before the loops run: the flags (copied) and curl's global
  * state. -1 once said why. */

@@ -492,7 +492,7 @@ typedef struct ps_bucket {
     app_token_conn *auth;   /* with tokens on (serve_tokens.h) */
     app_pres_conn *pres;    /* its presence and join/leave topics (serve_presence.h) */
     app_proxy_req *proxy;   /* its operations waiting for the backend (serve_proxy.h) */
-    tern_timer *expiry;     /* armed at the expiry the backend gave (--proxy-connect), or NULL */
+    app_proxy_clock clock;  /* the expiry the backend gave (--proxy-connect), and its refresh */
     /* The topic the backend has just allowed, while its subscribe or
      * publish runs (the library asks the route's hook again): NULL
      * otherwise. */
@@ -604,8 +604,7 @@ static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, 
     ps_bucket *b = tern_ws_user(ws);
     if (b) {
         app_serve_proxy_cancel_all(&b->proxy);   /* no answer may reach ws now */
-        if (b->expiry)
-            tern_timer_stop(b->expiry);
+        app_proxy_clock_stop(&b->clock);
         app_presence_closed(ws, b->pres);
         app_token_conn_free(b->auth);
     }
@@ -797,75 +796,23 @@ static void backend_answered(void *owner, void *op, const app_proxy_answer *a) {
     free(w);
 }
 
-/* A backend's refresh that failed is asked again this much later. */
-#define REFRESH_RETRY_MS 5000
-
-static void expiry_due(tern_timer *t, void *user);
-
-/* Arms ws's expiry ms from now (out of memory: closed now rather than
- * let it outlive what the backend allowed). */
-static void expiry_arm(tern_ws *ws, ps_bucket *b, uint64_t ms) {
-    int err = b->expiry ? tern_timer_again(b->expiry, ms)
-                        : tern_timer_start(tern_ws_loop(ws), &b->expiry, ms, 0, expiry_due, ws);
-    if (err < 0)
+/* ws's clock (serve_proxy.h) ends it: "expired" (4001), out of memory
+ * (1011), or the backend's disconnect with its code and reason. */
+static void clock_end(void *owner, int why, long code, const char *reason) {
+    tern_ws *ws = owner;
+    if (why == APP_PROXY_END_DISCONNECT)
+        close_with(ws, (int)code, reason);
+    else if (why == APP_PROXY_END_NO_MEMORY)
         tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
+    else
+        tern_ws_close(ws, TERN_WS_TOKEN_EXPIRED, "expired");
 }
 
-/* The expiry at Unix second at (0: none): armed, or the timer idle. */
-static void expiry_at(tern_ws *ws, ps_bucket *b, int64_t at) {
-    if (at == 0) {
-        if (b->expiry) {
-            tern_timer_stop(b->expiry);
-            b->expiry = NULL;
-        }
-        return;
-    }
-    int64_t left = at - (int64_t)time(NULL);
-    expiry_arm(ws, b, left > 0 ? (uint64_t)left * 1000 : 0);
-}
-
-/* The backend's answer to a refresh (--proxy-refresh). */
-static void refresh_answered(void *owner, void *op, const app_proxy_answer *a) {
-    (void)op;
+/* A refresh's new info for ws's user. */
+static int clock_set_info(void *owner, const char *info) {
     tern_ws *ws = owner;
     ps_bucket *b = tern_ws_user(ws);
-    switch (a->outcome) {
-    case APP_PROXY_ALLOW:
-        if (a->expired) {
-            tern_ws_close(ws, TERN_WS_TOKEN_EXPIRED, "expired");
-            return;
-        }
-        if (a->info && app_token_conn_set_user(&b->auth, ws, NULL, a->info, NULL) < 0) {
-            tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
-            return;
-        }
-        expiry_at(ws, b, a->expire_at);
-        break;
-    case APP_PROXY_DENY:
-        tern_ws_close(ws, TERN_WS_TOKEN_EXPIRED, "expired");
-        break;
-    case APP_PROXY_DISCONNECT:
-        close_with(ws, (int)a->code, a->message);
-        break;
-    default:
-        expiry_arm(ws, b, REFRESH_RETRY_MS);   /* the backend may be back then */
-        break;
-    }
-}
-
-/* The expiry the backend gave has come: without --proxy-refresh the
- * connection ends, with it the backend is asked. */
-static void expiry_due(tern_timer *t, void *user) {
-    (void)t;
-    tern_ws *ws = user;
-    ps_bucket *b = tern_ws_user(ws);
-    if (!app_serve_proxy_on(APP_PROXY_REFRESH)) {
-        tern_ws_close(ws, TERN_WS_TOKEN_EXPIRED, "expired");
-        return;
-    }
-    app_proxy_asker who = asker_of(ws, b);
-    if (app_serve_proxy_ask(APP_PROXY_REFRESH, &who, NULL, 0, NULL, 0, refresh_answered, NULL))
-        expiry_arm(ws, b, REFRESH_RETRY_MS);   /* busy or out of memory: later */
+    return app_token_conn_set_user(&b->auth, ws, NULL, info, NULL);
 }
 
 /* The backend's answer for a connection that opened (--proxy-connect):
@@ -884,7 +831,7 @@ static void connect_answered(void *owner, void *op, const app_proxy_answer *a) {
             tern_ws_close(ws, TERN_WS_INTERNAL, "out of memory");
             return;
         }
-        expiry_at(ws, b, a->expire_at);
+        app_proxy_clock_at(&b->clock, a->expire_at);
         break;
     case APP_PROXY_DENY:
         close_with(ws, 4403, a->message[0] ? a->message : "forbidden");
@@ -902,6 +849,8 @@ static void connect_answered(void *owner, void *op, const app_proxy_answer *a) {
  * until the backend has let it in. */
 static void ask_connect(tern_ws *ws, ps_bucket *b) {
     (void)tern_ws_pause(ws);
+    app_proxy_clock_init(&b->clock, tern_ws_loop(ws), &b->proxy, &b->auth, ws, clock_end,
+                         clock_set_info);
     app_proxy_asker who = asker_of(ws, b);
     const char *err =
         app_serve_proxy_ask(APP_PROXY_CONNECT, &who, NULL, 0, NULL, 0, connect_answered, NULL);

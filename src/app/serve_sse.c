@@ -87,7 +87,6 @@
 #define SSE_TOPICS_MAX 64         /* topics per stream: every event's id names them all */
 #define SSE_KEEPALIVE_MS 15000    /* a comment on an idle stream this often */
 #define SSE_RETRY_MS 2000         /* the reconnect delay told to EventSource */
-#define SSE_REFRESH_RETRY_MS 5000 /* a failed refresh is asked again this much later */
 
 /* One topic of a stream. Invariants: epoch is 0 until the topic is
  * subscribed on this stream (or the Last-Event-ID gave one); seq is the
@@ -111,7 +110,7 @@ typedef struct sse_conn {
     app_token_conn *auth;
     tern_timer *keepalive, *expiry, *end_timer;
     app_proxy_req *proxy;      /* its requests waiting for the backend */
-    tern_timer *proxy_expiry;  /* at the expiry the backend gave, or NULL */
+    app_proxy_clock clock;     /* the expiry the backend gave, and its refresh */
     int64_t expire_at;         /* that expiry (Unix seconds, 0: none), until the stream starts */
     int decided;               /* the topics allowed so far, in the query's order */
     bool snapshot, bad_id, head;   /* the request's, kept while it waits */
@@ -310,6 +309,7 @@ static void end_soon(sse_conn *c, const char *why) {
         return;
     c->closing = true;
     c->why = why;
+    app_proxy_clock_stop(&c->clock);   /* ending: no refresh asked or taken now */
     if (tern_timer_start(tern_http_req_loop(c->req), &c->end_timer, 0, 0, end_now, c) < 0)
         c->end_timer = NULL;   /* no memory: it ends when the client goes */
 }
@@ -332,8 +332,7 @@ static void conn_free(sse_conn *c) {
     }
     app_serve_proxy_cancel_all(&c->proxy);   /* no answer may reach c now */
     tern_sink_free(c->sink);
-    if (c->proxy_expiry)
-        tern_timer_stop(c->proxy_expiry);
+    app_proxy_clock_stop(&c->clock);
     if (c->keepalive)
         tern_timer_stop(c->keepalive);
     if (c->expiry)
@@ -412,71 +411,16 @@ static app_proxy_asker asker_of(sse_conn *c) {
                              .pending = &c->proxy, .user = app_token_conn_sub(c->auth)};
 }
 
-static void proxy_expired(tern_timer *t, void *user);
-
-/* Arms the backend's expiry ms from now (no memory for the timer: the
- * stream ends now rather than outlive what the backend allowed). */
-static void proxy_expiry_arm(sse_conn *c, uint64_t ms) {
-    int err = c->proxy_expiry ? tern_timer_again(c->proxy_expiry, ms)
-                              : tern_timer_start(tern_http_req_loop(c->req), &c->proxy_expiry, ms,
-                                                 0, proxy_expired, c);
-    if (err < 0)
-        end_expired(c);
+/* The stream's clock (serve_proxy.h) ends it: each way as an expiry. */
+static void clock_end(void *owner, int why, long code, const char *reason) {
+    (void)why, (void)code, (void)reason;
+    end_expired(owner);
 }
 
-/* The backend's expiry at Unix second at (0: none): armed, or stopped. */
-static void proxy_expiry_at(sse_conn *c, int64_t at) {
-    if (at == 0) {
-        if (c->proxy_expiry)
-            tern_timer_stop(c->proxy_expiry);
-        c->proxy_expiry = NULL;
-        return;
-    }
-    int64_t left = at - (int64_t)time(NULL);
-    proxy_expiry_arm(c, left > 0 ? (uint64_t)left * 1000 : 0);
-}
-
-/* The backend's answer to a refresh (--proxy-refresh), as /pubsub takes
- * it: a refusal ends the stream as an expiry does, no usable answer is
- * asked again later. */
-static void refresh_answered(void *owner, void *op, const app_proxy_answer *a) {
-    (void)op;
+/* A refresh's new info for the stream's user. */
+static int clock_set_info(void *owner, const char *info) {
     sse_conn *c = owner;
-    if (c->closing)
-        return;   /* ending already (end_soon) */
-    switch (a->outcome) {
-    case APP_PROXY_ALLOW:
-        if (a->expired ||
-            (a->info && app_token_conn_set_user(&c->auth, NULL, NULL, a->info, NULL) < 0)) {
-            end_expired(c);
-            return;
-        }
-        proxy_expiry_at(c, a->expire_at);
-        break;
-    case APP_PROXY_DENY:
-    case APP_PROXY_DISCONNECT:
-        end_expired(c);
-        break;
-    default:
-        proxy_expiry_arm(c, SSE_REFRESH_RETRY_MS);   /* the backend may be back then */
-        break;
-    }
-}
-
-/* The expiry the backend gave has come: without --proxy-refresh the
- * stream ends, with it the backend is asked. */
-static void proxy_expired(tern_timer *t, void *user) {
-    (void)t;
-    sse_conn *c = user;
-    if (c->closing)
-        return;
-    if (!app_serve_proxy_on(APP_PROXY_REFRESH)) {
-        end_expired(c);
-        return;
-    }
-    app_proxy_asker who = asker_of(c);
-    if (app_serve_proxy_ask(APP_PROXY_REFRESH, &who, NULL, 0, NULL, 0, refresh_answered, NULL))
-        proxy_expiry_arm(c, SSE_REFRESH_RETRY_MS);   /* busy or out of memory: later */
+    return app_token_conn_set_user(&c->auth, NULL, NULL, info, NULL);
 }
 
 /* ---- the request ---------------------------------------------------------- */
@@ -641,31 +585,40 @@ static void start_stream(sse_conn *c) {
             return;
         }
     if (c->expire_at)
-        proxy_expiry_at(c, c->expire_at);   /* may end the stream (no memory) */
+        app_proxy_clock_at(&c->clock, c->expire_at);   /* may end the stream (no memory) */
     if (!c->closing && atomic_load_explicit(&draining, memory_order_relaxed))
         end_soon(c, NULL);
 }
 
 static void decide_topics(sse_conn *c);
 
+/* The backend's refusal of a held stream, when a is one: deny or
+ * disconnect (an HTTP stream has no close code) answer 403 with its
+ * message, no usable answer 503 with the error; c is gone then. False:
+ * a allows. */
+static bool refused_held(sse_conn *c, const app_proxy_answer *a) {
+    switch (a->outcome) {
+    case APP_PROXY_ALLOW:
+        return false;
+    case APP_PROXY_DENY:
+    case APP_PROXY_DISCONNECT:
+        refuse_held(c, 403, a->message[0] ? a->message : "forbidden");
+        return true;
+    default:
+        refuse_held(c, 503, a->error);
+        return true;
+    }
+}
+
 /* The backend's answer for the topic being decided (--proxy-subscribe):
  * the next topic, or the refusal. */
 static void subscribe_answered(void *owner, void *op, const app_proxy_answer *a) {
     (void)op;
     sse_conn *c = owner;
-    switch (a->outcome) {
-    case APP_PROXY_ALLOW:
-        c->decided++;
-        decide_topics(c);
-        break;
-    case APP_PROXY_DENY:
-    case APP_PROXY_DISCONNECT:   /* an HTTP stream has no close code: a refusal */
-        refuse_held(c, 403, a->message[0] ? a->message : "forbidden");
-        break;
-    default:
-        refuse_held(c, 503, a->error);
-        break;
-    }
+    if (refused_held(c, a))
+        return;
+    c->decided++;
+    decide_topics(c);
 }
 
 /* Decides the topics from c->decided on, in the query's order: with
@@ -700,24 +653,15 @@ static void decide_topics(sse_conn *c) {
 static void connect_answered(void *owner, void *op, const app_proxy_answer *a) {
     (void)op;
     sse_conn *c = owner;
-    switch (a->outcome) {
-    case APP_PROXY_ALLOW:
-        if ((a->user || a->info || a->rights) &&
-            app_token_conn_set_user(&c->auth, NULL, a->user, a->info, a->rights) < 0) {
-            refuse_held(c, 503, "out of memory");
-            return;
-        }
-        c->expire_at = a->expire_at;
-        decide_topics(c);
-        break;
-    case APP_PROXY_DENY:
-    case APP_PROXY_DISCONNECT:
-        refuse_held(c, 403, a->message[0] ? a->message : "forbidden");
-        break;
-    default:
-        refuse_held(c, 503, a->error);
-        break;
+    if (refused_held(c, a))
+        return;
+    if ((a->user || a->info || a->rights) &&
+        app_token_conn_set_user(&c->auth, NULL, a->user, a->info, a->rights) < 0) {
+        refuse_held(c, 503, "out of memory");
+        return;
     }
+    c->expire_at = a->expire_at;
+    decide_topics(c);
 }
 
 static void sse_handler(tern_http_req *req, void *user) {
@@ -742,6 +686,8 @@ static void sse_handler(tern_http_req *req, void *user) {
     }
     c->req = req;
     c->ntopics = n;
+    app_proxy_clock_init(&c->clock, tern_http_req_loop(req), &c->proxy, &c->auth, c, clock_end,
+                         clock_set_info);
     c->snapshot = snapshot;
     memcpy(c->t, parsed, (size_t)n * sizeof(sse_topic));
     if (app_serve_tokens_on() && (status = app_token_conn_upgrade(req, &c->auth)) != 0) {
