@@ -79,6 +79,10 @@ int app_serve_stream_listen(tern_server *srv, const tern_listen_options *opt);
 void app_serve_stream_unlisten(void);
 /* SIGTERM: every loop of srv's run ends its streams. Any thread; once. */
 void app_serve_stream_drain(tern_server *srv);
+/* Whether req (a /pubsub upgrade) is a stream's relay: it carries the
+ * process's relay key, a secret of the relays' (app_serve_stream_listen
+ * draws it), so that no client can pass for one. */
+bool app_serve_stream_relay(const tern_http_req *req);
 void app_serve_pubsub_refusals_get(app_serve_pubsub_refusals *out);
 /* --pubsub-rate changed while the loops run (SIGHUP), from any thread. */
 void app_serve_pubsub_set_rate(uint32_t rate);

@@ -10,7 +10,9 @@
  *   {"transport":"websocket","protocol":"json","user":"U","channel":"T"}
  *   ... ,"data":"D"}                                     (a publish)
  *
- * (user: the connection's token's sub, "" without one) and the backend
+ * (transport: "websocket" for /pubsub, "sse" for an /sse stream,
+ * "http_stream" for an /http-stream session; user: the connection's
+ * token's sub, "" without one) and the backend
  * answers, with a 2xx:
  *
  *   {"result":{}}                                        allowed
@@ -263,15 +265,17 @@ static void on_http_done(void *user, const app_httpc_result *res) {
     free(r);
 }
 
-/* {"transport":"websocket","protocol":"json","user":U[,"channel":T][,"data":D]} */
-static char *request_body(const char *user, const char *topic, size_t tlen, const char *data,
-                          size_t dlen, size_t *len) {
+/* {"transport":TR,"protocol":"json","user":U[,"channel":T][,"data":D]}
+ * (TR one of the askers' fixed names: nothing to escape) */
+static char *request_body(const char *transport, const char *user, const char *topic,
+                          size_t tlen, const char *data, size_t dlen, size_t *len) {
     size_t ulen = user ? strlen(user) : 0;
-    size_t cap = 96 + APP_JSON_ESCAPE_MAX * (ulen + tlen) + dlen;
+    size_t cap = 96 + strlen(transport) + APP_JSON_ESCAPE_MAX * (ulen + tlen) + dlen;
     char *b = malloc(cap);
     if (b == NULL)
         return NULL;
-    size_t o = (size_t)snprintf(b, cap, "{\"transport\":\"websocket\",\"protocol\":\"json\",\"user\":\"");
+    size_t o = (size_t)snprintf(b, cap, "{\"transport\":\"%s\",\"protocol\":\"json\",\"user\":\"",
+                                transport);
     o += app_json_escape(b + o, cap - o, user ? user : "", ulen);
     b[o++] = '"';
     if (topic) {
@@ -304,7 +308,7 @@ const char *app_serve_proxy_ask(int kind, const app_proxy_asker *who, const char
     }
     app_proxy_req *r = calloc(1, sizeof(*r));
     size_t len = 0;
-    char *body = request_body(who->user, topic, tlen, data, dlen, &len);
+    char *body = request_body(who->transport, who->user, topic, tlen, data, dlen, &len);
     if (client == NULL)
         client = app_httpc_new(who->loop);
     if (r)
@@ -343,11 +347,12 @@ void app_serve_proxy_cancel_all(app_proxy_req **pending) {
 
 /* ---- a connection's expiry-and-refresh clock ------------------------------ */
 
-void app_proxy_clock_init(app_proxy_clock *k, tern_loop *loop, app_proxy_req **pending,
-                          app_token_conn *const *auth, void *owner,
+void app_proxy_clock_init(app_proxy_clock *k, tern_loop *loop, const char *transport,
+                          app_proxy_req **pending, app_token_conn *const *auth, void *owner,
                           void (*end)(void *owner, int why, long code, const char *reason),
                           int (*set_info)(void *owner, const char *info)) {
-    *k = (app_proxy_clock){.who = {.loop = loop, .owner = k, .pending = pending},
+    *k = (app_proxy_clock){.who = {.loop = loop, .owner = k, .pending = pending,
+                                   .transport = transport},
                            .auth = auth, .owner = owner, .end = end, .set_info = set_info};
 }
 

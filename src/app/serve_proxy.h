@@ -3,10 +3,10 @@
  * JSON out (the shape of Centrifugo's proxy), through each loop's HTTP
  * client (http_client.h). The operation waits, its connection goes on,
  * and the answer finishes it later; a connection that closes first
- * cancels its requests. The proxy knows no transport: its askers (a
- * /pubsub WebSocket, an /sse stream) hand it their loop and an opaque
- * owner, which the answer gets back. Loop thread only, but for setup and
- * the stats. */
+ * cancels its requests. The proxy knows no transport but its name: its
+ * askers (a /pubsub WebSocket, an /sse stream) hand it their loop, the
+ * name the backend is told and an opaque owner, which the answer gets
+ * back. Loop thread only, but for setup and the stats. */
 #ifndef TERN_APP_SERVE_PROXY_H
 #define TERN_APP_SERVE_PROXY_H
 
@@ -82,6 +82,9 @@ typedef struct app_proxy_asker {
     void *owner;               /* handed back to done as it is */
     app_proxy_req **pending;   /* the asker's list of requests in flight */
     const char *user;          /* its user (a token's sub, or the backend's), or NULL */
+    /* the requests' "transport": "websocket" (/pubsub), "sse" (/sse) or
+     * "http_stream" (/http-stream's relay) */
+    const char *transport;
 } app_proxy_asker;
 
 /* A failed refresh (no usable answer, or none could be asked) is asked
@@ -117,10 +120,10 @@ typedef struct app_proxy_clock {
     bool off;
 } app_proxy_clock;
 
-/* The clock idle, for an owner on loop whose requests go on *pending and
- * whose user is *auth's (at ask time). */
-void app_proxy_clock_init(app_proxy_clock *k, tern_loop *loop, app_proxy_req **pending,
-                          app_token_conn *const *auth, void *owner,
+/* The clock idle, for an owner on loop whose requests go on *pending
+ * (their "transport": transport) and whose user is *auth's (at ask time). */
+void app_proxy_clock_init(app_proxy_clock *k, tern_loop *loop, const char *transport,
+                          app_proxy_req **pending, app_token_conn *const *auth, void *owner,
                           void (*end)(void *owner, int why, long code, const char *reason),
                           int (*set_info)(void *owner, const char *info));
 /* Armed at Unix second at (0: none, the timer stopped); a time past

@@ -493,6 +493,9 @@ typedef struct ps_bucket {
     app_pres_conn *pres;    /* its presence and join/leave topics (serve_presence.h) */
     app_proxy_req *proxy;   /* its operations waiting for the backend (serve_proxy.h) */
     app_proxy_clock clock;  /* the expiry the backend gave (--proxy-connect), and its refresh */
+    /* the backend's "transport": "websocket", or "http_stream" for an
+     * /http-stream session's relay (app_serve_stream_relay) */
+    const char *transport;
     /* The topic the backend has just allowed, while its subscribe or
      * publish runs (the library asks the route's hook again): NULL
      * otherwise. */
@@ -518,7 +521,8 @@ static int pubsub_upgrade(tern_http_req *req, void **conn_user, void *user) {
     /* Full: a connection starts with its burst. */
     uint32_t rate = rate_now();
     *b = (ps_bucket){.tokens = (uint64_t)rate * 1000, .rate = rate,
-                     .stamp = tern_loop_now(tern_http_req_loop(req)), .auth = auth};
+                     .stamp = tern_loop_now(tern_http_req_loop(req)), .auth = auth,
+                     .transport = app_serve_stream_relay(req) ? "http_stream" : "websocket"};
     *conn_user = b;
     return 0;
 }
@@ -758,7 +762,7 @@ static void reply_denied(tern_ws *ws, const ps_waiting *w, const app_proxy_answe
  * list, which its close cancels. */
 static app_proxy_asker asker_of(tern_ws *ws, ps_bucket *b) {
     return (app_proxy_asker){.loop = tern_ws_loop(ws), .owner = ws, .pending = &b->proxy,
-                             .user = app_token_conn_sub(b->auth)};
+                             .user = app_token_conn_sub(b->auth), .transport = b->transport};
 }
 
 /* The backend's answer for a waiting operation: run from the loop, never
@@ -849,8 +853,8 @@ static void connect_answered(void *owner, void *op, const app_proxy_answer *a) {
  * until the backend has let it in. */
 static void ask_connect(tern_ws *ws, ps_bucket *b) {
     (void)tern_ws_pause(ws);
-    app_proxy_clock_init(&b->clock, tern_ws_loop(ws), &b->proxy, &b->auth, ws, clock_end,
-                         clock_set_info);
+    app_proxy_clock_init(&b->clock, tern_ws_loop(ws), b->transport, &b->proxy, &b->auth, ws,
+                         clock_end, clock_set_info);
     app_proxy_asker who = asker_of(ws, b);
     const char *err =
         app_serve_proxy_ask(APP_PROXY_CONNECT, &who, NULL, 0, NULL, 0, connect_answered, NULL);

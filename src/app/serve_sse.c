@@ -408,7 +408,8 @@ static void expired(tern_timer *t, void *user) {
  * end cancels (conn_free). */
 static app_proxy_asker asker_of(sse_conn *c) {
     return (app_proxy_asker){.loop = tern_http_req_loop(c->req), .owner = c,
-                             .pending = &c->proxy, .user = app_token_conn_sub(c->auth)};
+                             .pending = &c->proxy, .user = app_token_conn_sub(c->auth),
+                             .transport = "sse"};
 }
 
 /* The stream's clock (serve_proxy.h) ends it: each way as an expiry. */
@@ -686,8 +687,8 @@ static void sse_handler(tern_http_req *req, void *user) {
     }
     c->req = req;
     c->ntopics = n;
-    app_proxy_clock_init(&c->clock, tern_http_req_loop(req), &c->proxy, &c->auth, c, clock_end,
-                         clock_set_info);
+    app_proxy_clock_init(&c->clock, tern_http_req_loop(req), "sse", &c->proxy, &c->auth, c,
+                         clock_end, clock_set_info);
     c->snapshot = snapshot;
     memcpy(c->t, parsed, (size_t)n * sizeof(sse_topic));
     if (app_serve_tokens_on() && (status = app_token_conn_upgrade(req, &c->auth)) != 0) {

@@ -89,6 +89,14 @@ static void *stream_hook_user;
  * limit, need no TLS, and are reachable from no network. "" until
  * app_serve_stream_listen. */
 static char relay_dir[200], relay_path[220];
+/* The relay key: 128 random bits in hex, drawn with the listener and
+ * sent by every relay as RELAY_HEADER, so that /pubsub tells a relay
+ * from a client (app_serve_stream_relay): the backend proxy is told
+ * "http_stream" for it. "" while there is no listener. Read-only once
+ * the loops run. */
+#define RELAY_HEADER "X-Tern-Relay"
+#define RELAY_KEY_LEN (2 * STREAM_ID_LEN)
+static char relay_key[RELAY_KEY_LEN + 1];
 
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static stream *table[STREAM_BUCKETS];
@@ -362,7 +370,8 @@ static void stream_handler(tern_http_req *req, void *user) {
     /* /pubsub judges the client by what it sent us: its token and Origin
      * (one too long for /pubsub is refused as /pubsub would refuse it). */
     static _Thread_local char auth[TERN_TOKEN_MAX + 32], origin[600];
-    const char *headers[3];
+    static _Thread_local char key[sizeof(RELAY_HEADER) + RELAY_KEY_LEN + 2];
+    const char *headers[4];
     int nh = 0;
     size_t al, ol;
     const char *a = tern_http_header(req, "Authorization", &al);
@@ -381,6 +390,8 @@ static void stream_handler(tern_http_req *req, void *user) {
         snprintf(origin, sizeof(origin), "Origin: %.*s", (int)ol, o);
         headers[nh++] = origin;
     }
+    snprintf(key, sizeof(key), RELAY_HEADER ": %s", relay_key);
+    headers[nh++] = key;
     headers[nh] = NULL;
     tern_ws_client_options opt = {.headers = headers};
     int err = tern_ws_connect2(s->loop, url, &relay_handlers, &opt, s, &s->connecting);
@@ -502,6 +513,13 @@ int app_serve_stream_listen(tern_server *srv, const tern_listen_options *opt) {
         return -errno;
     }
     snprintf(relay_path, sizeof(relay_path), "%s/pubsub.sock", relay_dir);
+    uint8_t bits[STREAM_ID_LEN];
+    if (tern__crypto_random(bits, sizeof(bits)) < 0) {
+        app_serve_stream_unlisten();
+        return -EIO;
+    }
+    for (int i = 0; i < STREAM_ID_LEN; i++)
+        snprintf(relay_key + 2 * i, 3, "%02x", bits[i]);
     int err = tern_listen_unix(srv, relay_path, opt);
     if (err < 0)
         app_serve_stream_unlisten();
@@ -514,4 +532,13 @@ void app_serve_stream_unlisten(void) {
     unlink(relay_path);
     rmdir(relay_dir);
     relay_dir[0] = '\0';
+    relay_key[0] = '\0';
+}
+
+bool app_serve_stream_relay(const tern_http_req *req) {
+    size_t len;
+    const char *v = tern_http_header(req, RELAY_HEADER, &len);
+    /* compared in constant time: the key is a credential */
+    return relay_key[0] != '\0' && v && len == RELAY_KEY_LEN &&
+           tern__crypto_equal(v, relay_key, RELAY_KEY_LEN);
 }

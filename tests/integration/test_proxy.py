@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.request
 
+import aiohttp
 import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,6 +23,7 @@ from websockets.sync.client import connect
 
 from conftest import SLOW, wait_for
 from test_sse import SSE, status_of
+from test_stream import Stream, run
 from test_tokens import SECRET, claims, token
 
 
@@ -433,7 +435,7 @@ def test_sse_connect_gives_user_and_rights(tern_factory, backend, tmp_path):
     assert status_of(t, "topic=dm:%23bob") == (403, "forbidden\n")
     assert status_of(t, "topic=dm:%23alice&token=" + token(claims(subscribe=["x"])))[0] == 200
     connects = [b for p, b in backend.requests if p == "/connect/alice"]
-    assert connects == [{"transport": "websocket", "protocol": "json", "user": u}
+    assert connects == [{"transport": "sse", "protocol": "json", "user": u}
                         for u in ("", "", "tester")]
     t = tern_factory("--proxy-connect", backend.url("/connect/rights"), "--feed", "off",
                      open_topics=False)
@@ -510,7 +512,7 @@ def test_sse_expiry_ends_the_stream(tern_factory, backend, refresh):
     assert json.loads(ev["data"]) == {"error": "token expired"}
     assert s.next() is None and not s.cut   # ended as a response ends
     s.close()
-    assert refreshes(backend) == ([{"transport": "websocket", "protocol": "json", "user": "bob"}]
+    assert refreshes(backend) == ([{"transport": "sse", "protocol": "json", "user": "bob"}]
                                   if refresh else [])
 
 
@@ -526,3 +528,33 @@ def test_sse_refresh_extends(tern_factory, backend):
     got = s.until(lambda e: e["event"] != "subscribed", "the message")[-1]
     assert got["event"] == "message" and json.loads(got["data"])["data"] == "still here"
     s.close()
+
+
+def test_each_transport_names_itself(tern_factory, backend):
+    # The backend is told which transport asks, in its connect and its
+    # subscribes: a /pubsub WebSocket "websocket", an /sse stream "sse",
+    # an /http-stream session "http_stream" (whose relay is a /pubsub
+    # session of the server's own, yet not a WebSocket client's).
+    t = tern_factory("--proxy-connect", backend.url("/connect/alice"),
+                     "--proxy-subscribe", backend.url("/subscribe"), "--feed", "off",
+                     open_topics=False)
+    with connect(ws_url(t)) as ws:
+        assert ask(ws, op="subscribe", topic="ok.ws")["ok"] == "subscribe"
+    s = SSE(t.port, "topic=ok.sse")
+    assert s.status == 200 and s.next()["event"] == "subscribed"
+    s.close()
+
+    async def go():
+        async with aiohttp.ClientSession() as http:
+            st = await Stream(http, t.base).open()
+            assert st.status == 200
+            assert await st.send({"op": "subscribe", "topic": "ok.stream"}) == 202
+            await st.until(lambda m: m.get("ok") == "subscribe", "the subscribe's ack")
+            st.close()
+
+    run(go())
+    asked = [(p, b.get("channel"), b["transport"]) for p, b in backend.requests]
+    assert asked == [("/connect/alice", None, "websocket"), ("/subscribe", "ok.ws", "websocket"),
+                     ("/connect/alice", None, "sse"), ("/subscribe", "ok.sse", "sse"),
+                     ("/connect/alice", None, "http_stream"),
+                     ("/subscribe", "ok.stream", "http_stream")]
