@@ -101,9 +101,33 @@ void app_presence_push(tern_server *srv, const char *what, uint64_t client, cons
     free(out);
 }
 
-/* A connection's join or leave pushed from its server. */
-static void push(tern_ws *ws, const char *what, uint64_t client, const pres_member *m) {
-    app_presence_push(tern_ws_server(ws), what, client, m->topic, m->len, m->user, m->info);
+/* A subscriber's join or leave pushed from its server. */
+static void push(const app_pres_who *who, const char *what, uint64_t client,
+                 const pres_member *m) {
+    app_presence_push(who->srv, what, client, m->topic, m->len, m->user, m->info);
+}
+
+/* who subscribed to the join/leave topic events: a WebSocket through the
+ * route's hook, which `subscribing` lets through; a sink (which asks no
+ * hook) from now on, with nothing replayed (epoch 0). 0 (or -EALREADY),
+ * or the error; 0 when who hears nothing. */
+static int events_subscribe(const app_pres_who *who, const char *events) {
+    int err = 0;
+    if (who->ws) {
+        subscribing = true;
+        err = tern_ws_subscribe(who->ws, events);
+        subscribing = false;
+    } else if (who->sink) {
+        err = tern_sink_subscribe_from(who->sink, events, 0, 0, NULL);
+    }
+    return err;
+}
+
+static void events_unsubscribe(const app_pres_who *who, const char *events) {
+    if (who->ws)
+        (void)tern_ws_unsubscribe(who->ws, events);
+    else if (who->sink)
+        (void)tern_sink_unsubscribe(who->sink, events);
 }
 
 /* The member's entry out of the store, the other nodes told. */
@@ -121,8 +145,9 @@ static void member_free(pres_member *m) {
     free(m);
 }
 
-int app_presence_subscribed(tern_ws *ws, app_pres_conn **pc, const app_token_conn *auth,
-                            const app_topic_rule *r, const char *topic, size_t tlen) {
+int app_presence_subscribed(const app_pres_who *who, app_pres_conn **pc,
+                            const app_token_conn *auth, const app_topic_rule *r,
+                            const char *topic, size_t tlen) {
     char events[TERN_TOPIC_MAX + 1];
     bool presence = r && r->presence != APP_PRESENCE_OFF;
     bool join_leave = r && r->join_leave && events_topic(topic, tlen, events);
@@ -145,17 +170,15 @@ int app_presence_subscribed(tern_ws *ws, app_pres_conn **pc, const app_token_con
     if (presence)
         app_prnodes_changed(true, topic, tlen, (*pc)->client, m->user, m->info);
     if (join_leave) {
-        /* Pushed before ws is subscribed to the events, so that ws does
+        /* Pushed before who is subscribed to the events, so that it does
          * not get its own join (a subscription skips what was numbered
          * before it). */
-        push(ws, "join", (*pc)->client, m);
-        subscribing = true;
-        int err = tern_ws_subscribe(ws, events);
-        subscribing = false;
+        push(who, "join", (*pc)->client, m);
+        int err = events_subscribe(who, events);
         if (err < 0 && err != -EALREADY) {
             /* The join has gone out: its leave follows, so that the
              * others' view stays whole (a rare case: no room left). */
-            push(ws, "leave", (*pc)->client, m);
+            push(who, "leave", (*pc)->client, m);
             entry_leave((*pc)->client, m);
             member_free(m);
             return err == -ENOSPC ? -ENOSPC : -ENOMEM;
@@ -172,40 +195,41 @@ nomem:
 }
 
 /* Out of presence and, when a join was pushed, out of the join/leave
- * topic (when the connection is still open) with its leave pushed. */
-static void leave(tern_ws *ws, uint64_t client, pres_member *m, bool open) {
+ * topic (when the subscriber is still open) with its leave pushed. */
+static void leave(const app_pres_who *who, uint64_t client, pres_member *m, bool open) {
     entry_leave(client, m);
     if (m->join_leave) {
         char events[TERN_TOPIC_MAX + 1];
         if (open && events_topic(m->topic, m->len, events))
-            (void)tern_ws_unsubscribe(ws, events);
-        push(ws, "leave", client, m);
+            events_unsubscribe(who, events);
+        push(who, "leave", client, m);
     }
     member_free(m);
 }
 
-void app_presence_unsubscribed(tern_ws *ws, app_pres_conn *pc, const char *topic, size_t tlen) {
+void app_presence_unsubscribed(const app_pres_who *who, app_pres_conn *pc, const char *topic,
+                               size_t tlen) {
     if (pc == NULL)
         return;
     for (pres_member **p = &pc->members; *p; p = &(*p)->next) {
         pres_member *m = *p;
         if (m->len == tlen && memcmp(m->topic, topic, tlen) == 0) {
             *p = m->next;
-            leave(ws, pc->client, m, true);
+            leave(who, pc->client, m, true);
             return;
         }
     }
 }
 
-void app_presence_closed(tern_ws *ws, app_pres_conn *pc) {
+void app_presence_closed(const app_pres_who *who, app_pres_conn *pc) {
     if (pc == NULL)
         return;
-    /* Its subscriptions have ended with the connection: only the store
-     * and the leaves are left. */
+    /* Its subscriptions have ended (or end) with the subscriber: only the
+     * store and the leaves are left. */
     while (pc->members) {
         pres_member *m = pc->members;
         pc->members = m->next;
-        leave(ws, pc->client, m, false);
+        leave(who, pc->client, m, false);
     }
     free(pc);
 }

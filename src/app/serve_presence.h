@@ -53,26 +53,43 @@
 /* The first byte of a join/leave topic's name. */
 #define APP_PRESENCE_EVENTS_MARK '\x01'
 
-/* A /pubsub connection's presence: its client id and the topics it is in
- * with presence or join/leave (NULL until its first). */
+/* A subscriber's presence (a /pubsub connection's): its client id and
+ * the topics it is in with presence or join/leave (NULL until its
+ * first). */
 typedef struct app_pres_conn app_pres_conn;
 
-/* After ws subscribed to topic, under rule r (NULL: none): its entry in
+/* What presence needs of a subscriber besides its client id and user
+ * (app_pres_conn, the token state), whatever its transport (a /pubsub
+ * connection, or a stream a tern_sink feeds): its server, which
+ * publishes its join and leave on the topic's join/leave topic; and what
+ * hears the others' join and leave there: its WebSocket (ws) or its
+ * stream's sink (sink), at most one of them set. On the subscriber's
+ * loop. */
+typedef struct app_pres_who {
+    tern_server *srv;
+    tern_ws *ws;
+    tern_sink *sink;
+} app_pres_who;
+
+/* After who subscribed to topic, under rule r (NULL: none): its entry in
  * presence and its join pushed, as r says. 0, or -ENOSPC (no room for the
  * join/leave topic among its subscriptions), -ENOMEM: then nothing of it
- * is kept and the caller unsubscribes ws from topic. */
+ * is kept and the caller unsubscribes who from topic. */
 TERN_MUST_CHECK
-int app_presence_subscribed(tern_ws *ws, app_pres_conn **pc, const app_token_conn *auth,
-                            const app_topic_rule *r, const char *topic, size_t tlen);
-/* After ws unsubscribed from topic: out of presence, its leave pushed. */
-void app_presence_unsubscribed(tern_ws *ws, app_pres_conn *pc, const char *topic, size_t tlen);
+int app_presence_subscribed(const app_pres_who *who, app_pres_conn **pc,
+                            const app_token_conn *auth, const app_topic_rule *r,
+                            const char *topic, size_t tlen);
+/* After who unsubscribed from topic: out of presence, its leave pushed. */
+void app_presence_unsubscribed(const app_pres_who *who, app_pres_conn *pc, const char *topic,
+                               size_t tlen);
 /* {"topic":T,"join"|"leave":{"client":"ID","user":"U"[,"info":I]}} (what
  * is "join" or "leave"; info JSON text or NULL) published by srv on T's
  * join/leave topic, to its subscribers on every node. */
 void app_presence_push(tern_server *srv, const char *what, uint64_t client, const char *topic,
                        size_t tlen, const char *user, const char *info);
-/* In on_close: every topic left at once, and pc freed (NULL: nothing). */
-void app_presence_closed(tern_ws *ws, app_pres_conn *pc);
+/* At the subscriber's end (on_close, a stream's end): every topic left at
+ * once, and pc freed (NULL: nothing). */
+void app_presence_closed(const app_pres_who *who, app_pres_conn *pc);
 /* Whether the route's hooks are asked for a join/leave topic: refused
  * unless app_presence_subscribed is subscribing to it. */
 bool app_presence_events_topic(const char *topic, size_t len);

@@ -546,6 +546,12 @@ static void pubsub_open(tern_ws *ws, void *user) {
         ask_connect(ws, b);
 }
 
+/* ws as presence sees it (serve_presence.h): its server publishes its
+ * join and leave, and it hears the others'. */
+static app_pres_who pres_who(tern_ws *ws) {
+    return (app_pres_who){.srv = tern_ws_server(ws), .ws = ws};
+}
+
 /* The topic's rule now (NULL: none). */
 static const app_topic_rule *rule_of(const char *topic, size_t len) {
     return app_rules_match(atomic_load_explicit(&rules, memory_order_acquire), topic, len);
@@ -609,7 +615,8 @@ static void pubsub_close(tern_ws *ws, int code, const char *reason, size_t len, 
     if (b) {
         app_serve_proxy_cancel_all(&b->proxy);   /* no answer may reach ws now */
         app_proxy_clock_stop(&b->clock);
-        app_presence_closed(ws, b->pres);
+        app_pres_who who = pres_who(ws);
+        app_presence_closed(&who, b->pres);
         app_token_conn_free(b->auth);
     }
     free(b);
@@ -698,10 +705,11 @@ static void close_with(tern_ws *ws, int code, const char *reason) {
 static void do_subscribe(tern_ws *ws, ps_bucket *b, const char *topic, size_t tl, uint64_t epoch,
                          uint64_t after, bool asked, bool snapshot) {
     tern_resume r;
+    app_pres_who who = pres_who(ws);
     int err = snapshot ? tern_ws_subscribe_latest(ws, topic, &r)
                        : tern_ws_subscribe_from(ws, topic, epoch, after, &r);
     if (err == 0 && b &&
-        (err = app_presence_subscribed(ws, &b->pres, b->auth, rule_of(topic, tl), topic, tl)) < 0)
+        (err = app_presence_subscribed(&who, &b->pres, b->auth, rule_of(topic, tl), topic, tl)) < 0)
         (void)tern_ws_unsubscribe(ws, topic);
     if (err == 0)
         reply_subscribed(ws, topic, tl, &r, asked, snapshot);
@@ -977,7 +985,8 @@ static void pubsub_message(tern_ws *ws, const char *data, size_t len, int opcode
     }
     case UNSUB:
         if (tern_ws_unsubscribe(ws, topic) == 0) {
-            app_presence_unsubscribed(ws, b ? b->pres : NULL, topic, (size_t)tl);
+            app_pres_who who = pres_who(ws);
+            app_presence_unsubscribed(&who, b ? b->pres : NULL, topic, (size_t)tl);
             reply_ok(ws, "unsubscribe", topic, (size_t)tl, -1);
         } else
             reply_error(ws, "not subscribed", op);
