@@ -57,6 +57,10 @@ int64_t app_serve_publish_data(tern_server *srv, const char *topic, size_t tlen,
 struct app_token_conn;
 int app_serve_pubsub_may(const struct app_token_conn *auth, const char *topic, size_t len,
                          bool publish);
+/* The topic rule that holds for topic[0..len) now (NULL: none): what
+ * presence and join/leave /sse's subscribers are in, as /pubsub's. */
+struct app_topic_rule;
+const struct app_topic_rule *app_serve_pubsub_rule(const char *topic, size_t len);
 /* serve_sse.c: GET /sse, /pubsub's topics as Server-Sent Events; hook is
  * the WebSocket routes' upgrade hook (its Origin check), given user. */
 TERN_MUST_CHECK

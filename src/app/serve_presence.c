@@ -1,4 +1,5 @@
-/* tern serve's presence and join/leave on /pubsub (serve_presence.h). */
+/* tern serve's presence and join/leave on /pubsub and /sse
+ * (serve_presence.h). */
 #include "app/serve_presence.h"
 
 #include <errno.h>

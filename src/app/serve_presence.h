@@ -1,5 +1,7 @@
 /* tern serve's presence and join/leave on /pubsub (serve_presence.c), for
- * the topics whose rule says presence=on or join-leave=on (topic_rules.h):
+ * the topics whose rule says presence=on or join-leave=on (topic_rules.h);
+ * an /sse stream's topics count the same (serve_sse.c: it is a client of
+ * each, and gets join and leave as SSE events):
  *
  *   client -> server
  *     {"op":"presence","topic":"T"}               who is in T (this node's)
@@ -53,14 +55,14 @@
 /* The first byte of a join/leave topic's name. */
 #define APP_PRESENCE_EVENTS_MARK '\x01'
 
-/* A subscriber's presence (a /pubsub connection's): its client id and
- * the topics it is in with presence or join/leave (NULL until its
- * first). */
+/* A subscriber's presence (a /pubsub connection's, an /sse stream's):
+ * its client id and the topics it is in with presence or join/leave
+ * (NULL until its first). */
 typedef struct app_pres_conn app_pres_conn;
 
 /* What presence needs of a subscriber besides its client id and user
  * (app_pres_conn, the token state), whatever its transport (a /pubsub
- * connection, or a stream a tern_sink feeds): its server, which
+ * connection, an /sse stream its tern_sink feeds): its server, which
  * publishes its join and leave on the topic's join/leave topic; and what
  * hears the others' join and leave there: its WebSocket (ws) or its
  * stream's sink (sink), at most one of them set. On the subscriber's

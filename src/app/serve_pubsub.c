@@ -579,6 +579,10 @@ static bool allowed(tern_ws *ws, const char *topic, size_t len, bool publish) {
     return allowed_auth(b ? b->auth : NULL, topic, len, publish);
 }
 
+const app_topic_rule *app_serve_pubsub_rule(const char *topic, size_t len) {
+    return rule_of(topic, len);
+}
+
 /* allowed_auth(), a refusal counted: /pubsub's and /sse's one decision. */
 int app_serve_pubsub_may(const app_token_conn *auth, const char *topic, size_t len,
                          bool publish) {

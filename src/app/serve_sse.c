@@ -48,6 +48,10 @@
  *                                     expire_at), "slow consumer"
  *                                     (the close policy), "too many
  *                                     subscriptions", "out of memory"
+ *   event: join                       where the topic's rule says
+ *   data: {"topic":T,"join":{...}}    join-leave=on: another subscriber's
+ *   event: leave                      join or leave, /pubsub's JSON (no
+ *   data: {"topic":T,"leave":{...}}   id: they resume nothing)
  *   : keep-alive                      every SSE_KEEPALIVE_MS, so that
  *                                     proxies keep an idle stream, and a
  *                                     client gone is found (its FIN alone
@@ -64,6 +68,12 @@
  * the same URL, and each topic resumes after it with no gap and no
  * duplicate, or the stream says "gap". With a snapshot asked, a topic
  * without a resume point starts with the latest message of each key.
+ *
+ * Presence (serve_presence.h): where a topic's rule says presence=on the
+ * stream is in its presence as a /pubsub subscriber is (a client id of
+ * its own, the user and info of its token or of the backend), and with
+ * join-leave=on its join is pushed as it subscribes and its leave when
+ * the stream ends, however it ends.
  *
  * Binary messages (the /fanout routes') are not sent: SSE carries text. */
 #include <errno.h>
@@ -111,6 +121,11 @@ typedef struct sse_conn {
     tern_timer *keepalive, *expiry, *end_timer;
     app_proxy_req *proxy;      /* its requests waiting for the backend */
     app_proxy_clock clock;     /* the expiry the backend gave, and its refresh */
+    /* Presence (serve_presence.h): its client id and the topics it is in
+     * with presence or join/leave (NULL: none); srv, its server from the
+     * stream's start, publishes its leave after req has gone. */
+    app_pres_conn *pres;
+    tern_server *srv;
     int64_t expire_at;         /* that expiry (Unix seconds, 0: none), until the stream starts */
     int decided;               /* the topics allowed so far, in the query's order */
     bool snapshot, bad_id, head;   /* the request's, kept while it waits */
@@ -273,6 +288,22 @@ static uint64_t payload_seq(const char *d, size_t n) {
 
 /* ---- the sink's operations ---------------------------------------------- */
 
+/* "join" or "leave": the kind of a join/leave topic's message
+ * ({"topic":T,"join":{...}}, serve_presence.h), or NULL. */
+static const char *join_or_leave(const char *d, size_t n) {
+    size_t i;
+    if (n < 12 || memcmp(d, "{\"topic\":\"", 10) != 0)
+        return NULL;
+    for (i = 10; i < n && d[i] != '"'; i++)
+        if (d[i] == '\\')
+            i++;
+    if (i + 9 <= n && memcmp(d + i, "\",\"join\":", 9) == 0)
+        return "join";
+    if (i + 10 <= n && memcmp(d + i, "\",\"leave\":", 10) == 0)
+        return "leave";
+    return NULL;
+}
+
 static int topic_index(const sse_conn *c, const char *topic, size_t tlen) {
     for (int i = 0; i < c->ntopics; i++)
         if (c->t[i].len == tlen && memcmp(c->t[i].name, topic, tlen) == 0)
@@ -286,6 +317,12 @@ static int topic_index(const sse_conn *c, const char *topic, size_t tlen) {
 static int sink_send(void *user, const char *topic, size_t tlen, int opcode, const void *data,
                      size_t len) {
     sse_conn *c = user;
+    if (opcode == TERN_WS_TEXT && !c->closing && app_presence_events_topic(topic, tlen)) {
+        /* A join or leave of a topic with join-leave=on: its own event,
+         * no id (it is no message of the topic, and resumes nothing). */
+        const char *what = join_or_leave(data, len);
+        return what ? put_event(c, what, false, data, len) : TERN_SEND_DROPPED;
+    }
     int i = topic_index(c, topic, tlen);
     if (opcode != TERN_WS_TEXT || i < 0 || c->closing)
         return TERN_SEND_DROPPED;
@@ -324,6 +361,12 @@ static const tern_sink_ops sse_ops = {
 
 /* ---- the stream's life --------------------------------------------------- */
 
+/* c as presence sees it (serve_presence.h): its server publishes its join
+ * and leave, its sink hears the others'. */
+static app_pres_who pres_who(sse_conn *c) {
+    return (app_pres_who){.srv = c->srv, .sink = c->sink};
+}
+
 static void conn_free(sse_conn *c) {
     if (c->prev || streams == c) {
         *(c->prev ? &c->prev->next : &streams) = c->next;
@@ -331,6 +374,8 @@ static void conn_free(sse_conn *c) {
             c->next->prev = c->prev;
     }
     app_serve_proxy_cancel_all(&c->proxy);   /* no answer may reach c now */
+    app_pres_who who = pres_who(c);
+    app_presence_closed(&who, c->pres);   /* out of presence, its leaves pushed */
     tern_sink_free(c->sink);
     app_proxy_clock_stop(&c->clock);
     if (c->keepalive)
@@ -499,6 +544,15 @@ static bool subscribe_topic(sse_conn *c, int i, bool snapshot, bool bad_id) {
     /* A Last-Event-ID not this stream's is a gap: the latest of each key. */
     int err = !asked && (snapshot || bad_id) ? tern_sink_subscribe_latest(c->sink, t->name, &r)
                                  : tern_sink_subscribe_from(c->sink, t->name, t->epoch, t->seq, &r);
+    if (err == 0) {
+        /* In the topic's presence, its join pushed, as /pubsub's
+         * subscribers are (the rule says which). */
+        app_pres_who who = pres_who(c);
+        err = app_presence_subscribed(&who, &c->pres, c->auth,
+                                      app_serve_pubsub_rule(t->name, t->len), t->name, t->len);
+        if (err < 0)
+            (void)tern_sink_unsubscribe(c->sink, t->name);
+    }
     if (err < 0) {
         c->why = err == -ENOSPC ? "too many subscriptions" : "out of memory";
         return false;
@@ -547,7 +601,8 @@ static void start_stream(sse_conn *c) {
         conn_free(c);
         return;
     }
-    if (tern_sink_new(tern_http_req_server(req), &sse_ops, c, &c->sink) < 0 ||
+    c->srv = tern_http_req_server(req);
+    if (tern_sink_new(c->srv, &sse_ops, c, &c->sink) < 0 ||
         tern_timer_start(tern_http_req_loop(req), &c->keepalive, SSE_KEEPALIVE_MS,
                          SSE_KEEPALIVE_MS, keepalive, c) < 0) {
         refuse(req, 503, "out of memory");

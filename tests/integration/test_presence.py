@@ -7,6 +7,7 @@ The clients are websockets' asyncio ones; every wait is for a condition
 (an answer, a count reached), never a sleep."""
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import json
@@ -366,11 +367,10 @@ def test_a_token_with_too_large_info_is_refused(start):
     asyncio.run(main())
 
 
-@pytest.mark.skipif(shutil.which("redis-server") is None,
-                    reason="redis-server missing (scripts/install-deps.sh test)")
-def test_through_redis_join_and_leave_cross_nodes(start):
-    """Join and leave travel wherever the topic's messages go, through
-    --redis too (presence across nodes: test_presence_nodes.py)."""
+@contextlib.contextmanager
+def redis_nodes(start):
+    """Two nodes with RULE through a Redis of their own: (redis, a, b), a
+    with one thread, b with two, both linked."""
     redis = Redis(free_port())
     redis.start()
     try:
@@ -379,14 +379,30 @@ def test_through_redis_join_and_leave_cross_nodes(start):
         b = start(RULE, extra=["--redis", url], threads=2)
         wait_for(lambda: a.stats()["redis"]["connected"] and b.stats()["redis"]["connected"],
                  "both nodes linked to Redis")
+        yield redis, a, b
+    finally:
+        redis.stop()
 
+
+async def watch_through_redis(redis, a, topic):
+    """A watcher on node a subscribed to topic, once a's events channel for
+    it is in Redis (so that the other node's join reaches it): (ws, seen)."""
+    watcher = await a.open(token("w"))
+    seen = []
+    assert (await ask(watcher, seen, op="subscribe", topic=topic))["ok"] == "subscribe"
+    wait_for(lambda: redis.command("PUBSUB", "NUMSUB", "tern:\x01" + topic)[1] == 1,
+             "a's events channel in Redis")
+    return watcher, seen
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None,
+                    reason="redis-server missing (scripts/install-deps.sh test)")
+def test_through_redis_join_and_leave_cross_nodes(start):
+    """Join and leave travel wherever the topic's messages go, through
+    --redis too (presence across nodes: test_presence_nodes.py)."""
+    with redis_nodes(start) as (redis, a, b):
         async def main():
-            watcher = await a.open(token("w"))
-            seen = []
-            assert (await ask(watcher, seen, op="subscribe", topic="room.r"))["ok"] == "subscribe"
-            # The events topic's channel, subscribed by node a.
-            wait_for(lambda: redis.command("PUBSUB", "NUMSUB", "tern:\x01room.r")[1] == 1,
-                     "a's events channel in Redis")
+            watcher, seen = await watch_through_redis(redis, a, "room.r")
             other = await b.open(token("far", info={"node": "b"}))
             assert (await ask(other, op="subscribe", topic="room.r"))["ok"] == "subscribe"
             await hear(watcher, seen, "join", 1, "b's join on a")
@@ -403,5 +419,4 @@ def test_through_redis_join_and_leave_cross_nodes(start):
             assert [x["client"] for x in leaves] == [join["client"]], seen
             await watcher.close()
         asyncio.run(main())
-    finally:
-        redis.stop()
+
