@@ -424,6 +424,13 @@ typedef struct tern_sink_ops {
      * timer). code is the topic's close code (1008 or 1013). Called at
      * most once; nothing is sent to the sink after it. */
     void (*close)(void *user, int code);
+    /* Set when send only writes to the stream (it calls nothing of
+     * pub/sub and may run inside any call, a publish of the
+     * application's too): a live message then goes to it at once, inside
+     * the delivery, as to a WebSocket, rather than through the sink's
+     * queue and 0 ms timer (an entry and a timer turn less per message).
+     * Replays, drains and the close policy still go from the timer. */
+    bool send_at_once;
 } tern_sink_ops;
 
 /* A sink on srv (a loop's server, not a host handle), subscribed to

@@ -548,7 +548,8 @@ static void on_tick(tern_timer *t, void *user) {
  * subscribed before then (in setup) would be sized for one loop. */
 static void begin(tern_loop *l, void *user) {
     (void)user;
-    static const tern_sink_ops ops = {on_message, sink_buffered, sink_close};
+    static const tern_sink_ops ops = {
+        .send = on_message, .buffered = sink_buffered, .close = sink_close};
     tern_resume res;
     int err = tern_sink_new(srv, &ops, NULL, &sink);
     if (err == 0 && (err = tern_sink_subscribe_latest(sink, APP_PRNODES_TOPIC, &res)) >= 0)

@@ -213,26 +213,27 @@ static size_t put_id(sse_conn *c, size_t o) {
     return o;
 }
 
-/* An event: "event: NAME\n" (NULL: a message), the id when with_id, then
- * data[0..len) as "data:" lines (a line break in it starts another),
- * then the blank line. Written to the stream: a tern_send_result, or a
- * negative errno. */
-static int put_event(sse_conn *c, const char *name, bool with_id, const char *data, size_t len) {
+/* An event into c->out: "event: NAME\n" (NULL: a message), the id when
+ * with_id, then data[0..len) as "data:" lines (a line break in it starts
+ * another), then the blank line. Returns its length, 0 when out of
+ * memory. */
+static size_t format_event(sse_conn *c, const char *name, bool with_id, const char *data,
+                           size_t len) {
     size_t o = 0;
     if (name) {
         size_t nl = strlen(name);
         if (!out_room(c, o, nl + 8))
-            return -ENOMEM;
+            return 0;
         o += (size_t)sprintf(c->out, "event: %s\n", name);
     }
     if (with_id && (o = put_id(c, o)) == 0)
-        return -ENOMEM;
+        return 0;
     /* A JSON message has no raw line break: one "data:" line, copied
      * whole. Another text gets a "data:" line per line (CR, LF or CRLF
      * ending each), as EventSource joins them back with LF. */
     bool one_line = memchr(data, '\n', len) == NULL && memchr(data, '\r', len) == NULL;
     if (!out_room(c, o, 6 + (one_line ? len : 7 * len) + 2))
-        return -ENOMEM;
+        return 0;
     memcpy(c->out + o, "data: ", 6);
     o += 6;
     if (one_line) {
@@ -252,7 +253,14 @@ static int put_event(sse_conn *c, const char *name, bool with_id, const char *da
     }
     c->out[o++] = '\n';
     c->out[o++] = '\n';
-    return tern_http_write(c->req, c->out, o);
+    return o;
+}
+
+/* The event format_event makes, written to the stream: a
+ * tern_send_result, or a negative errno. */
+static int put_event(sse_conn *c, const char *name, bool with_id, const char *data, size_t len) {
+    size_t n = format_event(c, name, with_id, data, len);
+    return n ? tern_http_write(c->req, c->out, n) : -ENOMEM;
 }
 
 /* {"topic":T,"epoch":"E","seq":seq + extra + } as event name (with the
@@ -284,6 +292,62 @@ static uint64_t payload_seq(const char *d, size_t n) {
     for (i += 8; i < n && d[i] >= '0' && d[i] <= '9'; i++)
         v = v * 10 + (uint64_t)(d[i] - '0');
     return v;
+}
+
+/* The thread's last message event of a one-topic stream: a delivery
+ * offers one message to every subscriber of its topic in a row, and on
+ * one-topic streams (the common case) the event is the same bytes for
+ * each, so it is formatted once and written as it is to the others.
+ * Keyed by what the event is made of: the topic, its epoch and the
+ * payload's bytes (which carry its seq). Invariants: ev[0..n) is the
+ * event of payload[0..len) on topic[0..tlen) at epoch when n > 0; ev is
+ * freed when the thread's last stream ends (conn_free). */
+typedef struct sse_last {
+    char *ev, *payload;
+    size_t n, evcap, len, paycap, tlen;
+    uint64_t epoch;
+    char topic[TERN_TOPIC_MAX];
+} sse_last;
+static _Thread_local sse_last last_ev;
+
+static void last_free(void) {
+    free(last_ev.ev);
+    free(last_ev.payload);
+    last_ev = (sse_last){0};
+}
+
+/* *p with room for n bytes (*cap: its size), false when out of memory. */
+static bool last_room(char **p, size_t *cap, size_t n) {
+    if (n <= *cap)
+        return true;
+    char *q = realloc(*p, n);
+    if (q == NULL)
+        return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+/* Keeps c->out[0..n), the event of data[0..len) on c's one topic, as the
+ * thread's last (out of memory: not kept, which costs only speed). */
+static void last_keep(const sse_conn *c, const char *data, size_t len, size_t n) {
+    last_ev.n = 0;
+    if (!last_room(&last_ev.ev, &last_ev.evcap, n) || !last_room(&last_ev.payload, &last_ev.paycap, len))
+        return;
+    memcpy(last_ev.ev, c->out, n);
+    memcpy(last_ev.payload, data, len);
+    memcpy(last_ev.topic, c->t[0].name, c->t[0].len);
+    last_ev.tlen = c->t[0].len;
+    last_ev.len = len;
+    last_ev.epoch = c->t[0].epoch;
+    last_ev.n = n;
+}
+
+/* Whether the thread's last event is data[0..len)'s on c's one topic. */
+static bool last_is(const sse_conn *c, const char *data, size_t len) {
+    return last_ev.n && last_ev.len == len && last_ev.epoch == c->t[0].epoch &&
+           last_ev.tlen == c->t[0].len && memcmp(last_ev.topic, c->t[0].name, last_ev.tlen) == 0 &&
+           memcmp(last_ev.payload, data, len) == 0;
 }
 
 /* ---- the sink's operations ---------------------------------------------- */
@@ -329,7 +393,15 @@ static int sink_send(void *user, const char *topic, size_t tlen, int opcode, con
     uint64_t seq = payload_seq(data, len);
     if (seq)
         c->t[i].seq = seq;
-    return put_event(c, NULL, seq != 0, data, len);
+    if (c->ntopics != 1 || seq == 0)
+        return put_event(c, NULL, seq != 0, data, len);
+    if (last_is(c, data, len))
+        return tern_http_write(c->req, last_ev.ev, last_ev.n);
+    size_t n = format_event(c, NULL, true, data, len);
+    if (n == 0)
+        return -ENOMEM;
+    last_keep(c, data, len, n);
+    return tern_http_write(c->req, c->out, n);
 }
 
 static size_t sink_buffered(void *user) {
@@ -356,8 +428,10 @@ static void sink_close(void *user, int code) {
     end_soon(user, "slow consumer");
 }
 
+/* sink_send only writes (tern_http_write, which sends nothing inside the
+ * call on HTTP/2 either): a live message comes to it inside the delivery. */
 static const tern_sink_ops sse_ops = {
-    .send = sink_send, .buffered = sink_buffered, .close = sink_close};
+    .send = sink_send, .buffered = sink_buffered, .close = sink_close, .send_at_once = true};
 
 /* ---- the stream's life --------------------------------------------------- */
 
@@ -387,6 +461,8 @@ static void conn_free(sse_conn *c) {
     app_token_conn_free(c->auth);
     free(c->out);
     free(c);
+    if (streams == NULL)
+        last_free();   /* the thread's last stream: nothing may reuse it */
 }
 
 /* The connection went before the stream ended: req is gone with it. */

@@ -63,12 +63,13 @@ void tern__ps_offer(tern__ps_sub *s, tern_ws_prepared *msg, uint64_t seq,
     size_t mlen = tern__ws_prepared_len(msg);
     size_t backlog = tern__ps_sub_buffered(s);
     int q;
-    if (s->head || backlog > 0 || s->sink) {
+    if (s->head || backlog > 0 || (s->sink && !s->sink->ops.send_at_once)) {
         /* Behind: the message waits in s's queue, behind older ones, as a
          * reference; unless what waits would pass the limit. A sink's
-         * too, always: its send is the user's callback, which must not run
-         * inside the publish (perhaps the user's call) that offers it; its
-         * timer sends the queue at the loop's next iteration. */
+         * too, unless its send only writes (send_at_once): its send is the
+         * user's callback, which must not run inside the publish (perhaps
+         * the user's call) that offers it; its timer sends the queue at
+         * the loop's next iteration. */
         if (s->sink)
             (void)tern__ps_sink_defer(s->sink);   /* out of memory: at its next drain */
         if (o->policy == TERN_PUBSUB_CONFLATE && key != NULL) {

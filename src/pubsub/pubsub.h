@@ -450,7 +450,9 @@ void tern__ps_registry_free(tern_server *srv);
  * is sent to it; ops.close is called once, close_told after). Its ops are
  * user callbacks, never called inside a call the user made (the no
  * re-entrancy rule): what a subscribe replays, what a drain releases and
- * what a publish offers wait in the sink's queues for due, a 0 ms timer
+ * what a publish offers (unless ops.send_at_once says its send only
+ * writes: then a live message goes at once, as to a WebSocket) wait in
+ * the sink's queues for due, a 0 ms timer
  * (NULL until first needed, then kept), which sends them, or tells the
  * close, at the loop's next iteration; due_armed says it is armed. */
 struct tern_sink {

@@ -6,7 +6,9 @@
  * WebSocket (pubsub.h's subscriber seam). Its operations are the user's
  * callbacks: a subscribe's replay, a drain's queue, a publish's message
  * and the close policy go out from the sink's 0 ms timer, never inside a
- * call the user made (DESIGN.md's no re-entrancy). */
+ * call the user made (DESIGN.md's no re-entrancy); except a live message
+ * for a sink whose send only writes (ops.send_at_once), which goes at
+ * once, as a WebSocket's does (deliver.c). */
 #include <errno.h>
 #include <stdlib.h>
 

@@ -248,6 +248,46 @@ def test_snapshot_then_live(tern_factory):
     s.close()
 
 
+def test_streams_of_one_and_of_two_topics_each_get_their_own_ids(tern_factory):
+    """A message goes to every stream of its topic; the one-topic streams'
+    events are alike (the server formats one for all), a two-topic
+    stream's id names both topics' positions, and a stream that joined
+    later gets the same events from its start. The same data on two
+    topics makes two different events."""
+    t = tern_factory("--feed", "off", "--topic", "m.* history=100")
+    ones = [SSE(t.port, "topic=m.a") for _ in range(3)]
+    both = SSE(t.port, "topic=m.a&topic=m.b")
+    only_b = SSE(t.port, "topic=m.b")
+    epoch = {}
+    for s in ones + [only_b]:
+        ack = json.loads(s.until(lambda e: e["event"] == "subscribed", "the ack")[-1]["data"])
+        epoch[ack["topic"]] = int(ack["epoch"], 16)
+    both.until(lambda e: e["event"] == "subscribed" and "m.b" in e["data"], "both acks")
+    for i in range(1, 4):
+        t.publish("m.a", f"same {i}")
+        t.publish("m.b", f"same {i}")
+    late = SSE(t.port, "topic=m.a")
+    late.until(lambda e: e["event"] == "subscribed", "the late ack")
+    t.publish("m.a", "same 4")
+    t.publish("m.b", "same 4")
+    ea, eb = f"{epoch['m.a']:x}", f"{epoch['m.b']:x}"
+    want_a = [({"topic": "m.a", "seq": i, "data": f"same {i}"}, f"{ea}.{i}") for i in range(1, 5)]
+    for s in ones:
+        got = s.until(lambda e: e["event"] == "message" and '"seq":4' in e["data"], "seq 4")
+        assert [(json.loads(e["data"]), e["id"]) for e in got] == want_a
+    got = only_b.until(lambda e: e["event"] == "message" and '"seq":4' in e["data"], "seq 4")
+    assert [(json.loads(e["data"]), e["id"]) for e in got] == [
+        ({"topic": "m.b", "seq": i, "data": f"same {i}"}, f"{eb}.{i}") for i in range(1, 5)]
+    got = late.until(lambda e: e["event"] == "message", "seq 4")
+    assert [(json.loads(e["data"]), e["id"]) for e in got] == want_a[3:]
+    got = both.until(lambda e: e["event"] == "message" and '"m.b","seq":4' in e["data"], "b 4")
+    assert [e["id"] for e in got] == [f"{ea}.1,{eb}.0", f"{ea}.1,{eb}.1", f"{ea}.2,{eb}.1",
+                                      f"{ea}.2,{eb}.2", f"{ea}.3,{eb}.2", f"{ea}.3,{eb}.3",
+                                      f"{ea}.4,{eb}.3", f"{ea}.4,{eb}.4"]
+    for s in ones + [both, only_b, late]:
+        s.close()
+
+
 def test_a_foreign_last_event_id_is_a_gap(tern_factory):
     t = tern_factory("--feed", "off", "--topic", "g.* history=100")
     ws_publish(t, "g.a", "one", key="k")

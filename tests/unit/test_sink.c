@@ -12,7 +12,9 @@
  * any live message; no operation runs inside a call the test made
  * (publish, subscribe, drained: DESIGN.md's no re-entrancy), what those
  * owe goes at the loop's next iteration, the close policy's close too;
- * tern_sink_free and tern_sink_unsubscribe end its subscriptions; bad
+ * a sink whose ops say send_at_once gets a live message inside the
+ * publish when nothing waits for it, and waits like the others when it is
+ * behind; tern_sink_free and tern_sink_unsubscribe end its subscriptions; bad
  * arguments are refused. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -34,6 +36,7 @@ typedef struct rec {
     int sends, closes, close_code, last_opcode;
     size_t last_len;
     size_t buffered;   /* what the sink says it holds: the test sets it */
+    bool at_once;      /* its ops say send_at_once: a send inside a publish is its due */
 } rec;
 
 /* Inside a call the test made (a publish, tern_sink_subscribe_*,
@@ -44,7 +47,7 @@ static int in_call, reentered;
 static int rec_send(void *user, const char *topic, size_t tlen, int opcode, const void *data,
                     size_t len) {
     rec *r = user;
-    if (in_call)
+    if (in_call && !r->at_once)
         reentered++;
     r->sends++;
     r->last_opcode = opcode;
@@ -229,6 +232,49 @@ static void test_live(void **state) {
     with_server(&(tern_pubsub_options){0}, STEPS(live_1, live_2, live_3, live_4, live_5, live_6));
 }
 
+/* ---- a sink whose send only writes (send_at_once) ---------------------- */
+
+static const tern_sink_ops ops_at_once = {
+    .send = rec_send, .buffered = rec_buffered, .close = rec_close, .send_at_once = true};
+
+static void at_once_1(tern_server *srv) {
+    r1 = (rec){.at_once = true};
+    r2 = (rec){0};
+    assert_int_equal(tern_sink_new(srv, &ops_at_once, &r1, &k1), 0);
+    assert_int_equal(tern_sink_new(srv, &ops, &r2, &k2), 0);
+    assert_int_equal(sub_from(k1, "a", 0, 0, NULL), 0);
+    assert_int_equal(sub_from(k2, "a", 0, 0, NULL), 0);
+    /* A live message: to the at-once sink inside the publish, to the
+     * other at the next iteration. */
+    assert_int_equal(pub(srv, "a", NULL, "x"), 1);
+    assert_string_equal(r1.got, "a:#1x\n");
+    assert_int_equal(r2.sends, 0);
+    /* Behind: it waits as any sink's message does, and goes after the
+     * drain at the next iteration, never inside the drain. */
+    r1.buffered = 10;
+    assert_int_equal(pub(srv, "a", NULL, "y"), 2);
+    assert_int_equal(r1.sends, 1);
+    r1.buffered = 0;
+    drained(k1);
+    assert_int_equal(r1.sends, 1);
+}
+
+static void at_once_2(tern_server *srv) {
+    assert_string_equal(r1.got, "a:#1x\na:#2y\n");
+    assert_string_equal(r2.got, "a:#1x\na:#2y\n");
+    /* Nothing waits now: at once again, in order after the queued one. */
+    assert_int_equal(pub(srv, "a", NULL, "z"), 3);
+    assert_string_equal(r1.got, "a:#1x\na:#2y\na:#3z\n");
+    tern_sink_free(k1);
+    tern_sink_free(k2);
+    assert_int_equal(tern_topic_subscribers(srv, "a"), 0);
+}
+
+static void test_send_at_once(void **state) {
+    (void)state;
+    with_server(&(tern_pubsub_options){0}, STEPS(at_once_1, at_once_2));
+}
+
 /* ---- policies ----------------------------------------------------------- */
 
 static void policies_1(tern_server *srv) {
@@ -385,6 +431,7 @@ static void test_args(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_live),
+        cmocka_unit_test(test_send_at_once),
         cmocka_unit_test(test_policies),
         cmocka_unit_test(test_history),
         cmocka_unit_test(test_args),
