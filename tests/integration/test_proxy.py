@@ -305,6 +305,20 @@ def test_connect_gives_user_and_info_to_presence(tern_factory, backend):
                                    {"transport": "websocket", "protocol": "json", "user": ""})
 
 
+def test_sse_connect_gives_user_and_info_to_presence(tern_factory, backend):
+    # An /sse stream is in presence with the user and info the backend gave.
+    t = tern_factory("--proxy-connect", backend.url("/connect/alice"), "--feed", "off",
+                     "--topic", "room.* subscribe=anyone presence=on", open_topics=False)
+    s = SSE(t.port, "topic=room.1")
+    assert s.status == 200 and s.next()["event"] == "subscribed"
+    with connect(ws_url(t)) as ws:
+        assert ask(ws, op="subscribe", topic="room.1")["ok"] == "subscribe"
+        got = ask(ws, op="presence", topic="room.1")
+        assert [(p["user"], p.get("info")) for p in got["presence"]] == [
+            ("alice", {"name": "Alice"})] * 2
+    s.close()
+
+
 def test_connect_refused_or_unanswered_closes(tern_factory, backend):
     t = tern_factory("--proxy-connect", backend.url("/connect/deny"), "--feed", "off",
                      open_topics=False)
