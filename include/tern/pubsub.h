@@ -170,6 +170,13 @@ typedef struct tern_topic_options {
     uint16_t close_code;           /* 1008 or 1013 */
     uint32_t history;              /* messages kept (see tern_pubsub_options) */
     uint32_t history_ms;
+    /* Each loop starts a pass over the topic's subscribers at most this
+     * often (0: as messages come; at most TERN_WRITE_DELAY_MAX): a message
+     * on a quiet topic goes at the loop's next turn, and those that come
+     * within throttle_ms of the last pass wait for the next one, each
+     * subscriber getting them in one write. Fewer writes under a burst,
+     * no delay when quiet; replaces write_delay_ms for the topic. */
+    uint32_t throttle_ms;
     /* The rule is for the topic named `prefix` alone, not for the topics
      * it starts; it wins over every prefix rule for that topic. */
     bool exact;
@@ -191,7 +198,8 @@ int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt);
  * (opt->exact) for the topic wins, else the longest matching prefix; a
  * second rule for the same prefix (and exactness) replaces the first. Like tern_pubsub_configure, in setup before serving (call that
  * first if you call both: it keeps the rules). Returns 0, -EINVAL (NULL
- * argument, bad policy, close code or history), -ENAMETOOLONG (prefix over
+ * argument, bad policy, close code or history, a throttle_ms over
+ * TERN_WRITE_DELAY_MAX), -ENAMETOOLONG (prefix over
  * TERN_TOPIC_MAX), -ENOSPC (TERN_TOPIC_RULES_MAX rules), -EBUSY (the
  * configuration is shared or pub/sub used), -ENOMEM. */
 TERN_MUST_CHECK

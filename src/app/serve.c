@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "app/presence_nodes.h"
+#include "app/serve_presence.h"
 #include "app/serve_ctx.h"
 #include "net/crypto.h"
 
@@ -236,6 +237,21 @@ static void serve_teardown(tern_loop *loop, tern_server *srv, void *user) {
 
 /* tern_run's setup: the routes and listeners of the first server (the
  * other threads' share them). */
+/* Rule r's settings for the library, what it does not say the server's
+ * (--pubsub-*). */
+static tern_topic_options rule_options(const app_topic_rule *r, const app_serve_settings *set) {
+    tern_topic_options to = {.policy = r->has_policy ? r->policy : set->pubsub.policy,
+                             .close_code = r->has_policy ? r->close_code : 0,
+                             .max_backlog = r->has_backlog ? r->max_backlog : 0,
+                             .history = r->has_history ? r->history : 0,
+                             .history_ms = r->has_history_age ? r->history_ms : 0,
+                             .throttle_ms = r->has_throttle ? r->throttle_ms : 0,
+                             .exact = !r->prefix};
+    if (!r->has_policy && to.policy == TERN_PUBSUB_CLOSE)
+        to.close_code = set->pubsub.close_code;
+    return to;
+}
+
 static int serve_setup(tern_server *srv, void *user) {
     serve_ctx *ctx = user;
     const app_serve_settings *set = &ctx->set;
@@ -259,22 +275,32 @@ static int serve_setup(tern_server *srv, void *user) {
     }
     /* Each topic rule's settings, what it does not say the server's: the
      * library's rule for the same pattern (its exact topic or prefix). */
+    const app_topic_rule *all = NULL;   /* rule "*" */
     for (int i = 0; i < ctx->rules.n; i++) {
         const app_topic_rule *r = &ctx->rules.r[i];
-        tern_topic_options to = {.policy = r->has_policy ? r->policy : set->pubsub.policy,
-                                 .close_code = r->has_policy ? r->close_code : 0,
-                                 .max_backlog = r->has_backlog ? r->max_backlog : 0,
-                                 .history = r->has_history ? r->history : 0,
-                                 .history_ms = r->has_history_age ? r->history_ms : 0,
-                                 .exact = !r->prefix};
-        if (!r->has_policy && to.policy == TERN_PUBSUB_CLOSE)
-            to.close_code = set->pubsub.close_code;
+        tern_topic_options to = rule_options(r, set);
+        if (r->prefix && r->len == 0)
+            all = r;
         char pattern[TERN_TOPIC_MAX + 1];
         memcpy(pattern, r->pattern, r->len);
         pattern[r->len] = '\0';
         if ((err = tern_pubsub_topic_rule(srv, pattern, &to)) < 0) {
             fprintf(stderr, "tern serve: --topic %s%s: %s\n", pattern, r->prefix ? "*" : "",
                     tern_strerror(err));
+            return SETUP_FAILED;
+        }
+    }
+    /* The join/leave topics (APP_PRESENCE_EVENTS_MARK and a topic's name)
+     * take rule "*"'s settings, throttled by --join-leave-throttle: a
+     * crowd of joins then costs each watcher a write per pass, not one
+     * per event (the library's last rule: APP_TOPIC_RULES_MAX). */
+    if (set->join_leave_throttle_ms) {
+        app_topic_rule none = {.prefix = true};
+        tern_topic_options to = rule_options(all ? all : &none, set);
+        to.throttle_ms = set->join_leave_throttle_ms;
+        const char events[] = {APP_PRESENCE_EVENTS_MARK, '\0'};
+        if ((err = tern_pubsub_topic_rule(srv, events, &to)) < 0) {
+            fprintf(stderr, "tern serve: --join-leave-throttle: %s\n", tern_strerror(err));
             return SETUP_FAILED;
         }
     }

@@ -440,7 +440,7 @@ const app_opt app_serve_opts[SV_COUNT] = {
                               "message per key while it is behind)",
         DEST(pubsub, tern_pubsub_options, put_policy)},
     [SV_TOPIC] = {"topic", 0, S, "'PATTERN [KEY=VALUE]...'", .check = topic_rule_ok,
-                  .flags = REPEAT, LIVE(RULES), .max_count = TERN_TOPIC_RULES_MAX,
+                  .flags = REPEAT, LIVE(RULES), .max_count = APP_TOPIC_RULES_MAX,
                   .help = "a topic rule: PATTERN is a topic, or a prefix ending in *\n"
                           "(\"orders.*\"; \"*\": all); a topic takes its exact rule, else\n"
                           "its longest prefix's. KEYs: subscribe= and publish= (token:\n"
@@ -448,9 +448,12 @@ const app_opt app_serve_opts[SV_COUNT] = {
                           "none; user: a topic ending in #USER[,USER...] to those\n"
                           "users' tokens (their sub) alone), policy=, history=N,\n"
                           "history-age=SECONDS, max-backlog=BYTES (the --pubsub-*\n"
-                          "defaults otherwise), presence=on (who is subscribed may\n"
-                          "be asked; presence=stats: how many only) and join-leave=on\n"
-                          "(joins and leaves pushed; both off by default).\n"
+                          "defaults otherwise), throttle=MS (a pass over the topic's\n"
+                          "subscribers at most every MS: at once when quiet, a burst's\n"
+                          "messages in one write each), presence=on (who is\n"
+                          "subscribed may be asked; presence=stats: how many only)\n"
+                          "and join-leave=on (joins and leaves pushed; both off by\n"
+                          "default). At most 63 rules.\n"
                           "Closed by default: without a rule only tokens open a topic.\n"
                           "\"market\" and \"stats\" (the feed's) are subscribe=anyone\n"
                           "publish=none, and with --page on \"market\" presence=stats\n"
@@ -459,7 +462,7 @@ const app_opt app_serve_opts[SV_COUNT] = {
                           "operations that follow; the other keys need a restart",
         VALS(topics)},
     [SV_PS_TOPIC] = {"pubsub-topic-policy", 0, S, "PREFIX=P", .check = topic_policy_ok,
-                     .flags = REPEAT, .max_count = TERN_TOPIC_RULES_MAX,
+                     .flags = REPEAT, .max_count = APP_TOPIC_RULES_MAX,
                      .help = "the same as --topic 'PREFIX* policy=P' (before the --topic\n"
                              "rules: a --topic of the same pattern wins)",
         VALS(topic_policies)},
@@ -487,6 +490,12 @@ const app_opt app_serve_opts[SV_COUNT] = {
                                    "each subscriber gets those of MS in one write (fewer\n"
                                    "sends at low rates, MS more latency; 0: at once)",
         U32(pubsub.write_delay_ms)},
+    [SV_PS_JL_THROTTLE] = {"join-leave-throttle", 0, U, "MS", "5", 0, 1000,
+                           .help = "join and leave events go to a topic's watchers in a\n"
+                                   "pass at most every MS, each watcher getting a pass's\n"
+                                   "events in one write: at once when joins are rare, far\n"
+                                   "fewer writes when they crowd (0: every event alone)",
+        U32(join_leave_throttle_ms)},
     [SV_TOKEN_HMAC] = {"token-hmac-secret-file", 0, S, "F", .flags = SECRET, LIVE(TOKENS),
                        .help = "/pubsub takes JWTs signed HS256 with F's bytes (one\n"
                                "trailing newline stripped), as ?token= or Authorization:\n"

@@ -22,7 +22,7 @@ enum {
     SV_SNDBUF, SV_SHUT_TO, SV_SHUT_SPREAD, SV_DRAIN_DELAY, SV_WS_MAX, SV_WS_IDLE, SV_NO_PMD, SV_ALLOWED_ORIGIN, SV_WS_ORIGIN,
     SV_WS_SLOW, SV_WS_ASYNC, SV_WS_DEADLINE, SV_PS_BACKLOG, SV_PS_MAX_MESSAGE, SV_PS_RATE,
     SV_PS_POLICY, SV_TOPIC, SV_PS_TOPIC, SV_PS_HISTORY, SV_PS_HISTORY_AGE, SV_PS_HISTORY_BYTES,
-    SV_PS_REPLAY_RATE, SV_PS_WRITE_DELAY,
+    SV_PS_REPLAY_RATE, SV_PS_WRITE_DELAY, SV_PS_JL_THROTTLE,
     SV_TOKEN_HMAC, SV_TOKEN_PUBKEY, SV_TOKEN_AUD, SV_TOKEN_ISS, SV_TOKEN_LEEWAY,
     SV_PROXY_CONNECT, SV_PROXY_REFRESH, SV_PROXY_SUBSCRIBE, SV_PROXY_PUBLISH, SV_PROXY_TIMEOUT, SV_PROXY_MAX_INFLIGHT, SV_FEED, SV_FEED_RATE,
     SV_PAGE, SV_NODE_NAME,
@@ -82,6 +82,7 @@ typedef struct app_serve_settings {
     /* pub/sub */
     tern_pubsub_options pubsub;              /* --pubsub-max-backlog, --pubsub-policy... */
     app_serve_pubsub_limits ps_limits;     /* --pubsub-max-message, --pubsub-rate */
+    uint32_t join_leave_throttle_ms;       /* --join-leave-throttle */
     const app_opt_val *topics, *topic_policies;   /* --topic, --pubsub-topic-policy */
     app_serve_token_flags tokens;          /* --token-* */
     app_proxy_flags proxy;                 /* --proxy-* */

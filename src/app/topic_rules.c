@@ -121,9 +121,15 @@ static bool setting(app_topic_rule *r, const char *s, size_t n, const char **why
         if (on_off(v, vl, &r->join_leave))
             return r->has_join_leave = true;
         *why = "join-leave= takes on or off";
+    } else if (KEY("throttle")) {
+        if (number(v, vl, 1, TERN_WRITE_DELAY_MAX, &x)) {
+            r->throttle_ms = (uint32_t)x;
+            return r->has_throttle = true;
+        }
+        *why = "throttle= takes 1 to 1000 milliseconds";
     } else {
         *why = "unknown key (subscribe, publish, policy, history, history-age, max-backlog, "
-               "presence, join-leave)";
+               "presence, join-leave, throttle)";
     }
 #undef KEY
     return false;
@@ -180,8 +186,8 @@ int app_rules_add(app_topic_rules *t, const char *spec, const char **why) {
     while (i < t->n && !(t->r[i].len == len && t->r[i].prefix == prefix &&
                          !memcmp(t->r[i].pattern, p, len)))
         i++;
-    if (i == t->n && t->n == TERN_TOPIC_RULES_MAX) {
-        *why = "too many rules (64)";
+    if (i == t->n && t->n == APP_TOPIC_RULES_MAX) {
+        *why = "too many rules (63)";
         return -1;
     }
     app_topic_rule r;
@@ -241,7 +247,7 @@ static bool before(const app_topic_rule *a, const app_topic_rule *b) {
 void app_rules_resolve(app_topic_rules *t) {
     /* In order of specificity, so that a rule's covering rules have
      * inherited theirs before it inherits from them. */
-    int order[TERN_TOPIC_RULES_MAX];
+    int order[APP_TOPIC_RULES_MAX];
     for (int i = 0; i < t->n; i++) {
         int j = i;
         while (j > 0 && before(&t->r[i], &t->r[order[j - 1]])) {
@@ -273,6 +279,7 @@ void app_rules_resolve(app_topic_rules *t) {
         INHERIT(has_backlog, r->max_backlog = a->max_backlog);
         INHERIT(has_presence, r->presence = a->presence);
         INHERIT(has_join_leave, r->join_leave = a->join_leave);
+        INHERIT(has_throttle, r->throttle_ms = a->throttle_ms);
 #undef INHERIT
     }
 }

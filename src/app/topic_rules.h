@@ -55,19 +55,24 @@ typedef struct app_topic_rule {
     bool prefix;                          /* given with a trailing '*' */
     app_access subscribe, publish;
     bool has_subscribe, has_publish, has_policy, has_history, has_history_age, has_backlog;
-    bool has_presence, has_join_leave;
+    bool has_presence, has_join_leave, has_throttle;
     uint8_t presence;                     /* enum app_presence_level, above */
     bool join_leave;                      /* joins and leaves are pushed to subscribers */
     int policy;                           /* enum tern_pubsub_policy */
     uint16_t close_code;                  /* with policy close-1013 */
     uint32_t history;                     /* messages, 1..TERN_HISTORY_MAX */
     uint32_t history_ms;
+    uint32_t throttle_ms;                 /* tern_topic_options.throttle_ms, 1..1000 */
     size_t max_backlog;
 } app_topic_rule;
 
+/* Rules a server holds: the library's less the one the join/leave topics
+ * take (serve.c). */
+#define APP_TOPIC_RULES_MAX (TERN_TOPIC_RULES_MAX - 1)
+
 typedef struct app_topic_rules {
     int n;
-    app_topic_rule r[TERN_TOPIC_RULES_MAX];
+    app_topic_rule r[APP_TOPIC_RULES_MAX];
 } app_topic_rules;
 
 /* "PATTERN [KEY=VALUE]...", KEY one of subscribe, publish (anyone, token,

@@ -1,7 +1,8 @@
 /* Batches: the messages posted to a loop wait in their topic's batch,
  * and a pass sends each subscriber every message of the pass in a row, a
  * chunk of subscribers per loop turn (write_delay_ms: a pass starts that
- * long after its first message was published). */
+ * long after its first message was published; a topic's throttle_ms: a
+ * pass starts at least that long after the topic's last one). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,8 @@ static void batch_step(tern__ps_registry *r, tern__ps_topic *t, size_t limit) {
     if (t->npass == 0) {
         t->npass = t->nds;
         t->cursor = 0;
+        if (t->o.throttle_ms)
+            t->pass_ns = tern__ps_mono_ns();
     }
     size_t end = t->nsubs - t->cursor > limit ? t->cursor + limit : t->nsubs;
     tern__ps_tally n = {0};
@@ -71,14 +74,39 @@ void tern__ps_batch_finish(tern__ps_registry *r, tern__ps_topic *t) {
         batch_step(r, t, SIZE_MAX);
 }
 
-/* Milliseconds until t's next pass may start (opt.write_delay_ms after
- * the first message of it was published; 0 once a pass is under way). */
-static uint64_t batch_wait_ms(tern__ps_registry *r, const tern__ps_topic *t, uint64_t now_ns) {
-    uint64_t delay_ns = (uint64_t)r->g->opt.write_delay_ms * 1000000;
-    if (t->npass > 0 || delay_ns == 0)
+/* Milliseconds until t's next pass may start, first_ns being when the
+ * first message of it was published: t's throttle_ms after its last pass
+ * started, else opt.write_delay_ms after first_ns. */
+static uint64_t pass_wait_ms(tern__ps_registry *r, const tern__ps_topic *t, uint64_t first_ns,
+                             uint64_t now_ns) {
+    uint64_t due;
+    if (t->o.throttle_ms)
+        due = t->pass_ns + (uint64_t)t->o.throttle_ms * 1000000;
+    else if (r->g->opt.write_delay_ms)
+        due = first_ns + (uint64_t)r->g->opt.write_delay_ms * 1000000;
+    else
         return 0;
-    uint64_t due = t->ds[0]->p->born_ns + delay_ns;
     return due > now_ns ? (due - now_ns + 999999) / 1000000 : 0;
+}
+
+/* The same for t's batch (0 once a pass is under way). */
+static uint64_t batch_wait_ms(tern__ps_registry *r, const tern__ps_topic *t, uint64_t now_ns) {
+    return t->npass > 0 ? 0 : pass_wait_ms(r, t, t->ds[0]->p->born_ns, now_ns);
+}
+
+static void batch_tick(tern_timer *tm, void *user);
+
+/* The batch timer fires in ms (now_ns: the mono clock): 0, or -1 when out
+ * of memory to arm it. */
+static int batch_arm(tern__ps_registry *r, uint64_t ms, uint64_t now_ns) {
+    int err = r->batch_timer ? tern_timer_again(r->batch_timer, ms)
+                             : tern_timer_start(r->srv->loop, &r->batch_timer, ms, 0,
+                                                batch_tick, r);
+    if (err < 0)
+        return -1;
+    r->batch_armed = true;
+    r->batch_due_ns = now_ns + ms * 1000000;
+    return 0;
 }
 
 static void batch_tick(tern_timer *tm, void *user) {
@@ -99,14 +127,14 @@ static void batch_tick(tern_timer *tm, void *user) {
         if (w < wait)
             wait = w;
     }
-    if (r->batch_head && tern_timer_again(r->batch_timer, wait) == 0)
-        r->batch_armed = true;
-    else   /* out of memory to arm it: the passes end now */
-        while (r->batch_head) {
-            tern__ps_topic *t = r->batch_head;
-            tern__ps_batch_finish(r, t);
-            tern__ps_topic_maybe_free(r, t);
-        }
+    if (r->batch_head && batch_arm(r, wait, now) == 0)
+        return;
+    /* out of memory to arm it: the passes end now */
+    while (r->batch_head) {
+        tern__ps_topic *t = r->batch_head;
+        tern__ps_batch_finish(r, t);
+        tern__ps_topic_maybe_free(r, t);
+    }
 }
 
 /* d joins t's batch. Returns -1 when it cannot (out of memory): then the
@@ -122,15 +150,15 @@ int tern__ps_batch_add(tern__ps_registry *r, tern__ps_topic *t, tern__ps_deliver
         t->ds = ds;
         t->capds = cap;
     }
-    if (!r->batch_armed) {
-        /* the first batch of an idle loop: its pass starts after the delay */
-        uint64_t ms = r->g->opt.write_delay_ms;
-        int err = r->batch_timer ? tern_timer_again(r->batch_timer, ms)
-                                 : tern_timer_start(r->srv->loop, &r->batch_timer, ms, 0,
-                                                    batch_tick, r);
-        if (err < 0)
+    if (t->nds == 0 || !r->batch_armed) {
+        /* t's first message (or an idle loop's): its pass starts after
+         * its wait, which may come before what the timer waits for (a
+         * throttled topic beside a write delay, a quiet one beside a
+         * throttled one waiting) */
+        uint64_t now = tern__ps_mono_ns();
+        uint64_t w = t->nds ? batch_wait_ms(r, t, now) : pass_wait_ms(r, t, d->p->born_ns, now);
+        if ((!r->batch_armed || now + w * 1000000 < r->batch_due_ns) && batch_arm(r, w, now) < 0)
             return -1;
-        r->batch_armed = true;
     }
     if (t->nds == 0) {
         t->busy++;
@@ -146,7 +174,8 @@ int tern__ps_batch_add(tern__ps_registry *r, tern__ps_topic *t, tern__ps_deliver
 }
 
 /* The server is going: its batches are dropped (their subscribers are
- * closed next). */
+ * closed next; a topic whose subscribers have all gone while its batch
+ * waited, for a write delay or a throttle, is freed now). */
 void tern__ps_batches_drop(tern__ps_registry *r) {
     while (r->batch_head) {
         tern__ps_topic *t = r->batch_head;
@@ -154,6 +183,7 @@ void tern__ps_batches_drop(tern__ps_registry *r) {
             tern__ps_delivery_free(t->ds[k]);
         t->nds = t->npass = 0;
         batch_unlink(r, t);
+        tern__ps_topic_maybe_free(r, t);
     }
     if (r->batch_timer)
         tern_timer_stop(r->batch_timer);

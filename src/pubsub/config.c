@@ -201,7 +201,8 @@ int tern_pubsub_configure(tern_server *srv, const tern_pubsub_options *opt) {
 
 int tern_pubsub_topic_rule(tern_server *srv, const char *prefix, const tern_topic_options *opt) {
     if (srv == NULL || prefix == NULL || opt == NULL ||
-        !policy_ok(opt->policy, opt->close_code, opt->history))
+        !policy_ok(opt->policy, opt->close_code, opt->history) ||
+        opt->throttle_ms > TERN_WRITE_DELAY_MAX)
         return -EINVAL;
     size_t len = strnlen(prefix, TERN_TOPIC_MAX + 1);
     if (len > TERN_TOPIC_MAX)

@@ -156,6 +156,7 @@ tern__ps_gtopic *tern__ps_gtopic_new(tern__ps_group *g, const char *name, size_t
         t->ord->n = loops;
     }
     tern_topic_options o = tern__ps_topic_settings(g, name, len);
+    t->throttled = o.throttle_ms > 0;
     if (o.history && g->nhist >= TERN_HISTORY_TOPICS)
         sweep_histories(g);
     if (o.history && g->nhist < TERN_HISTORY_TOPICS)

@@ -115,7 +115,8 @@ int64_t tern__ps_publish(tern_server *srv, const tern__ps_msg *m, const tern_ws 
      * caller writes now */
     /* With a write delay, a publish on this loop's thread joins its
      * topic's batch by a post too: delivering it now would end the batch
-     * early (it must not pass it), defeating the delay. */
+     * early (it must not pass it), defeating the delay. So does one on a
+     * throttled topic (gt->throttled, under the mutex below). */
     bool here = !(flags & TERN__PS_LATER) && g->opt.write_delay_ms == 0 &&
                 tern__loop_current() == srv->loop;
     tern__ps_pub *p = malloc(sizeof(*p) + tlen + 1 + klen);
@@ -182,7 +183,7 @@ int64_t tern__ps_publish(tern_server *srv, const tern__ps_msg *m, const tern_ws 
             p->ord = gt->ord;
             atomic_fetch_add(&p->ord->refs, 1);
         }
-        now = post_all(srv, p, here, except);
+        now = post_all(srv, p, here && !gt->throttled, except);
     }
     pthread_mutex_unlock(&g->mu);
     if (fill_from)   /* what the engine numbered before the one adopted */

@@ -142,6 +142,7 @@ typedef struct tern__ps_gtopic {
     struct tern__ps_gtopic *hnext, *hprev;
     size_t subs;         /* subscriptions on all loops */
     size_t compressed;   /* ... of them, with permessage-deflate */
+    bool throttled;      /* its options' throttle_ms: every delivery goes through a batch */
     size_t len;
     char name[];
 } tern__ps_gtopic;
@@ -324,7 +325,8 @@ typedef struct tern__ps_sub {
  * subscriber in the next one. So a subscriber gets all of a pass's
  * messages in one write, and under load, when messages arrive while a
  * pass runs, several per write. The topic is on its registry's batch list
- * (bprev, bnext) exactly while nds > 0. */
+ * (bprev, bnext) exactly while nds > 0. pass_ns: when its last pass
+ * started (the mono clock), which o.throttle_ms counts from. */
 struct tern__ps_topic {
     tern__ps_node n;
     tern__ps_sub **subs;
@@ -336,6 +338,7 @@ struct tern__ps_topic {
     bool holes;
     struct tern__ps_delivery **ds;
     size_t nds, capds, npass, cursor;
+    uint64_t pass_ns;
     struct tern__ps_topic *bprev, *bnext;
     size_t len;
     char name[];
@@ -387,6 +390,7 @@ typedef struct tern__ps_registry {
     tern__ps_topic *batch_head;
     tern_timer *batch_timer;
     bool batch_armed;
+    uint64_t batch_due_ns;   /* while armed: when the timer fires (the mono clock) */
 } tern__ps_registry;
 
 /* One of r's counters += n: a plain load and store, the loop being the

@@ -235,6 +235,34 @@ def test_join_and_leave_pushed_once_each_not_to_oneself(start, history):
     asyncio.run(main())
 
 
+def test_a_crowd_of_joins_waits_for_the_throttle(start):
+    """--join-leave-throttle 1000: the first join on a quiet topic is
+    pushed at once, the two that follow within the second wait for the next
+    pass, a second after the first one at least (measured from before the
+    first join, so that a slow machine cannot fail it). With the default
+    (5 ms) test_join_and_leave_pushed_once_each_not_to_oneself's crowd
+    arrives whole."""
+    t = start(RULE, extra=("--join-leave-throttle", "1000"))
+
+    async def main():
+        watcher = await t.open(token("w"))
+        seen = []
+        assert (await ask(watcher, seen, op="subscribe", topic="room.t"))["ok"] == "subscribe"
+        t0 = time.monotonic()
+        conns = []
+        for name in ("a", "b", "c"):
+            ws = await t.open(token(name))
+            assert (await ask(ws, op="subscribe", topic="room.t"))["ok"] == "subscribe"
+            conns.append(ws)
+        await hear(watcher, seen, "join", 1, "a's join")
+        await hear(watcher, seen, "join", 3, "b's and c's joins")
+        assert time.monotonic() - t0 >= 0.95
+        assert [e["join"]["user"] for e in seen if "join" in e] == ["a", "b", "c"]
+        for ws in conns + [watcher]:
+            await ws.close()
+    asyncio.run(main())
+
+
 def test_a_closed_connection_leaves_presence_at_once(start):
     t = start(RULE)
 

@@ -171,12 +171,41 @@ def test_rules_by_exact_topic_and_prefix(start):
     ("x policy=linger", "policy= takes"),
     ("x presence=yes", "presence= takes on, stats or off"),
     ("x join-leave=1", "join-leave= takes on or off"),
+    ("x throttle=0", "throttle= takes 1 to 1000 milliseconds"),
+    ("x throttle=1001", "throttle= takes 1 to 1000 milliseconds"),
     ("y" * 300, "pattern longer than a topic"),
 ])
 def test_bad_topic_rules_are_refused(spec, why):
     r = subprocess.run([TERN_BIN, "serve", "--port", "0", "--topic", spec],
                        capture_output=True, text=True, timeout=10)
     assert r.returncode == 2 and f"--topic {spec}: {why}" in r.stderr, r.stderr
+
+
+def test_a_throttled_topic_sends_a_burst_in_the_next_pass(tern_factory):
+    """throttle=1000: a message on a quiet topic goes at once, and the
+    ones that follow it within the second wait for the next pass, which
+    starts no sooner than a second after the first one did (so, a second
+    after t0 at least, whatever the machine's load: the bound that cannot
+    fail by slowness). Another topic's are not held."""
+    t = tern_factory("--feed", "off", "--topic", "slow.* subscribe=anyone throttle=1000")
+
+    async def go():
+        async with connect(f"ws://127.0.0.1:{t.port}/pubsub") as s:
+            for topic in ("slow.x", "fast"):
+                assert (await ask(s, op="subscribe", topic=topic))["ok"] == "subscribe"
+            t0 = time.monotonic()
+            for d in ("m1", "m2", "m3"):
+                t.publish("slow.x", d)
+            got = []
+            while len(got) < 3:
+                m = json.loads(await asyncio.wait_for(s.recv(), 10 * SLOW))
+                got.append((m["data"], time.monotonic() - t0))
+            assert [d for d, _ in got] == ["m1", "m2", "m3"]
+            assert got[1][1] >= 0.95, got   # held for the throttle
+            t.publish("fast", "f")   # unthrottled: no second's wait
+            m = json.loads(await asyncio.wait_for(s.recv(), 10 * SLOW))
+            assert m["data"] == "f"
+    asyncio.run(go())
 
 
 def test_history_byte_budget_keeps_a_quiet_topics_share(tern_factory):
