@@ -37,6 +37,7 @@ SAMPLES = {
     "pubsub-policy": "conflate", "pubsub-topic-policy": "t.=close", "pubsub-history": "20",
     "topic": "orders.* subscribe=anyone history=10", "pubsub-history-bytes": "1000",
     "pubsub-history-age": "21", "pubsub-replay-rate": "22", "pubsub-write-delay": "23",
+    "join-leave-throttle": "26",
     "token-hmac-secret-file": "s.txt",
     "token-public-key-file": "pk.pem", "token-audience": "aud", "token-issuer": "iss",
     "feed": "off", "feed-rate": "23", "page": "off", "node-name": "eu-1.a", "bridge": "nats://127.0.0.1:4222",
