@@ -433,11 +433,13 @@ typedef struct tern_sink_ops {
      * most once; nothing is sent to the sink after it. */
     void (*close)(void *user, int code);
     /* Set when send only writes to the stream (it calls nothing of
-     * pub/sub and may run inside any call, a publish of the
-     * application's too): a live message then goes to it at once, inside
-     * the delivery, as to a WebSocket, rather than through the sink's
-     * queue and 0 ms timer (an entry and a timer turn less per message).
-     * Replays, drains and the close policy still go from the timer. */
+     * pub/sub): a live message that pub/sub delivers in a loop turn of
+     * its own (a publish from another thread, a batch pass) then goes to
+     * it at once, as to a WebSocket, rather than through the sink's queue
+     * and 0 ms timer (an entry and a timer turn less per message). Never
+     * inside a call the application made: a publish on the sink's own
+     * thread, replays, drains and the close policy still go from the
+     * timer. */
     bool send_at_once;
 } tern_sink_ops;
 

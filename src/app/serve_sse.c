@@ -429,7 +429,7 @@ static void sink_close(void *user, int code) {
 }
 
 /* sink_send only writes (tern_http_write, which sends nothing inside the
- * call on HTTP/2 either): a live message comes to it inside the delivery. */
+ * call on HTTP/2 either): a live message comes to it in pub/sub's pass. */
 static const tern_sink_ops sse_ops = {
     .send = sink_send, .buffered = sink_buffered, .close = sink_close, .send_at_once = true};
 

@@ -63,13 +63,13 @@ void tern__ps_offer(tern__ps_sub *s, tern_ws_prepared *msg, uint64_t seq,
     size_t mlen = tern__ws_prepared_len(msg);
     size_t backlog = tern__ps_sub_buffered(s);
     int q;
-    if (s->head || backlog > 0 || (s->sink && !s->sink->ops.send_at_once)) {
+    if (s->head || backlog > 0 || (s->sink && (!s->sink->ops.send_at_once || n->in_call))) {
         /* Behind: the message waits in s's queue, behind older ones, as a
          * reference; unless what waits would pass the limit. A sink's
-         * too, unless its send only writes (send_at_once): its send is the
-         * user's callback, which must not run inside the publish (perhaps
-         * the user's call) that offers it; its timer sends the queue at
-         * the loop's next iteration. */
+         * too: its send is the user's callback, which must not run inside
+         * the user's publish that offers it, nor, unless it only writes
+         * (send_at_once), inside any delivery; its timer sends the queue
+         * at the loop's next iteration. */
         if (s->sink)
             (void)tern__ps_sink_defer(s->sink);   /* out of memory: at its next drain */
         if (o->policy == TERN_PUBSUB_CONFLATE && key != NULL) {
@@ -143,13 +143,13 @@ void tern__ps_tally_add(tern__ps_registry *r, tern__ps_topic *t, const tern__ps_
  * topic's batch (so in seq order). */
 void tern__ps_deliver(tern_server *srv, const char *name, size_t len, uint64_t seq,
                       tern_ws_prepared *msg, const tern_ws *except, const char *key,
-                      size_t klen, uint64_t born_ns) {
+                      size_t klen, uint64_t born_ns, bool in_call) {
     tern__ps_registry *r = tern__ps_reg(srv);
     tern__ps_topic *t = tern__ps_tfind(r, name, len, tern__ps_hash_name(name, len));
     if (t == NULL)
         return;
     tern__ps_latency_observe(r, born_ns);
-    tern__ps_tally n = {0};
+    tern__ps_tally n = {.in_call = in_call};
     t->busy++;
     if (t->nds > 0)
         tern__ps_batch_finish(r, t);
@@ -187,7 +187,7 @@ void tern__ps_deliver_post(tern_loop *loop, void *user) {
         return;
     if (t)
         tern__ps_deliver(srv, p->name, p->len, p->seq, p->msg, (const tern_ws *)d->except,
-                         p->key, p->klen, p->born_ns);
+                         p->key, p->klen, p->born_ns, false);
     tern__ps_delivery_free(d);
 }
 

@@ -190,7 +190,7 @@ int64_t tern__ps_publish(tern_server *srv, const tern__ps_msg *m, const tern_ws 
         tern__ps_bridge_fill(g, name, tlen, fill_from, fill_to);
     int64_t seq = (int64_t)p->seq;
     if (now && tern__ps_reg(srv))
-        tern__ps_deliver(srv, name, tlen, p->seq, p->msg, except, p->key, klen, p->born_ns);
+        tern__ps_deliver(srv, name, tlen, p->seq, p->msg, except, p->key, klen, p->born_ns, true);
     tern__ps_pub_unref(p);
     return seq;
 }

@@ -455,7 +455,8 @@ void tern__ps_registry_free(tern_server *srv);
  * user callbacks, never called inside a call the user made (the no
  * re-entrancy rule): what a subscribe replays, what a drain releases and
  * what a publish offers (unless ops.send_at_once says its send only
- * writes: then a live message goes at once, as to a WebSocket) wait in
+ * writes: then a live message delivered in pub/sub's own pass, not in
+ * the user's publish, goes at once, as to a WebSocket) wait in
  * the sink's queues for due, a 0 ms timer
  * (NULL until first needed, then kept), which sends them, or tells the
  * close, at the loop's next iteration; due_armed says it is armed. */
@@ -574,6 +575,9 @@ typedef struct tern__ps_delivery {
 /* What one pass of deliveries did, added to the counters once. */
 typedef struct tern__ps_tally {
     uint64_t delivered, dropped, closed, conflated, qmax;
+    /* The delivery runs inside the application's publish: no sink's send
+     * may run then, not even a send_at_once one's (no re-entrancy). */
+    bool in_call;
 } tern__ps_tally;
 
 /* A message to publish, as the public calls give it: topic and key
@@ -603,10 +607,11 @@ void tern__ps_offer(tern__ps_sub *s, tern_ws_prepared *msg, uint64_t seq, const 
 void tern__ps_tally_add(tern__ps_registry *r, tern__ps_topic *t, const tern__ps_tally *n,
                         uint64_t messages);
 /* Sends msg to the subscribers of the topic on srv's loop now, after the
- * topic's batch (so in seq order). */
+ * topic's batch (so in seq order); in_call: inside the application's
+ * publish, not a loop turn of pub/sub's own. */
 void tern__ps_deliver(tern_server *srv, const char *name, size_t len, uint64_t seq,
                       tern_ws_prepared *msg, const tern_ws *except, const char *key,
-                      size_t klen, uint64_t born_ns);
+                      size_t klen, uint64_t born_ns, bool in_call);
 /* A delivery posted to its loop (tern__loop_post_owned's fn and drop). */
 void tern__ps_deliver_post(tern_loop *loop, void *user);
 void tern__ps_delivery_free(void *user);

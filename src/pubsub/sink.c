@@ -8,7 +8,7 @@
  * and the close policy go out from the sink's 0 ms timer, never inside a
  * call the user made (DESIGN.md's no re-entrancy); except a live message
  * for a sink whose send only writes (ops.send_at_once), which goes at
- * once, as a WebSocket's does (deliver.c). */
+ * once in pub/sub's own pass, as a WebSocket's does (deliver.c). */
 #include <errno.h>
 #include <stdlib.h>
 

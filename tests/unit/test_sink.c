@@ -12,9 +12,9 @@
  * any live message; no operation runs inside a call the test made
  * (publish, subscribe, drained: DESIGN.md's no re-entrancy), what those
  * owe goes at the loop's next iteration, the close policy's close too;
- * a sink whose ops say send_at_once gets a live message inside the
- * publish when nothing waits for it, and waits like the others when it is
- * behind; tern_sink_free and tern_sink_unsubscribe end its subscriptions; bad
+ * a sink whose ops say send_at_once gets a live message in pub/sub's own
+ * pass (never inside the application's publish) when nothing waits for
+ * it, and waits like the others when it is behind; tern_sink_free and tern_sink_unsubscribe end its subscriptions; bad
  * arguments are refused. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,7 +38,6 @@ typedef struct rec {
     int sends, closes, close_code, last_opcode;
     size_t last_len;
     size_t buffered;   /* what the sink says it holds: the test sets it */
-    bool at_once;      /* its ops say send_at_once: a send inside a publish is its due */
 } rec;
 
 /* Inside a call the test made (a publish, tern_sink_subscribe_*,
@@ -49,7 +48,7 @@ static int in_call, reentered;
 static int rec_send(void *user, const char *topic, size_t tlen, int opcode, const void *data,
                     size_t len) {
     rec *r = user;
-    if (in_call && !r->at_once)
+    if (in_call)
         reentered++;
     r->sends++;
     r->last_opcode = opcode;
@@ -239,34 +238,57 @@ static void test_live(void **state) {
 static const tern_sink_ops ops_at_once = {
     .send = rec_send, .buffered = rec_buffered, .close = rec_close, .send_at_once = true};
 
+/* tern_publish_later: delivered at a loop turn of pub/sub's own (a batch
+ * pass), where an at-once sink's send may run. */
+static void pub_later(tern_server *srv, const char *topic, const char *text, int64_t want) {
+    char m[64];
+    int n = snprintf(m, sizeof(m), "#%s", text);
+    in_call++;
+    assert_int_equal(tern_publish_later(srv, topic, NULL, m, (size_t)n, TERN_WS_TEXT, 1), want);
+    in_call--;
+}
+
 static void at_once_1(tern_server *srv) {
-    r1 = (rec){.at_once = true};
-    r2 = (rec){0};
+    r1 = r2 = (rec){0};
     assert_int_equal(tern_sink_new(srv, &ops_at_once, &r1, &k1), 0);
     assert_int_equal(tern_sink_new(srv, &ops, &r2, &k2), 0);
     assert_int_equal(sub_from(k1, "a", 0, 0, NULL), 0);
     assert_int_equal(sub_from(k2, "a", 0, 0, NULL), 0);
-    /* A live message: to the at-once sink inside the publish, to the
-     * other at the next iteration. */
+    /* Inside the application's publish no sink's send runs, not even an
+     * at-once one's: both at the next iteration. */
     assert_int_equal(pub(srv, "a", NULL, "x"), 1);
+    assert_int_equal(r1.sends + r2.sends, 0);
+}
+
+static void at_once_2(tern_server *srv) {
     assert_string_equal(r1.got, "a:#1x\n");
-    assert_int_equal(r2.sends, 0);
+    assert_string_equal(r2.got, "a:#1x\n");
     /* Behind: it waits as any sink's message does, and goes after the
      * drain at the next iteration, never inside the drain. */
     r1.buffered = 10;
-    assert_int_equal(pub(srv, "a", NULL, "y"), 2);
+    pub_later(srv, "a", "y", 2);
+}
+
+static void at_once_3(tern_server *srv) {
+    (void)srv;
     assert_int_equal(r1.sends, 1);
     r1.buffered = 0;
     drained(k1);
     assert_int_equal(r1.sends, 1);
 }
 
-static void at_once_2(tern_server *srv) {
+static void at_once_4(tern_server *srv) {
     assert_string_equal(r1.got, "a:#1x\na:#2y\n");
-    assert_string_equal(r2.got, "a:#1x\na:#2y\n");
-    /* Nothing waits now: at once again, in order after the queued one. */
-    assert_int_equal(pub(srv, "a", NULL, "z"), 3);
+    pub_later(srv, "a", "z", 3);   /* nothing waits: in the pass, at once */
+}
+
+static void at_once_wait(tern_server *srv) {
+    (void)srv;   /* the post, the pass, the other sink's timer */
+}
+
+static void at_once_5(tern_server *srv) {
     assert_string_equal(r1.got, "a:#1x\na:#2y\na:#3z\n");
+    assert_string_equal(r2.got, "a:#1x\na:#2y\na:#3z\n");
     tern_sink_free(k1);
     tern_sink_free(k2);
     assert_int_equal(tern_topic_subscribers(srv, "a"), 0);
@@ -274,7 +296,9 @@ static void at_once_2(tern_server *srv) {
 
 static void test_send_at_once(void **state) {
     (void)state;
-    with_server(&(tern_pubsub_options){0}, STEPS(at_once_1, at_once_2));
+    with_server(&(tern_pubsub_options){0}, STEPS(at_once_1, at_once_wait, at_once_2, at_once_wait,
+                                                  at_once_3, at_once_wait, at_once_4,
+                                                  at_once_wait, at_once_wait, at_once_5));
 }
 
 /* ---- a throttled topic (throttle_ms) ------------------------------------ */
@@ -290,18 +314,16 @@ static uint64_t passed_at;
 static void throttle_1(tern_server *srv) {
     tern_topic_options bad = {.throttle_ms = TERN_WRITE_DELAY_MAX + 1};
     assert_int_equal(tern_pubsub_topic_rule(srv, "z", &bad), -EINVAL);
-    r1 = (rec){.at_once = true};
-    r2 = (rec){.at_once = true};
+    r1 = r2 = (rec){0};
     assert_int_equal(tern_sink_new(srv, &ops_at_once, &r1, &k1), 0);
     assert_int_equal(tern_sink_new(srv, &ops_at_once, &r2, &k2), 0);
     assert_int_equal(sub_from(k1, "t.x", 0, 0, NULL), 0);
     assert_int_equal(sub_from(k2, "u", 0, 0, NULL), 0);
-    /* A throttled topic's message takes a pass even on a quiet topic;
-     * another topic's goes inside the publish. */
+    /* On a quiet topic, throttled or not, a message goes at the loop's
+     * next turns (never inside the publish). */
     assert_int_equal(pub(srv, "t.x", NULL, "x"), 1);
-    assert_int_equal(r1.sends, 0);
     assert_int_equal(pub(srv, "u", NULL, "a"), 1);
-    assert_int_equal(r2.sends, 1);
+    assert_int_equal(r1.sends + r2.sends, 0);
 }
 
 static void throttle_wait(tern_server *srv) {
@@ -311,6 +333,7 @@ static void throttle_wait(tern_server *srv) {
 static void throttle_2(tern_server *srv) {
     /* quiet: its pass ran at once (the loop's next turns) */
     assert_string_equal(r1.got, "t.x:#1x\n");
+    assert_string_equal(r2.got, "u:#1a\n");
     passed_at = mono_ms();
     assert_int_equal(pub(srv, "t.x", NULL, "y"), 2);
     assert_int_equal(pub(srv, "t.x", NULL, "z"), 3);
